@@ -1,0 +1,35 @@
+/* quantctl entry point: finds the command in the table and runs it. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/quantctl.h"
+#include "quant/core/log.h"
+
+static const qctl_command commands[] = {
+    {"layer", "quantize one linear layer (GPTQ, AWQ or RTN) and pack it", cmd_layer},
+    {"gen-layer", "generate a test linear layer and correlated calibration inputs", cmd_gen_layer},
+    {"tokenize", "tokenize text with a model's tokenizer", cmd_tokenize},
+    {"eval", "measure perplexity of a float or quantized model", cmd_eval},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: quantctl COMMAND [options]   (quantctl COMMAND --help for each)\n\ncommands:\n");
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+    fprintf(f, "\nexit status: 0 success, 1 the work failed, 2 bad usage or bad input\n");
+}
+
+int main(int argc, char **argv)
+{
+    qd_log_init_from_env();
+    if (argc < 2) { usage(stderr); return QCTL_USAGE; }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return QCTL_OK;
+    }
+    for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "quantctl: unknown command '%s' (see quantctl --help)\n", argv[1]);
+    return QCTL_USAGE;
+}

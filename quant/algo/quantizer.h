@@ -1,0 +1,59 @@
+/* The min-max quantizer every method shares, as the reference implementations do it.
+ *
+ * For one group of weights w (of one output row): xmin = min(min(w), 0), xmax =
+ * max(max(w), 0) (the range always holds 0); symmetric: xmax = max(|xmin|, xmax), xmin =
+ * -xmax; an optional clip ratio shrinks both ends; a group with xmin == xmax gets xmin = -1,
+ * xmax = +1 so no scale is ever 0; scale = (xmax - xmin) / maxq with maxq = 2^bits - 1;
+ * zero = round(-xmin / scale) (symmetric: (maxq + 1) / 2); q = clamp(round(w / scale) +
+ * zero, 0, maxq); dequant = scale * (q - zero).
+ *
+ * Scales are rounded to F16 before q is computed (cfg.f16_scales, on by default through
+ * qd_quant_cfg_default), so the codes and the dequantized values are exactly what a packed
+ * checkpoint decodes to. With cfg.zero_min1 (GPTQ v1, asymmetric) no zero is ever 0: such a
+ * group widens its scale so that zero = 1 still covers xmax (the v1 "-1" convention cannot
+ * store 0). */
+#ifndef QUANT_ALGO_QUANTIZER_H
+#define QUANT_ALGO_QUANTIZER_H
+
+#include <stdint.h>
+
+#include "quant/core/error.h"
+
+typedef struct qd_quant_cfg {
+    int bits;               /* 2, 3, 4 or 8 */
+    int sym;                /* symmetric (zero = 2^(bits-1)) */
+    int64_t group_size;     /* > 0, or -1 for one group spanning all of K */
+    float clip_ratio;       /* (0, 1]; 1 = no clipping */
+    int f16_scales;         /* round scales to F16 (default 1) */
+    int zero_min1;          /* asymmetric zeros kept >= 1 (GPTQ v1) */
+} qd_quant_cfg;
+
+qd_quant_cfg qd_quant_cfg_default(void);   /* 4 bits, sym, group 128, clip 1, f16 scales */
+/* "bits: 5 is not one of 2, 3, 4, 8", "group_size: 0 must be -1 or positive", ... */
+int qd_quant_cfg_validate(const qd_quant_cfg *c, qd_err *err);
+static inline int qd_quant_maxq(const qd_quant_cfg *c) { return (1 << c->bits) - 1; }
+/* Number of groups for K input features (ceil(K / group_size); 1 when group_size = -1). */
+int64_t qd_quant_n_groups(const qd_quant_cfg *c, int64_t k);
+/* Effective group length for K (group_size, or K when -1). */
+int64_t qd_quant_group_len(const qd_quant_cfg *c, int64_t k);
+
+/* Parameters of one group: n values at w[0], w[stride], ... */
+void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride,
+                     float *scale, float *zero);
+static inline int qd_quant_code(float w, float scale, float zero, int maxq)
+{
+    float v = __builtin_rintf(w / scale) + zero;   /* round half to even, as torch.round */
+    return v < 0.0f ? 0 : v > (float)maxq ? maxq : (int)v;
+}
+static inline float qd_quant_dequant(int q, float scale, float zero) { return scale * ((float)q - zero); }
+
+/* Round-to-nearest of a whole [N, K] row-major weight (nn.Linear layout) with groups along
+ * K. Outputs (caller-allocated, any may be NULL): q [N*K] codes, scales/zeros [G*N] laid out
+ * [g][n], deq [N*K] dequantized weights. Non-finite weights are QD_ENUMERIC. */
+int qd_rtn_quantize(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
+                    uint8_t *q, float *scales, float *zeros, float *deq, qd_err *err);
+
+/* Quantize-dequantize in place ("fake quantization") of [N, K] with groups along K. */
+int qd_quant_fake_ref(const qd_quant_cfg *c, float *w, int64_t n, int64_t k);
+
+#endif

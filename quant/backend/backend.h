@@ -1,0 +1,114 @@
+/* The compute backend interface: every algorithm and the model forward call these ops,
+ * never BLAS, LAPACK, cuBLAS or cuSOLVER directly, so the same code runs on the CPU
+ * (quant/backend/cpu, the reference) and on CUDA (quant/backend/cuda).
+ *
+ * Memory: every pointer passed to a compute op is backend memory, obtained from
+ * qd_backend_alloc and filled with qd_backend_upload (on the CPU backend that is plain host
+ * memory and upload/download are memcpy). Matrices are row-major F32 unless a parameter
+ * says otherwise; `ld` is the row stride in elements.
+ *
+ * Errors: ops return 0 or a negative QD_E* code and put the reason into be->err (for CUDA:
+ * the call, file, line and device). A backend is owned by one thread (one worker); it holds
+ * its handles, streams and scratch memory — there are no globals.
+ *
+ * Sections: "memory" and "linear algebra" are used by quant/algo; "neural net" by
+ * quant/model. Add an op by adding a field, a CPU implementation and a test comparing it
+ * to a scalar reference. */
+#ifndef QUANT_BACKEND_BACKEND_H
+#define QUANT_BACKEND_BACKEND_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/core/error.h"
+
+struct qd_quant_cfg;
+struct qd_gptq_block_args;     /* quant/algo/gptq_block.h */
+
+typedef struct qd_backend qd_backend;
+
+typedef struct qd_backend_ops {
+    /* ---- memory ---- */
+    void *(*alloc)(qd_backend *be, size_t bytes);            /* NULL on failure (be->err set) */
+    void (*free)(qd_backend *be, void *p);                   /* accepts NULL */
+    int (*upload)(qd_backend *be, void *dst, const void *src_host, size_t bytes);
+    int (*download)(qd_backend *be, void *dst_host, const void *src, size_t bytes);
+    int (*copy)(qd_backend *be, void *dst, const void *src, size_t bytes);
+    int (*memset0)(qd_backend *be, void *dst, size_t bytes);
+    int (*sync)(qd_backend *be);
+
+    /* ---- linear algebra ---- */
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, op = transpose when t* is nonzero. */
+    int (*gemm)(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+                float *c, int64_t ldc);
+    /* Running-average Hessian, H [k,k] full symmetric: with n_seen rows already folded in
+     * and `rows` new rows X [rows, k] (ld ldx): H = H * n_seen / (n_seen + rows) +
+     * (2 / (n_seen + rows)) X^T X. Accumulates in F32 with a fixed reduction order. */
+    int (*hessian_accum)(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                         int64_t ldx, int64_t n_seen);
+    /* In place: H (k x k, symmetric positive definite) becomes the upper Cholesky factor U
+     * of H^-1 (H^-1 = U^T U), lower triangle zeroed. QD_ENUMERIC when H is not PD. */
+    int (*chol_inverse_upper)(qd_backend *be, float *h, int64_t k);
+    /* One GPTQ block of columns (see quant/algo/gptq_block.h). */
+    int (*gptq_block)(qd_backend *be, const struct qd_gptq_block_args *args);
+    /* Quantize-dequantize W [n, k] in place with groups along k (AWQ search). */
+    int (*fake_quant)(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n,
+                      int64_t k);
+    /* w[r][c] *= s[c] (s of length cols); with inverse, w[r][c] /= s[c]. */
+    int (*scale_cols)(qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s,
+                      int inverse);
+    /* Returns sum((a-b)^2) over n elements in *out (double, host). */
+    int (*sq_diff_sum)(qd_backend *be, const float *a, const float *b, int64_t n, double *out);
+
+    /* ---- neural net (quant/model) ---- */
+    int (*rmsnorm)(qd_backend *be, float *y, const float *x, const float *w, int64_t rows,
+                   int64_t dim, float eps);
+    int (*layernorm)(qd_backend *be, float *y, const float *x, const float *w, const float *b,
+                     int64_t rows, int64_t dim, float eps);
+    /* Rotate-half RoPE in place on x [tokens, n_heads * head_dim]; pos[t] is the position of
+     * token t. Uses the first rot_dim dims of each head (rot_dim = head_dim usually). */
+    int (*rope)(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
+                int64_t rot_dim, const int32_t *pos, float theta);
+    /* Causal attention for `batch` independent sequences of `seq` tokens. q [batch*seq,
+     * n_heads*hd], k and v [batch*seq, n_kv*hd], out [batch*seq, n_heads*hd]; grouped-query
+     * when n_kv < n_heads. */
+    int (*attention)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                     int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
+                     float scale);
+    int (*silu_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    int (*relu)(qd_backend *be, float *x, int64_t n);
+    int (*gelu)(qd_backend *be, float *x, int64_t n);
+    int (*add)(qd_backend *be, float *y, const float *x, int64_t n);           /* y += x */
+    int (*add_bias)(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
+    /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */
+    int (*nll_rows)(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows,
+                    int64_t vocab, double *nll_host);
+} qd_backend_ops;
+
+struct qd_backend {
+    const qd_backend_ops *ops;
+    void *impl;                /* backend-private state */
+    const char *name;          /* "cpu", "cuda" */
+    int device;                /* -1 for the CPU, else the CUDA device ordinal */
+    int n_threads;             /* CPU threads the backend may use */
+    qd_err err;                /* last error */
+};
+
+/* Creates a backend from a spec: "cpu" or "cuda:N". *out is owned by the caller. */
+int qd_backend_open(const char *spec, qd_backend **out, qd_err *err);
+void qd_backend_close(qd_backend *be);                      /* accepts NULL */
+int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err);
+#ifdef QUANTD_HAVE_CUDA
+int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err);
+#endif
+/* Number of usable CUDA devices (0 without CUDA support or without a GPU). */
+int qd_backend_cuda_device_count(void);
+
+/* Convenience wrappers (check be->ops and forward). */
+static inline void *qd_backend_alloc(qd_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
+static inline void qd_backend_free(qd_backend *be, void *p) { be->ops->free(be, p); }
+static inline int qd_backend_upload(qd_backend *be, void *d, const void *s, size_t n) { return be->ops->upload(be, d, s, n); }
+static inline int qd_backend_download(qd_backend *be, void *d, const void *s, size_t n) { return be->ops->download(be, d, s, n); }
+
+#endif

@@ -1,0 +1,33 @@
+/* Small filesystem helpers with crash-safe semantics.
+ *
+ * qd_fs_write_atomic writes to "<path>.tmp.<pid>", fsyncs it, renames it over path and
+ * fsyncs the directory, so a crash leaves either the old file or the new one, never half a
+ * file under the final name. */
+#ifndef QUANT_CORE_FSUTIL_H
+#define QUANT_CORE_FSUTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/uio.h>
+
+#include "quant/core/error.h"
+
+int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err);
+/* Same with several buffers written in order. */
+int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err);
+int qd_fs_fsync_dir(const char *dir, qd_err *err);
+/* fsyncs the directory that contains path. */
+int qd_fs_fsync_parent(const char *path, qd_err *err);
+/* mkdir -p with mode 0755. */
+int qd_fs_mkdir_p(const char *dir, qd_err *err);
+/* Reads a whole file; *buf is malloc'd, NUL-terminated (not counted in *len), owned by caller. */
+int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err);
+int qd_fs_exists(const char *path);
+/* Copies src to dst atomically (dst's directory must exist). */
+int qd_fs_copy_file(const char *src, const char *dst, qd_err *err);
+/* Recursively removes a directory tree (like rm -rf); missing is not an error. */
+int qd_fs_remove_tree(const char *path, qd_err *err);
+/* Free bytes available to an unprivileged user on the filesystem holding path. */
+int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err);
+
+#endif

@@ -1,0 +1,24 @@
+/* Logging: one level-checked macro with structured key=value fields.
+ *
+ *   QD_LOG(QD_LOG_INFO, "block done", "job=%s block=%d secs=%.2f", id, i, s);
+ *
+ * The level test happens before the arguments are evaluated. Output goes to stderr (the
+ * daemon's journal under systemd) as `LEVEL event key=value...`. The threshold is set once
+ * at start-up (qd_log_set_level, or QUANTD_LOG=debug|info|warn|error). */
+#ifndef QUANT_CORE_LOG_H
+#define QUANT_CORE_LOG_H
+
+enum qd_log_level { QD_LOG_DEBUG = 0, QD_LOG_INFO = 1, QD_LOG_WARN = 2, QD_LOG_ERROR = 3, QD_LOG_OFF = 4 };
+
+extern int qd_log_threshold;   /* written once at start-up, read everywhere */
+
+void qd_log_set_level(int level);
+/* Parses "debug", "info", "warn", "error", "off"; returns the level or -1. */
+int qd_log_level_parse(const char *s);
+void qd_log_init_from_env(void);
+void qd_log_emit(int level, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+#define QD_LOG(level, event, ...) do { \
+    if ((level) >= qd_log_threshold) qd_log_emit((level), (event), __VA_ARGS__); } while (0)
+
+#endif

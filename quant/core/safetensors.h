@@ -1,0 +1,97 @@
+/* safetensors: a validating mmap reader, sharded model checkpoints, and a writer that
+ * produces byte for byte what the Python safetensors library writes.
+ *
+ * Reader: st_file_open maps the file read-only and validates the header strictly (see
+ * ../shared/ref/formats.md section 7): header length bound, well-formed JSON, known dtype,
+ * offsets contiguous from 0 with no gaps or overlaps, end - begin = numel x dtype size,
+ * file length = 8 + N + last end, no duplicate names. Errors name the file, the tensor and
+ * what is wrong. The st_file owns the mapping; st_tensor pointers and their `data` stay
+ * valid until st_file_close.
+ *
+ * Model: st_model_open reads a HuggingFace directory: model.safetensors, or
+ * model.safetensors.index.json plus its shards (each shard opened lazily is fine; all are
+ * validated before use). Tensors are found by name across shards.
+ *
+ * Writer: st_writer collects (name, dtype, shape, data) entries and writes them sorted as
+ * the Python library does (dtype rank descending, then name bytewise), compact JSON with
+ * __metadata__ first, header padded with spaces to a multiple of 8. The file is written to
+ * a temp name in the same directory, fsynced, renamed, and the directory fsynced. */
+#ifndef QUANT_CORE_SAFETENSORS_H
+#define QUANT_CORE_SAFETENSORS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "quant/core/dtype.h"
+#include "quant/core/error.h"
+
+#define ST_MAX_DIMS 8
+#define ST_HEADER_MAX 100000000ull
+
+typedef struct st_tensor {
+    const char *name;            /* owned by the st_file */
+    qd_dtype dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    uint64_t numel;
+    uint64_t begin, end;         /* data_offsets, relative to the data section */
+    const void *data;            /* into the mapping; NULL for a header parsed without data */
+} st_tensor;
+
+typedef struct st_file st_file;
+
+/* Opens and validates path. On success *out is owned by the caller (st_file_close). */
+int st_file_open(const char *path, st_file **out, qd_err *err);
+void st_file_close(st_file *f);                        /* accepts NULL */
+const char *st_file_path(const st_file *f);
+size_t st_file_count(const st_file *f);
+/* Tensors in data (offset) order. */
+const st_tensor *st_file_tensor(const st_file *f, size_t i);
+const st_tensor *st_file_find(const st_file *f, const char *name);   /* NULL when absent */
+/* A __metadata__ value, or NULL. */
+const char *st_file_metadata(const st_file *f, const char *key);
+
+/* Validates a header without a file: buf holds the N JSON bytes, data_len the length of
+ * the data section that follows it (file length - 8 - N). `what` names the source in
+ * errors. This is the fuzzing entry point. On success *out is owned by the caller. */
+int st_header_parse(const char *buf, size_t n, uint64_t data_len, const char *what,
+                    st_file **out, qd_err *err);
+
+/* Converts a tensor to F32 into dst (numel floats). Errors on unsupported dtypes. */
+int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err);
+
+/* ---- sharded HF checkpoints ---- */
+typedef struct st_model st_model;
+
+int st_model_open(const char *dir, st_model **out, qd_err *err);
+void st_model_close(st_model *m);                      /* accepts NULL */
+size_t st_model_count(const st_model *m);
+const st_tensor *st_model_tensor(const st_model *m, size_t i);
+const st_tensor *st_model_find(const st_model *m, const char *name);
+/* The shard file (basename) that holds `name`, or NULL. */
+const char *st_model_shard_of(const st_model *m, const char *name);
+/* Finds `name`, checks it has `ndim` dims equal to `shape` (pass ndim < 0 to skip), and
+ * converts it to F32 into dst. The error names the tensor and both shapes. */
+int st_model_read_f32(const st_model *m, const char *name, int ndim, const int64_t *shape,
+                      float *dst, qd_err *err);
+
+/* ---- writer ---- */
+typedef struct st_writer st_writer;
+
+int st_writer_init(st_writer **out);
+void st_writer_free(st_writer *w);                     /* accepts NULL */
+/* Adds a tensor. The name is copied; `data` (numel x dtype size bytes) is borrowed and must
+ * stay valid until st_writer_write returns. Duplicate names are an error. */
+int st_writer_add(st_writer *w, const char *name, qd_dtype dtype, int ndim,
+                  const int64_t *shape, const void *data, qd_err *err);
+/* Like st_writer_add but copies the data. */
+int st_writer_add_copy(st_writer *w, const char *name, qd_dtype dtype, int ndim,
+                       const int64_t *shape, const void *data, qd_err *err);
+/* Adds a __metadata__ entry ("format": "pt" is always written first). */
+int st_writer_set_metadata(st_writer *w, const char *key, const char *value);
+/* Total bytes of tensor data added so far. */
+uint64_t st_writer_data_bytes(const st_writer *w);
+/* Writes atomically to path. */
+int st_writer_write(st_writer *w, const char *path, qd_err *err);
+
+#endif
