@@ -10,6 +10,7 @@ static const qctl_command commands[] = {
     {"gen-layer", "generate a test linear layer and correlated calibration inputs", cmd_gen_layer},
     {"tokenize", "tokenize text with a model's tokenizer", cmd_tokenize},
     {"eval", "measure perplexity of a float or quantized model", cmd_eval},
+    {"quantize", "run a quantization job (JSON spec) in the foreground, resumable", cmd_quantize},
 };
 
 static void usage(FILE *f)

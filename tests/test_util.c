@@ -1,4 +1,5 @@
 /* Implementation of the test harness declared in test_util.h. */
+#define _GNU_SOURCE   /* nftw */
 #include "test_util.h"
 
 #include <stdlib.h>

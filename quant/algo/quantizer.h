@@ -53,6 +53,13 @@ static inline float qd_quant_dequant(int q, float scale, float zero) { return sc
 int qd_rtn_quantize(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
                     uint8_t *q, float *scales, float *zeros, float *deq, qd_err *err);
 
+/* RTN straight into a qd_qlayer (quant/formats/qlayer.h): allocates *out (the caller frees
+ * it with qd_qlayer_free; no bias) with g_idx = k / group_size and fills codes, scales and
+ * integer zeros; deq [N*K] (may be NULL) receives the dequantized weights. */
+struct qd_qlayer;
+int qd_rtn_quantize_qlayer(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
+                           struct qd_qlayer *out, float *deq, qd_err *err);
+
 /* Quantize-dequantize in place ("fake quantization") of [N, K] with groups along K. */
 int qd_quant_fake_ref(const qd_quant_cfg *c, float *w, int64_t n, int64_t k);
 

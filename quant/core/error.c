@@ -31,7 +31,14 @@ int qd_err_prefix(qd_err *err, const char *fmt, ...)
     vsnprintf(prefix, sizeof prefix, fmt, ap);
     va_end(ap);
     memcpy(old, err->msg, sizeof old);
-    snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old);
+    /* Assemble by hand: snprintf("%s: %s") would warn about truncation we accept. */
+    size_t pl = strnlen(prefix, sizeof err->msg - 3), ol = strnlen(old, sizeof old);
+    memcpy(err->msg, prefix, pl);
+    memcpy(err->msg + pl, ": ", 2);
+    size_t room = sizeof err->msg - pl - 3;
+    if (ol > room) ol = room;
+    memcpy(err->msg + pl + 2, old, ol);
+    err->msg[pl + 2 + ol] = 0;
     return err->code;
 }
 

@@ -57,6 +57,11 @@ const char *st_file_metadata(const st_file *f, const char *key);
 int st_header_parse(const char *buf, size_t n, uint64_t data_len, const char *what,
                     st_file **out, qd_err *err);
 
+/* Validates a whole safetensors file image held in memory (8-byte length, header, data).
+ * buf is borrowed and must outlive *out; tensor data pointers point into it. `what` names
+ * the source in errors. On success *out is owned by the caller (st_file_close). */
+int st_file_open_memory(const void *buf, size_t len, const char *what, st_file **out, qd_err *err);
+
 /* Converts a tensor to F32 into dst (numel floats). Errors on unsupported dtypes. */
 int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err);
 

@@ -14,6 +14,7 @@
 #ifndef QUANT_FORMATS_FORMAT_H
 #define QUANT_FORMATS_FORMAT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include "quant/core/error.h"
@@ -56,5 +57,7 @@ void qd_pack_bits(int bits, const int32_t *vals, int64_t count, int64_t vstride,
                   int32_t *words, int64_t wstride);
 void qd_unpack_bits(int bits, const int32_t *words, int64_t count, int64_t wstride,
                     int32_t *vals, int64_t vstride);
+/* Value idx of such a packed stream (the scalar decode the dequant_ref functions use). */
+int32_t qd_bits_get(int bits, const int32_t *words, int64_t wstride, int64_t idx);
 
 #endif

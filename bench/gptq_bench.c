@@ -1,0 +1,160 @@
+/* GPTQ on one layer, timed piece by piece on the CPU backend.
+ *
+ *   gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] [--desc-act]
+ *              [--threads T] [--block-size 128]
+ *
+ * Measures (one JSON line on stdout):
+ *   hessian: seconds and GFLOP/s of the running-average Hessian over all rows of X
+ *            (flops counted as rows * K^2, the useful half of X^T X);
+ *   gptq:    the quantization proper as qd_gptq_quantize reports it (damping, Cholesky,
+ *            column loop, unpermute);
+ *   and, replayed alone on the same shapes: chol_inverse_upper; the lazy trailing updates
+ *   W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:] (2 * N * B * (K - i2) flops per block); the
+ *   in-block kernel (gptq_block) for every block.
+ * Built by bench/gptq_layer.sh against a build directory's libquant.a. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/algo/gptq.h"
+#include "quant/algo/gptq_block.h"
+#include "quant/algo/hessian.h"
+#include "quant/backend/backend.h"
+#include "quant/core/safetensors.h"
+
+static double now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
+{
+    st_file *f = NULL;
+    qd_err err = {0};
+    if (st_file_open(path, &f, &err)) {
+        fprintf(stderr, "%s\n", err.msg);
+        exit(2);
+    }
+    const st_tensor *t = st_file_tensor(f, 0);
+    if (!t || t->ndim != 2) {
+        fprintf(stderr, "%s: expected one 2-D tensor\n", path);
+        exit(2);
+    }
+    *rows = t->shape[0];
+    *cols = t->shape[1];
+    float *x = malloc(sizeof(float) * t->numel);
+    if (!x || st_tensor_read_f32(t, x, &err)) {
+        fprintf(stderr, "%s: %s\n", path, err.msg);
+        exit(2);
+    }
+    st_file_close(f);
+    return x;
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 3) {
+        fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "
+                        "[--desc-act] [--threads T] [--block-size B]\n");
+        return 2;
+    }
+    qd_gptq_opts o = qd_gptq_opts_default();
+    o.quant.sym = 1;
+    int threads = 2;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--bits") && i + 1 < argc) o.quant.bits = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--group-size") && i + 1 < argc) o.quant.group_size = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--desc-act")) o.desc_act = 1;
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) o.block_size = atoll(argv[++i]);
+        else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
+    }
+    int64_t n, k, t, kx;
+    float *w = load_2d(argv[1], &n, &k);
+    float *x = load_2d(argv[2], &t, &kx);
+    if (kx != k) { fprintf(stderr, "K mismatch: W has %lld, X has %lld\n", (long long)k, (long long)kx); return 2; }
+
+    qd_backend *be = NULL;
+    qd_err err = {0};
+    if (qd_backend_cpu_open(threads, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+
+    /* Hessian */
+    qd_gptq_hessian acc;
+    if (qd_gptq_hessian_init(&acc, be, k, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    double t0 = now();
+    if (qd_gptq_hessian_add(&acc, x, t, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    double t_hess = now() - t0;
+    double hess_flops = (double)t * (double)k * (double)k;
+
+    /* GPTQ proper */
+    qd_gptq_result res;
+    t0 = now();
+    if (qd_gptq_quantize(be, &o, w, n, k, &acc, &res, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    double t_gptq_wall = now() - t0;
+
+    /* Replays on the same shapes. */
+    float *hinv = malloc(sizeof(float) * k * k);
+    memcpy(hinv, acc.h, sizeof(float) * k * k);
+    double mean = 0;
+    for (int64_t i = 0; i < k; i++) mean += hinv[i * k + i];
+    for (int64_t i = 0; i < k; i++) hinv[i * k + i] += (float)(o.damp_percent * mean / k);
+    t0 = now();
+    if (be->ops->chol_inverse_upper(be, hinv, k)) { fprintf(stderr, "%s\n", be->err.msg); return 1; }
+    double t_chol = now() - t0;
+
+    const int64_t B = o.block_size;
+    float *wc = malloc(sizeof(float) * n * k), *e = malloc(sizeof(float) * n * B);
+    memcpy(wc, w, sizeof(float) * n * k);
+    for (int64_t i = 0; i < n * B; i++) e[i] = 1e-3f * (float)((i * 7919) % 201 - 100);
+    double t_lazy = 0, lazy_flops = 0;
+    for (int64_t i1 = 0; i1 < k; i1 += B) {
+        int64_t i2 = i1 + B < k ? i1 + B : k;
+        if (i2 >= k) break;
+        double s = now();
+        be->ops->gemm(be, 0, 0, n, k - i2, i2 - i1, -1.0f, e, B, hinv + i1 * k + i2, k, 1.0f, wc + i2, k);
+        t_lazy += now() - s;
+        lazy_flops += 2.0 * (double)n * (double)(i2 - i1) * (double)(k - i2);
+    }
+
+    int64_t G = res.layer.n_groups;
+    float *sc = calloc(G * n, sizeof(float)), *zr = calloc(G * n, sizeof(float));
+    uint8_t *codes = malloc(n * k);
+    int32_t *cg = malloc(sizeof(int32_t) * k);
+    int64_t gs = o.quant.group_size > 0 ? o.quant.group_size : k;
+    for (int64_t j = 0; j < k; j++) cg[j] = o.quant.group_size > 0 ? (int32_t)(j / gs) : 0;
+    if (o.quant.group_size <= 0)
+        for (int64_t r = 0; r < n; r++) qd_quant_params(&o.quant, w + r * k, k, 1, &sc[r], &zr[r]);
+    memcpy(wc, w, sizeof(float) * n * k);
+    double t_block = 0;
+    for (int64_t i1 = 0; i1 < k; i1 += B) {
+        int64_t i2 = i1 + B < k ? i1 + B : k;
+        qd_gptq_block_args a = {.cfg = &o.quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = wc, .ldw = k,
+                                .hinv = hinv, .ldh = k, .err = e, .lde = B, .codes = codes, .ldc = k,
+                                .scales = sc, .zeros = zr, .col_group = cg,
+                                .find_params = o.quant.group_size > 0};
+        double s = now();
+        be->ops->gptq_block(be, &a);
+        t_block += now() - s;
+    }
+
+    printf("{\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"bits\":%d,\"group_size\":%lld,\"desc_act\":%s,"
+           "\"threads\":%d,\"block_size\":%lld,"
+           "\"hessian_seconds\":%.4f,\"hessian_gflops\":%.2f,"
+           "\"gptq_seconds\":%.4f,\"gptq_wall_seconds\":%.4f,\"damp\":%.6g,\"fallback\":%s,"
+           "\"chol_seconds\":%.4f,\"lazy_gemm_seconds\":%.4f,\"lazy_gemm_gflops\":%.2f,"
+           "\"lazy_gemm_gflop\":%.2f,\"block_kernel_seconds\":%.4f}\n",
+           (long long)n, (long long)k, (long long)t, o.quant.bits, (long long)o.quant.group_size,
+           o.desc_act ? "true" : "false", threads, (long long)B, t_hess, hess_flops / t_hess / 1e9,
+           res.seconds, t_gptq_wall, res.damp, res.fallback_rtn ? "true" : "false", t_chol, t_lazy,
+           lazy_flops / t_lazy / 1e9, lazy_flops / 1e9, t_block);
+
+    free(sc); free(zr); free(codes); free(cg); free(wc); free(e); free(hinv);
+    qd_gptq_result_free(&res);
+    qd_gptq_hessian_free(&acc);
+    qd_backend_close(be);
+    free(w); free(x);
+    return 0;
+}

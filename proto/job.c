@@ -1,0 +1,474 @@
+/* Job spec: enum names, defaults, validation and parsing (serialising lives in
+ * job_json.c). Validation reads one field at a time so the first error names exactly one
+ * field; the rules between fields run after every field has its final value. */
+#include "proto/job.h"
+#include "proto/jsonutil.h"
+
+#include <ctype.h>
+#include <limits.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
+static const char *const format_names[] = { "gptq", "gptq_v2", "awq_gemm" };
+static const char *const style_names[] = { "gptq", "awq" };
+static const char *const backend_names[] = { "auto", "cpu", "cuda" };
+static const char *const layout_names[] = { "plain", "tp_aware" };
+
+#define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
+
+const char *qp_method_name(qp_method m) { return NAME_OF(method_names, m); }
+const char *qp_format_name(qp_format f) { return NAME_OF(format_names, f); }
+const char *qp_calib_style_name(qp_calib_style s) { return NAME_OF(style_names, s); }
+const char *qp_backend_name(qp_backend_choice b) { return NAME_OF(backend_names, b); }
+const char *qp_layout_name(qp_layout l) { return NAME_OF(layout_names, l); }
+
+static int lookup(const char *const *tbl, size_t n, const char *s)
+{
+    for (size_t i = 0; s && i < n; i++)
+        if (strcmp(tbl[i], s) == 0) return (int)i;
+    return -1;
+}
+
+int qp_method_parse(const char *s, qp_method *out)
+{
+    int i = lookup(method_names, 4, s);
+    if (i < 0) return QP_EINVAL;
+    *out = (qp_method)i;
+    return 0;
+}
+
+int qp_format_parse(const char *s, qp_format *out)
+{
+    int i = lookup(format_names, 3, s);
+    if (i < 0) return QP_EINVAL;
+    *out = (qp_format)i;
+    return 0;
+}
+
+static int method_uses_awq(qp_method m) { return m == QP_METHOD_AWQ || m == QP_METHOD_AWQ_GPTQ; }
+static int method_uses_gptq(qp_method m) { return m == QP_METHOD_GPTQ || m == QP_METHOD_AWQ_GPTQ; }
+
+/* The format a job gets when it names none: AWQ's own format where it can hold the weights
+ * (4 bits), GPTQ's otherwise (its scales are folded into the weights and norms either way). */
+static qp_format default_format(qp_method m, int bits)
+{
+    return (method_uses_awq(m) && bits == 4) ? QP_FORMAT_AWQ_GEMM : QP_FORMAT_GPTQ;
+}
+
+static int64_t default_seq_len(qp_calib_style s) { return s == QP_CALIB_AWQ ? 512 : 2048; }
+
+int qp_job_init_defaults(qp_job *job, qp_method method)
+{
+    memset(job, 0, sizeof *job);
+    job->version = QP_JOB_VERSION;
+    job->method = method;
+    job->bits = 4;
+    job->group_size = 128;
+    job->sym = !method_uses_awq(method);   /* AutoAWQ quantizes with a zero point */
+    job->desc_act = 0;
+    job->static_groups = 0;
+    job->true_sequential = 1;
+    job->damp_percent = 0.01;
+    job->format = default_format(method, job->bits);
+    job->calibration.samples = 128;
+    job->calibration.style = method_uses_awq(method) ? QP_CALIB_AWQ : QP_CALIB_GPTQ;
+    job->calibration.seq_len = default_seq_len(job->calibration.style);
+    job->calibration.seed = 0;
+    job->eval.seq_len = 2048;
+    job->eval.max_windows = 0;
+    job->shard_size = QP_JOB_SHARD_DEFAULT;
+    job->priority = 0;
+    job->backend = QP_BACKEND_AUTO;
+    job->tp = 1;
+    job->layout = QP_LAYOUT_PLAIN;
+    job->kernel_check = 1;
+    job->calibration.field = strdup("text");
+    return job->calibration.field ? 0 : QP_ENOMEM;
+}
+
+int qp_job_validate(const qp_job *job, qp_err *err)
+{
+    if (job->version < 1 || job->version > QP_JOB_VERSION)
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.version: %d is not a version this quantd understands (1 to %d)",
+                          job->version, QP_JOB_VERSION);
+    if (!qpj_name_valid(job->id, QP_JOB_ID_MAX))
+        return qp_err_set(err, QP_EINVAL,
+                          "job.id: \"%s\" must be 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+                          job->id, QP_JOB_ID_MAX);
+    if (!job->model || !job->model[0])
+        return qp_err_set(err, QP_ENOTFOUND, "job.model: required (the Hugging Face model directory)");
+    if (!job->output || !job->output[0])
+        return qp_err_set(err, QP_ENOTFOUND, "job.output: required (the directory to write the quantized model to)");
+    if (!qp_method_name(job->method))
+        return qp_err_set(err, QP_EINVAL, "job.method: invalid value %d", (int)job->method);
+    if (job->bits != 2 && job->bits != 3 && job->bits != 4 && job->bits != 8)
+        return qp_err_set(err, QP_EINVAL, "job.bits: %d is not one of 2, 3, 4, 8", job->bits);
+    if (job->group_size == 0 || job->group_size < -1)
+        return qp_err_set(err, QP_EINVAL,
+                          "job.group_size: must be -1 (one group per column) or a positive integer, got %d",
+                          job->group_size);
+    if (!(job->damp_percent > 0.0 && job->damp_percent < 1.0))
+        return qp_err_set(err, QP_EINVAL, "job.damp_percent: must be greater than 0 and less than 1, got %g",
+                          job->damp_percent);
+    if (!qp_format_name(job->format))
+        return qp_err_set(err, QP_EINVAL, "job.format: invalid value %d", (int)job->format);
+    if (job->desc_act && !method_uses_gptq(job->method))
+        return qp_err_set(err, QP_EINVAL,
+                          "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; "
+                          "method %s has no act-order, so leave desc_act false", qp_method_name(job->method));
+    if (job->format == QP_FORMAT_AWQ_GEMM) {
+        if (job->bits != 4)
+            return qp_err_set(err, QP_EINVAL,
+                              "job.format: awq_gemm holds 4-bit weights only, but job.bits is %d; use format gptq or gptq_v2",
+                              job->bits);
+        if (job->desc_act)
+            return qp_err_set(err, QP_EINVAL,
+                              "job.format: awq_gemm has no g_idx, so it cannot hold act-order (desc_act) weights; "
+                              "set desc_act false or use format gptq");
+        if (job->group_size == -1)
+            return qp_err_set(err, QP_EINVAL,
+                              "job.group_size: awq_gemm needs a positive group size (its loaders divide in_features by it), not -1");
+    }
+    const qp_job_calib *c = &job->calibration;
+    if (job->method != QP_METHOD_RTN && (!c->path || !c->path[0]))
+        return qp_err_set(err, QP_ENOTFOUND,
+                          "job.calibration.path: required for method %s (a JSONL or text file of calibration text)",
+                          qp_method_name(job->method));
+    if (!c->field || !c->field[0])
+        return qp_err_set(err, QP_EINVAL, "job.calibration.field: must not be empty");
+    if (c->samples < 1 || c->samples > 1000000)
+        return qp_err_set(err, QP_EINVAL, "job.calibration.samples: must be a positive integer (at most 1000000), got %lld",
+                          (long long)c->samples);
+    if (c->seq_len < 1 || c->seq_len > 1048576)
+        return qp_err_set(err, QP_EINVAL, "job.calibration.seq_len: must be a positive integer (at most 1048576), got %lld",
+                          (long long)c->seq_len);
+    if (c->seed > (uint64_t)QPJ_INT_MAX)
+        return qp_err_set(err, QP_EINVAL, "job.calibration.seed: must be an integer from 0 to %lld", QPJ_INT_MAX);
+    if (!qp_calib_style_name(c->style))
+        return qp_err_set(err, QP_EINVAL, "job.calibration.style: invalid value %d", (int)c->style);
+    if (job->eval.enabled) {
+        if (!job->eval.path || !job->eval.path[0])
+            return qp_err_set(err, QP_ENOTFOUND, "job.eval.path: required when eval is given (a text file such as wiki.test.raw)");
+        if (job->eval.seq_len < 1 || job->eval.seq_len > 1048576)
+            return qp_err_set(err, QP_EINVAL, "job.eval.seq_len: must be a positive integer (at most 1048576), got %lld",
+                              (long long)job->eval.seq_len);
+        if (job->eval.max_windows < 0)
+            return qp_err_set(err, QP_EINVAL, "job.eval.max_windows: must be 0 (all windows) or a positive integer, got %lld",
+                              (long long)job->eval.max_windows);
+    }
+    for (size_t i = 0; i < job->n_modules_to_not_convert; i++)
+        if (!job->modules_to_not_convert[i] || !job->modules_to_not_convert[i][0])
+            return qp_err_set(err, QP_EINVAL, "job.modules_to_not_convert[%zu]: must be a non-empty string", i);
+    if (job->shard_size < 1 || job->shard_size > (uint64_t)QPJ_INT_MAX)
+        return qp_err_set(err, QP_EINVAL, "job.shard_size: must be a positive number of bytes");
+    if (!qp_backend_name(job->backend))
+        return qp_err_set(err, QP_EINVAL, "job.backend: invalid value %d", (int)job->backend);
+    if (job->tp < 1)
+        return qp_err_set(err, QP_EINVAL, "job.tp: must be an integer >= 1, got %d", job->tp);
+    if (!qp_layout_name(job->layout))
+        return qp_err_set(err, QP_EINVAL, "job.layout: invalid value %d", (int)job->layout);
+    if (job->layout == QP_LAYOUT_TP_AWARE && !(method_uses_gptq(job->method) && job->desc_act))
+        return qp_err_set(err, QP_EINVAL,
+                          "job.layout: tp_aware reorders act-order GPTQ weights, so it needs method gptq or awq+gptq "
+                          "with desc_act true (this job has method %s, desc_act %s)",
+                          qp_method_name(job->method), job->desc_act ? "true" : "false");
+    return 0;
+}
+
+/* ---- parsing ------------------------------------------------------------ */
+
+static const char *const top_keys[] = {
+    "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
+    "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
+    "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
+    "kernel_check", NULL,
+};
+static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
+static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
+
+/* Reads a string field that must be one of names; *out is untouched when absent. */
+static int get_enum(const cJSON *obj, const char *path, const char *name, const char *const *names,
+                    size_t n, int *out, int *present, qp_err *err)
+{
+    char *s = NULL;
+    int rc = qpj_get_str(obj, path, name, 1, &s, present, err);
+    if (rc) return rc;
+    if (!s) return 0;
+    int i = lookup(names, n, s);
+    if (i < 0) {
+        char list[160] = "";
+        for (size_t k = 0; k < n; k++) {
+            strcat(list, names[k]);
+            if (k + 1 < n) strcat(list, ", ");
+        }
+        rc = qp_err_set(err, QP_EINVAL, "%s.%s: \"%s\" is not one of %s", path, name, s, list);
+        free(s);
+        return rc;
+    }
+    free(s);
+    *out = i;
+    return 0;
+}
+
+static int get_int32(const cJSON *obj, const char *path, const char *name, int64_t lo, int64_t hi,
+                     const char *rule, int *out, int *present, qp_err *err)
+{
+    int64_t v = *out;
+    int rc = qpj_get_int(obj, path, name, lo, hi, rule, &v, present, err);
+    if (rc == 0) *out = (int)v;
+    return rc;
+}
+
+static int parse_shard_size(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *v = qpj_field(root, "shard_size");
+    if (!v) return 0;
+    char desc[64];
+    uint64_t bytes = 0;
+    int ok = 0;
+    if (cJSON_IsNumber(v)) {
+        double x = v->valuedouble;
+        ok = x >= 1 && x <= (double)QPJ_INT_MAX && x == (double)(uint64_t)x;
+        bytes = ok ? (uint64_t)x : 0;
+    } else if (cJSON_IsString(v)) {
+        ok = qp_size_parse(v->valuestring, &bytes) == 0 && bytes >= 1 && bytes <= (uint64_t)QPJ_INT_MAX;
+    }
+    if (!ok)
+        return qp_err_set(err, QP_EINVAL,
+                          "job.shard_size: must be a positive number of bytes or a size like \"4GB\" or \"500MB\", got %s",
+                          qpj_describe(v, desc, sizeof desc));
+    job->shard_size = bytes;
+    return 0;
+}
+
+static int parse_modules(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *v = qpj_field(root, "modules_to_not_convert");
+    if (!v) return 0;
+    char desc[64];
+    if (!cJSON_IsArray(v))
+        return qp_err_set(err, QP_EINVAL, "job.modules_to_not_convert: must be an array of module names, got %s",
+                          qpj_describe(v, desc, sizeof desc));
+    size_t n = (size_t)cJSON_GetArraySize(v), i = 0;
+    job->modules_to_not_convert = calloc(n ? n : 1, sizeof(char *));
+    if (!job->modules_to_not_convert) return qp_err_set(err, QP_ENOMEM, "job.modules_to_not_convert: out of memory");
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        if (!cJSON_IsString(e) || !e->valuestring[0])
+            return qp_err_set(err, QP_EINVAL, "job.modules_to_not_convert[%zu]: must be a non-empty string, got %s",
+                              i, qpj_describe(e, desc, sizeof desc));
+        job->modules_to_not_convert[i] = strdup(e->valuestring);
+        if (!job->modules_to_not_convert[i]) return qp_err_set(err, QP_ENOMEM, "job.modules_to_not_convert: out of memory");
+        job->n_modules_to_not_convert = i + 1;
+    }
+    return 0;
+}
+
+static int parse_calibration(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *c = qpj_field(root, "calibration");
+    qp_job_calib *cal = &job->calibration;
+    int rc;
+    if (c) {
+        char desc[64];
+        if (!cJSON_IsObject(c))
+            return qp_err_set(err, QP_EINVAL, "job.calibration: must be an object like {\"path\": \"c4.jsonl\"}, got %s",
+                              qpj_describe(c, desc, sizeof desc));
+        const char *p = "job.calibration";
+        int style = cal->style, has_seq = 0;
+        if ((rc = qpj_check_keys(c, p, calib_keys, err)) ||
+            (rc = qpj_get_str(c, p, "path", 0, &cal->path, NULL, err)) ||
+            (rc = qpj_get_str(c, p, "field", 0, &cal->field, NULL, err)) ||
+            (rc = qpj_get_int(c, p, "samples", 1, 1000000, "must be a positive integer (at most 1000000)",
+                              &cal->samples, NULL, err)) ||
+            (rc = qpj_get_int(c, p, "seq_len", 1, 1048576, "must be a positive integer (at most 1048576)",
+                              &cal->seq_len, &has_seq, err)) ||
+            (rc = get_enum(c, p, "style", style_names, 2, &style, NULL, err)))
+            return rc;
+        int64_t seed = 0;
+        int has_seed = 0;
+        if ((rc = qpj_get_int(c, p, "seed", 0, QPJ_INT_MAX, "must be a non-negative integer", &seed, &has_seed, err)))
+            return rc;
+        if (has_seed) cal->seed = (uint64_t)seed;
+        cal->style = (qp_calib_style)style;
+        if (!has_seq) cal->seq_len = default_seq_len(cal->style);
+    }
+    return 0;
+}
+
+static int parse_eval(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *e = qpj_field(root, "eval");
+    if (!e) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(e))
+        return qp_err_set(err, QP_EINVAL, "job.eval: must be an object like {\"path\": \"wiki.test.raw\"}, got %s",
+                          qpj_describe(e, desc, sizeof desc));
+    const char *p = "job.eval";
+    int rc;
+    job->eval.enabled = 1;
+    if ((rc = qpj_check_keys(e, p, eval_keys, err)) ||
+        (rc = qpj_get_str(e, p, "path", 0, &job->eval.path, NULL, err)) ||
+        (rc = qpj_get_int(e, p, "seq_len", 1, 1048576, "must be a positive integer (at most 1048576)",
+                          &job->eval.seq_len, NULL, err)) ||
+        (rc = qpj_get_int(e, p, "max_windows", 0, QPJ_INT_MAX, "must be 0 (all windows) or a positive integer",
+                          &job->eval.max_windows, NULL, err)))
+        return rc;
+    if (!job->eval.path)
+        return qp_err_set(err, QP_ENOTFOUND, "job.eval.path: required when eval is given (a text file such as wiki.test.raw)");
+    return 0;
+}
+
+/* Version 1 of the spec. A version 2 would get parse_v2, or parse_v1 plus an upgrade step. */
+static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const char *p = "job";
+    int rc, method = QP_METHOD_GPTQ, has_format = 0;
+    if ((rc = qpj_check_keys(root, p, top_keys, err)) ||
+        (rc = get_enum(root, p, "method", method_names, 4, &method, NULL, err)))
+        return rc;
+    if (qp_job_init_defaults(job, (qp_method)method))
+        return qp_err_set(err, QP_ENOMEM, "job: out of memory");
+
+    char *id = NULL;
+    int has_sym = 0, format = 0, backend = job->backend, layout = job->layout;
+    if ((rc = qpj_get_str(root, p, "id", 0, &id, NULL, err))) return rc;
+    if (id) {
+        int ok = qpj_name_valid(id, QP_JOB_ID_MAX);
+        if (ok) strcpy(job->id, id);
+        free(id);
+        if (!ok)
+            return qp_err_set(err, QP_EINVAL,
+                              "job.id: must be 1 to %d letters, digits, '.', '_' or '-', not starting with '.' or '-'",
+                              QP_JOB_ID_MAX);
+    }
+    if ((rc = qpj_get_str(root, p, "model", 0, &job->model, NULL, err)) ||
+        (rc = qpj_get_str(root, p, "output", 0, &job->output, NULL, err)))
+        return rc;
+    const cJSON *bits = qpj_field(root, "bits");
+    if (bits) {
+        char desc[64];
+        double b = cJSON_IsNumber(bits) ? bits->valuedouble : 0;
+        if (!(b == 2 || b == 3 || b == 4 || b == 8))
+            return qp_err_set(err, QP_EINVAL, "job.bits: %s is not one of 2, 3, 4, 8",
+                              qpj_describe(bits, desc, sizeof desc));
+        job->bits = (int)b;
+    }
+    if ((rc = get_int32(root, p, "group_size", -1, 1 << 30, "must be -1 (one group per column) or a positive integer",
+                        &job->group_size, NULL, err)))
+        return rc;
+    if (job->group_size == 0)
+        return qp_err_set(err, QP_EINVAL, "job.group_size: must be -1 (one group per column) or a positive integer, got 0");
+    if ((rc = qpj_get_bool(root, p, "sym", &job->sym, &has_sym, err)) ||
+        (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
+        (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
+                             &job->damp_percent, NULL, err)) ||
+        (rc = get_enum(root, p, "format", format_names, 3, &format, &has_format, err)) ||
+        (rc = parse_calibration(root, job, err)) ||
+        (rc = parse_eval(root, job, err)) ||
+        (rc = parse_modules(root, job, err)) ||
+        (rc = parse_shard_size(root, job, err)) ||
+        (rc = qpj_get_bool(root, p, "overwrite", &job->overwrite, NULL, err)) ||
+        (rc = get_int32(root, p, "priority", INT_MIN, INT_MAX, "must be an integer", &job->priority, NULL, err)) ||
+        (rc = get_enum(root, p, "backend", backend_names, 3, &backend, NULL, err)) ||
+        (rc = get_int32(root, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->tp, NULL, err)) ||
+        (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)))
+        return rc;
+    job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);
+    job->backend = (qp_backend_choice)backend;
+    job->layout = (qp_layout)layout;
+    if (job->damp_percent <= 0.0 || job->damp_percent >= 1.0)
+        return qp_err_set(err, QP_EINVAL, "job.damp_percent: must be a number greater than 0 and less than 1, got %g",
+                          job->damp_percent);
+    if (!job->model) return qp_err_set(err, QP_ENOTFOUND, "job.model: required (the Hugging Face model directory)");
+    if (!job->output) return qp_err_set(err, QP_ENOTFOUND, "job.output: required (the directory to write the quantized model to)");
+    if (!qpj_field(root, "calibration") && job->method != QP_METHOD_RTN)
+        return qp_err_set(err, QP_ENOTFOUND,
+                          "job.calibration: required for method %s (at least {\"path\": \"<jsonl or text file>\"})",
+                          qp_method_name(job->method));
+    if (!job->id[0]) {
+        job->id_derived = 1;
+        /* A placeholder that passes validation; the real id needs the validated spec. */
+        strcpy(job->id, "j-pending");
+    }
+    if ((rc = qp_job_validate(job, err))) return rc;
+    if (job->id_derived && (rc = qp_job_derive_id(job, job->id)))
+        return qp_err_set(err, rc, "job.id: out of memory while deriving the id");
+    return 0;
+}
+
+int qp_job_from_cjson(const cJSON *root, qp_job **out, qp_err *err)
+{
+    *out = NULL;
+    char desc[64];
+    if (!cJSON_IsObject(root))
+        return qp_err_set(err, QP_EINVAL, "job: expected a JSON object, got %s", qpj_describe(root, desc, sizeof desc));
+    int64_t version = 1;
+    int rc = qpj_get_int(root, "job", "version", 1, INT_MAX, "must be a positive integer", &version, NULL, err);
+    if (rc) return rc;
+    if (version > QP_JOB_VERSION)
+        return qp_err_set(err, QP_EUNSUPPORTED,
+                          "job.version: %lld is newer than this quantd understands (it reads version %d); upgrade quantd",
+                          (long long)version, QP_JOB_VERSION);
+    qp_job *job = calloc(1, sizeof *job);
+    if (!job) return qp_err_set(err, QP_ENOMEM, "job: out of memory");
+    rc = parse_v1(root, job, err);
+    if (rc) {
+        qp_job_free(job);
+        return rc;
+    }
+    *out = job;
+    return 0;
+}
+
+int qp_job_parse(const char *json, size_t len, qp_job **out, qp_err *err)
+{
+    *out = NULL;
+    if (len > QP_JOB_MAX_BYTES)
+        return qp_err_set(err, QP_EINVAL, "job: payload is %zu bytes; the limit is %d", len, QP_JOB_MAX_BYTES);
+    const char *end = NULL;
+    cJSON *root = cJSON_ParseWithLengthOpts(json, len, &end, 0);
+    size_t off = end && end >= json ? (size_t)(end - json) : 0;
+    if (root) {
+        /* cJSON stops after the first value; anything but whitespace after it is an error. */
+        while (off < len && isspace((unsigned char)json[off])) off++;
+        if (off < len && json[off] != '\0') {
+            cJSON_Delete(root);
+            root = NULL;
+        }
+    }
+    if (!root) {
+        if (off > len) off = len;
+        size_t line = 1, col = 1;
+        for (size_t i = 0; i < off; i++) {
+            if (json[i] == '\n') { line++; col = 1; } else col++;
+        }
+        if (len == 0 || off >= len)
+            return qp_err_set(err, QP_EFORMAT, "job: invalid JSON: the text ends early (line %zu, column %zu)", line, col);
+        char near[24];
+        size_t k = 0;
+        for (size_t i = off; i < len && k < 16 && json[i] != '\n'; i++)
+            near[k++] = isprint((unsigned char)json[i]) ? json[i] : '?';
+        near[k] = '\0';
+        return qp_err_set(err, QP_EFORMAT, "job: invalid JSON at line %zu, column %zu, near '%s'", line, col, near);
+    }
+    int rc = qp_job_from_cjson(root, out, err);
+    cJSON_Delete(root);
+    return rc;
+}
+
+void qp_job_free(qp_job *job)
+{
+    if (!job) return;
+    free(job->model);
+    free(job->output);
+    free(job->calibration.path);
+    free(job->calibration.field);
+    free(job->eval.path);
+    for (size_t i = 0; i < job->n_modules_to_not_convert; i++) free(job->modules_to_not_convert[i]);
+    free(job->modules_to_not_convert);
+    free(job);
+}

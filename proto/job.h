@@ -1,0 +1,148 @@
+/* The job spec: what one quantization job asks for, as users write it in JSON.
+ *
+ * One versioned JSON object (proto/job.md documents every field). qp_job_parse reads it,
+ * validates every field and the rules between them, fills every default (AutoGPTQ/AutoAWQ
+ * conventions) and derives an id when none is given; qp_job_to_json writes the canonical
+ * form back (every field, fixed key order, defaults filled), which the pipeline fingerprints
+ * and the daemon stores. Error messages name the field: "job.bits: 5 is not one of 2, 3, 4, 8".
+ *
+ * Versioning: QP_JOB_VERSION is the version this build writes and the newest it reads. A
+ * compatible addition (a new optional field with a default that keeps old behaviour) does
+ * not bump it; a change of meaning does, and then the parser keeps reading the older
+ * version and upgrades it in memory (write the upgrade next to parse_v1 in job.c). */
+#ifndef QUANTD_PROTO_JOB_H
+#define QUANTD_PROTO_JOB_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <cjson/cJSON.h>
+
+#include "proto/perr.h"
+
+#define QP_JOB_VERSION 1
+#define QP_JOB_MAX_BYTES (64 * 1024)   /* largest payload the parser accepts */
+#define QP_JOB_ID_MAX 64               /* longest id (ids go into Redis keys and file names) */
+#define QP_JOB_SHARD_DEFAULT 4000000000ULL   /* "4GB", decimal like transformers' max_shard_size */
+
+typedef enum qp_method {
+    QP_METHOD_GPTQ = 0,
+    QP_METHOD_AWQ,
+    QP_METHOD_RTN,
+    QP_METHOD_AWQ_GPTQ,      /* AWQ scaling, then GPTQ on the scaled weights */
+} qp_method;
+
+typedef enum qp_format {
+    QP_FORMAT_GPTQ = 0,      /* GPTQ checkpoint_format "gptq" (v1, zeros stored minus one) */
+    QP_FORMAT_GPTQ_V2,       /* checkpoint_format "gptq_v2" */
+    QP_FORMAT_AWQ_GEMM,      /* AutoAWQ "gemm", 4-bit only */
+} qp_format;
+
+typedef enum qp_calib_style {
+    QP_CALIB_GPTQ = 0,       /* random seq_len windows of random documents (GPTQ, AutoGPTQ) */
+    QP_CALIB_AWQ,            /* documents concatenated and cut into seq_len blocks (AutoAWQ) */
+} qp_calib_style;
+
+typedef enum qp_backend_choice { QP_BACKEND_AUTO = 0, QP_BACKEND_CPU, QP_BACKEND_CUDA } qp_backend_choice;
+
+typedef enum qp_layout {
+    QP_LAYOUT_PLAIN = 0,
+    QP_LAYOUT_TP_AWARE,      /* permute MLP pairs so act-order down_proj shards cleanly */
+} qp_layout;
+
+typedef struct qp_job_calib {
+    char *path;              /* owned; dataset file (JSONL with `field`, or plain text); NULL only for rtn */
+    char *field;             /* owned; JSONL key holding the text, default "text" */
+    int64_t samples;         /* number of sequences, default 128 */
+    int64_t seq_len;         /* tokens per sequence, default 2048 (gptq style) or 512 (awq style) */
+    uint64_t seed;           /* default 0 */
+    qp_calib_style style;    /* default: awq for awq and awq+gptq, gptq otherwise */
+} qp_job_calib;
+
+typedef struct qp_job_eval {
+    int enabled;             /* 1 when the spec has an "eval" object */
+    char *path;              /* owned; text file to measure perplexity on */
+    int64_t seq_len;         /* default 2048 */
+    int64_t max_windows;     /* 0 = every window of the file (default) */
+} qp_job_eval;
+
+typedef struct qp_job {
+    int version;                    /* QP_JOB_VERSION after parsing */
+    char id[QP_JOB_ID_MAX + 1];
+    int id_derived;                 /* 1 when the id was derived from the payload */
+    char *model;                    /* owned; HF model directory */
+    char *output;                   /* owned; output directory */
+    qp_method method;
+    int bits;                       /* 2, 3, 4 or 8 */
+    int group_size;                 /* -1 (one group per column) or positive */
+    int sym;
+    int desc_act;
+    int static_groups;
+    int true_sequential;
+    double damp_percent;            /* 0 < x < 1 */
+    qp_format format;
+    qp_job_calib calibration;
+    qp_job_eval eval;
+    char **modules_to_not_convert;  /* owned array of owned strings; module-name substrings */
+    size_t n_modules_to_not_convert;
+    uint64_t shard_size;            /* bytes per output shard */
+    int overwrite;
+    int priority;                   /* higher runs first; FIFO within one priority */
+    qp_backend_choice backend;
+    int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
+    qp_layout layout;
+    int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
+} qp_job;
+
+/* Names as they appear in JSON ("awq+gptq", "gptq_v2", ...); NULL for an invalid value. */
+const char *qp_method_name(qp_method m);
+const char *qp_format_name(qp_format f);
+const char *qp_calib_style_name(qp_calib_style s);
+const char *qp_backend_name(qp_backend_choice b);
+const char *qp_layout_name(qp_layout l);
+/* Reverse lookups: 0 and *out set, or QP_EINVAL for an unknown name. */
+int qp_method_parse(const char *s, qp_method *out);
+int qp_format_parse(const char *s, qp_format *out);
+
+/* Parses, validates and fills defaults. *out is a new job the caller frees with
+ * qp_job_free; on failure *out is NULL and err says which field and why. The payload need
+ * not be NUL-terminated; payloads over QP_JOB_MAX_BYTES are refused. */
+int qp_job_parse(const char *json, size_t len, qp_job **out, qp_err *err);
+/* Same from an already parsed object (borrowed, not modified). */
+int qp_job_from_cjson(const cJSON *obj, qp_job **out, qp_err *err);
+
+/* Sets every field of job to the defaults for method: calibration.field becomes a malloc'd
+ * "text"; model, output and calibration.path stay NULL for the caller to set (malloc'd),
+ * then qp_job_validate checks the result. Overwrites without freeing, so use it on fresh
+ * memory. Returns 0 or QP_ENOMEM. */
+int qp_job_init_defaults(qp_job *job, qp_method method);
+/* Checks every range and cross-field rule of a job built in code (qp_job_parse runs it too). */
+int qp_job_validate(const qp_job *job, qp_err *err);
+/* Deep copy; NULL on allocation failure. Caller frees with qp_job_free. */
+qp_job *qp_job_dup(const qp_job *job);
+void qp_job_free(qp_job *job);
+
+/* Flags for qp_job_to_json. */
+enum {
+    QP_JOB_JSON_PRETTY = 1,        /* indented, for humans; canonical output is compact */
+    QP_JOB_JSON_NO_ID = 2,         /* leave out "id" (what the id itself is derived from) */
+    QP_JOB_JSON_OUTPUT_ONLY = 4,   /* only the fields that change the output bytes: for the
+                                      checkpoint fingerprint (leaves out id, output, overwrite,
+                                      priority, backend, kernel_check and eval) */
+};
+/* Canonical JSON: every field in the order of job.md, defaults filled. malloc'd, caller
+ * frees with free(); NULL on allocation failure. */
+char *qp_job_to_json(const qp_job *job, unsigned flags);
+/* The same as a cJSON tree (caller frees with cJSON_Delete). */
+cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags);
+
+/* The id a job without one gets: "j-" + the first 16 hex digits of the SHA-256 of its
+ * canonical JSON without "id". Equal specs (whatever their whitespace, key order or
+ * spelled-out defaults) get equal ids, which is what lets the daemon refuse a duplicate. */
+int qp_job_derive_id(const qp_job *job, char id[QP_JOB_ID_MAX + 1]);
+
+/* Parses a size: a non-negative integer of bytes or a string "<number><unit>" with unit B,
+ * KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, as
+ * transformers' max_shard_size does ("4GB", "500MB", "1.5GiB"). */
+int qp_size_parse(const char *s, uint64_t *out);
+
+#endif

@@ -1,0 +1,38 @@
+/* Error record for libqproto.
+ *
+ * proto/ must not link libquant (the daemon, the CLI and the workers all use it, and the
+ * daemon must stay free of numeric code), so it carries its own twin of quant/core's qd_err:
+ * the same layout, the same message size and the same numeric codes, so a caller that has
+ * both can copy one into the other (`qd_err_set(err, pe.code, "%s", pe.msg)`). Every
+ * fallible qp_* call returns 0 or a negative QP_E* code and writes one sentence naming the
+ * field into the caller-owned record (which may be NULL). */
+#ifndef QUANTD_PROTO_PERR_H
+#define QUANTD_PROTO_PERR_H
+
+#include <stdarg.h>
+
+/* Values equal quant/core/error.h's QD_E* codes on purpose; do not renumber. */
+enum qp_status_code {
+    QP_OK = 0,
+    QP_EINVAL = -1,        /* bad argument, or a job field that fails validation */
+    QP_ENOMEM = -3,        /* allocation failed */
+    QP_EFORMAT = -4,       /* malformed JSON, frame or field encoding */
+    QP_ENOTFOUND = -5,     /* a required field is missing */
+    QP_EUNSUPPORTED = -7,  /* a version newer than this build understands */
+    QP_EMISMATCH = -10,    /* protocol version mismatch */
+};
+
+#define QP_ERR_MSG_MAX 512
+
+typedef struct qp_err {
+    int code;
+    char msg[QP_ERR_MSG_MAX];
+} qp_err;
+
+/* Records code and a printf-style message in err (when non-NULL); returns code. */
+int qp_err_set(qp_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Prepends "prefix: " to the message already in err (no-op when err is NULL). */
+int qp_err_prefix(qp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void qp_err_clear(qp_err *err);
+
+#endif

@@ -1,0 +1,343 @@
+/* GPTQ for one linear layer (see gptq.h): prepares H and W on the host (dead columns,
+ * static groups, act-order permutation, damping), factorises on the backend with damping
+ * retries, runs the block loop through the backend's gptq_block and gemm ops, and undoes
+ * the permutation into a qd_qlayer. */
+#include "quant/algo/gptq.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/algo/gptq_block.h"
+
+qd_gptq_opts qd_gptq_opts_default(void)
+{
+    qd_gptq_opts o = {.quant = qd_quant_cfg_default(), .damp_percent = 0.01, .desc_act = 0,
+                      .static_groups = 0, .block_size = 128, .max_damp_retries = 3};
+    return o;
+}
+
+int qd_gptq_opts_validate(const qd_gptq_opts *o, qd_err *err)
+{
+    if (!o) return qd_err_set(err, QD_EINVAL, "gptq: options missing");
+    int rc = qd_quant_cfg_validate(&o->quant, err);
+    if (rc) return rc;
+    if (o->quant.clip_ratio != 1.0f)
+        return qd_err_set(err, QD_EINVAL, "gptq: clip_ratio %g is not supported (must be 1)",
+                          (double)o->quant.clip_ratio);
+    if (!(o->damp_percent > 0.0 && o->damp_percent < 1.0))
+        return qd_err_set(err, QD_EINVAL, "damp_percent: %g is not in (0, 1)", o->damp_percent);
+    if (o->block_size < 1 || o->block_size > 4096)
+        return qd_err_set(err, QD_EINVAL, "gptq: block_size %lld is not in 1..4096", (long long)o->block_size);
+    if (o->max_damp_retries < 0 || o->max_damp_retries > 10)
+        return qd_err_set(err, QD_EINVAL, "gptq: max_damp_retries %d is not in 0..10", o->max_damp_retries);
+    return 0;
+}
+
+void qd_gptq_result_free(qd_gptq_result *r)
+{
+    if (!r) return;
+    qd_qlayer_free(&r->layer);
+    free(r->deq);
+    memset(r, 0, sizeof *r);
+}
+
+typedef struct diag_key { float d; int64_t i; } diag_key;
+
+static int diag_key_cmp(const void *pa, const void *pb)
+{
+    const diag_key *a = pa, *b = pb;
+    if (a->d > b->d) return -1;
+    if (a->d < b->d) return 1;
+    return a->i < b->i ? -1 : a->i > b->i;    /* equal values keep their order: stable */
+}
+
+void qd_gptq_act_order_perm(const float *diag, int64_t k, int64_t *perm)
+{
+    diag_key *keys = malloc((size_t)k * sizeof *keys);
+    if (!keys) {            /* cannot sort: keep the identity (still a valid order) */
+        for (int64_t i = 0; i < k; i++) perm[i] = i;
+        return;
+    }
+    for (int64_t i = 0; i < k; i++) keys[i] = (diag_key){diag[i], i};
+    qsort(keys, (size_t)k, sizeof *keys, diag_key_cmp);
+    for (int64_t i = 0; i < k; i++) perm[i] = keys[i].i;
+    free(keys);
+}
+
+static double now_seconds(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+/* Round-to-nearest for the whole layer, used when no damping makes H^-1 factorisable. */
+static int gptq_fallback_rtn(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
+                             qd_gptq_result *out, qd_err *err)
+{
+    int64_t G = out->layer.n_groups;
+    float *zf = malloc((size_t)(G * n) * sizeof *zf);
+    if (!zf) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for the RTN fallback");
+    int rc = qd_rtn_quantize(c, w, n, k, out->layer.q, out->layer.scales, zf, out->deq, err);
+    if (!rc)
+        for (int64_t i = 0; i < G * n; i++) out->layer.zeros[i] = (int32_t)lrintf(zf[i]);
+    free(zf);
+    return rc;
+}
+
+/* Backend buffers of one run. */
+typedef struct gptq_dev {
+    float *h, *w, *err, *scales, *zeros;
+    uint8_t *codes;
+    int32_t *col_group;
+} gptq_dev;
+
+static void gptq_dev_free(qd_backend *be, gptq_dev *d)
+{
+    qd_backend_free(be, d->h);
+    qd_backend_free(be, d->w);
+    qd_backend_free(be, d->err);
+    qd_backend_free(be, d->scales);
+    qd_backend_free(be, d->zeros);
+    qd_backend_free(be, d->codes);
+    qd_backend_free(be, d->col_group);
+}
+
+/* The column loop on the backend: W (processing order) is in d->w, Hinv in d->h. Leaves Q
+ * in d->w and the codes in d->codes. */
+static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, int64_t n,
+                           int64_t k, int find_params, qd_err *err)
+{
+    const int64_t B = o->block_size;
+    for (int64_t i1 = 0; i1 < k; i1 += B) {
+        int64_t i2 = i1 + B < k ? i1 + B : k;
+        qd_gptq_block_args a = {
+            .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,
+            .hinv = d->h, .ldh = k, .err = d->err, .lde = B, .codes = d->codes, .ldc = k,
+            .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
+            .find_params = find_params,
+        };
+        int rc = be->ops->gptq_block(be, &a);
+        if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
+        if (i2 < k) {
+            /* W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:] */
+            rc = be->ops->gemm(be, 0, 0, n, k - i2, i2 - i1, -1.0f, d->err, B, d->h + i1 * k + i2, k,
+                               1.0f, d->w + i2, k);
+            if (rc) return qd_err_set(err, rc, "gptq: trailing update after block [%lld, %lld): %s",
+                                      (long long)i1, (long long)i2, be->err.msg);
+        }
+    }
+    return 0;
+}
+
+int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                       const float *h, qd_gptq_result *out, qd_err *err)
+{
+    if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
+    memset(out, 0, sizeof *out);
+    if (!be || !w || !h) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend, weights or Hessian");
+    int rc = qd_gptq_opts_validate(o, err);
+    if (rc) return rc;
+    if (n <= 0 || k <= 0)
+        return qd_err_set(err, QD_EINVAL, "gptq: weight shape [%lld, %lld] must be positive", (long long)n, (long long)k);
+    for (int64_t i = 0; i < n * k; i++)
+        if (!isfinite(w[i]))
+            return qd_err_set(err, QD_ENUMERIC, "gptq: weight [%lld][%lld] is %g (not finite)",
+                              (long long)(i / k), (long long)(i % k), (double)w[i]);
+    for (int64_t i = 0; i < k * k; i++)
+        if (!isfinite(h[i]))
+            return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
+                              (long long)(i / k), (long long)(i % k), (double)h[i]);
+
+    const qd_quant_cfg *c = &o->quant;
+    const int64_t gs = qd_quant_group_len(c, k);
+    const int grouped = c->group_size > 0;
+    const int static_groups = grouped && o->static_groups;
+    const int find_params = grouped && !static_groups;
+    rc = qd_qlayer_alloc(&out->layer, n, k, c->bits, c->sym, c->group_size, 0, err);
+    if (rc) return rc;
+    const int64_t G = out->layer.n_groups;
+
+    double t0 = now_seconds();
+    float *wp = malloc((size_t)(n * k) * sizeof *wp);          /* W in processing order */
+    float *hp = malloc((size_t)(k * k) * sizeof *hp);          /* H in processing order */
+    float *hdiag = malloc((size_t)k * sizeof *hdiag);
+    int64_t *perm = malloc((size_t)k * sizeof *perm);
+    int32_t *col_group = malloc((size_t)k * sizeof *col_group);
+    float *scales = calloc((size_t)(G * n), sizeof *scales);
+    float *zeros = calloc((size_t)(G * n), sizeof *zeros);
+    out->deq = malloc((size_t)(n * k) * sizeof *out->deq);
+    gptq_dev d = {0};
+    if (!wp || !hp || !hdiag || !perm || !col_group || !scales || !zeros || !out->deq) {
+        rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+        goto done;
+    }
+
+    /* One group spanning K: the reference finds its parameters on the weights as given,
+     * before dead columns are zeroed. */
+    if (!grouped)
+        for (int64_t r = 0; r < n; r++) qd_quant_params(c, w + r * k, k, 1, &scales[r], &zeros[r]);
+
+    for (int64_t i = 0; i < k; i++) hdiag[i] = h[i * k + i];
+    memcpy(wp, w, (size_t)(n * k) * sizeof *wp);
+    for (int64_t i = 0; i < k; i++) {
+        if (hdiag[i] != 0.0f) continue;
+        hdiag[i] = 1.0f;
+        out->dead_columns++;
+        for (int64_t r = 0; r < n; r++) wp[r * k + i] = 0.0f;
+    }
+
+    if (static_groups)
+        for (int64_t g = 0; g < G; g++) {
+            int64_t k0 = g * gs, len = k - k0 < gs ? k - k0 : gs;
+            for (int64_t r = 0; r < n; r++)
+                qd_quant_params(c, wp + r * k + k0, len, 1, &scales[g * n + r], &zeros[g * n + r]);
+        }
+
+    if (o->desc_act) {
+        qd_gptq_act_order_perm(hdiag, k, perm);
+        float *row = malloc((size_t)k * sizeof *row);
+        if (!row) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+        for (int64_t r = 0; r < n; r++) {
+            float *wr = wp + r * k;
+            for (int64_t j = 0; j < k; j++) row[j] = wr[perm[j]];
+            memcpy(wr, row, (size_t)k * sizeof *row);
+        }
+        free(row);
+    } else {
+        for (int64_t i = 0; i < k; i++) perm[i] = i;
+    }
+    for (int64_t i = 0; i < k; i++) {
+        const float *src = h + perm[i] * k;
+        float *dst = hp + i * k;
+        for (int64_t j = 0; j < k; j++) dst[j] = src[perm[j]];
+        dst[i] = hdiag[perm[i]];           /* dead columns get H[i][i] = 1 */
+    }
+    for (int64_t j = 0; j < k; j++)
+        col_group[j] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
+
+    double mean = 0.0;
+    for (int64_t i = 0; i < k; i++) mean += hp[i * k + i];
+    mean /= (double)k;
+    for (int64_t i = 0; i < k; i++) hdiag[i] = hp[i * k + i];   /* undamped, processing order */
+
+    size_t hbytes = (size_t)(k * k) * sizeof(float);
+    d.h = qd_backend_alloc(be, hbytes);
+    if (!d.h) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
+
+    int factored = 0;
+    for (int attempt = 0; attempt <= o->max_damp_retries; attempt++) {
+        double pct = o->damp_percent * pow(10.0, attempt);
+        float damp = (float)(pct * mean);
+        for (int64_t i = 0; i < k; i++) hp[i * k + i] = hdiag[i] + damp;
+        rc = qd_backend_upload(be, d.h, hp, hbytes);
+        if (rc) { rc = qd_err_set(err, rc, "gptq: upload of H failed: %s", be->err.msg); goto done; }
+        out->damp_percent = pct;
+        out->damp = damp;
+        out->damp_retries = attempt;
+        rc = be->ops->chol_inverse_upper(be, d.h, k);
+        if (rc == 0) { factored = 1; break; }
+        if (rc != QD_ENUMERIC) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
+    }
+    free(hp);
+    hp = NULL;
+
+    if (!factored) {
+        out->fallback_rtn = 1;
+        rc = gptq_fallback_rtn(c, w, n, k, out, err);
+        out->seconds = now_seconds() - t0;
+        goto done;
+    }
+
+    d.w = qd_backend_alloc(be, (size_t)(n * k) * sizeof(float));
+    d.err = qd_backend_alloc(be, (size_t)(n * o->block_size) * sizeof(float));
+    d.codes = qd_backend_alloc(be, (size_t)(n * k));
+    d.scales = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
+    d.zeros = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
+    d.col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
+    if (!d.w || !d.err || !d.codes || !d.scales || !d.zeros || !d.col_group) {
+        rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
+        goto done;
+    }
+    if ((rc = qd_backend_upload(be, d.w, wp, (size_t)(n * k) * sizeof(float))) ||
+        (rc = qd_backend_upload(be, d.scales, scales, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_upload(be, d.zeros, zeros, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_upload(be, d.col_group, col_group, (size_t)k * sizeof(int32_t)))) {
+        rc = qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
+        goto done;
+    }
+    rc = gptq_run_blocks(be, o, &d, n, k, find_params, err);
+    if (rc) goto done;
+
+    /* Results back to the host; wp now holds Q in processing order. */
+    uint8_t *codes = malloc((size_t)(n * k));
+    if (!codes) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+    if ((rc = qd_backend_download(be, wp, d.w, (size_t)(n * k) * sizeof(float))) ||
+        (rc = qd_backend_download(be, codes, d.codes, (size_t)(n * k))) ||
+        (rc = qd_backend_download(be, scales, d.scales, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_download(be, zeros, d.zeros, (size_t)(G * n) * sizeof(float)))) {
+        free(codes);
+        rc = qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
+        goto done;
+    }
+    /* Undo the permutation: processing column j is original column perm[j]. */
+    for (int64_t r = 0; r < n; r++) {
+        const float *src = wp + r * k;
+        const uint8_t *csrc = codes + r * k;
+        float *dq = out->deq + r * k;
+        uint8_t *cq = out->layer.q + r * k;
+        for (int64_t j = 0; j < k; j++) {
+            dq[perm[j]] = src[j];
+            cq[perm[j]] = csrc[j];
+        }
+    }
+    free(codes);
+    for (int64_t j = 0; j < k; j++)
+        out->layer.g_idx[perm[j]] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
+    for (int64_t i = 0; i < G * n; i++) {
+        out->layer.scales[i] = scales[i];
+        out->layer.zeros[i] = (int32_t)lrintf(zeros[i]);
+    }
+    out->seconds = now_seconds() - t0;
+    for (int64_t i = 0; i < n * k; i++)
+        if (!isfinite(out->deq[i])) {
+            rc = qd_err_set(err, QD_ENUMERIC, "gptq: quantized weight [%lld][%lld] is not finite",
+                            (long long)(i / k), (long long)(i % k));
+            goto done;
+        }
+    rc = 0;
+
+done:
+    gptq_dev_free(be, &d);
+    free(wp);
+    free(hp);
+    free(hdiag);
+    free(perm);
+    free(col_group);
+    free(scales);
+    free(zeros);
+    if (rc) qd_gptq_result_free(out);
+    return rc;
+}
+
+int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                     const qd_gptq_hessian *acc, qd_gptq_result *out, qd_err *err)
+{
+    if (out) memset(out, 0, sizeof *out);
+    if (!acc || !acc->h) return qd_err_set(err, QD_EINVAL, "gptq: no Hessian accumulator");
+    if (acc->k != k)
+        return qd_err_set(err, QD_ESHAPE, "gptq: the Hessian has %lld features but the weight [%lld, %lld] has %lld",
+                          (long long)acc->k, (long long)n, (long long)k, (long long)k);
+    if (acc->n_seen <= 0) return qd_err_set(err, QD_EINVAL, "gptq: no calibration rows were added to the Hessian");
+    if (!be) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend");
+    /* On the CPU backend the accumulator is host memory already. */
+    if (acc->be->device < 0) return qd_gptq_quantize_h(be, o, w, n, k, acc->h, out, err);
+    float *h = malloc((size_t)(k * k) * sizeof *h);
+    if (!h) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a host copy of H");
+    int rc = qd_gptq_hessian_download(acc, h, err);
+    if (!rc) rc = qd_gptq_quantize_h(be, o, w, n, k, h, out, err);
+    free(h);
+    return rc;
+}

@@ -1,0 +1,70 @@
+/* GPTQ (Frantar et al., ICLR 2023) for one linear layer, with the semantics of the
+ * reference gptq.py (IST-DASLab) and AutoGPTQ's act-order and static groups:
+ *
+ *   dead columns (H[i][i] == 0): H[i][i] = 1, W[:, i] = 0
+ *   static groups: parameters of group g found up front on W[:, g*gs : (g+1)*gs] (original
+ *     column order, dead columns zeroed)
+ *   act-order: perm = stable argsort(diag H) descending; W and H permuted
+ *   damp = damp_percent * mean(diag H) added to the diagonal; Hinv = upper Cholesky factor
+ *     of H^-1 (cholesky, cholesky_inverse, cholesky upper)
+ *   blocks of block_size columns: the in-block loop (backend gptq_block op), then the lazy
+ *     trailing update W[:, i2:] -= Err @ Hinv[i1:i2, i2:] (backend gemm)
+ *   dynamic groups: each group's parameters found when the loop reaches its first column,
+ *     on W as it then stands (earlier blocks' updates included)
+ *   g_idx[k] = (position of k in perm) / gs, or k / gs without act-order or with static
+ *     groups; scales/zeros are numbered by group.
+ *
+ * When the Cholesky factorisation fails the damping grows x10 up to max_damp_retries
+ * times; when every try fails the layer falls back to round-to-nearest and the result says
+ * so. Non-finite weights or Hessian entries are QD_ENUMERIC; no output is ever NaN. */
+#ifndef QUANT_ALGO_GPTQ_H
+#define QUANT_ALGO_GPTQ_H
+
+#include <stdint.h>
+
+#include "quant/algo/hessian.h"
+#include "quant/algo/quantizer.h"
+#include "quant/backend/backend.h"
+#include "quant/core/error.h"
+#include "quant/formats/qlayer.h"
+
+typedef struct qd_gptq_opts {
+    qd_quant_cfg quant;        /* bits, sym, group_size, f16_scales, zero_min1 (clip must be 1) */
+    double damp_percent;       /* in (0, 1); 0.01 */
+    int desc_act;              /* act-order */
+    int static_groups;         /* group parameters from the unpermuted weights, up front */
+    int64_t block_size;        /* lazy-update block; 128 */
+    int max_damp_retries;      /* x10 damping retries before RTN; 3 */
+} qd_gptq_opts;
+
+/* 4 bits, sym, group 128, damp 0.01, no act-order, block 128, 3 retries. */
+qd_gptq_opts qd_gptq_opts_default(void);
+/* "damp_percent: 1.5 is not in (0, 1)", ... */
+int qd_gptq_opts_validate(const qd_gptq_opts *o, qd_err *err);
+
+typedef struct qd_gptq_result {
+    qd_qlayer layer;           /* codes, F16-representable scales, zeros, g_idx; owned */
+    float *deq;                /* [N*K] the dequantized weights Q (what the codes decode to); owned */
+    double damp_percent;       /* the damping fraction that succeeded (the last one tried on fallback) */
+    double damp;               /* the absolute value added to diag(H) */
+    int damp_retries;          /* extra tries needed (0: the first damping worked) */
+    int fallback_rtn;          /* 1: every Cholesky failed and the layer is round-to-nearest */
+    int64_t dead_columns;      /* columns with H[i][i] == 0 */
+    double seconds;            /* damping, Cholesky and the column loop given H */
+} qd_gptq_result;
+
+/* Quantizes W [n, k] (row-major nn.Linear weight, host memory, borrowed) given the Hessian
+ * in acc (left unchanged, so the same acc can serve several layers sharing an input). On
+ * success *out owns its arrays (qd_gptq_result_free); on failure it holds nothing. */
+int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                     const qd_gptq_hessian *acc, qd_gptq_result *out, qd_err *err);
+/* Same with H [k, k] given in host memory (borrowed, unchanged). */
+int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                       const float *h, qd_gptq_result *out, qd_err *err);
+void qd_gptq_result_free(qd_gptq_result *r);          /* accepts NULL and zeroed structs */
+
+/* The act-order permutation: perm[j] = the column processed j-th, i.e. the indices of
+ * diag[0..k) sorted by value descending, ties by index ascending (a stable sort). */
+void qd_gptq_act_order_perm(const float *diag, int64_t k, int64_t *perm);
+
+#endif

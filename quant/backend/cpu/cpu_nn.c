@@ -1,0 +1,200 @@
+/* CPU neural-net ops for the model forward: norms, RoPE, causal attention, activations,
+ * residual adds and per-row NLL. All operate on plain host F32 memory (the CPU backend's
+ * memory). Attention runs cblas sgemm per (sequence, head, chunk of query rows) for Q K^T and P V,
+ * so OpenBLAS does the heavy lifting; the softmax between them is a scalar loop over the
+ * causal (lower) triangle only. Reductions that decide accuracy (norm variance, logsumexp)
+ * accumulate in double so results do not depend on row length. */
+#include <cblas.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/backend/cpu/cpu_internal.h"
+
+int cpu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_t rows,
+                int64_t dim, float eps)
+{
+    if (rows < 0 || dim <= 0) return qd_err_set(&be->err, QD_EINVAL, "rmsnorm: bad shape [%lld, %lld]",
+                                                (long long)rows, (long long)dim);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        double ss = 0.0;
+        for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+        for (int64_t i = 0; i < dim; i++) yr[i] = (xr[i] * inv) * (w ? w[i] : 1.0f);
+    }
+    return 0;
+}
+
+int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, const float *b,
+                  int64_t rows, int64_t dim, float eps)
+{
+    if (rows < 0 || dim <= 0) return qd_err_set(&be->err, QD_EINVAL, "layernorm: bad shape [%lld, %lld]",
+                                                (long long)rows, (long long)dim);
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * dim;
+        float *yr = y + r * dim;
+        double s = 0.0;
+        for (int64_t i = 0; i < dim; i++) s += xr[i];
+        double mean = s / (double)dim, var = 0.0;
+        for (int64_t i = 0; i < dim; i++) { double d = xr[i] - mean; var += d * d; }
+        float inv = (float)(1.0 / sqrt(var / (double)dim + (double)eps));
+        float m = (float)mean;
+        for (int64_t i = 0; i < dim; i++) {
+            float v = (xr[i] - m) * inv;
+            if (w) v *= w[i];
+            if (b) v += b[i];
+            yr[i] = v;
+        }
+    }
+    return 0;
+}
+
+int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
+             int64_t rot_dim, const int32_t *pos, float theta)
+{
+    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1))
+        return qd_err_set(&be->err, QD_EINVAL, "rope: rot_dim %lld must be even and in (0, head_dim %lld]",
+                          (long long)rot_dim, (long long)head_dim);
+    int64_t half = rot_dim / 2;
+    /* inv_freq is computed once per call; HF computes it in float32, the angle error of
+     * doing it in double is below 1e-6 rad for any realistic position. */
+    double *inv = malloc((size_t)half * sizeof *inv);
+    float *cs = malloc((size_t)half * 2 * sizeof *cs);
+    if (!inv || !cs) { free(inv); free(cs); return qd_err_set(&be->err, QD_ENOMEM, "rope: out of memory"); }
+    for (int64_t i = 0; i < half; i++) inv[i] = 1.0 / pow((double)theta, (double)(2 * i) / (double)rot_dim);
+    for (int64_t t = 0; t < tokens; t++) {
+        for (int64_t i = 0; i < half; i++) {
+            double a = (double)pos[t] * inv[i];
+            cs[2 * i] = (float)cos(a);
+            cs[2 * i + 1] = (float)sin(a);
+        }
+        float *xt = x + t * n_heads * head_dim;
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = xt + h * head_dim;
+            for (int64_t i = 0; i < half; i++) {
+                float c = cs[2 * i], s = cs[2 * i + 1];
+                float x0 = xh[i], x1 = xh[i + half];
+                xh[i] = x0 * c - x1 * s;
+                xh[i + half] = x1 * c + x0 * s;
+            }
+        }
+    }
+    free(inv);
+    free(cs);
+    return 0;
+}
+
+/* Softmax of row[0..len) in place, then zeros in row[len..width). */
+static void softmax_causal_row(float *row, int64_t len, int64_t width)
+{
+    float mx = row[0];
+    for (int64_t j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+    /* Eight partial sums: vectorisable, and each adds at most len/8 terms in [0, 1]. */
+    float part[8] = {0};
+    int64_t j = 0;
+    for (; j + 8 <= len; j += 8)
+        for (int u = 0; u < 8; u++) { float e = expf(row[j + u] - mx); row[j + u] = e; part[u] += e; }
+    for (; j < len; j++) { float e = expf(row[j] - mx); row[j] = e; part[0] += e; }
+    double sum = 0.0;
+    for (int u = 0; u < 8; u++) sum += part[u];
+    float inv = (float)(1.0 / sum);
+    for (j = 0; j < len; j++) row[j] *= inv;
+    for (j = len; j < width; j++) row[j] = 0.0f;
+}
+
+/* Query rows are taken in chunks so that a chunk ending at row r1 only multiplies against
+ * keys [0, r1): the causal mask then costs about half the flops of the full square. */
+#define ATTN_CHUNK 128
+
+int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+{
+    if (n_kv <= 0 || n_heads % n_kv != 0)
+        return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
+                          (long long)n_heads, (long long)n_kv);
+    if (seq <= 0 || batch <= 0) return 0;
+    int64_t group = n_heads / n_kv;
+    int64_t ldq = n_heads * hd, ldk = n_kv * hd;
+    int64_t chunk = seq < ATTN_CHUNK ? seq : ATTN_CHUNK;
+    float *s = malloc((size_t)chunk * (size_t)seq * sizeof *s);
+    if (!s) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %lld x %lld scores",
+                              (long long)chunk, (long long)seq);
+    for (int64_t b = 0; b < batch; b++) {
+        for (int64_t h = 0; h < n_heads; h++) {
+            int64_t kh = h / group;
+            const float *kk = k + b * seq * ldk + kh * hd;
+            const float *vv = v + b * seq * ldk + kh * hd;
+            for (int64_t r0 = 0; r0 < seq; r0 += chunk) {
+                int64_t rows = seq - r0 < chunk ? seq - r0 : chunk, keys = r0 + rows;
+                const float *qh = q + (b * seq + r0) * ldq + h * hd;
+                float *oh = out + (b * seq + r0) * ldq + h * hd;
+                /* S [rows, keys] = scale * Q K^T; entries past the diagonal are zeroed by
+                 * the softmax so P V ignores them. */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, scale,
+                            qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
+                for (int64_t i = 0; i < rows; i++) softmax_causal_row(s + i * keys, r0 + i + 1, keys);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
+                            s, (int)keys, vv, (int)ldk, 0.0f, oh, (int)ldq);
+            }
+        }
+    }
+    free(s);
+    return 0;
+}
+
+int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        out[i] = g / (1.0f + expf(-g)) * up[i];
+    }
+    return 0;
+}
+
+int cpu_relu(qd_backend *be, float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) if (!(x[i] > 0.0f)) x[i] = 0.0f;
+    return 0;
+}
+
+/* Exact (erf) GELU, as torch's nn.GELU() and HF's "gelu" activation. */
+int cpu_gelu(qd_backend *be, float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f));
+    return 0;
+}
+
+int cpu_add(qd_backend *be, float *y, const float *x, int64_t n)
+{
+    for (int64_t i = 0; i < n; i++) y[i] += x[i];
+    return 0;
+}
+
+int cpu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        float *yr = y + r * cols;
+        for (int64_t c = 0; c < cols; c++) yr[c] += bias[c];
+    }
+    return 0;
+}
+
+int cpu_nll_rows(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows,
+                 int64_t vocab, double *nll_host)
+{
+    for (int64_t r = 0; r < rows; r++) {
+        const float *lr = logits + r * vocab;
+        int32_t t = targets[r];
+        if (t < 0 || t >= vocab)
+            return qd_err_set(&be->err, QD_EINVAL, "nll_rows: target %d of row %lld is outside the vocabulary [0, %lld)",
+                              t, (long long)r, (long long)vocab);
+        float mx = lr[0];
+        for (int64_t j = 1; j < vocab; j++) if (lr[j] > mx) mx = lr[j];
+        double sum = 0.0;
+        for (int64_t j = 0; j < vocab; j++) sum += exp((double)lr[j] - mx);
+        nll_host[r] = (double)mx + log(sum) - (double)lr[t];
+    }
+    return 0;
+}

@@ -1,0 +1,281 @@
+/* Filesystem helpers with crash-safe semantics: atomic replace (temp file in the same
+ * directory, fsync, rename, fsync the directory), mkdir -p, whole-file reads, recursive
+ * removal and free-space queries. Every error names the path and the errno text. */
+#ifndef _GNU_SOURCE
+#define _GNU_SOURCE   /* O_DIRECTORY, fdopendir, unlinkat */
+#endif
+#include "quant/core/fsutil.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <unistd.h>
+
+#ifndef IOV_MAX
+#define IOV_MAX 1024
+#endif
+
+static int io_code(int e)
+{
+    if (e == ENOENT) return QD_ENOTFOUND;
+    if (e == ENOSPC || e == EDQUOT) return QD_ERESOURCE;
+    return QD_EIO;
+}
+
+int qd_fs_fsync_dir(const char *dir, qd_err *err)
+{
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return qd_err_set(err, io_code(errno), "%s: cannot open directory: %s", dir, strerror(errno));
+    /* Some filesystems cannot fsync a directory and say EINVAL; there is nothing more to
+     * make durable there, so that is not an error. */
+    if (fsync(fd) != 0 && errno != EINVAL && errno != EROFS) {
+        int e = errno;
+        close(fd);
+        return qd_err_set(err, QD_EIO, "%s: cannot fsync directory: %s", dir, strerror(e));
+    }
+    close(fd);
+    return 0;
+}
+
+int qd_fs_fsync_parent(const char *path, qd_err *err)
+{
+    const char *slash = strrchr(path, '/');
+    if (!slash) return qd_fs_fsync_dir(".", err);
+    if (slash == path) return qd_fs_fsync_dir("/", err);
+    size_t len = (size_t)(slash - path);
+    char *dir = malloc(len + 1);
+    if (!dir) return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
+    memcpy(dir, path, len);
+    dir[len] = '\0';
+    int rc = qd_fs_fsync_dir(dir, err);
+    free(dir);
+    return rc;
+}
+
+static char *tmp_name(const char *path)
+{
+    size_t len = strlen(path) + 32;
+    char *t = malloc(len);
+    if (t) snprintf(t, len, "%s.tmp.%ld", path, (long)getpid());
+    return t;
+}
+
+/* Writes all of iov to fd, in chunks of IOV_MAX and across short writes. */
+static int write_all_iov(int fd, const struct iovec *iov_in, int iovcnt, const char *path, qd_err *err)
+{
+    struct iovec local[64];
+    int i = 0;
+    size_t skip = 0;   /* bytes of iov_in[i] already written */
+    while (i < iovcnt) {
+        int k = 0;
+        for (int j = i; j < iovcnt && k < 64 && k < IOV_MAX; j++) {
+            size_t off = j == i ? skip : 0;
+            if (iov_in[j].iov_len - off == 0) continue;
+            local[k].iov_base = (char *)iov_in[j].iov_base + off;
+            local[k].iov_len = iov_in[j].iov_len - off;
+            k++;
+        }
+        if (k == 0) break;
+        ssize_t w = writev(fd, local, k);
+        if (w < 0) {
+            if (errno == EINTR) continue;
+            return qd_err_set(err, io_code(errno), "%s: write failed: %s", path, strerror(errno));
+        }
+        size_t left = (size_t)w;
+        while (i < iovcnt) {
+            size_t rem = iov_in[i].iov_len - skip;
+            if (left < rem) { skip += left; break; }
+            left -= rem;
+            i++;
+            skip = 0;
+        }
+    }
+    return 0;
+}
+
+int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err)
+{
+    char *tmp = tmp_name(path);
+    if (!tmp) return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (fd < 0) {
+        int rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", tmp, strerror(errno));
+        free(tmp);
+        return rc;
+    }
+    int rc = write_all_iov(fd, iov, iovcnt, tmp, err);
+    if (rc == 0 && fsync(fd) != 0) rc = qd_err_set(err, io_code(errno), "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(fd) != 0 && rc == 0) rc = qd_err_set(err, io_code(errno), "%s: close failed: %s", tmp, strerror(errno));
+    if (rc == 0 && rename(tmp, path) != 0)
+        rc = qd_err_set(err, io_code(errno), "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
+    if (rc != 0) unlink(tmp);
+    free(tmp);
+    if (rc == 0) rc = qd_fs_fsync_parent(path, err);
+    return rc;
+}
+
+int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err)
+{
+    struct iovec iov = { (void *)buf, n };
+    return qd_fs_write_atomic_iov(path, &iov, 1, err);
+}
+
+int qd_fs_mkdir_p(const char *dir, qd_err *err)
+{
+    size_t len = strlen(dir);
+    if (len == 0) return qd_err_set(err, QD_EINVAL, "mkdir: empty path");
+    char *p = strdup(dir);
+    if (!p) return qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir);
+    int rc = 0;
+    for (size_t i = 1; i <= len && rc == 0; i++) {
+        if (p[i] != '/' && p[i] != '\0') continue;
+        char saved = p[i];
+        p[i] = '\0';
+        if (mkdir(p, 0755) != 0 && errno != EEXIST)
+            rc = qd_err_set(err, io_code(errno), "%s: cannot create directory: %s", p, strerror(errno));
+        else if (saved == '\0' || p[i + 1] == '\0') {
+            struct stat st;
+            if (stat(p, &st) != 0 || !S_ISDIR(st.st_mode))
+                rc = qd_err_set(err, QD_EIO, "%s: exists and is not a directory", p);
+        }
+        p[i] = saved;
+    }
+    free(p);
+    return rc;
+}
+
+int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err)
+{
+    *buf = NULL;
+    *len = 0;
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return qd_err_set(err, io_code(errno), "%s: cannot open: %s", path, strerror(errno));
+    struct stat st;
+    size_t cap = 4096;
+    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
+    char *b = malloc(cap);
+    size_t used = 0;
+    if (!b) { close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading %zu bytes", path, cap); }
+    for (;;) {
+        if (used + 1 >= cap) {   /* files in /proc report size 0, so grow as needed */
+            char *nb = realloc(b, cap * 2);
+            if (!nb) { free(b); close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path); }
+            b = nb;
+            cap *= 2;
+        }
+        ssize_t r = read(fd, b + used, cap - 1 - used);
+        if (r < 0) {
+            if (errno == EINTR) continue;
+            int e = errno;
+            free(b);
+            close(fd);
+            return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        used += (size_t)r;
+    }
+    close(fd);
+    b[used] = '\0';
+    *buf = b;
+    *len = used;
+    return 0;
+}
+
+int qd_fs_exists(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+int qd_fs_copy_file(const char *src, const char *dst, qd_err *err)
+{
+    int in = open(src, O_RDONLY | O_CLOEXEC);
+    if (in < 0) return qd_err_set(err, io_code(errno), "%s: cannot open: %s", src, strerror(errno));
+    char *tmp = tmp_name(dst);
+    char *buf = malloc(1 << 20);
+    int rc = 0, out = -1;
+    if (!tmp || !buf) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dst); goto done; }
+    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (out < 0) { rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", tmp, strerror(errno)); goto done; }
+    for (;;) {
+        ssize_t r = read(in, buf, 1 << 20);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) { rc = qd_err_set(err, QD_EIO, "%s: read failed: %s", src, strerror(errno)); break; }
+        if (r == 0) break;
+        struct iovec iov = { buf, (size_t)r };
+        if ((rc = write_all_iov(out, &iov, 1, tmp, err))) break;
+    }
+    if (rc == 0 && fsync(out) != 0) rc = qd_err_set(err, io_code(errno), "%s: fsync failed: %s", tmp, strerror(errno));
+    if (close(out) != 0 && rc == 0) rc = qd_err_set(err, io_code(errno), "%s: close failed: %s", tmp, strerror(errno));
+    out = -1;
+    if (rc == 0 && rename(tmp, dst) != 0)
+        rc = qd_err_set(err, io_code(errno), "%s: cannot rename %s over it: %s", dst, tmp, strerror(errno));
+    if (rc != 0) unlink(tmp);
+    else rc = qd_fs_fsync_parent(dst, err);
+done:
+    if (out >= 0) { close(out); unlink(tmp); }
+    close(in);
+    free(tmp);
+    free(buf);
+    return rc;
+}
+
+/* Removes the entries of the directory open as dfd (and closes it). Uses *at() calls so
+ * deep trees need no path building and symlinks are removed, never followed. */
+static int remove_dir_contents(int dfd, const char *path, int depth, qd_err *err)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) { close(dfd); return qd_err_set(err, QD_EIO, "%s: cannot read directory: %s", path, strerror(errno)); }
+    int rc = 0;
+    struct dirent *de;
+    while (rc == 0 && (errno = 0, de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        if (unlinkat(dirfd(d), de->d_name, 0) == 0 || errno == ENOENT) continue;
+        if (errno != EISDIR && errno != EPERM) {
+            rc = qd_err_set(err, QD_EIO, "%s/%s: cannot remove: %s", path, de->d_name, strerror(errno));
+            break;
+        }
+        if (depth > 256) { rc = qd_err_set(err, QD_EIO, "%s: directory tree too deep to remove", path); break; }
+        int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        if (sub < 0) { rc = qd_err_set(err, QD_EIO, "%s/%s: cannot open: %s", path, de->d_name, strerror(errno)); break; }
+        if ((rc = remove_dir_contents(sub, path, depth + 1, err))) break;
+        if (unlinkat(dirfd(d), de->d_name, AT_REMOVEDIR) != 0 && errno != ENOENT)
+            rc = qd_err_set(err, QD_EIO, "%s/%s: cannot remove directory: %s", path, de->d_name, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
+int qd_fs_remove_tree(const char *path, qd_err *err)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) {
+        if (errno == ENOENT) return 0;
+        return qd_err_set(err, QD_EIO, "%s: cannot stat: %s", path, strerror(errno));
+    }
+    if (!S_ISDIR(st.st_mode)) {
+        if (unlink(path) != 0 && errno != ENOENT)
+            return qd_err_set(err, QD_EIO, "%s: cannot remove: %s", path, strerror(errno));
+        return 0;
+    }
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) return qd_err_set(err, QD_EIO, "%s: cannot open: %s", path, strerror(errno));
+    int rc = remove_dir_contents(fd, path, 0, err);
+    if (rc == 0 && rmdir(path) != 0 && errno != ENOENT)
+        rc = qd_err_set(err, QD_EIO, "%s: cannot remove directory: %s", path, strerror(errno));
+    return rc;
+}
+
+int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err)
+{
+    struct statvfs sv;
+    if (statvfs(path, &sv) != 0) return qd_err_set(err, io_code(errno), "%s: statvfs failed: %s", path, strerror(errno));
+    *out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
+    return 0;
+}

@@ -1,0 +1,73 @@
+/* The decoder-block API the quantization pipeline is built on.
+ *
+ * A block's float weights are materialised (qd_block_load) as F32 backend memory, run on a
+ * batch of hidden states (qd_block_forward) and freed. Two hooks let the pipeline see and
+ * change what the block computes:
+ *   input:    called once per input group (q/k/v share one input, gate/up another, ...)
+ *             with the activations X [rows, K] that feed the group's linears — for
+ *             Hessians (X^T X) and AWQ activation statistics;
+ *   override: called before each linear; it may substitute the weight [N, K] and bias [N]
+ *             (backend memory) the linear uses in this call — e.g. quantized-dequantized
+ *             weights — without touching the loaded block.
+ * Weights can also be replaced for good with qd_block_linear_set / qd_block_norm_set (AWQ
+ * scale folding, writing the quantized weights back before computing the next block's
+ * inputs). Linear and group indices are those of qd_model_linear / qd_model_group. */
+#ifndef QUANT_MODEL_BLOCK_H
+#define QUANT_MODEL_BLOCK_H
+
+#include <stdint.h>
+
+#include "quant/model/model.h"
+
+/* One block's float weights, all backend memory owned by the struct (qd_block_free). */
+typedef struct qd_block_weights {
+    int block;
+    float *w[QD_MAX_LINEARS];          /* [n, k] per linear */
+    float *b[QD_MAX_LINEARS];          /* [n] or NULL */
+    float *norm_w[QD_MAX_NORMS];       /* [hidden] */
+    float *norm_b[QD_MAX_NORMS];       /* [hidden] (LayerNorm) or NULL */
+} qd_block_weights;
+
+typedef struct qd_block_hooks {
+    void *ud;
+    /* x [rows, g->k] backend memory, valid during the call only. Return 0, or a negative
+     * code to stop the forward (returned by qd_block_forward). */
+    int (*input)(void *ud, int block, int group, const qd_input_group *g, const float *x,
+                 int64_t rows);
+    /* May set *w (and *b, for linears with a bias) to backend arrays that must stay valid
+     * until the linear has run. Leave them untouched to use the loaded weights. */
+    int (*override)(void *ud, int block, int linear, const float **w, const float **b);
+} qd_block_hooks;
+
+/* Loads block i's weights as F32 (dequantizing packed linears). *out is owned by the
+ * caller: qd_block_free(m, *out). */
+int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err);
+void qd_block_free(qd_model *m, qd_block_weights *bw);     /* accepts NULL */
+/* Bytes of F32 weights one block holds (for memory budgets). */
+uint64_t qd_block_bytes(const qd_model *m);
+
+/* Runs the block on `batch` independent sequences of `seq` tokens:
+ * x [batch*seq, hidden] → y [batch*seq, hidden] (backend memory; y may equal x). pos (host,
+ * length seq, NULL for 0..seq-1) are the token positions within each sequence. hooks may be
+ * NULL. Attention is causal within each sequence. */
+int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
+                     int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
+                     qd_err *err);
+
+/* y [rows, n] = x [rows, k] W^T + b through be->ops (b may be NULL); backend memory. */
+int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
+                      const float *b, int64_t n, int64_t k, float *y);
+
+/* Copies a linear's weight [n, k] (and bias [n] when b_host is non-NULL and the linear has
+ * one) to or from host memory. */
+int qd_block_linear_get(qd_model *m, const qd_block_weights *bw, int linear, float *w_host,
+                        float *b_host, qd_err *err);
+int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int linear, const float *w_host,
+                        const float *b_host, qd_err *err);
+/* Copies norm i's weight (and bias, LayerNorm only, when b_host is non-NULL) [hidden]. */
+int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int norm, float *w_host,
+                      float *b_host, qd_err *err);
+int qd_block_norm_set(qd_model *m, qd_block_weights *bw, int norm, const float *w_host,
+                      const float *b_host, qd_err *err);
+
+#endif

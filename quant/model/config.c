@@ -1,0 +1,253 @@
+/* config.json → qd_model_config. Defaults follow the transformers config classes
+ * (LlamaConfig, MistralConfig, Qwen2Config, OPTConfig) so a minimal config.json behaves as
+ * transformers would load it; every inconsistency is reported with the field's name. */
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+#include "quant/model/config.h"
+
+static const struct { const char *arch; qd_arch_family family; } arch_names[] = {
+    {"LlamaForCausalLM", QD_ARCH_LLAMA},
+    {"MistralForCausalLM", QD_ARCH_LLAMA},
+    {"Qwen2ForCausalLM", QD_ARCH_LLAMA},
+    {"OPTForCausalLM", QD_ARCH_OPT},
+};
+
+qd_arch_family qd_arch_family_of(const char *architecture)
+{
+    if (!architecture) return QD_ARCH_UNKNOWN;
+    for (size_t i = 0; i < sizeof arch_names / sizeof arch_names[0]; i++)
+        if (!strcmp(arch_names[i].arch, architecture)) return arch_names[i].family;
+    return QD_ARCH_UNKNOWN;
+}
+
+/* Reads an integer field; absent or null keeps *out (the default). */
+static int get_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+        return qd_err_set(err, QD_EFORMAT, "%s: %s must be an integer", what, key);
+    *out = (int64_t)v->valuedouble;
+    return 0;
+}
+
+static int get_float(const cJSON *o, const char *key, float *out, const char *what, qd_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsNumber(v)) return qd_err_set(err, QD_EFORMAT, "%s: %s must be a number", what, key);
+    *out = (float)v->valuedouble;
+    return 0;
+}
+
+static int get_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsBool(v)) return qd_err_set(err, QD_EFORMAT, "%s: %s must be true or false", what, key);
+    *out = cJSON_IsTrue(v);
+    return 0;
+}
+
+static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!v || cJSON_IsNull(v)) return 0;
+    if (!cJSON_IsString(v)) return qd_err_set(err, QD_EFORMAT, "%s: %s must be a string", what, key);
+    if (strlen(v->valuestring) >= cap)
+        return qd_err_set(err, QD_EFORMAT, "%s: %s \"%.40s...\" is too long", what, key, v->valuestring);
+    strcpy(out, v->valuestring);
+    return 0;
+}
+
+static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
+{
+    char method[32] = "", fmt[32] = "", version[32] = "gemm";
+    int rc;
+    if (!cJSON_IsObject(q)) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config must be an object", what);
+    if ((rc = get_str(q, "quant_method", method, sizeof method, what, err))) return rc;
+    int64_t bits = 0, gs = -1;
+    if ((rc = get_int(q, "bits", &bits, what, err)) || (rc = get_int(q, "group_size", &gs, what, err)) ||
+        (rc = get_bool(q, "desc_act", &c->quant_desc_act, what, err)))
+        return rc;
+    if (!strcmp(method, "gptq")) {
+        strcpy(fmt, "gptq");
+        if ((rc = get_str(q, "checkpoint_format", fmt, sizeof fmt, what, err))) return rc;
+        if (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.checkpoint_format \"%s\" is not gptq or gptq_v2", what, fmt);
+        c->quant_sym = 1;
+        if ((rc = get_bool(q, "sym", &c->quant_sym, what, err))) return rc;
+    } else if (!strcmp(method, "awq")) {
+        if ((rc = get_str(q, "version", version, sizeof version, what, err))) return rc;
+        if (strcmp(version, "gemm") && strcmp(version, "GEMM"))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: AWQ version \"%s\" is not supported (only gemm)", what, version);
+        strcpy(fmt, "awq_gemm");
+        int zp = 1;
+        if ((rc = get_bool(q, "zero_point", &zp, what, err))) return rc;
+        c->quant_sym = !zp;
+    } else {
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"%s\" is not supported (gptq, awq)",
+                          what, method);
+    }
+    if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
+        return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.bits %lld is not one of 2, 3, 4, 8", what, (long long)bits);
+    if (gs == 0 || gs < -1) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.group_size %lld must be -1 or positive", what, (long long)gs);
+    c->quantized = 1;
+    strcpy(c->quant_format, fmt);
+    c->quant_bits = (int)bits;
+    c->quant_group_size = gs;
+    return 0;
+}
+
+int qd_model_config_parse(const char *json, const char *what, qd_model_config *out, qd_err *err)
+{
+    qd_model_config c;
+    memset(&c, 0, sizeof c);
+    int rc = 0;
+    cJSON *root = cJSON_Parse(json);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", what);
+    }
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    const cJSON *a0 = cJSON_IsArray(archs) ? cJSON_GetArrayItem(archs, 0) : NULL;
+    if (!cJSON_IsString(a0)) { rc = qd_err_set(err, QD_EFORMAT, "%s: architectures is missing or not a list of strings", what); goto done; }
+    snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
+    c.family = qd_arch_family_of(c.architecture);
+    if (c.family == QD_ARCH_UNKNOWN) {
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, OPTForCausalLM)",
+                        what, a0->valuestring);
+        goto done;
+    }
+    if ((rc = get_str(root, "model_type", c.model_type, sizeof c.model_type, what, err))) goto done;
+    if ((rc = get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err))) goto done;
+    int64_t bos = -1, eos = -1;
+    if ((rc = get_int(root, "bos_token_id", &bos, what, err)) || (rc = get_int(root, "eos_token_id", &eos, what, err))) goto done;
+    c.bos_id = (int)bos;
+    c.eos_id = (int)eos;
+    c.n_kv_heads = 0;
+    c.rope_theta = 10000.0f;
+    c.pos_offset = 0;
+    c.do_layer_norm_before = 1;
+    int is_qwen2 = !strcmp(c.architecture, "Qwen2ForCausalLM");
+
+    if (c.family == QD_ARCH_LLAMA) {
+        c.hidden = 4096; c.intermediate = 11008; c.n_layers = 32; c.n_heads = 32; c.vocab = 32000;
+        c.max_pos = 2048; c.norm_eps = 1e-6f;
+        strcpy(c.activation, "silu");
+        if ((rc = get_int(root, "hidden_size", &c.hidden, what, err)) ||
+            (rc = get_int(root, "intermediate_size", &c.intermediate, what, err)) ||
+            (rc = get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
+            (rc = get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
+            (rc = get_int(root, "num_key_value_heads", &c.n_kv_heads, what, err)) ||
+            (rc = get_int(root, "head_dim", &c.head_dim, what, err)) ||
+            (rc = get_int(root, "vocab_size", &c.vocab, what, err)) ||
+            (rc = get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
+            (rc = get_float(root, "rms_norm_eps", &c.norm_eps, what, err)) ||
+            (rc = get_float(root, "rope_theta", &c.rope_theta, what, err)) ||
+            (rc = get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
+            (rc = get_bool(root, "attention_bias", &c.qkv_bias, what, err)) ||
+            (rc = get_bool(root, "mlp_bias", &c.mlp_bias, what, err)) ||
+            (rc = get_str(root, "hidden_act", c.activation, sizeof c.activation, what, err)))
+            goto done;
+        c.o_bias = c.qkv_bias;
+        if (is_qwen2) { c.qkv_bias = 1; c.o_bias = 0; c.mlp_bias = 0; }
+        if (strcmp(c.activation, "silu")) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
+            goto done;
+        }
+        /* rope_scaling changes the frequencies (linear, dynamic, llama3, yarn); computing
+         * plain RoPE for such a model would give silently wrong results. */
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+        if (rs && !cJSON_IsNull(rs)) {
+            const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+            if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
+            if (!cJSON_IsString(t) || strcmp(t->valuestring, "default")) {
+                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported", what,
+                                cJSON_IsString(t) ? t->valuestring : "?");
+                goto done;
+            }
+        }
+        c.word_embed_proj_dim = c.hidden;
+    } else {
+        c.hidden = 768; c.intermediate = 3072; c.n_layers = 12; c.n_heads = 12; c.vocab = 50272;
+        c.max_pos = 2048; c.norm_eps = 1e-5f; c.tie_word_embeddings = 1; c.pos_offset = 2;
+        strcpy(c.activation, "relu");
+        int enable_bias = 1, affine = 1, remove_final = 0;
+        c.word_embed_proj_dim = -1;
+        if ((rc = get_int(root, "hidden_size", &c.hidden, what, err)) ||
+            (rc = get_int(root, "ffn_dim", &c.intermediate, what, err)) ||
+            (rc = get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
+            (rc = get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
+            (rc = get_int(root, "vocab_size", &c.vocab, what, err)) ||
+            (rc = get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
+            (rc = get_int(root, "word_embed_proj_dim", &c.word_embed_proj_dim, what, err)) ||
+            (rc = get_bool(root, "do_layer_norm_before", &c.do_layer_norm_before, what, err)) ||
+            (rc = get_bool(root, "enable_bias", &enable_bias, what, err)) ||
+            (rc = get_bool(root, "layer_norm_elementwise_affine", &affine, what, err)) ||
+            (rc = get_bool(root, "_remove_final_layer_norm", &remove_final, what, err)) ||
+            (rc = get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
+            (rc = get_str(root, "activation_function", c.activation, sizeof c.activation, what, err)))
+            goto done;
+        if (!enable_bias || !affine || remove_final) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: OPT without biases, affine layer norms or the final layer norm is not supported", what);
+            goto done;
+        }
+        if (strcmp(c.activation, "relu") && strcmp(c.activation, "gelu")) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: activation_function \"%s\" is not supported (relu, gelu)", what, c.activation);
+            goto done;
+        }
+        if (c.word_embed_proj_dim < 0) c.word_embed_proj_dim = c.hidden;
+        c.qkv_bias = c.o_bias = c.mlp_bias = 1;
+    }
+    if (c.n_kv_heads == 0) c.n_kv_heads = c.n_heads;
+    if (c.hidden <= 0 || c.intermediate <= 0 || c.n_layers <= 0 || c.n_heads <= 0 || c.vocab <= 0 || c.max_pos <= 0) {
+        rc = qd_err_set(err, QD_EFORMAT, "%s: hidden_size, intermediate_size, num_hidden_layers, num_attention_heads, vocab_size and max_position_embeddings must be positive", what);
+        goto done;
+    }
+    if (c.head_dim == 0) {
+        if (c.hidden % c.n_heads) {
+            rc = qd_err_set(err, QD_ESHAPE, "%s: hidden_size %lld is not a multiple of num_attention_heads %lld", what,
+                            (long long)c.hidden, (long long)c.n_heads);
+            goto done;
+        }
+        c.head_dim = c.hidden / c.n_heads;
+    }
+    if (c.head_dim <= 0 || (c.head_dim & 1)) {
+        rc = qd_err_set(err, QD_ESHAPE, "%s: head_dim %lld must be positive and even", what, (long long)c.head_dim);
+        goto done;
+    }
+    if (c.n_kv_heads <= 0 || c.n_heads % c.n_kv_heads) {
+        rc = qd_err_set(err, QD_ESHAPE, "%s: num_attention_heads %lld is not a multiple of num_key_value_heads %lld", what,
+                        (long long)c.n_heads, (long long)c.n_kv_heads);
+        goto done;
+    }
+    if (c.norm_eps <= 0.0f || c.rope_theta <= 0.0f) {
+        rc = qd_err_set(err, QD_EFORMAT, "%s: rms_norm_eps and rope_theta must be positive", what);
+        goto done;
+    }
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    if (q && !cJSON_IsNull(q) && (rc = parse_quant(q, what, &c, err))) goto done;
+    *out = c;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = qd_fs_read_file(path, &buf, &len, err);
+    if (rc) return rc;
+    rc = qd_model_config_parse(buf, path, out, err);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,104 @@
+/* A causal LM checkpoint opened for computing: config, mmapped tensors, the architecture's
+ * description, and the pieces of the forward pass that sit outside the decoder blocks
+ * (embedding, final norm + lm_head). The blocks themselves are in quant/model/block.h.
+ *
+ * Memory: tensors stay in the mmapped safetensors files; block weights are materialised as
+ * F32 one block at a time (qd_block_load), embedding rows are converted as they are looked
+ * up, and lm_head is converted in chunks of rows (kept whole only when small). So a model
+ * much larger than RAM can be run block by block.
+ *
+ * Quantized checkpoints (config.json with quantization_config: gptq, gptq_v2, awq gemm) load
+ * the same way: a linear stored as qweight/qzeros/scales[/g_idx] is dequantized through the
+ * format table (quant/formats/format.h dequant_ref) when its block is loaded.
+ *
+ * A qd_model is used by one thread at a time (it owns scratch buffers). It borrows the
+ * backend, which must outlive it; all activations passed in and out are backend memory. */
+#ifndef QUANT_MODEL_MODEL_H
+#define QUANT_MODEL_MODEL_H
+
+#include <stdint.h>
+
+#include "quant/backend/backend.h"
+#include "quant/core/error.h"
+#include "quant/core/safetensors.h"
+#include "quant/model/config.h"
+
+#define QD_MAX_LINEARS 8
+#define QD_MAX_GROUP_LINEARS 4
+#define QD_MAX_GROUPS 4
+#define QD_MAX_NORMS 2
+
+typedef struct qd_model qd_model;
+
+/* What an input group's activations come out of, for folding AWQ scales into it. */
+typedef enum qd_prev_kind {
+    QD_PREV_NONE = 0,   /* nothing foldable (post-LN OPT) */
+    QD_PREV_NORM,       /* a norm's weight (and bias): scale divides them */
+    QD_PREV_LINEAR,     /* a previous linear's output rows (and bias) */
+} qd_prev_kind;
+
+/* One linear of a decoder block, as nn.Linear: weight [n, k]. */
+typedef struct qd_linear_info {
+    const char *name;       /* relative to the block: "self_attn.q_proj", "mlp.down_proj", "fc1" */
+    int64_t n, k;           /* out_features, in_features */
+    int has_bias;
+    int group;              /* index of its input group */
+} qd_linear_info;
+
+/* Linears that consume the same input activations (q/k/v; gate/up; ...). */
+typedef struct qd_input_group {
+    const char *name;       /* "attn_in", "attn_out", "mlp_in", "mlp_out" */
+    int n_linears;
+    int linears[QD_MAX_GROUP_LINEARS];   /* indices into the block's linears */
+    int64_t k;              /* width of the input */
+    qd_prev_kind prev_kind;
+    const char *prev;       /* "input_layernorm", "self_attn.v_proj", ... or NULL */
+    int prev_index;         /* norm index (qd_model_norm_name) or linear index; -1 with NONE */
+} qd_input_group;
+
+/* Opens a HF model directory: config.json + model.safetensors or
+ * model.safetensors.index.json with shards. Validates every tensor the architecture needs
+ * (presence and shape) up front, so a missing or mis-shaped tensor fails here, named.
+ * pytorch_model.bin alone is refused (convert to safetensors). *out is owned by the caller
+ * (qd_model_close); be is borrowed. */
+int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err);
+void qd_model_close(qd_model *m);                           /* accepts NULL */
+
+const qd_model_config *qd_model_cfg(const qd_model *m);
+const st_model *qd_model_tensors(const qd_model *m);
+qd_backend *qd_model_backend(const qd_model *m);
+const char *qd_model_dir(const qd_model *m);
+/* "llama" or "opt". */
+const char *qd_model_arch_name(const qd_model *m);
+/* Full tensor name prefix of block i, e.g. "model.layers.3." (static per model). */
+int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
+
+/* Block structure (the same for every block). */
+int qd_model_n_linears(const qd_model *m);
+const qd_linear_info *qd_model_linear(const qd_model *m, int i);
+/* Index of the linear with this relative name, or -1. */
+int qd_model_linear_find(const qd_model *m, const char *name);
+int qd_model_n_groups(const qd_model *m);
+const qd_input_group *qd_model_group(const qd_model *m, int g);
+/* The block's norms: 0 = before attention, 1 = before the MLP ("input_layernorm",
+ * "post_attention_layernorm"; OPT "self_attn_layer_norm", "final_layer_norm"). */
+const char *qd_model_norm_name(const qd_model *m, int i);
+int qd_model_norm_has_bias(const qd_model *m);            /* LayerNorm (OPT) */
+
+/* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
+ * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's
+ * tokens (OPT adds its learned position embeddings; llama ignores them here). */
+int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
+                   const int32_t *pos, float *h, qd_err *err);
+/* Final norm (+ OPT project_out) + lm_head: h [rows, hidden] → logits [rows, vocab], both
+ * backend memory; h is not modified. */
+int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd_err *err);
+/* Whole forward for batch sequences of seq tokens (positions 0..seq-1): ids host, logits
+ * host [batch*seq, vocab]. Loads each block in turn and frees it (convenience for tests
+ * and small inputs). */
+int qd_model_forward(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
+                     float *logits_host, qd_err *err);
+/* Frees scratch buffers and cached lm_head (they are re-created on demand). */
+void qd_model_trim(qd_model *m);
+
+#endif

@@ -1,0 +1,270 @@
+/* The forward pass through be->ops: token embedding (+ OPT positions and project_in), one
+ * decoder block with input hooks and weight overrides (llama: RMSNorm, RoPE, GQA attention,
+ * SwiGLU; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and final norm + lm_head.
+ * Activations live in the model's backend scratch buffers, reused between calls. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/model/model_internal.h"
+
+#define BE_CALL(m, err, call) do { int _rc = (call); \
+    if (_rc) return qd_err_set((err), _rc, "%s: %s", #call, (m)->be->err.msg); } while (0)
+
+int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
+                      const float *b, int64_t n, int64_t k, float *y)
+{
+    if (rows == 0) return 0;
+    int rc = be->ops->gemm(be, 0, 1, rows, n, k, 1.0f, x, k, w, k, 0.0f, y, n);
+    if (!rc && b) rc = be->ops->add_bias(be, y, b, rows, n);
+    return rc;
+}
+
+int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
+                   const int32_t *pos, float *h, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t rows = batch * seq, pd = c->word_embed_proj_dim, hid = c->hidden;
+    const st_tensor *te = m->t_embed;
+    size_t esz = qd_dtype_size(te->dtype);
+    float *host = malloc((size_t)rows * (size_t)(pd > hid ? pd : hid) * sizeof *host);
+    if (!host) return qd_err_set(err, QD_ENOMEM, "embed: out of memory for %lld rows", (long long)rows);
+    int rc = 0;
+    for (int64_t r = 0; r < rows && !rc; r++) {
+        if (ids[r] < 0 || ids[r] >= c->vocab) {
+            rc = qd_err_set(err, QD_EINVAL, "embed: token id %d at %lld is outside the vocabulary [0, %lld)",
+                            ids[r], (long long)r, (long long)c->vocab);
+            break;
+        }
+        rc = qd_convert_to_f32(te->dtype, (const char *)te->data + (size_t)ids[r] * pd * esz, host + r * pd, (size_t)pd);
+        if (rc) qd_err_set(err, rc, "embed: cannot convert %s rows", qd_dtype_name(te->dtype));
+    }
+    if (!rc) {
+        if (m->proj_in) {
+            float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, (size_t)rows * pd * sizeof(float), err);
+            if (!tmp) rc = QD_ENOMEM;
+            else if ((rc = qd_backend_upload(m->be, tmp, host, (size_t)rows * pd * sizeof(float))) ||
+                     (rc = qd_linear_forward(m->be, tmp, rows, m->proj_in, NULL, hid, pd, h)))
+                qd_err_set(err, rc, "embed: project_in: %s", m->be->err.msg);
+        } else if ((rc = qd_backend_upload(m->be, h, host, (size_t)rows * hid * sizeof(float)))) {
+            qd_err_set(err, rc, "embed: upload: %s", m->be->err.msg);
+        }
+    }
+    if (!rc && m->t_pos) {
+        const st_tensor *tp = m->t_pos;
+        size_t psz = qd_dtype_size(tp->dtype);
+        for (int64_t r = 0; r < rows && !rc; r++) {
+            int64_t p = (pos ? pos[r % seq] : r % seq) + c->pos_offset;
+            if (p < 0 || p >= tp->shape[0]) {
+                rc = qd_err_set(err, QD_EINVAL, "embed: position %lld is beyond max_position_embeddings %lld",
+                                (long long)(p - c->pos_offset), (long long)c->max_pos);
+                break;
+            }
+            rc = qd_convert_to_f32(tp->dtype, (const char *)tp->data + (size_t)p * hid * psz, host + r * hid, (size_t)hid);
+        }
+        float *tmp = rc ? NULL : qd_model_scratch(m, QD_SCRATCH_TMP, (size_t)rows * hid * sizeof(float), err);
+        if (!rc && !tmp) rc = QD_ENOMEM;
+        if (!rc && ((rc = qd_backend_upload(m->be, tmp, host, (size_t)rows * hid * sizeof(float))) ||
+                    (rc = m->be->ops->add(m->be, h, tmp, rows * hid))))
+            qd_err_set(err, rc, "embed: positions: %s", m->be->err.msg);
+    }
+    free(host);
+    return rc;
+}
+
+/* Runs linear li on x (rows) into y, applying the override hook. */
+static int run_linear(qd_model *m, const qd_block_weights *bw, int li, const float *x, int64_t rows,
+                      float *y, const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_linear_info *L = &m->lin[li];
+    const float *w = bw->w[li], *b = bw->b[li];
+    if (hooks && hooks->override) {
+        int rc = hooks->override(hooks->ud, bw->block, li, &w, &b);
+        if (rc) return qd_err_set(err, rc, "block %d %s: the weight override failed", bw->block, L->name);
+    }
+    if (!w) return qd_err_set(err, QD_EINVAL, "block %d %s: no weight", bw->block, L->name);
+    int rc = qd_linear_forward(m->be, x, rows, w, L->has_bias ? b : NULL, L->n, L->k, y);
+    if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, m->be->err.msg);
+    return 0;
+}
+
+static int call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
+                      const qd_block_hooks *hooks, qd_err *err)
+{
+    if (!hooks || !hooks->input) return 0;
+    int rc = hooks->input(hooks->ud, bw->block, g, &m->grp[g], x, rows);
+    if (rc) return qd_err_set(err, rc, "block %d %s: the input hook stopped the forward", bw->block, m->grp[g].name);
+    return 0;
+}
+
+static int norm(qd_model *m, float *y, const float *x, const float *w, const float *b, int64_t rows)
+{
+    if (m->arch->layernorm)
+        return m->be->ops->layernorm(m->be, y, x, w, b, rows, m->cfg.hidden, m->cfg.norm_eps);
+    return m->be->ops->rmsnorm(m->be, y, x, w, rows, m->cfg.hidden, m->cfg.norm_eps);
+}
+
+/* Attention sub-block: xn (normed input) → tmp (o_proj output). */
+static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
+                     int64_t seq, const int32_t *pos_be, const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t rows = batch * seq, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    float *q = qd_model_scratch(m, QD_SCRATCH_Q, (size_t)(rows * qd) * sizeof(float), err);
+    float *k = q ? qd_model_scratch(m, QD_SCRATCH_K, (size_t)(rows * kvd) * sizeof(float), err) : NULL;
+    float *v = k ? qd_model_scratch(m, QD_SCRATCH_V, (size_t)(rows * kvd) * sizeof(float), err) : NULL;
+    float *att = v ? qd_model_scratch(m, QD_SCRATCH_ATT, (size_t)(rows * qd) * sizeof(float), err) : NULL;
+    if (!att) return QD_ENOMEM;
+    int rc;
+    if ((rc = call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err)) ||
+        (rc = run_linear(m, bw, QD_LIN_Q, xn, rows, q, hooks, err)) ||
+        (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
+        (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err)))
+        return rc;
+    if (c->family == QD_ARCH_LLAMA) {
+        BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, c->head_dim, pos_be, c->rope_theta));
+        BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, c->head_dim, pos_be, c->rope_theta));
+    }
+    BE_CALL(m, err, m->be->ops->attention(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads, c->head_dim,
+                                          (float)(1.0 / sqrt((double)c->head_dim))));
+    if ((rc = call_input(m, bw, m->lin[QD_LIN_O].group, att, rows, hooks, err)) ||
+        (rc = run_linear(m, bw, QD_LIN_O, att, rows, out, hooks, err)))
+        return rc;
+    return 0;
+}
+
+/* MLP sub-block: xn → out. */
+static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
+               const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t ff = c->intermediate;
+    float *f1 = qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err);
+    if (!f1) return QD_ENOMEM;
+    int rc, l0 = QD_LIN_MLP0;
+    if ((rc = call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
+    if (c->family == QD_ARCH_LLAMA) {
+        float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
+        if (!f2) return QD_ENOMEM;
+        if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err)) ||          /* gate */
+            (rc = run_linear(m, bw, l0 + 1, xn, rows, f2, hooks, err)))        /* up */
+            return rc;
+        BE_CALL(m, err, m->be->ops->silu_mul(m->be, f1, f1, f2, rows * ff));
+        if ((rc = call_input(m, bw, m->lin[l0 + 2].group, f1, rows, hooks, err)) ||
+            (rc = run_linear(m, bw, l0 + 2, f1, rows, out, hooks, err)))
+            return rc;
+    } else {
+        if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
+        if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
+        else BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
+        if ((rc = call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
+            (rc = run_linear(m, bw, l0 + 1, f1, rows, out, hooks, err)))
+            return rc;
+    }
+    return 0;
+}
+
+int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
+                     int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
+                     qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t rows = batch * seq, hid = c->hidden;
+    if (batch <= 0 || seq <= 0) return qd_err_set(err, QD_EINVAL, "block forward: batch %lld and seq %lld must be positive",
+                                                  (long long)batch, (long long)seq);
+    if (seq > c->max_pos)
+        return qd_err_set(err, QD_EINVAL, "block forward: seq %lld is beyond max_position_embeddings %lld",
+                          (long long)seq, (long long)c->max_pos);
+    size_t hbytes = (size_t)(rows * hid) * sizeof(float);
+    float *xn = qd_model_scratch(m, QD_SCRATCH_XN, hbytes, err);
+    float *tmp = xn ? qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err) : NULL;
+    int32_t *pos_be = tmp ? qd_model_scratch(m, QD_SCRATCH_POS, (size_t)rows * sizeof(int32_t), err) : NULL;
+    if (!pos_be) return QD_ENOMEM;
+    int32_t *ph = malloc((size_t)rows * sizeof *ph);
+    if (!ph) return qd_err_set(err, QD_ENOMEM, "block forward: out of memory");
+    for (int64_t r = 0; r < rows; r++) ph[r] = pos ? pos[r % seq] : (int32_t)(r % seq);
+    int rc = qd_backend_upload(m->be, pos_be, ph, (size_t)rows * sizeof *ph);
+    free(ph);
+    if (rc) return qd_err_set(err, rc, "block forward: upload: %s", m->be->err.msg);
+    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
+
+    int pre = c->family == QD_ARCH_LLAMA || c->do_layer_norm_before;
+    /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
+     * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)). */
+    const float *ain = y;
+    if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
+    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, hooks, err))) return rc;
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
+    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+
+    const float *min = y;
+    if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
+    if ((rc = mlp(m, bw, min, tmp, rows, hooks, err))) return rc;
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
+    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));
+    return 0;
+}
+
+int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t hid = c->hidden, pd = c->word_embed_proj_dim, V = c->vocab;
+    const float *hn = h;
+    if (m->final_w) {
+        float *xn = qd_model_scratch(m, QD_SCRATCH_XN, (size_t)(rows * hid) * sizeof(float), err);
+        if (!xn) return QD_ENOMEM;
+        BE_CALL(m, err, norm(m, xn, h, m->final_w, m->final_b, rows));
+        hn = xn;
+    }
+    if (m->proj_out) {
+        float *t = qd_model_scratch(m, QD_SCRATCH_TMP, (size_t)(rows * pd) * sizeof(float), err);
+        if (!t) return QD_ENOMEM;
+        BE_CALL(m, err, qd_linear_forward(m->be, hn, rows, m->proj_out, NULL, pd, hid, t));
+        hn = t;
+    }
+    if (m->lm_head) {
+        BE_CALL(m, err, m->be->ops->gemm(m->be, 0, 1, rows, V, pd, 1.0f, hn, pd, m->lm_head, pd, 0.0f, logits, V));
+        return 0;
+    }
+    /* Large vocabularies: convert lm_head a chunk of rows at a time. */
+    const st_tensor *t = m->t_lm_head;
+    size_t esz = qd_dtype_size(t->dtype);
+    int64_t ch = m->lm_chunk;
+    float *dev = qd_model_scratch(m, QD_SCRATCH_LM, (size_t)(ch * pd) * sizeof(float), err);
+    if (!dev) return QD_ENOMEM;
+    float *host = m->be->device < 0 ? dev : malloc((size_t)(ch * pd) * sizeof *host);
+    if (!host) return qd_err_set(err, QD_ENOMEM, "lm_head: out of memory");
+    int rc = 0;
+    for (int64_t v0 = 0; v0 < V && !rc; v0 += ch) {
+        int64_t n = V - v0 < ch ? V - v0 : ch;
+        rc = qd_convert_to_f32(t->dtype, (const char *)t->data + (size_t)v0 * pd * esz, host, (size_t)(n * pd));
+        if (!rc && host != dev) rc = qd_backend_upload(m->be, dev, host, (size_t)(n * pd) * sizeof *host);
+        if (!rc) rc = m->be->ops->gemm(m->be, 0, 1, rows, n, pd, 1.0f, hn, pd, dev, pd, 0.0f, logits + v0, V);
+        if (rc) qd_err_set(err, rc, "lm_head rows [%lld, %lld): %s", (long long)v0, (long long)(v0 + n), m->be->err.msg);
+    }
+    if (host != dev) free(host);
+    return rc;
+}
+
+int qd_model_forward(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq, float *logits_host, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int64_t rows = batch * seq;
+    qd_backend *be = m->be;
+    float *h = qd_backend_alloc(be, (size_t)(rows * c->hidden) * sizeof(float));
+    float *lg = h ? qd_backend_alloc(be, (size_t)(rows * c->vocab) * sizeof(float)) : NULL;
+    if (!lg) { qd_backend_free(be, h); return qd_err_set(err, QD_ENOMEM, "forward: cannot allocate activations for %lld rows", (long long)rows); }
+    int rc = qd_model_embed(m, ids, batch, seq, NULL, h, err);
+    for (int b = 0; b < c->n_layers && !rc; b++) {
+        qd_block_weights *bw = NULL;
+        if ((rc = qd_block_load(m, b, &bw, err))) break;
+        rc = qd_block_forward(m, bw, h, h, batch, seq, NULL, NULL, err);
+        qd_block_free(m, bw);
+    }
+    if (!rc) rc = qd_model_logits(m, h, rows, lg, err);
+    if (!rc && (rc = qd_backend_download(be, logits_host, lg, (size_t)(rows * c->vocab) * sizeof(float))))
+        qd_err_set(err, rc, "forward: download: %s", be->err.msg);
+    qd_backend_free(be, h);
+    qd_backend_free(be, lg);
+    return rc;
+}

@@ -1,0 +1,88 @@
+/* Private to quant/model/model_*.c: the architecture table entry (the architecture as
+ * data: tensor names, linears, input groups, norms) and the qd_model struct. */
+#ifndef QUANT_MODEL_MODEL_INTERNAL_H
+#define QUANT_MODEL_MODEL_INTERNAL_H
+
+#include "quant/model/block.h"
+#include "quant/model/model.h"
+
+/* The width a linear dimension takes, resolved against the config. */
+typedef enum qd_dim {
+    QD_DIM_HIDDEN = 0,   /* hidden_size */
+    QD_DIM_Q,            /* n_heads * head_dim */
+    QD_DIM_KV,           /* n_kv_heads * head_dim */
+    QD_DIM_FF,           /* intermediate_size */
+} qd_dim;
+
+/* Which config flag says the linear has a bias. */
+typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP } qd_bias_kind;
+
+typedef struct qd_arch_linear {
+    const char *name;          /* relative to the block prefix, without ".weight" */
+    int group;
+    qd_dim n_dim, k_dim;
+    qd_bias_kind bias;
+} qd_arch_linear;
+
+typedef struct qd_arch_group {
+    const char *name;
+    qd_prev_kind prev_kind;    /* for pre-LN models; post-LN OPT has no foldable norm */
+    const char *prev;          /* norm or linear name */
+} qd_arch_group;
+
+/* Linear roles the forward code relies on; both families list q, k, v, o first. */
+enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V, QD_LIN_O, QD_LIN_MLP0 };
+
+typedef struct qd_arch {
+    const char *name;          /* "llama", "opt" */
+    qd_arch_family family;
+    const char *block_fmt;     /* printf format with one %d: "model.layers.%d." */
+    int n_linears;
+    qd_arch_linear linears[QD_MAX_LINEARS];
+    int n_groups;
+    qd_arch_group groups[QD_MAX_GROUPS];
+    const char *norms[QD_MAX_NORMS];
+    int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
+    const char *embed;         /* token embedding [vocab, proj_dim] */
+    const char *embed_pos;     /* learned positions [max_pos + offset, hidden] or NULL */
+    const char *final_norm;    /* without ".weight" */
+    const char *lm_head;
+    const char *project_in;    /* [hidden, proj_dim] when proj_dim != hidden */
+    const char *project_out;   /* [proj_dim, hidden] */
+} qd_arch;
+
+const qd_arch *qd_arch_for(qd_arch_family family);
+
+enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
+       QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_COUNT };
+
+struct qd_model {
+    char *dir;
+    qd_model_config cfg;
+    const qd_arch *arch;
+    st_model *st;
+    qd_backend *be;
+    int strip_prefix;          /* tensors saved without the leading "model." */
+    int n_lin, n_grp;
+    qd_linear_info lin[QD_MAX_LINEARS];
+    qd_input_group grp[QD_MAX_GROUPS];
+    const st_tensor *t_embed, *t_pos, *t_lm_head;
+    float *final_w, *final_b;  /* backend [hidden]; NULL without a final norm */
+    float *proj_in, *proj_out; /* backend; NULL unless proj_dim != hidden */
+    float *lm_head;            /* backend [vocab, proj_dim] when small enough to keep */
+    int64_t lm_chunk;          /* rows of lm_head converted at a time */
+    void *scratch[QD_SCRATCH_COUNT];
+    size_t scratch_cap[QD_SCRATCH_COUNT];
+};
+
+/* The stored name of a tensor given its canonical name (handles the missing "model."). */
+const char *qd_model_tname(const qd_model *m, const char *canonical);
+const st_tensor *qd_model_tfind(const qd_model *m, const char *canonical);
+/* Backend scratch of at least `bytes`, reused between calls. NULL on failure (err set). */
+void *qd_model_scratch(qd_model *m, int slot, size_t bytes, qd_err *err);
+int64_t qd_model_dim(const qd_model *m, qd_dim d);
+/* Loads a float tensor (any float dtype) checked against shape into new backend memory. */
+int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_t *shape,
+                      float **out, qd_err *err);
+
+#endif

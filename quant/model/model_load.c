@@ -1,0 +1,567 @@
+/* Opening a checkpoint and materialising weights: config + architecture lookup, up-front
+ * validation of every tensor the forward needs (presence and shape, named in the error),
+ * and loading one block's linears and norms as F32 backend memory — converting F16/BF16
+ * from the mmapped files, or dequantizing packed GPTQ/AWQ linears through the format
+ * table. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+#include "quant/formats/format.h"
+#include "quant/model/model_internal.h"
+
+/* lm_head is kept converted in backend memory when it is at most this big; larger ones
+ * are converted in chunks of rows each time logits are computed. */
+#define QD_LM_HEAD_KEEP_BYTES (256ull << 20)
+#define QD_LM_CHUNK_BYTES (64ull << 20)
+
+const char *qd_model_tname(const qd_model *m, const char *canonical)
+{
+    if (m->strip_prefix && !strncmp(canonical, "model.", 6)) return canonical + 6;
+    return canonical;
+}
+
+const st_tensor *qd_model_tfind(const qd_model *m, const char *canonical)
+{
+    return st_model_find(m->st, qd_model_tname(m, canonical));
+}
+
+int64_t qd_model_dim(const qd_model *m, qd_dim d)
+{
+    switch (d) {
+    case QD_DIM_HIDDEN: return m->cfg.hidden;
+    case QD_DIM_Q: return m->cfg.n_heads * m->cfg.head_dim;
+    case QD_DIM_KV: return m->cfg.n_kv_heads * m->cfg.head_dim;
+    case QD_DIM_FF: return m->cfg.intermediate;
+    }
+    return 0;
+}
+
+void *qd_model_scratch(qd_model *m, int slot, size_t bytes, qd_err *err)
+{
+    if (bytes == 0) bytes = 16;
+    if (m->scratch[slot] && m->scratch_cap[slot] >= bytes) return m->scratch[slot];
+    qd_backend_free(m->be, m->scratch[slot]);
+    m->scratch_cap[slot] = 0;
+    m->scratch[slot] = qd_backend_alloc(m->be, bytes);
+    if (!m->scratch[slot]) {
+        qd_err_set(err, QD_ENOMEM, "model: cannot allocate %zu bytes of %s scratch memory", bytes, m->be->name);
+        return NULL;
+    }
+    m->scratch_cap[slot] = bytes;
+    return m->scratch[slot];
+}
+
+/* Checks a tensor's shape against the expected one; the error names both. */
+static int check_shape(const st_tensor *t, const char *name, int ndim, const int64_t *shape, qd_err *err)
+{
+    int ok = t->ndim == ndim;
+    for (int i = 0; ok && i < ndim; i++) ok = t->shape[i] == shape[i];
+    if (ok) return 0;
+    char got[128] = "", want[128] = "";
+    for (int i = 0; i < t->ndim; i++)
+        snprintf(got + strlen(got), sizeof got - strlen(got), "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    for (int i = 0; i < ndim; i++)
+        snprintf(want + strlen(want), sizeof want - strlen(want), "%s%lld", i ? ", " : "", (long long)shape[i]);
+    return qd_err_set(err, QD_ESHAPE, "tensor '%s': shape [%s] does not match [%s] from config.json", name, got, want);
+}
+
+static int is_float(qd_dtype t) { return t == QD_DTYPE_F32 || t == QD_DTYPE_F16 || t == QD_DTYPE_BF16; }
+
+/* Finds a float tensor and checks its shape. */
+static int find_float(const qd_model *m, const char *canonical, int ndim, const int64_t *shape,
+                      const st_tensor **out, qd_err *err)
+{
+    const char *name = qd_model_tname(m, canonical);
+    const st_tensor *t = st_model_find(m->st, name);
+    if (!t) return qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, name);
+    if (!is_float(t->dtype))
+        return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype %s is not F32, F16 or BF16", name, qd_dtype_name(t->dtype));
+    int rc = check_shape(t, name, ndim, shape, err);
+    if (rc) return rc;
+    *out = t;
+    return 0;
+}
+
+/* Converts t into backend memory dst (numel floats): directly on the CPU backend, through
+ * a host buffer elsewhere. */
+static int tensor_to_backend(qd_model *m, const st_tensor *t, float *dst, qd_err *err)
+{
+    if (m->be->device < 0) return st_tensor_read_f32(t, dst, err);
+    float *host = malloc(t->numel * sizeof *host);
+    if (!host) return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name);
+    int rc = st_tensor_read_f32(t, host, err);
+    if (!rc && (rc = qd_backend_upload(m->be, dst, host, t->numel * sizeof *host)))
+        qd_err_set(err, rc, "tensor '%s': upload failed: %s", t->name, m->be->err.msg);
+    free(host);
+    return rc;
+}
+
+int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_t *shape,
+                      float **out, qd_err *err)
+{
+    const st_tensor *t;
+    int rc = find_float(m, canonical, ndim, shape, &t, err);
+    if (rc) return rc;
+    float *p = qd_backend_alloc(m->be, t->numel * sizeof(float));
+    if (!p) return qd_err_set(err, QD_ENOMEM, "tensor '%s': cannot allocate %llu floats", t->name, (unsigned long long)t->numel);
+    if ((rc = tensor_to_backend(m, t, p, err))) { qd_backend_free(m->be, p); return rc; }
+    *out = p;
+    return 0;
+}
+
+/* ---- packed (quantized) linears ---- */
+
+/* A packed tensor's int32 data, copied when the mapping leaves it unaligned. */
+static const int32_t *i32_data(const st_tensor *t, int32_t **copy)
+{
+    *copy = NULL;
+    if (((uintptr_t)t->data & 3) == 0) return t->data;
+    *copy = malloc(t->numel * 4);
+    if (*copy) memcpy(*copy, t->data, t->numel * 4);
+    return *copy;
+}
+
+static int find_packed(const qd_model *m, const char *base, const char *suffix, qd_dtype want,
+                       int required, const st_tensor **out, qd_err *err)
+{
+    char name[512];
+    snprintf(name, sizeof name, "%s.%s", base, suffix);
+    const st_tensor *t = qd_model_tfind(m, name);
+    *out = t;
+    if (!t) return required ? qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name)) : 0;
+    if (want != QD_DTYPE_INVALID && t->dtype != want)
+        return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype %s, expected %s", t->name, qd_dtype_name(t->dtype), qd_dtype_name(want));
+    if (t->ndim != (strcmp(suffix, "g_idx") ? 2 : 1))
+        return qd_err_set(err, QD_ESHAPE, "tensor '%s': has %d dims", t->name, t->ndim);
+    return 0;
+}
+
+/* Dequantizes linear `base` (canonical name without suffix) of shape [n, k] into host or
+ * backend-on-CPU memory w. */
+static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, float *w, qd_err *err)
+{
+    const qd_format *fmt = qd_format_find(m->cfg.quant_format);
+    if (!fmt) return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization format '%s' is not in the format table", m->dir, m->cfg.quant_format);
+    const st_tensor *tq, *tz, *ts, *tg;
+    int rc;
+    if ((rc = find_packed(m, base, "qweight", QD_DTYPE_I32, 1, &tq, err)) ||
+        (rc = find_packed(m, base, "qzeros", QD_DTYPE_I32, 1, &tz, err)) ||
+        (rc = find_packed(m, base, "scales", QD_DTYPE_INVALID, 1, &ts, err)) ||
+        (rc = find_packed(m, base, "g_idx", QD_DTYPE_I32, 0, &tg, err)))
+        return rc;
+    int bits = m->cfg.quant_bits;
+    int64_t gs = m->cfg.quant_group_size > 0 ? m->cfg.quant_group_size : k;
+    int64_t g = (k + gs - 1) / gs;
+    int awq = !strcmp(fmt->name, "awq_gemm");
+    int64_t qw_shape[2] = {awq ? k : k * bits / 32, awq ? n * bits / 32 : n};
+    int64_t qz_shape[2] = {g, n * bits / 32};
+    int64_t sc_shape[2] = {g, n};
+    if ((rc = check_shape(tq, tq->name, 2, qw_shape, err)) || (rc = check_shape(tz, tz->name, 2, qz_shape, err)) ||
+        (rc = check_shape(ts, ts->name, 2, sc_shape, err)))
+        return rc;
+    if (tg && (tg->shape[0] != k))
+        return qd_err_set(err, QD_ESHAPE, "tensor '%s': length %lld, expected K = %lld", tg->name, (long long)tg->shape[0], (long long)k);
+
+    qd_packed p;
+    memset(&p, 0, sizeof p);
+    p.n = n; p.k = k; p.bits = bits; p.group_size = m->cfg.quant_group_size; p.n_groups = g;
+    int32_t *cq = NULL, *cz = NULL, *cg = NULL, *gen_g = NULL;
+    uint16_t *sc = NULL;
+    p.qweight = (int32_t *)i32_data(tq, &cq);
+    p.qzeros = (int32_t *)i32_data(tz, &cz);
+    memcpy(p.qweight_shape, qw_shape, sizeof qw_shape);
+    memcpy(p.qzeros_shape, qz_shape, sizeof qz_shape);
+    memcpy(p.scales_shape, sc_shape, sizeof sc_shape);
+    /* Scales are F16 in every writer we know; other float types are narrowed to F16 bits,
+     * which the format table expects. */
+    sc = malloc((size_t)(g * n) * sizeof *sc);
+    if (!sc || !p.qweight || !p.qzeros) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
+    if (ts->dtype == QD_DTYPE_F16) {
+        memcpy(sc, ts->data, (size_t)(g * n) * 2);
+    } else {
+        float *f = malloc((size_t)(g * n) * sizeof *f);
+        if (!f) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
+        if ((rc = st_tensor_read_f32(ts, f, err))) { free(f); goto done; }
+        for (int64_t i = 0; i < g * n; i++) sc[i] = qd_f32_to_f16(f[i]);
+        free(f);
+    }
+    p.scales = sc;
+    if (fmt->has_g_idx) {
+        if (tg) {
+            p.g_idx = (int32_t *)i32_data(tg, &cg);
+        } else {
+            /* Some writers drop g_idx when it is trivial; rebuild k / group_size. */
+            gen_g = malloc((size_t)k * sizeof *gen_g);
+            if (!gen_g) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
+            for (int64_t i = 0; i < k; i++) gen_g[i] = (int32_t)(i / gs);
+            p.g_idx = gen_g;
+        }
+        p.g_idx_len = k;
+        if (!p.g_idx) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
+    }
+    rc = fmt->dequant_ref(&p, w, err);
+    if (rc) qd_err_prefix(err, "%s (%s)", qd_model_tname(m, base), fmt->name);
+done:
+    free(cq); free(cz); free(cg); free(gen_g); free(sc);
+    return rc;
+}
+
+/* Loads linear li of block `block` into new backend memory w (and bias b when present). */
+static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_out, qd_err *err)
+{
+    const qd_linear_info *L = &m->lin[li];
+    char base[512], name[600];
+    snprintf(base, sizeof base, m->arch->block_fmt, block);
+    strncat(base, L->name, sizeof base - strlen(base) - 1);
+    snprintf(name, sizeof name, "%s.weight", base);
+    int64_t shape[2] = {L->n, L->k};
+    int rc;
+    float *w = qd_backend_alloc(m->be, (size_t)(L->n * L->k) * sizeof(float)), *b = NULL;
+    if (!w) return qd_err_set(err, QD_ENOMEM, "%s: cannot allocate its F32 weight", name);
+    if (qd_model_tfind(m, name)) {
+        const st_tensor *t;
+        if ((rc = find_float(m, name, 2, shape, &t, err)) || (rc = tensor_to_backend(m, t, w, err))) goto fail;
+    } else if (m->cfg.quantized) {
+        float *host = w;
+        if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {
+            rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+            goto fail;
+        }
+        rc = load_packed(m, base, L->n, L->k, host, err);
+        if (!rc && host != w) rc = qd_backend_upload(m->be, w, host, (size_t)(L->n * L->k) * sizeof *host);
+        if (host != w) free(host);
+        if (rc) goto fail;
+    } else {
+        rc = qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name));
+        goto fail;
+    }
+    if (L->has_bias) {
+        snprintf(name, sizeof name, "%s.bias", base);
+        if ((rc = qd_model_load_f32(m, name, 1, &L->n, &b, err))) goto fail;
+    }
+    *w_out = w;
+    *b_out = b;
+    return 0;
+fail:
+    qd_backend_free(m->be, w);
+    return rc;
+}
+
+uint64_t qd_block_bytes(const qd_model *m)
+{
+    uint64_t n = 0;
+    for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
+    n += (uint64_t)m->cfg.hidden * QD_MAX_NORMS * (m->arch->layernorm ? 2 : 1);
+    return n * sizeof(float);
+}
+
+void qd_block_free(qd_model *m, qd_block_weights *bw)
+{
+    if (!bw) return;
+    for (int i = 0; i < QD_MAX_LINEARS; i++) { qd_backend_free(m->be, bw->w[i]); qd_backend_free(m->be, bw->b[i]); }
+    for (int i = 0; i < QD_MAX_NORMS; i++) { qd_backend_free(m->be, bw->norm_w[i]); qd_backend_free(m->be, bw->norm_b[i]); }
+    free(bw);
+}
+
+int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
+{
+    if (block < 0 || block >= m->cfg.n_layers)
+        return qd_err_set(err, QD_EINVAL, "block %d is outside [0, %lld)", block, (long long)m->cfg.n_layers);
+    qd_block_weights *bw = calloc(1, sizeof *bw);
+    if (!bw) return qd_err_set(err, QD_ENOMEM, "block %d: out of memory", block);
+    bw->block = block;
+    int rc = 0;
+    for (int i = 0; i < m->n_lin && !rc; i++) rc = load_linear(m, block, i, &bw->w[i], &bw->b[i], err);
+    for (int i = 0; i < QD_MAX_NORMS && !rc; i++) {
+        char name[512];
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+        snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
+        rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_w[i], err);
+        if (!rc && m->arch->layernorm) {
+            snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
+            rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_b[i], err);
+        }
+    }
+    if (rc) { qd_block_free(m, bw); return rc; }
+    *out = bw;
+    return 0;
+}
+
+/* ---- get/set ---- */
+
+static int xfer(qd_model *m, int up, void *be_ptr, void *host, size_t bytes, const char *what, qd_err *err)
+{
+    int rc = up ? qd_backend_upload(m->be, be_ptr, host, bytes) : qd_backend_download(m->be, host, be_ptr, bytes);
+    if (rc) return qd_err_set(err, rc, "%s: %s failed: %s", what, up ? "upload" : "download", m->be->err.msg);
+    return 0;
+}
+
+int qd_block_linear_get(qd_model *m, const qd_block_weights *bw, int li, float *w_host, float *b_host, qd_err *err)
+{
+    if (li < 0 || li >= m->n_lin) return qd_err_set(err, QD_EINVAL, "linear index %d is outside [0, %d)", li, m->n_lin);
+    const qd_linear_info *L = &m->lin[li];
+    int rc = 0;
+    if (w_host) rc = xfer(m, 0, bw->w[li], w_host, (size_t)(L->n * L->k) * sizeof(float), L->name, err);
+    if (!rc && b_host && bw->b[li]) rc = xfer(m, 0, bw->b[li], b_host, (size_t)L->n * sizeof(float), L->name, err);
+    return rc;
+}
+
+int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int li, const float *w_host, const float *b_host, qd_err *err)
+{
+    if (li < 0 || li >= m->n_lin) return qd_err_set(err, QD_EINVAL, "linear index %d is outside [0, %d)", li, m->n_lin);
+    const qd_linear_info *L = &m->lin[li];
+    if (b_host && !bw->b[li]) return qd_err_set(err, QD_EINVAL, "%s has no bias to set", L->name);
+    int rc = 0;
+    if (w_host) rc = xfer(m, 1, bw->w[li], (void *)w_host, (size_t)(L->n * L->k) * sizeof(float), L->name, err);
+    if (!rc && b_host) rc = xfer(m, 1, bw->b[li], (void *)b_host, (size_t)L->n * sizeof(float), L->name, err);
+    return rc;
+}
+
+int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int ni, float *w_host, float *b_host, qd_err *err)
+{
+    if (ni < 0 || ni >= QD_MAX_NORMS) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
+    size_t bytes = (size_t)m->cfg.hidden * sizeof(float);
+    int rc = 0;
+    if (w_host) rc = xfer(m, 0, bw->norm_w[ni], w_host, bytes, m->arch->norms[ni], err);
+    if (!rc && b_host && bw->norm_b[ni]) rc = xfer(m, 0, bw->norm_b[ni], b_host, bytes, m->arch->norms[ni], err);
+    return rc;
+}
+
+int qd_block_norm_set(qd_model *m, qd_block_weights *bw, int ni, const float *w_host, const float *b_host, qd_err *err)
+{
+    if (ni < 0 || ni >= QD_MAX_NORMS) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
+    if (b_host && !bw->norm_b[ni]) return qd_err_set(err, QD_EINVAL, "%s has no bias to set", m->arch->norms[ni]);
+    size_t bytes = (size_t)m->cfg.hidden * sizeof(float);
+    int rc = 0;
+    if (w_host) rc = xfer(m, 1, bw->norm_w[ni], (void *)w_host, bytes, m->arch->norms[ni], err);
+    if (!rc && b_host) rc = xfer(m, 1, bw->norm_b[ni], (void *)b_host, bytes, m->arch->norms[ni], err);
+    return rc;
+}
+
+/* ---- open / close ---- */
+
+/* Checks that every linear of every block is present (float or packed) with the right
+ * shape, and every norm, so problems surface at open time, named. */
+static int validate_blocks(qd_model *m, qd_err *err)
+{
+    char name[600];
+    for (int b = 0; b < m->cfg.n_layers; b++) {
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, b);
+        for (int i = 0; i < m->n_lin; i++) {
+            const qd_linear_info *L = &m->lin[i];
+            int64_t shape[2] = {L->n, L->k};
+            const st_tensor *t;
+            int rc;
+            snprintf(name + n, sizeof name - n, "%s.weight", L->name);
+            if (qd_model_tfind(m, name)) {
+                if ((rc = find_float(m, name, 2, shape, &t, err))) return rc;
+            } else {
+                snprintf(name + n, sizeof name - n, "%s.qweight", L->name);
+                if (!m->cfg.quantized || !qd_model_tfind(m, name)) {
+                    snprintf(name + n, sizeof name - n, "%s.weight", L->name);
+                    return qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name));
+                }
+            }
+            if (L->has_bias) {
+                snprintf(name + n, sizeof name - n, "%s.bias", L->name);
+                if ((rc = find_float(m, name, 1, &L->n, &t, err))) return rc;
+            }
+        }
+        for (int i = 0; i < QD_MAX_NORMS; i++) {
+            const st_tensor *t;
+            int rc;
+            snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
+            if ((rc = find_float(m, name, 1, &m->cfg.hidden, &t, err))) return rc;
+            if (m->arch->layernorm) {
+                snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
+                if ((rc = find_float(m, name, 1, &m->cfg.hidden, &t, err))) return rc;
+            }
+        }
+    }
+    return 0;
+}
+
+static void describe_block(qd_model *m)
+{
+    const qd_arch *a = m->arch;
+    const qd_model_config *c = &m->cfg;
+    m->n_lin = a->n_linears;
+    m->n_grp = a->n_groups;
+    for (int i = 0; i < a->n_linears; i++) {
+        const qd_arch_linear *al = &a->linears[i];
+        qd_linear_info *L = &m->lin[i];
+        L->name = al->name;
+        L->n = qd_model_dim(m, al->n_dim);
+        L->k = qd_model_dim(m, al->k_dim);
+        L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias : c->mlp_bias;
+        L->group = al->group;
+    }
+    for (int g = 0; g < a->n_groups; g++) {
+        qd_input_group *G = &m->grp[g];
+        G->name = a->groups[g].name;
+        G->n_linears = 0;
+        for (int i = 0; i < a->n_linears; i++)
+            if (a->linears[i].group == g) {
+                G->linears[G->n_linears++] = i;
+                G->k = m->lin[i].k;
+            }
+        G->prev_kind = a->groups[g].prev_kind;
+        G->prev = a->groups[g].prev;
+        G->prev_index = -1;
+        /* A post-LN block normalises after the residual add, so no norm sits directly in
+         * front of a linear's input. */
+        if (G->prev_kind == QD_PREV_NORM && !c->do_layer_norm_before) {
+            G->prev_kind = QD_PREV_NONE;
+            G->prev = NULL;
+        }
+        if (G->prev_kind == QD_PREV_NORM)
+            for (int i = 0; i < QD_MAX_NORMS; i++) if (!strcmp(a->norms[i], G->prev)) G->prev_index = i;
+        if (G->prev_kind == QD_PREV_LINEAR)
+            for (int i = 0; i < a->n_linears; i++) if (!strcmp(a->linears[i].name, G->prev)) G->prev_index = i;
+    }
+}
+
+/* Embedding, positions, final norm, projections and lm_head. */
+static int open_globals(qd_model *m, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    const qd_arch *a = m->arch;
+    int64_t pd = c->word_embed_proj_dim;
+    int64_t shape[2] = {c->vocab, pd};
+    int rc = find_float(m, a->embed, 2, shape, &m->t_embed, err);
+    if (rc) return rc;
+    if (a->embed_pos) {
+        int64_t ps[2] = {c->max_pos + c->pos_offset, c->hidden};
+        if ((rc = find_float(m, a->embed_pos, 2, ps, &m->t_pos, err))) return rc;
+    }
+    if (c->family == QD_ARCH_LLAMA || c->do_layer_norm_before) {
+        char name[256];
+        snprintf(name, sizeof name, "%s.weight", a->final_norm);
+        if ((rc = qd_model_load_f32(m, name, 1, &c->hidden, &m->final_w, err))) return rc;
+        if (a->layernorm) {
+            snprintf(name, sizeof name, "%s.bias", a->final_norm);
+            if ((rc = qd_model_load_f32(m, name, 1, &c->hidden, &m->final_b, err))) return rc;
+        }
+    }
+    if (pd != c->hidden) {
+        if (!a->project_in)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: word_embed_proj_dim differs from hidden_size but %s has no projections", m->dir, a->name);
+        int64_t s_in[2] = {c->hidden, pd}, s_out[2] = {pd, c->hidden};
+        if ((rc = qd_model_load_f32(m, a->project_in, 2, s_in, &m->proj_in, err)) ||
+            (rc = qd_model_load_f32(m, a->project_out, 2, s_out, &m->proj_out, err)))
+            return rc;
+    }
+    if (c->tie_word_embeddings) {
+        m->t_lm_head = m->t_embed;
+    } else if ((rc = find_float(m, a->lm_head, 2, shape, &m->t_lm_head, err))) {
+        return rc;
+    }
+    uint64_t lm_bytes = (uint64_t)c->vocab * pd * sizeof(float);
+    if (lm_bytes <= QD_LM_HEAD_KEEP_BYTES) {
+        m->lm_head = qd_backend_alloc(m->be, lm_bytes);
+        if (!m->lm_head) return qd_err_set(err, QD_ENOMEM, "lm_head: cannot allocate %llu bytes", (unsigned long long)lm_bytes);
+        if ((rc = tensor_to_backend(m, m->t_lm_head, m->lm_head, err))) return rc;
+        m->lm_chunk = c->vocab;
+    } else {
+        m->lm_chunk = (int64_t)(QD_LM_CHUNK_BYTES / ((uint64_t)pd * sizeof(float)));
+        if (m->lm_chunk < 1) m->lm_chunk = 1;
+    }
+    return 0;
+}
+
+int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    char ipath[4096];
+    snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", dir);
+    if (!qd_fs_exists(path) && !qd_fs_exists(ipath)) {
+        char bin[4096];
+        snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
+        char binidx[4096];
+        snprintf(binidx, sizeof binidx, "%s/pytorch_model.bin.index.json", dir);
+        if (qd_fs_exists(bin) || qd_fs_exists(binidx))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: only pytorch_model.bin is present; pickle checkpoints are not loaded, convert the model to safetensors first (e.g. save_pretrained(..., safe_serialization=True))", dir);
+    }
+    qd_model *m = calloc(1, sizeof *m);
+    if (!m) return qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir);
+    m->be = be;
+    int rc;
+    if (!(m->dir = strdup(dir))) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir); goto fail; }
+    if ((rc = qd_model_config_load(dir, &m->cfg, err))) goto fail;
+    if (!(m->arch = qd_arch_for(m->cfg.family))) {
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture %s is not supported", dir, m->cfg.architecture);
+        goto fail;
+    }
+    if ((rc = st_model_open(dir, &m->st, err))) goto fail;
+    /* Some OPT checkpoints were saved from the base model and lack the "model." prefix. */
+    if (!st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6)) m->strip_prefix = 1;
+    describe_block(m);
+    if ((rc = open_globals(m, err)) || (rc = validate_blocks(m, err))) goto fail;
+    QD_LOG(QD_LOG_DEBUG, "model open", "dir=%s arch=%s layers=%lld hidden=%lld quant=%s", dir, m->cfg.architecture,
+           (long long)m->cfg.n_layers, (long long)m->cfg.hidden, m->cfg.quantized ? m->cfg.quant_format : "none");
+    *out = m;
+    return 0;
+fail:
+    qd_model_close(m);
+    return rc;
+}
+
+void qd_model_trim(qd_model *m)
+{
+    if (!m) return;
+    for (int i = 0; i < QD_SCRATCH_COUNT; i++) {
+        qd_backend_free(m->be, m->scratch[i]);
+        m->scratch[i] = NULL;
+        m->scratch_cap[i] = 0;
+    }
+}
+
+void qd_model_close(qd_model *m)
+{
+    if (!m) return;
+    qd_model_trim(m);
+    if (m->be) {
+        qd_backend_free(m->be, m->final_w);
+        qd_backend_free(m->be, m->final_b);
+        qd_backend_free(m->be, m->proj_in);
+        qd_backend_free(m->be, m->proj_out);
+        qd_backend_free(m->be, m->lm_head);
+    }
+    st_model_close(m->st);
+    free(m->dir);
+    free(m);
+}
+
+/* ---- accessors ---- */
+
+const qd_model_config *qd_model_cfg(const qd_model *m) { return &m->cfg; }
+const st_model *qd_model_tensors(const qd_model *m) { return m->st; }
+qd_backend *qd_model_backend(const qd_model *m) { return m->be; }
+const char *qd_model_dir(const qd_model *m) { return m->dir; }
+const char *qd_model_arch_name(const qd_model *m) { return m->arch->name; }
+int qd_model_n_linears(const qd_model *m) { return m->n_lin; }
+const qd_linear_info *qd_model_linear(const qd_model *m, int i) { return i >= 0 && i < m->n_lin ? &m->lin[i] : NULL; }
+int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
+const qd_input_group *qd_model_group(const qd_model *m, int g) { return g >= 0 && g < m->n_grp ? &m->grp[g] : NULL; }
+const char *qd_model_norm_name(const qd_model *m, int i) { return i >= 0 && i < QD_MAX_NORMS ? m->arch->norms[i] : NULL; }
+int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm; }
+
+int qd_model_linear_find(const qd_model *m, const char *name)
+{
+    for (int i = 0; i < m->n_lin; i++) if (!strcmp(m->lin[i].name, name)) return i;
+    return -1;
+}
+
+int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap)
+{
+    int n = snprintf(buf, cap, m->arch->block_fmt, block);
+    if (n < 0 || (size_t)n >= cap) return QD_EINVAL;
+    const char *s = qd_model_tname(m, buf);
+    if (s != buf) memmove(buf, s, strlen(s) + 1);
+    return 0;
+}

@@ -1,0 +1,270 @@
+/* Writes tiny random llama / OPT checkpoints (see testgen.h). The tensor list is built from
+ * the same config the loader parses (config.json is written first and parsed back), so the
+ * generator and the loader cannot disagree about which biases or projections exist. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/fsutil.h"
+#include "quant/core/safetensors.h"
+#include "quant/model/testgen.h"
+
+qd_testgen_opts qd_testgen_defaults(qd_arch_family family)
+{
+    qd_testgen_opts o;
+    memset(&o, 0, sizeof o);
+    o.family = family;
+    o.hidden = 64;
+    o.intermediate = 160;
+    o.n_layers = 2;
+    o.n_heads = 4;
+    o.n_kv_heads = family == QD_ARCH_OPT ? 4 : 2;
+    o.vocab = 128;
+    o.max_pos = 128;
+    o.rope_theta = 10000.0f;
+    o.norm_eps = 1e-5f;
+    o.dtype = QD_DTYPE_F32;
+    o.n_shards = 1;
+    o.seed = 1;
+    return o;
+}
+
+typedef struct tg_rng { uint64_t s; int have; float spare; } tg_rng;
+
+static uint64_t tg_next(tg_rng *r)
+{
+    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+    return z ^ (z >> 31);
+}
+
+static float tg_normal(tg_rng *r)
+{
+    if (r->have) { r->have = 0; return r->spare; }
+    double u1 = ((tg_next(r) >> 11) + 1.0) * 0x1.0p-53, u2 = (tg_next(r) >> 11) * 0x1.0p-53;
+    double mag = sqrt(-2.0 * log(u1));
+    r->spare = (float)(mag * sin(2.0 * M_PI * u2));
+    r->have = 1;
+    return (float)(mag * cos(2.0 * M_PI * u2));
+}
+
+enum tg_kind { TG_LINEAR, TG_BIAS, TG_NORM_W, TG_NORM_B, TG_EMBED };
+
+typedef struct tg_tensor {
+    char name[160];
+    int ndim;
+    int64_t shape[2];
+    enum tg_kind kind;
+    void *data;
+} tg_tensor;
+
+typedef struct tg_list { tg_tensor *t; size_t n, cap; } tg_list;
+
+static int tg_add(tg_list *l, enum tg_kind kind, int64_t d0, int64_t d1, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+static int tg_add(tg_list *l, enum tg_kind kind, int64_t d0, int64_t d1, const char *fmt, ...)
+{
+    if (l->n == l->cap) {
+        size_t cap = l->cap ? l->cap * 2 : 64;
+        tg_tensor *t = realloc(l->t, cap * sizeof *t);
+        if (!t) return QD_ENOMEM;
+        l->t = t;
+        l->cap = cap;
+    }
+    tg_tensor *t = &l->t[l->n++];
+    memset(t, 0, sizeof *t);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(t->name, sizeof t->name, fmt, ap);
+    va_end(ap);
+    t->kind = kind;
+    t->ndim = d1 > 0 ? 2 : 1;
+    t->shape[0] = d0;
+    t->shape[1] = d1;
+    return 0;
+}
+
+static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_config *cfg, qd_err *err)
+{
+    cJSON *c = cJSON_CreateObject();
+    const char *arch = o->architecture ? o->architecture : o->family == QD_ARCH_OPT ? "OPTForCausalLM" : "LlamaForCausalLM";
+    cJSON *a = cJSON_AddArrayToObject(c, "architectures");
+    cJSON_AddItemToArray(a, cJSON_CreateString(arch));
+    const char *dt = o->dtype == QD_DTYPE_F16 ? "float16" : o->dtype == QD_DTYPE_BF16 ? "bfloat16" : "float32";
+    if (o->family == QD_ARCH_OPT) {
+        cJSON_AddStringToObject(c, "model_type", "opt");
+        cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+        cJSON_AddNumberToObject(c, "ffn_dim", (double)o->intermediate);
+        cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+        cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+        cJSON_AddNumberToObject(c, "word_embed_proj_dim", (double)(o->word_embed_proj_dim ? o->word_embed_proj_dim : o->hidden));
+        cJSON_AddBoolToObject(c, "do_layer_norm_before", !o->post_ln);
+        cJSON_AddStringToObject(c, "activation_function", "relu");
+        cJSON_AddBoolToObject(c, "enable_bias", 1);
+    } else {
+        cJSON_AddStringToObject(c, "model_type", strstr(arch, "Qwen2") ? "qwen2" : strstr(arch, "Mistral") ? "mistral" : "llama");
+        cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
+        cJSON_AddNumberToObject(c, "intermediate_size", (double)o->intermediate);
+        cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
+        cJSON_AddNumberToObject(c, "num_attention_heads", (double)o->n_heads);
+        cJSON_AddNumberToObject(c, "num_key_value_heads", (double)(o->n_kv_heads ? o->n_kv_heads : o->n_heads));
+        if (o->head_dim) cJSON_AddNumberToObject(c, "head_dim", (double)o->head_dim);
+        cJSON_AddNumberToObject(c, "rms_norm_eps", o->norm_eps);
+        cJSON_AddNumberToObject(c, "rope_theta", o->rope_theta);
+        cJSON_AddStringToObject(c, "hidden_act", "silu");
+        cJSON_AddBoolToObject(c, "attention_bias", o->attention_bias);
+    }
+    cJSON_AddNumberToObject(c, "vocab_size", (double)o->vocab);
+    cJSON_AddNumberToObject(c, "max_position_embeddings", (double)o->max_pos);
+    cJSON_AddBoolToObject(c, "tie_word_embeddings", o->tie_word_embeddings);
+    cJSON_AddNumberToObject(c, "bos_token_id", 1);
+    cJSON_AddNumberToObject(c, "eos_token_id", 2);
+    cJSON_AddStringToObject(c, "torch_dtype", dt);
+    char *s = cJSON_Print(c);
+    cJSON_Delete(c);
+    if (!s) return qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
+    int rc = qd_model_config_parse(s, "testgen config", cfg, err);
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (!rc) rc = qd_fs_write_atomic(path, s, strlen(s), err);
+    free(s);
+    return rc;
+}
+
+/* The tensor list of a checkpoint with this config, in the order values are drawn. */
+static int build_list(const qd_model_config *c, tg_list *l)
+{
+    int64_t H = c->hidden, F = c->intermediate, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int64_t pd = c->word_embed_proj_dim;
+    int rc = 0;
+    if (c->family == QD_ARCH_LLAMA) {
+        rc |= tg_add(l, TG_EMBED, c->vocab, H, "model.embed_tokens.weight");
+        for (int64_t i = 0; i < c->n_layers; i++) {
+            const char *p = "model.layers";
+            rc |= tg_add(l, TG_NORM_W, H, 0, "%s.%lld.input_layernorm.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, qd, H, "%s.%lld.self_attn.q_proj.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, kvd, H, "%s.%lld.self_attn.k_proj.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, kvd, H, "%s.%lld.self_attn.v_proj.weight", p, (long long)i);
+            if (c->qkv_bias) {
+                rc |= tg_add(l, TG_BIAS, qd, 0, "%s.%lld.self_attn.q_proj.bias", p, (long long)i);
+                rc |= tg_add(l, TG_BIAS, kvd, 0, "%s.%lld.self_attn.k_proj.bias", p, (long long)i);
+                rc |= tg_add(l, TG_BIAS, kvd, 0, "%s.%lld.self_attn.v_proj.bias", p, (long long)i);
+            }
+            rc |= tg_add(l, TG_LINEAR, H, qd, "%s.%lld.self_attn.o_proj.weight", p, (long long)i);
+            if (c->o_bias) rc |= tg_add(l, TG_BIAS, H, 0, "%s.%lld.self_attn.o_proj.bias", p, (long long)i);
+            rc |= tg_add(l, TG_NORM_W, H, 0, "%s.%lld.post_attention_layernorm.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, F, H, "%s.%lld.mlp.gate_proj.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, F, H, "%s.%lld.mlp.up_proj.weight", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, H, F, "%s.%lld.mlp.down_proj.weight", p, (long long)i);
+        }
+        rc |= tg_add(l, TG_NORM_W, H, 0, "model.norm.weight");
+        if (!c->tie_word_embeddings) rc |= tg_add(l, TG_LINEAR, c->vocab, H, "lm_head.weight");
+    } else {
+        rc |= tg_add(l, TG_EMBED, c->vocab, pd, "model.decoder.embed_tokens.weight");
+        rc |= tg_add(l, TG_EMBED, c->max_pos + c->pos_offset, H, "model.decoder.embed_positions.weight");
+        if (pd != H) {
+            rc |= tg_add(l, TG_LINEAR, H, pd, "model.decoder.project_in.weight");
+            rc |= tg_add(l, TG_LINEAR, pd, H, "model.decoder.project_out.weight");
+        }
+        for (int64_t i = 0; i < c->n_layers; i++) {
+            const char *p = "model.decoder.layers";
+            static const char *attn[4] = {"q_proj", "k_proj", "v_proj", "out_proj"};
+            rc |= tg_add(l, TG_NORM_W, H, 0, "%s.%lld.self_attn_layer_norm.weight", p, (long long)i);
+            rc |= tg_add(l, TG_NORM_B, H, 0, "%s.%lld.self_attn_layer_norm.bias", p, (long long)i);
+            for (int j = 0; j < 4; j++) {
+                rc |= tg_add(l, TG_LINEAR, H, H, "%s.%lld.self_attn.%s.weight", p, (long long)i, attn[j]);
+                rc |= tg_add(l, TG_BIAS, H, 0, "%s.%lld.self_attn.%s.bias", p, (long long)i, attn[j]);
+            }
+            rc |= tg_add(l, TG_NORM_W, H, 0, "%s.%lld.final_layer_norm.weight", p, (long long)i);
+            rc |= tg_add(l, TG_NORM_B, H, 0, "%s.%lld.final_layer_norm.bias", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, F, H, "%s.%lld.fc1.weight", p, (long long)i);
+            rc |= tg_add(l, TG_BIAS, F, 0, "%s.%lld.fc1.bias", p, (long long)i);
+            rc |= tg_add(l, TG_LINEAR, H, F, "%s.%lld.fc2.weight", p, (long long)i);
+            rc |= tg_add(l, TG_BIAS, H, 0, "%s.%lld.fc2.bias", p, (long long)i);
+        }
+        if (c->do_layer_norm_before) {
+            rc |= tg_add(l, TG_NORM_W, H, 0, "model.decoder.final_layer_norm.weight");
+            rc |= tg_add(l, TG_NORM_B, H, 0, "model.decoder.final_layer_norm.bias");
+        }
+        if (!c->tie_word_embeddings) rc |= tg_add(l, TG_LINEAR, c->vocab, pd, "lm_head.weight");
+    }
+    return rc ? QD_ENOMEM : 0;
+}
+
+static int fill(tg_tensor *t, tg_rng *r, const qd_testgen_opts *o)
+{
+    int64_t n = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
+    float *f = malloc((size_t)n * sizeof *f);
+    if (!f) return QD_ENOMEM;
+    float s = t->kind == TG_LINEAR ? (float)(1.0 / sqrt((double)t->shape[1])) : t->kind == TG_EMBED ? 0.5f : 0.1f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = s * tg_normal(r);
+        if (t->kind == TG_NORM_W) v += 1.0f;
+        f[i] = o->round_f16 ? qd_f32_round_f16(v) : v;
+    }
+    if (o->dtype == QD_DTYPE_F32) { t->data = f; return 0; }
+    void *d = malloc((size_t)n * qd_dtype_size(o->dtype));
+    int rc = d ? qd_convert_from_f32(o->dtype, f, d, (size_t)n) : QD_ENOMEM;
+    free(f);
+    if (rc) { free(d); return rc; }
+    t->data = d;
+    return 0;
+}
+
+int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err)
+{
+    if (o->dtype != QD_DTYPE_F32 && o->dtype != QD_DTYPE_F16 && o->dtype != QD_DTYPE_BF16)
+        return qd_err_set(err, QD_EINVAL, "testgen: dtype %s is not F32, F16 or BF16", qd_dtype_name(o->dtype));
+    int shards = o->n_shards < 1 ? 1 : o->n_shards;
+    int rc = qd_fs_mkdir_p(dir, err);
+    if (rc) return rc;
+    qd_model_config cfg;
+    if ((rc = write_config(dir, o, &cfg, err))) return rc;
+    tg_list l = {0};
+    if ((rc = build_list(&cfg, &l))) { qd_err_set(err, rc, "testgen: out of memory"); goto done; }
+    if ((size_t)shards > l.n) shards = (int)l.n;
+    tg_rng r = {.s = o->seed};
+    for (size_t i = 0; i < l.n && !rc; i++)
+        if ((rc = fill(&l.t[i], &r, o))) qd_err_set(err, rc, "testgen: cannot make tensor %s", l.t[i].name);
+    cJSON *idx = cJSON_CreateObject(), *wm = NULL;
+    uint64_t total = 0;
+    if (shards > 1) {
+        cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
+        (void)meta;
+        wm = cJSON_CreateObject();
+    }
+    for (int s = 0; s < shards && !rc; s++) {
+        st_writer *w = NULL;
+        if ((rc = st_writer_init(&w))) { qd_err_set(err, rc, "testgen: out of memory"); break; }
+        char fname[128], path[4096];
+        if (shards > 1) snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, shards);
+        else snprintf(fname, sizeof fname, "model.safetensors");
+        for (size_t i = (size_t)s * l.n / shards; i < (size_t)(s + 1) * l.n / shards && !rc; i++) {
+            rc = st_writer_add(w, l.t[i].name, o->dtype, l.t[i].ndim, l.t[i].shape, l.t[i].data, err);
+            if (wm) cJSON_AddStringToObject(wm, l.t[i].name, fname);
+        }
+        total += st_writer_data_bytes(w);
+        snprintf(path, sizeof path, "%s/%s", dir, fname);
+        if (!rc) rc = st_writer_write(w, path, err);
+        st_writer_free(w);
+    }
+    if (!rc && shards > 1) {
+        cJSON_AddNumberToObject(cJSON_GetObjectItem(idx, "metadata"), "total_size", (double)total);
+        cJSON_AddItemToObject(idx, "weight_map", wm);
+        wm = NULL;
+        char *s = cJSON_Print(idx), path[4096];
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        rc = s ? qd_fs_write_atomic(path, s, strlen(s), err) : qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
+        free(s);
+    }
+    cJSON_Delete(wm);
+    cJSON_Delete(idx);
+done:
+    for (size_t i = 0; i < l.n; i++) free(l.t[i].data);
+    free(l.t);
+    return rc;
+}

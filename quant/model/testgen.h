@@ -1,0 +1,44 @@
+/* Tiny random checkpoints for tests and demos: writes a HF directory (config.json +
+ * model.safetensors, or shards + model.safetensors.index.json) through the project's own
+ * st_writer, for the llama family (GQA, tied or untied lm_head, Qwen2-style q/k/v biases,
+ * llama attention_bias) and OPT (biases, learned positions, project_in/out, pre/post-LN).
+ *
+ * Weights come from a fixed seeded generator (splitmix64 + Box-Muller), so the same options
+ * give the same values in any dtype and on any machine. Linear weights are N(0, 1/K) so
+ * activations keep their scale through the blocks. */
+#ifndef QUANT_MODEL_TESTGEN_H
+#define QUANT_MODEL_TESTGEN_H
+
+#include <stdint.h>
+
+#include "quant/core/dtype.h"
+#include "quant/core/error.h"
+#include "quant/model/config.h"
+
+typedef struct qd_testgen_opts {
+    qd_arch_family family;
+    const char *architecture;  /* NULL: LlamaForCausalLM / OPTForCausalLM; or Qwen2ForCausalLM,
+                                  MistralForCausalLM (written as given) */
+    int64_t hidden, intermediate, n_layers, n_heads, n_kv_heads;
+    int64_t head_dim;          /* 0: hidden / n_heads (not written to config.json) */
+    int64_t vocab, max_pos;
+    int tie_word_embeddings;
+    int attention_bias;        /* llama: attention_bias (q/k/v/o biases) */
+    int64_t word_embed_proj_dim;   /* OPT: 0 = hidden; otherwise project_in/out are written */
+    int post_ln;               /* OPT: do_layer_norm_before = false */
+    float rope_theta;
+    float norm_eps;
+    qd_dtype dtype;            /* F32, F16 or BF16 */
+    int round_f16;             /* round every value through F16 first (so F32 and F16 files
+                                  hold identical weights) */
+    int n_shards;              /* 1: model.safetensors; more: sharded with an index */
+    uint64_t seed;
+} qd_testgen_opts;
+
+/* Small defaults for a family: hidden 64, intermediate 160, 2 layers, 4 heads (llama: 2 kv
+ * heads), vocab 128, max_pos 128, F32, seed 1. */
+qd_testgen_opts qd_testgen_defaults(qd_arch_family family);
+/* Creates dir (mkdir -p) and writes the checkpoint into it. */
+int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err);
+
+#endif

@@ -1,0 +1,202 @@
+/* Output directory writer (see output.h). */
+#include "quant/pipeline/output.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "quant/core/fsutil.h"
+#include "quant/core/safetensors.h"
+
+#define QUANTD_VERSION_STRING "quantd 0.1.0"
+
+static uint64_t tensor_bytes(const qd_out_tensor *t)
+{
+    uint64_t n = qd_dtype_size(t->dtype);
+    for (int d = 0; d < t->ndim; d++) n *= (uint64_t)t->shape[d];
+    return n;
+}
+
+static int write_one_shard(const char *path, const qd_out_tensor *t, size_t a, size_t b, qd_err *err)
+{
+    st_writer *w = NULL;
+    int rc = st_writer_init(&w);
+    if (rc) return qd_err_set(err, rc, "out of memory");
+    for (size_t i = a; i < b && !rc; i++)
+        rc = st_writer_add(w, t[i].name, t[i].dtype, t[i].ndim, t[i].shape, t[i].data, err);
+    if (!rc) rc = st_writer_write(w, path, err);
+    st_writer_free(w);
+    return rc;
+}
+
+int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n, uint64_t shard_size, qd_err *err)
+{
+    if (shard_size == 0) shard_size = UINT64_MAX;
+    /* First pass: where each shard starts. */
+    size_t *start = malloc((n + 1) * sizeof *start);
+    if (!start) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    size_t n_shards = 0;
+    uint64_t cur = 0, total = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t b = tensor_bytes(&t[i]);
+        total += b;
+        if (i == 0 || (cur > 0 && cur + b > shard_size)) {
+            start[n_shards++] = i;
+            cur = 0;
+        }
+        cur += b;
+    }
+    if (n == 0) start[n_shards++] = 0;
+    start[n_shards] = n;
+    char path[4096];
+    int rc = 0;
+    if (n_shards == 1) {
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        rc = write_one_shard(path, t, 0, n, err);
+        free(start);
+        return rc;
+    }
+    cJSON *index = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(index, "metadata");
+    cJSON_AddNumberToObject(meta, "total_size", (double)total);
+    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
+    for (size_t s = 0; s < n_shards && !rc; s++) {
+        char fname[64];
+        snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
+        snprintf(path, sizeof path, "%s/%s", dir, fname);
+        rc = write_one_shard(path, t, start[s], start[s + 1], err);
+        for (size_t i = start[s]; i < start[s + 1] && !rc; i++) cJSON_AddStringToObject(map, t[i].name, fname);
+    }
+    if (!rc) {
+        char *text = cJSON_Print(index);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        rc = text ? qd_fs_write_atomic(path, text, strlen(text), err) : qd_err_set(err, QD_ENOMEM, "out of memory");
+        free(text);
+    }
+    cJSON_Delete(index);
+    free(start);
+    return rc;
+}
+
+void qd_output_regex_escape(const char *in, char *out, size_t cap)
+{
+    size_t o = 0;
+    for (; *in && o + 3 < cap; in++) {
+        if (strchr(".^$*+?()[]{}|\\", *in)) out[o++] = '\\';
+        out[o++] = *in;
+    }
+    out[o] = 0;
+}
+
+cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_modules, size_t n_float,
+                              const char *const *trivial_g_idx, size_t n_trivial, const char *awq_note)
+{
+    cJSON *q = cJSON_CreateObject();
+    if (!q) return NULL;
+    int v1_asym = job->format == QP_FORMAT_GPTQ && !job->sym;
+    if (job->format == QP_FORMAT_AWQ_GEMM) {
+        cJSON_AddStringToObject(q, "quant_method", "awq");
+        cJSON_AddNumberToObject(q, "bits", job->bits);
+        cJSON_AddNumberToObject(q, "group_size", job->group_size);
+        cJSON_AddBoolToObject(q, "zero_point", !job->sym);
+        cJSON_AddStringToObject(q, "version", "gemm");
+        if (n_float) {
+            cJSON *arr = cJSON_AddArrayToObject(q, "modules_to_not_convert");
+            for (size_t i = 0; i < n_float; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(float_modules[i]));
+        } else {
+            cJSON_AddNullToObject(q, "modules_to_not_convert");
+        }
+    } else {
+        cJSON_AddStringToObject(q, "quant_method", "gptq");
+        cJSON_AddNumberToObject(q, "bits", job->bits);
+        cJSON_AddNumberToObject(q, "group_size", job->group_size);
+        cJSON_AddBoolToObject(q, "desc_act", job->desc_act);
+        cJSON_AddBoolToObject(q, "sym", job->sym);
+        cJSON_AddNumberToObject(q, "damp_percent", job->damp_percent);
+        cJSON_AddBoolToObject(q, "static_groups", job->static_groups);
+        cJSON_AddBoolToObject(q, "true_sequential", job->true_sequential);
+        cJSON_AddStringToObject(q, "checkpoint_format", job->format == QP_FORMAT_GPTQ_V2 ? "gptq_v2" : "gptq");
+        cJSON_AddBoolToObject(q, "lm_head", 0);
+        if (n_float || n_trivial) {
+            cJSON *dyn = cJSON_AddObjectToObject(q, "dynamic");
+            char key[512], esc[480];
+            for (size_t i = 0; i < n_float; i++) {
+                qd_output_regex_escape(float_modules[i], esc, sizeof esc);
+                snprintf(key, sizeof key, "-:%s$", esc);
+                cJSON_AddItemToObject(dyn, key, cJSON_CreateObject());
+            }
+            for (size_t i = 0; i < n_trivial; i++) {
+                snprintf(key, sizeof key, "+:%s", trivial_g_idx[i]);
+                cJSON *o = cJSON_CreateObject();
+                cJSON_AddBoolToObject(o, "desc_act", 0);
+                cJSON_AddItemToObject(dyn, key, o);
+            }
+        }
+    }
+    cJSON *meta = cJSON_AddObjectToObject(q, "meta");
+    cJSON_AddStringToObject(meta, "quantizer", QUANTD_VERSION_STRING);
+    cJSON_AddStringToObject(meta, "method", qp_method_name(job->method));
+    cJSON_AddStringToObject(meta, "format", qp_format_name(job->format));
+    if (job->method != QP_METHOD_RTN) {
+        cJSON_AddNumberToObject(meta, "calibration_samples", (double)job->calibration.samples);
+        cJSON_AddNumberToObject(meta, "calibration_seq_len", (double)job->calibration.seq_len);
+    }
+    if (v1_asym)
+        cJSON_AddStringToObject(meta, "zero_point_rule", "asymmetric zeros kept in [1, 2^bits - 1] so the v1 zero-minus-one encoding never stores -1");
+    if (job->layout == QP_LAYOUT_TP_AWARE) {
+        cJSON_AddStringToObject(meta, "layout", "tp_aware");
+        cJSON_AddNumberToObject(meta, "tp", job->tp);
+    }
+    if (awq_note && awq_note[0]) cJSON_AddStringToObject(meta, "awq", awq_note);
+    return q;
+}
+
+int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON *qcfg, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", src_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    int rc = qd_fs_read_file(path, &buf, &len, err);
+    if (rc) return rc;
+    cJSON *cfg = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    if (!cJSON_IsObject(cfg)) {
+        cJSON_Delete(cfg);
+        return qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", path);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
+    cJSON_AddStringToObject(cfg, "torch_dtype", "float16");
+    cJSON_AddItemToObject(cfg, "quantization_config", cJSON_Duplicate(qcfg, 1));
+    char *text = cJSON_Print(cfg);
+    cJSON_Delete(cfg);
+    if (!text) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    snprintf(path, sizeof path, "%s/config.json", out_dir);
+    rc = qd_fs_write_atomic(path, text, strlen(text), err);
+    free(text);
+    if (rc) return rc;
+    text = cJSON_Print(qcfg);
+    if (!text) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    snprintf(path, sizeof path, "%s/quantize_config.json", out_dir);
+    rc = qd_fs_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int qd_output_copy_aux(const char *src_dir, const char *out_dir, qd_err *err)
+{
+    static const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+                                  "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
+                                  "generation_config.json"};
+    char src[4096], dst[4096];
+    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+        snprintf(src, sizeof src, "%s/%s", src_dir, files[i]);
+        if (!qd_fs_exists(src)) continue;
+        snprintf(dst, sizeof dst, "%s/%s", out_dir, files[i]);
+        int rc = qd_fs_copy_file(src, dst, err);
+        if (rc) return rc;
+    }
+    return 0;
+}

@@ -1,0 +1,56 @@
+/* Writing the final output directory of a job: sharded safetensors with an index,
+ * config.json carrying quantization_config (and the same object in quantize_config.json),
+ * and the tokenizer and generation files copied from the source model.
+ *
+ * The quantization_config follows ../shared/ref/formats.md section 4 to the letter, since
+ * vLLM and transformers read it: GPTQ {"quant_method":"gptq","bits",...,"checkpoint_format"}
+ * plus a `dynamic` entry {"-:<regex>": {}} for every linear left in float and per-module
+ * overrides where a layout asks for them; AWQ {"quant_method":"awq",...,"version":"gemm",
+ * "modules_to_not_convert"}. A `meta` object records how the checkpoint was made
+ * (quantizer, method, and notes such as the v1 zero-point rule). */
+#ifndef QUANT_PIPELINE_OUTPUT_H
+#define QUANT_PIPELINE_OUTPUT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "proto/job.h"
+#include "quant/core/dtype.h"
+#include "quant/core/error.h"
+
+struct cJSON;
+
+typedef struct qd_out_tensor {
+    const char *name;          /* borrowed */
+    qd_dtype dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data;          /* borrowed until qd_output_write_shards returns */
+} qd_out_tensor;
+
+/* Writes tensors, in the given order, into shards of at most shard_size bytes of data each
+ * (a tensor larger than shard_size gets a shard of its own): model.safetensors when one
+ * shard is enough, else model-0000i-of-0000N.safetensors plus model.safetensors.index.json. */
+int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n,
+                           uint64_t shard_size, qd_err *err);
+
+/* Builds the quantization_config for job (format, bits, ...). float_modules are the full
+ * names of linears left unquantized (e.g. "model.layers.0.mlp.down_proj"); trivial_g_idx
+ * (may be NULL) are regexes of modules whose g_idx was made trivial by the TP-aware layout.
+ * The caller owns the result (cJSON_Delete). */
+struct cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_modules,
+                                     size_t n_float, const char *const *trivial_g_idx,
+                                     size_t n_trivial, const char *awq_note);
+
+/* Writes out_dir/config.json (the source config with quantization_config and torch_dtype
+ * "float16") and out_dir/quantize_config.json. */
+int qd_output_write_config(const char *src_dir, const char *out_dir, const struct cJSON *qcfg,
+                           qd_err *err);
+
+/* Copies the tokenizer and generation files that exist in src_dir. */
+int qd_output_copy_aux(const char *src_dir, const char *out_dir, qd_err *err);
+
+/* Escapes a literal module name for a Python regex ("." -> "\\."). */
+void qd_output_regex_escape(const char *in, char *out, size_t cap);
+
+#endif

@@ -1,0 +1,283 @@
+/* The pipeline's life cycle (see pipeline.h): open (model, output directory, fingerprint,
+ * resume or fresh calibration), the block loop, and finish (assemble the output, eval,
+ * report). */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <errno.h>
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <cjson/cJSON.h>
+
+#include "proto/hash.h"
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+#include "quant/core/safetensors.h"
+#include "quant/model/eval.h"
+#include "quant/pipeline/acts.h"
+#include "quant/pipeline/calib_tokens.h"
+#include "quant/pipeline/output.h"
+#include "quant/pipeline/report.h"
+
+int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
+                                double within_block, double layer_error)
+{
+    if (!p->hooks.progress) return 0;
+    qd_progress pr;
+    memset(&pr, 0, sizeof pr);
+    pr.job_id = p->job->id;
+    pr.stage = stage;
+    pr.block = block;
+    pr.n_blocks = p->n_blocks;
+    pr.layer = layer;
+    if (within_block < 0) within_block = 0;
+    if (within_block > 1) within_block = 1;
+    /* The blocks are nearly all of the work; writing and eval take the last 2%. */
+    pr.fraction = p->n_blocks ? 0.98 * (block + within_block) / p->n_blocks : 0;
+    if (!strcmp(stage, "write") || !strcmp(stage, "eval")) pr.fraction = 0.98;
+    if (!strcmp(stage, "done")) pr.fraction = 1.0;
+    pr.eta_s = -1;
+    if (p->blocks_this_run > 0) {
+        double per = p->block_seconds_sum / p->blocks_this_run;
+        pr.eta_s = per * (p->n_blocks - block - within_block);
+        if (pr.eta_s < 0) pr.eta_s = 0;
+    }
+    pr.layer_error = layer_error;
+    return p->hooks.progress(p->hooks.ud, &pr);
+}
+
+int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
+int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
+int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
+
+static int dir_is_empty(const char *path)
+{
+    DIR *d = opendir(path);
+    if (!d) return 1;
+    struct dirent *e;
+    int empty = 1;
+    while ((e = readdir(d)))
+        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) { empty = 0; break; }
+    closedir(d);
+    return empty;
+}
+
+static void options_fingerprint(const qp_job *job, char hex[65])
+{
+    char *text = qp_job_to_json(job, QP_JOB_JSON_OUTPUT_ONLY);
+    qp_sha256_hex(text ? text : "", text ? strlen(text) : 0, hex);
+    free(text);
+}
+
+static int embed_calibration(qd_pipeline *p, const int32_t *ids, qd_err *err)
+{
+    size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
+    p->acts = qd_backend_alloc(p->be, bytes);
+    if (!p->acts) return qd_err_set(err, QD_ENOMEM, "out of memory for calibration activations (%zu bytes)", bytes);
+    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
+        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+        int rc = qd_model_embed(p->m, ids + s0 * p->seq_len, nb, p->seq_len, NULL,
+                                p->acts + s0 * p->seq_len * p->hidden, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err)
+{
+    qd_model_config cfg;
+    int rc = qd_model_config_load(job->model, &cfg, err);
+    if (rc) return rc;
+    memset(est, 0, sizeof *est);
+    uint64_t rows = job->method == QP_METHOD_RTN ? 1 : (uint64_t)(job->calibration.samples * job->calibration.seq_len);
+    uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate;
+    uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
+    uint64_t block_params = h * qd * 2 + h * kvd * 2 + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
+    est->n_blocks = (int)cfg.n_layers;
+    est->act_bytes = rows * h * 4;
+    uint64_t widest = inter > h ? inter : h;
+    uint64_t scratch = (uint64_t)4096 * widest * 4 * 8;            /* one forward batch */
+    uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
+    uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
+    est->peak_ram_bytes = block_params * 4 * 3 + est->act_bytes * 2 + hess + scratch + awq;
+    /* Output: packed weights ~ bits/8 per parameter plus scales, and the float rest. */
+    uint64_t q_bytes = block_params * (uint64_t)job->bits / 8 + block_params / 64 * 4;
+    uint64_t rest = (uint64_t)cfg.vocab * h * 2 * (cfg.tie_word_embeddings ? 1 : 2);
+    est->disk_bytes = (q_bytes * cfg.n_layers + rest) * 2 + est->act_bytes;   /* checkpoint + output */
+    return 0;
+}
+
+static int check_resources(const qp_job *job, const char *out_dir, qd_err *err)
+{
+    qd_pipeline_estimate est;
+    int rc = qd_pipeline_estimate_job(job, &est, err);
+    if (rc) return rc;
+    uint64_t free_disk = 0;
+    if (qd_fs_free_bytes(out_dir, &free_disk, NULL) == 0 && free_disk < est.disk_bytes)
+        return qd_err_set(err, QD_ERESOURCE, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free",
+                          out_dir, est.disk_bytes / 1e9, free_disk / 1e9);
+    FILE *f = fopen("/proc/meminfo", "r");
+    if (f) {
+        char line[256];
+        unsigned long long kb = 0;
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
+        fclose(f);
+        if (kb && est.peak_ram_bytes > kb * 1024ull)
+            return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available (fewer calibration samples lower it)",
+                              est.peak_ram_bytes / 1e9, kb * 1024.0 / 1e9);
+    }
+    return 0;
+}
+
+int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks,
+                     qd_pipeline **out, qd_err *err)
+{
+    *out = NULL;
+    qd_pipeline *p = calloc(1, sizeof *p);
+    if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    p->job = job;
+    p->be = be;
+    if (hooks) p->hooks = *hooks;
+    p->t_open = qd_pipeline_now();
+    qd_state_init(&p->st);
+    int rc = 0;
+    int32_t *ids = NULL;
+    p->fmt = qd_format_find(qp_format_name(job->format));
+    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %s is not in the format table", qp_format_name(job->format)); goto fail; }
+    p->qcfg = qd_quant_cfg_default();
+    p->qcfg.bits = job->bits;
+    p->qcfg.sym = job->sym;
+    p->qcfg.group_size = job->group_size;
+    p->qcfg.zero_min1 = job->format == QP_FORMAT_GPTQ && !job->sym;
+    rc = qd_quant_cfg_validate(&p->qcfg, err);
+    if (rc) goto fail;
+    snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);
+    snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", job->output);
+
+    /* The output directory: empty, absent, our checkpoint, or overwrite. */
+    char state_path[QD_PATH_MAX + 32];
+    snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
+    int have_state = qd_fs_exists(state_path);
+    if (qd_fs_exists(p->out_dir) && !dir_is_empty(p->out_dir) && !have_state) {
+        if (!job->overwrite) {
+            rc = qd_err_set(err, QD_EINVAL, "output %s exists and is not this job's checkpoint; choose another directory or set \"overwrite\": true", p->out_dir);
+            goto fail;
+        }
+        rc = qd_fs_remove_tree(p->out_dir, err);
+        if (rc) goto fail;
+    }
+    rc = qd_fs_mkdir_p(p->ckpt_dir, err);
+    if (rc) goto fail;
+    rc = check_resources(job, p->out_dir, err);
+    if (rc) goto fail;
+
+    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
+    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
+    rc = qd_model_open(job->model, be, &p->m, err);
+    if (rc) goto fail;
+    const qd_model_config *cfg = qd_model_cfg(p->m);
+    p->n_blocks = (int)cfg->n_layers;
+    p->hidden = cfg->hidden;
+
+    /* Calibration tokens (also for RTN, whose error report needs inputs). */
+    rc = qd_pipeline_calib_tokens(job, p->m, &ids, &p->n_seq, &p->seq_len, err);
+    if (rc) goto fail;
+    p->batch_seqs = 4096 / p->seq_len > 0 ? 4096 / p->seq_len : 1;
+
+    qd_fingerprint fp;
+    memset(&fp, 0, sizeof fp);
+    rc = qd_fingerprint_model_dir(job->model, fp.model, err);
+    if (rc) goto fail;
+    options_fingerprint(job, fp.options);
+    qp_sha256_hex(ids, (size_t)(p->n_seq * p->seq_len) * sizeof(int32_t), fp.calib);
+    snprintf(fp.backend, sizeof fp.backend, "%s", be->name);
+
+    if (have_state && job->overwrite && 0) have_state = 0;
+    if (have_state) {
+        qd_ckpt_state old;
+        rc = qd_state_load(state_path, &old, err);
+        if (!rc) rc = qd_fingerprint_check(&old.fp, &fp, err);
+        if (!rc && old.n_blocks != p->n_blocks)
+            rc = qd_err_set(err, QD_EMISMATCH, "checkpoint has %d blocks, the model %d", old.n_blocks, p->n_blocks);
+        if (rc) {
+            qd_state_free(&old);
+            if (!job->overwrite) { qd_err_prefix(err, "cannot resume %s", p->out_dir); goto fail; }
+            /* overwrite: start over. */
+            rc = qd_fs_remove_tree(p->out_dir, err);
+            if (!rc) rc = qd_fs_mkdir_p(p->ckpt_dir, err);
+            if (rc) goto fail;
+            have_state = 0;
+        } else {
+            qd_state_free(&p->st);
+            p->st = old;
+            if (strcmp(old.fp.backend, fp.backend) != 0) {
+                p->st.cross_backend = 1;
+                p->resumed_cross_backend = 1;
+                QD_LOG(QD_LOG_WARN, "resume_cross_backend", "job=%s was=%s now=%s", job->id, old.fp.backend, fp.backend);
+            }
+            snprintf(p->st.fp.backend, sizeof p->st.fp.backend, "%s", fp.backend);
+        }
+    }
+    if (!have_state) {
+        p->st.fp = fp;
+        p->st.n_blocks = p->n_blocks;
+        p->st.next_block = 0;
+        rc = embed_calibration(p, ids, err);
+        if (!rc) rc = qd_state_save(state_path, &p->st, err);
+        if (rc) goto fail;
+    } else if (p->st.next_block < p->n_blocks) {
+        char path[QD_PATH_MAX + 32];
+        float *host = NULL;
+        if (p->st.next_block == 0) {
+            rc = embed_calibration(p, ids, err);
+        } else {
+            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, p->st.next_block);
+            rc = qd_acts_read(path, p->n_seq * p->seq_len, p->hidden, &host, NULL, NULL, err);
+            if (!rc) {
+                size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
+                p->acts = qd_backend_alloc(be, bytes);
+                if (!p->acts) rc = qd_err_set(err, QD_ENOMEM, "out of memory for activations");
+                else rc = qd_backend_upload(be, p->acts, host, bytes);
+            }
+            free(host);
+        }
+        if (rc) goto fail;
+        QD_LOG(QD_LOG_INFO, "resume", "job=%s next_block=%d of=%d", job->id, p->st.next_block, p->n_blocks);
+    }
+    free(ids);
+    *out = p;
+    return 0;
+fail:
+    free(ids);
+    qd_pipeline_close(p);
+    return rc ? rc : QD_EINVAL;
+}
+
+void qd_pipeline_close(qd_pipeline *p)
+{
+    if (!p) return;
+    if (p->acts) qd_backend_free(p->be, p->acts);
+    qd_model_close(p->m);
+    qd_state_free(&p->st);
+    free(p);
+}
+
+int qd_pipeline_run_block(qd_pipeline *p, qd_err *err)
+{
+    if (p->st.next_block >= p->n_blocks) return qd_err_set(err, QD_EINVAL, "every block is already done");
+    return qd_pipeline_run_block_impl(p, err);
+}
+
+int qd_pipeline_run(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks, qd_err *err)
+{
+    qd_pipeline *p = NULL;
+    int rc = qd_pipeline_open(job, be, hooks, &p, err);
+    while (!rc && qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p)) rc = qd_pipeline_run_block(p, err);
+    if (!rc) rc = qd_pipeline_finish(p, err);
+    qd_pipeline_close(p);
+    return rc;
+}

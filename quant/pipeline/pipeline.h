@@ -1,0 +1,93 @@
+/* The quantization pipeline: one job, a whole model, block by block, with a checkpoint
+ * after every block so a killed job resumes where it stopped.
+ *
+ * Flow (see ../shared/ref/architecture.md): open the model (mmapped), tokenize and sample
+ * the calibration data, embed it; then for each decoder block: capture the inputs of its
+ * linears (hooks of quant/model/block.h), quantize them (RTN, GPTQ with shared Hessians and
+ * optionally true-sequential, AWQ with scale folding and clipping, or AWQ then GPTQ), pack
+ * them through the format table, run the block again with the quantized weights to produce
+ * the next block's inputs, and commit a checkpoint. When the last block is done the output
+ * directory is assembled (sharded safetensors + index, config.json with
+ * quantization_config, quantize_config.json, tokenizer files, quantd_report.json).
+ *
+ * Checkpoint layout, inside the output directory:
+ *   .quantd/state.json          version, fingerprint, next block, per-layer results so far
+ *   .quantd/block-NNN.safetensors   the finished block's tensors (packed and float)
+ *   .quantd/acts-NNN.bin        the inputs of block NNN (written by block NNN-1)
+ * Every file is written to a temp name, fsynced and renamed; state.json is written last and
+ * is the commit point. A resumed run is byte-identical to an uninterrupted one on the same
+ * backend (fixed seeds, fixed reduction orders, same thread count).
+ *
+ * The job is run either in one call (qd_pipeline_run) or a block at a time (open,
+ * run_block until next_block == n_blocks, finish) so a scheduler can hand a job to another
+ * worker between blocks: the checkpoint is the hand-off. A qd_pipeline is used by one
+ * thread. It borrows the job and the backend. */
+#ifndef QUANT_PIPELINE_PIPELINE_H
+#define QUANT_PIPELINE_PIPELINE_H
+
+#include <stdint.h>
+
+#include "proto/job.h"
+#include "quant/backend/backend.h"
+#include "quant/core/error.h"
+
+#define QD_STATE_VERSION 1   /* .quantd/state.json; bump when its meaning changes */
+
+typedef struct qd_progress {
+    const char *job_id;
+    const char *stage;       /* "load", "calibrate", "quantize", "forward", "checkpoint",
+                                "write", "eval", "done" */
+    int block, n_blocks;     /* the block being worked on (0-based) and the total */
+    const char *layer;       /* the linear being quantized ("self_attn.q_proj") or NULL */
+    double fraction;         /* of the whole job, 0..1 */
+    double eta_s;            /* seconds left, -1 when unknown */
+    double layer_error;      /* relative output error of `layer`, -1 when none */
+} qd_progress;
+
+typedef struct qd_pipeline_hooks {
+    void *ud;
+    /* Progress. Return nonzero to cancel: the pipeline stops at the next safe point with
+     * QD_ECANCELLED, its checkpoint intact. */
+    int (*progress)(void *ud, const qd_progress *p);
+    /* Called before every checkpoint commit with the block about to be committed. Nonzero
+     * refuses the commit (e.g. the worker lost its lease): the run stops with QD_ECANCELLED
+     * and writes nothing. */
+    int (*before_commit)(void *ud, int block);
+} qd_pipeline_hooks;
+
+/* What a job needs, estimated before it starts. */
+typedef struct qd_pipeline_estimate {
+    uint64_t peak_ram_bytes;     /* one block's F32 weights + activations + Hessians + scratch */
+    uint64_t disk_bytes;         /* output + checkpoint */
+    uint64_t act_bytes;          /* calibration activations of one block */
+    int n_blocks;
+} qd_pipeline_estimate;
+
+typedef struct qd_pipeline qd_pipeline;
+
+/* Estimates from the model's config.json and the job alone (no weights are read). */
+int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err);
+
+/* Opens the model, checks the output directory (refused when it exists and is neither
+ * empty, nor this job's checkpoint, nor allowed by job->overwrite), checks memory and disk,
+ * validates the checkpoint fingerprint (a mismatch refuses to resume and says why), and
+ * prepares the calibration activations (from the checkpoint, or by embedding fresh
+ * samples). *out is owned by the caller (qd_pipeline_close). */
+int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks,
+                     qd_pipeline **out, qd_err *err);
+void qd_pipeline_close(qd_pipeline *p);                 /* accepts NULL */
+int qd_pipeline_n_blocks(const qd_pipeline *p);
+/* The next block to run; n_blocks when every block is done. */
+int qd_pipeline_next_block(const qd_pipeline *p);
+/* 1 when the checkpoint this run resumed from was written by another backend. */
+int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
+/* Runs the next block and commits its checkpoint. */
+int qd_pipeline_run_block(qd_pipeline *p, qd_err *err);
+/* After the last block: assembles the output directory, runs the eval when asked,
+ * writes quantd_report.json and removes .quantd/. */
+int qd_pipeline_finish(qd_pipeline *p, qd_err *err);
+/* open + every block + finish + close. */
+int qd_pipeline_run(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks,
+                    qd_err *err);
+
+#endif

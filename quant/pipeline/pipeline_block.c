@@ -1,0 +1,532 @@
+/* One decoder block of the pipeline: capture the inputs of its linears, (AWQ) search and
+ * fold the scales, quantize every linear, run the block with the quantized weights to get
+ * the next block's inputs, and commit the checkpoint.
+ *
+ * Order of work, per method:
+ *   gptq, true_sequential: for each input group in forward order (q/k/v, o, gate/up, down)
+ *     re-run the block up to that group's input with the groups before it already
+ *     quantized, accumulate one Hessian shared by the group's linears (so q/k/v share one
+ *     act-order g_idx), quantize them;
+ *   gptq without true_sequential, rtn: one forward captures every group's Hessian on the
+ *     float block, then every linear is quantized;
+ *   awq, awq+gptq: first every group's scales are searched on the float block and folded
+ *     into the operator before the group (as AutoAWQ: all scales, then clipping, then
+ *     quantization), then each group is captured again (after the groups before it were
+ *     quantized), clipped (not q/k) and quantized with RTN (awq) or GPTQ (awq+gptq).
+ * The Hessian of a group's inputs also gives each layer's relative output error. */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+#include "quant/core/safetensors.h"
+#include "quant/pipeline/acts.h"
+
+typedef struct capture_ctx {
+    qd_pipeline *p;
+    int want[QD_MAX_GROUPS];          /* groups whose Hessian to accumulate */
+    qd_gptq_hessian *acc[QD_MAX_GROUPS];
+    float *xcap;                      /* backend [R, K] capture of group xcap_group, or NULL */
+    int xcap_group;
+    int64_t xcap_rows;                /* rows captured so far */
+    int stop_after;                   /* stop the forward after this group's input (-1: never) */
+    int stopped;
+    qd_err *err;
+} capture_ctx;
+
+static int capture_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    capture_ctx *c = ud;
+    (void)block;
+    if (c->want[group] && c->acc[group]) {
+        int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
+        if (rc) return rc;
+    }
+    if (c->xcap && group == c->xcap_group) {
+        qd_backend *be = c->p->be;
+        int rc = be->ops->copy(be, c->xcap + c->xcap_rows * g->k, x, (size_t)(rows * g->k) * sizeof(float));
+        if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
+        c->xcap_rows += rows;
+    }
+    if (group == c->stop_after) {
+        c->stopped = 1;
+        return QD_ECANCELLED;   /* ends this forward early; not an error (see run_batches) */
+    }
+    return 0;
+}
+
+/* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
+ * NULL when only the hooks matter. */
+static int run_batches(qd_pipeline *p, const qd_block_weights *bw, float *y, capture_ctx *c, qd_err *err)
+{
+    qd_block_hooks hooks = {.ud = c, .input = capture_input, .override = NULL};
+    int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
+    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
+        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+        const float *x = p->acts + s0 * rows_per_seq * hidden;
+        float *out = y ? y + s0 * rows_per_seq * hidden : NULL;
+        float *scratch = NULL;
+        if (!out) {
+            scratch = qd_backend_alloc(p->be, (size_t)(nb * rows_per_seq * hidden) * sizeof(float));
+            if (!scratch) return qd_err_set(err, QD_ENOMEM, "block forward: out of memory");
+            out = scratch;
+        }
+        if (c) c->stopped = 0;
+        int rc = qd_block_forward(p->m, bw, x, out, nb, rows_per_seq, NULL, c ? &hooks : NULL, err);
+        qd_backend_free(p->be, scratch);
+        if (rc == QD_ECANCELLED && c && c->stopped) rc = 0;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static void ctx_init(capture_ctx *c, qd_pipeline *p, qd_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->stop_after = -1;
+    c->xcap_group = -1;
+    c->err = err;
+}
+
+/* ---- AWQ scale search and folding for one input group ---- */
+
+static int awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                            const qd_linear_plan *plans, qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    qd_backend *be = p->be;
+    int n_q = 0;
+    for (int j = 0; j < G->n_linears; j++) n_q += plans[G->linears[j]].quantize;
+    if (n_q == 0) return 0;
+    if (G->prev_kind == QD_PREV_NONE) return 0;
+    if (G->prev_kind == QD_PREV_LINEAR) {
+        const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
+        if (prev->n != G->k) {
+            if (!p->st.awq_note[0])
+                snprintf(p->st.awq_note, sizeof p->st.awq_note,
+                         "%s -> %s scaling skipped: shapes differ under grouped-query attention (as AutoAWQ)",
+                         prev->name, qd_model_linear(p->m, G->linears[0])->name);
+            return 0;
+        }
+    }
+    int64_t R = p->n_seq * p->seq_len, K = G->k;
+    float *x = qd_backend_alloc(be, (size_t)(R * K) * sizeof(float));
+    if (!x) return qd_err_set(err, QD_ENOMEM, "awq: out of memory for [%lld, %lld] activations", (long long)R, (long long)K);
+    capture_ctx c;
+    ctx_init(&c, p, err);
+    c.xcap = x;
+    c.xcap_group = g;
+    c.stop_after = g;
+    int rc = run_batches(p, bw, NULL, &c, err);
+    const float *ws[QD_MAX_GROUP_LINEARS];
+    int64_t ns[QD_MAX_GROUP_LINEARS];
+    float *wdev[QD_MAX_GROUP_LINEARS] = {0};
+    float *host = NULL;
+    qd_awq_scales sc;
+    memset(&sc, 0, sizeof sc);
+    for (int j = 0; j < G->n_linears && !rc; j++) {
+        const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
+        ns[j] = L->n;
+        ws[j] = bw->w[G->linears[j]];   /* backend memory owned by the block */
+        (void)wdev;
+    }
+    if (!rc) {
+        qd_awq_opts o = qd_awq_opts_default();
+        rc = qd_awq_search_scales(be, &p->qcfg, &o, ws, ns, G->n_linears, K, x, R, K, &sc, err);
+    }
+    if (!rc && sc.best_alpha > 0) {
+        /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
+        host = malloc((size_t)K * sizeof(float) * 2);
+        if (!host) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+        for (int j = 0; j < G->n_linears && !rc; j++) {
+            rc = be->ops->scale_cols(be, bw->w[G->linears[j]], ns[j], K, sc.s, 0);
+            if (rc) rc = qd_err_set(err, rc, "awq: %s", be->err.msg);
+        }
+        if (!rc && G->prev_kind == QD_PREV_NORM) {
+            float *nw = host, *nb = host + K;
+            int has_b = qd_model_norm_has_bias(p->m);
+            rc = qd_block_norm_get(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
+            for (int64_t i = 0; i < K && !rc; i++) { nw[i] /= sc.s[i]; if (has_b) nb[i] /= sc.s[i]; }
+            if (!rc) rc = qd_block_norm_set(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
+        } else if (!rc && G->prev_kind == QD_PREV_LINEAR) {
+            const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
+            float *pw = malloc((size_t)(prev->n * prev->k) * sizeof(float));
+            float *pb = prev->has_bias ? host : NULL;
+            if (!pw) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+            if (!rc) rc = qd_block_linear_get(p->m, bw, G->prev_index, pw, pb, err);
+            for (int64_t r = 0; r < prev->n && !rc; r++) {
+                for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[r];
+                if (pb) pb[r] /= sc.s[r];
+            }
+            if (!rc) rc = qd_block_linear_set(p->m, bw, G->prev_index, pw, pb, err);
+            free(pw);
+        }
+        QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f loss=%.4g rtn_loss=%.4g", block, G->name,
+               sc.best_alpha, sc.best_loss, sc.rtn_loss);
+    }
+    free(host);
+    qd_awq_scales_free(&sc);
+    qd_backend_free(be, x);
+    return rc;
+}
+
+/* ---- quantizing one group ---- */
+
+static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                          const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
+                          qd_linear_out *outs, qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    const qp_job *job = p->job;
+    int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
+    int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    int64_t R = p->n_seq * p->seq_len;
+    char prefix[160];
+    qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
+    int rc = 0;
+    for (int j = 0; j < G->n_linears && !rc; j++) {
+        int li = G->linears[j];
+        const qd_linear_info *L = qd_model_linear(p->m, li);
+        qd_linear_out *o = &outs[li];
+        size_t nk = (size_t)(L->n * L->k);
+        o->w_eff = malloc(nk * sizeof(float));
+        if (L->has_bias) o->bias = malloc((size_t)L->n * sizeof(float));
+        if (!o->w_eff || (L->has_bias && !o->bias)) return qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
+        rc = qd_block_linear_get(p->m, bw, li, o->w_eff, o->bias, err);
+        if (rc) return rc;
+        qd_layer_result res;
+        memset(&res, 0, sizeof res);
+        snprintf(res.name, sizeof res.name, "%s%s", prefix, L->name);
+        res.block = block;
+        res.n = L->n;
+        res.k = L->k;
+        if (!plans[li].quantize) {
+            snprintf(res.method, sizeof res.method, "float");
+            snprintf(res.note, sizeof res.note, "%s", plans[li].why);
+            QD_LOG(QD_LOG_WARN, "layer_left_in_float", "layer=%s reason=\"%s\"", res.name, plans[li].why);
+            o->w_float = o->w_eff;   /* stored as float; the block keeps computing with it */
+            o->weight_modified = use_awq;
+            o->bias_modified = use_awq;
+            rc = qd_state_add_layer(&p->st, &res);
+            continue;
+        }
+        snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
+        qd_pipeline_report_progress(p, "quantize", block, L->name, (double)li / qd_model_n_linears(p->m), -1);
+        /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
+        float *wq = o->w_eff;
+        float *clipped = NULL;
+        if (use_awq && xcap && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
+            qd_awq_opts ao = qd_awq_opts_default();
+            qd_awq_clip clip;
+            memset(&clip, 0, sizeof clip);
+            rc = qd_awq_search_clip(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, R, L->k, NULL, &clip, err);
+            if (!rc) {
+                clipped = malloc(nk * sizeof(float));
+                if (!clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+                else {
+                    memcpy(clipped, o->w_eff, nk * sizeof(float));
+                    rc = qd_awq_apply(NULL, &clip, clipped, L->n, L->k, err);
+                    wq = clipped;
+                }
+            }
+            qd_awq_clip_free(&clip);
+            if (rc) return rc;
+        }
+        float *deq = malloc(nk * sizeof(float));
+        if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+        qd_qlayer layer;
+        rc = qd_pipeline_quantize_weight(p, use_gptq, wq, L->n, L->k, acc, &layer, deq, &res, err);
+        free(clipped);
+        if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
+        if (o->bias) {
+            layer.bias = malloc((size_t)L->n * sizeof(float));
+            if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            else memcpy(layer.bias, o->bias, (size_t)L->n * sizeof(float));
+        }
+        if (!rc) rc = p->fmt->check(&layer, err);
+        if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);
+        qd_qlayer_free(&layer);
+        if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
+        o->quantized = 1;
+        /* The error is measured against the weight before clipping (clipping is part of
+         * the quantization error). */
+        rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, &res.rel_error, err);
+        if (rc) { free(deq); return rc; }
+        if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
+        free(o->w_eff);
+        o->w_eff = deq;
+        rc = qd_block_linear_set(p->m, bw, li, deq, NULL, err);
+        if (!rc) rc = qd_state_add_layer(&p->st, &res);
+        qd_pipeline_report_progress(p, "quantize", block, L->name, (double)(li + 1) / qd_model_n_linears(p->m), res.rel_error);
+        QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s", res.name, res.method,
+               res.rel_error, res.seconds, res.note[0] ? " note=" : "", res.note);
+    }
+    return rc;
+}
+
+/* ---- the block file: every tensor of block i as the output will hold it ---- */
+
+typedef struct blockfile {
+    st_writer *w;
+    void **bufs;       /* converted copies to free after writing */
+    size_t n_bufs, cap_bufs;
+} blockfile;
+
+static void *bf_keep(blockfile *b, void *ptr)
+{
+    if (!ptr) return NULL;
+    if (b->n_bufs == b->cap_bufs) {
+        size_t cap = b->cap_bufs ? 2 * b->cap_bufs : 32;
+        void **nb = realloc(b->bufs, cap * sizeof *nb);
+        if (!nb) { free(ptr); return NULL; }
+        b->bufs = nb;
+        b->cap_bufs = cap;
+    }
+    b->bufs[b->n_bufs++] = ptr;
+    return ptr;
+}
+
+/* Adds host F32 data converted to dtype (F32, F16 or BF16). */
+static int bf_add_f32(blockfile *b, const char *name, qd_dtype dtype, int ndim, const int64_t *shape,
+                      const float *src, size_t n, qd_err *err)
+{
+    if (dtype != QD_DTYPE_F32 && dtype != QD_DTYPE_F16 && dtype != QD_DTYPE_BF16) dtype = QD_DTYPE_F32;
+    void *buf = bf_keep(b, malloc(n * qd_dtype_size(dtype) + 1));
+    if (!buf) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    qd_convert_from_f32(dtype, src, buf, n);
+    return st_writer_add(b->w, name, dtype, ndim, shape, buf, err);
+}
+
+static int write_block_file(qd_pipeline *p, qd_block_weights *bw, int block, qd_linear_out *outs,
+                            const int *norm_modified, const char *path, qd_err *err)
+{
+    const st_model *sm = qd_model_tensors(p->m);
+    char prefix[160], name[320];
+    qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
+    size_t plen = strlen(prefix);
+    blockfile b = {0};
+    int rc = st_writer_init(&b.w);
+    if (rc) return qd_err_set(err, rc, "out of memory");
+    int nl = qd_model_n_linears(p->m);
+    /* Packed and modified tensors first; remember which source names they replace. */
+    for (int li = 0; li < nl && !rc; li++) {
+        const qd_linear_info *L = qd_model_linear(p->m, li);
+        qd_linear_out *o = &outs[li];
+        if (o->quantized) {
+            qd_packed *pk = &o->packed;
+            snprintf(name, sizeof name, "%s%s.qweight", prefix, L->name);
+            rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qweight_shape, pk->qweight, err);
+            snprintf(name, sizeof name, "%s%s.qzeros", prefix, L->name);
+            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qzeros_shape, pk->qzeros, err);
+            snprintf(name, sizeof name, "%s%s.scales", prefix, L->name);
+            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_F16, 2, pk->scales_shape, pk->scales, err);
+            if (!rc && pk->g_idx) {
+                snprintf(name, sizeof name, "%s%s.g_idx", prefix, L->name);
+                rc = st_writer_add(b.w, name, QD_DTYPE_I32, 1, &pk->g_idx_len, pk->g_idx, err);
+            }
+            if (!rc && pk->bias) {
+                snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
+                rc = st_writer_add(b.w, name, QD_DTYPE_F16, 1, &pk->bias_len, pk->bias, err);
+            }
+        } else {
+            snprintf(name, sizeof name, "%s%s.weight", prefix, L->name);
+            const st_tensor *src = st_model_find(sm, name);
+            if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+            if (o->weight_modified) {
+                int64_t shape[2] = {L->n, L->k};
+                rc = bf_add_f32(&b, name, src->dtype, 2, shape, o->w_float, (size_t)(L->n * L->k), err);
+            } else {
+                rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
+            }
+            if (!rc && L->has_bias) {
+                snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
+                src = st_model_find(sm, name);
+                if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+                if (o->bias_modified && o->bias)
+                    rc = bf_add_f32(&b, name, src->dtype, 1, &L->n, o->bias, (size_t)L->n, err);
+                else
+                    rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
+            }
+        }
+    }
+    /* Norms changed by AWQ folding. */
+    for (int ni = 0; ni < QD_MAX_NORMS && !rc; ni++) {
+        if (!norm_modified[ni]) continue;
+        int64_t hidden = p->hidden;
+        float *wv = bf_keep(&b, malloc((size_t)hidden * sizeof(float) * 2));
+        if (!wv) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
+        int has_b = qd_model_norm_has_bias(p->m);
+        rc = qd_block_norm_get(p->m, bw, ni, wv, has_b ? wv + hidden : NULL, err);
+        for (int part = 0; part < 1 + has_b && !rc; part++) {
+            snprintf(name, sizeof name, "%s%s.%s", prefix, qd_model_norm_name(p->m, ni), part ? "bias" : "weight");
+            const st_tensor *src = st_model_find(sm, name);
+            if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+            rc = bf_add_f32(&b, name, src->dtype, 1, &hidden, wv + part * hidden, (size_t)hidden, err);
+        }
+    }
+    /* Every other tensor of the block is copied bit-exactly. */
+    for (size_t i = 0; i < st_model_count(sm) && !rc; i++) {
+        const st_tensor *t = st_model_tensor(sm, i);
+        if (strncmp(t->name, prefix, plen) != 0) continue;
+        const char *rest = t->name + plen;
+        int taken = 0;
+        for (int li = 0; li < nl && !taken; li++) {
+            const char *ln = qd_model_linear(p->m, li)->name;
+            size_t l = strlen(ln);
+            if (strncmp(rest, ln, l) == 0 && (!strcmp(rest + l, ".weight") || !strcmp(rest + l, ".bias"))) taken = 1;
+        }
+        for (int ni = 0; ni < QD_MAX_NORMS && !taken; ni++) {
+            if (!norm_modified[ni]) continue;
+            const char *nn = qd_model_norm_name(p->m, ni);
+            size_t l = strlen(nn);
+            if (strncmp(rest, nn, l) == 0 && rest[l] == '.') taken = 1;
+        }
+        if (!taken) rc = st_writer_add(b.w, t->name, t->dtype, t->ndim, t->shape, t->data, err);
+    }
+    if (!rc) rc = st_writer_write(b.w, path, err);
+    st_writer_free(b.w);
+    for (size_t i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
+    free(b.bufs);
+    return rc;
+}
+
+static void outs_free(qd_linear_out *outs, int n)
+{
+    for (int i = 0; i < n; i++) {
+        qd_packed_free(&outs[i].packed);
+        if (outs[i].w_float != outs[i].w_eff) free(outs[i].w_float);
+        free(outs[i].w_eff);
+        free(outs[i].bias);
+    }
+}
+
+int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
+{
+    const qp_job *job = p->job;
+    int block = p->st.next_block;
+    double t0 = qd_pipeline_now();
+    int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
+    int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    int sequential = use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    qd_linear_plan plans[QD_MAX_LINEARS];
+    qd_linear_out outs[QD_MAX_LINEARS];
+    qd_gptq_hessian acc[QD_MAX_GROUPS];
+    int norm_modified[QD_MAX_NORMS] = {0};
+    memset(outs, 0, sizeof outs);
+    memset(acc, 0, sizeof acc);
+    qd_block_weights *bw = NULL;
+    float *xcap = NULL, *y = NULL;
+    int rc = qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1);
+    if (rc) return qd_err_set(err, QD_ECANCELLED, "cancelled");
+    rc = qd_block_load(p->m, block, &bw, err);
+    if (rc) return rc;
+    for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
+
+    if (use_awq) {
+        for (int g = 0; g < ng && !rc; g++) {
+            rc = awq_group_scales(p, bw, block, g, plans, err);
+            const qd_input_group *G = qd_model_group(p->m, g);
+            if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
+        }
+        /* Linears that fed a later group's scales changed too. */
+        for (int g = 0; g < ng; g++) {
+            const qd_input_group *G = qd_model_group(p->m, g);
+            for (int j = 0; j < G->n_linears; j++) outs[G->linears[j]].weight_modified = 1;
+        }
+    }
+    if (!rc && !sequential) {
+        capture_ctx c;
+        ctx_init(&c, p, err);
+        for (int g = 0; g < ng && !rc; g++) {
+            rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
+            c.want[g] = 1;
+            c.acc[g] = &acc[g];
+        }
+        if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
+        if (!rc) rc = run_batches(p, bw, NULL, &c, err);
+    }
+    for (int g = 0; g < ng && !rc; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (sequential) {
+            capture_ctx c;
+            ctx_init(&c, p, err);
+            rc = qd_gptq_hessian_init(&acc[g], p->be, G->k, err);
+            c.want[g] = 1;
+            c.acc[g] = &acc[g];
+            c.stop_after = g;
+            if (use_awq && !rc) {
+                int64_t R = p->n_seq * p->seq_len;
+                xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
+                if (!xcap) rc = qd_err_set(err, QD_ENOMEM, "out of memory for [%lld, %lld] activations", (long long)R, (long long)G->k);
+                c.xcap = xcap;
+                c.xcap_group = g;
+            }
+            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)g / ng, -1) ? QD_ECANCELLED : 0;
+            if (!rc) rc = run_batches(p, bw, NULL, &c, err);
+        }
+        if (!rc) rc = quantize_group(p, bw, block, g, plans, &acc[g], xcap, outs, err);
+        qd_backend_free(p->be, xcap);
+        xcap = NULL;
+        qd_gptq_hessian_free(&acc[g]);
+    }
+    for (int g = 0; g < ng; g++) qd_gptq_hessian_free(&acc[g]);
+    /* The next block's inputs, computed by the quantized block. */
+    if (!rc) {
+        rc = qd_pipeline_report_progress(p, "forward", block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
+        size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
+        if (!rc) {
+            y = qd_backend_alloc(p->be, bytes);
+            if (!y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
+        }
+        if (!rc) rc = run_batches(p, bw, y, NULL, err);
+    }
+    /* Commit: block tensors, next inputs, then state.json. */
+    char path[QD_PATH_MAX + 64];
+    if (!rc) {
+        rc = qd_pipeline_report_progress(p, "checkpoint", block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
+        if (!rc && p->hooks.before_commit && p->hooks.before_commit(p->hooks.ud, block))
+            rc = qd_err_set(err, QD_ECANCELLED, "block %d: checkpoint commit refused (lease lost or cancelled)", block);
+    }
+    if (!rc) {
+        snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, block);
+        rc = write_block_file(p, bw, block, outs, norm_modified, path, err);
+    }
+    if (!rc && block + 1 < p->n_blocks) {
+        size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
+        float *host = malloc(n * sizeof(float));
+        if (!host) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        if (!rc) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
+        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
+        if (!rc) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, err);
+        free(host);
+    }
+    if (!rc) {
+        double secs = qd_pipeline_now() - t0;
+        p->st.seconds += secs;
+        p->st.next_block = block + 1;
+        snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
+        rc = qd_state_save(path, &p->st, err);
+        if (!rc) {
+            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block);
+            remove(path);
+            qd_backend_free(p->be, p->acts);
+            p->acts = y;
+            y = NULL;
+            p->block_seconds_sum += secs;
+            p->blocks_this_run++;
+            QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f", job->id, block + 1, p->n_blocks, secs);
+        }
+    }
+    if (rc) {
+        /* Drop the layers this failed block added, so a retry does not list them twice. */
+        while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == block) p->st.n_layers--;
+    }
+    qd_backend_free(p->be, y);
+    outs_free(outs, nl);
+    qd_block_free(p->m, bw);
+    return rc;
+}

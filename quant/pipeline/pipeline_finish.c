@@ -1,0 +1,144 @@
+/* The end of a job: assemble the output directory from the block checkpoints and the
+ * source model's other tensors, write the configs, copy the tokenizer, measure perplexity
+ * before and after when the job asks, write the report, and remove .quantd/. */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+#include "quant/core/safetensors.h"
+#include "quant/model/eval.h"
+#include "quant/model/tokenizer.h"
+#include "quant/pipeline/output.h"
+#include "quant/pipeline/report.h"
+
+/* Perplexity of the model in dir on the job's eval text. */
+static int eval_dir(qd_pipeline *p, const char *dir, const int32_t *ids, size_t n, qd_eval_result *res, qd_err *err)
+{
+    qd_model *m = NULL;
+    int rc = qd_model_open(dir, p->be, &m, err);
+    if (rc) return qd_err_prefix(err, "eval of %s", dir);
+    qd_eval_opts o = qd_eval_opts_default(p->job->eval.seq_len);
+    o.max_windows = p->job->eval.max_windows;
+    rc = qd_eval_ppl(m, ids, n, &o, res, err);
+    qd_model_close(m);
+    return rc;
+}
+
+static int eval_tokens(qd_pipeline *p, int32_t **ids, size_t *n, qd_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    qd_tokenizer *tok = NULL;
+    int rc = qd_fs_read_file(p->job->eval.path, &text, &len, err);
+    if (!rc) rc = qd_tokenizer_load(p->job->model, &tok, err);
+    if (!rc) rc = qd_tokenizer_encode(tok, text, len, QD_TOK_BOS_DEFAULT, ids, n, err);
+    qd_tokenizer_free(tok);
+    free(text);
+    return rc;
+}
+
+int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
+{
+    if (p->st.next_block < p->n_blocks)
+        return qd_err_set(err, QD_EINVAL, "finish: blocks %d..%d are not done", p->st.next_block, p->n_blocks - 1);
+    int rc = qd_pipeline_report_progress(p, "write", p->n_blocks - 1, NULL, 1, -1) ? QD_ECANCELLED : 0;
+    if (rc) return qd_err_set(err, rc, "cancelled");
+    const st_model *sm = qd_model_tensors(p->m);
+    st_file **files = calloc((size_t)p->n_blocks, sizeof *files);
+    size_t cap = st_model_count(sm) * 3 + 16, n = 0;
+    qd_out_tensor *t = calloc(cap, sizeof *t);
+    if (!files || !t) { free(files); free(t); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    char path[QD_PATH_MAX + 64], prefix[160];
+    /* Tensors outside the blocks (embeddings, final norm, lm_head), bit-exact, in source order. */
+    char base[160];
+    qd_model_block_prefix(p->m, 0, base, sizeof base);
+    size_t bl = strlen(base);
+    while (bl > 0 && base[bl - 1] != '.') bl--;            /* "model.layers.0." */
+    if (bl > 0) bl--;
+    while (bl > 0 && base[bl - 1] != '.') bl--;            /* "model.layers." */
+    base[bl] = 0;
+    for (size_t i = 0; i < st_model_count(sm); i++) {
+        const st_tensor *s = st_model_tensor(sm, i);
+        if (bl && !strncmp(s->name, base, bl)) continue;
+        qd_out_tensor *o = &t[n++];
+        o->name = s->name;
+        o->dtype = s->dtype;
+        o->ndim = s->ndim > 4 ? 4 : s->ndim;
+        memcpy(o->shape, s->shape, sizeof(int64_t) * (size_t)o->ndim);
+        o->data = s->data;
+    }
+    for (int b = 0; b < p->n_blocks && !rc; b++) {
+        snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, b);
+        rc = st_file_open(path, &files[b], err);
+        if (rc) { qd_err_prefix(err, "checkpoint of block %d", b); break; }
+        qd_model_block_prefix(p->m, b, prefix, sizeof prefix);
+        for (size_t i = 0; i < st_file_count(files[b]); i++) {
+            if (n == cap) {
+                cap *= 2;
+                qd_out_tensor *nt = realloc(t, cap * sizeof *nt);
+                if (!nt) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
+                t = nt;
+            }
+            const st_tensor *s = st_file_tensor(files[b], i);
+            qd_out_tensor *o = &t[n++];
+            o->name = s->name;
+            o->dtype = s->dtype;
+            o->ndim = s->ndim > 4 ? 4 : s->ndim;
+            memcpy(o->shape, s->shape, sizeof(int64_t) * (size_t)o->ndim);
+            o->data = s->data;
+        }
+    }
+    if (!rc) rc = qd_output_write_shards(p->out_dir, t, n, p->job->shard_size, err);
+    for (int b = 0; b < p->n_blocks; b++) st_file_close(files[b]);
+    free(files);
+    free(t);
+    if (rc) return rc;
+
+    /* Configs. */
+    size_t n_float = 0;
+    const char **float_names = calloc(p->st.n_layers + 1, sizeof *float_names);
+    if (!float_names) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < p->st.n_layers; i++)
+        if (!strcmp(p->st.layers[i].method, "float")) float_names[n_float++] = p->st.layers[i].name;
+    cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, NULL, 0, p->st.awq_note);
+    free(float_names);
+    if (!qcfg) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, err);
+    cJSON_Delete(qcfg);
+    if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);
+    if (rc) return rc;
+
+    qd_report_extra x;
+    memset(&x, 0, sizeof x);
+    x.backend = p->be->name;
+    if (p->job->eval.enabled) {
+        qd_pipeline_report_progress(p, "eval", p->n_blocks - 1, NULL, 1, -1);
+        int32_t *ids = NULL;
+        size_t nids = 0;
+        qd_eval_result before, after;
+        rc = eval_tokens(p, &ids, &nids, err);
+        if (!rc) rc = eval_dir(p, p->job->model, ids, nids, &before, err);
+        if (!rc) rc = eval_dir(p, p->out_dir, ids, nids, &after, err);
+        free(ids);
+        if (rc) return qd_err_prefix(err, "eval");
+        x.have_ppl = 1;
+        x.ppl_before = before.ppl;
+        x.ppl_after = after.ppl;
+        x.eval_tokens = after.tokens;
+        x.eval_windows = after.windows;
+        x.eval_seq_len = after.seq_len;
+        QD_LOG(QD_LOG_INFO, "eval", "job=%s ppl_before=%.4f ppl_after=%.4f windows=%lld", p->job->id, before.ppl,
+               after.ppl, (long long)after.windows);
+    }
+    x.wall_seconds = qd_pipeline_now() - p->t_open;
+    rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
+    if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);
+    if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
+    if (!rc) qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
+    return rc;
+}

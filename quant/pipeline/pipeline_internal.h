@@ -1,0 +1,83 @@
+/* Private to quant/pipeline: the pipeline's state and the steps of a block, split across
+ * pipeline.c (open, resume, finish), pipeline_block.c (one block: capture, quantize,
+ * forward, checkpoint), pipeline_layer.c (one linear: RTN/GPTQ/AWQ, pack, error). */
+#ifndef QUANT_PIPELINE_INTERNAL_H
+#define QUANT_PIPELINE_INTERNAL_H
+
+#include <stdint.h>
+
+#include "proto/job.h"
+#include "quant/algo/awq.h"
+#include "quant/algo/gptq.h"
+#include "quant/algo/hessian.h"
+#include "quant/formats/format.h"
+#include "quant/model/block.h"
+#include "quant/model/model.h"
+#include "quant/pipeline/pipeline.h"
+#include "quant/pipeline/state.h"
+
+#define QD_PATH_MAX 4096
+
+struct qd_pipeline {
+    const qp_job *job;           /* borrowed */
+    qd_backend *be;              /* borrowed */
+    qd_pipeline_hooks hooks;
+    qd_model *m;                 /* owned */
+    const qd_format *fmt;
+    qd_quant_cfg qcfg;
+    char out_dir[QD_PATH_MAX];
+    char ckpt_dir[QD_PATH_MAX];
+    qd_ckpt_state st;            /* owned */
+    int n_blocks;
+    int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */
+    int64_t hidden;
+    float *acts;                 /* backend [n_seq*seq_len, hidden]: inputs of st.next_block; owned */
+    int64_t batch_seqs;          /* sequences per forward batch */
+    double t_open;               /* monotonic seconds at open */
+    double block_seconds_sum;    /* for the ETA */
+    int blocks_this_run;
+    int resumed_cross_backend;
+};
+
+/* What happens to one linear. */
+typedef struct qd_linear_plan {
+    int quantize;                /* 0: left in float */
+    char why[160];               /* why it stays in float */
+} qd_linear_plan;
+
+/* One linear's outcome: the packed tensors (when quantized) and the weight the block uses
+ * from now on (dequantized, or the float weight). */
+typedef struct qd_linear_out {
+    int quantized;
+    qd_packed packed;            /* owned when quantized */
+    float *w_eff;                /* host [n, k]: what the block computes with next; owned */
+    float *w_float;              /* host [n, k]: float weight to store when not quantized (AWQ-scaled); owned or NULL */
+    float *bias;                 /* host [n] or NULL; owned (possibly AWQ-scaled) */
+    int bias_modified;
+    int weight_modified;         /* float weight differs from the source (AWQ folding) */
+} qd_linear_out;
+
+double qd_pipeline_now(void);
+int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
+                                double within_block, double layer_error);
+
+/* Decides whether linear li of the model can be written in the job's format. */
+void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_plan *plan);
+
+/* Quantizes w (host [n, k]) with the job's method given its input Hessian h (backend,
+ * [k, k], of the inputs the layer sees, AWQ scaling already applied to both) and fills res
+ * (damp, fallback, seconds). The codes go to *layer (owned by the caller afterwards), the
+ * dequantized weights to deq (host [n, k], caller-allocated). use_gptq selects GPTQ (gptq,
+ * awq+gptq) over RTN (rtn, awq). */
+int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
+                                int64_t k, const qd_gptq_hessian *h, qd_qlayer *layer,
+                                float *deq, qd_layer_result *res, qd_err *err);
+
+/* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
+ * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. */
+int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                          const qd_gptq_hessian *h, double *rel, qd_err *err);
+
+int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
+
+#endif

@@ -1,0 +1,66 @@
+/* The job report (see report.h). */
+#include "quant/pipeline/report.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "quant/core/fsutil.h"
+
+int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state *st,
+                    const qd_report_extra *x, qd_err *err)
+{
+    cJSON *r = cJSON_CreateObject();
+    if (!r) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    cJSON_AddNumberToObject(r, "version", QD_REPORT_VERSION);
+    cJSON_AddStringToObject(r, "job_id", job->id);
+    cJSON_AddItemToObject(r, "job", qp_job_to_cjson(job, 0));
+    cJSON_AddStringToObject(r, "backend", x->backend ? x->backend : "");
+    cJSON_AddBoolToObject(r, "cross_backend", st->cross_backend);
+    if (st->cross_backend)
+        cJSON_AddStringToObject(r, "cross_backend_note", "blocks were computed on more than one backend: the output is valid but not byte-identical to a single-backend run");
+    size_t n_q = 0, n_f = 0, n_fb = 0;
+    double sum_err = 0, max_err = 0, q_secs = 0;
+    cJSON *layers = cJSON_CreateArray();
+    for (size_t i = 0; i < st->n_layers; i++) {
+        const qd_layer_result *l = &st->layers[i];
+        cJSON_AddItemToArray(layers, qd_layer_result_to_json(l));
+        if (!strcmp(l->method, "float")) { n_f++; continue; }
+        n_q++;
+        n_fb += l->fallback;
+        sum_err += l->rel_error;
+        if (l->rel_error > max_err) max_err = l->rel_error;
+        q_secs += l->seconds;
+    }
+    cJSON *tot = cJSON_AddObjectToObject(r, "totals");
+    cJSON_AddNumberToObject(tot, "blocks", st->n_blocks);
+    cJSON_AddNumberToObject(tot, "layers_quantized", (double)n_q);
+    cJSON_AddNumberToObject(tot, "layers_float", (double)n_f);
+    cJSON_AddNumberToObject(tot, "gptq_fallbacks", (double)n_fb);
+    cJSON_AddNumberToObject(tot, "mean_rel_error", n_q ? sum_err / n_q : 0);
+    cJSON_AddNumberToObject(tot, "max_rel_error", max_err);
+    cJSON_AddNumberToObject(tot, "quantize_seconds", q_secs);
+    cJSON_AddNumberToObject(tot, "block_seconds", st->seconds);
+    cJSON_AddNumberToObject(tot, "wall_seconds_last_run", x->wall_seconds);
+    if (x->have_ppl) {
+        cJSON *e = cJSON_AddObjectToObject(r, "eval");
+        cJSON_AddNumberToObject(e, "ppl_before", x->ppl_before);
+        cJSON_AddNumberToObject(e, "ppl_after", x->ppl_after);
+        cJSON_AddNumberToObject(e, "tokens", (double)x->eval_tokens);
+        cJSON_AddNumberToObject(e, "windows", (double)x->eval_windows);
+        cJSON_AddNumberToObject(e, "seq_len", (double)x->eval_seq_len);
+    }
+    if (st->awq_note[0]) cJSON_AddStringToObject(r, "awq_note", st->awq_note);
+    if (x->layout_note) cJSON_AddStringToObject(r, "layout_note", x->layout_note);
+    cJSON_AddItemToObject(r, "layers", layers);
+    char *text = cJSON_Print(r);
+    cJSON_Delete(r);
+    if (!text) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    char path[4096];
+    snprintf(path, sizeof path, "%s/quantd_report.json", out_dir);
+    int rc = qd_fs_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}

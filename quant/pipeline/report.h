@@ -1,0 +1,25 @@
+/* quantd_report.json: what a job did, per layer and in total. Versioned
+ * (QD_REPORT_VERSION); readers ignore fields they do not know. */
+#ifndef QUANT_PIPELINE_REPORT_H
+#define QUANT_PIPELINE_REPORT_H
+
+#include "proto/job.h"
+#include "quant/core/error.h"
+#include "quant/pipeline/state.h"
+
+#define QD_REPORT_VERSION 1
+
+typedef struct qd_report_extra {
+    const char *backend;         /* backend of the final run */
+    int have_ppl;
+    double ppl_before, ppl_after;
+    int64_t eval_tokens, eval_windows, eval_seq_len;
+    double wall_seconds;         /* this run, open to finish */
+    const char *layout_note;     /* TP-aware layout, or NULL */
+} qd_report_extra;
+
+/* Writes <out_dir>/quantd_report.json atomically. */
+int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state *st,
+                    const qd_report_extra *x, qd_err *err);
+
+#endif

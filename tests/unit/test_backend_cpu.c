@@ -1,0 +1,323 @@
+/* The CPU backend's core ops against scalar references: gemm (all transposes, strides,
+ * alpha/beta), the running-average Hessian, the Cholesky factor of the inverse, the GPTQ
+ * block kernel, and backend specs. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/algo/gptq_block.h"
+#include "quant/backend/backend.h"
+#include "test_util.h"
+
+static qd_backend *open_cpu(void)
+{
+    qd_backend *be = NULL;
+    qd_err err = {0};
+    if (qd_backend_cpu_open(2, &be, &err) != 0) {
+        fprintf(stderr, "cannot open cpu backend: %s\n", err.msg);
+        exit(1);
+    }
+    return be;
+}
+
+static void test_open_specs(void)
+{
+    qd_backend *be = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_backend_open("cpu", &be, &err));
+    CHECK(be != NULL);
+    if (be) {
+        CHECK_STR(be->name, "cpu");
+        CHECK_INT(be->device, -1);
+        CHECK(be->n_threads >= 1);
+    }
+    qd_backend_close(be);
+    qd_backend_close(NULL);
+    be = NULL;
+    CHECK_INT(qd_backend_open("gpu", &be, &err), QD_EINVAL);
+    CHECK_CONTAINS(err.msg, "gpu");
+    CHECK(be == NULL);
+    CHECK_INT(qd_backend_open("cuda:x", &be, &err), QD_EINVAL);
+#ifndef QUANTD_HAVE_CUDA
+    CHECK_INT(qd_backend_cuda_device_count(), 0);
+    CHECK_INT(qd_backend_open("cuda:0", &be, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "no CUDA");
+#endif
+    CHECK_INT(qd_backend_cpu_open(0, &be, &err), QD_EINVAL);
+}
+
+static void test_memory(void)
+{
+    qd_backend *be = open_cpu();
+    float host[100], back[100];
+    for (int i = 0; i < 100; i++) host[i] = (float)i * 0.5f;
+    float *d = qd_backend_alloc(be, sizeof host);
+    float *d2 = qd_backend_alloc(be, sizeof host);
+    CHECK(d && d2);
+    CHECK(((uintptr_t)d & 63) == 0);
+    CHECK_OK(qd_backend_upload(be, d, host, sizeof host));
+    CHECK_OK(be->ops->copy(be, d2, d, sizeof host));
+    CHECK_OK(qd_backend_download(be, back, d2, sizeof host));
+    CHECK(memcmp(host, back, sizeof host) == 0);
+    CHECK_OK(be->ops->memset0(be, d2, sizeof host));
+    CHECK_OK(qd_backend_download(be, back, d2, sizeof host));
+    CHECK(back[0] == 0.0f && back[99] == 0.0f);
+    CHECK_OK(be->ops->sync(be));
+    qd_backend_free(be, d);
+    qd_backend_free(be, d2);
+    qd_backend_free(be, NULL);
+    qd_backend_close(be);
+}
+
+static void naive_gemm(int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
+                       int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double av = ta ? a[p * lda + i] : a[i * lda + p];
+                double bv = tb ? b[j * ldb + p] : b[p * ldb + j];
+                s += av * bv;
+            }
+            c[i * ldc + j] = (float)(alpha * s + beta * c[i * ldc + j]);
+        }
+}
+
+static void test_gemm(void)
+{
+    qd_backend *be = open_cpu();
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    const int64_t m = 37, n = 29, k = 53, pad = 3;
+    for (int ta = 0; ta < 2; ta++)
+        for (int tb = 0; tb < 2; tb++) {
+            int64_t lda = (ta ? m : k) + pad, ldb = (tb ? k : n) + pad, ldc = n + pad;
+            int64_t arows = ta ? k : m, brows = tb ? n : k;
+            float *a = malloc(sizeof(float) * arows * lda), *b = malloc(sizeof(float) * brows * ldb);
+            float *c = malloc(sizeof(float) * m * ldc), *cref = malloc(sizeof(float) * m * ldc);
+            test_fill_normal(&rng, a, arows * lda, 1.0f);
+            test_fill_normal(&rng, b, brows * ldb, 1.0f);
+            test_fill_normal(&rng, c, m * ldc, 1.0f);
+            memcpy(cref, c, sizeof(float) * m * ldc);
+            CHECK_OK(be->ops->gemm(be, ta, tb, m, n, k, -0.75f, a, lda, b, ldb, 0.5f, c, ldc));
+            naive_gemm(ta, tb, m, n, k, -0.75f, a, lda, b, ldb, 0.5f, cref, ldc);
+            double md = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < n; j++) {
+                    double dd = fabs(c[i * ldc + j] - cref[i * ldc + j]);
+                    if (dd > md) md = dd;
+                }
+            CHECK_NEAR(md, 0.0, 1e-4);
+            /* The padding columns of C are untouched. */
+            CHECK(c[0 * ldc + n] == cref[0 * ldc + n]);
+            free(a); free(b); free(c); free(cref);
+        }
+    float dummy = 0;
+    CHECK_ERR(be->ops->gemm(be, 0, 0, 4, 4, 4, 1.0f, &dummy, 2, &dummy, 4, 0.0f, &dummy, 4));
+    qd_backend_close(be);
+}
+
+static void test_hessian_accum(void)
+{
+    qd_backend *be = open_cpu();
+    test_rng rng;
+    test_rng_seed(&rng, 12);
+    const int64_t k = 45, r1 = 17, r2 = 30, ldx = k + 5;
+    float *x = malloc(sizeof(float) * (r1 + r2) * ldx);
+    test_fill_normal(&rng, x, (r1 + r2) * ldx, 1.0f);
+    float *h = calloc(k * k, sizeof(float));
+    CHECK_OK(be->ops->hessian_accum(be, h, k, x, r1, ldx, 0));
+    CHECK_OK(be->ops->hessian_accum(be, h, k, x + r1 * ldx, r2, ldx, r1));
+    double md = 0, sym = 0;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < r1 + r2; r++) s += (double)x[r * ldx + i] * x[r * ldx + j];
+            s *= 2.0 / (double)(r1 + r2);
+            double dd = fabs(s - h[i * k + j]);
+            if (dd > md) md = dd;
+            sym = fmax(sym, fabs(h[i * k + j] - h[j * k + i]));
+        }
+    CHECK_NEAR(md, 0.0, 2e-5);
+    CHECK(sym == 0.0);
+    /* Zero rows change nothing. */
+    CHECK_OK(be->ops->hessian_accum(be, h, k, x, 0, ldx, r1 + r2));
+    CHECK_ERR(be->ops->hessian_accum(be, h, k, x, 3, k - 1, 0));
+    free(x);
+    free(h);
+    qd_backend_close(be);
+}
+
+static void test_chol_inverse_upper(void)
+{
+    qd_backend *be = open_cpu();
+    test_rng rng;
+    test_rng_seed(&rng, 13);
+    const int64_t k = 70, t = 200;
+    float *x = malloc(sizeof(float) * t * k), *h = calloc(k * k, sizeof(float));
+    test_fill_normal(&rng, x, t * k, 1.0f);
+    CHECK_OK(be->ops->hessian_accum(be, h, k, x, t, k, 0));
+    for (int64_t i = 0; i < k; i++) h[i * k + i] += 0.01f;
+    float *u = malloc(sizeof(float) * k * k);
+    memcpy(u, h, sizeof(float) * k * k);
+    CHECK_OK(be->ops->chol_inverse_upper(be, u, k));
+    /* Lower triangle zeroed, positive diagonal, and U^T U H = I. */
+    int lower_ok = 1;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < i; j++) if (u[i * k + j] != 0.0f) lower_ok = 0;
+    CHECK(lower_ok);
+    double md = 0;
+    for (int64_t i = 0; i < k; i++) {
+        CHECK(u[i * k + i] > 0.0f);
+        for (int64_t j = 0; j < k; j++) {
+            double s = 0;
+            for (int64_t p = 0; p < k; p++) {
+                double hinv_ip = 0;     /* (U^T U)[i][p] */
+                for (int64_t q = 0; q <= (i < p ? i : p); q++) hinv_ip += (double)u[q * k + i] * u[q * k + p];
+                s += hinv_ip * h[p * k + j];
+            }
+            double dd = fabs(s - (i == j ? 1.0 : 0.0));
+            if (dd > md) md = dd;
+        }
+    }
+    CHECK_NEAR(md, 0.0, 2e-3);
+
+    /* The same factor as the reference's sequence cholesky -> cholesky_inverse ->
+     * cholesky(upper), done here in double. */
+    double *L = calloc(k * k, sizeof(double)), *Li = calloc(k * k, sizeof(double));
+    double *Hi = calloc(k * k, sizeof(double)), *U = calloc(k * k, sizeof(double));
+    for (int64_t j = 0; j < k; j++) {
+        double s = h[j * k + j];
+        for (int64_t p = 0; p < j; p++) s -= L[j * k + p] * L[j * k + p];
+        L[j * k + j] = sqrt(s);
+        for (int64_t i = j + 1; i < k; i++) {
+            double v = h[i * k + j];
+            for (int64_t p = 0; p < j; p++) v -= L[i * k + p] * L[j * k + p];
+            L[i * k + j] = v / L[j * k + j];
+        }
+    }
+    for (int64_t c = 0; c < k; c++)          /* Li = L^-1 by forward substitution */
+        for (int64_t i = c; i < k; i++) {
+            double v = i == c ? 1.0 : 0.0;
+            for (int64_t p = c; p < i; p++) v -= L[i * k + p] * Li[p * k + c];
+            Li[i * k + c] = v / L[i * k + i];
+        }
+    for (int64_t i = 0; i < k; i++)          /* H^-1 = Li^T Li */
+        for (int64_t j = 0; j < k; j++) {
+            double v = 0;
+            for (int64_t p = 0; p < k; p++) v += Li[p * k + i] * Li[p * k + j];
+            Hi[i * k + j] = v;
+        }
+    for (int64_t i = 0; i < k; i++) {        /* upper Cholesky: Hi = U^T U */
+        double s = Hi[i * k + i];
+        for (int64_t p = 0; p < i; p++) s -= U[p * k + i] * U[p * k + i];
+        U[i * k + i] = sqrt(s);
+        for (int64_t j = i + 1; j < k; j++) {
+            double v = Hi[i * k + j];
+            for (int64_t p = 0; p < i; p++) v -= U[p * k + i] * U[p * k + j];
+            U[i * k + j] = v / U[i * k + i];
+        }
+    }
+    double umax = 0, udiff = 0;
+    for (int64_t i = 0; i < k * k; i++) {
+        umax = fmax(umax, fabs(U[i]));
+        udiff = fmax(udiff, fabs(U[i] - u[i]));
+    }
+    CHECK_NEAR(udiff / umax, 0.0, 1e-4);
+    free(L); free(Li); free(Hi); free(U);
+
+    /* Not positive definite: an error, not garbage. */
+    float bad[4] = {1.0f, 3.0f, 3.0f, 1.0f};
+    CHECK_INT(be->ops->chol_inverse_upper(be, bad, 2), QD_ENUMERIC);
+    CHECK_CONTAINS(be->err.msg, "not positive definite");
+    free(x); free(h); free(u);
+    qd_backend_close(be);
+}
+
+/* The block kernel against a transliteration of the reference's inner loop, processed
+ * column by column over all rows. */
+static void test_gptq_block(void)
+{
+    qd_backend *be = open_cpu();
+    test_rng rng;
+    test_rng_seed(&rng, 14);
+    const int64_t n = 9, k = 40, i1 = 8, i2 = 40, gs = 16, G = (k + gs - 1) / gs;
+    qd_quant_cfg cfg = qd_quant_cfg_default();
+    cfg.bits = 3;
+    cfg.sym = 0;
+    cfg.group_size = gs;
+    float *w = malloc(sizeof(float) * n * k), *wref = malloc(sizeof(float) * n * k);
+    float *hinv = calloc(k * k, sizeof(float));
+    test_fill_normal(&rng, w, n * k, 1.0f);
+    memcpy(wref, w, sizeof(float) * n * k);
+    for (int64_t i = 0; i < k; i++) {
+        hinv[i * k + i] = 0.5f + test_rng_uniform(&rng);
+        for (int64_t j = i + 1; j < k; j++) hinv[i * k + j] = 0.2f * test_rng_normal(&rng);
+    }
+    float *err = calloc(n * (i2 - i1), sizeof(float));
+    uint8_t *codes = calloc(n * k, 1);
+    float *scales = calloc(G * n, sizeof(float)), *zeros = calloc(G * n, sizeof(float));
+    int32_t col_group[40];
+    for (int64_t j = 0; j < k; j++) col_group[j] = (int32_t)(j / gs);
+    /* Group 0 starts before the block: its parameters are given. */
+    for (int64_t r = 0; r < n; r++) qd_quant_params(&cfg, w + r * k, gs, 1, &scales[r], &zeros[r]);
+    float scales_ref[3 * 9], zeros_ref[3 * 9];
+    memcpy(scales_ref, scales, sizeof(float) * G * n);
+    memcpy(zeros_ref, zeros, sizeof(float) * G * n);
+
+    qd_gptq_block_args a = {.cfg = &cfg, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = w, .ldw = k,
+                            .hinv = hinv, .ldh = k, .err = err, .lde = i2 - i1, .codes = codes,
+                            .ldc = k, .scales = scales, .zeros = zeros, .col_group = col_group,
+                            .find_params = 1};
+    CHECK_OK(be->ops->gptq_block(be, &a));
+
+    /* Reference: W1 = W[:, i1:i2] copy; params on W (block start state) at group starts. */
+    const int maxq = qd_quant_maxq(&cfg);
+    const int64_t B = i2 - i1;
+    float *w1 = malloc(sizeof(float) * n * B), *eref = malloc(sizeof(float) * n * B);
+    uint8_t *cref = calloc(n * k, 1);
+    for (int64_t r = 0; r < n; r++) memcpy(w1 + r * B, wref + r * k + i1, sizeof(float) * B);
+    for (int64_t i = 0; i < B; i++) {
+        int64_t j = i1 + i, g = j / gs;
+        if (j % gs == 0)
+            for (int64_t r = 0; r < n; r++) qd_quant_params(&cfg, wref + r * k + j, j + gs <= k ? gs : k - j, 1, &scales_ref[g * n + r], &zeros_ref[g * n + r]);
+        for (int64_t r = 0; r < n; r++) {
+            float s = scales_ref[g * n + r], z = zeros_ref[g * n + r], x = w1[r * B + i];
+            int c = qd_quant_code(x, s, z, maxq);
+            float qv = qd_quant_dequant(c, s, z);
+            float e = (x - qv) / hinv[j * k + j];
+            for (int64_t cc = i + 1; cc < B; cc++) w1[r * B + cc] -= e * hinv[j * k + i1 + cc];
+            eref[r * B + i] = e;
+            cref[r * k + j] = (uint8_t)c;
+            wref[r * k + j] = qv;
+        }
+    }
+    int codes_same = 0;
+    double md = 0;
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t j = i1; j < i2; j++) {
+            codes_same += codes[r * k + j] == cref[r * k + j];
+            md = fmax(md, fabs(err[r * B + j - i1] - eref[r * B + j - i1]));
+        }
+    CHECK_INT(codes_same, n * B);
+    CHECK_NEAR(md, 0.0, 1e-4);
+    CHECK(memcmp(scales, scales_ref, sizeof(float) * G * n) == 0);
+    CHECK(memcmp(zeros, zeros_ref, sizeof(float) * G * n) == 0);
+    CHECK_NEAR(test_max_abs_diff(w, wref, n * k), 0.0, 1e-5);    /* Q written, rest untouched */
+    a.i2 = k + 1;
+    CHECK_ERR(be->ops->gptq_block(be, &a));
+    free(w); free(wref); free(hinv); free(err); free(codes); free(scales); free(zeros);
+    free(w1); free(eref); free(cref);
+    qd_backend_close(be);
+}
+
+int main(void)
+{
+    TEST_RUN(test_open_specs);
+    TEST_RUN(test_memory);
+    TEST_RUN(test_gemm);
+    TEST_RUN(test_hessian_accum);
+    TEST_RUN(test_chol_inverse_upper);
+    TEST_RUN(test_gptq_block);
+    return test_finish();
+}

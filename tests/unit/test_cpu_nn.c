@@ -1,0 +1,168 @@
+/* The CPU backend's neural-net ops (cpu_nn.c, through be->ops) against scalar double
+ * references written here: rmsnorm, layernorm, rotate-half RoPE with partial rot_dim,
+ * causal grouped-query attention over a batch, the activations, adds and per-row NLL. */
+#include <stdlib.h>
+
+#include "quant/backend/backend.h"
+#include "test_util.h"
+
+static qd_backend *be;
+static test_rng rng;
+
+static float *randn(size_t n, float s)
+{
+    float *p = malloc(n * sizeof *p);
+    test_fill_normal(&rng, p, n, s);
+    return p;
+}
+
+static void test_norms(void)
+{
+    int R = 5, D = 37;
+    float *x = randn((size_t)R * D, 2.0f), *w = randn(D, 1.0f), *b = randn(D, 1.0f);
+    float *y = malloc((size_t)R * D * 4), *r = malloc((size_t)R * D * 4);
+    for (int i = 0; i < R * D; i++) x[i] += 3.0f;   /* a mean that layernorm must remove */
+    CHECK_OK(be->ops->rmsnorm(be, y, x, w, R, D, 1e-5f));
+    for (int t = 0; t < R; t++) {
+        double ss = 0;
+        for (int i = 0; i < D; i++) ss += (double)x[t * D + i] * x[t * D + i];
+        for (int i = 0; i < D; i++) r[t * D + i] = (float)(x[t * D + i] / sqrt(ss / D + 1e-5) * w[i]);
+    }
+    CHECK(test_max_abs_diff(y, r, (size_t)R * D) < 1e-5);
+    CHECK_OK(be->ops->layernorm(be, y, x, w, b, R, D, 1e-5f));
+    for (int t = 0; t < R; t++) {
+        double m = 0, v = 0;
+        for (int i = 0; i < D; i++) m += x[t * D + i];
+        m /= D;
+        for (int i = 0; i < D; i++) v += (x[t * D + i] - m) * (x[t * D + i] - m);
+        for (int i = 0; i < D; i++) r[t * D + i] = (float)((x[t * D + i] - m) / sqrt(v / D + 1e-5) * w[i] + b[i]);
+    }
+    CHECK(test_max_abs_diff(y, r, (size_t)R * D) < 1e-5);
+    /* In place. */
+    CHECK_OK(be->ops->layernorm(be, x, x, w, b, R, D, 1e-5f));
+    CHECK(test_max_abs_diff(x, r, (size_t)R * D) < 1e-5);
+    free(x); free(w); free(b); free(y); free(r);
+}
+
+static void test_rope(void)
+{
+    int T = 6, NH = 3, HD = 16, ROT = 8;
+    float theta = 10000.0f;
+    int32_t pos[6] = {0, 1, 5, 100, 511, 2047};
+    float *x = randn((size_t)T * NH * HD, 1.0f), *r = malloc((size_t)T * NH * HD * 4);
+    memcpy(r, x, (size_t)T * NH * HD * 4);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            float *p = r + (t * NH + h) * HD;
+            for (int i = 0; i < ROT / 2; i++) {
+                double a = pos[t] * pow(theta, -2.0 * i / ROT);
+                double x0 = p[i], x1 = p[i + ROT / 2];
+                p[i] = (float)(x0 * cos(a) - x1 * sin(a));
+                p[i + ROT / 2] = (float)(x1 * cos(a) + x0 * sin(a));
+            }
+        }
+    CHECK_OK(be->ops->rope(be, x, T, NH, HD, ROT, pos, theta));
+    CHECK(test_max_abs_diff(x, r, (size_t)T * NH * HD) < 2e-6);
+    CHECK_ERR(be->ops->rope(be, x, T, NH, HD, 7, pos, theta));
+    free(x); free(r);
+}
+
+static void test_attention(void)
+{
+    int B = 2, S = 33, NH = 6, NKV = 2, HD = 8;
+    float sc = 1.0f / sqrtf((float)HD);
+    size_t nq = (size_t)B * S * NH * HD, nk = (size_t)B * S * NKV * HD;
+    float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
+    float *o = malloc(nq * 4), *r = malloc(nq * 4);
+    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++) {
+            int kh = h / (NH / NKV);
+            for (int t = 0; t < S; t++) {
+                double s[64], mx = -1e30, sum = 0;
+                const float *qt = q + ((size_t)(b * S + t) * NH + h) * HD;
+                for (int j = 0; j <= t; j++) {
+                    const float *kj = k + ((size_t)(b * S + j) * NKV + kh) * HD;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)qt[i] * kj[i];
+                    s[j] = d * sc;
+                    if (s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+                for (int i = 0; i < HD; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += s[j] / sum * v[((size_t)(b * S + j) * NKV + kh) * HD + i];
+                    r[((size_t)(b * S + t) * NH + h) * HD + i] = (float)a;
+                }
+            }
+        }
+    CHECK(test_max_abs_diff(o, r, nq) < 1e-5);
+    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc));   /* 6 heads, 4 kv */
+    free(q); free(k); free(v); free(o); free(r);
+}
+
+static void test_activations(void)
+{
+    int n = 257;
+    float *g = randn(n, 3.0f), *u = randn(n, 1.0f), *y = malloc(n * 4), *x = malloc(n * 4);
+    CHECK_OK(be->ops->silu_mul(be, y, g, u, n));
+    double worst = 0;
+    for (int i = 0; i < n; i++) {
+        double want = g[i] / (1.0 + exp(-(double)g[i])) * u[i];
+        if (fabs(y[i] - want) > worst) worst = fabs(y[i] - want);
+    }
+    CHECK(worst < 1e-5);
+    memcpy(x, g, n * 4);
+    CHECK_OK(be->ops->relu(be, x, n));
+    for (int i = 0; i < n; i++) CHECK_NEAR(x[i], g[i] > 0 ? g[i] : 0.0, 0);
+    memcpy(x, g, n * 4);
+    CHECK_OK(be->ops->gelu(be, x, n));
+    worst = 0;
+    for (int i = 0; i < n; i++) {
+        double want = 0.5 * g[i] * (1.0 + erf(g[i] / sqrt(2.0)));
+        if (fabs(x[i] - want) > worst) worst = fabs(x[i] - want);
+    }
+    CHECK(worst < 1e-5);
+    memcpy(x, g, n * 4);
+    CHECK_OK(be->ops->add(be, x, u, n));
+    for (int i = 0; i < n; i++) CHECK_NEAR(x[i], g[i] + u[i], 0);
+    float bias[3] = {1, -2, 0.5f}, m[6] = {0, 0, 0, 1, 1, 1};
+    CHECK_OK(be->ops->add_bias(be, m, bias, 2, 3));
+    CHECK_NEAR(m[1], -2, 0);
+    CHECK_NEAR(m[5], 1.5, 0);
+    free(g); free(u); free(y); free(x);
+}
+
+static void test_nll(void)
+{
+    int R = 4, V = 1000;
+    float *lg = randn((size_t)R * V, 5.0f);
+    lg[2 * V + 17] = 80.0f;   /* a dominant logit must not overflow */
+    int32_t tg[4] = {0, 999, 17, 500};
+    double nll[4];
+    CHECK_OK(be->ops->nll_rows(be, lg, tg, R, V, nll));
+    for (int r = 0; r < R; r++) {
+        double mx = -1e30, s = 0;
+        for (int j = 0; j < V; j++) if (lg[r * V + j] > mx) mx = lg[r * V + j];
+        for (int j = 0; j < V; j++) s += exp(lg[r * V + j] - mx);
+        CHECK_NEAR(nll[r], mx + log(s) - lg[r * V + tg[r]], 1e-9);
+    }
+    CHECK(nll[2] < 1e-6);
+    tg[1] = V;
+    CHECK_ERR(be->ops->nll_rows(be, lg, tg, R, V, nll));
+    free(lg);
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    test_rng_seed(&rng, 42);
+    TEST_RUN(test_norms);
+    TEST_RUN(test_rope);
+    TEST_RUN(test_attention);
+    TEST_RUN(test_activations);
+    TEST_RUN(test_nll);
+    qd_backend_close(be);
+    return test_finish();
+}
