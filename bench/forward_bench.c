@@ -5,8 +5,8 @@
  *
  * --block: generates a 1B-shaped llama block (hidden 2048, intermediate 5632, 32 heads,
  * F16 on disk) with testgen, runs qd_block_forward on B sequences of S tokens and reports
- * tokens/s, GFLOP/s (linears 2*rows*N*K, attention 4*B*heads*S^2*head_dim as computed:
- * the full score matrix) and the fraction of a plain OpenBLAS SGEMM (2048^3, same threads)
+ * tokens/s, GFLOP/s (linears 2*rows*N*K, attention as computed: causal chunks of 128 query
+ * rows against the keys before the chunk's end) and the fraction of a plain OpenBLAS SGEMM (2048^3, same threads)
  * measured in the same run. --model: perplexity windows through qd_eval_ppl, tokens/s.
  * One JSON line on stdout. Built by bench/forward.sh against a build's libquant.a. */
 #include <cblas.h>
@@ -75,7 +75,14 @@ static int bench_block(qd_backend *be, int threads, int seq, int batch, int reps
     if (rc) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
     double lin = 0;
     for (int i = 0; i < qd_model_n_linears(m); i++) lin += 2.0 * rows * qd_model_linear(m, i)->n * qd_model_linear(m, i)->k;
-    double att = 4.0 * batch * o.n_heads * (double)seq * seq * (o.hidden / o.n_heads);
+    /* Causal attention as computed (query-row chunks of 128 against keys up to the chunk's
+     * end): Q K^T and P V are 2 * rows * keys * head_dim each. */
+    double att = 0;
+    for (int r0 = 0; r0 < seq; r0 += 128) {
+        int rows_c = seq - r0 < 128 ? seq - r0 : 128;
+        att += 4.0 * rows_c * (double)(r0 + rows_c) * (o.hidden / o.n_heads);
+    }
+    att *= (double)batch * o.n_heads;
     double gf = (lin + att) / best / 1e9, peak = sgemm_peak(2048);
     printf("{\"bench\":\"block_1b\",\"threads\":%d,\"seq\":%d,\"batch\":%d,\"seconds\":%.4f,\"tokens_per_s\":%.1f,"
            "\"gflops\":%.2f,\"linear_gflop\":%.2f,\"attention_gflop\":%.2f,\"sgemm_peak_gflops\":%.2f,\"fraction_of_peak\":%.3f,"

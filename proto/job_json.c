@@ -161,8 +161,10 @@ int qp_size_parse(const char *s, uint64_t *out)
         double bytes = x * units[i].mult;
         /* Plain byte counts must be whole; with a unit, round ("1.1GB" is 1100000000.0000002
          * in binary floating point). */
-        if (units[i].mult == 1 ? bytes != floor(bytes) : (bytes = round(bytes), 0)) return QP_EINVAL;
         if (bytes > 9007199254740991.0) return QP_EINVAL;
+        /* (adding 0.5 and truncating rounds a non-negative value without libm's round) */
+        if (units[i].mult == 1 ? bytes != (double)(uint64_t)bytes : (bytes = (double)(uint64_t)(bytes + 0.5), 0))
+            return QP_EINVAL;
         *out = (uint64_t)bytes;
         return 0;
     }

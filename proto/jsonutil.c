@@ -103,7 +103,9 @@ int qpj_get_int(const cJSON *obj, const char *path, const char *name, int64_t lo
     if (!cJSON_IsNumber(v))
         return qp_err_set(err, QP_EINVAL, "%s.%s: %s, got %s", path, name, rule, qpj_type_name(v));
     double x = v->valuedouble;
-    if (!isfinite(x) || x != floor(x) || x < (double)lo || x > (double)hi)
+    /* Range first, so the int64 conversion below is defined; it replaces floor() because
+     * libqproto links no libm. */
+    if (!isfinite(x) || x < (double)lo || x > (double)hi || x != (double)(int64_t)x)
         return qp_err_set(err, QP_EINVAL, "%s.%s: %s, got %s", path, name, rule,
                           qpj_describe(v, desc, sizeof desc));
     *out = (int64_t)x;
@@ -207,7 +209,7 @@ static int numbers_to_raw(cJSON *v)
     if (cJSON_IsNumber(v)) {
         char buf[40];
         double x = v->valuedouble;
-        if (x == floor(x) && fabs(x) <= 9007199254740991.0)
+        if (x >= -9007199254740991.0 && x <= 9007199254740991.0 && x == (double)(int64_t)x)
             snprintf(buf, sizeof buf, "%.0f", x);
         else
             qpj_fmt_double(x, buf);

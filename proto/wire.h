@@ -166,8 +166,8 @@ int qp_wire_decoder_feed(qp_wire_decoder *d, const void *data, size_t n, qp_err 
  * framing error. */
 int qp_wire_decoder_next_frame(qp_wire_decoder *d, const char **payload, size_t *n, qp_err *err);
 /* Takes and decodes the next message: 1 with *m filled (clear it after), 0 when more bytes
- * are needed, < 0 on error. A QP_EFORMAT/QP_EINVAL for one message's body consumes that
- * frame only; the stream goes on. Check qp_wire_decoder_broken to tell the two apart. */
+ * are needed, < 0 on error. A bad body (QP_EFORMAT naming the field) consumes that frame
+ * only and the stream goes on; a framing error breaks it. qp_wire_decoder_broken tells which. */
 int qp_wire_decoder_next(qp_wire_decoder *d, qp_msg *m, qp_err *err);
 int qp_wire_decoder_broken(const qp_wire_decoder *d);
 /* Bytes held that do not yet make a whole frame (nonzero at EOF means a truncated frame). */

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "quant/algo/gptq_block.h"
+#include "quant/core/log.h"
 
 qd_gptq_opts qd_gptq_opts_default(void)
 {
@@ -228,6 +229,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     if (!d.h) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
 
     int factored = 0;
+    double t_chol_start = now_seconds();
     for (int attempt = 0; attempt <= o->max_damp_retries; attempt++) {
         double pct = o->damp_percent * pow(10.0, attempt);
         float damp = (float)(pct * mean);
@@ -243,6 +245,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     }
     free(hp);
     hp = NULL;
+    double t_chol = now_seconds();
 
     if (!factored) {
         out->fallback_rtn = 1;
@@ -268,8 +271,11 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         rc = qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
         goto done;
     }
+    double t_loop = now_seconds();
     rc = gptq_run_blocks(be, o, &d, n, k, find_params, err);
     if (rc) goto done;
+    if ((rc = be->ops->sync(be))) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
+    double t_loop_end = now_seconds();
 
     /* Results back to the host; wp now holds Q in processing order. */
     uint8_t *codes = malloc((size_t)(n * k));
@@ -301,6 +307,9 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         out->layer.zeros[i] = (int32_t)lrintf(zeros[i]);
     }
     out->seconds = now_seconds() - t0;
+    QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",
+           (long long)n, (long long)k, t_chol_start - t0, t_chol - t_chol_start, t_loop - t_chol,
+           t_loop_end - t_loop, now_seconds() - t_loop_end);
     for (int64_t i = 0; i < n * k; i++)
         if (!isfinite(out->deq[i])) {
             rc = qd_err_set(err, QD_ENUMERIC, "gptq: quantized weight [%lld][%lld] is not finite",

@@ -311,6 +311,52 @@ static void test_gptq_block(void)
     qd_backend_close(be);
 }
 
+/* Threads split rows; the result must not depend on how many. */
+static void test_gptq_block_threads(void)
+{
+    qd_backend *b1 = NULL, *b2 = NULL;
+    qd_err e = {0};
+    CHECK_OK(qd_backend_cpu_open(1, &b1, &e));
+    CHECK_OK(qd_backend_cpu_open(3, &b2, &e));
+    test_rng rng;
+    test_rng_seed(&rng, 15);
+    const int64_t n = 301, k = 96, gs = 32, G = 3;
+    qd_quant_cfg cfg = qd_quant_cfg_default();
+    cfg.group_size = gs;
+    float *w = malloc(sizeof(float) * n * k), *w2 = malloc(sizeof(float) * n * k);
+    float *hinv = calloc(k * k, sizeof(float));
+    test_fill_normal(&rng, w, n * k, 1.0f);
+    memcpy(w2, w, sizeof(float) * n * k);
+    for (int64_t i = 0; i < k; i++) {
+        hinv[i * k + i] = 1.0f;
+        for (int64_t j = i + 1; j < k; j++) hinv[i * k + j] = 0.1f * test_rng_normal(&rng);
+    }
+    float *err1 = calloc(n * k, sizeof(float)), *err2 = calloc(n * k, sizeof(float));
+    uint8_t *c1 = calloc(n * k, 1), *c2 = calloc(n * k, 1);
+    float *s1 = calloc(G * n, sizeof(float)), *s2 = calloc(G * n, sizeof(float));
+    float *z1 = calloc(G * n, sizeof(float)), *z2 = calloc(G * n, sizeof(float));
+    int32_t cg[96];
+    for (int64_t j = 0; j < k; j++) cg[j] = (int32_t)(j / gs);
+    qd_gptq_block_args a = {.cfg = &cfg, .n = n, .k = k, .i1 = 0, .i2 = k, .w = w, .ldw = k,
+                            .hinv = hinv, .ldh = k, .err = err1, .lde = k, .codes = c1, .ldc = k,
+                            .scales = s1, .zeros = z1, .col_group = cg, .find_params = 1};
+    CHECK_OK(b1->ops->gptq_block(b1, &a));
+    a.w = w2; a.err = err2; a.codes = c2; a.scales = s2; a.zeros = z2;
+    CHECK_OK(b2->ops->gptq_block(b2, &a));
+    CHECK(memcmp(w, w2, sizeof(float) * n * k) == 0);
+    CHECK(memcmp(err1, err2, sizeof(float) * n * k) == 0);
+    CHECK(memcmp(c1, c2, n * k) == 0);
+    CHECK(memcmp(s1, s2, sizeof(float) * G * n) == 0);
+    /* every row was processed: the last row's codes are not all zero */
+    int any = 0;
+    for (int64_t j = 0; j < k; j++) any |= c2[(n - 1) * k + j];
+    CHECK(any);
+    free(w); free(w2); free(hinv); free(err1); free(err2); free(c1); free(c2);
+    free(s1); free(s2); free(z1); free(z2);
+    qd_backend_close(b1);
+    qd_backend_close(b2);
+}
+
 int main(void)
 {
     TEST_RUN(test_open_specs);
@@ -319,5 +365,6 @@ int main(void)
     TEST_RUN(test_hessian_accum);
     TEST_RUN(test_chol_inverse_upper);
     TEST_RUN(test_gptq_block);
+    TEST_RUN(test_gptq_block_threads);
     return test_finish();
 }

@@ -343,9 +343,9 @@ static void test_hessian_stream(void)
     CHECK_OK(qd_gptq_quantize(be, &o, w, 8, k, &acc, &a, &err));
     CHECK_OK(qd_gptq_quantize_h(be, &o, w, 8, k, h, &b, &err));
     CHECK(memcmp(a.deq, b.deq, sizeof(float) * 8 * k) == 0);
-    CHECK_INT(qd_gptq_quantize(be, &o, w, 8, k + 1, &acc, &a, &err), QD_ESHAPE);
     qd_gptq_result_free(&a);
     qd_gptq_result_free(&b);
+    CHECK_INT(qd_gptq_quantize(be, &o, w, 8, k + 1, &acc, &a, &err), QD_ESHAPE);
     qd_gptq_hessian_free(&acc);
     qd_gptq_hessian_free(&acc);
     qd_gptq_hessian_free(NULL);

@@ -467,6 +467,43 @@ static void test_names(void)
     CHECK_STR(qp_calib_style_name(QP_CALIB_AWQ), "awq");
 }
 
+/* Random byte edits of a valid spec must parse or fail with a message, never crash. */
+static void test_mutations_never_crash(void)
+{
+    const char *full = "{\"id\":\"j1\",\"model\":\"m\",\"output\":\"o\",\"method\":\"awq\",\"bits\":4,"
+                       "\"calibration\":{\"path\":\"c\",\"samples\":8},\"eval\":{\"path\":\"w\"},"
+                       "\"modules_to_not_convert\":[\"a\"],\"shard_size\":\"1MB\"}";
+    static const char alphabet[] = "{}[]\":,0123456789.-+eE truefalsnul\\ab";
+    test_rng rng;
+    test_rng_seed(&rng, 7);
+    size_t n = strlen(full);
+    char buf[512];
+    int failed = 0, passed = 0;
+    for (int it = 0; it < 3000; it++) {
+        memcpy(buf, full, n + 1);
+        int edits = 1 + (int)(test_rng_u64(&rng) % 4);
+        for (int e = 0; e < edits; e++)
+            buf[test_rng_u64(&rng) % n] = alphabet[test_rng_u64(&rng) % (sizeof alphabet - 1)];
+        qp_job *j = NULL;
+        qp_err err = { 0 };
+        int rc = qp_job_parse(buf, n, &j, &err);
+        if (rc == 0) {
+            passed++;
+            char *c = qp_job_to_json(j, 0);
+            qp_job *k = NULL;
+            CHECK(c && qp_job_parse(c, strlen(c), &k, NULL) == 0);   /* what we write, we read */
+            free(c);
+            qp_job_free(k);
+        } else {
+            failed++;
+            test_checks++;
+            if (j != NULL || !err.msg[0] || strncmp(err.msg, "job", 3) != 0) TEST_FAIL_("%s: bad failure \"%s\"", buf, err.msg);
+        }
+        qp_job_free(j);
+    }
+    CHECK(failed > 0 && passed > 0);
+}
+
 int main(void)
 {
     TEST_RUN(test_sha256_vectors);
@@ -482,5 +519,6 @@ int main(void)
     TEST_RUN(test_canonical_round_trip);
     TEST_RUN(test_derived_id);
     TEST_RUN(test_names);
+    TEST_RUN(test_mutations_never_crash);
     return test_finish();
 }

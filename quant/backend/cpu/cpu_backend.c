@@ -11,17 +11,22 @@
 #include <immintrin.h>
 #include <lapacke.h>
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/algo/gptq_block.h"
 #include "quant/algo/quantizer.h"
 
-/* y[0..n) -= a * x[0..n): the in-block GPTQ update of one row. */
-typedef void (*cpu_axpy_neg_fn)(float *restrict y, const float *restrict x, float a, int64_t n);
+/* The in-block GPTQ update of nrows rows of the block copy: w1[rr][c] -= e[rr] * h[c] for
+ * c < len (rows ldw1 apart). */
+typedef void (*cpu_update_fn)(float *restrict w1, int64_t ldw1, int nrows, const float *e,
+                              const float *restrict h, int64_t len);
+
+#define CPU_GPTQ_MAX_THREADS 64
 
 typedef struct cpu_impl {
-    cpu_axpy_neg_fn axpy_neg;   /* chosen once at open from the CPU's features */
+    cpu_update_fn update;       /* chosen once at open from the CPU's features */
 } cpu_impl;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -170,26 +175,106 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 
 /* ---- GPTQ block ---------------------------------------------------------------------- */
 
-static void cpu_axpy_neg_ref(float *restrict y, const float *restrict x, float a, int64_t n)
+/* Rows of the block processed together: each Hinv row is loaded once per batch. */
+#define CPU_GPTQ_ROWS 4
+
+static void cpu_update_ref(float *restrict w1, int64_t ldw1, int nrows, const float *e,
+                           const float *restrict h, int64_t len)
 {
-    for (int64_t c = 0; c < n; c++) y[c] -= a * x[c];
+    for (int rr = 0; rr < nrows; rr++) {
+        float *y = w1 + rr * ldw1;
+        for (int64_t c = 0; c < len; c++) y[c] -= e[rr] * h[c];
+    }
 }
 
 __attribute__((target("avx2,fma")))
-static void cpu_axpy_neg_avx2(float *restrict y, const float *restrict x, float a, int64_t n)
+static void cpu_update_avx2(float *restrict w1, int64_t ldw1, int nrows, const float *e,
+                            const float *restrict h, int64_t len)
 {
-    __m256 va = _mm256_set1_ps(a);
     int64_t c = 0;
-    for (; c + 16 <= n; c += 16) {
-        __m256 y0 = _mm256_loadu_ps(y + c), y1 = _mm256_loadu_ps(y + c + 8);
-        y0 = _mm256_fnmadd_ps(va, _mm256_loadu_ps(x + c), y0);
-        y1 = _mm256_fnmadd_ps(va, _mm256_loadu_ps(x + c + 8), y1);
-        _mm256_storeu_ps(y + c, y0);
-        _mm256_storeu_ps(y + c + 8, y1);
+    if (nrows == CPU_GPTQ_ROWS) {
+        __m256 e0 = _mm256_set1_ps(e[0]), e1 = _mm256_set1_ps(e[1]);
+        __m256 e2 = _mm256_set1_ps(e[2]), e3 = _mm256_set1_ps(e[3]);
+        float *y0 = w1, *y1 = w1 + ldw1, *y2 = w1 + 2 * ldw1, *y3 = w1 + 3 * ldw1;
+        for (; c + 8 <= len; c += 8) {
+            __m256 hv = _mm256_loadu_ps(h + c);
+            _mm256_storeu_ps(y0 + c, _mm256_fnmadd_ps(e0, hv, _mm256_loadu_ps(y0 + c)));
+            _mm256_storeu_ps(y1 + c, _mm256_fnmadd_ps(e1, hv, _mm256_loadu_ps(y1 + c)));
+            _mm256_storeu_ps(y2 + c, _mm256_fnmadd_ps(e2, hv, _mm256_loadu_ps(y2 + c)));
+            _mm256_storeu_ps(y3 + c, _mm256_fnmadd_ps(e3, hv, _mm256_loadu_ps(y3 + c)));
+        }
+    } else {
+        for (int rr = 0; rr < nrows; rr++) {
+            __m256 ev = _mm256_set1_ps(e[rr]);
+            float *y = w1 + rr * ldw1;
+            for (int64_t cc = 0; cc + 8 <= len; cc += 8)
+                _mm256_storeu_ps(y + cc, _mm256_fnmadd_ps(ev, _mm256_loadu_ps(h + cc), _mm256_loadu_ps(y + cc)));
+        }
+        c = len & ~(int64_t)7;
     }
-    for (; c + 8 <= n; c += 8)
-        _mm256_storeu_ps(y + c, _mm256_fnmadd_ps(va, _mm256_loadu_ps(x + c), _mm256_loadu_ps(y + c)));
-    for (; c < n; c++) y[c] = __builtin_fmaf(-a, x[c], y[c]);
+    for (; c < len; c++)
+        for (int rr = 0; rr < nrows; rr++) w1[rr * ldw1 + c] = __builtin_fmaf(-e[rr], h[c], w1[rr * ldw1 + c]);
+}
+
+/* The block for rows [r0, r1), in batches of CPU_GPTQ_ROWS. Rows are independent inside a
+ * block (the group parameters come from w as it stood when the block started), so a batch
+ * runs the whole column loop while its slice of the block (4 x B floats) sits in L1,
+ * instead of sweeping all rows once per column. w1 is scratch [CPU_GPTQ_ROWS, B]. */
+static void cpu_gptq_rows(const qd_gptq_block_args *a, cpu_update_fn update, int64_t r0, int64_t r1,
+                          float *w1)
+{
+    const qd_quant_cfg *cfg = a->cfg;
+    const int maxq = qd_quant_maxq(cfg);
+    const int64_t n = a->n, k = a->k, i1 = a->i1, B = a->i2 - a->i1;
+    const int64_t gs = cfg->group_size > 0 ? cfg->group_size : k;
+    for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
+        int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
+        for (int rr = 0; rr < nr; rr++) {
+            int64_t r = rb + rr;
+            float *wr = a->w + r * a->ldw;
+            if (a->find_params) {
+                int64_t j0 = (i1 + gs - 1) / gs * gs;     /* first group start >= i1 */
+                for (int64_t j = j0; j < i1 + B; j += gs) {
+                    int64_t len = j + gs <= k ? gs : k - j;
+                    int64_t g = a->col_group[j];
+                    qd_quant_params(cfg, wr + j, len, 1, &a->scales[g * n + r], &a->zeros[g * n + r]);
+                }
+            }
+            memcpy(w1 + rr * B, wr + i1, (size_t)B * sizeof(float));
+        }
+        for (int64_t i = 0; i < B; i++) {
+            int64_t j = i1 + i;
+            int64_t g = a->col_group[j];
+            const float *hrow = a->hinv + j * a->ldh;
+            float d = hrow[j], e[CPU_GPTQ_ROWS];
+            for (int rr = 0; rr < nr; rr++) {
+                int64_t r = rb + rr;
+                float s = a->scales[g * n + r], z = a->zeros[g * n + r];
+                float x = w1[rr * B + i];
+                int code = qd_quant_code(x, s, z, maxq);
+                float qv = qd_quant_dequant(code, s, z);
+                e[rr] = (x - qv) / d;
+                a->err[r * a->lde + i] = e[rr];
+                a->codes[r * a->ldc + j] = (uint8_t)code;
+                a->w[r * a->ldw + j] = qv;
+            }
+            update(w1 + i + 1, B, nr, e, hrow + j + 1, B - i - 1);
+        }
+    }
+}
+
+typedef struct cpu_gptq_job {
+    const qd_gptq_block_args *a;
+    cpu_update_fn update;
+    int64_t r0, r1;
+    float *w1;
+} cpu_gptq_job;
+
+static void *cpu_gptq_job_run(void *p)
+{
+    cpu_gptq_job *j = p;
+    cpu_gptq_rows(j->a, j->update, j->r0, j->r1, j->w1);
+    return NULL;
 }
 
 static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
@@ -199,43 +284,30 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
         a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1)
         return qd_err_set(&be->err, QD_EINVAL, "cpu gptq_block: bad arguments");
     const cpu_impl *impl = be->impl;
-    const qd_quant_cfg *cfg = a->cfg;
-    const int maxq = qd_quant_maxq(cfg);
-    const int64_t n = a->n, k = a->k, i1 = a->i1, B = a->i2 - a->i1;
-    const int64_t gs = cfg->group_size > 0 ? cfg->group_size : k;
-
-    float *w1 = cpu_alloc(be, (size_t)B * sizeof(float));
+    const int64_t n = a->n, B = a->i2 - a->i1;
+    /* Threads split the rows; below a few batches per thread the start-up is not worth it. */
+    int nt = be->n_threads;
+    if (nt > CPU_GPTQ_MAX_THREADS) nt = CPU_GPTQ_MAX_THREADS;
+    if (n < (int64_t)nt * 16 * CPU_GPTQ_ROWS) nt = 1;
+    float *w1 = cpu_alloc(be, (size_t)(nt * CPU_GPTQ_ROWS * B) * sizeof(float));
     if (!w1) return QD_ENOMEM;
-    /* Rows are independent inside a block (the group parameters come from w as it stood
-     * when the block started), so each row runs the whole column loop while its slice of
-     * the block sits in L1, instead of sweeping all rows once per column. */
-    for (int64_t r = 0; r < n; r++) {
-        float *wr = a->w + r * a->ldw;
-        if (a->find_params) {
-            int64_t j0 = (i1 + gs - 1) / gs * gs;     /* first group start >= i1 */
-            for (int64_t j = j0; j < i1 + B; j += gs) {
-                int64_t len = j + gs <= k ? gs : k - j;
-                int64_t g = a->col_group[j];
-                qd_quant_params(cfg, wr + j, len, 1, &a->scales[g * n + r], &a->zeros[g * n + r]);
-            }
-        }
-        memcpy(w1, wr + i1, (size_t)B * sizeof(float));
-        float *er = a->err + r * a->lde;
-        uint8_t *cr = a->codes + r * a->ldc;
-        for (int64_t i = 0; i < B; i++) {
-            int64_t j = i1 + i;
-            int64_t g = a->col_group[j];
-            float s = a->scales[g * n + r], z = a->zeros[g * n + r];
-            float x = w1[i];
-            int code = qd_quant_code(x, s, z, maxq);
-            float qv = qd_quant_dequant(code, s, z);
-            const float *hrow = a->hinv + j * a->ldh;
-            float e = (x - qv) / hrow[j];
-            impl->axpy_neg(w1 + i + 1, hrow + j + 1, e, B - i - 1);
-            er[i] = e;
-            cr[j] = (uint8_t)code;
-            wr[j] = qv;
-        }
+    cpu_gptq_job jobs[CPU_GPTQ_MAX_THREADS];
+    pthread_t tid[CPU_GPTQ_MAX_THREADS];
+    int started[CPU_GPTQ_MAX_THREADS] = {0};
+    int64_t batches = (n + CPU_GPTQ_ROWS - 1) / CPU_GPTQ_ROWS;
+    int64_t per = (batches + nt - 1) / nt * CPU_GPTQ_ROWS;               /* whole batches each */
+    for (int t = 0; t < nt; t++) {
+        int64_t r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
+        if (r0 > n) r0 = n;
+        jobs[t] = (cpu_gptq_job){a, impl->update, r0, r1, w1 + t * CPU_GPTQ_ROWS * B};
+    }
+    for (int t = 1; t < nt; t++)
+        started[t] = pthread_create(&tid[t], NULL, cpu_gptq_job_run, &jobs[t]) == 0;
+    /* The calling thread takes the first share, and any share whose thread did not start. */
+    cpu_gptq_job_run(&jobs[0]);
+    for (int t = 1; t < nt; t++) {
+        if (started[t]) pthread_join(tid[t], NULL);
+        else cpu_gptq_job_run(&jobs[t]);
     }
     free(w1);
     return 0;
@@ -284,8 +356,8 @@ int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
         return qd_err_set(err, QD_ENOMEM, "cpu backend: out of memory");
     }
     __builtin_cpu_init();
-    impl->axpy_neg = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-                         ? cpu_axpy_neg_avx2 : cpu_axpy_neg_ref;
+    impl->update = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+                       ? cpu_update_avx2 : cpu_update_ref;
     be->ops = &cpu_ops;
     be->impl = impl;
     be->name = "cpu";
