@@ -21,6 +21,7 @@
 #include "quant/algo/gptq_block.h"
 #include "quant/algo/hessian.h"
 #include "quant/backend/backend.h"
+#include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 
 static double now(void)
@@ -61,6 +62,7 @@ int main(int argc, char **argv)
                         "[--desc-act] [--threads T] [--block-size B]\n");
         return 2;
     }
+    qd_log_init_from_env();     /* QUANTD_LOG=debug prints GPTQ's phase timings */
     qd_gptq_opts o = qd_gptq_opts_default();
     o.quant.sym = 1;
     int threads = 2;

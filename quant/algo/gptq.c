@@ -162,16 +162,24 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     const int64_t G = out->layer.n_groups;
 
     double t0 = now_seconds();
-    float *wp = malloc((size_t)(n * k) * sizeof *wp);          /* W in processing order */
-    float *hp = malloc((size_t)(k * k) * sizeof *hp);          /* H in processing order */
+    /* On the CPU backend host memory is backend memory: without act-order the working W
+     * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
+     * H is built straight into the factorisation buffer, so nothing is copied twice. */
+    const int host = be->device < 0;
+    const int in_place = host && !o->desc_act;
+    const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);
+    float *wp = NULL;                                          /* W in processing order */
+    float *hp = NULL;                                          /* H in processing order (non-CPU) */
+    uint8_t *codes = NULL;
     float *hdiag = malloc((size_t)k * sizeof *hdiag);
     int64_t *perm = malloc((size_t)k * sizeof *perm);
     int32_t *col_group = malloc((size_t)k * sizeof *col_group);
     float *scales = calloc((size_t)(G * n), sizeof *scales);
     float *zeros = calloc((size_t)(G * n), sizeof *zeros);
-    out->deq = malloc((size_t)(n * k) * sizeof *out->deq);
+    out->deq = malloc(wbytes);
+    wp = in_place ? out->deq : malloc(wbytes);
     gptq_dev d = {0};
-    if (!wp || !hp || !hdiag || !perm || !col_group || !scales || !zeros || !out->deq) {
+    if (!wp || !hdiag || !perm || !col_group || !scales || !zeros || !out->deq) {
         rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
         goto done;
     }
@@ -181,82 +189,108 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     if (!grouped)
         for (int64_t r = 0; r < n; r++) qd_quant_params(c, w + r * k, k, 1, &scales[r], &zeros[r]);
 
-    for (int64_t i = 0; i < k; i++) hdiag[i] = h[i * k + i];
-    memcpy(wp, w, (size_t)(n * k) * sizeof *wp);
+    /* Dead columns (H[i][i] == 0): H[i][i] = 1 and W[:, i] = 0. hdiag keeps the fixed
+     * diagonal in the original order. */
+    int64_t *dead = malloc((size_t)k * sizeof *dead);
+    if (!dead) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
     for (int64_t i = 0; i < k; i++) {
-        if (hdiag[i] != 0.0f) continue;
-        hdiag[i] = 1.0f;
-        out->dead_columns++;
-        for (int64_t r = 0; r < n; r++) wp[r * k + i] = 0.0f;
+        hdiag[i] = h[i * k + i];
+        if (hdiag[i] == 0.0f) {
+            hdiag[i] = 1.0f;
+            dead[out->dead_columns++] = i;
+        }
     }
 
-    if (static_groups)
-        for (int64_t g = 0; g < G; g++) {
-            int64_t k0 = g * gs, len = k - k0 < gs ? k - k0 : gs;
-            for (int64_t r = 0; r < n; r++)
-                qd_quant_params(c, wp + r * k + k0, len, 1, &scales[g * n + r], &zeros[g * n + r]);
-        }
+    if (o->desc_act) qd_gptq_act_order_perm(hdiag, k, perm);
+    else for (int64_t i = 0; i < k; i++) perm[i] = i;
 
-    if (o->desc_act) {
-        qd_gptq_act_order_perm(hdiag, k, perm);
+    /* Static groups read the unpermuted weights with dead columns zeroed. */
+    for (int64_t r = 0; r < n; r++) {
+        const float *src = w + r * k;
+        float *dst = wp + r * k;
+        if (o->desc_act) for (int64_t j = 0; j < k; j++) dst[j] = src[perm[j]];
+        else memcpy(dst, src, (size_t)k * sizeof(float));
+    }
+    if (static_groups) {
         float *row = malloc((size_t)k * sizeof *row);
-        if (!row) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+        if (!row) { free(dead); rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
         for (int64_t r = 0; r < n; r++) {
-            float *wr = wp + r * k;
-            for (int64_t j = 0; j < k; j++) row[j] = wr[perm[j]];
-            memcpy(wr, row, (size_t)k * sizeof *row);
+            memcpy(row, w + r * k, (size_t)k * sizeof *row);
+            for (int64_t i = 0; i < out->dead_columns; i++) row[dead[i]] = 0.0f;
+            for (int64_t g = 0; g < G; g++) {
+                int64_t k0 = g * gs, len = k - k0 < gs ? k - k0 : gs;
+                qd_quant_params(c, row + k0, len, 1, &scales[g * n + r], &zeros[g * n + r]);
+            }
         }
         free(row);
-    } else {
-        for (int64_t i = 0; i < k; i++) perm[i] = i;
     }
-    for (int64_t i = 0; i < k; i++) {
-        const float *src = h + perm[i] * k;
-        float *dst = hp + i * k;
-        for (int64_t j = 0; j < k; j++) dst[j] = src[perm[j]];
-        dst[i] = hdiag[perm[i]];           /* dead columns get H[i][i] = 1 */
+    if (out->dead_columns) {
+        int64_t *pos = malloc((size_t)k * sizeof *pos);      /* original column -> processing position */
+        if (!pos) { free(dead); rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+        for (int64_t j = 0; j < k; j++) pos[perm[j]] = j;
+        for (int64_t r = 0; r < n; r++)
+            for (int64_t i = 0; i < out->dead_columns; i++) wp[r * k + pos[dead[i]]] = 0.0f;
+        free(pos);
     }
+    free(dead);
     for (int64_t j = 0; j < k; j++)
         col_group[j] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
 
     double mean = 0.0;
-    for (int64_t i = 0; i < k; i++) mean += hp[i * k + i];
+    for (int64_t j = 0; j < k; j++) mean += hdiag[perm[j]];
     mean /= (double)k;
-    for (int64_t i = 0; i < k; i++) hdiag[i] = hp[i * k + i];   /* undamped, processing order */
 
-    size_t hbytes = (size_t)(k * k) * sizeof(float);
     d.h = qd_backend_alloc(be, hbytes);
     if (!d.h) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
+    if (!host) {
+        hp = malloc(hbytes);
+        if (!hp) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for H"); goto done; }
+    }
 
     int factored = 0;
     double t_chol_start = now_seconds();
     for (int attempt = 0; attempt <= o->max_damp_retries; attempt++) {
         double pct = o->damp_percent * pow(10.0, attempt);
         float damp = (float)(pct * mean);
-        for (int64_t i = 0; i < k; i++) hp[i * k + i] = hdiag[i] + damp;
-        rc = qd_backend_upload(be, d.h, hp, hbytes);
-        if (rc) { rc = qd_err_set(err, rc, "gptq: upload of H failed: %s", be->err.msg); goto done; }
+        /* The factorisation overwrites its input, so every attempt rebuilds H (permuted,
+         * dead diagonal fixed, damped) from the caller's copy. */
+        float *dst = host ? d.h : hp;
+        for (int64_t i = 0; i < k; i++) {
+            const float *src = h + perm[i] * k;
+            float *row = dst + i * k;
+            if (o->desc_act) for (int64_t j = 0; j < k; j++) row[j] = src[perm[j]];
+            else memcpy(row, src, (size_t)k * sizeof(float));
+            row[i] = hdiag[perm[i]] + damp;
+        }
+        if (!host && (rc = qd_backend_upload(be, d.h, hp, hbytes))) {
+            rc = qd_err_set(err, rc, "gptq: upload of H failed: %s", be->err.msg);
+            goto done;
+        }
         out->damp_percent = pct;
         out->damp = damp;
         out->damp_retries = attempt;
         rc = be->ops->chol_inverse_upper(be, d.h, k);
         if (rc == 0) { factored = 1; break; }
         if (rc != QD_ENUMERIC) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
+        QD_LOG(QD_LOG_WARN, "gptq damping retry", "n=%lld k=%lld damp_percent=%g reason=\"%s\"",
+               (long long)n, (long long)k, pct, be->err.msg);
     }
     free(hp);
     hp = NULL;
     double t_chol = now_seconds();
 
     if (!factored) {
+        QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
+               o->max_damp_retries + 1);
         out->fallback_rtn = 1;
         rc = gptq_fallback_rtn(c, w, n, k, out, err);
         out->seconds = now_seconds() - t0;
         goto done;
     }
 
-    d.w = qd_backend_alloc(be, (size_t)(n * k) * sizeof(float));
+    d.w = host ? wp : qd_backend_alloc(be, wbytes);
+    d.codes = in_place ? out->layer.q : qd_backend_alloc(be, (size_t)(n * k));
     d.err = qd_backend_alloc(be, (size_t)(n * o->block_size) * sizeof(float));
-    d.codes = qd_backend_alloc(be, (size_t)(n * k));
     d.scales = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
     d.zeros = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
     d.col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
@@ -264,7 +298,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
         goto done;
     }
-    if ((rc = qd_backend_upload(be, d.w, wp, (size_t)(n * k) * sizeof(float))) ||
+    if ((!host && (rc = qd_backend_upload(be, d.w, wp, wbytes))) ||
         (rc = qd_backend_upload(be, d.scales, scales, (size_t)(G * n) * sizeof(float))) ||
         (rc = qd_backend_upload(be, d.zeros, zeros, (size_t)(G * n) * sizeof(float))) ||
         (rc = qd_backend_upload(be, d.col_group, col_group, (size_t)k * sizeof(int32_t)))) {
@@ -277,32 +311,41 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     if ((rc = be->ops->sync(be))) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
     double t_loop_end = now_seconds();
 
-    /* Results back to the host; wp now holds Q in processing order. */
-    uint8_t *codes = malloc((size_t)(n * k));
-    if (!codes) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
-    if ((rc = qd_backend_download(be, wp, d.w, (size_t)(n * k) * sizeof(float))) ||
-        (rc = qd_backend_download(be, codes, d.codes, (size_t)(n * k))) ||
+    /* Results back to the host: Q and the codes in processing order, then unpermuted. */
+    if ((!host && (rc = qd_backend_download(be, wp, d.w, wbytes))) ||
         (rc = qd_backend_download(be, scales, d.scales, (size_t)(G * n) * sizeof(float))) ||
         (rc = qd_backend_download(be, zeros, d.zeros, (size_t)(G * n) * sizeof(float)))) {
-        free(codes);
         rc = qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
         goto done;
     }
-    /* Undo the permutation: processing column j is original column perm[j]. */
-    for (int64_t r = 0; r < n; r++) {
-        const float *src = wp + r * k;
-        const uint8_t *csrc = codes + r * k;
-        float *dq = out->deq + r * k;
-        uint8_t *cq = out->layer.q + r * k;
-        for (int64_t j = 0; j < k; j++) {
-            dq[perm[j]] = src[j];
-            cq[perm[j]] = csrc[j];
+    if (!in_place) {
+        codes = host ? d.codes : malloc((size_t)(n * k));
+        if (!codes) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+        if (!host && (rc = qd_backend_download(be, codes, d.codes, (size_t)(n * k)))) {
+            rc = qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
+            goto done;
+        }
+        /* Processing column j is original column perm[j]. */
+        for (int64_t r = 0; r < n; r++) {
+            const float *src = wp + r * k;
+            const uint8_t *csrc = codes + r * k;
+            float *dq = out->deq + r * k;
+            uint8_t *cq = out->layer.q + r * k;
+            for (int64_t j = 0; j < k; j++) {
+                dq[perm[j]] = src[j];
+                cq[perm[j]] = csrc[j];
+            }
         }
     }
-    free(codes);
     for (int64_t j = 0; j < k; j++)
         out->layer.g_idx[perm[j]] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
+    /* Finite positive scales and integer codes make every dequantized weight finite. */
     for (int64_t i = 0; i < G * n; i++) {
+        if (!isfinite(scales[i]) || !(scales[i] > 0.0f)) {
+            rc = qd_err_set(err, QD_ENUMERIC, "gptq: scale of group %lld, row %lld is %g",
+                            (long long)(i / n), (long long)(i % n), (double)scales[i]);
+            goto done;
+        }
         out->layer.scales[i] = scales[i];
         out->layer.zeros[i] = (int32_t)lrintf(zeros[i]);
     }
@@ -310,18 +353,17 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",
            (long long)n, (long long)k, t_chol_start - t0, t_chol - t_chol_start, t_loop - t_chol,
            t_loop_end - t_loop, now_seconds() - t_loop_end);
-    for (int64_t i = 0; i < n * k; i++)
-        if (!isfinite(out->deq[i])) {
-            rc = qd_err_set(err, QD_ENUMERIC, "gptq: quantized weight [%lld][%lld] is not finite",
-                            (long long)(i / k), (long long)(i % k));
-            goto done;
-        }
     rc = 0;
 
 done:
+    /* Buffers that alias host arrays are not the backend's to free. */
+    if (d.w == wp) d.w = NULL;
+    if (in_place && d.codes == out->layer.q) d.codes = NULL;
+    if (host && codes == d.codes) codes = NULL;
     gptq_dev_free(be, &d);
-    free(wp);
+    if (wp != out->deq) free(wp);
     free(hp);
+    free(codes);
     free(hdiag);
     free(perm);
     free(col_group);

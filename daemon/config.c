@@ -1,0 +1,664 @@
+/* The daemon's option table and the code it drives: defaults, config file, environment and
+ * flags (in that order of increasing precedence), validation, the one-line dump and the
+ * usage text. Adding an option is one row in `options` and one field in qdd_config. */
+#define _GNU_SOURCE
+#include "daemon/config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "proto/keys.h"
+#include "proto/job.h"
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+
+typedef enum opt_type { OPT_STR = 0, OPT_INT, OPT_LIST } opt_type;
+
+typedef struct qdd_option {
+    const char *name;        /* flag and file key; env is QUANTD_ + upper(name with _) */
+    opt_type type;
+    size_t off;              /* field in qdd_config */
+    const char *def;         /* default as text; NULL = computed (node) */
+    int64_t min, max;        /* OPT_INT range */
+    int (*validate)(const char *v, qd_err *err);   /* raw value check, NULL = none */
+    const char *meta;        /* value placeholder in the usage */
+    const char *help;
+} qdd_option;
+
+static int check_redis(const char *v, qd_err *err)
+{
+    qdd_redis_url u = {0};
+    int rc = qdd_redis_url_parse(v, &u, err);
+    qdd_redis_url_clear(&u);
+    return rc;
+}
+
+static int check_workers(const char *v, qd_err *err)
+{
+    qdd_workers w;
+    return qdd_workers_parse(v, &w, err);
+}
+
+static int check_node(const char *v, qd_err *err)
+{
+    if (!qp_name_valid(v))
+        return qd_err_set(err, QD_EINVAL, "'%s' is not a valid node name (1-64 of A-Z a-z 0-9 . _ -)", v);
+    return 0;
+}
+
+static int check_prefix(const char *v, qd_err *err)
+{
+    qp_keys k;
+    qp_err pe = {0};
+    if (qp_keys_init(&k, v, "x-unused-job-prefix", &pe))
+        return qd_err_set(err, QD_EINVAL, "%s", pe.msg);
+    return 0;
+}
+
+static int check_log_level(const char *v, qd_err *err)
+{
+    if (qd_log_level_parse(v) < 0)
+        return qd_err_set(err, QD_EINVAL, "'%s' is not one of debug, info, warn, error, off", v);
+    return 0;
+}
+
+static int check_http(const char *v, qd_err *err)
+{
+    if (!*v) return 0;
+    const char *colon = strrchr(v, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    if (!colon || colon == v || !end || *end || end == colon + 1 || port < 0 || port > 65535)
+        return qd_err_set(err, QD_EINVAL, "'%s' is not ADDR:PORT (e.g. 127.0.0.1:8080)", v);
+    return 0;
+}
+
+static int check_abs_path(const char *v, qd_err *err)
+{
+    if (v[0] != '/') return qd_err_set(err, QD_EINVAL, "'%s' is not an absolute path", v);
+    return 0;
+}
+
+#define OFF(f) offsetof(qdd_config, f)
+static const qdd_option options[] = {
+    {"redis", OPT_STR, OFF(redis), "redis://127.0.0.1:6379", 0, 0, check_redis,
+     "redis://[user:pass@]HOST:PORT[/db]", "Redis server (AUTH with user and password when given)"},
+    {"node", OPT_STR, OFF(node), NULL, 0, 0, check_node, "NAME",
+     "this node's name in Redis keys (default: the host name)"},
+    {"workers", OPT_STR, OFF(workers), "cpu:1", 0, 0, check_workers, "cpu:N|cuda:all|cuda:0,1",
+     "worker processes to run"},
+    {"allow-root", OPT_LIST, OFF(allow_roots), "", 0, 0, check_abs_path, "DIR",
+     "a directory jobs may write under (repeatable); none = every job is refused"},
+    {"http", OPT_STR, OFF(http), "", 0, 0, check_http, "ADDR:PORT", "HTTP API address (empty: off)"},
+    {"queue", OPT_STR, OFF(queue), QP_KEYS_DEFAULT_QUEUE, 0, 0, check_prefix, "NAME",
+     "queue list, also the prefix of cluster-wide keys"},
+    {"key-prefix", OPT_STR, OFF(key_prefix), QP_KEYS_DEFAULT_JOB, 0, 0, check_prefix, "P",
+     "prefix of per-job keys"},
+    {"max-jobs", OPT_INT, OFF(max_jobs), "0", 0, 100000, NULL, "N",
+     "jobs running at once (0: one per worker)"},
+    {"retention", OPT_INT, OFF(retention_s), "604800", 1, INT64_C(315360000), NULL, "S",
+     "seconds finished jobs' keys are kept"},
+    {"log-level", OPT_STR, OFF(log_level), "info", 0, 0, check_log_level, "L",
+     "debug, info, warn, error or off"},
+    {"max-job-bytes", OPT_INT, OFF(max_job_bytes), "65536", 2, QP_JOB_MAX_BYTES, NULL, "N",
+     "largest job payload accepted"},
+    {"max-retries", OPT_INT, OFF(max_retries), "3", 0, 100, NULL, "N",
+     "task retries after a worker dies, before the job fails"},
+    {"heartbeat", OPT_INT, OFF(heartbeat_s), "2", 1, 3600, NULL, "S",
+     "worker heartbeat interval (silent for 3 intervals: restarted)"},
+    {"memory-limit-mb", OPT_INT, OFF(memory_limit_mb), "0", 0, INT64_C(1) << 40, NULL, "MB",
+     "admit jobs while their summed memory estimates stay below this (0: no limit)"},
+    {"worker-path", OPT_STR, OFF(worker_path), "", 0, 0, NULL, "FILE",
+     "quantd-worker executable (empty: next to quantd)"},
+};
+#undef OFF
+#define N_OPTIONS (sizeof options / sizeof options[0])
+/* An OPT_LIST field is a char ** immediately followed by its size_t count. */
+_Static_assert(offsetof(qdd_config, n_allow_roots) == offsetof(qdd_config, allow_roots) + sizeof(char **),
+               "allow_roots must be followed by n_allow_roots");
+
+enum { SRC_DEFAULT = 0, SRC_FILE, SRC_ENV, SRC_FLAG };
+
+typedef struct loader {
+    qdd_config *c;
+    int list_src[N_OPTIONS];   /* the source a list option's current values came from */
+} loader;
+
+/* Option names match with '-' and '_' treated alike, so files may use either. */
+static int name_eq(const char *a, const char *b, size_t blen)
+{
+    size_t i = 0;
+    for (; i < blen && a[i]; i++) {
+        char x = a[i] == '_' ? '-' : a[i], y = b[i] == '_' ? '-' : b[i];
+        if (x != y) return 0;
+    }
+    return i == blen && !a[i];
+}
+
+static const qdd_option *option_find(const char *name, size_t len)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++)
+        if (name_eq(options[i].name, name, len)) return &options[i];
+    return NULL;
+}
+
+static size_t edit_distance(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b), prev[64], cur[64];
+    if (la > 63 || lb > 63) return 99;
+    for (size_t j = 0; j <= lb; j++) prev[j] = j;
+    for (size_t i = 1; i <= la; i++) {
+        cur[0] = i;
+        for (size_t j = 1; j <= lb; j++) {
+            size_t sub = prev[j - 1] + (a[i - 1] != b[j - 1]);
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+        }
+        memcpy(prev, cur, (lb + 1) * sizeof *prev);
+    }
+    return prev[lb];
+}
+
+static int unknown_option(const char *where, const char *name, size_t len, qd_err *err)
+{
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 63 ? len : 63), name);
+    const char *best = NULL;
+    size_t best_d = 3;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        size_t d = edit_distance(buf, options[i].name);
+        if (d < best_d) { best_d = d; best = options[i].name; }
+    }
+    if (best)
+        return qd_err_set(err, QD_EINVAL, "%s%sunknown option '%s' (did you mean '%s'?)", where, *where ? ": " : "", buf, best);
+    return qd_err_set(err, QD_EINVAL, "%s%sunknown option '%s'", where, *where ? ": " : "", buf);
+}
+
+static int list_append(char ***list, size_t *n, const char *v)
+{
+    char **nl = realloc(*list, (*n + 1) * sizeof *nl);
+    if (!nl) return QD_ENOMEM;
+    *list = nl;
+    if (!(nl[*n] = strdup(v))) return QD_ENOMEM;
+    (*n)++;
+    return 0;
+}
+
+static void list_clear(char ***list, size_t *n)
+{
+    for (size_t i = 0; i < *n; i++) free((*list)[i]);
+    free(*list);
+    *list = NULL;
+    *n = 0;
+}
+
+/* Sets one option from text. `where` prefixes error messages ("--max-jobs",
+ * "quantd.conf:7: redis", "QUANTD_NODE"). */
+static int option_apply(loader *L, const qdd_option *o, const char *v, int src, const char *where,
+                        qd_err *err)
+{
+    char *base = (char *)L->c;
+    if (o->validate && (*v || o->type != OPT_LIST) && o->validate(v, err))
+        return qd_err_prefix(err, "%s", where);
+    switch (o->type) {
+    case OPT_STR: {
+        char **f = (char **)(base + o->off);
+        char *d = strdup(v);
+        if (!d) return qd_err_set(err, QD_ENOMEM, "out of memory");
+        free(*f);
+        *f = d;
+        return 0;
+    }
+    case OPT_INT: {
+        char *end = NULL;
+        errno = 0;
+        long long x = strtoll(v, &end, 10);
+        if (!*v || errno || *end || x < o->min || x > o->max)
+            return qd_err_set(err, QD_EINVAL, "%s: must be an integer in [%lld, %lld], got '%s'", where,
+                              (long long)o->min, (long long)o->max, v);
+        *(int64_t *)(base + o->off) = x;
+        return 0;
+    }
+    case OPT_LIST: {
+        char ***list = (char ***)(base + o->off);
+        size_t *n = (size_t *)(base + o->off + sizeof(char **));
+        size_t idx = (size_t)(o - options);
+        if (L->list_src[idx] != src) {   /* a higher source replaces the lower ones' list */
+            list_clear(list, n);
+            L->list_src[idx] = src;
+        }
+        if (*v && list_append(list, n, v)) return qd_err_set(err, QD_ENOMEM, "out of memory");
+        return 0;
+    }
+    }
+    return qd_err_set(err, QD_EINVAL, "%s: bad option type", where);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s)) s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1])) *--e = 0;
+    return s;
+}
+
+static int load_file(loader *L, const char *path, qd_err *err)
+{
+    char *text = NULL;
+    size_t len = 0;
+    if (qd_fs_read_file(path, &text, &len, err)) return qd_err_prefix(err, "config file");
+    int rc = 0, lineno = 0;
+    /* strtok_r would skip empty lines and so miscount them: walk by hand. */
+    for (char *line = text; line && !rc; ) {
+        char *nl = strchr(line, '\n');
+        if (nl) *nl = 0;
+        lineno++;
+        char *hash = strchr(line, '#');   /* values never hold '#': paths and URLs here do not */
+        if (hash) *hash = 0;
+        char *s = trim(line);
+        if (*s) {
+            char where[512];
+            char *eq = strchr(s, '=');
+            if (!eq) {
+                rc = qd_err_set(err, QD_EINVAL, "%s:%d: expected 'name = value', got '%s'", path, lineno, s);
+                break;
+            }
+            *eq = 0;
+            char *name = trim(s), *val = trim(eq + 1);
+            snprintf(where, sizeof where, "%s:%d", path, lineno);
+            const qdd_option *o = option_find(name, strlen(name));
+            if (!o) { rc = unknown_option(where, name, strlen(name), err); break; }
+            snprintf(where, sizeof where, "%s:%d: %s", path, lineno, o->name);
+            rc = option_apply(L, o, val, SRC_FILE, where, err);
+        }
+        line = nl ? nl + 1 : NULL;
+    }
+    free(text);
+    return rc;
+}
+
+static void env_name(const qdd_option *o, char *buf, size_t cap)
+{
+    size_t j = snprintf(buf, cap, "QUANTD_");
+    for (const char *p = o->name; *p && j + 1 < cap; p++)
+        buf[j++] = *p == '-' ? '_' : (char)toupper((unsigned char)*p);
+    buf[j] = 0;
+}
+
+static const char *env_get(char *const envp[], const char *name)
+{
+    size_t n = strlen(name);
+    for (size_t i = 0; envp && envp[i]; i++)
+        if (!strncmp(envp[i], name, n) && envp[i][n] == '=') return envp[i] + n + 1;
+    return NULL;
+}
+
+static int load_env(loader *L, char *const envp[], qd_err *err)
+{
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        char name[96], where[128];
+        env_name(&options[i], name, sizeof name);
+        const char *v = env_get(envp, name);
+        if (!v) continue;
+        snprintf(where, sizeof where, "%s", name);
+        if (options[i].type != OPT_LIST) {
+            int rc = option_apply(L, &options[i], v, SRC_ENV, where, err);
+            if (rc) return rc;
+            continue;
+        }
+        /* A list from the environment is colon-separated, like PATH. */
+        char *copy = strdup(v), *save = NULL;
+        if (!copy) return qd_err_set(err, QD_ENOMEM, "out of memory");
+        int rc = option_apply(L, &options[i], "", SRC_ENV, where, err);   /* replaces lower sources */
+        for (char *t = strtok_r(copy, ":", &save); t && !rc; t = strtok_r(NULL, ":", &save))
+            rc = option_apply(L, &options[i], t, SRC_ENV, where, err);
+        free(copy);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int load_flags(loader *L, int argc, char *const argv[], qd_err *err)
+{
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (strncmp(a, "--", 2) || !a[2])
+            return qd_err_set(err, QD_EINVAL, "unexpected argument '%s' (options are --name VALUE)", a);
+        const char *name = a + 2, *eq = strchr(name, '='), *val;
+        size_t nlen = eq ? (size_t)(eq - name) : strlen(name);
+        if (name_eq("config", name, nlen)) {   /* read before the other sources */
+            if (!eq) i++;
+            continue;
+        }
+        const qdd_option *o = option_find(name, nlen);
+        if (!o) return unknown_option("", name, nlen, err);
+        if (eq) val = eq + 1;
+        else if (i + 1 < argc) val = argv[++i];
+        else return qd_err_set(err, QD_EINVAL, "--%s: needs a value (%s)", o->name, o->meta);
+        char where[96];
+        snprintf(where, sizeof where, "--%s", o->name);
+        int rc = option_apply(L, o, val, SRC_FLAG, where, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static const char *find_config_flag(int argc, char *const argv[], qd_err *err, int *rc)
+{
+    const char *file = NULL;
+    *rc = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--config")) {
+            if (i + 1 >= argc) { *rc = qd_err_set(err, QD_EINVAL, "--config: needs a value (FILE)"); return NULL; }
+            file = argv[++i];
+        } else if (!strncmp(argv[i], "--config=", 9)) {
+            file = argv[i] + 9;
+        }
+    }
+    return file;
+}
+
+/* The host name, with characters Redis key names may not hold replaced by '-'. */
+static char *default_node(void)
+{
+    char host[256] = "quantd";
+    if (gethostname(host, sizeof host - 1) || !host[0]) strcpy(host, "quantd");
+    host[64] = 0;
+    for (char *p = host; *p; p++)
+        if (!isalnum((unsigned char)*p) && *p != '.' && *p != '_' && *p != '-') *p = '-';
+    if (host[0] == '.' || host[0] == '-') host[0] = 'n';
+    return strdup(host);
+}
+
+static int finish(qdd_config *c, qd_err *err)
+{
+    if (!c->node && !(c->node = default_node())) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!strcmp(c->queue, c->key_prefix))
+        return qd_err_set(err, QD_EINVAL, "queue and key-prefix must differ (both are '%s')", c->queue);
+    qp_keys k;
+    qp_err pe = {0};
+    if (qp_keys_init(&k, c->queue, c->key_prefix, &pe))
+        return qd_err_set(err, QD_EINVAL, "queue/key-prefix: %s", pe.msg);
+    int rc = qdd_redis_url_parse(c->redis, &c->redis_url, err);
+    if (rc) return qd_err_prefix(err, "redis");
+    if ((rc = qdd_workers_parse(c->workers, &c->worker_spec, err))) return qd_err_prefix(err, "workers");
+    /* Roots are stored canonical, so every later check compares resolved paths. */
+    for (size_t i = 0; i < c->n_allow_roots; i++) {
+        char *r = realpath(c->allow_roots[i], NULL);
+        if (!r)
+            return qd_err_set(err, QD_EINVAL, "allow-root: %s: %s (a root must be an existing directory)",
+                              c->allow_roots[i], strerror(errno));
+        struct stat st;
+        if (stat(r, &st) || !S_ISDIR(st.st_mode)) {
+            qd_err_set(err, QD_EINVAL, "allow-root: %s is not a directory", c->allow_roots[i]);
+            free(r);
+            return QD_EINVAL;
+        }
+        free(c->allow_roots[i]);
+        c->allow_roots[i] = r;
+    }
+    return 0;
+}
+
+int qdd_config_load(int argc, char *const argv[], char *const envp[], qdd_config **out, qd_err *err)
+{
+    *out = NULL;
+    loader L;
+    memset(&L, 0, sizeof L);
+    if (!(L.c = calloc(1, sizeof *L.c))) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    int rc = 0;
+    for (size_t i = 0; i < N_OPTIONS && !rc; i++) {
+        if (!options[i].def) continue;
+        char where[96];
+        snprintf(where, sizeof where, "default %s", options[i].name);
+        rc = option_apply(&L, &options[i], options[i].def, SRC_DEFAULT, where, err);
+    }
+    const char *file = NULL;
+    if (!rc) file = find_config_flag(argc, argv, err, &rc);
+    if (!rc && !file) file = env_get(envp, "QUANTD_CONFIG");
+    if (!rc && file && *file) {
+        if (!(L.c->config_file = strdup(file))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        if (!rc) rc = load_file(&L, file, err);
+    }
+    if (!rc) rc = load_env(&L, envp, err);
+    if (!rc) rc = load_flags(&L, argc, argv, err);
+    if (!rc) rc = finish(L.c, err);
+    if (rc) {
+        qdd_config_free(L.c);
+        return rc;
+    }
+    *out = L.c;
+    return 0;
+}
+
+void qdd_config_free(qdd_config *c)
+{
+    if (!c) return;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        char *base = (char *)c;
+        if (options[i].type == OPT_STR) free(*(char **)(base + options[i].off));
+    }
+    list_clear(&c->allow_roots, &c->n_allow_roots);
+    free(c->config_file);
+    qdd_redis_url_clear(&c->redis_url);
+    free(c);
+}
+
+size_t qdd_config_dump(const qdd_config *c, char *buf, size_t cap)
+{
+    size_t n = 0;
+#define PUT(...) do { int _k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, __VA_ARGS__); \
+    if (_k > 0) n += (size_t)_k; } while (0)
+    if (cap) buf[0] = 0;
+    PUT("config=%s", c->config_file ? c->config_file : "(none)");
+    const char *base = (const char *)c;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const qdd_option *o = &options[i];
+        if (o->type == OPT_INT) {
+            PUT(" %s=%lld", o->name, (long long)*(const int64_t *)(base + o->off));
+        } else if (o->type == OPT_LIST) {
+            PUT(" %s=", o->name);
+            for (size_t j = 0; j < c->n_allow_roots; j++) PUT("%s%s", j ? ":" : "", c->allow_roots[j]);
+        } else if (o->off == offsetof(qdd_config, redis)) {
+            /* The password never reaches the log. */
+            const qdd_redis_url *u = &c->redis_url;
+            PUT(" redis=redis://%s%s%s%s:%d/%d", u->user ? u->user : "", u->pass ? (u->user ? ":***" : ":***") : "",
+                u->user || u->pass ? "@" : "", u->host ? u->host : "?", u->port, u->db);
+        } else {
+            const char *v = *(char *const *)(base + o->off);
+            PUT(" %s=%s", o->name, v && *v ? v : "\"\"");
+        }
+    }
+#undef PUT
+    return n;
+}
+
+size_t qdd_config_usage(char *buf, size_t cap)
+{
+    size_t n = 0;
+    int k = snprintf(buf, cap, "usage: quantd [--config FILE] [--OPTION VALUE]...\n"
+                     "options (file: name = value; environment: QUANTD_NAME):\n");
+    if (k > 0) n += (size_t)k;
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const qdd_option *o = &options[i];
+        k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, "  --%-16s %-24s %s%s%s%s\n",
+                     o->name, o->meta, o->help, o->def && *o->def ? " [" : "",
+                     o->def && *o->def ? o->def : "", o->def && *o->def ? "]" : "");
+        if (k > 0) n += (size_t)k;
+    }
+    return n;
+}
+
+/* ---- value parsers ---------------------------------------------------------------- */
+
+void qdd_redis_url_clear(qdd_redis_url *u)
+{
+    if (!u) return;
+    free(u->host);
+    free(u->user);
+    free(u->pass);
+    memset(u, 0, sizeof *u);
+}
+
+static char *strndup_or_null(const char *s, size_t n) { return n ? strndup(s, n) : NULL; }
+
+int qdd_redis_url_parse(const char *s, qdd_redis_url *u, qd_err *err)
+{
+    memset(u, 0, sizeof *u);
+    if (strncmp(s, "redis://", 8))
+        return qd_err_set(err, QD_EINVAL, "'%s' does not start with redis://", s);
+    const char *p = s + 8, *at = strrchr(p, '@'), *hp = at ? at + 1 : p;
+    const char *slash = strchr(hp, '/');
+    size_t hplen = slash ? (size_t)(slash - hp) : strlen(hp);
+    const char *colon = memrchr(hp, ':', hplen);
+    if (!colon || colon == hp)
+        return qd_err_set(err, QD_EINVAL, "'%s': expected redis://[user:pass@]HOST:PORT[/db]", s);
+    char portbuf[8];
+    size_t plen = hplen - (size_t)(colon + 1 - hp);
+    if (plen == 0 || plen >= sizeof portbuf)
+        return qd_err_set(err, QD_EINVAL, "'%s': bad port", s);
+    memcpy(portbuf, colon + 1, plen);
+    portbuf[plen] = 0;
+    char *end;
+    long port = strtol(portbuf, &end, 10);
+    if (*end || port < 1 || port > 65535)
+        return qd_err_set(err, QD_EINVAL, "'%s': port must be 1-65535, got '%s'", s, portbuf);
+    long db = 0;
+    if (slash) {
+        db = strtol(slash + 1, &end, 10);
+        if (!slash[1] || *end || db < 0 || db > 1000000)
+            return qd_err_set(err, QD_EINVAL, "'%s': database must be a non-negative integer", s);
+    }
+    u->port = (int)port;
+    u->db = (int)db;
+    if (!(u->host = strndup(hp, (size_t)(colon - hp)))) goto nomem;
+    if (at) {
+        const char *uc = memchr(p, ':', (size_t)(at - p));
+        if (uc) {
+            u->user = strndup_or_null(p, (size_t)(uc - p));
+            if (!(u->pass = strndup(uc + 1, (size_t)(at - uc - 1)))) goto nomem;
+        } else {
+            /* "redis://secret@host:port": a password alone, as redis-cli -u reads it. */
+            if (!(u->pass = strndup(p, (size_t)(at - p)))) goto nomem;
+        }
+    }
+    return 0;
+nomem:
+    qdd_redis_url_clear(u);
+    return qd_err_set(err, QD_ENOMEM, "out of memory");
+}
+
+int qdd_workers_parse(const char *s, qdd_workers *w, qd_err *err)
+{
+    memset(w, 0, sizeof *w);
+    char *end;
+    if (!strncmp(s, "cpu:", 4)) {
+        long n = strtol(s + 4, &end, 10);
+        if (!s[4] || *end || n < 1 || n > QDD_MAX_WORKERS)
+            return qd_err_set(err, QD_EINVAL, "'%s': cpu:N needs N in 1..%d", s, QDD_MAX_WORKERS);
+        w->kind = QDD_WORKERS_CPU;
+        w->n_cpu = (int)n;
+        return 0;
+    }
+    if (!strncmp(s, "cuda:", 5)) {
+        w->kind = QDD_WORKERS_CUDA;
+        if (!strcmp(s + 5, "all")) { w->n_devices = QDD_CUDA_ALL; return 0; }
+        const char *p = s + 5;
+        while (1) {
+            long d = strtol(p, &end, 10);
+            if (end == p || d < 0 || d > 1023 || (*end && *end != ','))
+                return qd_err_set(err, QD_EINVAL, "'%s': expected cuda:all or cuda:0,1,...", s);
+            for (int i = 0; i < w->n_devices; i++)
+                if (w->devices[i] == d) return qd_err_set(err, QD_EINVAL, "'%s': device %ld listed twice", s, d);
+            if (w->n_devices == QDD_MAX_WORKERS) return qd_err_set(err, QD_EINVAL, "'%s': too many devices", s);
+            w->devices[w->n_devices++] = (int)d;
+            if (!*end) return 0;
+            p = end + 1;
+        }
+    }
+    return qd_err_set(err, QD_EINVAL, "'%s' is not cpu:N, cuda:all or cuda:0,1", s);
+}
+
+/* ---- the output allow-list ---------------------------------------------------------- */
+
+static int under_root(const char *resolved, const char *root)
+{
+    size_t n = strlen(root);
+    if (n == 1 && root[0] == '/') return 1;
+    return !strncmp(resolved, root, n) && (resolved[n] == 0 || resolved[n] == '/');
+}
+
+int qdd_path_allowed(const char *path, char *const roots[], size_t n_roots, qd_err *err)
+{
+    if (!path || path[0] != '/') {
+        qd_err_set(err, QD_EINVAL, "path '%s' is not absolute", path ? path : "(null)");
+        return 0;
+    }
+    size_t len = strlen(path);
+    if (len >= PATH_MAX) {
+        qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
+        return 0;
+    }
+    char cur[PATH_MAX], resolved[PATH_MAX];
+    memcpy(cur, path, len + 1);
+    while (len > 1 && cur[len - 1] == '/') cur[--len] = 0;
+    /* Walk up to the deepest ancestor that exists; what is below it must be plain names,
+     * since a `..` below a missing directory cannot be resolved and a dangling link could
+     * point anywhere once its target is created. */
+    size_t tail = len;   /* cur[tail..] (after the cut) is the part that does not exist yet */
+    for (;;) {
+        while (len > 1 && cur[strlen(cur) - 1] == '/') cur[strlen(cur) - 1] = 0;
+        if (realpath(cur, resolved)) break;
+        if (errno != ENOENT) {
+            qd_err_set(err, QD_EINVAL, "%s: %s", path, strerror(errno));
+            return 0;
+        }
+        struct stat st;
+        if (!lstat(cur, &st)) {
+            qd_err_set(err, QD_EINVAL, "%s: %s is a symbolic link to a path that does not exist", path, cur);
+            return 0;
+        }
+        char *slash = strrchr(cur, '/');
+        const char *name = slash + 1;
+        if (!strcmp(name, "..") || !strcmp(name, ".") || !*name) {
+            qd_err_set(err, QD_EINVAL, "%s: '%s' below a directory that does not exist cannot be resolved", path,
+                       *name ? name : "//");
+            return 0;
+        }
+        if (slash == cur) { strcpy(cur, "/"); tail = 1; }
+        else { *slash = 0; tail = (size_t)(slash - cur); }
+    }
+    size_t rlen = strlen(resolved);
+    if (tail < len) {   /* append the missing part, already checked to be plain names */
+        const char *rest = path + tail + (path[tail] == '/' ? 1 : 0);
+        size_t restlen = len - (size_t)(rest - path);
+        if (rlen + 1 + restlen >= PATH_MAX) {
+            qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
+            return 0;
+        }
+        if (rlen > 1) resolved[rlen++] = '/';
+        memcpy(resolved + rlen, rest, restlen);
+        resolved[rlen + restlen] = 0;
+        /* Collapse doubled slashes in the missing part ("a//b"); realpath did the rest. */
+        char *w = resolved;
+        for (const char *r = resolved; *r; r++)
+            if (!(r[0] == '/' && r[1] == '/')) *w++ = *r;
+        *w = 0;
+    }
+    for (size_t i = 0; i < n_roots; i++)
+        if (under_root(resolved, roots[i])) return 1;
+    if (!n_roots)
+        qd_err_set(err, QD_EINVAL, "%s: no output roots are allowed (configure --allow-root)", path);
+    else if (strcmp(resolved, path))
+        qd_err_set(err, QD_EINVAL, "%s resolves to %s, which is outside every allowed root (first: %s)", path,
+                   resolved, roots[0]);
+    else
+        qd_err_set(err, QD_EINVAL, "%s is outside every allowed root (first: %s)", path, roots[0]);
+    return 0;
+}

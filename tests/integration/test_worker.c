@@ -1,0 +1,273 @@
+/* quantd-worker end to end: spawn it with pipes, expect hello, run a tiny generated llama
+ * model block by block (progress, block_done, task_done, a complete output directory),
+ * refuse an invalid job as not retryable, cancel a queued task, and exit 0 on shutdown. */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/wire.h"
+#include "quant/core/fsutil.h"
+#include "quant/model/testgen.h"
+#include "test_util.h"
+
+typedef struct child {
+    pid_t pid;
+    int to, from;
+    qp_wire_decoder d;
+} child;
+
+static int spawn_worker(child *c, const char *exe)
+{
+    int in[2], out[2];
+    if (pipe(in) || pipe(out)) return -1;
+    c->pid = fork();
+    if (c->pid < 0) return -1;
+    if (c->pid == 0) {
+        dup2(in[0], 0);
+        dup2(out[1], 1);
+        close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+        execl(exe, exe, "--name", "cpu7", "--backend", "cpu", "--heartbeat-ms", "100", (char *)NULL);
+        _exit(127);
+    }
+    close(in[0]);
+    close(out[1]);
+    c->to = in[1];
+    c->from = out[0];
+    qp_wire_decoder_init(&c->d, 0);
+    return 0;
+}
+
+static void send_frame(child *c, const qp_msg *m)
+{
+    uint8_t *f = NULL;
+    size_t n = 0;
+    qp_err pe = {0};
+    CHECK_OK(qp_wire_encode(m, &f, &n, &pe));
+    CHECK_INT(write(c->to, f, n), n);
+    free(f);
+}
+
+/* Next message that is not a heartbeat (counted); 0 on timeout or EOF. */
+static int recv_msg(child *c, qp_msg *m, int *heartbeats, int timeout_ms)
+{
+    for (;;) {
+        qp_err pe = {0};
+        int rc = qp_wire_decoder_next(&c->d, m, &pe);
+        if (rc < 0) { fprintf(stderr, "decode: %s\n", pe.msg); return 0; }
+        if (rc > 0) {
+            if (m->type == QP_MSG_HEARTBEAT) {
+                if (heartbeats) (*heartbeats)++;
+                qp_msg_clear(m);
+                continue;
+            }
+            return 1;
+        }
+        struct pollfd p = {.fd = c->from, .events = POLLIN};
+        if (poll(&p, 1, timeout_ms) <= 0) return 0;
+        char buf[65536];
+        ssize_t k = read(c->from, buf, sizeof buf);
+        if (k <= 0) return 0;
+        if (qp_wire_decoder_feed(&c->d, buf, (size_t)k, &pe)) { fprintf(stderr, "feed: %s\n", pe.msg); return 0; }
+    }
+}
+
+static int wait_exit(child *c, int secs)
+{
+    for (int i = 0; i < secs * 20; i++) {
+        int st;
+        pid_t r = waitpid(c->pid, &st, WNOHANG);
+        if (r == c->pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+        usleep(50000);
+    }
+    kill(c->pid, SIGKILL);
+    waitpid(c->pid, NULL, 0);
+    return -1;
+}
+
+static char *make_job(const char *model, const char *out, const char *extra)
+{
+    char *s = NULL;
+    CHECK(asprintf(&s, "{\"id\":\"wtest-%s\",\"model\":\"%s\",\"output\":\"%s\",\"method\":\"rtn\","
+                       "\"group_size\":32,\"backend\":\"cpu\"%s}",
+                   strrchr(out, '/') + 1, model, out, extra) > 0);
+    return s;
+}
+
+static void send_task(child *c, const char *id, const char *job, int block)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_TASK);
+    m.task.job_id = (char *)id;
+    m.task.job = (char *)job;
+    m.task.block = block;
+    m.task.checkpoint_dir = "unused";
+    m.task.fence = 3;
+    send_frame(c, &m);
+}
+
+static void test_worker(void)
+{
+    const char *bdir = getenv("QUANTD_BUILD_DIR");
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s/quantd-worker", bdir ? bdir : ".");
+    const char *dir = test_tmpdir();
+    char model[1024], out[1024], out2[1024];
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(out, sizeof out, "%s/out1", dir);
+    snprintf(out2, sizeof out2, "%s/out2", dir);
+    qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_LLAMA);
+    qd_err err = {0};
+    CHECK_OK(qd_testgen_write(model, &o, &err));
+
+    child c;
+    CHECK_OK(spawn_worker(&c, exe));
+    qp_msg m;
+    int hb = 0;
+    CHECK(recv_msg(&c, &m, &hb, 10000));
+    CHECK_INT(m.type, QP_MSG_HELLO);
+    CHECK_STR(m.hello.worker, "cpu7");
+    CHECK_STR(m.hello.backend, "cpu");
+    CHECK_INT(m.hello.protocol, QP_WIRE_VERSION);
+    CHECK_INT(m.hello.pid, c.pid);
+    CHECK_INT(m.hello.selftest_ok, 1);
+    qp_msg_clear(&m);
+
+    /* Block by block: block 0, then block 1 which also finishes the job. */
+    char *job = make_job(model, out, "");
+    char id[64];
+    snprintf(id, sizeof id, "wtest-out1");
+    for (int b = 0; b < 2; b++) {
+        send_task(&c, id, job, b);
+        int progress = 0, block_done = 0, done = 0;
+        double last_fraction = -1;
+        while (!done && recv_msg(&c, &m, &hb, 60000)) {
+            switch (m.type) {
+            case QP_MSG_PROGRESS:
+                progress++;
+                CHECK_STR(m.progress.job_id, id);
+                CHECK(m.progress.fraction >= last_fraction - 1e-12);
+                last_fraction = m.progress.fraction;
+                break;
+            case QP_MSG_BLOCK_DONE:
+                block_done++;
+                CHECK_INT(m.block_done.block, b);
+                CHECK_INT(m.block_done.n_blocks, 2);
+                CHECK_INT(m.block_done.fence, 3);
+                break;
+            case QP_MSG_TASK_DONE:
+                done = 1;
+                CHECK_STR(m.task_done.job_id, id);
+                CHECK_INT(m.task_done.job_finished, b == 1);
+                if (b == 1) {
+                    CHECK_STR(m.task_done.output, out);
+                    CHECK(m.task_done.report && m.task_done.report[0] == '{');
+                }
+                break;
+            case QP_MSG_TASK_FAILED:
+                TEST_FAIL_("task_failed: %s", m.task_failed.error);
+                done = 2;
+                break;
+            default:
+                TEST_FAIL_("unexpected message %s", qp_msg_type_name(m.type));
+            }
+            qp_msg_clear(&m);
+        }
+        CHECK_INT(done, 1);
+        CHECK(progress > 0);
+        CHECK_INT(block_done, 1);
+    }
+    CHECK(qd_fs_exists(test_path(out, "config.json")));
+    CHECK(qd_fs_exists(test_path(out, "quantd_report.json")));
+    CHECK(qd_fs_exists(test_path(out, "model.safetensors")) ||
+          qd_fs_exists(test_path(out, "model.safetensors.index.json")));
+    CHECK(!qd_fs_exists(test_path(out, ".quantd")));
+    free(job);
+
+    /* A job that fails validation is not retryable. */
+    send_task(&c, "bad", "{\"model\":\"m\",\"output\":\"o\",\"method\":\"rtn\",\"bits\":5,\"id\":\"bad\"}", -1);
+    CHECK(recv_msg(&c, &m, &hb, 10000));
+    CHECK_INT(m.type, QP_MSG_TASK_FAILED);
+    if (m.type == QP_MSG_TASK_FAILED) {
+        CHECK_STR(m.task_failed.job_id, "bad");
+        CHECK_INT(m.task_failed.retryable, 0);
+        CHECK_INT(m.task_failed.cancelled, 0);
+        CHECK_CONTAINS(m.task_failed.error, "job.bits");
+    }
+    qp_msg_clear(&m);
+
+    /* The whole job in one task, immediately followed by a task for another job and a
+     * cancel of that second one: the second is cancelled (queued or running), the first
+     * completes. */
+    job = make_job(model, out2, "");
+    char *job3 = make_job(model, out, ",\"overwrite\":true");
+    send_task(&c, "wtest-out2", job, QP_TASK_WHOLE_JOB);
+    send_task(&c, "wtest-out1", job3, QP_TASK_WHOLE_JOB);
+    qp_msg cm;
+    qp_msg_init(&cm, QP_MSG_CANCEL);
+    cm.cancel.job_id = "wtest-out1";
+    send_frame(&c, &cm);
+    int done2 = 0, cancelled = 0, blocks2 = 0;
+    while ((!done2 || !cancelled) && recv_msg(&c, &m, &hb, 60000)) {
+        if (m.type == QP_MSG_BLOCK_DONE && !strcmp(m.block_done.job_id, "wtest-out2")) blocks2++;
+        if (m.type == QP_MSG_TASK_DONE) {
+            CHECK_STR(m.task_done.job_id, "wtest-out2");
+            CHECK_INT(m.task_done.job_finished, 1);
+            done2 = 1;
+        }
+        if (m.type == QP_MSG_TASK_FAILED) {
+            CHECK_STR(m.task_failed.job_id, "wtest-out1");
+            CHECK_INT(m.task_failed.cancelled, 1);
+            CHECK_INT(m.task_failed.retryable, 0);
+            cancelled = 1;
+        }
+        qp_msg_clear(&m);
+    }
+    CHECK_INT(done2, 1);
+    CHECK_INT(cancelled, 1);
+    CHECK_INT(blocks2, 2);
+    CHECK(qd_fs_exists(test_path(out2, "quantd_report.json")));
+    free(job);
+    free(job3);
+    /* Heartbeats flowed at 100 ms throughout. */
+    CHECK(hb >= 1);
+
+    qp_msg sm;
+    qp_msg_init(&sm, QP_MSG_SHUTDOWN);
+    sm.shutdown.graceful = 1;
+    send_frame(&c, &sm);
+    CHECK_INT(wait_exit(&c, 20), 0);
+    close(c.to);
+    close(c.from);
+    qp_wire_decoder_free(&c.d);
+
+    /* EOF on stdin while idle is a clean exit too. */
+    CHECK_OK(spawn_worker(&c, exe));
+    CHECK(recv_msg(&c, &m, NULL, 10000));
+    CHECK_INT(m.type, QP_MSG_HELLO);
+    qp_msg_clear(&m);
+    close(c.to);
+    CHECK_INT(wait_exit(&c, 20), 0);
+    close(c.from);
+    qp_wire_decoder_free(&c.d);
+}
+
+int main(void)
+{
+    const char *bdir = getenv("QUANTD_BUILD_DIR");
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s/quantd-worker", bdir ? bdir : ".");
+    if (access(exe, X_OK)) {
+        fprintf(stderr, "skip: %s not built\n", exe);
+        return TEST_SKIP;
+    }
+    signal(SIGPIPE, SIG_IGN);
+    TEST_RUN(test_worker);
+    return test_finish();
+}

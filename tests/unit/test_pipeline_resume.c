@@ -1,0 +1,374 @@
+/* The pipeline's checkpoints and refusals: a run cancelled at any block (progress hook) or
+ * refused a commit (before_commit) resumes to byte-identical output; a changed option is
+ * refused against an existing checkpoint, an unrelated output directory unless overwrite;
+ * linears a format cannot hold stay in float and the config/report say so; bad inputs
+ * (missing model, NaN weight, missing or too small calibration) fail with a clear error. */
+#include <stdio.h>
+
+#include "pipeline_testlib.h"
+
+static const char *T;
+static char llama_dir[4096], tokens[4096];
+
+typedef struct hook_ctx {
+    const char *stage;   /* cancel at the first progress call of this stage for block */
+    int block;
+    int refuse_commit;   /* before_commit refuses this block (-1: never) */
+    int fired;
+} hook_ctx;
+
+static int on_progress(void *ud, const qd_progress *p)
+{
+    hook_ctx *h = ud;
+    if (h->stage && !h->fired && p->block == h->block && !strcmp(p->stage, h->stage)) {
+        h->fired = 1;
+        return 1;
+    }
+    return 0;
+}
+
+static int on_commit(void *ud, int block)
+{
+    hook_ctx *h = ud;
+    if (block == h->refuse_commit) { h->fired = 1; return 1; }
+    return 0;
+}
+
+static int state_next_block(const char *out)
+{
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.quantd/state.json", out);
+    cJSON *j = pt_read_json(p);
+    const cJSON *nb = cJSON_GetObjectItemCaseSensitive(j, "next_block");
+    int v = cJSON_IsNumber(nb) ? nb->valueint : -1;
+    cJSON_Delete(j);
+    return v;
+}
+
+static int report_layers(const char *out)
+{
+    cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+    int n = cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(j, "layers"));
+    cJSON_Delete(j);
+    return j ? n : -1;
+}
+
+static void check_same_output(const char *ref, const char *out)
+{
+    test_checks++;
+    if (!pt_same_file(test_path(ref, "model.safetensors"), test_path(out, "model.safetensors")))
+        TEST_FAIL_("%s/model.safetensors differs from the uninterrupted run %s", out, ref);
+    CHECK(pt_same_file(test_path(ref, "config.json"), test_path(out, "config.json")));
+    CHECK(pt_same_file(test_path(ref, "quantize_config.json"), test_path(out, "quantize_config.json")));
+    CHECK_INT(report_layers(out), report_layers(ref));
+    CHECK(!qd_fs_exists(test_path(out, ".quantd")));
+}
+
+static void resume_case(const char *method, const char *format, const char *extra)
+{
+    char ref[4096], out[4096];
+    snprintf(ref, sizeof ref, "%s/ref-%s-%s", T, method, format);
+    qp_job *job = pt_job(llama_dir, ref, method, format, tokens, extra);
+    CHECK(job != NULL);
+    if (!job) return;
+    qd_err err = {0};
+    CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+    qp_job_free(job);
+    static const char *stages[] = {"load", "calibrate", "checkpoint"};
+    for (int s = 0; s < 3; s++) {
+        for (int b = 0; b < 3; b++) {
+            if (s == 0 && b == 0) continue;   /* "load" of block 0 is first reported by open */
+            snprintf(out, sizeof out, "%s/res-%s-%s-%s-%d", T, method, format, stages[s], b);
+            job = pt_job(llama_dir, out, method, format, tokens, extra);
+            if (!job) { CHECK(0); return; }
+            hook_ctx h = {.stage = stages[s], .block = b, .refuse_commit = -1};
+            qd_pipeline_hooks hooks = {.ud = &h, .progress = on_progress};
+            int rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+            CHECK_INT(rc, QD_ECANCELLED);
+            CHECK(h.fired);
+            CHECK_INT(state_next_block(out), b);
+            CHECK(!qd_fs_exists(test_path(out, "model.safetensors")));
+            /* Resume a block at a time through open/run_block/close (a hand-off), then finish. */
+            qd_pipeline *p = NULL;
+            CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
+            if (p) {
+                CHECK_INT(qd_pipeline_next_block(p), b);
+                CHECK_INT(qd_pipeline_resumed_cross_backend(p), 0);
+                if (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p)) CHECK_OK(qd_pipeline_run_block(p, &err));
+                qd_pipeline_close(p);
+            }
+            CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+            check_same_output(ref, out);
+            qp_job_free(job);
+        }
+    }
+}
+
+static void test_resume_gptq(void) { resume_case("gptq", "gptq", "\"desc_act\":true,"); }
+static void test_resume_awq(void) { resume_case("awq", "awq_gemm", NULL); }
+static void test_resume_rtn_v2(void) { resume_case("rtn", "gptq_v2", "\"bits\":3,\"sym\":false,"); }
+
+static void test_before_commit_refused(void)
+{
+    char ref[4096], out[4096];
+    snprintf(ref, sizeof ref, "%s/ref-gptq-gptq", T);   /* from test_resume_gptq */
+    snprintf(out, sizeof out, "%s/commit-refused", T);
+    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, "\"desc_act\":true,");
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    hook_ctx h = {.stage = NULL, .block = -1, .refuse_commit = 1};
+    qd_pipeline_hooks hooks = {.ud = &h, .before_commit = on_commit};
+    CHECK_INT(qd_pipeline_run(job, pt_be, &hooks, &err), QD_ECANCELLED);
+    CHECK_CONTAINS(err.msg, "refused");
+    CHECK_INT(state_next_block(out), 1);
+    char p[4200];
+    snprintf(p, sizeof p, "%s/.quantd/block-001.safetensors", out);
+    CHECK(!qd_fs_exists(p));
+    snprintf(p, sizeof p, "%s/.quantd/block-000.safetensors", out);
+    CHECK(qd_fs_exists(p));
+    CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+    check_same_output(ref, out);
+    qp_job_free(job);
+}
+
+static void test_fingerprint_and_overwrite(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/fp", T);
+    qd_err err = {0};
+    qp_job *j4 = pt_job(llama_dir, out, "gptq", "gptq", tokens, "\"bits\":4,");
+    qp_job *j8 = pt_job(llama_dir, out, "gptq", "gptq", tokens, "\"bits\":8,");
+    qp_job *j8o = pt_job(llama_dir, out, "gptq", "gptq", tokens, "\"bits\":8,\"overwrite\":true,");
+    if (!j4 || !j8 || !j8o) { CHECK(0); goto out; }
+    hook_ctx h = {.stage = "calibrate", .block = 1, .refuse_commit = -1};
+    qd_pipeline_hooks hooks = {.ud = &h, .progress = on_progress};
+    CHECK_INT(qd_pipeline_run(j4, pt_be, &hooks, &err), QD_ECANCELLED);
+    CHECK_INT(state_next_block(out), 1);
+    memset(&err, 0, sizeof err);
+    qd_pipeline *p = NULL;
+    CHECK_INT(qd_pipeline_open(j8, pt_be, NULL, &p, &err), QD_EMISMATCH);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(err.msg, "cannot resume");
+    CHECK(strlen(err.msg) > 30);
+    CHECK_INT(state_next_block(out), 1);    /* the checkpoint is untouched */
+    /* A different calibration seed changes the data fingerprint. */
+    qp_job *js = pt_job(llama_dir, out, "gptq", "gptq", tokens, "\"bits\":4,");
+    if (js) {
+        js->calibration.seed = 99;
+        CHECK_INT(qd_pipeline_open(js, pt_be, NULL, &p, &err), QD_EMISMATCH);
+        qp_job_free(js);
+    }
+    /* overwrite starts over and finishes. */
+    CHECK_OK(qd_pipeline_run(j8o, pt_be, NULL, &err));
+    cJSON *cfg = pt_read_json(test_path(out, "quantize_config.json"));
+    const cJSON *bits = cJSON_GetObjectItemCaseSensitive(cfg, "bits");
+    CHECK(cJSON_IsNumber(bits) && bits->valueint == 8);
+    cJSON_Delete(cfg);
+    /* A finished output is not a checkpoint: running into it again is refused. */
+    memset(&err, 0, sizeof err);
+    CHECK_ERR(qd_pipeline_run(j8, pt_be, NULL, &err));
+    CHECK_CONTAINS(err.msg, "overwrite");
+
+    /* Unrelated files. */
+    char other[4096];
+    snprintf(other, sizeof other, "%s/unrelated", T);
+    CHECK_OK(qd_fs_mkdir_p(other, &err));
+    CHECK_OK(qd_fs_write_atomic(test_path(other, "notes.txt"), "keep me\n", 8, &err));
+    qp_job *ju = pt_job(llama_dir, other, "rtn", "gptq", tokens, NULL);
+    qp_job *juo = pt_job(llama_dir, other, "rtn", "gptq", tokens, "\"overwrite\":true,");
+    if (ju && juo) {
+        memset(&err, 0, sizeof err);
+        CHECK_ERR(qd_pipeline_run(ju, pt_be, NULL, &err));
+        CHECK_CONTAINS(err.msg, other);
+        CHECK_CONTAINS(err.msg, "overwrite");
+        CHECK(qd_fs_exists(test_path(other, "notes.txt")));
+        CHECK_OK(qd_pipeline_run(juo, pt_be, NULL, &err));
+        CHECK(!qd_fs_exists(test_path(other, "notes.txt")));
+        CHECK(qd_fs_exists(test_path(other, "model.safetensors")));
+    } else CHECK(0);
+    qp_job_free(ju);
+    qp_job_free(juo);
+out:
+    qp_job_free(j4);
+    qp_job_free(j8);
+    qp_job_free(j8o);
+}
+
+/* intermediate 172 (stories260K's): gate/up (N = 172) and down (K = 172) cannot be packed. */
+static void float_case(const char *model, const char *method, const char *format, const char *calib,
+                       int n_blocks, const char *extra)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/float-%s-%s-%d", T, method, format, n_blocks);
+    qp_job *job = pt_job(model, out, method, format, calib, extra);
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+    test_checks++;
+    if (rc) { TEST_FAIL_("%s %s: %s", method, format, err.msg); qp_job_free(job); return; }
+    cJSON *cfg = pt_read_json(test_path(out, "config.json"));
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
+    if (job->format == QP_FORMAT_AWQ_GEMM) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(q, "modules_to_not_convert");
+        CHECK_INT(cJSON_GetArraySize(m), 3 * n_blocks);
+        const cJSON *e;
+        int down = 0;
+        cJSON_ArrayForEach(e, m) down += cJSON_IsString(e) && strstr(e->valuestring, "layers.0.mlp.down_proj") != NULL;
+        CHECK_INT(down, 1);
+    } else {
+        const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(q, "dynamic");
+        CHECK(cJSON_IsObject(dyn));
+        CHECK(cJSON_GetObjectItemCaseSensitive(dyn, "-:model\\.layers\\.0\\.mlp\\.down_proj$") != NULL);
+        CHECK(cJSON_GetObjectItemCaseSensitive(dyn, "-:model\\.layers\\.0\\.mlp\\.gate_proj$") != NULL);
+        int minus = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, dyn) minus += !strncmp(e->string, "-:", 2);
+        CHECK_INT(minus, 3 * n_blocks);
+    }
+    cJSON_Delete(cfg);
+    cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *ls = cJSON_GetObjectItemCaseSensitive(rep, "layers"), *l;
+    int n_float = 0;
+    cJSON_ArrayForEach(l, ls) {
+        const cJSON *m = cJSON_GetObjectItemCaseSensitive(l, "method");
+        const cJSON *n = cJSON_GetObjectItemCaseSensitive(l, "name");
+        const cJSON *note = cJSON_GetObjectItemCaseSensitive(l, "note");
+        int is_f = cJSON_IsString(m) && !strcmp(m->valuestring, "float");
+        int is_mlp = cJSON_IsString(n) && strstr(n->valuestring, ".mlp.");
+        CHECK_INT(is_f, is_mlp ? 1 : 0);
+        if (is_f) {
+            n_float++;
+            CHECK(cJSON_IsString(note) && (strstr(note->valuestring, "multiple") != NULL));
+        }
+    }
+    CHECK_INT(n_float, 3 * n_blocks);
+    const cJSON *tot = cJSON_GetObjectItemCaseSensitive(rep, "totals");
+    const cJSON *lf = cJSON_GetObjectItemCaseSensitive(tot, "layers_float");
+    CHECK(cJSON_IsNumber(lf) && lf->valueint == 3 * n_blocks);
+    cJSON_Delete(rep);
+    /* The float layers are in the output as .weight; quantized ones as .qweight. */
+    st_model *om = NULL;
+    CHECK_OK(st_model_open(out, &om, &err));
+    if (om) {
+        CHECK(st_model_find(om, "model.layers.0.mlp.down_proj.weight") != NULL);
+        CHECK(st_model_find(om, "model.layers.0.mlp.down_proj.qweight") == NULL);
+        CHECK(st_model_find(om, "model.layers.0.self_attn.q_proj.qweight") != NULL);
+    }
+    st_model_close(om);
+    int64_t n1 = 0, n2 = 0;
+    float *a = pt_logits(model, &n1), *b = pt_logits(out, &n2);
+    CHECK(a && b && n1 == n2);
+    if (a && b) {
+        double rel = pt_rel_err(b, a, n1);
+        test_checks++;
+        if (!(rel < 0.5)) TEST_FAIL_("%s: logits rel error %.4g", out, rel);
+    }
+    free(a);
+    free(b);
+    qp_job_free(job);
+}
+
+static void test_left_in_float(void)
+{
+    char dir[4096];
+    snprintf(dir, sizeof dir, "%s/llama172", T);
+    qd_testgen_opts o = pt_llama_opts(172, 2);
+    if (pt_gen_model(dir, &o)) { CHECK(0); return; }
+    float_case(dir, "gptq", "gptq", tokens, 2, "\"bits\":8,");
+    float_case(dir, "awq", "awq_gemm", tokens, 2, NULL);
+    float_case(dir, "rtn", "gptq_v2", NULL, 2, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":32},");
+}
+
+static void test_stories260k_rtn(void)
+{
+    const char *sd = test_shared_data();
+    if (!sd) { fprintf(stderr, "SKIP test_stories260k_rtn: no shared data\n"); return; }
+    char model[4096];
+    snprintf(model, sizeof model, "%s/models/stories260K", sd);
+    if (!qd_fs_exists(model)) { fprintf(stderr, "SKIP test_stories260k_rtn: %s absent\n", model); return; }
+    float_case(model, "rtn", "gptq", NULL, 5, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":64},");
+}
+
+static void expect_fail(const char *what, const char *model, const char *calib, const char *needle)
+{
+    char out[4096];
+    static int k;
+    snprintf(out, sizeof out, "%s/bad-%d", T, k++);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", calib, NULL);
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+    test_checks++;
+    if (rc >= 0) TEST_FAIL_("%s: succeeded, expected an error", what);
+    else if (!needle || !strstr(err.msg, needle)) TEST_FAIL_("%s: message \"%s\" lacks \"%s\"", what, err.msg, needle);
+    fprintf(stderr, "%s -> %s\n", what, err.msg);
+    qp_job_free(job);
+}
+
+/* Sets the first element of tensor name in dir/model.safetensors to NaN in place. */
+static int patch_nan(const char *dir, const char *name)
+{
+    const char *path = test_path(dir, "model.safetensors");
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    uint64_t hn = 0;
+    if (fread(&hn, 8, 1, f) != 1) { fclose(f); return -1; }
+    char *h = malloc(hn + 1);
+    if (!h || fread(h, 1, hn, f) != hn) { free(h); fclose(f); return -1; }
+    h[hn] = 0;
+    cJSON *j = cJSON_Parse(h);
+    free(h);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, name);
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    int rc = -1;
+    if (cJSON_IsArray(off) && cJSON_IsString(dt)) {
+        long pos = (long)(8 + hn + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble);
+        fseek(f, pos + 8, SEEK_SET);   /* a few elements in */
+        if (!strcmp(dt->valuestring, "F32")) { uint32_t v = 0x7FC00000u; rc = fwrite(&v, 4, 1, f) == 1 ? 0 : -1; }
+        else { uint16_t v = 0x7E00u; rc = fwrite(&v, 2, 1, f) == 1 ? 0 : -1; }
+    }
+    cJSON_Delete(j);
+    fclose(f);
+    return rc;
+}
+
+static void test_bad_input(void)
+{
+    char missing[4096], nan_dir[4096], small[4096];
+    snprintf(missing, sizeof missing, "%s/no-such-model", T);
+    expect_fail("missing model", missing, tokens, "no-such-model");
+    expect_fail("missing calibration", llama_dir, test_path(T, "no-such-calib.json"), "no-such-calib");
+    snprintf(small, sizeof small, "%s/small.json", T);
+    if (pt_write_tokens(small, 20, 128, 5)) CHECK(0);
+    expect_fail("corpus too small", llama_dir, small, "small.json");
+    snprintf(nan_dir, sizeof nan_dir, "%s/nan", T);
+    qd_testgen_opts o = pt_llama_opts(128, 2);
+    if (pt_gen_model(nan_dir, &o) || patch_nan(nan_dir, "model.layers.1.mlp.up_proj.weight")) { CHECK(0); return; }
+    expect_fail("NaN weight", nan_dir, tokens, "up_proj");
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(2, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    T = test_tmpdir();
+    snprintf(llama_dir, sizeof llama_dir, "%s/llama", T);
+    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
+    qd_testgen_opts lo = pt_llama_opts(128, 3);
+    lo.dtype = QD_DTYPE_BF16;
+    if (pt_gen_model(llama_dir, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) {
+        fprintf(stderr, "setup failed\n");
+        return 1;
+    }
+    TEST_RUN(test_resume_gptq);
+    TEST_RUN(test_resume_awq);
+    TEST_RUN(test_resume_rtn_v2);
+    TEST_RUN(test_before_commit_refused);
+    TEST_RUN(test_fingerprint_and_overwrite);
+    TEST_RUN(test_left_in_float);
+    TEST_RUN(test_stories260k_rtn);
+    TEST_RUN(test_bad_input);
+    qd_backend_close(pt_be);
+    return test_finish();
+}

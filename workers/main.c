@@ -1,0 +1,44 @@
+/* quantd-worker: the process the daemon spawns per GPU or CPU slot. It speaks only the wire
+ * protocol on stdin/stdout; stdout is moved to a private descriptor first and fd 1 pointed
+ * at stderr, so a stray printf anywhere in the process cannot corrupt the message stream. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "quant/core/log.h"
+#include "workers/worker.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: quantd-worker [--name NAME] [--backend cpu|cuda:N] [--heartbeat-ms MS]\n"
+               "Speaks the quantd wire protocol (proto/wire.md) on stdin/stdout; logs go to stderr.\n");
+}
+
+int main(int argc, char **argv)
+{
+    qw_opts o = {.name = "cpu0", .backend = "cpu", .heartbeat_ms = 2000, .in_fd = 0};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
+        if (!v) { usage(stderr); return 2; }
+        if (!strcmp(a, "--name")) o.name = v;
+        else if (!strcmp(a, "--backend")) o.backend = v;
+        else if (!strcmp(a, "--heartbeat-ms")) o.heartbeat_ms = atoi(v);
+        else { usage(stderr); return 2; }
+        i++;
+    }
+    if (o.heartbeat_ms <= 0) { fprintf(stderr, "quantd-worker: --heartbeat-ms must be positive\n"); return 2; }
+    qd_log_init_from_env();
+    fflush(stdout);
+    o.out_fd = dup(1);
+    if (o.out_fd < 0 || dup2(2, 1) < 0) { perror("quantd-worker: dup"); return 1; }
+    qd_err err = {0};
+    int rc = qw_worker_run(&o, &err);
+    if (rc) {
+        QD_LOG(QD_LOG_ERROR, "worker_exit", "name=%s code=%d err=\"%s\"", o.name, rc, err.msg);
+        return 1;
+    }
+    QD_LOG(QD_LOG_INFO, "worker_exit", "name=%s reason=done", o.name);
+    return 0;
+}

@@ -1,0 +1,506 @@
+/* The worker process's threads and task runner (see worker.h): a reader thread that turns
+ * stdin into queued tasks and immediate cancel/shutdown flags, a heartbeat thread, and the
+ * main thread running quant/pipeline with progress forwarded to the daemon. */
+#define _GNU_SOURCE
+#include "workers/worker.h"
+
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "proto/job.h"
+#include "proto/wire.h"
+#include "quant/backend/backend.h"
+#include "quant/core/fsutil.h"
+#include "quant/core/log.h"
+#include "quant/pipeline/pipeline.h"
+
+#define QW_MAX_QUEUED 8          /* the daemon sends one task at a time; a few spare slots */
+#define QW_REPORT_MAX (256 * 1024)   /* a report larger than this is not forwarded */
+
+typedef struct qw_task {
+    qp_msg msg;                  /* a decoded QP_MSG_TASK, owned */
+} qw_task;
+
+typedef struct qw_worker {
+    const qw_opts *o;
+    qd_backend *be;
+
+    pthread_mutex_t out_lock;    /* one writer at a time on out_fd */
+    int out_broken;              /* a write failed: the daemon is gone */
+
+    pthread_mutex_t lock;        /* guards everything below */
+    pthread_cond_t cond;         /* signalled on a new task, shutdown, EOF */
+    qw_task queue[QW_MAX_QUEUED];
+    int n_queued;
+    char current[QP_JOB_ID_MAX + 1];   /* job id of the running task, "" when idle */
+    int eof;                     /* stdin closed or broken */
+    int shutdown;                /* a shutdown message arrived */
+    int graceful;                /* ... and it asked to finish the current block first */
+    atomic_int cancel;           /* the running task was cancelled */
+    int hb_stop;
+    qd_err reader_err;
+
+    /* The pipeline kept open between tasks of one job (main thread only). */
+    qd_pipeline *pipe;
+    qp_job *pipe_job;
+    char *pipe_spec;
+    char *pipe_task_job_id;
+    double t_open;
+} qw_worker;
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int64_t unix_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+static int64_t rss_bytes(void)
+{
+    FILE *f = fopen("/proc/self/statm", "r");
+    long pages = 0, rss = 0;
+    if (!f) return 0;
+    if (fscanf(f, "%ld %ld", &pages, &rss) != 2) rss = 0;
+    fclose(f);
+    return (int64_t)rss * sysconf(_SC_PAGESIZE);
+}
+
+int qw_error_retryable(int code)
+{
+    switch (code) {
+    case QD_EIO: case QD_ENOMEM: case QD_EBACKEND: case QD_ERESOURCE: return 1;
+    default: return 0;   /* the job itself is at fault: a retry would fail the same way */
+    }
+}
+
+/* Encodes and writes one message; a failure marks the pipe broken (the daemon is gone). */
+static int send_msg(qw_worker *w, const qp_msg *m)
+{
+    uint8_t *frame = NULL;
+    size_t n = 0;
+    qp_err pe = {0};
+    if (qp_wire_encode(m, &frame, &n, &pe)) {
+        QD_LOG(QD_LOG_ERROR, "worker_encode", "type=%s err=\"%s\"", qp_msg_type_name(m->type), pe.msg);
+        return QD_EINVAL;
+    }
+    int rc = 0;
+    pthread_mutex_lock(&w->out_lock);
+    for (size_t off = 0; off < n && !w->out_broken;) {
+        ssize_t k = write(w->o->out_fd, frame + off, n - off);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) { w->out_broken = 1; break; }
+        off += (size_t)k;
+    }
+    if (w->out_broken) rc = QD_EIO;
+    pthread_mutex_unlock(&w->out_lock);
+    free(frame);
+    return rc;
+}
+
+static void send_failed(qw_worker *w, const char *job_id, int code, const char *why, int retryable,
+                        int cancelled)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_TASK_FAILED);
+    m.task_failed.job_id = (char *)job_id;
+    m.task_failed.error = (char *)(why && *why ? why : qd_strerror(code));
+    m.task_failed.code = code;
+    m.task_failed.retryable = retryable;
+    m.task_failed.cancelled = cancelled;
+    send_msg(w, &m);
+}
+
+/* ---- reader thread -------------------------------------------------------------- */
+
+static void handle_msg(qw_worker *w, qp_msg *m)
+{
+    pthread_mutex_lock(&w->lock);
+    switch (m->type) {
+    case QP_MSG_TASK:
+        if (w->n_queued == QW_MAX_QUEUED || w->shutdown) {
+            pthread_mutex_unlock(&w->lock);
+            send_failed(w, m->task.job_id, QD_ERESOURCE,
+                        w->shutdown ? "worker is shutting down" : "worker task queue is full", 1, 0);
+            qp_msg_clear(m);
+            return;
+        }
+        w->queue[w->n_queued++].msg = *m;   /* the queue takes the strings */
+        memset(m, 0, sizeof *m);
+        pthread_cond_broadcast(&w->cond);
+        break;
+    case QP_MSG_CANCEL: {
+        if (!strcmp(w->current, m->cancel.job_id)) atomic_store(&w->cancel, 1);
+        /* Queued tasks of that job end at once, each with its own reply. */
+        for (int i = 0; i < w->n_queued;) {
+            if (strcmp(w->queue[i].msg.task.job_id, m->cancel.job_id)) { i++; continue; }
+            qp_msg t = w->queue[i].msg;
+            memmove(&w->queue[i], &w->queue[i + 1], (size_t)(w->n_queued - i - 1) * sizeof w->queue[0]);
+            w->n_queued--;
+            pthread_mutex_unlock(&w->lock);
+            send_failed(w, t.task.job_id, QD_ECANCELLED, "cancelled before it started", 0, 1);
+            qp_msg_clear(&t);
+            pthread_mutex_lock(&w->lock);
+        }
+        break;
+    }
+    case QP_MSG_SHUTDOWN:
+        w->shutdown = 1;
+        w->graceful = m->shutdown.graceful;
+        if (!w->graceful) {
+            /* "Exit now": checkpoints are written atomically, so stopping mid-block loses
+             * only the block in progress. */
+            QD_LOG(QD_LOG_INFO, "worker_exit", "name=%s reason=shutdown", w->o->name);
+            _exit(0);
+        }
+        pthread_cond_broadcast(&w->cond);
+        break;
+    default:
+        QD_LOG(QD_LOG_WARN, "worker_ignored", "name=%s type=%s", w->o->name, qp_msg_type_name(m->type));
+        break;
+    }
+    pthread_mutex_unlock(&w->lock);
+    qp_msg_clear(m);
+}
+
+static void *reader_main(void *arg)
+{
+    qw_worker *w = arg;
+    qp_wire_decoder d;
+    qp_wire_decoder_init(&d, 0);
+    char buf[65536];
+    for (;;) {
+        ssize_t n = read(w->o->in_fd, buf, sizeof buf);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        qp_err pe = {0};
+        if (qp_wire_decoder_feed(&d, buf, (size_t)n, &pe)) {
+            qd_err_set(&w->reader_err, QD_EFORMAT, "stdin: %s", pe.msg);
+            break;
+        }
+        for (;;) {
+            qp_msg m;
+            int rc = qp_wire_decoder_next(&d, &m, &pe);
+            if (rc == 0) break;
+            if (rc > 0) { handle_msg(w, &m); continue; }
+            if (qp_wire_decoder_broken(&d)) {
+                qd_err_set(&w->reader_err, QD_EFORMAT, "stdin: %s", pe.msg);
+                goto done;
+            }
+            QD_LOG(QD_LOG_WARN, "worker_bad_message", "name=%s err=\"%s\"", w->o->name, pe.msg);
+        }
+    }
+done:
+    qp_wire_decoder_free(&d);
+    pthread_mutex_lock(&w->lock);
+    w->eof = 1;
+    /* Without the daemon nobody will read our results: stop the task at the next safe point. */
+    if (w->current[0]) atomic_store(&w->cancel, 1);
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* ---- heartbeat thread ------------------------------------------------------------- */
+
+static void *heartbeat_main(void *arg)
+{
+    qw_worker *w = arg;
+    int interval = w->o->heartbeat_ms > 0 ? w->o->heartbeat_ms : 2000;
+    pthread_mutex_lock(&w->lock);
+    while (!w->hb_stop) {
+        char job[QP_JOB_ID_MAX + 1];
+        snprintf(job, sizeof job, "%s", w->current);
+        pthread_mutex_unlock(&w->lock);
+        qp_msg m;
+        qp_msg_init(&m, QP_MSG_HEARTBEAT);
+        m.heartbeat.t_ms = unix_ms();
+        m.heartbeat.job_id = job[0] ? job : NULL;
+        m.heartbeat.rss_bytes = rss_bytes();
+        send_msg(w, &m);
+        pthread_mutex_lock(&w->lock);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += interval / 1000;
+        ts.tv_nsec += (long)(interval % 1000) * 1000000L;
+        if (ts.tv_nsec >= 1000000000L) { ts.tv_sec++; ts.tv_nsec -= 1000000000L; }
+        while (!w->hb_stop && pthread_cond_timedwait(&w->cond, &w->lock, &ts) != ETIMEDOUT) {}
+    }
+    pthread_mutex_unlock(&w->lock);
+    return NULL;
+}
+
+/* ---- tasks -------------------------------------------------------------------------- */
+
+static int on_progress(void *ud, const qd_progress *p)
+{
+    qw_worker *w = ud;
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PROGRESS);
+    m.progress.job_id = (char *)(p->job_id ? p->job_id : w->current);
+    m.progress.stage = (char *)(p->stage ? p->stage : "quantize");
+    m.progress.block = p->block;
+    m.progress.n_blocks = p->n_blocks > 0 ? p->n_blocks : 0;
+    m.progress.layer = (char *)p->layer;
+    m.progress.fraction = p->fraction < 0 ? 0 : p->fraction > 1 ? 1 : p->fraction;
+    m.progress.eta_s = p->eta_s;
+    m.progress.layer_error = p->layer_error;
+    send_msg(w, &m);
+    return atomic_load(&w->cancel) || w->out_broken;
+}
+
+static void pipe_drop(qw_worker *w)
+{
+    qd_pipeline_close(w->pipe);
+    qp_job_free(w->pipe_job);
+    free(w->pipe_spec);
+    w->pipe = NULL;
+    w->pipe_job = NULL;
+    w->pipe_spec = NULL;
+}
+
+/* The report summary for task_done: quantd_report.json when it is a reasonable size. */
+static char *read_report(const char *out_dir)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/quantd_report.json", out_dir);
+    char *text = NULL;
+    size_t len = 0;
+    qd_err err = {0};
+    if (qd_fs_read_file(path, &text, &len, &err) || len > QW_REPORT_MAX) {
+        free(text);
+        return NULL;
+    }
+    cJSON *j = cJSON_ParseWithLength(text, len);
+    free(text);
+    if (!cJSON_IsObject(j)) { cJSON_Delete(j); return NULL; }
+    char *s = cJSON_PrintUnformatted(j);
+    cJSON_Delete(j);
+    return s;
+}
+
+static void send_block_done(qw_worker *w, const qp_msg_task *t, int block, int n_blocks, double secs)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_BLOCK_DONE);
+    m.block_done.job_id = t->job_id;
+    m.block_done.block = block;
+    m.block_done.n_blocks = n_blocks;
+    m.block_done.seconds = secs;
+    m.block_done.fence = t->fence;
+    send_msg(w, &m);
+}
+
+/* Opens the pipeline for t, or keeps the one already open when t continues its job. */
+static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
+{
+    if (w->pipe && w->pipe_spec && !strcmp(w->pipe_spec, t->job) &&
+        (t->block == QP_TASK_WHOLE_JOB || t->block == qd_pipeline_next_block(w->pipe)))
+        return 0;
+    pipe_drop(w);
+    qp_err pe = {0};
+    qp_job *job = NULL;
+    int rc = qp_job_parse(t->job, strlen(t->job), &job, &pe);
+    if (rc) return qd_err_set(err, QD_EINVAL, "%s", pe.msg);
+    if (strcmp(job->id, t->job_id)) {
+        qd_err_set(err, QD_EINVAL, "task.job_id '%s' differs from the job spec's id '%s'", t->job_id, job->id);
+        qp_job_free(job);
+        return QD_EINVAL;
+    }
+    if ((job->backend == QP_BACKEND_CUDA && strcmp(w->be->name, "cuda")) ||
+        (job->backend == QP_BACKEND_CPU && strcmp(w->be->name, "cpu"))) {
+        /* Another worker can run it, so the scheduler may retry it there. */
+        qd_err_set(err, QD_ERESOURCE, "job asks for backend %s but this worker runs %s",
+                   qp_backend_name(job->backend), w->be->name);
+        qp_job_free(job);
+        return QD_ERESOURCE;
+    }
+    qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress};
+    qd_pipeline *p = NULL;
+    if ((rc = qd_pipeline_open(job, w->be, &hooks, &p, err))) {
+        qp_job_free(job);
+        return rc;
+    }
+    if (!(w->pipe_spec = strdup(t->job))) {
+        qd_pipeline_close(p);
+        qp_job_free(job);
+        return qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
+    w->pipe = p;
+    w->pipe_job = job;   /* the pipeline borrows it */
+    return 0;
+}
+
+static int stop_requested(qw_worker *w)
+{
+    pthread_mutex_lock(&w->lock);
+    int stop = w->shutdown || w->eof;
+    pthread_mutex_unlock(&w->lock);
+    return stop;
+}
+
+static void task_run(qw_worker *w, const qp_msg_task *t)
+{
+    qd_err err = {0};
+    int rc = task_open(w, t, &err);
+    int n = rc ? 0 : qd_pipeline_n_blocks(w->pipe);
+    int behind = 0;   /* the checkpoint is behind the task: retrying later is right */
+    if (!rc && t->block != QP_TASK_WHOLE_JOB) {
+        int next = qd_pipeline_next_block(w->pipe);
+        if (t->block >= n) {
+            rc = qd_err_set(&err, QD_EINVAL, "task.block %d is past the model's %d blocks", t->block, n);
+        } else if (t->block > next) {
+            /* The checkpoint is behind: the daemon's view is stale; another try after it
+             * catches up (or a whole-job task) will do. */
+            rc = qd_err_set(&err, QD_EMISMATCH, "task.block %d, but the checkpoint's next block is %d",
+                            t->block, next);
+            behind = 1;
+        }
+    }
+    /* Run the asked block (or every remaining one); a block already committed (a retried
+     * task whose first run died after the commit) is not run again. */
+    while (!rc && qd_pipeline_next_block(w->pipe) < n &&
+           (t->block == QP_TASK_WHOLE_JOB || qd_pipeline_next_block(w->pipe) <= t->block)) {
+        int b = qd_pipeline_next_block(w->pipe);
+        double t0 = now_s();
+        if ((rc = qd_pipeline_run_block(w->pipe, &err))) break;
+        send_block_done(w, t, b, n, now_s() - t0);
+        if (t->block == QP_TASK_WHOLE_JOB && qd_pipeline_next_block(w->pipe) < n && stop_requested(w)) {
+            rc = qd_err_set(&err, QD_ECANCELLED, "worker is shutting down after block %d", b);
+            break;
+        }
+    }
+    if (rc) {
+        int cancelled = rc == QD_ECANCELLED && atomic_load(&w->cancel);
+        int retryable = cancelled ? 0 : (rc == QD_ECANCELLED || behind) ? 1 : qw_error_retryable(rc);
+        QD_LOG(QD_LOG_WARN, "task_failed", "job=%s block=%d code=%d retryable=%d err=\"%s\"", t->job_id, t->block,
+               rc, retryable, err.msg);
+        send_failed(w, t->job_id, rc, err.msg, retryable, cancelled);
+        pipe_drop(w);   /* after a failure the in-memory state is not trusted */
+        return;
+    }
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_TASK_DONE);
+    m.task_done.job_id = t->job_id;
+    if (qd_pipeline_next_block(w->pipe) < n) {
+        m.task_done.job_finished = 0;
+        send_msg(w, &m);
+        return;
+    }
+    if ((rc = qd_pipeline_finish(w->pipe, &err))) {
+        send_failed(w, t->job_id, rc, err.msg, qw_error_retryable(rc), 0);
+        pipe_drop(w);
+        return;
+    }
+    char *report = read_report(w->pipe_job->output);
+    m.task_done.job_finished = 1;
+    m.task_done.output = w->pipe_job->output;
+    m.task_done.report = report;
+    send_msg(w, &m);
+    free(report);
+    pipe_drop(w);
+}
+
+static int send_hello(qw_worker *w, int selftest_ok, const char *selftest)
+{
+    char device[128];
+    if (w->be && !strcmp(w->be->name, "cpu"))
+        snprintf(device, sizeof device, "cpu: %d threads", w->be->n_threads);
+    else
+        snprintf(device, sizeof device, "%s", w->o->backend);
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_HELLO);
+    m.hello.worker = (char *)w->o->name;
+    m.hello.pid = getpid();
+    m.hello.backend = (char *)(w->be ? w->be->name : (strncmp(w->o->backend, "cuda", 4) ? "cpu" : "cuda"));
+    m.hello.device = device;
+    m.hello.protocol = QP_WIRE_VERSION;
+    m.hello.selftest_ok = selftest_ok;
+    m.hello.selftest = (char *)selftest;
+    return send_msg(w, &m);
+}
+
+int qw_worker_run(const qw_opts *o, qd_err *err)
+{
+    qw_worker *w = calloc(1, sizeof *w);
+    if (!w) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    w->o = o;
+    pthread_mutex_init(&w->out_lock, NULL);
+    pthread_mutex_init(&w->lock, NULL);
+    pthread_cond_init(&w->cond, NULL);
+    pthread_t reader, hb;
+    int have_reader = 0, have_hb = 0, rc;
+
+    qd_err berr = {0};
+    if ((rc = qd_backend_open(o->backend, &w->be, &berr))) {
+        /* Tell the daemon why before leaving, so it logs the reason rather than a crash. */
+        send_hello(w, 0, berr.msg);
+        qd_err_set(err, rc, "backend %s: %s", o->backend, berr.msg);
+        goto out;
+    }
+    if ((rc = send_hello(w, 1, "no self-test run"))) {
+        qd_err_set(err, rc, "stdout: the daemon is gone");
+        goto out;
+    }
+    if (pthread_create(&reader, NULL, reader_main, w)) { rc = qd_err_set(err, QD_ENOMEM, "cannot start a thread"); goto out; }
+    have_reader = 1;
+    if (pthread_create(&hb, NULL, heartbeat_main, w)) { rc = qd_err_set(err, QD_ENOMEM, "cannot start a thread"); goto out; }
+    have_hb = 1;
+
+    for (;;) {
+        pthread_mutex_lock(&w->lock);
+        while (!w->n_queued && !w->eof && !w->shutdown) pthread_cond_wait(&w->cond, &w->lock);
+        if (!w->n_queued || w->eof || w->shutdown) {
+            pthread_mutex_unlock(&w->lock);
+            break;
+        }
+        qp_msg t = w->queue[0].msg;
+        memmove(&w->queue[0], &w->queue[1], (size_t)(w->n_queued - 1) * sizeof w->queue[0]);
+        w->n_queued--;
+        snprintf(w->current, sizeof w->current, "%s", t.task.job_id);
+        atomic_store(&w->cancel, 0);
+        pthread_mutex_unlock(&w->lock);
+
+        QD_LOG(QD_LOG_INFO, "task_start", "worker=%s job=%s block=%d", o->name, t.task.job_id, t.task.block);
+        task_run(w, &t.task);
+
+        pthread_mutex_lock(&w->lock);
+        w->current[0] = 0;
+        pthread_mutex_unlock(&w->lock);
+        qp_msg_clear(&t);
+    }
+    rc = 0;
+    if (w->reader_err.code) {
+        *err = w->reader_err;
+        rc = w->reader_err.code;
+    }
+out:
+    pthread_mutex_lock(&w->lock);
+    w->hb_stop = 1;
+    pthread_cond_broadcast(&w->cond);
+    pthread_mutex_unlock(&w->lock);
+    if (have_hb) pthread_join(hb, NULL);
+    /* The reader may sit in read() on a pipe the daemon keeps open after a shutdown
+     * message; it holds nothing that needs freeing beyond what exit reclaims. */
+    if (have_reader) pthread_detach(reader);
+    pipe_drop(w);
+    qd_backend_close(w->be);
+    if (!have_reader) {
+        for (int i = 0; i < w->n_queued; i++) qp_msg_clear(&w->queue[i].msg);
+        free(w);
+    }
+    return rc;
+}
