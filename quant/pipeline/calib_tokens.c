@@ -23,9 +23,11 @@ int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int6
     const qp_job_calib *c = &job->calibration;
     *ids = NULL;
     if (!c->path) {
-        /* RTN without data: random ids only feed the error report. */
+        /* RTN without data: random ids only feed the per-layer error report, so a few
+         * short sequences are enough (8 x at most 512 tokens). */
         int64_t L = c->seq_len < cfg->max_pos ? c->seq_len : cfg->max_pos;
-        int64_t S = c->samples;
+        if (L > 512) L = 512;
+        int64_t S = c->samples < 8 ? c->samples : 8;
         int32_t *v = malloc((size_t)(S * L) * sizeof *v);
         if (!v) return qd_err_set(err, QD_ENOMEM, "out of memory for calibration ids");
         uint64_t st = c->seed;
@@ -56,7 +58,7 @@ int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int6
     memset(&set, 0, sizeof set);
     rc = qd_calib_load(&o, tok, &set, err);
     qd_tokenizer_free(tok);
-    if (rc) return qd_err_prefix(err, "calibration %s", c->path);
+    if (rc) return qd_err_prefix(err, "calibration");
     for (int64_t i = 0; i < set.n_samples * set.seq_len; i++) {
         if (set.ids[i] < 0 || set.ids[i] >= cfg->vocab) {
             int32_t bad = set.ids[i];

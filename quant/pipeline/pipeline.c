@@ -158,6 +158,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);
     snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", job->output);
 
+    /* The model first: a job that names a bad model leaves no output directory behind. */
+    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
+    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
+    rc = qd_model_open(job->model, be, &p->m, err);
+    if (rc) goto fail;
     /* The output directory: empty, absent, our checkpoint, or overwrite. */
     char state_path[QD_PATH_MAX + 32];
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
@@ -175,10 +180,6 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = check_resources(job, p->out_dir, err);
     if (rc) goto fail;
 
-    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
-    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
-    rc = qd_model_open(job->model, be, &p->m, err);
-    if (rc) goto fail;
     const qd_model_config *cfg = qd_model_cfg(p->m);
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
@@ -196,7 +197,6 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     qp_sha256_hex(ids, (size_t)(p->n_seq * p->seq_len) * sizeof(int32_t), fp.calib);
     snprintf(fp.backend, sizeof fp.backend, "%s", be->name);
 
-    if (have_state && job->overwrite && 0) have_state = 0;
     if (have_state) {
         qd_ckpt_state old;
         rc = qd_state_load(state_path, &old, err);
