@@ -5,6 +5,7 @@
 #include "workers/worker.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -42,6 +43,7 @@ typedef struct qw_worker {
     char current[QP_JOB_ID_MAX + 1];   /* job id of the running task, "" when idle */
     int eof;                     /* stdin closed or broken */
     int shutdown;                /* a shutdown message arrived */
+    int stop_pipe[2];            /* written by the main thread to wake the reader at exit */
     int graceful;                /* ... and it asked to finish the current block first */
     atomic_int cancel;           /* the running task was cancelled */
     int hb_stop;
@@ -183,6 +185,14 @@ static void *reader_main(void *arg)
     qp_wire_decoder_init(&d, 0);
     char buf[65536];
     for (;;) {
+        /* Wait for input or for the main thread's stop byte, so the reader can be
+         * joined (and everything freed) even while the daemon keeps our stdin open. */
+        struct pollfd pf[2] = {{w->o->in_fd, POLLIN, 0}, {w->stop_pipe[0], POLLIN, 0}};
+        if (poll(pf, 2, -1) < 0) {
+            if (errno == EINTR) continue;
+            break;
+        }
+        if (pf[1].revents) break;
         ssize_t n = read(w->o->in_fd, buf, sizeof buf);
         if (n < 0 && errno == EINTR) continue;
         if (n <= 0) break;
@@ -443,6 +453,10 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
     pthread_cond_init(&w->cond, NULL);
     pthread_t reader, hb;
     int have_reader = 0, have_hb = 0, rc;
+    if (pipe(w->stop_pipe) != 0) {
+        free(w);
+        return qd_err_set(err, QD_EIO, "pipe: %s", strerror(errno));
+    }
 
     qd_err berr = {0};
     if ((rc = qd_backend_open(o->backend, &w->be, &berr))) {
@@ -493,14 +507,16 @@ out:
     pthread_cond_broadcast(&w->cond);
     pthread_mutex_unlock(&w->lock);
     if (have_hb) pthread_join(hb, NULL);
-    /* The reader may sit in read() on a pipe the daemon keeps open after a shutdown
-     * message; it holds nothing that needs freeing beyond what exit reclaims. */
-    if (have_reader) pthread_detach(reader);
+    if (have_reader) {
+        ssize_t wr = write(w->stop_pipe[1], "x", 1);
+        (void)wr;
+        pthread_join(reader, NULL);
+    }
     pipe_drop(w);
     qd_backend_close(w->be);
-    if (!have_reader) {
-        for (int i = 0; i < w->n_queued; i++) qp_msg_clear(&w->queue[i].msg);
-        free(w);
-    }
+    for (int i = 0; i < w->n_queued; i++) qp_msg_clear(&w->queue[i].msg);
+    close(w->stop_pipe[0]);
+    close(w->stop_pipe[1]);
+    free(w);
     return rc;
 }

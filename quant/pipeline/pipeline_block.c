@@ -366,7 +366,9 @@ static int awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int
     }
     if (!rc) {
         qd_awq_opts o = qd_awq_opts_default();
-        { const char *e = getenv("AWQQ_DUO"); if (e) o.duo_scaling = atoi(e); } /* AWQQ_TMP */
+        /* AutoAWQ's duo scaling: measured lower perplexity than the paper's x_mean^alpha
+         * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
+        o.duo_scaling = 1;
         rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
     }
     if (!rc && sc.best_alpha > 0) {

@@ -18,15 +18,14 @@
 #include "quant/algo/gptq_block.h"
 #include "quant/algo/quantizer.h"
 
-/* The in-block GPTQ update of nrows rows of the block copy: w1[rr][c] -= e[rr] * h[c] for
- * c < len (rows ldw1 apart). */
-typedef void (*cpu_update_fn)(float *restrict w1, int64_t ldw1, int nrows, const float *e,
-                              const float *restrict h, int64_t len);
+/* The GPTQ block kernel for rows [r0, r1) of a block (see cpu_gptq_block), with per-thread
+ * scratch of CPU_GPTQ_SCRATCH(B) floats. */
+typedef void (*cpu_gptq_rows_fn)(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch);
 
 #define CPU_GPTQ_MAX_THREADS 64
 
 typedef struct cpu_impl {
-    cpu_update_fn update;       /* chosen once at open from the CPU's features */
+    cpu_gptq_rows_fn gptq_rows; /* chosen once at open from the CPU's features */
 } cpu_impl;
 
 /* ---- memory -------------------------------------------------------------------------- */
@@ -175,105 +174,140 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 
 /* ---- GPTQ block ---------------------------------------------------------------------- */
 
-/* Rows of the block processed together: each Hinv row is loaded once per batch. */
-#define CPU_GPTQ_ROWS 4
+/* Rows of the block processed together: each Hinv row is read once per batch, and the
+ * AVX2 kernel holds one column of a batch in one 8-lane register. */
+#define CPU_GPTQ_ROWS 8
 
-static void cpu_update_ref(float *restrict w1, int64_t ldw1, int nrows, const float *e,
-                           const float *restrict h, int64_t len)
+/* Scratch floats per thread: the block copy, errors, Q and codes, each [B][8]. */
+#define CPU_GPTQ_SCRATCH(B) ((size_t)(4 * CPU_GPTQ_ROWS) * (size_t)(B))
+
+/* Dynamic groups: the parameters of every group that starts inside the block, for row r,
+ * from w as it stood when the block started. */
+static void cpu_gptq_find_params(const qd_gptq_block_args *a, int64_t r)
 {
-    for (int rr = 0; rr < nrows; rr++) {
-        float *y = w1 + rr * ldw1;
-        for (int64_t c = 0; c < len; c++) y[c] -= e[rr] * h[c];
+    const int64_t k = a->k, i1 = a->i1, i2 = a->i2;
+    const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : k;
+    const float *wr = a->w + r * a->ldw;
+    for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
+        int64_t len = j + gs <= k ? gs : k - j;
+        int64_t g = a->col_group[j];
+        qd_quant_params(a->cfg, wr + j, len, 1, &a->scales[g * a->n + r], &a->zeros[g * a->n + r]);
     }
 }
 
-__attribute__((target("avx2,fma")))
-static void cpu_update_avx2(float *restrict w1, int64_t ldw1, int nrows, const float *e,
-                            const float *restrict h, int64_t len)
+/* Portable kernel: rows [r0, r1) in batches, each row's slice of the block in scratch. */
+static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
-    int64_t c = 0;
-    if (nrows == CPU_GPTQ_ROWS) {
-        __m256 e0 = _mm256_set1_ps(e[0]), e1 = _mm256_set1_ps(e[1]);
-        __m256 e2 = _mm256_set1_ps(e[2]), e3 = _mm256_set1_ps(e[3]);
-        float *y0 = w1, *y1 = w1 + ldw1, *y2 = w1 + 2 * ldw1, *y3 = w1 + 3 * ldw1;
-        for (; c + 8 <= len; c += 8) {
-            __m256 hv = _mm256_loadu_ps(h + c);
-            _mm256_storeu_ps(y0 + c, _mm256_fnmadd_ps(e0, hv, _mm256_loadu_ps(y0 + c)));
-            _mm256_storeu_ps(y1 + c, _mm256_fnmadd_ps(e1, hv, _mm256_loadu_ps(y1 + c)));
-            _mm256_storeu_ps(y2 + c, _mm256_fnmadd_ps(e2, hv, _mm256_loadu_ps(y2 + c)));
-            _mm256_storeu_ps(y3 + c, _mm256_fnmadd_ps(e3, hv, _mm256_loadu_ps(y3 + c)));
-        }
-    } else {
-        for (int rr = 0; rr < nrows; rr++) {
-            __m256 ev = _mm256_set1_ps(e[rr]);
-            float *y = w1 + rr * ldw1;
-            for (int64_t cc = 0; cc + 8 <= len; cc += 8)
-                _mm256_storeu_ps(y + cc, _mm256_fnmadd_ps(ev, _mm256_loadu_ps(h + cc), _mm256_loadu_ps(y + cc)));
-        }
-        c = len & ~(int64_t)7;
-    }
-    for (; c < len; c++)
-        for (int rr = 0; rr < nrows; rr++) w1[rr * ldw1 + c] = __builtin_fmaf(-e[rr], h[c], w1[rr * ldw1 + c]);
-}
-
-/* The block for rows [r0, r1), in batches of CPU_GPTQ_ROWS. Rows are independent inside a
- * block (the group parameters come from w as it stood when the block started), so a batch
- * runs the whole column loop while its slice of the block (4 x B floats) sits in L1,
- * instead of sweeping all rows once per column. w1 is scratch [CPU_GPTQ_ROWS, B]. */
-static void cpu_gptq_rows(const qd_gptq_block_args *a, cpu_update_fn update, int64_t r0, int64_t r1,
-                          float *w1)
-{
-    const qd_quant_cfg *cfg = a->cfg;
-    const int maxq = qd_quant_maxq(cfg);
-    const int64_t n = a->n, k = a->k, i1 = a->i1, B = a->i2 - a->i1;
-    const int64_t gs = cfg->group_size > 0 ? cfg->group_size : k;
+    const int maxq = qd_quant_maxq(a->cfg);
+    const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
+    float *w1 = scratch;                                     /* [8][B] */
     for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
         int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
         for (int rr = 0; rr < nr; rr++) {
-            int64_t r = rb + rr;
-            float *wr = a->w + r * a->ldw;
-            if (a->find_params) {
-                int64_t j0 = (i1 + gs - 1) / gs * gs;     /* first group start >= i1 */
-                for (int64_t j = j0; j < i1 + B; j += gs) {
-                    int64_t len = j + gs <= k ? gs : k - j;
-                    int64_t g = a->col_group[j];
-                    qd_quant_params(cfg, wr + j, len, 1, &a->scales[g * n + r], &a->zeros[g * n + r]);
-                }
-            }
-            memcpy(w1 + rr * B, wr + i1, (size_t)B * sizeof(float));
+            if (a->find_params) cpu_gptq_find_params(a, rb + rr);
+            memcpy(w1 + rr * B, a->w + (rb + rr) * a->ldw + i1, (size_t)B * sizeof(float));
         }
         for (int64_t i = 0; i < B; i++) {
-            int64_t j = i1 + i;
-            int64_t g = a->col_group[j];
+            int64_t j = i1 + i, g = a->col_group[j];
             const float *hrow = a->hinv + j * a->ldh;
-            float d = hrow[j], e[CPU_GPTQ_ROWS];
             for (int rr = 0; rr < nr; rr++) {
                 int64_t r = rb + rr;
                 float s = a->scales[g * n + r], z = a->zeros[g * n + r];
-                float x = w1[rr * B + i];
+                float *y = w1 + rr * B;
+                float x = y[i];
                 int code = qd_quant_code(x, s, z, maxq);
                 float qv = qd_quant_dequant(code, s, z);
-                e[rr] = (x - qv) / d;
-                a->err[r * a->lde + i] = e[rr];
+                float e = (x - qv) / hrow[j];
+                for (int64_t c = i + 1; c < B; c++) y[c] -= e * hrow[i1 + c];
+                a->err[r * a->lde + i] = e;
                 a->codes[r * a->ldc + j] = (uint8_t)code;
                 a->w[r * a->ldw + j] = qv;
             }
-            update(w1 + i + 1, B, nr, e, hrow + j + 1, B - i - 1);
+        }
+    }
+}
+
+/* AVX2 kernel: a batch of 8 rows is stored column-major ([B][8]), so one column of the
+ * batch is one register: quantization runs on 8 rows at once with the same operations as
+ * qd_quant_code / qd_quant_dequant (divide, round half to even, add zero, clamp), and the
+ * in-block update of column c is one FMA with Hinv[j][c] broadcast. */
+__attribute__((target("avx2,fma")))
+static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
+{
+    const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
+    float *w1 = scratch, *el = w1 + B * 8, *ql = el + B * 8, *cl = ql + B * 8;
+    const __m256 v0 = _mm256_setzero_ps(), vmaxq = _mm256_set1_ps((float)qd_quant_maxq(a->cfg));
+    for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
+        int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
+        for (int rr = 0; rr < CPU_GPTQ_ROWS; rr++) {
+            if (rr < nr && a->find_params) cpu_gptq_find_params(a, rb + rr);
+            const float *src = a->w + (rb + rr) * a->ldw + i1;
+            for (int64_t i = 0; i < B; i++) w1[i * 8 + rr] = rr < nr ? src[i] : 0.0f;
+        }
+        int64_t gcur = -1;
+        __m256 vs = v0, vz = v0;
+        for (int64_t i = 0; i < B; i++) {
+            int64_t j = i1 + i, g = a->col_group[j];
+            if (g != gcur) {
+                /* Missing rows of a short batch get scale 1, zero 0: harmless, never stored. */
+                float s8[8], z8[8];
+                for (int rr = 0; rr < 8; rr++) {
+                    s8[rr] = rr < nr ? a->scales[g * n + rb + rr] : 1.0f;
+                    z8[rr] = rr < nr ? a->zeros[g * n + rb + rr] : 0.0f;
+                }
+                vs = _mm256_loadu_ps(s8);
+                vz = _mm256_loadu_ps(z8);
+                gcur = g;
+            }
+            const float *hrow = a->hinv + j * a->ldh;
+            __m256 x = _mm256_loadu_ps(w1 + i * 8);
+            __m256 v = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            v = _mm256_min_ps(_mm256_max_ps(v, v0), vmaxq);
+            __m256 qv = _mm256_mul_ps(vs, _mm256_sub_ps(v, vz));
+            __m256 e = _mm256_div_ps(_mm256_sub_ps(x, qv), _mm256_set1_ps(hrow[j]));
+            _mm256_storeu_ps(el + i * 8, e);
+            _mm256_storeu_ps(ql + i * 8, qv);
+            _mm256_storeu_ps(cl + i * 8, v);
+            float *wc = w1 + (i + 1) * 8;
+            const float *hc = hrow + j + 1;
+            int64_t len = B - i - 1, c = 0;
+            for (; c + 4 <= len; c += 4) {
+                __m256 y0 = _mm256_fnmadd_ps(e, _mm256_set1_ps(hc[c]), _mm256_loadu_ps(wc + c * 8));
+                __m256 y1 = _mm256_fnmadd_ps(e, _mm256_set1_ps(hc[c + 1]), _mm256_loadu_ps(wc + c * 8 + 8));
+                __m256 y2 = _mm256_fnmadd_ps(e, _mm256_set1_ps(hc[c + 2]), _mm256_loadu_ps(wc + c * 8 + 16));
+                __m256 y3 = _mm256_fnmadd_ps(e, _mm256_set1_ps(hc[c + 3]), _mm256_loadu_ps(wc + c * 8 + 24));
+                _mm256_storeu_ps(wc + c * 8, y0);
+                _mm256_storeu_ps(wc + c * 8 + 8, y1);
+                _mm256_storeu_ps(wc + c * 8 + 16, y2);
+                _mm256_storeu_ps(wc + c * 8 + 24, y3);
+            }
+            for (; c < len; c++)
+                _mm256_storeu_ps(wc + c * 8, _mm256_fnmadd_ps(e, _mm256_set1_ps(hc[c]), _mm256_loadu_ps(wc + c * 8)));
+        }
+        for (int rr = 0; rr < nr; rr++) {
+            int64_t r = rb + rr;
+            float *er = a->err + r * a->lde, *wr = a->w + r * a->ldw + i1;
+            uint8_t *cr = a->codes + r * a->ldc + i1;
+            for (int64_t i = 0; i < B; i++) {
+                er[i] = el[i * 8 + rr];
+                wr[i] = ql[i * 8 + rr];
+                cr[i] = (uint8_t)(int)cl[i * 8 + rr];
+            }
         }
     }
 }
 
 typedef struct cpu_gptq_job {
     const qd_gptq_block_args *a;
-    cpu_update_fn update;
+    cpu_gptq_rows_fn rows;
     int64_t r0, r1;
-    float *w1;
+    float *scratch;
 } cpu_gptq_job;
 
 static void *cpu_gptq_job_run(void *p)
 {
     cpu_gptq_job *j = p;
-    cpu_gptq_rows(j->a, j->update, j->r0, j->r1, j->w1);
+    j->rows(j->a, j->r0, j->r1, j->scratch);
     return NULL;
 }
 
@@ -289,8 +323,8 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     int nt = be->n_threads;
     if (nt > CPU_GPTQ_MAX_THREADS) nt = CPU_GPTQ_MAX_THREADS;
     if (n < (int64_t)nt * 16 * CPU_GPTQ_ROWS) nt = 1;
-    float *w1 = cpu_alloc(be, (size_t)(nt * CPU_GPTQ_ROWS * B) * sizeof(float));
-    if (!w1) return QD_ENOMEM;
+    float *scratch = cpu_alloc(be, (size_t)nt * CPU_GPTQ_SCRATCH(B) * sizeof(float));
+    if (!scratch) return QD_ENOMEM;
     cpu_gptq_job jobs[CPU_GPTQ_MAX_THREADS];
     pthread_t tid[CPU_GPTQ_MAX_THREADS];
     int started[CPU_GPTQ_MAX_THREADS] = {0};
@@ -299,7 +333,7 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     for (int t = 0; t < nt; t++) {
         int64_t r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
         if (r0 > n) r0 = n;
-        jobs[t] = (cpu_gptq_job){a, impl->update, r0, r1, w1 + t * CPU_GPTQ_ROWS * B};
+        jobs[t] = (cpu_gptq_job){a, impl->gptq_rows, r0, r1, scratch + (size_t)t * CPU_GPTQ_SCRATCH(B)};
     }
     for (int t = 1; t < nt; t++)
         started[t] = pthread_create(&tid[t], NULL, cpu_gptq_job_run, &jobs[t]) == 0;
@@ -309,7 +343,7 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
         if (started[t]) pthread_join(tid[t], NULL);
         else cpu_gptq_job_run(&jobs[t]);
     }
-    free(w1);
+    free(scratch);
     return 0;
 }
 
@@ -356,8 +390,11 @@ int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
         return qd_err_set(err, QD_ENOMEM, "cpu backend: out of memory");
     }
     __builtin_cpu_init();
-    impl->update = (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-                       ? cpu_update_avx2 : cpu_update_ref;
+    /* QUANTD_CPU_KERNEL=portable selects the plain C kernels (tests compare the two). */
+    const char *kern = getenv("QUANTD_CPU_KERNEL");
+    int simd = !(kern && !strcmp(kern, "portable"));
+    impl->gptq_rows = (simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+                          ? cpu_gptq_rows_avx2 : cpu_gptq_rows_ref;
     be->ops = &cpu_ops;
     be->impl = impl;
     be->name = "cpu";
