@@ -1,0 +1,64 @@
+/* The HTTP status API and dashboard, served from the daemon's libuv loop through
+ * libmicrohttpd (external-select mode driven by uv_poll and a uv_timer).
+ *
+ * Contract between the HTTP layer and the rest of the daemon. The HTTP layer reads job
+ * state from Redis itself (its own hiredis async connection on the same loop, keys from
+ * proto/keys.h; MHD connections are suspended while a reply is pending), and submits and
+ * cancels jobs the way proto/redis.md documents (validate + LPUSH; cancel flag + PUBLISH).
+ * What only the daemon knows in memory — readiness, worker states, metrics counters — it
+ * asks for through qdd_http_view, whose callbacks the daemon implements. All callbacks run
+ * on the loop thread and must not block.
+ *
+ * Endpoints: GET /healthz, /readyz, /metrics (Prometheus text), /v1/jobs[?state=],
+ * /v1/jobs/{id}, /v1/jobs/{id}/events (SSE), POST /v1/jobs, DELETE /v1/jobs/{id}, and the
+ * dashboard at / (static files shipped in daemon/dashboard/, compiled in). */
+#ifndef QUANTD_DAEMON_HTTP_H
+#define QUANTD_DAEMON_HTTP_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "daemon/config.h"
+#include "quant/core/error.h"
+
+struct cJSON;
+
+/* A snapshot of one worker for /metrics and the dashboard. */
+typedef struct qdd_worker_view {
+    char name[32];           /* "cpu-0", "cuda-1" */
+    char state[16];          /* "starting", "idle", "busy", "dead", "failed_selftest" */
+    char job_id[72];         /* current job or "" */
+    int block;               /* current block or -1 */
+    int pid;
+    int restarts;
+    int64_t gpu_mem_used, gpu_mem_total;   /* bytes, -1 when not a GPU worker */
+    char selftest[128];      /* the worker's self-test summary */
+} qdd_worker_view;
+
+typedef struct qdd_http_view {
+    void *ud;
+    /* 1 when Redis is connected and at least one worker is up; else 0 with the reason. */
+    int (*ready)(void *ud, char *why, size_t cap);
+    /* Fills up to cap workers; returns how many there are. */
+    int (*workers)(void *ud, qdd_worker_view *out, int cap);
+    /* Block durations seen by this daemon (seconds), for the histogram in /metrics:
+     * appends the observations since the last call into the HTTP layer's own histogram. */
+    size_t (*drain_block_seconds)(void *ud, double *out, size_t cap);
+    /* Node name and the jobs running here now (for /metrics and the dashboard). */
+    const char *(*node)(void *ud);
+} qdd_http_view;
+
+typedef struct qdd_http qdd_http;
+
+/* Starts listening on cfg->http (ADDR:PORT; "" disables the API and returns 0 with *out
+ * NULL). Mutating endpoints need `Authorization: Bearer <cfg http token>`; CORS origins
+ * come from the config. *out is owned by the caller (qdd_http_stop). */
+int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
+                   qdd_http **out, qd_err *err);
+/* Stops accepting, closes every connection and handle; done(ud) runs once all libuv
+ * handles are closed (the struct is freed before done is called). Accepts NULL (done is
+ * then called at once). */
+void qdd_http_stop(qdd_http *h, void (*done)(void *ud), void *ud);
+
+#endif
