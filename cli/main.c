@@ -11,6 +11,7 @@ static const qctl_command commands[] = {
     {"tokenize", "tokenize text with a model's tokenizer", cmd_tokenize},
     {"eval", "measure perplexity of a float or quantized model", cmd_eval},
     {"quantize", "run a quantization job (JSON spec) in the foreground, resumable", cmd_quantize},
+    {"logits", "write a model's float32 logits for a token sequence (for comparisons)", cmd_logits},
 };
 
 static void usage(FILE *f)

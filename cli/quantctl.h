@@ -17,5 +17,6 @@ int cmd_gen_layer(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
 
 #endif

@@ -116,6 +116,16 @@ static const qdd_option options[] = {
      "admit jobs while their summed memory estimates stay below this (0: no limit)"},
     {"worker-path", OPT_STR, OFF(worker_path), "", 0, 0, NULL, "FILE",
      "quantd-worker executable (empty: next to quantd)"},
+    {"node-ttl-ms", OPT_INT, OFF(node_ttl_ms), "15000", 300, 3600000, NULL, "MS",
+     "node heartbeat TTL: a node silent this long has its jobs reclaimed by the others"},
+    {"lease-ttl-ms", OPT_INT, OFF(lease_ttl_ms), "30000", 300, 3600000, NULL, "MS",
+     "job lease TTL (renewed every third of it)"},
+    {"stop-timeout", OPT_INT, OFF(stop_timeout_s), "30", 0, 86400, NULL, "S",
+     "on SIGTERM, seconds running blocks get to finish before their workers are killed"},
+    {"http-token", OPT_STR, OFF(http_token), "", 0, 0, NULL, "TOKEN",
+     "bearer token for POST/DELETE on the HTTP API (empty: those endpoints are off)"},
+    {"http-cors", OPT_STR, OFF(http_cors), "", 0, 0, NULL, "ORIGIN,...",
+     "origins allowed to read the HTTP API from a browser (* = any; empty: none)"},
 };
 #undef OFF
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -470,6 +480,10 @@ size_t qdd_config_dump(const qdd_config *c, char *buf, size_t cap)
             const qdd_redis_url *u = &c->redis_url;
             PUT(" redis=redis://%s%s%s%s:%d/%d", u->user ? u->user : "", u->pass ? (u->user ? ":***" : ":***") : "",
                 u->user || u->pass ? "@" : "", u->host ? u->host : "?", u->port, u->db);
+        } else if (o->off == offsetof(qdd_config, http_token)) {
+            /* Like the password, the token never reaches the log. */
+            const char *v = *(char *const *)(base + o->off);
+            PUT(" %s=%s", o->name, v && *v ? "***" : "\"\"");
         } else {
             const char *v = *(char *const *)(base + o->off);
             PUT(" %s=%s", o->name, v && *v ? v : "\"\"");

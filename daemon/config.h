@@ -62,6 +62,11 @@ typedef struct qdd_config {
     int64_t heartbeat_s;    /* worker heartbeat interval; silent for 3 intervals = dead */
     int64_t memory_limit_mb;/* admission limit on the summed memory estimates; 0 = none */
     char *worker_path;      /* the quantd-worker executable; "" = next to quantd */
+    int64_t node_ttl_ms;    /* node heartbeat key TTL; a node silent this long is reclaimed */
+    int64_t lease_ttl_ms;   /* job lease TTL; renewed every third of it */
+    int64_t stop_timeout_s; /* SIGTERM: how long running blocks may take to finish */
+    char *http_token;       /* bearer token for the HTTP API's mutating endpoints; "" = they are off */
+    char *http_cors;        /* comma-separated origins allowed by CORS ("*" = any); "" = none */
 
     /* Derived by qdd_config_load from the strings above. */
     qdd_redis_url redis_url;

@@ -21,6 +21,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/pipeline/pipeline.h"
+#include "quant/pipeline/state.h"
 
 #define QW_MAX_QUEUED 8          /* the daemon sends one task at a time; a few spare slots */
 #define QW_REPORT_MAX (256 * 1024)   /* a report larger than this is not forwarded */
@@ -54,6 +55,7 @@ typedef struct qw_worker {
     qp_job *pipe_job;
     char *pipe_spec;
     char *pipe_task_job_id;
+    uint64_t pipe_fence;         /* the fencing token the open pipeline commits under */
     double t_open;
 } qw_worker;
 
@@ -272,6 +274,26 @@ static int on_progress(void *ud, const qd_progress *p)
     return atomic_load(&w->cancel) || w->out_broken;
 }
 
+/* Fencing (proto/redis.md): the commit is refused when the checkpoint on disk was written
+ * under a newer lease, i.e. another node reclaimed the job while this one was cut off. */
+static int before_commit(void *ud, int block)
+{
+    qw_worker *w = ud;
+    if (!w->pipe_job || !w->pipe_fence) return 0;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/.quantd/state.json", w->pipe_job->output);
+    qd_ckpt_state s;
+    qd_err err = {0};
+    int refuse = 0;
+    if (qd_state_load(path, &s, &err) == 0 && s.fence > w->pipe_fence) {
+        QD_LOG(QD_LOG_WARN, "commit_refused", "job=%s block=%d fence=%llu disk_fence=%llu", w->pipe_job->id, block,
+               (unsigned long long)w->pipe_fence, (unsigned long long)s.fence);
+        refuse = 1;
+    }
+    qd_state_free(&s);
+    return refuse;
+}
+
 static void pipe_drop(qw_worker *w)
 {
     qd_pipeline_close(w->pipe);
@@ -317,7 +339,7 @@ static void send_block_done(qw_worker *w, const qp_msg_task *t, int block, int n
 /* Opens the pipeline for t, or keeps the one already open when t continues its job. */
 static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
 {
-    if (w->pipe && w->pipe_spec && !strcmp(w->pipe_spec, t->job) &&
+    if (w->pipe && w->pipe_spec && !strcmp(w->pipe_spec, t->job) && w->pipe_fence == t->fence &&
         (t->block == QP_TASK_WHOLE_JOB || t->block == qd_pipeline_next_block(w->pipe)))
         return 0;
     pipe_drop(w);
@@ -338,7 +360,8 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
         qp_job_free(job);
         return QD_ERESOURCE;
     }
-    qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress};
+    qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress, .before_commit = before_commit,
+                               .fence = t->fence};
     qd_pipeline *p = NULL;
     if ((rc = qd_pipeline_open(job, w->be, &hooks, &p, err))) {
         qp_job_free(job);
@@ -351,6 +374,7 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
     }
     w->pipe = p;
     w->pipe_job = job;   /* the pipeline borrows it */
+    w->pipe_fence = t->fence;
     return 0;
 }
 

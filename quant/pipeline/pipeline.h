@@ -53,6 +53,8 @@ typedef struct qd_pipeline_hooks {
      * refuses the commit (e.g. the worker lost its lease): the run stops with QD_ECANCELLED
      * and writes nothing. */
     int (*before_commit)(void *ud, int block);
+    /* The lease fencing token recorded in state.json at each commit (0: keep the one there). */
+    uint64_t fence;
 } qd_pipeline_hooks;
 
 /* What a job needs, estimated before it starts. */

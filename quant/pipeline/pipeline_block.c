@@ -24,6 +24,7 @@
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "quant/pipeline/acts.h"
+#include "quant/tp/tp_pipeline.h"
 
 typedef struct capture_ctx {
     qd_pipeline *p;
@@ -542,7 +543,10 @@ static int write_block_file(qd_pipeline *p, qd_block_weights *bw, int block, qd_
     qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
     size_t plen = strlen(prefix);
     blockfile b = {0};
-    int rc = st_writer_init(&b.w);
+    /* tp_aware jobs: reorder the MLP pair now, after the forward used the plain weights. */
+    int rc = qd_tp_layout_apply_block(p, block, outs, err);
+    if (rc) return rc;
+    rc = st_writer_init(&b.w);
     if (rc) return qd_err_set(err, rc, "out of memory");
     int nl = qd_model_n_linears(p->m);
     /* Packed and modified tensors first; remember which source names they replace. */
@@ -741,6 +745,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         double secs = qd_pipeline_now() - t0;
         p->st.seconds += secs;
         p->st.next_block = block + 1;
+        if (p->hooks.fence) p->st.fence = p->hooks.fence;
         snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
         rc = qd_state_save(path, &p->st, err);
         if (!rc) {

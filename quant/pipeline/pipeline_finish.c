@@ -15,6 +15,7 @@
 #include "quant/model/tokenizer.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/report.h"
+#include "quant/tp/tp_pipeline.h"
 
 /* Perplexity of the model in dir on the job's eval text. */
 static int eval_dir(qd_pipeline *p, const char *dir, const int32_t *ids, size_t n, qd_eval_result *res, qd_err *err)
@@ -105,17 +106,24 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     if (!float_names) return qd_err_set(err, QD_ENOMEM, "out of memory");
     for (size_t i = 0; i < p->st.n_layers; i++)
         if (!strcmp(p->st.layers[i].method, "float")) float_names[n_float++] = p->st.layers[i].name;
-    cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, NULL, 0, p->st.awq_note);
+    /* tp_aware: every reordered down projection has a trivial g_idx (a `dynamic` override). */
+    qd_tp_layout_summary *tps = calloc(1, sizeof *tps);
+    if (!tps) { free(float_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    rc = qd_tp_layout_summarize(p, tps, err);
+    if (rc) { free(float_names); free(tps); return rc; }
+    const char *tp_regex = tps->regex;
+    cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, &tp_regex, (size_t)tps->n_regex, p->st.awq_note);
     free(float_names);
-    if (!qcfg) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, err);
     cJSON_Delete(qcfg);
     if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);
-    if (rc) return rc;
+    if (rc) { free(tps); return rc; }
 
     qd_report_extra x;
     memset(&x, 0, sizeof x);
     x.backend = p->be->name;
+    x.layout_note = tps->note[0] ? tps->note : NULL;
     if (p->job->eval.enabled) {
         qd_pipeline_report_progress(p, "eval", p->n_blocks - 1, NULL, 1, -1);
         int32_t *ids = NULL;
@@ -125,7 +133,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         if (!rc) rc = eval_dir(p, p->job->model, ids, nids, &before, err);
         if (!rc) rc = eval_dir(p, p->out_dir, ids, nids, &after, err);
         free(ids);
-        if (rc) return qd_err_prefix(err, "eval");
+        if (rc) { free(tps); return qd_err_prefix(err, "eval"); }
         x.have_ppl = 1;
         x.ppl_before = before.ppl;
         x.ppl_after = after.ppl;
@@ -137,6 +145,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     }
     x.wall_seconds = qd_pipeline_now() - p->t_open;
     rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
+    free(tps);
     if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);
     if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
     if (!rc) qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);

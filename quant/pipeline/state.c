@@ -81,6 +81,7 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
     s->cross_backend = (int)get_num(root, "cross_backend", 0);
     s->seconds = get_num(root, "seconds", 0);
     copy_str(s->awq_note, sizeof s->awq_note, root, "awq_note");
+    s->fence = (uint64_t)get_num(root, "fence", 0);
     if (s->next_block < 0 || s->n_blocks <= 0 || s->next_block > s->n_blocks || !s->fp.model[0]) {
         cJSON_Delete(root);
         return qd_err_set(err, QD_EFORMAT, "%s: incomplete checkpoint state", path);
@@ -141,6 +142,7 @@ int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)
     cJSON_AddNumberToObject(root, "cross_backend", s->cross_backend);
     cJSON_AddNumberToObject(root, "seconds", s->seconds);
     cJSON_AddStringToObject(root, "awq_note", s->awq_note);
+    cJSON_AddNumberToObject(root, "fence", (double)s->fence);
     cJSON *arr = cJSON_AddArrayToObject(root, "layers");
     for (size_t i = 0; i < s->n_layers; i++) cJSON_AddItemToArray(arr, qd_layer_result_to_json(&s->layers[i]));
     char *text = cJSON_PrintUnformatted(root);

@@ -43,6 +43,8 @@ typedef struct qd_ckpt_state {
     qd_layer_result *layers; /* owned */
     size_t n_layers, cap_layers;
     char awq_note[160];      /* how AWQ treated v->o under GQA, etc. */
+    uint64_t fence;          /* lease fencing token of the last commit (0: none); a
+                                commit under a lower token is refused (proto/redis.md) */
 } qd_ckpt_state;
 
 void qd_state_init(qd_ckpt_state *s);

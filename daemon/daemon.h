@@ -1,0 +1,189 @@
+/* The daemon's in-memory state and the functions its modules share (internal to daemon/).
+ *
+ * One libuv loop runs everything: three hiredis async connections (commands, the blocking
+ * pop, the cancel subscription; rconn.c), the worker processes (pool.c), the jobs this node
+ * holds and the Redis protocol around them (jobs.c: take, lease, status, finish, hand back,
+ * reclaim; the Lua scripts are in scripts.c), and the lifecycle (daemon.c: start, timers,
+ * signals, graceful stop). proto/redis.md documents the keys and protocols.
+ *
+ * Ownership: the daemon owns its jobs, workers and connections; a job is freed only once no
+ * Redis command referring to it is pending (refs). */
+#ifndef QUANTD_DAEMON_DAEMON_H
+#define QUANTD_DAEMON_DAEMON_H
+
+#include <stdint.h>
+#include <uv.h>
+#include <hiredis/async.h>
+
+#include "daemon/config.h"
+#include "proto/job.h"
+#include "proto/keys.h"
+#include "proto/status.h"
+#include "proto/wire.h"
+
+typedef struct qdd_daemon qdd_daemon;
+
+/* ---- Redis connections (rconn.c) ------------------------------------------------------ */
+
+typedef struct qdd_rconn {
+    qdd_daemon *d;
+    const char *name;              /* "cmd", "pop", "sub" (logs) */
+    redisAsyncContext *ac;         /* NULL while down */
+    int up;                        /* connected and authenticated */
+    int closing;                   /* qdd_rconn_close was called: no reconnect */
+    int backoff_ms;
+    uv_timer_t retry;
+    void (*on_up)(struct qdd_rconn *c);    /* after (re)connect and AUTH/SELECT */
+    void (*on_down)(struct qdd_rconn *c);  /* the connection went away (pending callbacks ran) */
+} qdd_rconn;
+
+void qdd_rconn_init(qdd_rconn *c, qdd_daemon *d, const char *name);
+void qdd_rconn_connect(qdd_rconn *c);      /* starts connecting; reconnects with backoff */
+void qdd_rconn_close(qdd_rconn *c);        /* disconnects for good; closes the timer */
+/* Sends a command (argv with lengths). 0, or -1 when the connection is down (fn not called). */
+int qdd_rconn_cmdv(qdd_rconn *c, redisCallbackFn *fn, void *pd, int argc, const char **argv,
+                   const size_t *lens);
+/* printf-style form of hiredis (%s, %b, %d ...). */
+int qdd_rconn_cmdf(qdd_rconn *c, redisCallbackFn *fn, void *pd, const char *fmt, ...);
+
+/* ---- Lua scripts (scripts.c) -------------------------------------------------------------- */
+
+extern const char *const qdd_lua_take;      /* KEYS proc lease status fence cancel; ARGV raw canon node ttl */
+extern const char *const qdd_lua_status;    /* KEYS status stream; ARGV channel maxlen event f v ... */
+extern const char *const qdd_lua_renew;     /* KEYS lease cancel; ARGV value ttl -> {owned, cancel} */
+extern const char *const qdd_lua_finish;    /* KEYS proc lease status stream cancel; ARGV payload value ttl_s */
+extern const char *const qdd_lua_handback;  /* KEYS proc queue lease; ARGV payload value */
+extern const char *const qdd_lua_reassert;  /* KEYS proc lease fence; ARGV payload value ttl token */
+extern const char *const qdd_lua_reclaim;   /* KEYS node proc queue nodes; ARGV node jobprefix force keep... */
+extern const char *const qdd_lua_reject;    /* KEYS proc failed; ARGV raw record */
+
+/* ---- jobs (jobs.c) -------------------------------------------------------------------------- */
+
+typedef enum qdd_job_phase {
+    QDD_JOB_TAKING = 0,    /* the take script is in flight */
+    QDD_JOB_WAITING,       /* leased, waiting for a job slot / memory */
+    QDD_JOB_RUNNING,       /* admitted: its (job, block) tasks are scheduled */
+    QDD_JOB_FINAL,         /* final status written or pending; leaving */
+    QDD_JOB_GONE,          /* lease lost, handed back or finished: only waiting for refs */
+} qdd_job_phase;
+
+typedef struct qdd_job {
+    struct qdd_job *next;
+    qdd_daemon *d;
+    int refs;                  /* pending Redis commands that point at this job, plus 1 while listed */
+    char id[QP_JOB_ID_MAX + 1];
+    char *payload;             /* canonical JSON, as it sits in the processing list (owned) */
+    qp_job *job;               /* parsed (owned) */
+    qp_status st;              /* the status we publish (owned strings) */
+    qdd_job_phase phase;
+    char lease[QP_KEY_MAX];    /* "<token> <node>" */
+    uint64_t fence;
+    uint64_t mem;              /* the pipeline's peak memory estimate, bytes */
+    uint64_t seq;              /* admission order (FIFO within a priority) */
+    int worker;                /* worker running its task, -1 none */
+    int last_worker;           /* worker that ran its previous block (holds its activations) */
+    int next_block, n_blocks;
+    int retries;               /* task failures retried so far */
+    int cancel_req;            /* cancel flag seen */
+    int lost;                  /* lease lost: stop without writing anything */
+    int final_sent;            /* the finish script went out and succeeded */
+    char *cancel_reason;
+    int64_t popped_ms;         /* when this node took it (queue-to-start latency) */
+} qdd_job;
+
+/* ---- workers (pool.c) ------------------------------------------------------------------------ */
+
+typedef enum qdd_wstate {
+    QDD_W_DOWN = 0, QDD_W_STARTING, QDD_W_IDLE, QDD_W_BUSY, QDD_W_DEAD, QDD_W_FAILED,
+} qdd_wstate;
+
+typedef struct qdd_worker {
+    qdd_daemon *d;
+    int index;
+    char name[32];
+    char backend[32];          /* "cpu" or "cuda:N" */
+    qdd_wstate state;
+    uv_process_t proc;
+    uv_pipe_t in, out;         /* our ends of its stdin / stdout */
+    int open_handles;          /* of proc, in, out */
+    int exited;
+    uv_timer_t restart;
+    int pid;
+    int restarts;
+    qp_wire_decoder dec;
+    double last_msg_s;         /* monotonic seconds of its last message */
+    double started_s;
+    qdd_job *job;              /* the task in hand (a borrowed reference counted in job->refs) */
+    int block;
+    char why[256];             /* why it died or was refused */
+} qdd_worker;
+
+int qdd_pool_start(qdd_daemon *d, qd_err *err);
+/* Sends a task for job to worker w. */
+int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block);
+int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason);
+/* Graceful shutdown message to every worker, then SIGKILL any still alive after grace. */
+void qdd_pool_shutdown(qdd_daemon *d);
+void qdd_pool_kill(qdd_worker *w, const char *why);
+int qdd_pool_all_down(const qdd_daemon *d);
+void qdd_pool_watchdog(qdd_daemon *d);      /* kills workers silent for 3 heartbeats */
+void qdd_pool_free(qdd_daemon *d);
+
+/* ---- the daemon ------------------------------------------------------------------------------ */
+
+struct qdd_daemon {
+    uv_loop_t *loop;
+    qdd_config *cfg;           /* owned; replaced on SIGHUP */
+    int argc;
+    char **argv;
+    char **envp;
+    qp_keys keys;
+    char node[QP_NODE_MAX + 1];
+    char worker_exe[4096];
+    qdd_redis_url url;         /* the URL connected to (not reloaded) */
+    qdd_rconn cmd, pop, sub;
+    int cmd_ready;             /* the start-up/reconnect recovery ran on cmd */
+    int pop_inflight;
+    int ever_ready;
+    qdd_job *jobs;
+    uint64_t seq;
+    qdd_worker *workers;
+    int n_workers;
+    int max_jobs;
+    uv_timer_t tick;
+    uv_signal_t sig_term, sig_int, sig_hup;
+    double next_node_hb_s, next_renew_s, next_reclaim_s;
+    int stopping;              /* 1 draining, 2 handing back, 3 closing */
+    double stop_deadline_s;
+    int handback_pending;
+    double handback_deadline_s;
+    int64_t start_ms;
+    int sd_watchdog;           /* systemd watchdog enabled */
+    void *http;                /* qdd_http * when the HTTP API runs */
+    char http_node_buf[QP_NODE_MAX + 1];
+};
+
+double qdd_now_s(void);        /* monotonic seconds */
+int64_t qdd_unix_ms(void);
+
+/* jobs.c */
+void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len);
+void qdd_jobs_schedule(qdd_daemon *d);
+void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m);
+void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why);
+void qdd_jobs_renew(qdd_daemon *d);
+void qdd_jobs_cancel(qdd_daemon *d, const char *id);
+void qdd_jobs_reclaim_scan(qdd_daemon *d);
+void qdd_jobs_node_heartbeat(qdd_daemon *d);
+void qdd_jobs_recover(qdd_daemon *d, int force_self);   /* after cmd (re)connects */
+void qdd_jobs_handback_all(qdd_daemon *d);
+int qdd_jobs_held(const qdd_daemon *d);                 /* jobs not yet gone */
+int qdd_jobs_tasks_running(const qdd_daemon *d);
+void qdd_jobs_free_all(qdd_daemon *d);
+void qdd_job_unref(qdd_job *j);
+
+/* daemon.c */
+int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp);
+void qdd_maybe_pop(qdd_daemon *d);
+
+#endif

@@ -1,0 +1,130 @@
+/* Internal to the HTTP layer (daemon/http_*.c): the server struct, the per-request record
+ * and the functions the files share. Not part of the daemon's API (that is http.h).
+ *
+ * Lifetime of a request: MHD calls on_request first with *con_cls NULL (qh_req is made),
+ * then with body chunks, then a last time with no data, where the route either answers at
+ * once or starts Redis commands and suspends the connection. Each Redis callback holds a
+ * reference on the qh_req (refs), and MHD's completion notice drops another, so a reply
+ * that lands after the client went away never touches freed memory. */
+#ifndef QUANTD_DAEMON_HTTP_INTERNAL_H
+#define QUANTD_DAEMON_HTTP_INTERNAL_H
+
+#include <microhttpd.h>
+#include <hiredis/async.h>
+#include <hiredis/hiredis.h>
+
+#include "daemon/http.h"
+#include "proto/keys.h"
+
+#define QH_MAX_BODY_DEFAULT (64 * 1024)
+#define QH_N_BUCKETS 12
+#define QH_SSE_KEEPALIVE_MS 15000
+#define QH_SSE_POLL_MS 2000    /* re-read streams even without a Pub/Sub wake-up */
+
+typedef enum qh_method { QH_GET = 0, QH_HEAD, QH_POST, QH_DELETE, QH_OPTIONS, QH_OTHER } qh_method;
+
+typedef struct qh_req qh_req;
+
+struct qdd_http {
+    uv_loop_t *loop;
+    struct MHD_Daemon *mhd;
+    uv_poll_t poll;               /* MHD's epoll fd */
+    uv_timer_t timer;             /* MHD's own timeouts, and a kick after a resume */
+    uv_timer_t redis_timer;       /* reconnects while Redis is away */
+    uv_timer_t sse_timer;         /* SSE keep-alives and periodic stream re-reads */
+    int n_open_handles;           /* handles still to close at stop */
+    qdd_http_view view;
+    qp_keys keys;
+    char *token;                  /* owned; "" = mutating endpoints off */
+    char **cors;                  /* owned list of origins */
+    size_t n_cors;
+    size_t max_body;
+    char *redis_host, *redis_user, *redis_pass;   /* owned */
+    int redis_port, redis_db;
+    redisAsyncContext *rc;        /* commands; NULL while disconnected */
+    redisAsyncContext *sub;       /* SUBSCRIBE <events channel>; NULL while disconnected */
+    int rc_ready, sub_ready;      /* connected (and authenticated) */
+    unsigned redis_backoff_ms;
+    qh_req *reqs;                 /* every live request (doubly linked) */
+    /* Block-duration histogram: cumulative over the daemon's life, fed by the view. */
+    uint64_t bucket[QH_N_BUCKETS];   /* per bucket (not cumulative); the last is +Inf */
+    uint64_t n_obs;
+    double sum_obs;
+    int stopping;
+    void (*done)(void *ud);
+    void *done_ud;
+};
+
+struct qh_req {
+    qdd_http *h;
+    struct MHD_Connection *conn;
+    qh_req *prev, *next;
+    int refs;                     /* MHD (until completed) + one per pending Redis reply */
+    int mhd_done;
+    qh_method method;
+    char path[512];
+    char origin[256];             /* the Origin header when it is allowed, else "" */
+    char *body;                   /* owned */
+    size_t body_len;
+    int body_too_big;
+    int suspended;
+    int routed;                   /* the route ran; later calls only answer */
+    /* A deferred answer, filled by a Redis callback and queued on the next MHD call. */
+    int resp_ready;
+    unsigned status;
+    char *resp;                   /* owned JSON or text */
+    const char *ctype;
+    /* Server-Sent Events. */
+    int sse;                      /* 1: per-job stream, 2: every job (Pub/Sub) */
+    int sse_started;              /* the streaming response is queued */
+    char job[65];                 /* job id (QP_JOB_ID_MAX + 1) */
+    char last_id[64];             /* last stream entry sent ("0" before any) */
+    int fetching, dirty;
+    char *out;                    /* owned; bytes waiting for the client */
+    size_t out_len, out_cap, out_pos;
+    uint64_t last_write_ms;
+};
+
+/* http_server.c */
+void qh_req_ref(qh_req *r);
+void qh_req_unref(qh_req *r);
+void qh_kick(qdd_http *h);                      /* run MHD soon (after a resume) */
+/* Finishes a suspended request with status and a body (taken over; NULL = no body). */
+void qh_req_finish(qh_req *r, unsigned status, char *body, const char *ctype);
+void qh_req_finish_error(qh_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+/* Queues an answer at once (inside on_request). Takes body over. */
+enum MHD_Result qh_respond(qh_req *r, unsigned status, char *body, const char *ctype);
+enum MHD_Result qh_respond_error(qh_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+enum MHD_Result qh_suspend(qh_req *r);
+/* Sends a Redis command for r (ref held until the reply); returns 0 or -1 when Redis is away. */
+int qh_redis_cmd(qh_req *r, redisCallbackFn *fn, int argc, const char **argv, const size_t *lens);
+int qh_redis_ready(const qdd_http *h);
+char *qh_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+uint64_t qh_now_ms(void);
+
+/* The port actually bound (useful with port 0 in tests); 0 when h is NULL. */
+uint16_t qdd_http_port(const qdd_http *h);
+/* Resumes a suspended SSE stream that has bytes to send. */
+void qh_req_wake(qh_req *r);
+
+/* http_routes.c */
+enum MHD_Result qh_route(qh_req *r);
+
+/* http_sse.c */
+enum MHD_Result qh_sse_start(qh_req *r);        /* queue the streaming response (status 200) */
+void qh_sse_event_published(qdd_http *h, const char *payload, size_t len);   /* Pub/Sub message */
+void qh_sse_tick(qdd_http *h);                  /* keep-alives and periodic re-reads */
+void qh_sse_fetch(qh_req *r);                   /* read new stream entries for a per-job stream */
+void qh_sse_close_all(qdd_http *h);             /* at stop: end every stream */
+
+/* http_metrics.c */
+void qh_metrics_drain(qdd_http *h);
+/* Renders /metrics from the Redis counts (EVAL reply) and the view; malloc'd text. */
+char *qh_metrics_render(qdd_http *h, const redisReply *counts);
+/* The Lua script that returns the counts qh_metrics_render reads. */
+extern const char qh_metrics_script[];
+
+/* The dashboard files, compiled in (daemon/http_assets.h). */
+#include "daemon/http_assets.h"
+
+#endif

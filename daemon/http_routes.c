@@ -1,0 +1,442 @@
+/* The HTTP API's routes: method and path dispatch, the bearer-token check, CORS preflight,
+ * and the handlers that read and write Redis (job list, one job, submit, cancel, metrics).
+ * Each Redis-backed handler sends one command (a Lua script where several keys are read
+ * together, so the answer is consistent), suspends the connection, and finishes it from
+ * the reply callback. Redis away means 503, never a hang. */
+#define _GNU_SOURCE
+#include "daemon/http_internal.h"
+
+#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "proto/job.h"
+#include "proto/status.h"
+
+#define JSON "application/json"
+
+/* Newest first; a job whose hash expired is skipped (the daemon prunes the index). */
+static const char list_script[] =
+    "local ids = redis.call('ZREVRANGE', KEYS[1], 0, 9999)\n"
+    "local out, n, lim = {}, 0, tonumber(ARGV[3])\n"
+    "for _, id in ipairs(ids) do\n"
+    "  local f = redis.call('HMGET', ARGV[1] .. ':' .. id, 'state', 'stage', 'block', 'blocks',\n"
+    "    'progress', 'eta_s', 'node', 'worker', 'error', 'output', 'submitted_ms', 'updated_ms',\n"
+    "    'finished_ms', 'layer', 'layer_error', 'attempts')\n"
+    "  if f[1] and (ARGV[2] == '' or f[1] == ARGV[2]) then\n"
+    "    table.insert(out, id)\n"
+    "    for i = 1, 16 do table.insert(out, f[i] or '') end\n"
+    "    n = n + 1\n"
+    "    if n >= lim then break end\n"
+    "  end\n"
+    "end\n"
+    "return out\n";
+static const char *const list_fields[] = {"state", "stage", "block", "blocks", "progress", "eta_s",
+                                          "node", "worker", "error", "output", "submitted_ms",
+                                          "updated_ms", "finished_ms", "layer", "layer_error", "attempts"};
+#define N_LIST_FIELDS 16
+/* Which of list_fields are numbers (the rest are strings). */
+static const char list_numeric[N_LIST_FIELDS] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1, 1};
+
+/* A job that is queued or running already cannot be submitted again (the daemon would refuse
+ * it as a duplicate; answering 409 here is clearer). */
+static const char submit_script[] =
+    "local s = redis.call('HGET', KEYS[1], 'state')\n"
+    "if s == 'queued' or s == 'running' then return s end\n"
+    "redis.call('LPUSH', KEYS[2], ARGV[1])\n"
+    "return 'ok'\n";
+
+/* The cancel protocol of proto/redis.md: the persistent flag first, then the wake-up. */
+static const char cancel_script[] =
+    "local s = redis.call('HGET', KEYS[1], 'state')\n"
+    "if not s then return '' end\n"
+    "if s == 'done' or s == 'failed' or s == 'cancelled' then return s end\n"
+    "redis.call('SET', KEYS[2], ARGV[3])\n"
+    "redis.call('PUBLISH', ARGV[1], ARGV[2])\n"
+    "return 'ok'\n";
+
+static char *json_print(cJSON *o)
+{
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    if (!s) return NULL;
+    char *t = realloc(s, strlen(s) + 2);   /* a newline makes curl output readable */
+    if (!t) return s;
+    strcat(t, "\n");
+    return t;
+}
+
+static int redis_unavailable(qh_req *r, const redisReply *rep)
+{
+    if (!rep) {
+        qh_req_finish_error(r, 503, "Redis is not reachable; try again");
+        return 1;
+    }
+    if (rep->type == REDIS_REPLY_ERROR) {
+        qh_req_finish_error(r, 502, "Redis answered an error: %s", rep->str);
+        return 1;
+    }
+    return 0;
+}
+
+static enum MHD_Result redis_down(qh_req *r)
+{
+    return qh_respond_error(r, 503, "Redis is not reachable; try again");
+}
+
+/* ---- auth ---------------------------------------------------------------------------- */
+
+static int token_eq(const char *a, const char *b)
+{
+    size_t la = strlen(a), lb = strlen(b);
+    unsigned char d = la != lb;
+    for (size_t i = 0; i < la; i++) d |= (unsigned char)(a[i] ^ b[i % (lb ? lb : 1)]);
+    return d == 0;
+}
+
+/* 0 when allowed, else the answer is already queued (ret holds it). */
+static int auth_check(qh_req *r, enum MHD_Result *ret)
+{
+    if (!r->h->token[0]) {
+        *ret = qh_respond_error(r, 403, "mutating endpoints are disabled (no http-token is configured)");
+        return -1;
+    }
+    const char *a = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Authorization");
+    if (!a || strncasecmp(a, "Bearer ", 7) || !token_eq(a + 7, r->h->token)) {
+        *ret = qh_respond_error(r, 401, "a valid 'Authorization: Bearer <token>' header is required");
+        return -1;
+    }
+    return 0;
+}
+
+/* ---- GET /v1/jobs -------------------------------------------------------------------- */
+
+static void on_list(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    if (redis_unavailable(r, rep)) return;
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "jobs");
+    if (rep->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i + N_LIST_FIELDS < rep->elements; i += N_LIST_FIELDS + 1) {
+            cJSON *j = cJSON_CreateObject();
+            cJSON_AddStringToObject(j, "id", rep->element[i]->str ? rep->element[i]->str : "");
+            for (int f = 0; f < N_LIST_FIELDS; f++) {
+                const redisReply *e = rep->element[i + 1 + f];
+                if (e->type != REDIS_REPLY_STRING || !e->len) continue;
+                if (list_numeric[f]) {
+                    char *end;
+                    double v = strtod(e->str, &end);
+                    if (!*end) cJSON_AddNumberToObject(j, list_fields[f], v);
+                } else {
+                    cJSON_AddStringToObject(j, list_fields[f], e->str);
+                }
+            }
+            cJSON_AddItemToArray(arr, j);
+        }
+    }
+    cJSON_AddNumberToObject(root, "count", cJSON_GetArraySize(arr));
+    char *s = json_print(root);
+    if (!s) qh_req_finish_error(r, 500, "out of memory");
+    else qh_req_finish(r, 200, s, JSON);
+}
+
+static enum MHD_Result get_jobs(qh_req *r)
+{
+    const char *state = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "state");
+    const char *limit = MHD_lookup_connection_value(r->conn, MHD_GET_ARGUMENT_KIND, "limit");
+    qp_state st;
+    if (state && *state && qp_state_parse(state, &st))
+        return qh_respond_error(r, 400, "state: '%.64s' is not one of queued, running, done, failed, cancelled", state);
+    long lim = 1000;
+    if (limit) {
+        char *end;
+        lim = strtol(limit, &end, 10);
+        if (!*limit || *end || lim < 1 || lim > 10000)
+            return qh_respond_error(r, 400, "limit: must be an integer in 1..10000, got '%.32s'", limit);
+    }
+    char index[QP_KEY_MAX], lims[24];
+    qp_key_index(&r->h->keys, index, sizeof index);
+    snprintf(lims, sizeof lims, "%ld", lim);
+    const char *argv[] = {"EVAL", list_script, "1", index, r->h->keys.job, state ? state : "", lims};
+    if (qh_redis_cmd(r, on_list, 7, argv, NULL)) return redis_down(r);
+    return qh_suspend(r);
+}
+
+/* ---- GET /v1/jobs/{id} --------------------------------------------------------------- */
+
+static void on_job(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    if (redis_unavailable(r, rep)) return;
+    if (rep->type != REDIS_REPLY_ARRAY || rep->elements == 0) {
+        qh_req_finish_error(r, 404, "no job '%s'", r->job);
+        return;
+    }
+    const char **kv = calloc(rep->elements, sizeof *kv);
+    const char *spec = NULL;
+    if (!kv) { qh_req_finish_error(r, 500, "out of memory"); return; }
+    for (size_t i = 0; i < rep->elements; i++) {
+        kv[i] = rep->element[i]->str ? rep->element[i]->str : "";
+        if (i % 2 == 1 && !strcmp(kv[i - 1], QP_STATUS_FIELD_SPEC)) spec = kv[i];
+    }
+    qp_status st;
+    qp_status_init(&st);
+    qp_err pe = {0};
+    int rc = qp_status_from_fields(&st, kv, rep->elements, &pe);
+    free(kv);
+    if (!rc && !st.id) rc = qp_status_set_str(&st.id, r->job);
+    cJSON *o = rc ? NULL : qp_status_to_event_cjson(&st, QP_EVENT_STATE);
+    qp_status_clear(&st);
+    if (rc || !o) {
+        cJSON_Delete(o);
+        qh_req_finish_error(r, 500, "job '%s': the status hash cannot be read: %s", r->job, rc ? pe.msg : "invalid");
+        return;
+    }
+    cJSON_DeleteItemFromObject(o, "type");
+    cJSON *sp = spec && *spec ? cJSON_Parse(spec) : NULL;
+    if (sp) cJSON_AddItemToObject(o, "spec", sp);
+    char *s = json_print(o);
+    if (!s) qh_req_finish_error(r, 500, "out of memory");
+    else qh_req_finish(r, 200, s, JSON);
+}
+
+static enum MHD_Result get_job(qh_req *r)
+{
+    char key[QP_KEY_MAX];
+    qp_key_status(&r->h->keys, r->job, key, sizeof key);
+    const char *argv[] = {"HGETALL", key};
+    if (qh_redis_cmd(r, on_job, 2, argv, NULL)) return redis_down(r);
+    return qh_suspend(r);
+}
+
+/* ---- GET /v1/jobs/{id}/events: check the job exists, then stream --------------------- */
+
+static void on_exists(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    if (redis_unavailable(r, rep)) return;
+    if (rep->type != REDIS_REPLY_INTEGER || rep->integer == 0) {
+        r->sse = 0;
+        qh_req_finish_error(r, 404, "no job '%s'", r->job);
+        return;
+    }
+    qh_req_finish(r, 200, NULL, NULL);   /* on_request sees sse + 200 and starts the stream */
+}
+
+static enum MHD_Result get_events(qh_req *r)
+{
+    const char *last = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Last-Event-ID");
+    /* A stream id is "<ms>-<seq>"; anything else restarts from the beginning. */
+    if (last && strlen(last) < sizeof r->last_id && strspn(last, "0123456789-") == strlen(last) && *last)
+        snprintf(r->last_id, sizeof r->last_id, "%s", last);
+    r->sse = 1;
+    char key[QP_KEY_MAX];
+    qp_key_status(&r->h->keys, r->job, key, sizeof key);
+    const char *argv[] = {"EXISTS", key};
+    if (qh_redis_cmd(r, on_exists, 2, argv, NULL)) { r->sse = 0; return redis_down(r); }
+    return qh_suspend(r);
+}
+
+/* ---- POST /v1/jobs ------------------------------------------------------------------- */
+
+static void on_submit(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    if (redis_unavailable(r, rep)) return;
+    if (rep->type == REDIS_REPLY_STRING && strcmp(rep->str, "ok")) {
+        qh_req_finish_error(r, 409, "job '%s' is already %s", r->job, rep->str);
+        return;
+    }
+    char *s = qh_strdup_printf("{\"id\":\"%s\",\"state\":\"submitted\"}\n", r->job);
+    if (!s) qh_req_finish_error(r, 500, "out of memory");
+    else qh_req_finish(r, 202, s, JSON);
+}
+
+static enum MHD_Result post_job(qh_req *r)
+{
+    enum MHD_Result ret;
+    if (auth_check(r, &ret)) return ret;
+    if (!r->body_len) return qh_respond_error(r, 400, "the request body must be a job spec (JSON)");
+    qp_job *job = NULL;
+    qp_err pe = {0};
+    if (qp_job_parse(r->body, r->body_len, &job, &pe)) return qh_respond_error(r, 400, "%s", pe.msg);
+    /* The canonical form carries the id, so the daemon admits exactly the id returned here. */
+    char *canon = qp_job_to_json(job, 0);
+    snprintf(r->job, sizeof r->job, "%s", job->id);
+    qp_job_free(job);
+    if (!canon) return qh_respond_error(r, 500, "out of memory");
+    char hash[QP_KEY_MAX], queue[QP_KEY_MAX];
+    qp_key_status(&r->h->keys, r->job, hash, sizeof hash);
+    qp_key_queue(&r->h->keys, queue, sizeof queue);
+    const char *argv[] = {"EVAL", submit_script, "2", hash, queue, canon};
+    int rc = qh_redis_cmd(r, on_submit, 6, argv, NULL);
+    free(canon);
+    if (rc) return redis_down(r);
+    return qh_suspend(r);
+}
+
+/* ---- DELETE /v1/jobs/{id} ------------------------------------------------------------ */
+
+static void on_cancel(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    if (redis_unavailable(r, rep)) return;
+    if (rep->type != REDIS_REPLY_STRING || !rep->len) {
+        qh_req_finish_error(r, 404, "no job '%s'", r->job);
+        return;
+    }
+    if (strcmp(rep->str, "ok")) {
+        qh_req_finish_error(r, 409, "job '%s' is already %s", r->job, rep->str);
+        return;
+    }
+    char *s = qh_strdup_printf("{\"id\":\"%s\",\"cancel\":\"requested\"}\n", r->job);
+    if (!s) qh_req_finish_error(r, 500, "out of memory");
+    else qh_req_finish(r, 202, s, JSON);
+}
+
+static enum MHD_Result delete_job(qh_req *r)
+{
+    enum MHD_Result ret;
+    if (auth_check(r, &ret)) return ret;
+    char hash[QP_KEY_MAX], flag[QP_KEY_MAX], chan[QP_KEY_MAX];
+    qp_key_status(&r->h->keys, r->job, hash, sizeof hash);
+    qp_key_cancel(&r->h->keys, r->job, flag, sizeof flag);
+    qp_key_cancel_channel(&r->h->keys, chan, sizeof chan);
+    const char *argv[] = {"EVAL", cancel_script, "2", hash, flag, chan, r->job, "cancelled through the HTTP API"};
+    if (qh_redis_cmd(r, on_cancel, 8, argv, NULL)) return redis_down(r);
+    return qh_suspend(r);
+}
+
+/* ---- /metrics, /readyz, /healthz ----------------------------------------------------- */
+
+static void on_metrics(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qh_req *r = priv;
+    redisReply *rep = reply;
+    char *s = qh_metrics_render(r->h, rep && rep->type == REDIS_REPLY_ARRAY ? rep : NULL);
+    if (!s) qh_req_finish_error(r, 500, "out of memory");
+    else qh_req_finish(r, 200, s, "text/plain; version=0.0.4; charset=utf-8");
+}
+
+static enum MHD_Result get_metrics(qh_req *r)
+{
+    char index[QP_KEY_MAX], queue[QP_KEY_MAX], failed[QP_KEY_MAX];
+    qp_key_index(&r->h->keys, index, sizeof index);
+    qp_key_queue(&r->h->keys, queue, sizeof queue);
+    qp_key_failed(&r->h->keys, failed, sizeof failed);
+    const char *argv[] = {"EVAL", qh_metrics_script, "3", index, queue, failed, r->h->keys.job};
+    if (qh_redis_cmd(r, on_metrics, 7, argv, NULL)) {
+        /* Without Redis the daemon-side series still help (quantd_redis_up 0 says why). */
+        char *s = qh_metrics_render(r->h, NULL);
+        return s ? qh_respond(r, 200, s, "text/plain; version=0.0.4; charset=utf-8")
+                 : qh_respond_error(r, 500, "out of memory");
+    }
+    return qh_suspend(r);
+}
+
+static enum MHD_Result get_readyz(qh_req *r)
+{
+    char why[256] = "";
+    if (!qh_redis_ready(r->h)) return qh_respond_error(r, 503, "Redis is not connected");
+    if (r->h->view.ready && !r->h->view.ready(r->h->view.ud, why, sizeof why))
+        return qh_respond_error(r, 503, "%s", why[0] ? why : "not ready");
+    return qh_respond(r, 200, qh_strdup_printf("{\"ready\":true}\n"), JSON);
+}
+
+static enum MHD_Result get_workers(qh_req *r)
+{
+    qdd_worker_view w[64];
+    int n = r->h->view.workers ? r->h->view.workers(r->h->view.ud, w, 64) : 0;
+    if (n > 64) n = 64;
+    cJSON *root = cJSON_CreateObject(), *arr = cJSON_AddArrayToObject(root, "workers");
+    const char *node = r->h->view.node ? r->h->view.node(r->h->view.ud) : NULL;
+    cJSON_AddStringToObject(root, "node", node ? node : "");
+    for (int i = 0; i < n; i++) {
+        cJSON *o = cJSON_CreateObject();
+        w[i].name[sizeof w[i].name - 1] = w[i].state[sizeof w[i].state - 1] = 0;
+        w[i].job_id[sizeof w[i].job_id - 1] = w[i].selftest[sizeof w[i].selftest - 1] = 0;
+        cJSON_AddStringToObject(o, "name", w[i].name);
+        cJSON_AddStringToObject(o, "state", w[i].state);
+        cJSON_AddStringToObject(o, "job", w[i].job_id);
+        cJSON_AddNumberToObject(o, "block", w[i].block);
+        cJSON_AddNumberToObject(o, "pid", w[i].pid);
+        cJSON_AddNumberToObject(o, "restarts", w[i].restarts);
+        if (w[i].gpu_mem_total >= 0) {
+            cJSON_AddNumberToObject(o, "gpu_mem_used", (double)w[i].gpu_mem_used);
+            cJSON_AddNumberToObject(o, "gpu_mem_total", (double)w[i].gpu_mem_total);
+        }
+        cJSON_AddStringToObject(o, "selftest", w[i].selftest);
+        cJSON_AddItemToArray(arr, o);
+    }
+    char *s = json_print(root);
+    return s ? qh_respond(r, 200, s, JSON) : qh_respond_error(r, 500, "out of memory");
+}
+
+static enum MHD_Result get_asset(qh_req *r, const qh_asset *a)
+{
+    struct MHD_Response *resp = MHD_create_response_from_buffer(a->len, (void *)a->data, MHD_RESPMEM_PERSISTENT);
+    if (!resp) return MHD_NO;
+    MHD_add_response_header(resp, "Content-Type", a->ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-cache");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    /* Everything the page needs comes from here: no scripts or styles from elsewhere. */
+    MHD_add_response_header(resp, "Content-Security-Policy",
+                            "default-src 'self'; connect-src *; img-src 'self' data:");
+    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+/* ---- dispatch ------------------------------------------------------------------------ */
+
+static enum MHD_Result method_not_allowed(qh_req *r, const char *allow)
+{
+    return qh_respond_error(r, 405, "method not allowed here (allowed: %s)", allow);
+}
+
+enum MHD_Result qh_route(qh_req *r)
+{
+    const char *p = r->path;
+    int get = r->method == QH_GET || r->method == QH_HEAD;
+    if (r->method == QH_OPTIONS) return qh_respond(r, 204, NULL, NULL);   /* CORS preflight */
+    if (r->method == QH_OTHER) return qh_respond_error(r, 405, "method not allowed");
+    if (!strcmp(p, "/healthz"))
+        return get ? qh_respond(r, 200, qh_strdup_printf("{\"ok\":true}\n"), JSON) : method_not_allowed(r, "GET");
+    if (!strcmp(p, "/readyz")) return get ? get_readyz(r) : method_not_allowed(r, "GET");
+    if (!strcmp(p, "/metrics")) return get ? get_metrics(r) : method_not_allowed(r, "GET");
+    if (!strcmp(p, "/v1/workers")) return get ? get_workers(r) : method_not_allowed(r, "GET");
+    if (!strcmp(p, "/v1/events")) {
+        if (!get) return method_not_allowed(r, "GET");
+        r->sse = 2;
+        return qh_sse_start(r);
+    }
+    if (!strcmp(p, "/v1/jobs") || !strcmp(p, "/v1/jobs/")) {
+        if (get) return get_jobs(r);
+        if (r->method == QH_POST) return post_job(r);
+        return method_not_allowed(r, "GET, POST");
+    }
+    if (!strncmp(p, "/v1/jobs/", 9)) {
+        const char *id = p + 9, *slash = strchr(id, '/');
+        size_t n = slash ? (size_t)(slash - id) : strlen(id);
+        if (n >= sizeof r->job) return qh_respond_error(r, 400, "a job id is 1-64 of A-Z a-z 0-9 . _ -");
+        memcpy(r->job, id, n);
+        r->job[n] = 0;
+        if (!qp_name_valid(r->job)) return qh_respond_error(r, 400, "a job id is 1-64 of A-Z a-z 0-9 . _ -");
+        if (!slash) {
+            if (get) return get_job(r);
+            if (r->method == QH_DELETE) return delete_job(r);
+            return method_not_allowed(r, "GET, DELETE");
+        }
+        if (!strcmp(slash, "/events")) return get ? get_events(r) : method_not_allowed(r, "GET");
+        return qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+    }
+    const qh_asset *a = qh_asset_find(p);
+    if (a) return get ? get_asset(r, a) : method_not_allowed(r, "GET");
+    return qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+}

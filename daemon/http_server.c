@@ -1,0 +1,566 @@
+/* The HTTP layer's plumbing: libmicrohttpd in external epoll mode driven by libuv (one
+ * uv_poll on MHD's epoll fd plus a uv_timer for its timeouts), the request lifecycle
+ * (reference counts, suspend/resume while Redis answers), and the layer's own two hiredis
+ * async connections (commands, and SUBSCRIBE for live events) with reconnect and backoff.
+ * Routes live in http_routes.c, SSE in http_sse.c, /metrics in http_metrics.c. */
+#define _GNU_SOURCE
+#include "daemon/http_internal.h"
+
+#include <arpa/inet.h>
+#include <ctype.h>
+#include <errno.h>
+#include <netinet/in.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <hiredis/adapters/libuv.h>
+
+#include "quant/core/log.h"
+
+static void redis_connect(qdd_http *h);
+
+uint64_t qh_now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
+}
+
+char *qh_strdup_printf(const char *fmt, ...)
+{
+    va_list ap;
+    char *s = NULL;
+    va_start(ap, fmt);
+    if (vasprintf(&s, fmt, ap) < 0) s = NULL;
+    va_end(ap);
+    return s;
+}
+
+/* ---- MHD on the libuv loop ------------------------------------------------------ */
+
+static void on_mhd_timer(uv_timer_t *t);
+
+static void mhd_run(qdd_http *h)
+{
+    if (!h->mhd) return;
+    MHD_run(h->mhd);
+    MHD_UNSIGNED_LONG_LONG ms = 0;
+    /* MHD_NO means no timeout is pending; a connection with work queued asks for 0. */
+    if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
+        uv_timer_start(&h->timer, on_mhd_timer, ms > 60000 ? 60000 : ms, 0);
+    else
+        uv_timer_stop(&h->timer);
+}
+
+static void on_mhd_timer(uv_timer_t *t) { mhd_run(t->data); }
+
+static void on_mhd_poll(uv_poll_t *p, int status, int events) { mhd_run(p->data); }
+
+void qh_kick(qdd_http *h)
+{
+    if (h->mhd) uv_timer_start(&h->timer, on_mhd_timer, 0, 0);
+}
+
+/* ---- requests -------------------------------------------------------------------- */
+
+void qh_req_ref(qh_req *r) { r->refs++; }
+
+void qh_req_unref(qh_req *r)
+{
+    if (--r->refs > 0) return;
+    qdd_http *h = r->h;
+    if (r->prev) r->prev->next = r->next;
+    else if (h->reqs == r) h->reqs = r->next;
+    if (r->next) r->next->prev = r->prev;
+    free(r->body);
+    free(r->resp);
+    free(r->out);
+    free(r);
+}
+
+/* JSON string escaping for error messages (the rest of the JSON goes through cJSON). */
+static char *json_error(const char *msg)
+{
+    size_t n = strlen(msg);
+    char *s = malloc(n * 6 + 16), *w = s;
+    if (!s) return NULL;
+    w += sprintf(w, "{\"error\":\"");
+    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+        if (*p == '"' || *p == '\\') { *w++ = '\\'; *w++ = (char)*p; }
+        else if (*p < 0x20) w += sprintf(w, "\\u%04x", *p);
+        else *w++ = (char)*p;
+    }
+    strcpy(w, "\"}\n");
+    return s;
+}
+
+static void add_common_headers(qh_req *r, struct MHD_Response *resp, const char *ctype)
+{
+    if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
+    MHD_add_response_header(resp, "Cache-Control", "no-store");
+    MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
+    if (r->origin[0]) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
+        MHD_add_response_header(resp, "Vary", "Origin");
+    }
+}
+
+enum MHD_Result qh_respond(qh_req *r, unsigned status, char *body, const char *ctype)
+{
+    size_t len = body ? strlen(body) : 0;
+    struct MHD_Response *resp = MHD_create_response_from_buffer(len, body ? body : (char *)"",
+                                                                body ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+    if (!resp) { free(body); return MHD_NO; }
+    add_common_headers(r, resp, body ? (ctype ? ctype : "application/json") : NULL);
+    if (status == MHD_HTTP_UNAUTHORIZED) MHD_add_response_header(resp, "WWW-Authenticate", "Bearer");
+    if (status == MHD_HTTP_NO_CONTENT && r->method == QH_OPTIONS) {
+        MHD_add_response_header(resp, "Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
+        MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID");
+        MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
+    }
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result qh_respond_error(qh_req *r, unsigned status, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    return qh_respond(r, status, json_error(msg), "application/json");
+}
+
+enum MHD_Result qh_suspend(qh_req *r)
+{
+    if (!r->suspended) {
+        MHD_suspend_connection(r->conn);
+        r->suspended = 1;
+    }
+    return MHD_YES;
+}
+
+static void req_resume(qh_req *r)
+{
+    if (r->suspended && !r->mhd_done) {
+        r->suspended = 0;
+        MHD_resume_connection(r->conn);
+        qh_kick(r->h);
+    }
+}
+
+void qh_req_finish(qh_req *r, unsigned status, char *body, const char *ctype)
+{
+    if (r->resp_ready || r->mhd_done) { free(body); return; }
+    r->resp_ready = 1;
+    r->status = status;
+    free(r->resp);
+    r->resp = body;
+    r->ctype = ctype;
+    req_resume(r);
+}
+
+void qh_req_finish_error(qh_req *r, unsigned status, const char *fmt, ...)
+{
+    char msg[600];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    qh_req_finish(r, status, json_error(msg), "application/json");
+}
+
+/* Called by SSE when bytes are ready for a suspended stream. */
+void qh_req_wake(qh_req *r) { req_resume(r); }
+
+static qh_method method_parse(const char *m)
+{
+    if (!strcmp(m, "GET")) return QH_GET;
+    if (!strcmp(m, "HEAD")) return QH_HEAD;
+    if (!strcmp(m, "POST")) return QH_POST;
+    if (!strcmp(m, "DELETE")) return QH_DELETE;
+    if (!strcmp(m, "OPTIONS")) return QH_OPTIONS;
+    return QH_OTHER;
+}
+
+static void origin_check(qh_req *r)
+{
+    const char *o = MHD_lookup_connection_value(r->conn, MHD_HEADER_KIND, "Origin");
+    if (!o || strlen(o) >= sizeof r->origin) return;
+    for (size_t i = 0; i < r->h->n_cors; i++)
+        if (!strcmp(r->h->cors[i], "*") || !strcasecmp(r->h->cors[i], o)) {
+            snprintf(r->origin, sizeof r->origin, "%s", o);
+            return;
+        }
+}
+
+static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
+                                  const char *method, const char *version, const char *upload_data,
+                                  size_t *upload_size, void **con_cls)
+{
+    qdd_http *h = cls;
+    qh_req *r = *con_cls;
+    if (!r) {
+        if (!(r = calloc(1, sizeof *r))) return MHD_NO;
+        r->h = h;
+        r->conn = conn;
+        r->refs = 1;   /* MHD's, dropped in on_completed */
+        r->method = method_parse(method);
+        strcpy(r->last_id, "0");
+        r->next = h->reqs;
+        if (h->reqs) h->reqs->prev = r;
+        h->reqs = r;
+        *con_cls = r;
+        if (strlen(url) >= sizeof r->path) return qh_respond_error(r, MHD_HTTP_URI_TOO_LONG, "the URL is too long");
+        strcpy(r->path, url);
+        origin_check(r);
+        /* Refuse an oversized body before reading it, when the client says its size. */
+        const char *cl = MHD_lookup_connection_value(conn, MHD_HEADER_KIND, "Content-Length");
+        if (cl && strtoull(cl, NULL, 10) > h->max_body)
+            return qh_respond_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %zu bytes", h->max_body);
+        return MHD_YES;
+    }
+    if (*upload_size) {
+        if (!r->body_too_big && r->body_len + *upload_size <= h->max_body) {
+            char *nb = realloc(r->body, r->body_len + *upload_size + 1);
+            if (!nb) return MHD_NO;
+            memcpy(nb + r->body_len, upload_data, *upload_size);
+            r->body = nb;
+            r->body_len += *upload_size;
+            r->body[r->body_len] = 0;
+        } else {
+            r->body_too_big = 1;   /* keep reading (and dropping) so the answer is clean */
+        }
+        *upload_size = 0;
+        return MHD_YES;
+    }
+    if (r->resp_ready) {
+        r->resp_ready = 0;
+        char *b = r->resp;
+        r->resp = NULL;
+        if (r->sse && r->status == MHD_HTTP_OK && !r->sse_started) { free(b); return qh_sse_start(r); }
+        return qh_respond(r, r->status, b, r->ctype);
+    }
+    if (r->routed) return MHD_YES;   /* woken without an answer yet (should not happen) */
+    r->routed = 1;
+    if (r->body_too_big)
+        return qh_respond_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "request body over %zu bytes", h->max_body);
+    return qh_route(r);
+}
+
+static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
+                         enum MHD_RequestTerminationCode toe)
+{
+    qh_req *r = *con_cls;
+    if (!r) return;
+    *con_cls = NULL;
+    r->mhd_done = 1;
+    qh_req_unref(r);
+}
+
+/* ---- Redis --------------------------------------------------------------------------- */
+
+int qh_redis_ready(const qdd_http *h) { return h->rc && h->rc_ready; }
+
+typedef struct redis_cb_ctx {
+    qh_req *r;
+    redisCallbackFn *fn;
+} redis_cb_ctx;
+
+static void on_redis_reply(redisAsyncContext *ac, void *reply, void *priv)
+{
+    redis_cb_ctx *c = priv;
+    qh_req *r = c->r;
+    redisCallbackFn *fn = c->fn;
+    free(c);
+    fn(ac, reply, r);   /* reply NULL: the connection went away; the route answers 503 */
+    qh_req_unref(r);
+}
+
+int qh_redis_cmd(qh_req *r, redisCallbackFn *fn, int argc, const char **argv, const size_t *lens)
+{
+    qdd_http *h = r->h;
+    if (!qh_redis_ready(h) || h->stopping) return -1;
+    redis_cb_ctx *c = malloc(sizeof *c);
+    if (!c) return -1;
+    c->r = r;
+    c->fn = fn;
+    if (redisAsyncCommandArgv(h->rc, on_redis_reply, c, argc, argv, lens) != REDIS_OK) {
+        free(c);
+        return -1;
+    }
+    qh_req_ref(r);
+    return 0;
+}
+
+static void schedule_reconnect(qdd_http *h);
+
+static void on_rc_connect(const redisAsyncContext *ac, int status)
+{
+    qdd_http *h = ac->data;
+    if (status != REDIS_OK) {
+        QD_LOG(QD_LOG_WARN, "http redis connect failed", "err=\"%s\"", ac->errstr);
+        if (h->rc == ac) h->rc = NULL;   /* hiredis frees it after this callback */
+        if (h->sub == ac) h->sub = NULL;
+        schedule_reconnect(h);
+        return;
+    }
+    if (h->rc == ac) h->rc_ready = 1;
+    if (h->sub == ac) h->sub_ready = 1;
+    if (h->rc_ready && h->sub_ready) {
+        h->redis_backoff_ms = 0;
+        QD_LOG(QD_LOG_INFO, "http redis connected", "host=%s port=%d", h->redis_host, h->redis_port);
+    }
+}
+
+static void on_rc_disconnect(const redisAsyncContext *ac, int status)
+{
+    qdd_http *h = ac->data;
+    if (h->rc == ac) { h->rc = NULL; h->rc_ready = 0; }
+    if (h->sub == ac) { h->sub = NULL; h->sub_ready = 0; }
+    if (status != REDIS_OK && !h->stopping)
+        QD_LOG(QD_LOG_WARN, "http redis lost", "err=\"%s\"", ac->errstr);
+    schedule_reconnect(h);
+}
+
+static void on_redis_timer(uv_timer_t *t)
+{
+    qdd_http *h = t->data;
+    if (!h->stopping) redis_connect(h);
+}
+
+static void schedule_reconnect(qdd_http *h)
+{
+    if (h->stopping) return;
+    h->redis_backoff_ms = h->redis_backoff_ms ? h->redis_backoff_ms * 2 : 200;
+    if (h->redis_backoff_ms > 5000) h->redis_backoff_ms = 5000;
+    if (!uv_is_active((uv_handle_t *)&h->redis_timer))
+        uv_timer_start(&h->redis_timer, on_redis_timer, h->redis_backoff_ms, 0);
+}
+
+static void on_sub_message(redisAsyncContext *ac, void *reply, void *priv)
+{
+    qdd_http *h = priv;
+    redisReply *m = reply;
+    if (!m || m->type != REDIS_REPLY_ARRAY || m->elements != 3) return;
+    if (m->element[0]->type == REDIS_REPLY_STRING && !strcmp(m->element[0]->str, "message") &&
+        m->element[2]->type == REDIS_REPLY_STRING)
+        qh_sse_event_published(h, m->element[2]->str, m->element[2]->len);
+}
+
+static void on_ignore(redisAsyncContext *ac, void *reply, void *priv) {}
+
+/* AUTH and SELECT go first on a fresh connection; hiredis keeps commands in order. */
+static redisAsyncContext *redis_open(qdd_http *h)
+{
+    redisAsyncContext *ac = redisAsyncConnect(h->redis_host, h->redis_port);
+    if (!ac) return NULL;
+    if (ac->err) {
+        QD_LOG(QD_LOG_WARN, "http redis connect failed", "err=\"%s\"", ac->errstr);
+        redisAsyncFree(ac);
+        return NULL;
+    }
+    ac->data = h;
+    if (redisLibuvAttach(ac, h->loop) != REDIS_OK) { redisAsyncFree(ac); return NULL; }
+    redisAsyncSetConnectCallback(ac, on_rc_connect);
+    redisAsyncSetDisconnectCallback(ac, on_rc_disconnect);
+    if (h->redis_pass) {
+        if (h->redis_user) redisAsyncCommand(ac, on_ignore, NULL, "AUTH %s %s", h->redis_user, h->redis_pass);
+        else redisAsyncCommand(ac, on_ignore, NULL, "AUTH %s", h->redis_pass);
+    }
+    if (h->redis_db) redisAsyncCommand(ac, on_ignore, NULL, "SELECT %d", h->redis_db);
+    return ac;
+}
+
+static void redis_connect(qdd_http *h)
+{
+    if (!h->rc && (h->rc = redis_open(h))) h->rc_ready = 0;
+    if (!h->sub && (h->sub = redis_open(h))) {
+        char chan[QP_KEY_MAX];
+        h->sub_ready = 0;
+        if (!qp_key_events_channel(&h->keys, chan, sizeof chan))
+            redisAsyncCommand(h->sub, on_sub_message, h, "SUBSCRIBE %s", chan);
+    }
+    if (!h->rc || !h->sub) schedule_reconnect(h);
+}
+
+/* ---- start / stop -------------------------------------------------------------------- */
+
+static int parse_addr(const char *spec, struct sockaddr_in *sa, qd_err *err)
+{
+    const char *colon = strrchr(spec, ':');
+    char host[64];
+    if (!colon || (size_t)(colon - spec) >= sizeof host)
+        return qd_err_set(err, QD_EINVAL, "http: '%s' is not ADDR:PORT", spec);
+    memcpy(host, spec, (size_t)(colon - spec));
+    host[colon - spec] = 0;
+    memset(sa, 0, sizeof *sa);
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)atoi(colon + 1));
+    if (!strcmp(host, "localhost")) strcpy(host, "127.0.0.1");
+    if (inet_pton(AF_INET, host, &sa->sin_addr) != 1)
+        return qd_err_set(err, QD_EINVAL, "http: '%s' is not an IPv4 address", host);
+    return 0;
+}
+
+static int split_cors(qdd_http *h, const char *list)
+{
+    char *copy = strdup(list ? list : ""), *save = NULL;
+    if (!copy) return QD_ENOMEM;
+    for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
+        char **n = realloc(h->cors, (h->n_cors + 1) * sizeof *n);
+        if (!n) { free(copy); return QD_ENOMEM; }
+        h->cors = n;
+        if (!(h->cors[h->n_cors] = strdup(t))) { free(copy); return QD_ENOMEM; }
+        h->n_cors++;
+    }
+    free(copy);
+    return 0;
+}
+
+static void http_free(qdd_http *h)
+{
+    if (!h) return;
+    free(h->token);
+    for (size_t i = 0; i < h->n_cors; i++) free(h->cors[i]);
+    free(h->cors);
+    free(h->redis_host);
+    free(h->redis_user);
+    free(h->redis_pass);
+    free(h);
+}
+
+static void on_sse_timer(uv_timer_t *t) { qh_sse_tick(t->data); }
+
+int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
+                   qdd_http **out, qd_err *err)
+{
+    *out = NULL;
+    if (!cfg->http || !*cfg->http) return 0;
+    qdd_http *h = calloc(1, sizeof *h);
+    if (!h) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    h->loop = loop;
+    if (view) h->view = *view;
+    h->max_body = cfg->max_job_bytes > 0 ? (size_t)cfg->max_job_bytes : QH_MAX_BODY_DEFAULT;
+    qp_err pe = {0};
+    int rc;
+    if (qp_keys_init(&h->keys, cfg->queue, cfg->key_prefix, &pe)) {
+        rc = qd_err_set(err, QD_EINVAL, "http: %s", pe.msg);
+        goto fail;
+    }
+    const qdd_redis_url *u = &cfg->redis_url;
+    h->redis_port = u->port;
+    h->redis_db = u->db;
+    if (!(h->token = strdup(cfg->http_token ? cfg->http_token : "")) || split_cors(h, cfg->http_cors) ||
+        !(h->redis_host = strdup(u->host ? u->host : "127.0.0.1")) ||
+        (u->user && !(h->redis_user = strdup(u->user))) || (u->pass && !(h->redis_pass = strdup(u->pass)))) {
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    struct sockaddr_in sa;
+    if ((rc = parse_addr(cfg->http, &sa, err))) goto fail;
+    /* External epoll mode: no MHD thread; the loop polls MHD's epoll fd. Suspend/resume
+     * lets a request wait for Redis without blocking the loop. */
+    h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+                              on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+                              MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
+                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                              MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
+                              MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                              MHD_OPTION_END);
+    if (!h->mhd) {
+        rc = qd_err_set(err, QD_EIO, "http: cannot listen on %s (%s)", cfg->http,
+                        errno ? strerror(errno) : "libmicrohttpd refused");
+        goto fail;
+    }
+    const union MHD_DaemonInfo *info = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_EPOLL_FD);
+    if (!info) {
+        MHD_stop_daemon(h->mhd);
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "http: libmicrohttpd has no epoll support");
+        goto fail;
+    }
+    uv_poll_init(loop, &h->poll, info->epoll_fd);
+    uv_timer_init(loop, &h->timer);
+    uv_timer_init(loop, &h->redis_timer);
+    uv_timer_init(loop, &h->sse_timer);
+    h->poll.data = h->timer.data = h->redis_timer.data = h->sse_timer.data = h;
+    h->n_open_handles = 4;
+    uv_poll_start(&h->poll, UV_READABLE, on_mhd_poll);
+    uv_timer_start(&h->sse_timer, on_sse_timer, 1000, 1000);
+    redis_connect(h);
+    mhd_run(h);
+    const union MHD_DaemonInfo *port = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    QD_LOG(QD_LOG_INFO, "http listening", "addr=%s port=%u mutating=%s cors=%zu", cfg->http,
+           port ? (unsigned)port->port : 0u, h->token[0] ? "on" : "off", h->n_cors);
+    *out = h;
+    return 0;
+fail:
+    http_free(h);
+    return rc;
+}
+
+uint16_t qdd_http_port(const qdd_http *h)
+{
+    if (!h || !h->mhd) return 0;
+    const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
+    return i ? i->port : 0;
+}
+
+static void on_handle_closed(uv_handle_t *hd)
+{
+    qdd_http *h = hd->data;
+    if (--h->n_open_handles > 0) return;
+    void (*done)(void *) = h->done;
+    void *ud = h->done_ud;
+    /* Requests still referenced by nobody else were freed by MHD's completion notices. */
+    while (h->reqs) {
+        qh_req *r = h->reqs;
+        h->reqs = r->next;
+        free(r->body);
+        free(r->resp);
+        free(r->out);
+        free(r);
+    }
+    http_free(h);
+    if (done) done(ud);
+}
+
+void qdd_http_stop(qdd_http *h, void (*done)(void *ud), void *ud)
+{
+    if (!h) {
+        if (done) done(ud);
+        return;
+    }
+    h->stopping = 1;
+    h->done = done;
+    h->done_ud = ud;
+    /* Pending Redis callbacks run now with a NULL reply and answer 503; streams end. */
+    if (h->rc) { redisAsyncContext *c = h->rc; h->rc = NULL; redisAsyncFree(c); }
+    if (h->sub) { redisAsyncContext *c = h->sub; h->sub = NULL; redisAsyncFree(c); }
+    qh_sse_close_all(h);
+    /* Every suspended connection must be resumed before MHD_stop_daemon. */
+    for (qh_req *r = h->reqs; r; r = r->next)
+        if (r->suspended && !r->mhd_done) {
+            if (!r->resp_ready && !r->sse_started) {
+                r->resp_ready = 1;
+                r->status = MHD_HTTP_SERVICE_UNAVAILABLE;
+                r->resp = json_error("the daemon is stopping");
+                r->ctype = "application/json";
+            }
+            r->suspended = 0;
+            MHD_resume_connection(r->conn);
+        }
+    MHD_run(h->mhd);
+    uv_poll_stop(&h->poll);
+    MHD_stop_daemon(h->mhd);   /* closes every connection; completion notices free the requests */
+    h->mhd = NULL;
+    uv_close((uv_handle_t *)&h->poll, on_handle_closed);
+    uv_close((uv_handle_t *)&h->timer, on_handle_closed);
+    uv_close((uv_handle_t *)&h->redis_timer, on_handle_closed);
+    uv_close((uv_handle_t *)&h->sse_timer, on_handle_closed);
+}

@@ -1,0 +1,319 @@
+/* The worker pool: quantd-worker processes spawned with uv_spawn (one per GPU for
+ * cuda:..., N for cpu:N), framed messages over their stdin/stdout (proto/wire.h), the hello
+ * check, the heartbeat watchdog, and restarts. A worker that exits, is killed (OOM killer
+ * included) or falls silent is killed and restarted after a backoff; the task it held is
+ * retried from the checkpoint by jobs.c. */
+#define _GNU_SOURCE
+#include "daemon/daemon.h"
+
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+
+#define HELLO_TIMEOUT_S 60.0
+#define RESTART_MIN_MS 200
+#define RESTART_MAX_MS 10000
+
+static void spawn(qdd_worker *w);
+
+static void on_handle_closed(uv_handle_t *h)
+{
+    qdd_worker *w = h->data;
+    if (--w->open_handles > 0) return;
+    qp_wire_decoder_free(&w->dec);
+    if (w->state != QDD_W_FAILED) w->state = QDD_W_DOWN;
+    if (w->d->stopping || w->state == QDD_W_FAILED) return;
+    int delay = RESTART_MIN_MS << (w->restarts < 6 ? w->restarts : 6);
+    if (delay > RESTART_MAX_MS) delay = RESTART_MAX_MS;
+    /* A worker that ran a good while before dying is not crash-looping. */
+    if (qdd_now_s() - w->started_s > 60) delay = RESTART_MIN_MS;
+    uv_timer_start(&w->restart, (uv_timer_cb)(void (*)(uv_timer_t *))NULL, 0, 0);
+    uv_timer_stop(&w->restart);
+    uv_timer_start(&w->restart, (uv_timer_cb)spawn, (uint64_t)delay, 0);
+}
+
+static void close_all(qdd_worker *w)
+{
+    uv_handle_t *hs[3] = {(uv_handle_t *)&w->proc, (uv_handle_t *)&w->in, (uv_handle_t *)&w->out};
+    for (int i = 0; i < 3; i++)
+        if (!uv_is_closing(hs[i])) uv_close(hs[i], on_handle_closed);
+}
+
+void qdd_pool_kill(qdd_worker *w, const char *why)
+{
+    if (w->state == QDD_W_DOWN || w->exited) return;
+    if (why && !w->why[0]) snprintf(w->why, sizeof w->why, "%s", why);
+    QD_LOG(QD_LOG_WARN, "worker_kill", "worker=%s pid=%d why=\"%s\"", w->name, w->pid, why ? why : "");
+    uv_process_kill(&w->proc, SIGKILL);
+}
+
+static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
+{
+    qdd_worker *w = p->data;
+    qdd_daemon *d = w->d;
+    w->exited = 1;
+    char why[400];
+    if (w->why[0]) snprintf(why, sizeof why, "worker %s %s", w->name, w->why);
+    else if (sig == SIGKILL) snprintf(why, sizeof why, "worker %s was killed (signal 9; out of memory?)", w->name);
+    else if (sig) snprintf(why, sizeof why, "worker %s died of signal %d", w->name, sig);
+    else snprintf(why, sizeof why, "worker %s exited with status %lld", w->name, (long long)status);
+    int was_running = w->job != NULL;
+    if (!d->stopping) QD_LOG(QD_LOG_WARN, "worker_exit", "worker=%s pid=%d status=%lld signal=%d task=%d", w->name, w->pid,
+                             (long long)status, sig, was_running);
+    if (w->state != QDD_W_FAILED) w->state = QDD_W_DEAD;
+    w->restarts++;
+    qdd_jobs_worker_died(d, w, why);
+    close_all(w);
+    qdd_jobs_schedule(d);
+}
+
+static void on_alloc(uv_handle_t *h, size_t suggested, uv_buf_t *buf)
+{
+    buf->base = malloc(65536);
+    buf->len = buf->base ? 65536 : 0;
+}
+
+static void on_hello(qdd_worker *w, const qp_msg_hello *h)
+{
+    if (h->protocol != QP_WIRE_VERSION) {
+        snprintf(w->why, sizeof w->why, "speaks wire protocol %d, this daemon %d (stale binary?)", h->protocol, QP_WIRE_VERSION);
+        w->state = QDD_W_FAILED;
+        qdd_pool_kill(w, w->why);
+        return;
+    }
+    if (!h->selftest_ok) {
+        snprintf(w->why, sizeof w->why, "failed its self-test: %s", h->selftest ? h->selftest : "?");
+        QD_LOG(QD_LOG_ERROR, "worker_refused", "worker=%s why=\"%s\"", w->name, w->why);
+        w->state = QDD_W_FAILED;
+        qdd_pool_kill(w, w->why);
+        return;
+    }
+    w->state = QDD_W_IDLE;
+    w->why[0] = 0;
+    QD_LOG(QD_LOG_INFO, "worker_ready", "worker=%s pid=%d device=\"%s\"", w->name, w->pid, h->device ? h->device : "");
+    qdd_jobs_schedule(w->d);
+}
+
+static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
+{
+    qdd_worker *w = s->data;
+    if (n < 0) {
+        free(buf->base);
+        uv_read_stop(s);
+        return;   /* the exit callback follows */
+    }
+    qp_err pe = {0};
+    int bad = n > 0 && qp_wire_decoder_feed(&w->dec, buf->base, (size_t)n, &pe);
+    free(buf->base);
+    if (bad) { qdd_pool_kill(w, pe.msg); return; }
+    w->last_msg_s = qdd_now_s();
+    for (;;) {
+        qp_msg m;
+        int rc = qp_wire_decoder_next(&w->dec, &m, &pe);
+        if (rc == 0) break;
+        if (rc < 0) {
+            if (qp_wire_decoder_broken(&w->dec)) { qdd_pool_kill(w, pe.msg); return; }
+            QD_LOG(QD_LOG_WARN, "worker_bad_message", "worker=%s err=\"%s\"", w->name, pe.msg);
+            continue;
+        }
+        if (m.type == QP_MSG_HELLO) {
+            if (w->state == QDD_W_STARTING) on_hello(w, &m.hello);
+        } else if (m.type != QP_MSG_HEARTBEAT) {
+            qdd_jobs_on_msg(w->d, w, &m);
+        }
+        qp_msg_clear(&m);
+        if (w->exited) break;
+    }
+}
+
+static void spawn(qdd_worker *w)
+{
+    qdd_daemon *d = w->d;
+    if (d->stopping) return;
+    char hb[32];
+    snprintf(hb, sizeof hb, "%lld", (long long)d->cfg->heartbeat_s * 1000);
+    char *args[] = {d->worker_exe, "--name", w->name, "--backend", w->backend, "--heartbeat-ms", hb, NULL};
+    uv_pipe_init(d->loop, &w->in, 0);
+    uv_pipe_init(d->loop, &w->out, 0);
+    w->in.data = w->out.data = w->proc.data = w;
+    uv_stdio_container_t stdio[3];
+    stdio[0].flags = UV_CREATE_PIPE | UV_READABLE_PIPE;
+    stdio[0].data.stream = (uv_stream_t *)&w->in;
+    stdio[1].flags = UV_CREATE_PIPE | UV_WRITABLE_PIPE;
+    stdio[1].data.stream = (uv_stream_t *)&w->out;
+    stdio[2].flags = UV_INHERIT_FD;
+    stdio[2].data.fd = 2;
+    uv_process_options_t o;
+    memset(&o, 0, sizeof o);
+    o.file = d->worker_exe;
+    o.args = args;
+    o.exit_cb = on_exit_cb;
+    o.stdio_count = 3;
+    o.stdio = stdio;
+    qp_wire_decoder_init(&w->dec, 0);
+    w->exited = 0;
+    w->why[0] = 0;
+    w->job = NULL;
+    w->open_handles = 3;
+    w->started_s = w->last_msg_s = qdd_now_s();
+    int rc = uv_spawn(d->loop, &w->proc, &o);
+    if (rc) {
+        QD_LOG(QD_LOG_ERROR, "worker_spawn", "worker=%s exe=%s err=\"%s\"", w->name, d->worker_exe, uv_strerror(rc));
+        w->exited = 1;
+        w->restarts++;
+        w->state = QDD_W_DEAD;
+        close_all(w);
+        return;
+    }
+    w->pid = w->proc.pid;
+    w->state = QDD_W_STARTING;
+    uv_read_start((uv_stream_t *)&w->out, on_alloc, on_read);
+    QD_LOG(QD_LOG_INFO, "worker_spawn", "worker=%s pid=%d backend=%s", w->name, w->pid, w->backend);
+}
+
+int qdd_pool_start(qdd_daemon *d, qd_err *err)
+{
+    const qdd_workers *ws = &d->cfg->worker_spec;
+    int n = 0, devs[QDD_MAX_WORKERS];
+    if (ws->kind == QDD_WORKERS_CPU) {
+        n = ws->n_cpu;
+    } else if (ws->n_devices == QDD_CUDA_ALL) {
+        /* One per visible device; without the CUDA runtime in the daemon, count them from
+         * CUDA_VISIBLE_DEVICES, else assume one (a worker on a missing device refuses in hello). */
+        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+        n = 1;
+        if (vis && *vis) {
+            n = 1;
+            for (const char *p = vis; *p; p++) n += *p == ',';
+        }
+        for (int i = 0; i < n; i++) devs[i] = i;
+    } else {
+        n = ws->n_devices;
+        for (int i = 0; i < n; i++) devs[i] = ws->devices[i];
+    }
+    if (n <= 0 || n > QDD_MAX_WORKERS) return qd_err_set(err, QD_EINVAL, "--workers: no workers to run");
+    d->workers = calloc((size_t)n, sizeof *d->workers);
+    if (!d->workers) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    d->n_workers = n;
+    for (int i = 0; i < n; i++) {
+        qdd_worker *w = &d->workers[i];
+        w->d = d;
+        w->index = i;
+        if (ws->kind == QDD_WORKERS_CPU) {
+            snprintf(w->name, sizeof w->name, "cpu-%d", i);
+            snprintf(w->backend, sizeof w->backend, "cpu");
+        } else {
+            snprintf(w->name, sizeof w->name, "cuda-%d", devs[i]);
+            snprintf(w->backend, sizeof w->backend, "cuda:%d", devs[i]);
+        }
+        uv_timer_init(d->loop, &w->restart);
+        w->restart.data = w;
+        spawn(w);
+    }
+    return 0;
+}
+
+typedef struct wreq {
+    uv_write_t req;
+    uint8_t *frame;
+} wreq;
+
+static void on_written(uv_write_t *req, int status)
+{
+    wreq *r = (wreq *)req;
+    free(r->frame);
+    free(r);
+}
+
+static int send_msg(qdd_worker *w, const qp_msg *m)
+{
+    if (w->exited || (w->state != QDD_W_IDLE && w->state != QDD_W_BUSY && w->state != QDD_W_STARTING)) return -1;
+    wreq *r = calloc(1, sizeof *r);
+    size_t n = 0;
+    qp_err pe = {0};
+    if (!r || qp_wire_encode(m, &r->frame, &n, &pe)) {
+        QD_LOG(QD_LOG_ERROR, "worker_send", "worker=%s err=\"%s\"", w->name, pe.msg);
+        free(r);
+        return -1;
+    }
+    uv_buf_t b = uv_buf_init((char *)r->frame, (unsigned)n);
+    if (uv_write(&r->req, (uv_stream_t *)&w->in, &b, 1, on_written)) {
+        free(r->frame);
+        free(r);
+        return -1;
+    }
+    return 0;
+}
+
+int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/.quantd", j->job->output);
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_TASK);
+    m.task.job_id = j->id;
+    m.task.job = j->payload;
+    m.task.block = block;
+    m.task.checkpoint_dir = ckpt;
+    m.task.fence = j->fence;
+    if (send_msg(w, &m)) return -1;
+    w->state = QDD_W_BUSY;
+    w->job = j;
+    w->block = block;
+    j->refs++;
+    QD_LOG(QD_LOG_DEBUG, "task_sent", "worker=%s job=%s block=%d fence=%llu", w->name, j->id, block,
+           (unsigned long long)j->fence);
+    return 0;
+}
+
+int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_CANCEL);
+    m.cancel.job_id = (char *)job_id;
+    m.cancel.reason = (char *)reason;
+    return send_msg(w, &m);
+}
+
+void qdd_pool_shutdown(qdd_daemon *d)
+{
+    for (int i = 0; i < d->n_workers; i++) {
+        qdd_worker *w = &d->workers[i];
+        uv_timer_stop(&w->restart);
+        if (w->state == QDD_W_DOWN || w->exited) continue;
+        qp_msg m;
+        qp_msg_init(&m, QP_MSG_SHUTDOWN);
+        m.shutdown.graceful = 1;
+        send_msg(w, &m);
+    }
+}
+
+int qdd_pool_all_down(const qdd_daemon *d)
+{
+    for (int i = 0; i < d->n_workers; i++)
+        if (d->workers[i].open_handles > 0) return 0;
+    return 1;
+}
+
+void qdd_pool_watchdog(qdd_daemon *d)
+{
+    double now = qdd_now_s(), limit = 3.0 * (double)d->cfg->heartbeat_s;
+    for (int i = 0; i < d->n_workers; i++) {
+        qdd_worker *w = &d->workers[i];
+        if (w->exited || w->state == QDD_W_DOWN || w->state == QDD_W_DEAD || w->state == QDD_W_FAILED) continue;
+        if (w->state == QDD_W_STARTING && now - w->started_s > HELLO_TIMEOUT_S)
+            qdd_pool_kill(w, "sent no hello within 60 s");
+        else if (w->state != QDD_W_STARTING && now - w->last_msg_s > limit)
+            qdd_pool_kill(w, "stopped sending heartbeats");
+    }
+}
+
+void qdd_pool_free(qdd_daemon *d)
+{
+    free(d->workers);
+    d->workers = NULL;
+    d->n_workers = 0;
+}

@@ -1,0 +1,102 @@
+/* The Lua scripts behind every multi-key step of proto/redis.md. Each runs atomically in
+ * Redis, so taking, finishing, handing back and reclaiming a job can never interleave with
+ * another node's step on the same keys. Sent with EVAL (they are small; EVALSHA caching
+ * would need a NOSCRIPT fallback after a Redis restart for no real gain here). */
+#include "daemon/daemon.h"
+
+/* Take a popped job: refuse a live duplicate (lease held) or a job cancelled while queued
+ * (a cancel flag on a job that is not final; on a final one it is a resubmission and the
+ * flag goes); refuse a payload no longer in our processing list (it was reclaimed); else
+ * take a fencing token, set the lease and swap the raw payload for the canonical one (which
+ * carries the id, so reclaim scripts can find the job's keys). */
+const char *const qdd_lua_take =
+    "local v = redis.call('GET', KEYS[2])\n"
+    "if v then return {'dup', v} end\n"
+    "local st = redis.call('HGET', KEYS[3], 'state')\n"
+    "local final = st == 'done' or st == 'failed' or st == 'cancelled'\n"
+    "if redis.call('EXISTS', KEYS[5]) == 1 then\n"
+    "  if final then redis.call('DEL', KEYS[5]) else return {'cancelled', redis.call('GET', KEYS[5])} end\n"
+    "end\n"
+    "if redis.call('LREM', KEYS[1], 1, ARGV[1]) == 0 then return {'gone', ''} end\n"
+    "redis.call('LPUSH', KEYS[1], ARGV[2])\n"
+    "local t = redis.call('INCR', KEYS[4])\n"
+    "local lv = t .. ' ' .. ARGV[3]\n"
+    "redis.call('SET', KEYS[2], lv, 'PX', ARGV[4])\n"
+    "if final then redis.call('PERSIST', KEYS[3]) end\n"
+    "return {'ok', lv, redis.call('HGET', KEYS[3], 'submitted_ms') or '', redis.call('HGET', KEYS[3], 'attempts') or '0', st or ''}\n";
+
+/* A status change: the hash, the Pub/Sub event and the capped stream in one step. */
+const char *const qdd_lua_status =
+    "redis.call('HSET', KEYS[1], unpack(ARGV, 4))\n"
+    "redis.call('PUBLISH', ARGV[1], ARGV[3])\n"
+    "redis.call('XADD', KEYS[2], 'MAXLEN', '~', ARGV[2], '*', 'event', ARGV[3])\n"
+    "return 1\n";
+
+/* Lease renewal (only our own lease), and the cancel flag. */
+const char *const qdd_lua_renew =
+    "local ok = 0\n"
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); ok = 1 end\n"
+    "return {ok, redis.call('EXISTS', KEYS[2])}\n";
+
+/* A final state: out of the processing list, lease released, retention TTLs set. */
+const char *const qdd_lua_finish =
+    "redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
+    "if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
+    "redis.call('EXPIRE', KEYS[3], ARGV[3])\n"
+    "redis.call('EXPIRE', KEYS[4], ARGV[3])\n"
+    "redis.call('EXPIRE', KEYS[5], ARGV[3])\n"
+    "return 1\n";
+
+/* Hand a job back (SIGTERM): to the right end of the queue so it runs next. */
+const char *const qdd_lua_handback =
+    "local n = redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
+    "if n > 0 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
+    "if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
+    "return n\n";
+
+/* After a reconnect (maybe to a Redis that came back empty): re-create our lease unless
+ * someone else holds it (then 0: we lost the job), keep the fence counter above our token,
+ * and put the payload back in our processing list if it is missing. */
+const char *const qdd_lua_reassert =
+    "local v = redis.call('GET', KEYS[2])\n"
+    "if v and v ~= ARGV[2] then return 0 end\n"
+    "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
+    "if tonumber(redis.call('GET', KEYS[3]) or '0') < tonumber(ARGV[4]) then redis.call('SET', KEYS[3], ARGV[4]) end\n"
+    "if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('LPUSH', KEYS[1], ARGV[1]) end\n"
+    "return 1\n";
+
+/* Reclaim a node's processing list: unless forced (our own list at start-up, or entries we
+ * do not hold after a reconnect: ARGV[4..] are the payloads to keep), only when its
+ * heartbeat key is gone. Entries go to the right end of the queue (oldest runs first), the
+ * node's leases on them are deleted and running hashes say queued again. */
+const char *const qdd_lua_reclaim =
+    "if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n"
+    "local keep = {}\n"
+    "for i = 4, #ARGV do keep[ARGV[i]] = true end\n"
+    "local items = redis.call('LRANGE', KEYS[2], 0, -1)\n"
+    "local n = 0\n"
+    "for i = 1, #items do\n"
+    "  local p = items[i]\n"
+    "  if not keep[p] then\n"
+    "    redis.call('LREM', KEYS[2], 1, p)\n"
+    "    redis.call('RPUSH', KEYS[3], p)\n"
+    "    n = n + 1\n"
+    "    local ok, j = pcall(cjson.decode, p)\n"
+    "    if ok and type(j) == 'table' and type(j.id) == 'string' then\n"
+    "      local lk = ARGV[2] .. ':' .. j.id .. ':lease'\n"
+    "      local v = redis.call('GET', lk)\n"
+    "      local suffix = ' ' .. ARGV[1]\n"
+    "      if v and string.sub(v, -#suffix) == suffix then redis.call('DEL', lk) end\n"
+    "      local sk = ARGV[2] .. ':' .. j.id\n"
+    "      if redis.call('HGET', sk, 'state') == 'running' then redis.call('HSET', sk, 'state', 'queued') end\n"
+    "    end\n"
+    "  end\n"
+    "end\n"
+    "if ARGV[3] ~= '1' then redis.call('SREM', KEYS[4], ARGV[1]) end\n"
+    "return n\n";
+
+/* A payload refused at admission: out of the processing list, into the failed list. */
+const char *const qdd_lua_reject =
+    "redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
+    "redis.call('LPUSH', KEYS[2], ARGV[2])\n"
+    "return 1\n";

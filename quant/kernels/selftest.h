@@ -1,0 +1,45 @@
+/* Kernel self-test: every format x bit width x group size x layout the kernels support,
+ * on random packed layers and random inputs (never zeros), each kernel path (GEMV, GEMM)
+ * compared with qd_kernel_matmul_ref under a named tolerance, plus the achieved bandwidth
+ * of the batch-1 kernel against the device's measured copy bandwidth. A worker runs the
+ * quick variant at start and refuses work if it fails; `quantctl selftest` runs it by hand. */
+#ifndef QUANT_KERNELS_SELFTEST_H
+#define QUANT_KERNELS_SELFTEST_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "quant/backend/backend.h"
+#include "quant/core/error.h"
+#include "quant/formats/format.h"
+
+/* Tolerance of one comparison: |y - ref| <= abs * mag + rel * |ref|, where mag is
+ * sum_k |x_k w_k| for that output (the scale of any dot product's rounding error). */
+typedef struct qd_selftest_tol {
+    const char *name;        /* "f32-accum", "f16-tensor-core" */
+    double abs, rel;
+} qd_selftest_tol;
+
+typedef struct qd_selftest_report {
+    int cases;               /* kernel x layer x batch comparisons run */
+    int failures;
+    char first_failure[256]; /* "" when none */
+    double copy_gbps;        /* measured copy bandwidth (bytes read + written per second / 1e9) */
+    double gemv_gbps;        /* best packed-weight GB/s of the batch-1 kernel */
+    double gemv_frac;        /* gemv_gbps / copy_gbps */
+    char device[96];         /* "cpu (avx2)", "cuda:0 NVIDIA H100 ..." */
+} qd_selftest_report;
+
+/* Runs the self-test on be (CPU or CUDA). quick: fewer shapes and batches (a second or two).
+ * log (may be NULL) receives one line per case and the first mismatches of a failure.
+ * Returns 0 when every case passed, QD_EMISMATCH when one failed (rep says which), or
+ * another negative code when the test could not run. */
+int qd_selftest_run(qd_backend *be, int quick, FILE *log, qd_selftest_report *rep, qd_err *err);
+
+/* Builds a random packed layer [n, k] for tests: random codes, F16 scales, zeros (>= 1 for
+ * gptq v1), and with act_order a random g_idx with equal groups. *out is owned by the
+ * caller (qd_packed_free). */
+int qd_selftest_make_layer(const qd_format *fmt, int bits, int64_t group_size, int act_order,
+                           int64_t n, int64_t k, uint64_t seed, qd_packed *out, qd_err *err);
+
+#endif
