@@ -11,7 +11,14 @@ static const qctl_command commands[] = {
     {"tokenize", "tokenize text with a model's tokenizer", cmd_tokenize},
     {"eval", "measure perplexity of a float or quantized model", cmd_eval},
     {"quantize", "run a quantization job (JSON spec) in the foreground, resumable", cmd_quantize},
+    {"submit", "submit a job to the daemon's queue (flags or a JSON file; Redis or HTTP)", cmd_submit},
+    {"status", "show a job's status, or every job's", cmd_status},
+    {"watch", "follow a job's progress until it finishes", cmd_watch},
+    {"cancel", "cancel a queued or running job", cmd_cancel},
+    {"list", "list jobs (--state S to filter)", cmd_list},
+    {"gen-model", "write a small random llama or OPT model (for demos and tests)", cmd_gen_model},
     {"logits", "write a model's float32 logits for a token sequence (for comparisons)", cmd_logits},
+    {"tp-sim", "simulate N tensor-parallel ranks on one MLP: naive vs TP-aware layout", cmd_tp_sim},
 };
 
 static void usage(FILE *f)

@@ -16,6 +16,7 @@
 #include <hiredis/async.h>
 
 #include "daemon/config.h"
+#include "daemon/http.h"
 #include "proto/job.h"
 #include "proto/keys.h"
 #include "proto/status.h"
@@ -160,7 +161,9 @@ struct qdd_daemon {
     int64_t start_ms;
     int sd_watchdog;           /* systemd watchdog enabled */
     void *http;                /* qdd_http * when the HTTP API runs */
-    char http_node_buf[QP_NODE_MAX + 1];
+    qdd_config **old_cfgs;     /* replaced by SIGHUP; kept until exit (the HTTP layer may hold one) */
+    int n_old_cfgs;
+    qdd_http_view view;        /* what the HTTP layer asks the daemon (borrowed by it) */
 };
 
 double qdd_now_s(void);        /* monotonic seconds */

@@ -195,7 +195,6 @@ static void on_job(redisAsyncContext *ac, void *reply, void *priv)
         qh_req_finish_error(r, 500, "job '%s': the status hash cannot be read: %s", r->job, rc ? pe.msg : "invalid");
         return;
     }
-    cJSON_DeleteItemFromObject(o, "type");
     cJSON *sp = spec && *spec ? cJSON_Parse(spec) : NULL;
     if (sp) cJSON_AddItemToObject(o, "spec", sp);
     char *s = json_print(o);

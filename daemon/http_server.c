@@ -435,6 +435,17 @@ static void http_free(qdd_http *h)
     free(h);
 }
 
+/* MHD's messages are mostly about clients' malformed requests: debug level, one line. */
+static void mhd_log(void *cls, const char *fmt, va_list ap)
+{
+    if (QD_LOG_DEBUG < qd_log_threshold) return;
+    char msg[512];
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    for (char *p = msg; *p; p++)
+        if (*p == '\n' || *p == '"') *p = ' ';
+    QD_LOG(QD_LOG_DEBUG, "http mhd", "msg=\"%s\"", msg);
+}
+
 static void on_sse_timer(uv_timer_t *t) { qh_sse_tick(t->data); }
 
 int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
@@ -472,6 +483,7 @@ int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *
                               MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                               MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
+                              MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
                               MHD_OPTION_END);
     if (!h->mhd) {
         rc = qd_err_set(err, QD_EIO, "http: cannot listen on %s (%s)", cfg->http,

@@ -701,7 +701,6 @@ void qdd_jobs_handback_all(qdd_daemon *d)
     qp_key_processing(&d->keys, d->node, proc, sizeof proc);
     qp_key_queue(&d->keys, queue, sizeof queue);
     for (qdd_job *j = d->jobs; j; j = j->next) {
-        if (j->phase == QDD_JOB_FINAL && !j->final_sent) { finish_send(j); continue; }
         if ((j->phase != QDD_JOB_WAITING && j->phase != QDD_JOB_RUNNING) || j->worker >= 0 || j->lost) continue;
         j->phase = QDD_JOB_FINAL;   /* leaving this node; on_handback removes it */
         j->final_sent = 1;

@@ -18,6 +18,7 @@
 #define RESTART_MAX_MS 10000
 
 static void spawn(qdd_worker *w);
+static void on_restart(uv_timer_t *t) { spawn(t->data); }
 
 static void on_handle_closed(uv_handle_t *h)
 {
@@ -30,9 +31,7 @@ static void on_handle_closed(uv_handle_t *h)
     if (delay > RESTART_MAX_MS) delay = RESTART_MAX_MS;
     /* A worker that ran a good while before dying is not crash-looping. */
     if (qdd_now_s() - w->started_s > 60) delay = RESTART_MIN_MS;
-    uv_timer_start(&w->restart, (uv_timer_cb)(void (*)(uv_timer_t *))NULL, 0, 0);
-    uv_timer_stop(&w->restart);
-    uv_timer_start(&w->restart, (uv_timer_cb)spawn, (uint64_t)delay, 0);
+    uv_timer_start(&w->restart, on_restart, (uint64_t)delay, 0);
 }
 
 static void close_all(qdd_worker *w)

@@ -1,15 +1,64 @@
 #!/usr/bin/env bash
-# The demo: quantizes a generated 1024x1024 linear layer with GPTQ (4 bits, group 128,
-# act-order) and with RTN, packs both as GPTQ checkpoints, and prints their reports.
+# The demo: starts a throwaway redis-server and quantd on loopback, pushes a quantization
+# job with `redis-cli LPUSH qjobs`, shows its progress until it is done, then prints where
+# the output is and its report. The model is ../shared/data/models/tiny-llama-c4 (GPTQ with
+# C4 calibration) when present, else a small generated llama (RTN).
+# Usage: scripts/demo.sh [BUILD_DIR]   (default build/release)
 set -euo pipefail
-BUILD=${1:-build/release}
-Q="$BUILD/quantctl"
-OUT=${QUANTD_DEMO_DIR:-$(mktemp -d /tmp/quantd-demo-XXXXXX)}
-"$Q" gen-layer --n 1024 --k 1024 --rows 2048 --seed 1 --out "$OUT"
-echo "== GPTQ w4 g128 act-order"
-"$Q" layer --weight "$OUT/W.safetensors" --inputs "$OUT/X.safetensors" --method gptq --bits 4 \
-     --group-size 128 --sym --desc-act --format gptq --out "$OUT/gptq.safetensors" | tail -n 1
-echo "== RTN w4 g128"
-"$Q" layer --weight "$OUT/W.safetensors" --inputs "$OUT/X.safetensors" --method rtn --bits 4 \
-     --group-size 128 --sym --format gptq --out "$OUT/rtn.safetensors" | tail -n 1
-echo "outputs in $OUT"
+BUILD=$(cd "${1:-build/release}" && pwd)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+for x in quantd quantd-worker quantctl; do
+    [ -x "$BUILD/$x" ] || { echo "demo: $BUILD/$x is missing; build first" >&2; exit 2; }
+done
+command -v redis-server >/dev/null || { echo "demo: redis-server is not installed (scripts/deps.sh)" >&2; exit 2; }
+DIR=${QUANTD_DEMO_DIR:-$(mktemp -d /tmp/quantd-demo-XXXXXX)}
+mkdir -p "$DIR"
+DIR=$(cd "$DIR" && pwd)
+PORT=$((20000 + RANDOM % 30000))
+PIDS=()
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
+
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
+PIDS+=($!)
+for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
+
+SHARED="$ROOT/../shared/data"
+if [ -d "$SHARED/models/tiny-llama-c4" ] && [ -f "$SHARED/text/c4/c4-calib.jsonl" ]; then
+    MODEL=$(cd "$SHARED/models/tiny-llama-c4" && pwd)
+    CALIB=$(cd "$SHARED/text/c4" && pwd)/c4-calib.jsonl
+    JOB="{\"id\":\"demo\",\"model\":\"$MODEL\",\"output\":\"$DIR/out\",\"method\":\"gptq\",\"bits\":4,\"group_size\":128,\"calibration\":{\"path\":\"$CALIB\",\"samples\":16,\"seq_len\":128},\"backend\":\"cpu\"}"
+    ALLOW=(--allow-root "$DIR" --allow-root "$MODEL" --allow-root "$(dirname "$CALIB")")
+    echo "model: $MODEL (GPTQ 4-bit, group 128, C4 calibration)"
+else
+    "$BUILD/quantctl" gen-model --out "$DIR/model" --layers 8 --hidden 256 >/dev/null
+    JOB="{\"id\":\"demo\",\"model\":\"$DIR/model\",\"output\":\"$DIR/out\",\"method\":\"rtn\",\"bits\":4,\"group_size\":32,\"backend\":\"cpu\"}"
+    ALLOW=(--allow-root "$DIR")
+    echo "model: generated 8-layer llama in $DIR/model (RTN 4-bit, group 32)"
+fi
+
+"$BUILD/quantd" --redis "redis://127.0.0.1:$PORT" --node demo "${ALLOW[@]}" --workers cpu:1 >"$DIR/quantd.log" 2>&1 &
+QPID=$!
+PIDS+=($QPID)
+echo "redis on 127.0.0.1:$PORT, quantd pid $QPID (log: $DIR/quantd.log)"
+echo "\$ redis-cli -p $PORT LPUSH qjobs '$JOB'"
+redis-cli -p "$PORT" LPUSH qjobs "$JOB" >/dev/null
+
+last=""
+for _ in $(seq 6000); do
+    IFS=$'\t' read -r state stage block blocks progress err < <(redis-cli -p "$PORT" --no-raw HMGET qjob:demo state stage block blocks progress error |
+        sed 's/^[0-9]*) //; s/^"//; s/"$//; s/(nil)//' | paste -sd $'\t')
+    line="state=$state stage=$stage block=$((${block:--1} + 1))/${blocks:-?} progress=$(printf '%.0f' "$(echo "${progress:-0} * 100" | bc -l 2>/dev/null || echo 0)")%"
+    [ "$line" != "$last" ] && echo "  $line" && last=$line
+    case "$state" in
+    done) break ;;
+    failed|cancelled) echo "demo: the job ended $state: $err" >&2; exit 1 ;;
+    esac
+    kill -0 "$QPID" 2>/dev/null || { echo "demo: quantd exited; see $DIR/quantd.log" >&2; exit 1; }
+    sleep 0.1
+done
+echo "output: $DIR/out"
+ls -1 "$DIR/out"
+echo "report summary:"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); print(json.dumps(r.get("totals", r), indent=2))' "$DIR/out/quantd_report.json" 2>/dev/null ||
+    head -c 1500 "$DIR/out/quantd_report.json"
+kill -TERM "$QPID"; wait "$QPID" 2>/dev/null || true

@@ -143,7 +143,7 @@ typedef struct sim_rank {
     float *y2;                      /* [M, H] partial, then (after the all-reduce) the sum */
     uint64_t gathered, reduced;
     int rc;
-    char msg[256];
+    char msg[sizeof(((qd_err *)0)->msg)];
 } sim_rank;
 
 struct sim_shared {

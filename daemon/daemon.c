@@ -1,0 +1,387 @@
+/* The daemon's lifecycle on one libuv loop: start (keys, worker pool, three Redis
+ * connections, the HTTP API when configured), the periodic tick (node heartbeat, lease
+ * renewal, dead-node reclaim, worker watchdog, systemd watchdog), the queue pop, and the
+ * signals: SIGTERM/SIGINT drain (no new jobs, running blocks finish within stop-timeout,
+ * jobs handed back to the queue, workers shut down, exit 0), SIGHUP reloads the
+ * configuration (options that need a restart are reported and keep their old value). */
+#define _GNU_SOURCE
+#include "daemon/daemon.h"
+
+#include <inttypes.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "daemon/http.h"
+#include "daemon/notify.h"
+#include "quant/core/log.h"
+
+#define TICK_MS 200
+#define HANDBACK_WAIT_S 5.0
+#define WORKER_EXIT_WAIT_S 5.0
+
+double qdd_now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int64_t qdd_unix_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* ---- the queue ------------------------------------------------------------------------------- */
+
+static void on_pop(redisAsyncContext *ac, void *r, void *pd)
+{
+    qdd_daemon *d = pd;
+    redisReply *reply = r;
+    d->pop_inflight = 0;
+    if (reply && reply->type == REDIS_REPLY_STRING) qdd_jobs_admit(d, reply->str, reply->len);
+    else if (reply && reply->type == REDIS_REPLY_ERROR) QD_LOG(QD_LOG_ERROR, "redis_error", "op=blmove err=\"%s\"", reply->str);
+    if (reply) qdd_maybe_pop(d);
+}
+
+void qdd_maybe_pop(qdd_daemon *d)
+{
+    if (d->stopping || !d->pop.up || !d->cmd_ready || d->pop_inflight) return;
+    int held = 0;
+    for (qdd_job *j = d->jobs; j; j = j->next) {
+        if (j->phase == QDD_JOB_WAITING || j->phase == QDD_JOB_TAKING) return;   /* no hoarding */
+        held += j->phase == QDD_JOB_RUNNING;
+    }
+    if (held >= d->max_jobs) return;
+    char queue[QP_KEY_MAX], proc[QP_KEY_MAX];
+    qp_key_queue(&d->keys, queue, sizeof queue);
+    qp_key_processing(&d->keys, d->node, proc, sizeof proc);
+    /* A short block timeout keeps the stop and reconnect paths responsive. */
+    if (qdd_rconn_cmdf(&d->pop, on_pop, d, "BLMOVE %s %s RIGHT LEFT 1", queue, proc) == 0) d->pop_inflight = 1;
+}
+
+/* ---- connections ------------------------------------------------------------------------------ */
+
+static void on_cancel_msg(redisAsyncContext *ac, void *r, void *pd)
+{
+    qdd_daemon *d = pd;
+    redisReply *reply = r;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) return;
+    if (reply->element[0]->str && !strcmp(reply->element[0]->str, "message") && reply->element[2]->str)
+        qdd_jobs_cancel(d, reply->element[2]->str);
+}
+
+static void cmd_up(qdd_rconn *c)
+{
+    qdd_daemon *d = c->d;
+    d->cmd_ready = 0;
+    qdd_jobs_recover(d, 1);
+    if (!d->ever_ready) {
+        d->ever_ready = 1;
+        qdd_notify_ready("connected to Redis");
+    }
+}
+
+static void cmd_down(qdd_rconn *c) { c->d->cmd_ready = 0; }
+static void pop_up(qdd_rconn *c) { qdd_maybe_pop(c->d); }
+static void pop_down(qdd_rconn *c) { c->d->pop_inflight = 0; }
+
+static void sub_up(qdd_rconn *c)
+{
+    char chan[QP_KEY_MAX];
+    qp_key_cancel_channel(&c->d->keys, chan, sizeof chan);
+    qdd_rconn_cmdf(c, on_cancel_msg, c->d, "SUBSCRIBE %s", chan);
+}
+
+/* ---- HTTP view --------------------------------------------------------------------------------- */
+
+static int view_ready(void *ud, char *why, size_t cap)
+{
+    qdd_daemon *d = ud;
+    if (!d->cmd.up) { snprintf(why, cap, "not connected to Redis"); return 0; }
+    for (int i = 0; i < d->n_workers; i++)
+        if (d->workers[i].state == QDD_W_IDLE || d->workers[i].state == QDD_W_BUSY) return 1;
+    snprintf(why, cap, "no worker is up");
+    return 0;
+}
+
+static int view_workers(void *ud, qdd_worker_view *out, int cap)
+{
+    static const char *const names[] = {"starting", "starting", "idle", "busy", "dead", "failed_selftest"};
+    qdd_daemon *d = ud;
+    for (int i = 0; i < d->n_workers && i < cap; i++) {
+        const qdd_worker *w = &d->workers[i];
+        qdd_worker_view *v = &out[i];
+        memset(v, 0, sizeof *v);
+        snprintf(v->name, sizeof v->name, "%s", w->name);
+        snprintf(v->state, sizeof v->state, "%s", names[w->state]);
+        snprintf(v->job_id, sizeof v->job_id, "%s", w->job ? w->job->id : "");
+        v->block = w->job ? w->block : -1;
+        v->pid = w->pid;
+        v->restarts = w->restarts;
+        v->gpu_mem_used = v->gpu_mem_total = -1;
+        snprintf(v->selftest, sizeof v->selftest, "%s", w->why);
+    }
+    return d->n_workers;
+}
+
+static size_t view_drain(void *ud, double *out, size_t cap) { return 0; }
+static const char *view_node(void *ud) { return ((qdd_daemon *)ud)->node; }
+
+/* ---- stop and reload --------------------------------------------------------------------------- */
+
+static void close_handle(uv_handle_t *h)
+{
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void http_stopped(void *ud) { (void)ud; }
+
+static void close_everything(qdd_daemon *d)
+{
+    QD_LOG(QD_LOG_INFO, "daemon_exit", "node=%s", d->node);
+    qdd_rconn_close(&d->pop);
+    qdd_rconn_close(&d->sub);
+    qdd_rconn_close(&d->cmd);
+    close_handle((uv_handle_t *)&d->tick);
+    close_handle((uv_handle_t *)&d->sig_term);
+    close_handle((uv_handle_t *)&d->sig_int);
+    close_handle((uv_handle_t *)&d->sig_hup);
+    for (int i = 0; i < d->n_workers; i++) close_handle((uv_handle_t *)&d->workers[i].restart);
+    if (d->http) {
+        qdd_http_stop(d->http, http_stopped, d);
+        d->http = NULL;
+    }
+}
+
+static void start_stop(qdd_daemon *d, const char *why)
+{
+    if (d->stopping) {
+        d->stop_deadline_s = qdd_now_s();   /* a second signal: do not wait for blocks */
+        return;
+    }
+    d->stopping = 1;
+    d->stop_deadline_s = qdd_now_s() + (double)d->cfg->stop_timeout_s;
+    QD_LOG(QD_LOG_INFO, "daemon_stopping", "signal=%s running_tasks=%d", why, qdd_jobs_tasks_running(d));
+    qdd_notify_stopping("draining: running blocks finish, then jobs go back to the queue");
+}
+
+static void stop_step(qdd_daemon *d)
+{
+    double now = qdd_now_s();
+    if (d->stopping == 1) {
+        if (qdd_jobs_tasks_running(d) > 0 && now < d->stop_deadline_s) return;
+        for (int i = 0; i < d->n_workers; i++)
+            if (d->workers[i].job) qdd_pool_kill(&d->workers[i], "still busy at the stop deadline");
+        d->stopping = 2;
+        d->handback_deadline_s = now + HANDBACK_WAIT_S;
+    }
+    if (d->stopping == 2) {
+        qdd_jobs_handback_all(d);
+        int left = 0;
+        for (qdd_job *j = d->jobs; j; j = j->next) left += j->phase != QDD_JOB_GONE && !j->lost;
+        if ((left > 0 || d->handback_pending > 0) && now < d->handback_deadline_s) return;
+        if (left) QD_LOG(QD_LOG_WARN, "handback_incomplete", "jobs=%d (they stay in the processing list and are reclaimed)", left);
+        qdd_pool_shutdown(d);
+        d->stopping = 3;
+        d->handback_deadline_s = now + WORKER_EXIT_WAIT_S;
+    }
+    if (d->stopping == 3) {
+        if (!qdd_pool_all_down(d) && now < d->handback_deadline_s) return;
+        for (int i = 0; i < d->n_workers; i++) qdd_pool_kill(&d->workers[i], "did not exit after shutdown");
+        if (!qdd_pool_all_down(d)) return;
+        d->stopping = 4;
+        close_everything(d);
+    }
+}
+
+static void reload(qdd_daemon *d)
+{
+    qdd_config *nc = NULL;
+    qd_err err = {0};
+    qdd_notify_reloading("reloading the configuration");
+    if (qdd_config_load(d->argc, d->argv, d->envp, &nc, &err)) {
+        QD_LOG(QD_LOG_ERROR, "reload_failed", "err=\"%s\" (keeping the running configuration)", err.msg);
+        qdd_notify_ready("reload failed; running configuration kept");
+        return;
+    }
+    static const struct { const char *name; size_t off; } fixed[] = {
+        {"redis", offsetof(qdd_config, redis)}, {"node", offsetof(qdd_config, node)},
+        {"workers", offsetof(qdd_config, workers)}, {"queue", offsetof(qdd_config, queue)},
+        {"key-prefix", offsetof(qdd_config, key_prefix)}, {"http", offsetof(qdd_config, http)},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
+        char **a = (char **)((char *)d->cfg + fixed[i].off), **b = (char **)((char *)nc + fixed[i].off);
+        if (strcmp(*a, *b)) {
+            QD_LOG(QD_LOG_WARN, "reload_needs_restart", "option=%s running=%s new=%s", fixed[i].name, *a, *b);
+            char *t = *a; *a = *b; *b = t;   /* keep the running value */
+        }
+    }
+    /* The worker spec must match the running pool. */
+    nc->worker_spec = d->cfg->worker_spec;
+    /* The HTTP layer may hold the old configuration: keep it alive until exit. */
+    qdd_config **old = realloc(d->old_cfgs, (size_t)(d->n_old_cfgs + 1) * sizeof *old);
+    if (!old) { qdd_config_free(nc); return; }
+    d->old_cfgs = old;
+    d->old_cfgs[d->n_old_cfgs++] = d->cfg;
+    d->cfg = nc;
+    d->max_jobs = nc->max_jobs > 0 ? (int)nc->max_jobs : d->n_workers;
+    int lvl = qd_log_level_parse(nc->log_level);
+    if (lvl >= 0) qd_log_set_level(lvl);
+    char dump[4096];
+    qdd_config_dump(nc, dump, sizeof dump);
+    QD_LOG(QD_LOG_INFO, "config_reloaded", "%s", dump);
+    qdd_notify_ready("configuration reloaded");
+    qdd_jobs_schedule(d);
+    qdd_maybe_pop(d);
+}
+
+static void on_signal(uv_signal_t *s, int sig)
+{
+    qdd_daemon *d = s->data;
+    if (sig == SIGHUP) reload(d);
+    else start_stop(d, sig == SIGTERM ? "TERM" : "INT");
+}
+
+/* ---- the tick ----------------------------------------------------------------------------------- */
+
+static void on_tick(uv_timer_t *t)
+{
+    qdd_daemon *d = t->data;
+    double now = qdd_now_s();
+    qdd_pool_watchdog(d);
+    if (d->stopping) { stop_step(d); if (d->stopping >= 4) return; }
+    if (now >= d->next_node_hb_s) {
+        d->next_node_hb_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
+        if (d->cmd_ready) qdd_jobs_node_heartbeat(d);
+        if (d->sd_watchdog) qdd_notify_watchdog();
+        int running = 0;
+        for (qdd_job *j = d->jobs; j; j = j->next) running += j->phase == QDD_JOB_RUNNING;
+        qdd_notify_status("%d jobs running, redis %s", running, d->cmd.up ? "up" : "down");
+    }
+    if (now >= d->next_renew_s) {
+        d->next_renew_s = now + (double)d->cfg->lease_ttl_ms / 3000.0;
+        qdd_jobs_renew(d);
+    }
+    if (now >= d->next_reclaim_s && !d->stopping) {
+        d->next_reclaim_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
+        if (d->cmd_ready) qdd_jobs_reclaim_scan(d);
+    }
+    qdd_jobs_schedule(d);
+    qdd_maybe_pop(d);
+}
+
+/* ---- run ------------------------------------------------------------------------------------------ */
+
+static void find_worker_exe(qdd_daemon *d)
+{
+    if (d->cfg->worker_path && d->cfg->worker_path[0]) {
+        snprintf(d->worker_exe, sizeof d->worker_exe, "%s", d->cfg->worker_path);
+        return;
+    }
+    char self[4096];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) { snprintf(d->worker_exe, sizeof d->worker_exe, "quantd-worker"); return; }
+    self[n] = 0;
+    snprintf(d->worker_exe, sizeof d->worker_exe, "%s/quantd-worker", dirname(self));
+}
+
+int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
+{
+    qdd_daemon *d = calloc(1, sizeof *d);
+    uv_loop_t loop;
+    if (!d || uv_loop_init(&loop)) { free(d); qdd_config_free(cfg); return 1; }
+    d->loop = &loop;
+    d->cfg = cfg;
+    d->argc = argc;
+    d->argv = argv;
+    d->envp = envp;
+    d->start_ms = qdd_unix_ms();
+    int rc = 1;
+    qd_err err = {0};
+    qp_err pe = {0};
+    signal(SIGPIPE, SIG_IGN);
+    if (qp_keys_init(&d->keys, cfg->queue, cfg->key_prefix, &pe)) {
+        QD_LOG(QD_LOG_ERROR, "config", "err=\"%s\"", pe.msg);
+        goto out;
+    }
+    snprintf(d->node, sizeof d->node, "%s", cfg->node);
+    if (qdd_redis_url_parse(cfg->redis, &d->url, &err)) {
+        QD_LOG(QD_LOG_ERROR, "config", "err=\"%s\"", err.msg);
+        goto out;
+    }
+    find_worker_exe(d);
+    char dump[4096];
+    qdd_config_dump(cfg, dump, sizeof dump);
+    QD_LOG(QD_LOG_INFO, "config", "%s worker_exe=%s", dump, d->worker_exe);
+    if (cfg->n_allow_roots == 0)
+        QD_LOG(QD_LOG_WARN, "config", "no --allow-root: every job will be refused");
+
+    uv_signal_init(d->loop, &d->sig_term);
+    uv_signal_init(d->loop, &d->sig_int);
+    uv_signal_init(d->loop, &d->sig_hup);
+    d->sig_term.data = d->sig_int.data = d->sig_hup.data = d;
+    uv_signal_start(&d->sig_term, on_signal, SIGTERM);
+    uv_signal_start(&d->sig_int, on_signal, SIGINT);
+    uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
+    uv_timer_init(d->loop, &d->tick);
+    d->tick.data = d;
+
+    if (qdd_pool_start(d, &err)) {
+        QD_LOG(QD_LOG_ERROR, "workers", "err=\"%s\"", err.msg);
+        d->stopping = 4;
+        close_everything(d);
+        uv_run(d->loop, UV_RUN_DEFAULT);
+        goto out;
+    }
+    d->max_jobs = cfg->max_jobs > 0 ? (int)cfg->max_jobs : d->n_workers;
+    d->sd_watchdog = qdd_notify_watchdog_usec() > 0;
+
+    qdd_rconn_init(&d->cmd, d, "cmd");
+    qdd_rconn_init(&d->pop, d, "pop");
+    qdd_rconn_init(&d->sub, d, "sub");
+    d->cmd.on_up = cmd_up;
+    d->cmd.on_down = cmd_down;
+    d->pop.on_up = pop_up;
+    d->pop.on_down = pop_down;
+    d->sub.on_up = sub_up;
+    qdd_rconn_connect(&d->cmd);
+    qdd_rconn_connect(&d->pop);
+    qdd_rconn_connect(&d->sub);
+
+    if (cfg->http && cfg->http[0]) {
+        d->view = (qdd_http_view){.ud = d, .ready = view_ready, .workers = view_workers,
+                                  .drain_block_seconds = view_drain, .node = view_node};
+        qdd_http *h = NULL;
+        if (qdd_http_start(d->loop, cfg, &d->view, &h, &err)) {
+            QD_LOG(QD_LOG_ERROR, "http", "err=\"%s\"", err.msg);
+            d->stopping = 4;
+            qdd_pool_shutdown(d);
+            for (int i = 0; i < d->n_workers; i++) qdd_pool_kill(&d->workers[i], "the daemon failed to start");
+            close_everything(d);
+            uv_run(d->loop, UV_RUN_DEFAULT);
+            goto out;
+        }
+        d->http = h;
+    }
+    uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
+    uv_run(d->loop, UV_RUN_DEFAULT);
+    rc = 0;
+out:
+    qdd_jobs_free_all(d);
+    qdd_pool_free(d);
+    uv_loop_close(d->loop);
+    qdd_redis_url_clear(&d->url);
+    for (int i = 0; i < d->n_old_cfgs; i++) qdd_config_free(d->old_cfgs[i]);
+    free(d->old_cfgs);
+    qdd_config_free(d->cfg);
+    free(d);
+    return rc;
+}

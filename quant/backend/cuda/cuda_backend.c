@@ -1,0 +1,474 @@
+/* The CUDA backend: one per worker (thread), holding its device, stream, cuBLAS and
+ * cuSOLVER handles, a stream-ordered memory pool and a small scratch area; no globals.
+ * Dense linear algebra goes to cuBLAS (GemmEx with F32 compute for gemm, Ssyrk for the
+ * Hessian) and cuSOLVER (potrf/potri/potrf for the inverse's Cholesky factor); everything
+ * else is a kernel of cuda_ops.cu. Every CUDA, cuBLAS and cuSOLVER failure becomes
+ * QD_EBACKEND with the call, file, line and device in be->err: the worker then fails the
+ * task and is recycled, since a device error can leave the context unusable. */
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include <cusolverDn.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/algo/gptq_block.h"
+#include "quant/algo/quantizer.h"
+#include "quant/backend/cuda/cuda_internal.h"
+
+typedef struct cuda_impl {
+    cudaStream_t stream;
+    cublasHandle_t blas;
+    cusolverDnHandle_t solver;
+    cudaMemPool_t pool;
+    int *flag;                 /* device int for kernels that report bad data */
+    double *red;               /* device: CUDAOP_REDUCE_BLOCKS partials + 1 result */
+} cuda_impl;
+
+static cuda_impl *cu_impl(qd_backend *be) { return (cuda_impl *)be->impl; }
+
+static int cu_fail(qd_backend *be, const char *call, const char *what, const char *file, int line)
+{
+    return qd_err_set(&be->err, QD_EBACKEND, "cuda:%d: %s failed: %s (%s:%d)", be->device, call, what, file, line);
+}
+
+#define CU_TRY(be, call)                                                                     \
+    do {                                                                                     \
+        cudaError_t e_ = (call);                                                             \
+        if (e_ != cudaSuccess) return cu_fail(be, #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
+    } while (0)
+
+#define BLAS_TRY(be, call)                                                                   \
+    do {                                                                                     \
+        cublasStatus_t s_ = (call);                                                          \
+        if (s_ != CUBLAS_STATUS_SUCCESS) return cu_fail(be, #call, cublasGetStatusString(s_), __FILE__, __LINE__); \
+    } while (0)
+
+#define SOLVER_TRY(be, call)                                                                 \
+    do {                                                                                     \
+        cusolverStatus_t s_ = (call);                                                        \
+        if (s_ != CUSOLVER_STATUS_SUCCESS) {                                                 \
+            char m_[48];                                                                     \
+            snprintf(m_, sizeof m_, "cusolver status %d", (int)s_);                          \
+            return cu_fail(be, #call, m_, __FILE__, __LINE__);                               \
+        }                                                                                    \
+    } while (0)
+
+/* A launcher from cuda_ops.cu returns a cudaError_t as int. */
+#define LAUNCH(be, name, expr)                                                               \
+    do {                                                                                     \
+        int e_ = (expr);                                                                     \
+        if (e_) return cu_fail(be, name, cudaGetErrorString((cudaError_t)e_), __FILE__, __LINE__); \
+    } while (0)
+
+void *qd_backend_cuda_stream(qd_backend *be) { return cu_impl(be)->stream; }
+
+/* ---- memory -------------------------------------------------------------------------- */
+
+static void *cu_alloc(qd_backend *be, size_t bytes)
+{
+    void *p = NULL;
+    cudaError_t e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 256, cu_impl(be)->pool, cu_impl(be)->stream);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        qd_err_set(&be->err, e == cudaErrorMemoryAllocation ? QD_ENOMEM : QD_EBACKEND,
+                   "cuda:%d: cannot allocate %zu bytes: %s", be->device, bytes, cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+}
+
+void *qd_backend_cuda_scratch(qd_backend *be, size_t bytes) { return cu_alloc(be, bytes); }
+
+static void cu_free(qd_backend *be, void *p)
+{
+    if (p) (void)cudaFreeAsync(p, cu_impl(be)->stream);
+}
+
+/* Host buffers may be freed by the caller as soon as these return, so both directions
+ * wait for the stream. */
+static int cu_upload(qd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return 0;
+    CU_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, cu_impl(be)->stream));
+    CU_TRY(be, cudaStreamSynchronize(cu_impl(be)->stream));
+    return 0;
+}
+
+static int cu_download(qd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return 0;
+    CU_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, cu_impl(be)->stream));
+    CU_TRY(be, cudaStreamSynchronize(cu_impl(be)->stream));
+    return 0;
+}
+
+static int cu_copy(qd_backend *be, void *dst, const void *src, size_t bytes)
+{
+    if (!bytes) return 0;
+    CU_TRY(be, cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, cu_impl(be)->stream));
+    return 0;
+}
+
+static int cu_memset0(qd_backend *be, void *dst, size_t bytes)
+{
+    if (!bytes) return 0;
+    CU_TRY(be, cudaMemsetAsync(dst, 0, bytes, cu_impl(be)->stream));
+    return 0;
+}
+
+static int cu_sync(qd_backend *be)
+{
+    CU_TRY(be, cudaStreamSynchronize(cu_impl(be)->stream));
+    return 0;
+}
+
+/* Reads the device flag and clears it; *set = its value. */
+static int cu_flag_take(qd_backend *be, int *set)
+{
+    cuda_impl *im = cu_impl(be);
+    CU_TRY(be, cudaMemcpyAsync(set, im->flag, sizeof *set, cudaMemcpyDeviceToHost, im->stream));
+    CU_TRY(be, cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream));
+    CU_TRY(be, cudaStreamSynchronize(im->stream));
+    return 0;
+}
+
+/* ---- linear algebra ------------------------------------------------------------------ */
+
+static int cu_int_ok(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+/* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
+static int cu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+                   const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
+{
+    if (!cu_int_ok(m) || !cu_int_ok(n) || !cu_int_ok(k) || !cu_int_ok(lda) || !cu_int_ok(ldb) || !cu_int_ok(ldc))
+        return qd_err_set(&be->err, QD_EINVAL, "cuda gemm: shape m=%lld n=%lld k=%lld is negative or too large",
+                          (long long)m, (long long)n, (long long)k);
+    if (m == 0 || n == 0) return 0;
+    int64_t a_cols = ta ? m : k, b_cols = tb ? k : n;
+    if (!c || (k > 0 && (!a || !b)) || ldc < n || (k > 0 && (lda < a_cols || ldb < b_cols)))
+        return qd_err_set(&be->err, QD_EINVAL, "cuda gemm: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)",
+                          (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
+    BLAS_TRY(be, cublasGemmEx(cu_impl(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
+                              (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)(ldb ? ldb : 1), a, CUDA_R_32F,
+                              (int)(lda ? lda : 1), &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows, int64_t ldx,
+                            int64_t n_seen)
+{
+    if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)) || !cu_int_ok(k) ||
+        !cu_int_ok(rows) || !cu_int_ok(ldx))
+        return qd_err_set(&be->err, QD_EINVAL, "cuda hessian_accum: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)",
+                          (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
+    if (rows == 0) return 0;
+    double total = (double)n_seen + (double)rows;
+    float beta = (float)((double)n_seen / total), alpha = (float)(2.0 / total);
+    /* X [rows, k] row-major is X^T column-major (k x rows); syrk N gives X^T X. Column-major
+     * lower is row-major upper, which the symmetrize kernel mirrors. */
+    BLAS_TRY(be, cublasSsyrk(cu_impl(be)->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, (int)k, (int)rows, &alpha, x,
+                             (int)ldx, &beta, h, (int)k));
+    LAUNCH(be, "symmetrize kernel", cudaop_symmetrize_upper(cu_impl(be)->stream, h, k));
+    return 0;
+}
+
+/* H -> U with H^-1 = U^T U. All three cuSOLVER calls work on the column-major lower
+ * triangle (row-major upper): potrf gives L, potri turns it into the lower triangle of
+ * H^-1, and potrf again gives L' with H^-1 = L' L'^T; in row-major memory L' reads as
+ * U = L'^T, upper, with H^-1 = U^T U. The leftover strict row-major lower part is zeroed. */
+static int cu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
+{
+    if (!h || k <= 0 || !cu_int_ok(k))
+        return qd_err_set(&be->err, QD_EINVAL, "cuda chol_inverse_upper: bad arguments (k=%lld)", (long long)k);
+    cuda_impl *im = cu_impl(be);
+    const int n = (int)k;
+    const cublasFillMode_t lo = CUBLAS_FILL_MODE_LOWER;
+    int lw1 = 0, lw2 = 0;
+    SOLVER_TRY(be, cusolverDnSpotrf_bufferSize(im->solver, lo, n, h, n, &lw1));
+    SOLVER_TRY(be, cusolverDnSpotri_bufferSize(im->solver, lo, n, h, n, &lw2));
+    int lw = lw1 > lw2 ? lw1 : lw2;
+    float *work = cu_alloc(be, (size_t)(lw > 0 ? lw : 1) * sizeof(float));
+    if (!work) return QD_ENOMEM;
+    int info[3] = {0, 0, 0}, rc = 0;
+    int *dinfo = cu_alloc(be, 3 * sizeof(int));
+    if (!dinfo) {
+        cu_free(be, work);
+        return QD_ENOMEM;
+    }
+    const char *step = NULL;
+    if (cudaMemsetAsync(dinfo, 0, 3 * sizeof(int), im->stream) != cudaSuccess) step = "cudaMemsetAsync";
+    else if (cusolverDnSpotrf(im->solver, lo, n, h, n, work, lw, dinfo) != CUSOLVER_STATUS_SUCCESS) step = "cusolverDnSpotrf(H)";
+    else if (cusolverDnSpotri(im->solver, lo, n, h, n, work, lw, dinfo + 1) != CUSOLVER_STATUS_SUCCESS) step = "cusolverDnSpotri";
+    else if (cusolverDnSpotrf(im->solver, lo, n, h, n, work, lw, dinfo + 2) != CUSOLVER_STATUS_SUCCESS) step = "cusolverDnSpotrf(H^-1)";
+    else if (cudaMemcpyAsync(info, dinfo, sizeof info, cudaMemcpyDeviceToHost, im->stream) != cudaSuccess ||
+             cudaStreamSynchronize(im->stream) != cudaSuccess) step = "reading the cuSOLVER info";
+    if (step) rc = cu_fail(be, step, "the call returned an error status", __FILE__, __LINE__);
+    cu_free(be, work);
+    cu_free(be, dinfo);
+    if (rc) return rc;
+    if (info[0] != 0)
+        return qd_err_set(&be->err, QD_ENUMERIC, "cuda chol_inverse_upper: the Hessian [%lld x %lld] is not positive "
+                          "definite (Cholesky failed at column %d)", (long long)k, (long long)k, info[0]);
+    if (info[1] != 0 || info[2] != 0)
+        return qd_err_set(&be->err, QD_ENUMERIC, "cuda chol_inverse_upper: inverting the Cholesky factor failed "
+                          "(info %d, %d)", info[1], info[2]);
+    LAUNCH(be, "finish_upper kernel", cudaop_finish_upper(im->stream, h, k, im->flag));
+    int bad = 0;
+    if ((rc = cu_flag_take(be, &bad))) return rc;
+    if (bad)
+        return qd_err_set(&be->err, QD_ENUMERIC, "cuda chol_inverse_upper: the factor has a non-finite entry or a "
+                          "non-positive diagonal");
+    return 0;
+}
+
+static cudaop_qcfg cu_qcfg(const qd_quant_cfg *c)
+{
+    cudaop_qcfg q = {c->bits, c->sym, c->f16_scales, c->zero_min1, c->group_size, c->clip_ratio};
+    return q;
+}
+
+static int cu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
+{
+    if (!a || !a->cfg || !a->w || !a->hinv || !a->err || !a->codes || !a->scales || !a->zeros ||
+        !a->col_group || a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k ||
+        a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda gptq_block: bad arguments");
+    LAUNCH(be, "gptq_block kernel",
+           cudaop_gptq_block(cu_impl(be)->stream, cu_qcfg(a->cfg), a->n, a->k, a->i1, a->i2, a->w, a->ldw, a->hinv,
+                             a->ldh, a->err, a->lde, a->codes, a->ldc, a->scales, a->zeros, a->col_group,
+                             a->find_params));
+    return 0;
+}
+
+static int cu_fake_quant(qd_backend *be, const qd_quant_cfg *cfg, float *w, int64_t n, int64_t k)
+{
+    if (!cfg || !w || n < 0 || k < 0)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda fake_quant: null argument or negative shape");
+    int rc = qd_quant_cfg_validate(cfg, &be->err), bad = 0;
+    if (rc) return rc;
+    LAUNCH(be, "fake_quant kernel", cudaop_fake_quant(cu_impl(be)->stream, cu_qcfg(cfg), w, n, k, cu_impl(be)->flag));
+    if ((rc = cu_flag_take(be, &bad))) return rc;
+    if (bad)
+        return qd_err_set(&be->err, QD_ENUMERIC, "cuda fake_quant: weights [%lld, %lld] hold a non-finite value",
+                          (long long)n, (long long)k);
+    return 0;
+}
+
+static int cu_scale_cols(qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s, int inverse)
+{
+    if (!w || !s || rows < 0 || cols < 0)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda scale_cols: null argument or negative shape");
+    LAUNCH(be, "scale_cols kernel", cudaop_scale_cols(cu_impl(be)->stream, w, rows, cols, s, inverse));
+    return 0;
+}
+
+static int cu_sq_diff_sum(qd_backend *be, const float *a, const float *b, int64_t n, double *out)
+{
+    if (!a || !b || !out || n < 0)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda sq_diff_sum: null argument or negative length");
+    cuda_impl *im = cu_impl(be);
+    LAUNCH(be, "sq_diff_sum kernel", cudaop_sq_diff_sum(im->stream, a, b, n, im->red, im->red + CUDAOP_REDUCE_BLOCKS));
+    return cu_download(be, out, im->red + CUDAOP_REDUCE_BLOCKS, sizeof *out);
+}
+
+/* ---- neural net ---------------------------------------------------------------------- */
+
+static int cu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps)
+{
+    if (rows < 0 || dim <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "rmsnorm: bad shape [%lld, %lld]", (long long)rows, (long long)dim);
+    LAUNCH(be, "rmsnorm kernel", cudaop_rmsnorm(cu_impl(be)->stream, y, x, w, rows, dim, eps));
+    return 0;
+}
+
+static int cu_layernorm(qd_backend *be, float *y, const float *x, const float *w, const float *b, int64_t rows,
+                        int64_t dim, float eps)
+{
+    if (rows < 0 || dim <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "layernorm: bad shape [%lld, %lld]", (long long)rows, (long long)dim);
+    LAUNCH(be, "layernorm kernel", cudaop_layernorm(cu_impl(be)->stream, y, x, w, b, rows, dim, eps));
+    return 0;
+}
+
+static int cu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                   const int32_t *pos, float theta)
+{
+    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1))
+        return qd_err_set(&be->err, QD_EINVAL, "rope: rot_dim %lld must be even and in (0, head_dim %lld]",
+                          (long long)rot_dim, (long long)head_dim);
+    LAUNCH(be, "rope kernel", cudaop_rope(cu_impl(be)->stream, x, tokens, n_heads, head_dim, rot_dim, pos, theta));
+    return 0;
+}
+
+static int cu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v, int64_t batch,
+                        int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+{
+    if (n_kv <= 0 || n_heads % n_kv != 0)
+        return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
+                          (long long)n_heads, (long long)n_kv);
+    if (seq > cudaop_attention_max_seq())
+        return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda attention: sequence of %lld tokens exceeds the kernel's "
+                          "%lld", (long long)seq, (long long)cudaop_attention_max_seq());
+    if (seq <= 0 || batch <= 0) return 0;
+    LAUNCH(be, "attention kernel", cudaop_attention(cu_impl(be)->stream, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale));
+    return 0;
+}
+
+static int cu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    LAUNCH(be, "silu_mul kernel", cudaop_silu_mul(cu_impl(be)->stream, out, gate, up, n));
+    return 0;
+}
+
+static int cu_relu(qd_backend *be, float *x, int64_t n)
+{
+    LAUNCH(be, "relu kernel", cudaop_relu(cu_impl(be)->stream, x, n));
+    return 0;
+}
+
+static int cu_gelu(qd_backend *be, float *x, int64_t n)
+{
+    LAUNCH(be, "gelu kernel", cudaop_gelu(cu_impl(be)->stream, x, n));
+    return 0;
+}
+
+static int cu_add(qd_backend *be, float *y, const float *x, int64_t n)
+{
+    LAUNCH(be, "add kernel", cudaop_add(cu_impl(be)->stream, y, x, n));
+    return 0;
+}
+
+static int cu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    LAUNCH(be, "add_bias kernel", cudaop_add_bias(cu_impl(be)->stream, y, bias, rows, cols));
+    return 0;
+}
+
+static int cu_nll_rows(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
+                       double *nll_host)
+{
+    if (rows <= 0) return 0;
+    double *d = cu_alloc(be, (size_t)rows * sizeof(double));
+    if (!d) return QD_ENOMEM;
+    int bad = 0, rc = 0;
+    int e = cudaop_nll_rows(cu_impl(be)->stream, logits, targets, rows, vocab, d, cu_impl(be)->flag);
+    if (e) rc = cu_fail(be, "nll_rows kernel", cudaGetErrorString((cudaError_t)e), __FILE__, __LINE__);
+    if (!rc) rc = cu_download(be, nll_host, d, (size_t)rows * sizeof(double));
+    if (!rc) rc = cu_flag_take(be, &bad);
+    cu_free(be, d);
+    if (!rc && bad)
+        rc = qd_err_set(&be->err, QD_EINVAL, "nll_rows: a target of the %lld rows is outside the vocabulary [0, %lld)",
+                        (long long)rows, (long long)vocab);
+    return rc;
+}
+
+/* ---- assembly ------------------------------------------------------------------------ */
+
+static const qd_backend_ops cuda_ops = {
+    .alloc = cu_alloc,
+    .free = cu_free,
+    .upload = cu_upload,
+    .download = cu_download,
+    .copy = cu_copy,
+    .memset0 = cu_memset0,
+    .sync = cu_sync,
+    .gemm = cu_gemm,
+    .hessian_accum = cu_hessian_accum,
+    .chol_inverse_upper = cu_chol_inverse_upper,
+    .gptq_block = cu_gptq_block,
+    .fake_quant = cu_fake_quant,
+    .scale_cols = cu_scale_cols,
+    .sq_diff_sum = cu_sq_diff_sum,
+    .rmsnorm = cu_rmsnorm,
+    .layernorm = cu_layernorm,
+    .rope = cu_rope,
+    .attention = cu_attention,
+    .silu_mul = cu_silu_mul,
+    .relu = cu_relu,
+    .gelu = cu_gelu,
+    .add = cu_add,
+    .add_bias = cu_add_bias,
+    .nll_rows = cu_nll_rows,
+};
+
+void qd_backend_cuda_close(qd_backend *be)
+{
+    if (!be) return;
+    cuda_impl *im = be->impl;
+    if (im) {
+        (void)cudaSetDevice(be->device);
+        if (im->stream) (void)cudaStreamSynchronize(im->stream);
+        if (im->flag) (void)cudaFree(im->flag);
+        if (im->red) (void)cudaFree(im->red);
+        if (im->solver) (void)cusolverDnDestroy(im->solver);
+        if (im->blas) (void)cublasDestroy(im->blas);
+        if (im->stream) (void)cudaStreamDestroy(im->stream);
+        if (im->pool) (void)cudaMemPoolDestroy(im->pool);
+        (void)cudaGetLastError();
+        free(im);
+    }
+    free(be);
+}
+
+/* The setup steps of qd_backend_cuda_open; the error names the one that failed. */
+static int cu_setup(qd_backend *be, cuda_impl *im)
+{
+    CU_TRY(be, cudaSetDevice(be->device));
+    CU_TRY(be, cudaStreamCreateWithFlags(&im->stream, cudaStreamNonBlocking));
+    struct cudaMemPoolProps props;
+    memset(&props, 0, sizeof props);
+    props.allocType = cudaMemAllocationTypePinned;
+    props.handleTypes = cudaMemHandleTypeNone;
+    props.location.type = cudaMemLocationTypeDevice;
+    props.location.id = be->device;
+    CU_TRY(be, cudaMemPoolCreate(&im->pool, &props));
+    /* Keep freed blocks in the pool: the pipeline allocates the same sizes layer after layer. */
+    uint64_t keep = UINT64_MAX;
+    CU_TRY(be, cudaMemPoolSetAttribute(im->pool, cudaMemPoolAttrReleaseThreshold, &keep));
+    BLAS_TRY(be, cublasCreate(&im->blas));
+    BLAS_TRY(be, cublasSetStream(im->blas, im->stream));
+    /* Plain F32 arithmetic (no TF32) so results match the CPU reference within float rounding. */
+    BLAS_TRY(be, cublasSetMathMode(im->blas, CUBLAS_PEDANTIC_MATH));
+    SOLVER_TRY(be, cusolverDnCreate(&im->solver));
+    SOLVER_TRY(be, cusolverDnSetStream(im->solver, im->stream));
+    CU_TRY(be, cudaMalloc((void **)&im->flag, sizeof(int)));
+    CU_TRY(be, cudaMemset(im->flag, 0, sizeof(int)));
+    CU_TRY(be, cudaMalloc((void **)&im->red, (CUDAOP_REDUCE_BLOCKS + 1) * sizeof(double)));
+    return 0;
+}
+
+int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err)
+{
+    if (!out) return qd_err_set(err, QD_EINVAL, "cuda backend: NULL output pointer");
+    *out = NULL;
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) {
+        (void)cudaGetLastError();
+        count = 0;
+    }
+    if (device < 0 || device >= count)
+        return qd_err_set(err, QD_ENOTFOUND, "cuda backend: device %d is not one of the %d visible", device, count);
+    qd_backend *be = calloc(1, sizeof *be);
+    cuda_impl *im = calloc(1, sizeof *im);
+    if (!be || !im) {
+        free(be);
+        free(im);
+        return qd_err_set(err, QD_ENOMEM, "cuda backend: out of memory");
+    }
+    be->ops = &cuda_ops;
+    be->impl = im;
+    be->name = "cuda";
+    be->device = device;
+    be->n_threads = 1;
+    int rc = cu_setup(be, im);
+    if (rc) {
+        qd_err_set(err, rc, "%s", be->err.msg);
+        qd_backend_cuda_close(be);
+        return rc;
+    }
+    *out = be;
+    return 0;
+}

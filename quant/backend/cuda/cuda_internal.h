@@ -1,0 +1,64 @@
+/* Private to the CUDA backend: the kernel launchers of cuda_ops.cu, called by
+ * cuda_backend.c. Each enqueues its work on `stream` (a cudaStream_t) and returns the
+ * cudaError_t of the launch (0 on success) so the caller can name the op in the error.
+ * All pointers are device memory; `flag` is a device int that a kernel sets to nonzero
+ * when it meets bad data (a NaN, a target outside the vocabulary), read back by the
+ * caller. Also declares qd_backend_cuda_stream for quant/kernels/cuda. */
+#ifndef QUANT_BACKEND_CUDA_CUDA_INTERNAL_H
+#define QUANT_BACKEND_CUDA_CUDA_INTERNAL_H
+
+#include <stdint.h>
+
+#include "quant/backend/backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The stream (cudaStream_t) every op of be runs on. */
+void *qd_backend_cuda_stream(qd_backend *be);
+/* Allocates bytes of device memory from be's pool (NULL and be->err set on failure). */
+void *qd_backend_cuda_scratch(qd_backend *be, size_t bytes);
+
+/* Quantizer settings passed by value to device code (qd_quant_cfg without host pointers). */
+typedef struct cudaop_qcfg {
+    int bits, sym, f16_scales, zero_min1;
+    int64_t group_size;
+    float clip_ratio;
+} cudaop_qcfg;
+
+int cudaop_symmetrize_upper(void *stream, float *h, int64_t k);
+/* Zeroes the strict lower triangle of row-major h and sets *flag when an entry is not
+ * finite or a diagonal entry is not positive. */
+int cudaop_finish_upper(void *stream, float *h, int64_t k, int *flag);
+int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2, float *w,
+                      int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde, uint8_t *codes,
+                      int64_t ldc, float *scales, float *zeros, const int32_t *col_group, int find_params);
+int cudaop_fake_quant(void *stream, cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int *flag);
+int cudaop_scale_cols(void *stream, float *w, int64_t rows, int64_t cols, const float *s, int inverse);
+/* Writes sum((a-b)^2) as a double to *out_dev; partial holds CUDAOP_REDUCE_BLOCKS doubles. */
+#define CUDAOP_REDUCE_BLOCKS 256
+int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, double *partial, double *out_dev);
+int cudaop_rmsnorm(void *stream, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
+int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
+                     int64_t dim, float eps);
+int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
+                const int32_t *pos, float theta);
+/* Returns cudaErrorInvalidValue when seq is too long for the scores to fit shared memory. */
+int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v, int64_t batch,
+                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale);
+int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
+int cudaop_relu(void *stream, float *x, int64_t n);
+int cudaop_gelu(void *stream, float *x, int64_t n);
+int cudaop_add(void *stream, float *y, const float *x, int64_t n);
+int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols);
+int cudaop_nll_rows(void *stream, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
+                    double *nll_dev, int *flag);
+/* Largest seq cudaop_attention accepts. */
+int64_t cudaop_attention_max_seq(void);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

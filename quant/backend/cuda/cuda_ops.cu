@@ -1,0 +1,490 @@
+/* Device kernels of the CUDA backend (launchers declared in cuda_internal.h): the GPTQ
+ * block loop, fake quantization, column scaling, reductions, norms, RoPE, attention,
+ * activations and per-row NLL. They mirror the CPU backend (the reference) operation by
+ * operation: the quantizer uses IEEE division and round-half-even like qd_quant_code, the
+ * GPTQ in-block update is written with __fmul_rn/__fsub_rn so nvcc does not contract it into
+ * an FMA the reference does not have, and the reductions that decide accuracy accumulate in
+ * double in a fixed order, so results do not vary from run to run. */
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+extern "C" {
+#include "quant/backend/backend.h"
+}
+#include "quant/backend/cuda/cuda_internal.h"
+
+#define OP_THREADS 256
+
+static unsigned op_blocks(int64_t n)
+{
+    int64_t b = (n + OP_THREADS - 1) / OP_THREADS;
+    return (unsigned)(b < 1 ? 1 : b > 65535 * 32 ? 65535 * 32 : b);
+}
+
+static int op_launched(void) { return (int)cudaGetLastError(); }
+
+/* ---- quantizer (device copy of quant/algo/quantizer.c) ------------------------------- */
+
+__device__ static float dq_scale_to_f16(float s)
+{
+    float r = __half2float(__float2half_rn(s));
+    if (r <= 0.0f) r = __half2float(__ushort_as_half((unsigned short)0x0001));
+    if (isinf(r)) r = __half2float(__ushort_as_half((unsigned short)0x7bff));
+    return r;
+}
+
+__device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n, float *scale, float *zero)
+{
+    const int maxq = (1 << c.bits) - 1;
+    float xmin = 0.0f, xmax = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = w[i];
+        if (v < xmin) xmin = v;
+        if (v > xmax) xmax = v;
+    }
+    if (c.sym) {
+        float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
+        xmax = a;
+        xmin = -a;
+    }
+    if (c.clip_ratio > 0.0f && c.clip_ratio < 1.0f) {
+        xmin *= c.clip_ratio;
+        xmax *= c.clip_ratio;
+    }
+    if (xmin == xmax) {
+        xmin = -1.0f;
+        xmax = 1.0f;
+    }
+    float s = __fdiv_rn(xmax - xmin, (float)maxq);
+    if (c.f16_scales) s = dq_scale_to_f16(s);
+    float z;
+    if (c.sym) {
+        z = (float)((maxq + 1) / 2);
+    } else {
+        z = rintf(__fdiv_rn(-xmin, s));
+        z = z < 0.0f ? 0.0f : z > (float)maxq ? (float)maxq : z;
+        if (c.zero_min1 && z < 1.0f) {
+            z = 1.0f;
+            s = __fdiv_rn(xmax, (float)(maxq - 1));
+            if (c.f16_scales) {
+                s = dq_scale_to_f16(s);
+                if (s * (float)(maxq - 1) < xmax) {
+                    unsigned short h = __half_as_ushort(__float2half_rn(s));
+                    if (h < 0x7bff) s = __half2float(__ushort_as_half((unsigned short)(h + 1)));
+                }
+            }
+        }
+    }
+    *scale = s;
+    *zero = z;
+}
+
+__device__ static int dq_code(float w, float s, float z, int maxq)
+{
+    float v = rintf(__fdiv_rn(w, s)) + z;
+    return v < 0.0f ? 0 : v > (float)maxq ? maxq : (int)v;
+}
+
+__device__ static float dq_dequant(int q, float s, float z) { return __fmul_rn(s, (float)q - z); }
+
+/* ---- GPTQ block --------------------------------------------------------------------- */
+
+/* One thread per row, RB rows per thread block; the block copy lives in shared memory as
+ * [B][RB] so a column of the block is one contiguous, conflict-free row of threads. Hinv
+ * reads are the same address across the block (a broadcast). Rows are independent
+ * (gptq_block.h), so no barrier is needed after the copy. */
+__global__ void k_gptq_block(cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2, float *w,
+                             int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde,
+                             uint8_t *codes, int64_t ldc, float *scales, float *zeros, const int32_t *col_group,
+                             int find_params, int rb)
+{
+    extern __shared__ float w1[];
+    const int t = threadIdx.x;
+    const int64_t r = (int64_t)blockIdx.x * rb + t, B = i2 - i1;
+    if (r >= n) return;
+    const int maxq = (1 << cfg.bits) - 1;
+    float *wr = w + r * ldw;
+    if (find_params) {
+        const int64_t gs = cfg.group_size > 0 ? cfg.group_size : k;
+        for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
+            int64_t len = j + gs <= k ? gs : k - j, g = col_group[j];
+            dq_params(cfg, wr + j, len, &scales[g * n + r], &zeros[g * n + r]);
+        }
+    }
+    for (int64_t i = 0; i < B; i++) w1[i * rb + t] = wr[i1 + i];
+    for (int64_t i = 0; i < B; i++) {
+        const int64_t j = i1 + i, g = col_group[j];
+        const float *hrow = hinv + j * ldh;
+        const float s = scales[g * n + r], z = zeros[g * n + r];
+        const float x = w1[i * rb + t];
+        const int code = dq_code(x, s, z, maxq);
+        const float qv = dq_dequant(code, s, z);
+        const float e = __fdiv_rn(x - qv, hrow[j]);
+        for (int64_t c = i + 1; c < B; c++) w1[c * rb + t] = __fsub_rn(w1[c * rb + t], __fmul_rn(e, hrow[i1 + c]));
+        err[r * lde + i] = e;
+        codes[r * ldc + j] = (uint8_t)code;
+        wr[j] = qv;
+    }
+}
+
+extern "C" int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2,
+                                 float *w, int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde,
+                                 uint8_t *codes, int64_t ldc, float *scales, float *zeros, const int32_t *col_group,
+                                 int find_params)
+{
+    const int64_t B = i2 - i1;
+    /* As many rows per block as fit 48 KB of shared memory, at most 64 (two warps' worth
+     * of loads in flight per column), at least 1. */
+    int rb = 64;
+    while (rb > 1 && (int64_t)rb * B * (int64_t)sizeof(float) > 48 * 1024) rb /= 2;
+    if ((int64_t)rb * B * (int64_t)sizeof(float) > 48 * 1024) return (int)cudaErrorInvalidValue;
+    if (n == 0) return 0;
+    unsigned blocks = (unsigned)((n + rb - 1) / rb);
+    k_gptq_block<<<blocks, rb, (size_t)rb * B * sizeof(float), (cudaStream_t)stream>>>(
+        cfg, n, k, i1, i2, w, ldw, hinv, ldh, err, lde, codes, ldc, scales, zeros, col_group, find_params, rb);
+    return op_launched();
+}
+
+/* ---- fake quantization, scaling, reductions ------------------------------------------ */
+
+__global__ void k_fake_quant(cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int64_t gl, int64_t ng, int *flag)
+{
+    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (id >= n * ng) return;
+    int64_t r = id / ng, g = id % ng, k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
+    float *p = w + r * k + k0;
+    for (int64_t i = 0; i < len; i++)
+        if (!isfinite(p[i])) { atomicOr(flag, 1); return; }
+    float s, z;
+    dq_params(cfg, p, len, &s, &z);
+    const int maxq = (1 << cfg.bits) - 1;
+    for (int64_t i = 0; i < len; i++) p[i] = dq_dequant(dq_code(p[i], s, z, maxq), s, z);
+}
+
+extern "C" int cudaop_fake_quant(void *stream, cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int *flag)
+{
+    int64_t gl = cfg.group_size > 0 ? cfg.group_size : k, ng = cfg.group_size > 0 ? (k + gl - 1) / gl : 1;
+    if (n == 0 || k == 0) return 0;
+    k_fake_quant<<<op_blocks(n * ng), OP_THREADS, 0, (cudaStream_t)stream>>>(cfg, w, n, k, gl, ng, flag);
+    return op_launched();
+}
+
+__global__ void k_scale_cols(float *w, int64_t rows, int64_t cols, const float *s, int inverse)
+{
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < rows * cols; i += (int64_t)gridDim.x * blockDim.x) {
+        float v = s[i % cols];
+        w[i] = inverse ? w[i] / v : w[i] * v;
+    }
+}
+
+extern "C" int cudaop_scale_cols(void *stream, float *w, int64_t rows, int64_t cols, const float *s, int inverse)
+{
+    if (rows * cols == 0) return 0;
+    k_scale_cols<<<op_blocks(rows * cols), OP_THREADS, 0, (cudaStream_t)stream>>>(w, rows, cols, s, inverse);
+    return op_launched();
+}
+
+/* Block-wide sum of one double per thread (OP_THREADS threads), fixed order. */
+__device__ static double block_sum(double v, double *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] += sh[threadIdx.x + s];
+        __syncthreads();
+    }
+    double r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__device__ static float block_max(float v, float *sh)
+{
+    sh[threadIdx.x] = v;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) sh[threadIdx.x] = fmaxf(sh[threadIdx.x], sh[threadIdx.x + s]);
+        __syncthreads();
+    }
+    float r = sh[0];
+    __syncthreads();
+    return r;
+}
+
+__global__ void k_sq_diff_partial(const float *a, const float *b, int64_t n, double *partial)
+{
+    __shared__ double sh[OP_THREADS];
+    double acc = 0.0;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        double d = (double)a[i] - (double)b[i];
+        acc += d * d;
+    }
+    double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) partial[blockIdx.x] = s;
+}
+
+__global__ void k_sum_partials(const double *partial, int count, double *out)
+{
+    __shared__ double sh[OP_THREADS];
+    double acc = 0.0;
+    for (int i = threadIdx.x; i < count; i += blockDim.x) acc += partial[i];
+    double s = block_sum(acc, sh);
+    if (threadIdx.x == 0) *out = s;
+}
+
+extern "C" int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, double *partial,
+                                  double *out_dev)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    k_sq_diff_partial<<<CUDAOP_REDUCE_BLOCKS, OP_THREADS, 0, st>>>(a, b, n, partial);
+    k_sum_partials<<<1, OP_THREADS, 0, st>>>(partial, CUDAOP_REDUCE_BLOCKS, out_dev);
+    return op_launched();
+}
+
+/* ---- triangles (Hessian, Cholesky) --------------------------------------------------- */
+
+__global__ void k_symmetrize_upper(float *h, int64_t k)
+{
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < k * k; id += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = id / k, j = id % k;
+        if (j < i) h[id] = h[j * k + i];
+    }
+}
+
+extern "C" int cudaop_symmetrize_upper(void *stream, float *h, int64_t k)
+{
+    k_symmetrize_upper<<<op_blocks(k * k), OP_THREADS, 0, (cudaStream_t)stream>>>(h, k);
+    return op_launched();
+}
+
+__global__ void k_finish_upper(float *h, int64_t k, int *flag)
+{
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < k * k; id += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = id / k, j = id % k;
+        if (j < i) { h[id] = 0.0f; continue; }
+        float v = h[id];
+        if (!isfinite(v) || (i == j && !(v > 0.0f))) atomicOr(flag, 1);
+    }
+}
+
+extern "C" int cudaop_finish_upper(void *stream, float *h, int64_t k, int *flag)
+{
+    k_finish_upper<<<op_blocks(k * k), OP_THREADS, 0, (cudaStream_t)stream>>>(h, k, flag);
+    return op_launched();
+}
+
+/* ---- norms ------------------------------------------------------------------------- */
+
+__global__ void k_rmsnorm(float *y, const float *x, const float *w, int64_t dim, float eps)
+{
+    __shared__ double sh[OP_THREADS];
+    const float *xr = x + blockIdx.x * dim;
+    float *yr = y + blockIdx.x * dim;
+    double ss = 0.0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) ss += (double)xr[i] * xr[i];
+    ss = block_sum(ss, sh);
+    float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) yr[i] = (xr[i] * inv) * (w ? w[i] : 1.0f);
+}
+
+extern "C" int cudaop_rmsnorm(void *stream, float *y, const float *x, const float *w, int64_t rows, int64_t dim,
+                              float eps)
+{
+    if (rows == 0) return 0;
+    k_rmsnorm<<<(unsigned)rows, OP_THREADS, 0, (cudaStream_t)stream>>>(y, x, w, dim, eps);
+    return op_launched();
+}
+
+__global__ void k_layernorm(float *y, const float *x, const float *w, const float *b, int64_t dim, float eps)
+{
+    __shared__ double sh[OP_THREADS];
+    const float *xr = x + blockIdx.x * dim;
+    float *yr = y + blockIdx.x * dim;
+    double s = 0.0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) s += xr[i];
+    double mean = block_sum(s, sh) / (double)dim, var = 0.0;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) { double d = xr[i] - mean; var += d * d; }
+    var = block_sum(var, sh);
+    float inv = (float)(1.0 / sqrt(var / (double)dim + (double)eps)), m = (float)mean;
+    for (int64_t i = threadIdx.x; i < dim; i += blockDim.x) {
+        float v = (xr[i] - m) * inv;
+        if (w) v *= w[i];
+        if (b) v += b[i];
+        yr[i] = v;
+    }
+}
+
+extern "C" int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, const float *b,
+                                int64_t rows, int64_t dim, float eps)
+{
+    if (rows == 0) return 0;
+    k_layernorm<<<(unsigned)rows, OP_THREADS, 0, (cudaStream_t)stream>>>(y, x, w, b, dim, eps);
+    return op_launched();
+}
+
+/* ---- RoPE, attention ---------------------------------------------------------------- */
+
+__global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t half, int64_t rot_dim,
+                       const int32_t *pos, float theta)
+{
+    int64_t total = tokens * n_heads * half;
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < total; id += (int64_t)gridDim.x * blockDim.x) {
+        int64_t i = id % half, th = id / half, t = th / n_heads, h = th % n_heads;
+        double inv = 1.0 / pow((double)theta, (double)(2 * i) / (double)rot_dim);
+        double a = (double)pos[t] * inv;
+        float c = (float)cos(a), s = (float)sin(a);
+        float *xh = x + t * n_heads * head_dim + h * head_dim;
+        float x0 = xh[i], x1 = xh[i + half];
+        xh[i] = x0 * c - x1 * s;
+        xh[i + half] = x1 * c + x0 * s;
+    }
+}
+
+extern "C" int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
+                           int64_t rot_dim, const int32_t *pos, float theta)
+{
+    int64_t half = rot_dim / 2;
+    if (tokens * n_heads * half == 0) return 0;
+    k_rope<<<op_blocks(tokens * n_heads * half), OP_THREADS, 0, (cudaStream_t)stream>>>(x, tokens, n_heads, head_dim,
+                                                                                       half, rot_dim, pos, theta);
+    return op_launched();
+}
+
+#define ATTN_SMEM_MAX (40 * 1024)
+
+extern "C" int64_t cudaop_attention_max_seq(void) { return ATTN_SMEM_MAX / (int64_t)sizeof(float); }
+
+/* One block per (query row, head): scores of the causal prefix in shared memory, softmax,
+ * then each thread owns output dims. Simple rather than fast: the model forward runs on
+ * calibration windows, where the GEMMs dominate. */
+__global__ void k_attention(float *out, const float *q, const float *k, const float *v, int64_t seq,
+                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+{
+    extern __shared__ float sc[];
+    __shared__ float shf[OP_THREADS];
+    __shared__ double shd[OP_THREADS];
+    const int64_t row = blockIdx.x, h = blockIdx.y;            /* row = b * seq + i */
+    const int64_t b = row / seq, i = row % seq, kh = h / (n_heads / n_kv);
+    const int64_t ldq = n_heads * hd, ldk = n_kv * hd;
+    const float *qh = q + row * ldq + h * hd;
+    const float *kb = k + b * seq * ldk + kh * hd, *vb = v + b * seq * ldk + kh * hd;
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t d = 0; d < hd; d++) acc += qh[d] * kb[j * ldk + d];
+        acc *= scale;
+        sc[j] = acc;
+        mx = fmaxf(mx, acc);
+    }
+    mx = block_max(mx, shf);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+        float e = expf(sc[j] - mx);
+        sc[j] = e;
+        sum += e;
+    }
+    sum = block_sum(sum, shd);                                  /* also orders the sc writes */
+    float inv = (float)(1.0 / sum);
+    float *oh = out + row * ldq + h * hd;
+    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
+        float acc = 0.0f;
+        for (int64_t j = 0; j <= i; j++) acc += sc[j] * vb[j * ldk + d];
+        oh[d] = acc * inv;
+    }
+}
+
+extern "C" int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v,
+                                int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+{
+    if (seq > cudaop_attention_max_seq()) return (int)cudaErrorInvalidValue;
+    if (batch * seq == 0) return 0;
+    dim3 grid((unsigned)(batch * seq), (unsigned)n_heads);
+    k_attention<<<grid, OP_THREADS, (size_t)seq * sizeof(float), (cudaStream_t)stream>>>(out, q, k, v, seq, n_heads,
+                                                                                         n_kv, hd, scale);
+    return op_launched();
+}
+
+/* ---- elementwise ------------------------------------------------------------------- */
+
+#define ELEMENTWISE(name, params, body)                                                               \
+    __global__ void k_##name params                                                                   \
+    {                                                                                                 \
+        for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) \
+            body;                                                                                     \
+    }
+
+ELEMENTWISE(silu_mul, (float *out, const float *gate, const float *up, int64_t n),
+            { float g = gate[i]; out[i] = g / (1.0f + expf(-g)) * up[i]; })
+ELEMENTWISE(relu, (float *x, int64_t n), { if (!(x[i] > 0.0f)) x[i] = 0.0f; })
+ELEMENTWISE(gelu, (float *x, int64_t n), { x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f)); })
+ELEMENTWISE(add, (float *y, const float *x, int64_t n), { y[i] += x[i]; })
+ELEMENTWISE(add_bias, (float *y, const float *bias, int64_t cols, int64_t n), { y[i] += bias[i % cols]; })
+
+extern "C" int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_silu_mul<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_relu(void *stream, float *x, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_relu<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_gelu(void *stream, float *x, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_gelu<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_add(void *stream, float *y, const float *x, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_add<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(y, x, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols)
+{
+    if (rows * cols <= 0) return 0;
+    k_add_bias<<<op_blocks(rows * cols), OP_THREADS, 0, (cudaStream_t)stream>>>(y, bias, cols, rows * cols);
+    return op_launched();
+}
+
+/* ---- NLL ----------------------------------------------------------------------------- */
+
+__global__ void k_nll_rows(const float *logits, const int32_t *targets, int64_t vocab, double *nll, int *flag)
+{
+    __shared__ float shf[OP_THREADS];
+    __shared__ double shd[OP_THREADS];
+    const float *lr = logits + blockIdx.x * vocab;
+    int32_t t = targets[blockIdx.x];
+    float mx = -INFINITY;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) mx = fmaxf(mx, lr[j]);
+    mx = block_max(mx, shf);
+    double sum = 0.0;
+    for (int64_t j = threadIdx.x; j < vocab; j += blockDim.x) sum += exp((double)lr[j] - mx);
+    sum = block_sum(sum, shd);
+    if (threadIdx.x == 0) {
+        if (t < 0 || t >= vocab) {
+            atomicOr(flag, 1);
+            nll[blockIdx.x] = 0.0;
+        } else {
+            nll[blockIdx.x] = (double)mx + log(sum) - (double)lr[t];
+        }
+    }
+}
+
+extern "C" int cudaop_nll_rows(void *stream, const float *logits, const int32_t *targets, int64_t rows,
+                               int64_t vocab, double *nll_dev, int *flag)
+{
+    if (rows <= 0) return 0;
+    k_nll_rows<<<(unsigned)rows, OP_THREADS, 0, (cudaStream_t)stream>>>(logits, targets, vocab, nll_dev, flag);
+    return op_launched();
+}

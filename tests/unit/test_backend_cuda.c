@@ -1,0 +1,320 @@
+/* The CUDA backend against the CPU backend (the reference), op by op on small random
+ * inputs, a whole GPTQ layer quantized by both, and the CUDA dequantizing kernels against
+ * the scalar reference (the quick self-test). Skips (77) where no CUDA device is visible,
+ * which includes every build without CUDA. */
+#include <stdlib.h>
+
+#include "quant/algo/gptq.h"
+#include "quant/algo/gptq_block.h"
+#include "quant/backend/backend.h"
+#include "quant/kernels/kernels.h"
+#include "quant/kernels/selftest.h"
+#include "test_util.h"
+
+static qd_backend *cpu, *gpu;
+static test_rng rng;
+
+static float *rnd(size_t n, float scale)
+{
+    float *p = malloc(n * sizeof *p);
+    for (size_t i = 0; i < n; i++) {
+        float v = scale * test_rng_normal(&rng);
+        p[i] = v >= 0 ? v + 1e-3f : v - 1e-3f;
+    }
+    return p;
+}
+
+/* Backend copy of host data. */
+static void *put(qd_backend *be, const void *h, size_t bytes)
+{
+    void *d = qd_backend_alloc(be, bytes);
+    if (d) CHECK_OK(qd_backend_upload(be, d, h, bytes));
+    return d;
+}
+
+static float *get(qd_backend *be, const void *d, size_t n)
+{
+    float *h = malloc(n * sizeof *h);
+    CHECK_OK(qd_backend_download(be, h, d, n * sizeof *h));
+    return h;
+}
+
+/* max |a-b| / max(1, max|b|) */
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, m = 1;
+    for (size_t i = 0; i < n; i++) {
+        double e = fabs((double)a[i] - b[i]);
+        if (!(e <= d)) d = e;                       /* NaN propagates as a failure */
+        if (fabs(b[i]) > m) m = fabs(b[i]);
+    }
+    return d / m;
+}
+
+/* Runs the same unary-output op on both backends: fn(be, out_dev, in_devs...) via a
+ * callback that takes the backend and its copies of the inputs. */
+typedef int (*op_fn)(qd_backend *be, float *out, float **in, void *ud);
+
+static double both(op_fn fn, float **in_host, const size_t *in_n, int n_in, size_t out_n, void *ud)
+{
+    qd_backend *bes[2] = {cpu, gpu};
+    float *res[2];
+    for (int b = 0; b < 2; b++) {
+        float *in[8];
+        for (int i = 0; i < n_in; i++) in[i] = put(bes[b], in_host[i], in_n[i] * sizeof(float));
+        float *out = qd_backend_alloc(bes[b], out_n * sizeof(float));
+        int rc = fn(bes[b], out, in, ud);
+        if (rc) TEST_FAIL_("%s backend: %s", bes[b]->name, bes[b]->err.msg);
+        res[b] = get(bes[b], out, out_n);
+        for (int i = 0; i < n_in; i++) qd_backend_free(bes[b], in[i]);
+        qd_backend_free(bes[b], out);
+    }
+    double d = rel_diff(res[1], res[0], out_n);
+    free(res[0]);
+    free(res[1]);
+    return d;
+}
+
+typedef struct gemm_ud { int ta, tb; int64_t m, n, k; } gemm_ud;
+static int op_gemm(qd_backend *be, float *out, float **in, void *ud)
+{
+    gemm_ud *g = ud;
+    int rc = be->ops->memset0(be, out, (size_t)(g->m * g->n) * sizeof(float));
+    return rc ? rc : be->ops->gemm(be, g->ta, g->tb, g->m, g->n, g->k, 1.5f, in[0], g->ta ? g->m : g->k, in[1],
+                                   g->tb ? g->k : g->n, 0.0f, out, g->n);
+}
+
+static void test_gemm(void)
+{
+    for (int t = 0; t < 4; t++) {
+        gemm_ud g = {t & 1, t >> 1, 37, 29, 53};
+        float *a = rnd(37 * 53, 1), *b = rnd(53 * 29, 1);
+        float *in[2] = {a, b};
+        size_t n[2] = {37 * 53, 53 * 29};
+        CHECK(both(op_gemm, in, n, 2, 37 * 29, &g) < 1e-5);
+        free(a);
+        free(b);
+    }
+}
+
+static int op_hessian(qd_backend *be, float *out, float **in, void *ud)
+{
+    int rc = qd_backend_upload(be, out, ud, 48 * 48 * sizeof(float));
+    if (!rc) rc = be->ops->hessian_accum(be, out, 48, in[0], 100, 48, 50);
+    return rc;
+}
+
+static int op_chol(qd_backend *be, float *out, float **in, void *ud)
+{
+    int rc = be->ops->copy(be, out, in[0], 48 * 48 * sizeof(float));
+    return rc ? rc : be->ops->chol_inverse_upper(be, out, 48);
+}
+
+static void test_hessian_chol(void)
+{
+    float *x = rnd(100 * 48, 1), *h0 = rnd(48 * 48, 0.0f);
+    for (int i = 0; i < 48 * 48; i++) h0[i] = 0;
+    for (int i = 0; i < 48; i++) h0[i * 48 + i] = 1.0f;
+    float *in[1] = {x};
+    size_t n[1] = {100 * 48};
+    CHECK(both(op_hessian, in, n, 1, 48 * 48, h0) < 1e-5);
+    /* A well-conditioned SPD matrix: X^T X / rows + I. */
+    float *h = malloc(48 * 48 * sizeof *h);
+    for (int i = 0; i < 48; i++)
+        for (int j = 0; j < 48; j++) {
+            double s = 0;
+            for (int r = 0; r < 100; r++) s += (double)x[r * 48 + i] * x[r * 48 + j];
+            h[i * 48 + j] = (float)(s / 100 + (i == j));
+        }
+    float *in2[1] = {h};
+    size_t n2[1] = {48 * 48};
+    CHECK(both(op_chol, in2, n2, 1, 48 * 48, NULL) < 1e-4);
+    /* Not positive definite: both refuse with QD_ENUMERIC. */
+    for (int i = 0; i < 48; i++) h[i * 48 + i] = -1.0f;
+    float *d = put(gpu, h, 48 * 48 * sizeof *h);
+    CHECK_INT(gpu->ops->chol_inverse_upper(gpu, d, 48), QD_ENUMERIC);
+    qd_backend_free(gpu, d);
+    free(x);
+    free(h0);
+    free(h);
+}
+
+static int op_nn(qd_backend *be, float *out, float **in, void *ud)
+{
+    int which = *(int *)ud, rc = 0;
+    const int64_t rows = 6, dim = 64;
+    switch (which) {
+    case 0: return be->ops->rmsnorm(be, out, in[0], in[1], rows, dim, 1e-5f);
+    case 1: return be->ops->layernorm(be, out, in[0], in[1], in[2], rows, dim, 1e-5f);
+    case 2: return be->ops->silu_mul(be, out, in[0], in[1], rows * dim);
+    case 3: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->relu(be, out, rows * dim);
+    case 4: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->gelu(be, out, rows * dim);
+    case 5: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->add(be, out, in[1], rows * dim);
+    case 6: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->add_bias(be, out, in[1], rows, dim);
+    case 7: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->scale_cols(be, out, rows, dim, in[1], 1);
+    case 8: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
+        {
+            qd_quant_cfg c = qd_quant_cfg_default();
+            c.group_size = 32;
+            c.sym = 0;
+            return be->ops->fake_quant(be, &c, out, rows, dim);
+        }
+    case 9: {
+        /* RoPE on [6 tokens, 2 heads x 32]: pos is int32 in backend memory */
+        int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
+        int32_t *dp = put(be, pos, sizeof pos);
+        if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
+        rc = be->ops->rope(be, out, rows, 2, 32, 32, dp, 10000.0f);
+        qd_backend_free(be, dp);
+        return rc;
+    }
+    case 10: /* attention: batch 2, seq 3, 4 heads over 2 kv heads, hd 16 (64 = 4 x 16) */
+        return be->ops->attention(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f);
+    }
+    return QD_EINVAL;
+}
+
+static void test_nn_ops(void)
+{
+    const size_t n = 6 * 64;
+    float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
+    float *in[3] = {a, b, c};
+    size_t ns[3] = {n, n, n};
+    for (int which = 0; which <= 10; which++) {
+        double d = both(op_nn, in, ns, 3, n, &which);
+        if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
+        test_checks++;
+    }
+    free(a);
+    free(b);
+    free(c);
+}
+
+static void test_reductions(void)
+{
+    float *a = rnd(10007, 1), *b = rnd(10007, 1);
+    double s[2];
+    qd_backend *bes[2] = {cpu, gpu};
+    for (int i = 0; i < 2; i++) {
+        float *da = put(bes[i], a, 10007 * 4), *db = put(bes[i], b, 10007 * 4);
+        CHECK_OK(bes[i]->ops->sq_diff_sum(bes[i], da, db, 10007, &s[i]));
+        qd_backend_free(bes[i], da);
+        qd_backend_free(bes[i], db);
+    }
+    CHECK_NEAR(s[1], s[0], 1e-9 * s[0]);
+    /* NLL rows, and a bad target is refused. */
+    float *lg = rnd(5 * 300, 3);
+    int32_t tg[5] = {0, 299, 17, 150, 3};
+    double nll[2][5];
+    for (int i = 0; i < 2; i++) {
+        float *dl = put(bes[i], lg, 5 * 300 * 4);
+        int32_t *dt = put(bes[i], tg, sizeof tg);
+        CHECK_OK(bes[i]->ops->nll_rows(bes[i], dl, dt, 5, 300, nll[i]));
+        qd_backend_free(bes[i], dl);
+        qd_backend_free(bes[i], dt);
+    }
+    for (int r = 0; r < 5; r++) CHECK_NEAR(nll[1][r], nll[0][r], 1e-5);
+    tg[2] = 300;
+    float *dl = put(gpu, lg, 5 * 300 * 4);
+    int32_t *dt = put(gpu, tg, sizeof tg);
+    CHECK_ERR(gpu->ops->nll_rows(gpu, dl, dt, 5, 300, nll[1]));
+    qd_backend_free(gpu, dl);
+    qd_backend_free(gpu, dt);
+    free(a);
+    free(b);
+    free(lg);
+}
+
+/* A GPTQ layer quantized on both backends: the same codes up to rare rounding-boundary
+ * flips, and the same dequantized weights within a quantization step. */
+static void test_gptq_layer(void)
+{
+    const int64_t n = 96, k = 256, rows = 512;
+    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1);
+    float *h = malloc(k * k * sizeof *h);
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < rows; r++) s += (double)x[r * k + i] * x[r * k + j];
+            h[i * k + j] = (float)(2 * s / rows);
+        }
+    for (int act = 0; act < 2; act++) {
+        qd_gptq_opts o = qd_gptq_opts_default();
+        o.desc_act = act;
+        o.quant.sym = !act;
+        o.quant.group_size = 64;
+        qd_gptq_result rc_cpu, rc_gpu;
+        qd_err err = {0};
+        CHECK_OK(qd_gptq_quantize_h(cpu, &o, w, n, k, h, &rc_cpu, &err));
+        int rc = qd_gptq_quantize_h(gpu, &o, w, n, k, h, &rc_gpu, &err);
+        CHECK_OK(rc);
+        if (rc) { fprintf(stderr, "gpu gptq: %s\n", err.msg); qd_gptq_result_free(&rc_cpu); continue; }
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n * k; i++) diff += rc_cpu.layer.q[i] != rc_gpu.layer.q[i];
+        CHECK(diff <= n * k / 200);
+        CHECK(rel_diff(rc_gpu.deq, rc_cpu.deq, n * k) < 0.02);
+        for (int64_t i = 0; i < k; i++) CHECK_INT(rc_gpu.layer.g_idx[i], rc_cpu.layer.g_idx[i]);
+        qd_gptq_result_free(&rc_cpu);
+        qd_gptq_result_free(&rc_gpu);
+    }
+    free(w);
+    free(x);
+    free(h);
+}
+
+/* The CUDA dequantizing kernels against the scalar reference, and the per-layer check. */
+static void test_kernels_selftest(void)
+{
+    qd_selftest_report rep;
+    qd_err err = {0};
+    int rc = qd_selftest_run(gpu, 1, stderr, &rep, &err);
+    CHECK_OK(rc);
+    if (rc) fprintf(stderr, "selftest: %s\n", err.msg);
+    CHECK(rep.cases > 0);
+    CHECK_INT(rep.failures, 0);
+    qd_packed p;
+    CHECK_OK(qd_selftest_make_layer(qd_format_find("gptq"), 4, 128, 1, 256, 512, 4, &p, &err));
+    float *x = rnd(16 * 512, 1);
+    double rel = 1;
+    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, x, 16, &rel, &err));
+    CHECK(rel < 5e-3);                              /* the tensor-core path rounds to half */
+    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, x, 4, &rel, &err));
+    CHECK(rel < 1e-5);
+    free(x);
+    qd_packed_free(&p);
+}
+
+static void test_errors_name_the_device(void)
+{
+    /* An absurd allocation fails cleanly, with the device in the message. */
+    void *p = qd_backend_alloc(gpu, (size_t)1 << 50);
+    CHECK(p == NULL);
+    CHECK_CONTAINS(gpu->err.msg, "cuda:");
+    qd_backend *bad = NULL;
+    qd_err err = {0};
+    CHECK_ERR(qd_backend_open("cuda:1000", &bad, &err));
+}
+
+int main(void)
+{
+    if (qd_backend_cuda_device_count() == 0) {
+        fprintf(stderr, "test_backend_cuda: no CUDA device visible, skipping\n");
+        return TEST_SKIP;
+    }
+    qd_err err = {0};
+    test_rng_seed(&rng, 2026);
+    if (qd_backend_cpu_open(2, &cpu, &err) || qd_backend_open("cuda:0", &gpu, &err)) {
+        fprintf(stderr, "test_backend_cuda: %s\n", err.msg);
+        return 1;
+    }
+    TEST_RUN(test_gemm);
+    TEST_RUN(test_hessian_chol);
+    TEST_RUN(test_nn_ops);
+    TEST_RUN(test_reductions);
+    TEST_RUN(test_gptq_layer);
+    TEST_RUN(test_kernels_selftest);
+    TEST_RUN(test_errors_name_the_device);
+    qd_backend_close(gpu);
+    qd_backend_close(cpu);
+    return test_finish();
+}
