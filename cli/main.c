@@ -19,6 +19,7 @@ static const qctl_command commands[] = {
     {"gen-model", "write a small random llama or OPT model (for demos and tests)", cmd_gen_model},
     {"logits", "write a model's float32 logits for a token sequence (for comparisons)", cmd_logits},
     {"tp-sim", "simulate N tensor-parallel ranks on one MLP: naive vs TP-aware layout", cmd_tp_sim},
+    {"selftest", "check the dequantizing kernels against the reference (--device cpu|cuda:N)", cmd_selftest},
 };
 
 static void usage(FILE *f)

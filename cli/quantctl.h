@@ -20,6 +20,7 @@ int cmd_quantize(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_tp_sim(int argc, char **argv);
+int cmd_selftest(int argc, char **argv);
 
 /* ---- the job commands (submit, status, watch, cancel, list); helpers in cmd_status.c ---- */
 struct redisContext;

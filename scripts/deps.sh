@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev libcjson-dev
       libpcre2-dev libuv1-dev libhiredis-dev libmicrohttpd-dev libsystemd-dev
-      redis-server redis-tools python3)
+      redis-server redis-tools python3 curl)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

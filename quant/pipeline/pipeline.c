@@ -21,6 +21,7 @@
 #include "quant/pipeline/calib_tokens.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/report.h"
+#include "quant/tp/tp_layout.h"
 
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
                                 double within_block, double layer_error)
@@ -182,6 +183,12 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
 
     const qd_model_config *cfg = qd_model_cfg(p->m);
     p->n_blocks = (int)cfg->n_layers;
+    if (job->layout == QP_LAYOUT_TP_AWARE) {
+        /* Fail before any work when the MLP cannot be split over tp ranks. */
+        const char *down = qd_model_linear_find(p->m, "mlp.down_proj") >= 0 ? "mlp.down_proj" : "fc2";
+        rc = qd_tp_layout_check_shard(cfg->intermediate, job->tp, job->bits, job->group_size, down, err);
+        if (rc) { qd_err_prefix(err, "layout tp_aware"); goto fail; }
+    }
     p->hidden = cfg->hidden;
 
     /* Calibration tokens (also for RTN, whose error report needs inputs). */

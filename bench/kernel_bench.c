@@ -1,0 +1,255 @@
+/* Dequantizing-kernel benchmark (bench/kernels.sh builds and runs it).
+ *
+ *   kernel_bench --device cpu|cuda:N [--shapes llama7b|llama70b|all|small] [--max-batch B]
+ *                [--reps R] [--gptq]
+ *
+ * For each weight shape K x N (Llama-2-7B: 4096x4096, 4096x11008, 11008x4096; Llama-2-70B
+ * MLP: 8192x28672, 28672x8192) and batch 1..B, times the 4-bit g128 kernels on the plain
+ * gptq layout, the naive act-order layout (g_idx read per row), the exllama-reordered
+ * act-order layout and awq_gemm; on CUDA also cuBLAS FP16 (GemmEx, F32 accumulation) on
+ * the same shape, with CUDA events after warm-up, median of R. Prints one JSON line per
+ * measurement: time, packed-weight GB/s and the speed-up over FP16 cuBLAS. With --gptq
+ * (CUDA) it also times the GPTQ quantization of one 4096x4096 and one 8192x28672 layer.
+ * CPU timings use the wall clock (median of R). */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "quant/algo/gptq.h"
+#include "quant/backend/backend.h"
+#include "quant/core/dtype.h"
+#include "quant/kernels/kernels.h"
+#include "quant/kernels/selftest.h"
+
+#ifdef QUANTD_HAVE_CUDA
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+#include "quant/backend/cuda/cuda_internal.h"
+#endif
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int cmp_d(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double median(double *t, int n)
+{
+    qsort(t, (size_t)n, sizeof *t, cmp_d);
+    return t[n / 2];
+}
+
+typedef struct bench_ctx {
+    qd_backend *be;
+    int reps;
+#ifdef QUANTD_HAVE_CUDA
+    cudaEvent_t e0, e1;
+    cublasHandle_t blas;
+#endif
+} bench_ctx;
+
+/* Median seconds of one kernel call (x, y in backend memory). */
+static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_t rows, float *y)
+{
+    qd_err err = {0};
+    double t[256];
+    int reps = c->reps > 256 ? 256 : c->reps;
+    for (int i = 0; i < 3; i++)
+        if (qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err)) {
+            fprintf(stderr, "kernel_bench: %s\n", err.msg);
+            return -1;
+        }
+    for (int i = 0; i < reps; i++) {
+#ifdef QUANTD_HAVE_CUDA
+        if (c->be->device >= 0) {
+            cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(c->be);
+            float ms = 0;
+            cudaEventRecord(c->e0, st);
+            qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err);
+            cudaEventRecord(c->e1, st);
+            cudaEventSynchronize(c->e1);
+            cudaEventElapsedTime(&ms, c->e0, c->e1);
+            t[i] = ms * 1e-3;
+            continue;
+        }
+#endif
+        double t0 = now_s();
+        qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err);
+        t[i] = now_s() - t0;
+    }
+    return median(t, reps);
+}
+
+#ifdef QUANTD_HAVE_CUDA
+/* cuBLAS FP16 on the same shape: y[M,N] = x[M,K] W^T with half inputs, F32 accumulation. */
+static double time_cublas_f16(bench_ctx *c, int64_t n, int64_t k, int64_t rows)
+{
+    void *w = NULL, *x = NULL, *y = NULL;
+    cudaMalloc(&w, (size_t)(n * k) * 2);
+    cudaMalloc(&x, (size_t)(rows * k) * 2);
+    cudaMalloc(&y, (size_t)(rows * n) * 2);
+    cudaMemset(w, 0x3c, (size_t)(n * k) * 2);            /* 0x3c3c: 1.06 in half, never zero */
+    cudaMemset(x, 0x3c, (size_t)(rows * k) * 2);
+    cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(c->be);
+    cublasSetStream(c->blas, st);
+    float one = 1, zero = 0;
+    double t[256];
+    int reps = c->reps > 256 ? 256 : c->reps;
+    for (int i = -3; i < reps; i++) {
+        float ms = 0;
+        cudaEventRecord(c->e0, st);
+        cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, w, CUDA_R_16F, (int)k, x,
+                     CUDA_R_16F, (int)k, &zero, y, CUDA_R_16F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cudaEventRecord(c->e1, st);
+        cudaEventSynchronize(c->e1);
+        cudaEventElapsedTime(&ms, c->e0, c->e1);
+        if (i >= 0) t[i] = ms * 1e-3;
+    }
+    cudaFree(w);
+    cudaFree(x);
+    cudaFree(y);
+    return median(t, reps);
+}
+#endif
+
+static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
+{
+    qd_err err = {0};
+    qd_packed plain, act, awq;
+    if (qd_selftest_make_layer(qd_format_find("gptq_v2"), 4, 128, 0, n, k, 1, &plain, &err) ||
+        qd_selftest_make_layer(qd_format_find("gptq_v2"), 4, 128, 1, n, k, 2, &act, &err) ||
+        qd_selftest_make_layer(qd_format_find("awq_gemm"), 4, 128, 0, n, k, 3, &awq, &err)) {
+        fprintf(stderr, "kernel_bench: %s\n", err.msg);
+        return 1;
+    }
+    qd_kmat h[4], d[4];
+    memset(d, 0, sizeof d);
+    qd_kmat_from_packed(qd_format_find("gptq_v2"), &plain, &h[0], &err);
+    qd_kmat_from_packed(qd_format_find("gptq_v2"), &act, &h[1], &err);
+    qd_kmat_reorder(&h[1], &h[2], &err);
+    qd_kmat_from_packed(qd_format_find("awq_gemm"), &awq, &h[3], &err);
+    for (int i = 0; i < 4; i++)
+        if (qd_kmat_upload(c->be, &h[i], &d[i], &err)) {
+            fprintf(stderr, "kernel_bench: %s\n", err.msg);
+            return 1;
+        }
+    float *xh = malloc((size_t)(max_batch * k) * sizeof *xh);
+    for (int64_t i = 0; i < max_batch * k; i++) xh[i] = (float)((i * 2654435761u) % 1000) / 1000.0f + 0.01f;
+    float *x = qd_backend_alloc(c->be, (size_t)(max_batch * k) * sizeof(float));
+    float *y = qd_backend_alloc(c->be, (size_t)(max_batch * n) * sizeof(float));
+    qd_backend_upload(c->be, x, xh, (size_t)(max_batch * k) * sizeof(float));
+    for (int b = 1; b <= max_batch; b = b < 8 ? b + 1 : b * 2) {
+        double base = 0;
+#ifdef QUANTD_HAVE_CUDA
+        if (c->be->device >= 0) base = time_cublas_f16(c, n, k, b);
+        if (base > 0)
+            printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"cublas-f16\",\"us\":%.2f,\"gbps\":%.1f}\n",
+                   (long long)k, (long long)n, b, base * 1e6, (double)(n * k * 2) / base / 1e9);
+#endif
+        for (int i = 0; i < 4; i++) {
+            double t = time_kernel(c, &d[i], x, b, y);
+            if (t < 0) return 1;
+            printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbps\":%.2f",
+                   (long long)k, (long long)n, b, qd_kmat_layout_name(&h[i]), t * 1e6,
+                   (double)qd_kmat_bytes(&h[i]) / t / 1e9);
+            if (base > 0) printf(",\"speedup_vs_f16\":%.2f", base / t);
+            printf("}\n");
+            fflush(stdout);
+        }
+    }
+    qd_backend_free(c->be, x);
+    qd_backend_free(c->be, y);
+    free(xh);
+    for (int i = 0; i < 4; i++) qd_kmat_free(&d[i]);
+    qd_kmat_free(&h[2]);
+    qd_packed_free(&plain);
+    qd_packed_free(&act);
+    qd_packed_free(&awq);
+    return 0;
+}
+
+/* GPTQ quantization time of one layer (Hessian given, so this is damping, Cholesky and the
+ * column loop), on the backend. */
+static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
+{
+    float *w = malloc((size_t)(n * k) * sizeof *w), *h = malloc((size_t)(k * k) * sizeof *h);
+    if (!w || !h) return 1;
+    for (int64_t i = 0; i < n * k; i++) w[i] = (float)((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+    /* A diagonally dominant SPD Hessian with some structure. */
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) h[i * k + j] = i == j ? 2.0f + (float)(i % 7) : 1.0f / (float)(1 + llabs(i - j));
+    qd_gptq_opts o = qd_gptq_opts_default();
+    qd_gptq_result r;
+    qd_err err = {0};
+    double t0 = now_s();
+    int rc = qd_gptq_quantize_h(c->be, &o, w, n, k, h, &r, &err);
+    double t = now_s() - t0;
+    if (rc) fprintf(stderr, "kernel_bench: gptq: %s\n", err.msg);
+    else
+        printf("{\"gptq_layer\":\"%lldx%lld\",\"device\":\"%s\",\"seconds\":%.3f,\"loop_seconds\":%.3f}\n",
+               (long long)k, (long long)n, c->be->name, t, r.seconds);
+    qd_gptq_result_free(&r);
+    free(w);
+    free(h);
+    return rc ? 1 : 0;
+}
+
+int main(int argc, char **argv)
+{
+    const char *device = "cpu", *shapes = "llama7b";
+    int max_batch = 16, reps = 50, gptq = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--device") && i + 1 < argc) device = argv[++i];
+        else if (!strcmp(argv[i], "--shapes") && i + 1 < argc) shapes = argv[++i];
+        else if (!strcmp(argv[i], "--max-batch") && i + 1 < argc) max_batch = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--gptq")) gptq = 1;
+        else {
+            fprintf(stderr, "usage: kernel_bench [--device cpu|cuda:N] [--shapes llama7b|llama70b|all|small] "
+                            "[--max-batch B] [--reps R] [--gptq]\n");
+            return 2;
+        }
+    }
+    if (max_batch < 1) max_batch = 1;
+    if (reps < 1) reps = 1;
+    bench_ctx c = {.reps = reps};
+    qd_err err = {0};
+    if (qd_backend_open(device, &c.be, &err)) {
+        fprintf(stderr, "kernel_bench: %s\n", err.msg);
+        return 1;
+    }
+#ifdef QUANTD_HAVE_CUDA
+    if (c.be->device >= 0) {
+        cudaEventCreate(&c.e0);
+        cudaEventCreate(&c.e1);
+        cublasCreate(&c.blas);
+    }
+#endif
+    static const int64_t s7[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
+    static const int64_t s70[][2] = {{8192, 28672}, {28672, 8192}};
+    static const int64_t ssmall[][2] = {{4096, 4096}};
+    int rc = 0;
+    if (!strcmp(shapes, "small"))
+        rc |= bench_shape(&c, ssmall[0][0], ssmall[0][1], max_batch);
+    if (!strcmp(shapes, "llama7b") || !strcmp(shapes, "all"))
+        for (int i = 0; i < 3 && !rc; i++) rc |= bench_shape(&c, s7[i][0], s7[i][1], max_batch);
+    if (!strcmp(shapes, "llama70b") || !strcmp(shapes, "all"))
+        for (int i = 0; i < 2 && !rc; i++) rc |= bench_shape(&c, s70[i][0], s70[i][1], max_batch);
+    if (gptq && !rc) {
+        rc |= bench_gptq(&c, 4096, 4096);
+        if (!rc) rc |= bench_gptq(&c, 28672, 8192);
+    }
+#ifdef QUANTD_HAVE_CUDA
+    if (c.be->device >= 0) cublasDestroy(c.blas);
+#endif
+    qd_backend_close(c.be);
+    return rc;
+}

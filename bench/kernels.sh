@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# Dequantizing-kernel benchmark: packed 4-bit g128 gptq (plain, naive act-order, exllama
+# reordered) and awq_gemm kernels on Llama-2-7B shapes (4096x4096, 4096x11008, 11008x4096)
+# and Llama-2-70B MLP shapes (8192x28672, 28672x8192), batch 1..16, against cuBLAS FP16 on
+# the GPU (CUDA events after warm-up, median), plus the GPTQ time of a 4096x4096 and an
+# 8192x28672 layer on the GPU.
+#
+#   bench/kernels.sh [BUILD_DIR] [DEVICE] [SHAPES] [MAX_BATCH] [REPS]
+#     defaults: build  cuda:0 if a GPU is visible else cpu  all (GPU) / small (CPU)  16  50
+#
+# BUILD_DIR must hold libquant.a; a CUDA build (-DQUANTD_CUDA=ON) is needed for cuda:N.
+# Prints one JSON line per measurement; copy them into bench/results/kernels.md.
+set -euo pipefail
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+build="${1:-$root/build}"
+lib="$build/libquant.a"
+[ -f "$lib" ] || { echo "kernels.sh: $lib not found (build libquant first)" >&2; exit 2; }
+cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+bin="$build/kernel_bench"
+cflags=(-O2 -std=gnu11 -I"$root")
+libs=("$lib" $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm)
+if nm -C "$lib" 2>/dev/null | grep -q " T qd_kcuda_matmul"; then
+    cflags+=(-DQUANTD_HAVE_CUDA=1 -I"$cuda_home/include")
+    libs+=(-L"$cuda_home/lib64" -lcublas -lcusolver -lcudart -lstdc++ -Wl,-rpath,"$cuda_home/lib64")
+    have_cuda=1
+else
+    have_cuda=0
+fi
+gcc "${cflags[@]}" -o "$bin" "$here/kernel_bench.c" "${libs[@]}"
+
+device="${2:-}"
+if [ -z "$device" ]; then
+    if [ "$have_cuda" = 1 ] && command -v nvidia-smi >/dev/null && nvidia-smi -L >/dev/null 2>&1; then
+        device=cuda:0
+    else
+        device=cpu
+    fi
+fi
+if [ "$device" = cpu ]; then shapes="${3:-small}"; else shapes="${3:-all}"; fi
+max_batch="${4:-16}"
+reps="${5:-50}"
+echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) device=$device shapes=$shapes max_batch=$max_batch reps=$reps"
+if [ "$device" = cpu ]; then
+    echo "# cpu: $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc)"
+else
+    nvidia-smi --query-gpu=name,memory.total,clocks.max.sm --format=csv,noheader || true
+    "$build/quantctl" selftest --device "$device" --quick 2>/dev/null || true
+fi
+extra=()
+[ "$device" != cpu ] && extra+=(--gptq)
+"$bin" --device "$device" --shapes "$shapes" --max-batch "$max_batch" --reps "$reps" "${extra[@]}"
