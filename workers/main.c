@@ -15,8 +15,20 @@ static void usage(FILE *f)
                "Speaks the quantd wire protocol (proto/wire.md) on stdin/stdout; logs go to stderr.\n");
 }
 
+/* Workers volunteer to be the OOM killer's first choice, so a memory-hungry job costs its
+ * worker (which the daemon restarts) and never the daemon (systemd/quantd.service gives the
+ * daemon OOMScoreAdjust=-100). Raising one's own score needs no privilege. */
+static void raise_oom_score(void)
+{
+    FILE *f = fopen("/proc/self/oom_score_adj", "w");
+    if (!f) return;
+    fputs("800\n", f);
+    fclose(f);
+}
+
 int main(int argc, char **argv)
 {
+    raise_oom_score();
     qw_opts o = {.name = "cpu0", .backend = "cpu", .heartbeat_ms = 2000, .in_fd = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;

