@@ -91,7 +91,9 @@ static void cmd_up(qdd_rconn *c)
 
 static void cmd_down(qdd_rconn *c) { c->d->cmd_ready = 0; }
 static void pop_up(qdd_rconn *c) { qdd_maybe_pop(c->d); }
-static void pop_down(qdd_rconn *c) { c->d->pop_inflight = 0; }
+/* When another connection sees Redis go away, probe the command connection at the next
+ * tick instead of waiting for its next scheduled PING. */
+static void pop_down(qdd_rconn *c) { c->d->pop_inflight = 0; c->d->next_ping_s = 0; }
 
 static void sub_up(qdd_rconn *c)
 {
@@ -127,7 +129,7 @@ static int view_workers(void *ud, qdd_worker_view *out, int cap)
         v->pid = w->pid;
         v->restarts = w->restarts;
         v->gpu_mem_used = v->gpu_mem_total = -1;
-        snprintf(v->selftest, sizeof v->selftest, "%s", w->why);
+        snprintf(v->selftest, sizeof v->selftest, "%.*s", (int)sizeof v->selftest - 1, w->why);
     }
     return d->n_workers;
 }
@@ -274,6 +276,12 @@ static void on_tick(uv_timer_t *t)
         d->next_reclaim_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
         if (d->cmd_ready) qdd_jobs_reclaim_scan(d);
     }
+    /* The command connection carries every status write and commit: make sure it is alive
+     * (a PING a second, dropped after 3 s without a reply). */
+    if (now >= d->next_ping_s) {
+        d->next_ping_s = now + 1.0;
+        qdd_rconn_probe(&d->cmd, now, 3.0);
+    }
     qdd_jobs_schedule(d);
     qdd_maybe_pop(d);
 }
@@ -352,6 +360,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     d->pop.on_up = pop_up;
     d->pop.on_down = pop_down;
     d->sub.on_up = sub_up;
+    d->sub.on_down = pop_down;
     qdd_rconn_connect(&d->cmd);
     qdd_rconn_connect(&d->pop);
     qdd_rconn_connect(&d->sub);

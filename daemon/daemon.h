@@ -36,11 +36,18 @@ typedef struct qdd_rconn {
     uv_timer_t retry;
     void (*on_up)(struct qdd_rconn *c);    /* after (re)connect and AUTH/SELECT */
     void (*on_down)(struct qdd_rconn *c);  /* the connection went away (pending callbacks ran) */
+    int ping_outstanding;          /* a liveness PING awaits its reply */
+    double ping_sent_s;            /* when it was sent (qdd_now_s) */
 } qdd_rconn;
 
 void qdd_rconn_init(qdd_rconn *c, qdd_daemon *d, const char *name);
 void qdd_rconn_connect(qdd_rconn *c);      /* starts connecting; reconnects with backoff */
 void qdd_rconn_close(qdd_rconn *c);        /* disconnects for good; closes the timer */
+/* Liveness probe, called from the tick (never from a hiredis callback): sends a PING when
+ * none is outstanding; when one has waited longer than timeout_s the connection is dropped
+ * (pending callbacks get NULL, on_down runs) and reconnected. An idle connection to a
+ * Redis that was killed may not notice on its own: nothing reads its socket. */
+void qdd_rconn_probe(qdd_rconn *c, double now_s, double timeout_s);
 /* Sends a command (argv with lengths). 0, or -1 when the connection is down (fn not called). */
 int qdd_rconn_cmdv(qdd_rconn *c, redisCallbackFn *fn, void *pd, int argc, const char **argv,
                    const size_t *lens);
@@ -153,7 +160,7 @@ struct qdd_daemon {
     int max_jobs;
     uv_timer_t tick;
     uv_signal_t sig_term, sig_int, sig_hup;
-    double next_node_hb_s, next_renew_s, next_reclaim_s;
+    double next_node_hb_s, next_renew_s, next_reclaim_s, next_ping_s;
     int stopping;              /* 1 draining, 2 handing back, 3 closing */
     double stop_deadline_s;
     int handback_pending;

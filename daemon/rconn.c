@@ -69,6 +69,7 @@ static void on_disconnect(const redisAsyncContext *cac, int status)
     redisAsyncContext *ac = (redisAsyncContext *)cac;
     qdd_rconn *c = ac->data;
     int was_up = c->up;
+    c->ping_outstanding = 0;
     c->ac = NULL;
     c->up = 0;
     if (!c->closing) QD_LOG(QD_LOG_WARN, "redis_down", "conn=%s err=\"%s\"", c->name, status == REDIS_OK ? "closed" : ac->errstr);
@@ -141,4 +142,28 @@ int qdd_rconn_cmdf(qdd_rconn *c, redisCallbackFn *fn, void *pd, const char *fmt,
     int rc = redisvAsyncCommand(c->ac, fn, pd, fmt, ap);
     va_end(ap);
     return rc == REDIS_OK ? 0 : -1;
+}
+
+static void on_ping_reply(redisAsyncContext *ac, void *r, void *pd)
+{
+    qdd_rconn *c = pd;
+    if (c->ac == ac) c->ping_outstanding = 0;
+}
+
+void qdd_rconn_probe(qdd_rconn *c, double now_s, double timeout_s)
+{
+    if (!c->up || !c->ac) return;
+    if (!c->ping_outstanding) {
+        if (redisAsyncCommand(c->ac, on_ping_reply, c, "PING") == REDIS_OK) {
+            c->ping_outstanding = 1;
+            c->ping_sent_s = now_s;
+        }
+        return;
+    }
+    if (now_s - c->ping_sent_s < timeout_s) return;
+    QD_LOG(QD_LOG_WARN, "redis_stalled", "conn=%s waited_s=%.1f (dropping the connection)", c->name, now_s - c->ping_sent_s);
+    /* redisAsyncFree runs every pending callback with a NULL reply and then the disconnect
+     * callback, which schedules the reconnect. */
+    redisAsyncContext *ac = c->ac;
+    redisAsyncFree(ac);
 }

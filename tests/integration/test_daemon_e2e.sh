@@ -15,7 +15,11 @@ T=$(mktemp -d /tmp/qdd-e2e-XXXXXX)
 PIDS=()
 cleanup() { for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null; done; [ -n "${RP:-}" ] && kill -9 "$RP" 2>/dev/null; rm -rf "$T"; }
 trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$T"/*.log; do echo "== $f"; tail -25 "$f"; done >&2; exit 1; }
+fail() {
+    echo "FAIL: $*" >&2
+    for f in "$T"/*.log; do echo "== $f"; grep -v "layer_done\|progress stage" "$f" | tail -40; done >&2
+    exit 1
+}
 now() { date +%s%N | cut -c1-13; }
 
 PORT=$((20000 + RANDOM % 30000))

@@ -79,7 +79,7 @@ def run_autoawq(d, ids):
     except Exception as e:   # noqa: BLE001
         print(f"cannot import autoawq: {e}", file=sys.stderr)
         sys.exit(SKIP)
-    m = AutoAWQForCausalLM.from_quantized(d, device_map="cpu", fuse_layers=False, torch_dtype=torch.float16)
+    m = AutoAWQForCausalLM.from_quantized(d, device_map={"": "cpu"}, fuse_layers=False, torch_dtype=torch.float16)
     with torch.no_grad():
         lg = m.model(torch.tensor([ids])).logits[0].float().numpy()
     kernel = type(m.model.model.layers[0].self_attn.q_proj)
