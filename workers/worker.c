@@ -3,6 +3,7 @@
  * main thread running quant/pipeline with progress forwarded to the daemon. */
 #define _GNU_SOURCE
 #include "workers/worker.h"
+#include "quant/kernels/selftest.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -489,8 +490,26 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
         qd_err_set(err, rc, "backend %s: %s", o->backend, berr.msg);
         goto out;
     }
-    if ((rc = send_hello(w, 1, "no self-test run"))) {
+    /* The quick kernel self-test (a fraction of a second): a worker whose kernels disagree
+     * with the reference says so in its hello and takes no work. */
+    qd_selftest_report rep;
+    qd_err terr = {0};
+    memset(&rep, 0, sizeof rep);
+    int st_rc = qd_selftest_run(w->be, 1, NULL, &rep, &terr);
+    char summary[384];
+    if (st_rc == 0)
+        snprintf(summary, sizeof summary, "%s: %d kernel cases passed; copy %.1f GB/s, batch-1 kernel %.2f GB/s",
+                 rep.device, rep.cases, rep.copy_gbps, rep.gemv_gbps);
+    else
+        snprintf(summary, sizeof summary, "%s: %d of %d kernel cases failed: %.200s", rep.device, rep.failures, rep.cases,
+                 rep.first_failure[0] ? rep.first_failure : terr.msg);
+    QD_LOG(st_rc ? QD_LOG_ERROR : QD_LOG_INFO, "worker_selftest", "name=%s ok=%d summary=\"%s\"", o->name, st_rc == 0, summary);
+    if ((rc = send_hello(w, st_rc == 0, summary))) {
         qd_err_set(err, rc, "stdout: the daemon is gone");
+        goto out;
+    }
+    if (st_rc) {
+        rc = qd_err_set(err, QD_EBACKEND, "kernel self-test failed: %s", summary);
         goto out;
     }
     if (pthread_create(&reader, NULL, reader_main, w)) { rc = qd_err_set(err, QD_ENOMEM, "cannot start a thread"); goto out; }

@@ -24,7 +24,14 @@
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "quant/pipeline/acts.h"
+#include "quant/kernels/kernels.h"
 #include "quant/tp/tp_pipeline.h"
+
+/* Rows of each input group kept on the host for the per-layer kernel check, and the largest
+ * kernel-vs-float error (relative to the output's max) accepted: the CPU kernels accumulate
+ * in F32 like the float GEMM; CUDA's tensor-core path rounds x to F16 (~1e-3). */
+#define KCHECK_ROWS 64
+#define KCHECK_TOL 1e-2
 
 typedef struct capture_ctx {
     qd_pipeline *p;
@@ -35,6 +42,8 @@ typedef struct capture_ctx {
     int64_t xcap_rows;                /* rows captured so far */
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
+    float **slice;                    /* [QD_MAX_GROUPS] host [KCHECK_ROWS, K] or NULL */
+    int64_t *slice_rows;
     qd_err *err;
 } capture_ctx;
 
@@ -45,6 +54,14 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
     if (c->want[group] && c->acc[group]) {
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
+    }
+    if (c->slice && c->want[group] && c->slice[group] && c->slice_rows[group] < KCHECK_ROWS) {
+        qd_backend *be = c->p->be;
+        int64_t take = KCHECK_ROWS - c->slice_rows[group];
+        if (take > rows) take = rows;
+        int rc = qd_backend_download(be, c->slice[group] + c->slice_rows[group] * g->k, x, (size_t)(take * g->k) * sizeof(float));
+        if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
+        c->slice_rows[group] += take;
     }
     if (c->xcap && group == c->xcap_group) {
         qd_backend *be = c->p->be;
@@ -412,7 +429,7 @@ static int awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int
 
 static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
                           const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                          qd_linear_out *outs, qd_err *err)
+                          const float *kslice, int64_t kslice_rows, qd_linear_out *outs, qd_err *err)
 {
     const qd_input_group *G = qd_model_group(p->m, g);
     const qp_job *job = p->job;
@@ -491,6 +508,18 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, &res.rel_error, err);
         if (rc) { free(deq); return rc; }
         if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
+        if (job->kernel_check && kslice && kslice_rows > 0) {
+            /* The packed weights through the dequantizing kernel vs the float matmul of
+             * what they decode to, on real inputs of this layer. */
+            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, kslice, kslice_rows, &res.kernel_max_err, err);
+            if (rc) { free(deq); return qd_err_prefix(err, "%s: kernel check", res.name); }
+            res.kernel_checked = 1;
+            if (!(res.kernel_max_err <= KCHECK_TOL)) {
+                free(deq);
+                return qd_err_set(err, QD_EBACKEND, "%s: kernel check failed: the %s kernel differs from the reference by %.3g (relative), over %.0e",
+                                  res.name, p->be->name, res.kernel_max_err, KCHECK_TOL);
+            }
+        }
         free(o->w_eff);
         o->w_eff = deq;
         rc = qd_block_linear_set(p->m, bw, li, deq, NULL, err);
@@ -657,10 +686,24 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     memset(acc, 0, sizeof acc);
     qd_block_weights *bw = NULL;
     float *xcap = NULL, *y = NULL;
+    float *kslice[QD_MAX_GROUPS] = {0};
+    int64_t kslice_rows[QD_MAX_GROUPS] = {0};
+    if (job->kernel_check) {
+        for (int g = 0; g < ng; g++) {
+            kslice[g] = malloc((size_t)(KCHECK_ROWS * qd_model_group(p->m, g)->k) * sizeof(float));
+            if (!kslice[g]) {
+                for (int h = 0; h < g; h++) free(kslice[h]);
+                return qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
+            }
+        }
+    }
     int rc = qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1);
-    if (rc) return qd_err_set(err, QD_ECANCELLED, "cancelled");
-    rc = qd_block_load(p->m, block, &bw, err);
-    if (rc) return rc;
+    if (rc) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    if (!rc) rc = qd_block_load(p->m, block, &bw, err);
+    if (rc) {
+        for (int g = 0; g < ng; g++) free(kslice[g]);
+        return rc;
+    }
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
 
     if (use_awq) {
@@ -678,6 +721,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     if (!rc && !sequential) {
         capture_ctx c;
         ctx_init(&c, p, err);
+        c.slice = kslice;
+        c.slice_rows = kslice_rows;
         for (int g = 0; g < ng && !rc; g++) {
             rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
             c.want[g] = 1;
@@ -691,6 +736,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (sequential) {
             capture_ctx c;
             ctx_init(&c, p, err);
+            c.slice = kslice;
+            c.slice_rows = kslice_rows;
             rc = qd_gptq_hessian_init(&acc[g], p->be, G->k, err);
             c.want[g] = 1;
             c.acc[g] = &acc[g];
@@ -705,7 +752,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)g / ng, -1) ? QD_ECANCELLED : 0;
             if (!rc) rc = run_batches(p, bw, NULL, &c, err);
         }
-        if (!rc) rc = quantize_group(p, bw, block, g, plans, &acc[g], xcap, outs, err);
+        if (!rc) rc = quantize_group(p, bw, block, g, plans, &acc[g], xcap, kslice[g], kslice_rows[g], outs, err);
         qd_backend_free(p->be, xcap);
         xcap = NULL;
         qd_gptq_hessian_free(&acc[g]);
@@ -764,6 +811,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == block) p->st.n_layers--;
     }
     qd_backend_free(p->be, y);
+    for (int g = 0; g < ng; g++) free(kslice[g]);
     outs_free(outs, nl);
     qd_block_free(p->m, bw);
     return rc;
