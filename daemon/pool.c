@@ -44,7 +44,7 @@ static void close_all(qdd_worker *w)
 void qdd_pool_kill(qdd_worker *w, const char *why)
 {
     if (w->state == QDD_W_DOWN || w->exited) return;
-    if (why && !w->why[0]) snprintf(w->why, sizeof w->why, "%s", why);
+    if (why && why != w->why && !w->why[0]) snprintf(w->why, sizeof w->why, "%.*s", (int)sizeof w->why - 1, why);
     QD_LOG(QD_LOG_WARN, "worker_kill", "worker=%s pid=%d why=\"%s\"", w->name, w->pid, why ? why : "");
     uv_process_kill(&w->proc, SIGKILL);
 }

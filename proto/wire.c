@@ -152,8 +152,8 @@ int qp_wire_decoder_next_frame(qp_wire_decoder *d, const char **payload, size_t 
 int qp_wire_decoder_next(qp_wire_decoder *d, qp_msg *m, qp_err *err)
 {
     memset(m, 0, sizeof *m);
-    const char *p;
-    size_t n;
+    const char *p = NULL;
+    size_t n = 0;
     int rc = qp_wire_decoder_next_frame(d, &p, &n, err);
     if (rc <= 0) return rc;
     rc = qp_msg_from_json(m, p, n, err);

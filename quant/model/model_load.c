@@ -103,7 +103,7 @@ static int tensor_to_backend(qd_model *m, const st_tensor *t, float *dst, qd_err
 int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_t *shape,
                       float **out, qd_err *err)
 {
-    const st_tensor *t;
+    const st_tensor *t = NULL;
     int rc = find_float(m, canonical, ndim, shape, &t, err);
     if (rc) return rc;
     float *p = qd_backend_alloc(m->be, t->numel * sizeof(float));

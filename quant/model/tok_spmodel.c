@@ -72,7 +72,7 @@ typedef struct sp_model {
 static int parse_piece(const uint8_t *d, size_t n, sp_piece *out)
 {
     pb b = {d, d + n};
-    pb_field f;
+    pb_field f = {0};
     *out = (sp_piece){(const uint8_t *)"", 0, 0.0f, SP_NORMAL};
     while (b.p < b.end) {
         if (pb_next(&b, &f)) return -1;

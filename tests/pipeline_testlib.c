@@ -1,26 +1,14 @@
-/* Helpers shared by test_pipeline.c and test_pipeline_resume.c (header-only, static
- * functions): generate a tiny model and a token calibration file, build a job from JSON,
- * run it, and read back files and forward logits. */
-#ifndef QUANTD_TEST_PIPELINE_TESTLIB_H
-#define QUANTD_TEST_PIPELINE_TESTLIB_H
+/* Implementation of pipeline_testlib.h. */
+#include "pipeline_testlib.h"
 
-#include <stdlib.h>
-#include <cjson/cJSON.h>
+#include <stdio.h>
+#include <string.h>
 
-#include "proto/job.h"
-#include "quant/backend/backend.h"
-#include "quant/core/fsutil.h"
-#include "quant/core/safetensors.h"
-#include "quant/model/model.h"
-#include "quant/model/testgen.h"
-#include "quant/model/token_file.h"
-#include "quant/pipeline/pipeline.h"
-#include "test_util.h"
+qd_backend *pt_be;
 
-static qd_backend *pt_be;
 
 /* A llama with GQA (4 heads, 2 kv heads), hidden 64, 3 layers; intermediate as given. */
-static qd_testgen_opts pt_llama_opts(int64_t inter, int n_layers)
+qd_testgen_opts pt_llama_opts(int64_t inter, int n_layers)
 {
     qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_LLAMA);
     o.hidden = 64;
@@ -35,7 +23,7 @@ static qd_testgen_opts pt_llama_opts(int64_t inter, int n_layers)
 }
 
 /* Writes the model and a generation_config.json / tokenizer_config.json the output must copy. */
-static int pt_gen_model(const char *dir, const qd_testgen_opts *o)
+int pt_gen_model(const char *dir, const qd_testgen_opts *o)
 {
     qd_err err = {0};
     int rc = qd_testgen_write(dir, o, &err);
@@ -48,7 +36,7 @@ static int pt_gen_model(const char *dir, const qd_testgen_opts *o)
 }
 
 /* n random ids below vocab as a JSON token file. */
-static int pt_write_tokens(const char *path, size_t n, int vocab, uint64_t seed)
+int pt_write_tokens(const char *path, size_t n, int vocab, uint64_t seed)
 {
     test_rng r;
     test_rng_seed(&r, seed);
@@ -62,7 +50,7 @@ static int pt_write_tokens(const char *path, size_t n, int vocab, uint64_t seed)
 }
 
 /* Parses a job; extra is spliced into the object (e.g. "\"bits\":8,"), without braces. */
-static qp_job *pt_job(const char *model, const char *out, const char *method, const char *format,
+qp_job *pt_job(const char *model, const char *out, const char *method, const char *format,
                       const char *calib, const char *extra)
 {
     char buf[8192];
@@ -80,7 +68,7 @@ static qp_job *pt_job(const char *model, const char *out, const char *method, co
     return job;
 }
 
-static char *pt_read(const char *path, size_t *len)
+char *pt_read(const char *path, size_t *len)
 {
     char *buf = NULL;
     size_t n = 0;
@@ -90,7 +78,7 @@ static char *pt_read(const char *path, size_t *len)
     return buf;
 }
 
-static cJSON *pt_read_json(const char *path)
+cJSON *pt_read_json(const char *path)
 {
     size_t n = 0;
     char *buf = pt_read(path, &n);
@@ -101,7 +89,7 @@ static cJSON *pt_read_json(const char *path)
 }
 
 /* 1 when both files exist and hold the same bytes. */
-static int pt_same_file(const char *a, const char *b)
+int pt_same_file(const char *a, const char *b)
 {
     size_t na = 0, nb = 0;
     char *x = pt_read(a, &na), *y = pt_read(b, &nb);
@@ -112,7 +100,7 @@ static int pt_same_file(const char *a, const char *b)
 }
 
 /* Logits of the model in dir on fixed ids (batch 2 x 16), host, malloc'd; NULL on error. */
-static float *pt_logits(const char *dir, int64_t *n_out)
+float *pt_logits(const char *dir, int64_t *n_out)
 {
     qd_err err = {0};
     qd_model *m = NULL;
@@ -132,7 +120,7 @@ static float *pt_logits(const char *dir, int64_t *n_out)
 }
 
 /* ||a - b|| / ||b||. */
-static double pt_rel_err(const float *a, const float *b, int64_t n)
+double pt_rel_err(const float *a, const float *b, int64_t n)
 {
     double num = 0, den = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -142,5 +130,3 @@ static double pt_rel_err(const float *a, const float *b, int64_t n)
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
-
-#endif
