@@ -47,7 +47,7 @@ last=""
 for _ in $(seq 6000); do
     IFS=$'\t' read -r state stage block blocks progress err < <(redis-cli -p "$PORT" --no-raw HMGET qjob:demo state stage block blocks progress error |
         sed 's/^[0-9]*) //; s/^"//; s/"$//; s/(nil)//' | paste -sd $'\t')
-    line="state=$state stage=$stage block=$((${block:--1} + 1))/${blocks:-?} progress=$(printf '%.0f' "$(echo "${progress:-0} * 100" | bc -l 2>/dev/null || echo 0)")%"
+    line="state=$state stage=$stage block=$((${block:--1} + 1))/${blocks:-?} progress=$(awk -v p="${progress:-0}" 'BEGIN { printf "%.0f", p * 100 }')%"
     [ "$line" != "$last" ] && echo "  $line" && last=$line
     case "$state" in
     done) break ;;
