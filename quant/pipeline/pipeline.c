@@ -66,6 +66,32 @@ static int dir_is_empty(const char *path)
     return empty;
 }
 
+/* 1 when out_dir holds this job's finished output: a quantd_report.json whose fingerprint
+ * has the same model files and output-changing options, and model.safetensors or its
+ * index. A job whose completion never reached the daemon (it died in between) then
+ * finishes at once instead of being refused for an existing output directory. */
+static int output_is_finished(const char *out_dir, const char *model_fp, const char *options_fp)
+{
+    char path[QD_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/model.safetensors", out_dir);
+    int have_weights = qd_fs_exists(path);
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", out_dir);
+    have_weights |= qd_fs_exists(path);
+    snprintf(path, sizeof path, "%s/quantd_report.json", out_dir);
+    char *buf = NULL;
+    size_t len = 0;
+    if (!have_weights || qd_fs_read_file(path, &buf, &len, NULL)) return 0;
+    cJSON *r = cJSON_ParseWithLength(buf, len);
+    free(buf);
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(r, "fingerprint");
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(fp, "model");
+    const cJSON *o = cJSON_GetObjectItemCaseSensitive(fp, "options");
+    int same = cJSON_IsString(m) && cJSON_IsString(o) && !strcmp(m->valuestring, model_fp) &&
+               !strcmp(o->valuestring, options_fp);
+    cJSON_Delete(r);
+    return same;
+}
+
 static void options_fingerprint(const qp_job *job, char hex[65])
 {
     char *text = qp_job_to_json(job, QP_JOB_JSON_OUTPUT_ONLY);
@@ -164,11 +190,24 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
     rc = qd_model_open(job->model, be, &p->m, err);
     if (rc) goto fail;
+    p->n_blocks = (int)qd_model_cfg(p->m)->n_layers;
+    p->hidden = qd_model_cfg(p->m)->hidden;
     /* The output directory: empty, absent, our checkpoint, or overwrite. */
     char state_path[QD_PATH_MAX + 32];
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
     int have_state = qd_fs_exists(state_path);
     if (qd_fs_exists(p->out_dir) && !dir_is_empty(p->out_dir) && !have_state) {
+        char mfp[65], ofp[65];
+        if (!job->overwrite && qd_fingerprint_model_dir(job->model, mfp, NULL) == 0) {
+            options_fingerprint(job, ofp);
+            if (output_is_finished(p->out_dir, mfp, ofp)) {
+                QD_LOG(QD_LOG_INFO, "already_done", "job=%s output=%s (finished output found)", job->id, p->out_dir);
+                p->already_done = 1;
+                p->st.n_blocks = p->st.next_block = p->n_blocks;
+                *out = p;
+                return 0;
+            }
+        }
         if (!job->overwrite) {
             rc = qd_err_set(err, QD_EINVAL, "output %s exists and is not this job's checkpoint; choose another directory or set \"overwrite\": true", p->out_dir);
             goto fail;

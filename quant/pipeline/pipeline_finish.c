@@ -45,6 +45,10 @@ static int eval_tokens(qd_pipeline *p, int32_t **ids, size_t *n, qd_err *err)
 
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
 {
+    if (p->already_done) {
+        qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
+        return 0;
+    }
     if (p->st.next_block < p->n_blocks)
         return qd_err_set(err, QD_EINVAL, "finish: blocks %d..%d are not done", p->st.next_block, p->n_blocks - 1);
     int rc = qd_pipeline_report_progress(p, "write", p->n_blocks - 1, NULL, 1, -1) ? QD_ECANCELLED : 0;

@@ -37,6 +37,7 @@ struct qd_pipeline {
     double block_seconds_sum;    /* for the ETA */
     int blocks_this_run;
     int resumed_cross_backend;
+    int already_done;            /* the output is this job's finished output: nothing to do */
 };
 
 /* What happens to one linear. */

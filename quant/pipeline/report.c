@@ -18,6 +18,11 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
     cJSON_AddStringToObject(r, "job_id", job->id);
     cJSON_AddItemToObject(r, "job", qp_job_to_cjson(job, 0));
     cJSON_AddStringToObject(r, "backend", x->backend ? x->backend : "");
+    /* The fingerprint lets a rerun of the same job recognise this finished output. */
+    cJSON *fp = cJSON_AddObjectToObject(r, "fingerprint");
+    cJSON_AddStringToObject(fp, "model", st->fp.model);
+    cJSON_AddStringToObject(fp, "options", st->fp.options);
+    cJSON_AddStringToObject(fp, "calib", st->fp.calib);
     cJSON_AddBoolToObject(r, "cross_backend", st->cross_backend);
     if (st->cross_backend)
         cJSON_AddStringToObject(r, "cross_backend_note", "blocks were computed on more than one backend: the output is valid but not byte-identical to a single-backend run");

@@ -164,9 +164,25 @@ static void test_fingerprint_and_overwrite(void)
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(cfg, "bits");
     CHECK(cJSON_IsNumber(bits) && bits->valueint == 8);
     cJSON_Delete(cfg);
-    /* A finished output is not a checkpoint: running into it again is refused. */
+    /* The same job again into its finished output (its completion never reached the
+     * daemon, say) finishes at once and leaves every file as it was... */
+    size_t before_len = 0, after_len = 0;
+    char *before = pt_read(test_path(out, "model.safetensors"), &before_len);
+    char *report_before = pt_read(test_path(out, "quantd_report.json"), NULL);
     memset(&err, 0, sizeof err);
-    CHECK_ERR(qd_pipeline_run(j8, pt_be, NULL, &err));
+    CHECK_OK(qd_pipeline_run(j8, pt_be, NULL, &err));
+    char *after = pt_read(test_path(out, "model.safetensors"), &after_len);
+    char *report_after = pt_read(test_path(out, "quantd_report.json"), NULL);
+    CHECK(before && after && before_len == after_len && !memcmp(before, after, before_len));
+    CHECK(report_before && report_after && !strcmp(report_before, report_after));
+    CHECK(!qd_fs_exists(test_path(out, ".quantd")));
+    free(before);
+    free(after);
+    free(report_before);
+    free(report_after);
+    /* ... while another job into it is refused. */
+    memset(&err, 0, sizeof err);
+    CHECK_ERR(qd_pipeline_run(j4, pt_be, NULL, &err));
     CHECK_CONTAINS(err.msg, "overwrite");
 
     /* Unrelated files. */
