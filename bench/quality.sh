@@ -5,11 +5,14 @@
 #
 #   bench/quality.sh [BUILD_DIR] [WINDOWS]    (defaults: build, 64)
 #
-# BUILD_DIR must hold a quantctl built with -DCMAKE_BUILD_TYPE=Release. Eval uses the first
-# WINDOWS windows of 512 tokens of the tokenized wiki.test.raw (the golden token file holds
-# 64 windows; the whole file is ~1000 windows and would take well over 10 minutes on 2 cores
-# for the 9 models). Calibration: 64 samples x 512 tokens of c4-calib.jsonl, AWQ-style
-# blocks for awq/awq+gptq, random windows for gptq (the job defaults for each method).
+# BUILD_DIR must hold a quantctl built with -DCMAKE_BUILD_TYPE=Release. WINDOWS is a number
+# (the first WINDOWS windows of 512 tokens of the tokenized wiki.test.raw, from the golden
+# token file of 64 windows) or "full" (the whole wiki.test.raw: 1580 windows, 807,380
+# predicted tokens, the way the goldens were computed; about 3 minutes per model on 2
+# cores). Calibration: 64 samples x 512 tokens of c4-calib.jsonl, AWQ-style blocks for
+# awq/awq+gptq, random windows for gptq and rtn (the job defaults for each method). Every
+# method runs symmetric and asymmetric (zero point): the AWQ paper compares at equal
+# quantizer settings, and AWQ's default is asymmetric.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -30,33 +33,42 @@ seqlen=512
 mkdir -p "$work"
 trap 'rm -rf "$work"' EXIT
 
+if [ "$windows" = full ]; then
+    evalsrc=(--text "$data/text/wikitext-2-raw/wiki.test.raw")
+    evaldesc="the whole WikiText-2 wiki.test.raw (1580 windows of 512 tokens, BOS once at the start; the goldens' method)"
+else
+    evalsrc=(--tokens "$tokens" --max-windows "$windows")
+    evaldesc="the first $windows windows of 512 tokens of WikiText-2 wiki.test.raw (the token file \`goldens/tiny-llama-c4.wikitext2.tokens.json\`)"
+fi
 ppl_of() {   # ppl_of MODEL_DIR -> prints perplexity
-    "$qctl" eval --model "$1" --tokens "$tokens" --seq-len 512 --max-windows "$windows" 2>/dev/null |
-        tail -1 | python3 -c 'import json,sys; print("%.2f" % json.loads(sys.stdin.read())["ppl"])'
+    "$qctl" eval --model "$1" "${evalsrc[@]}" --seq-len 512 2>/dev/null |
+        tail -1 | python3 -c 'import json,sys; print("%.3f" % json.loads(sys.stdin.read())["ppl"])'
 }
 
-quant() {    # quant METHOD BITS -> prints "ppl seconds"
-    local meth="$1" bits="$2" dir="$work/$1-$2"
-    local job="$work/job-$1-$2.json"
-    local cal=""
-    [ "$meth" = rtn ] || cal=", \"calibration\": {\"path\": \"$calib\", \"samples\": $samples, \"seq_len\": $seqlen}"
-    printf '{"model": "%s", "output": "%s", "method": "%s", "bits": %s, "group_size": 128, "format": "gptq"%s, "overwrite": true}\n' \
-        "$model" "$dir" "$meth" "$bits" "$cal" > "$job"
+quant() {    # quant METHOD BITS SYM -> prints "ppl seconds"
+    local meth="$1" bits="$2" sym="$3" dir="$work/$1-$2-$3"
+    local job="$work/job-$1-$2-$3.json"
+    local cal=", \"calibration\": {\"path\": \"$calib\", \"samples\": $samples, \"seq_len\": $seqlen}"
+    printf '{"model": "%s", "output": "%s", "method": "%s", "bits": %s, "group_size": 128, "sym": %s, "format": "gptq_v2"%s, "overwrite": true}\n' \
+        "$model" "$dir" "$meth" "$bits" "$sym" "$cal" > "$job"
     local t0 t1
     t0=$(date +%s.%N)
-    "$qctl" quantize "$job" > "$work/log-$1-$2.txt" 2>&1 || { echo "quality.sh: $meth $bits bits failed:" >&2; tail -5 "$work/log-$1-$2.txt" >&2; exit 1; }
+    "$qctl" quantize "$job" > "$work/log-$1-$2-$3.txt" 2>&1 || { echo "quality.sh: $meth $bits bits failed:" >&2; tail -5 "$work/log-$1-$2-$3.txt" >&2; exit 1; }
     t1=$(date +%s.%N)
     echo "$(ppl_of "$dir") $(python3 -c "print('%.0f' % ($t1 - $t0))")"
 }
 
 fp=$(ppl_of "$model")
 declare -A ppl secs
+echo "fp16: ppl $fp" >&2
+variants="rtn:true rtn:false gptq:true gptq:false awq:false awq+gptq:false awq:true"
 for bits in 4 3; do
-    for meth in rtn gptq awq awq+gptq; do
-        read -r p s < <(quant "$meth" "$bits")
-        ppl[$meth-$bits]=$p
-        secs[$meth-$bits]=$s
-        echo "$meth w${bits}g128: ppl $p (${s} s)" >&2
+    for v in $variants; do
+        meth=${v%%:*} sym=${v#*:}
+        read -r p s < <(quant "$meth" "$bits" "$sym")
+        ppl[$v-$bits]=$p
+        secs[$v-$bits]=$s
+        echo "$meth sym=$sym w${bits}g128: ppl $p (${s} s)" >&2
     done
 done
 
@@ -67,29 +79,29 @@ done
     echo
     echo "Machine: $(lscpu | sed -n 's/^Model name: *//p' | head -1), $(nproc) CPUs available (lscpu: $(lscpu | sed -n 's/^CPU(s): *//p' | head -1) CPUs), CPU backend, 2 threads."
     echo
-    echo "Perplexity (lower is better) on the first $windows windows of 512 tokens of WikiText-2"
-    echo "wiki.test.raw (the token file \`goldens/tiny-llama-c4.wikitext2.tokens.json\`; the whole"
-    echo "file is ~1000 windows, too slow for 9 models on 2 cores), as in the AWQ paper's Table 5"
+    echo "Perplexity (lower is better) on $evaldesc, laid out as the AWQ paper's Table 5"
     echo "(INT4/INT3, g128). Quantize time in seconds in parentheses."
     echo
-    echo "| PPL ↓ | FP16 | INT4 g128 | INT3 g128 |"
+    echo "| PPL ↓ | quantizer | INT4 g128 | INT3 g128 |"
     echo "|---|---|---|---|"
-    echo "| FP16 | $fp | - | - |"
-    for meth in rtn gptq awq awq+gptq; do
+    echo "| FP16 | - | $fp | $fp |"
+    for v in $variants; do
+        meth=${v%%:*} sym=${v#*:}
         name=$(echo "$meth" | tr a-z A-Z)
-        echo "| $name | - | ${ppl[$meth-4]} (${secs[$meth-4]} s) | ${ppl[$meth-3]} (${secs[$meth-3]} s) |"
+        q=symmetric; [ "$sym" = false ] && q="zero point"
+        echo "| $name | $q | ${ppl[$v-4]} (${secs[$v-4]} s) | ${ppl[$v-3]} (${secs[$v-3]} s) |"
     done
     echo
     echo "Calibration: $samples samples x $seqlen tokens of \`text/c4/c4-calib.jsonl\`, seed 0;"
-    echo "style \`gptq\` (random windows) for gptq, \`awq\` (documents concatenated and cut) for awq"
-    echo "and awq+gptq (job defaults). RTN/GPTQ symmetric, AWQ/AWQ+GPTQ asymmetric (job defaults);"
-    echo "GPTQ damp 0.01, no act-order, true_sequential. Format gptq (v1) for all."
+    echo "style \`gptq\` (random windows) for gptq and rtn (rtn only uses it for its error report),"
+    echo "\`awq\` (documents concatenated and cut) for awq and awq+gptq (job defaults). GPTQ damp 0.01,"
+    echo "no act-order, true_sequential. Format gptq_v2 for all (no v1 zero-point constraint)."
     echo
-    echo "Commands (job JSON passed to \`quantctl quantize JOB\`, then"
-    echo "\`quantctl eval --model OUT --tokens $tokens --seq-len 512 --max-windows $windows\`):"
+    echo "Commands (job JSON passed to \`quantctl quantize JOB\`, then \`quantctl eval --model OUT"
+    echo "${evalsrc[*]} --seq-len 512\`):"
     echo
     echo '```'
-    for bits in 4 3; do for meth in rtn gptq awq awq+gptq; do cat "$work/job-$meth-$bits.json"; done; done
+    for bits in 4 3; do for v in $variants; do cat "$work/job-${v%%:*}-$bits-${v#*:}.json"; done; done
     echo '```'
 } > "$out"
 echo "wrote $out" >&2
