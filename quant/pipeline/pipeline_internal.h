@@ -81,4 +81,45 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 
+/* ---- capturing a block's inputs (pipeline_capture.c) ---- */
+
+/* Rows of each input group kept on the host for the per-layer kernel check. */
+#define QD_KCHECK_ROWS 64
+
+/* What one calibration pass over the block collects through the input hook. */
+typedef struct qd_capture_ctx {
+    qd_pipeline *p;
+    int want[QD_MAX_GROUPS];          /* groups whose Hessian to accumulate */
+    qd_gptq_hessian *acc[QD_MAX_GROUPS];
+    float *xcap;                      /* backend [R, K] capture of group xcap_group, or NULL */
+    int xcap_group;
+    int64_t xcap_rows;                /* rows captured so far */
+    int stop_after;                   /* stop the forward after this group's input (-1: never) */
+    int stopped;
+    float **slice;                    /* [QD_MAX_GROUPS] host [QD_KCHECK_ROWS, K] or NULL */
+    int64_t *slice_rows;
+    qd_err *err;
+} qd_capture_ctx;
+
+void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
+/* Runs the block over every calibration batch (x = p->acts) with c's hooks (c may be NULL);
+ * y (backend, same shape as the activations) receives the outputs, or NULL. A forward that
+ * a hook stops at c->stop_after is not an error. */
+int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capture_ctx *c, qd_err *err);
+
+/* ---- AWQ (pipeline_awq.c) ---- */
+
+/* Searches input group g's AWQ scales on the float block and folds them into the group's
+ * linears and the operator before it (norm or linear); records how v->o was treated. */
+int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                                 const qd_linear_plan *plans, qd_err *err);
+
+/* ---- the block checkpoint file (pipeline_blockfile.c) ---- */
+
+/* Writes every tensor of block i as the output will hold it: packed linears, float linears
+ * and norms (rewritten in their dtype when AWQ changed them, else copied bit-exactly), and
+ * every other tensor of the block copied. */
+int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block, qd_linear_out *outs,
+                                 const int *norm_modified, const char *path, qd_err *err);
+
 #endif

@@ -1,0 +1,325 @@
+/* AWQ inside the pipeline: the per-group scale search with module-level objectives and the
+ * folding of the chosen scales into the previous operator (see the comment below). */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+
+/* ---- AWQ scale search and folding for one input group ----
+ *
+ * Each group's scales are scored, as AutoAWQ does, by the error of the module output the
+ * group feeds, not by the group's own linear outputs: q/k/v by the attention output
+ * (o_proj applied to the attention context, computed by running the block with the
+ * candidate q/k/v weights substituted), gate/up by the MLP output down(silu(x Wg^T) *
+ * (x Wu^T)). o and down (and OPT's fc1, whose output is followed by a plain activation)
+ * keep their own output error. Scoring q/k/v by their own outputs ignores that the
+ * softmax and o_proj weigh their errors very unequally, which made AWQ lose to RTN. */
+
+/* Module-loss rows: AutoAWQ scores with all calibration tokens; beyond this many rows the
+ * first whole sequences up to the bound are used (the search runs 20 forwards). */
+#define AWQ_MODULE_MAX_ROWS ((int64_t)65536)
+#define AWQ_CHUNK_ROWS ((int64_t)2048)
+
+typedef struct awq_attn_ctx {
+    qd_capture_ctx c;                     /* first member: the input hook's user data */
+    qd_pipeline *p;
+    const qd_input_group *G;           /* attn_in */
+    int g_out;                         /* attn_out group index (stop there) */
+    int o_li;                          /* its linear (o_proj / out_proj) */
+    const qd_block_weights *bw;
+    const float *const *wq;            /* candidate effective q/k/v weights, NULL: float */
+    float *yref;                       /* backend [Rs, hidden]: o_proj output of the float block */
+    float *ytmp;                       /* backend [batch rows, hidden] scratch */
+    float *ysink;                      /* backend [batch rows, hidden]: the forward's y */
+    int64_t n_seq;                     /* calibration sequences scored */
+    int64_t row0;                      /* rows of the current pass seen so far */
+    int ref_pass;                      /* 1: fill yref; 0: accumulate loss */
+    double loss;
+} awq_attn_ctx;
+
+static int awq_attn_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    awq_attn_ctx *a = ud;
+    (void)block;
+    if (group != a->g_out) return 0;
+    qd_backend *be = a->p->be;
+    const qd_linear_info *L = qd_model_linear(a->p->m, a->o_li);
+    float *y = a->ref_pass ? a->yref + a->row0 * L->n : a->ytmp;
+    int rc = qd_linear_forward(be, x, rows, a->bw->w[a->o_li], NULL, L->n, g->k, y);
+    if (rc) return qd_err_set(a->c.err, rc, "awq: %s output: %s", L->name, be->err.msg);
+    if (!a->ref_pass) {
+        double s = 0;
+        rc = be->ops->sq_diff_sum(be, y, a->yref + a->row0 * L->n, rows * L->n, &s);
+        if (rc) return qd_err_set(a->c.err, rc, "awq: attention output error: %s", be->err.msg);
+        a->loss += s;
+    }
+    a->row0 += rows;
+    a->c.stopped = 1;
+    return QD_ECANCELLED;   /* the rest of the block is not needed */
+}
+
+static int awq_attn_override(void *ud, int block, int linear, const float **w, const float **b)
+{
+    awq_attn_ctx *a = ud;
+    (void)block;
+    (void)b;
+    if (!a->wq) return 0;
+    for (int j = 0; j < a->G->n_linears; j++)
+        if (a->G->linears[j] == linear) *w = a->wq[j];
+    return 0;
+}
+
+/* Runs the block up to o_proj's input over the first n_seq calibration sequences. */
+static int awq_attn_pass(awq_attn_ctx *a, int64_t n_seq, qd_err *err)
+{
+    qd_pipeline *p = a->p;
+    qd_block_hooks hooks = {.ud = a, .input = awq_attn_input, .override = awq_attn_override};
+    int64_t hidden = p->hidden;
+    a->row0 = 0;
+    a->loss = 0;
+    for (int64_t s0 = 0; s0 < n_seq; s0 += p->batch_seqs) {
+        int64_t nb = n_seq - s0 < p->batch_seqs ? n_seq - s0 : p->batch_seqs;
+        const float *x = p->acts + s0 * p->seq_len * hidden;
+        /* The forward writes y only after the attention, which the hook stops before. */
+        a->c.stopped = 0;
+        int rc = qd_block_forward(p->m, a->bw, x, a->ysink, nb, p->seq_len, NULL, &hooks, err);
+        if (rc == QD_ECANCELLED && a->c.stopped) rc = 0;
+        else if (!rc) rc = qd_err_set(err, QD_EINVAL, "awq: the block never reached the attention output's input");
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+static int awq_attn_loss(void *user, qd_backend *be, const float *const *wq, int n_layers, double *loss, qd_err *err)
+{
+    awq_attn_ctx *a = user;
+    (void)be;
+    (void)n_layers;
+    a->wq = wq;
+    a->ref_pass = 0;
+    int rc = awq_attn_pass(a, a->n_seq, err);
+    a->wq = NULL;
+    *loss = a->loss;
+    return rc;
+}
+
+typedef struct awq_mlp_ctx {
+    qd_pipeline *p;
+    const qd_block_weights *bw;
+    const float *x;                    /* backend [rows, hidden] mlp_in input */
+    int64_t rows, hidden, ff;
+    int gate_j, up_j;                  /* positions of gate and up in the group */
+    int gate_li, up_li, down_li;
+    float *yref;                       /* backend [rows, hidden] float MLP output */
+    float *hg, *hu, *y;                /* chunk scratch [chunk, ff] x2, [chunk, hidden] */
+} awq_mlp_ctx;
+
+/* MLP output for rows [r0, r0+nr) with gate/up weights wg/wu into dst. */
+static int awq_mlp_chunk(awq_mlp_ctx *m, const float *wg, const float *wu, int64_t r0, int64_t nr, float *dst, qd_err *err)
+{
+    qd_backend *be = m->p->be;
+    const float *x = m->x + r0 * m->hidden;
+    int rc = qd_linear_forward(be, x, nr, wg, m->bw->b[m->gate_li], m->ff, m->hidden, m->hg);
+    if (!rc) rc = qd_linear_forward(be, x, nr, wu, m->bw->b[m->up_li], m->ff, m->hidden, m->hu);
+    if (!rc) rc = be->ops->silu_mul(be, m->hg, m->hg, m->hu, nr * m->ff);
+    if (!rc) rc = qd_linear_forward(be, m->hg, nr, m->bw->w[m->down_li], NULL, m->hidden, m->ff, dst);
+    if (rc) return qd_err_set(err, rc, "awq: MLP output: %s", be->err.msg);
+    return 0;
+}
+
+static int awq_mlp_loss(void *user, qd_backend *be, const float *const *wq, int n_layers, double *loss, qd_err *err)
+{
+    awq_mlp_ctx *m = user;
+    (void)n_layers;
+    double sum = 0;
+    for (int64_t r0 = 0; r0 < m->rows; r0 += AWQ_CHUNK_ROWS) {
+        int64_t nr = m->rows - r0 < AWQ_CHUNK_ROWS ? m->rows - r0 : AWQ_CHUNK_ROWS;
+        double s = 0;
+        int rc = awq_mlp_chunk(m, wq[m->gate_j], wq[m->up_j], r0, nr, m->y, err);
+        if (!rc && (rc = be->ops->sq_diff_sum(be, m->y, m->yref + r0 * m->hidden, nr * m->hidden, &s)))
+            return qd_err_set(err, rc, "awq: MLP output error: %s", be->err.msg);
+        if (rc) return rc;
+        sum += s;
+    }
+    *loss = sum;
+    return 0;
+}
+
+/* Which module loss applies to group g: 1 attention output, 2 llama MLP output, 0 own. */
+static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, int *li_out)
+{
+    if (!strcmp(G->name, "attn_in")) {
+        for (int g = 0; g < qd_model_n_groups(p->m); g++) {
+            const qd_input_group *O = qd_model_group(p->m, g);
+            if (!strcmp(O->name, "attn_out") && O->n_linears == 1) {
+                *g_out = g;
+                *li_out = O->linears[0];
+                return 1;
+            }
+        }
+        return 0;
+    }
+    if (!strcmp(G->name, "mlp_in") && G->n_linears == 2 && !strcmp(qd_model_cfg(p->m)->activation, "silu") &&
+        qd_model_linear_find(p->m, "mlp.down_proj") >= 0)
+        return 2;
+    return 0;
+}
+
+/* Scale search for group g with the module loss (or the layers' own loss) on the captured
+ * input x [R, K]. */
+static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const float *x, int64_t R,
+                            const qd_awq_opts *o, const float *const *ws, const int64_t *ns,
+                            qd_awq_scales *sc, qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    qd_backend *be = p->be;
+    int64_t K = G->k, hidden = p->hidden;
+    int g_out = -1, o_li = -1;
+    int kind = awq_module_kind(p, G, &g_out, &o_li);
+    if (kind == 0) return qd_awq_search_scales(be, &p->qcfg, o, ws, ns, G->n_linears, K, x, R, K, sc, err);
+    float *x_mean = malloc((size_t)K * sizeof *x_mean);
+    if (!x_mean) return qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+    int rc = qd_awq_x_mean(be, x, R, K, K, x_mean, err);
+    int64_t n_seq = p->n_seq;
+    if (n_seq * p->seq_len > AWQ_MODULE_MAX_ROWS) n_seq = AWQ_MODULE_MAX_ROWS / p->seq_len > 0 ? AWQ_MODULE_MAX_ROWS / p->seq_len : 1;
+    int64_t rs = n_seq * p->seq_len;
+    if (!rc && kind == 1) {
+        awq_attn_ctx a;
+        memset(&a, 0, sizeof a);
+        qd_capture_init(&a.c, p, err);
+        a.p = p;
+        a.G = G;
+        a.g_out = g_out;
+        a.o_li = o_li;
+        a.bw = bw;
+        a.yref = qd_backend_alloc(be, (size_t)(rs * hidden) * sizeof(float));
+        a.n_seq = n_seq;
+        a.ytmp = qd_backend_alloc(be, (size_t)(p->batch_seqs * p->seq_len * hidden) * sizeof(float));
+        a.ysink = qd_backend_alloc(be, (size_t)(p->batch_seqs * p->seq_len * hidden) * sizeof(float));
+        if (!a.yref || !a.ytmp || !a.ysink) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory for the attention outputs");
+        if (!rc) {
+            a.ref_pass = 1;
+            rc = awq_attn_pass(&a, n_seq, err);
+        }
+        if (!rc) rc = qd_awq_search_scales_cb(be, &p->qcfg, o, ws, ns, G->n_linears, K, x_mean, awq_attn_loss, &a, sc, err);
+        qd_backend_free(be, a.yref);
+        qd_backend_free(be, a.ytmp);
+        qd_backend_free(be, a.ysink);
+    } else if (!rc) {
+        awq_mlp_ctx m;
+        memset(&m, 0, sizeof m);
+        m.p = p;
+        m.bw = bw;
+        m.x = x;
+        m.rows = rs;
+        m.hidden = K;
+        m.down_li = qd_model_linear_find(p->m, "mlp.down_proj");
+        m.gate_j = strstr(qd_model_linear(p->m, G->linears[0])->name, "gate") ? 0 : 1;
+        m.up_j = 1 - m.gate_j;
+        m.gate_li = G->linears[m.gate_j];
+        m.up_li = G->linears[m.up_j];
+        m.ff = qd_model_linear(p->m, m.gate_li)->n;
+        int64_t ch = rs < AWQ_CHUNK_ROWS ? rs : AWQ_CHUNK_ROWS;
+        m.yref = qd_backend_alloc(be, (size_t)(rs * K) * sizeof(float));
+        m.hg = qd_backend_alloc(be, (size_t)(ch * m.ff) * sizeof(float));
+        m.hu = qd_backend_alloc(be, (size_t)(ch * m.ff) * sizeof(float));
+        m.y = qd_backend_alloc(be, (size_t)(ch * K) * sizeof(float));
+        if (!m.yref || !m.hg || !m.hu || !m.y) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory for the MLP outputs");
+        for (int64_t r0 = 0; r0 < rs && !rc; r0 += AWQ_CHUNK_ROWS) {
+            int64_t nr = rs - r0 < AWQ_CHUNK_ROWS ? rs - r0 : AWQ_CHUNK_ROWS;
+            rc = awq_mlp_chunk(&m, bw->w[m.gate_li], bw->w[m.up_li], r0, nr, m.yref + r0 * K, err);
+        }
+        if (!rc) rc = qd_awq_search_scales_cb(be, &p->qcfg, o, ws, ns, G->n_linears, K, x_mean, awq_mlp_loss, &m, sc, err);
+        qd_backend_free(be, m.yref);
+        qd_backend_free(be, m.hg);
+        qd_backend_free(be, m.hu);
+        qd_backend_free(be, m.y);
+    }
+    free(x_mean);
+    return rc;
+}
+
+int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                            const qd_linear_plan *plans, qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    qd_backend *be = p->be;
+    int n_q = 0;
+    for (int j = 0; j < G->n_linears; j++) n_q += plans[G->linears[j]].quantize;
+    if (n_q == 0) return 0;
+    if (G->prev_kind == QD_PREV_NONE) return 0;
+    if (G->prev_kind == QD_PREV_LINEAR) {
+        const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
+        if (prev->n != G->k) {
+            if (!p->st.awq_note[0])
+                snprintf(p->st.awq_note, sizeof p->st.awq_note,
+                         "%s -> %s scaling skipped: shapes differ under grouped-query attention (as AutoAWQ)",
+                         prev->name, qd_model_linear(p->m, G->linears[0])->name);
+            return 0;
+        }
+    }
+    int64_t R = p->n_seq * p->seq_len, K = G->k;
+    float *x = qd_backend_alloc(be, (size_t)(R * K) * sizeof(float));
+    if (!x) return qd_err_set(err, QD_ENOMEM, "awq: out of memory for [%lld, %lld] activations", (long long)R, (long long)K);
+    qd_capture_ctx c;
+    qd_capture_init(&c, p, err);
+    c.xcap = x;
+    c.xcap_group = g;
+    c.stop_after = g;
+    int rc = qd_capture_run(p, bw, NULL, &c, err);
+    const float *ws[QD_MAX_GROUP_LINEARS];
+    int64_t ns[QD_MAX_GROUP_LINEARS];
+    float *host = NULL;
+    qd_awq_scales sc;
+    memset(&sc, 0, sizeof sc);
+    for (int j = 0; j < G->n_linears && !rc; j++) {
+        const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
+        ns[j] = L->n;
+        ws[j] = bw->w[G->linears[j]];   /* backend memory owned by the block */
+    }
+    if (!rc) {
+        qd_awq_opts o = qd_awq_opts_default();
+        /* AutoAWQ's duo scaling: measured lower perplexity than the paper's x_mean^alpha
+         * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
+        o.duo_scaling = 1;
+        rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
+    }
+    if (!rc && sc.best_alpha > 0) {
+        /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
+        host = malloc((size_t)K * sizeof(float) * 2);
+        if (!host) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+        for (int j = 0; j < G->n_linears && !rc; j++) {
+            rc = be->ops->scale_cols(be, bw->w[G->linears[j]], ns[j], K, sc.s, 0);
+            if (rc) rc = qd_err_set(err, rc, "awq: %s", be->err.msg);
+        }
+        if (!rc && G->prev_kind == QD_PREV_NORM) {
+            float *nw = host, *nb = host + K;
+            int has_b = qd_model_norm_has_bias(p->m);
+            rc = qd_block_norm_get(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
+            for (int64_t i = 0; i < K && !rc; i++) { nw[i] /= sc.s[i]; if (has_b) nb[i] /= sc.s[i]; }
+            if (!rc) rc = qd_block_norm_set(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
+        } else if (!rc && G->prev_kind == QD_PREV_LINEAR) {
+            const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
+            float *pw = malloc((size_t)(prev->n * prev->k) * sizeof(float));
+            float *pb = prev->has_bias ? host : NULL;
+            if (!pw) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+            if (!rc) rc = qd_block_linear_get(p->m, bw, G->prev_index, pw, pb, err);
+            for (int64_t r = 0; r < prev->n && !rc; r++) {
+                for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[r];
+                if (pb) pb[r] /= sc.s[r];
+            }
+            if (!rc) rc = qd_block_linear_set(p->m, bw, G->prev_index, pw, pb, err);
+            free(pw);
+        }
+        QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f loss=%.4g rtn_loss=%.4g", block, G->name,
+               sc.best_alpha, sc.best_loss, sc.rtn_loss);
+    }
+    free(host);
+    qd_awq_scales_free(&sc);
+    qd_backend_free(be, x);
+    return rc;
+}

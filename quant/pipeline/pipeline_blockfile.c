@@ -1,0 +1,140 @@
+/* The block checkpoint file: every tensor of a finished block as the output will hold it. */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+#include "quant/core/safetensors.h"
+#include "quant/tp/tp_pipeline.h"
+
+/* ---- the block file: every tensor of block i as the output will hold it ---- */
+
+typedef struct blockfile {
+    st_writer *w;
+    void **bufs;       /* converted copies to free after writing */
+    size_t n_bufs, cap_bufs;
+} blockfile;
+
+static void *bf_keep(blockfile *b, void *ptr)
+{
+    if (!ptr) return NULL;
+    if (b->n_bufs == b->cap_bufs) {
+        size_t cap = b->cap_bufs ? 2 * b->cap_bufs : 32;
+        void **nb = realloc(b->bufs, cap * sizeof *nb);
+        if (!nb) { free(ptr); return NULL; }
+        b->bufs = nb;
+        b->cap_bufs = cap;
+    }
+    b->bufs[b->n_bufs++] = ptr;
+    return ptr;
+}
+
+/* Adds host F32 data converted to dtype (F32, F16 or BF16). */
+static int bf_add_f32(blockfile *b, const char *name, qd_dtype dtype, int ndim, const int64_t *shape,
+                      const float *src, size_t n, qd_err *err)
+{
+    if (dtype != QD_DTYPE_F32 && dtype != QD_DTYPE_F16 && dtype != QD_DTYPE_BF16) dtype = QD_DTYPE_F32;
+    void *buf = bf_keep(b, malloc(n * qd_dtype_size(dtype) + 1));
+    if (!buf) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    qd_convert_from_f32(dtype, src, buf, n);
+    return st_writer_add(b->w, name, dtype, ndim, shape, buf, err);
+}
+
+int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block, qd_linear_out *outs,
+                            const int *norm_modified, const char *path, qd_err *err)
+{
+    const st_model *sm = qd_model_tensors(p->m);
+    char prefix[160], name[320];
+    qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
+    size_t plen = strlen(prefix);
+    blockfile b = {0};
+    /* tp_aware jobs: reorder the MLP pair now, after the forward used the plain weights. */
+    int rc = qd_tp_layout_apply_block(p, block, outs, err);
+    if (rc) return rc;
+    rc = st_writer_init(&b.w);
+    if (rc) return qd_err_set(err, rc, "out of memory");
+    int nl = qd_model_n_linears(p->m);
+    /* Packed and modified tensors first; remember which source names they replace. */
+    for (int li = 0; li < nl && !rc; li++) {
+        const qd_linear_info *L = qd_model_linear(p->m, li);
+        qd_linear_out *o = &outs[li];
+        if (o->quantized) {
+            qd_packed *pk = &o->packed;
+            snprintf(name, sizeof name, "%s%s.qweight", prefix, L->name);
+            rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qweight_shape, pk->qweight, err);
+            snprintf(name, sizeof name, "%s%s.qzeros", prefix, L->name);
+            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qzeros_shape, pk->qzeros, err);
+            snprintf(name, sizeof name, "%s%s.scales", prefix, L->name);
+            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_F16, 2, pk->scales_shape, pk->scales, err);
+            if (!rc && pk->g_idx) {
+                snprintf(name, sizeof name, "%s%s.g_idx", prefix, L->name);
+                rc = st_writer_add(b.w, name, QD_DTYPE_I32, 1, &pk->g_idx_len, pk->g_idx, err);
+            }
+            if (!rc && pk->bias) {
+                snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
+                rc = st_writer_add(b.w, name, QD_DTYPE_F16, 1, &pk->bias_len, pk->bias, err);
+            }
+        } else {
+            snprintf(name, sizeof name, "%s%s.weight", prefix, L->name);
+            const st_tensor *src = st_model_find(sm, name);
+            if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+            if (o->weight_modified) {
+                int64_t shape[2] = {L->n, L->k};
+                rc = bf_add_f32(&b, name, src->dtype, 2, shape, o->w_float, (size_t)(L->n * L->k), err);
+            } else {
+                rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
+            }
+            if (!rc && L->has_bias) {
+                snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
+                src = st_model_find(sm, name);
+                if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+                if (o->bias_modified && o->bias)
+                    rc = bf_add_f32(&b, name, src->dtype, 1, &L->n, o->bias, (size_t)L->n, err);
+                else
+                    rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
+            }
+        }
+    }
+    /* Norms changed by AWQ folding. */
+    for (int ni = 0; ni < QD_MAX_NORMS && !rc; ni++) {
+        if (!norm_modified[ni]) continue;
+        int64_t hidden = p->hidden;
+        float *wv = bf_keep(&b, malloc((size_t)hidden * sizeof(float) * 2));
+        if (!wv) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
+        int has_b = qd_model_norm_has_bias(p->m);
+        rc = qd_block_norm_get(p->m, bw, ni, wv, has_b ? wv + hidden : NULL, err);
+        for (int part = 0; part < 1 + has_b && !rc; part++) {
+            snprintf(name, sizeof name, "%s%s.%s", prefix, qd_model_norm_name(p->m, ni), part ? "bias" : "weight");
+            const st_tensor *src = st_model_find(sm, name);
+            if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+            rc = bf_add_f32(&b, name, src->dtype, 1, &hidden, wv + part * hidden, (size_t)hidden, err);
+        }
+    }
+    /* Every other tensor of the block is copied bit-exactly. */
+    for (size_t i = 0; i < st_model_count(sm) && !rc; i++) {
+        const st_tensor *t = st_model_tensor(sm, i);
+        if (strncmp(t->name, prefix, plen) != 0) continue;
+        const char *rest = t->name + plen;
+        int taken = 0;
+        for (int li = 0; li < nl && !taken; li++) {
+            const char *ln = qd_model_linear(p->m, li)->name;
+            size_t l = strlen(ln);
+            if (strncmp(rest, ln, l) == 0 && (!strcmp(rest + l, ".weight") || !strcmp(rest + l, ".bias"))) taken = 1;
+        }
+        for (int ni = 0; ni < QD_MAX_NORMS && !taken; ni++) {
+            if (!norm_modified[ni]) continue;
+            const char *nn = qd_model_norm_name(p->m, ni);
+            size_t l = strlen(nn);
+            if (strncmp(rest, nn, l) == 0 && rest[l] == '.') taken = 1;
+        }
+        if (!taken) rc = st_writer_add(b.w, t->name, t->dtype, t->ndim, t->shape, t->data, err);
+    }
+    if (!rc) rc = st_writer_write(b.w, path, err);
+    st_writer_free(b.w);
+    for (size_t i = 0; i < b.n_bufs; i++) free(b.bufs[i]);
+    free(b.bufs);
+    return rc;
+}

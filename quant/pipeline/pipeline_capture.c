@@ -1,0 +1,75 @@
+/* Capturing a block's inputs: one pass of the calibration batches through the block with
+ * an input hook that folds each group's activations into its Hessian, keeps a slice for the
+ * kernel check, copies a whole group's input for AWQ, and can stop the forward early once
+ * the wanted group's input has been seen. */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+
+static int capture_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    qd_capture_ctx *c = ud;
+    (void)block;
+    if (c->want[group] && c->acc[group]) {
+        int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
+        if (rc) return rc;
+    }
+    if (c->slice && c->want[group] && c->slice[group] && c->slice_rows[group] < QD_KCHECK_ROWS) {
+        qd_backend *be = c->p->be;
+        int64_t take = QD_KCHECK_ROWS - c->slice_rows[group];
+        if (take > rows) take = rows;
+        int rc = qd_backend_download(be, c->slice[group] + c->slice_rows[group] * g->k, x, (size_t)(take * g->k) * sizeof(float));
+        if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
+        c->slice_rows[group] += take;
+    }
+    if (c->xcap && group == c->xcap_group) {
+        qd_backend *be = c->p->be;
+        int rc = be->ops->copy(be, c->xcap + c->xcap_rows * g->k, x, (size_t)(rows * g->k) * sizeof(float));
+        if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
+        c->xcap_rows += rows;
+    }
+    if (group == c->stop_after) {
+        c->stopped = 1;
+        return QD_ECANCELLED;   /* ends this forward early; not an error (see run_batches) */
+    }
+    return 0;
+}
+
+/* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
+ * NULL when only the hooks matter. */
+int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capture_ctx *c, qd_err *err)
+{
+    qd_block_hooks hooks = {.ud = c, .input = capture_input, .override = NULL};
+    int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
+    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
+        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+        const float *x = p->acts + s0 * rows_per_seq * hidden;
+        float *out = y ? y + s0 * rows_per_seq * hidden : NULL;
+        float *scratch = NULL;
+        if (!out) {
+            scratch = qd_backend_alloc(p->be, (size_t)(nb * rows_per_seq * hidden) * sizeof(float));
+            if (!scratch) return qd_err_set(err, QD_ENOMEM, "block forward: out of memory");
+            out = scratch;
+        }
+        if (c) c->stopped = 0;
+        int rc = qd_block_forward(p->m, bw, x, out, nb, rows_per_seq, NULL, c ? &hooks : NULL, err);
+        qd_backend_free(p->be, scratch);
+        if (rc == QD_ECANCELLED && c && c->stopped) rc = 0;
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err)
+{
+    memset(c, 0, sizeof *c);
+    c->p = p;
+    c->stop_after = -1;
+    c->xcap_group = -1;
+    c->err = err;
+}
