@@ -61,7 +61,7 @@ quant() {    # quant METHOD BITS SYM -> prints "ppl seconds"
 fp=$(ppl_of "$model")
 declare -A ppl secs
 echo "fp16: ppl $fp" >&2
-variants="rtn:true rtn:false gptq:true gptq:false awq:false awq+gptq:false awq:true"
+variants="rtn:true rtn:false gptq:true gptq:false awq:false awq+gptq:false"
 for bits in 4 3; do
     for v in $variants; do
         meth=${v%%:*} sym=${v#*:}
