@@ -4,7 +4,7 @@
 # ../shared/data when present; GPU tests skip without a GPU).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/deps.sh
+scripts/deps.sh --test
 BUILD=${QUANTD_TEST_BUILD:-build/test}
 cmake -S . -B "$BUILD" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DQUANTD_SANITIZE=address,undefined \
       -DQUANTD_CUDA=${QUANTD_CUDA:-AUTO} >/dev/null
