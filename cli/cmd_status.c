@@ -104,11 +104,8 @@ redisContext *qctl_redis(const qctl_conn *c)
     return r;
 }
 
-int qctl_http(const qctl_conn *c, const char *method, const char *path, const char *body, int *status,
-              char **resp)
+int qctl_http_open(const qctl_conn *c, const char *method, const char *path, const char *body)
 {
-    *status = 0;
-    *resp = NULL;
     const char *u = c->http;
     if (!strncmp(u, "http://", 7)) u += 7;
     char host[256], port[16] = "80";
@@ -139,6 +136,16 @@ int qctl_http(const qctl_conn *c, const char *method, const char *path, const ch
                      c->token ? c->token : "", c->token ? "\r\n" : "", blen, body ? body : "");
     if (n < 0 || write(fd, req, (size_t)n) != n) { free(req); close(fd); return -1; }
     free(req);
+    return fd;
+}
+
+int qctl_http(const qctl_conn *c, const char *method, const char *path, const char *body, int *status,
+              char **resp)
+{
+    *status = 0;
+    *resp = NULL;
+    int fd = qctl_http_open(c, method, path, body);
+    if (fd < 0) return -1;
     /* HTTP/1.0: the server closes after the body, so read to EOF. */
     size_t len = 0, cap = 65536;
     char *buf = malloc(cap);

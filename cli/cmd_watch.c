@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <poll.h>
 #include <unistd.h>
 
 #include <hiredis/hiredis.h>
@@ -17,8 +18,9 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: quantctl watch ID [--redis URL] [--timeout S]\n"
-               "  Follows the job until it finishes (a bar with ETA on a terminal, lines otherwise).\n%s"
+    fprintf(f, "usage: quantctl watch ID [--redis URL | --http URL] [--timeout S]\n"
+               "  Follows the job until it finishes (a bar with ETA on a terminal, lines otherwise),\n"
+               "  from the Redis event stream, or with --http from the API's Server-Sent Events.\n%s"
                "  --timeout S       give up after S seconds without an event (default: wait forever)\n"
                "exit status: 0 done, 1 failed, cancelled, timed out or unreachable, 2 bad usage\n", qctl_conn_help);
 }
@@ -45,6 +47,95 @@ static void show(const qp_status *st, int tty)
     }
 }
 
+/* Handles one SSE "data:" payload; returns QCTL_OK or QCTL_FAIL at a final state, else -1. */
+static int sse_event(const char *id, const char *data, size_t len, int tty)
+{
+    qp_status st;
+    qp_err pe = {0};
+    if (qp_status_from_event(&st, NULL, data, len, &pe)) return -1;
+    show(&st, tty);
+    int rc = -1;
+    if (qp_state_is_final(st.state)) {
+        rc = st.state == QP_STATE_DONE ? QCTL_OK : QCTL_FAIL;
+        if (st.error) fprintf(stderr, "quantctl: %s %s: %s\n", id, qp_state_name(st.state), st.error);
+    }
+    qp_status_clear(&st);
+    return rc;
+}
+
+/* Follows GET /v1/jobs/ID/events: the replay of the job's stream, then live events. */
+static int watch_http(const qctl_conn *c, const char *id, long timeout_s)
+{
+    char path[160];
+    snprintf(path, sizeof path, "/v1/jobs/%s/events", id);
+    int fd = qctl_http_open(c, "GET", path, NULL);
+    if (fd < 0) return QCTL_FAIL;
+    int tty = isatty(STDERR_FILENO), rc = -1, in_body = 0;
+    size_t len = 0, cap = 1 << 16;
+    char *buf = malloc(cap), *data = NULL;
+    size_t dlen = 0;
+    long idle = 0;
+    while (buf && rc < 0) {
+        struct pollfd pf = {fd, POLLIN, 0};
+        int pr = poll(&pf, 1, 1000);
+        if (pr == 0) {
+            if (timeout_s && ++idle >= timeout_s) { fprintf(stderr, "quantctl: no event for %ld s\n", timeout_s); rc = QCTL_FAIL; }
+            continue;
+        }
+        if (len + 4096 > cap) {
+            char *nb = cap < (1u << 24) ? realloc(buf, cap *= 2) : NULL;
+            if (!nb) { fprintf(stderr, "quantctl: event stream line too long\n"); rc = QCTL_FAIL; break; }
+            buf = nb;
+        }
+        ssize_t k = read(fd, buf + len, cap - len - 1);
+        if (k <= 0) { fprintf(stderr, "quantctl: the event stream ended before the job finished\n"); rc = QCTL_FAIL; break; }
+        idle = 0;
+        len += (size_t)k;
+        buf[len] = 0;
+        char *p = buf;
+        if (!in_body) {
+            char *sep = strstr(buf, "\r\n\r\n");
+            if (!sep) continue;
+            int status = 0;
+            if (sscanf(buf, "HTTP/%*s %d", &status) != 1 || status != 200) {
+                qctl_http_error(status, sep + 4);
+                rc = QCTL_FAIL;
+                break;
+            }
+            in_body = 1;
+            p = sep + 4;
+        }
+        /* SSE: "data: ..." lines (several make one payload, joined by newlines), an empty
+         * line ends the event; "id:", "event:" and ":" comment lines are skipped. */
+        char *nl;
+        while (rc < 0 && (nl = strchr(p, '\n'))) {
+            *nl = 0;
+            if (nl > p && nl[-1] == '\r') nl[-1] = 0;
+            if (!strncmp(p, "data:", 5)) {
+                const char *v = p + 5 + (p[5] == ' ');
+                size_t vl = strlen(v);
+                char *nd = realloc(data, dlen + vl + 2);
+                if (!nd) { rc = QCTL_FAIL; break; }
+                data = nd;
+                if (dlen) data[dlen++] = '\n';
+                memcpy(data + dlen, v, vl);
+                dlen += vl;
+                data[dlen] = 0;
+            } else if (!*p && dlen) {
+                rc = sse_event(id, data, dlen, tty);
+                dlen = 0;
+            }
+            p = nl + 1;
+        }
+        len = strlen(p);
+        memmove(buf, p, len + 1);
+    }
+    free(buf);
+    free(data);
+    close(fd);
+    return rc < 0 ? QCTL_FAIL : rc;
+}
+
 int cmd_watch(int argc, char **argv)
 {
     qctl_conn c;
@@ -63,7 +154,7 @@ int cmd_watch(int argc, char **argv)
     if (optind + 1 != argc) { usage(stderr); return QCTL_USAGE; }
     const char *id = argv[optind];
     if (!qp_name_valid(id)) { fprintf(stderr, "quantctl: '%s' is not a job id\n", id); return QCTL_USAGE; }
-    if (c.http) c.http = NULL;   /* the stream is read from Redis: the HTTP API's SSE needs no client here */
+    if (c.http) return watch_http(&c, id, timeout_s);
     qp_keys k;
     if (qctl_keys(&c, &k)) return QCTL_USAGE;
     redisContext *r = qctl_redis(&c);

@@ -50,6 +50,9 @@ int qctl_keys(const qctl_conn *c, struct qp_keys *k);       /* 0, or -1 with the
 struct redisContext *qctl_redis(const qctl_conn *c);
 /* One HTTP/1.0 request to c->http. *resp is the malloc'd body (caller frees). Returns 0, or
  * -1 with the error printed when the API cannot be reached. */
+/* Connects to c->http and sends one HTTP/1.0 request; returns the socket (the caller reads
+ * the answer and closes it) or -1 with the reason printed. */
+int qctl_http_open(const qctl_conn *c, const char *method, const char *path, const char *body);
 int qctl_http(const qctl_conn *c, const char *method, const char *path, const char *body, int *status,
               char **resp);
 void qctl_http_error(int status, const char *resp);          /* prints the answer's "error" */

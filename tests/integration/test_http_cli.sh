@@ -63,6 +63,17 @@ grep -q 'progress=0.5000' "$tmp/watch.out" || fail "watch missed an event: $(cat
 tail -1 "$tmp/watch.out" | grep -q 'state=done' || fail "watch did not end on done"
 $R hset qjob:w1 state done >/dev/null
 
+# watch over HTTP: the API's Server-Sent Events (replay of w4's stream, then live events).
+$R hset qjob:w4 v 1 id w4 state running progress 0.1 stage quantize block 0 blocks 3 >/dev/null
+ev4() { $R xadd qjob:w4:events '*' event "{\"v\":1,\"type\":\"progress\",\"id\":\"w4\",\"state\":\"$1\",\"progress\":$2,\"block\":$3,\"blocks\":3}" >/dev/null; $R publish qjobs:events "{\"v\":1,\"id\":\"w4\"}" >/dev/null; }
+ev4 running 0.1 0
+( sleep 0.5; ev4 running 0.6 1; sleep 0.5; ev4 done 1 2 ) &
+"$Q" watch w4 --http "http://127.0.0.1:$HP" --timeout 20 > "$tmp/watch4.out" || fail "watch --http exit $?: $(cat "$tmp/watch4.out")"
+grep -q 'progress=0.6000' "$tmp/watch4.out" || fail "watch --http missed an event: $(cat "$tmp/watch4.out")"
+tail -1 "$tmp/watch4.out" | grep -q 'state=done' || fail "watch --http did not end on done"
+set +e; "$Q" watch nope --http "http://127.0.0.1:$HP" --timeout 5 2>"$tmp/err"; rc=$?; set -e
+[ $rc -eq 1 ] && grep -q 404 "$tmp/err" || fail "watch --http of an unknown job: exit $rc, $(cat "$tmp/err")"
+
 # Cancel: flag + notification; a finished job refuses.
 $R hset qjob:w2 v 1 id w2 state running >/dev/null
 "$Q" cancel w2 >/dev/null || fail "cancel"

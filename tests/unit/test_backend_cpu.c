@@ -385,6 +385,60 @@ static void test_gptq_block_threads(void)
     qd_backend_close(b2);
 }
 
+/* The AVX-512 kernel (16 rows per batch) must be bit-identical to the AVX2 one (8 rows):
+ * the same operations per lane. Odd n and a short group cover partial batches. Runs the
+ * default kernel twice where the CPU has no AVX-512 (still a determinism check). */
+static void test_gptq_block_avx512_vs_avx2(void)
+{
+    qd_backend *b1 = NULL, *b2 = NULL;
+    qd_err e = {0};
+    CHECK_OK(qd_backend_cpu_open(2, &b1, &e));
+    setenv("QUANTD_CPU_KERNEL", "avx2", 1);
+    CHECK_OK(qd_backend_cpu_open(2, &b2, &e));
+    unsetenv("QUANTD_CPU_KERNEL");
+    test_rng rng;
+    test_rng_seed(&rng, 21);
+    const int64_t n = 283, k = 80, gs = 32, G = 3;
+    qd_quant_cfg cfg = qd_quant_cfg_default();
+    cfg.group_size = gs;
+    cfg.sym = 0;
+    float *w = malloc(sizeof(float) * n * k), *w2 = malloc(sizeof(float) * n * k);
+    float *hinv = calloc(k * k, sizeof(float));
+    test_fill_normal(&rng, w, n * k, 1.0f);
+    memcpy(w2, w, sizeof(float) * n * k);
+    for (int64_t i = 0; i < k; i++) {
+        hinv[i * k + i] = 0.5f + 0.5f * fabsf(test_rng_normal(&rng));
+        for (int64_t j = i + 1; j < k; j++) hinv[i * k + j] = 0.1f * test_rng_normal(&rng);
+    }
+    float *err1 = calloc(n * k, sizeof(float)), *err2 = calloc(n * k, sizeof(float));
+    uint8_t *c1 = calloc(n * k, 1), *c2 = calloc(n * k, 1);
+    float *s1 = calloc(G * n, sizeof(float)), *s2 = calloc(G * n, sizeof(float));
+    float *z1 = calloc(G * n, sizeof(float)), *z2 = calloc(G * n, sizeof(float));
+    int32_t cg[80];
+    for (int64_t j = 0; j < k; j++) cg[j] = (int32_t)(j / gs);
+    for (int64_t i1 = 0; i1 < k; i1 += 48) {                 /* blocks of 48 and 32 columns */
+        int64_t i2 = i1 + 48 < k ? i1 + 48 : k;
+        qd_gptq_block_args a = {.cfg = &cfg, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = w, .ldw = k,
+                                .hinv = hinv, .ldh = k, .err = err1 + i1, .lde = k, .codes = c1, .ldc = k,
+                                .scales = s1, .zeros = z1, .col_group = cg, .find_params = 1};
+        CHECK_OK(b1->ops->gptq_block(b1, &a));
+        a.w = w2; a.err = err2 + i1; a.codes = c2; a.scales = s2; a.zeros = z2;
+        CHECK_OK(b2->ops->gptq_block(b2, &a));
+    }
+    CHECK(memcmp(w, w2, sizeof(float) * n * k) == 0);
+    CHECK(memcmp(err1, err2, sizeof(float) * n * k) == 0);
+    CHECK(memcmp(c1, c2, n * k) == 0);
+    CHECK(memcmp(s1, s2, sizeof(float) * G * n) == 0);
+    CHECK(memcmp(z1, z2, sizeof(float) * G * n) == 0);
+    int any = 0;
+    for (int64_t j = 0; j < k; j++) any |= c1[(n - 1) * k + j];
+    CHECK(any);
+    free(w); free(w2); free(hinv); free(err1); free(err2); free(c1); free(c2);
+    free(s1); free(s2); free(z1); free(z2);
+    qd_backend_close(b1);
+    qd_backend_close(b2);
+}
+
 int main(void)
 {
     TEST_RUN(test_open_specs);
@@ -394,5 +448,6 @@ int main(void)
     TEST_RUN(test_chol_inverse_upper);
     TEST_RUN(test_gptq_block);
     TEST_RUN(test_gptq_block_threads);
+    TEST_RUN(test_gptq_block_avx512_vs_avx2);
     return test_finish();
 }

@@ -175,10 +175,11 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 /* ---- GPTQ block ---------------------------------------------------------------------- */
 
 /* Rows of the block processed together: each Hinv row is read once per batch, and the
- * AVX2 kernel holds one column of a batch in one 8-lane register. */
-#define CPU_GPTQ_ROWS 8
+ * SIMD kernels hold one column of a batch in one register (8 lanes with AVX2, 16 with
+ * AVX-512). Threads split the rows in whole batches of the widest kernel. */
+#define CPU_GPTQ_ROWS 16
 
-/* Scratch floats per thread: the block copy, errors, Q and codes, each [B][8]. */
+/* Scratch floats per thread: the block copy, errors, Q and codes, each [B][16]. */
 #define CPU_GPTQ_SCRATCH(B) ((size_t)(4 * CPU_GPTQ_ROWS) * (size_t)(B))
 
 /* Dynamic groups: the parameters of every group that starts inside the block, for row r,
@@ -237,9 +238,9 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
     const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
     float *w1 = scratch, *el = w1 + B * 8, *ql = el + B * 8, *cl = ql + B * 8;
     const __m256 v0 = _mm256_setzero_ps(), vmaxq = _mm256_set1_ps((float)qd_quant_maxq(a->cfg));
-    for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
-        int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
-        for (int rr = 0; rr < CPU_GPTQ_ROWS; rr++) {
+    for (int64_t rb = r0; rb < r1; rb += 8) {
+        int nr = (int)(r1 - rb < 8 ? r1 - rb : 8);
+        for (int rr = 0; rr < 8; rr++) {
             if (rr < nr && a->find_params) cpu_gptq_find_params(a, rb + rr);
             const float *src = a->w + (rb + rr) * a->ldw + i1;
             for (int64_t i = 0; i < B; i++) w1[i * 8 + rr] = rr < nr ? src[i] : 0.0f;
@@ -297,6 +298,76 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
     }
 }
 
+/* AVX-512 kernel: the AVX2 kernel with 16 rows per batch, one column of a batch in one
+ * 16-lane register. Every lane runs exactly the AVX2 kernel's operations (divide, round
+ * half to even, add, clamp, multiply, subtract, divide, fused multiply-subtract), so the
+ * results are bit-identical to it; only the width changes. */
+__attribute__((target("avx512f,fma")))
+static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
+{
+    const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
+    float *w1 = scratch, *el = w1 + B * 16, *ql = el + B * 16, *cl = ql + B * 16;
+    const __m512 v0 = _mm512_setzero_ps(), vmaxq = _mm512_set1_ps((float)qd_quant_maxq(a->cfg));
+    for (int64_t rb = r0; rb < r1; rb += 16) {
+        int nr = (int)(r1 - rb < 16 ? r1 - rb : 16);
+        for (int rr = 0; rr < 16; rr++) {
+            if (rr < nr && a->find_params) cpu_gptq_find_params(a, rb + rr);
+            const float *src = a->w + (rb + rr) * a->ldw + i1;
+            for (int64_t i = 0; i < B; i++) w1[i * 16 + rr] = rr < nr ? src[i] : 0.0f;
+        }
+        int64_t gcur = -1;
+        __m512 vs = v0, vz = v0;
+        for (int64_t i = 0; i < B; i++) {
+            int64_t j = i1 + i, g = a->col_group[j];
+            if (g != gcur) {
+                /* Missing rows of a short batch get scale 1, zero 0: harmless, never stored. */
+                float s16[16], z16[16];
+                for (int rr = 0; rr < 16; rr++) {
+                    s16[rr] = rr < nr ? a->scales[g * n + rb + rr] : 1.0f;
+                    z16[rr] = rr < nr ? a->zeros[g * n + rb + rr] : 0.0f;
+                }
+                vs = _mm512_loadu_ps(s16);
+                vz = _mm512_loadu_ps(z16);
+                gcur = g;
+            }
+            const float *hrow = a->hinv + j * a->ldh;
+            __m512 x = _mm512_loadu_ps(w1 + i * 16);
+            __m512 v = _mm512_add_ps(_mm512_roundscale_ps(_mm512_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+            v = _mm512_min_ps(_mm512_max_ps(v, v0), vmaxq);
+            __m512 qv = _mm512_mul_ps(vs, _mm512_sub_ps(v, vz));
+            __m512 e = _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hrow[j]));
+            _mm512_storeu_ps(el + i * 16, e);
+            _mm512_storeu_ps(ql + i * 16, qv);
+            _mm512_storeu_ps(cl + i * 16, v);
+            float *wc = w1 + (i + 1) * 16;
+            const float *hc = hrow + j + 1;
+            int64_t len = B - i - 1, c = 0;
+            for (; c + 4 <= len; c += 4) {
+                __m512 y0 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(wc + c * 16));
+                __m512 y1 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 1]), _mm512_loadu_ps(wc + c * 16 + 16));
+                __m512 y2 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 2]), _mm512_loadu_ps(wc + c * 16 + 32));
+                __m512 y3 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 3]), _mm512_loadu_ps(wc + c * 16 + 48));
+                _mm512_storeu_ps(wc + c * 16, y0);
+                _mm512_storeu_ps(wc + c * 16 + 16, y1);
+                _mm512_storeu_ps(wc + c * 16 + 32, y2);
+                _mm512_storeu_ps(wc + c * 16 + 48, y3);
+            }
+            for (; c < len; c++)
+                _mm512_storeu_ps(wc + c * 16, _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(wc + c * 16)));
+        }
+        for (int rr = 0; rr < nr; rr++) {
+            int64_t r = rb + rr;
+            float *er = a->err + r * a->lde, *wr = a->w + r * a->ldw + i1;
+            uint8_t *cr = a->codes + r * a->ldc + i1;
+            for (int64_t i = 0; i < B; i++) {
+                er[i] = el[i * 16 + rr];
+                wr[i] = ql[i * 16 + rr];
+                cr[i] = (uint8_t)(int)cl[i * 16 + rr];
+            }
+        }
+    }
+}
+
 typedef struct cpu_gptq_job {
     const qd_gptq_block_args *a;
     cpu_gptq_rows_fn rows;
@@ -322,7 +393,7 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     /* Threads split the rows; below a few batches per thread the start-up is not worth it. */
     int nt = be->n_threads;
     if (nt > CPU_GPTQ_MAX_THREADS) nt = CPU_GPTQ_MAX_THREADS;
-    if (n < (int64_t)nt * 16 * CPU_GPTQ_ROWS) nt = 1;
+    if (n < (int64_t)nt * 128) nt = 1;
     float *scratch = cpu_alloc(be, (size_t)nt * CPU_GPTQ_SCRATCH(B) * sizeof(float));
     if (!scratch) return QD_ENOMEM;
     cpu_gptq_job jobs[CPU_GPTQ_MAX_THREADS];
@@ -393,8 +464,12 @@ int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
     /* QUANTD_CPU_KERNEL=portable selects the plain C kernels (tests compare the two). */
     const char *kern = getenv("QUANTD_CPU_KERNEL");
     int simd = !(kern && !strcmp(kern, "portable"));
-    impl->gptq_rows = (simd && __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
-                          ? cpu_gptq_rows_avx2 : cpu_gptq_rows_ref;
+    /* QUANTD_CPU_KERNEL=avx2 keeps the 8-lane kernel on AVX-512 machines (tests compare). */
+    int avx2_only = kern && !strcmp(kern, "avx2");
+    int fma = __builtin_cpu_supports("fma");
+    impl->gptq_rows = (simd && !avx2_only && fma && __builtin_cpu_supports("avx512f")) ? cpu_gptq_rows_avx512
+                      : (simd && fma && __builtin_cpu_supports("avx2"))                ? cpu_gptq_rows_avx2
+                                                                                       : cpu_gptq_rows_ref;
     be->ops = &cpu_ops;
     be->impl = impl;
     be->name = "cpu";
