@@ -8,9 +8,12 @@
  *            (flops counted as rows * K^2, the useful half of X^T X);
  *   gptq:    the quantization proper as qd_gptq_quantize reports it (damping, Cholesky,
  *            column loop, unpermute);
- *   and, replayed alone on the same shapes: chol_inverse_upper; the lazy trailing updates
- *   W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:] (2 * N * B * (K - i2) flops per block); the
- *   in-block kernel (gptq_block) for every block.
+ *   and, replayed alone on the same shapes, in the form the driver uses (the LDL form where
+ *   the backend has chol_ldl_upper, see quant/algo/gptq_block.h): the factorisation
+ *   (chol_ldl_upper, else chol_inverse_upper); the lazy trailing updates, one GEMM per
+ *   block of B columns (N * K^2 flops in all; LDL form acc[:, i2:] += Err1 @ A[i1:i2, i2:],
+ *   U form W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:], the same shapes); the in-block kernel
+ *   (gptq_block) for every block.
  * Built by bench/gptq_layer.sh against a build directory's libquant.a. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -103,22 +106,36 @@ int main(int argc, char **argv)
     double mean = 0;
     for (int64_t i = 0; i < k; i++) mean += hinv[i * k + i];
     for (int64_t i = 0; i < k; i++) hinv[i * k + i] += (float)(o.damp_percent * mean / k);
+    const int ldl = be->ops->chol_ldl_upper != NULL;
     t0 = now();
-    if (be->ops->chol_inverse_upper(be, hinv, k)) { fprintf(stderr, "%s\n", be->err.msg); return 1; }
+    if ((ldl ? be->ops->chol_ldl_upper : be->ops->chol_inverse_upper)(be, hinv, k)) {
+        fprintf(stderr, "%s\n", be->err.msg);
+        return 1;
+    }
     double t_chol = now() - t0;
 
-    const int64_t B = o.block_size;
-    float *wc = malloc(sizeof(float) * n * k), *e = malloc(sizeof(float) * n * B);
+    const int64_t B = o.block_size, S = B;           /* B * GPTQ_SUPER_BLOCKS (1) in gptq.c */
+    float *wc = malloc(sizeof(float) * n * k), *e = malloc(sizeof(float) * n * S);
+    float *corr = malloc(sizeof(float) * n * k);    /* LDL form: the corrections */
+    memset(corr, 0, sizeof(float) * n * k);         /* first-touch page faults outside the timing */
     memcpy(wc, w, sizeof(float) * n * k);
-    for (int64_t i = 0; i < n * B; i++) e[i] = 1e-3f * (float)((i * 7919) % 201 - 100);
+    for (int64_t i = 0; i < n * S; i++) e[i] = 1e-3f * (float)((i * 7919) % 201 - 100);
     double t_lazy = 0, lazy_flops = 0;
-    for (int64_t i1 = 0; i1 < k; i1 += B) {
-        int64_t i2 = i1 + B < k ? i1 + B : k;
-        if (i2 >= k) break;
+    for (int64_t s1 = 0; s1 < k; s1 += S) {
+        int64_t s2 = s1 + S < k ? s1 + S : k;
         double s = now();
-        be->ops->gemm(be, 0, 0, n, k - i2, i2 - i1, -1.0f, e, B, hinv + i1 * k + i2, k, 1.0f, wc + i2, k);
+        for (int64_t i1 = s1; i1 < s2; i1 += B) {
+            int64_t i2 = i1 + B < s2 ? i1 + B : s2;
+            if (i2 >= s2) break;
+            be->ops->gemm(be, 0, 0, n, s2 - i2, i2 - i1, 1.0f, e + (i1 - s1), S, hinv + i1 * k + i2, k, 1.0f,
+                          corr + i2, k);
+            lazy_flops += 2.0 * (double)n * (double)(i2 - i1) * (double)(s2 - i2);
+        }
+        if (s2 < k) {
+            be->ops->gemm(be, 0, 0, n, k - s2, s2 - s1, 1.0f, e, S, hinv + s1 * k + s2, k, 1.0f, corr + s2, k);
+            lazy_flops += 2.0 * (double)n * (double)(s2 - s1) * (double)(k - s2);
+        }
         t_lazy += now() - s;
-        lazy_flops += 2.0 * (double)n * (double)(i2 - i1) * (double)(k - i2);
     }
 
     int64_t G = res.layer.n_groups;
@@ -136,7 +153,8 @@ int main(int argc, char **argv)
         qd_gptq_block_args a = {.cfg = &o.quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = wc, .ldw = k,
                                 .hinv = hinv, .ldh = k, .err = e, .lde = B, .codes = codes, .ldc = k,
                                 .scales = sc, .zeros = zr, .col_group = cg,
-                                .find_params = o.quant.group_size > 0};
+                                .find_params = o.quant.group_size > 0,
+                                .ldl = ldl, .acc = ldl && i1 > 0 ? corr : NULL, .lda = k};
         double s = now();
         be->ops->gptq_block(be, &a);
         t_block += now() - s;
@@ -153,7 +171,7 @@ int main(int argc, char **argv)
            res.seconds, t_gptq_wall, res.damp, res.fallback_rtn ? "true" : "false", t_chol, t_lazy,
            lazy_flops / t_lazy / 1e9, lazy_flops / 1e9, t_block);
 
-    free(sc); free(zr); free(codes); free(cg); free(wc); free(e); free(hinv);
+    free(sc); free(zr); free(codes); free(cg); free(wc); free(e); free(corr); free(hinv);
     qd_gptq_result_free(&res);
     qd_gptq_hessian_free(&acc);
     qd_backend_close(be);

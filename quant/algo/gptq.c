@@ -1,7 +1,9 @@
 /* GPTQ for one linear layer (see gptq.h): prepares H and W on the host (dead columns,
  * static groups, act-order permutation, damping), factorises on the backend with damping
  * retries, runs the block loop through the backend's gptq_block and gemm ops, and undoes
- * the permutation into a qd_qlayer. */
+ * the permutation into a qd_qlayer. Where the backend has chol_ldl_upper (the CPU) the
+ * loop runs in the LDL form (quant/algo/gptq_block.h): one Cholesky instead of Cholesky
+ * plus triangular inverse, and two levels of lazy updates. */
 #include "quant/algo/gptq.h"
 
 #include <math.h>
@@ -91,6 +93,7 @@ static int gptq_fallback_rtn(const qd_quant_cfg *c, const float *w, int64_t n, i
 /* Backend buffers of one run. */
 typedef struct gptq_dev {
     float *h, *w, *err, *scales, *zeros;
+    float *acc;                /* LDL form: the corrections to w, [n, k] */
     uint8_t *codes;
     int32_t *col_group;
 } gptq_dev;
@@ -100,6 +103,7 @@ static void gptq_dev_free(qd_backend *be, gptq_dev *d)
     qd_backend_free(be, d->h);
     qd_backend_free(be, d->w);
     qd_backend_free(be, d->err);
+    qd_backend_free(be, d->acc);
     qd_backend_free(be, d->scales);
     qd_backend_free(be, d->zeros);
     qd_backend_free(be, d->codes);
@@ -128,6 +132,58 @@ static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, i
                                1.0f, d->w + i2, k);
             if (rc) return qd_err_set(err, rc, "gptq: trailing update after block [%lld, %lld): %s",
                                       (long long)i1, (long long)i2, be->err.msg);
+        }
+    }
+    return 0;
+}
+
+/* Blocks per super-block in the LDL form: inside a super-block the next blocks get their
+ * corrections from each block's errors (small GEMMs), and the columns past it get them
+ * once per super-block, so the big trailing GEMM has an inner dimension of
+ * GPTQ_SUPER_BLOCKS * block_size. Measured on a 2-core Zen 4 with OpenBLAS 0.3.21: 4
+ * (512-deep) was no faster than 1 (the 128-deep GEMMs already run at 80-95% of SGEMM and
+ * the narrow in-super-block GEMMs cost what the deeper ones save), so 1: one level. */
+#define GPTQ_SUPER_BLOCKS 1
+
+/* Columns of one super-block (the error buffer's width): no wider than the layer. */
+static int64_t gptq_super_cols(int64_t block_size, int64_t k)
+{
+    return block_size * GPTQ_SUPER_BLOCKS < k ? block_size * GPTQ_SUPER_BLOCKS : k;
+}
+
+/* The column loop in the LDL form (see gptq_block.h): W (processing order, original
+ * values) in d->w, A in d->h, corrections in d->acc, d->err holds [n, S] errors of one
+ * super-block. Leaves Q in d->w and the codes in d->codes. */
+static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, int64_t n,
+                               int64_t k, int find_params, qd_err *err)
+{
+    const int64_t B = o->block_size, S = gptq_super_cols(B, k);
+    for (int64_t s1 = 0; s1 < k; s1 += S) {
+        int64_t s2 = s1 + S < k ? s1 + S : k;
+        for (int64_t i1 = s1; i1 < s2; i1 += B) {
+            int64_t i2 = i1 + B < s2 ? i1 + B : s2;
+            qd_gptq_block_args a = {
+                .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,
+                .hinv = d->h, .ldh = k, .err = d->err + (i1 - s1), .lde = S, .codes = d->codes,
+                .ldc = k, .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
+                .find_params = find_params, .ldl = 1, .acc = i1 == 0 ? NULL : d->acc, .lda = k,
+            };
+            int rc = be->ops->gptq_block(be, &a);
+            if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
+            if (i2 < s2) {
+                /* acc[:, i2:s2] += Err1 @ A[i1:i2, i2:s2]; the first writes start from zero */
+                rc = be->ops->gemm(be, 0, 0, n, s2 - i2, i2 - i1, 1.0f, d->err + (i1 - s1), S,
+                                   d->h + i1 * k + i2, k, i1 == 0 ? 0.0f : 1.0f, d->acc + i2, k);
+                if (rc) return qd_err_set(err, rc, "gptq: update inside columns [%lld, %lld): %s",
+                                          (long long)s1, (long long)s2, be->err.msg);
+            }
+        }
+        if (s2 < k) {
+            /* acc[:, s2:] += Err[:, s1:s2] @ A[s1:s2, s2:] */
+            int rc = be->ops->gemm(be, 0, 0, n, k - s2, s2 - s1, 1.0f, d->err, S, d->h + s1 * k + s2, k,
+                                   s1 == 0 ? 0.0f : 1.0f, d->acc + s2, k);
+            if (rc) return qd_err_set(err, rc, "gptq: trailing update after columns [%lld, %lld): %s",
+                                      (long long)s1, (long long)s2, be->err.msg);
         }
     }
     return 0;
@@ -166,6 +222,10 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
      * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
      * H is built straight into the factorisation buffer, so nothing is copied twice. */
     const int host = be->device < 0;
+    /* The LDL form where the backend has it (one Cholesky, no inverse);
+     * QUANTD_GPTQ_FORM=inverse keeps the U form (tests compare the two). */
+    const char *form = getenv("QUANTD_GPTQ_FORM");
+    const int ldl = be->ops->chol_ldl_upper != NULL && !(form && !strcmp(form, "inverse"));
     const int in_place = host && !o->desc_act;
     const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);
     float *wp = NULL;                                          /* W in processing order */
@@ -269,7 +329,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         out->damp_percent = pct;
         out->damp = damp;
         out->damp_retries = attempt;
-        rc = be->ops->chol_inverse_upper(be, d.h, k);
+        rc = ldl ? be->ops->chol_ldl_upper(be, d.h, k) : be->ops->chol_inverse_upper(be, d.h, k);
         if (rc == 0) { factored = 1; break; }
         if (rc != QD_ENUMERIC) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
         QD_LOG(QD_LOG_WARN, "gptq damping retry", "n=%lld k=%lld damp_percent=%g reason=\"%s\"",
@@ -290,7 +350,14 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
 
     d.w = host ? wp : qd_backend_alloc(be, wbytes);
     d.codes = in_place ? out->layer.q : qd_backend_alloc(be, (size_t)(n * k));
-    d.err = qd_backend_alloc(be, (size_t)(n * o->block_size) * sizeof(float));
+    const int64_t err_cols = ldl ? gptq_super_cols(o->block_size, k) : o->block_size;
+    d.err = qd_backend_alloc(be, (size_t)(n * err_cols) * sizeof(float));
+    /* Never read before written: block 0 takes no corrections and the first updates of
+     * every column have beta 0. */
+    if (ldl && k > o->block_size) {
+        d.acc = qd_backend_alloc(be, wbytes);
+        if (!d.acc) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
+    }
     d.scales = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
     d.zeros = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
     d.col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
@@ -306,7 +373,8 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         goto done;
     }
     double t_loop = now_seconds();
-    rc = gptq_run_blocks(be, o, &d, n, k, find_params, err);
+    rc = ldl ? gptq_run_blocks_ldl(be, o, &d, n, k, find_params, err)
+             : gptq_run_blocks(be, o, &d, n, k, find_params, err);
     if (rc) goto done;
     if ((rc = be->ops->sync(be))) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
     double t_loop_end = now_seconds();

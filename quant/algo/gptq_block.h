@@ -20,7 +20,21 @@
  * current block before this block's in-block updates, later columns after all earlier
  * trailing updates. That is exactly what the reference does (it calls find_params on W,
  * not on the block copy W1). Otherwise (static groups, or one group for all of K) the
- * parameters are given and only read. All pointers are backend memory. */
+ * parameters are given and only read.
+ *
+ * LDL form (ldl set; only backends with the chol_ldl_upper op see it). The same algorithm
+ * without H^-1 (the "LDLQ" of Chee et al., equal to GPTQ in exact arithmetic): with
+ * H = R R^T, R upper, and A = R diag(R)^-1 (what chol_ldl_upper leaves in hinv), GPTQ's
+ * updated weights are w_hat[j] = w[j] + sum_{c<j} (w[c] - q[c]) A[c][j] with the ORIGINAL
+ * w, so w is not updated in place: the corrections sum_{c<j} ... live in acc. Per row:
+ *   w1     = w[r][i1:i2] + acc[r][i1:i2]   (acc NULL: no corrections yet, w1 = w)
+ *   code   = qd_quant_code(w1[j], s, z, maxq); qv = qd_quant_dequant(code, s, z)
+ *   e      = w[r][j] - qv                  (the original weight; no division)
+ *   w1[c] += e * hinv[j][c]                for c = j+1 .. i2-1
+ *   err[r][j - i1] = e; codes[r][j] = code; w[r][j] = qv
+ * and dynamic group parameters come from w + acc over the group's columns (the updated
+ * weights as the block starts, as above). The caller's trailing update is then
+ * acc[:, i2:] += err @ hinv[i1:i2, i2:]. All pointers are backend memory. */
 #ifndef QUANT_ALGO_GPTQ_BLOCK_H
 #define QUANT_ALGO_GPTQ_BLOCK_H
 
@@ -44,6 +58,9 @@ typedef struct qd_gptq_block_args {
     float *zeros;              /* [G, n]: likewise (integer-valued floats) */
     const int32_t *col_group;  /* [k]: the group whose parameters quantize column j */
     int find_params;           /* 1: dynamic groups, found at each group's first column */
+    int ldl;                   /* 1: the LDL form (above); 0: the U form */
+    const float *acc;          /* ldl: [n, lda] corrections to w, or NULL (all zero) */
+    int64_t lda;
 } qd_gptq_block_args;
 
 #endif

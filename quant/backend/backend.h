@@ -84,6 +84,13 @@ typedef struct qd_backend_ops {
     /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */
     int (*nll_rows)(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows,
                     int64_t vocab, double *nll_host);
+
+    /* ---- optional (NULL where the backend lacks them) ---- */
+    /* GPTQ's LDL form (see quant/algo/gptq_block.h, ldl): in place, H (k x k, symmetric
+     * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular
+     * (positive diagonal); A has a unit diagonal and its lower triangle is zeroed. One
+     * Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
+    int (*chol_ldl_upper)(qd_backend *be, float *h, int64_t k);
 } qd_backend_ops;
 
 struct qd_backend {

@@ -388,7 +388,7 @@ static void test_gptq_block_threads(void)
 /* The AVX-512 kernel (16 rows per batch) must be bit-identical to the AVX2 one (8 rows):
  * the same operations per lane. Odd n and a short group cover partial batches. Runs the
  * default kernel twice where the CPU has no AVX-512 (still a determinism check). */
-static void test_gptq_block_avx512_vs_avx2(void)
+static void gptq_block_avx512_vs_avx2(int ldl)
 {
     qd_backend *b1 = NULL, *b2 = NULL;
     qd_err e = {0};
@@ -416,11 +416,14 @@ static void test_gptq_block_avx512_vs_avx2(void)
     float *z1 = calloc(G * n, sizeof(float)), *z2 = calloc(G * n, sizeof(float));
     int32_t cg[80];
     for (int64_t j = 0; j < k; j++) cg[j] = (int32_t)(j / gs);
+    float *acc = malloc(sizeof(float) * n * k);               /* LDL form: corrections to w */
+    test_fill_normal(&rng, acc, n * k, 0.1f);
     for (int64_t i1 = 0; i1 < k; i1 += 48) {                 /* blocks of 48 and 32 columns */
         int64_t i2 = i1 + 48 < k ? i1 + 48 : k;
         qd_gptq_block_args a = {.cfg = &cfg, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = w, .ldw = k,
                                 .hinv = hinv, .ldh = k, .err = err1 + i1, .lde = k, .codes = c1, .ldc = k,
-                                .scales = s1, .zeros = z1, .col_group = cg, .find_params = 1};
+                                .scales = s1, .zeros = z1, .col_group = cg, .find_params = 1,
+                                .ldl = ldl, .acc = ldl && i1 > 0 ? acc : NULL, .lda = k};
         CHECK_OK(b1->ops->gptq_block(b1, &a));
         a.w = w2; a.err = err2 + i1; a.codes = c2; a.scales = s2; a.zeros = z2;
         CHECK_OK(b2->ops->gptq_block(b2, &a));
@@ -434,9 +437,15 @@ static void test_gptq_block_avx512_vs_avx2(void)
     for (int64_t j = 0; j < k; j++) any |= c1[(n - 1) * k + j];
     CHECK(any);
     free(w); free(w2); free(hinv); free(err1); free(err2); free(c1); free(c2);
-    free(s1); free(s2); free(z1); free(z2);
+    free(s1); free(s2); free(z1); free(z2); free(acc);
     qd_backend_close(b1);
     qd_backend_close(b2);
+}
+
+static void test_gptq_block_avx512_vs_avx2(void)
+{
+    gptq_block_avx512_vs_avx2(0);
+    gptq_block_avx512_vs_avx2(1);           /* the LDL form, with corrections after block 0 */
 }
 
 int main(void)

@@ -464,6 +464,64 @@ static void test_bad_input(void)
     qd_gptq_result_free(&res);
 }
 
+/* The LDL form (the CPU default: one Cholesky, no inverse, lazy updates of corrections) against
+ * the U form (QUANTD_GPTQ_FORM=inverse, the reference's formulation): equal in exact
+ * arithmetic, so the codes agree but for rare rounding ties and the output errors match.
+ * Configurations: many blocks with a short last one, groups inside blocks,
+ * groups wider than a block, one group, static groups with act-order, the SIMD and the
+ * portable kernels. */
+static void ldl_vs_inverse_case(int64_t n, int64_t k, int64_t B, int64_t gs, int sym, int desc_act,
+                                int static_groups, uint64_t seed)
+{
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    const int64_t t = 3 * k;
+    float *x = make_correlated_x(&rng, t, k);
+    float *h = hessian_of(x, t, k);
+    float *w = malloc(sizeof(float) * n * k);
+    test_fill_normal(&rng, w, n * k, 0.05f);
+    qd_gptq_opts o = qd_gptq_opts_default();
+    o.quant.sym = sym;
+    o.quant.group_size = gs;
+    o.block_size = B;
+    o.desc_act = desc_act;
+    o.static_groups = static_groups;
+    qd_gptq_result rl, ru;
+    qd_err err = {0};
+    CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &rl, &err));
+    setenv("QUANTD_GPTQ_FORM", "inverse", 1);
+    CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &ru, &err));
+    unsetenv("QUANTD_GPTQ_FORM");
+    int64_t same = 0;
+    for (int64_t i = 0; i < n * k; i++) same += rl.layer.q[i] == ru.layer.q[i];
+    CHECK(same >= n * k - n * k / 200);
+    CHECK(memcmp(rl.layer.g_idx, ru.layer.g_idx, sizeof(int32_t) * k) == 0);
+    double el = out_err2(w, rl.deq, x, n, k, t), eu = out_err2(w, ru.deq, x, n, k, t);
+    CHECK_NEAR(el / eu, 1.0, 0.01);
+    qd_gptq_result_free(&rl);
+    qd_gptq_result_free(&ru);
+    free(x); free(h); free(w);
+}
+
+static void test_ldl_matches_inverse_form(void)
+{
+    ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 31);     /* 10 blocks, the last short */
+    ldl_vs_inverse_case(37, 300, 32, 128, 1, 0, 0, 32);    /* a group spans 4 blocks */
+    ldl_vs_inverse_case(24, 320, 64, -1, 0, 0, 0, 33);     /* one group for all of K */
+    ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 0, 34);     /* act-order */
+    ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 1, 35);     /* act-order + static groups */
+    setenv("QUANTD_CPU_KERNEL", "portable", 1);
+    qd_backend *keep = be, *port = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_backend_cpu_open(2, &port, &err));
+    unsetenv("QUANTD_CPU_KERNEL");
+    be = port;
+    ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 36);
+    ldl_vs_inverse_case(37, 300, 32, 128, 1, 0, 0, 37);
+    be = keep;
+    qd_backend_close(port);
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -479,6 +537,7 @@ int main(void)
     TEST_RUN(test_deterministic);
     TEST_RUN(test_hessian_stream);
     TEST_RUN(test_matches_reference_loop);
+    TEST_RUN(test_ldl_matches_inverse_form);
     TEST_RUN(test_bad_input);
     qd_backend_close(be);
     return test_finish();

@@ -172,6 +172,45 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
     return 0;
 }
 
+/* H -> A = R diag(R)^-1 with H = R R^T, R upper (GPTQ's LDL form, see gptq_block.h).
+ * Factor J H J = L L^T (lower) as in cpu_chol_inverse_upper; then H = (J L J)(J L J)^T
+ * and J L J is upper with a positive diagonal, so R = J L J: one potrf (k^3/3 flops) and
+ * no trtri. */
+static int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
+{
+    if (!h || k <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "cpu chol_ldl_upper: bad arguments (k=%lld)", (long long)k);
+    lapack_int n = (lapack_int)k;
+    cpu_reverse_square(h, k);
+    lapack_int info = LAPACKE_spotrf_work(LAPACK_COL_MAJOR, 'U', n, h, n);
+    if (info != 0)
+        return qd_err_set(&be->err, QD_ENUMERIC,
+                          "cpu chol_ldl_upper: the Hessian [%lld x %lld] is not positive definite "
+                          "(Cholesky failed at column %lld)", (long long)k, (long long)k,
+                          (long long)(info > 0 ? k - info : -1));
+    cpu_reverse_square(h, k);
+    for (int64_t i = 0; i < k; i++)
+        if (!isfinite(h[i * k + i]) || h[i * k + i] <= 0.0f)
+            return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor diagonal %lld is %g",
+                              (long long)i, (double)h[i * k + i]);
+    /* Column j of R divided by R[j][j], row by row so that memory is read in order. */
+    float *inv = malloc((size_t)k * sizeof *inv);
+    if (!inv) return qd_err_set(&be->err, QD_ENOMEM, "cpu chol_ldl_upper: out of memory");
+    for (int64_t j = 0; j < k; j++) inv[j] = h[j * k + j];
+    for (int64_t i = 0; i < k; i++) {
+        float *row = h + i * k;
+        memset(row, 0, (size_t)i * sizeof(float));
+        row[i] = 1.0f;
+        for (int64_t j = i + 1; j < k; j++) row[j] /= inv[j];
+    }
+    free(inv);
+    for (int64_t i = 0; i < k * k; i++)
+        if (!isfinite(h[i]))
+            return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor entry [%lld][%lld] is not finite",
+                              (long long)(i / k), (long long)(i % k));
+    return 0;
+}
+
 /* ---- GPTQ block ---------------------------------------------------------------------- */
 
 /* Rows of the block processed together: each Hinv row is read once per batch, and the
@@ -179,20 +218,77 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
  * AVX-512). Threads split the rows in whole batches of the widest kernel. */
 #define CPU_GPTQ_ROWS 16
 
-/* Scratch floats per thread: the block copy, errors, Q and codes, each [B][16]. */
-#define CPU_GPTQ_SCRATCH(B) ((size_t)(4 * CPU_GPTQ_ROWS) * (size_t)(B))
+/* Scratch floats per thread: the block copy, errors, Q, codes, the original weights and
+ * the group-parameter state (LDL form), each [B][16], then k floats for one row. */
+#define CPU_GPTQ_SCRATCH(B, k) (((size_t)(6 * CPU_GPTQ_ROWS) * (size_t)(B) + (size_t)(k) + 15) / 16 * 16)
 
 /* Dynamic groups: the parameters of every group that starts inside the block, for row r,
- * from w as it stood when the block started. */
-static void cpu_gptq_find_params(const qd_gptq_block_args *a, int64_t r)
+ * from the U form's weights as they stood when the block started: w itself, or in the LDL
+ * form w + D with D_c = acc_c - sum_{i1 <= i < c} D_i hinv[i][c] (see gptq_block.h), which
+ * is solved here row by row into tmp [k] over the columns the groups need. */
+static void cpu_gptq_find_params(const qd_gptq_block_args *a, int64_t r, float *tmp)
 {
     const int64_t k = a->k, i1 = a->i1, i2 = a->i2;
     const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : k;
+    const int64_t j0 = (i1 + gs - 1) / gs * gs;
     const float *wr = a->w + r * a->ldw;
-    for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
+    if (a->ldl && a->acc && j0 < i2) {
+        int64_t jl = j0 + (i2 - 1 - j0) / gs * gs;             /* the last group start in the block */
+        int64_t end = jl + gs < k ? jl + gs : k;
+        const float *ar = a->acc + r * a->lda;
+        for (int64_t c = i1; c < end; c++) tmp[c - i1] = ar[c];
+        for (int64_t i = i1; i < end; i++) {
+            const float *hrow = a->hinv + i * a->ldh;
+            float d = tmp[i - i1];
+            for (int64_t c = i + 1; c < end; c++) tmp[c - i1] -= d * hrow[c];
+        }
+        for (int64_t c = i1; c < end; c++) tmp[c - i1] += wr[c];
+    }
+    for (int64_t j = j0; j < i2; j += gs) {
         int64_t len = j + gs <= k ? gs : k - j;
         int64_t g = a->col_group[j];
-        qd_quant_params(a->cfg, wr + j, len, 1, &a->scales[g * a->n + r], &a->zeros[g * a->n + r]);
+        const float *src = a->ldl && a->acc ? tmp + (j - i1) : wr + j;
+        qd_quant_params(a->cfg, src, len, 1, &a->scales[g * a->n + r], &a->zeros[g * a->n + r]);
+    }
+}
+
+/* Whether the LDL form's group parameters can be found on the block copy: dynamic groups,
+ * corrections present, and every group that starts in the block ends inside it. */
+static int cpu_gptq_ldl_vec_params(const qd_gptq_block_args *a)
+{
+    if (!a->find_params || !a->ldl || !a->acc) return 0;
+    const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : a->k;
+    const int64_t j0 = (a->i1 + gs - 1) / gs * gs;
+    if (j0 >= a->i2) return 0;                                  /* no group starts here */
+    int64_t jl = j0 + (a->i2 - 1 - j0) / gs * gs;
+    return (jl + gs < a->k ? jl + gs : a->k) <= a->i2;
+}
+
+/* The parameters of the groups in the block for the rows of a batch of `lanes` rows, from
+ * pl [B][lanes] = w + D (see cpu_gptq_find_params), read with a stride. */
+static void cpu_gptq_params_from_batch(const qd_gptq_block_args *a, int64_t rb, int nr, const float *pl,
+                                       int lanes)
+{
+    const int64_t k = a->k, i1 = a->i1, i2 = a->i2;
+    const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : k;
+    for (int rr = 0; rr < nr; rr++)
+        for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
+            int64_t len = j + gs <= k ? gs : k - j, g = a->col_group[j], r = rb + rr;
+            qd_quant_params(a->cfg, pl + (j - i1) * lanes + rr, len, lanes, &a->scales[g * a->n + r],
+                            &a->zeros[g * a->n + r]);
+        }
+}
+
+/* Row r's slice [i1, i2) of the updated weights (w, or w + acc) into dst with stride st. */
+static void cpu_gptq_load_row(const qd_gptq_block_args *a, int64_t r, float *dst, int64_t st)
+{
+    const int64_t i1 = a->i1, B = a->i2 - a->i1;
+    const float *src = a->w + r * a->ldw + i1;
+    if (a->ldl && a->acc) {
+        const float *ac = a->acc + r * a->lda + i1;
+        for (int64_t i = 0; i < B; i++) dst[i * st] = src[i] + ac[i];
+    } else {
+        for (int64_t i = 0; i < B; i++) dst[i * st] = src[i];
     }
 }
 
@@ -201,12 +297,13 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
 {
     const int maxq = qd_quant_maxq(a->cfg);
     const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
-    float *w1 = scratch;                                     /* [8][B] */
+    float *w1 = scratch;                                     /* [16][B] */
+    float *tmp = scratch + 6 * CPU_GPTQ_ROWS * B;
     for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
         int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
         for (int rr = 0; rr < nr; rr++) {
-            if (a->find_params) cpu_gptq_find_params(a, rb + rr);
-            memcpy(w1 + rr * B, a->w + (rb + rr) * a->ldw + i1, (size_t)B * sizeof(float));
+            if (a->find_params) cpu_gptq_find_params(a, rb + rr, tmp);
+            cpu_gptq_load_row(a, rb + rr, w1 + rr * B, 1);
         }
         for (int64_t i = 0; i < B; i++) {
             int64_t j = i1 + i, g = a->col_group[j];
@@ -218,8 +315,12 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
                 float x = y[i];
                 int code = qd_quant_code(x, s, z, maxq);
                 float qv = qd_quant_dequant(code, s, z);
-                float e = (x - qv) / hrow[j];
-                for (int64_t c = i + 1; c < B; c++) y[c] -= e * hrow[i1 + c];
+                /* LDL form: the original weight's error, added (see gptq_block.h). */
+                float e = a->ldl ? a->w[r * a->ldw + j] - qv : (x - qv) / hrow[j];
+                if (a->ldl)
+                    for (int64_t c = i + 1; c < B; c++) y[c] += e * hrow[i1 + c];
+                else
+                    for (int64_t c = i + 1; c < B; c++) y[c] -= e * hrow[i1 + c];
                 a->err[r * a->lde + i] = e;
                 a->codes[r * a->ldc + j] = (uint8_t)code;
                 a->w[r * a->ldw + j] = qv;
@@ -236,14 +337,33 @@ __attribute__((target("avx2,fma")))
 static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
     const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
-    float *w1 = scratch, *el = w1 + B * 8, *ql = el + B * 8, *cl = ql + B * 8;
+    float *w1 = scratch, *el = w1 + B * 8, *ql = el + B * 8, *cl = ql + B * 8, *w0 = cl + B * 8, *pl = w0 + B * 8;
+    const int vec_params = cpu_gptq_ldl_vec_params(a);
+    float *tmp = scratch + 6 * CPU_GPTQ_ROWS * B;
     const __m256 v0 = _mm256_setzero_ps(), vmaxq = _mm256_set1_ps((float)qd_quant_maxq(a->cfg));
     for (int64_t rb = r0; rb < r1; rb += 8) {
         int nr = (int)(r1 - rb < 8 ? r1 - rb : 8);
         for (int rr = 0; rr < 8; rr++) {
-            if (rr < nr && a->find_params) cpu_gptq_find_params(a, rb + rr);
+            if (rr < nr && a->find_params && !vec_params) cpu_gptq_find_params(a, rb + rr, tmp);
             const float *src = a->w + (rb + rr) * a->ldw + i1;
-            for (int64_t i = 0; i < B; i++) w1[i * 8 + rr] = rr < nr ? src[i] : 0.0f;
+            if (rr < nr) cpu_gptq_load_row(a, rb + rr, w1 + rr, 8);
+            else for (int64_t i = 0; i < B; i++) w1[i * 8 + rr] = 0.0f;
+            if (a->ldl) for (int64_t i = 0; i < B; i++) w0[i * 8 + rr] = rr < nr ? src[i] : 0.0f;
+            if (vec_params) {
+                const float *ac = a->acc + (rb + rr) * a->lda + i1;
+                for (int64_t i = 0; i < B; i++) pl[i * 8 + rr] = rr < nr ? ac[i] : 0.0f;
+            }
+        }
+        if (vec_params) {
+            /* D_c = acc_c - sum_{i < c} D_i A[i][c], then w + D (cpu_gptq_find_params) */
+            for (int64_t i = 0; i < B; i++) {
+                __m256 dv = _mm256_loadu_ps(pl + i * 8);
+                const float *hc = a->hinv + (i1 + i) * a->ldh + i1;
+                for (int64_t c = i + 1; c < B; c++)
+                    _mm256_storeu_ps(pl + c * 8, _mm256_fnmadd_ps(dv, _mm256_set1_ps(hc[c]), _mm256_loadu_ps(pl + c * 8)));
+                _mm256_storeu_ps(pl + i * 8, _mm256_add_ps(dv, _mm256_loadu_ps(w0 + i * 8)));
+            }
+            cpu_gptq_params_from_batch(a, rb, nr, pl, 8);
         }
         int64_t gcur = -1;
         __m256 vs = v0, vz = v0;
@@ -265,8 +385,12 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
             __m256 v = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
             v = _mm256_min_ps(_mm256_max_ps(v, v0), vmaxq);
             __m256 qv = _mm256_mul_ps(vs, _mm256_sub_ps(v, vz));
-            __m256 e = _mm256_div_ps(_mm256_sub_ps(x, qv), _mm256_set1_ps(hrow[j]));
+            /* LDL form: e is the original weight's error and the update adds e * A, done
+             * below as w1 - (-e) * A (negation is exact, so this is the fused w1 + e * A). */
+            __m256 e = a->ldl ? _mm256_sub_ps(_mm256_loadu_ps(w0 + i * 8), qv)
+                              : _mm256_div_ps(_mm256_sub_ps(x, qv), _mm256_set1_ps(hrow[j]));
             _mm256_storeu_ps(el + i * 8, e);
+            if (a->ldl) e = _mm256_sub_ps(v0, e);
             _mm256_storeu_ps(ql + i * 8, qv);
             _mm256_storeu_ps(cl + i * 8, v);
             float *wc = w1 + (i + 1) * 8;
@@ -298,6 +422,35 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
     }
 }
 
+/* Transposes the 16 x 16 floats in r (r[i] lane j <-> r[j] lane i): the batch layout
+ * [B][16] holds a row-major [16][B] slab transposed, so copies in and out go through this
+ * in 16-column tiles instead of one strided scalar per element. */
+__attribute__((target("avx512f")))
+static inline void cpu_transpose16(__m512 r[16])
+{
+    __m512 t[16];
+    for (int i = 0; i < 8; i++) {
+        t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+        t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+    }
+    for (int i = 0; i < 4; i++) {
+        r[4 * i] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0x44);
+        r[4 * i + 1] = _mm512_shuffle_ps(t[4 * i], t[4 * i + 2], 0xEE);
+        r[4 * i + 2] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0x44);
+        r[4 * i + 3] = _mm512_shuffle_ps(t[4 * i + 1], t[4 * i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+        t[i] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0x88);
+        t[i + 4] = _mm512_shuffle_f32x4(r[i], r[i + 4], 0xdd);
+        t[i + 8] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0x88);
+        t[i + 12] = _mm512_shuffle_f32x4(r[i + 8], r[i + 12], 0xdd);
+    }
+    for (int i = 0; i < 8; i++) {
+        r[i] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0x88);
+        r[i + 8] = _mm512_shuffle_f32x4(t[i], t[i + 8], 0xdd);
+    }
+}
+
 /* AVX-512 kernel: the AVX2 kernel with 16 rows per batch, one column of a batch in one
  * 16-lane register. Every lane runs exactly the AVX2 kernel's operations (divide, round
  * half to even, add, clamp, multiply, subtract, divide, fused multiply-subtract), so the
@@ -306,14 +459,57 @@ __attribute__((target("avx512f,fma")))
 static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
     const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
-    float *w1 = scratch, *el = w1 + B * 16, *ql = el + B * 16, *cl = ql + B * 16;
+    float *w1 = scratch, *el = w1 + B * 16, *ql = el + B * 16, *cl = ql + B * 16, *w0 = cl + B * 16;
+    float *pl = w0 + B * 16;
+    const int vec_params = cpu_gptq_ldl_vec_params(a);
+    float *tmp = scratch + 6 * CPU_GPTQ_ROWS * B;
     const __m512 v0 = _mm512_setzero_ps(), vmaxq = _mm512_set1_ps((float)qd_quant_maxq(a->cfg));
+    const int with_acc = a->ldl && a->acc;
     for (int64_t rb = r0; rb < r1; rb += 16) {
         int nr = (int)(r1 - rb < 16 ? r1 - rb : 16);
+        /* Full batches copy in by 16 x 16 tiles, the rest (short batches, the last B % 16
+         * columns) element by element: the same values either way. */
+        const int64_t Bt = nr == 16 ? B / 16 * 16 : 0;
         for (int rr = 0; rr < 16; rr++) {
-            if (rr < nr && a->find_params) cpu_gptq_find_params(a, rb + rr);
+            if (rr < nr && a->find_params && !vec_params) cpu_gptq_find_params(a, rb + rr, tmp);
             const float *src = a->w + (rb + rr) * a->ldw + i1;
-            for (int64_t i = 0; i < B; i++) w1[i * 16 + rr] = rr < nr ? src[i] : 0.0f;
+            const float *ac = with_acc ? a->acc + (rb + rr) * a->lda + i1 : NULL;
+            for (int64_t i = Bt; i < B; i++) {
+                w1[i * 16 + rr] = rr < nr ? (ac ? src[i] + ac[i] : src[i]) : 0.0f;
+                if (a->ldl) w0[i * 16 + rr] = rr < nr ? src[i] : 0.0f;
+                if (vec_params) pl[i * 16 + rr] = rr < nr ? ac[i] : 0.0f;
+            }
+        }
+        for (int64_t i = 0; i < Bt; i += 16) {
+            __m512 tw[16], ta[16];
+            for (int rr = 0; rr < 16; rr++) tw[rr] = _mm512_loadu_ps(a->w + (rb + rr) * a->ldw + i1 + i);
+            for (int rr = 0; rr < 16; rr++)
+                ta[rr] = with_acc ? _mm512_loadu_ps(a->acc + (rb + rr) * a->lda + i1 + i) : v0;
+            if (a->ldl) {
+                __m512 t0[16];
+                for (int rr = 0; rr < 16; rr++) t0[rr] = tw[rr];
+                cpu_transpose16(t0);
+                for (int c = 0; c < 16; c++) _mm512_storeu_ps(w0 + (i + c) * 16, t0[c]);
+            }
+            if (with_acc)
+                for (int rr = 0; rr < 16; rr++) tw[rr] = _mm512_add_ps(tw[rr], ta[rr]);
+            cpu_transpose16(tw);
+            for (int c = 0; c < 16; c++) _mm512_storeu_ps(w1 + (i + c) * 16, tw[c]);
+            if (vec_params) {
+                cpu_transpose16(ta);
+                for (int c = 0; c < 16; c++) _mm512_storeu_ps(pl + (i + c) * 16, ta[c]);
+            }
+        }
+        if (vec_params) {
+            /* D_c = acc_c - sum_{i < c} D_i A[i][c], then w + D (cpu_gptq_find_params) */
+            for (int64_t i = 0; i < B; i++) {
+                __m512 dv = _mm512_loadu_ps(pl + i * 16);
+                const float *hc = a->hinv + (i1 + i) * a->ldh + i1;
+                for (int64_t c = i + 1; c < B; c++)
+                    _mm512_storeu_ps(pl + c * 16, _mm512_fnmadd_ps(dv, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(pl + c * 16)));
+                _mm512_storeu_ps(pl + i * 16, _mm512_add_ps(dv, _mm512_loadu_ps(w0 + i * 16)));
+            }
+            cpu_gptq_params_from_batch(a, rb, nr, pl, 16);
         }
         int64_t gcur = -1;
         __m512 vs = v0, vz = v0;
@@ -335,8 +531,10 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
             __m512 v = _mm512_add_ps(_mm512_roundscale_ps(_mm512_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
             v = _mm512_min_ps(_mm512_max_ps(v, v0), vmaxq);
             __m512 qv = _mm512_mul_ps(vs, _mm512_sub_ps(v, vz));
-            __m512 e = _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hrow[j]));
+            __m512 e = a->ldl ? _mm512_sub_ps(_mm512_loadu_ps(w0 + i * 16), qv)
+                              : _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hrow[j]));
             _mm512_storeu_ps(el + i * 16, e);
+            if (a->ldl) e = _mm512_sub_ps(v0, e);
             _mm512_storeu_ps(ql + i * 16, qv);
             _mm512_storeu_ps(cl + i * 16, v);
             float *wc = w1 + (i + 1) * 16;
@@ -355,11 +553,30 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
             for (; c < len; c++)
                 _mm512_storeu_ps(wc + c * 16, _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(wc + c * 16)));
         }
+        for (int64_t i = 0; i < Bt; i += 16) {
+            __m512 te[16], tq[16], tc[16];
+            for (int c = 0; c < 16; c++) {
+                te[c] = _mm512_loadu_ps(el + (i + c) * 16);
+                tq[c] = _mm512_loadu_ps(ql + (i + c) * 16);
+                tc[c] = _mm512_loadu_ps(cl + (i + c) * 16);
+            }
+            cpu_transpose16(te);
+            cpu_transpose16(tq);
+            cpu_transpose16(tc);
+            for (int rr = 0; rr < 16; rr++) {
+                int64_t r = rb + rr;
+                _mm512_storeu_ps(a->err + r * a->lde + i, te[rr]);
+                _mm512_storeu_ps(a->w + r * a->ldw + i1 + i, tq[rr]);
+                /* codes are small exact integers: converting rounds nothing */
+                _mm_storeu_si128((__m128i *)(a->codes + r * a->ldc + i1 + i),
+                                 _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(tc[rr])));
+            }
+        }
         for (int rr = 0; rr < nr; rr++) {
             int64_t r = rb + rr;
             float *er = a->err + r * a->lde, *wr = a->w + r * a->ldw + i1;
             uint8_t *cr = a->codes + r * a->ldc + i1;
-            for (int64_t i = 0; i < B; i++) {
+            for (int64_t i = Bt; i < B; i++) {
                 er[i] = el[i * 16 + rr];
                 wr[i] = ql[i * 16 + rr];
                 cr[i] = (uint8_t)(int)cl[i * 16 + rr];
@@ -386,7 +603,8 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
 {
     if (!a || !a->cfg || !a->w || !a->hinv || !a->err || !a->codes || !a->scales || !a->zeros ||
         !a->col_group || a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k ||
-        a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1)
+        a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1 ||
+        (a->ldl && a->acc && a->lda < a->k))
         return qd_err_set(&be->err, QD_EINVAL, "cpu gptq_block: bad arguments");
     const cpu_impl *impl = be->impl;
     const int64_t n = a->n, B = a->i2 - a->i1;
@@ -394,7 +612,8 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     int nt = be->n_threads;
     if (nt > CPU_GPTQ_MAX_THREADS) nt = CPU_GPTQ_MAX_THREADS;
     if (n < (int64_t)nt * 128) nt = 1;
-    float *scratch = cpu_alloc(be, (size_t)nt * CPU_GPTQ_SCRATCH(B) * sizeof(float));
+    const size_t per_thread = CPU_GPTQ_SCRATCH(B, a->k);
+    float *scratch = cpu_alloc(be, (size_t)nt * per_thread * sizeof(float));
     if (!scratch) return QD_ENOMEM;
     cpu_gptq_job jobs[CPU_GPTQ_MAX_THREADS];
     pthread_t tid[CPU_GPTQ_MAX_THREADS];
@@ -404,7 +623,7 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     for (int t = 0; t < nt; t++) {
         int64_t r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
         if (r0 > n) r0 = n;
-        jobs[t] = (cpu_gptq_job){a, impl->gptq_rows, r0, r1, scratch + (size_t)t * CPU_GPTQ_SCRATCH(B)};
+        jobs[t] = (cpu_gptq_job){a, impl->gptq_rows, r0, r1, scratch + (size_t)t * per_thread};
     }
     for (int t = 1; t < nt; t++)
         started[t] = pthread_create(&tid[t], NULL, cpu_gptq_job_run, &jobs[t]) == 0;
@@ -431,6 +650,7 @@ static const qd_backend_ops cpu_ops = {
     .gemm = cpu_gemm,
     .hessian_accum = cpu_hessian_accum,
     .chol_inverse_upper = cpu_chol_inverse_upper,
+    .chol_ldl_upper = cpu_chol_ldl_upper,
     .gptq_block = cpu_gptq_block,
     .fake_quant = cpu_fake_quant,
     .scale_cols = cpu_scale_cols,

@@ -241,6 +241,8 @@ static int cu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
         !a->col_group || a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k ||
         a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1)
         return qd_err_set(&be->err, QD_EINVAL, "cuda gptq_block: bad arguments");
+    if (a->ldl)        /* no chol_ldl_upper here, so the driver never asks for the LDL form */
+        return qd_err_set(&be->err, QD_EINVAL, "cuda gptq_block: the LDL form is not implemented");
     LAUNCH(be, "gptq_block kernel",
            cudaop_gptq_block(cu_impl(be)->stream, cu_qcfg(a->cfg), a->n, a->k, a->i1, a->i2, a->w, a->ldw, a->hinv,
                              a->ldh, a->err, a->lde, a->codes, a->ldc, a->scales, a->zeros, a->col_group,
