@@ -6,6 +6,7 @@
  * QD_EUNSUPPORTED rather than silently tokenised differently. */
 #include "quant/model/tok_internal.h"
 #include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
 #include "quant/core/log.h"
 
 #include <stdlib.h>
@@ -311,21 +312,12 @@ static int load_model(json_ctx *c, const cJSON *root, qd_tokenizer **out)
 
 int tok_load_json(qd_tokenizer **out, const char *path, qd_err *err)
 {
-    char *buf;
-    size_t len;
+    cJSON *root = NULL;
     *out = NULL;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_json_read_object(path, &root, err);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(buf, len);
-    if (!root) {
-        const char *e = cJSON_GetErrorPtr();
-        size_t off = e && e >= buf && e <= buf + len ? (size_t)(e - buf) : 0;
-        free(buf);
-        return qd_err_set(err, QD_EFORMAT, "%s: invalid JSON near byte %zu", path, off);
-    }
-    free(buf);
     json_ctx c = {NULL, path, err};
-    rc = cJSON_IsObject(root) ? load_model(&c, root, out) : qd_err_set(err, QD_EFORMAT, "%s: top level is not a JSON object", path);
+    rc = load_model(&c, root, out);
     cJSON_Delete(root);
     if (rc) { qd_tokenizer_free(*out); *out = NULL; }
     return rc;

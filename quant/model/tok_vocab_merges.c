@@ -5,6 +5,7 @@
  * them. Special tokens found in the text are matched before BPE, as that tokenizer does. */
 #include "quant/model/tok_internal.h"
 #include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,39 +29,19 @@ static int read_opt_json(const char *dir, const char *name, cJSON **out, qd_err 
 {
     char path[4096];
     *out = NULL;
-    snprintf(path, sizeof path, "%s/%s", dir, name);
+    int n = snprintf(path, sizeof path, "%s/%s", dir, name);
+    if (n < 0 || (size_t)n >= sizeof path) return qd_err_set(err, QD_EINVAL, "%s: path too long", dir);
     if (access(path, R_OK) != 0) return 0;
-    char *buf;
-    size_t len;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
-    if (rc) return rc;
-    *out = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    if (!cJSON_IsObject(*out)) {
-        cJSON_Delete(*out);
-        *out = NULL;
-        return qd_err_set(err, QD_EFORMAT, "%s: not a valid JSON object", path);
-    }
-    return 0;
+    return qd_json_read_object(path, out, err);
 }
 
 static int load_vocab(qd_tokenizer **out, const char *path, qd_err *err)
 {
-    char *buf;
-    size_t len;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    cJSON *root = NULL;
+    int rc = qd_json_read_object(path, &root, err);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(buf, len);
-    if (!root) {
-        const char *e = cJSON_GetErrorPtr();
-        size_t off = e && e >= buf && e <= buf + len ? (size_t)(e - buf) : 0;
-        free(buf);
-        return qd_err_set(err, QD_EFORMAT, "%s: invalid JSON near byte %zu", path, off);
-    }
-    free(buf);
     const cJSON *it;
     int32_t max_id = -1;
-    rc = cJSON_IsObject(root) ? 0 : qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", path);
     cJSON_ArrayForEach(it, root) {
         if (rc) break;
         if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1)

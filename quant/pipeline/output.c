@@ -7,6 +7,7 @@
 #include <cjson/cJSON.h>
 
 #include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
 #include "quant/core/safetensors.h"
 
 #define QUANTD_VERSION_STRING "quantd 0.1.0"
@@ -156,16 +157,9 @@ int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
-    char *buf = NULL;
-    size_t len = 0;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    cJSON *cfg = NULL;
+    int rc = qd_json_read_object(path, &cfg, err);
     if (rc) return rc;
-    cJSON *cfg = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    if (!cJSON_IsObject(cfg)) {
-        cJSON_Delete(cfg);
-        return qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", path);
-    }
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
     cJSON_AddStringToObject(cfg, "torch_dtype", "float16");

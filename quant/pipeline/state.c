@@ -11,6 +11,7 @@
 
 #include "proto/hash.h"
 #include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
 #include "quant/pipeline/pipeline.h"
 
 void qd_state_init(qd_ckpt_state *s)
@@ -55,17 +56,10 @@ static double get_num(const cJSON *o, const char *key, double def)
 
 int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
 {
-    char *buf = NULL;
-    size_t len = 0;
+    cJSON *root = NULL;
     qd_state_init(s);
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_json_read_object(path, &root, err);
     if (rc) return rc;
-    cJSON *root = cJSON_ParseWithLength(buf, len);
-    free(buf);
-    if (!cJSON_IsObject(root)) {
-        cJSON_Delete(root);
-        return qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", path);
-    }
     s->version = (int)get_num(root, "version", -1);
     if (s->version != QD_STATE_VERSION) {
         cJSON_Delete(root);
