@@ -28,8 +28,10 @@
 #include "quant/formats/format.h"
 #include "quant/formats/qlayer.h"
 
-static int layer_usage_error(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int layer_usage_error(const char *cmd, const char *fmt, ...)
+/* Prints "quantctl CMD: message" and returns code (QCTL_USAGE for bad input, QCTL_FAIL when
+ * the work itself failed). */
+static int layer_err(int code, const char *cmd, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int layer_err(int code, const char *cmd, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -37,19 +39,7 @@ static int layer_usage_error(const char *cmd, const char *fmt, ...)
     vfprintf(stderr, fmt, ap);
     fputc('\n', stderr);
     va_end(ap);
-    return QCTL_USAGE;
-}
-
-static int layer_fail(const char *cmd, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static int layer_fail(const char *cmd, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "quantctl %s: ", cmd);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    return QCTL_FAIL;
+    return code;
 }
 
 static double layer_now(void)
@@ -274,47 +264,47 @@ static int layer_parse(int argc, char **argv, layer_args *a)
         if ((v = layer_opt(argc, argv, &i, "--bits", &missing))) {
             int64_t b;
             if (layer_parse_i64(v, &b) || b < 0 || b > 64)
-                return -layer_usage_error("layer", "--bits: '%s' is not a number of bits", v);
+                return -layer_err(QCTL_USAGE, "layer", "--bits: '%s' is not a number of bits", v);
             a->bits = (int)b;
             a->have_bits = 1;
             continue;
         }
         if ((v = layer_opt(argc, argv, &i, "--group-size", &missing))) {
             if (layer_parse_i64(v, &a->group_size))
-                return -layer_usage_error("layer", "--group-size: '%s' is not an integer", v);
+                return -layer_err(QCTL_USAGE, "layer", "--group-size: '%s' is not an integer", v);
             a->have_group = 1;
             continue;
         }
         if ((v = layer_opt(argc, argv, &i, "--block-size", &missing))) {
             if (layer_parse_i64(v, &a->block_size) || a->block_size < 1 || a->block_size > 4096)
-                return -layer_usage_error("layer", "--block-size: '%s' is not in 1..4096", v);
+                return -layer_err(QCTL_USAGE, "layer", "--block-size: '%s' is not in 1..4096", v);
             continue;
         }
         if ((v = layer_opt(argc, argv, &i, "--damp", &missing))) {
             char *end = NULL;
             a->damp = strtod(v, &end);
             if (!*v || *end || !(a->damp > 0.0 && a->damp < 1.0))
-                return -layer_usage_error("layer", "--damp: '%s' is not a fraction in (0, 1)", v);
+                return -layer_err(QCTL_USAGE, "layer", "--damp: '%s' is not a fraction in (0, 1)", v);
             continue;
         }
-        if (missing) return -layer_usage_error("layer", "%s needs a value", arg);
-        return -layer_usage_error("layer", "unknown option '%s' (see quantctl layer --help)", arg);
+        if (missing) return -layer_err(QCTL_USAGE, "layer", "%s needs a value", arg);
+        return -layer_err(QCTL_USAGE, "layer", "unknown option '%s' (see quantctl layer --help)", arg);
     }
-    if (!a->weight) return -layer_usage_error("layer", "--weight is required");
-    if (!a->inputs) return -layer_usage_error("layer", "--inputs is required");
-    if (!a->method) return -layer_usage_error("layer", "--method is required (gptq, awq or rtn)");
+    if (!a->weight) return -layer_err(QCTL_USAGE, "layer", "--weight is required");
+    if (!a->inputs) return -layer_err(QCTL_USAGE, "layer", "--inputs is required");
+    if (!a->method) return -layer_err(QCTL_USAGE, "layer", "--method is required (gptq, awq or rtn)");
     if (strcmp(a->method, "gptq") && strcmp(a->method, "awq") && strcmp(a->method, "rtn"))
-        return -layer_usage_error("layer", "--method: '%s' is not one of gptq, awq, rtn", a->method);
-    if (!a->have_bits) return -layer_usage_error("layer", "--bits is required");
+        return -layer_err(QCTL_USAGE, "layer", "--method: '%s' is not one of gptq, awq, rtn", a->method);
+    if (!a->have_bits) return -layer_err(QCTL_USAGE, "layer", "--bits is required");
     if (a->bits != 2 && a->bits != 3 && a->bits != 4 && a->bits != 8)
-        return -layer_usage_error("layer", "--bits: %d is not one of 2, 3, 4, 8", a->bits);
-    if (!a->have_group) return -layer_usage_error("layer", "--group-size is required");
+        return -layer_err(QCTL_USAGE, "layer", "--bits: %d is not one of 2, 3, 4, 8", a->bits);
+    if (!a->have_group) return -layer_err(QCTL_USAGE, "layer", "--group-size is required");
     if (a->group_size == 0 || a->group_size < -1)
-        return -layer_usage_error("layer", "--group-size: %lld must be -1 or positive", (long long)a->group_size);
-    if (!a->out) return -layer_usage_error("layer", "--out is required");
+        return -layer_err(QCTL_USAGE, "layer", "--group-size: %lld must be -1 or positive", (long long)a->group_size);
+    if (!a->out) return -layer_err(QCTL_USAGE, "layer", "--out is required");
     if (!a->format) a->format = !strcmp(a->method, "awq") ? "awq_gemm" : "gptq";
     if (strcmp(a->method, "gptq") && (a->desc_act || a->static_groups))
-        return -layer_usage_error("layer", "--desc-act and --static-groups apply to --method gptq only");
+        return -layer_err(QCTL_USAGE, "layer", "--desc-act and --static-groups apply to --method gptq only");
     return 0;
 }
 
@@ -448,11 +438,11 @@ int cmd_layer(int argc, char **argv)
     if (prc < 0) return -prc;
 
     const qd_format *fmt = qd_format_find(a.format);
-    if (!fmt) return layer_usage_error("layer", "--format: '%s' is not one of gptq, gptq_v2, awq_gemm", a.format);
+    if (!fmt) return layer_err(QCTL_USAGE, "layer", "--format: '%s' is not one of gptq, gptq_v2, awq_gemm", a.format);
     if (!(fmt->bits_mask & (1u << a.bits)))
-        return layer_usage_error("layer", "--format %s cannot hold %d-bit weights", fmt->name, a.bits);
+        return layer_err(QCTL_USAGE, "layer", "--format %s cannot hold %d-bit weights", fmt->name, a.bits);
     if (a.desc_act && !a.static_groups && !fmt->has_g_idx && a.group_size > 0)
-        return layer_usage_error("layer", "--format %s has no g_idx, so --desc-act needs --static-groups", fmt->name);
+        return layer_err(QCTL_USAGE, "layer", "--format %s has no g_idx, so --desc-act needs --static-groups", fmt->name);
 
     char msg[8192] = "";
     int status = QCTL_USAGE;
@@ -587,8 +577,8 @@ int cmd_layer(int argc, char **argv)
 
 done:
     if (status != QCTL_OK) {
-        if (status == QCTL_USAGE) layer_usage_error("layer", "%s", msg);
-        else layer_fail("layer", "%s", msg);
+        if (status == QCTL_USAGE) layer_err(QCTL_USAGE, "layer", "%s", msg);
+        else layer_err(QCTL_FAIL, "layer", "%s", msg);
     }
     st_writer_free(sw);
     qd_packed_free(&packed);
@@ -648,21 +638,21 @@ int cmd_gen_layer(int argc, char **argv)
         else if ((v = layer_opt(argc, argv, &i, "--seed", &missing))) dst = &seed;
         else if ((v = layer_opt(argc, argv, &i, "--out", &missing))) { out = v; continue; }
         else if ((v = layer_opt(argc, argv, &i, "--dtype", &missing))) { dtype_s = v; continue; }
-        else if (missing) return layer_usage_error("gen-layer", "%s needs a value", argv[i]);
-        else return layer_usage_error("gen-layer", "unknown option '%s' (see quantctl gen-layer --help)", argv[i]);
-        if (layer_parse_i64(v, dst)) return layer_usage_error("gen-layer", "%s: '%s' is not an integer", argv[i - 1], v);
+        else if (missing) return layer_err(QCTL_USAGE, "gen-layer", "%s needs a value", argv[i]);
+        else return layer_err(QCTL_USAGE, "gen-layer", "unknown option '%s' (see quantctl gen-layer --help)", argv[i]);
+        if (layer_parse_i64(v, dst)) return layer_err(QCTL_USAGE, "gen-layer", "%s: '%s' is not an integer", argv[i - 1], v);
     }
     if (n <= 0 || k <= 0 || t <= 0)
-        return layer_usage_error("gen-layer", "--n, --k and --rows are required and must be positive");
+        return layer_err(QCTL_USAGE, "gen-layer", "--n, --k and --rows are required and must be positive");
     if (n > (1 << 20) || k > (1 << 20) || t > (1 << 24) || n * k > ((int64_t)1 << 31) || t * k > ((int64_t)1 << 31))
-        return layer_usage_error("gen-layer", "sizes too large (N*K and T*K must stay below 2^31)");
-    if (!out) return layer_usage_error("gen-layer", "--out DIR is required");
+        return layer_err(QCTL_USAGE, "gen-layer", "sizes too large (N*K and T*K must stay below 2^31)");
+    if (!out) return layer_err(QCTL_USAGE, "gen-layer", "--out DIR is required");
     qd_dtype dt = !strcmp(dtype_s, "f32") ? QD_DTYPE_F32 : !strcmp(dtype_s, "f16") ? QD_DTYPE_F16
                 : !strcmp(dtype_s, "bf16") ? QD_DTYPE_BF16 : QD_DTYPE_INVALID;
-    if (dt == QD_DTYPE_INVALID) return layer_usage_error("gen-layer", "--dtype: '%s' is not f32, f16 or bf16", dtype_s);
+    if (dt == QD_DTYPE_INVALID) return layer_err(QCTL_USAGE, "gen-layer", "--dtype: '%s' is not f32, f16 or bf16", dtype_s);
 
     qd_err err = {0};
-    if (qd_fs_mkdir_p(out, &err)) return layer_fail("gen-layer", "--out %s: %s", out, err.msg);
+    if (qd_fs_mkdir_p(out, &err)) return layer_err(QCTL_FAIL, "gen-layer", "--out %s: %s", out, err.msg);
     gen_rng rng = {(uint64_t)seed * 0x2545f4914f6cdd1dull + 1};
     const int64_t rank = k < 64 ? k : 64;
     int status = QCTL_FAIL;
@@ -674,7 +664,7 @@ int cmd_gen_layer(int argc, char **argv)
     void *conv = malloc((size_t)(n > t ? n : t) * (size_t)k * 4);
     qd_backend *be = NULL;
     st_writer *sw = NULL;
-    if (!w || !x || !f || !b || !chan || !conv) { layer_fail("gen-layer", "out of memory"); goto out; }
+    if (!w || !x || !f || !b || !chan || !conv) { layer_err(QCTL_FAIL, "gen-layer", "out of memory"); goto out; }
 
     /* Weights: N(0, 1/K), each output row with its own spread (0.5x to 2x). */
     float wstd = 1.0f / sqrtf((float)k);
@@ -692,9 +682,9 @@ int cmd_gen_layer(int argc, char **argv)
         int64_t c = (int64_t)(gen_u64(&rng) % (uint64_t)k);
         chan[c] = 15.0f + 15.0f * (float)gen_uniform(&rng);
     }
-    if (qd_backend_open("cpu", &be, &err)) { layer_fail("gen-layer", "%s", err.msg); goto out; }
+    if (qd_backend_open("cpu", &be, &err)) { layer_err(QCTL_FAIL, "gen-layer", "%s", err.msg); goto out; }
     if (be->ops->gemm(be, 0, 0, t, k, rank, 1.0f, f, rank, b, k, 0.0f, x, k)) {
-        layer_fail("gen-layer", "%s", be->err.msg);
+        layer_err(QCTL_FAIL, "gen-layer", "%s", be->err.msg);
         goto out;
     }
     for (int64_t r = 0; r < t; r++)
@@ -709,14 +699,14 @@ int cmd_gen_layer(int argc, char **argv)
         shp[0] = outs[i].rows;
         shp[1] = k;
         if (qd_convert_from_f32(dt, outs[i].data, conv, (size_t)(outs[i].rows * k))) {
-            layer_fail("gen-layer", "cannot convert to %s", dtype_s);
+            layer_err(QCTL_FAIL, "gen-layer", "cannot convert to %s", dtype_s);
             goto out;
         }
         st_writer_free(sw);
         sw = NULL;
         if (st_writer_init(&sw) || st_writer_add(sw, outs[i].name, dt, 2, shp, conv, &err) ||
             st_writer_write(sw, path, &err)) {
-            layer_fail("gen-layer", "%s: %s", path, err.msg);
+            layer_err(QCTL_FAIL, "gen-layer", "%s: %s", path, err.msg);
             goto out;
         }
     }
