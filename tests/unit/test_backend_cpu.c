@@ -234,6 +234,56 @@ static void test_chol_inverse_upper(void)
     qd_backend_close(be);
 }
 
+/* chol_ldl_upper against A = R diag(R)^-1, H = R R^T (R upper), computed here in double by
+ * a Cholesky that runs from the last column back; odd and even sizes (the op reverses rows
+ * in pairs and the middle row alone). */
+static void ldl_upper_case(qd_backend *be, int64_t k, uint64_t seed)
+{
+    test_rng rng;
+    test_rng_seed(&rng, seed);
+    const int64_t t = 3 * k;
+    float *x = malloc(sizeof(float) * t * k), *h = calloc(k * k, sizeof(float)), *a = malloc(sizeof(float) * k * k);
+    double *R = calloc(k * k, sizeof(double));
+    test_fill_normal(&rng, x, t * k, 1.0f);
+    CHECK_OK(be->ops->hessian_accum(be, h, k, x, t, k, 0));
+    for (int64_t i = 0; i < k; i++) h[i * k + i] += 0.01f;
+    memcpy(a, h, sizeof(float) * k * k);
+    CHECK_OK(be->ops->chol_ldl_upper(be, a, k));
+    for (int64_t j = k - 1; j >= 0; j--) {
+        double s = h[j * k + j];
+        for (int64_t c = j + 1; c < k; c++) s -= R[j * k + c] * R[j * k + c];
+        R[j * k + j] = sqrt(s);
+        for (int64_t i = 0; i < j; i++) {
+            double v = h[i * k + j];
+            for (int64_t c = j + 1; c < k; c++) v -= R[i * k + c] * R[j * k + c];
+            R[i * k + j] = v / R[j * k + j];
+        }
+    }
+    double md = 0;
+    int lower_ok = 1;
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) {
+            if (j < i) { lower_ok &= a[i * k + j] == 0.0f; continue; }
+            md = fmax(md, fabs(a[i * k + j] - R[i * k + j] / R[j * k + j]));
+        }
+    CHECK(lower_ok);
+    CHECK_NEAR(md, 0.0, 1e-4);
+    free(x); free(h); free(a); free(R);
+}
+
+static void test_chol_ldl_upper(void)
+{
+    qd_backend *be = open_cpu();
+    ldl_upper_case(be, 1, 3);
+    ldl_upper_case(be, 8, 4);
+    ldl_upper_case(be, 33, 5);
+    ldl_upper_case(be, 70, 6);
+    float bad[4] = {1.0f, 3.0f, 3.0f, 1.0f};
+    CHECK_INT(be->ops->chol_ldl_upper(be, bad, 2), QD_ENUMERIC);
+    CHECK_CONTAINS(be->err.msg, "not positive definite");
+    qd_backend_close(be);
+}
+
 /* The block kernel against a transliteration of the reference's inner loop, processed
  * column by column over all rows. */
 static void gptq_block_vs_reference(void)
@@ -455,6 +505,7 @@ int main(void)
     TEST_RUN(test_gemm);
     TEST_RUN(test_hessian_accum);
     TEST_RUN(test_chol_inverse_upper);
+    TEST_RUN(test_chol_ldl_upper);
     TEST_RUN(test_gptq_block);
     TEST_RUN(test_gptq_block_threads);
     TEST_RUN(test_gptq_block_avx512_vs_avx2);

@@ -172,6 +172,23 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
     return 0;
 }
 
+/* Row i of R (entries j >= i set) becomes row i of A = R diag(R)^-1 with its lower part
+ * zeroed; d is R's diagonal. Returns -1, or the flat index of a non-finite entry. */
+static int64_t cpu_ldl_finish_row(float *row, int64_t i, int64_t k, const float *d)
+{
+    memset(row, 0, (size_t)i * sizeof(float));
+    row[i] = 1.0f;
+    int ok = 1;
+    for (int64_t j = i + 1; j < k; j++) {
+        row[j] /= d[j];
+        ok &= isfinite(row[j]) != 0;
+    }
+    if (ok) return -1;
+    for (int64_t j = i + 1; j < k; j++)
+        if (!isfinite(row[j])) return i * k + j;
+    return -1;
+}
+
 /* H -> A = R diag(R)^-1 with H = R R^T, R upper (GPTQ's LDL form, see gptq_block.h).
  * Factor J H J = L L^T (lower) as in cpu_chol_inverse_upper; then H = (J L J)(J L J)^T
  * and J L J is upper with a positive diagonal, so R = J L J: one potrf (k^3/3 flops) and
@@ -188,26 +205,34 @@ static int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
                           "cpu chol_ldl_upper: the Hessian [%lld x %lld] is not positive definite "
                           "(Cholesky failed at column %lld)", (long long)k, (long long)k,
                           (long long)(info > 0 ? k - info : -1));
-    cpu_reverse_square(h, k);
-    for (int64_t i = 0; i < k; i++)
-        if (!isfinite(h[i * k + i]) || h[i * k + i] <= 0.0f)
+    /* R = J P J where P is potrf's output (the flat array reversed): R[i][j] = P[k-1-i][k-1-j].
+     * R's diagonal first, then rows i and k-1-i together in one pass that reverses only
+     * the halves R keeps, divides column j by R[j][j], zeroes the lower triangle and checks
+     * every entry. */
+    float *d = malloc((size_t)(2 * k) * sizeof *d), *tmp = d ? d + k : NULL;
+    if (!d) return qd_err_set(&be->err, QD_ENOMEM, "cpu chol_ldl_upper: out of memory");
+    for (int64_t j = 0; j < k; j++) {
+        d[j] = h[(k - 1 - j) * k + (k - 1 - j)];
+        if (!isfinite(d[j]) || d[j] <= 0.0f) {
+            free(d);
             return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor diagonal %lld is %g",
-                              (long long)i, (double)h[i * k + i]);
-    /* Column j of R divided by R[j][j], row by row so that memory is read in order. */
-    float *inv = malloc((size_t)k * sizeof *inv);
-    if (!inv) return qd_err_set(&be->err, QD_ENOMEM, "cpu chol_ldl_upper: out of memory");
-    for (int64_t j = 0; j < k; j++) inv[j] = h[j * k + j];
-    for (int64_t i = 0; i < k; i++) {
-        float *row = h + i * k;
-        memset(row, 0, (size_t)i * sizeof(float));
-        row[i] = 1.0f;
-        for (int64_t j = i + 1; j < k; j++) row[j] /= inv[j];
+                              (long long)j, (double)d[j]);
+        }
     }
-    free(inv);
-    for (int64_t i = 0; i < k * k; i++)
-        if (!isfinite(h[i]))
-            return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor entry [%lld][%lld] is not finite",
-                              (long long)(i / k), (long long)(i % k));
+    int64_t bad = -1;
+    for (int64_t a = 0; a <= (k - 1) / 2 && bad < 0; a++) {
+        const int64_t b = k - 1 - a;
+        float *ra = h + a * k, *rb = h + b * k;
+        for (int64_t j = 0; j <= a; j++) tmp[j] = ra[j];          /* P[a][0..a] */
+        for (int64_t j = a; j < k; j++) ra[j] = rb[k - 1 - j];     /* R[a][j] = P[b][k-1-j] */
+        for (int64_t j = b; j < k; j++) rb[j] = tmp[k - 1 - j];    /* R[b][j] = P[a][k-1-j] */
+        bad = cpu_ldl_finish_row(ra, a, k, d);
+        if (bad < 0 && b != a) bad = cpu_ldl_finish_row(rb, b, k, d);
+    }
+    free(d);
+    if (bad >= 0)
+        return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor entry [%lld][%lld] is not finite",
+                          (long long)(bad / k), (long long)(bad % k));
     return 0;
 }
 
