@@ -1,7 +1,7 @@
 /* quantctl eval: perplexity of a float or quantized (gptq, gptq_v2, awq) checkpoint.
  *
  *   quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N
- *                 [--max-windows M] [--threads T] [--batch-rows R]
+ *                 [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]
  *
  * --text is read as one string and tokenized once with the model's tokenizer, BOS at the
  * start only; --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The
@@ -25,14 +25,16 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N\n"
-               "                     [--max-windows M] [--threads T] [--batch-rows R]\n"
+               "                     [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]\n"
                "  --model DIR        HF checkpoint (config.json + safetensors), float or GPTQ/AWQ\n"
                "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first)\n"
                "  --tokens FILE      token ids: JSON array, {\"tokens\": [...]}, or raw uint32 .bin\n"
                "  --seq-len N        window length (<= max_position_embeddings)\n"
                "  --max-windows M    evaluate only the first M windows\n"
                "  --threads T        CPU threads (default 2)\n"
-               "  --batch-rows R     tokens per batch (default 4096)\n");
+               "  --batch-rows R     tokens per batch (default 4096)\n"
+               "  --ref-model DIR    also run DIR (e.g. the float model) on the same windows and report\n"
+               "                     ref_ppl, kl_mean / kl_max (KL(P_ref || P) per token, nats) and top1_agree\n");
 }
 
 static int parse_i64(const char *opt, const char *s, long long min, long long *out)
@@ -66,7 +68,7 @@ static int load_text(const char *model, const char *path, int32_t **ids, size_t 
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *tokens = NULL;
+    const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL;
     long long seq = 0, maxw = 0, threads = 2, brows = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -75,6 +77,7 @@ int cmd_eval(int argc, char **argv)
         const char *v = argv[++i];
         if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--text")) text = v;
+        else if (!strcmp(a, "--ref-model")) refdir = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "--seq-len")) { if (parse_i64(a, v, 2, &seq)) return QCTL_USAGE; }
         else if (!strcmp(a, "--max-windows")) { if (parse_i64(a, v, 0, &maxw)) return QCTL_USAGE; }
@@ -94,10 +97,12 @@ int cmd_eval(int argc, char **argv)
     if (rc) { fprintf(stderr, "quantctl eval: %s\n", err.msg); free(ids); return QCTL_USAGE; }
 
     qd_backend *be = NULL;
-    qd_model *m = NULL;
-    if ((rc = qd_backend_cpu_open((int)threads, &be, &err)) || (rc = qd_model_open(model, be, &m, &err))) {
+    qd_model *m = NULL, *ref = NULL;
+    if ((rc = qd_backend_cpu_open((int)threads, &be, &err)) || (rc = qd_model_open(model, be, &m, &err)) ||
+        (refdir && (rc = qd_model_open(refdir, be, &ref, &err)))) {
         fprintf(stderr, "quantctl eval: %s\n", err.msg);
         free(ids);
+        qd_model_close(m);
         qd_backend_close(be);
         return rc == QD_EIO || rc == QD_ENOMEM || rc == QD_EBACKEND ? QCTL_FAIL : QCTL_USAGE;
     }
@@ -105,7 +110,7 @@ int cmd_eval(int argc, char **argv)
     o.max_windows = maxw;
     o.batch_rows = brows;
     qd_eval_result r;
-    rc = qd_eval_ppl(m, ids, n, &o, &r, &err);
+    rc = qd_eval_ppl_vs(m, ref, ids, n, &o, &r, &err);
     int status = QCTL_OK;
     if (rc) {
         fprintf(stderr, "quantctl eval: %s\n", err.msg);
@@ -113,12 +118,17 @@ int cmd_eval(int argc, char **argv)
     } else {
         const qd_model_config *c = qd_model_cfg(m);
         printf("{\"ppl\":%.6f,\"mean_nll\":%.8f,\"tokens\":%lld,\"predicted\":%lld,\"windows\":%lld,\"seq_len\":%lld,"
-               "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"threads\":%lld,\"stream_tokens\":%zu,\"arch\":\"%s\",\"quant\":\"%s\"}\n",
+               "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"threads\":%lld,\"stream_tokens\":%zu,\"arch\":\"%s\",\"quant\":\"%s\"",
                r.ppl, r.mean_nll, (long long)r.tokens, (long long)r.predicted, (long long)r.windows, (long long)r.seq_len,
                r.seconds, r.seconds > 0 ? (double)r.tokens / r.seconds : 0.0, threads, n, c->architecture,
                c->quantized ? c->quant_format : "none");
+        if (r.has_ref)
+            printf(",\"ref_ppl\":%.6f,\"kl_mean\":%.8f,\"kl_max\":%.6f,\"top1_agree\":%.6f",
+                   r.ref_ppl, r.kl_mean, r.kl_max, r.top1_agree);
+        printf("}\n");
         fflush(stdout);
     }
+    qd_model_close(ref);
     qd_model_close(m);
     qd_backend_close(be);
     free(ids);

@@ -33,11 +33,23 @@ typedef struct qd_eval_result {
     int64_t tokens;            /* windows * seq_len (tokens read) */
     int64_t seq_len;
     double seconds;            /* wall time of the evaluation */
+    /* Against a reference model (qd_eval_ppl_vs; zero otherwise), over the same tokens: */
+    int has_ref;
+    double ref_ppl;            /* the reference's perplexity */
+    double kl_mean;            /* mean KL(P_ref || P) per predicted token, nats */
+    double kl_max;             /* the largest per-token KL */
+    double top1_agree;         /* fraction of tokens whose argmax agrees with the reference's */
 } qd_eval_result;
 
 qd_eval_opts qd_eval_opts_default(int64_t seq_len);
 /* Evaluates ids[0..n) (host). QD_EINVAL when the stream is shorter than one window. */
 int qd_eval_ppl(qd_model *m, const int32_t *ids, size_t n, const qd_eval_opts *o,
                 qd_eval_result *out, qd_err *err);
+/* The same, plus how far m's next-token distributions are from ref's (e.g. the float model
+ * a checkpoint was quantized from): the KL divergence, the way llama.cpp's
+ * --kl-divergence reports it, and top-1 agreement. Both models must share the vocabulary;
+ * ref is borrowed, and both run window batch by window batch. */
+int qd_eval_ppl_vs(qd_model *m, qd_model *ref, const int32_t *ids, size_t n, const qd_eval_opts *o,
+                   qd_eval_result *out, qd_err *err);
 
 #endif

@@ -100,6 +100,41 @@ static void check_ppl(const char *model, double want)
 static void test_ppl_stories(void) { check_ppl("stories260K", 123.3421); }
 static void test_ppl_tiny_llama(void) { check_ppl("tiny-llama-c4", 29.4379); }
 
+/* Against a reference model: a model against itself is at KL 0 with full top-1 agreement;
+ * two different models (same tokenizer) are far apart, and ref_ppl is the reference's own
+ * perplexity on the same windows. */
+static void test_kl_vs_reference(void)
+{
+    char d1[1024], d2[1024];
+    snprintf(d1, sizeof d1, "%s/models/stories260K", data);
+    snprintf(d2, sizeof d2, "%s/models/tiny-llama-c4", data);
+    qd_err err = {0};
+    qd_model *a = NULL, *b = NULL;
+    CHECK_OK(qd_model_open(d1, be, &a, &err));
+    CHECK_OK(qd_model_open(d2, be, &b, &err));
+    size_t n = 0;
+    int32_t *ids = read_ids(test_path(data, "goldens/tiny-llama-c4.wikitext2.tokens.json"), &n);
+    qd_eval_opts o = qd_eval_opts_default(256);
+    o.max_windows = 3;
+    qd_eval_result self, cross, plain;
+    CHECK_OK(qd_eval_ppl_vs(a, a, ids, n, &o, &self, &err));
+    CHECK(self.has_ref);
+    CHECK_NEAR(self.kl_mean, 0.0, 1e-9);
+    CHECK_NEAR(self.kl_max, 0.0, 1e-9);
+    CHECK_NEAR(self.top1_agree, 1.0, 1e-12);
+    CHECK_NEAR(self.ref_ppl, self.ppl, 1e-9 * self.ppl);
+    CHECK_OK(qd_eval_ppl_vs(a, b, ids, n, &o, &cross, &err));
+    CHECK_OK(qd_eval_ppl(b, ids, n, &o, &plain, &err));
+    CHECK(!plain.has_ref);
+    CHECK_NEAR(cross.ppl, self.ppl, 1e-9 * self.ppl);
+    CHECK_NEAR(cross.ref_ppl, plain.ppl, 1e-9 * plain.ppl);
+    CHECK(cross.kl_mean > 0.1 && cross.kl_max >= cross.kl_mean);
+    CHECK(cross.top1_agree > 0.0 && cross.top1_agree < 1.0);
+    free(ids);
+    qd_model_close(a);
+    qd_model_close(b);
+}
+
 /* Full wikitext-2 (809290 tokens): minutes of CPU, so opt-in. */
 static void check_long(const char *model, double want)
 {
@@ -145,6 +180,7 @@ int main(void)
     TEST_RUN(test_logits_tiny_llama);
     TEST_RUN(test_ppl_stories);
     TEST_RUN(test_ppl_tiny_llama);
+    TEST_RUN(test_kl_vs_reference);
     const char *lt = getenv("QUANTD_LONG_TESTS");
     if (lt && !strcmp(lt, "1")) TEST_RUN(test_long_ppl);
     qd_backend_close(be);
