@@ -1,6 +1,7 @@
 /* Opening and closing compute backends by spec ("cpu", "cuda:N"), and counting CUDA
  * devices. The CPU backend is always built; CUDA only with QUANTD_HAVE_CUDA. */
 #include "quant/backend/backend.h"
+#include "quant/backend/cpu/cpu_internal.h"
 
 #include <errno.h>
 #include <stdlib.h>
@@ -61,9 +62,7 @@ void qd_backend_close(qd_backend *be)
         return;
     }
 #endif
-    /* The CPU backend's impl is one plain allocation (see cpu_backend.c). */
-    free(be->impl);
-    free(be);
+    qd_backend_cpu_close(be);
 }
 
 int qd_backend_cuda_device_count(void)

@@ -26,22 +26,33 @@ typedef void (*cpu_gptq_rows_fn)(const qd_gptq_block_args *a, int64_t r0, int64_
 
 typedef struct cpu_impl {
     cpu_gptq_rows_fn gptq_rows; /* chosen once at open from the CPU's features */
+    cpu_mem mem;                /* large blocks kept for reuse (cpu_mem.h) */
 } cpu_impl;
 
 /* ---- memory -------------------------------------------------------------------------- */
 
 static void *cpu_alloc(qd_backend *be, size_t bytes)
 {
-    void *p = NULL;
+    cpu_impl *impl = be->impl;
     /* 64-byte alignment keeps AVX-512 loads and OpenBLAS panels on cache lines. */
-    if (posix_memalign(&p, 64, bytes ? bytes : 64) != 0) {
-        qd_err_set(&be->err, QD_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
-        return NULL;
-    }
+    void *p = cpu_mem_alloc(&impl->mem, bytes);
+    if (!p) qd_err_set(&be->err, QD_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
     return p;
 }
 
-static void cpu_free(qd_backend *be, void *p) { free(p); }
+static void cpu_free(qd_backend *be, void *p)
+{
+    cpu_impl *impl = be->impl;
+    cpu_mem_free(&impl->mem, p);
+}
+
+void qd_backend_cpu_close(qd_backend *be)
+{
+    cpu_impl *impl = be->impl;
+    if (impl) cpu_mem_destroy(&impl->mem);
+    free(impl);
+    free(be);
+}
 
 static int cpu_memcpy(qd_backend *be, void *dst, const void *src, size_t bytes)
 {
@@ -715,6 +726,7 @@ int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
     impl->gptq_rows = (simd && !avx2_only && fma && __builtin_cpu_supports("avx512f")) ? cpu_gptq_rows_avx512
                       : (simd && fma && __builtin_cpu_supports("avx2"))                ? cpu_gptq_rows_avx2
                                                                                        : cpu_gptq_rows_ref;
+    cpu_mem_init(&impl->mem, cpu_mem_default_cap());
     be->ops = &cpu_ops;
     be->impl = impl;
     be->name = "cpu";

@@ -1,12 +1,17 @@
 /* Private to the CPU backend: the op implementations, split by concern across files.
  * cpu_backend.c assembles them into the qd_backend_ops table:
  *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, gptq_block
+ *   cpu_mem.c      large blocks kept for reuse by alloc/free
  *   cpu_quant.c    fake_quant, scale_cols, sq_diff_sum
  *   cpu_nn.c       rmsnorm, layernorm, rope, attention, activations, add, nll_rows */
 #ifndef QUANT_BACKEND_CPU_INTERNAL_H
 #define QUANT_BACKEND_CPU_INTERNAL_H
 
 #include "quant/backend/backend.h"
+#include "quant/backend/cpu/cpu_mem.h"
+
+/* cpu_backend.c: frees the backend, its cached blocks included (qd_backend_close). */
+void qd_backend_cpu_close(qd_backend *be);
 
 /* cpu_quant.c */
 int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k);
