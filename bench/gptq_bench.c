@@ -1,7 +1,7 @@
 /* GPTQ on one layer, timed piece by piece on the CPU backend.
  *
  *   gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] [--desc-act]
- *              [--threads T] [--block-size 128]
+ *              [--threads T] [--block-size 128] [--reps R]
  *
  * Measures (one JSON line on stdout):
  *   hessian: seconds and GFLOP/s of the running-average Hessian over all rows of X
@@ -62,19 +62,20 @@ int main(int argc, char **argv)
 {
     if (argc < 3) {
         fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "
-                        "[--desc-act] [--threads T] [--block-size B]\n");
+                        "[--desc-act] [--threads T] [--block-size B] [--reps R]\n");
         return 2;
     }
     qd_log_init_from_env();     /* QUANTD_LOG=debug prints GPTQ's phase timings */
     qd_gptq_opts o = qd_gptq_opts_default();
     o.quant.sym = 1;
-    int threads = 2;
+    int threads = 2, reps = 1;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--bits") && i + 1 < argc) o.quant.bits = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--group-size") && i + 1 < argc) o.quant.group_size = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--desc-act")) o.desc_act = 1;
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--block-size") && i + 1 < argc) o.block_size = atoll(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
         else { fprintf(stderr, "unknown option %s\n", argv[i]); return 2; }
     }
     int64_t n, k, t, kx;
@@ -94,11 +95,19 @@ int main(int argc, char **argv)
     double t_hess = now() - t0;
     double hess_flops = (double)t * (double)k * (double)k;
 
-    /* GPTQ proper */
+    /* GPTQ proper, reps times in this process: the first call pays first-touch page faults
+     * on its buffers; later ones reuse the backend's cached blocks, as the layers of a job
+     * do. gptq_seconds is the best call, gptq_first_seconds the first. */
     qd_gptq_result res;
-    t0 = now();
-    if (qd_gptq_quantize(be, &o, w, n, k, &acc, &res, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double t_gptq_wall = now() - t0;
+    double t_gptq_wall = 0, best = 0, first = 0;
+    for (int rep = 0; rep < (reps < 1 ? 1 : reps); rep++) {
+        if (rep) qd_gptq_result_free(&res);
+        t0 = now();
+        if (qd_gptq_quantize(be, &o, w, n, k, &acc, &res, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+        double wall = now() - t0;
+        if (rep == 0) first = res.seconds;
+        if (rep == 0 || res.seconds < best) { best = res.seconds; t_gptq_wall = wall; }
+    }
 
     /* Replays on the same shapes. */
     float *hinv = malloc(sizeof(float) * k * k);
@@ -163,12 +172,12 @@ int main(int argc, char **argv)
     printf("{\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"bits\":%d,\"group_size\":%lld,\"desc_act\":%s,"
            "\"threads\":%d,\"block_size\":%lld,"
            "\"hessian_seconds\":%.4f,\"hessian_gflops\":%.2f,"
-           "\"gptq_seconds\":%.4f,\"gptq_wall_seconds\":%.4f,\"damp\":%.6g,\"fallback\":%s,"
+           "\"gptq_seconds\":%.4f,\"gptq_first_seconds\":%.4f,\"reps\":%d,\"gptq_wall_seconds\":%.4f,\"damp\":%.6g,\"fallback\":%s,"
            "\"chol_seconds\":%.4f,\"lazy_gemm_seconds\":%.4f,\"lazy_gemm_gflops\":%.2f,"
            "\"lazy_gemm_gflop\":%.2f,\"block_kernel_seconds\":%.4f}\n",
            (long long)n, (long long)k, (long long)t, o.quant.bits, (long long)o.quant.group_size,
            o.desc_act ? "true" : "false", threads, (long long)B, t_hess, hess_flops / t_hess / 1e9,
-           res.seconds, t_gptq_wall, res.damp, res.fallback_rtn ? "true" : "false", t_chol, t_lazy,
+           best, first, reps < 1 ? 1 : reps, t_gptq_wall, res.damp, res.fallback_rtn ? "true" : "false", t_chol, t_lazy,
            lazy_flops / t_lazy / 1e9, lazy_flops / 1e9, t_block);
 
     free(sc); free(zr); free(codes); free(cg); free(wc); free(e); free(corr); free(hinv);

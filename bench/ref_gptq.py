@@ -122,6 +122,9 @@ def main():
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--block-size", type=int, default=128)
     ap.add_argument("--damp", type=float, default=0.01)
+    ap.add_argument("--reps", type=int, default=1,
+                    help="run fasterquant this many times in the process; gptq_seconds is the best, "
+                         "gptq_first_seconds the first")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     W = next(iter(load_file(a.weight).values())).float()
@@ -133,16 +136,20 @@ def main():
     H, ns = add_batch(H, 0, X)
     t_hess = time.perf_counter() - t0
 
-    t0 = time.perf_counter()
-    Q, damp = fasterquant(W, H, MinMax(a.bits, a.sym), a.block_size, a.damp, a.group_size, a.desc_act)
-    t_gptq = time.perf_counter() - t0
+    times = []
+    for _ in range(max(1, a.reps)):
+        t0 = time.perf_counter()
+        Q, damp = fasterquant(W, H, MinMax(a.bits, a.sym), a.block_size, a.damp, a.group_size, a.desc_act)
+        times.append(time.perf_counter() - t0)
+    t_gptq = min(times)
 
     ref = X @ W.t()
     rel = float(torch.linalg.norm(ref - X @ Q.t()) / torch.linalg.norm(ref))
     print(json.dumps({"impl": "torch-reference", "torch": torch.__version__, "threads": a.threads,
                       "n": n, "k": k, "rows": X.shape[0], "bits": a.bits, "group_size": a.group_size,
                       "sym": a.sym, "desc_act": a.desc_act, "hessian_seconds": round(t_hess, 4),
-                      "gptq_seconds": round(t_gptq, 4), "damp": damp, "rel_output_error": rel}))
+                      "gptq_seconds": round(t_gptq, 4), "gptq_first_seconds": round(times[0], 4),
+                      "reps": len(times), "damp": damp, "rel_output_error": rel}))
 
 
 if __name__ == "__main__":
