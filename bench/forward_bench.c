@@ -119,6 +119,7 @@ static int bench_model(qd_backend *be, int threads, const char *dir, const char 
 
 int main(int argc, char **argv)
 {
+    qd_backend_cpu_env_reexec(argv);
     int threads = 2, seq = 512, batch = 4, reps = 3, windows = 16, block = 0;
     const char *model = NULL, *tokens = NULL;
     for (int i = 1; i < argc; i++) {

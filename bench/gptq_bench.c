@@ -60,6 +60,7 @@ static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 
 int main(int argc, char **argv)
 {
+    qd_backend_cpu_env_reexec(argv);
     if (argc < 3) {
         fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "
                         "[--desc-act] [--threads T] [--block-size B] [--reps R]\n");

@@ -204,6 +204,7 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
 
 int main(int argc, char **argv)
 {
+    qd_backend_cpu_env_reexec(argv);
     const char *device = "cpu", *shapes = "llama7b";
     int max_batch = 16, reps = 50, gptq = 0;
     for (int i = 1; i < argc; i++) {

@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
+#include "quant/backend/backend.h"
 #include "quant/core/log.h"
 
 static const qctl_command commands[] = {
@@ -32,6 +33,7 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
+    qd_backend_cpu_env_reexec(argv);
     qd_log_init_from_env();
     if (argc < 2) { usage(stderr); return QCTL_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {

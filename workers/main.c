@@ -6,6 +6,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "quant/backend/backend.h"
 #include "quant/core/log.h"
 #include "workers/worker.h"
 
@@ -28,6 +29,7 @@ static void raise_oom_score(void)
 
 int main(int argc, char **argv)
 {
+    qd_backend_cpu_env_reexec(argv);
     raise_oom_score();
     qw_opts o = {.name = "cpu0", .backend = "cpu", .heartbeat_ms = 2000, .in_fd = 0};
     for (int i = 1; i < argc; i++) {

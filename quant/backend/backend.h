@@ -106,6 +106,15 @@ struct qd_backend {
 int qd_backend_open(const char *spec, qd_backend **out, qd_err *err);
 void qd_backend_close(qd_backend *be);                      /* accepts NULL */
 int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err);
+/* OpenBLAS reads OPENBLAS_THREAD_TIMEOUT once, as it loads; by default its idle threads
+ * spin (sched_yield) for about 2^28 cycles after each call, taking the cores from the GPTQ
+ * block kernel's own threads between the lazy GEMMs (measured on 2 cores: GPTQ 0.70 s ->
+ * 0.62 s on a 4096 x 4096 layer with the variable at 4). Programs that run the CPU backend
+ * call this first in main(): when the variable is unset it sets it to 4 (spin 2^4 cycles,
+ * then sleep) and re-executes the program with the same argv, keeping pid and open files;
+ * it returns only when the variable was already set (a user's own value is kept) or the
+ * re-exec failed. */
+void qd_backend_cpu_env_reexec(char **argv);
 #ifdef QUANTD_HAVE_CUDA
 int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err);
 #endif
