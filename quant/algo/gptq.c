@@ -42,7 +42,8 @@ void qd_gptq_result_free(qd_gptq_result *r)
 {
     if (!r) return;
     qd_qlayer_free(&r->layer);
-    free(r->deq);
+    if (r->deq_be) qd_backend_free(r->deq_be, r->deq);
+    else free(r->deq);
     memset(r, 0, sizeof *r);
 }
 
@@ -94,6 +95,7 @@ static int gptq_fallback_rtn(const qd_quant_cfg *c, const float *w, int64_t n, i
 typedef struct gptq_dev {
     float *h, *w, *err, *scales, *zeros;
     float *acc;                /* LDL form: the corrections to w, [n, k] */
+    float *q;                  /* or NULL: where Q goes when w is the caller's (host, not owned) */
     uint8_t *codes;
     int32_t *col_group;
 } gptq_dev;
@@ -167,6 +169,7 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
                 .hinv = d->h, .ldh = k, .err = d->err + (i1 - s1), .lde = S, .codes = d->codes,
                 .ldc = k, .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
                 .find_params = find_params, .ldl = 1, .acc = i1 == 0 ? NULL : d->acc, .lda = k,
+                .q = d->q, .ldq = k,
             };
             int rc = be->ops->gptq_block(be, &a);
             if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
@@ -227,6 +230,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     const char *form = getenv("QUANTD_GPTQ_FORM");
     const int ldl = be->ops->chol_ldl_upper != NULL && !(form && !strcmp(form, "inverse"));
     const int in_place = host && !o->desc_act;
+    int direct = 0;                                            /* see the copy of W below */
     const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);
     float *wp = NULL;                                          /* W in processing order */
     float *hp = NULL;                                          /* H in processing order (non-CPU) */
@@ -236,8 +240,11 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     int32_t *col_group = malloc((size_t)k * sizeof *col_group);
     float *scales = calloc((size_t)(G * n), sizeof *scales);
     float *zeros = calloc((size_t)(G * n), sizeof *zeros);
-    out->deq = malloc(wbytes);
-    wp = in_place ? out->deq : malloc(wbytes);
+    /* On the CPU deq comes from the backend's cached blocks: the working W of the next
+     * layer of the same shape then starts on pages already faulted in. */
+    out->deq = host ? qd_backend_alloc(be, wbytes) : malloc(wbytes);
+    out->deq_be = host && out->deq ? be : NULL;
+    wp = in_place ? out->deq : host ? qd_backend_alloc(be, wbytes) : malloc(wbytes);
     gptq_dev d = {0};
     if (!wp || !hdiag || !perm || !col_group || !scales || !zeros || !out->deq) {
         rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
@@ -264,8 +271,11 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     if (o->desc_act) qd_gptq_act_order_perm(hdiag, k, perm);
     else for (int64_t i = 0; i < k; i++) perm[i] = i;
 
-    /* Static groups read the unpermuted weights with dead columns zeroed. */
-    for (int64_t r = 0; r < n; r++) {
+    /* The LDL form only reads the original weights, so on the CPU without act-order or dead
+     * columns the block op reads the caller's w directly and writes Q into out->deq: no
+     * working copy. Otherwise W is copied (permuted) into wp. */
+    direct = in_place && ldl && out->dead_columns == 0;
+    for (int64_t r = 0; r < n && !direct; r++) {
         const float *src = w + r * k;
         float *dst = wp + r * k;
         if (o->desc_act) for (int64_t j = 0; j < k; j++) dst[j] = src[perm[j]];
@@ -348,7 +358,8 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         goto done;
     }
 
-    d.w = host ? wp : qd_backend_alloc(be, wbytes);
+    d.w = direct ? (float *)w : host ? wp : qd_backend_alloc(be, wbytes);   /* direct: only read */
+    d.q = direct ? wp : NULL;
     d.codes = in_place ? out->layer.q : qd_backend_alloc(be, (size_t)(n * k));
     const int64_t err_cols = ldl ? gptq_super_cols(o->block_size, k) : o->block_size;
     d.err = qd_backend_alloc(be, (size_t)(n * err_cols) * sizeof(float));
@@ -425,11 +436,14 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
 
 done:
     /* Buffers that alias host arrays are not the backend's to free. */
-    if (d.w == wp) d.w = NULL;
+    if (d.w == wp || direct) d.w = NULL;
     if (in_place && d.codes == out->layer.q) d.codes = NULL;
     if (host && codes == d.codes) codes = NULL;
     gptq_dev_free(be, &d);
-    if (wp != out->deq) free(wp);
+    if (wp != out->deq) {
+        if (host) qd_backend_free(be, wp);
+        else free(wp);
+    }
     free(hp);
     free(codes);
     free(hdiag);

@@ -45,6 +45,8 @@ int qd_gptq_opts_validate(const qd_gptq_opts *o, qd_err *err);
 typedef struct qd_gptq_result {
     qd_qlayer layer;           /* codes, F16-representable scales, zeros, g_idx; owned */
     float *deq;                /* [N*K] the dequantized weights Q (what the codes decode to); owned */
+    qd_backend *deq_be;        /* deq came from this CPU backend's cached blocks (NULL: malloc):
+                                * free the result before closing that backend */
     double damp_percent;       /* the damping fraction that succeeded (the last one tried on fallback) */
     double damp;               /* the absolute value added to diag(H) */
     int damp_retries;          /* extra tries needed (0: the first damping worked) */

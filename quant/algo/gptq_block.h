@@ -61,6 +61,10 @@ typedef struct qd_gptq_block_args {
     int ldl;                   /* 1: the LDL form (above); 0: the U form */
     const float *acc;          /* ldl: [n, lda] corrections to w, or NULL (all zero) */
     int64_t lda;
+    float *q;                  /* or NULL: Q goes to q [n, ldq], columns [i1, i2), instead of
+                                * into w, which the op then only reads (the LDL form reads
+                                * only the original w, so the caller needs no working copy) */
+    int64_t ldq;
 } qd_gptq_block_args;
 
 #endif

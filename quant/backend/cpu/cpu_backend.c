@@ -315,6 +315,12 @@ static void cpu_gptq_params_from_batch(const qd_gptq_block_args *a, int64_t rb, 
         }
 }
 
+/* Where row r's Q goes: q when given, else w (see gptq_block.h). */
+static inline float *cpu_gptq_qrow(const qd_gptq_block_args *a, int64_t r)
+{
+    return a->q ? a->q + r * a->ldq : a->w + r * a->ldw;
+}
+
 /* Row r's slice [i1, i2) of the updated weights (w, or w + acc) into dst with stride st. */
 static void cpu_gptq_load_row(const qd_gptq_block_args *a, int64_t r, float *dst, int64_t st)
 {
@@ -359,7 +365,7 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
                     for (int64_t c = i + 1; c < B; c++) y[c] -= e * hrow[i1 + c];
                 a->err[r * a->lde + i] = e;
                 a->codes[r * a->ldc + j] = (uint8_t)code;
-                a->w[r * a->ldw + j] = qv;
+                cpu_gptq_qrow(a, r)[j] = qv;
             }
         }
     }
@@ -447,7 +453,7 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
         }
         for (int rr = 0; rr < nr; rr++) {
             int64_t r = rb + rr;
-            float *er = a->err + r * a->lde, *wr = a->w + r * a->ldw + i1;
+            float *er = a->err + r * a->lde, *wr = cpu_gptq_qrow(a, r) + i1;
             uint8_t *cr = a->codes + r * a->ldc + i1;
             for (int64_t i = 0; i < B; i++) {
                 er[i] = el[i * 8 + rr];
@@ -602,7 +608,7 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
             for (int rr = 0; rr < 16; rr++) {
                 int64_t r = rb + rr;
                 _mm512_storeu_ps(a->err + r * a->lde + i, te[rr]);
-                _mm512_storeu_ps(a->w + r * a->ldw + i1 + i, tq[rr]);
+                _mm512_storeu_ps(cpu_gptq_qrow(a, r) + i1 + i, tq[rr]);
                 /* codes are small exact integers: converting rounds nothing */
                 _mm_storeu_si128((__m128i *)(a->codes + r * a->ldc + i1 + i),
                                  _mm512_cvtepi32_epi8(_mm512_cvttps_epi32(tc[rr])));
@@ -610,7 +616,7 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
         }
         for (int rr = 0; rr < nr; rr++) {
             int64_t r = rb + rr;
-            float *er = a->err + r * a->lde, *wr = a->w + r * a->ldw + i1;
+            float *er = a->err + r * a->lde, *wr = cpu_gptq_qrow(a, r) + i1;
             uint8_t *cr = a->codes + r * a->ldc + i1;
             for (int64_t i = Bt; i < B; i++) {
                 er[i] = el[i * 16 + rr];
@@ -640,7 +646,7 @@ static int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     if (!a || !a->cfg || !a->w || !a->hinv || !a->err || !a->codes || !a->scales || !a->zeros ||
         !a->col_group || a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k ||
         a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1 ||
-        (a->ldl && a->acc && a->lda < a->k))
+        (a->ldl && a->acc && a->lda < a->k) || (a->q && (!a->ldl || a->ldq < a->k)))
         return qd_err_set(&be->err, QD_EINVAL, "cpu gptq_block: bad arguments");
     const cpu_impl *impl = be->impl;
     const int64_t n = a->n, B = a->i2 - a->i1;
