@@ -243,10 +243,17 @@ int qd_awq_search_scales_cb(qd_backend *be, const qd_quant_cfg *cfg, const qd_aw
         wq[i] = qd_backend_alloc(be, (size_t)(n[i] * k) * sizeof(float));
         if (!wq[i]) { rc = be_fail(be, QD_ENOMEM, "candidate weights", err); goto done; }
     }
+    /* Without duo scaling alpha 0 is s = 1 (plain RTN). With it, alpha 0 is not the identity
+     * (AutoAWQ's grid has no identity), so s = 1 is scored first as one more candidate: a
+     * group the search cannot improve keeps its weights, and the chosen scales never raise
+     * the calibration loss above RTN's. */
+    double id_loss = 0;
+    const int try_identity = o->duo_scaling;
     int best_i = -1;
-    for (int a = 0; a < o->n_grid; a++) {
-        float alpha = (float)a / (float)o->n_grid;
-        awq_candidate(x_mean, w_mean, k, alpha, s);
+    for (int a = try_identity ? -1 : 0; a < o->n_grid; a++) {
+        float alpha = a < 0 ? 0.0f : (float)a / (float)o->n_grid;
+        if (a < 0) for (int64_t c = 0; c < k; c++) s[c] = 1.0f;
+        else awq_candidate(x_mean, w_mean, k, alpha, s);
         BE_TRY(qd_backend_upload(be, s_dev, s, (size_t)k * sizeof *s), "upload of scales");
         for (int i = 0; i < n_layers; i++) {
             size_t bytes = (size_t)(n[i] * k) * sizeof(float);
@@ -255,17 +262,22 @@ int qd_awq_search_scales_cb(qd_backend *be, const qd_quant_cfg *cfg, const qd_aw
             BE_TRY(be->ops->fake_quant(be, cfg, wq[i], n[i], k), "fake quantization");
             BE_TRY(be->ops->scale_cols(be, wq[i], n[i], k, s_dev, 1), "Q(W diag(s)) diag(s)^-1");
         }
-        rc = fn(user, be, (const float *const *)wq, n_layers, &loss[a], err);
+        double *la = a < 0 ? &id_loss : &loss[a];
+        rc = fn(user, be, (const float *const *)wq, n_layers, la, err);
         if (rc) { qd_err_prefix(err, "awq: loss at alpha %.2f", (double)alpha); goto done; }
-        if (!isfinite(loss[a])) {
+        if (!isfinite(*la)) {
             rc = qd_err_set(err, QD_ENUMERIC, "awq: loss at alpha %.2f is not finite", (double)alpha);
             goto done;
         }
-        if (best_i < 0 || loss[a] < loss[best_i]) {
+        if (a >= 0 && (best_i < 0 || loss[a] < loss[best_i])) {
             best_i = a;
             memcpy(best, s, (size_t)k * sizeof *s);
         }
     }
+    /* The identity also wins ties: then there is nothing to fold. */
+    out->identity = try_identity ? id_loss <= loss[best_i] : best_i == 0;
+    if (try_identity && out->identity)
+        for (int64_t c = 0; c < k; c++) best[c] = 1.0f;
     out->k = k;
     out->s = best;
     best = NULL;
@@ -273,8 +285,8 @@ int qd_awq_search_scales_cb(qd_backend *be, const qd_quant_cfg *cfg, const qd_aw
     out->loss = loss;
     loss = NULL;
     out->best_alpha = (float)best_i / (float)o->n_grid;
-    out->best_loss = out->loss[best_i];
-    out->rtn_loss = out->loss[0];
+    out->rtn_loss = try_identity ? id_loss : out->loss[0];
+    out->best_loss = out->identity ? out->rtn_loss : out->loss[best_i];
 done:
     if (wq)
         for (int i = 0; i < n_layers; i++)

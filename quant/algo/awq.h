@@ -58,12 +58,13 @@ int qd_awq_opts_validate(const qd_awq_opts *o, qd_err *err);
 /* Result of the scale search; all arrays owned, freed by qd_awq_scales_free. */
 typedef struct qd_awq_scales {
     int64_t k;
-    float *s;                 /* [K] chosen scales (all 1 when best_alpha is 0) */
-    float best_alpha;
+    float *s;                 /* [K] chosen scales (all 1 when identity) */
+    float best_alpha;         /* of the best grid candidate */
+    int identity;             /* 1: no scaling (s = 1) beat every candidate: nothing to fold */
     int n_grid;
     double *loss;             /* [n_grid] loss of alpha n / n_grid */
-    double best_loss;         /* loss at best_alpha */
-    double rtn_loss;          /* loss[0]: alpha 0 is plain RTN */
+    double best_loss;         /* loss of the chosen scales */
+    double rtn_loss;          /* loss with s = 1 (plain RTN) */
 } qd_awq_scales;
 void qd_awq_scales_free(qd_awq_scales *r);
 

@@ -288,7 +288,7 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
         o.duo_scaling = 1;
         rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
     }
-    if (!rc && sc.best_alpha > 0) {
+    if (!rc && !sc.identity) {
         /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
         host = malloc((size_t)K * sizeof(float) * 2);
         if (!host) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
@@ -315,9 +315,10 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
             if (!rc) rc = qd_block_linear_set(p->m, bw, G->prev_index, pw, pb, err);
             free(pw);
         }
-        QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f loss=%.4g rtn_loss=%.4g", block, G->name,
-               sc.best_alpha, sc.best_loss, sc.rtn_loss);
     }
+    if (!rc)
+        QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g", block,
+               G->name, sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss);
     free(host);
     qd_awq_scales_free(&sc);
     qd_backend_free(be, x);

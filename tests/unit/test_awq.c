@@ -110,7 +110,7 @@ static void test_awq_beats_rtn(void)
         }
 }
 
-typedef struct capture { const float *ref_w; float *seen; int calls; int fail_at; } capture;
+typedef struct capture { const float *ref_w; float *seen; int calls; int fail_at; const float *rtn_w; } capture;
 
 static int capture_loss(void *user, qd_backend *be, const float *const *wq, int n_layers,
                         double *loss, qd_err *err)
@@ -120,6 +120,12 @@ static int capture_loss(void *user, qd_backend *be, const float *const *wq, int 
     if (c->calls == 0) memcpy(c->seen, wq[0], sizeof(float) * N * K);
     c->calls++;
     CHECK_INT(n_layers, 1);
+    if (c->rtn_w) {               /* a loss only the RTN weights minimise: their distance */
+        double d = 0;
+        for (int i = 0; i < N * K; i++) d += ((double)wq[0][i] - c->rtn_w[i]) * ((double)wq[0][i] - c->rtn_w[i]);
+        *loss = d;
+        return 0;
+    }
     /* A module-level objective stand-in: output error on the first 8 outputs only. */
     double e = 0;
     for (int t = 0; t < ROWS; t++)
@@ -187,6 +193,18 @@ static void test_alpha0_is_rtn(void)
     CHECK_CONTAINS(e.msg, "module forward failed");
     CHECK(sc.s == NULL);
     qd_awq_scales_free(&sc);
+    /* With duo scaling alpha 0 is not s = 1, so s = 1 is scored first (21 calls); a loss
+     * that only RTN's weights minimise makes it the choice: nothing to fold. */
+    o.duo_scaling = 1;
+    qd_awq_scales duo;
+    cap = (capture){.ref_w = g_w, .seen = cap.seen, .fail_at = -1, .rtn_w = d};
+    CHECK_OK(qd_awq_search_scales_cb(g_be, &c, &o, ws, ns, 1, K, x_mean, capture_loss, &cap, &duo, &e));
+    CHECK_INT(cap.calls, 21);
+    CHECK(duo.identity);
+    for (int k = 0; k < K; k++) if (duo.s[k] != 1.0f) { CHECK(duo.s[k] == 1.0f); break; }
+    CHECK_NEAR(duo.best_loss, 0.0, 0);
+    CHECK_NEAR(duo.rtn_loss, 0.0, 0);
+    qd_awq_scales_free(&duo);
     free(cap.seen);
     free(d);
 }
@@ -265,6 +283,7 @@ static void test_multi_layer(void)
     }
     for (int a = 0; a < 20; a++) CHECK(joint.best_loss <= joint.loss[a]);
     CHECK(joint.best_loss < joint.rtn_loss);
+    const double joint_rtn = joint.rtn_loss;
     qd_awq_scales_free(&joint);
     for (int i = 0; i < 3; i++) qd_awq_scales_free(&single[i]);
 
@@ -273,6 +292,15 @@ static void test_multi_layer(void)
     qd_awq_scales duo;
     CHECK_OK(qd_awq_search_scales(g_be, &c, &o, ws, ns, 3, K, g_x, ROWS, K, &duo, &e));
     for (int a = 0; a < 20; a++) CHECK(duo.best_loss <= duo.loss[a] && isfinite(duo.loss[a]));
+    /* With duo scaling alpha 0 is not s = 1, so RTN (s = 1) is scored on its own: it is the
+     * joint search's RTN loss, and the chosen scales are never worse than it. */
+    CHECK_NEAR(duo.rtn_loss / joint_rtn, 1.0, 1e-6);
+    CHECK(duo.best_loss <= duo.rtn_loss);
+    if (duo.identity) {
+        int ones = 0;
+        for (int k = 0; k < K; k++) ones += duo.s[k] == 1.0f;
+        CHECK_INT(ones, K);
+    }
     qd_awq_scales_free(&duo);
     free(w2);
     free(w3);
