@@ -518,6 +518,14 @@ static void test_ldl_matches_inverse_form(void)
     be = port;
     ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 36);
     ldl_vs_inverse_case(37, 300, 32, 128, 1, 0, 0, 37);
+    qd_backend_close(port);
+    /* The AVX2 kernel too (it writes Q into the result directly without act-order). */
+    setenv("QUANTD_CPU_KERNEL", "avx2", 1);
+    CHECK_OK(qd_backend_cpu_open(2, &port, &err));
+    unsetenv("QUANTD_CPU_KERNEL");
+    be = port;
+    ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 38);
+    ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 0, 39);
     be = keep;
     qd_backend_close(port);
 }
