@@ -8,6 +8,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
 #include "quant/model/block.h"
+#include "quant/model/eval.h"
 #include "quant/model/testgen.h"
 #include "test_util.h"
 
@@ -456,6 +457,41 @@ static void test_block_hooks(void)
 
 /* ---- errors ---- */
 
+/* Evaluation against a reference model: itself gives KL 0, and a reference with another
+ * vocabulary or too short a context is refused with a message, not compared. */
+static void test_eval_vs_reference(void)
+{
+    qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_LLAMA);
+    char a_dir[1024];
+    snprintf(a_dir, sizeof a_dir, "%s", gen("kl_a", &o));
+    o.vocab = 96;
+    char b_dir[1024];
+    snprintf(b_dir, sizeof b_dir, "%s", gen("kl_b", &o));
+    o.vocab = 128;
+    o.max_pos = 32;
+    const char *c_dir = gen("kl_c", &o);
+    qd_err err = {0};
+    qd_model *a = NULL, *b = NULL, *c = NULL;
+    CHECK_OK(qd_model_open(a_dir, be, &a, &err));
+    CHECK_OK(qd_model_open(b_dir, be, &b, &err));
+    CHECK_OK(qd_model_open(c_dir, be, &c, &err));
+    int32_t ids[256];
+    make_ids(ids, 256, 96, 7);
+    qd_eval_opts eo = qd_eval_opts_default(64);
+    qd_eval_result r;
+    CHECK_OK(qd_eval_ppl_vs(a, a, ids, 256, &eo, &r, &err));
+    CHECK_INT(r.windows, 4);
+    CHECK_NEAR(r.kl_mean, 0.0, 1e-9);
+    CHECK_NEAR(r.top1_agree, 1.0, 0);
+    CHECK_INT(qd_eval_ppl_vs(a, b, ids, 256, &eo, &r, &err), QD_EINVAL);
+    CHECK_CONTAINS(err.msg, "cannot be compared");
+    CHECK_INT(qd_eval_ppl_vs(a, c, ids, 256, &eo, &r, &err), QD_EINVAL);
+    CHECK_CONTAINS(err.msg, "max positions 32");
+    qd_model_close(a);
+    qd_model_close(b);
+    qd_model_close(c);
+}
+
 static void rewrite_config(const char *dir, const char *from, const char *to)
 {
     char *buf = NULL;
@@ -531,6 +567,7 @@ int main(void)
     TEST_RUN(test_dtypes_and_shards);
     TEST_RUN(test_block_hooks);
     TEST_RUN(test_errors);
+    TEST_RUN(test_eval_vs_reference);
     qd_backend_close(be);
     return test_finish();
 }
