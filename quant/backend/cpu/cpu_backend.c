@@ -223,12 +223,13 @@ static int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
     float *d = malloc((size_t)(2 * k) * sizeof *d), *tmp = d ? d + k : NULL;
     if (!d) return qd_err_set(&be->err, QD_ENOMEM, "cpu chol_ldl_upper: out of memory");
     for (int64_t j = 0; j < k; j++) {
-        d[j] = h[(k - 1 - j) * k + (k - 1 - j)];
-        if (!isfinite(d[j]) || d[j] <= 0.0f) {
+        const float dj = h[(k - 1 - j) * k + (k - 1 - j)];
+        if (!isfinite(dj) || dj <= 0.0f) {
             free(d);
             return qd_err_set(&be->err, QD_ENUMERIC, "cpu chol_ldl_upper: factor diagonal %lld is %g",
-                              (long long)j, (double)d[j]);
+                              (long long)j, (double)dj);
         }
+        d[j] = dj;
     }
     int64_t bad = -1;
     for (int64_t a = 0; a <= (k - 1) / 2 && bad < 0; a++) {
