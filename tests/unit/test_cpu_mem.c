@@ -85,6 +85,23 @@ static void test_many_live(void)
     cpu_mem_destroy(&m);
 }
 
+static void test_default_cap(void)
+{
+    unsetenv("QUANTD_CPU_CACHE_MB");
+    size_t def = cpu_mem_default_cap();
+    CHECK(def > 0 && def <= ((size_t)4 << 30));
+    setenv("QUANTD_CPU_CACHE_MB", "0", 1);
+    CHECK_INT((int64_t)cpu_mem_default_cap(), 0);
+    setenv("QUANTD_CPU_CACHE_MB", "12", 1);
+    CHECK_INT((int64_t)cpu_mem_default_cap(), (int64_t)(12 * MB));
+    const char *bad[] = {"abc", "12MB", "-5", "99999999999999999999"};
+    for (int i = 0; i < 4; i++) {                  /* warned about, then the default */
+        setenv("QUANTD_CPU_CACHE_MB", bad[i], 1);
+        CHECK_INT((int64_t)cpu_mem_default_cap(), (int64_t)def);
+    }
+    unsetenv("QUANTD_CPU_CACHE_MB");
+}
+
 static void test_backend(void)
 {
     qd_backend *be = NULL;
@@ -105,6 +122,7 @@ int main(void)
     TEST_RUN(test_reuse);
     TEST_RUN(test_cap);
     TEST_RUN(test_many_live);
+    TEST_RUN(test_default_cap);
     TEST_RUN(test_backend);
     return test_finish();
 }

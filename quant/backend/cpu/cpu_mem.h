@@ -40,7 +40,8 @@ void cpu_mem_destroy(cpu_mem *m);
 /* 64-byte aligned; NULL when out of memory. */
 void *cpu_mem_alloc(cpu_mem *m, size_t bytes);
 void cpu_mem_free(cpu_mem *m, void *p);               /* accepts NULL */
-/* The default cap: QUANTD_CPU_CACHE_MB when set, else 1/8 of physical memory, at most 4 GiB. */
+/* The default cap: QUANTD_CPU_CACHE_MB when set (a non-negative integer; anything else is
+ * logged as a warning and ignored), else 1/8 of physical memory, at most 4 GiB. */
 size_t cpu_mem_default_cap(void);
 
 #endif
