@@ -67,6 +67,12 @@ quant() {    # quant METHOD BITS SYM -> prints "ppl kl top1 seconds"
     echo "$(cmp_of "$dir") $(python3 -c "print('%.0f' % ($t1 - $t0))")"
 }
 
+row_label() {  # row_label METHOD:SYM -> "GPTQ | zero point"
+    local q=symmetric
+    [ "${1#*:}" = false ] && q="zero point"
+    echo "$(echo "${1%%:*}" | tr a-z A-Z) | $q"
+}
+
 fp=$(ppl_of "$model")
 declare -A ppl kl top secs
 echo "fp16: ppl $fp" >&2
@@ -97,19 +103,13 @@ done
     echo "|---|---|---|---|"
     echo "| FP16 | - | $fp | $fp |"
     for v in $variants; do
-        meth=${v%%:*} sym=${v#*:}
-        name=$(echo "$meth" | tr a-z A-Z)
-        q=symmetric; [ "$sym" = false ] && q="zero point"
-        echo "| $name | $q | ${ppl[$v-4]} (${secs[$v-4]} s) | ${ppl[$v-3]} (${secs[$v-3]} s) |"
+        echo "| $(row_label "$v") | ${ppl[$v-4]} (${secs[$v-4]} s) | ${ppl[$v-3]} (${secs[$v-3]} s) |"
     done
     echo
     echo "| KL to FP16 ↓ / top-1 agreement ↑ | quantizer | INT4 g128 | INT3 g128 |"
     echo "|---|---|---|---|"
     for v in $variants; do
-        meth=${v%%:*} sym=${v#*:}
-        name=$(echo "$meth" | tr a-z A-Z)
-        q=symmetric; [ "$sym" = false ] && q="zero point"
-        echo "| $name | $q | ${kl[$v-4]} / ${top[$v-4]}% | ${kl[$v-3]} / ${top[$v-3]}% |"
+        echo "| $(row_label "$v") | ${kl[$v-4]} / ${top[$v-4]}% | ${kl[$v-3]} / ${top[$v-3]}% |"
     done
     echo
     echo "Calibration: $samples samples x $seqlen tokens of \`text/c4/c4-calib.jsonl\`, seed 0;"
@@ -123,5 +123,8 @@ done
     echo '```'
     for bits in 4 3; do for v in $variants; do cat "$work/job-${v%%:*}-$bits-${v#*:}.json"; done; done
     echo '```'
+    echo
+    echo "How to read these numbers, and the other calibration settings measured (sample counts,"
+    echo "act-order, damping, static groups): [quality-settings.md](quality-settings.md)."
 } > "$out"
 echo "wrote $out" >&2
