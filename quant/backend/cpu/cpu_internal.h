@@ -1,6 +1,7 @@
 /* Private to the CPU backend: the op implementations, split by concern across files.
  * cpu_backend.c assembles them into the qd_backend_ops table:
- *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, gptq_block
+ *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, chol_ldl_upper
+ *   cpu_gptq.c     gptq_block (portable, AVX2 and AVX-512 kernels)
  *   cpu_mem.c      large blocks kept for reuse by alloc/free
  *   cpu_quant.c    fake_quant, scale_cols, sq_diff_sum
  *   cpu_nn.c       rmsnorm, layernorm, rope, attention, activations, add, nll_rows */
@@ -10,8 +11,24 @@
 #include "quant/backend/backend.h"
 #include "quant/backend/cpu/cpu_mem.h"
 
+struct qd_gptq_block_args;
+
+/* The GPTQ block kernel for rows [r0, r1) of a block (see cpu_gptq_block), with per-thread
+ * scratch (CPU_GPTQ_SCRATCH in cpu_gptq.c). */
+typedef void (*cpu_gptq_rows_fn)(const struct qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch);
+
+/* The backend's private state (be->impl), owned by the backend. */
+typedef struct cpu_impl {
+    cpu_gptq_rows_fn gptq_rows; /* chosen once at open (cpu_gptq_rows_pick) */
+    cpu_mem mem;                /* large blocks kept for reuse (cpu_mem.h) */
+} cpu_impl;
+
 /* cpu_backend.c: frees the backend, its cached blocks included (qd_backend_close). */
 void qd_backend_cpu_close(qd_backend *be);
+
+/* cpu_gptq.c: the gptq_block op, and the rows kernel for this CPU and QUANTD_CPU_KERNEL. */
+int cpu_gptq_block(qd_backend *be, const struct qd_gptq_block_args *a);
+cpu_gptq_rows_fn cpu_gptq_rows_pick(void);
 
 /* cpu_quant.c */
 int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k);
