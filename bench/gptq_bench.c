@@ -163,6 +163,7 @@ int main(int argc, char **argv)
     if (o.quant.group_size <= 0)
         for (int64_t r = 0; r < n; r++) qd_quant_params(&o.quant, w + r * k, k, 1, &sc[r], &zr[r]);
     memcpy(wc, w, sizeof(float) * n * k);
+    memset(codes, 0, (size_t)(n * k));          /* first-touch page faults out of the timing */
     double t_block = 0;
     for (int64_t i1 = 0; i1 < k; i1 += B) {
         int64_t i2 = i1 + B < k ? i1 + B : k;

@@ -58,13 +58,18 @@ static float scale_to_f16(float s)
 void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride,
                      float *scale, float *zero)
 {
-    const int maxq = qd_quant_maxq(c);
     float xmin = 0.0f, xmax = 0.0f;                     /* the range always holds 0 */
     for (int64_t i = 0; i < n; i++) {
         float v = w[i * stride];
         if (v < xmin) xmin = v;
         if (v > xmax) xmax = v;
     }
+    qd_quant_params_range(c, xmin, xmax, scale, zero);
+}
+
+void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float *scale, float *zero)
+{
+    const int maxq = qd_quant_maxq(c);
     if (c->sym) {
         float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
         xmax = a;

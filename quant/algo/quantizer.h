@@ -40,6 +40,10 @@ int64_t qd_quant_group_len(const qd_quant_cfg *c, int64_t k);
 /* Parameters of one group: n values at w[0], w[stride], ... */
 void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride,
                      float *scale, float *zero);
+/* The same from the group's range: xmin = min(0, w...), xmax = max(0, w...), each found as
+ * qd_quant_params does (x < xmin / x > xmax replaces, so NaNs and a -0 never enter). SIMD
+ * kernels find the ranges of many groups at once and finish here. */
+void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float *scale, float *zero);
 static inline int qd_quant_code(float w, float scale, float zero, int maxq)
 {
     float v = __builtin_rintf(w / scale) + zero;   /* round half to even, as torch.round */

@@ -435,9 +435,11 @@ static void test_gptq_block_threads(void)
     qd_backend_close(b2);
 }
 
-/* The AVX-512 kernel (16 rows per batch) must be bit-identical to the AVX2 one (8 rows):
- * the same operations per lane. Odd n and a short group cover partial batches. Runs the
- * default kernel twice where the CPU has no AVX-512 (still a determinism check). */
+/* The AVX-512 kernel (16 rows per batch, 16-column sub-blocks) must be bit-identical to
+ * the AVX2 one (8 rows, column by column): the same operations per lane in the same order.
+ * Odd n and a short group cover partial batches; blocks of 48 and 42 columns cover whole
+ * sub-blocks and a 10-column tail. Runs the default kernel twice where the CPU has no
+ * AVX-512 (still a determinism check). */
 static void gptq_block_avx512_vs_avx2(int ldl)
 {
     qd_backend *b1 = NULL, *b2 = NULL;
@@ -448,7 +450,7 @@ static void gptq_block_avx512_vs_avx2(int ldl)
     unsetenv("QUANTD_CPU_KERNEL");
     test_rng rng;
     test_rng_seed(&rng, 21);
-    const int64_t n = 283, k = 80, gs = 32, G = 3;
+    const int64_t n = 283, k = 90, gs = 32, G = 3;
     qd_quant_cfg cfg = qd_quant_cfg_default();
     cfg.group_size = gs;
     cfg.sym = 0;
@@ -464,11 +466,11 @@ static void gptq_block_avx512_vs_avx2(int ldl)
     uint8_t *c1 = calloc(n * k, 1), *c2 = calloc(n * k, 1);
     float *s1 = calloc(G * n, sizeof(float)), *s2 = calloc(G * n, sizeof(float));
     float *z1 = calloc(G * n, sizeof(float)), *z2 = calloc(G * n, sizeof(float));
-    int32_t cg[80];
+    int32_t cg[90];
     for (int64_t j = 0; j < k; j++) cg[j] = (int32_t)(j / gs);
     float *acc = malloc(sizeof(float) * n * k);               /* LDL form: corrections to w */
     test_fill_normal(&rng, acc, n * k, 0.1f);
-    for (int64_t i1 = 0; i1 < k; i1 += 48) {                 /* blocks of 48 and 32 columns */
+    for (int64_t i1 = 0; i1 < k; i1 += 48) {                 /* blocks of 48 and 42 columns */
         int64_t i2 = i1 + 48 < k ? i1 + 48 : k;
         qd_gptq_block_args a = {.cfg = &cfg, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = w, .ldw = k,
                                 .hinv = hinv, .ldh = k, .err = err1 + i1, .lde = k, .codes = c1, .ldc = k,

@@ -257,6 +257,119 @@ static inline void cpu_transpose16(__m512 r[16])
     }
 }
 
+/* cpu_gptq_params_from_batch for 16 lanes: each group's min and max over all 16 rows at
+ * once (min_ps(v, m) is v < m ? v : m, exactly qd_quant_params' comparison), then the
+ * parameters lane by lane from the range. */
+__attribute__((target("avx512f")))
+static void cpu_gptq_params_from_batch16(const qd_gptq_block_args *a, int64_t rb, int nr, const float *pl)
+{
+    const int64_t k = a->k, i1 = a->i1, i2 = a->i2;
+    const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : k;
+    for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
+        const int64_t len = j + gs <= k ? gs : k - j, g = a->col_group[j];
+        __m512 lo = _mm512_setzero_ps(), hi = _mm512_setzero_ps();
+        for (int64_t i = 0; i < len; i++) {
+            __m512 v = _mm512_loadu_ps(pl + (j - i1 + i) * 16);
+            lo = _mm512_min_ps(v, lo);
+            hi = _mm512_max_ps(v, hi);
+        }
+        float lo16[16], hi16[16];
+        _mm512_storeu_ps(lo16, lo);
+        _mm512_storeu_ps(hi16, hi);
+        for (int rr = 0; rr < nr; rr++)
+            qd_quant_params_range(a->cfg, lo16[rr], hi16[rr], &a->scales[g * a->n + rb + rr],
+                                  &a->zeros[g * a->n + rb + rr]);
+    }
+}
+
+/* Prefetches rows [ra, rb) (clipped to r1) of the block's columns of w, and of acc when the
+ * block has corrections. */
+static inline void cpu_gptq_prefetch_rows(const qd_gptq_block_args *a, int64_t ra, int64_t rb, int64_t r1)
+{
+    const int64_t B = a->i2 - a->i1;
+    for (int64_t r = ra; r < rb && r < r1; r++)
+        for (int64_t i = 0; i < B; i += 16) {
+            _mm_prefetch((const char *)(a->w + r * a->ldw + a->i1 + i), _MM_HINT_T0);
+            if (a->ldl && a->acc) _mm_prefetch((const char *)(a->acc + r * a->lda + a->i1 + i), _MM_HINT_T0);
+        }
+}
+
+/* The group parameters of a 16-row batch as the AVX-512 column loop reaches column j:
+ * reloaded only when the column's group changes. */
+typedef struct cpu_gptq_group16 {
+    const qd_gptq_block_args *a;
+    int64_t rb;                 /* the batch's first row */
+    int nr;                     /* rows in the batch (16 but for the last) */
+    int64_t g;                  /* the group loaded, -1 before the first */
+    __m512 s, z;
+} cpu_gptq_group16;
+
+/* Quantizes column j of a batch (x: its 16 rows) with the operations of qd_quant_code /
+ * qd_quant_dequant, stores the error, Q and codes at el, ql, cl, and returns the factor
+ * the later columns' updates take (fnmadd): the U form's e = (x - q) / hinv[j][j], the LDL
+ * form's -(w - q) (negation is exact, so fnmadd adds e * A exactly as fmadd would). */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline __m512 cpu_gptq_quant16(cpu_gptq_group16 *gp, int64_t j, __m512 x, float hjj, const float *w0,
+                                      float *el, float *ql, float *cl, __m512 vmaxq)
+{
+    const qd_gptq_block_args *a = gp->a;
+    const __m512 v0 = _mm512_setzero_ps();
+    const int64_t g = a->col_group[j];
+    if (g != gp->g) {
+        /* Missing rows of a short batch get scale 1, zero 0: harmless, never stored. */
+        float s16[16], z16[16];
+        for (int rr = 0; rr < 16; rr++) {
+            s16[rr] = rr < gp->nr ? a->scales[g * a->n + gp->rb + rr] : 1.0f;
+            z16[rr] = rr < gp->nr ? a->zeros[g * a->n + gp->rb + rr] : 0.0f;
+        }
+        gp->s = _mm512_loadu_ps(s16);
+        gp->z = _mm512_loadu_ps(z16);
+        gp->g = g;
+    }
+    const __m512 vs = gp->s, vz = gp->z;
+    __m512 v = _mm512_add_ps(_mm512_roundscale_ps(_mm512_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+    v = _mm512_min_ps(_mm512_max_ps(v, v0), vmaxq);
+    __m512 qv = _mm512_mul_ps(vs, _mm512_sub_ps(v, vz));
+    __m512 e = a->ldl ? _mm512_sub_ps(_mm512_loadu_ps(w0), qv) : _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hjj));
+    _mm512_storeu_ps(el, e);
+    _mm512_storeu_ps(ql, qv);
+    _mm512_storeu_ps(cl, v);
+    return a->ldl ? _mm512_sub_ps(v0, e) : e;
+}
+
+/* Columns [c0, B) of a batch y [B][16] take the 16 updates of the sub-block before them:
+ * y[c] = fnmadd(ev[i], h[i * ldh + c], y[c]) for i = 0 .. 15 in turn, which is per element
+ * what 16 rank-1 updates do, so the floats are the same; but each y[c] is loaded and
+ * stored once, and 4 columns give 4 independent chains of FMAs. */
+__attribute__((target("avx512f,fma"), always_inline))
+static inline void cpu_gptq_rank16_avx512(float *y, int64_t c0, int64_t B, const __m512 ev[16], const float *h,
+                                          int64_t ldh)
+{
+    int64_t c = c0;
+    for (; c + 4 <= B; c += 4) {
+        __m512 y0 = _mm512_loadu_ps(y + c * 16), y1 = _mm512_loadu_ps(y + c * 16 + 16);
+        __m512 y2 = _mm512_loadu_ps(y + c * 16 + 32), y3 = _mm512_loadu_ps(y + c * 16 + 48);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) {
+            const float *hr = h + i * ldh + c;
+            y0 = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(hr[0]), y0);
+            y1 = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(hr[1]), y1);
+            y2 = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(hr[2]), y2);
+            y3 = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(hr[3]), y3);
+        }
+        _mm512_storeu_ps(y + c * 16, y0);
+        _mm512_storeu_ps(y + c * 16 + 16, y1);
+        _mm512_storeu_ps(y + c * 16 + 32, y2);
+        _mm512_storeu_ps(y + c * 16 + 48, y3);
+    }
+    for (; c < B; c++) {
+        __m512 y0 = _mm512_loadu_ps(y + c * 16);
+#pragma GCC unroll 16
+        for (int i = 0; i < 16; i++) y0 = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(h[i * ldh + c]), y0);
+        _mm512_storeu_ps(y + c * 16, y0);
+    }
+}
+
 /* AVX-512 kernel: the AVX2 kernel with 16 rows per batch, one column of a batch in one
  * 16-lane register. Every lane runs exactly the AVX2 kernel's operations (divide, round
  * half to even, add, clamp, multiply, subtract, divide, fused multiply-subtract), so the
@@ -264,7 +377,7 @@ static inline void cpu_transpose16(__m512 r[16])
 __attribute__((target("avx512f,fma")))
 static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
-    const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
+    const int64_t i1 = a->i1, B = a->i2 - a->i1;
     float *w1 = scratch, *el = w1 + B * 16, *ql = el + B * 16, *cl = ql + B * 16, *w0 = cl + B * 16;
     float *pl = w0 + B * 16;
     const int vec_params = cpu_gptq_ldl_vec_params(a);
@@ -307,57 +420,65 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
             }
         }
         if (vec_params) {
-            /* D_c = acc_c - sum_{i < c} D_i A[i][c], then w + D (cpu_gptq_find_params) */
-            for (int64_t i = 0; i < B; i++) {
+            /* D_c = acc_c - sum_{i < c} D_i A[i][c], then w + D (cpu_gptq_find_params):
+             * sub-blocks of 16 columns in registers, then one rank-16 update of the
+             * block's later columns per sub-block; the last B % 16 columns one by one. */
+            const float *hb = a->hinv + i1 * a->ldh + i1;           /* A[i1:i2, i1:i2] */
+            const int64_t Bs = B / 16 * 16;
+            for (int64_t s0 = 0; s0 < Bs; s0 += 16) {
+                __m512 y[16];
+#pragma GCC unroll 16
+                for (int c = 0; c < 16; c++) y[c] = _mm512_loadu_ps(pl + (s0 + c) * 16);
+#pragma GCC unroll 16
+                for (int i = 0; i < 16; i++) {
+                    const float *hc = hb + (s0 + i) * a->ldh + s0;
+#pragma GCC unroll 16
+                    for (int c = i + 1; c < 16; c++) y[c] = _mm512_fnmadd_ps(y[i], _mm512_set1_ps(hc[c]), y[c]);
+                    _mm512_storeu_ps(pl + (s0 + i) * 16, _mm512_add_ps(y[i], _mm512_loadu_ps(w0 + (s0 + i) * 16)));
+                }
+                cpu_gptq_rank16_avx512(pl, s0 + 16, B, y, hb + s0 * a->ldh, a->ldh);
+            }
+            for (int64_t i = Bs; i < B; i++) {
                 __m512 dv = _mm512_loadu_ps(pl + i * 16);
-                const float *hc = a->hinv + (i1 + i) * a->ldh + i1;
+                const float *hc = hb + i * a->ldh;
                 for (int64_t c = i + 1; c < B; c++)
                     _mm512_storeu_ps(pl + c * 16, _mm512_fnmadd_ps(dv, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(pl + c * 16)));
                 _mm512_storeu_ps(pl + i * 16, _mm512_add_ps(dv, _mm512_loadu_ps(w0 + i * 16)));
             }
-            cpu_gptq_params_from_batch(a, rb, nr, pl, 16);
+            cpu_gptq_params_from_batch16(a, rb, nr, pl);
         }
-        int64_t gcur = -1;
-        __m512 vs = v0, vz = v0;
-        for (int64_t i = 0; i < B; i++) {
-            int64_t j = i1 + i, g = a->col_group[j];
-            if (g != gcur) {
-                /* Missing rows of a short batch get scale 1, zero 0: harmless, never stored. */
-                float s16[16], z16[16];
-                for (int rr = 0; rr < 16; rr++) {
-                    s16[rr] = rr < nr ? a->scales[g * n + rb + rr] : 1.0f;
-                    z16[rr] = rr < nr ? a->zeros[g * n + rb + rr] : 0.0f;
-                }
-                vs = _mm512_loadu_ps(s16);
-                vz = _mm512_loadu_ps(z16);
-                gcur = g;
+        /* The column loop, sub-blocked like the solve above: 16 columns held in registers
+         * take their rank-1 updates from each other, then the block's later columns take
+         * the sub-block's 16 errors at once. Per element these are the rank-1 loop's fused
+         * operations in the same order, so the results do not change. */
+        cpu_gptq_group16 grp = {.a = a, .rb = rb, .nr = nr, .g = -1};
+        const float *hb = a->hinv + i1 * a->ldh + i1;               /* hinv[i1:i2, i1:i2] */
+        const int64_t Bs = B / 16 * 16;
+        for (int64_t s0 = 0; s0 < Bs; s0 += 16) {
+            /* The next batch's rows of w and acc are cold (the trailing GEMM last wrote acc
+             * over the whole layer): ask for a share of them with every sub-block, few
+             * enough at a time not to stall on the CPU's outstanding misses. */
+            cpu_gptq_prefetch_rows(a, rb + 16 + s0 * 16 / Bs, rb + 16 + (s0 + 16) * 16 / Bs, r1);
+            __m512 y[16], ev[16];
+#pragma GCC unroll 16
+            for (int c = 0; c < 16; c++) y[c] = _mm512_loadu_ps(w1 + (s0 + c) * 16);
+#pragma GCC unroll 16
+            for (int i = 0; i < 16; i++) {
+                const int64_t b = s0 + i;
+                const float *hc = hb + b * a->ldh + s0;
+                ev[i] = cpu_gptq_quant16(&grp, i1 + b, y[i], hc[i], w0 + b * 16, el + b * 16, ql + b * 16,
+                                         cl + b * 16, vmaxq);
+#pragma GCC unroll 16
+                for (int c = i + 1; c < 16; c++) y[c] = _mm512_fnmadd_ps(ev[i], _mm512_set1_ps(hc[c]), y[c]);
             }
-            const float *hrow = a->hinv + j * a->ldh;
-            __m512 x = _mm512_loadu_ps(w1 + i * 16);
-            __m512 v = _mm512_add_ps(_mm512_roundscale_ps(_mm512_div_ps(x, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
-            v = _mm512_min_ps(_mm512_max_ps(v, v0), vmaxq);
-            __m512 qv = _mm512_mul_ps(vs, _mm512_sub_ps(v, vz));
-            __m512 e = a->ldl ? _mm512_sub_ps(_mm512_loadu_ps(w0 + i * 16), qv)
-                              : _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hrow[j]));
-            _mm512_storeu_ps(el + i * 16, e);
-            if (a->ldl) e = _mm512_sub_ps(v0, e);
-            _mm512_storeu_ps(ql + i * 16, qv);
-            _mm512_storeu_ps(cl + i * 16, v);
-            float *wc = w1 + (i + 1) * 16;
-            const float *hc = hrow + j + 1;
-            int64_t len = B - i - 1, c = 0;
-            for (; c + 4 <= len; c += 4) {
-                __m512 y0 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(wc + c * 16));
-                __m512 y1 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 1]), _mm512_loadu_ps(wc + c * 16 + 16));
-                __m512 y2 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 2]), _mm512_loadu_ps(wc + c * 16 + 32));
-                __m512 y3 = _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c + 3]), _mm512_loadu_ps(wc + c * 16 + 48));
-                _mm512_storeu_ps(wc + c * 16, y0);
-                _mm512_storeu_ps(wc + c * 16 + 16, y1);
-                _mm512_storeu_ps(wc + c * 16 + 32, y2);
-                _mm512_storeu_ps(wc + c * 16 + 48, y3);
-            }
-            for (; c < len; c++)
-                _mm512_storeu_ps(wc + c * 16, _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(wc + c * 16)));
+            cpu_gptq_rank16_avx512(w1, s0 + 16, B, ev, hb + s0 * a->ldh, a->ldh);
+        }
+        for (int64_t i = Bs; i < B; i++) {
+            const float *hc = hb + i * a->ldh;
+            __m512 e = cpu_gptq_quant16(&grp, i1 + i, _mm512_loadu_ps(w1 + i * 16), hc[i], w0 + i * 16,
+                                        el + i * 16, ql + i * 16, cl + i * 16, vmaxq);
+            for (int64_t c = i + 1; c < B; c++)
+                _mm512_storeu_ps(w1 + c * 16, _mm512_fnmadd_ps(e, _mm512_set1_ps(hc[c]), _mm512_loadu_ps(w1 + c * 16)));
         }
         for (int64_t i = 0; i < Bt; i += 16) {
             __m512 te[16], tq[16], tc[16];
