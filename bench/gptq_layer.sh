@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# GPTQ benchmark on the CPU: one 4096x4096 layer and one 4096->11008 layer (K = 4096,
-# N = 11008) with 4096 calibration rows, 4-bit, group 128, OpenBLAS on $THREADS threads.
+# GPTQ benchmark on the CPU, 4096 calibration rows, 4-bit, group 128, OpenBLAS on $THREADS
+# threads. Layers by their nn.Linear weight shape [N, K] (as `quantctl layer` takes them):
+# 4096x4096 (a 7B attention projection), 4096x11008 (down_proj: K = 11008) and 11008x4096
+# (gate/up_proj: N = 11008). SHAPES="4096x4096" runs a subset.
 #
 #   bench/gptq_layer.sh                      # uses $QUANTD_BUILD_DIR or ./build
 #   THREADS=2 REPS=3 PYTHON=/path/to/python bench/gptq_layer.sh
@@ -30,7 +32,8 @@ CFLAGS="-O2 $(pkg-config --cflags openblas lapacke)"
 cc $CFLAGS -o "$BUILD/bench/sgemm_peak" "$ROOT/bench/sgemm_peak.c" $LIBS
 cc $CFLAGS -I"$ROOT" -o "$BUILD/bench/gptq_bench" "$ROOT/bench/gptq_bench.c" "$BUILD/libquant.a" $LIBS
 
-for shape in 4096x4096 11008x4096; do
+SHAPES=${SHAPES:-4096x4096 4096x11008 11008x4096}
+for shape in $SHAPES; do
     n=${shape%x*}; k=${shape#*x}
     [ -f "$DATA/$shape/W.safetensors" ] || "$BUILD/quantctl" gen-layer --n "$n" --k "$k" --rows 4096 --seed 1 --out "$DATA/$shape" >/dev/null
 done
@@ -48,7 +51,7 @@ rows = [json.loads(l) for l in sys.stdin if l.startswith("{")]
 print(json.dumps(min(rows, key=lambda r: r[sys.argv[1]])))' "$key"
 }
 best seconds "$BUILD/bench/sgemm_peak" 4096 "$THREADS" 3 | sed 's/^{/{"what":"sgemm",/' | tee -a "$OUT"
-for shape in 4096x4096 11008x4096; do
+for shape in $SHAPES; do
     for act in "" "--desc-act"; do
         [ -n "$act" ] && [ "$shape" != 4096x4096 ] && continue
         best gptq_seconds "$BUILD/bench/gptq_bench" "$DATA/$shape/W.safetensors" "$DATA/$shape/X.safetensors" \
@@ -70,7 +73,7 @@ print("|---|---|---|---|---|---|---|---|---|---|")
 for r in rows:
     if r["what"] != "quantd":
         continue
-    ref = next((x for x in rows if x["what"] == "reference" and x["n"] == r["n"] and x["desc_act"] == r["desc_act"]), None)
+    ref = next((x for x in rows if x["what"] == "reference" and x["n"] == r["n"] and x["k"] == r["k"] and x["desc_act"] == r["desc_act"]), None)
     ratio = r["gptq_seconds"] / (r["lazy_gemm_seconds"] + r["chol_seconds"])
     print(f"| {r['n']} x {r['k']} | {r['desc_act']} | {r['gptq_seconds']:.2f} ({r['gptq_first_seconds']:.2f}) | {r['hessian_seconds']:.2f} "
           f"({r['hessian_gflops']:.0f}, {100 * r['hessian_gflops'] / peak:.0f}%) | {r['lazy_gemm_seconds']:.2f} "
