@@ -165,6 +165,10 @@ int qd_calib_load(const qd_calib_opts *o, const qd_tokenizer *tok, qd_calib_set 
         return qd_err_set(err, QD_EINVAL, "%s: a tokenizer is needed for text calibration data", o->path);
     stream s = {0};
     int rc = 0;
+    if (o->style == QD_CALIB_AWQ && o->seed != 0)
+        QD_LOG(QD_LOG_WARN, "calibration seed not used",
+               "seed=%llu style=awq: documents are taken in file order (AutoAWQ); style gptq draws seeded windows",
+               (unsigned long long)o->seed);
     /* AWQ needs only the first n_samples * L tokens; stop tokenizing there. */
     int64_t enough = o->style == QD_CALIB_AWQ ? o->n_samples * L : 0;
     if (in == QD_CALIB_INPUT_TOKENS) {

@@ -1,7 +1,12 @@
 /* Calibration sampling: deterministic seeded random windows that are true sub-windows of
  * the stream, AWQ blocks, seq_len clamping, clear errors for a corpus too small, and (with
- * ../shared/data) JSONL documents tokenized as the C4 golden ids say. */
+ * ../shared/data) JSONL documents tokenized as the C4 golden ids say; the AWQ style, which
+ * takes documents in file order, warns when given a seed it does not use. */
+#include <fcntl.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/model/calib.h"
@@ -45,6 +50,27 @@ static void test_random_windows(void)
     free(b);
 }
 
+/* qd_calib_load with stderr (the log) captured into buf. */
+static int load_logged(const qd_calib_opts *o, qd_calib_set *s, char *buf, size_t cap)
+{
+    qd_err err = {0};
+    const char *path = test_path(test_tmpdir(), "calib.log");
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
+    if (saved < 0 || fd < 0) return -1;
+    dup2(fd, 2);
+    int rc = qd_calib_load(o, NULL, s, &err);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    close(fd);
+    FILE *f = fopen(path, "r");
+    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
+    if (f) fclose(f);
+    buf[n] = 0;
+    return rc;
+}
+
 static void test_token_file_and_clamp(void)
 {
     size_t n = 3000;
@@ -69,8 +95,15 @@ static void test_token_file_and_clamp(void)
     qd_calib_free(&s);
     o.style = QD_CALIB_AWQ;
     o.n_samples = 11;
-    CHECK_OK(qd_calib_load(&o, NULL, &s, &err));
+    char logged[4096];
+    CHECK_OK(load_logged(&o, &s, logged, sizeof logged));     /* seed 3: file order, warned */
     CHECK_INT(s.ids[10 * 256], (10 * 256) % 500);
+    CHECK(strstr(logged, "calibration seed not used") != NULL);
+    qd_calib_free(&s);
+    o.seed = 0;
+    CHECK_OK(load_logged(&o, &s, logged, sizeof logged));     /* the default seed: no warning */
+    CHECK_INT(s.ids[10 * 256], (10 * 256) % 500);
+    CHECK(strstr(logged, "seed") == NULL);
     qd_calib_free(&s);
     o.n_samples = 12;
     CHECK_INT(qd_calib_load(&o, NULL, &s, &err), QD_EINVAL);
