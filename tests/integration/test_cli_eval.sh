@@ -4,13 +4,7 @@
 # model a positive KL; bad input (missing reference, another vocabulary, windows longer than
 # the context, missing options) exits 2 with one line naming the problem.
 set -u
-Q="${QUANTD_BUILD_DIR:?QUANTD_BUILD_DIR must point at the build directory}/quantctl"
-[ -x "$Q" ] || { echo "SKIP: $Q not built"; exit 77; }
-command -v python3 >/dev/null || { echo "SKIP: python3 needed to read the JSON output"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_common.sh"
 json() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])[sys.argv[1]])' "$1"; }
 
 "$Q" gen-model --out "$T/a" --seed 1 --vocab 128 --max-pos 128 >/dev/null || fail "gen-model a"

@@ -3,13 +3,7 @@
 # format promises, the JSON report is the last stdout line and GPTQ beats RTN on LLM-like
 # inputs; bad input exits 2 with one line naming the problem.
 set -u
-Q="${QUANTD_BUILD_DIR:?QUANTD_BUILD_DIR must point at the build directory}/quantctl"
-[ -x "$Q" ] || { echo "SKIP: $Q not built"; exit 77; }
-command -v python3 >/dev/null || { echo "SKIP: python3 needed to read the JSON report"; exit 77; }
-T=$(mktemp -d)
-trap 'rm -rf "$T"' EXIT
-fails=0
-fail() { echo "FAIL: $*" >&2; fails=$((fails + 1)); }
+. "$(dirname "$0")/cli_common.sh"
 
 # json FIELD < report-line: prints the field (Python repr for bools: True/False)
 json() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read())[sys.argv[1]])' "$1"; }
