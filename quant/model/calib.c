@@ -1,6 +1,7 @@
 /* Calibration sampling (see calib.h): reads the corpus, tokenizes document by document,
- * and draws GPTQ-style random windows or AWQ-style consecutive blocks. The generator is
- * our own (splitmix64) so samples never depend on the C library's rand(). */
+ * and draws GPTQ-style random windows or AWQ-style consecutive blocks of shuffled
+ * documents. The generator is our own (splitmix64) so samples never depend on the C
+ * library's rand(). */
 #include <cjson/cJSON.h>
 #include <stdlib.h>
 #include <string.h>
@@ -121,30 +122,72 @@ static qd_calib_input detect(const char *path)
     return QD_CALIB_INPUT_TEXT;
 }
 
-static int read_jsonl(const qd_calib_opts *o, const qd_tokenizer *tok, const char *buf, size_t len, stream *s,
-                      int64_t enough, qd_err *err)
+/* One JSONL line: its bytes and its 1-based number (for messages). */
+typedef struct jsonl_line { const char *p, *end; size_t no; } jsonl_line;
+
+/* The non-blank lines of buf; *out owned by the caller (free). */
+static int jsonl_lines(const char *buf, size_t len, jsonl_line **out, size_t *n_out)
 {
-    const char *field = o->field ? o->field : "text";
-    size_t line = 0;
-    for (const char *p = buf; p < buf + len && (enough <= 0 || (int64_t)s->n < enough); line++) {
+    size_t n = 0, cap = 0, no = 0;
+    jsonl_line *v = NULL;
+    for (const char *p = buf; p < buf + len; no++) {
         const char *nl = memchr(p, '\n', (size_t)(buf + len - p));
         const char *end = nl ? nl : buf + len;
         const char *q = p;
         while (q < end && (*q == ' ' || *q == '\t' || *q == '\r')) q++;
         if (q < end) {
-            cJSON *obj = cJSON_ParseWithLength(p, (size_t)(end - p));
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, field);
-            if (!cJSON_IsString(t)) {
-                cJSON_Delete(obj);
-                return qd_err_set(err, QD_EFORMAT, "%s: line %zu is not a JSON object with a \"%s\" string", o->path, line + 1, field);
+            if (n == cap) {
+                cap = cap ? cap * 2 : 1024;
+                jsonl_line *w = realloc(v, cap * sizeof *w);
+                if (!w) { free(v); return QD_ENOMEM; }
+                v = w;
             }
-            int rc = add_doc(o, tok, t->valuestring, strlen(t->valuestring), s, err);
-            cJSON_Delete(obj);
-            if (rc) return qd_err_prefix(err, "%s: line %zu", o->path, line + 1);
+            v[n++] = (jsonl_line){p, end, no + 1};
         }
         p = end + 1;
     }
+    *out = v;
+    *n_out = n;
     return 0;
+}
+
+void qd_calib_shuffle_order(size_t n, uint64_t seed, size_t *order)
+{
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    uint64_t s = seed;
+    for (size_t i = n; i > 1; i--) {   /* Fisher-Yates */
+        size_t j = (size_t)uniform(&s, (uint64_t)i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+}
+
+/* Tokenizes the documents (AWQ style: in the seed's shuffled order) until enough ids. */
+static int read_jsonl(const qd_calib_opts *o, const qd_tokenizer *tok, const char *buf, size_t len, stream *s,
+                      int64_t enough, qd_err *err)
+{
+    const char *field = o->field ? o->field : "text";
+    jsonl_line *lines = NULL;
+    size_t n = 0;
+    if (jsonl_lines(buf, len, &lines, &n)) return qd_err_set(err, QD_ENOMEM, "calibration: out of memory");
+    size_t *order = malloc((n ? n : 1) * sizeof *order);
+    if (!order) { free(lines); return qd_err_set(err, QD_ENOMEM, "calibration: out of memory"); }
+    if (o->style == QD_CALIB_AWQ) qd_calib_shuffle_order(n, o->seed, order);
+    else for (size_t i = 0; i < n; i++) order[i] = i;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc && (enough <= 0 || (int64_t)s->n < enough); i++) {
+        const jsonl_line *l = &lines[order[i]];
+        cJSON *obj = cJSON_ParseWithLength(l->p, (size_t)(l->end - l->p));
+        const cJSON *t = cJSON_GetObjectItemCaseSensitive(obj, field);
+        if (!cJSON_IsString(t))
+            rc = qd_err_set(err, QD_EFORMAT, "%s: line %zu is not a JSON object with a \"%s\" string", o->path, l->no, field);
+        else if ((rc = add_doc(o, tok, t->valuestring, strlen(t->valuestring), s, err)))
+            qd_err_prefix(err, "%s: line %zu", o->path, l->no);
+        cJSON_Delete(obj);
+    }
+    free(order);
+    free(lines);
+    return rc;
 }
 
 int qd_calib_load(const qd_calib_opts *o, const qd_tokenizer *tok, qd_calib_set *out, qd_err *err)
@@ -165,10 +208,6 @@ int qd_calib_load(const qd_calib_opts *o, const qd_tokenizer *tok, qd_calib_set 
         return qd_err_set(err, QD_EINVAL, "%s: a tokenizer is needed for text calibration data", o->path);
     stream s = {0};
     int rc = 0;
-    if (o->style == QD_CALIB_AWQ && o->seed != 0)
-        QD_LOG(QD_LOG_WARN, "calibration seed not used",
-               "seed=%llu style=awq: documents are taken in file order (AutoAWQ); style gptq draws seeded windows",
-               (unsigned long long)o->seed);
     /* AWQ needs only the first n_samples * L tokens; stop tokenizing there. */
     int64_t enough = o->style == QD_CALIB_AWQ ? o->n_samples * L : 0;
     if (in == QD_CALIB_INPUT_TOKENS) {

@@ -10,9 +10,12 @@
  *         randint(0, len - seqlen - 1)), from a fixed seeded generator (splitmix64 with
  *         Lemire's unbiased range reduction) — the same seed gives the same samples on any
  *         machine.
- *   AWQ:  documents are taken in file order (those longer than max_doc_tokens skipped, as
- *         AutoAWQ skips lines over its max_seq_len), concatenated, and cut into consecutive
- *         blocks of seq_len; n_samples is the number of blocks returned.
+ *   AWQ:  the documents (JSONL lines) are shuffled with the seed, as AutoAWQ shuffles its
+ *         dataset (qd_calib_shuffle_order, the same generator), then taken in that order
+ *         (those longer than max_doc_tokens skipped, as AutoAWQ skips lines over its
+ *         max_seq_len), concatenated, and cut into consecutive blocks of seq_len; only the
+ *         documents needed are tokenized. n_samples is the number of blocks returned. A
+ *         single document (plain text, a token file) is cut from its start.
  * seq_len is clamped to the model's max_position_embeddings with a warning. A corpus too
  * small for the request is QD_EINVAL with a message giving both sizes. */
 #ifndef QUANT_MODEL_CALIB_H
@@ -68,5 +71,7 @@ int qd_calib_sample_random(const int32_t *ids, size_t n, int64_t n_samples, int6
                            uint64_t seed, int32_t *out, qd_err *err);
 int qd_calib_sample_blocks(const int32_t *ids, size_t n, int64_t n_samples, int64_t seq_len,
                            int32_t *out, qd_err *err);
+/* The AWQ style's document order: a seeded Fisher-Yates permutation of 0..n-1 into order. */
+void qd_calib_shuffle_order(size_t n, uint64_t seed, size_t *order);
 
 #endif

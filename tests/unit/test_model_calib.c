@@ -1,12 +1,10 @@
 /* Calibration sampling: deterministic seeded random windows that are true sub-windows of
  * the stream, AWQ blocks, seq_len clamping, clear errors for a corpus too small, and (with
- * ../shared/data) JSONL documents tokenized as the C4 golden ids say; the AWQ style, which
- * takes documents in file order, warns when given a seed it does not use. */
-#include <fcntl.h>
+ * ../shared/data) JSONL documents tokenized as the C4 golden ids say; the AWQ style's
+ * seeded document shuffle (a permutation, reproducible, different per seed). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/model/calib.h"
@@ -50,27 +48,6 @@ static void test_random_windows(void)
     free(b);
 }
 
-/* qd_calib_load with stderr (the log) captured into buf. */
-static int load_logged(const qd_calib_opts *o, qd_calib_set *s, char *buf, size_t cap)
-{
-    qd_err err = {0};
-    const char *path = test_path(test_tmpdir(), "calib.log");
-    fflush(stderr);
-    int saved = dup(2), fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-    if (saved < 0 || fd < 0) return -1;
-    dup2(fd, 2);
-    int rc = qd_calib_load(o, NULL, s, &err);
-    fflush(stderr);
-    dup2(saved, 2);
-    close(saved);
-    close(fd);
-    FILE *f = fopen(path, "r");
-    size_t n = f ? fread(buf, 1, cap - 1, f) : 0;
-    if (f) fclose(f);
-    buf[n] = 0;
-    return rc;
-}
-
 static void test_token_file_and_clamp(void)
 {
     size_t n = 3000;
@@ -95,15 +72,8 @@ static void test_token_file_and_clamp(void)
     qd_calib_free(&s);
     o.style = QD_CALIB_AWQ;
     o.n_samples = 11;
-    char logged[4096];
-    CHECK_OK(load_logged(&o, &s, logged, sizeof logged));     /* seed 3: file order, warned */
+    CHECK_OK(qd_calib_load(&o, NULL, &s, &err));   /* one document: cut from its start */
     CHECK_INT(s.ids[10 * 256], (10 * 256) % 500);
-    CHECK(strstr(logged, "calibration seed not used") != NULL);
-    qd_calib_free(&s);
-    o.seed = 0;
-    CHECK_OK(load_logged(&o, &s, logged, sizeof logged));     /* the default seed: no warning */
-    CHECK_INT(s.ids[10 * 256], (10 * 256) % 500);
-    CHECK(strstr(logged, "seed") == NULL);
     qd_calib_free(&s);
     o.n_samples = 12;
     CHECK_INT(qd_calib_load(&o, NULL, &s, &err), QD_EINVAL);
@@ -112,6 +82,27 @@ static void test_token_file_and_clamp(void)
     o.path = test_path(test_tmpdir(), "calib.txt");
     CHECK_INT(qd_calib_load(&o, NULL, &s, &err), QD_EINVAL);   /* text without a tokenizer */
     free(ids);
+}
+
+static void test_shuffle_order(void)
+{
+    enum { N = 50 };
+    size_t a[N], b[N], c[N];
+    int seen[N] = {0}, moved = 0;
+    qd_calib_shuffle_order(N, 0, a);
+    qd_calib_shuffle_order(N, 0, b);
+    qd_calib_shuffle_order(N, 1, c);
+    for (int i = 0; i < N; i++) {
+        CHECK(a[i] < N);
+        if (a[i] < N) seen[a[i]]++;
+        moved += a[i] != (size_t)i;
+    }
+    for (int i = 0; i < N; i++) CHECK_INT(seen[i], 1);    /* a permutation */
+    CHECK(moved > N / 2);                                   /* seed 0 shuffles too */
+    CHECK(!memcmp(a, b, sizeof a));                         /* reproducible */
+    CHECK(memcmp(a, c, sizeof a) != 0);                     /* the seed matters */
+    qd_calib_shuffle_order(1, 7, a);
+    CHECK_INT(a[0], 0);
 }
 
 static int32_t *read_json_ids(const char *path, size_t *n)
@@ -133,19 +124,40 @@ static void test_c4_jsonl(void)
     size_t ng = 0;
     int32_t *gold = read_json_ids(test_path(data, "goldens/tok512/c4_doc0.ids.json"), &ng);
     CHECK_INT(ng, 1135);
+    /* Document 0 alone (its 1135 ids cover four blocks of 256): the golden ids, BOS first. */
+    char *buf = NULL;
+    size_t len = 0;
+    CHECK_OK(qd_fs_read_file(test_path(data, "text/c4/c4-calib.jsonl"), &buf, &len, &err));
+    const char *nl = buf ? memchr(buf, '\n', len) : NULL;
+    const char *one = test_path(test_tmpdir(), "doc0.jsonl");
+    CHECK(nl && !qd_fs_write_atomic(one, buf, (size_t)(nl - buf + 1), &err));
+    free(buf);
     qd_calib_opts o = qd_calib_opts_default();
-    o.path = test_path(data, "text/c4/c4-calib.jsonl");
+    o.path = one;
     o.style = QD_CALIB_AWQ;
-    o.n_samples = 8;
+    o.n_samples = 4;
     o.seq_len = 256;
-    qd_calib_set s;
+    qd_calib_set s, s2;
     CHECK_OK(qd_calib_load(&o, tok, &s, &err));
-    CHECK(s.ids && gold && !memcmp(s.ids, gold, 1024 * 4));   /* doc 0 with BOS first */
-    CHECK(s.docs >= 2 && s.docs < 20);                        /* stopped tokenizing early */
+    CHECK(s.ids && gold && !memcmp(s.ids, gold, 1024 * 4));
     qd_calib_free(&s);
+    /* The whole file: shuffled documents, the same for the same seed, BOS starts block 0. */
+    o.path = test_path(data, "text/c4/c4-calib.jsonl");
+    o.n_samples = 8;
+    CHECK_OK(qd_calib_load(&o, tok, &s, &err));
+    CHECK_OK(qd_calib_load(&o, tok, &s2, &err));
+    CHECK(s.ids && s2.ids && !memcmp(s.ids, s2.ids, 2048 * 4));
+    CHECK(s.ids && gold && s.ids[0] == gold[0] && memcmp(s.ids, gold, 1024 * 4) != 0);
+    CHECK(s.docs >= 1 && s.docs < 40);                        /* stopped tokenizing early */
+    qd_calib_free(&s2);
+    o.seed = 1;
+    CHECK_OK(qd_calib_load(&o, tok, &s2, &err));
+    CHECK(s.ids && s2.ids && memcmp(s.ids, s2.ids, 2048 * 4) != 0);
+    qd_calib_free(&s);
+    qd_calib_free(&s2);
     o.field = "missing";
     CHECK_INT(qd_calib_load(&o, tok, &s, &err), QD_EFORMAT);
-    CHECK_CONTAINS(err.msg, "line 1");
+    CHECK_CONTAINS(err.msg, "is not a JSON object with a \"missing\" string");
     free(gold);
     qd_tokenizer_free(tok);
 }
@@ -154,6 +166,7 @@ int main(void)
 {
     TEST_RUN(test_random_windows);
     TEST_RUN(test_token_file_and_clamp);
+    TEST_RUN(test_shuffle_order);
     TEST_RUN(test_c4_jsonl);
     return test_finish();
 }
