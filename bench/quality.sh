@@ -10,12 +10,13 @@
 # token file of 64 windows) or "full" (the whole wiki.test.raw: 1580 windows, 807,380
 # predicted tokens, the way the goldens were computed; about 3 minutes per model on 2
 # cores, twice that with the KL columns). Calibration: the job defaults (128 samples; 512
-# tokens, the model's context), AWQ-style blocks for awq/awq+gptq, random windows for gptq
-# and rtn; GPTQ with act-order (desc_act). Every method runs symmetric and asymmetric (zero
-# point): the AWQ paper compares at equal quantizer settings, and AWQ's default is
-# asymmetric. Besides perplexity, every quantized model is compared token by token with the
-# FP16 model on the same windows (quantctl eval --ref-model): mean KL(P_fp16 || P_quant)
-# and top-1 agreement, which measure how faithfully a method keeps the model.
+# tokens, the model's context), AWQ-style blocks of seed-shuffled documents for awq and
+# awq+gptq, random windows for gptq and rtn; GPTQ with act-order (desc_act). RTN, GPTQ
+# and AWQ run symmetric and asymmetric (zero point), AWQ+GPTQ with a zero point (AWQ's
+# default): the AWQ paper compares at equal quantizer settings. Besides perplexity, every
+# quantized model is compared token by token with the FP16 model on the same windows
+# (quantctl eval --ref-model): mean KL(P_fp16 || P_quant) and top-1 agreement, which
+# measure how faithfully a method keeps the model.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -76,7 +77,7 @@ row_label() {  # row_label METHOD:SYM -> "GPTQ | zero point"
 fp=$(ppl_of "$model")
 declare -A ppl kl top secs
 echo "fp16: ppl $fp" >&2
-variants="rtn:true rtn:false gptq:true gptq:false awq:false awq+gptq:false"
+variants="rtn:true rtn:false gptq:true gptq:false awq:true awq:false awq+gptq:false"
 for bits in 4 3; do
     for v in $variants; do
         meth=${v%%:*} sym=${v#*:}
@@ -114,7 +115,8 @@ done
     echo
     echo "Calibration: $samples samples x $seqlen tokens of \`text/c4/c4-calib.jsonl\`, seed 0;"
     echo "style \`gptq\` (random windows) for gptq and rtn (rtn only uses it for its error report),"
-    echo "\`awq\` (documents concatenated and cut) for awq and awq+gptq (job defaults). GPTQ damp 0.01,"
+    echo "\`awq\` (documents shuffled with the seed, concatenated and cut) for awq and awq+gptq (job"
+    echo "defaults). GPTQ damp 0.01,"
     echo "act-order (desc_act), true_sequential. Format gptq_v2 for all (no v1 zero-point constraint)."
     echo
     echo "Commands (job JSON passed to \`quantctl quantize JOB\`, then \`quantctl eval --model OUT"

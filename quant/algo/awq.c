@@ -185,6 +185,19 @@ done:
     return rc;
 }
 
+/* v[c] <- mean of v over c's tie class, in place. */
+static int awq_tie_average(const int32_t *tie, int64_t k, float *v)
+{
+    double *sum = calloc((size_t)k, sizeof *sum);
+    int64_t *cnt = calloc((size_t)k, sizeof *cnt);
+    if (!sum || !cnt) { free(sum); free(cnt); return QD_ENOMEM; }
+    for (int64_t c = 0; c < k; c++) { sum[tie[c]] += v[c]; cnt[tie[c]]++; }
+    for (int64_t c = 0; c < k; c++) v[c] = (float)(sum[tie[c]] / (double)cnt[tie[c]]);
+    free(sum);
+    free(cnt);
+    return 0;
+}
+
 /* The candidate scales of one alpha, normalised as AutoAWQ does. */
 static void awq_candidate(const float *x_mean, const float *w_mean, int64_t k, float alpha, float *s)
 {
@@ -225,9 +238,13 @@ int qd_awq_search_scales_cb(qd_backend *be, const qd_quant_cfg *cfg, const qd_aw
     for (int i = 0; i < n_layers; i++)
         if (!w[i] || n[i] < 1)
             return qd_err_set(err, QD_EINVAL, "awq: layer %d has no weights or %lld rows", i, (long long)n[i]);
+    for (int64_t c = 0; o->tie && c < k; c++)
+        if (o->tie[c] < 0 || o->tie[c] >= k)
+            return qd_err_set(err, QD_EINVAL, "awq: tie class %d of channel %lld is outside 0..%lld", (int)o->tie[c],
+                              (long long)c, (long long)(k - 1));
 
     float *s = malloc((size_t)k * sizeof *s), *best = malloc((size_t)k * sizeof *best);
-    float *w_mean = NULL, *s_dev = NULL;
+    float *w_mean = NULL, *s_dev = NULL, *x_tied = NULL;
     float **wq = calloc((size_t)n_layers, sizeof *wq);
     double *loss = calloc((size_t)o->n_grid, sizeof *loss);
     OOM_IF(!s || !best || !wq || !loss);
@@ -236,6 +253,14 @@ int qd_awq_search_scales_cb(qd_backend *be, const qd_quant_cfg *cfg, const qd_aw
         OOM_IF(!w_mean);
         rc = awq_w_mean(be, cfg, w, n, n_layers, k, w_mean, err);
         if (rc) goto done;
+    }
+    if (o->tie) {
+        x_tied = malloc((size_t)k * sizeof *x_tied);
+        OOM_IF(!x_tied);
+        memcpy(x_tied, x_mean, (size_t)k * sizeof *x_tied);
+        OOM_IF(awq_tie_average(o->tie, k, x_tied));
+        OOM_IF(w_mean && awq_tie_average(o->tie, k, w_mean));
+        x_mean = x_tied;
     }
     s_dev = qd_backend_alloc(be, (size_t)k * sizeof *s_dev);
     if (!s_dev) { rc = be_fail(be, QD_ENOMEM, "scales buffer", err); goto done; }
@@ -296,6 +321,7 @@ done:
     free(s);
     free(best);
     free(w_mean);
+    free(x_tied);
     free(loss);
     return rc;
 }

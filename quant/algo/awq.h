@@ -12,7 +12,9 @@
  * calibration rows and over all layers sharing the input (or any loss the caller computes
  * from We, see qd_awq_loss_fn). Q is fake quantization with the layer's qd_quant_cfg. Alpha
  * 0 gives s = 1 exactly, so its loss is plain RTN's and AWQ never picks worse than RTN on
- * the calibration data.
+ * the calibration data. With opts.tie, channels of one class share a scale (the scales of
+ * o_proj's input channels under grouped-query attention, where one v_proj output feeds
+ * several heads: see quant/pipeline/pipeline_awq.c).
  *
  * Clip search (run on W diag(s) with inputs X diag(s)^-1, per layer; AutoAWQ skips q/k
  * projections, which is the caller's choice): for each (row, group) the clamp bound
@@ -49,6 +51,9 @@ typedef struct qd_awq_opts {
     int64_t clip_n_tokens;    /* 512: calibration rows sampled by the per-group clip search */
     int64_t chunk_rows;       /* 2048: rows of X per gemm (bounds scratch memory) */
     int64_t ref_cache_bytes;  /* 256 MiB: cache W X across alphas when it fits, else recompute */
+    const int32_t *tie;       /* NULL, or [K] class of each input channel (0 .. K-1): channels
+                               * of one class get one scale (their x_mean and w_mean are
+                               * averaged before the candidates are formed). Borrowed. */
 } qd_awq_opts;
 
 qd_awq_opts qd_awq_opts_default(void);

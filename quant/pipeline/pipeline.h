@@ -31,7 +31,9 @@
 #include "quant/backend/backend.h"
 #include "quant/core/error.h"
 
-#define QD_STATE_VERSION 1   /* .quantd/state.json; bump when its meaning changes */
+/* .quantd/state.json; bump when its meaning or the blocks' content changes (2: AWQ scales
+ * v -> o per KV channel under GQA, so version-1 blocks would not match). */
+#define QD_STATE_VERSION 2
 
 typedef struct qd_progress {
     const char *job_id;

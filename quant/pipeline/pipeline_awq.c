@@ -252,19 +252,43 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
     for (int j = 0; j < G->n_linears; j++) n_q += plans[G->linears[j]].quantize;
     if (n_q == 0) return 0;
     if (G->prev_kind == QD_PREV_NONE) return 0;
+    int64_t R = p->n_seq * p->seq_len, K = G->k, rep = 1;
+    const qd_model_config *mc = qd_model_cfg(p->m);
     if (G->prev_kind == QD_PREV_LINEAR) {
         const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
         if (prev->n != G->k) {
-            if (!p->st.awq_note[0])
-                snprintf(p->st.awq_note, sizeof p->st.awq_note,
-                         "%s -> %s scaling skipped: shapes differ under grouped-query attention (as AutoAWQ)",
-                         prev->name, qd_model_linear(p->m, G->linears[0])->name);
-            return 0;
+            /* Grouped-query attention: v_proj's output channel (kv, d) feeds o_proj's input
+             * channels (h, d) of the heads h = kv * rep .. kv * rep + rep - 1 (HF's
+             * repeat_kv). One scale per KV channel keeps the fold exact. */
+            int gqa = mc->n_kv_heads > 0 && mc->n_heads % mc->n_kv_heads == 0 &&
+                      prev->n == mc->n_kv_heads * mc->head_dim && G->k == mc->n_heads * mc->head_dim;
+            if (gqa) rep = mc->n_heads / mc->n_kv_heads;
+            if (!p->st.awq_note[0]) {
+                if (gqa)
+                    snprintf(p->st.awq_note, sizeof p->st.awq_note,
+                             "%s -> %s scaled with one scale per KV channel (grouped-query attention, %lld heads per KV head)",
+                             prev->name, qd_model_linear(p->m, G->linears[0])->name, (long long)rep);
+                else
+                    snprintf(p->st.awq_note, sizeof p->st.awq_note, "%s -> %s scaling skipped: shapes differ (%lld, %lld)",
+                             prev->name, qd_model_linear(p->m, G->linears[0])->name, (long long)prev->n, (long long)G->k);
+            }
+            if (!gqa) return 0;
         }
     }
-    int64_t R = p->n_seq * p->seq_len, K = G->k;
+    int32_t *tie = NULL;
+    if (rep > 1) {
+        tie = malloc((size_t)K * sizeof *tie);
+        if (!tie) return qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+        for (int64_t c = 0; c < K; c++) {
+            int64_t h = c / mc->head_dim, d = c % mc->head_dim;
+            tie[c] = (int32_t)((h / rep) * mc->head_dim + d);
+        }
+    }
     float *x = qd_backend_alloc(be, (size_t)(R * K) * sizeof(float));
-    if (!x) return qd_err_set(err, QD_ENOMEM, "awq: out of memory for [%lld, %lld] activations", (long long)R, (long long)K);
+    if (!x) {
+        free(tie);
+        return qd_err_set(err, QD_ENOMEM, "awq: out of memory for [%lld, %lld] activations", (long long)R, (long long)K);
+    }
     qd_capture_ctx c;
     qd_capture_init(&c, p, err);
     c.xcap = x;
@@ -286,6 +310,7 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
         /* AutoAWQ's duo scaling: measured lower perplexity than the paper's x_mean^alpha
          * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
         o.duo_scaling = 1;
+        o.tie = tie;
         rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
     }
     if (!rc && !sc.identity) {
@@ -309,8 +334,11 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
             if (!pw) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
             if (!rc) rc = qd_block_linear_get(p->m, bw, G->prev_index, pw, pb, err);
             for (int64_t r = 0; r < prev->n && !rc; r++) {
-                for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[r];
-                if (pb) pb[r] /= sc.s[r];
+                /* prev's output r feeds input channel r (rep 1) or, under GQA, the channels
+                 * of its class, which share one scale: the first is that of head kv * rep. */
+                int64_t ch = rep == 1 ? r : (r / mc->head_dim) * rep * mc->head_dim + r % mc->head_dim;
+                for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[ch];
+                if (pb) pb[r] /= sc.s[ch];
             }
             if (!rc) rc = qd_block_linear_set(p->m, bw, G->prev_index, pw, pb, err);
             free(pw);
@@ -320,6 +348,7 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
         QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g", block,
                G->name, sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss);
     free(host);
+    free(tie);
     qd_awq_scales_free(&sc);
     qd_backend_free(be, x);
     return rc;

@@ -2,7 +2,8 @@
  * output error is below RTN's at 3 and 4 bits (checked with an independent double-precision
  * evaluation); alpha 0 is RTN exactly (s = 1, same effective weights); clipping never
  * increases the calibration error; a q/k/v-style multi-layer search scores the sum of the
- * single-layer losses; a caller-supplied loss sees the candidates and its errors propagate. */
+ * single-layer losses; tied channels (GQA's o_proj) get one scale; a caller-supplied loss
+ * sees the candidates and its errors propagate. */
 #include <stdlib.h>
 
 #include "quant/algo/awq.h"
@@ -306,6 +307,40 @@ static void test_multi_layer(void)
     free(w3);
 }
 
+/* Channel c and c + K/2 share a class (as two heads reading one KV head): one scale each
+ * class, for both the paper's and the duo candidates; a class outside 0..K-1 is refused. */
+static void test_tie(void)
+{
+    int32_t tie[K];
+    for (int c = 0; c < K; c++) tie[c] = c % (K / 2);
+    qd_quant_cfg c = qd_quant_cfg_default();
+    c.bits = 3;
+    c.group_size = 64;
+    const float *ws[1] = {g_w};
+    int64_t ns[1] = {N};
+    qd_err e = {0};
+    for (int duo = 0; duo < 2; duo++) {
+        qd_awq_opts o = qd_awq_opts_default();
+        o.duo_scaling = duo;
+        o.tie = tie;
+        qd_awq_scales sc;
+        CHECK_OK(qd_awq_search_scales(g_be, &c, &o, ws, ns, 1, K, g_x, ROWS, K, &sc, &e));
+        int same = 0, spread = 0;
+        for (int k = 0; k < K / 2; k++) same += sc.s[k] == sc.s[k + K / 2];
+        for (int k = 1; k < K / 2; k++) spread += sc.s[k] != sc.s[0];
+        CHECK_INT(same, K / 2);
+        CHECK(sc.identity || spread > 0);             /* tied, not collapsed to one value */
+        CHECK(sc.best_loss <= sc.rtn_loss);
+        qd_awq_scales_free(&sc);
+    }
+    qd_awq_opts o = qd_awq_opts_default();
+    tie[3] = K;
+    o.tie = tie;
+    qd_awq_scales sc;
+    CHECK_INT(qd_awq_search_scales(g_be, &c, &o, ws, ns, 1, K, g_x, ROWS, K, &sc, &e), QD_EINVAL);
+    CHECK_CONTAINS(e.msg, "tie class");
+}
+
 static void test_refusals(void)
 {
     qd_quant_cfg c = qd_quant_cfg_default();
@@ -338,6 +373,7 @@ int main(void)
     make_data(1234);
     TEST_RUN(test_awq_beats_rtn);
     TEST_RUN(test_alpha0_is_rtn);
+    TEST_RUN(test_tie);
     TEST_RUN(test_clip_never_worse);
     TEST_RUN(test_multi_layer);
     TEST_RUN(test_refusals);
