@@ -158,6 +158,23 @@ static void test_fingerprint_and_overwrite(void)
         CHECK_INT(qd_pipeline_open(js, pt_be, NULL, &p, &err), QD_EMISMATCH);
         qp_job_free(js);
     }
+    /* A checkpoint of another state version (an older build's blocks) is refused, kept. */
+    char sp[4200];
+    snprintf(sp, sizeof sp, "%s/.quantd/state.json", out);
+    cJSON *st = pt_read_json(sp);
+    CHECK(st != NULL);
+    if (st) {
+        cJSON_ReplaceItemInObjectCaseSensitive(st, "version", cJSON_CreateNumber(QD_STATE_VERSION - 1));
+        char *txt = cJSON_Print(st);
+        CHECK(txt && !qd_fs_write_atomic(sp, txt, strlen(txt), &err));
+        free(txt);
+        cJSON_Delete(st);
+        memset(&err, 0, sizeof err);
+        CHECK_INT(qd_pipeline_open(j4, pt_be, NULL, &p, &err), QD_EMISMATCH);
+        CHECK(p == NULL);
+        CHECK_CONTAINS(err.msg, "checkpoint state version");
+        CHECK_INT(state_next_block(out), 1);
+    }
     /* overwrite starts over and finishes. */
     CHECK_OK(qd_pipeline_run(j8o, pt_be, NULL, &err));
     cJSON *cfg = pt_read_json(test_path(out, "quantize_config.json"));
