@@ -30,7 +30,9 @@ static int get_int(const cJSON *o, const char *key, int64_t *out, const char *wh
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
-    if (!cJSON_IsNumber(v) || v->valuedouble != (double)(int64_t)v->valuedouble)
+    /* Range first: converting a double outside int64 is undefined behaviour (found by fuzzing). */
+    if (!cJSON_IsNumber(v) || !(v->valuedouble >= -9223372036854775808.0 && v->valuedouble < 9223372036854775808.0) ||
+        v->valuedouble != (double)(int64_t)v->valuedouble)
         return qd_err_set(err, QD_EFORMAT, "%s: %s must be an integer", what, key);
     *out = (int64_t)v->valuedouble;
     return 0;
@@ -200,6 +202,12 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         }
         if (strcmp(c.activation, "relu") && strcmp(c.activation, "gelu")) {
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: activation_function \"%s\" is not supported (relu, gelu)", what, c.activation);
+            goto done;
+        }
+        /* -1 is the "absent" default; any other non-positive size is an error, not a model
+         * with empty projections (found by fuzzing). */
+        if (c.word_embed_proj_dim == 0 || c.word_embed_proj_dim < -1) {
+            rc = qd_err_set(err, QD_EFORMAT, "%s: word_embed_proj_dim %lld must be positive", what, (long long)c.word_embed_proj_dim);
             goto done;
         }
         if (c.word_embed_proj_dim < 0) c.word_embed_proj_dim = c.hidden;
