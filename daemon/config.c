@@ -601,72 +601,12 @@ int qdd_workers_parse(const char *s, qdd_workers *w, qd_err *err)
 
 /* ---- the output allow-list ---------------------------------------------------------- */
 
-static int under_root(const char *resolved, const char *root)
-{
-    size_t n = strlen(root);
-    if (n == 1 && root[0] == '/') return 1;
-    return !strncmp(resolved, root, n) && (resolved[n] == 0 || resolved[n] == '/');
-}
-
 int qdd_path_allowed(const char *path, char *const roots[], size_t n_roots, qd_err *err)
 {
-    if (!path || path[0] != '/') {
-        qd_err_set(err, QD_EINVAL, "path '%s' is not absolute", path ? path : "(null)");
-        return 0;
-    }
-    size_t len = strlen(path);
-    if (len >= PATH_MAX) {
-        qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
-        return 0;
-    }
-    char cur[PATH_MAX], resolved[PATH_MAX];
-    memcpy(cur, path, len + 1);
-    while (len > 1 && cur[len - 1] == '/') cur[--len] = 0;
-    /* Walk up to the deepest ancestor that exists; what is below it must be plain names,
-     * since a `..` below a missing directory cannot be resolved and a dangling link could
-     * point anywhere once its target is created. */
-    size_t tail = len;   /* cur[tail..] (after the cut) is the part that does not exist yet */
-    for (;;) {
-        while (len > 1 && cur[strlen(cur) - 1] == '/') cur[strlen(cur) - 1] = 0;
-        if (realpath(cur, resolved)) break;
-        if (errno != ENOENT) {
-            qd_err_set(err, QD_EINVAL, "%s: %s", path, strerror(errno));
-            return 0;
-        }
-        struct stat st;
-        if (!lstat(cur, &st)) {
-            qd_err_set(err, QD_EINVAL, "%s: %s is a symbolic link to a path that does not exist", path, cur);
-            return 0;
-        }
-        char *slash = strrchr(cur, '/');
-        const char *name = slash + 1;
-        if (!strcmp(name, "..") || !strcmp(name, ".") || !*name) {
-            qd_err_set(err, QD_EINVAL, "%s: '%s' below a directory that does not exist cannot be resolved", path,
-                       *name ? name : "//");
-            return 0;
-        }
-        if (slash == cur) { strcpy(cur, "/"); tail = 1; }
-        else { *slash = 0; tail = (size_t)(slash - cur); }
-    }
-    size_t rlen = strlen(resolved);
-    if (tail < len) {   /* append the missing part, already checked to be plain names */
-        const char *rest = path + tail + (path[tail] == '/' ? 1 : 0);
-        size_t restlen = len - (size_t)(rest - path);
-        if (rlen + 1 + restlen >= PATH_MAX) {
-            qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
-            return 0;
-        }
-        if (rlen > 1) resolved[rlen++] = '/';
-        memcpy(resolved + rlen, rest, restlen);
-        resolved[rlen + restlen] = 0;
-        /* Collapse doubled slashes in the missing part ("a//b"); realpath did the rest. */
-        char *w = resolved;
-        for (const char *r = resolved; *r; r++)
-            if (!(r[0] == '/' && r[1] == '/')) *w++ = *r;
-        *w = 0;
-    }
+    char resolved[PATH_MAX];
+    if (qd_fs_resolve(path, resolved, sizeof resolved, err)) return 0;
     for (size_t i = 0; i < n_roots; i++)
-        if (under_root(resolved, roots[i])) return 1;
+        if (qd_fs_path_within(resolved, roots[i])) return 1;
     if (!n_roots)
         qd_err_set(err, QD_EINVAL, "%s: no output roots are allowed (configure --allow-root)", path);
     else if (strcmp(resolved, path))

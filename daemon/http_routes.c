@@ -13,6 +13,7 @@
 
 #include "proto/job.h"
 #include "proto/status.h"
+#include "quant/pipeline/job_paths.h"
 
 #define JSON "application/json"
 
@@ -264,6 +265,13 @@ static enum MHD_Result post_job(qh_req *r)
     qp_job *job = NULL;
     qp_err pe = {0};
     if (qp_job_parse(r->body, r->body_len, &job, &pe)) return qh_respond_error(r, 400, "%s", pe.msg);
+    /* An output that overlaps the job's inputs is refused here already (the daemon checks
+     * it again at admission, with its allow-roots). */
+    qd_err perr = {0};
+    if (qd_job_paths_check(job, NULL, 0, &perr)) {
+        qp_job_free(job);
+        return qh_respond_error(r, 400, "job.output: %s", perr.msg);
+    }
     /* The canonical form carries the id, so the daemon admits exactly the id returned here. */
     char *canon = qp_job_to_json(job, 0);
     snprintf(r->job, sizeof r->job, "%s", job->id);

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "quant/core/log.h"
+#include "quant/pipeline/job_paths.h"
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
 
@@ -305,6 +306,25 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     if (check_path(d, "model", job->model, why, sizeof why) || check_path(d, "output", job->output, why, sizeof why) ||
         check_path(d, "calibration.path", job->calibration.path, why, sizeof why) ||
         (job->eval.enabled && check_path(d, "eval.path", job->eval.path, why, sizeof why))) {
+        reject(d, raw, len, job->id, why);
+        qp_job_free(job);
+        return;
+    }
+    /* The output must not be, contain or lie inside what the job reads, nor be or contain an
+     * allow-root or the daemon's own files (overwrite removes it). */
+    size_t n_roots = d->cfg->n_allow_roots;
+    qd_protected_path *protect = calloc(n_roots + 2, sizeof *protect);
+    int n_protect = 0;
+    qd_err perr = {0};
+    if (protect) {
+        for (size_t i = 0; i < n_roots; i++) protect[n_protect++] = (qd_protected_path){d->cfg->allow_roots[i], "an allow-root"};
+        if (d->cfg->config_file) protect[n_protect++] = (qd_protected_path){d->cfg->config_file, "the daemon's configuration file"};
+        protect[n_protect++] = (qd_protected_path){d->worker_exe, "the worker executable"};
+    }
+    int overlap = !protect ? qd_err_set(&perr, QD_ENOMEM, "out of memory") : qd_job_paths_check(job, protect, n_protect, &perr);
+    free(protect);
+    if (overlap) {
+        snprintf(why, sizeof why, "job.output: %s", perr.msg);
         reject(d, raw, len, job->id, why);
         qp_job_free(job);
         return;

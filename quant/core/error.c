@@ -63,6 +63,7 @@ const char *qd_strerror(int code)
     case QD_EMISMATCH: return "mismatch";
     case QD_EBACKEND: return "backend failure";
     case QD_ERESOURCE: return "insufficient resources";
+    case QD_EPREFLIGHT: return "refused by the pre-flight check";
     default: return "unknown error";
     }
 }

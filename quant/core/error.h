@@ -23,7 +23,8 @@ enum qd_status {
     QD_ESHAPE = -9,       /* shapes disagree */
     QD_EMISMATCH = -10,   /* fingerprint or version mismatch */
     QD_EBACKEND = -11,    /* the compute backend failed (CUDA error and the like) */
-    QD_ERESOURCE = -12,   /* not enough memory or disk for the request */
+    QD_ERESOURCE = -12,   /* not enough memory or disk for the request (may pass later) */
+    QD_EPREFLIGHT = -13,  /* refused before any work: the job cannot fit this machine as given */
 };
 
 #define QD_ERR_MSG_MAX 512

@@ -279,3 +279,55 @@ int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err)
     *out = (uint64_t)sv.f_bavail * (uint64_t)sv.f_frsize;
     return 0;
 }
+
+int qd_fs_resolve(const char *path, char *out, size_t cap, qd_err *err)
+{
+    if (!path || path[0] != '/') return qd_err_set(err, QD_EINVAL, "path '%s' is not absolute", path ? path : "(null)");
+    size_t len = strlen(path);
+    if (len >= PATH_MAX || cap < PATH_MAX) return qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
+    char cur[PATH_MAX], resolved[PATH_MAX];
+    memcpy(cur, path, len + 1);
+    while (len > 1 && cur[len - 1] == '/') cur[--len] = 0;
+    /* Walk up to the deepest ancestor that exists; what is below it must be plain names,
+     * since a `..` below a missing directory cannot be resolved and a dangling link could
+     * point anywhere once its target is created. */
+    size_t tail = len;   /* cur[tail..] (after the cut) is the part that does not exist yet */
+    for (;;) {
+        while (strlen(cur) > 1 && cur[strlen(cur) - 1] == '/') cur[strlen(cur) - 1] = 0;
+        if (realpath(cur, resolved)) break;
+        if (errno != ENOENT) return qd_err_set(err, QD_EINVAL, "%s: %s", path, strerror(errno));
+        struct stat st;
+        if (!lstat(cur, &st))
+            return qd_err_set(err, QD_EINVAL, "%s: %s is a symbolic link to a path that does not exist", path, cur);
+        char *slash = strrchr(cur, '/');
+        const char *name = slash + 1;
+        if (!strcmp(name, "..") || !strcmp(name, ".") || !*name)
+            return qd_err_set(err, QD_EINVAL, "%s: '%s' below a directory that does not exist cannot be resolved", path,
+                              *name ? name : "//");
+        if (slash == cur) { strcpy(cur, "/"); tail = 1; }
+        else { *slash = 0; tail = (size_t)(slash - cur); }
+    }
+    size_t rlen = strlen(resolved);
+    if (tail < len) {   /* append the missing part, already checked to be plain names */
+        const char *rest = path + tail + (path[tail] == '/' ? 1 : 0);
+        size_t restlen = len - (size_t)(rest - path);
+        if (rlen + 1 + restlen >= PATH_MAX) return qd_err_set(err, QD_EINVAL, "path is longer than %d bytes", PATH_MAX);
+        if (rlen > 1) resolved[rlen++] = '/';
+        memcpy(resolved + rlen, rest, restlen);
+        resolved[rlen + restlen] = 0;
+        /* Collapse doubled slashes in the missing part ("a//b"); realpath did the rest. */
+        char *w = resolved;
+        for (const char *r = resolved; *r; r++)
+            if (!(r[0] == '/' && r[1] == '/')) *w++ = *r;
+        *w = 0;
+    }
+    memcpy(out, resolved, strlen(resolved) + 1);
+    return 0;
+}
+
+int qd_fs_path_within(const char *inner, const char *dir)
+{
+    size_t n = strlen(dir);
+    if (n == 1 && dir[0] == '/') return 1;
+    return !strncmp(inner, dir, n) && (inner[n] == 0 || inner[n] == '/');
+}

@@ -27,6 +27,14 @@ int qd_fs_exists(const char *path);
 int qd_fs_copy_file(const char *src, const char *dst, qd_err *err);
 /* Recursively removes a directory tree (like rm -rf); missing is not an error. */
 int qd_fs_remove_tree(const char *path, qd_err *err);
+/* Resolves an absolute path to its canonical form (symbolic links, ".", ".." and doubled
+ * slashes removed) even when its last components do not exist yet: the deepest existing
+ * ancestor goes through realpath and the missing rest is appended, which must be plain
+ * names (a ".." or a dangling symbolic link below a missing directory cannot be resolved
+ * and is an error). out gets at least PATH_MAX bytes. QD_EINVAL with the reason. */
+int qd_fs_resolve(const char *path, char *out, size_t cap, qd_err *err);
+/* 1 when the canonical path inner is dir itself or lies below it (both from qd_fs_resolve). */
+int qd_fs_path_within(const char *inner, const char *dir);
 /* Free bytes available to an unprivileged user on the filesystem holding path. */
 int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err);
 

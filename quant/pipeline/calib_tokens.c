@@ -3,6 +3,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "quant/model/calib.h"
 #include "quant/model/tokenizer.h"
@@ -37,6 +38,12 @@ int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int6
         *seq_len = L;
         return 0;
     }
+    /* A directory (or a device) is a mistake in the job, not a passing I/O error: say so, and
+     * make it final rather than retried. */
+    struct stat sb;
+    if (stat(c->path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qd_err_set(err, QD_EINVAL, "calibration.path %s is %s, not a file", c->path,
+                          S_ISDIR(sb.st_mode) ? "a directory" : "not a regular file");
     qd_calib_opts o = qd_calib_opts_default();
     o.path = c->path;
     o.field = c->field;

@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 
 #include "proto/hash.h"
@@ -19,6 +20,7 @@
 #include "quant/model/eval.h"
 #include "quant/pipeline/acts.h"
 #include "quant/pipeline/calib_tokens.h"
+#include "quant/pipeline/job_paths.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/report.h"
 #include "quant/tp/tp_layout.h"
@@ -137,15 +139,34 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     return 0;
 }
 
+/* The deepest existing directory at or above path (for free-space questions about an
+ * output directory that does not exist yet). */
+static void existing_ancestor(const char *path, char *out, size_t cap)
+{
+    snprintf(out, cap, "%s", path);
+    for (;;) {
+        struct stat sb;
+        if (stat(out, &sb) == 0 || !strcmp(out, "/") || !out[0]) return;
+        char *slash = strrchr(out, '/');
+        if (!slash) return;
+        if (slash == out) slash[1] = 0;
+        else *slash = 0;
+    }
+}
+
 static int check_resources(const qp_job *job, const char *out_dir, qd_err *err)
 {
     qd_pipeline_estimate est;
     int rc = qd_pipeline_estimate_job(job, &est, err);
     if (rc) return rc;
+    char where[QD_PATH_MAX];
+    existing_ancestor(out_dir, where, sizeof where);
     uint64_t free_disk = 0;
-    if (qd_fs_free_bytes(out_dir, &free_disk, NULL) == 0 && free_disk < est.disk_bytes)
-        return qd_err_set(err, QD_ERESOURCE, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free",
-                          out_dir, est.disk_bytes / 1e9, free_disk / 1e9);
+    /* Not enough disk is final: the same job on the same file system fails the same way
+     * until someone frees space, so it is not retried. */
+    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est.disk_bytes)
+        return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free",
+                          where, est.disk_bytes / 1e9, free_disk / 1e9);
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {
         char line[256];
@@ -158,6 +179,21 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_err *err)
                               est.peak_ram_bytes / 1e9, kb * 1024.0 / 1e9);
     }
     return 0;
+}
+
+/* An existing output directory may be removed (overwrite) only when it looks like a quantd
+ * output: its report or its checkpoint is there. Anything else is somebody's data. */
+static int check_removable(const char *out_dir, qd_err *err)
+{
+    char path[QD_PATH_MAX + 64];
+    snprintf(path, sizeof path, "%s/quantd_report.json", out_dir);
+    if (qd_fs_exists(path)) return 0;
+    snprintf(path, sizeof path, "%s/.quantd/state.json", out_dir);
+    if (qd_fs_exists(path)) return 0;
+    return qd_err_set(err, QD_EINVAL,
+                      "output %s is not empty and is not a quantd output (no quantd_report.json or .quantd/state.json): "
+                      "\"overwrite\" removes only quantd outputs; empty it yourself or choose another directory",
+                      out_dir);
 }
 
 int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks,
@@ -173,6 +209,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     qd_state_init(&p->st);
     int rc = 0;
     int32_t *ids = NULL;
+    int created_out = 0, created_ckpt = 0;
     p->fmt = qd_format_find(qp_format_name(job->format));
     if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %s is not in the format table", qp_format_name(job->format)); goto fail; }
     p->qcfg = qd_quant_cfg_default();
@@ -184,18 +221,26 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) goto fail;
     snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);
     snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", job->output);
-
-    /* The model first: a job that names a bad model leaves no output directory behind. */
-    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
-    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
-    rc = qd_model_open(job->model, be, &p->m, err);
-    if (rc) goto fail;
-    p->n_blocks = (int)qd_model_cfg(p->m)->n_layers;
-    p->hidden = qd_model_cfg(p->m)->hidden;
-    /* The output directory: empty, absent, our checkpoint, or overwrite. */
     char state_path[QD_PATH_MAX + 32];
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
+
+    /* Every check comes first and touches nothing on disk: a refused job leaves no output
+     * directory behind, and its retry or resubmission sees the same state. */
+    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
+    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
+    rc = qd_job_paths_check(job, NULL, 0, err);
+    if (rc) goto fail;
+    rc = qd_model_open(job->model, be, &p->m, err);
+    if (rc) goto fail;
+    const qd_model_config *cfg = qd_model_cfg(p->m);
+    p->n_blocks = (int)cfg->n_layers;
+    p->hidden = cfg->hidden;
+    rc = qd_pipeline_check_plans(p, err);
+    if (rc) goto fail;
+    /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
+     * output that overwrite may replace. */
     int have_state = qd_fs_exists(state_path);
+    int remove_old = 0;
     if (qd_fs_exists(p->out_dir) && !dir_is_empty(p->out_dir) && !have_state) {
         char mfp[65], ofp[65];
         if (!job->overwrite && qd_fingerprint_model_dir(job->model, mfp, NULL) == 0) {
@@ -212,23 +257,16 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             rc = qd_err_set(err, QD_EINVAL, "output %s exists and is not this job's checkpoint; choose another directory or set \"overwrite\": true", p->out_dir);
             goto fail;
         }
-        rc = qd_fs_remove_tree(p->out_dir, err);
+        rc = check_removable(p->out_dir, err);
         if (rc) goto fail;
+        remove_old = 1;
     }
-    rc = qd_fs_mkdir_p(p->ckpt_dir, err);
-    if (rc) goto fail;
-    rc = check_resources(job, p->out_dir, err);
-    if (rc) goto fail;
-
-    const qd_model_config *cfg = qd_model_cfg(p->m);
-    p->n_blocks = (int)cfg->n_layers;
     if (job->layout == QP_LAYOUT_TP_AWARE) {
         /* Fail before any work when the MLP cannot be split over tp ranks. */
         const char *down = qd_model_linear_find(p->m, "mlp.down_proj") >= 0 ? "mlp.down_proj" : "fc2";
         rc = qd_tp_layout_check_shard(cfg->intermediate, job->tp, job->bits, job->group_size, down, err);
         if (rc) { qd_err_prefix(err, "layout tp_aware"); goto fail; }
     }
-    p->hidden = cfg->hidden;
 
     /* Calibration tokens (also for RTN, whose error report needs inputs). */
     rc = qd_pipeline_calib_tokens(job, p->m, &ids, &p->n_seq, &p->seq_len, err);
@@ -252,10 +290,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         if (rc) {
             qd_state_free(&old);
             if (!job->overwrite) { qd_err_prefix(err, "cannot resume %s", p->out_dir); goto fail; }
-            /* overwrite: start over. */
-            rc = qd_fs_remove_tree(p->out_dir, err);
-            if (!rc) rc = qd_fs_mkdir_p(p->ckpt_dir, err);
-            if (rc) goto fail;
+            /* overwrite: start over (a checkpoint marks a quantd output). */
+            qd_err_clear(err);
+            rc = 0;
+            remove_old = 1;
             have_state = 0;
         } else {
             qd_state_free(&p->st);
@@ -268,6 +306,19 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             snprintf(p->st.fp.backend, sizeof p->st.fp.backend, "%s", fp.backend);
         }
     }
+    rc = check_resources(job, p->out_dir, err);
+    if (rc) goto fail;
+
+    /* Every check passed: only now is anything removed or created. */
+    if (remove_old) {
+        QD_LOG(QD_LOG_INFO, "output_overwrite", "job=%s output=%s (removing the previous quantd output)", job->id, p->out_dir);
+        rc = qd_fs_remove_tree(p->out_dir, err);
+        if (rc) goto fail;
+    }
+    created_out = !qd_fs_exists(p->out_dir);
+    created_ckpt = !qd_fs_exists(p->ckpt_dir);
+    rc = qd_fs_mkdir_p(p->ckpt_dir, err);
+    if (rc) goto fail;
     if (!have_state) {
         p->st.fp = fp;
         p->st.n_blocks = p->n_blocks;
@@ -299,6 +350,9 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     return 0;
 fail:
     free(ids);
+    /* Leave nothing this open created and never committed: no empty .quantd, no empty output. */
+    if (created_ckpt && !qd_fs_exists(state_path)) rmdir(p->ckpt_dir);
+    if (created_out && dir_is_empty(p->out_dir)) rmdir(p->out_dir);
     qd_pipeline_close(p);
     return rc ? rc : QD_EINVAL;
 }

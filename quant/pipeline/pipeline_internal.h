@@ -43,6 +43,7 @@ struct qd_pipeline {
 /* What happens to one linear. */
 typedef struct qd_linear_plan {
     int quantize;                /* 0: left in float */
+    int listed;                  /* left in float because the job lists it (modules_to_not_convert) */
     char why[160];               /* why it stays in float */
 } qd_linear_plan;
 
@@ -63,6 +64,10 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
                                 double within_block, double layer_error);
 
 /* Decides whether linear li of the model can be written in the job's format. */
+/* The pre-flight of the plans: every linear of every block must be quantizable unless the
+ * job lists it to stay in float; otherwise QD_EINVAL naming the first such layer, its
+ * reason and the two ways out. */
+int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err);
 void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_plan *plan);
 
 /* Quantizes w (host [n, k]) with the job's method given its input Hessian h (backend,

@@ -24,10 +24,12 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
     qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
     snprintf(full, sizeof full, "%s%s", prefix, L->name);
     plan->quantize = 1;
+    plan->listed = 0;
     plan->why[0] = 0;
     for (size_t i = 0; i < job->n_modules_to_not_convert; i++) {
         if (strstr(full, job->modules_to_not_convert[i])) {
             plan->quantize = 0;
+            plan->listed = 1;
             snprintf(plan->why, sizeof plan->why, "listed in modules_to_not_convert (\"%s\")", job->modules_to_not_convert[i]);
             return;
         }
@@ -49,6 +51,25 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
         plan->quantize = 0;
         snprintf(plan->why, sizeof plan->why, "shape [%lld, %lld] is not a multiple of 32 (GPTQ packing)", (long long)L->n, (long long)L->k);
     }
+}
+
+int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
+{
+    int n_lin = qd_model_n_linears(p->m);
+    for (int b = 0; b < p->n_blocks; b++) {
+        for (int li = 0; li < n_lin; li++) {
+            qd_linear_plan plan;
+            qd_pipeline_plan_linear(p, b, li, &plan);
+            if (plan.quantize || plan.listed) continue;
+            char prefix[160];
+            qd_model_block_prefix(p->m, b, prefix, sizeof prefix);
+            return qd_err_set(err, QD_EINVAL,
+                              "layer %s%s cannot be quantized: %s; choose settings that fit it, or list it in "
+                              "modules_to_not_convert to keep it in float",
+                              prefix, qd_model_linear(p->m, li)->name, plan.why);
+        }
+    }
+    return 0;
 }
 
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,

@@ -4,6 +4,9 @@
  * linears a format cannot hold stay in float and the config/report say so; bad inputs
  * (missing model, NaN weight, missing or too small calibration) fail with a clear error. */
 #include <stdio.h>
+#include <unistd.h>
+
+#include "quant/pipeline/job_paths.h"
 
 #include "pipeline_testlib.h"
 
@@ -215,9 +218,13 @@ static void test_fingerprint_and_overwrite(void)
         CHECK_CONTAINS(err.msg, other);
         CHECK_CONTAINS(err.msg, "overwrite");
         CHECK(qd_fs_exists(test_path(other, "notes.txt")));
-        CHECK_OK(qd_pipeline_run(juo, pt_be, NULL, &err));
-        CHECK(!qd_fs_exists(test_path(other, "notes.txt")));
-        CHECK(qd_fs_exists(test_path(other, "model.safetensors")));
+        /* overwrite removes only a quantd output: somebody's notes are never deleted. */
+        memset(&err, 0, sizeof err);
+        CHECK_ERR(qd_pipeline_run(juo, pt_be, NULL, &err));
+        CHECK_CONTAINS(err.msg, "not a quantd output");
+        CHECK(qd_fs_exists(test_path(other, "notes.txt")));
+        CHECK(!qd_fs_exists(test_path(other, ".quantd")));
+        CHECK(!qd_fs_exists(test_path(other, "model.safetensors")));
     } else CHECK(0);
     qp_job_free(ju);
     qp_job_free(juo);
@@ -226,6 +233,8 @@ out:
     qp_job_free(j8);
     qp_job_free(j8o);
 }
+
+#define MLP_FLOAT "\"modules_to_not_convert\":[\"mlp.\"],"
 
 /* intermediate 172 (stories260K's): gate/up (N = 172) and down (K = 172) cannot be packed. */
 static void float_case(const char *model, const char *method, const char *format, const char *calib,
@@ -271,7 +280,7 @@ static void float_case(const char *model, const char *method, const char *format
         CHECK_INT(is_f, is_mlp ? 1 : 0);
         if (is_f) {
             n_float++;
-            CHECK(cJSON_IsString(note) && (strstr(note->valuestring, "multiple") != NULL));
+            CHECK(cJSON_IsString(note) && (strstr(note->valuestring, "modules_to_not_convert") != NULL));
         }
     }
     CHECK_INT(n_float, 3 * n_blocks);
@@ -307,9 +316,10 @@ static void test_left_in_float(void)
     snprintf(dir, sizeof dir, "%s/llama172", T);
     qd_testgen_opts o = pt_llama_opts(172, 2);
     if (pt_gen_model(dir, &o)) { CHECK(0); return; }
-    float_case(dir, "gptq", "gptq", tokens, 2, "\"bits\":8,");
-    float_case(dir, "awq", "awq_gemm", tokens, 2, NULL);
-    float_case(dir, "rtn", "gptq_v2", NULL, 2, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":32},");
+    /* Without the listing such a job is refused at pre-flight (test_refusals_leave_nothing). */
+    float_case(dir, "gptq", "gptq", tokens, 2, "\"bits\":8," MLP_FLOAT);
+    float_case(dir, "awq", "awq_gemm", tokens, 2, MLP_FLOAT);
+    float_case(dir, "rtn", "gptq_v2", NULL, 2, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":32}," MLP_FLOAT);
 }
 
 static void test_stories260k_rtn(void)
@@ -319,7 +329,7 @@ static void test_stories260k_rtn(void)
     char model[4096];
     snprintf(model, sizeof model, "%s/models/stories260K", sd);
     if (!qd_fs_exists(model)) { fprintf(stderr, "SKIP test_stories260k_rtn: %s absent\n", model); return; }
-    float_case(model, "rtn", "gptq", NULL, 5, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":64},");
+    float_case(model, "rtn", "gptq", NULL, 5, "\"bits\":4,\"calibration\":{\"samples\":8,\"seq_len\":64}," MLP_FLOAT);
 }
 
 static void expect_fail(const char *what, const char *model, const char *calib, const char *needle)
@@ -381,6 +391,145 @@ static void test_bad_input(void)
     expect_fail("NaN weight", nan_dir, tokens, "up_proj");
 }
 
+/* A sorted "name size" listing of a directory tree's files plus their bytes, to show a
+ * directory is exactly as it was. */
+static char *tree_digest(const char *dir)
+{
+    char cmd[4400];
+    snprintf(cmd, sizeof cmd, "cd '%s' && find . -type f -print0 | sort -z | xargs -0 sha256sum", dir);
+    FILE *f = popen(cmd, "r");
+    if (!f) return NULL;
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    size_t k;
+    while (buf && (k = fread(buf + n, 1, cap - n - 1, f)) > 0) n += k;
+    pclose(f);
+    if (buf) buf[n] = 0;
+    return buf;
+}
+
+static void expect_overlap(const char *what, const char *model, const char *out, const char *calib,
+                           const char *needle)
+{
+    qp_job *job = pt_job(model, out, "rtn", "gptq", calib, "\"overwrite\":true,");
+    if (!job) { CHECK(0); return; }
+    char *before = tree_digest(model);
+    char *cal_before = calib ? pt_read(calib, NULL) : NULL;
+    qd_err err = {0};
+    test_checks++;
+    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+    if (rc >= 0) TEST_FAIL_("%s: ran, expected a refusal", what);
+    else if (!strstr(err.msg, needle)) TEST_FAIL_("%s: message \"%s\" lacks \"%s\"", what, err.msg, needle);
+    fprintf(stderr, "%s -> %s\n", what, err.msg);
+    char *after = tree_digest(model);
+    CHECK(before && after && !strcmp(before, after));
+    if (calib) {
+        char *cal_after = pt_read(calib, NULL);
+        CHECK(cal_before && cal_after && !strcmp(cal_before, cal_after));
+        free(cal_after);
+    }
+    free(before);
+    free(after);
+    free(cal_before);
+    qp_job_free(job);
+}
+
+/* overwrite never removes what the job reads: an output that is, contains or lies inside
+ * the model directory, or contains the calibration file, is refused and both stay intact
+ * (the job used to delete the model before reading it). */
+static void test_output_overlap(void)
+{
+    char base[4096], model[4096], calib[4200], link[4200], out[4300];
+    snprintf(base, sizeof base, "%s/overlap", T);
+    snprintf(model, sizeof model, "%s/models/m", base);
+    snprintf(calib, sizeof calib, "%s/models/m/calib.json", base);
+    qd_testgen_opts o = pt_llama_opts(128, 2);
+    if (pt_gen_model(model, &o) || pt_write_tokens(calib, 2000, 128, 9)) { CHECK(0); return; }
+    expect_overlap("output is the model", model, model, tokens, "is the model directory");
+    snprintf(out, sizeof out, "%s/models", base);
+    expect_overlap("output contains the model", model, out, tokens, "contains the model directory");
+    snprintf(out, sizeof out, "%s/w4", model);
+    expect_overlap("output inside the model", model, out, tokens, "lies inside the model directory");
+    snprintf(out, sizeof out, "%s/models/m/", base);
+    expect_overlap("output is the model, trailing slash", model, out, tokens, "is the model directory");
+    snprintf(out, sizeof out, "%s/models/m/../m", base);
+    expect_overlap("output is the model through ..", model, out, tokens, "is the model directory");
+    snprintf(link, sizeof link, "%s/alias", base);
+    CHECK(symlink(model, link) == 0);
+    expect_overlap("output is a link to the model", model, link, tokens, "is the model directory");
+    /* The calibration file: a directory of calibration data with the output around it. */
+    char cdir[4200], cfile[4300];
+    snprintf(cdir, sizeof cdir, "%s/data", base);
+    snprintf(cfile, sizeof cfile, "%s/data/c.json", base);
+    qd_err err = {0};
+    if (qd_fs_mkdir_p(cdir, &err) || pt_write_tokens(cfile, 2000, 128, 4)) { CHECK(0); return; }
+    expect_overlap("output contains the calibration", model, cdir, cfile, "contains the calibration file");
+    CHECK(qd_fs_exists(cfile));
+    /* A calibration file inside the model directory is fine when the output is elsewhere. */
+    snprintf(out, sizeof out, "%s/elsewhere", base);
+    qp_job *ok = pt_job(model, out, "rtn", "gptq", calib, "\"overwrite\":true,");
+    CHECK(ok && qd_pipeline_run(ok, pt_be, NULL, &err) == 0);
+    qp_job_free(ok);
+    /* The protected paths a caller adds (the daemon's allow-roots): is or contains -> refused. */
+    char root_dir[4200], out2[4300];
+    snprintf(root_dir, sizeof root_dir, "%s/roots/r", base);
+    snprintf(out2, sizeof out2, "%s/roots/r/job", base);
+    qp_job *j = pt_job(model, out2, "rtn", "gptq", tokens, NULL);
+    qd_protected_path root = {root_dir, "an allow-root"};
+    if (j) {
+        memset(&err, 0, sizeof err);
+        CHECK_OK(qd_job_paths_check(j, &root, 1, &err));           /* inside an allow-root: fine */
+        free(j->output);
+        j->output = strdup(test_path(base, "roots"));
+        CHECK_ERR(qd_job_paths_check(j, &root, 1, &err));
+        CHECK_CONTAINS(err.msg, "contains an allow-root");
+        free(j->output);
+        j->output = strdup(root_dir);
+        CHECK_ERR(qd_job_paths_check(j, &root, 1, &err));
+        CHECK_CONTAINS(err.msg, "is an allow-root");
+    } else CHECK(0);
+    qp_job_free(j);
+}
+
+/* A job refused by a check creates nothing: no output directory, no empty .quantd, so its
+ * resubmission is not refused for an output that "exists and is not this job's checkpoint". */
+static void expect_refused_clean(const char *what, const char *json, const char *out, int code, const char *needle)
+{
+    qp_job *job = NULL;
+    qp_err pe = {0};
+    if (qp_job_parse(json, strlen(json), &job, &pe)) { TEST_FAIL_("%s: %s", what, pe.msg); return; }
+    for (int attempt = 0; attempt < 2; attempt++) {   /* the retry sees the same error */
+        qd_err err = {0};
+        int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+        CHECK_INT(rc, code);
+        CHECK_CONTAINS(err.msg, needle);
+        if (attempt == 0) fprintf(stderr, "%s -> %s\n", what, err.msg);
+        test_checks++;
+        if (qd_fs_exists(out)) TEST_FAIL_("%s: left %s behind", what, out);
+    }
+    qp_job_free(job);
+}
+
+static void test_refusals_leave_nothing(void)
+{
+    char json[8192], out[4096], cdir[4096];
+    snprintf(out, sizeof out, "%s/refused/out", T);
+    snprintf(cdir, sizeof cdir, "%s/calib-dir", T);
+    qd_err err = {0};
+    CHECK_OK(qd_fs_mkdir_p(cdir, &err));
+    snprintf(json, sizeof json, "{\"model\":\"%s\",\"output\":\"%s\",\"method\":\"gptq\",\"group_size\":32,\"calibration\":{\"path\":\"%s\"}}",
+             llama_dir, out, cdir);
+    expect_refused_clean("calibration path is a directory", json, out, QD_EINVAL, "is a directory");
+    /* Widths here are multiples of 64: group 100 fits no layer. It used to finish "done"
+     * with every layer left in float. */
+    snprintf(json, sizeof json, "{\"model\":\"%s\",\"output\":\"%s\",\"method\":\"rtn\",\"group_size\":100}", llama_dir, out);
+    expect_refused_clean("group size fits no layer", json, out, QD_EINVAL, "model.layers.0.self_attn.q_proj cannot be quantized");
+    expect_refused_clean("group size fits no layer (names the fix)", json, out, QD_EINVAL, "modules_to_not_convert");
+    snprintf(json, sizeof json, "{\"model\":\"%s\",\"output\":\"%s\",\"method\":\"gptq\",\"group_size\":32,\"calibration\":{\"path\":\"%s/none.json\"}}",
+             llama_dir, out, T);
+    expect_refused_clean("calibration missing", json, out, QD_ENOTFOUND, "none.json");
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -402,6 +551,8 @@ int main(void)
     TEST_RUN(test_left_in_float);
     TEST_RUN(test_stories260k_rtn);
     TEST_RUN(test_bad_input);
+    TEST_RUN(test_output_overlap);
+    TEST_RUN(test_refusals_leave_nothing);
     qd_backend_close(pt_be);
     return test_finish();
 }
