@@ -16,7 +16,7 @@ mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
 PORT=$((20000 + RANDOM % 30000))
 PIDS=()
-trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null; done; wait 2>/dev/null' EXIT
+trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
 
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
 PIDS+=($!)
