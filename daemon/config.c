@@ -29,7 +29,12 @@ typedef struct qdd_option {
     int (*validate)(const char *v, qd_err *err);   /* raw value check, NULL = none */
     const char *meta;        /* value placeholder in the usage */
     const char *help;
+    int reload;              /* RELOAD_APPLY: SIGHUP applies it; RELOAD_RESTART: needs a restart */
 } qdd_option;
+
+/* What SIGHUP does with an option. Every row says one or the other, so a new option cannot
+ * be forgotten by the reload path (qdd_config_keep_restart_options). */
+enum { RELOAD_APPLY = 1, RELOAD_RESTART = 2 };
 
 static int check_redis(const char *v, qd_err *err)
 {
@@ -88,44 +93,44 @@ static int check_abs_path(const char *v, qd_err *err)
 #define OFF(f) offsetof(qdd_config, f)
 static const qdd_option options[] = {
     {"redis", OPT_STR, OFF(redis), "redis://127.0.0.1:6379", 0, 0, check_redis,
-     "redis://[user:pass@]HOST:PORT[/db]", "Redis server (AUTH with user and password when given)"},
+     "redis://[user:pass@]HOST:PORT[/db]", "Redis server (AUTH with user and password when given)", RELOAD_RESTART},
     {"node", OPT_STR, OFF(node), NULL, 0, 0, check_node, "NAME",
-     "this node's name in Redis keys (default: the host name)"},
+     "this node's name in Redis keys (default: the host name)", RELOAD_RESTART},
     {"workers", OPT_STR, OFF(workers), "cpu:1", 0, 0, check_workers, "cpu:N|cuda:all|cuda:0,1",
-     "worker processes to run"},
+     "worker processes to run", RELOAD_RESTART},
     {"allow-root", OPT_LIST, OFF(allow_roots), "", 0, 0, check_abs_path, "DIR",
-     "a directory jobs may write under (repeatable); none = every job is refused"},
-    {"http", OPT_STR, OFF(http), "", 0, 0, check_http, "ADDR:PORT", "HTTP API address (empty: off)"},
+     "a directory jobs may write under (repeatable); none = every job is refused", RELOAD_APPLY},
+    {"http", OPT_STR, OFF(http), "", 0, 0, check_http, "ADDR:PORT", "HTTP API address (empty: off)", RELOAD_RESTART},
     {"queue", OPT_STR, OFF(queue), QP_KEYS_DEFAULT_QUEUE, 0, 0, check_prefix, "NAME",
-     "queue list, also the prefix of cluster-wide keys"},
+     "queue list, also the prefix of cluster-wide keys", RELOAD_RESTART},
     {"key-prefix", OPT_STR, OFF(key_prefix), QP_KEYS_DEFAULT_JOB, 0, 0, check_prefix, "P",
-     "prefix of per-job keys"},
+     "prefix of per-job keys", RELOAD_RESTART},
     {"max-jobs", OPT_INT, OFF(max_jobs), "0", 0, 100000, NULL, "N",
-     "jobs running at once (0: one per worker)"},
+     "jobs running at once (0: one per worker)", RELOAD_APPLY},
     {"retention", OPT_INT, OFF(retention_s), "604800", 1, INT64_C(315360000), NULL, "S",
-     "seconds finished jobs' keys are kept"},
+     "seconds finished jobs' keys are kept", RELOAD_APPLY},
     {"log-level", OPT_STR, OFF(log_level), "info", 0, 0, check_log_level, "L",
-     "debug, info, warn, error or off"},
+     "debug, info, warn, error or off", RELOAD_APPLY},
     {"max-job-bytes", OPT_INT, OFF(max_job_bytes), "65536", 2, QP_JOB_MAX_BYTES, NULL, "N",
-     "largest job payload accepted"},
+     "largest job payload accepted", RELOAD_APPLY},
     {"max-retries", OPT_INT, OFF(max_retries), "3", 0, 100, NULL, "N",
-     "task retries after a worker dies, before the job fails"},
+     "task retries after a worker dies, before the job fails", RELOAD_APPLY},
     {"heartbeat", OPT_INT, OFF(heartbeat_s), "2", 1, 3600, NULL, "S",
-     "worker heartbeat interval (silent for 3 intervals: restarted)"},
+     "worker heartbeat interval (silent for 3 intervals: restarted)", RELOAD_RESTART},
     {"memory-limit-mb", OPT_INT, OFF(memory_limit_mb), "0", 0, INT64_C(1) << 40, NULL, "MB",
-     "admit jobs while their summed memory estimates stay below this (0: no limit)"},
+     "admit jobs while their summed memory estimates stay below this (0: no limit)", RELOAD_APPLY},
     {"worker-path", OPT_STR, OFF(worker_path), "", 0, 0, NULL, "FILE",
-     "quantd-worker executable (empty: next to quantd)"},
+     "quantd-worker executable (empty: next to quantd)", RELOAD_RESTART},
     {"node-ttl-ms", OPT_INT, OFF(node_ttl_ms), "15000", 300, 3600000, NULL, "MS",
-     "node heartbeat TTL: a node silent this long has its jobs reclaimed by the others"},
+     "node heartbeat TTL: a node silent this long has its jobs reclaimed by the others", RELOAD_APPLY},
     {"lease-ttl-ms", OPT_INT, OFF(lease_ttl_ms), "30000", 300, 3600000, NULL, "MS",
-     "job lease TTL (renewed every third of it)"},
+     "job lease TTL (renewed every third of it)", RELOAD_APPLY},
     {"stop-timeout", OPT_INT, OFF(stop_timeout_s), "30", 0, 86400, NULL, "S",
-     "on SIGTERM, seconds running blocks get to finish before their workers are killed"},
+     "on SIGTERM, seconds running blocks get to finish before their workers are killed", RELOAD_APPLY},
     {"http-token", OPT_STR, OFF(http_token), "", 0, 0, NULL, "TOKEN",
-     "bearer token for POST/DELETE on the HTTP API (empty: those endpoints are off)"},
+     "bearer token for POST/DELETE on the HTTP API (empty: those endpoints are off)", RELOAD_APPLY},
     {"http-cors", OPT_STR, OFF(http_cors), "", 0, 0, NULL, "ORIGIN,...",
-     "origins allowed to read the HTTP API from a browser (* = any; empty: none)"},
+     "origins allowed to read the HTTP API from a browser (* = any; empty: none)", RELOAD_APPLY},
 };
 #undef OFF
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -460,37 +465,98 @@ void qdd_config_free(qdd_config *c)
     free(c);
 }
 
+/* One option's value as the dump shows it (the Redis password and the HTTP token masked). */
+static void option_text(const qdd_config *c, const qdd_option *o, char *buf, size_t cap)
+{
+    const char *base = (const char *)c;
+    size_t n = 0;
+    buf[0] = 0;
+    if (o->type == OPT_INT) {
+        snprintf(buf, cap, "%lld", (long long)*(const int64_t *)(base + o->off));
+    } else if (o->type == OPT_LIST) {
+        for (size_t j = 0; j < c->n_allow_roots && n < cap; j++) {
+            int k = snprintf(buf + n, cap - n, "%s%s", j ? ":" : "", c->allow_roots[j]);
+            if (k > 0) n += (size_t)k;
+        }
+    } else if (o->off == offsetof(qdd_config, redis)) {
+        /* The password never reaches the log. */
+        const qdd_redis_url *u = &c->redis_url;
+        snprintf(buf, cap, "redis://%s%s%s%s:%d/%d", u->user ? u->user : "", u->pass ? ":***" : "",
+                 u->user || u->pass ? "@" : "", u->host ? u->host : "?", u->port, u->db);
+    } else if (o->off == offsetof(qdd_config, http_token)) {
+        /* Like the password, the token never reaches the log. */
+        const char *v = *(char *const *)(base + o->off);
+        snprintf(buf, cap, "%s", v && *v ? "***" : "\"\"");
+    } else {
+        const char *v = *(char *const *)(base + o->off);
+        snprintf(buf, cap, "%s", v && *v ? v : "\"\"");
+    }
+}
+
 size_t qdd_config_dump(const qdd_config *c, char *buf, size_t cap)
 {
     size_t n = 0;
+    char v[4096];
 #define PUT(...) do { int _k = snprintf(buf + (n < cap ? n : cap), n < cap ? cap - n : 0, __VA_ARGS__); \
     if (_k > 0) n += (size_t)_k; } while (0)
     if (cap) buf[0] = 0;
     PUT("config=%s", c->config_file ? c->config_file : "(none)");
-    const char *base = (const char *)c;
     for (size_t i = 0; i < N_OPTIONS; i++) {
-        const qdd_option *o = &options[i];
-        if (o->type == OPT_INT) {
-            PUT(" %s=%lld", o->name, (long long)*(const int64_t *)(base + o->off));
-        } else if (o->type == OPT_LIST) {
-            PUT(" %s=", o->name);
-            for (size_t j = 0; j < c->n_allow_roots; j++) PUT("%s%s", j ? ":" : "", c->allow_roots[j]);
-        } else if (o->off == offsetof(qdd_config, redis)) {
-            /* The password never reaches the log. */
-            const qdd_redis_url *u = &c->redis_url;
-            PUT(" redis=redis://%s%s%s%s:%d/%d", u->user ? u->user : "", u->pass ? (u->user ? ":***" : ":***") : "",
-                u->user || u->pass ? "@" : "", u->host ? u->host : "?", u->port, u->db);
-        } else if (o->off == offsetof(qdd_config, http_token)) {
-            /* Like the password, the token never reaches the log. */
-            const char *v = *(char *const *)(base + o->off);
-            PUT(" %s=%s", o->name, v && *v ? "***" : "\"\"");
-        } else {
-            const char *v = *(char *const *)(base + o->off);
-            PUT(" %s=%s", o->name, v && *v ? v : "\"\"");
-        }
+        option_text(c, &options[i], v, sizeof v);
+        PUT(" %s=%s", options[i].name, v);
     }
 #undef PUT
     return n;
+}
+
+static int option_differs(const qdd_config *a, const qdd_config *b, const qdd_option *o)
+{
+    const char *pa = (const char *)a + o->off, *pb = (const char *)b + o->off;
+    if (o->type == OPT_INT) return *(const int64_t *)pa != *(const int64_t *)pb;
+    if (o->type == OPT_STR) {
+        const char *x = *(char *const *)pa, *y = *(char *const *)pb;
+        return strcmp(x ? x : "", y ? y : "") != 0;
+    }
+    char *const *la = *(char *const *const *)pa, *const *lb = *(char *const *const *)pb;
+    size_t na = *(const size_t *)(pa + sizeof(char **)), nb = *(const size_t *)(pb + sizeof(char **));
+    if (na != nb) return 1;
+    for (size_t i = 0; i < na; i++)
+        if (strcmp(la[i], lb[i])) return 1;
+    return 0;
+}
+
+int qdd_config_keep_restart_options(const qdd_config *running, qdd_config *next, qdd_config_note_fn *note, void *ud)
+{
+    int kept = 0;
+    char was[4096], wanted[4096];
+    for (size_t i = 0; i < N_OPTIONS; i++) {
+        const qdd_option *o = &options[i];
+        if (o->reload == RELOAD_APPLY || !option_differs(running, next, o)) continue;
+        option_text(running, o, was, sizeof was);
+        option_text(next, o, wanted, sizeof wanted);
+        if (o->type == OPT_INT) {
+            *(int64_t *)((char *)next + o->off) = *(const int64_t *)((const char *)running + o->off);
+        } else if (o->type == OPT_STR) {
+            char **f = (char **)((char *)next + o->off);
+            char *v = strdup(*(char *const *)((const char *)running + o->off));
+            if (!v) return QD_ENOMEM;
+            free(*f);
+            *f = v;
+        } else {
+            return QD_EINVAL;   /* no list option needs a restart; keeping one would need a deep copy */
+        }
+        /* What is derived from the kept value goes back too. */
+        if (o->off == offsetof(qdd_config, redis)) {
+            qd_err err = {0};
+            qdd_redis_url_clear(&next->redis_url);
+            if (qdd_redis_url_parse(next->redis, &next->redis_url, &err)) return QD_ENOMEM;
+        } else if (o->off == offsetof(qdd_config, workers)) {
+            next->worker_spec = running->worker_spec;
+        }
+        if (note) note(ud, o->name, was, wanted);
+        kept++;
+    }
+    return kept;
 }
 
 size_t qdd_config_usage(char *buf, size_t cap)

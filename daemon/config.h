@@ -87,6 +87,17 @@ void qdd_config_free(qdd_config *c);   /* accepts NULL */
 /* One line `key=value ...` of the effective configuration (the password masked), written
  * into buf (always NUL-terminated). Returns the length it needed. */
 size_t qdd_config_dump(const qdd_config *c, char *buf, size_t cap);
+/* Reload: each option of the table is either applied by SIGHUP or needs a restart (redis,
+ * node, workers, http, queue, key-prefix, heartbeat, worker-path). For every restart-only
+ * option whose value differs between the running configuration and the one just loaded,
+ * note(ud, name, running value, new value) is called (values as the dump shows them, secrets
+ * masked) and `next` gets the running value back (with what is derived from it), so `next`
+ * can replace `running` as a whole. Returns how many options were kept, or a negative code
+ * (next is then unusable). */
+typedef void qdd_config_note_fn(void *ud, const char *option, const char *running, const char *wanted);
+int qdd_config_keep_restart_options(const qdd_config *running, qdd_config *next, qdd_config_note_fn *note,
+                                    void *ud);
+
 /* Writes the usage text, one line per option of the table, to buf. Returns the length needed. */
 size_t qdd_config_usage(char *buf, size_t cap);
 

@@ -1,9 +1,10 @@
-/* The daemon's lifecycle on one libuv loop: start (keys, worker pool, three Redis
- * connections, the HTTP API when configured), the periodic tick (node heartbeat, lease
+/* The daemon's lifecycle on one libuv loop: start (keys, worker pool, the three Redis
+ * connections of rconn.h, which the HTTP API shares when configured), the periodic tick (node heartbeat, lease
  * renewal, dead-node reclaim, worker watchdog, systemd watchdog), the queue pop, and the
  * signals: SIGTERM/SIGINT drain (no new jobs, running blocks finish within stop-timeout,
  * jobs handed back to the queue, workers shut down, exit 0), SIGHUP reloads the
- * configuration (options that need a restart are reported and keep their old value). */
+ * configuration (every option is applied, the HTTP layer's included, or reported as
+ * needing a restart and kept; the generation counts successful reloads). */
 #define _GNU_SOURCE
 #include "daemon/daemon.h"
 
@@ -69,19 +70,31 @@ void qdd_maybe_pop(qdd_daemon *d)
 
 /* ---- connections ------------------------------------------------------------------------------ */
 
-static void on_cancel_msg(redisAsyncContext *ac, void *r, void *pd)
+static void on_cancel_msg(void *pd, const char *channel, const char *payload, size_t len)
 {
-    qdd_daemon *d = pd;
-    redisReply *reply = r;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements != 3) return;
-    if (reply->element[0]->str && !strcmp(reply->element[0]->str, "message") && reply->element[2]->str)
-        qdd_jobs_cancel(d, reply->element[2]->str);
+    char id[QP_JOB_ID_MAX + 1];
+    if (len == 0 || len >= sizeof id) return;
+    memcpy(id, payload, len);
+    id[len] = 0;
+    qdd_jobs_cancel(pd, id);
+}
+
+/* When one connection sees Redis go away, probe the others now instead of waiting for their
+ * next watchdog round: an idle connection may not notice on its own. */
+static void probe_others(qdd_daemon *d, const qdd_rconn *except)
+{
+    qdd_rconn *all[3] = {&d->cmd, &d->pop, &d->sub};
+    for (int i = 0; i < 3; i++)
+        if (all[i] != except) qdd_rconn_probe_now(all[i]);
 }
 
 static void cmd_up(qdd_rconn *c)
 {
-    qdd_daemon *d = c->d;
+    qdd_daemon *d = c->ud;
     d->cmd_ready = 0;
+    /* Re-asserts what this node holds (lease, processing list, status hash with spec, index;
+     * a full status write, since writes made while Redis was away were lost) and puts back
+     * what it does not; cmd_ready follows, and with it the queue pop. */
     qdd_jobs_recover(d, 1);
     if (!d->ever_ready) {
         d->ever_ready = 1;
@@ -89,18 +102,23 @@ static void cmd_up(qdd_rconn *c)
     }
 }
 
-static void cmd_down(qdd_rconn *c) { c->d->cmd_ready = 0; }
-static void pop_up(qdd_rconn *c) { qdd_maybe_pop(c->d); }
-/* When another connection sees Redis go away, probe the command connection at the next
- * tick instead of waiting for its next scheduled PING. */
-static void pop_down(qdd_rconn *c) { c->d->pop_inflight = 0; c->d->next_ping_s = 0; }
-
-static void sub_up(qdd_rconn *c)
+static void cmd_down(qdd_rconn *c)
 {
-    char chan[QP_KEY_MAX];
-    qp_key_cancel_channel(&c->d->keys, chan, sizeof chan);
-    qdd_rconn_cmdf(c, on_cancel_msg, c->d, "SUBSCRIBE %s", chan);
+    qdd_daemon *d = c->ud;
+    d->cmd_ready = 0;
+    probe_others(d, c);
 }
+
+static void pop_up(qdd_rconn *c) { qdd_maybe_pop(c->ud); }
+
+static void pop_down(qdd_rconn *c)
+{
+    qdd_daemon *d = c->ud;
+    d->pop_inflight = 0;   /* the BLMOVE in flight got its NULL reply */
+    probe_others(d, c);
+}
+
+static void sub_down(qdd_rconn *c) { probe_others(c->ud, c); }
 
 /* ---- HTTP view --------------------------------------------------------------------------------- */
 
@@ -149,6 +167,11 @@ static void http_stopped(void *ud) { (void)ud; }
 static void close_everything(qdd_daemon *d)
 {
     QD_LOG(QD_LOG_INFO, "daemon_exit", "node=%s", d->node);
+    /* The HTTP layer first: it answers its requests still waiting on cmd and unsubscribes. */
+    if (d->http) {
+        qdd_http_stop(d->http, http_stopped, d);
+        d->http = NULL;
+    }
     qdd_rconn_close(&d->pop);
     qdd_rconn_close(&d->sub);
     qdd_rconn_close(&d->cmd);
@@ -157,10 +180,6 @@ static void close_everything(qdd_daemon *d)
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     for (int i = 0; i < d->n_workers; i++) close_handle((uv_handle_t *)&d->workers[i].restart);
-    if (d->http) {
-        qdd_http_stop(d->http, http_stopped, d);
-        d->http = NULL;
-    }
 }
 
 static void start_stop(qdd_daemon *d, const char *why)
@@ -204,42 +223,52 @@ static void stop_step(qdd_daemon *d)
     }
 }
 
+static void note_restart(void *ud, const char *option, const char *running, const char *wanted)
+{
+    QD_LOG(QD_LOG_WARN, "reload_needs_restart", "option=%s running=%s new=%s (the running value is kept)", option,
+           running, wanted);
+}
+
+/* SIGHUP: every option is applied or reported as needing a restart (config.c's table says
+ * which). The new configuration replaces the old one whole; the old one is freed at once,
+ * since nothing keeps a pointer into it (the HTTP layer copies what it uses). */
 static void reload(qdd_daemon *d)
 {
     qdd_config *nc = NULL;
     qd_err err = {0};
     qdd_notify_reloading("reloading the configuration");
     if (qdd_config_load(d->argc, d->argv, d->envp, &nc, &err)) {
-        QD_LOG(QD_LOG_ERROR, "reload_failed", "err=\"%s\" (keeping the running configuration)", err.msg);
+        QD_LOG(QD_LOG_ERROR, "reload_failed", "err=\"%s\" generation=%llu (keeping the running configuration)", err.msg,
+               (unsigned long long)d->config_gen);
         qdd_notify_ready("reload failed; running configuration kept");
         return;
     }
-    static const struct { const char *name; size_t off; } fixed[] = {
-        {"redis", offsetof(qdd_config, redis)}, {"node", offsetof(qdd_config, node)},
-        {"workers", offsetof(qdd_config, workers)}, {"queue", offsetof(qdd_config, queue)},
-        {"key-prefix", offsetof(qdd_config, key_prefix)}, {"http", offsetof(qdd_config, http)},
-    };
-    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) {
-        char **a = (char **)((char *)d->cfg + fixed[i].off), **b = (char **)((char *)nc + fixed[i].off);
-        if (strcmp(*a, *b)) {
-            QD_LOG(QD_LOG_WARN, "reload_needs_restart", "option=%s running=%s new=%s", fixed[i].name, *a, *b);
-            char *t = *a; *a = *b; *b = t;   /* keep the running value */
-        }
+    int kept = qdd_config_keep_restart_options(d->cfg, nc, note_restart, NULL);
+    if (kept < 0) {
+        QD_LOG(QD_LOG_ERROR, "reload_failed", "err=\"out of memory\" generation=%llu (keeping the running configuration)",
+               (unsigned long long)d->config_gen);
+        qdd_config_free(nc);
+        qdd_notify_ready("reload failed; running configuration kept");
+        return;
     }
-    /* The worker spec must match the running pool. */
-    nc->worker_spec = d->cfg->worker_spec;
-    /* The HTTP layer may hold the old configuration: keep it alive until exit. */
-    qdd_config **old = realloc(d->old_cfgs, (size_t)(d->n_old_cfgs + 1) * sizeof *old);
-    if (!old) { qdd_config_free(nc); return; }
-    d->old_cfgs = old;
-    d->old_cfgs[d->n_old_cfgs++] = d->cfg;
+    if (d->http && qdd_http_reconfigure(d->http, nc, d->config_gen + 1, &err)) {
+        QD_LOG(QD_LOG_ERROR, "reload_failed", "err=\"%s\" generation=%llu (keeping the running configuration)", err.msg,
+               (unsigned long long)d->config_gen);
+        qdd_config_free(nc);
+        qdd_notify_ready("reload failed; running configuration kept");
+        return;
+    }
+    qdd_config *old = d->cfg;
     d->cfg = nc;
+    qdd_config_free(old);
+    d->config_gen++;
     d->max_jobs = nc->max_jobs > 0 ? (int)nc->max_jobs : d->n_workers;
     int lvl = qd_log_level_parse(nc->log_level);
     if (lvl >= 0) qd_log_set_level(lvl);
     char dump[4096];
     qdd_config_dump(nc, dump, sizeof dump);
-    QD_LOG(QD_LOG_INFO, "config_reloaded", "%s", dump);
+    QD_LOG(QD_LOG_INFO, "config_reloaded", "generation=%llu needs_restart=%d %s", (unsigned long long)d->config_gen, kept,
+           dump);
     qdd_notify_ready("configuration reloaded");
     qdd_jobs_schedule(d);
     qdd_maybe_pop(d);
@@ -275,12 +304,6 @@ static void on_tick(uv_timer_t *t)
     if (now >= d->next_reclaim_s && !d->stopping) {
         d->next_reclaim_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
         if (d->cmd_ready) qdd_jobs_reclaim_scan(d);
-    }
-    /* The command connection carries every status write and commit: make sure it is alive
-     * (a PING a second, dropped after 3 s without a reply). */
-    if (now >= d->next_ping_s) {
-        d->next_ping_s = now + 1.0;
-        qdd_rconn_probe(&d->cmd, now, 3.0);
     }
     qdd_jobs_schedule(d);
     qdd_maybe_pop(d);
@@ -328,7 +351,9 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     find_worker_exe(d);
     char dump[4096];
     qdd_config_dump(cfg, dump, sizeof dump);
-    QD_LOG(QD_LOG_INFO, "config", "%s worker_exe=%s", dump, d->worker_exe);
+    d->config_gen = 1;
+    QD_LOG(QD_LOG_INFO, "config", "generation=%llu %s worker_exe=%s", (unsigned long long)d->config_gen, dump,
+           d->worker_exe);
     if (cfg->n_allow_roots == 0)
         QD_LOG(QD_LOG_WARN, "config", "no --allow-root: every job will be refused");
 
@@ -341,6 +366,33 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
     uv_timer_init(d->loop, &d->tick);
     d->tick.data = d;
+    /* The connections exist (closable) before anything can fail below. Each carries a client
+     * name (CLIENT LIST shows quantd:<node>:cmd, ...). The sub connection subscribes to the
+     * cancel channel here; the HTTP layer adds the events channel. */
+    qdd_rconn *conns[3] = {&d->cmd, &d->pop, &d->sub};
+    static const char *const conn_names[3] = {"cmd", "pop", "sub"};
+    for (int i = 0; i < 3; i++) {
+        if (qdd_rconn_init(conns[i], d->loop, &d->url, conn_names[i])) {
+            QD_LOG(QD_LOG_ERROR, "redis", "err=\"out of memory\"");
+            for (int k = 0; k < i; k++) qdd_rconn_close(conns[k]);
+            close_handle((uv_handle_t *)&d->tick);
+            close_handle((uv_handle_t *)&d->sig_term);
+            close_handle((uv_handle_t *)&d->sig_int);
+            close_handle((uv_handle_t *)&d->sig_hup);
+            uv_run(d->loop, UV_RUN_DEFAULT);
+            goto out;
+        }
+        conns[i]->ud = d;
+        snprintf(conns[i]->client_name, sizeof conns[i]->client_name, "quantd:%s:%s", d->node, conn_names[i]);
+    }
+    d->cmd.on_up = cmd_up;
+    d->cmd.on_down = cmd_down;
+    d->pop.on_up = pop_up;
+    d->pop.on_down = pop_down;
+    d->sub.on_down = sub_down;
+    char cancel_chan[QP_KEY_MAX];
+    qp_key_cancel_channel(&d->keys, cancel_chan, sizeof cancel_chan);
+    qdd_rconn_subscribe(&d->sub, cancel_chan, on_cancel_msg, d);
 
     if (qdd_pool_start(d, &err)) {
         QD_LOG(QD_LOG_ERROR, "workers", "err=\"%s\"", err.msg);
@@ -352,15 +404,6 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     d->max_jobs = cfg->max_jobs > 0 ? (int)cfg->max_jobs : d->n_workers;
     d->sd_watchdog = qdd_notify_watchdog_usec() > 0;
 
-    qdd_rconn_init(&d->cmd, d, "cmd");
-    qdd_rconn_init(&d->pop, d, "pop");
-    qdd_rconn_init(&d->sub, d, "sub");
-    d->cmd.on_up = cmd_up;
-    d->cmd.on_down = cmd_down;
-    d->pop.on_up = pop_up;
-    d->pop.on_down = pop_down;
-    d->sub.on_up = sub_up;
-    d->sub.on_down = pop_down;
     qdd_rconn_connect(&d->cmd);
     qdd_rconn_connect(&d->pop);
     qdd_rconn_connect(&d->sub);
@@ -369,7 +412,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
         d->view = (qdd_http_view){.ud = d, .ready = view_ready, .workers = view_workers,
                                   .drain_block_seconds = view_drain, .node = view_node};
         qdd_http *h = NULL;
-        if (qdd_http_start(d->loop, cfg, &d->view, &h, &err)) {
+        if (qdd_http_start(d->loop, cfg, &d->view, &d->cmd, &d->sub, &h, &err)) {
             QD_LOG(QD_LOG_ERROR, "http", "err=\"%s\"", err.msg);
             d->stopping = 4;
             qdd_pool_shutdown(d);
@@ -388,8 +431,6 @@ out:
     qdd_pool_free(d);
     uv_loop_close(d->loop);
     qdd_redis_url_clear(&d->url);
-    for (int i = 0; i < d->n_old_cfgs; i++) qdd_config_free(d->old_cfgs[i]);
-    free(d->old_cfgs);
     qdd_config_free(d->cfg);
     free(d);
     return rc;

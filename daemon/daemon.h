@@ -1,7 +1,8 @@
 /* The daemon's in-memory state and the functions its modules share (internal to daemon/).
  *
  * One libuv loop runs everything: three hiredis async connections (commands, the blocking
- * pop, the cancel subscription; rconn.c), the worker processes (pool.c), the jobs this node
+ * pop, the subscription to the cancel and events channels; rconn.c, shared with the HTTP
+ * layer), the worker processes (pool.c), the jobs this node
  * holds and the Redis protocol around them (jobs.c: take, lease, status, finish, hand back,
  * reclaim; the Lua scripts are in scripts.c), and the lifecycle (daemon.c: start, timers,
  * signals, graceful stop). proto/redis.md documents the keys and protocols.
@@ -17,6 +18,7 @@
 
 #include "daemon/config.h"
 #include "daemon/http.h"
+#include "daemon/rconn.h"
 #include "proto/job.h"
 #include "proto/keys.h"
 #include "proto/status.h"
@@ -24,35 +26,7 @@
 
 typedef struct qdd_daemon qdd_daemon;
 
-/* ---- Redis connections (rconn.c) ------------------------------------------------------ */
-
-typedef struct qdd_rconn {
-    qdd_daemon *d;
-    const char *name;              /* "cmd", "pop", "sub" (logs) */
-    redisAsyncContext *ac;         /* NULL while down */
-    int up;                        /* connected and authenticated */
-    int closing;                   /* qdd_rconn_close was called: no reconnect */
-    int backoff_ms;
-    uv_timer_t retry;
-    void (*on_up)(struct qdd_rconn *c);    /* after (re)connect and AUTH/SELECT */
-    void (*on_down)(struct qdd_rconn *c);  /* the connection went away (pending callbacks ran) */
-    int ping_outstanding;          /* a liveness PING awaits its reply */
-    double ping_sent_s;            /* when it was sent (qdd_now_s) */
-} qdd_rconn;
-
-void qdd_rconn_init(qdd_rconn *c, qdd_daemon *d, const char *name);
-void qdd_rconn_connect(qdd_rconn *c);      /* starts connecting; reconnects with backoff */
-void qdd_rconn_close(qdd_rconn *c);        /* disconnects for good; closes the timer */
-/* Liveness probe, called from the tick (never from a hiredis callback): sends a PING when
- * none is outstanding; when one has waited longer than timeout_s the connection is dropped
- * (pending callbacks get NULL, on_down runs) and reconnected. An idle connection to a
- * Redis that was killed may not notice on its own: nothing reads its socket. */
-void qdd_rconn_probe(qdd_rconn *c, double now_s, double timeout_s);
-/* Sends a command (argv with lengths). 0, or -1 when the connection is down (fn not called). */
-int qdd_rconn_cmdv(qdd_rconn *c, redisCallbackFn *fn, void *pd, int argc, const char **argv,
-                   const size_t *lens);
-/* printf-style form of hiredis (%s, %b, %d ...). */
-int qdd_rconn_cmdf(qdd_rconn *c, redisCallbackFn *fn, void *pd, const char *fmt, ...);
+/* ---- Redis connections: rconn.h (cmd, pop, sub; the HTTP layer borrows cmd and sub) ---- */
 
 /* ---- Lua scripts (scripts.c) -------------------------------------------------------------- */
 
@@ -61,7 +35,7 @@ extern const char *const qdd_lua_status;    /* KEYS status stream; ARGV channel 
 extern const char *const qdd_lua_renew;     /* KEYS lease cancel; ARGV value ttl -> {owned, cancel} */
 extern const char *const qdd_lua_finish;    /* KEYS proc lease status stream cancel; ARGV payload value ttl_s */
 extern const char *const qdd_lua_handback;  /* KEYS proc queue lease; ARGV payload value */
-extern const char *const qdd_lua_reassert;  /* KEYS proc lease fence; ARGV payload value ttl token */
+extern const char *const qdd_lua_reassert;  /* KEYS proc lease fence status index; ARGV payload value ttl token id */
 extern const char *const qdd_lua_reclaim;   /* KEYS node proc queue nodes; ARGV node jobprefix force keep... */
 extern const char *const qdd_lua_reject;    /* KEYS proc failed; ARGV raw record */
 
@@ -149,7 +123,7 @@ struct qdd_daemon {
     char node[QP_NODE_MAX + 1];
     char worker_exe[4096];
     qdd_redis_url url;         /* the URL connected to (not reloaded) */
-    qdd_rconn cmd, pop, sub;
+    qdd_rconn cmd, pop, sub;   /* every Redis connection of the daemon */
     int cmd_ready;             /* the start-up/reconnect recovery ran on cmd */
     int pop_inflight;
     int ever_ready;
@@ -160,7 +134,7 @@ struct qdd_daemon {
     int max_jobs;
     uv_timer_t tick;
     uv_signal_t sig_term, sig_int, sig_hup;
-    double next_node_hb_s, next_renew_s, next_reclaim_s, next_ping_s;
+    double next_node_hb_s, next_renew_s, next_reclaim_s;
     int stopping;              /* 1 draining, 2 handing back, 3 closing */
     double stop_deadline_s;
     int handback_pending;
@@ -168,8 +142,7 @@ struct qdd_daemon {
     int64_t start_ms;
     int sd_watchdog;           /* systemd watchdog enabled */
     void *http;                /* qdd_http * when the HTTP API runs */
-    qdd_config **old_cfgs;     /* replaced by SIGHUP; kept until exit (the HTTP layer may hold one) */
-    int n_old_cfgs;
+    uint64_t config_gen;       /* 1 at start, +1 per successful SIGHUP reload */
     qdd_http_view view;        /* what the HTTP layer asks the daemon (borrowed by it) */
 };
 

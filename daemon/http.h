@@ -2,8 +2,10 @@
  * libmicrohttpd (external-select mode driven by uv_poll and a uv_timer).
  *
  * Contract between the HTTP layer and the rest of the daemon. The HTTP layer reads job
- * state from Redis itself (its own hiredis async connection on the same loop, keys from
- * proto/keys.h; MHD connections are suspended while a reply is pending), and submits and
+ * state from Redis itself, over connections the daemon owns and hands to it (rconn.h: its
+ * commands go over the daemon's command connection, the events channel arrives through the
+ * daemon's subscribe connection; keys from proto/keys.h; MHD connections are suspended
+ * while a reply is pending), and submits and
  * cancels jobs the way proto/redis.md documents (validate + LPUSH; cancel flag + PUBLISH).
  * What only the daemon knows in memory — readiness, worker states, metrics counters — it
  * asks for through qdd_http_view, whose callbacks the daemon implements. All callbacks run
@@ -50,15 +52,25 @@ typedef struct qdd_http_view {
 } qdd_http_view;
 
 typedef struct qdd_http qdd_http;
+struct qdd_rconn;
 
 /* Starts listening on cfg->http (ADDR:PORT; "" disables the API and returns 0 with *out
  * NULL). Mutating endpoints need `Authorization: Bearer <cfg http token>`; CORS origins
- * come from the config. *out is owned by the caller (qdd_http_stop). */
+ * come from the config. Redis commands go over cmd and the events channel is subscribed on
+ * sub (both borrowed: they must stay initialised until qdd_http_stop; they may be down).
+ * What the layer needs of cfg is copied: cfg may be freed once this returns. The
+ * configuration generation starts at 1. *out is owned by the caller (qdd_http_stop). */
 int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
-                   qdd_http **out, qd_err *err);
+                   struct qdd_rconn *cmd, struct qdd_rconn *sub, qdd_http **out, qd_err *err);
+/* Applies a reloaded configuration from the next request on: the bearer token (the old one
+ * is refused from then on), the CORS origins and the body limit (max-job-bytes), copied;
+ * generation is shown by /healthz, /readyz and /metrics. On failure (out of memory) the
+ * running settings stay and err says so. The listening address is not changed here. */
+int qdd_http_reconfigure(qdd_http *h, const qdd_config *cfg, uint64_t generation, qd_err *err);
 /* Stops accepting, closes every connection and handle; done(ud) runs once all libuv
- * handles are closed (the struct is freed before done is called). Accepts NULL (done is
- * then called at once). */
+ * handles are closed (the struct is freed before done is called). Requests waiting for a
+ * Redis reply are answered 503 at once (their late replies are dropped). Accepts NULL (done
+ * is then called at once). */
 void qdd_http_stop(qdd_http *h, void (*done)(void *ud), void *ud);
 
 #endif

@@ -14,6 +14,7 @@
 #include <hiredis/hiredis.h>
 
 #include "daemon/http.h"
+#include "daemon/rconn.h"
 #include "proto/keys.h"
 
 #define QH_MAX_BODY_DEFAULT (64 * 1024)
@@ -30,21 +31,23 @@ struct qdd_http {
     struct MHD_Daemon *mhd;
     uv_poll_t poll;               /* MHD's epoll fd */
     uv_timer_t timer;             /* MHD's own timeouts, and a kick after a resume */
-    uv_timer_t redis_timer;       /* reconnects while Redis is away */
     uv_timer_t sse_timer;         /* SSE keep-alives and periodic stream re-reads */
     int n_open_handles;           /* handles still to close at stop */
     qdd_http_view view;
     qp_keys keys;
+    /* The reloadable settings: copied from the configuration at start and by
+     * qdd_http_reconfigure, so the layer never points into a configuration. */
     char *token;                  /* owned; "" = mutating endpoints off */
     char **cors;                  /* owned list of origins */
     size_t n_cors;
     size_t max_body;
-    char *redis_host, *redis_user, *redis_pass;   /* owned */
-    int redis_port, redis_db;
-    redisAsyncContext *rc;        /* commands; NULL while disconnected */
-    redisAsyncContext *sub;       /* SUBSCRIBE <events channel>; NULL while disconnected */
-    int rc_ready, sub_ready;      /* connected (and authenticated) */
-    unsigned redis_backoff_ms;
+    uint64_t config_gen;          /* the daemon's configuration generation (readyz, metrics) */
+    /* Redis: borrowed connections (rconn.h) that outlive the layer. Commands go over cmd;
+     * the events channel arrives through sub, which dispatches by channel. */
+    qdd_rconn *cmd, *sub;
+    char events_chan[QP_KEY_MAX];
+    int subscribed;               /* events_chan is registered on sub */
+    struct qh_pending *pending;   /* commands awaiting a reply (doubly linked) */
     qh_req *reqs;                 /* every live request (doubly linked) */
     /* Block-duration histogram: cumulative over the daemon's life, fed by the view. */
     uint64_t bucket[QH_N_BUCKETS];   /* per bucket (not cumulative); the last is +Inf */

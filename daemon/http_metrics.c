@@ -88,8 +88,10 @@ char *qh_metrics_render(qdd_http *h, const redisReply *c)
     const char *node = h->view.node ? h->view.node(h->view.ud) : NULL;
     put(&b, "# HELP quantd_up The daemon is serving.\n# TYPE quantd_up gauge\nquantd_up{node=\"%s\"} 1\n",
         label(node ? node : "", l1, sizeof l1));
-    put(&b, "# HELP quantd_redis_up The HTTP layer's Redis connection is up.\n# TYPE quantd_redis_up gauge\n"
+    put(&b, "# HELP quantd_redis_up The daemon's Redis command connection is up.\n# TYPE quantd_redis_up gauge\n"
             "quantd_redis_up %d\n", qh_redis_ready(h) && c ? 1 : 0);
+    put(&b, "# HELP quantd_config_generation The configuration in force: 1 at start, +1 per reload.\n"
+            "# TYPE quantd_config_generation gauge\nquantd_config_generation %llu\n", (unsigned long long)h->config_gen);
     if (c && c->elements >= 8) {
         static const char *const states[] = {"queued", "running", "done", "failed", "cancelled"};
         put(&b, "# HELP quantd_jobs Jobs in the index by state.\n# TYPE quantd_jobs gauge\n");

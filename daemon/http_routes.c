@@ -353,7 +353,8 @@ static enum MHD_Result get_readyz(qh_req *r)
     if (!qh_redis_ready(r->h)) return qh_respond_error(r, 503, "Redis is not connected");
     if (r->h->view.ready && !r->h->view.ready(r->h->view.ud, why, sizeof why))
         return qh_respond_error(r, 503, "%s", why[0] ? why : "not ready");
-    return qh_respond(r, 200, qh_strdup_printf("{\"ready\":true}\n"), JSON);
+    return qh_respond(r, 200, qh_strdup_printf("{\"ready\":true,\"config_generation\":%llu}\n",
+                                               (unsigned long long)r->h->config_gen), JSON);
 }
 
 static enum MHD_Result get_workers(qh_req *r)
@@ -414,7 +415,9 @@ enum MHD_Result qh_route(qh_req *r)
     if (r->method == QH_OPTIONS) return qh_respond(r, 204, NULL, NULL);   /* CORS preflight */
     if (r->method == QH_OTHER) return qh_respond_error(r, 405, "method not allowed");
     if (!strcmp(p, "/healthz"))
-        return get ? qh_respond(r, 200, qh_strdup_printf("{\"ok\":true}\n"), JSON) : method_not_allowed(r, "GET");
+        return get ? qh_respond(r, 200, qh_strdup_printf("{\"ok\":true,\"config_generation\":%llu}\n",
+                                                         (unsigned long long)r->h->config_gen), JSON)
+                   : method_not_allowed(r, "GET");
     if (!strcmp(p, "/readyz")) return get ? get_readyz(r) : method_not_allowed(r, "GET");
     if (!strcmp(p, "/metrics")) return get ? get_metrics(r) : method_not_allowed(r, "GET");
     if (!strcmp(p, "/v1/workers")) return get ? get_workers(r) : method_not_allowed(r, "GET");

@@ -1,7 +1,8 @@
 /* The HTTP layer's plumbing: libmicrohttpd in external epoll mode driven by libuv (one
  * uv_poll on MHD's epoll fd plus a uv_timer for its timeouts), the request lifecycle
- * (reference counts, suspend/resume while Redis answers), and the layer's own two hiredis
- * async connections (commands, and SUBSCRIBE for live events) with reconnect and backoff.
+ * (reference counts, suspend/resume while Redis answers), and the layer's Redis plumbing over
+ * the daemon's connections (rconn.h): commands on the command connection, live events from
+ * the subscribe connection; reconnects are rconn's business, not this layer's.
  * Routes live in http_routes.c, SSE in http_sse.c, /metrics in http_metrics.c. */
 #define _GNU_SOURCE
 #include "daemon/http_internal.h"
@@ -16,11 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include <hiredis/adapters/libuv.h>
-
 #include "quant/core/log.h"
-
-static void redis_connect(qdd_http *h);
 
 uint64_t qh_now_ms(void)
 {
@@ -263,21 +260,36 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     qh_req_unref(r);
 }
 
-/* ---- Redis --------------------------------------------------------------------------- */
+/* ---- Redis ------------------------------------------------------------------------------
+ * Commands go over the daemon's command connection (h->cmd). Each pending one is listed, so
+ * qdd_http_stop can answer its request at once and leave a marker behind for the late reply
+ * (the connection outlives the layer). */
 
-int qh_redis_ready(const qdd_http *h) { return h->rc && h->rc_ready; }
+int qh_redis_ready(const qdd_http *h) { return h->cmd && h->cmd->up; }
 
-typedef struct redis_cb_ctx {
+typedef struct qh_pending {
+    struct qh_pending *prev, *next;
+    qdd_http *h;                  /* NULL once orphaned by qdd_http_stop */
     qh_req *r;
     redisCallbackFn *fn;
-} redis_cb_ctx;
+} qh_pending;
+
+static void pending_unlink(qh_pending *p)
+{
+    if (p->prev) p->prev->next = p->next;
+    else if (p->h && p->h->pending == p) p->h->pending = p->next;
+    if (p->next) p->next->prev = p->prev;
+    p->prev = p->next = NULL;
+}
 
 static void on_redis_reply(redisAsyncContext *ac, void *reply, void *priv)
 {
-    redis_cb_ctx *c = priv;
-    qh_req *r = c->r;
-    redisCallbackFn *fn = c->fn;
-    free(c);
+    qh_pending *p = priv;
+    if (!p->h) { free(p); return; }   /* the layer stopped; its request was answered then */
+    pending_unlink(p);
+    qh_req *r = p->r;
+    redisCallbackFn *fn = p->fn;
+    free(p);
     fn(ac, reply, r);   /* reply NULL: the connection went away; the route answers 503 */
     qh_req_unref(r);
 }
@@ -286,107 +298,40 @@ int qh_redis_cmd(qh_req *r, redisCallbackFn *fn, int argc, const char **argv, co
 {
     qdd_http *h = r->h;
     if (!qh_redis_ready(h) || h->stopping) return -1;
-    redis_cb_ctx *c = malloc(sizeof *c);
-    if (!c) return -1;
-    c->r = r;
-    c->fn = fn;
-    if (redisAsyncCommandArgv(h->rc, on_redis_reply, c, argc, argv, lens) != REDIS_OK) {
-        free(c);
+    qh_pending *p = calloc(1, sizeof *p);
+    if (!p) return -1;
+    p->h = h;
+    p->r = r;
+    p->fn = fn;
+    if (qdd_rconn_cmdv(h->cmd, on_redis_reply, p, argc, argv, lens)) {
+        free(p);
         return -1;
     }
+    p->next = h->pending;
+    if (h->pending) h->pending->prev = p;
+    h->pending = p;
     qh_req_ref(r);
     return 0;
 }
 
-static void schedule_reconnect(qdd_http *h);
-
-static void on_rc_connect(const redisAsyncContext *ac, int status)
+/* Every request waiting for Redis gets its callback with no reply now (503, streams end);
+ * the entries stay allocated, orphaned, until hiredis hands their replies back. */
+static void pending_orphan_all(qdd_http *h)
 {
-    qdd_http *h = ac->data;
-    if (status != REDIS_OK) {
-        QD_LOG(QD_LOG_WARN, "http redis connect failed", "err=\"%s\"", ac->errstr);
-        if (h->rc == ac) h->rc = NULL;   /* hiredis frees it after this callback */
-        if (h->sub == ac) h->sub = NULL;
-        schedule_reconnect(h);
-        return;
-    }
-    if (h->rc == ac) h->rc_ready = 1;
-    if (h->sub == ac) h->sub_ready = 1;
-    if (h->rc_ready && h->sub_ready) {
-        h->redis_backoff_ms = 0;
-        QD_LOG(QD_LOG_INFO, "http redis connected", "host=%s port=%d", h->redis_host, h->redis_port);
+    while (h->pending) {
+        qh_pending *p = h->pending;
+        pending_unlink(p);
+        qh_req *r = p->r;
+        redisCallbackFn *fn = p->fn;
+        p->h = NULL;
+        fn(NULL, NULL, r);
+        qh_req_unref(r);
     }
 }
 
-static void on_rc_disconnect(const redisAsyncContext *ac, int status)
+static void on_events_msg(void *pd, const char *channel, const char *payload, size_t len)
 {
-    qdd_http *h = ac->data;
-    if (h->rc == ac) { h->rc = NULL; h->rc_ready = 0; }
-    if (h->sub == ac) { h->sub = NULL; h->sub_ready = 0; }
-    if (status != REDIS_OK && !h->stopping)
-        QD_LOG(QD_LOG_WARN, "http redis lost", "err=\"%s\"", ac->errstr);
-    schedule_reconnect(h);
-}
-
-static void on_redis_timer(uv_timer_t *t)
-{
-    qdd_http *h = t->data;
-    if (!h->stopping) redis_connect(h);
-}
-
-static void schedule_reconnect(qdd_http *h)
-{
-    if (h->stopping) return;
-    h->redis_backoff_ms = h->redis_backoff_ms ? h->redis_backoff_ms * 2 : 200;
-    if (h->redis_backoff_ms > 5000) h->redis_backoff_ms = 5000;
-    if (!uv_is_active((uv_handle_t *)&h->redis_timer))
-        uv_timer_start(&h->redis_timer, on_redis_timer, h->redis_backoff_ms, 0);
-}
-
-static void on_sub_message(redisAsyncContext *ac, void *reply, void *priv)
-{
-    qdd_http *h = priv;
-    redisReply *m = reply;
-    if (!m || m->type != REDIS_REPLY_ARRAY || m->elements != 3) return;
-    if (m->element[0]->type == REDIS_REPLY_STRING && !strcmp(m->element[0]->str, "message") &&
-        m->element[2]->type == REDIS_REPLY_STRING)
-        qh_sse_event_published(h, m->element[2]->str, m->element[2]->len);
-}
-
-static void on_ignore(redisAsyncContext *ac, void *reply, void *priv) {}
-
-/* AUTH and SELECT go first on a fresh connection; hiredis keeps commands in order. */
-static redisAsyncContext *redis_open(qdd_http *h)
-{
-    redisAsyncContext *ac = redisAsyncConnect(h->redis_host, h->redis_port);
-    if (!ac) return NULL;
-    if (ac->err) {
-        QD_LOG(QD_LOG_WARN, "http redis connect failed", "err=\"%s\"", ac->errstr);
-        redisAsyncFree(ac);
-        return NULL;
-    }
-    ac->data = h;
-    if (redisLibuvAttach(ac, h->loop) != REDIS_OK) { redisAsyncFree(ac); return NULL; }
-    redisAsyncSetConnectCallback(ac, on_rc_connect);
-    redisAsyncSetDisconnectCallback(ac, on_rc_disconnect);
-    if (h->redis_pass) {
-        if (h->redis_user) redisAsyncCommand(ac, on_ignore, NULL, "AUTH %s %s", h->redis_user, h->redis_pass);
-        else redisAsyncCommand(ac, on_ignore, NULL, "AUTH %s", h->redis_pass);
-    }
-    if (h->redis_db) redisAsyncCommand(ac, on_ignore, NULL, "SELECT %d", h->redis_db);
-    return ac;
-}
-
-static void redis_connect(qdd_http *h)
-{
-    if (!h->rc && (h->rc = redis_open(h))) h->rc_ready = 0;
-    if (!h->sub && (h->sub = redis_open(h))) {
-        char chan[QP_KEY_MAX];
-        h->sub_ready = 0;
-        if (!qp_key_events_channel(&h->keys, chan, sizeof chan))
-            redisAsyncCommand(h->sub, on_sub_message, h, "SUBSCRIBE %s", chan);
-    }
-    if (!h->rc || !h->sub) schedule_reconnect(h);
+    qh_sse_event_published(pd, payload, len);
 }
 
 /* ---- start / stop -------------------------------------------------------------------- */
@@ -408,18 +353,62 @@ static int parse_addr(const char *spec, struct sockaddr_in *sa, qd_err *err)
     return 0;
 }
 
-static int split_cors(qdd_http *h, const char *list)
+static void cors_free(char **cors, size_t n)
 {
+    for (size_t i = 0; i < n; i++) free(cors[i]);
+    free(cors);
+}
+
+/* Splits "a, b,c" into a new owned list (*out, *n); on failure nothing is left allocated. */
+static int split_cors(const char *list, char ***out, size_t *n_out)
+{
+    char **cors = NULL;
+    size_t n = 0;
     char *copy = strdup(list ? list : ""), *save = NULL;
     if (!copy) return QD_ENOMEM;
     for (char *t = strtok_r(copy, ", ", &save); t; t = strtok_r(NULL, ", ", &save)) {
-        char **n = realloc(h->cors, (h->n_cors + 1) * sizeof *n);
-        if (!n) { free(copy); return QD_ENOMEM; }
-        h->cors = n;
-        if (!(h->cors[h->n_cors] = strdup(t))) { free(copy); return QD_ENOMEM; }
-        h->n_cors++;
+        char **nc = realloc(cors, (n + 1) * sizeof *nc);
+        if (!nc) goto nomem;
+        cors = nc;
+        if (!(cors[n] = strdup(t))) goto nomem;
+        n++;
     }
     free(copy);
+    *out = cors;
+    *n_out = n;
+    return 0;
+nomem:
+    free(copy);
+    cors_free(cors, n);
+    return QD_ENOMEM;
+}
+
+/* The settings a reload may change, copied from cfg; all or nothing. */
+static int settings_apply(qdd_http *h, const qdd_config *cfg)
+{
+    char **cors = NULL;
+    size_t n_cors = 0;
+    char *token = strdup(cfg->http_token ? cfg->http_token : "");
+    if (!token || split_cors(cfg->http_cors, &cors, &n_cors)) {
+        free(token);
+        return QD_ENOMEM;
+    }
+    free(h->token);
+    cors_free(h->cors, h->n_cors);
+    h->token = token;
+    h->cors = cors;
+    h->n_cors = n_cors;
+    h->max_body = cfg->max_job_bytes > 0 ? (size_t)cfg->max_job_bytes : QH_MAX_BODY_DEFAULT;
+    return 0;
+}
+
+int qdd_http_reconfigure(qdd_http *h, const qdd_config *cfg, uint64_t generation, qd_err *err)
+{
+    if (!h) return 0;
+    if (settings_apply(h, cfg)) return qd_err_set(err, QD_ENOMEM, "http: out of memory; running settings kept");
+    h->config_gen = generation;
+    QD_LOG(QD_LOG_INFO, "http_reconfigured", "generation=%llu mutating=%s cors=%zu max_body=%zu",
+           (unsigned long long)generation, h->token[0] ? "on" : "off", h->n_cors, h->max_body);
     return 0;
 }
 
@@ -427,11 +416,7 @@ static void http_free(qdd_http *h)
 {
     if (!h) return;
     free(h->token);
-    for (size_t i = 0; i < h->n_cors; i++) free(h->cors[i]);
-    free(h->cors);
-    free(h->redis_host);
-    free(h->redis_user);
-    free(h->redis_pass);
+    cors_free(h->cors, h->n_cors);
     free(h);
 }
 
@@ -449,28 +434,29 @@ static void mhd_log(void *cls, const char *fmt, va_list ap)
 static void on_sse_timer(uv_timer_t *t) { qh_sse_tick(t->data); }
 
 int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
-                   qdd_http **out, qd_err *err)
+                   qdd_rconn *cmd, qdd_rconn *sub, qdd_http **out, qd_err *err)
 {
     *out = NULL;
     if (!cfg->http || !*cfg->http) return 0;
     qdd_http *h = calloc(1, sizeof *h);
     if (!h) return qd_err_set(err, QD_ENOMEM, "out of memory");
     h->loop = loop;
+    h->cmd = cmd;
+    h->sub = sub;
+    h->config_gen = 1;
     if (view) h->view = *view;
-    h->max_body = cfg->max_job_bytes > 0 ? (size_t)cfg->max_job_bytes : QH_MAX_BODY_DEFAULT;
     qp_err pe = {0};
     int rc;
     if (qp_keys_init(&h->keys, cfg->queue, cfg->key_prefix, &pe)) {
         rc = qd_err_set(err, QD_EINVAL, "http: %s", pe.msg);
         goto fail;
     }
-    const qdd_redis_url *u = &cfg->redis_url;
-    h->redis_port = u->port;
-    h->redis_db = u->db;
-    if (!(h->token = strdup(cfg->http_token ? cfg->http_token : "")) || split_cors(h, cfg->http_cors) ||
-        !(h->redis_host = strdup(u->host ? u->host : "127.0.0.1")) ||
-        (u->user && !(h->redis_user = strdup(u->user))) || (u->pass && !(h->redis_pass = strdup(u->pass)))) {
+    if (settings_apply(h, cfg)) {
         rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        goto fail;
+    }
+    if (qp_key_events_channel(&h->keys, h->events_chan, sizeof h->events_chan)) {
+        rc = qd_err_set(err, QD_EINVAL, "http: the events channel name is too long");
         goto fail;
     }
     struct sockaddr_in sa;
@@ -498,13 +484,13 @@ int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *
     }
     uv_poll_init(loop, &h->poll, info->epoll_fd);
     uv_timer_init(loop, &h->timer);
-    uv_timer_init(loop, &h->redis_timer);
     uv_timer_init(loop, &h->sse_timer);
-    h->poll.data = h->timer.data = h->redis_timer.data = h->sse_timer.data = h;
-    h->n_open_handles = 4;
+    h->poll.data = h->timer.data = h->sse_timer.data = h;
+    h->n_open_handles = 3;
     uv_poll_start(&h->poll, UV_READABLE, on_mhd_poll);
     uv_timer_start(&h->sse_timer, on_sse_timer, 1000, 1000);
-    redis_connect(h);
+    if (sub && qdd_rconn_subscribe(sub, h->events_chan, on_events_msg, h) == 0) h->subscribed = 1;
+    else if (sub) QD_LOG(QD_LOG_ERROR, "http", "err=\"cannot subscribe to %s: live events only by polling\"", h->events_chan);
     mhd_run(h);
     const union MHD_DaemonInfo *port = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
     QD_LOG(QD_LOG_INFO, "http listening", "addr=%s port=%u mutating=%s cors=%zu", cfg->http,
@@ -551,9 +537,11 @@ void qdd_http_stop(qdd_http *h, void (*done)(void *ud), void *ud)
     h->stopping = 1;
     h->done = done;
     h->done_ud = ud;
-    /* Pending Redis callbacks run now with a NULL reply and answer 503; streams end. */
-    if (h->rc) { redisAsyncContext *c = h->rc; h->rc = NULL; redisAsyncFree(c); }
-    if (h->sub) { redisAsyncContext *c = h->sub; h->sub = NULL; redisAsyncFree(c); }
+    /* Pending Redis callbacks run now with a NULL reply and answer 503; streams end. The
+     * connections are the daemon's and stay. */
+    if (h->subscribed) qdd_rconn_unsubscribe(h->sub, h->events_chan, h);
+    h->subscribed = 0;
+    pending_orphan_all(h);
     qh_sse_close_all(h);
     /* Every suspended connection must be resumed before MHD_stop_daemon. */
     for (qh_req *r = h->reqs; r; r = r->next)
@@ -573,6 +561,5 @@ void qdd_http_stop(qdd_http *h, void (*done)(void *ud), void *ud)
     h->mhd = NULL;
     uv_close((uv_handle_t *)&h->poll, on_handle_closed);
     uv_close((uv_handle_t *)&h->timer, on_handle_closed);
-    uv_close((uv_handle_t *)&h->redis_timer, on_handle_closed);
     uv_close((uv_handle_t *)&h->sse_timer, on_handle_closed);
 }

@@ -671,6 +671,22 @@ static void on_reassert(redisAsyncContext *ac, void *r, void *pd)
         j->lost = 1;
         if (j->worker >= 0) qdd_pool_send_cancel(&j->d->workers[j->worker], j->id, "lease lost");
         else if (j->phase != QDD_JOB_FINAL) job_remove(j);
+    } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 6) {
+        /* {1, lease, processing, status, index, fence}: 1 = it was missing and is re-created. */
+        static const char *const what[5] = {"lease", "processing", "status", "index", "fence"};
+        char list[128] = "";
+        int lost = 0;
+        for (int i = 0; i < 5; i++) {
+            if (reply->element[i + 1]->type != REDIS_REPLY_INTEGER || !reply->element[i + 1]->integer) continue;
+            size_t n = strlen(list);
+            snprintf(list + n, sizeof list - n, "%s%s", n ? "," : "", what[i]);
+            lost += i > 0;   /* a lease may simply have expired while Redis was away */
+        }
+        if (lost)
+            QD_LOG(QD_LOG_WARN, "redis_data_lost", "job=%s recreated=%s (Redis came back without them; re-registered)",
+                   j->id, list);
+        else if (list[0])
+            QD_LOG(QD_LOG_INFO, "lease_reasserted", "job=%s recreated=%s", j->id, list);
     }
     qdd_job_unref(j);
 }
@@ -692,17 +708,27 @@ void qdd_jobs_recover(qdd_daemon *d, int force_self)
     qp_key_index(&d->keys, idx, sizeof idx);
     for (qdd_job *j = d->jobs; j; j = j->next) {
         if (j->lost) continue;
-        if (j->phase == QDD_JOB_FINAL && !j->final_sent) { finish_send(j); continue; }
-        if (j->phase != QDD_JOB_WAITING && j->phase != QDD_JOB_RUNNING) continue;
+        int unsent_final = j->phase == QDD_JOB_FINAL && !j->final_sent;
+        if (!unsent_final && j->phase != QDD_JOB_WAITING && j->phase != QDD_JOB_RUNNING) continue;
         char lease[QP_KEY_MAX], skey[QP_KEY_MAX];
         qp_key_lease(&d->keys, j->id, lease, sizeof lease);
         qp_key_status(&d->keys, j->id, skey, sizeof skey);
+        if (unsent_final) {
+            /* It ended while Redis was away: the spec and the index entry first (Redis may
+             * have come back empty), then the final status and the finish script again. */
+            qdd_rconn_cmdf(&d->cmd, NULL, NULL, "HSET %s %s %s", skey, QP_STATUS_FIELD_SPEC, j->payload);
+            qdd_rconn_cmdf(&d->cmd, NULL, NULL, "ZADD %s %lld %s", idx, (long long)j->st.submitted_ms, j->id);
+            finish_send(j);
+            continue;
+        }
         snprintf(tok, sizeof tok, "%" PRIu64, j->fence);
-        const char *keys[3] = {proc, lease, fence};
-        const char *args[4] = {j->payload, j->lease, ttl, tok};
-        eval(d, qdd_lua_reassert, 3, keys, 4, args, on_reassert, j, j);
+        const char *keys[5] = {proc, lease, fence, skey, idx};
+        const char *args[5] = {j->payload, j->lease, ttl, tok, j->id};
+        eval(d, qdd_lua_reassert, 5, keys, 5, args, on_reassert, j, j);
         qdd_rconn_cmdf(&d->cmd, NULL, NULL, "HSET %s %s %s", skey, QP_STATUS_FIELD_SPEC, j->payload);
         qdd_rconn_cmdf(&d->cmd, NULL, NULL, "ZADD %s %lld %s", idx, (long long)j->st.submitted_ms, j->id);
+        /* Every write made while Redis was away was lost: one full write puts the hash,
+         * the event and the stream back in step, and progress publishing goes on from it. */
         status_write(d, &j->st, QP_SF_ALL, QP_EVENT_STATE);
     }
 }

@@ -56,14 +56,21 @@ const char *const qdd_lua_handback =
 
 /* After a reconnect (maybe to a Redis that came back empty): re-create our lease unless
  * someone else holds it (then 0: we lost the job), keep the fence counter above our token,
- * and put the payload back in our processing list if it is missing. */
+ * and put the payload back in our processing list if it is missing. Otherwise returns what
+ * was missing before this ran, {1, lease, processing, status, index, fence} (1 = missing),
+ * so the daemon can say what Redis lost: a lease may just have expired while Redis was
+ * away, but a running job's status hash, index entry or processing entry never expire. */
 const char *const qdd_lua_reassert =
     "local v = redis.call('GET', KEYS[2])\n"
     "if v and v ~= ARGV[2] then return 0 end\n"
     "redis.call('SET', KEYS[2], ARGV[2], 'PX', ARGV[3])\n"
-    "if tonumber(redis.call('GET', KEYS[3]) or '0') < tonumber(ARGV[4]) then redis.call('SET', KEYS[3], ARGV[4]) end\n"
-    "if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('LPUSH', KEYS[1], ARGV[1]) end\n"
-    "return 1\n";
+    "local fence = 0\n"
+    "if tonumber(redis.call('GET', KEYS[3]) or '0') < tonumber(ARGV[4]) then redis.call('SET', KEYS[3], ARGV[4]); fence = 1 end\n"
+    "local proc = 0\n"
+    "if not redis.call('LPOS', KEYS[1], ARGV[1]) then redis.call('LPUSH', KEYS[1], ARGV[1]); proc = 1 end\n"
+    "local st = 1 - redis.call('EXISTS', KEYS[4])\n"
+    "local idx = redis.call('ZSCORE', KEYS[5], ARGV[5]) and 0 or 1\n"
+    "return {1, v and 0 or 1, proc, st, idx, fence}\n";
 
 /* Reclaim a node's processing list: unless forced (our own list at start-up, or entries we
  * do not hold after a reconnect: ARGV[4..] are the payloads to keep), only when its

@@ -1,8 +1,10 @@
 /* The HTTP status API against a real redis-server: every endpoint, auth, CORS, limits,
- * malformed input, live SSE, and a Redis restart (503 meanwhile, then back). The server
- * runs on the main thread's uv loop with a fake daemon view; a client thread makes the
- * requests with plain sockets and hiredis, then stops the server, and the test checks that
- * every handle closed (uv_loop_close == 0).
+ * malformed input, live SSE, a reconfiguration (token rotation, generation), and a Redis
+ * restart (503 meanwhile, then back). The server runs on the main thread's uv loop with a
+ * fake daemon view and two Redis connections of its own made with rconn.h (command and
+ * subscribe, as the daemon hands them over); a client thread makes the requests with plain
+ * sockets and hiredis, then stops the server, and the test checks that every handle closed
+ * (uv_loop_close == 0).
  *
  * `test_http --serve HTTP_PORT REDIS_PORT` instead serves until SIGTERM (for
  * test_dashboard.sh when no quantd binary exists). */
@@ -25,6 +27,7 @@
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/http_internal.h"
+#include "daemon/rconn.h"
 #include "test_util.h"
 
 static int redis_port, http_port;
@@ -178,7 +181,15 @@ static const char *fake_node(void *ud) { return "node-a"; }
 
 /* ---- the server side ------------------------------------------------------------------- */
 
-typedef struct server { uv_loop_t loop; uv_async_t stop; qdd_http *h; qdd_config *cfg; int drained, stopped; } server;
+typedef struct server {
+    uv_loop_t loop;
+    uv_async_t stop, reconf;
+    qdd_http *h;
+    qdd_config *cfg;
+    qdd_rconn cmd, sub;          /* what the daemon would hand over */
+    int drained, stopped;
+    volatile int reconf_rc;      /* 1 while pending, then qdd_http_reconfigure's result */
+} server;
 
 static void on_closed(uv_handle_t *hd) {}
 static void on_http_done(void *ud)
@@ -186,12 +197,33 @@ static void on_http_done(void *ud)
     server *s = ud;
     s->stopped = 1;
     uv_close((uv_handle_t *)&s->stop, on_closed);
+    uv_close((uv_handle_t *)&s->reconf, on_closed);
+    qdd_rconn_close(&s->cmd);
+    qdd_rconn_close(&s->sub);
 }
 static void on_stop(uv_async_t *a)
 {
     server *s = a->data;
     qdd_http_stop(s->h, on_http_done, s);
     s->h = NULL;
+}
+
+/* A SIGHUP's effect on the layer: a new configuration (token n3w, another CORS origin, a
+ * 1000-byte body limit) handed over as generation 2, then freed at once. */
+static void on_reconf(uv_async_t *a)
+{
+    server *s = a->data;
+    char http[64], redis[64];
+    snprintf(http, sizeof http, "127.0.0.1:%d", http_port);
+    snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", redis_port);
+    char *argv[] = {"quantd", "--http", http, "--redis", redis, "--http-token", "n3w",
+                    "--http-cors", "http://new.example", "--max-job-bytes", "1000", NULL};
+    qdd_config *nc = NULL;
+    qd_err err = {0};
+    int rc = qdd_config_load(11, argv, NULL, &nc, &err);
+    if (!rc) rc = qdd_http_reconfigure(s->h, nc, 2, &err);
+    qdd_config_free(nc);
+    s->reconf_rc = rc;
 }
 
 static int server_start(server *s)
@@ -205,9 +237,20 @@ static int server_start(server *s)
     if (qdd_config_load(11, argv, NULL, &s->cfg, &err)) { fprintf(stderr, "config: %s\n", err.msg); return -1; }
     uv_loop_init(&s->loop);
     uv_async_init(&s->loop, &s->stop, on_stop);
-    s->stop.data = s;
+    uv_async_init(&s->loop, &s->reconf, on_reconf);
+    s->stop.data = s->reconf.data = s;
+    if (qdd_rconn_init(&s->cmd, &s->loop, &s->cfg->redis_url, "cmd") ||
+        qdd_rconn_init(&s->sub, &s->loop, &s->cfg->redis_url, "sub")) return -1;
+    qdd_rconn_connect(&s->cmd);
+    qdd_rconn_connect(&s->sub);
     qdd_http_view view = {&s->drained, fake_ready, fake_workers, fake_drain, fake_node};
-    if (qdd_http_start(&s->loop, s->cfg, &view, &s->h, &err)) { fprintf(stderr, "start: %s\n", err.msg); return -1; }
+    if (qdd_http_start(&s->loop, s->cfg, &view, &s->cmd, &s->sub, &s->h, &err)) {
+        fprintf(stderr, "start: %s\n", err.msg);
+        return -1;
+    }
+    /* The layer copied what it needs: the configuration may go (as the daemon's does on reload). */
+    qdd_config_free(s->cfg);
+    s->cfg = NULL;
     return 0;
 }
 
@@ -409,6 +452,41 @@ static void check_metrics(void)
     CHECK_CONTAINS(r.body, "quantd_redis_up 1");
 }
 
+static server *the_server;
+
+static void check_reconfigure(void)
+{
+    const char *job = "{\"model\":\"/srv/m\",\"output\":\"/srv/out/y\",\"method\":\"rtn\",\"bits\":4}";
+    resp r;
+    CHECK_OK(http("GET", "/healthz", NULL, NULL, &r));
+    CHECK_CONTAINS(r.body, "\"config_generation\":1");
+    the_server->reconf_rc = 1;
+    uv_async_send(&the_server->reconf);
+    for (int i = 0; i < 100 && the_server->reconf_rc == 1; i++) usleep(20000);
+    CHECK_INT(the_server->reconf_rc, 0);
+    /* The old token is refused from the next request on, the new one accepted. */
+    CHECK_OK(http("DELETE", "/v1/jobs/nope", AUTH, NULL, &r));
+    CHECK_INT(r.status, 401);
+    CHECK_OK(http("DELETE", "/v1/jobs/nope", "Authorization: Bearer n3w\r\n", NULL, &r));
+    CHECK_INT(r.status, 404);
+    /* The body limit and the CORS origins follow too. */
+    char big[1200];
+    snprintf(big, sizeof big, "%s", job);
+    memset(big + strlen(job), ' ', sizeof big - 1 - strlen(job));
+    big[sizeof big - 1] = 0;
+    CHECK_OK(http("POST", "/v1/jobs", "Authorization: Bearer n3w\r\n", big, &r));
+    CHECK_INT(r.status, 413);
+    CHECK_OK(http("GET", "/healthz", "Origin: http://dash.example\r\n", NULL, &r));
+    CHECK(!strstr(r.head, "Access-Control-Allow-Origin"));
+    CHECK_OK(http("GET", "/healthz", "Origin: http://new.example\r\n", NULL, &r));
+    CHECK_CONTAINS(r.head, "Access-Control-Allow-Origin: http://new.example");
+    CHECK_CONTAINS(r.body, "\"config_generation\":2");
+    CHECK_OK(http("GET", "/readyz", NULL, NULL, &r));
+    CHECK_CONTAINS(r.body, "\"config_generation\":2");
+    CHECK_OK(http("GET", "/metrics", NULL, NULL, &r));
+    CHECK_CONTAINS(r.body, "quantd_config_generation 2");
+}
+
 static void check_redis_restart(void)
 {
     resp r;
@@ -444,6 +522,7 @@ static void *client(void *arg)
     TEST_RUN(check_mutations);
     TEST_RUN(check_cors_and_garbage);
     TEST_RUN(check_metrics);
+    TEST_RUN(check_reconfigure);
     TEST_RUN(check_redis_restart);
     uv_async_send(&s->stop);
     return NULL;
@@ -488,6 +567,7 @@ int main(int argc, char **argv)
     http_port = free_port();
     if (redis_start()) { fprintf(stderr, "test_http: redis-server did not start\n"); return 1; }
     server s = {0};
+    the_server = &s;
     CHECK_OK(server_start(&s));
     if (!s.h) { redis_stop(); return test_finish(); }
     pthread_t t;
