@@ -30,11 +30,11 @@ typedef struct qdd_daemon qdd_daemon;
 
 /* ---- Lua scripts (scripts.c) -------------------------------------------------------------- */
 
-extern const char *const qdd_lua_take;      /* KEYS proc lease status fence cancel; ARGV raw canon node ttl */
+extern const char *const qdd_lua_take;      /* KEYS proc lease status fence cancel queue failed; ARGV raw canon node ttl at_ms id */
 extern const char *const qdd_lua_status;    /* KEYS status stream; ARGV channel maxlen event f v ... */
 extern const char *const qdd_lua_renew;     /* KEYS lease cancel; ARGV value ttl -> {owned, cancel} */
-extern const char *const qdd_lua_finish;    /* KEYS proc lease status stream cancel; ARGV payload value ttl_s */
-extern const char *const qdd_lua_handback;  /* KEYS proc queue lease; ARGV payload value */
+extern const char *const qdd_lua_finish;    /* KEYS proc lease status stream cancel queue failed; ARGV payload value ttl_s id at_ms */
+extern const char *const qdd_lua_handback;  /* KEYS proc queue lease failed; ARGV payload value id at_ms */
 extern const char *const qdd_lua_reassert;  /* KEYS proc lease fence status index; ARGV payload value ttl token id */
 extern const char *const qdd_lua_reclaim;   /* KEYS node proc queue nodes; ARGV node jobprefix force keep... */
 extern const char *const qdd_lua_reject;    /* KEYS proc failed; ARGV raw record */
@@ -95,6 +95,7 @@ typedef struct qdd_worker {
     qp_wire_decoder dec;
     double last_msg_s;         /* monotonic seconds of its last message */
     double started_s;
+    long oom_kills_at_start;   /* the cgroup's oom_kill count when it was spawned (-1 unknown) */
     qdd_job *job;              /* the task in hand (a borrowed reference counted in job->refs) */
     int block;
     char why[256];             /* why it died or was refused */

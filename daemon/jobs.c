@@ -36,14 +36,28 @@ void qdd_job_unref(qdd_job *j)
     if (j && --j->refs == 0) job_free(j);
 }
 
-/* Unlinks j from the daemon's list (its list reference goes). */
-static void job_remove(qdd_job *j)
+static void job_unlink(qdd_job *j)
 {
     qdd_daemon *d = j->d;
     for (qdd_job **p = &d->jobs; *p; p = &(*p)->next)
         if (*p == j) { *p = j->next; break; }
     j->next = NULL;
     j->phase = QDD_JOB_GONE;
+}
+
+/* Unlinks j from the daemon's list and drops the list's reference. The caller always holds
+ * a reference of its own (a pending reply's or the worker's task), which it drops last with
+ * qdd_job_unref, so j stays valid after this and is freed in one place only. */
+static void job_remove(qdd_job *j)
+{
+    job_unlink(j);
+    j->refs--;
+}
+
+/* The same for a job nobody else references (a take that could not be sent; exit). */
+static void job_discard(qdd_job *j)
+{
+    job_unlink(j);
     qdd_job_unref(j);
 }
 
@@ -114,6 +128,9 @@ static void on_finish(redisAsyncContext *ac, void *r, void *pd)
     qdd_job *j = pd;
     redisReply *reply = r;
     if (reply && reply->type != REDIS_REPLY_ERROR) {
+        if (reply->type == REDIS_REPLY_INTEGER && reply->integer > 0)
+            QD_LOG(QD_LOG_WARN, "job_duplicate_refused", "job=%s count=%lld (pushed while it was live; in the failed list)",
+                   j->id, reply->integer);
         j->final_sent = 1;
         if (j->phase == QDD_JOB_FINAL) job_remove(j);
     } else if (reply) {
@@ -132,11 +149,15 @@ static void finish_send(qdd_job *j)
     qp_key_status(&d->keys, j->id, skey, sizeof skey);
     qp_key_job_events(&d->keys, j->id, xkey, sizeof xkey);
     qp_key_cancel(&d->keys, j->id, ckey, sizeof ckey);
+    char queue[QP_KEY_MAX], failed[QP_KEY_MAX], at[32];
+    qp_key_queue(&d->keys, queue, sizeof queue);
+    qp_key_failed(&d->keys, failed, sizeof failed);
     snprintf(ttl, sizeof ttl, "%" PRId64, d->cfg->retention_s);
+    snprintf(at, sizeof at, "%" PRId64, qdd_unix_ms());
     status_write(d, &j->st, QP_SF_ALL, QP_EVENT_STATE);
-    const char *keys[5] = {proc, lease, skey, xkey, ckey};
-    const char *args[3] = {j->payload, j->lease, ttl};
-    eval(d, qdd_lua_finish, 5, keys, 3, args, on_finish, j, j);
+    const char *keys[7] = {proc, lease, skey, xkey, ckey, queue, failed};
+    const char *args[5] = {j->payload, j->lease, ttl, j->id, at};
+    eval(d, qdd_lua_finish, 7, keys, 5, args, on_finish, j, j);
 }
 
 /* Moves j to a final state (done, failed, cancelled) and releases it in Redis. */
@@ -257,6 +278,9 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
         const char *sub = reply->elements > 2 && reply->element[2]->str ? reply->element[2]->str : "";
         const char *att = reply->elements > 3 && reply->element[3]->str ? reply->element[3]->str : "0";
         const char *prev = reply->elements > 4 && reply->element[4]->str ? reply->element[4]->str : "";
+        if (reply->elements > 5 && reply->element[5]->type == REDIS_REPLY_INTEGER && reply->element[5]->integer > 0)
+            QD_LOG(QD_LOG_WARN, "job_duplicate_refused", "job=%s count=%lld (queued copies of a job now live; in the failed list)",
+                   j->id, reply->element[5]->integer);
         int resubmitted = !strcmp(prev, "done") || !strcmp(prev, "failed") || !strcmp(prev, "cancelled") || !prev[0];
         j->st.submitted_ms = !resubmitted && sub[0] ? strtoll(sub, NULL, 10) : qdd_unix_ms();
         j->st.attempts = resubmitted ? 0 : atoi(att);
@@ -359,15 +383,19 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     j->next = d->jobs;
     d->jobs = j;
     char proc[QP_KEY_MAX], lease[QP_KEY_MAX], skey[QP_KEY_MAX], fence[QP_KEY_MAX], ckey[QP_KEY_MAX], ttl[32];
+    char queue[QP_KEY_MAX], failed[QP_KEY_MAX], at[32];
     qp_key_processing(&d->keys, d->node, proc, sizeof proc);
     qp_key_lease(&d->keys, j->id, lease, sizeof lease);
     qp_key_status(&d->keys, j->id, skey, sizeof skey);
     qp_key_fence(&d->keys, fence, sizeof fence);
     qp_key_cancel(&d->keys, j->id, ckey, sizeof ckey);
+    qp_key_queue(&d->keys, queue, sizeof queue);
+    qp_key_failed(&d->keys, failed, sizeof failed);
     snprintf(ttl, sizeof ttl, "%" PRId64, d->cfg->lease_ttl_ms);
-    const char *keys[5] = {proc, lease, skey, fence, ckey};
-    const char *args[4] = {rawz, canon, d->node, ttl};
-    if (eval(d, qdd_lua_take, 5, keys, 4, args, on_take, j, j)) job_remove(j);
+    snprintf(at, sizeof at, "%" PRId64, qdd_unix_ms());
+    const char *keys[7] = {proc, lease, skey, fence, ckey, queue, failed};
+    const char *args[6] = {rawz, canon, d->node, ttl, at, j->id};
+    if (eval(d, qdd_lua_take, 7, keys, 6, args, on_take, j, j)) job_discard(j);
 }
 
 /* ---- scheduling ------------------------------------------------------------------------------ */
@@ -743,9 +771,11 @@ static void on_handback(redisAsyncContext *ac, void *r, void *pd)
 
 void qdd_jobs_handback_all(qdd_daemon *d)
 {
-    char proc[QP_KEY_MAX], queue[QP_KEY_MAX];
+    char proc[QP_KEY_MAX], queue[QP_KEY_MAX], failed[QP_KEY_MAX], at[32];
     qp_key_processing(&d->keys, d->node, proc, sizeof proc);
     qp_key_queue(&d->keys, queue, sizeof queue);
+    qp_key_failed(&d->keys, failed, sizeof failed);
+    snprintf(at, sizeof at, "%" PRId64, qdd_unix_ms());
     for (qdd_job *j = d->jobs; j; j = j->next) {
         if ((j->phase != QDD_JOB_WAITING && j->phase != QDD_JOB_RUNNING) || j->worker >= 0 || j->lost) continue;
         j->phase = QDD_JOB_FINAL;   /* leaving this node; on_handback removes it */
@@ -756,14 +786,14 @@ void qdd_jobs_handback_all(qdd_daemon *d)
         status_write(d, &j->st, QP_SF_STATE | QP_SF_PLACE | QP_SF_PROGRESS, QP_EVENT_STATE);
         char lease[QP_KEY_MAX];
         qp_key_lease(&d->keys, j->id, lease, sizeof lease);
-        const char *keys[3] = {proc, queue, lease};
-        const char *args[2] = {j->payload, j->lease};
-        if (eval(d, qdd_lua_handback, 3, keys, 2, args, on_handback, j, j) == 0) d->handback_pending++;
+        const char *keys[4] = {proc, queue, lease, failed};
+        const char *args[4] = {j->payload, j->lease, j->id, at};
+        if (eval(d, qdd_lua_handback, 4, keys, 4, args, on_handback, j, j) == 0) d->handback_pending++;
         QD_LOG(QD_LOG_INFO, "job_handed_back", "job=%s next_block=%d", j->id, j->next_block);
     }
 }
 
 void qdd_jobs_free_all(qdd_daemon *d)
 {
-    while (d->jobs) job_remove(d->jobs);
+    while (d->jobs) job_discard(d->jobs);
 }

@@ -49,6 +49,29 @@ void qdd_pool_kill(qdd_worker *w, const char *why)
     uv_process_kill(&w->proc, SIGKILL);
 }
 
+/* The kernel's count of out-of-memory kills in our cgroup (cgroup v2 memory.events), or -1
+ * when it cannot be read. Workers live in the daemon's cgroup (the systemd service), so a
+ * count that grew while a worker ran tells an OOM kill from an operator's kill -9. */
+static long cgroup_oom_kills(void)
+{
+    char line[4096], path[4200];
+    FILE *f = fopen("/proc/self/cgroup", "r");
+    if (!f) return -1;
+    path[0] = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "0::", 3)) continue;
+        line[strcspn(line, "\n")] = 0;
+        snprintf(path, sizeof path, "/sys/fs/cgroup%s/memory.events", line + 3);
+    }
+    fclose(f);
+    if (!path[0] || !(f = fopen(path, "r"))) return -1;
+    long n = -1;
+    while (fgets(line, sizeof line, f))
+        if (sscanf(line, "oom_kill %ld", &n) == 1) break;
+    fclose(f);
+    return n;
+}
+
 static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
 {
     qdd_worker *w = p->data;
@@ -56,8 +79,9 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     w->exited = 1;
     char why[400];
     if (w->why[0]) snprintf(why, sizeof why, "worker %s %s", w->name, w->why);
-    else if (sig == SIGKILL) snprintf(why, sizeof why, "worker %s was killed (signal 9; out of memory?)", w->name);
-    else if (sig) snprintf(why, sizeof why, "worker %s died of signal %d", w->name, sig);
+    else if (sig == SIGKILL && w->oom_kills_at_start >= 0 && cgroup_oom_kills() > w->oom_kills_at_start)
+        snprintf(why, sizeof why, "worker %s was killed by the kernel's out-of-memory killer (signal 9, SIGKILL)", w->name);
+    else if (sig) snprintf(why, sizeof why, "worker %s was killed by signal %d (SIG%s)", w->name, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
     else snprintf(why, sizeof why, "worker %s exited with status %lld", w->name, (long long)status);
     int was_running = w->job != NULL;
     if (!d->stopping) QD_LOG(QD_LOG_WARN, "worker_exit", "worker=%s pid=%d status=%lld signal=%d task=%d", w->name, w->pid,
@@ -158,6 +182,7 @@ static void spawn(qdd_worker *w)
     w->job = NULL;
     w->open_handles = 3;
     w->started_s = w->last_msg_s = qdd_now_s();
+    w->oom_kills_at_start = cgroup_oom_kills();
     int rc = uv_spawn(d->loop, &w->proc, &o);
     if (rc) {
         QD_LOG(QD_LOG_ERROR, "worker_spawn", "worker=%s exe=%s err=\"%s\"", w->name, d->worker_exe, uv_strerror(rc));

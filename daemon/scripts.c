@@ -4,12 +4,38 @@
  * would need a NOSCRIPT fallback after a Redis restart for no real gain here). */
 #include "daemon/daemon.h"
 
+/* Shared by the take, finish and hand-back scripts: refuse every queued payload that carries
+ * id (or is byte-identical to raw, for ids derived from the payload) while that job is live:
+ * out of the queue, into the failed list with the reason. The plain substring test keeps
+ * the JSON decoding to the few payloads that can match. Returns how many it refused. */
+#define LUA_DEDUPE \
+    "local function dedupe(queue, failed, id, raw, at_ms)\n" \
+    "  local n = 0\n" \
+    "  for _, e in ipairs(redis.call('LRANGE', queue, 0, -1)) do\n" \
+    "    local dup = raw ~= '' and e == raw\n" \
+    "    if not dup and string.find(e, id, 1, true) then\n" \
+    "      local ok, o = pcall(cjson.decode, e)\n" \
+    "      dup = ok and type(o) == 'table' and o.id == id\n" \
+    "    end\n" \
+    "    if dup then\n" \
+    "      redis.call('LREM', queue, 1, e)\n" \
+    "      redis.call('LPUSH', failed, cjson.encode({payload = e, at_ms = tonumber(at_ms), error = " \
+    "'job id ' .. id .. ' is already live (queued or running); a duplicate is refused'}))\n" \
+    "      n = n + 1\n" \
+    "    end\n" \
+    "  end\n" \
+    "  return n\n" \
+    "end\n"
+
 /* Take a popped job: refuse a live duplicate (lease held) or a job cancelled while queued
  * (a cancel flag on a job that is not final; on a final one it is a resubmission and the
  * flag goes); refuse a payload no longer in our processing list (it was reclaimed); else
  * take a fencing token, set the lease and swap the raw payload for the canonical one (which
- * carries the id, so reclaim scripts can find the job's keys). */
+ * carries the id, so reclaim scripts can find the job's keys). Other payloads with the same
+ * id still in the queue are duplicates of a job that is now live and are refused (the
+ * sixth element says how many). */
 const char *const qdd_lua_take =
+    LUA_DEDUPE
     "local v = redis.call('GET', KEYS[2])\n"
     "if v then return {'dup', v} end\n"
     "local st = redis.call('HGET', KEYS[3], 'state')\n"
@@ -23,7 +49,8 @@ const char *const qdd_lua_take =
     "local lv = t .. ' ' .. ARGV[3]\n"
     "redis.call('SET', KEYS[2], lv, 'PX', ARGV[4])\n"
     "if final then redis.call('PERSIST', KEYS[3]) end\n"
-    "return {'ok', lv, redis.call('HGET', KEYS[3], 'submitted_ms') or '', redis.call('HGET', KEYS[3], 'attempts') or '0', st or ''}\n";
+    "local d = dedupe(KEYS[6], KEYS[7], ARGV[6], ARGV[1], ARGV[5])\n"
+    "return {'ok', lv, redis.call('HGET', KEYS[3], 'submitted_ms') or '', redis.call('HGET', KEYS[3], 'attempts') or '0', st or '', d}\n";
 
 /* A status change: the hash, the Pub/Sub event and the capped stream in one step. */
 const char *const qdd_lua_status =
@@ -38,17 +65,23 @@ const char *const qdd_lua_renew =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('PEXPIRE', KEYS[1], ARGV[2]); ok = 1 end\n"
     "return {ok, redis.call('EXISTS', KEYS[2])}\n";
 
-/* A final state: out of the processing list, lease released, retention TTLs set. */
+/* A final state: out of the processing list, lease released, retention TTLs set. Payloads
+ * with this id pushed while it ran are duplicates and are refused now, in the same step, so
+ * none can run after it and overwrite its status and report. Returns how many. */
 const char *const qdd_lua_finish =
+    LUA_DEDUPE
     "redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
     "if redis.call('GET', KEYS[2]) == ARGV[2] then redis.call('DEL', KEYS[2]) end\n"
     "redis.call('EXPIRE', KEYS[3], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[4], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[5], ARGV[3])\n"
-    "return 1\n";
+    "return dedupe(KEYS[6], KEYS[7], ARGV[4], '', ARGV[5])\n";
 
-/* Hand a job back (SIGTERM): to the right end of the queue so it runs next. */
+/* Hand a job back (SIGTERM): to the right end of the queue so it runs next; duplicates
+ * pushed while it ran are refused first. */
 const char *const qdd_lua_handback =
+    LUA_DEDUPE
+    "dedupe(KEYS[2], KEYS[4], ARGV[3], '', ARGV[4])\n"
     "local n = redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
     "if n > 0 then redis.call('RPUSH', KEYS[2], ARGV[1]) end\n"
     "if redis.call('GET', KEYS[3]) == ARGV[2] then redis.call('DEL', KEYS[3]) end\n"
