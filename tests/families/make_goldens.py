@@ -1,0 +1,381 @@
+#!/usr/bin/env python3
+"""Forward-parity goldens for quantd's decoder families (issue #16).
+
+For each family below this builds a tiny random model with transformers itself (fixed
+torch seed, peaked initialisation so that a wrong RoPE, norm or mask shows in the logits),
+saves it with save_pretrained(safe_serialization=True) exactly as transformers writes it,
+and records transformers' logits (eval mode, eager attention, float32) on fixed token ids:
+
+    OUT/<family>/config.json, model.safetensors   the checkpoint as transformers wrote it
+    OUT/<family>/ids.json                         {"tokens": [...]}, positions 0..n-1
+    OUT/<family>/logits.f32                       little-endian float32 [n_tokens, vocab]
+    OUT/<family>/meta.json                        versions, seed, what the case exercises
+
+tests/unit/test_model_families.c compares quantd's CPU forward with these files, without
+Python. Run through tests/families/run.sh, which owns the virtual environment:
+
+    python make_goldens.py OUT_DIR [FAMILY...]
+
+Weights are stored as bfloat16 (--dtype float32 stores them as float32): the float32 model
+is rounded to bf16-representable values *before* the golden forward, so the logits are the
+float32 forward of exactly the stored values. This halves the files (all families in about
+3.5 MB instead of about 6) and costs the comparison nothing, since bf16 -> f32 is exact.
+
+After saving, every checkpoint is loaded back with from_pretrained (float32, eager) and run
+again; the logits must be bit-identical to the ones recorded, so the files on disk are what
+produced the goldens (this is also what proves the hand-edited llama31_legacy config means
+the same to transformers as llama31's).
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import sys
+import tempfile
+
+import numpy as np
+import torch
+import transformers
+from transformers import (
+    AutoModelForCausalLM,
+    Gemma2Config,
+    Gemma3TextConfig,
+    LlamaConfig,
+    MistralConfig,
+    Phi3Config,
+    Qwen2Config,
+    Qwen3Config,
+)
+
+VOCAB = 256
+N_TOKENS = 64
+# Shared shape: GQA 4 query heads on 2 kv heads, head_dim 16 (8 RoPE frequencies).
+BASE = dict(
+    vocab_size=VOCAB,
+    hidden_size=64,
+    intermediate_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=128,
+    # Large init: the logits are peaked (a few units apart) and attention is sharp, so a
+    # wrong frequency or scale moves them far beyond the 1e-4 tolerance.
+    initializer_range=0.3,
+    rms_norm_eps=1e-6,
+    # Tied to keep the files small; llama, llama31, mistral_window and phi3 keep their own
+    # lm_head (the families' defaults), so both paths are covered.
+    tie_word_embeddings=True,
+    bos_token_id=1,
+    eos_token_id=2,
+    pad_token_id=None,
+)
+# Norm weights and biases are initialised to constants (1 or 0); they get this much noise
+# so that a norm applied as w instead of (1 + w), or a dropped bias, shows.
+VECTOR_NOISE = 0.2
+
+
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), **kw):
+    """One family: its config class, seed, one line on what it exercises, and `ablate`:
+    (label, config changes) pairs. Each is the same weights under the changed config; the
+    generator records how far its logits are from the golden, so that a case which would
+    not notice the feature missing (too short a sequence, a factor that changes nothing)
+    shows up as a small number in meta.json."""
+    cfg = dict(BASE)
+    cfg.update(kw)
+    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate))
+
+
+DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+# Sequences are 64 tokens: 4x the 16-token sliding windows, longer than the dynamic-NTK
+# max_position_embeddings (48) and the longrope original context (32).
+FAMILIES = {
+    "llama": fam(LlamaConfig, 1001,
+                 "Llama, GQA 4/2, rope_parameters with rope_theta 500000, untied lm_head",
+                 rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                 tie_word_embeddings=False,
+                 ablate=[("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    "llama_tied": fam(LlamaConfig, 1002, "Llama with tie_word_embeddings (lm_head is embed_tokens)",
+                      tie_word_embeddings=True),
+    # head_dim 16, theta 500000: wavelengths 6.3, 32.5, 168, ... With an original context
+    # of 64 and low/high freq factors 1/4 (wavelength bounds 64 and 16), frequency 0 is
+    # kept, 1 is smoothed and 2..7 are divided by the factor: all three llama3 branches.
+    "llama31": fam(LlamaConfig, 1003,
+                   "Llama 3.1 RoPE (rope_type llama3, factor 8, low/high 1/4, original 64): kept, "
+                   "smoothed and divided frequency bands",
+                   rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 64},
+                   tie_word_embeddings=False,
+                   ablate=[("no scaling", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
+    "llama_linear": fam(LlamaConfig, 1005, "Llama with rope_type linear, factor 4 (positions divided by 4)",
+                        rope_parameters={"rope_type": "linear", "rope_theta": 10000.0, "factor": 4.0},
+                        ablate=[("no scaling", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    # transformers grows the NTK base once the sequence (64) is longer than
+    # max_position_embeddings (48): base * (factor * 64 / 48 - (factor - 1)) ** (d / (d - 2)).
+    "llama_dynamic": fam(LlamaConfig, 1006,
+                         "Llama with rope_type dynamic, factor 2, max_position_embeddings 48 < 64 tokens, "
+                         "so the NTK base is recomputed for seq_len 64",
+                         rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "factor": 2.0},
+                         max_position_embeddings=48,
+                         ablate=[("no scaling", {"rope_parameters": dict(DEFAULT_ROPE)}),
+                                 ("max_position_embeddings 64 (base not grown)", {"max_position_embeddings": 64})]),
+    "llama_yarn": fam(LlamaConfig, 1007,
+                      "Llama with rope_type yarn, factor 4, original 32, max_position_embeddings 128, "
+                      "default attention_factor (0.1 ln 4 + 1) and beta 32/1",
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                       "original_max_position_embeddings": 32},
+                      ablate=[("no scaling", {"rope_parameters": dict(DEFAULT_ROPE)}),
+                              ("attention_factor 1", {"rope_parameters": {
+                                  "rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                  "original_max_position_embeddings": 32, "attention_factor": 1.0}})]),
+    "llama_head_dim": fam(LlamaConfig, 1008, "Llama with explicit head_dim 32 != hidden 64 / 4 heads",
+                          head_dim=32, tie_word_embeddings=True),
+    "mistral_window": fam(MistralConfig, 1009,
+                          "Mistral with sliding_window 16 on a 64-token sequence (every layer windowed)",
+                          sliding_window=16, tie_word_embeddings=False,
+                          ablate=[("no window", {"sliding_window": None})]),
+    "qwen2": fam(Qwen2Config, 1010, "Qwen2: q/k/v biases (no o_proj bias), rope_theta 1000000",
+                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "qwen3": fam(Qwen3Config, 1011,
+                 "Qwen3: per-head RMSNorm q_norm/k_norm before RoPE, explicit head_dim 32 (hidden 64, 4 heads)",
+                 head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "gemma2": fam(Gemma2Config, 1012,
+                  "Gemma2: layers sliding(16)/full, attn softcap 10, final softcap 5, query_pre_attn_scalar 32 "
+                  "(head_dim 16), (1+w) RMSNorms incl. post-attn/post-ffw, sqrt(hidden) embedding scale, gelu_tanh",
+                  head_dim=16, sliding_window=16, attn_logit_softcapping=5.0, final_logit_softcapping=10.0,
+                  query_pre_attn_scalar=32, layer_types=["sliding_attention", "full_attention"],
+                  hidden_activation="gelu_pytorch_tanh", rms_norm_eps=1e-6, pad_token_id=0,
+                  tie_word_embeddings=True,
+                  ablate=[("no attn softcap", {"attn_logit_softcapping": None}),
+                          ("no final softcap", {"final_logit_softcapping": None}),
+                          ("query_pre_attn_scalar = head_dim", {"query_pre_attn_scalar": 16}),
+                          ("no window", {"layer_types": ["full_attention", "full_attention"]})]),
+    "gemma3": fam(Gemma3TextConfig, 1013,
+                  "Gemma3 text: layer_types sliding(16)/full with local RoPE base 10000 vs global 1000000, "
+                  "q_norm/k_norm, query_pre_attn_scalar 32 (head_dim 16)",
+                  head_dim=16, sliding_window=16, query_pre_attn_scalar=32,
+                  layer_types=["sliding_attention", "full_attention"], rope_local_base_freq=10000.0,
+                  rope_theta=1000000.0, hidden_activation="gelu_pytorch_tanh", pad_token_id=0,
+                  tie_word_embeddings=True,
+                  ablate=[("local base = global", {"rope_local_base_freq": 1000000.0}),
+                          ("no window", {"layer_types": ["full_attention", "full_attention"]})]),
+    "phi3": fam(Phi3Config, 1014, "Phi3: fused qkv_proj and gate_up_proj, no RoPE scaling",
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                original_max_position_embeddings=128, pad_token_id=None, eos_token_id=2,
+                tie_word_embeddings=False),
+    # 64 tokens > original 32, so transformers uses long_factor; the attention factor is
+    # sqrt(1 + ln(128/32) / ln 32) from max_position_embeddings / original.
+    "phi3_longrope": fam(Phi3Config, 1015,
+                         "Phi3 longrope: 64 tokens > original_max_position_embeddings 32 selects long_factor "
+                         "(8 distinct values); max_position_embeddings 128 sets the attention factor",
+                         rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0,
+                                          "short_factor": [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9],
+                                          "long_factor": [1.0, 1.3, 1.9, 2.7, 3.8, 5.0, 6.5, 8.0]},
+                         original_max_position_embeddings=32, pad_token_id=None, eos_token_id=2,
+                         ablate=[("short factors", {"rope_parameters": {
+                             "rope_type": "longrope", "rope_theta": 10000.0,
+                             "short_factor": [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9],
+                             "long_factor": [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9]}}),
+                                 ("attention factor 1 (max_position_embeddings 32)", {"max_position_embeddings": 32})]),
+}
+# llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
+LEGACY = "llama31_legacy"
+ALL_NAMES = list(FAMILIES) + [LEGACY]
+
+
+def build(spec):
+    """The float32 model for one family, deterministic in spec['seed']."""
+    torch.manual_seed(spec["seed"])
+    config = spec["cls"](**spec["kwargs"])
+    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    g = torch.Generator().manual_seed(spec["seed"] + 7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
+    model.eval()
+    return model
+
+
+def round_to(model, dtype):
+    """Rounds every parameter to `dtype`-representable values, kept in float32."""
+    with torch.no_grad():
+        for p in model.parameters():
+            p.copy_(p.to(dtype).to(torch.float32))
+
+
+def forward(model, ids):
+    with torch.no_grad():
+        out = model(input_ids=torch.tensor([ids], dtype=torch.long),
+                    position_ids=torch.arange(len(ids)).unsqueeze(0), use_cache=False)
+    return out.logits[0].to(torch.float32).contiguous().numpy()
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def ablations(model, spec, ids, logits):
+    out = {}
+    for label, change in spec["ablate"]:
+        kw = dict(spec["kwargs"])
+        kw.update(change)
+        m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        m.load_state_dict(model.state_dict())
+        m.eval()
+        out[label] = rel_err(forward(m, ids), logits)
+    return out
+
+
+def reload_logits(d, ids):
+    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+    m.eval()
+    return forward(m, ids)
+
+
+ROPE_KEYS = ("rope_parameters", "rope_scaling", "rope_theta", "rope_local_base_freq",
+             "original_max_position_embeddings", "partial_rotary_factor")
+
+
+def rope_view(cfg):
+    return {k: cfg[k] for k in ROPE_KEYS if k in cfg}
+
+
+def differences(spec, written):
+    """What transformers wrote differently from the keyword arguments we gave it."""
+    notes = []
+    for k, v in spec["kwargs"].items():
+        if k not in written:
+            notes.append(f"{k} is not a config.json key in transformers {transformers.__version__} "
+                         f"(given {json.dumps(v)}; see rope_parameters)" if "rope" in k else
+                         f"{k} is not a config.json key in transformers {transformers.__version__}")
+        elif written[k] != v:
+            notes.append(f"{k}: given {json.dumps(v)}, written {json.dumps(written[k])}")
+    return notes
+
+
+def write_family(out_dir, name, spec, dtype):
+    d = os.path.join(out_dir, name)
+    model = build(spec)
+    round_to(model, dtype)
+    rng = np.random.RandomState(spec["seed"])
+    ids = [int(x) for x in rng.randint(3, VOCAB, size=spec["n_tokens"])]
+    logits = forward(model, ids)
+    sens = ablations(model, spec, ids, logits)
+    if not np.all(np.isfinite(logits)):
+        raise SystemExit(f"{name}: non-finite logits")
+    shutil.rmtree(d, ignore_errors=True)
+    model.to(dtype).save_pretrained(d, safe_serialization=True)
+    for extra in os.listdir(d):   # generation_config.json is not part of the forward
+        if extra not in ("config.json", "model.safetensors"):
+            os.remove(os.path.join(d, extra))
+    again = reload_logits(d, ids)
+    if not np.array_equal(again, logits):
+        raise SystemExit(f"{name}: reloaded checkpoint gives different logits (max |d| "
+                         f"{np.max(np.abs(again - logits)):.3g})")
+    with open(os.path.join(d, "config.json")) as f:
+        written = json.load(f)
+    notes = differences(spec, written)
+    top = np.sort(logits, axis=1)
+    meta = {
+        "family": name,
+        "architecture": written["architectures"][0],
+        "transformers": transformers.__version__,
+        "torch": torch.__version__,
+        "n_tokens": len(ids),
+        "vocab": int(logits.shape[1]),
+        "seed": spec["seed"],
+        "what": spec["what"],
+        "weights": f"{str(dtype).replace('torch.', '')}; logits are the float32 eager forward of exactly these values",
+        "max_abs_logit": float(np.max(np.abs(logits))),
+        "mean_top1_top2_gap": float(np.mean(top[:, -1] - top[:, -2])),
+        "transformers_differences": notes,
+        "sensitivity": {k: round(v, 4) for k, v in sens.items()},
+    }
+    save_goldens(d, ids, logits, meta)
+    print(f"{name}: {meta['architecture']} n={len(ids)} vocab={meta['vocab']} max|logit|={meta['max_abs_logit']:.2f} "
+          f"top1-top2={meta['mean_top1_top2_gap']:.2f}")
+    print(f"  rope keys: {json.dumps(rope_view(written))}")
+    for k, v in sens.items():
+        print(f"  without it ({k}): rel diff {v:.3g}" + ("   <-- TOO SMALL" if v < 1e-2 else ""))
+    for n in notes:
+        print(f"  differs: {n}")
+    return ids, logits
+
+
+def save_goldens(d, ids, logits, meta):
+    with open(os.path.join(d, "ids.json"), "w") as f:
+        json.dump({"tokens": ids}, f)
+        f.write("\n")
+    logits.astype("<f4").tofile(os.path.join(d, "logits.f32"))
+    with open(os.path.join(d, "meta.json"), "w") as f:
+        json.dump(meta, f, indent=1)
+        f.write("\n")
+    for name in os.listdir(d):   # save_pretrained writes the weights 0600
+        os.chmod(os.path.join(d, name), 0o644)
+
+
+def write_legacy(out_dir, dtype):
+    """llama31's checkpoint with the pre-transformers-5 RoPE spelling: top-level rope_theta
+    and rope_scaling {"type": "llama3", ...}. Hand-edited on purpose; transformers must
+    reproduce llama31's logits from it exactly."""
+    src, d = os.path.join(out_dir, "llama31"), os.path.join(out_dir, LEGACY)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copyfile(os.path.join(src, "model.safetensors"), os.path.join(d, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    rp = cfg.pop("rope_parameters")
+    scaling = {"type": rp.pop("rope_type")}
+    cfg["rope_theta"] = rp.pop("rope_theta")
+    scaling.update(rp)
+    cfg["rope_scaling"] = scaling
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(src, "ids.json")) as f:
+        ids = json.load(f)["tokens"]
+    ref = np.fromfile(os.path.join(src, "logits.f32"), dtype="<f4").reshape(len(ids), -1)
+    again = reload_logits(d, ids)
+    if not np.array_equal(again, ref):
+        raise SystemExit(f"{LEGACY}: transformers reads the legacy spelling differently (max |d| "
+                         f"{np.max(np.abs(again - ref)):.3g})")
+    with open(os.path.join(src, "meta.json")) as f:
+        meta = json.load(f)
+    meta.pop("sensitivity", None)
+    meta.update(family=LEGACY,
+                what="llama31's weights and logits with config.json HAND-EDITED to the legacy spelling: "
+                     "top-level rope_theta and rope_scaling {\"type\": \"llama3\", ...} instead of rope_parameters",
+                hand_edited=True, transformers_differences=[])
+    save_goldens(d, ids, ref, meta)
+    print(f"{LEGACY}: hand-edited config of llama31; transformers reproduces its logits")
+    print(f"  rope keys: {json.dumps(rope_view(cfg))}")
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("out")
+    ap.add_argument("families", nargs="*", help=f"default: all ({', '.join(ALL_NAMES)})")
+    ap.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
+                    help="storage dtype of the weights (the forward is float32 either way)")
+    a = ap.parse_args()
+    names = a.families or ALL_NAMES
+    unknown = [n for n in names if n not in ALL_NAMES]
+    if unknown:
+        raise SystemExit(f"unknown families: {unknown} (known: {ALL_NAMES})")
+    torch.set_num_threads(max(1, min(2, os.cpu_count() or 1)))
+    dtype = getattr(torch, a.dtype)
+    os.makedirs(a.out, exist_ok=True)
+    print(f"transformers {transformers.__version__}, torch {torch.__version__}, weights {a.dtype}")
+    for n in names:
+        if n in FAMILIES:
+            write_family(a.out, n, FAMILIES[n], dtype)
+    if LEGACY in names:
+        write_legacy(a.out, dtype)
+
+
+if __name__ == "__main__":
+    main()
