@@ -4,7 +4,7 @@
 # their logits on fixed token ids. test_model_families (a unit ctest, no Python) compares
 # quantd's CPU forward with them.
 #
-#   bash tests/families/run.sh BUILD_DIR [FAMILY...]    (or: cmake --build BUILD --target families)
+#   bash tests/families/run.sh BUILD_DIR [FAMILY...]
 #
 # Never run at build or ctest time: it installs torch and transformers from PyPI into
 # BUILD_DIR/families-venv (once; a stamp holds the requirements the venv was built from, so
