@@ -176,7 +176,23 @@ hash_dump() { R HGETALL "qjob:$1" | tr '\n' ' ' | cut -c1-1500; }
 stage_of() { echo "$(H "$1" stage) $(H "$1" block)"; }
 next_block() { sed -n 's/.*"next_block"[^0-9]*\([0-9]*\).*/\1/p' "$1/.quantd/state.json" 2>/dev/null | head -1; }
 push() { R LPUSH qjobs "$1" >/dev/null; }
-failed_has() { R LRANGE qjobs:failed 0 -1 | grep -qF -- "$1"; }
+# failed_has TEXT: some qjobs:failed record's payload contains TEXT (records are JSON, and
+# the Lua-written ones escape '/').
+failed_has() { failed_reason "$1" | grep -q .; }
+# failed_reason TEXT: the error of the newest qjobs:failed record whose payload contains TEXT.
+failed_reason() {
+    R LRANGE qjobs:failed 0 -1 | python3 -c '
+import json, sys
+for line in sys.stdin:
+    try:
+        r = json.loads(line)
+    except ValueError:
+        continue
+    if sys.argv[1] in r.get("payload", ""):
+        print(r.get("error", "") or "(no error)")
+        break
+' "$1"
+}
 
 # The assets: a random llama whose blocks take long enough to be interrupted (8 x 512,
 # 32000-token vocabulary, so the final write moves ~65 MB), a tiny one for quick jobs, and
