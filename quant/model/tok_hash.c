@@ -14,17 +14,23 @@ static uint32_t hash_bytes(const char *s, size_t n)
     return h;
 }
 
+/* 0 when expect is too large for a 32-bit table (the doubling used to wrap to 0 and loop
+ * for ever; found by fuzzing). */
 static uint32_t cap_for(size_t expect)
 {
     uint32_t cap = 16;
-    while (cap < expect * 2 + 2) cap <<= 1;
+    while (cap < expect * 2 + 2) {
+        if (cap >= (1u << 31)) return 0;
+        cap <<= 1;
+    }
     return cap;
 }
 
 int tok_strmap_init(tok_strmap *m, size_t expect)
 {
     m->n = 0;
-    m->cap = cap_for(expect);
+    m->slots = NULL;
+    if (!(m->cap = cap_for(expect))) return QD_ENOMEM;
     m->slots = calloc(m->cap, sizeof *m->slots);
     return m->slots ? 0 : QD_ENOMEM;
 }
@@ -95,7 +101,8 @@ static uint64_t pair_key(int32_t a, int32_t b) { return ((uint64_t)(uint32_t)a <
 int tok_pairmap_init(tok_pairmap *m, size_t expect)
 {
     m->n = 0;
-    m->cap = cap_for(expect);
+    m->slots = NULL;
+    if (!(m->cap = cap_for(expect))) return QD_ENOMEM;
     m->slots = malloc((size_t)m->cap * sizeof *m->slots);
     if (!m->slots) return QD_ENOMEM;
     for (uint32_t i = 0; i < m->cap; i++) m->slots[i].key = PAIR_EMPTY;

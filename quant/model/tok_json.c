@@ -14,6 +14,11 @@
 
 #include <cjson/cJSON.h>
 
+/* The largest token id a file may use. Real vocabularies stop near 256k; an id of two
+ * billion (accepted before, found by fuzzing) made the loader allocate gigabytes for the id
+ * space, and an added token at INT_MAX overflowed max_id + 1. */
+#define TOK_MAX_ID ((1 << 24) - 1)
+
 typedef struct json_ctx { qd_tokenizer *t; const char *path; qd_err *err; } json_ctx;
 
 static const cJSON *get(const cJSON *o, const char *k) { return cJSON_GetObjectItemCaseSensitive(o, k); }
@@ -266,13 +271,13 @@ static int load_model(json_ctx *c, const cJSON *root, qd_tokenizer **out)
 
     int32_t max_id = -1;
     cJSON_ArrayForEach(it, vocab) {
-        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > INT32_MAX - 1)
+        if (!cJSON_IsNumber(it) || it->valuedouble < 0 || it->valuedouble > TOK_MAX_ID)
             return qd_err_set(c->err, QD_EFORMAT, "%s: model.vocab[\"%.40s\"] is not a non-negative integer id", c->path, it->string);
         if (it->valueint > max_id) max_id = it->valueint;
     }
     cJSON_ArrayForEach(it, added) {
         const cJSON *id = get(it, "id");
-        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || !get_str(it, "content"))
+        if (!cJSON_IsNumber(id) || id->valuedouble < 0 || id->valuedouble > TOK_MAX_ID || !get_str(it, "content"))
             return qd_err_set(c->err, QD_EFORMAT, "%s: added_tokens entry without a valid \"id\" and \"content\"", c->path);
         if (id->valueint > max_id) max_id = id->valueint;
     }
@@ -308,6 +313,21 @@ static int load_model(json_ctx *c, const cJSON *root, qd_tokenizer **out)
         t->add_bos = 1;
     }
     return 0;
+}
+
+int qd_tokenizer_load_json_text(const char *json, size_t len, const char *what, qd_tokenizer **out, qd_err *err)
+{
+    *out = NULL;
+    cJSON *root = cJSON_ParseWithLength(json, len);
+    if (!cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return qd_err_set(err, QD_EFORMAT, "%s: not a valid JSON object", what);
+    }
+    json_ctx c = {NULL, what, err};
+    int rc = load_model(&c, root, out);
+    cJSON_Delete(root);
+    if (rc) { qd_tokenizer_free(*out); *out = NULL; }
+    return rc;
 }
 
 int tok_load_json(qd_tokenizer **out, const char *path, qd_err *err)

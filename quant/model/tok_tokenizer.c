@@ -52,6 +52,17 @@ int tok_set_piece(qd_tokenizer *t, int32_t id, const char *s, size_t len, qd_err
     free(t->piece[id]);
     t->piece[id] = c;
     t->piece_len[id] = (uint32_t)len;
+    /* A special entry borrows the piece string: point it at the new one, or drop it when the
+     * piece became empty (an id given twice in added_tokens left it dangling; found by fuzzing). */
+    for (int i = 0; i < t->n_special; i++) {
+        if (t->special[i].id != id) continue;
+        if (len) {
+            t->special[i].s = c;
+            t->special[i].len = (uint32_t)len;
+        } else {
+            t->special[i--] = t->special[--t->n_special];
+        }
+    }
     return 0;
 }
 

@@ -41,6 +41,9 @@ int qd_tokenizer_load(const char *dir, qd_tokenizer **out, qd_err *err);
 /* Loads one specific file: a tokenizer.json, or a SentencePiece .model (by extension). The
  * directory of path is searched for tokenizer_config.json. */
 int qd_tokenizer_load_file(const char *path, qd_tokenizer **out, qd_err *err);
+/* Loads a tokenizer.json from memory (len bytes, no NUL needed); `what` names the source in
+ * errors. No tokenizer_config.json is read. For tests and fuzzing. */
+int qd_tokenizer_load_json_text(const char *json, size_t len, const char *what, qd_tokenizer **out, qd_err *err);
 void qd_tokenizer_free(qd_tokenizer *tok);
 
 /* Encodes len bytes of UTF-8 text. *ids is malloc'd and owned by the caller; *n_ids is its
