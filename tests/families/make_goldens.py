@@ -139,6 +139,20 @@ FAMILIES = {
                           ablate=[("no window", {"sliding_window": None})]),
     "qwen2": fam(Qwen2Config, 1010, "Qwen2: q/k/v biases (no o_proj bias), rope_theta 1000000",
                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # As Qwen2.5 / Qwen3 ship YaRN: factor 4 with original_max_position_embeddings equal
+    # to max_position_embeddings. transformers 5.23 uses `factor` as given (the ratio
+    # max_position_embeddings / original only when factor is absent) and warns that the
+    # two disagree; an implementation that prefers the ratio computes plain RoPE here.
+    "qwen2_yarn": fam(Qwen2Config, 1016,
+                      "Qwen2 with YaRN as Qwen2.5 ships it: factor 4 but original_max_position_embeddings = "
+                      "max_position_embeddings (64), so the factor is not their ratio",
+                      max_position_embeddings=64,
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                       "original_max_position_embeddings": 64},
+                      ablate=[("no scaling", {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0}}),
+                              ("factor = max_pos / original = 1", {"rope_parameters": {
+                                  "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 1.0,
+                                  "original_max_position_embeddings": 64}})]),
     "qwen3": fam(Qwen3Config, 1011,
                  "Qwen3: per-head RMSNorm q_norm/k_norm before RoPE, explicit head_dim 32 (hidden 64, 4 heads)",
                  head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),

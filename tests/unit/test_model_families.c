@@ -59,6 +59,10 @@ static const family_expect families[] = {
     {"mistral_window", EXPECT_WRONG, NULL},
     /* rel 1.34: rope_parameters.rope_theta 1000000 ignored. */
     {"qwen2", EXPECT_WRONG, NULL},
+    /* rel 1.21: rope_parameters yarn ignored. Note for the fix: transformers uses `factor`
+     * (4) as given; max_position_embeddings / original_max_position_embeddings (1 here, as
+     * Qwen2.5 ships it) replaces it only when factor is absent. */
+    {"qwen2_yarn", EXPECT_WRONG, NULL},
     {"qwen3", EXPECT_REFUSED, "Qwen3ForCausalLM"},
     {"gemma2", EXPECT_REFUSED, "Gemma2ForCausalLM"},
     {"gemma3", EXPECT_REFUSED, "Gemma3ForCausalLM"},
