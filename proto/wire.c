@@ -75,6 +75,9 @@ static int fail(qp_wire_decoder *d, qp_err *err, int code, const char *what)
 /* Checks as much of the header at d->off as has arrived. 0 when nothing is wrong yet. */
 static int check_header(qp_wire_decoder *d, qp_err *err)
 {
+    /* Nothing held (and buf maybe still NULL, where even buf + 0 is undefined; found by
+     * fuzzing): nothing can be wrong yet. */
+    if (d->off == d->len) return 0;
     const uint8_t *h = d->buf + d->off;
     size_t have = d->len - d->off;
     char msg[160];

@@ -59,8 +59,10 @@ static int check_config(const qdd_config *c)
         size_t fl = next ? (size_t)(next - rf - 1) : strlen(rf + 1);
         char field[2048];
         snprintf(field, sizeof field, "%.*s", (int)(fl < sizeof field ? fl : sizeof field - 1), rf + 1);
-        if (!strstr(field, ":***@") || (strlen(u->pass) >= 4 && strstr(field, u->pass)))
-            return fail("the dump shows the Redis password", field);
+        /* The host may spell the password's characters too: look for the credential form. */
+        char cred[600];
+        snprintf(cred, sizeof cred, ":%s@", u->pass);
+        if (!strstr(field, ":***@") || strstr(field, cred)) return fail("the dump shows the Redis password", field);
     }
     return 0;
 }
