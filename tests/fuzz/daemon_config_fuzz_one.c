@@ -49,20 +49,13 @@ static int check_config(const qdd_config *c)
     char dump[8192];
     size_t need = qdd_config_dump(c, dump, sizeof dump);
     if (strlen(dump) >= sizeof dump || (need < sizeof dump && strlen(dump) != need)) return fail("dump length", NULL);
-    /* The redis= field must show the URL with the password masked (other options may hold
-     * any text, the password's characters included, so only that field is checked). */
-    const char *rf = strstr(dump, " redis=");
+    /* With a password, the dump must hold the URL in its documented masked form, built here
+     * from the parsed URL. (Other options, and the URL's own scheme, user or host, may spell
+     * the password's characters, so looking for them would report nothing real.) */
     if (u->pass && u->pass[0] && need < sizeof dump) {
-        if (!rf) return fail("the dump has no redis field", dump);
-        /* The field ends where the next option (node) starts: a URL's user may hold spaces. */
-        const char *next = strstr(rf + 1, " node=");
-        size_t fl = next ? (size_t)(next - rf - 1) : strlen(rf + 1);
-        char field[2048];
-        snprintf(field, sizeof field, "%.*s", (int)(fl < sizeof field ? fl : sizeof field - 1), rf + 1);
-        /* The host may spell the password's characters too: look for the credential form. */
-        char cred[600];
-        snprintf(cred, sizeof cred, ":%s@", u->pass);
-        if (!strstr(field, ":***@") || strstr(field, cred)) return fail("the dump shows the Redis password", field);
+        char want[2048];
+        snprintf(want, sizeof want, " redis=redis://%s:***@%s:%d/%d node=", u->user ? u->user : "", u->host, u->port, u->db);
+        if (!strstr(dump, want)) return fail("the dump does not show the masked Redis URL", dump);
     }
     return 0;
 }
