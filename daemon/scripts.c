@@ -75,7 +75,10 @@ const char *const qdd_lua_finish =
     "redis.call('EXPIRE', KEYS[3], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[4], ARGV[3])\n"
     "redis.call('EXPIRE', KEYS[5], ARGV[3])\n"
-    "return dedupe(KEYS[6], KEYS[7], ARGV[4], '', ARGV[5])\n";
+    "local n = dedupe(KEYS[6], KEYS[7], ARGV[4], '', ARGV[5])\n"
+    /* A copy popped into our processing list just before this ran (the freed slot's pop
+     * raced the finish) is a duplicate too: its take then finds it gone. */
+    "return n + dedupe(KEYS[1], KEYS[7], ARGV[4], '', ARGV[5])\n";
 
 /* Hand a job back (SIGTERM): to the right end of the queue so it runs next; duplicates
  * pushed while it ran are refused first. */

@@ -3,9 +3,11 @@
  * before and after when the job asks, write the report, and remove .quantd/. */
 #include "quant/pipeline/pipeline_internal.h"
 
+#include <dirent.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 
 #include "quant/core/fsutil.h"
@@ -43,6 +45,24 @@ static int eval_tokens(qd_pipeline *p, int32_t **ids, size_t *n, qd_err *err)
     return rc;
 }
 
+/* Removes "<name>.tmp.<pid>" files that a write killed half way (worker kill -9 during the
+ * final write) left in the output directory: qd_fs_write_atomic names them by pid, so a
+ * resumed run never overwrites them. */
+static void remove_stale_tmp(const char *dir)
+{
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    char path[QD_PATH_MAX + 300];
+    while ((e = readdir(d))) {
+        const char *t = strstr(e->d_name, ".tmp.");
+        if (!t || !t[5] || strspn(t + 5, "0123456789") != strlen(t + 5)) continue;
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) == 0) QD_LOG(QD_LOG_INFO, "stale_tmp_removed", "file=%s", path);
+    }
+    closedir(d);
+}
+
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
 {
     if (p->already_done) {
@@ -53,6 +73,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         return qd_err_set(err, QD_EINVAL, "finish: blocks %d..%d are not done", p->st.next_block, p->n_blocks - 1);
     int rc = qd_pipeline_report_progress(p, "write", p->n_blocks - 1, NULL, 1, -1) ? QD_ECANCELLED : 0;
     if (rc) return qd_err_set(err, rc, "cancelled");
+    remove_stale_tmp(p->out_dir);
     const st_model *sm = qd_model_tensors(p->m);
     st_file **files = calloc((size_t)p->n_blocks, sizeof *files);
     size_t cap = st_model_count(sm) * 3 + 16, n = 0;

@@ -51,6 +51,7 @@ static void copy_str(char *dst, size_t cap, const cJSON *o, const char *key)
 static double get_num(const cJSON *o, const char *key, double def)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsBool(v)) return cJSON_IsTrue(v) ? 1.0 : 0.0;   /* fallback, kernel_checked are written as bools */
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
