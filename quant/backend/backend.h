@@ -27,6 +27,17 @@ struct qd_gptq_block_args;     /* quant/algo/gptq_block.h */
 
 typedef struct qd_backend qd_backend;
 
+/* RoPE's rotation for one forward: token at position p turns dims i and i + rot_dim/2 of
+ * each head by the angle p * inv_freq[i], and multiplies both by attn_scale (YaRN's and
+ * LongRoPE's attention factor; 1 for the other types). inv_freq is float32 as transformers
+ * computes it; the angle's product is taken in float32 too, as transformers does. */
+#define QD_ROPE_MAX_HALF 512
+typedef struct qd_rope_freqs {
+    int64_t rot_dim;                    /* even, <= head_dim */
+    float attn_scale;
+    float inv_freq[QD_ROPE_MAX_HALF];   /* [rot_dim / 2] */
+} qd_rope_freqs;
+
 typedef struct qd_backend_ops {
     /* ---- memory ---- */
     void *(*alloc)(qd_backend *be, size_t bytes);            /* NULL on failure (be->err set) */
@@ -66,16 +77,18 @@ typedef struct qd_backend_ops {
                    int64_t dim, float eps);
     int (*layernorm)(qd_backend *be, float *y, const float *x, const float *w, const float *b,
                      int64_t rows, int64_t dim, float eps);
-    /* Rotate-half RoPE in place on x [tokens, n_heads * head_dim]; pos[t] is the position of
-     * token t. Uses the first rot_dim dims of each head (rot_dim = head_dim usually). */
+    /* Rotate-half RoPE in place on x [tokens, n_heads * head_dim]; pos[t] (device memory) is
+     * the position of token t. f (host memory, read during the call) gives the rotated dims
+     * and the frequencies (quant/model/rope.h computes them for every scaling type). */
     int (*rope)(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-                int64_t rot_dim, const int32_t *pos, float theta);
+                const int32_t *pos, const qd_rope_freqs *f);
     /* Causal attention for `batch` independent sequences of `seq` tokens. q [batch*seq,
      * n_heads*hd], k and v [batch*seq, n_kv*hd], out [batch*seq, n_heads*hd]; grouped-query
-     * when n_kv < n_heads. */
+     * when n_kv < n_heads. window > 0: query i sees keys j with i - window < j <= i only
+     * (sliding-window attention); 0 = the whole causal prefix. */
     int (*attention)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                      int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
-                     float scale);
+                     float scale, int64_t window);
     int (*silu_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
     int (*relu)(qd_backend *be, float *x, int64_t n);
     int (*gelu)(qd_backend *be, float *x, int64_t n);

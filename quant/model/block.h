@@ -26,6 +26,7 @@ typedef struct qd_block_weights {
     float *b[QD_MAX_LINEARS];          /* [n] or NULL */
     float *norm_w[QD_MAX_NORMS];       /* [hidden] */
     float *norm_b[QD_MAX_NORMS];       /* [hidden] (LayerNorm) or NULL */
+    float *qk_norm_w[2];               /* [head_dim]: self_attn.q_norm, k_norm (Qwen3), else NULL */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

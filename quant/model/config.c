@@ -8,12 +8,13 @@
 
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
-#include "quant/model/config.h"
+#include "quant/model/config_internal.h"
 
 static const struct { const char *arch; qd_arch_family family; } arch_names[] = {
     {"LlamaForCausalLM", QD_ARCH_LLAMA},
     {"MistralForCausalLM", QD_ARCH_LLAMA},
     {"Qwen2ForCausalLM", QD_ARCH_LLAMA},
+    {"Qwen3ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -26,7 +27,7 @@ qd_arch_family qd_arch_family_of(const char *architecture)
 }
 
 /* Reads an integer field; absent or null keeps *out (the default). */
-static int get_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err)
+int qd_cfg_get_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -38,7 +39,7 @@ static int get_int(const cJSON *o, const char *key, int64_t *out, const char *wh
     return 0;
 }
 
-static int get_float(const cJSON *o, const char *key, float *out, const char *what, qd_err *err)
+int qd_cfg_get_float(const cJSON *o, const char *key, float *out, const char *what, qd_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -47,7 +48,7 @@ static int get_float(const cJSON *o, const char *key, float *out, const char *wh
     return 0;
 }
 
-static int get_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err)
+int qd_cfg_get_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -56,7 +57,7 @@ static int get_bool(const cJSON *o, const char *key, int *out, const char *what,
     return 0;
 }
 
-static int get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err)
+int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!v || cJSON_IsNull(v)) return 0;
@@ -72,25 +73,25 @@ static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_
     char method[32] = "", fmt[32] = "", version[32] = "gemm";
     int rc;
     if (!cJSON_IsObject(q)) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config must be an object", what);
-    if ((rc = get_str(q, "quant_method", method, sizeof method, what, err))) return rc;
+    if ((rc = qd_cfg_get_str(q, "quant_method", method, sizeof method, what, err))) return rc;
     int64_t bits = 0, gs = -1;
-    if ((rc = get_int(q, "bits", &bits, what, err)) || (rc = get_int(q, "group_size", &gs, what, err)) ||
-        (rc = get_bool(q, "desc_act", &c->quant_desc_act, what, err)))
+    if ((rc = qd_cfg_get_int(q, "bits", &bits, what, err)) || (rc = qd_cfg_get_int(q, "group_size", &gs, what, err)) ||
+        (rc = qd_cfg_get_bool(q, "desc_act", &c->quant_desc_act, what, err)))
         return rc;
     if (!strcmp(method, "gptq")) {
         strcpy(fmt, "gptq");
-        if ((rc = get_str(q, "checkpoint_format", fmt, sizeof fmt, what, err))) return rc;
+        if ((rc = qd_cfg_get_str(q, "checkpoint_format", fmt, sizeof fmt, what, err))) return rc;
         if (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
             return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.checkpoint_format \"%s\" is not gptq or gptq_v2", what, fmt);
         c->quant_sym = 1;
-        if ((rc = get_bool(q, "sym", &c->quant_sym, what, err))) return rc;
+        if ((rc = qd_cfg_get_bool(q, "sym", &c->quant_sym, what, err))) return rc;
     } else if (!strcmp(method, "awq")) {
-        if ((rc = get_str(q, "version", version, sizeof version, what, err))) return rc;
+        if ((rc = qd_cfg_get_str(q, "version", version, sizeof version, what, err))) return rc;
         if (strcmp(version, "gemm") && strcmp(version, "GEMM"))
             return qd_err_set(err, QD_EUNSUPPORTED, "%s: AWQ version \"%s\" is not supported (only gemm)", what, version);
         strcpy(fmt, "awq_gemm");
         int zp = 1;
-        if ((rc = get_bool(q, "zero_point", &zp, what, err))) return rc;
+        if ((rc = qd_cfg_get_bool(q, "zero_point", &zp, what, err))) return rc;
         c->quant_sym = !zp;
     } else {
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"%s\" is not supported (gptq, awq)",
@@ -122,14 +123,14 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }
-    if ((rc = get_str(root, "model_type", c.model_type, sizeof c.model_type, what, err))) goto done;
-    if ((rc = get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err))) goto done;
+    if ((rc = qd_cfg_get_str(root, "model_type", c.model_type, sizeof c.model_type, what, err))) goto done;
+    if ((rc = qd_cfg_get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err))) goto done;
     int64_t bos = -1, eos = -1;
-    if ((rc = get_int(root, "bos_token_id", &bos, what, err)) || (rc = get_int(root, "eos_token_id", &eos, what, err))) goto done;
+    if ((rc = qd_cfg_get_int(root, "bos_token_id", &bos, what, err)) || (rc = qd_cfg_get_int(root, "eos_token_id", &eos, what, err))) goto done;
     c.bos_id = (int)bos;
     c.eos_id = (int)eos;
     c.n_kv_heads = 0;
@@ -137,25 +138,26 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.pos_offset = 0;
     c.do_layer_norm_before = 1;
     int is_qwen2 = !strcmp(c.architecture, "Qwen2ForCausalLM");
+    int is_qwen3 = !strcmp(c.architecture, "Qwen3ForCausalLM");
+    int is_mistral = !strcmp(c.architecture, "MistralForCausalLM");
 
     if (c.family == QD_ARCH_LLAMA) {
         c.hidden = 4096; c.intermediate = 11008; c.n_layers = 32; c.n_heads = 32; c.vocab = 32000;
         c.max_pos = 2048; c.norm_eps = 1e-6f;
         strcpy(c.activation, "silu");
-        if ((rc = get_int(root, "hidden_size", &c.hidden, what, err)) ||
-            (rc = get_int(root, "intermediate_size", &c.intermediate, what, err)) ||
-            (rc = get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
-            (rc = get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
-            (rc = get_int(root, "num_key_value_heads", &c.n_kv_heads, what, err)) ||
-            (rc = get_int(root, "head_dim", &c.head_dim, what, err)) ||
-            (rc = get_int(root, "vocab_size", &c.vocab, what, err)) ||
-            (rc = get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
-            (rc = get_float(root, "rms_norm_eps", &c.norm_eps, what, err)) ||
-            (rc = get_float(root, "rope_theta", &c.rope_theta, what, err)) ||
-            (rc = get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
-            (rc = get_bool(root, "attention_bias", &c.qkv_bias, what, err)) ||
-            (rc = get_bool(root, "mlp_bias", &c.mlp_bias, what, err)) ||
-            (rc = get_str(root, "hidden_act", c.activation, sizeof c.activation, what, err)))
+        if ((rc = qd_cfg_get_int(root, "hidden_size", &c.hidden, what, err)) ||
+            (rc = qd_cfg_get_int(root, "intermediate_size", &c.intermediate, what, err)) ||
+            (rc = qd_cfg_get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
+            (rc = qd_cfg_get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
+            (rc = qd_cfg_get_int(root, "num_key_value_heads", &c.n_kv_heads, what, err)) ||
+            (rc = qd_cfg_get_int(root, "head_dim", &c.head_dim, what, err)) ||
+            (rc = qd_cfg_get_int(root, "vocab_size", &c.vocab, what, err)) ||
+            (rc = qd_cfg_get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
+            (rc = qd_cfg_get_float(root, "rms_norm_eps", &c.norm_eps, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "attention_bias", &c.qkv_bias, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "mlp_bias", &c.mlp_bias, what, err)) ||
+            (rc = qd_cfg_get_str(root, "hidden_act", c.activation, sizeof c.activation, what, err)))
             goto done;
         c.o_bias = c.qkv_bias;
         if (is_qwen2) { c.qkv_bias = 1; c.o_bias = 0; c.mlp_bias = 0; }
@@ -163,16 +165,45 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
             goto done;
         }
-        /* rope_scaling changes the frequencies (linear, dynamic, llama3, yarn); computing
-         * plain RoPE for such a model would give silently wrong results. */
-        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-        if (rs && !cJSON_IsNull(rs)) {
-            const cJSON *t = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-            if (!t) t = cJSON_GetObjectItemCaseSensitive(rs, "type");
-            if (!cJSON_IsString(t) || strcmp(t->valuestring, "default")) {
-                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_scaling type \"%s\" is not supported", what,
-                                cJSON_IsString(t) ? t->valuestring : "?");
+        /* RoPE: theta and the scaling (linear, dynamic, llama3, yarn, longrope) in either
+         * spelling; anything else there is refused by name. */
+        if ((rc = qd_config_rope_parse(root, what, &c, err))) goto done;
+        if (c.rope.type == QD_ROPE_LONGROPE) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
+                            what, c.architecture);
+            goto done;
+        }
+        if (is_qwen3) { c.qkv_bias = 0; c.o_bias = 0; c.qk_norm = 1; }
+        /* Sliding-window attention: Mistral applies `sliding_window` to every layer; Qwen2/3
+         * only with use_sliding_window (and then per layer), which is refused. */
+        if (is_mistral && (rc = qd_cfg_get_int(root, "sliding_window", &c.sliding_window, what, err))) goto done;
+        int use_sw = 0;
+        if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err))) goto done;
+        if (use_sw && (is_qwen2 || is_qwen3)) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what, c.architecture);
+            goto done;
+        }
+        if (c.sliding_window < 0) {
+            rc = qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
+            goto done;
+        }
+        /* Keys that change the math in other families and have no meaning here. */
+        static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping",
+                                              "query_pre_attn_scalar", "layer_types"};
+        for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
+            if (v && !cJSON_IsNull(v) && strcmp(foreign[i], "layer_types")) {
+                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
+                                foreign[i], c.architecture);
                 goto done;
+            }
+            if (v && cJSON_IsArray(v)) {
+                const cJSON *e;
+                cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+                    rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s",
+                                    what, cJSON_IsString(e) ? e->valuestring : "?", c.architecture);
+                    goto done;
+                }
             }
         }
         c.word_embed_proj_dim = c.hidden;
@@ -182,19 +213,19 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         strcpy(c.activation, "relu");
         int enable_bias = 1, affine = 1, remove_final = 0;
         c.word_embed_proj_dim = -1;
-        if ((rc = get_int(root, "hidden_size", &c.hidden, what, err)) ||
-            (rc = get_int(root, "ffn_dim", &c.intermediate, what, err)) ||
-            (rc = get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
-            (rc = get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
-            (rc = get_int(root, "vocab_size", &c.vocab, what, err)) ||
-            (rc = get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
-            (rc = get_int(root, "word_embed_proj_dim", &c.word_embed_proj_dim, what, err)) ||
-            (rc = get_bool(root, "do_layer_norm_before", &c.do_layer_norm_before, what, err)) ||
-            (rc = get_bool(root, "enable_bias", &enable_bias, what, err)) ||
-            (rc = get_bool(root, "layer_norm_elementwise_affine", &affine, what, err)) ||
-            (rc = get_bool(root, "_remove_final_layer_norm", &remove_final, what, err)) ||
-            (rc = get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
-            (rc = get_str(root, "activation_function", c.activation, sizeof c.activation, what, err)))
+        if ((rc = qd_cfg_get_int(root, "hidden_size", &c.hidden, what, err)) ||
+            (rc = qd_cfg_get_int(root, "ffn_dim", &c.intermediate, what, err)) ||
+            (rc = qd_cfg_get_int(root, "num_hidden_layers", &c.n_layers, what, err)) ||
+            (rc = qd_cfg_get_int(root, "num_attention_heads", &c.n_heads, what, err)) ||
+            (rc = qd_cfg_get_int(root, "vocab_size", &c.vocab, what, err)) ||
+            (rc = qd_cfg_get_int(root, "max_position_embeddings", &c.max_pos, what, err)) ||
+            (rc = qd_cfg_get_int(root, "word_embed_proj_dim", &c.word_embed_proj_dim, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "do_layer_norm_before", &c.do_layer_norm_before, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "enable_bias", &enable_bias, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "layer_norm_elementwise_affine", &affine, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "_remove_final_layer_norm", &remove_final, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "tie_word_embeddings", &c.tie_word_embeddings, what, err)) ||
+            (rc = qd_cfg_get_str(root, "activation_function", c.activation, sizeof c.activation, what, err)))
             goto done;
         if (!enable_bias || !affine || remove_final) {
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: OPT without biases, affine layer norms or the final layer norm is not supported", what);

@@ -19,6 +19,31 @@ typedef enum qd_arch_family {
     QD_ARCH_OPT,         /* OPTForCausalLM */
 } qd_arch_family;
 
+/* RoPE as config.json describes it: `rope_scaling` (legacy, with "type" or "rope_type") or
+ * transformers 5's `rope_parameters` (which also carries rope_theta). rope.h turns it into
+ * frequencies for a forward. */
+typedef enum qd_rope_type {
+    QD_ROPE_DEFAULT = 0, QD_ROPE_LINEAR, QD_ROPE_DYNAMIC, QD_ROPE_LLAMA3, QD_ROPE_YARN, QD_ROPE_LONGROPE,
+} qd_rope_type;
+
+#define QD_ROPE_CFG_MAX_FACTORS 512
+typedef struct qd_rope_config {
+    qd_rope_type type;
+    float factor;                /* linear, dynamic, llama3, yarn (1 when absent) */
+    int has_factor;              /* factor was given (YaRN derives it from the context lengths otherwise) */
+    float low_freq_factor;       /* llama3 */
+    float high_freq_factor;      /* llama3 */
+    int64_t orig_max_pos;        /* original_max_position_embeddings; 0 when absent */
+    float attention_factor;      /* yarn, longrope; 0 when absent (derived from factor) */
+    float beta_fast, beta_slow;  /* yarn (32 and 1 by default) */
+    float mscale, mscale_all_dim;/* yarn; 0 when absent */
+    int truncate;                /* yarn: round the correction range (default 1) */
+    int n_factors;               /* longrope: length of short_factor and long_factor */
+    float short_factor[QD_ROPE_CFG_MAX_FACTORS];
+    float long_factor[QD_ROPE_CFG_MAX_FACTORS];
+    float partial_rotary_factor; /* rotated share of head_dim (1 by default) */
+} qd_rope_config;
+
 typedef struct qd_model_config {
     char architecture[64];     /* "LlamaForCausalLM" */
     char model_type[32];       /* "llama", "mistral", "qwen2", "opt" */
@@ -33,6 +58,9 @@ typedef struct qd_model_config {
     int64_t max_pos;           /* max_position_embeddings */
     float norm_eps;            /* rms_norm_eps (llama) or 1e-5 (OPT layer norms) */
     float rope_theta;          /* llama family; 10000 by default */
+    qd_rope_config rope;       /* llama family: scaling type and its parameters */
+    int64_t sliding_window;    /* attention sees this many keys at most (Mistral); 0 = all */
+    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3) */
     int tie_word_embeddings;
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */

@@ -7,6 +7,7 @@
 
 #include "quant/model/block.h"
 #include "quant/model/eval.h"
+#include "quant/model/rope.h"
 
 qd_eval_opts qd_eval_opts_default(int64_t seq_len)
 {
@@ -79,9 +80,9 @@ int qd_eval_ppl_vs(qd_model *m, qd_model *ref, const int32_t *ids, size_t n, con
     qd_backend *be = qd_model_backend(m);
     int64_t L = o->seq_len, hid = c->hidden, V = c->vocab;
     if (L < 2) return qd_err_set(err, QD_EINVAL, "eval: seq_len %lld must be at least 2", (long long)L);
-    if (L > c->max_pos)
+    if (L > qd_rope_max_seq(c))
         return qd_err_set(err, QD_EINVAL, "eval: seq_len %lld is beyond the model's max_position_embeddings %lld",
-                          (long long)L, (long long)c->max_pos);
+                          (long long)L, (long long)qd_rope_max_seq(c));
     const qd_model_config *rcfg = ref ? qd_model_cfg(ref) : NULL;
     qd_backend *rbe = ref ? qd_model_backend(ref) : NULL;
     if (ref && (rcfg->vocab != V || rcfg->max_pos < L))

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "quant/model/model_internal.h"
+#include "quant/model/rope.h"
 
 #define BE_CALL(m, err, call) do { int _rc = (call); \
     if (_rc) return qd_err_set((err), _rc, "%s: %s", #call, (m)->be->err.msg); } while (0)
@@ -106,7 +107,8 @@ static int norm(qd_model *m, float *y, const float *x, const float *w, const flo
 
 /* Attention sub-block: xn (normed input) → tmp (o_proj output). */
 static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
-                     int64_t seq, const int32_t *pos_be, const qd_block_hooks *hooks, qd_err *err)
+                     int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks,
+                     qd_err *err)
 {
     const qd_model_config *c = &m->cfg;
     int64_t rows = batch * seq, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
@@ -121,12 +123,17 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
         (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err)))
         return rc;
+    if (c->qk_norm) {
+        /* Qwen3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    }
     if (c->family == QD_ARCH_LLAMA) {
-        BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, c->head_dim, pos_be, c->rope_theta));
-        BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, c->head_dim, pos_be, c->rope_theta));
+        BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
+        BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
     BE_CALL(m, err, m->be->ops->attention(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads, c->head_dim,
-                                          (float)(1.0 / sqrt((double)c->head_dim))));
+                                          (float)(1.0 / sqrt((double)c->head_dim)), c->sliding_window));
     if ((rc = call_input(m, bw, m->lin[QD_LIN_O].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, QD_LIN_O, att, rows, out, hooks, err)))
         return rc;
@@ -172,9 +179,9 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
     int64_t rows = batch * seq, hid = c->hidden;
     if (batch <= 0 || seq <= 0) return qd_err_set(err, QD_EINVAL, "block forward: batch %lld and seq %lld must be positive",
                                                   (long long)batch, (long long)seq);
-    if (seq > c->max_pos)
+    if (seq > qd_rope_max_seq(c))
         return qd_err_set(err, QD_EINVAL, "block forward: seq %lld is beyond max_position_embeddings %lld",
-                          (long long)seq, (long long)c->max_pos);
+                          (long long)seq, (long long)qd_rope_max_seq(c));
     size_t hbytes = (size_t)(rows * hid) * sizeof(float);
     float *xn = qd_model_scratch(m, QD_SCRATCH_XN, hbytes, err);
     float *tmp = xn ? qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err) : NULL;
@@ -182,7 +189,15 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
     if (!pos_be) return QD_ENOMEM;
     int32_t *ph = malloc((size_t)rows * sizeof *ph);
     if (!ph) return qd_err_set(err, QD_ENOMEM, "block forward: out of memory");
-    for (int64_t r = 0; r < rows; r++) ph[r] = pos ? pos[r % seq] : (int32_t)(r % seq);
+    int32_t max_p = 0;
+    for (int64_t r = 0; r < rows; r++) {
+        ph[r] = pos ? pos[r % seq] : (int32_t)(r % seq);
+        if (ph[r] > max_p) max_p = ph[r];
+    }
+    /* RoPE's frequencies for this forward (dynamic and LongRoPE depend on its length). */
+    qd_rope_freqs rf;
+    int rc0 = c->family == QD_ARCH_LLAMA ? qd_rope_freqs_compute(c, (int64_t)max_p + 1, &rf, err) : 0;
+    if (rc0) { free(ph); return rc0; }
     int rc = qd_backend_upload(m->be, pos_be, ph, (size_t)rows * sizeof *ph);
     free(ph);
     if (rc) return qd_err_set(err, rc, "block forward: upload: %s", m->be->err.msg);
@@ -193,7 +208,7 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
      * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)). */
     const float *ain = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, hooks, err))) return rc;
+    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err))) return rc;
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
     if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
 

@@ -256,6 +256,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     uint64_t n = 0;
     for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
     n += (uint64_t)m->cfg.hidden * QD_MAX_NORMS * (m->arch->layernorm ? 2 : 1);
+    if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     return n * sizeof(float);
 }
 
@@ -264,6 +265,7 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     if (!bw) return;
     for (int i = 0; i < QD_MAX_LINEARS; i++) { qd_backend_free(m->be, bw->w[i]); qd_backend_free(m->be, bw->b[i]); }
     for (int i = 0; i < QD_MAX_NORMS; i++) { qd_backend_free(m->be, bw->norm_w[i]); qd_backend_free(m->be, bw->norm_b[i]); }
+    for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->qk_norm_w[i]);
     free(bw);
 }
 
@@ -285,6 +287,13 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
             snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
             rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_b[i], err);
         }
+    }
+    static const char *const qk_names[2] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
+    for (int i = 0; i < 2 && m->cfg.qk_norm && !rc; i++) {
+        char name[512];
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+        snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
+        rc = qd_model_load_f32(m, name, 1, &m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;

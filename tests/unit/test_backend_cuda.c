@@ -164,12 +164,17 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
         int32_t *dp = put(be, pos, sizeof pos);
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
-        rc = be->ops->rope(be, out, rows, 2, 32, 32, dp, 10000.0f);
+        qd_rope_freqs f;
+        memset(&f, 0, sizeof f);
+        f.rot_dim = 32;
+        f.attn_scale = 1.0f;
+        for (int i = 0; i < 16; i++) f.inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 32.0f);
+        rc = be->ops->rope(be, out, rows, 2, 32, dp, &f);
         qd_backend_free(be, dp);
         return rc;
     }
     case 10: /* attention: batch 2, seq 3, 4 heads over 2 kv heads, hd 16 (64 = 4 x 16) */
-        return be->ops->attention(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f);
+        return be->ops->attention(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f, 2);
     }
     return QD_EINVAL;
 }

@@ -61,52 +61,66 @@ static void test_rope(void)
                 p[i + ROT / 2] = (float)(x1 * cos(a) + x0 * sin(a));
             }
         }
-    CHECK_OK(be->ops->rope(be, x, T, NH, HD, ROT, pos, theta));
-    CHECK(test_max_abs_diff(x, r, (size_t)T * NH * HD) < 2e-6);
-    CHECK_ERR(be->ops->rope(be, x, T, NH, HD, 7, pos, theta));
+    qd_rope_freqs f;
+    memset(&f, 0, sizeof f);
+    f.rot_dim = ROT;
+    f.attn_scale = 1.0f;
+    for (int i = 0; i < ROT / 2; i++) f.inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)ROT);
+    CHECK_OK(be->ops->rope(be, x, T, NH, HD, pos, &f));
+    /* The angle is a float32 product (as in transformers): at position 2047 that is within
+     * about 1e-4 rad of the exact angle. */
+    CHECK(test_max_abs_diff(x, r, (size_t)T * NH * HD) < 5e-4);
+    f.rot_dim = 7;
+    CHECK_ERR(be->ops->rope(be, x, T, NH, HD, pos, &f));
     free(x); free(r);
 }
 
-/* S = 300 spans three chunks of query rows (128, 128, 44) in cpu_attention. */
-static void check_attention(int S)
+/* S = 300 spans three chunks of query rows (128, 128, 44) in cpu_attention; W > 0 limits
+ * each query to the W most recent keys (sliding window). */
+static void check_attention(int S, int W)
 {
     int B = 2, NH = 6, NKV = 2, HD = 8;
     float sc = 1.0f / sqrtf((float)HD);
     size_t nq = (size_t)B * S * NH * HD, nk = (size_t)B * S * NKV * HD;
     float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
     float *o = malloc(nq * 4), *r = malloc(nq * 4);
-    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc));
+    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc, W));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             int kh = h / (NH / NKV);
             for (int t = 0; t < S; t++) {
                 double s[512], mx = -1e30, sum = 0;
                 const float *qt = q + ((size_t)(b * S + t) * NH + h) * HD;
-                for (int j = 0; j <= t; j++) {
+                int lo = W > 0 && t + 1 > W ? t + 1 - W : 0;
+                for (int j = 0; j < lo; j++) s[j] = 0;
+                for (int j = lo; j <= t; j++) {
                     const float *kj = k + ((size_t)(b * S + j) * NKV + kh) * HD;
                     double d = 0;
                     for (int i = 0; i < HD; i++) d += (double)qt[i] * kj[i];
                     s[j] = d * sc;
                     if (s[j] > mx) mx = s[j];
                 }
-                for (int j = 0; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
+                for (int j = lo; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
                 for (int i = 0; i < HD; i++) {
                     double a = 0;
-                    for (int j = 0; j <= t; j++) a += s[j] / sum * v[((size_t)(b * S + j) * NKV + kh) * HD + i];
+                    for (int j = lo; j <= t; j++) a += s[j] / sum * v[((size_t)(b * S + j) * NKV + kh) * HD + i];
                     r[((size_t)(b * S + t) * NH + h) * HD + i] = (float)a;
                 }
             }
         }
     CHECK(test_max_abs_diff(o, r, nq) < 1e-5);
-    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc));   /* 6 heads, 4 kv */
+    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc, W));   /* 6 heads, 4 kv */
     free(q); free(k); free(v); free(o); free(r);
 }
 
 static void test_attention(void)
 {
-    check_attention(1);
-    check_attention(33);
-    check_attention(300);
+    check_attention(1, 0);
+    check_attention(33, 0);
+    check_attention(300, 0);
+    check_attention(33, 8);      /* windows inside one chunk, across chunks, wider than seq */
+    check_attention(300, 100);
+    check_attention(40, 64);
 }
 
 static void test_activations(void)

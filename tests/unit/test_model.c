@@ -538,7 +538,7 @@ static void test_errors(void)
     CHECK_CONTAINS(err.msg, "safetensors");
 
     const char *d5 = gen("bad_rope", &o);
-    rewrite_config(d5, "\"hidden_act\"", "\"rope_scaling\": {\"rope_type\": \"llama3\", \"factor\": 8}, \"hidden_act\"");
+    rewrite_config(d5, "\"hidden_act\"", "\"rope_scaling\": {\"rope_type\": \"su-made-up\", \"factor\": 8}, \"hidden_act\"");
     CHECK_INT(qd_model_open(d5, be, &m, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "rope_scaling");
 

@@ -439,7 +439,7 @@ static void expect_overlap(const char *what, const char *model, const char *out,
  * (the job used to delete the model before reading it). */
 static void test_output_overlap(void)
 {
-    char base[4096], model[4096], calib[4200], link[4200], out[4300];
+    char base[4096], model[4200], calib[4300], link[4300], out[4400];
     snprintf(base, sizeof base, "%s/overlap", T);
     snprintf(model, sizeof model, "%s/models/m", base);
     snprintf(calib, sizeof calib, "%s/models/m/calib.json", base);
@@ -512,7 +512,7 @@ static void expect_refused_clean(const char *what, const char *json, const char 
 
 static void test_refusals_leave_nothing(void)
 {
-    char json[8192], out[4096], cdir[4096];
+    char json[16384], out[4096], cdir[4096];
     snprintf(out, sizeof out, "%s/refused/out", T);
     snprintf(cdir, sizeof cdir, "%s/calib-dir", T);
     qd_err err = {0};

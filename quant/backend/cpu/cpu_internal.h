@@ -40,9 +40,10 @@ int cpu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_
 int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, const float *b,
                   int64_t rows, int64_t dim, float eps);
 int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-             int64_t rot_dim, const int32_t *pos, float theta);
+             const int32_t *pos, const qd_rope_freqs *f);
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale);
+                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                  int64_t window);
 int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
 int cpu_relu(qd_backend *be, float *x, int64_t n);
 int cpu_gelu(qd_backend *be, float *x, int64_t n);

@@ -52,23 +52,21 @@ int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, cons
 }
 
 int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-             int64_t rot_dim, const int32_t *pos, float theta)
+             const int32_t *pos, const qd_rope_freqs *f)
 {
-    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1))
+    int64_t rot_dim = f->rot_dim;
+    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1) || rot_dim / 2 > QD_ROPE_MAX_HALF)
         return qd_err_set(&be->err, QD_EINVAL, "rope: rot_dim %lld must be even and in (0, head_dim %lld]",
                           (long long)rot_dim, (long long)head_dim);
     int64_t half = rot_dim / 2;
-    /* inv_freq is computed once per call; HF computes it in float32, the angle error of
-     * doing it in double is below 1e-6 rad for any realistic position. */
-    double *inv = malloc((size_t)half * sizeof *inv);
     float *cs = malloc((size_t)half * 2 * sizeof *cs);
-    if (!inv || !cs) { free(inv); free(cs); return qd_err_set(&be->err, QD_ENOMEM, "rope: out of memory"); }
-    for (int64_t i = 0; i < half; i++) inv[i] = 1.0 / pow((double)theta, (double)(2 * i) / (double)rot_dim);
+    if (!cs) return qd_err_set(&be->err, QD_ENOMEM, "rope: out of memory");
     for (int64_t t = 0; t < tokens; t++) {
         for (int64_t i = 0; i < half; i++) {
-            double a = (double)pos[t] * inv[i];
-            cs[2 * i] = (float)cos(a);
-            cs[2 * i + 1] = (float)sin(a);
+            /* As transformers: the angle is a float32 product; cos and sin of it, scaled. */
+            float a = (float)pos[t] * f->inv_freq[i];
+            cs[2 * i] = (float)cos((double)a) * f->attn_scale;
+            cs[2 * i + 1] = (float)sin((double)a) * f->attn_scale;
         }
         float *xt = x + t * n_heads * head_dim;
         for (int64_t h = 0; h < n_heads; h++) {
@@ -81,14 +79,17 @@ int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t 
             }
         }
     }
-    free(inv);
     free(cs);
     return 0;
 }
 
-/* Softmax of row[0..len) in place, then zeros in row[len..width). */
-static void softmax_causal_row(float *row, int64_t len, int64_t width)
+/* Softmax of row[lo..len) in place, zeros in row[0..lo) and row[len..width). */
+static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t width)
 {
+    for (int64_t j = 0; j < lo; j++) row[j] = 0.0f;
+    row += lo;
+    len -= lo;
+    width -= lo;
     float mx = row[0];
     for (int64_t j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
     /* Eight partial sums: vectorisable, and each adds at most len/8 terms in [0, 1]. */
@@ -109,7 +110,8 @@ static void softmax_causal_row(float *row, int64_t len, int64_t width)
 #define ATTN_CHUNK 128
 
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                  int64_t window)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -134,7 +136,10 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
                  * the softmax so P V ignores them. */
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, scale,
                             qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
-                for (int64_t i = 0; i < rows; i++) softmax_causal_row(s + i * keys, r0 + i + 1, keys);
+                for (int64_t i = 0; i < rows; i++) {
+                    int64_t qi = r0 + i, lo = window > 0 && qi + 1 > window ? qi + 1 - window : 0;
+                    softmax_causal_row(s + i * keys, lo, qi + 1, keys);
+                }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
                             s, (int)keys, vv, (int)ldk, 0.0f, oh, (int)ldq);
             }

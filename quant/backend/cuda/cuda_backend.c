@@ -300,18 +300,20 @@ static int cu_layernorm(qd_backend *be, float *y, const float *x, const float *w
     return 0;
 }
 
-static int cu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-                   const int32_t *pos, float theta)
+static int cu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, const int32_t *pos,
+                   const qd_rope_freqs *f)
 {
-    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1))
+    int64_t rot_dim = f->rot_dim;
+    if (rot_dim <= 0 || rot_dim > head_dim || (rot_dim & 1) || rot_dim / 2 > CUDAOP_ROPE_MAX_HALF)
         return qd_err_set(&be->err, QD_EINVAL, "rope: rot_dim %lld must be even and in (0, head_dim %lld]",
                           (long long)rot_dim, (long long)head_dim);
-    LAUNCH(be, "rope kernel", cudaop_rope(cu_impl(be)->stream, x, tokens, n_heads, head_dim, rot_dim, pos, theta));
+    LAUNCH(be, "rope kernel", cudaop_rope(cu_impl(be)->stream, x, tokens, n_heads, head_dim, rot_dim, pos, f->inv_freq,
+                                          f->attn_scale));
     return 0;
 }
 
 static int cu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v, int64_t batch,
-                        int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+                        int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -320,7 +322,8 @@ static int cu_attention(qd_backend *be, float *out, const float *q, const float 
         return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda attention: sequence of %lld tokens exceeds the kernel's "
                           "%lld", (long long)seq, (long long)cudaop_attention_max_seq());
     if (seq <= 0 || batch <= 0) return 0;
-    LAUNCH(be, "attention kernel", cudaop_attention(cu_impl(be)->stream, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale));
+    LAUNCH(be, "attention kernel", cudaop_attention(cu_impl(be)->stream, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale,
+                                                        window));
     return 0;
 }
 

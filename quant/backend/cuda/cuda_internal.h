@@ -42,11 +42,13 @@ int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, 
 int cudaop_rmsnorm(void *stream, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
 int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                      int64_t dim, float eps);
+/* inv_freq: host array of rot_dim / 2 <= CUDAOP_ROPE_MAX_HALF floats (passed by value). */
+#define CUDAOP_ROPE_MAX_HALF 512
 int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-                const int32_t *pos, float theta);
+                const int32_t *pos, const float *inv_freq, float attn_scale);
 /* Returns cudaErrorInvalidValue when seq is too long for the scores to fit shared memory. */
 int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v, int64_t batch,
-                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale);
+                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window);
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <string.h>
 
 extern "C" {
 #include "quant/backend/backend.h"
@@ -326,15 +327,17 @@ extern "C" int cudaop_layernorm(void *stream, float *y, const float *x, const fl
 
 /* ---- RoPE, attention ---------------------------------------------------------------- */
 
-__global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t half, int64_t rot_dim,
-                       const int32_t *pos, float theta)
+/* The frequency table travels as a kernel argument (2 KiB), so no device buffer is needed. */
+struct rope_tab { float inv_freq[CUDAOP_ROPE_MAX_HALF]; };
+
+__global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t half,
+                       const int32_t *pos, rope_tab tab, float attn_scale)
 {
     int64_t total = tokens * n_heads * half;
     for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < total; id += (int64_t)gridDim.x * blockDim.x) {
         int64_t i = id % half, th = id / half, t = th / n_heads, h = th % n_heads;
-        double inv = 1.0 / pow((double)theta, (double)(2 * i) / (double)rot_dim);
-        double a = (double)pos[t] * inv;
-        float c = (float)cos(a), s = (float)sin(a);
+        float a = (float)pos[t] * tab.inv_freq[i];   /* float32, as transformers and the CPU backend */
+        float c = (float)cos((double)a) * attn_scale, s = (float)sin((double)a) * attn_scale;
         float *xh = x + t * n_heads * head_dim + h * head_dim;
         float x0 = xh[i], x1 = xh[i + half];
         xh[i] = x0 * c - x1 * s;
@@ -343,12 +346,16 @@ __global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_d
 }
 
 extern "C" int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-                           int64_t rot_dim, const int32_t *pos, float theta)
+                           int64_t rot_dim, const int32_t *pos, const float *inv_freq, float attn_scale)
 {
     int64_t half = rot_dim / 2;
     if (tokens * n_heads * half == 0) return 0;
+    if (half > CUDAOP_ROPE_MAX_HALF) return (int)cudaErrorInvalidValue;
+    rope_tab tab;
+    memset(&tab, 0, sizeof tab);
+    memcpy(tab.inv_freq, inv_freq, (size_t)half * sizeof(float));
     k_rope<<<op_blocks(tokens * n_heads * half), OP_THREADS, 0, (cudaStream_t)stream>>>(x, tokens, n_heads, head_dim,
-                                                                                       half, rot_dim, pos, theta);
+                                                                                       half, pos, tab, attn_scale);
     return op_launched();
 }
 
@@ -360,7 +367,7 @@ extern "C" int64_t cudaop_attention_max_seq(void) { return ATTN_SMEM_MAX / (int6
  * then each thread owns output dims. Simple rather than fast: the model forward runs on
  * calibration windows, where the GEMMs dominate. */
 __global__ void k_attention(float *out, const float *q, const float *k, const float *v, int64_t seq,
-                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window)
 {
     extern __shared__ float sc[];
     __shared__ float shf[OP_THREADS];
@@ -370,8 +377,9 @@ __global__ void k_attention(float *out, const float *q, const float *k, const fl
     const int64_t ldq = n_heads * hd, ldk = n_kv * hd;
     const float *qh = q + row * ldq + h * hd;
     const float *kb = k + b * seq * ldk + kh * hd, *vb = v + b * seq * ldk + kh * hd;
+    const int64_t lo = window > 0 && i + 1 > window ? i + 1 - window : 0;   /* sliding window */
     float mx = -INFINITY;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+    for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
         float acc = 0.0f;
         for (int64_t d = 0; d < hd; d++) acc += qh[d] * kb[j * ldk + d];
         acc *= scale;
@@ -380,7 +388,7 @@ __global__ void k_attention(float *out, const float *q, const float *k, const fl
     }
     mx = block_max(mx, shf);
     double sum = 0.0;
-    for (int64_t j = threadIdx.x; j <= i; j += blockDim.x) {
+    for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
         float e = expf(sc[j] - mx);
         sc[j] = e;
         sum += e;
@@ -390,19 +398,20 @@ __global__ void k_attention(float *out, const float *q, const float *k, const fl
     float *oh = out + row * ldq + h * hd;
     for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
         float acc = 0.0f;
-        for (int64_t j = 0; j <= i; j++) acc += sc[j] * vb[j * ldk + d];
+        for (int64_t j = lo; j <= i; j++) acc += sc[j] * vb[j * ldk + d];
         oh[d] = acc * inv;
     }
 }
 
 extern "C" int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v,
-                                int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale)
+                                int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                                int64_t window)
 {
     if (seq > cudaop_attention_max_seq()) return (int)cudaErrorInvalidValue;
     if (batch * seq == 0) return 0;
     dim3 grid((unsigned)(batch * seq), (unsigned)n_heads);
     k_attention<<<grid, OP_THREADS, (size_t)seq * sizeof(float), (cudaStream_t)stream>>>(out, q, k, v, seq, n_heads,
-                                                                                         n_kv, hd, scale);
+                                                                                         n_kv, hd, scale, window);
     return op_launched();
 }
 
