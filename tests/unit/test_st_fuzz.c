@@ -1,13 +1,14 @@
 /* Fuzzes the safetensors parser on every test run, without libFuzzer: 20000 inputs made
  * by mutating valid seed files (the goldens in tests/data plus a few built here) with a
  * fixed-seed RNG, each run through the same harness as the libFuzzer target
- * (tests/fuzz/st_fuzz_one.c). Mutations are JSON-aware (tokens, digits, splices) and the
+ * (tests/fuzz/st_fuzz_one.c). Mutations (fz_mutate) are JSON-aware (tokens, digits, splices) and the
  * 8-byte length is usually recomputed, so most inputs get past the framing and into the
  * header validation. QUANTD_FUZZ_ITERS overrides the count for longer local runs. */
 #include "test_util.h"
 
 #include <stdlib.h>
 
+#include "fuzz/fuzz_mutate.h"
 #include "fuzz/st_fuzz_one.h"
 #include "quant/core/fsutil.h"
 
@@ -49,71 +50,6 @@ static int load_golden(seed *s, int *n, const char *name)
     return 0;
 }
 
-/* Applies one random mutation to buf (capacity cap), returning the new length. */
-static size_t mutate(test_rng *r, char *buf, size_t len, size_t cap, const seed *seeds, int nseeds)
-{
-    size_t pos = len ? (size_t)(test_rng_u64(r) % len) : 0;
-    switch (test_rng_u64(r) % 8) {
-    case 0:   /* flip a bit */
-        if (len) buf[pos] ^= (char)(1u << (test_rng_u64(r) % 8));
-        break;
-    case 1: { /* replace a byte with a JSON-significant one */
-        static const char alpha[] = "{}[]:,\"\\0123456789-.eE aFIUB_ \t\n";
-        if (len) buf[pos] = alpha[test_rng_u64(r) % (sizeof alpha - 1)];
-        break;
-    }
-    case 2: { /* insert a token */
-        const char *t = TOKENS[test_rng_u64(r) % N_TOKENS];
-        size_t tl = strlen(t);
-        if (len + tl > cap) break;
-        memmove(buf + pos + tl, buf + pos, len - pos);
-        memcpy(buf + pos, t, tl);
-        len += tl;
-        break;
-    }
-    case 3: { /* delete a range */
-        size_t k = 1 + (size_t)(test_rng_u64(r) % 8);
-        if (pos + k > len) k = len - pos;
-        memmove(buf + pos, buf + pos + k, len - pos - k);
-        len -= k;
-        break;
-    }
-    case 4: { /* duplicate a range somewhere else */
-        if (!len) break;
-        size_t from = (size_t)(test_rng_u64(r) % len), k = 1 + (size_t)(test_rng_u64(r) % 64);
-        if (from + k > len) k = len - from;
-        if (len + k > cap) break;
-        char tmp[64];
-        memcpy(tmp, buf + from, k);
-        memmove(buf + pos + k, buf + pos, len - pos);
-        memcpy(buf + pos, tmp, k);
-        len += k;
-        break;
-    }
-    case 5: { /* change a digit: offsets and shapes are where the validation lives */
-        for (size_t i = 0; i < len; i++) {
-            size_t j = (pos + i) % len;
-            if (buf[j] >= '0' && buf[j] <= '9') { buf[j] = (char)('0' + test_rng_u64(r) % 10); break; }
-        }
-        break;
-    }
-    case 6:   /* truncate */
-        len = pos;
-        break;
-    default: { /* splice in part of another seed */
-        const seed *o = &seeds[test_rng_u64(r) % nseeds];
-        if (!o->hlen) break;
-        size_t from = (size_t)(test_rng_u64(r) % o->hlen), k = 1 + (size_t)(test_rng_u64(r) % 96);
-        if (from + k > o->hlen) k = o->hlen - from;
-        if (pos + k > cap) break;
-        memcpy(buf + pos, o->hdr + from, k);
-        if (pos + k > len) len = pos + k;
-        break;
-    }
-    }
-    return len;
-}
-
 static void test_fuzz_mutated_headers(void)
 {
     seed seeds[16];
@@ -136,8 +72,11 @@ static void test_fuzz_mutated_headers(void)
     for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++)
         add_seed(seeds, &nseeds, extra[i], strlen(extra[i]), extra_dlen[i]);
 
-    const char *it_env = getenv("QUANTD_FUZZ_ITERS");
-    long iters = it_env ? atol(it_env) : 20000;
+    /* The mutator is the one every bounded fuzz run shares (tests/fuzz/fuzz_mutate.c); it
+     * splices from the seeds' headers. */
+    fz_seeds hseeds = {0};
+    for (int i = 0; i < nseeds; i++) fz_seeds_add(&hseeds, seeds[i].hdr, seeds[i].hlen);
+    long iters = fz_iters(20000);
     test_rng r;
     test_rng_seed(&r, 20240611);
     enum { CAP = 8192 };
@@ -161,7 +100,7 @@ static void test_fuzz_mutated_headers(void)
         size_t len = s->hlen < CAP ? s->hlen : CAP;
         memcpy(hdr, s->hdr, len);
         int nmut = 1 + (int)(test_rng_u64(&r) % 4);
-        for (int m = 0; m < nmut; m++) len = mutate(&r, hdr, len, CAP, seeds, nseeds);
+        for (int m = 0; m < nmut; m++) len = fz_mutate(&r, (uint8_t *)hdr, len, CAP, TOKENS, N_TOKENS, &hseeds);
         size_t dlen = s->dlen;
         uint64_t hl = len;
         switch (test_rng_u64(&r) % 16) {   /* mostly keep the framing consistent */
@@ -190,6 +129,7 @@ static void test_fuzz_mutated_headers(void)
     CHECK(refused > iters / 4);
     printf("fuzz: %ld iterations, %ld accepted, %ld refused\n", iters, accepted, refused);
     for (int s = 0; s < nseeds; s++) free(seeds[s].hdr);
+    fz_seeds_free(&hseeds);
 }
 
 int main(void)
