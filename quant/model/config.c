@@ -187,23 +187,25 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
             rc = qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
             goto done;
         }
-        /* Keys that change the math in other families and have no meaning here. */
+        /* Keys that change the math in other families (Gemma's soft-caps and query scale, per
+         * layer attention types) and that this forward does not implement. */
         static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping",
-                                              "query_pre_attn_scalar", "layer_types"};
+                                              "query_pre_attn_scalar"};
         for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
             const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-            if (v && !cJSON_IsNull(v) && strcmp(foreign[i], "layer_types")) {
+            if (v && !cJSON_IsNull(v)) {
                 rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
                                 foreign[i], c.architecture);
                 goto done;
             }
-            if (v && cJSON_IsArray(v)) {
-                const cJSON *e;
-                cJSON_ArrayForEach(e, v) if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
-                    rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s",
-                                    what, cJSON_IsString(e) ? e->valuestring : "?", c.architecture);
-                    goto done;
-                }
+        }
+        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
+        if (!cJSON_IsArray(lt)) lt = NULL;
+        cJSON_ArrayForEach(e, lt) {
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
+                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s", what,
+                                cJSON_IsString(e) ? e->valuestring : "?", c.architecture);
+                goto done;
             }
         }
         c.word_embed_proj_dim = c.hidden;
