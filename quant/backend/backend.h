@@ -85,11 +85,18 @@ typedef struct qd_backend_ops {
     /* Causal attention for `batch` independent sequences of `seq` tokens. q [batch*seq,
      * n_heads*hd], k and v [batch*seq, n_kv*hd], out [batch*seq, n_heads*hd]; grouped-query
      * when n_kv < n_heads. window > 0: query i sees keys j with i - window < j <= i only
-     * (sliding-window attention); 0 = the whole causal prefix. */
+     * (sliding-window attention); 0 = the whole causal prefix. softcap > 0 caps the scaled
+     * scores before the softmax as transformers does (s = softcap * tanh(s / softcap),
+     * Gemma 2); 0 = none. */
     int (*attention)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                      int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
-                     float scale, int64_t window);
+                     float scale, int64_t window, float softcap);
     int (*silu_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    /* GeGLU with the tanh GELU (torch's gelu(approximate="tanh"), HF "gelu_pytorch_tanh"):
+     * out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up. out may alias gate. */
+    int (*gelu_tanh_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
+    /* x = cap * tanh(x / cap) in place (Gemma 2's final logit soft-cap); cap > 0. */
+    int (*softcap)(qd_backend *be, float *x, int64_t n, float cap);
     int (*relu)(qd_backend *be, float *x, int64_t n);
     int (*gelu)(qd_backend *be, float *x, int64_t n);
     int (*add)(qd_backend *be, float *y, const float *x, int64_t n);           /* y += x */

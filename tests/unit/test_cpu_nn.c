@@ -77,14 +77,14 @@ static void test_rope(void)
 
 /* S = 300 spans three chunks of query rows (128, 128, 44) in cpu_attention; W > 0 limits
  * each query to the W most recent keys (sliding window). */
-static void check_attention(int S, int W)
+static void check_attention(int S, int W, float cap)
 {
     int B = 2, NH = 6, NKV = 2, HD = 8;
     float sc = 1.0f / sqrtf((float)HD);
     size_t nq = (size_t)B * S * NH * HD, nk = (size_t)B * S * NKV * HD;
     float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
     float *o = malloc(nq * 4), *r = malloc(nq * 4);
-    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc, W));
+    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc, W, cap));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             int kh = h / (NH / NKV);
@@ -98,6 +98,7 @@ static void check_attention(int S, int W)
                     double d = 0;
                     for (int i = 0; i < HD; i++) d += (double)qt[i] * kj[i];
                     s[j] = d * sc;
+                    if (cap > 0) s[j] = tanh(s[j] / cap) * cap;
                     if (s[j] > mx) mx = s[j];
                 }
                 for (int j = lo; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
@@ -109,18 +110,20 @@ static void check_attention(int S, int W)
             }
         }
     CHECK(test_max_abs_diff(o, r, nq) < 1e-5);
-    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc, W));   /* 6 heads, 4 kv */
+    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc, W, cap));   /* 6 heads, 4 kv */
     free(q); free(k); free(v); free(o); free(r);
 }
 
 static void test_attention(void)
 {
-    check_attention(1, 0);
-    check_attention(33, 0);
-    check_attention(300, 0);
-    check_attention(33, 8);      /* windows inside one chunk, across chunks, wider than seq */
-    check_attention(300, 100);
-    check_attention(40, 64);
+    check_attention(1, 0, 0);
+    check_attention(33, 0, 0);
+    check_attention(300, 0, 0);
+    check_attention(33, 8, 0);      /* windows inside one chunk, across chunks, wider than seq */
+    check_attention(300, 100, 0);
+    check_attention(40, 64, 0);
+    check_attention(33, 0, 1.5f);   /* Gemma 2's soft-cap (scores of |s| ~ 3 are capped hard) */
+    check_attention(300, 100, 1.5f);
 }
 
 static void test_activations(void)
@@ -145,6 +148,22 @@ static void test_activations(void)
         if (fabs(x[i] - want) > worst) worst = fabs(x[i] - want);
     }
     CHECK(worst < 1e-5);
+    CHECK_OK(be->ops->gelu_tanh_mul(be, y, g, u, n));
+    worst = 0;
+    for (int i = 0; i < n; i++) {
+        double gi = g[i], want = 0.5 * gi * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (gi + 0.044715 * gi * gi * gi))) * u[i];
+        if (fabs(y[i] - want) > worst) worst = fabs(y[i] - want);
+    }
+    CHECK(worst < 1e-5);
+    memcpy(x, g, n * 4);
+    CHECK_OK(be->ops->softcap(be, x, n, 2.5f));
+    worst = 0;
+    for (int i = 0; i < n; i++) {
+        double want = 2.5 * tanh(g[i] / 2.5);
+        if (fabs(x[i] - want) > worst) worst = fabs(x[i] - want);
+    }
+    CHECK(worst < 1e-6);
+    CHECK_ERR(be->ops->softcap(be, x, n, 0.0f));
     memcpy(x, g, n * 4);
     CHECK_OK(be->ops->add(be, x, u, n));
     for (int i = 0; i < n; i++) CHECK_NEAR(x[i], g[i] + u[i], 0);

@@ -43,8 +43,10 @@ int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t 
              const int32_t *pos, const qd_rope_freqs *f);
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                  int64_t window);
+                  int64_t window, float softcap);
 int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
+int cpu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
+int cpu_softcap(qd_backend *be, float *x, int64_t n, float cap);
 int cpu_relu(qd_backend *be, float *x, int64_t n);
 int cpu_gelu(qd_backend *be, float *x, int64_t n);
 int cpu_add(qd_backend *be, float *y, const float *x, int64_t n);

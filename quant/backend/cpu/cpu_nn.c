@@ -111,7 +111,7 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
 
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                  int64_t window)
+                  int64_t window, float softcap)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -138,6 +138,8 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
                             qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
                 for (int64_t i = 0; i < rows; i++) {
                     int64_t qi = r0 + i, lo = window > 0 && qi + 1 > window ? qi + 1 - window : 0;
+                    if (softcap > 0.0f)
+                        for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / softcap) * softcap;
                     softmax_causal_row(s + i * keys, lo, qi + 1, keys);
                 }
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
@@ -155,6 +157,24 @@ int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up,
         float g = gate[i];
         out[i] = g / (1.0f + expf(-g)) * up[i];
     }
+    return 0;
+}
+
+int cpu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    /* torch's tanh approximation, term for term: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+    for (int64_t i = 0; i < n; i++) {
+        float g = gate[i];
+        float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+        out[i] = 0.5f * g * (1.0f + tanhf(inner)) * up[i];
+    }
+    return 0;
+}
+
+int cpu_softcap(qd_backend *be, float *x, int64_t n, float cap)
+{
+    if (!(cap > 0.0f)) return qd_err_set(&be->err, QD_EINVAL, "softcap: cap %g must be positive", (double)cap);
+    for (int64_t i = 0; i < n; i++) x[i] = tanhf(x[i] / cap) * cap;
     return 0;
 }
 

@@ -313,7 +313,8 @@ static int cu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, in
 }
 
 static int cu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v, int64_t batch,
-                        int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window)
+                        int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window,
+                        float softcap)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -323,13 +324,26 @@ static int cu_attention(qd_backend *be, float *out, const float *q, const float 
                           "%lld", (long long)seq, (long long)cudaop_attention_max_seq());
     if (seq <= 0 || batch <= 0) return 0;
     LAUNCH(be, "attention kernel", cudaop_attention(cu_impl(be)->stream, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale,
-                                                        window));
+                                                        window, softcap));
     return 0;
 }
 
 static int cu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
     LAUNCH(be, "silu_mul kernel", cudaop_silu_mul(cu_impl(be)->stream, out, gate, up, n));
+    return 0;
+}
+
+static int cu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
+{
+    LAUNCH(be, "gelu_tanh_mul kernel", cudaop_gelu_tanh_mul(cu_impl(be)->stream, out, gate, up, n));
+    return 0;
+}
+
+static int cu_softcap(qd_backend *be, float *x, int64_t n, float cap)
+{
+    if (!(cap > 0.0f)) return qd_err_set(&be->err, QD_EINVAL, "softcap: cap %g must be positive", (double)cap);
+    LAUNCH(be, "softcap kernel", cudaop_softcap(cu_impl(be)->stream, x, n, cap));
     return 0;
 }
 
@@ -397,6 +411,8 @@ static const qd_backend_ops cuda_ops = {
     .rope = cu_rope,
     .attention = cu_attention,
     .silu_mul = cu_silu_mul,
+    .gelu_tanh_mul = cu_gelu_tanh_mul,
+    .softcap = cu_softcap,
     .relu = cu_relu,
     .gelu = cu_gelu,
     .add = cu_add,

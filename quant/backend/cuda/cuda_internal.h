@@ -48,8 +48,11 @@ int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t
                 const int32_t *pos, const float *inv_freq, float attn_scale);
 /* Returns cudaErrorInvalidValue when seq is too long for the scores to fit shared memory. */
 int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v, int64_t batch,
-                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window);
+                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window,
+                     float softcap);
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
+int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
+int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
 int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);
 int cudaop_add(void *stream, float *y, const float *x, int64_t n);

@@ -367,7 +367,7 @@ extern "C" int64_t cudaop_attention_max_seq(void) { return ATTN_SMEM_MAX / (int6
  * then each thread owns output dims. Simple rather than fast: the model forward runs on
  * calibration windows, where the GEMMs dominate. */
 __global__ void k_attention(float *out, const float *q, const float *k, const float *v, int64_t seq,
-                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window)
+                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window, float softcap)
 {
     extern __shared__ float sc[];
     __shared__ float shf[OP_THREADS];
@@ -383,6 +383,7 @@ __global__ void k_attention(float *out, const float *q, const float *k, const fl
         float acc = 0.0f;
         for (int64_t d = 0; d < hd; d++) acc += qh[d] * kb[j * ldk + d];
         acc *= scale;
+        if (softcap > 0.0f) acc = tanhf(acc / softcap) * softcap;   /* Gemma 2 */
         sc[j] = acc;
         mx = fmaxf(mx, acc);
     }
@@ -405,13 +406,13 @@ __global__ void k_attention(float *out, const float *q, const float *k, const fl
 
 extern "C" int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v,
                                 int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                                int64_t window)
+                                int64_t window, float softcap)
 {
     if (seq > cudaop_attention_max_seq()) return (int)cudaErrorInvalidValue;
     if (batch * seq == 0) return 0;
     dim3 grid((unsigned)(batch * seq), (unsigned)n_heads);
     k_attention<<<grid, OP_THREADS, (size_t)seq * sizeof(float), (cudaStream_t)stream>>>(out, q, k, v, seq, n_heads,
-                                                                                         n_kv, hd, scale, window);
+                                                                                         n_kv, hd, scale, window, softcap);
     return op_launched();
 }
 
@@ -426,6 +427,10 @@ extern "C" int cudaop_attention(void *stream, float *out, const float *q, const 
 
 ELEMENTWISE(silu_mul, (float *out, const float *gate, const float *up, int64_t n),
             { float g = gate[i]; out[i] = g / (1.0f + expf(-g)) * up[i]; })
+ELEMENTWISE(gelu_tanh_mul, (float *out, const float *gate, const float *up, int64_t n),
+            { float g = gate[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+              out[i] = 0.5f * g * (1.0f + tanhf(t)) * up[i]; })
+ELEMENTWISE(softcap, (float *x, int64_t n, float cap), { x[i] = tanhf(x[i] / cap) * cap; })
 ELEMENTWISE(relu, (float *x, int64_t n), { if (!(x[i] > 0.0f)) x[i] = 0.0f; })
 ELEMENTWISE(gelu, (float *x, int64_t n), { x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f)); })
 ELEMENTWISE(add, (float *y, const float *x, int64_t n), { y[i] += x[i]; })
@@ -435,6 +440,20 @@ extern "C" int cudaop_silu_mul(void *stream, float *out, const float *gate, cons
 {
     if (n <= 0) return 0;
     k_silu_mul<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_gelu_tanh_mul<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_softcap(void *stream, float *x, int64_t n, float cap)
+{
+    if (n <= 0) return 0;
+    k_softcap<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n, cap);
     return op_launched();
 }
 
