@@ -1,5 +1,6 @@
 /* config.json → qd_model_config. Defaults follow the transformers config classes
- * (LlamaConfig, MistralConfig, Qwen2Config, OPTConfig) so a minimal config.json behaves as
+ * (LlamaConfig, MistralConfig, Qwen2Config, OPTConfig; the other families' own keys in
+ * config_family.c) so a minimal config.json behaves as
  * transformers would load it; every inconsistency is reported with the field's name. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
@@ -15,6 +16,9 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"MistralForCausalLM", QD_ARCH_LLAMA},
     {"Qwen2ForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3ForCausalLM", QD_ARCH_LLAMA},
+    {"Gemma2ForCausalLM", QD_ARCH_LLAMA},
+    {"Gemma3ForCausalLM", QD_ARCH_LLAMA},
+    {"Phi3ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -123,12 +127,15 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }
     if ((rc = qd_cfg_get_str(root, "model_type", c.model_type, sizeof c.model_type, what, err))) goto done;
-    if ((rc = qd_cfg_get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err))) goto done;
+    /* transformers 5 writes `dtype`, older versions `torch_dtype`. */
+    if ((rc = qd_cfg_get_str(root, "dtype", c.torch_dtype, sizeof c.torch_dtype, what, err)) ||
+        (rc = qd_cfg_get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err)))
+        goto done;
     int64_t bos = -1, eos = -1;
     if ((rc = qd_cfg_get_int(root, "bos_token_id", &bos, what, err)) || (rc = qd_cfg_get_int(root, "eos_token_id", &eos, what, err))) goto done;
     c.bos_id = (int)bos;
@@ -137,9 +144,6 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.rope_theta = 10000.0f;
     c.pos_offset = 0;
     c.do_layer_norm_before = 1;
-    int is_qwen2 = !strcmp(c.architecture, "Qwen2ForCausalLM");
-    int is_qwen3 = !strcmp(c.architecture, "Qwen3ForCausalLM");
-    int is_mistral = !strcmp(c.architecture, "MistralForCausalLM");
 
     if (c.family == QD_ARCH_LLAMA) {
         c.hidden = 4096; c.intermediate = 11008; c.n_layers = 32; c.n_heads = 32; c.vocab = 32000;
@@ -160,53 +164,12 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
             (rc = qd_cfg_get_str(root, "hidden_act", c.activation, sizeof c.activation, what, err)))
             goto done;
         c.o_bias = c.qkv_bias;
-        if (is_qwen2) { c.qkv_bias = 1; c.o_bias = 0; c.mlp_bias = 0; }
-        if (strcmp(c.activation, "silu")) {
+        c.rope_theta_local = c.rope_theta;
+        /* RoPE, windows, and what each family changes in the Llama block. */
+        if ((rc = qd_config_family_parse(root, what, &c, err))) goto done;
+        if (strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
             goto done;
-        }
-        /* RoPE: theta and the scaling (linear, dynamic, llama3, yarn, longrope) in either
-         * spelling; anything else there is refused by name. */
-        if ((rc = qd_config_rope_parse(root, what, &c, err))) goto done;
-        if (c.rope.type == QD_ROPE_LONGROPE) {
-            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
-                            what, c.architecture);
-            goto done;
-        }
-        if (is_qwen3) { c.qkv_bias = 0; c.o_bias = 0; c.qk_norm = 1; }
-        /* Sliding-window attention: Mistral applies `sliding_window` to every layer; Qwen2/3
-         * only with use_sliding_window (and then per layer), which is refused. */
-        if (is_mistral && (rc = qd_cfg_get_int(root, "sliding_window", &c.sliding_window, what, err))) goto done;
-        int use_sw = 0;
-        if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err))) goto done;
-        if (use_sw && (is_qwen2 || is_qwen3)) {
-            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what, c.architecture);
-            goto done;
-        }
-        if (c.sliding_window < 0) {
-            rc = qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
-            goto done;
-        }
-        /* Keys that change the math in other families (Gemma's soft-caps and query scale, per
-         * layer attention types) and that this forward does not implement. */
-        static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping",
-                                              "query_pre_attn_scalar"};
-        for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-            if (v && !cJSON_IsNull(v)) {
-                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
-                                foreign[i], c.architecture);
-                goto done;
-            }
-        }
-        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
-        if (!cJSON_IsArray(lt)) lt = NULL;
-        cJSON_ArrayForEach(e, lt) {
-            if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention")) {
-                rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s", what,
-                                cJSON_IsString(e) ? e->valuestring : "?", c.architecture);
-                goto done;
-            }
         }
         c.word_embed_proj_dim = c.hidden;
     } else {

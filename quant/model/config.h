@@ -15,7 +15,7 @@
 
 typedef enum qd_arch_family {
     QD_ARCH_UNKNOWN = 0,
-    QD_ARCH_LLAMA,       /* LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM */
+    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3 */
     QD_ARCH_OPT,         /* OPTForCausalLM */
 } qd_arch_family;
 
@@ -44,6 +44,17 @@ typedef struct qd_rope_config {
     float partial_rotary_factor; /* rotated share of head_dim (1 by default) */
 } qd_rope_config;
 
+/* How a rotary decoder's block names and lays out its tensors (the architecture table entry,
+ * quant/model/model_arch.c). */
+typedef enum qd_block_layout {
+    QD_LAYOUT_LLAMA = 0,   /* q/k/v/o_proj, gate/up/down_proj, two norms */
+    QD_LAYOUT_GEMMA,       /* as llama, plus norms after attention and after the MLP */
+    QD_LAYOUT_PHI3,        /* fused qkv_proj and gate_up_proj */
+} qd_block_layout;
+
+/* Most layers a config may describe per layer (layer_types). */
+#define QD_CFG_MAX_LAYERS 1024
+
 typedef struct qd_model_config {
     char architecture[64];     /* "LlamaForCausalLM" */
     char model_type[32];       /* "llama", "mistral", "qwen2", "opt" */
@@ -59,8 +70,17 @@ typedef struct qd_model_config {
     float norm_eps;            /* rms_norm_eps (llama) or 1e-5 (OPT layer norms) */
     float rope_theta;          /* llama family; 10000 by default */
     qd_rope_config rope;       /* llama family: scaling type and its parameters */
-    int64_t sliding_window;    /* attention sees this many keys at most (Mistral); 0 = all */
-    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3) */
+    float rope_theta_local;    /* sliding-window layers' RoPE (Gemma 3's local base); equal to */
+    qd_rope_config rope_local; /* rope_theta / rope where the config gives one RoPE for all */
+    int64_t sliding_window;    /* window of the sliding layers (keys seen at most); 0 = none */
+    unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
+    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
+    qd_block_layout layout;
+    float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
+    float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */
+    float query_pre_attn_scalar; /* attention scale is its -1/2 power (Gemma); 0 = head_dim */
+    float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */
+    float final_softcap;       /* Gemma 2 final logit soft-cap; 0 = none */
     int tie_word_embeddings;
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
@@ -69,7 +89,7 @@ typedef struct qd_model_config {
     int do_layer_norm_before;  /* pre-LN (1) or post-LN (0, opt-350m) */
     int64_t word_embed_proj_dim;   /* = hidden unless project_in/out exist */
     int pos_offset;            /* learned positions offset (2 for OPT) */
-    char activation[16];       /* "silu", "relu", "gelu" */
+    char activation[24];       /* "silu", "relu", "gelu", "gelu_pytorch_tanh" (Gemma's GeGLU) */
     int bos_id, eos_id;        /* -1 when absent */
     char torch_dtype[16];
     /* quantization_config (quantized checkpoints) */

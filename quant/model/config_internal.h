@@ -13,7 +13,14 @@ int qd_cfg_get_int(const cJSON *o, const char *key, int64_t *out, const char *wh
 int qd_cfg_get_float(const cJSON *o, const char *key, float *out, const char *what, qd_err *err);
 int qd_cfg_get_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err);
 int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err);
-/* The RoPE keys (config_rope.c): sets c->rope_theta and c->rope. */
-int qd_config_rope_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The RoPE keys (config_rope.c): sets c->rope_theta, c->rope and the sliding layers'
+ * c->rope_theta_local, c->rope_local (a copy unless the config gives them apart, which it
+ * may only when layer_types is non-zero: the family has sliding and full layers). */
+int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, qd_model_config *c, qd_err *err);
+/* The keys particular to one rotary family (config_family.c): attention windows and layer
+ * types, q/k norms, Gemma's norms, soft-caps, query and embedding scales, Phi-3's fused
+ * layout; and the refusal of such keys where the family does not have them. Runs after
+ * the shared keys (sizes, activation) are read. */
+int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 #endif

@@ -1,6 +1,7 @@
 /* The RoPE part of config.json (see config.h, qd_rope_config): rope_theta and the scaling
- * type with its parameters, from transformers 5's `rope_parameters` or the older top-level
- * `rope_theta` + `rope_scaling` (whose type key is "type" or "rope_type"). Every key of the
+ * type with its parameters, from transformers 5's `rope_parameters` (one object, or one per
+ * layer type) or the older top-level `rope_theta` + `rope_scaling` (whose type key is "type"
+ * or "rope_type"), plus Gemma 3's older `rope_local_base_freq`. Every key of the
  * RoPE object must be one this type uses: a key that would change the frequencies and that
  * quantd does not implement is refused by name, never ignored. */
 #include <cjson/cJSON.h>
@@ -48,34 +49,31 @@ static int get_factors(const cJSON *o, const char *key, float *out, int *n, cons
     return 0;
 }
 
-int qd_config_rope_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+static void rope_defaults(qd_rope_config *r)
 {
-    qd_rope_config *r = &c->rope;
     memset(r, 0, sizeof *r);
     r->factor = 1.0f;
     r->beta_fast = 32.0f;
     r->beta_slow = 1.0f;
     r->truncate = 1;
     r->partial_rotary_factor = 1.0f;
+}
+
+/* One RoPE object (rope_parameters, one of its per-layer-type entries, or rope_scaling) on
+ * top of the top-level keys; src NULL: the top-level keys alone. */
+static int parse_one(const cJSON *root, const cJSON *src, const char *src_name, int theta_inside,
+                     qd_rope_config *r, float *theta, const char *what, qd_err *err)
+{
+    rope_defaults(r);
     int rc;
     if ((rc = qd_cfg_get_float(root, "partial_rotary_factor", &r->partial_rotary_factor, what, err))) return rc;
-    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    const cJSON *legacy = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (params && cJSON_IsNull(params)) params = NULL;
-    if (legacy && cJSON_IsNull(legacy)) legacy = NULL;
-    if ((params && !cJSON_IsObject(params)) || (legacy && !cJSON_IsObject(legacy)))
-        return qd_err_set(err, QD_EFORMAT, "%s: %s must be an object", what, params ? "rope_parameters" : "rope_scaling");
-    if (params && (cJSON_GetObjectItemCaseSensitive(params, "full_attention") ||
-                   cJSON_GetObjectItemCaseSensitive(params, "sliding_attention")))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_parameters per layer type is not supported for %s", what,
-                          c->architecture);
-    const cJSON *src = params ? params : legacy;
-    const char *src_name = params ? "rope_parameters" : "rope_scaling";
     /* rope_theta: top level (older files), or inside rope_parameters (transformers 5). */
-    if ((rc = qd_cfg_get_float(root, "rope_theta", &c->rope_theta, what, err))) return rc;
-    if (params && (rc = qd_cfg_get_float(params, "rope_theta", &c->rope_theta, what, err))) return rc;
+    if ((rc = qd_cfg_get_float(root, "rope_theta", theta, what, err))) return rc;
+    if (src && theta_inside && (rc = qd_cfg_get_float(src, "rope_theta", theta, what, err))) return rc;
     /* The original context may also sit at the top level (Phi-3's longrope). */
     if ((rc = qd_cfg_get_int(root, "original_max_position_embeddings", &r->orig_max_pos, what, err))) return rc;
+    if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1))
+        return qd_err_set(err, QD_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", what);
     if (!src) return 0;
     const cJSON *t = cJSON_GetObjectItemCaseSensitive(src, "rope_type");
     if (!t) t = cJSON_GetObjectItemCaseSensitive(src, "type");
@@ -126,5 +124,56 @@ int qd_config_rope_parse(const cJSON *root, const char *what, qd_model_config *c
                           "original_max_position_embeddings > 0", what, src_name);
     if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1))
         return qd_err_set(err, QD_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", what);
+    return 0;
+}
+
+int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, qd_model_config *c, qd_err *err)
+{
+    const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *legacy = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (params && cJSON_IsNull(params)) params = NULL;
+    if (legacy && cJSON_IsNull(legacy)) legacy = NULL;
+    if ((params && !cJSON_IsObject(params)) || (legacy && !cJSON_IsObject(legacy)))
+        return qd_err_set(err, QD_EFORMAT, "%s: %s must be an object", what, params ? "rope_parameters" : "rope_scaling");
+    const cJSON *full = params ? cJSON_GetObjectItemCaseSensitive(params, "full_attention") : NULL;
+    const cJSON *slide = params ? cJSON_GetObjectItemCaseSensitive(params, "sliding_attention") : NULL;
+    int rc;
+    if (full || slide) {
+        /* transformers 5 writes one RoPE per layer type for families that have layer types
+         * (Gemma 3: a local base for the sliding layers, scaling on the global ones). */
+        if (!layer_types)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_parameters per layer type is not supported for %s", what,
+                              c->architecture);
+        const cJSON *e;
+        cJSON_ArrayForEach(e, params)
+            if (strcmp(e->string, "full_attention") && strcmp(e->string, "sliding_attention"))
+                return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_parameters.%s: layer type not supported (full_attention, sliding_attention)",
+                                  what, e->string);
+        if (!full || !slide || !cJSON_IsObject(full) || !cJSON_IsObject(slide))
+            return qd_err_set(err, QD_EFORMAT, "%s: rope_parameters per layer type needs full_attention and sliding_attention objects", what);
+        if ((rc = parse_one(root, full, "rope_parameters.full_attention", 1, &c->rope, &c->rope_theta, what, err)) ||
+            (rc = parse_one(root, slide, "rope_parameters.sliding_attention", 1, &c->rope_local, &c->rope_theta_local, what, err)))
+            return rc;
+        return 0;
+    }
+    const cJSON *src = params ? params : legacy;
+    if ((rc = parse_one(root, src, params ? "rope_parameters" : "rope_scaling", params != NULL, &c->rope, &c->rope_theta,
+                        what, err)))
+        return rc;
+    /* One RoPE for every layer; Gemma 3's older files give the local layers their own base
+     * (rope_local_base_freq) and apply rope_scaling to the global ones only. */
+    c->rope_local = c->rope;
+    c->rope_theta_local = c->rope_theta;
+    const cJSON *lb = cJSON_GetObjectItemCaseSensitive(root, "rope_local_base_freq");
+    if (lb && !cJSON_IsNull(lb)) {
+        if (!layer_types)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_local_base_freq is set, which %s does not have; not supported",
+                              what, c->architecture);
+        rope_defaults(&c->rope_local);
+        c->rope_local.partial_rotary_factor = c->rope.partial_rotary_factor;
+        if ((rc = qd_cfg_get_float(root, "rope_local_base_freq", &c->rope_theta_local, what, err))) return rc;
+        if (!(c->rope_theta_local > 0))
+            return qd_err_set(err, QD_EFORMAT, "%s: rope_local_base_freq must be positive", what);
+    }
     return 0;
 }

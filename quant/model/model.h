@@ -26,7 +26,7 @@
 #define QD_MAX_LINEARS 8
 #define QD_MAX_GROUP_LINEARS 4
 #define QD_MAX_GROUPS 4
-#define QD_MAX_NORMS 2
+#define QD_MAX_NORMS 4
 
 typedef struct qd_model qd_model;
 
@@ -54,6 +54,8 @@ typedef struct qd_input_group {
     qd_prev_kind prev_kind;
     const char *prev;       /* "input_layernorm", "self_attn.v_proj", ... or NULL */
     int prev_index;         /* norm index (qd_model_norm_name) or linear index; -1 with NONE */
+    int64_t prev_row0;      /* QD_PREV_LINEAR: the rows [prev_row0, prev_row0 + prev_rows) of */
+    int64_t prev_rows;      /* the previous linear make this input (v's rows of a fused qkv) */
 } qd_input_group;
 
 /* Opens a HF model directory: config.json + model.safetensors or
@@ -81,9 +83,15 @@ int qd_model_linear_find(const qd_model *m, const char *name);
 int qd_model_n_groups(const qd_model *m);
 const qd_input_group *qd_model_group(const qd_model *m, int g);
 /* The block's norms: 0 = before attention, 1 = before the MLP ("input_layernorm",
- * "post_attention_layernorm"; OPT "self_attn_layer_norm", "final_layer_norm"). */
+ * "post_attention_layernorm"; OPT "self_attn_layer_norm", "final_layer_norm"; Gemma
+ * "pre_feedforward_layernorm"), 2 = after attention and 3 = after the MLP (Gemma's
+ * "post_attention_layernorm", "post_feedforward_layernorm"); NULL where the block has none. */
 const char *qd_model_norm_name(const qd_model *m, int i);
 int qd_model_norm_has_bias(const qd_model *m);            /* LayerNorm (OPT) */
+/* What a norm's stored weight w means: the norm multiplies by (offset + w) — 1 for Gemma's
+ * RMSNorm, 0 elsewhere. qd_block_norm_get/set speak in multipliers (offset + w); the
+ * checkpoint writer subtracts the offset back. */
+float qd_model_norm_offset(const qd_model *m);
 
 /* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
  * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's

@@ -1,7 +1,7 @@
-/* The architecture table: each supported family described as data — tensor names, the
- * block's linears with their shapes, which linears share an input, and what operator each
- * input follows (for folding AWQ scales). Adding a family that fits the llama or OPT block
- * shape is one entry here. */
+/* The architecture table: each supported block layout described as data — tensor names,
+ * the block's linears with their shapes, which linears share an input, and what operator
+ * each input follows (for folding AWQ scales: docs/architecture.md lists the rule per
+ * family). Adding a family that fits one of these block shapes is one entry here. */
 #include <stddef.h>
 
 #include "quant/model/model_internal.h"
@@ -10,6 +10,8 @@ static const qd_arch arch_llama = {
     .name = "llama",
     .family = QD_ARCH_LLAMA,
     .block_fmt = "model.layers.%d.",
+    .lin_o = 3,
+    .lin_mlp0 = 4,
     .n_linears = 7,
     .linears = {
         {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
@@ -41,6 +43,8 @@ static const qd_arch arch_opt = {
     .name = "opt",
     .family = QD_ARCH_OPT,
     .block_fmt = "model.decoder.layers.%d.",
+    .lin_o = 3,
+    .lin_mlp0 = 4,
     .n_linears = 6,
     .linears = {
         {"self_attn.q_proj", 0, QD_DIM_HIDDEN, QD_DIM_HIDDEN, QD_BIAS_QKV},
@@ -67,10 +71,78 @@ static const qd_arch arch_opt = {
     .project_out = "model.decoder.project_out.weight",
 };
 
-const qd_arch *qd_arch_for(qd_arch_family family)
+/* Gemma 2/3: the Llama block with a norm after attention and one after the MLP; the MLP's
+ * input norm is pre_feedforward_layernorm (Gemma's post_attention_layernorm normalises the
+ * attention output instead). AWQ folds into input_layernorm and pre_feedforward_layernorm
+ * (as multipliers 1 + w), v_proj and up_proj. */
+static const qd_arch arch_gemma = {
+    .name = "gemma",
+    .family = QD_ARCH_LLAMA,
+    .block_fmt = "model.layers.%d.",
+    .lin_o = 3,
+    .lin_mlp0 = 4,
+    .n_linears = 7,
+    .linears = {
+        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 4,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},
+        {"mlp_in", QD_PREV_NORM, "pre_feedforward_layernorm"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+    },
+    .norms = {"input_layernorm", "pre_feedforward_layernorm", "post_attention_layernorm", "post_feedforward_layernorm"},
+    .layernorm = 0,
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm",
+    .lm_head = "lm_head.weight",
+};
+
+/* Phi-3/3.5/4: q, k, v fused in one qkv_proj and gate, up in one gate_up_proj, each
+ * quantized as the single linear the checkpoint holds (one Hessian). AWQ folds o_proj's
+ * scales into the v rows (the last KV rows) of qkv_proj and down_proj's into the up rows
+ * (the last FF rows) of gate_up_proj. */
+static const qd_arch arch_phi3 = {
+    .name = "phi3",
+    .family = QD_ARCH_LLAMA,
+    .block_fmt = "model.layers.%d.",
+    .fused_qkv = 1,
+    .fused_gate_up = 1,
+    .lin_o = 1,
+    .lin_mlp0 = 2,
+    .n_linears = 4,
+    .linears = {
+        {"self_attn.qkv_proj", 0, QD_DIM_QKV, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        {"mlp.gate_up_proj", 2, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 4,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"attn_out", QD_PREV_LINEAR, "self_attn.qkv_proj", 1, QD_DIM_KV},
+        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.gate_up_proj", 1, QD_DIM_FF},
+    },
+    .norms = {"input_layernorm", "post_attention_layernorm"},
+    .layernorm = 0,
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm",
+    .lm_head = "lm_head.weight",
+};
+
+const qd_arch *qd_arch_for(const qd_model_config *c)
 {
-    switch (family) {
-    case QD_ARCH_LLAMA: return &arch_llama;
+    switch (c->family) {
+    case QD_ARCH_LLAMA:
+        return c->layout == QD_LAYOUT_GEMMA ? &arch_gemma : c->layout == QD_LAYOUT_PHI3 ? &arch_phi3 : &arch_llama;
     case QD_ARCH_OPT: return &arch_opt;
     default: return NULL;
     }

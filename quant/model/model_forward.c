@@ -1,6 +1,8 @@
-/* The forward pass through be->ops: token embedding (+ OPT positions and project_in), one
- * decoder block with input hooks and weight overrides (llama: RMSNorm, RoPE, GQA attention,
- * SwiGLU; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and final norm + lm_head.
+/* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
+ * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
+ * RoPE, GQA attention with optional window and soft-cap, SwiGLU or GeGLU, Phi-3's fused
+ * projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
+ * final norm + lm_head (+ Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
 #include <stdlib.h>
@@ -39,6 +41,8 @@ int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
         }
         rc = qd_convert_to_f32(te->dtype, (const char *)te->data + (size_t)ids[r] * pd * esz, host + r * pd, (size_t)pd);
         if (rc) qd_err_set(err, rc, "embed: cannot convert %s rows", qd_dtype_name(te->dtype));
+        /* Gemma: embeddings times sqrt(hidden) (rounded to the model's dtype, see config). */
+        for (int64_t i = 0; !rc && c->embed_scale > 0 && i < pd; i++) host[r * pd + i] *= c->embed_scale;
     }
     if (!rc) {
         if (m->proj_in) {
@@ -73,20 +77,42 @@ int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
     return rc;
 }
 
-/* Runs linear li on x (rows) into y, applying the override hook. */
-static int run_linear(qd_model *m, const qd_block_weights *bw, int li, const float *x, int64_t rows,
-                      float *y, const qd_block_hooks *hooks, qd_err *err)
+/* The weight and bias linear li computes with in this call: the loaded ones, or what the
+ * override hook substitutes. */
+static int linear_weights(qd_model *m, const qd_block_weights *bw, int li, const qd_block_hooks *hooks,
+                          const float **w, const float **b, qd_err *err)
 {
     const qd_linear_info *L = &m->lin[li];
-    const float *w = bw->w[li], *b = bw->b[li];
+    *w = bw->w[li];
+    *b = bw->b[li];
     if (hooks && hooks->override) {
-        int rc = hooks->override(hooks->ud, bw->block, li, &w, &b);
+        int rc = hooks->override(hooks->ud, bw->block, li, w, b);
         if (rc) return qd_err_set(err, rc, "block %d %s: the weight override failed", bw->block, L->name);
     }
-    if (!w) return qd_err_set(err, QD_EINVAL, "block %d %s: no weight", bw->block, L->name);
-    int rc = qd_linear_forward(m->be, x, rows, w, L->has_bias ? b : NULL, L->n, L->k, y);
+    if (!*w) return qd_err_set(err, QD_EINVAL, "block %d %s: no weight", bw->block, L->name);
+    if (!L->has_bias) *b = NULL;
+    return 0;
+}
+
+/* Output rows [r0, r0 + n) of linear li on x (rows) into y [rows, n]: the whole linear, or
+ * one part of a fused one (q, k or v of qkv_proj; gate or up of gate_up_proj), whose rows
+ * are contiguous in the [N, K] weight. */
+static int run_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t r0, int64_t n, const float *x,
+                           int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_linear_info *L = &m->lin[li];
+    const float *w, *b;
+    int rc = linear_weights(m, bw, li, hooks, &w, &b, err);
+    if (rc) return rc;
+    rc = qd_linear_forward(m->be, x, rows, w + r0 * L->k, b ? b + r0 : NULL, n, L->k, y);
     if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, m->be->err.msg);
     return 0;
+}
+
+static int run_linear(qd_model *m, const qd_block_weights *bw, int li, const float *x, int64_t rows, float *y,
+                      const qd_block_hooks *hooks, qd_err *err)
+{
+    return run_linear_part(m, bw, li, 0, m->lin[li].n, x, rows, y, hooks, err);
 }
 
 static int call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
@@ -105,12 +131,14 @@ static int norm(qd_model *m, float *y, const float *x, const float *w, const flo
     return m->be->ops->rmsnorm(m->be, y, x, w, rows, m->cfg.hidden, m->cfg.norm_eps);
 }
 
-/* Attention sub-block: xn (normed input) → tmp (o_proj output). */
+/* Attention sub-block: xn (normed input) → out (o_proj output). rf: this layer's RoPE
+ * (NULL for OPT); window: this layer's sliding window (0 = none). */
 static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
-                     int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks,
-                     qd_err *err)
+                     int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, int64_t window,
+                     const qd_block_hooks *hooks, qd_err *err)
 {
     const qd_model_config *c = &m->cfg;
+    const qd_arch *a = m->arch;
     int64_t rows = batch * seq, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
     float *q = qd_model_scratch(m, QD_SCRATCH_Q, (size_t)(rows * qd) * sizeof(float), err);
     float *k = q ? qd_model_scratch(m, QD_SCRATCH_K, (size_t)(rows * kvd) * sizeof(float), err) : NULL;
@@ -118,24 +146,33 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     float *att = v ? qd_model_scratch(m, QD_SCRATCH_ATT, (size_t)(rows * qd) * sizeof(float), err) : NULL;
     if (!att) return QD_ENOMEM;
     int rc;
-    if ((rc = call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err)) ||
-        (rc = run_linear(m, bw, QD_LIN_Q, xn, rows, q, hooks, err)) ||
-        (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
-        (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err)))
+    if ((rc = call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err))) return rc;
+    if (a->fused_qkv) {
+        /* Phi-3's qkv_proj: rows [0, Q) are q, then k, then v. */
+        if ((rc = run_linear_part(m, bw, 0, 0, qd, xn, rows, q, hooks, err)) ||
+            (rc = run_linear_part(m, bw, 0, qd, kvd, xn, rows, k, hooks, err)) ||
+            (rc = run_linear_part(m, bw, 0, qd + kvd, kvd, xn, rows, v, hooks, err)))
+            return rc;
+    } else if ((rc = run_linear(m, bw, QD_LIN_Q, xn, rows, q, hooks, err)) ||
+               (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
+               (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err))) {
         return rc;
+    }
     if (c->qk_norm) {
-        /* Qwen3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
+        /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
     }
-    if (c->family == QD_ARCH_LLAMA) {
+    if (rf) {
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
+    /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
+    double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     BE_CALL(m, err, m->be->ops->attention(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads, c->head_dim,
-                                          (float)(1.0 / sqrt((double)c->head_dim)), c->sliding_window));
-    if ((rc = call_input(m, bw, m->lin[QD_LIN_O].group, att, rows, hooks, err)) ||
-        (rc = run_linear(m, bw, QD_LIN_O, att, rows, out, hooks, err)))
+                                          (float)(1.0 / sqrt(qs)), window, c->attn_softcap));
+    if ((rc = call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
+        (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))
         return rc;
     return 0;
 }
@@ -145,20 +182,29 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
                const qd_block_hooks *hooks, qd_err *err)
 {
     const qd_model_config *c = &m->cfg;
+    const qd_arch *a = m->arch;
     int64_t ff = c->intermediate;
     float *f1 = qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err);
     if (!f1) return QD_ENOMEM;
-    int rc, l0 = QD_LIN_MLP0;
+    int rc, l0 = a->lin_mlp0;
     if ((rc = call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
     if (c->family == QD_ARCH_LLAMA) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
-        if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err)) ||          /* gate */
-            (rc = run_linear(m, bw, l0 + 1, xn, rows, f2, hooks, err)))        /* up */
+        int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
+        if (a->fused_gate_up) {
+            /* Phi-3's gate_up_proj: rows [0, FF) are the gate, [FF, 2 FF) the up projection. */
+            if ((rc = run_linear_part(m, bw, l0, 0, ff, xn, rows, f1, hooks, err)) ||
+                (rc = run_linear_part(m, bw, l0, ff, ff, xn, rows, f2, hooks, err)))
+                return rc;
+        } else if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err)) ||          /* gate */
+                   (rc = run_linear(m, bw, l0 + 1, xn, rows, f2, hooks, err))) {      /* up */
             return rc;
-        BE_CALL(m, err, m->be->ops->silu_mul(m->be, f1, f1, f2, rows * ff));
-        if ((rc = call_input(m, bw, m->lin[l0 + 2].group, f1, rows, hooks, err)) ||
-            (rc = run_linear(m, bw, l0 + 2, f1, rows, out, hooks, err)))
+        }
+        if (c->layout == QD_LAYOUT_GEMMA) BE_CALL(m, err, m->be->ops->gelu_tanh_mul(m->be, f1, f1, f2, rows * ff));
+        else BE_CALL(m, err, m->be->ops->silu_mul(m->be, f1, f1, f2, rows * ff));
+        if ((rc = call_input(m, bw, m->lin[down].group, f1, rows, hooks, err)) ||
+            (rc = run_linear(m, bw, down, f1, rows, out, hooks, err)))
             return rc;
     } else {
         if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
@@ -194,9 +240,12 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
         ph[r] = pos ? pos[r % seq] : (int32_t)(r % seq);
         if (ph[r] > max_p) max_p = ph[r];
     }
-    /* RoPE's frequencies for this forward (dynamic and LongRoPE depend on its length). */
+    /* This layer's attention window and RoPE's frequencies for this forward (dynamic and
+     * LongRoPE depend on its length; Gemma 3's sliding layers have their own base). */
+    int sliding = c->sliding_window > 0 && bw->block < QD_CFG_MAX_LAYERS && c->layer_sliding[bw->block];
+    int64_t window = sliding ? c->sliding_window : 0;
     qd_rope_freqs rf;
-    int rc0 = c->family == QD_ARCH_LLAMA ? qd_rope_freqs_compute(c, (int64_t)max_p + 1, &rf, err) : 0;
+    int rc0 = c->family == QD_ARCH_LLAMA ? qd_rope_freqs_compute(c, sliding, (int64_t)max_p + 1, &rf, err) : 0;
     if (rc0) { free(ph); return rc0; }
     int rc = qd_backend_upload(m->be, pos_be, ph, (size_t)rows * sizeof *ph);
     free(ph);
@@ -205,16 +254,20 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
 
     int pre = c->family == QD_ARCH_LLAMA || c->do_layer_norm_before;
     /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
-     * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)). */
+     * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)).
+     * Gemma adds norm2 and norm3 on each sub-block's output before the residual add. */
     const float *ain = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err))) return rc;
+    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err)))
+        return rc;
+    if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
     if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
 
     const float *min = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
     if ((rc = mlp(m, bw, min, tmp, rows, hooks, err))) return rc;
+    if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
     if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));
     return 0;
@@ -239,6 +292,7 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
     }
     if (m->lm_head) {
         BE_CALL(m, err, m->be->ops->gemm(m->be, 0, 1, rows, V, pd, 1.0f, hn, pd, m->lm_head, pd, 0.0f, logits, V));
+        if (c->final_softcap > 0) BE_CALL(m, err, m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap));
         return 0;
     }
     /* Large vocabularies: convert lm_head a chunk of rows at a time. */
@@ -258,6 +312,8 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
         if (rc) qd_err_set(err, rc, "lm_head rows [%lld, %lld): %s", (long long)v0, (long long)(v0 + n), m->be->err.msg);
     }
     if (host != dev) free(host);
+    if (!rc && c->final_softcap > 0 && (rc = m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap)))
+        qd_err_set(err, rc, "final logit soft-cap: %s", m->be->err.msg);
     return rc;
 }
 

@@ -12,6 +12,8 @@ typedef enum qd_dim {
     QD_DIM_Q,            /* n_heads * head_dim */
     QD_DIM_KV,           /* n_kv_heads * head_dim */
     QD_DIM_FF,           /* intermediate_size */
+    QD_DIM_QKV,          /* Q + 2 KV: a fused qkv_proj (Phi-3) */
+    QD_DIM_FF2,          /* 2 FF: a fused gate_up_proj (Phi-3) */
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
@@ -28,10 +30,13 @@ typedef struct qd_arch_group {
     const char *name;
     qd_prev_kind prev_kind;    /* for pre-LN models; post-LN OPT has no foldable norm */
     const char *prev;          /* norm or linear name */
+    int prev_tail;             /* the input comes from the last dim(prev_tail_dim) rows of a */
+    qd_dim prev_tail_dim;      /* fused previous linear (v of qkv_proj, up of gate_up_proj) */
 } qd_arch_group;
 
-/* Linear roles the forward code relies on; both families list q, k, v, o first. */
-enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V, QD_LIN_O, QD_LIN_MLP0 };
+/* Linear roles the forward code relies on. Separate projections list q, k, v, o, then the
+ * MLP; fused ones (fused_qkv) list qkv, o, then the MLP. */
+enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
 typedef struct qd_arch {
     const char *name;          /* "llama", "opt" */
@@ -41,7 +46,10 @@ typedef struct qd_arch {
     qd_arch_linear linears[QD_MAX_LINEARS];
     int n_groups;
     qd_arch_group groups[QD_MAX_GROUPS];
-    const char *norms[QD_MAX_NORMS];
+    int fused_qkv;             /* linear 0 is [q; k; v] (rows Q, KV, KV) */
+    int fused_gate_up;         /* the first MLP linear is [gate; up] (rows FF, FF) */
+    int lin_o, lin_mlp0;       /* indices of o_proj and of the first MLP linear */
+    const char *norms[QD_MAX_NORMS];   /* see qd_model_norm_name; NULL where absent */
     int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
     const char *embed;         /* token embedding [vocab, proj_dim] */
     const char *embed_pos;     /* learned positions [max_pos + offset, hidden] or NULL */
@@ -51,7 +59,7 @@ typedef struct qd_arch {
     const char *project_out;   /* [proj_dim, hidden] */
 } qd_arch;
 
-const qd_arch *qd_arch_for(qd_arch_family family);
+const qd_arch *qd_arch_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_COUNT };

@@ -36,6 +36,8 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_Q: return m->cfg.n_heads * m->cfg.head_dim;
     case QD_DIM_KV: return m->cfg.n_kv_heads * m->cfg.head_dim;
     case QD_DIM_FF: return m->cfg.intermediate;
+    case QD_DIM_QKV: return (m->cfg.n_heads + 2 * m->cfg.n_kv_heads) * m->cfg.head_dim;
+    case QD_DIM_FF2: return 2 * m->cfg.intermediate;
     }
     return 0;
 }
@@ -109,6 +111,29 @@ int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_
     float *p = qd_backend_alloc(m->be, t->numel * sizeof(float));
     if (!p) return qd_err_set(err, QD_ENOMEM, "tensor '%s': cannot allocate %llu floats", t->name, (unsigned long long)t->numel);
     if ((rc = tensor_to_backend(m, t, p, err))) { qd_backend_free(m->be, p); return rc; }
+    *out = p;
+    return 0;
+}
+
+/* A norm's weight as the multiplier the forward uses: offset + w (Gemma's (1 + w)), summed
+ * in float32 as transformers does. */
+static int load_norm(qd_model *m, const char *canonical, int64_t len, float **out, qd_err *err)
+{
+    float off = m->cfg.norm_offset;
+    if (off == 0.0f) return qd_model_load_f32(m, canonical, 1, &len, out, err);
+    const st_tensor *t = NULL;
+    int rc = find_float(m, canonical, 1, &len, &t, err);
+    if (rc) return rc;
+    float *host = malloc((size_t)len * sizeof *host);
+    float *p = host ? qd_backend_alloc(m->be, (size_t)len * sizeof(float)) : NULL;
+    if (!p) { free(host); return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name); }
+    if (!(rc = st_tensor_read_f32(t, host, err))) {
+        for (int64_t i = 0; i < len; i++) host[i] += off;
+        if ((rc = qd_backend_upload(m->be, p, host, (size_t)len * sizeof *host)))
+            qd_err_set(err, rc, "tensor '%s': upload failed: %s", t->name, m->be->err.msg);
+    }
+    free(host);
+    if (rc) { qd_backend_free(m->be, p); return rc; }
     *out = p;
     return 0;
 }
@@ -255,7 +280,8 @@ uint64_t qd_block_bytes(const qd_model *m)
 {
     uint64_t n = 0;
     for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
-    n += (uint64_t)m->cfg.hidden * QD_MAX_NORMS * (m->arch->layernorm ? 2 : 1);
+    for (int i = 0; i < QD_MAX_NORMS; i++)
+        if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
     if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     return n * sizeof(float);
 }
@@ -279,10 +305,11 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     int rc = 0;
     for (int i = 0; i < m->n_lin && !rc; i++) rc = load_linear(m, block, i, &bw->w[i], &bw->b[i], err);
     for (int i = 0; i < QD_MAX_NORMS && !rc; i++) {
+        if (!m->arch->norms[i]) continue;
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
-        rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_w[i], err);
+        rc = load_norm(m, name, m->cfg.hidden, &bw->norm_w[i], err);
         if (!rc && m->arch->layernorm) {
             snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
             rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_b[i], err);
@@ -293,7 +320,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
-        rc = qd_model_load_f32(m, name, 1, &m->cfg.head_dim, &bw->qk_norm_w[i], err);
+        rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
@@ -332,7 +359,7 @@ int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int li, const float *
 
 int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int ni, float *w_host, float *b_host, qd_err *err)
 {
-    if (ni < 0 || ni >= QD_MAX_NORMS) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
+    if (ni < 0 || ni >= QD_MAX_NORMS || !m->arch->norms[ni]) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
     size_t bytes = (size_t)m->cfg.hidden * sizeof(float);
     int rc = 0;
     if (w_host) rc = xfer(m, 0, bw->norm_w[ni], w_host, bytes, m->arch->norms[ni], err);
@@ -342,7 +369,7 @@ int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int ni, float *w_
 
 int qd_block_norm_set(qd_model *m, qd_block_weights *bw, int ni, const float *w_host, const float *b_host, qd_err *err)
 {
-    if (ni < 0 || ni >= QD_MAX_NORMS) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
+    if (ni < 0 || ni >= QD_MAX_NORMS || !m->arch->norms[ni]) return qd_err_set(err, QD_EINVAL, "norm index %d is outside [0, %d)", ni, QD_MAX_NORMS);
     if (b_host && !bw->norm_b[ni]) return qd_err_set(err, QD_EINVAL, "%s has no bias to set", m->arch->norms[ni]);
     size_t bytes = (size_t)m->cfg.hidden * sizeof(float);
     int rc = 0;
@@ -383,6 +410,7 @@ static int validate_blocks(qd_model *m, qd_err *err)
         for (int i = 0; i < QD_MAX_NORMS; i++) {
             const st_tensor *t;
             int rc;
+            if (!m->arch->norms[i]) continue;
             snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
             if ((rc = find_float(m, name, 1, &m->cfg.hidden, &t, err))) return rc;
             if (m->arch->layernorm) {
@@ -428,9 +456,15 @@ static void describe_block(qd_model *m)
             G->prev = NULL;
         }
         if (G->prev_kind == QD_PREV_NORM)
-            for (int i = 0; i < QD_MAX_NORMS; i++) if (!strcmp(a->norms[i], G->prev)) G->prev_index = i;
+            for (int i = 0; i < QD_MAX_NORMS; i++) if (a->norms[i] && !strcmp(a->norms[i], G->prev)) G->prev_index = i;
         if (G->prev_kind == QD_PREV_LINEAR)
             for (int i = 0; i < a->n_linears; i++) if (!strcmp(a->linears[i].name, G->prev)) G->prev_index = i;
+        G->prev_row0 = 0;
+        G->prev_rows = G->prev_kind == QD_PREV_LINEAR ? m->lin[G->prev_index].n : 0;
+        if (G->prev_kind == QD_PREV_LINEAR && a->groups[g].prev_tail) {
+            G->prev_rows = qd_model_dim(m, a->groups[g].prev_tail_dim);
+            G->prev_row0 = m->lin[G->prev_index].n - G->prev_rows;
+        }
     }
 }
 
@@ -450,7 +484,7 @@ static int open_globals(qd_model *m, qd_err *err)
     if (c->family == QD_ARCH_LLAMA || c->do_layer_norm_before) {
         char name[256];
         snprintf(name, sizeof name, "%s.weight", a->final_norm);
-        if ((rc = qd_model_load_f32(m, name, 1, &c->hidden, &m->final_w, err))) return rc;
+        if ((rc = load_norm(m, name, c->hidden, &m->final_w, err))) return rc;
         if (a->layernorm) {
             snprintf(name, sizeof name, "%s.bias", a->final_norm);
             if ((rc = qd_model_load_f32(m, name, 1, &c->hidden, &m->final_b, err))) return rc;
@@ -502,7 +536,7 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     int rc;
     if (!(m->dir = strdup(dir))) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir); goto fail; }
     if ((rc = qd_model_config_load(dir, &m->cfg, err))) goto fail;
-    if (!(m->arch = qd_arch_for(m->cfg.family))) {
+    if (!(m->arch = qd_arch_for(&m->cfg))) {
         rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture %s is not supported", dir, m->cfg.architecture);
         goto fail;
     }
@@ -559,6 +593,7 @@ int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
 const qd_input_group *qd_model_group(const qd_model *m, int g) { return g >= 0 && g < m->n_grp ? &m->grp[g] : NULL; }
 const char *qd_model_norm_name(const qd_model *m, int i) { return i >= 0 && i < QD_MAX_NORMS ? m->arch->norms[i] : NULL; }
 int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm; }
+float qd_model_norm_offset(const qd_model *m) { return m->cfg.norm_offset; }
 
 int qd_model_linear_find(const qd_model *m, const char *name)
 {

@@ -21,9 +21,8 @@ static double yarn_correction_dim(double rotations, int64_t dim, double base, do
     return ((double)dim * log(max_pos / (rotations * 2.0 * M_PI))) / (2.0 * log(base));
 }
 
-static void yarn(const qd_model_config *c, int64_t dim, qd_rope_freqs *f)
+static void yarn(const qd_model_config *c, const qd_rope_config *r, float theta, int64_t dim, qd_rope_freqs *f)
 {
-    const qd_rope_config *r = &c->rope;
     float factor = r->factor;
     double orig = (double)(r->orig_max_pos > 0 ? r->orig_max_pos : c->max_pos);
     /* transformers 5: factor as given; only without one is it the ratio of the two context
@@ -36,7 +35,7 @@ static void yarn(const qd_model_config *c, int64_t dim, qd_rope_freqs *f)
         else
             attn = yarn_mscale(factor, 1.0f);
     }
-    double base = c->rope_theta;
+    double base = theta;
     double low = yarn_correction_dim(r->beta_fast, dim, base, orig);
     double high = yarn_correction_dim(r->beta_slow, dim, base, orig);
     if (r->truncate) { low = floor(low); high = ceil(high); }
@@ -55,9 +54,8 @@ static void yarn(const qd_model_config *c, int64_t dim, qd_rope_freqs *f)
     f->attn_scale = attn;
 }
 
-static void llama3(const qd_model_config *c, int64_t dim, qd_rope_freqs *f)
+static void llama3(const qd_rope_config *r, int64_t dim, qd_rope_freqs *f)
 {
-    const qd_rope_config *r = &c->rope;
     float old_ctx = (float)r->orig_max_pos;
     float low_wavelen = old_ctx / r->low_freq_factor, high_wavelen = old_ctx / r->high_freq_factor;
     for (int64_t i = 0; i < dim / 2; i++) {
@@ -74,14 +72,18 @@ static void llama3(const qd_model_config *c, int64_t dim, qd_rope_freqs *f)
 
 int64_t qd_rope_max_seq(const qd_model_config *c)
 {
-    if (c->family == QD_ARCH_LLAMA && c->rope.type == QD_ROPE_DYNAMIC)
-        return (int64_t)((double)c->max_pos * (c->rope.factor > 1 ? c->rope.factor : 1.0));
-    return c->max_pos;
+    int64_t n = c->max_pos;
+    for (int i = 0; i < 2 && c->family == QD_ARCH_LLAMA; i++) {
+        const qd_rope_config *r = i ? &c->rope_local : &c->rope;
+        int64_t d = (int64_t)((double)c->max_pos * (r->factor > 1 ? r->factor : 1.0));
+        if (r->type == QD_ROPE_DYNAMIC && d > n) n = d;
+    }
+    return n;
 }
 
-int qd_rope_freqs_compute(const qd_model_config *c, int64_t seq_len, qd_rope_freqs *f, qd_err *err)
+int qd_rope_freqs_compute(const qd_model_config *c, int sliding, int64_t seq_len, qd_rope_freqs *f, qd_err *err)
 {
-    const qd_rope_config *r = &c->rope;
+    const qd_rope_config *r = sliding ? &c->rope_local : &c->rope;
     int64_t dim = (int64_t)((float)c->head_dim * r->partial_rotary_factor);
     dim &= ~(int64_t)1;
     if (dim <= 0 || dim / 2 > QD_ROPE_MAX_HALF)
@@ -90,7 +92,7 @@ int qd_rope_freqs_compute(const qd_model_config *c, int64_t seq_len, qd_rope_fre
     memset(f, 0, sizeof *f);
     f->rot_dim = dim;
     f->attn_scale = 1.0f;
-    float base = c->rope_theta;
+    float base = sliding ? c->rope_theta_local : c->rope_theta;
     switch (r->type) {
     case QD_ROPE_DEFAULT:
         plain_inv_freq(base, dim, f->inv_freq);
@@ -109,10 +111,10 @@ int qd_rope_freqs_compute(const qd_model_config *c, int64_t seq_len, qd_rope_fre
     }
     case QD_ROPE_LLAMA3:
         plain_inv_freq(base, dim, f->inv_freq);
-        llama3(c, dim, f);
+        llama3(r, dim, f);
         break;
     case QD_ROPE_YARN:
-        yarn(c, dim, f);
+        yarn(c, r, base, dim, f);
         break;
     case QD_ROPE_LONGROPE: {
         if (r->n_factors != dim / 2)

@@ -12,8 +12,10 @@
 #include "quant/model/config.h"
 
 /* Fills f for a forward whose positions run up to seq_len - 1 (rotated dims: head_dim times
- * partial_rotary_factor). QD_EINVAL when the rotated dims exceed the table. */
-int qd_rope_freqs_compute(const qd_model_config *c, int64_t seq_len, qd_rope_freqs *f, qd_err *err);
+ * partial_rotary_factor), for the full-attention layers (sliding 0: c->rope, rope_theta) or
+ * the sliding-window ones (c->rope_local, rope_theta_local: Gemma 3's local base). QD_EINVAL
+ * when the rotated dims exceed the table. */
+int qd_rope_freqs_compute(const qd_model_config *c, int sliding, int64_t seq_len, qd_rope_freqs *f, qd_err *err);
 /* The longest sequence the model's positions allow: max_position_embeddings, except for
  * dynamic scaling, which extends it by its factor. */
 int64_t qd_rope_max_seq(const qd_model_config *c);

@@ -256,12 +256,12 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
     const qd_model_config *mc = qd_model_cfg(p->m);
     if (G->prev_kind == QD_PREV_LINEAR) {
         const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
-        if (prev->n != G->k) {
+        if (G->prev_rows != G->k) {
             /* Grouped-query attention: v_proj's output channel (kv, d) feeds o_proj's input
              * channels (h, d) of the heads h = kv * rep .. kv * rep + rep - 1 (HF's
              * repeat_kv). One scale per KV channel keeps the fold exact. */
             int gqa = mc->n_kv_heads > 0 && mc->n_heads % mc->n_kv_heads == 0 &&
-                      prev->n == mc->n_kv_heads * mc->head_dim && G->k == mc->n_heads * mc->head_dim;
+                      G->prev_rows == mc->n_kv_heads * mc->head_dim && G->k == mc->n_heads * mc->head_dim;
             if (gqa) rep = mc->n_heads / mc->n_kv_heads;
             if (!p->st.awq_note[0]) {
                 if (gqa)
@@ -270,7 +270,7 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
                              prev->name, qd_model_linear(p->m, G->linears[0])->name, (long long)rep);
                 else
                     snprintf(p->st.awq_note, sizeof p->st.awq_note, "%s -> %s scaling skipped: shapes differ (%lld, %lld)",
-                             prev->name, qd_model_linear(p->m, G->linears[0])->name, (long long)prev->n, (long long)G->k);
+                             prev->name, qd_model_linear(p->m, G->linears[0])->name, (long long)G->prev_rows, (long long)G->k);
             }
             if (!gqa) return 0;
         }
@@ -333,10 +333,13 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
             float *pb = prev->has_bias ? host : NULL;
             if (!pw) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
             if (!rc) rc = qd_block_linear_get(p->m, bw, G->prev_index, pw, pb, err);
-            for (int64_t r = 0; r < prev->n && !rc; r++) {
-                /* prev's output r feeds input channel r (rep 1) or, under GQA, the channels
-                 * of its class, which share one scale: the first is that of head kv * rep. */
-                int64_t ch = rep == 1 ? r : (r / mc->head_dim) * rep * mc->head_dim + r % mc->head_dim;
+            for (int64_t i = 0; i < G->prev_rows && !rc; i++) {
+                /* prev's output row0 + i feeds input channel i (rep 1) or, under GQA, the
+                 * channels of its class, which share one scale: the first is that of head
+                 * kv * rep. A fused prev (Phi-3's qkv_proj, gate_up_proj) has other outputs
+                 * before row0, untouched. */
+                int64_t r = G->prev_row0 + i;
+                int64_t ch = rep == 1 ? i : (i / mc->head_dim) * rep * mc->head_dim + i % mc->head_dim;
                 for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[ch];
                 if (pb) pb[r] /= sc.s[ch];
             }

@@ -106,6 +106,9 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
         if (!wv) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
         int has_b = qd_model_norm_has_bias(p->m);
         rc = qd_block_norm_get(p->m, bw, ni, wv, has_b ? wv + hidden : NULL, err);
+        /* The block holds multipliers (Gemma: 1 + w); the checkpoint stores w. */
+        float off = qd_model_norm_offset(p->m);
+        for (int64_t i = 0; i < hidden && !rc && off != 0.0f; i++) wv[i] -= off;
         for (int part = 0; part < 1 + has_b && !rc; part++) {
             snprintf(name, sizeof name, "%s%s.%s", prefix, qd_model_norm_name(p->m, ni), part ? "bias" : "weight");
             const st_tensor *src = st_model_find(sm, name);

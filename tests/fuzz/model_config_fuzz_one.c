@@ -34,7 +34,8 @@ static int check_config(const qd_model_config *c)
     if (c->n_kv_heads <= 0 || c->n_heads % c->n_kv_heads) return fail("kv heads do not divide heads", NULL);
     if (c->head_dim <= 0 || c->head_dim % 2) return fail("head_dim not positive and even", NULL);
     if (!(c->norm_eps > 0) || !(c->rope_theta > 0)) return fail("eps or theta not positive", NULL);
-    if (c->family == QD_ARCH_LLAMA && strcmp(c->activation, "silu")) return fail("llama without silu", c->activation);
+    if (c->family == QD_ARCH_LLAMA && strcmp(c->activation, c->layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu"))
+        return fail("rotary decoder with an activation of another family", c->activation);
     if (c->family == QD_ARCH_OPT && strcmp(c->activation, "relu") && strcmp(c->activation, "gelu"))
         return fail("OPT activation", c->activation);
     if (c->word_embed_proj_dim <= 0) return fail("word_embed_proj_dim", NULL);

@@ -2,6 +2,7 @@
  * implement refused by name, and the frequencies of the scaling types at their edges
  * (dynamic below its length is plain RoPE; llama3 keeps, smooths and divides by band). The
  * forward parity itself is test_model_families. */
+#include <math.h>
 #include <stdio.h>
 
 #include "test_util.h"
@@ -15,6 +16,17 @@ static int parse(const char *arch, const char *extra, qd_model_config *c, qd_err
 {
     char json[4096];
     snprintf(json, sizeof json, "{" BASE "%s%s}", arch, extra[0] ? "," : "", extra);
+    memset(err, 0, sizeof *err);
+    return qd_model_config_parse(json, "config.json", c, err);
+}
+
+/* The same with hidden_size and num_hidden_layers of one's own. */
+static int parse_sized(const char *arch, int hidden, int layers, const char *extra, qd_model_config *c, qd_err *err)
+{
+    char json[4096];
+    snprintf(json, sizeof json, "{\"architectures\":[\"%s\"],\"hidden_size\":%d,\"intermediate_size\":64,"
+             "\"num_hidden_layers\":%d,\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,"
+             "\"max_position_embeddings\":64,%s}", arch, hidden, layers, extra);
     memset(err, 0, sizeof *err);
     return qd_model_config_parse(json, "config.json", c, err);
 }
@@ -41,7 +53,14 @@ static void test_refusals(void)
     refused("MistralForCausalLM", "\"final_logit_softcapping\":30", "final_logit_softcapping");
     refused("Qwen2ForCausalLM", "\"layer_types\":[\"full_attention\",\"sliding_attention\"]", "sliding_attention");
     refused("Qwen2ForCausalLM", "\"use_sliding_window\":true,\"sliding_window\":16", "use_sliding_window");
-    refused("Gemma2ForCausalLM", "", "Qwen3ForCausalLM");   /* the list of supported ones */
+    refused("Gemma3ForConditionalGeneration", "", "Gemma3ForCausalLM");   /* the list of supported ones */
+    refused("Gemma2ForCausalLM", "\"hidden_activation\":\"gelu\"", "hidden_activation \"gelu\"");
+    refused("Gemma3ForCausalLM", "\"use_bidirectional_attention\":true", "use_bidirectional_attention");
+    refused("Gemma3ForCausalLM", "\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]", "chunked_attention");
+    refused("Gemma3ForCausalLM", "\"rope_parameters\":{\"full_attention\":{\"rope_theta\":1e6},\"chunked\":{}}", "chunked");
+    refused("LlamaForCausalLM", "\"rope_local_base_freq\":10000", "rope_local_base_freq");
+    refused("Gemma2ForCausalLM", "\"rope_parameters\":{\"rope_type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+            "\"long_factor\":[1,1,1,1,1,1,1,1]}", "Phi3ForCausalLM only");
     qd_model_config c;
     qd_err err;
     CHECK_INT(parse("LlamaForCausalLM", "\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8}", &c, &err), QD_EFORMAT);
@@ -61,14 +80,14 @@ static void test_spellings(void)
     CHECK_INT(a.rope.type, QD_ROPE_LLAMA3);
     CHECK_INT(b.rope.type, QD_ROPE_LLAMA3);
     qd_rope_freqs fa, fb;
-    CHECK_OK(qd_rope_freqs_compute(&a, 16, &fa, &err));
-    CHECK_OK(qd_rope_freqs_compute(&b, 16, &fb, &err));
+    CHECK_OK(qd_rope_freqs_compute(&a, 0, 16, &fa, &err));
+    CHECK_OK(qd_rope_freqs_compute(&b, 0, 16, &fb, &err));
     CHECK(!memcmp(fa.inv_freq, fb.inv_freq, sizeof fa.inv_freq));
     /* llama3 bands: the fastest frequency is kept, the slowest divided by the factor. */
     qd_model_config p = a;
     p.rope.type = QD_ROPE_DEFAULT;
     qd_rope_freqs fp;
-    CHECK_OK(qd_rope_freqs_compute(&p, 16, &fp, &err));
+    CHECK_OK(qd_rope_freqs_compute(&p, 0, 16, &fp, &err));
     int half = (int)(fa.rot_dim / 2);
     CHECK_NEAR(fa.inv_freq[0], fp.inv_freq[0], 0);
     CHECK_NEAR(fa.inv_freq[half - 1], fp.inv_freq[half - 1] / 8.0f, 1e-12);
@@ -85,15 +104,83 @@ static void test_dynamic(void)
     qd_err err;
     CHECK_OK(parse("LlamaForCausalLM", "\"rope_scaling\":{\"rope_type\":\"dynamic\",\"factor\":2}", &c, &err));
     p = c;
-    p.rope.type = QD_ROPE_DEFAULT;
+    p.rope.type = p.rope_local.type = QD_ROPE_DEFAULT;
     qd_rope_freqs fd, fp;
-    CHECK_OK(qd_rope_freqs_compute(&p, 64, &fp, &err));
-    CHECK_OK(qd_rope_freqs_compute(&c, 64, &fd, &err));          /* up to max_position_embeddings: plain */
+    CHECK_OK(qd_rope_freqs_compute(&p, 0, 64, &fp, &err));
+    CHECK_OK(qd_rope_freqs_compute(&c, 0, 64, &fd, &err));          /* up to max_position_embeddings: plain */
     CHECK(!memcmp(fd.inv_freq, fp.inv_freq, sizeof fd.inv_freq));
-    CHECK_OK(qd_rope_freqs_compute(&c, 100, &fd, &err));         /* past it: the base grows */
+    CHECK_OK(qd_rope_freqs_compute(&c, 0, 100, &fd, &err));         /* past it: the base grows */
     CHECK(fd.inv_freq[1] < fp.inv_freq[1]);
     CHECK_INT(qd_rope_max_seq(&c), 128);
     CHECK_INT(qd_rope_max_seq(&p), 64);
+}
+
+/* Gemma: transformers' defaults for absent keys, null turning a soft-cap off, the layer
+ * pattern of older files, and the per-layer-type RoPE of transformers 5 and its older
+ * spelling (rope_local_base_freq + rope_scaling on the global layers only). */
+static void test_gemma(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse_sized("Gemma2ForCausalLM", 3584, 2, "\"torch_dtype\":\"bfloat16\"", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_GEMMA);
+    CHECK_NEAR(c.attn_softcap, 50.0, 0);
+    CHECK_NEAR(c.final_softcap, 30.0, 0);
+    CHECK_NEAR(c.query_pre_attn_scalar, 256.0, 0);
+    CHECK_NEAR(c.norm_offset, 1.0, 0);
+    CHECK_NEAR(c.embed_scale, 59.75, 0);           /* sqrt(3584) = 59.87, rounded to bf16 */
+    CHECK_INT(c.tie_word_embeddings, 1);
+    CHECK_INT(c.sliding_window, 4096);
+    CHECK_INT(c.layer_sliding[0], 1);              /* Gemma 2: even layers slide */
+    CHECK_INT(c.layer_sliding[1], 0);
+    CHECK_OK(parse_sized("Gemma2ForCausalLM", 3584, 2, "\"attn_logit_softcapping\":null,\"final_logit_softcapping\":null,"
+                         "\"dtype\":\"float32\"", &c, &err));
+    CHECK_NEAR(c.attn_softcap, 0.0, 0);
+    CHECK_NEAR(c.final_softcap, 0.0, 0);
+    CHECK_NEAR(c.embed_scale, sqrtf(3584.0f), 0);
+    /* Gemma 3, older file: 6-layer pattern, local base, linear scaling on global layers. */
+    CHECK_OK(parse_sized("Gemma3ForCausalLM", 64, 12, "\"rope_theta\":1e6,\"rope_local_base_freq\":10000,"
+                   "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":8}", &c, &err));
+    CHECK_INT(c.qk_norm, 1);
+    CHECK_NEAR(c.attn_softcap, 0.0, 0);
+    for (int i = 0; i < 12; i++) CHECK_INT(c.layer_sliding[i], (i + 1) % 6 != 0);
+    CHECK_NEAR(c.rope_theta, 1e6, 0);
+    CHECK_INT(c.rope.type, QD_ROPE_LINEAR);
+    CHECK_NEAR(c.rope_theta_local, 10000.0, 0);
+    CHECK_INT(c.rope_local.type, QD_ROPE_DEFAULT);
+    /* The same in transformers 5's spelling gives the same frequencies per layer type. */
+    qd_model_config d;
+    CHECK_OK(parse_sized("Gemma3ForCausalLM", 64, 12, "\"_sliding_window_pattern\":6,\"rope_parameters\":{"
+                   "\"full_attention\":{\"rope_type\":\"linear\",\"factor\":8,\"rope_theta\":1e6},"
+                   "\"sliding_attention\":{\"rope_type\":\"default\",\"rope_theta\":10000}}", &d, &err));
+    CHECK(!memcmp(c.layer_sliding, d.layer_sliding, sizeof c.layer_sliding));
+    for (int s = 0; s < 2; s++) {
+        qd_rope_freqs fc, fd;
+        CHECK_OK(qd_rope_freqs_compute(&c, s, 32, &fc, &err));
+        CHECK_OK(qd_rope_freqs_compute(&d, s, 32, &fd, &err));
+        CHECK(!memcmp(fc.inv_freq, fd.inv_freq, sizeof fc.inv_freq));
+    }
+    qd_rope_freqs fl, fg;
+    CHECK_OK(qd_rope_freqs_compute(&d, 1, 32, &fl, &err));
+    CHECK_OK(qd_rope_freqs_compute(&d, 0, 32, &fg, &err));
+    CHECK(fl.inv_freq[1] > fg.inv_freq[1]);       /* the local base is smaller: faster */
+    CHECK_NEAR(fg.inv_freq[0], 1.0 / 8.0, 1e-9);  /* linear: every frequency divided by 8 */
+    /* layer_types must name every layer. */
+    CHECK_INT(parse("Gemma3ForCausalLM", "\"layer_types\":[\"sliding_attention\"]", &c, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "layer_types");
+}
+
+static void test_phi3(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse("Phi3ForCausalLM", "\"sliding_window\":2047,\"attention_bias\":true", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_PHI3);
+    CHECK_INT(c.sliding_window, 2047);
+    CHECK_INT(c.layer_sliding[0] && c.layer_sliding[1], 1);
+    CHECK_INT(c.qkv_bias, 0);
+    CHECK_NEAR(c.norm_eps, 1e-5, 1e-12);
+    CHECK_NEAR(c.norm_offset, 0.0, 0);
 }
 
 int main(void)
@@ -101,5 +188,7 @@ int main(void)
     TEST_RUN(test_refusals);
     TEST_RUN(test_spellings);
     TEST_RUN(test_dynamic);
+    TEST_RUN(test_gemma);
+    TEST_RUN(test_phi3);
     return test_finish();
 }

@@ -51,10 +51,10 @@ static const family_expect families[] = {
     {"qwen2", EXPECT_MATCH, NULL},
     {"qwen2_yarn", EXPECT_MATCH, NULL},
     {"qwen3", EXPECT_MATCH, NULL},
-    {"gemma2", EXPECT_REFUSED, "Gemma2ForCausalLM"},
-    {"gemma3", EXPECT_REFUSED, "Gemma3ForCausalLM"},
-    {"phi3", EXPECT_REFUSED, "Phi3ForCausalLM"},
-    {"phi3_longrope", EXPECT_REFUSED, "Phi3ForCausalLM"},
+    {"gemma2", EXPECT_MATCH, NULL},
+    {"gemma3", EXPECT_MATCH, NULL},
+    {"phi3", EXPECT_MATCH, NULL},
+    {"phi3_longrope", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -1,0 +1,160 @@
+/* The config keys particular to one rotary-decoder family (see config_internal.h): which
+ * layers use a sliding window, q/k norms, and Gemma's and Phi-3's departures from the
+ * Llama block. Defaults are those of the transformers config classes (Gemma2Config,
+ * Gemma3TextConfig, Phi3Config, ...), so a config.json that leaves a key out means what it
+ * means to transformers — Gemma 2 without final_logit_softcapping caps at 30, with it null
+ * does not cap. A key that changes the math in a family that does not have it is refused
+ * by name. */
+#include <cjson/cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "quant/core/dtype.h"
+#include "quant/model/config_internal.h"
+
+typedef enum fam_kind { FAM_LLAMA = 0, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA2, FAM_GEMMA3, FAM_PHI3 } fam_kind;
+
+static fam_kind kind_of(const char *arch)
+{
+    static const struct { const char *arch; fam_kind kind; } t[] = {
+        {"MistralForCausalLM", FAM_MISTRAL}, {"Qwen2ForCausalLM", FAM_QWEN2}, {"Qwen3ForCausalLM", FAM_QWEN3},
+        {"Gemma2ForCausalLM", FAM_GEMMA2},   {"Gemma3ForCausalLM", FAM_GEMMA3}, {"Phi3ForCausalLM", FAM_PHI3},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!strcmp(t[i].arch, arch)) return t[i].kind;
+    return FAM_LLAMA;
+}
+
+/* A float key whose absence means `dflt` and whose null means "off" (0). */
+static int get_float_or_off(const cJSON *root, const char *key, float dflt, float *out, const char *what, qd_err *err)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
+    *out = !v ? dflt : 0.0f;
+    if (!v || cJSON_IsNull(v)) return 0;
+    int rc = qd_cfg_get_float(root, key, out, what, err);
+    if (!rc && !(*out > 0 && isfinite(*out))) rc = qd_err_set(err, QD_EFORMAT, "%s: %s must be positive or null", what, key);
+    return rc;
+}
+
+/* layer_types as written, or the pattern the older keys give (every `pattern`-th layer is
+ * global, the others slide; Gemma 2's pattern is 2). Gemma only. */
+static int parse_layer_types(const cJSON *root, const char *what, fam_kind k, qd_model_config *c, qd_err *err)
+{
+    if (c->n_layers > QD_CFG_MAX_LAYERS)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                          (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
+            return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
+                              (long long)c->n_layers);
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lt) {
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
+            else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+                return qd_err_set(err, QD_EUNSUPPORTED,
+                                  "%s: layer_types[%d] \"%s\" is not supported (sliding_attention, full_attention)", what, i,
+                                  cJSON_IsString(e) ? e->valuestring : "?");
+            i++;
+        }
+        return 0;
+    }
+    int64_t pattern = k == FAM_GEMMA2 ? 2 : 6;
+    int rc;
+    if ((rc = qd_cfg_get_int(root, "sliding_window_pattern", &pattern, what, err)) ||
+        (rc = qd_cfg_get_int(root, "_sliding_window_pattern", &pattern, what, err)))
+        return rc;
+    if (pattern <= 0) return qd_err_set(err, QD_EFORMAT, "%s: sliding_window_pattern must be positive", what);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = (i + 1) % pattern != 0;
+    return 0;
+}
+
+static int parse_gemma(const cJSON *root, const char *what, fam_kind k, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    c->layout = QD_LAYOUT_GEMMA;
+    c->norm_offset = 1.0f;
+    /* transformers scales by a tensor of sqrt(hidden) in the model's dtype (bf16 rounds it:
+     * 3584 -> 59.75, not 59.87), and so does vLLM; F32 keeps it exact. */
+    float s = sqrtf((float)c->hidden);
+    if (!strcmp(c->torch_dtype, "bfloat16")) s = qd_bf16_to_f32(qd_f32_to_bf16(s));
+    else if (!strcmp(c->torch_dtype, "float16")) s = qd_f32_round_f16(s);
+    c->embed_scale = s;
+    strcpy(c->activation, "gelu_pytorch_tanh");
+    c->tie_word_embeddings = 1;
+    c->sliding_window = 4096;
+    c->query_pre_attn_scalar = 256.0f;
+    if ((rc = qd_cfg_get_str(root, "hidden_activation", c->activation, sizeof c->activation, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, what, err)) ||
+        (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err)) ||
+        (rc = qd_cfg_get_float(root, "query_pre_attn_scalar", &c->query_pre_attn_scalar, what, err)) ||
+        (rc = get_float_or_off(root, "attn_logit_softcapping", k == FAM_GEMMA2 ? 50.0f : 0.0f, &c->attn_softcap, what, err)) ||
+        (rc = get_float_or_off(root, "final_logit_softcapping", k == FAM_GEMMA2 ? 30.0f : 0.0f, &c->final_softcap, what, err)))
+        return rc;
+    if (strcmp(c->activation, "gelu_pytorch_tanh"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_activation \"%s\" is not supported for %s (gelu_pytorch_tanh)",
+                          what, c->activation, c->architecture);
+    if (!(c->query_pre_attn_scalar > 0))
+        return qd_err_set(err, QD_EFORMAT, "%s: query_pre_attn_scalar must be positive", what);
+    int bidir = 0;
+    if ((rc = qd_cfg_get_bool(root, "use_bidirectional_attention", &bidir, what, err))) return rc;
+    if (bidir)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_bidirectional_attention true is not supported (causal LMs only)", what);
+    if (k == FAM_GEMMA3) c->qk_norm = 1;
+    return parse_layer_types(root, what, k, c, err);
+}
+
+int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    fam_kind k = kind_of(c->architecture);
+    int gemma = k == FAM_GEMMA2 || k == FAM_GEMMA3;
+    int rc;
+    /* RoPE: theta and the scaling in either spelling; per layer type where layers differ. */
+    if ((rc = qd_config_rope_parse(root, what, gemma, c, err))) return rc;
+    if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
+                          what, c->architecture);
+    if (!(c->rope_theta > 0) || !(c->rope_theta_local > 0))
+        return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);
+    if (k == FAM_QWEN2) { c->qkv_bias = 1; c->o_bias = 0; c->mlp_bias = 0; }
+    if (k == FAM_QWEN3) { c->qkv_bias = 0; c->o_bias = 0; c->qk_norm = 1; }
+    if (k == FAM_PHI3) {
+        c->layout = QD_LAYOUT_PHI3;
+        c->qkv_bias = c->o_bias = c->mlp_bias = 0;
+        if (!cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps")) c->norm_eps = 1e-5f;   /* Phi3Config's */
+    }
+    /* Qwen2/3 slide only with use_sliding_window (and then per layer), which is refused. */
+    int use_sw = 0;
+    if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err))) return rc;
+    if (use_sw && (k == FAM_QWEN2 || k == FAM_QWEN3))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what, c->architecture);
+    if (gemma) {
+        if ((rc = parse_gemma(root, what, k, c, err))) return rc;
+    } else {
+        /* Mistral and Phi-3 apply `sliding_window` to every layer. */
+        if ((k == FAM_MISTRAL || k == FAM_PHI3) && (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err)))
+            return rc;
+        if (c->sliding_window > 0 && c->n_layers > QD_CFG_MAX_LAYERS)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                              (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+        for (int64_t i = 0; c->sliding_window > 0 && i < c->n_layers; i++) c->layer_sliding[i] = 1;
+        /* Keys that change the math in Gemma and that these families do not have. */
+        static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"};
+        for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
+            if (v && !cJSON_IsNull(v))
+                return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
+                                  foreign[i], c->architecture);
+        }
+        const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
+        if (!cJSON_IsArray(lt)) lt = NULL;
+        cJSON_ArrayForEach(e, lt)
+            if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+                return qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s", what,
+                                  cJSON_IsString(e) ? e->valuestring : "?", c->architecture);
+    }
+    if (c->sliding_window < 0) return qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
+    return 0;
+}
