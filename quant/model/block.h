@@ -65,7 +65,16 @@ int qd_block_linear_get(qd_model *m, const qd_block_weights *bw, int linear, flo
                         float *b_host, qd_err *err);
 int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int linear, const float *w_host,
                         const float *b_host, qd_err *err);
-/* Copies norm i's weight (and bias, LayerNorm only, when b_host is non-NULL) [hidden]. */
+/* Folds per-channel scales s [g->k] (host) into the block without changing what it
+ * computes (AWQ): group g's linears' input columns are multiplied by s and the operator
+ * before the group divides its outputs by s — a norm's multipliers and bias (Gemma's
+ * 1 + w as a whole), or the rows of the previous linear that make the input (v_proj;
+ * the v rows of Phi-3's qkv_proj; up_proj or the up rows of gate_up_proj). Under
+ * grouped-query attention the o_proj scales must be equal within each KV channel's class
+ * (QD_EINVAL otherwise). QD_EUNSUPPORTED when nothing foldable precedes the group. */
+int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *s, qd_err *err);
+/* Copies norm i's multipliers (offset + w, see qd_model_norm_offset; and bias, LayerNorm
+ * only, when b_host is non-NULL) [hidden]. */
 int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int norm, float *w_host,
                       float *b_host, qd_err *err);
 int qd_block_norm_set(qd_model *m, qd_block_weights *bw, int norm, const float *w_host,

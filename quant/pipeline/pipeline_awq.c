@@ -297,7 +297,6 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
     int rc = qd_capture_run(p, bw, NULL, &c, err);
     const float *ws[QD_MAX_GROUP_LINEARS];
     int64_t ns[QD_MAX_GROUP_LINEARS];
-    float *host = NULL;
     qd_awq_scales sc;
     memset(&sc, 0, sizeof sc);
     for (int j = 0; j < G->n_linears && !rc; j++) {
@@ -313,44 +312,11 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
         o.tie = tie;
         rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
     }
-    if (!rc && !sc.identity) {
-        /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
-        host = malloc((size_t)K * sizeof(float) * 2);
-        if (!host) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
-        for (int j = 0; j < G->n_linears && !rc; j++) {
-            rc = be->ops->scale_cols(be, bw->w[G->linears[j]], ns[j], K, sc.s, 0);
-            if (rc) rc = qd_err_set(err, rc, "awq: %s", be->err.msg);
-        }
-        if (!rc && G->prev_kind == QD_PREV_NORM) {
-            float *nw = host, *nb = host + K;
-            int has_b = qd_model_norm_has_bias(p->m);
-            rc = qd_block_norm_get(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
-            for (int64_t i = 0; i < K && !rc; i++) { nw[i] /= sc.s[i]; if (has_b) nb[i] /= sc.s[i]; }
-            if (!rc) rc = qd_block_norm_set(p->m, bw, G->prev_index, nw, has_b ? nb : NULL, err);
-        } else if (!rc && G->prev_kind == QD_PREV_LINEAR) {
-            const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
-            float *pw = malloc((size_t)(prev->n * prev->k) * sizeof(float));
-            float *pb = prev->has_bias ? host : NULL;
-            if (!pw) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
-            if (!rc) rc = qd_block_linear_get(p->m, bw, G->prev_index, pw, pb, err);
-            for (int64_t i = 0; i < G->prev_rows && !rc; i++) {
-                /* prev's output row0 + i feeds input channel i (rep 1) or, under GQA, the
-                 * channels of its class, which share one scale: the first is that of head
-                 * kv * rep. A fused prev (Phi-3's qkv_proj, gate_up_proj) has other outputs
-                 * before row0, untouched. */
-                int64_t r = G->prev_row0 + i;
-                int64_t ch = rep == 1 ? i : (i / mc->head_dim) * rep * mc->head_dim + i % mc->head_dim;
-                for (int64_t cix = 0; cix < prev->k; cix++) pw[r * prev->k + cix] /= sc.s[ch];
-                if (pb) pb[r] /= sc.s[ch];
-            }
-            if (!rc) rc = qd_block_linear_set(p->m, bw, G->prev_index, pw, pb, err);
-            free(pw);
-        }
-    }
+    /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
+    if (!rc && !sc.identity) rc = qd_block_fold_scales(p->m, bw, g, sc.s, err);
     if (!rc)
         QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g", block,
                G->name, sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss);
-    free(host);
     free(tie);
     qd_awq_scales_free(&sc);
     qd_backend_free(be, x);

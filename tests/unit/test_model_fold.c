@@ -1,0 +1,141 @@
+/* AWQ's scale folding leaves every family's block computing the same function (issue #16):
+ * on transformers' own tiny checkpoints (tests/data/families), block 0 is run on random
+ * hidden states, random scales in [0.5, 2] are folded into each input group through
+ * qd_block_fold_scales — Gemma's (1 + w) norms, Phi-3's fused qkv_proj / gate_up_proj
+ * rows, grouped-query o_proj — and the block's output must not move (relative 1e-5), while
+ * the weights did. Folding the scales into Gemma's stored w instead of its multiplier
+ * (1 + w), the error other tools make, is shown to change the output. */
+#include <math.h>
+#include <stdlib.h>
+
+#include "quant/model/block.h"
+#include "quant/model/model.h"
+#include "test_util.h"
+
+static qd_backend *be;
+
+static const char *families_dir(void)
+{
+    static char buf[4096];
+    const char *s = getenv("QUANTD_SOURCE_DIR");
+    if (s && *s) snprintf(buf, sizeof buf, "%s/tests/data/families", s);
+    else snprintf(buf, sizeof buf, "%.*s/tests/data/families", (int)(strstr(__FILE__, "/tests/unit/") - __FILE__), __FILE__);
+    return buf;
+}
+
+static double rel_diff(const float *a, const float *b, size_t n)
+{
+    double d = 0, r = 0;
+    for (size_t i = 0; i < n; i++) { d += ((double)a[i] - b[i]) * ((double)a[i] - b[i]); r += (double)b[i] * b[i]; }
+    return sqrt(d / r);
+}
+
+/* Runs block 0 of `bw` on x (seq tokens, one sequence) into y. */
+static int run(qd_model *m, qd_block_weights *bw, const float *x, float *y, int64_t seq)
+{
+    qd_err err = {0};
+    int rc = qd_block_forward(m, bw, x, y, 1, seq, NULL, NULL, &err);
+    if (rc) fprintf(stderr, "forward: %s\n", err.msg);
+    return rc;
+}
+
+/* Scales for group g: random, tied within each KV channel class where the group's input
+ * comes from fewer channels (grouped-query o_proj). */
+static void scales_for(const qd_model *m, const qd_input_group *G, test_rng *rng, float *s)
+{
+    const qd_model_config *c = qd_model_cfg(m);
+    int64_t rep = G->prev_kind == QD_PREV_LINEAR && G->prev_rows != G->k ? c->n_heads / c->n_kv_heads : 1;
+    for (int64_t ch = 0; ch < G->k; ch++) {
+        int64_t h = ch / c->head_dim, d = ch % c->head_dim;
+        int64_t first = rep > 1 ? (h / rep) * rep * c->head_dim + d : ch;
+        s[ch] = first == ch ? 0.5f + 1.5f * test_rng_uniform(rng) : s[first];
+    }
+}
+
+static void check_family(const char *name, int groups_expected)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/%s", families_dir(), name);
+    qd_err err = {0};
+    qd_model *m = NULL;
+    CHECK_OK(qd_model_open(dir, be, &m, &err));
+    if (!m) { fprintf(stderr, "%s: %s\n", name, err.msg); return; }
+    const qd_model_config *c = qd_model_cfg(m);
+    int64_t seq = 40, hid = c->hidden;   /* longer than the tiny models' window of 16 */
+    test_rng rng;
+    test_rng_seed(&rng, 7);
+    float *x = malloc((size_t)(seq * hid) * sizeof *x), *y0 = malloc((size_t)(seq * hid) * sizeof *y0);
+    float *y1 = malloc((size_t)(seq * hid) * sizeof *y1), *s = malloc((size_t)hid * 8 * sizeof *s);
+    test_fill_normal(&rng, x, (size_t)(seq * hid), 1.0f);
+    qd_block_weights *bw = NULL;
+    CHECK_OK(qd_block_load(m, 0, &bw, &err));
+    if (!bw || run(m, bw, x, y0, seq)) goto out;
+    int folded = 0;
+    for (int g = 0; g < qd_model_n_groups(m); g++) {
+        const qd_input_group *G = qd_model_group(m, g);
+        if (G->prev_kind == QD_PREV_NONE) continue;
+        scales_for(m, G, &rng, s);
+        CHECK_OK(qd_block_fold_scales(m, bw, g, s, &err));
+        folded++;
+    }
+    CHECK_INT(folded, groups_expected);
+    float w0 = 0, w1 = 0;
+    qd_block_weights *orig = NULL;
+    CHECK_OK(qd_block_load(m, 0, &orig, &err));
+    if (orig) {
+        /* The fold moved the weights: input_layernorm's multipliers differ. */
+        float *a = malloc((size_t)hid * sizeof *a), *b = malloc((size_t)hid * sizeof *b);
+        CHECK_OK(qd_block_norm_get(m, orig, 0, a, NULL, &err));
+        CHECK_OK(qd_block_norm_get(m, bw, 0, b, NULL, &err));
+        w0 = a[0];
+        w1 = b[0];
+        free(a);
+        free(b);
+    }
+    CHECK(w0 != w1);
+    if (run(m, bw, x, y1, seq) == 0) {
+        double d = rel_diff(y1, y0, (size_t)(seq * hid));
+        if (!(d < 1e-5)) TEST_FAIL_("%s: the folded block's output moved by %.3g", name, d);
+        test_checks++;
+        printf("%-8s %d groups folded, output moved by %.2e\n", name, folded, d);
+    }
+    /* Gemma: dividing the stored w (multiplier - 1) instead of the multiplier is wrong. */
+    if (orig && qd_model_norm_offset(m) != 0.0f) {
+        const qd_input_group *G = qd_model_group(m, 0);
+        float *nw = malloc((size_t)hid * sizeof *nw);
+        scales_for(m, G, &rng, s);
+        CHECK_OK(qd_block_norm_get(m, orig, 0, nw, NULL, &err));
+        for (int64_t i = 0; i < hid; i++) nw[i] = (nw[i] - 1.0f) / s[i] + 1.0f;
+        CHECK_OK(qd_block_norm_set(m, orig, 0, nw, NULL, &err));
+        CHECK_OK(be->ops->scale_cols(be, orig->w[G->linears[0]], qd_model_linear(m, G->linears[0])->n, G->k, s, 0));
+        for (int j = 1; j < G->n_linears; j++)
+            CHECK_OK(be->ops->scale_cols(be, orig->w[G->linears[j]], qd_model_linear(m, G->linears[j])->n, G->k, s, 0));
+        if (run(m, orig, x, y1, seq) == 0) CHECK(rel_diff(y1, y0, (size_t)(seq * hid)) > 1e-2);
+        free(nw);
+    }
+    qd_block_free(m, orig);
+out:
+    qd_block_free(m, bw);
+    qd_model_close(m);
+    free(x); free(y0); free(y1); free(s);
+}
+
+static void test_fold(void)
+{
+    check_family("llama", 4);
+    check_family("qwen2", 4);            /* q/k/v biases */
+    check_family("qwen3", 4);
+    check_family("mistral_window", 4);
+    check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
+    check_family("gemma3", 4);
+    check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(1, &be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    TEST_RUN(test_fold);
+    qd_backend_close(be);
+    return test_finish();
+}
