@@ -43,9 +43,12 @@ from transformers import (
     Gemma3TextConfig,
     LlamaConfig,
     MistralConfig,
+    MixtralConfig,
     Phi3Config,
     Qwen2Config,
+    Qwen2MoeConfig,
     Qwen3Config,
+    Qwen3MoeConfig,
 )
 
 VOCAB = 256
@@ -194,6 +197,26 @@ FAMILIES = {
                              "short_factor": [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9],
                              "long_factor": [1.0, 1.05, 1.1, 1.2, 1.35, 1.5, 1.7, 1.9]}}),
                                  ("attention factor 1 (max_position_embeddings 32)", {"max_position_embeddings": 32})]),
+    # Mixture of experts (issue #18): 8 experts, top-2, so 64 tokens route unevenly and a
+    # wrong softmax / renormalisation / expert order moves the logits.
+    "mixtral": fam(MixtralConfig, 1017,
+                   "Mixtral: 8 experts (block_sparse_moe.experts.N.w1/w2/w3), top-2 softmax routing renormalised",
+                   num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    "qwen2_moe": fam(Qwen2MoeConfig, 1018,
+                     "Qwen2-MoE: 8 experts top-2 without renormalisation, a shared expert with its sigmoid gate, "
+                     "q/k/v biases",
+                     num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                     shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1,
+                     mlp_only_layers=[], qkv_bias=True,
+                     ablate=[("top-k renormalised", {"norm_topk_prob": True})]),
+    "qwen3_moe": fam(Qwen3MoeConfig, 1019,
+                     "Qwen3-MoE: Qwen3 attention (q/k norms, head_dim 32), 8 experts top-2 renormalised, "
+                     "no shared expert",
+                     num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32, norm_topk_prob=True,
+                     decoder_sparse_step=1, mlp_only_layers=[], head_dim=32,
+                     rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                     ablate=[("top-k not renormalised", {"norm_topk_prob": False})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
