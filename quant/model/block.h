@@ -27,10 +27,15 @@ typedef struct qd_block_weights {
     float *norm_w[QD_MAX_NORMS];       /* [hidden] */
     float *norm_b[QD_MAX_NORMS];       /* [hidden] (LayerNorm) or NULL */
     float *qk_norm_w[2];               /* [head_dim]: self_attn.q_norm, k_norm (Qwen3), else NULL */
+    float *router_w;                   /* MoE: [n_experts, hidden], in float; else NULL */
+    float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {
     void *ud;
+    /* MoE: called once per forward of a block with the number of tokens routed to each
+     * expert (n_experts counts); may be NULL. */
+    void (*routed)(void *ud, int block, const int64_t *counts, int n_experts);
     /* x [rows, g->k] backend memory, valid during the call only. Return 0, or a negative
      * code to stop the forward (returned by qd_block_forward). */
     int (*input)(void *ud, int block, int group, const qd_input_group *g, const float *x,
@@ -46,6 +51,12 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err);
 void qd_block_free(qd_model *m, qd_block_weights *bw);     /* accepts NULL */
 /* Bytes of F32 weights one block holds (for memory budgets). */
 uint64_t qd_block_bytes(const qd_model *m);
+
+/* MoE calibration: on (the default, set by the pipeline from the job), every expert's input
+ * hooks see every token — its statistics come from all of them, so none is starved — while
+ * the block's output still mixes only the routed experts. Off: each expert's hooks see the
+ * tokens routed to it. Without input hooks it changes nothing. */
+void qd_model_set_moe_calibrate_all(qd_model *m, int on);
 
 /* Runs the block on `batch` independent sequences of `seq` tokens:
  * x [batch*seq, hidden] → y [batch*seq, hidden] (backend memory; y may equal x). pos (host,

@@ -50,7 +50,12 @@ typedef enum qd_block_layout {
     QD_LAYOUT_LLAMA = 0,   /* q/k/v/o_proj, gate/up/down_proj, two norms */
     QD_LAYOUT_GEMMA,       /* as llama, plus norms after attention and after the MLP */
     QD_LAYOUT_PHI3,        /* fused qkv_proj and gate_up_proj */
+    QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
+    QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
 } qd_block_layout;
+
+/* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
+#define QD_MAX_EXPERTS 256
 
 /* Most layers a config may describe per layer (layer_types). */
 #define QD_CFG_MAX_LAYERS 1024
@@ -81,6 +86,15 @@ typedef struct qd_model_config {
     float query_pre_attn_scalar; /* attention scale is its -1/2 power (Gemma); 0 = head_dim */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */
     float final_softcap;       /* Gemma 2 final logit soft-cap; 0 = none */
+    /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE): every layer's MLP is a
+     * router (softmax over n_experts, the top_k taken) and n_experts SwiGLU experts of width
+     * moe_intermediate, plus (Qwen2-MoE) a shared expert of width shared_intermediate scaled
+     * by sigmoid(shared_expert_gate). */
+    int64_t n_experts;         /* 0: a dense MLP */
+    int64_t top_k;
+    int64_t moe_intermediate;
+    int norm_topk_prob;        /* renormalise the top-k weights to sum to 1 (Mixtral always) */
+    int64_t shared_intermediate; /* 0: no shared expert */
     int tie_word_embeddings;
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */

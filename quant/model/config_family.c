@@ -13,13 +13,18 @@
 #include "quant/core/dtype.h"
 #include "quant/model/config_internal.h"
 
-typedef enum fam_kind { FAM_LLAMA = 0, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA2, FAM_GEMMA3, FAM_PHI3 } fam_kind;
+typedef enum fam_kind {
+    FAM_LLAMA = 0, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA2, FAM_GEMMA3, FAM_PHI3,
+    FAM_MIXTRAL, FAM_QWEN2_MOE, FAM_QWEN3_MOE,
+} fam_kind;
 
 static fam_kind kind_of(const char *arch)
 {
     static const struct { const char *arch; fam_kind kind; } t[] = {
         {"MistralForCausalLM", FAM_MISTRAL}, {"Qwen2ForCausalLM", FAM_QWEN2}, {"Qwen3ForCausalLM", FAM_QWEN3},
         {"Gemma2ForCausalLM", FAM_GEMMA2},   {"Gemma3ForCausalLM", FAM_GEMMA3}, {"Phi3ForCausalLM", FAM_PHI3},
+        {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
+        {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].arch, arch)) return t[i].kind;
@@ -106,6 +111,58 @@ static int parse_gemma(const cJSON *root, const char *what, fam_kind k, qd_model
     return parse_layer_types(root, what, k, c, err);
 }
 
+/* Mixtral, Qwen2-MoE, Qwen3-MoE: the router and experts (defaults of MixtralConfig,
+ * Qwen2MoeConfig, Qwen3MoeConfig). Every layer must be sparse: dense layers among sparse
+ * ones (decoder_sparse_step > 1, mlp_only_layers) are refused by name. */
+static int parse_moe(const cJSON *root, const char *what, fam_kind k, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    c->layout = k == FAM_MIXTRAL ? QD_LAYOUT_MIXTRAL : QD_LAYOUT_QWEN_MOE;
+    c->n_experts = k == FAM_MIXTRAL ? 8 : k == FAM_QWEN2_MOE ? 60 : 128;
+    c->top_k = k == FAM_MIXTRAL ? 2 : k == FAM_QWEN2_MOE ? 4 : 8;
+    c->moe_intermediate = k == FAM_MIXTRAL ? c->intermediate : k == FAM_QWEN2_MOE ? 1408 : 768;
+    c->norm_topk_prob = k == FAM_MIXTRAL;
+    c->shared_intermediate = k == FAM_QWEN2_MOE ? 5632 : 0;
+    /* transformers 5 writes num_local_experts for every family; older Qwen files num_experts. */
+    if ((rc = qd_cfg_get_int(root, "num_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_local_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_experts_per_tok", &c->top_k, what, err)))
+        return rc;
+    if (k != FAM_MIXTRAL) {
+        int64_t step = 1;
+        if ((rc = qd_cfg_get_int(root, "moe_intermediate_size", &c->moe_intermediate, what, err)) ||
+            (rc = qd_cfg_get_bool(root, "norm_topk_prob", &c->norm_topk_prob, what, err)) ||
+            (rc = qd_cfg_get_int(root, "decoder_sparse_step", &step, what, err)))
+            return rc;
+        if (step != 1)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: decoder_sparse_step %lld (dense layers between sparse ones) is not supported",
+                              what, (long long)step);
+        const cJSON *dense = cJSON_GetObjectItemCaseSensitive(root, "mlp_only_layers");
+        if (dense && !cJSON_IsNull(dense) && (!cJSON_IsArray(dense) || cJSON_GetArraySize(dense) > 0))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: mlp_only_layers (dense layers among sparse ones) is not supported", what);
+    }
+    if (k == FAM_QWEN2_MOE) {
+        c->qkv_bias = 1;
+        if ((rc = qd_cfg_get_bool(root, "qkv_bias", &c->qkv_bias, what, err)) ||
+            (rc = qd_cfg_get_int(root, "shared_expert_intermediate_size", &c->shared_intermediate, what, err)))
+            return rc;
+    }
+    if (c->n_experts < 1 || c->n_experts > QD_MAX_EXPERTS || c->top_k < 1 || c->top_k > c->n_experts ||
+        c->moe_intermediate <= 0 || c->shared_intermediate < 0)
+        return qd_err_set(err, QD_EFORMAT, "%s: %lld experts (1 to %d), num_experts_per_tok %lld (1 to the experts) and "
+                          "the expert widths must be positive", what, (long long)c->n_experts, QD_MAX_EXPERTS,
+                          (long long)c->top_k);
+    /* Routing variants this forward does not implement. */
+    static const char *const foreign[] = {"n_group", "topk_group", "routed_scaling_factor", "scoring_func", "moe_layer_freq"};
+    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
+        if (v && !cJSON_IsNull(v))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
+                              c->architecture);
+    }
+    return 0;
+}
+
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     fam_kind k = kind_of(c->architecture);
@@ -119,7 +176,9 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if (!(c->rope_theta > 0) || !(c->rope_theta_local > 0))
         return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);
     if (k == FAM_QWEN2) { c->qkv_bias = 1; c->o_bias = 0; c->mlp_bias = 0; }
-    if (k == FAM_QWEN3) { c->qkv_bias = 0; c->o_bias = 0; c->qk_norm = 1; }
+    if (k == FAM_QWEN3 || k == FAM_QWEN3_MOE) { c->qkv_bias = 0; c->o_bias = 0; c->qk_norm = 1; }
+    if (k == FAM_QWEN2_MOE) { c->o_bias = 0; c->mlp_bias = 0; }
+    if ((k == FAM_MIXTRAL || k == FAM_QWEN2_MOE || k == FAM_QWEN3_MOE) && (rc = parse_moe(root, what, k, c, err))) return rc;
     if (k == FAM_PHI3) {
         c->layout = QD_LAYOUT_PHI3;
         c->qkv_bias = c->o_bias = c->mlp_bias = 0;
@@ -128,13 +187,13 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     /* Qwen2/3 slide only with use_sliding_window (and then per layer), which is refused. */
     int use_sw = 0;
     if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err))) return rc;
-    if (use_sw && (k == FAM_QWEN2 || k == FAM_QWEN3))
+    if (use_sw && (k == FAM_QWEN2 || k == FAM_QWEN3 || k == FAM_QWEN2_MOE || k == FAM_QWEN3_MOE))
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what, c->architecture);
     if (gemma) {
         if ((rc = parse_gemma(root, what, k, c, err))) return rc;
     } else {
-        /* Mistral and Phi-3 apply `sliding_window` to every layer. */
-        if ((k == FAM_MISTRAL || k == FAM_PHI3) && (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err)))
+        /* Mistral, Mixtral and Phi-3 apply `sliding_window` to every layer. */
+        if ((k == FAM_MISTRAL || k == FAM_MIXTRAL || k == FAM_PHI3) && (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err)))
             return rc;
         if (c->sliding_window > 0 && c->n_layers > QD_CFG_MAX_LAYERS)
             return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,

@@ -23,9 +23,11 @@
 #include "quant/core/safetensors.h"
 #include "quant/model/config.h"
 
-#define QD_MAX_LINEARS 8
+/* A block's linears and input groups: 4 attention projections and 3 per expert (up to
+ * QD_MAX_EXPERTS, plus a shared expert); 2 groups for attention and 2 per expert. */
+#define QD_MAX_LINEARS (4 + 3 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_GROUP_LINEARS 4
-#define QD_MAX_GROUPS 4
+#define QD_MAX_GROUPS (2 + 2 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_NORMS 4
 
 typedef struct qd_model qd_model;
@@ -43,11 +45,14 @@ typedef struct qd_linear_info {
     int64_t n, k;           /* out_features, in_features */
     int has_bias;
     int group;              /* index of its input group */
+    int expert;             /* MoE: the expert it belongs to, QD_SHARED_EXPERT, or -1 */
 } qd_linear_info;
+
+#define QD_SHARED_EXPERT (-2)
 
 /* Linears that consume the same input activations (q/k/v; gate/up; ...). */
 typedef struct qd_input_group {
-    const char *name;       /* "attn_in", "attn_out", "mlp_in", "mlp_out" */
+    const char *name;       /* "attn_in", "attn_out", "mlp_in", "mlp_out"; MoE "expert.3.in", "shared.out" */
     int n_linears;
     int linears[QD_MAX_GROUP_LINEARS];   /* indices into the block's linears */
     int64_t k;              /* width of the input */

@@ -138,11 +138,62 @@ static const qd_arch arch_phi3 = {
     .lm_head = "lm_head.weight",
 };
 
+/* Mixture of experts: Llama attention, then a router and SwiGLU experts (model_load.c
+ * generates each expert's three linears and two input groups from these names). AWQ folds
+ * each expert's down_proj scales into its own up projection; the experts' shared input is
+ * not scaled (folding it into post_attention_layernorm would also move the router's input). */
+#define MOE_ATTENTION                                                                           \
+    .block_fmt = "model.layers.%d.",                                                           \
+    .lin_o = 3,                                                                                \
+    .lin_mlp0 = 4,                                                                             \
+    .n_linears = 4,                                                                            \
+    .linears = {                                                                               \
+        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},                         \
+        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},                        \
+        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},                        \
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},                           \
+    },                                                                                         \
+    .n_groups = 2,                                                                             \
+    .groups = {                                                                                \
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},                                          \
+        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},                                      \
+    },                                                                                         \
+    .norms = {"input_layernorm", "post_attention_layernorm"},                                  \
+    .embed = "model.embed_tokens.weight",                                                      \
+    .final_norm = "model.norm",                                                                \
+    .lm_head = "lm_head.weight"
+
+static const qd_arch arch_mixtral = {
+    .name = "mixtral",
+    .family = QD_ARCH_LLAMA,
+    MOE_ATTENTION,
+    .router = "block_sparse_moe.gate",
+    .expert_fmt = "block_sparse_moe.experts.%d.",
+    .expert_lin = {"w1", "w3", "w2"},
+};
+
+static const qd_arch arch_qwen_moe = {
+    .name = "qwen_moe",
+    .family = QD_ARCH_LLAMA,
+    MOE_ATTENTION,
+    .router = "mlp.gate",
+    .expert_fmt = "mlp.experts.%d.",
+    .expert_lin = {"gate_proj", "up_proj", "down_proj"},
+    .shared_prefix = "mlp.shared_expert.",
+    .shared_gate = "mlp.shared_expert_gate",
+};
+
 const qd_arch *qd_arch_for(const qd_model_config *c)
 {
     switch (c->family) {
     case QD_ARCH_LLAMA:
-        return c->layout == QD_LAYOUT_GEMMA ? &arch_gemma : c->layout == QD_LAYOUT_PHI3 ? &arch_phi3 : &arch_llama;
+        switch (c->layout) {
+        case QD_LAYOUT_GEMMA: return &arch_gemma;
+        case QD_LAYOUT_PHI3: return &arch_phi3;
+        case QD_LAYOUT_MIXTRAL: return &arch_mixtral;
+        case QD_LAYOUT_QWEN_MOE: return &arch_qwen_moe;
+        default: return &arch_llama;
+        }
     case QD_ARCH_OPT: return &arch_opt;
     default: return NULL;
     }

@@ -97,8 +97,8 @@ static int linear_weights(qd_model *m, const qd_block_weights *bw, int li, const
 /* Output rows [r0, r0 + n) of linear li on x (rows) into y [rows, n]: the whole linear, or
  * one part of a fused one (q, k or v of qkv_proj; gate or up of gate_up_proj), whose rows
  * are contiguous in the [N, K] weight. */
-static int run_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t r0, int64_t n, const float *x,
-                           int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err)
+int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t r0, int64_t n, const float *x,
+                       int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err)
 {
     const qd_linear_info *L = &m->lin[li];
     const float *w, *b;
@@ -112,10 +112,10 @@ static int run_linear_part(qd_model *m, const qd_block_weights *bw, int li, int6
 static int run_linear(qd_model *m, const qd_block_weights *bw, int li, const float *x, int64_t rows, float *y,
                       const qd_block_hooks *hooks, qd_err *err)
 {
-    return run_linear_part(m, bw, li, 0, m->lin[li].n, x, rows, y, hooks, err);
+    return qd_fwd_linear_part(m, bw, li, 0, m->lin[li].n, x, rows, y, hooks, err);
 }
 
-static int call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
+int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
                       const qd_block_hooks *hooks, qd_err *err)
 {
     if (!hooks || !hooks->input) return 0;
@@ -146,12 +146,12 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     float *att = v ? qd_model_scratch(m, QD_SCRATCH_ATT, (size_t)(rows * qd) * sizeof(float), err) : NULL;
     if (!att) return QD_ENOMEM;
     int rc;
-    if ((rc = call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err))) return rc;
+    if ((rc = qd_fwd_call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err))) return rc;
     if (a->fused_qkv) {
         /* Phi-3's qkv_proj: rows [0, Q) are q, then k, then v. */
-        if ((rc = run_linear_part(m, bw, 0, 0, qd, xn, rows, q, hooks, err)) ||
-            (rc = run_linear_part(m, bw, 0, qd, kvd, xn, rows, k, hooks, err)) ||
-            (rc = run_linear_part(m, bw, 0, qd + kvd, kvd, xn, rows, v, hooks, err)))
+        if ((rc = qd_fwd_linear_part(m, bw, 0, 0, qd, xn, rows, q, hooks, err)) ||
+            (rc = qd_fwd_linear_part(m, bw, 0, qd, kvd, xn, rows, k, hooks, err)) ||
+            (rc = qd_fwd_linear_part(m, bw, 0, qd + kvd, kvd, xn, rows, v, hooks, err)))
             return rc;
     } else if ((rc = run_linear(m, bw, QD_LIN_Q, xn, rows, q, hooks, err)) ||
                (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
@@ -171,7 +171,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     BE_CALL(m, err, m->be->ops->attention(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads, c->head_dim,
                                           (float)(1.0 / sqrt(qs)), window, c->attn_softcap));
-    if ((rc = call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
+    if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))
         return rc;
     return 0;
@@ -187,15 +187,15 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     float *f1 = qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err);
     if (!f1) return QD_ENOMEM;
     int rc, l0 = a->lin_mlp0;
-    if ((rc = call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
+    if ((rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
     if (c->family == QD_ARCH_LLAMA) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
         int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
         if (a->fused_gate_up) {
             /* Phi-3's gate_up_proj: rows [0, FF) are the gate, [FF, 2 FF) the up projection. */
-            if ((rc = run_linear_part(m, bw, l0, 0, ff, xn, rows, f1, hooks, err)) ||
-                (rc = run_linear_part(m, bw, l0, ff, ff, xn, rows, f2, hooks, err)))
+            if ((rc = qd_fwd_linear_part(m, bw, l0, 0, ff, xn, rows, f1, hooks, err)) ||
+                (rc = qd_fwd_linear_part(m, bw, l0, ff, ff, xn, rows, f2, hooks, err)))
                 return rc;
         } else if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err)) ||          /* gate */
                    (rc = run_linear(m, bw, l0 + 1, xn, rows, f2, hooks, err))) {      /* up */
@@ -203,14 +203,14 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
         }
         if (c->layout == QD_LAYOUT_GEMMA) BE_CALL(m, err, m->be->ops->gelu_tanh_mul(m->be, f1, f1, f2, rows * ff));
         else BE_CALL(m, err, m->be->ops->silu_mul(m->be, f1, f1, f2, rows * ff));
-        if ((rc = call_input(m, bw, m->lin[down].group, f1, rows, hooks, err)) ||
+        if ((rc = qd_fwd_call_input(m, bw, m->lin[down].group, f1, rows, hooks, err)) ||
             (rc = run_linear(m, bw, down, f1, rows, out, hooks, err)))
             return rc;
     } else {
         if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
         if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
         else BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
-        if ((rc = call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
+        if ((rc = qd_fwd_call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
             (rc = run_linear(m, bw, l0 + 1, f1, rows, out, hooks, err)))
             return rc;
     }
@@ -266,7 +266,8 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
 
     const float *min = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
-    if ((rc = mlp(m, bw, min, tmp, rows, hooks, err))) return rc;
+    rc = c->n_experts > 0 ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err) : mlp(m, bw, min, tmp, rows, hooks, err);
+    if (rc) return rc;
     if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
     if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));

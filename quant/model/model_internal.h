@@ -38,14 +38,18 @@ typedef struct qd_arch_group {
  * MLP; fused ones (fused_qkv) list qkv, o, then the MLP. */
 enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
+/* The architecture table's own capacity (experts are generated from a template). */
+#define QD_ARCH_MAX_LINEARS 8
+#define QD_ARCH_MAX_GROUPS 4
+
 typedef struct qd_arch {
     const char *name;          /* "llama", "opt" */
     qd_arch_family family;
     const char *block_fmt;     /* printf format with one %d: "model.layers.%d." */
     int n_linears;
-    qd_arch_linear linears[QD_MAX_LINEARS];
+    qd_arch_linear linears[QD_ARCH_MAX_LINEARS];
     int n_groups;
-    qd_arch_group groups[QD_MAX_GROUPS];
+    qd_arch_group groups[QD_ARCH_MAX_GROUPS];
     int fused_qkv;             /* linear 0 is [q; k; v] (rows Q, KV, KV) */
     int fused_gate_up;         /* the first MLP linear is [gate; up] (rows FF, FF) */
     int lin_o, lin_mlp0;       /* indices of o_proj and of the first MLP linear */
@@ -57,12 +61,20 @@ typedef struct qd_arch {
     const char *lm_head;
     const char *project_in;    /* [hidden, proj_dim] when proj_dim != hidden */
     const char *project_out;   /* [proj_dim, hidden] */
+    /* Mixture of experts: the MLP is a router and experts generated from these names, the
+     * linears after the table's own (gate, up, down per expert, then the shared expert). */
+    const char *router;        /* "block_sparse_moe.gate" [n_experts, hidden], kept in float */
+    const char *expert_fmt;    /* "block_sparse_moe.experts.%d." */
+    const char *expert_lin[3]; /* gate, up, down: "w1", "w3", "w2" */
+    const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
+    const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float */
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
-       QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_COUNT };
+       QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
+       QD_SCRATCH_MOE_R, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -74,6 +86,9 @@ struct qd_model {
     int n_lin, n_grp;
     qd_linear_info lin[QD_MAX_LINEARS];
     qd_input_group grp[QD_MAX_GROUPS];
+    char (*lin_names)[96];     /* generated linear names (MoE experts); owned */
+    char (*grp_names)[32];     /* generated group names; owned */
+    int moe_calibrate_all;     /* see qd_model_set_moe_calibrate_all */
     const st_tensor *t_embed, *t_pos, *t_lm_head;
     float *final_w, *final_b;  /* backend [hidden]; NULL without a final norm */
     float *proj_in, *proj_out; /* backend; NULL unless proj_dim != hidden */
@@ -92,5 +107,16 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d);
 /* Loads a float tensor (any float dtype) checked against shape into new backend memory. */
 int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_t *shape,
                       float **out, qd_err *err);
+
+/* Pieces of the block forward (model_forward.c) shared with the MoE MLP (model_moe.c):
+ * output rows [r0, r0 + n) of linear li (override hook applied) on x [rows, k] into y, and
+ * the input hook of group g. */
+int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t r0, int64_t n, const float *x,
+                       int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err);
+int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
+                      const qd_block_hooks *hooks, qd_err *err);
+/* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
+int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
+                   const qd_block_hooks *hooks, qd_err *err);
 
 #endif

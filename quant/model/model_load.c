@@ -276,6 +276,22 @@ fail:
     return rc;
 }
 
+/* MoE: the router [n_experts, hidden] and Qwen2-MoE's shared-expert gate [1, hidden], in
+ * float (loaders never quantize them). */
+static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
+{
+    char name[512];
+    int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+    snprintf(name + n, sizeof name - n, "%s.weight", m->arch->router);
+    int64_t rs[2] = {m->cfg.n_experts, m->cfg.hidden}, gs[2] = {1, m->cfg.hidden};
+    int rc = qd_model_load_f32(m, name, 2, rs, &bw->router_w, err);
+    if (!rc && m->cfg.shared_intermediate > 0) {
+        snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
+        rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
+    }
+    return rc;
+}
+
 uint64_t qd_block_bytes(const qd_model *m)
 {
     uint64_t n = 0;
@@ -283,6 +299,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     for (int i = 0; i < QD_MAX_NORMS; i++)
         if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
     if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
+    n += (uint64_t)m->cfg.n_experts * m->cfg.hidden + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
     return n * sizeof(float);
 }
 
@@ -292,6 +309,8 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     for (int i = 0; i < QD_MAX_LINEARS; i++) { qd_backend_free(m->be, bw->w[i]); qd_backend_free(m->be, bw->b[i]); }
     for (int i = 0; i < QD_MAX_NORMS; i++) { qd_backend_free(m->be, bw->norm_w[i]); qd_backend_free(m->be, bw->norm_b[i]); }
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->qk_norm_w[i]);
+    qd_backend_free(m->be, bw->router_w);
+    qd_backend_free(m->be, bw->shared_gate_w);
     free(bw);
 }
 
@@ -322,6 +341,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
         rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
+    if (!rc && m->cfg.n_experts > 0) rc = load_router(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;
@@ -407,6 +427,15 @@ static int validate_blocks(qd_model *m, qd_err *err)
                 if ((rc = find_float(m, name, 1, &L->n, &t, err))) return rc;
             }
         }
+        if (m->cfg.n_experts > 0) {
+            const st_tensor *t;
+            int64_t rs[2] = {m->cfg.n_experts, m->cfg.hidden}, gs[2] = {1, m->cfg.hidden};
+            int rc;
+            snprintf(name + n, sizeof name - n, "%s.weight", m->arch->router);
+            if ((rc = find_float(m, name, 2, rs, &t, err))) return rc;
+            snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate ? m->arch->shared_gate : "");
+            if (m->cfg.shared_intermediate > 0 && (rc = find_float(m, name, 2, gs, &t, err))) return rc;
+        }
         for (int i = 0; i < QD_MAX_NORMS; i++) {
             const st_tensor *t;
             int rc;
@@ -420,6 +449,56 @@ static int validate_blocks(qd_model *m, qd_err *err)
         }
     }
     return 0;
+}
+
+/* Appends one expert's gate, up and down linears (named prefix + the arch's expert
+ * names, width ff) and its two input groups: gate/up read the MLP's normed input (not
+ * folded into the norm, which the router and the other experts also read), down reads the
+ * expert's act(gate) * up and folds into up's rows. */
+static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t ff)
+{
+    const qd_arch *a = m->arch;
+    static const char *const shared_lin[3] = {"gate_proj", "up_proj", "down_proj"};
+    int l0 = m->n_lin, g0 = m->n_grp;
+    for (int j = 0; j < 3; j++) {
+        qd_linear_info *L = &m->lin[l0 + j];
+        snprintf(m->lin_names[l0 + j], sizeof m->lin_names[0], "%s%s", prefix,
+                 expert == QD_SHARED_EXPERT ? shared_lin[j] : a->expert_lin[j]);
+        L->name = m->lin_names[l0 + j];
+        L->n = j < 2 ? ff : m->cfg.hidden;
+        L->k = j < 2 ? m->cfg.hidden : ff;
+        L->has_bias = 0;
+        L->group = g0 + (j == 2);
+        L->expert = expert;
+    }
+    for (int j = 0; j < 2; j++) {
+        qd_input_group *G = &m->grp[g0 + j];
+        if (expert == QD_SHARED_EXPERT) snprintf(m->grp_names[g0 + j], sizeof m->grp_names[0], "shared.%s", j ? "out" : "in");
+        else snprintf(m->grp_names[g0 + j], sizeof m->grp_names[0], "expert.%d.%s", expert, j ? "out" : "in");
+        G->name = m->grp_names[g0 + j];
+        G->n_linears = j ? 1 : 2;
+        G->linears[0] = j ? l0 + 2 : l0;
+        G->linears[1] = l0 + 1;
+        G->k = j ? ff : m->cfg.hidden;
+        G->prev_kind = j ? QD_PREV_LINEAR : QD_PREV_NONE;
+        G->prev = j ? m->lin[l0 + 1].name : NULL;
+        G->prev_index = j ? l0 + 1 : -1;
+        G->prev_row0 = 0;
+        G->prev_rows = j ? ff : 0;
+    }
+    m->n_lin += 3;
+    m->n_grp += 2;
+}
+
+static void describe_moe(qd_model *m)
+{
+    const qd_model_config *c = &m->cfg;
+    char prefix[64];
+    for (int e = 0; e < c->n_experts; e++) {
+        snprintf(prefix, sizeof prefix, m->arch->expert_fmt, e);
+        describe_expert(m, e, prefix, c->moe_intermediate);
+    }
+    if (c->shared_intermediate > 0) describe_expert(m, QD_SHARED_EXPERT, m->arch->shared_prefix, c->shared_intermediate);
 }
 
 static void describe_block(qd_model *m)
@@ -436,6 +515,7 @@ static void describe_block(qd_model *m)
         L->k = qd_model_dim(m, al->k_dim);
         L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias : c->mlp_bias;
         L->group = al->group;
+        L->expert = -1;
     }
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
@@ -466,6 +546,7 @@ static void describe_block(qd_model *m)
             G->prev_row0 = m->lin[G->prev_index].n - G->prev_rows;
         }
     }
+    if (c->n_experts > 0) describe_moe(m);
 }
 
 /* Embedding, positions, final norm, projections and lm_head. */
@@ -543,6 +624,11 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     if ((rc = st_model_open(dir, &m->st, err))) goto fail;
     /* Some OPT checkpoints were saved from the base model and lack the "model." prefix. */
     if (!st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6)) m->strip_prefix = 1;
+    if (m->cfg.n_experts > 0) {
+        m->lin_names = calloc(QD_MAX_LINEARS, sizeof *m->lin_names);
+        m->grp_names = calloc(QD_MAX_GROUPS, sizeof *m->grp_names);
+        if (!m->lin_names || !m->grp_names) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir); goto fail; }
+    }
     describe_block(m);
     if ((rc = open_globals(m, err)) || (rc = validate_blocks(m, err))) goto fail;
     QD_LOG(QD_LOG_DEBUG, "model open", "dir=%s arch=%s layers=%lld hidden=%lld quant=%s", dir, m->cfg.architecture,
@@ -576,9 +662,13 @@ void qd_model_close(qd_model *m)
         qd_backend_free(m->be, m->lm_head);
     }
     st_model_close(m->st);
+    free(m->lin_names);
+    free(m->grp_names);
     free(m->dir);
     free(m);
 }
+
+void qd_model_set_moe_calibrate_all(qd_model *m, int on) { m->moe_calibrate_all = on; }
 
 /* ---- accessors ---- */
 

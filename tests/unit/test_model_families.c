@@ -55,6 +55,9 @@ static const family_expect families[] = {
     {"gemma3", EXPECT_MATCH, NULL},
     {"phi3", EXPECT_MATCH, NULL},
     {"phi3_longrope", EXPECT_MATCH, NULL},
+    {"mixtral", EXPECT_MATCH, NULL},
+    {"qwen2_moe", EXPECT_MATCH, NULL},
+    {"qwen3_moe", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -1,0 +1,151 @@
+/* The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE), as transformers computes it:
+ * router logits = xn R^T; p = softmax(logits) in float32; the top_k experts of each token,
+ * their weights renormalised to sum to 1 where the family does (Mixtral always, Qwen with
+ * norm_topk_prob); each expert e runs its SwiGLU on the tokens routed to it and adds
+ * weight * output into those tokens' rows, experts in index order; Qwen2-MoE adds the
+ * shared expert's output scaled by sigmoid(xn . shared_expert_gate).
+ *
+ * Routing is decided on the host (rows x n_experts floats); the experts' GEMMs run on the
+ * backend on gathered rows. With input hooks and qd_model_set_moe_calibrate_all, every
+ * expert also runs on every token so its hooks see all of them; only the routed rows reach
+ * the output, so the block computes the same function either way. */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/model/model_internal.h"
+
+#define BE_TRY(m, err, what, call) do { int _rc = (call); \
+    if (_rc) { rc = qd_err_set((err), _rc, "%s: %s", (what), (m)->be->err.msg); goto done; } } while (0)
+
+typedef struct moe_route {
+    int32_t *expert;   /* [rows, top_k] chosen experts */
+    float *weight;     /* [rows, top_k] their weights */
+    int64_t *count;    /* [n_experts] tokens routed to each */
+} moe_route;
+
+/* Softmax over the router logits (float32, as torch's softmax(dtype=float)), the top_k
+ * largest (ties to the lower index), renormalised when asked. */
+static void route_rows(const float *lg, int64_t rows, int64_t E, int64_t K, int renorm, moe_route *r)
+{
+    float *p = malloc((size_t)E * sizeof *p);
+    memset(r->count, 0, (size_t)E * sizeof *r->count);
+    for (int64_t t = 0; t < rows; t++) {
+        const float *l = lg + t * E;
+        float mx = l[0], sum = 0.0f;
+        for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+        for (int64_t e = 0; e < E; e++) { p[e] = expf(l[e] - mx); sum += p[e]; }
+        for (int64_t e = 0; e < E; e++) p[e] /= sum;
+        float tsum = 0.0f;
+        for (int64_t j = 0; j < K; j++) {
+            int64_t best = -1;
+            for (int64_t e = 0; e < E; e++) {
+                int taken = 0;
+                for (int64_t i = 0; i < j && !taken; i++) taken = r->expert[t * K + i] == e;
+                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+            }
+            r->expert[t * K + j] = (int32_t)best;
+            r->weight[t * K + j] = p[best];
+            tsum += p[best];
+            r->count[best]++;
+        }
+        if (renorm)
+            for (int64_t j = 0; j < K; j++) r->weight[t * K + j] /= tsum;
+    }
+    free(p);
+}
+
+/* One expert (gate, up, down linears from l0) on x [n, hidden] → y [n, hidden], with its
+ * two input hooks (groups g0, g0 + 1). f1, f2: [n, ff] scratch. */
+static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, const float *x, int64_t n, float *f1,
+                      float *f2, float *y, const qd_block_hooks *hooks, qd_err *err)
+{
+    int64_t ff = m->lin[l0].n;
+    int rc;
+    if ((rc = qd_fwd_call_input(m, bw, g0, x, n, hooks, err)) ||
+        (rc = qd_fwd_linear_part(m, bw, l0, 0, ff, x, n, f1, hooks, err)) ||
+        (rc = qd_fwd_linear_part(m, bw, l0 + 1, 0, ff, x, n, f2, hooks, err)))
+        return rc;
+    if ((rc = m->be->ops->silu_mul(m->be, f1, f1, f2, n * ff)))
+        return qd_err_set(err, rc, "block %d %s: silu_mul: %s", bw->block, m->lin[l0].name, m->be->err.msg);
+    if ((rc = qd_fwd_call_input(m, bw, g0 + 1, f1, n, hooks, err)) ||
+        (rc = qd_fwd_linear_part(m, bw, l0 + 2, 0, m->cfg.hidden, f1, n, y, hooks, err)))
+        return rc;
+    return 0;
+}
+
+int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
+                   const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    const qd_arch *a = m->arch;
+    int64_t E = c->n_experts, K = c->top_k, H = c->hidden;
+    int64_t ff = c->moe_intermediate > c->shared_intermediate ? c->moe_intermediate : c->shared_intermediate;
+    int all = hooks && hooks->input && m->moe_calibrate_all;
+    size_t hb = (size_t)(rows * H) * sizeof(float);
+    float *lg_be = qd_model_scratch(m, QD_SCRATCH_MOE_R, (size_t)(rows * (E + 1)) * sizeof(float), err);
+    float *xe = lg_be ? qd_model_scratch(m, QD_SCRATCH_MOE_X, hb, err) : NULL;
+    float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, hb, err) : NULL;
+    float *f1 = ye ? qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err) : NULL;
+    float *f2 = f1 ? qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err) : NULL;
+    if (!f2) return QD_ENOMEM;
+    moe_route r = {malloc((size_t)(rows * K) * sizeof(int32_t)), malloc((size_t)(rows * K) * sizeof(float)),
+                   malloc((size_t)E * sizeof(int64_t))};
+    float *lg = malloc((size_t)(rows * E) * sizeof(float));
+    float *xh = malloc(hb), *yh = malloc(hb), *acc = calloc((size_t)(rows * H), sizeof(float));
+    int64_t *sel = malloc((size_t)rows * sizeof(int64_t));
+    float *selw = malloc((size_t)rows * sizeof(float));
+    int rc = 0;
+    if (!r.expert || !r.weight || !r.count || !lg || !xh || !yh || !acc || !sel || !selw) {
+        rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
+        goto done;
+    }
+    /* Router: logits in float, decided on the host. */
+    BE_TRY(m, err, "router", m->be->ops->gemm(m->be, 0, 1, rows, E, H, 1.0f, xn, H, bw->router_w, H, 0.0f, lg_be, E));
+    BE_TRY(m, err, "router: download", qd_backend_download(m->be, lg, lg_be, (size_t)(rows * E) * sizeof(float)));
+    route_rows(lg, rows, E, K, c->norm_topk_prob, &r);
+    if (hooks && hooks->routed) hooks->routed(hooks->ud, bw->block, r.count, (int)E);
+    BE_TRY(m, err, "experts: download", qd_backend_download(m->be, xh, xn, hb));
+    for (int64_t e = 0; e < E && !rc; e++) {
+        /* The tokens routed to e, in row order, and their weights. */
+        int64_t n = 0;
+        for (int64_t t = 0; t < rows; t++)
+            for (int64_t j = 0; j < K; j++)
+                if (r.expert[t * K + j] == e) { sel[n] = t; selw[n] = r.weight[t * K + j]; n++; }
+        if (n == 0 && !all) continue;
+        int l0 = a->lin_mlp0 + 3 * (int)e, g0 = a->n_groups + 2 * (int)e;
+        const float *x = xn;
+        if (!all) {
+            /* Gather the routed rows (yh is free until the expert's output comes back). */
+            for (int64_t i = 0; i < n; i++) memcpy(yh + i * H, xh + sel[i] * H, (size_t)H * sizeof(float));
+            BE_TRY(m, err, "experts: upload", qd_backend_upload(m->be, xe, yh, (size_t)(n * H) * sizeof(float)));
+            x = xe;
+        }
+        int64_t nr = all ? rows : n;
+        if ((rc = expert_run(m, bw, l0, g0, x, nr, f1, f2, ye, hooks, err))) goto done;
+        BE_TRY(m, err, "experts: download", qd_backend_download(m->be, yh, ye, (size_t)(nr * H) * sizeof(float)));
+        for (int64_t i = 0; i < n; i++) {
+            const float *src = yh + (all ? sel[i] : i) * H;
+            float *dst = acc + sel[i] * H;
+            for (int64_t d = 0; d < H; d++) dst[d] += src[d] * selw[i];
+        }
+    }
+    if (c->shared_intermediate > 0) {
+        /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token. */
+        int l0 = a->lin_mlp0 + 3 * (int)E, g0 = a->n_groups + 2 * (int)E;
+        if ((rc = expert_run(m, bw, l0, g0, xn, rows, f1, f2, ye, hooks, err))) goto done;
+        BE_TRY(m, err, "shared expert gate",
+               m->be->ops->gemm(m->be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
+        BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, yh, ye, hb));
+        BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, lg, lg_be, (size_t)rows * sizeof(float)));
+        for (int64_t t = 0; t < rows; t++) {
+            float g = 1.0f / (1.0f + expf(-lg[t]));
+            for (int64_t d = 0; d < H; d++) acc[t * H + d] += g * yh[t * H + d];
+        }
+    }
+    BE_TRY(m, err, "experts: upload", qd_backend_upload(m->be, out, acc, hb));
+done:
+    free(r.expert); free(r.weight); free(r.count);
+    free(lg); free(xh); free(yh); free(acc); free(sel); free(selw);
+    return rc;
+}
