@@ -83,6 +83,8 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->tp = 1;
     job->layout = QP_LAYOUT_PLAIN;
     job->kernel_check = 1;
+    job->moe.calibrate_all_experts = 1;
+    job->moe.min_tokens = QP_MOE_MIN_TOKENS_DEFAULT;
     job->calibration.field = strdup("text");
     return job->calibration.field ? 0 : QP_ENOMEM;
 }
@@ -182,8 +184,9 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", NULL,
+    "kernel_check", "moe", NULL,
 };
+static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
 static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
 
@@ -319,6 +322,24 @@ static int parse_eval(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *o = qpj_field(root, "moe");
+    if (!o) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(o))
+        return qp_err_set(err, QP_EINVAL, "job.moe: must be an object like {\"calibrate_all_experts\": true}, got %s",
+                          qpj_describe(o, desc, sizeof desc));
+    const char *p = "job.moe";
+    int rc;
+    if ((rc = qpj_check_keys(o, p, moe_keys, err)) ||
+        (rc = qpj_get_bool(o, p, "calibrate_all_experts", &job->moe.calibrate_all_experts, NULL, err)) ||
+        (rc = qpj_get_int(o, p, "min_tokens", 0, QPJ_INT_MAX, "must be a non-negative integer", &job->moe.min_tokens,
+                          NULL, err)))
+        return rc;
+    return 0;
+}
+
 /* Version 1 of the spec. A version 2 would get parse_v2, or parse_v1 plus an upgrade step. */
 static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
 {
@@ -368,6 +389,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_enum(root, p, "format", format_names, 3, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
+        (rc = parse_moe(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||
         (rc = parse_shard_size(root, job, err)) ||
         (rc = qpj_get_bool(root, p, "overwrite", &job->overwrite, NULL, err)) ||

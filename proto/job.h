@@ -65,6 +65,13 @@ typedef struct qp_job_eval {
     int64_t max_windows;     /* 0 = every window of the file (default) */
 } qp_job_eval;
 
+/* Mixture-of-experts calibration (ignored for dense models). */
+#define QP_MOE_MIN_TOKENS_DEFAULT 32
+typedef struct qp_job_moe {
+    int calibrate_all_experts;  /* default 1: every expert's statistics from every token */
+    int64_t min_tokens;         /* an expert calibrated on fewer tokens falls back to RTN */
+} qp_job_moe;
+
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
     char id[QP_JOB_ID_MAX + 1];
@@ -91,6 +98,7 @@ typedef struct qp_job {
     int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
     qp_layout layout;
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
+    qp_job_moe moe;
 } qp_job;
 
 /* Names as they appear in JSON ("awq+gptq", "gptq_v2", ...); NULL for an invalid value. */

@@ -79,6 +79,15 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     rc |= qpj_add_num(o, "tp", job->tp);
     rc |= qpj_add_str(o, "layout", qp_layout_name(job->layout));
     if (all) rc |= qpj_add_bool(o, "kernel_check", job->kernel_check);
+    /* Only when not the defaults, so that a dense model's job keeps the id it always had. */
+    if (!job->moe.calibrate_all_experts || job->moe.min_tokens != QP_MOE_MIN_TOKENS_DEFAULT) {
+        cJSON *m = cJSON_CreateObject();
+        if (m) {
+            rc |= qpj_add_bool(m, "calibrate_all_experts", job->moe.calibrate_all_experts);
+            rc |= qpj_add_num(m, "min_tokens", (double)job->moe.min_tokens);
+        }
+        rc |= add_item(o, "moe", m);
+    }
     if (rc) { cJSON_Delete(o); return NULL; }
     return o;
 }

@@ -235,6 +235,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     const qd_model_config *cfg = qd_model_cfg(p->m);
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
+    qd_model_set_moe_calibrate_all(p->m, job->moe.calibrate_all_experts);
     rc = qd_pipeline_check_plans(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd

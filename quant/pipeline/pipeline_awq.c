@@ -310,7 +310,10 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
          * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
         o.duo_scaling = 1;
         o.tie = tie;
-        rc = awq_search_group(p, bw, g, x, R, &o, ws, ns, &sc, err);
+        /* An expert's groups see only its routed tokens unless every token is sent
+         * through every expert (moe.calibrate_all_experts); with none, nothing to search. */
+        if (c.xcap_rows == 0) sc.identity = 1;
+        else rc = awq_search_group(p, bw, g, x, c.xcap_rows, &o, ws, ns, &sc, err);
     }
     /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
     if (!rc && !sc.identity) rc = qd_block_fold_scales(p->m, bw, g, sc.s, err);

@@ -56,6 +56,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         if (rc) return rc;
         qd_layer_result res;
         memset(&res, 0, sizeof res);
+        res.routed_tokens = -1;
         snprintf(res.name, sizeof res.name, "%s%s", prefix, L->name);
         res.block = block;
         res.n = L->n;
@@ -71,6 +72,20 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
             continue;
         }
         snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
+        /* An expert's coverage: the calibration tokens its router sent it. Calibrated on
+         * its routed tokens alone and too few of them, it falls back to RTN (never a
+         * Hessian of a handful of rows, or none). */
+        int gptq_here = use_gptq;
+        res.routed_tokens = L->expert >= 0 ? p->moe_routed[L->expert] : -1;
+        if (L->expert >= 0 && !job->moe.calibrate_all_experts &&
+            (res.routed_tokens < job->moe.min_tokens || res.routed_tokens == 0)) {
+            gptq_here = 0;
+            res.fallback = use_gptq;
+            snprintf(res.note, sizeof res.note, "expert %d got %lld routed tokens < moe.min_tokens %lld: RTN",
+                     L->expert, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
+            QD_LOG(QD_LOG_WARN, "moe_expert_starved", "layer=%s routed_tokens=%lld min_tokens=%lld fallback=rtn",
+                   res.name, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
+        }
         qd_pipeline_report_progress(p, "quantize", block, L->name, (double)li / qd_model_n_linears(p->m), -1);
         /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
         float *wq = o->w_eff;
@@ -95,7 +110,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         float *deq = malloc(nk * sizeof(float));
         if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
         qd_qlayer layer;
-        rc = qd_pipeline_quantize_weight(p, use_gptq, wq, L->n, L->k, acc, &layer, deq, &res, err);
+        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, &layer, deq, &res, err);
         free(clipped);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
         if (o->bias) {
@@ -154,32 +169,26 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int sequential = use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
-    qd_linear_plan plans[QD_MAX_LINEARS];
-    qd_linear_out outs[QD_MAX_LINEARS];
-    qd_gptq_hessian acc[QD_MAX_GROUPS];
+    /* Per linear and per group (hundreds with experts): on the heap. */
+    qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
+    qd_linear_out *outs = calloc(QD_MAX_LINEARS, sizeof *outs);
+    qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
+    float **kslice = calloc(QD_MAX_GROUPS, sizeof *kslice);
+    int64_t *kslice_rows = calloc(QD_MAX_GROUPS, sizeof *kslice_rows);
     int norm_modified[QD_MAX_NORMS] = {0};
-    memset(outs, 0, sizeof outs);
-    memset(acc, 0, sizeof acc);
+    memset(p->moe_routed, 0, sizeof p->moe_routed);
+    p->moe_routed_done = 0;
     qd_block_weights *bw = NULL;
     float *xcap = NULL, *y = NULL;
-    float *kslice[QD_MAX_GROUPS] = {0};
-    int64_t kslice_rows[QD_MAX_GROUPS] = {0};
-    if (job->kernel_check) {
-        for (int g = 0; g < ng; g++) {
-            kslice[g] = malloc((size_t)(QD_KCHECK_ROWS * qd_model_group(p->m, g)->k) * sizeof(float));
-            if (!kslice[g]) {
-                for (int h = 0; h < g; h++) free(kslice[h]);
-                return qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
-            }
-        }
+    int rc = 0;
+    if (!plans || !outs || !acc || !kslice || !kslice_rows) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
+    for (int g = 0; g < ng && job->kernel_check && !rc; g++) {
+        kslice[g] = malloc((size_t)(QD_KCHECK_ROWS * qd_model_group(p->m, g)->k) * sizeof(float));
+        if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
     }
-    int rc = qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1);
-    if (rc) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
-    if (rc) {
-        for (int g = 0; g < ng; g++) free(kslice[g]);
-        return rc;
-    }
+    if (rc) goto cleanup;
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
 
     if (use_awq) {
@@ -287,8 +296,10 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == block) p->st.n_layers--;
     }
     qd_backend_free(p->be, y);
-    for (int g = 0; g < ng; g++) free(kslice[g]);
-    outs_free(outs, nl);
+cleanup:
+    for (int g = 0; g < ng && kslice; g++) free(kslice[g]);
+    if (outs) outs_free(outs, nl);
     qd_block_free(p->m, bw);
+    free(plans); free(outs); free(acc); free(kslice); free(kslice_rows);
     return rc;
 }

@@ -40,11 +40,21 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
     return 0;
 }
 
+/* MoE: the routed-token counts of the block's first pass that reaches the router. */
+static void capture_routed(void *ud, int block, const int64_t *counts, int n_experts)
+{
+    qd_capture_ctx *c = ud;
+    (void)block;
+    c->routed_seen = 1;
+    if (c->p->moe_routed_done) return;
+    for (int e = 0; e < n_experts && e < QD_MAX_EXPERTS; e++) c->p->moe_routed[e] += counts[e];
+}
+
 /* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
  * NULL when only the hooks matter. */
 int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capture_ctx *c, qd_err *err)
 {
-    qd_block_hooks hooks = {.ud = c, .input = capture_input, .override = NULL};
+    qd_block_hooks hooks = {.ud = c, .routed = capture_routed, .input = capture_input, .override = NULL};
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
     for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
         int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
@@ -62,6 +72,7 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capt
         if (rc == QD_ECANCELLED && c && c->stopped) rc = 0;
         if (rc) return rc;
     }
+    if (c && c->routed_seen) p->moe_routed_done = 1;
     return 0;
 }
 

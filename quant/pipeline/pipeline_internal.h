@@ -38,6 +38,10 @@ struct qd_pipeline {
     int blocks_this_run;
     int resumed_cross_backend;
     int already_done;            /* the output is this job's finished output: nothing to do */
+    /* MoE coverage of the current block: tokens the router sent to each expert in the first
+     * calibration pass that reached the experts. */
+    int64_t moe_routed[QD_MAX_EXPERTS];
+    int moe_routed_done;
 };
 
 /* What happens to one linear. */
@@ -103,6 +107,7 @@ typedef struct qd_capture_ctx {
     int stopped;
     float **slice;                    /* [QD_MAX_GROUPS] host [QD_KCHECK_ROWS, K] or NULL */
     int64_t *slice_rows;
+    int routed_seen;                  /* a forward reached the experts' router */
     qd_err *err;
 } qd_capture_ctx;
 

@@ -9,6 +9,48 @@
 
 #include "quant/core/fsutil.h"
 
+static int cmp_i64(const void *a, const void *b)
+{
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+cJSON *qd_report_moe_coverage(const qd_ckpt_state *st)
+{
+    cJSON *arr = NULL;
+    int64_t *v = malloc((st->n_layers + 1) * sizeof *v);
+    if (!v) return NULL;
+    for (int b = 0; b < st->n_blocks; b++) {
+        /* One count per expert: its gate linear (w1 / gate_proj) carries it. */
+        size_t n = 0;
+        cJSON *below = NULL;
+        for (size_t i = 0; i < st->n_layers; i++) {
+            const qd_layer_result *l = &st->layers[i];
+            if (l->block != b || l->routed_tokens < 0 || !(strstr(l->name, ".w1") || strstr(l->name, ".gate_proj"))) continue;
+            v[n++] = l->routed_tokens;
+            if (strstr(l->note, "moe.min_tokens")) {
+                if (!below) below = cJSON_CreateArray();
+                char name[160];
+                snprintf(name, sizeof name, "%.*s", (int)(strrchr(l->name, '.') - l->name), l->name);
+                cJSON_AddItemToArray(below, cJSON_CreateString(name));
+            }
+        }
+        if (n == 0) { cJSON_Delete(below); continue; }
+        qsort(v, n, sizeof *v, cmp_i64);
+        if (!arr) arr = cJSON_CreateArray();
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddNumberToObject(o, "block", b);
+        cJSON_AddNumberToObject(o, "experts", (double)n);
+        cJSON_AddNumberToObject(o, "min", (double)v[0]);
+        cJSON_AddNumberToObject(o, "median", (double)v[n / 2]);
+        cJSON_AddNumberToObject(o, "max", (double)v[n - 1]);
+        cJSON_AddItemToObject(o, "below_min_tokens", below ? below : cJSON_CreateArray());
+        cJSON_AddItemToArray(arr, o);
+    }
+    free(v);
+    return arr;
+}
+
 int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state *st,
                     const qd_report_extra *x, qd_err *err)
 {
@@ -58,6 +100,8 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
         cJSON_AddNumberToObject(e, "seq_len", (double)x->eval_seq_len);
     }
     if (st->awq_note[0]) cJSON_AddStringToObject(r, "awq_note", st->awq_note);
+    cJSON *cov = qd_report_moe_coverage(st);
+    if (cov) cJSON_AddItemToObject(r, "moe_coverage", cov);
     if (x->layout_note) cJSON_AddStringToObject(r, "layout_note", x->layout_note);
     cJSON_AddItemToObject(r, "layers", layers);
     char *text = cJSON_Print(r);

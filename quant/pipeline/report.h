@@ -22,4 +22,9 @@ typedef struct qd_report_extra {
 int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state *st,
                     const qd_report_extra *x, qd_err *err);
 
+/* MoE coverage per block from the layer results (each expert's routed calibration tokens):
+ * [{block, experts, min, median, max, below_min_tokens: [expert module names]}], or NULL
+ * for a dense model. Owned by the caller. */
+struct cJSON *qd_report_moe_coverage(const qd_ckpt_state *st);
+
 #endif

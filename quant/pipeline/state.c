@@ -97,6 +97,7 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
         r.seconds = get_num(l, "seconds", 0);
         r.kernel_checked = (int)get_num(l, "kernel_checked", 0);
         r.kernel_max_err = get_num(l, "kernel_max_err", 0);
+        r.routed_tokens = (int64_t)get_num(l, "routed_tokens", -1);
         if (qd_state_add_layer(s, &r)) { cJSON_Delete(root); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     }
     cJSON_Delete(root);
@@ -119,6 +120,7 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     cJSON_AddBoolToObject(o, "kernel_checked", r->kernel_checked);
     cJSON_AddNumberToObject(o, "kernel_max_err", r->kernel_max_err);
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
+    if (r->routed_tokens >= 0) cJSON_AddNumberToObject(o, "routed_tokens", (double)r->routed_tokens);
     return o;
 }
 

@@ -25,6 +25,7 @@ typedef struct qd_layer_result {
     int kernel_checked;      /* the packed layer went through the kernel self-check */
     double kernel_max_err;   /* its max |kernel - reference| relative to max |reference| */
     char note[160];          /* why left in float, awq alpha, ... */
+    int64_t routed_tokens;   /* MoE expert: calibration tokens routed to it; -1 otherwise */
 } qd_layer_result;
 
 typedef struct qd_fingerprint {

@@ -207,7 +207,7 @@ FAMILIES = {
                      "Qwen2-MoE: 8 experts top-2 without renormalisation, a shared expert with its sigmoid gate, "
                      "q/k/v biases",
                      num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
-                     shared_expert_intermediate_size=48, norm_topk_prob=False, decoder_sparse_step=1,
+                     shared_expert_intermediate_size=64, norm_topk_prob=False, decoder_sparse_step=1,
                      mlp_only_layers=[], qkv_bias=True,
                      ablate=[("top-k renormalised", {"norm_topk_prob": True})]),
     "qwen3_moe": fam(Qwen3MoeConfig, 1019,

@@ -129,6 +129,8 @@ static void test_fold(void)
     check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
     check_family("gemma3", 4);
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
+    check_family("mixtral", 2 + 8);      /* each expert's w2 into its own w3 */
+    check_family("qwen2_moe", 2 + 8 + 1);  /* and the shared expert's down into its up */
 }
 
 int main(void)

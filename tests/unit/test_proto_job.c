@@ -452,6 +452,32 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c); qp_job_free(d);
 }
 
+/* The MoE options: defaults, refusals by name, and ids that do not move for jobs that leave
+ * them at their defaults (every dense model's job keeps the id it had before). */
+static void test_moe_options(void)
+{
+    qp_job *a = parse_ok("{" BASE "}");
+    qp_job *b = parse_ok("{" BASE ", \"moe\": {\"calibrate_all_experts\": true, \"min_tokens\": 32}}");
+    qp_job *c = parse_ok("{" BASE ", \"moe\": {\"calibrate_all_experts\": false, \"min_tokens\": 4}}");
+    if (!a || !b || !c) goto out;
+    CHECK_INT(a->moe.calibrate_all_experts, 1);
+    CHECK_INT(a->moe.min_tokens, QP_MOE_MIN_TOKENS_DEFAULT);
+    CHECK_STR(a->id, b->id);
+    CHECK(strcmp(a->id, c->id) != 0);
+    CHECK_INT(c->moe.calibrate_all_experts, 0);
+    CHECK_INT(c->moe.min_tokens, 4);
+    char *js = qp_job_to_json(c, 0);
+    qp_job *d = js ? parse_ok(js) : NULL;
+    CHECK(d && d->moe.min_tokens == 4 && !d->moe.calibrate_all_experts);
+    free(js);
+    qp_job_free(d);
+    EXPECT_ERR("{" BASE ", \"moe\": {\"calibrate_all\": true}}", "calibrate_all");
+    EXPECT_ERR("{" BASE ", \"moe\": {\"min_tokens\": -1}}", "job.moe.min_tokens");
+    EXPECT_ERR("{" BASE ", \"moe\": true}", "job.moe");
+out:
+    qp_job_free(a); qp_job_free(b); qp_job_free(c);
+}
+
 static void test_names(void)
 {
     qp_method m;
@@ -518,6 +544,7 @@ int main(void)
     TEST_RUN(test_defaults_per_method);
     TEST_RUN(test_canonical_round_trip);
     TEST_RUN(test_derived_id);
+    TEST_RUN(test_moe_options);
     TEST_RUN(test_names);
     TEST_RUN(test_mutations_never_crash);
     return test_finish();
