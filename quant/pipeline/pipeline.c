@@ -125,6 +125,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate;
     uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
     uint64_t block_params = h * qd * 2 + h * kvd * 2 + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
+    if (cfg.n_experts > 0) {
+        /* Every expert's three linears, the shared expert's, and the float router. */
+        inter = (uint64_t)(cfg.moe_intermediate > cfg.shared_intermediate ? cfg.moe_intermediate : cfg.shared_intermediate);
+        block_params = h * qd * 2 + h * kvd * 2 + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
+                       3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
+    }
     est->n_blocks = (int)cfg.n_layers;
     est->act_bytes = rows * h * 4;
     uint64_t widest = inter > h ? inter : h;
