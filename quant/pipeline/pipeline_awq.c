@@ -114,6 +114,8 @@ typedef struct awq_mlp_ctx {
     int64_t rows, hidden, ff;
     int gate_j, up_j;                  /* positions of gate and up in the group */
     int gate_li, up_li, down_li;
+    int fused;                         /* Phi-3: one gate_up linear, gate rows then up rows */
+    int gelu;                          /* Gemma's tanh-GeGLU instead of SwiGLU */
     float *yref;                       /* backend [rows, hidden] float MLP output */
     float *hg, *hu, *y;                /* chunk scratch [chunk, ff] x2, [chunk, hidden] */
 } awq_mlp_ctx;
@@ -123,9 +125,16 @@ static int awq_mlp_chunk(awq_mlp_ctx *m, const float *wg, const float *wu, int64
 {
     qd_backend *be = m->p->be;
     const float *x = m->x + r0 * m->hidden;
-    int rc = qd_linear_forward(be, x, nr, wg, m->bw->b[m->gate_li], m->ff, m->hidden, m->hg);
-    if (!rc) rc = qd_linear_forward(be, x, nr, wu, m->bw->b[m->up_li], m->ff, m->hidden, m->hu);
-    if (!rc) rc = be->ops->silu_mul(be, m->hg, m->hg, m->hu, nr * m->ff);
+    const float *bg = m->bw->b[m->gate_li], *bu = m->bw->b[m->up_li];
+    if (m->fused) {
+        /* wg is the whole [2 FF, hidden] gate_up_proj: its up half follows the gate half. */
+        wu = wg + m->ff * m->hidden;
+        bu = bg ? bg + m->ff : NULL;
+    }
+    int rc = qd_linear_forward(be, x, nr, wg, bg, m->ff, m->hidden, m->hg);
+    if (!rc) rc = qd_linear_forward(be, x, nr, wu, bu, m->ff, m->hidden, m->hu);
+    if (!rc) rc = m->gelu ? be->ops->gelu_tanh_mul(be, m->hg, m->hg, m->hu, nr * m->ff)
+                          : be->ops->silu_mul(be, m->hg, m->hg, m->hu, nr * m->ff);
     if (!rc) rc = qd_linear_forward(be, m->hg, nr, m->bw->w[m->down_li], NULL, m->hidden, m->ff, dst);
     if (rc) return qd_err_set(err, rc, "awq: MLP output: %s", be->err.msg);
     return 0;
@@ -163,9 +172,19 @@ static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, 
         }
         return 0;
     }
-    if (!strcmp(G->name, "mlp_in") && G->n_linears == 2 && !strcmp(qd_model_cfg(p->m)->activation, "silu") &&
-        qd_model_linear_find(p->m, "mlp.down_proj") >= 0)
-        return 2;
+    /* The gated MLP of the llama family: gate and up (or Phi-3's fused gate_up), then down
+     * (the mlp_out group's linear), with SwiGLU or Gemma's tanh-GeGLU. */
+    const qd_model_config *mc = qd_model_cfg(p->m);
+    if (!strcmp(G->name, "mlp_in") && mc->family == QD_ARCH_LLAMA && (G->n_linears == 2 || G->n_linears == 1) &&
+        (!strcmp(mc->activation, "silu") || !strcmp(mc->activation, "gelu_pytorch_tanh"))) {
+        for (int g = 0; g < qd_model_n_groups(p->m); g++) {
+            const qd_input_group *O = qd_model_group(p->m, g);
+            if (!strcmp(O->name, "mlp_out") && O->n_linears == 1) {
+                *li_out = O->linears[0];
+                return 2;
+            }
+        }
+    }
     return 0;
 }
 
@@ -217,12 +236,14 @@ static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const f
         m.x = x;
         m.rows = rs;
         m.hidden = K;
-        m.down_li = qd_model_linear_find(p->m, "mlp.down_proj");
-        m.gate_j = strstr(qd_model_linear(p->m, G->linears[0])->name, "gate") ? 0 : 1;
-        m.up_j = 1 - m.gate_j;
+        m.down_li = o_li;
+        m.fused = G->n_linears == 1;
+        m.gelu = !strcmp(qd_model_cfg(p->m)->activation, "gelu_pytorch_tanh");
+        m.gate_j = m.fused || strstr(qd_model_linear(p->m, G->linears[0])->name, "gate") ? 0 : 1;
+        m.up_j = m.fused ? 0 : 1 - m.gate_j;
         m.gate_li = G->linears[m.gate_j];
         m.up_li = G->linears[m.up_j];
-        m.ff = qd_model_linear(p->m, m.gate_li)->n;
+        m.ff = qd_model_linear(p->m, m.gate_li)->n / (m.fused ? 2 : 1);
         int64_t ch = rs < AWQ_CHUNK_ROWS ? rs : AWQ_CHUNK_ROWS;
         m.yref = qd_backend_alloc(be, (size_t)(rs * K) * sizeof(float));
         m.hg = qd_backend_alloc(be, (size_t)(ch * m.ff) * sizeof(float));
