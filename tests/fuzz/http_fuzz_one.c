@@ -36,7 +36,6 @@
 #include "daemon/http_internal.h"
 #include "quant/core/log.h"
 
-#define MAX_RECS 64
 #define OUT_CAP (256 * 1024)
 
 typedef struct rec {
@@ -49,8 +48,8 @@ static struct {
     uv_loop_t loop;
     qdd_http *h;
     int drained;
-    rec recs[MAX_RECS];
-    int n_recs, events;
+    rec *recs;            /* one per request on the connection, in order (grown as needed) */
+    int n_recs, cap_recs, events;
     char why[512];        /* the first invariant a trace callback saw broken */
     char out[OUT_CAP];    /* what the client received */
     size_t n_out;
@@ -137,7 +136,13 @@ static void on_trace(void *ud, const qh_req *r, qh_trace_kind kind, int value, c
 {
     S.events++;
     if (kind == QH_TRACE_BEGIN) {
-        if (S.n_recs == MAX_RECS) { broken("more requests on one connection than the harness tracks"); return; }
+        if (S.n_recs == S.cap_recs) {
+            int cap = S.cap_recs ? 2 * S.cap_recs : 64;
+            rec *nr = realloc(S.recs, (size_t)cap * sizeof *nr);
+            if (!nr) { broken("out of memory for request records"); return; }
+            S.recs = nr;
+            S.cap_recs = cap;
+        }
         S.recs[S.n_recs++] = (rec){.r = r, .method = r->method, .route = -1, .status = -1, .toe = -1};
         return;
     }
@@ -209,6 +214,9 @@ int http_fuzz_teardown(void)
     S.h = NULL;
     uv_run(&S.loop, UV_RUN_DEFAULT);
     int rc = uv_loop_close(&S.loop);
+    free(S.recs);
+    S.recs = NULL;
+    S.n_recs = S.cap_recs = 0;
     if (!done || rc) return fail("the HTTP layer left handles on the loop", NULL);
     return 0;
 }
