@@ -26,6 +26,34 @@ typedef enum qh_method { QH_GET = 0, QH_HEAD, QH_POST, QH_DELETE, QH_OPTIONS, QH
 
 typedef struct qh_req qh_req;
 
+/* What qh_route decided for a request: the handler it runs. QH_ROUTE_NONE means the
+ * dispatcher answered by itself (404, 405, a bad job id, a refused token). */
+typedef enum qh_route_id {
+    QH_ROUTE_NONE = 0,
+    QH_ROUTE_PREFLIGHT,           /* OPTIONS anything: 204 with the CORS headers */
+    QH_ROUTE_HEALTHZ,
+    QH_ROUTE_READYZ,
+    QH_ROUTE_METRICS,
+    QH_ROUTE_WORKERS,
+    QH_ROUTE_EVENTS,              /* GET /v1/events */
+    QH_ROUTE_JOBS_LIST,           /* GET /v1/jobs */
+    QH_ROUTE_JOB_SUBMIT,          /* POST /v1/jobs: needs the token */
+    QH_ROUTE_JOB_GET,             /* GET /v1/jobs/{id} */
+    QH_ROUTE_JOB_CANCEL,          /* DELETE /v1/jobs/{id}: needs the token */
+    QH_ROUTE_JOB_EVENTS,          /* GET /v1/jobs/{id}/events */
+    QH_ROUTE_ASSET,               /* a dashboard file */
+} qh_route_id;
+
+/* A test seam (tests/fuzz/http_fuzz_one.c): the points of a request's life a test checks
+ * its invariants at. NULL in the daemon. */
+typedef enum qh_trace_kind {
+    QH_TRACE_BEGIN = 0,           /* a request record was made (value 0) */
+    QH_TRACE_ROUTE,               /* its handler is about to run (value: qh_route_id) */
+    QH_TRACE_RESPONSE,            /* a response was queued (value: status; body may be NULL) */
+    QH_TRACE_END,                 /* MHD completed it (value: MHD_RequestTerminationCode) */
+} qh_trace_kind;
+typedef void qh_trace_fn(void *ud, const qh_req *r, qh_trace_kind kind, int value, const char *body);
+
 struct qdd_http {
     uv_loop_t *loop;
     struct MHD_Daemon *mhd;
@@ -54,6 +82,8 @@ struct qdd_http {
     uint64_t n_obs;
     double sum_obs;
     int stopping;
+    qh_trace_fn *trace;           /* the test seam above; NULL in the daemon */
+    void *trace_ud;
     void (*done)(void *ud);
     void *done_ud;
 };
@@ -99,6 +129,8 @@ void qh_req_finish_error(qh_req *r, unsigned status, const char *fmt, ...) __att
 enum MHD_Result qh_respond(qh_req *r, unsigned status, char *body, const char *ctype);
 enum MHD_Result qh_respond_error(qh_req *r, unsigned status, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 enum MHD_Result qh_suspend(qh_req *r);
+/* MHD_queue_response for r, reported to the trace seam; every response goes through it. */
+enum MHD_Result qh_queue(qh_req *r, unsigned status, struct MHD_Response *resp, const char *body);
 /* Sends a Redis command for r (ref held until the reply); returns 0 or -1 when Redis is away. */
 int qh_redis_cmd(qh_req *r, redisCallbackFn *fn, int argc, const char **argv, const size_t *lens);
 int qh_redis_ready(const qdd_http *h);

@@ -259,8 +259,6 @@ static void on_submit(redisAsyncContext *ac, void *reply, void *priv)
 
 static enum MHD_Result post_job(qh_req *r)
 {
-    enum MHD_Result ret;
-    if (auth_check(r, &ret)) return ret;
     if (!r->body_len) return qh_respond_error(r, 400, "the request body must be a job spec (JSON)");
     qp_job *job = NULL;
     qp_err pe = {0};
@@ -309,8 +307,6 @@ static void on_cancel(redisAsyncContext *ac, void *reply, void *priv)
 
 static enum MHD_Result delete_job(qh_req *r)
 {
-    enum MHD_Result ret;
-    if (auth_check(r, &ret)) return ret;
     char hash[QP_KEY_MAX], flag[QP_KEY_MAX], chan[QP_KEY_MAX];
     qp_key_status(&r->h->keys, r->job, hash, sizeof hash);
     qp_key_cancel(&r->h->keys, r->job, flag, sizeof flag);
@@ -396,7 +392,7 @@ static enum MHD_Result get_asset(qh_req *r, const qh_asset *a)
     /* Everything the page needs comes from here: no scripts or styles from elsewhere. */
     MHD_add_response_header(resp, "Content-Security-Policy",
                             "default-src 'self'; connect-src *; img-src 'self' data:");
-    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    enum MHD_Result ret = qh_queue(r, 200, resp, NULL);
     MHD_destroy_response(resp);
     return ret;
 }
@@ -408,45 +404,92 @@ static enum MHD_Result method_not_allowed(qh_req *r, const char *allow)
     return qh_respond_error(r, 405, "method not allowed here (allowed: %s)", allow);
 }
 
-enum MHD_Result qh_route(qh_req *r)
+/* The routing decision: method and path to a route, r->job filled for the per-job ones.
+ * QH_ROUTE_NONE when it answered by itself (*ret holds MHD's verdict). */
+static qh_route_id route_decide(qh_req *r, const qh_asset **asset, enum MHD_Result *ret)
 {
     const char *p = r->path;
     int get = r->method == QH_GET || r->method == QH_HEAD;
-    if (r->method == QH_OPTIONS) return qh_respond(r, 204, NULL, NULL);   /* CORS preflight */
-    if (r->method == QH_OTHER) return qh_respond_error(r, 405, "method not allowed");
-    if (!strcmp(p, "/healthz"))
-        return get ? qh_respond(r, 200, qh_strdup_printf("{\"ok\":true,\"config_generation\":%llu}\n",
-                                                         (unsigned long long)r->h->config_gen), JSON)
-                   : method_not_allowed(r, "GET");
-    if (!strcmp(p, "/readyz")) return get ? get_readyz(r) : method_not_allowed(r, "GET");
-    if (!strcmp(p, "/metrics")) return get ? get_metrics(r) : method_not_allowed(r, "GET");
-    if (!strcmp(p, "/v1/workers")) return get ? get_workers(r) : method_not_allowed(r, "GET");
-    if (!strcmp(p, "/v1/events")) {
-        if (!get) return method_not_allowed(r, "GET");
-        r->sse = 2;
-        return qh_sse_start(r);
-    }
+    if (r->method == QH_OPTIONS) return QH_ROUTE_PREFLIGHT;
+    if (r->method == QH_OTHER) { *ret = qh_respond_error(r, 405, "method not allowed"); return QH_ROUTE_NONE; }
+    static const struct { const char *path; qh_route_id id; } fixed[] = {
+        {"/healthz", QH_ROUTE_HEALTHZ}, {"/readyz", QH_ROUTE_READYZ}, {"/metrics", QH_ROUTE_METRICS},
+        {"/v1/workers", QH_ROUTE_WORKERS}, {"/v1/events", QH_ROUTE_EVENTS},
+    };
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++)
+        if (!strcmp(p, fixed[i].path)) {
+            if (get) return fixed[i].id;
+            *ret = method_not_allowed(r, "GET");
+            return QH_ROUTE_NONE;
+        }
     if (!strcmp(p, "/v1/jobs") || !strcmp(p, "/v1/jobs/")) {
-        if (get) return get_jobs(r);
-        if (r->method == QH_POST) return post_job(r);
-        return method_not_allowed(r, "GET, POST");
+        if (get) return QH_ROUTE_JOBS_LIST;
+        if (r->method == QH_POST) return QH_ROUTE_JOB_SUBMIT;
+        *ret = method_not_allowed(r, "GET, POST");
+        return QH_ROUTE_NONE;
     }
     if (!strncmp(p, "/v1/jobs/", 9)) {
         const char *id = p + 9, *slash = strchr(id, '/');
         size_t n = slash ? (size_t)(slash - id) : strlen(id);
-        if (n >= sizeof r->job) return qh_respond_error(r, 400, "a job id is 1-64 of A-Z a-z 0-9 . _ -");
-        memcpy(r->job, id, n);
-        r->job[n] = 0;
-        if (!qp_name_valid(r->job)) return qh_respond_error(r, 400, "a job id is 1-64 of A-Z a-z 0-9 . _ -");
-        if (!slash) {
-            if (get) return get_job(r);
-            if (r->method == QH_DELETE) return delete_job(r);
-            return method_not_allowed(r, "GET, DELETE");
+        if (n < sizeof r->job) {
+            memcpy(r->job, id, n);
+            r->job[n] = 0;
         }
-        if (!strcmp(slash, "/events")) return get ? get_events(r) : method_not_allowed(r, "GET");
-        return qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+        if (n >= sizeof r->job || !qp_name_valid(r->job)) {
+            r->job[0] = 0;
+            *ret = qh_respond_error(r, 400, "a job id is 1-64 of A-Z a-z 0-9 . _ -");
+            return QH_ROUTE_NONE;
+        }
+        if (!slash) {
+            if (get) return QH_ROUTE_JOB_GET;
+            if (r->method == QH_DELETE) return QH_ROUTE_JOB_CANCEL;
+            *ret = method_not_allowed(r, "GET, DELETE");
+            return QH_ROUTE_NONE;
+        }
+        if (!strcmp(slash, "/events")) {
+            if (get) return QH_ROUTE_JOB_EVENTS;
+            *ret = method_not_allowed(r, "GET");
+            return QH_ROUTE_NONE;
+        }
+        *ret = qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+        return QH_ROUTE_NONE;
     }
-    const qh_asset *a = qh_asset_find(p);
-    if (a) return get ? get_asset(r, a) : method_not_allowed(r, "GET");
-    return qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+    if ((*asset = qh_asset_find(p))) {
+        if (get) return QH_ROUTE_ASSET;
+        *ret = method_not_allowed(r, "GET");
+        return QH_ROUTE_NONE;
+    }
+    *ret = qh_respond_error(r, 404, "no such endpoint: %.200s", p);
+    return QH_ROUTE_NONE;
+}
+
+enum MHD_Result qh_route(qh_req *r)
+{
+    enum MHD_Result ret = MHD_NO;
+    const qh_asset *asset = NULL;
+    qh_route_id id = route_decide(r, &asset, &ret);
+    if (id == QH_ROUTE_NONE) return ret;
+    /* The mutating routes check the token here, before any handler code runs. */
+    if ((id == QH_ROUTE_JOB_SUBMIT || id == QH_ROUTE_JOB_CANCEL) && auth_check(r, &ret)) return ret;
+    if (r->h->trace) r->h->trace(r->h->trace_ud, r, QH_TRACE_ROUTE, (int)id, NULL);
+    switch (id) {
+    case QH_ROUTE_PREFLIGHT: return qh_respond(r, 204, NULL, NULL);
+    case QH_ROUTE_HEALTHZ:
+        return qh_respond(r, 200, qh_strdup_printf("{\"ok\":true,\"config_generation\":%llu}\n",
+                                                   (unsigned long long)r->h->config_gen), JSON);
+    case QH_ROUTE_READYZ: return get_readyz(r);
+    case QH_ROUTE_METRICS: return get_metrics(r);
+    case QH_ROUTE_WORKERS: return get_workers(r);
+    case QH_ROUTE_EVENTS:
+        r->sse = 2;
+        return qh_sse_start(r);
+    case QH_ROUTE_JOBS_LIST: return get_jobs(r);
+    case QH_ROUTE_JOB_SUBMIT: return post_job(r);
+    case QH_ROUTE_JOB_GET: return get_job(r);
+    case QH_ROUTE_JOB_CANCEL: return delete_job(r);
+    case QH_ROUTE_JOB_EVENTS: return get_events(r);
+    case QH_ROUTE_ASSET: return get_asset(r, asset);
+    case QH_ROUTE_NONE: break;
+    }
+    return ret;
 }

@@ -78,17 +78,39 @@ void qh_req_unref(qh_req *r)
     free(r);
 }
 
-/* JSON string escaping for error messages (the rest of the JSON goes through cJSON). */
+/* The length of the valid UTF-8 sequence at p (1-4), or 0 when p does not start one
+ * (a stray continuation byte, an overlong form, a surrogate, past U+10FFFF, cut short). */
+static size_t utf8_seq_len(const unsigned char *p)
+{
+    unsigned c = p[0];
+    size_t n = c < 0x80 ? 1 : (c & 0xe0) == 0xc0 ? 2 : (c & 0xf0) == 0xe0 ? 3 : (c & 0xf8) == 0xf0 ? 4 : 0;
+    if (n <= 1) return n;
+    unsigned cp = c & (0x7fu >> n);
+    for (size_t i = 1; i < n; i++) {
+        if ((p[i] & 0xc0) != 0x80) return 0;   /* also stops at the terminating NUL */
+        cp = cp << 6 | (p[i] & 0x3fu);
+    }
+    static const unsigned min[5] = {0, 0, 0x80, 0x800, 0x10000};
+    if (cp < min[n] || cp > 0x10ffff || (cp >= 0xd800 && cp <= 0xdfff)) return 0;
+    return n;
+}
+
+/* JSON string escaping for error messages (the rest of the JSON goes through cJSON). The
+ * message may quote the client's bytes (a path, a query value), so anything that is not
+ * valid UTF-8 becomes U+FFFD: the body stays valid JSON for any request. */
 static char *json_error(const char *msg)
 {
     size_t n = strlen(msg);
     char *s = malloc(n * 6 + 16), *w = s;
     if (!s) return NULL;
     w += sprintf(w, "{\"error\":\"");
-    for (const unsigned char *p = (const unsigned char *)msg; *p; p++) {
+    for (const unsigned char *p = (const unsigned char *)msg; *p;) {
+        size_t k = utf8_seq_len(p);
         if (*p == '"' || *p == '\\') { *w++ = '\\'; *w++ = (char)*p; }
         else if (*p < 0x20) w += sprintf(w, "\\u%04x", *p);
-        else *w++ = (char)*p;
+        else if (k) { memcpy(w, p, k); w += k; p += k; continue; }
+        else w += sprintf(w, "\\ufffd");
+        p++;
     }
     strcpy(w, "\"}\n");
     return s;
@@ -118,8 +140,15 @@ enum MHD_Result qh_respond(qh_req *r, unsigned status, char *body, const char *c
         MHD_add_response_header(resp, "Access-Control-Allow-Headers", "Authorization, Content-Type, Last-Event-ID");
         MHD_add_response_header(resp, "Access-Control-Max-Age", "600");
     }
-    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    enum MHD_Result ret = qh_queue(r, status, resp, body);
     MHD_destroy_response(resp);
+    return ret;
+}
+
+enum MHD_Result qh_queue(qh_req *r, unsigned status, struct MHD_Response *resp, const char *body)
+{
+    enum MHD_Result ret = MHD_queue_response(r->conn, status, resp);
+    if (ret == MHD_YES && r->h->trace) r->h->trace(r->h->trace_ud, r, QH_TRACE_RESPONSE, (int)status, body);
     return ret;
 }
 
@@ -213,6 +242,7 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         if (h->reqs) h->reqs->prev = r;
         h->reqs = r;
         *con_cls = r;
+        if (h->trace) h->trace(h->trace_ud, r, QH_TRACE_BEGIN, 0, NULL);
         if (strlen(url) >= sizeof r->path) return qh_respond_error(r, MHD_HTTP_URI_TOO_LONG, "the URL is too long");
         strcpy(r->path, url);
         origin_check(r);
@@ -257,6 +287,8 @@ static void on_completed(void *cls, struct MHD_Connection *conn, void **con_cls,
     if (!r) return;
     *con_cls = NULL;
     r->mhd_done = 1;
+    qdd_http *h = cls;
+    if (h->trace) h->trace(h->trace_ud, r, QH_TRACE_END, (int)toe, NULL);
     qh_req_unref(r);
 }
 

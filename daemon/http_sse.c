@@ -94,7 +94,7 @@ enum MHD_Result qh_sse_start(qh_req *r)
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
         MHD_add_response_header(resp, "Vary", "Origin");
     }
-    enum MHD_Result ret = MHD_queue_response(r->conn, 200, resp);
+    enum MHD_Result ret = qh_queue(r, 200, resp, NULL);
     MHD_destroy_response(resp);
     if (ret != MHD_YES) return ret;
     r->sse_started = 1;

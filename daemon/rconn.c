@@ -17,7 +17,7 @@
 #include "daemon/redis_uv.h"
 #include "quant/core/log.h"
 
-#define BACKOFF_MIN_MS 100
+#define BACKOFF_MIN_MS 100    /* defaults of backoff_min_ms / backoff_max_ms */
 #define BACKOFF_MAX_MS 5000
 #define CLOSE_WAIT_MS 2000
 
@@ -138,7 +138,7 @@ static void on_ready_reply(redisAsyncContext *ac, void *r, void *pd)
     c->up = 1;
     c->ac_was_up = 1;
     c->ups++;
-    c->backoff_ms = BACKOFF_MIN_MS;
+    c->backoff_ms = c->backoff_min_ms;
     c->ping_outstanding = 0;
     QD_LOG(QD_LOG_INFO, "redis_up", "conn=%s host=%s port=%d attempts=%llu", c->name, c->url.host, c->url.port,
            (unsigned long long)c->attempts);
@@ -278,7 +278,7 @@ static void schedule_retry(qdd_rconn *c)
 {
     if (c->closing) return;
     arm(c, on_timer, (uint64_t)c->backoff_ms, 0);
-    c->backoff_ms = c->backoff_ms * 2 > BACKOFF_MAX_MS ? BACKOFF_MAX_MS : c->backoff_ms * 2;
+    c->backoff_ms = c->backoff_ms * 2 > c->backoff_max_ms ? c->backoff_max_ms : c->backoff_ms * 2;
 }
 
 static void on_timer_closed(uv_handle_t *h)
@@ -305,7 +305,8 @@ int qdd_rconn_init(qdd_rconn *c, uv_loop_t *loop, const qdd_redis_url *url, cons
     memset(c, 0, sizeof *c);
     c->loop = loop;
     snprintf(c->name, sizeof c->name, "%s", name);
-    c->backoff_ms = BACKOFF_MIN_MS;
+    c->backoff_ms = c->backoff_min_ms = BACKOFF_MIN_MS;
+    c->backoff_max_ms = BACKOFF_MAX_MS;
     c->connect_timeout_ms = 3000;
     c->ping_interval_ms = 1000;
     c->ping_timeout_ms = 3000;
@@ -324,6 +325,7 @@ int qdd_rconn_init(qdd_rconn *c, uv_loop_t *loop, const qdd_redis_url *url, cons
 void qdd_rconn_connect(qdd_rconn *c)
 {
     if (c->closing || c->ac) return;
+    if (!c->attempts) c->backoff_ms = c->backoff_min_ms;   /* tunables are set after init */
     c->attempts++;
     c->auth_failed = c->ac_was_up = 0;
     redisAsyncContext *ac = redisAsyncConnect(c->url.host, c->url.port);

@@ -54,6 +54,8 @@ typedef struct qdd_rconn {
     int connect_timeout_ms;   /* not up within this: dropped and retried (3000) */
     int ping_interval_ms;     /* watchdog probe period while up (1000) */
     int ping_timeout_ms;      /* a probe unanswered this long drops the connection (3000) */
+    int backoff_min_ms;       /* the first retry's delay, and again after every up (100) */
+    int backoff_max_ms;       /* the delay doubles up to this (5000) */
     /* State. */
     redisAsyncContext *ac;    /* NULL while down */
     int up;                   /* connected, authenticated, database selected */

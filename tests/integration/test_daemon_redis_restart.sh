@@ -11,24 +11,10 @@
 #     gone, progress events flow again after the reconnect, and a job pushed afterwards is
 #     taken. An empty Redis is logged as redis_data_lost naming what was re-created.
 set -u
-B="${QUANTD_BUILD_DIR:-}"
-for x in quantd quantd-worker quantctl; do
-    [ -x "$B/$x" ] || { echo "SKIP: $B/$x not built"; exit 77; }
-done
-command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v curl >/dev/null ||
-    { echo "SKIP: no redis-server, redis-cli or curl"; exit 77; }
-T=$(mktemp -d /tmp/qdd-rr-XXXXXX)
-DPID=; RP=
-cleanup() { [ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null; [ -n "$RP" ] && kill -9 "$RP" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() {
-    echo "FAIL: $*" >&2
-    grep -v "layer_done\|progress stage\|redis_connect_failed" "$T/d.log" | tail -60 >&2
-    exit 1
-}
-now() { date +%s%N | cut -c1-13; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(port); HP=$(port)
+DC_NAME=qdd-rr
+DC_LOG_FILTER="layer_done\|progress stage\|redis_connect_failed"
+DC_LOG_LINES=60
+. "$(dirname "$0")/daemon_common.sh"
 mkdir -p "$T/rdata"
 start_redis() {
     redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly yes --appendfsync always \
@@ -37,8 +23,6 @@ start_redis() {
     for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && return 0; sleep 0.05; done
     fail "redis-server did not start"
 }
-R() { redis-cli -p "$PORT" "$@"; }
-wait_for() { local s=$1; shift; local end=$(( $(now) + s * 1000 )); while [ "$(now)" -lt $end ]; do "$@" && return 0; sleep 0.05; done; return 1; }
 state_is() { [ "$(R HGET "qjob:$1" state 2>/dev/null)" = "$2" ]; }
 block_ge() { local b; b=$(sed -n 's/.*"next_block"[^0-9]*\([0-9]*\).*/\1/p' "$T/$1/.quantd/state.json" 2>/dev/null); [ -n "$b" ] && [ "$b" -ge "$2" ]; }
 job() { echo "{\"id\":\"$1\",\"model\":\"$T/$2\",\"output\":\"$T/$1\",\"method\":\"rtn\",\"group_size\":32,\"backend\":\"cpu\"}"; }

@@ -7,26 +7,12 @@
 # /readyz and /metrics and in the config_reloaded log line, a broken file is refused and
 # keeps generation and token, and the token never reaches the log.
 set -u
-B="${QUANTD_BUILD_DIR:-}"
-for x in quantd quantd-worker quantctl; do
-    [ -x "$B/$x" ] || { echo "SKIP: $B/$x not built"; exit 77; }
-done
-command -v redis-server >/dev/null && command -v redis-cli >/dev/null && command -v curl >/dev/null ||
-    { echo "SKIP: no redis-server, redis-cli or curl"; exit 77; }
-T=$(mktemp -d /tmp/qdd-hup-XXXXXX)
-DPID=; RP=
-cleanup() { [ -n "$DPID" ] && kill -9 "$DPID" 2>/dev/null; [ -n "$RP" ] && kill -9 "$RP" 2>/dev/null; rm -rf "$T"; }
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; tail -40 "$T/d.log" >&2; exit 1; }
-now() { date +%s%N | cut -c1-13; }
-wait_for() { local s=$1; shift; local end=$(( $(now) + s * 1000 )); while [ "$(now)" -lt $end ]; do "$@" && return 0; sleep 0.05; done; return 1; }
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-PORT=$(port); HP=$(port)
+DC_NAME=qdd-hup
+. "$(dirname "$0")/daemon_common.sh"
 U="http://127.0.0.1:$HP"
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
 RP=$!
 for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
-R() { redis-cli -p "$PORT" "$@"; }
 code() { curl -s -o /dev/null -w '%{http_code}' "$@"; }   # HTTP status only
 state_is() { [ "$(R HGET "qjob:$1" state)" = "$2" ]; }
 ready() { [ "$(code "$U/readyz")" = 200 ]; }

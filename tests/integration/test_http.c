@@ -28,59 +28,18 @@
 #include "daemon/http.h"
 #include "daemon/http_internal.h"
 #include "daemon/rconn.h"
+#include "redis_fixture.h"
 #include "test_util.h"
 
-static int redis_port, http_port;
-static pid_t redis_pid;
+static rf_redis rs;           /* the redis-server (tests/redis_fixture.h) */
+static int http_port;
 static const char *tmp;
 
 /* ---- redis-server --------------------------------------------------------------------- */
 
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static redisContext *redis_sync(void)
-{
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
-    if (c && c->err) { redisFree(c); return NULL; }
-    return c;
-}
-
-static int redis_start(void)
-{
-    char port[16];
-    snprintf(port, sizeof port, "%d", redis_port);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        if (!freopen("/dev/null", "w", stdout)) _exit(127);
-        execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "",
-               "--appendonly", "no", "--dir", tmp, "--loglevel", "warning", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100; i++) {
-        redisContext *c = redis_sync();
-        if (c) { redisFree(c); return 0; }
-        usleep(50000);
-    }
-    return -1;
-}
-
-static void redis_stop(void)
-{
-    if (redis_pid <= 0) return;
-    kill(redis_pid, SIGKILL);
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = 0;
-}
+static int redis_start(void) { return rf_start(&rs, tmp, NULL); }
+static void redis_stop(void) { rf_kill9(&rs); }
+static redisContext *redis_sync(void) { return rf_connect(&rs); }
 
 static void redis_do(const char *fmt, ...)
 {
@@ -215,7 +174,7 @@ static void on_reconf(uv_async_t *a)
     server *s = a->data;
     char http[64], redis[64];
     snprintf(http, sizeof http, "127.0.0.1:%d", http_port);
-    snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", redis_port);
+    snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs.port);
     char *argv[] = {"quantd", "--http", http, "--redis", redis, "--http-token", "n3w",
                     "--http-cors", "http://new.example", "--max-job-bytes", "1000", NULL};
     qdd_config *nc = NULL;
@@ -230,7 +189,7 @@ static int server_start(server *s)
 {
     char http[64], redis[64];
     snprintf(http, sizeof http, "127.0.0.1:%d", http_port);
-    snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", redis_port);
+    snprintf(redis, sizeof redis, "redis://127.0.0.1:%d", rs.port);
     char *argv[] = {"quantd", "--http", http, "--redis", redis, "--http-token", "s3cret",
                     "--http-cors", "http://dash.example, http://other.example", "--node", "node-a", NULL};
     qd_err err = {0};
@@ -539,7 +498,7 @@ static void on_term(uv_signal_t *sg, int signum) { uv_async_send(sg->data); uv_s
 static int serve(int hp, int rp)
 {
     http_port = hp;
-    redis_port = rp;
+    rs.port = rp;
     server s = {0};
     if (server_start(&s)) return 1;
     uv_signal_t sg;
@@ -563,8 +522,8 @@ int main(int argc, char **argv)
         return TEST_SKIP;
     }
     tmp = test_tmpdir();
-    redis_port = free_port();
-    http_port = free_port();
+    rs.port = rf_free_port();
+    http_port = rf_free_port();
     if (redis_start()) { fprintf(stderr, "test_http: redis-server did not start\n"); return 1; }
     server s = {0};
     the_server = &s;

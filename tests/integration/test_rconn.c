@@ -7,104 +7,33 @@
  *     an answer hit the connect deadline, and SIGCONT brings it back;
  *   - a subscribed connection's watchdog probe is answered (no drop while idle);
  *   - AUTH refused: logged, counted, retried; the right password connects;
+ *   - the retry delay doubles from backoff_min_ms up to backoff_max_ms while Redis refuses,
+ *     and starts again from the minimum after the connection was up;
  *   - closing leaves no handle on the loop (uv_loop_close == 0). */
 #define _GNU_SOURCE
-#include <arpa/inet.h>
 #include <hiredis/hiredis.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 #include <uv.h>
 
 #include "daemon/config.h"
 #include "daemon/rconn.h"
+#include "redis_fixture.h"
 #include "test_util.h"
 
-static int redis_port;
-static pid_t redis_pid;
+static rf_redis rs;           /* the redis-server (tests/redis_fixture.h) */
 static const char *tmp;
 static uv_loop_t loop;
 
-/* ---- redis-server ---------------------------------------------------------------------- */
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof sa;
-    bind(fd, (struct sockaddr *)&sa, sizeof sa);
-    getsockname(fd, (struct sockaddr *)&sa, &len);
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static redisContext *redis_sync(void)
-{
-    struct timeval tv = {2, 0};
-    redisContext *c = redisConnectWithTimeout("127.0.0.1", redis_port, tv);
-    if (c && c->err) { redisFree(c); return NULL; }
-    return c;
-}
-
-/* Starts redis-server; pass "" for no password. Waits until it answers. */
-static int redis_start(const char *pass)
-{
-    char port[16];
-    snprintf(port, sizeof port, "%d", redis_port);
-    redis_pid = fork();
-    if (redis_pid == 0) {
-        if (!freopen("/dev/null", "w", stdout)) _exit(127);
-        if (*pass)
-            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                   "no", "--dir", tmp, "--loglevel", "warning", "--requirepass", pass, (char *)NULL);
-        else
-            execlp("redis-server", "redis-server", "--port", port, "--bind", "127.0.0.1", "--save", "", "--appendonly",
-                   "no", "--dir", tmp, "--loglevel", "warning", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 100; i++) {
-        redisContext *c = redis_sync();
-        if (c) {
-            redisReply *r = redisCommand(c, "PING");
-            int ok = r && (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_ERROR);
-            freeReplyObject(r);
-            redisFree(c);
-            if (ok) return 0;
-        }
-        usleep(50000);
-    }
-    return -1;
-}
-
-static void redis_kill9(void)
-{
-    if (redis_pid <= 0) return;
-    kill(redis_pid, SIGKILL);
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = 0;
-}
-
-static void redis_shutdown(void)
-{
-    redisContext *c = redis_sync();
-    if (c) {
-        redisReply *r = redisCommand(c, "SHUTDOWN NOSAVE");
-        freeReplyObject(r);
-        redisFree(c);
-    }
-    waitpid(redis_pid, NULL, 0);
-    redis_pid = 0;
-}
+static int redis_start(const char *pass) { return rf_start(&rs, tmp, pass); }
 
 static long long publish(const char *chan, const char *msg)
 {
-    redisContext *c = redis_sync();
+    redisContext *c = rf_connect(&rs);
     if (!c) return -1;
     redisReply *r = redisCommand(c, "PUBLISH %s %s", chan, msg);
     long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : -1;
@@ -178,7 +107,7 @@ static int closed(void *arg) { return ((qdd_rconn *)arg)->closed; }
 
 static void conn_init(qdd_rconn *c, const char *name, const char *pass, probe *p)
 {
-    qdd_redis_url u = {.host = "127.0.0.1", .port = redis_port, .pass = (char *)pass};
+    qdd_redis_url u = {.host = "127.0.0.1", .port = rs.port, .pass = (char *)pass};
     CHECK_OK(qdd_rconn_init(c, &loop, &u, name));
     c->ud = p;
     c->on_up = on_up;
@@ -207,12 +136,46 @@ static void test_refused_then_up(void)
     CHECK_INT(cmd.up, 0);
     CHECK(cmd.err != 0);
     CHECK_CONTAINS(cmd.errstr, "refused");
+    /* 100 ms doubling: the next delay is 100 << failures (one attempt may be in flight). */
+    CHECK(cmd.backoff_ms == 100 << cmd.attempts || cmd.backoff_ms == 100 << (cmd.attempts - 1));
     CHECK_OK(redis_start(""));
     CHECK(run_until(is_up, &cmd, 8000));
     CHECK(run_until(is_up, &sub, 8000));
     CHECK_INT(pc.ups, 1);
     CHECK_INT(ps.ups, 1);
     CHECK_INT(pc.downs, 0);
+    CHECK_INT(cmd.backoff_ms, 100);   /* reset by the successful connect */
+}
+
+static int attempts_8(void *arg) { return ((qdd_rconn *)arg)->attempts >= 8; }
+
+/* Backoff alone, with small bounds: nothing listens on the port. */
+static void test_backoff(void)
+{
+    probe p = {0};
+    qdd_rconn c;
+    qdd_redis_url u = {.host = "127.0.0.1", .port = rf_free_port()};
+    CHECK_OK(qdd_rconn_init(&c, &loop, &u, "backoff"));
+    c.ud = &p;
+    c.backoff_min_ms = 20;
+    c.backoff_max_ms = 80;
+    uv_update_time(&loop);
+    uint64_t t0 = uv_now(&loop);
+    qdd_rconn_connect(&c);
+    CHECK(run_until(attempts_3, &c, 3000));
+    /* Attempts 2 and 3 came after 20 and 40 ms. */
+    CHECK(uv_now(&loop) - t0 >= 60);
+    CHECK(run_until(attempts_8, &c, 3000));
+    uint64_t took = uv_now(&loop) - t0;
+    /* 20 + 40 + 80 (capped) x 5 = 460 ms before the 8th attempt, not a hot loop; the delay
+     * stays at the cap (timers never fire early, so the bound below holds on any machine). */
+    CHECK(took >= 460);
+    CHECK_INT(c.backoff_ms, 80);
+    CHECK_INT(c.up, 0);
+    CHECK_INT(p.ups, 0);
+    CHECK_INT(p.downs, 0);   /* never up, so never "down" */
+    qdd_rconn_close(&c);
+    CHECK(run_until(closed, &c, 3000));
 }
 
 static void test_subscribe_dispatch(void)
@@ -236,8 +199,8 @@ static void test_subscribe_dispatch(void)
 static void restart_case(int use_kill9)
 {
     int ups_c = pc.ups, ups_s = ps.ups, downs_c = pc.downs;
-    if (use_kill9) redis_kill9();
-    else redis_shutdown();
+    if (use_kill9) rf_kill9(&rs);
+    else rf_shutdown(&rs);
     CHECK(run_until(is_down, &cmd, 5000));
     CHECK(run_until(is_down, &sub, 5000));
     CHECK_INT(pc.downs, downs_c + 1);
@@ -262,21 +225,21 @@ static void test_restart_shutdown(void) { restart_case(0); }
 static void test_stalled(void)
 {
     uint64_t drops = cmd.drops;
-    kill(redis_pid, SIGSTOP);
+    kill(rs.pid, SIGSTOP);
     /* The watchdog drops the up connection; the reconnects that follow get a TCP connection
      * (the kernel accepts) but no reply to SELECT, so the connect deadline drops them too. */
     CHECK(run_until(is_down, &cmd, 3000));
     CHECK(run_until(two_drops, &cmd, 5000));
     CHECK(cmd.drops >= drops + 2);
     CHECK_INT(cmd.up, 0);
-    kill(redis_pid, SIGCONT);
+    kill(rs.pid, SIGCONT);
     CHECK(run_until(is_up, &cmd, 8000));
     CHECK(run_until(is_up, &sub, 8000));
 }
 
 static void test_auth(void)
 {
-    redis_kill9();
+    rf_kill9(&rs);
     CHECK_OK(redis_start("pw1"));
     probe pa = {0}, pb = {0};
     qdd_rconn bad, good;
@@ -298,13 +261,14 @@ static void test_auth(void)
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
-    if (system("command -v redis-server >/dev/null 2>&1") != 0) {
+    if (!rf_installed()) {
         fprintf(stderr, "test_rconn: redis-server not installed; skipping\n");
         return TEST_SKIP;
     }
     tmp = test_tmpdir();
-    redis_port = free_port();
+    rs.port = rf_free_port();
     uv_loop_init(&loop);
+    TEST_RUN(test_backoff);
     TEST_RUN(test_refused_then_up);
     TEST_RUN(test_subscribe_dispatch);
     TEST_RUN(test_restart_kill9);
@@ -319,6 +283,6 @@ int main(void)
     test_current = "loop";
     run_until(NULL, NULL, 50);
     CHECK_INT(uv_loop_close(&loop), 0);
-    redis_kill9();
+    rf_kill9(&rs);
     return test_finish();
 }
