@@ -28,9 +28,20 @@ typedef struct cuda_impl {
 
 static cuda_impl *cu_impl(qd_backend *be) { return (cuda_impl *)be->impl; }
 
+/* Every CUDA, cuBLAS and cuSOLVER failure passes here: the backend is marked broken so its
+ * owner stops using the context (backend.h). */
 static int cu_fail(qd_backend *be, const char *call, const char *what, const char *file, int line)
 {
+    be->broken = 1;
     return qd_err_set(&be->err, QD_EBACKEND, "cuda:%d: %s failed: %s (%s:%d)", be->device, call, what, file, line);
+}
+
+int qd_backend_cuda_fail_err(qd_backend *be, qd_err *err, const char *call, int cuda_error, const char *file,
+                             int line)
+{
+    int rc = cu_fail(be, call, cudaGetErrorString((cudaError_t)cuda_error), file, line);
+    if (err && err != &be->err) *err = be->err;
+    return rc;
 }
 
 #define CU_TRY(be, call)                                                                     \
@@ -72,6 +83,9 @@ static void *cu_alloc(qd_backend *be, size_t bytes)
     cudaError_t e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 256, cu_impl(be)->pool, cu_impl(be)->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        /* Out of memory leaves the context usable; any other error here is a device error
+         * (often a sticky one from an earlier kernel). */
+        if (e != cudaErrorMemoryAllocation) be->broken = 1;
         qd_err_set(&be->err, e == cudaErrorMemoryAllocation ? QD_ENOMEM : QD_EBACKEND,
                    "cuda:%d: cannot allocate %zu bytes: %s", be->device, bytes, cudaGetErrorString(e));
         return NULL;
