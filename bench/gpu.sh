@@ -23,22 +23,23 @@
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
 # RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
 # the same day and device add to the same file (a step run again replaces its section), so
-# the run can be split into commands of <= 10 minutes:
-#   bench/gpu.sh --steps build,test,selftest      then      bench/gpu.sh --steps bench,job
+# the run can be split into commands of <= 10 minutes each (a later command on a fresh
+# machine rebuilds first when the build is missing):
+#   bench/gpu.sh --steps build,test;  bench/gpu.sh --steps selftest,bench;  bench/gpu.sh --steps job
 # --out DIR copies the results file and logs there too (e.g. $OUT on a lent machine).
 #
 # --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
 # report and the CPU half of the job step (default: one block at 8 x 256 tokens), and
 # records every GPU step as skipped with the reason. With --reuse-build DIR the dry run
 # takes quantctl from DIR (an existing build) and compiles only the CUDA sources for the
-# report, which is what CI does (tests/bench/test_gpu_dry_run.sh).
+# report, which is what CI does (tests/integration/test_gpu_dry_run.sh).
 #
 # Exit status: 0 when no step failed (skipped steps are not failures), 1 otherwise, 2 usage.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 here="$root/bench"
 
-usage() { sed -n '2,36p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
 
 dry=0 steps="build,test,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
 device="cuda:0" job_blocks=4 job_samples=128 agree_blocks="" agree_samples="" agree_seq="" reps=100
@@ -204,23 +205,33 @@ step_build() {
 }
 
 # ---- GPU tests ------------------------------------------------------------------------------
+# sanitize NAME SECONDS ARGS...: one compute-sanitizer run into test-NAME.log.
+sanitize() {
+    local name=$1 secs=$2 rc; shift 2
+    timeout "$secs" "$cs" --error-exitcode 3 "$@" > "$L/test-$name.log" 2>&1; rc=$?
+    case $rc in
+        0) return 0 ;;
+        124) note "compute-sanitizer $name timed out after ${secs}s (test-$name.log)" ;;
+        3) note "compute-sanitizer $name reported errors (test-$name.log)" ;;
+        *) note "compute-sanitizer $name: the program failed with exit $rc (test-$name.log)" ;;
+    esac
+    return 1
+}
 step_test() {
     [ "$gpu" = 1 ] || skip "$why_skip"
     ensure_build
-    local rc=0 cs
+    local rc=0
     ctest --test-dir "$build" -L gpu --output-on-failure > "$L/test-ctest.log" 2>&1 || { rc=1; note "ctest -L gpu failed"; }
     if grep -q "No tests were found" "$L/test-ctest.log"; then rc=1; note "no test carries the gpu label"; fi
     if grep -qE "\*\*\*Skipped|Not Run" "$L/test-ctest.log"; then rc=1; note "a GPU test skipped although $device is visible"; fi
-    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)   # global: sanitize() reads it
     if [ ! -x "$cs" ]; then
         note "compute-sanitizer not found"; rc=1
     else
-        timeout 900 "$cs" --tool memcheck --leak-check full --error-exitcode 3 "$build/tests/test_backend_cuda" \
-            > "$L/test-memcheck.log" 2>&1 || { rc=1; note "memcheck reported errors (test-memcheck.log)"; }
-        timeout 900 "$cs" --tool racecheck --error-exitcode 3 "$build/tests/test_backend_cuda" \
-            > "$L/test-racecheck.log" 2>&1 || { rc=1; note "racecheck reported hazards (test-racecheck.log)"; }
-        timeout 600 "$cs" --tool memcheck --error-exitcode 3 "$build/quantctl" selftest --device "$device" --quick \
-            > "$L/test-memcheck-selftest.log" 2>&1 || { rc=1; note "memcheck on the quick self-test failed"; }
+        # Bounded so that build + test fit one 10-minute command: a timeout is reported as such.
+        sanitize memcheck 240 --tool memcheck --leak-check full "$build/tests/test_backend_cuda" || rc=1
+        sanitize racecheck 240 --tool racecheck "$build/tests/test_backend_cuda" || rc=1
+        sanitize memcheck-selftest 120 --tool memcheck "$build/quantctl" selftest --device "$device" --quick || rc=1
     fi
     {
         echo "| check | result |"
