@@ -127,6 +127,7 @@ static void send_failed(qw_worker *w, const char *job_id, int code, const char *
     m.task_failed.code = code;
     m.task_failed.retryable = retryable;
     m.task_failed.cancelled = cancelled;
+    m.task_failed.exiting = w->device_lost;   /* set before the reply: the daemon sends no more */
     send_msg(w, &m);
 }
 

@@ -230,6 +230,7 @@ static void test_worker(void)
         if (m.type == QP_MSG_TASK_FAILED) {
             CHECK_STR(m.task_failed.job_id, "wtest-out1");
             CHECK_INT(m.task_failed.cancelled, 1);
+            CHECK_INT(m.task_failed.exiting, 0);
             CHECK_INT(m.task_failed.retryable, 0);
             cancelled = 1;
         }
@@ -303,6 +304,7 @@ static void test_worker_device_error(void)
             CHECK_CONTAINS(m.task_failed.error, "gemm failed: injected device fault");
             CHECK_CONTAINS(m.task_failed.error, "cpu: ");              /* the device */
             CHECK_CONTAINS(m.task_failed.error, "backend_fault.c:");   /* file and line */
+            CHECK_INT(m.task_failed.exiting, 1);                       /* send it no more */
         } else if (m.type == QP_MSG_TASK_DONE || m.type == QP_MSG_BLOCK_DONE) {
             others++;
         }
