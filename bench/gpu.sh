@@ -123,8 +123,9 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ncpu}
     echo "driver:   $( [ "$gpu" = 1 ] && nvidia-smi --query-gpu=driver_version --format=csv,noheader -i "$devnum" | head -1 || echo -)"
     echo "nvcc:     $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo 'not found')"
     echo "commit:   $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
-    echo "command:  bench/gpu.sh $( [ "$dry" = 1 ] && echo '--dry-run ')--steps $steps"
 } > "$L/machine.txt"
+# Every invocation that added to this results file, in order.
+echo "$(date -u +%H:%M:%SZ)  bench/gpu.sh $( [ "$dry" = 1 ] && echo '--dry-run ')--steps $steps" >> "$L/runs.txt"
 
 # ---- step bookkeeping ---------------------------------------------------------------------
 failed=0

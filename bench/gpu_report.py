@@ -287,8 +287,12 @@ def cmd_summary(logdir, title, out_md):
             heads += [l.rstrip("\n").split("\t") for l in open(p) if l.strip()]
     out = ["# %s\n" % title]
     meta = os.path.join(logdir, "machine.txt")
+    runs = os.path.join(logdir, "runs.txt")
     if os.path.exists(meta):
-        out.append("```\n" + open(meta).read().strip() + "\n```\n")
+        text = open(meta).read().strip()
+        if os.path.exists(runs):
+            text += "\nruns:\n" + "\n".join("  " + l.rstrip() for l in open(runs) if l.strip())
+        out.append("```\n" + text + "\n```\n")
     out.append("## Summary\n\n| step | result | seconds | when (UTC) | note |\n|---|---|---|---|---|")
     for step in STEPS:
         w = status.get(step)

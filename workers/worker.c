@@ -445,6 +445,7 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
         int cancelled = rc == QD_ECANCELLED && atomic_load(&w->cancel);
         int retryable = cancelled ? 0 : (rc == QD_ECANCELLED || behind) ? 1 : qw_error_retryable(rc);
         if (!cancelled) rc = task_device_check(w, rc, &err, &retryable);
+        else if (w->be && w->be->broken) w->device_lost = 1;   /* cancelled, but still exit */
         QD_LOG(QD_LOG_WARN, "task_failed", "job=%s block=%d code=%d retryable=%d err=\"%s\"", t->job_id, t->block,
                rc, retryable, err.msg);
         send_failed(w, t->job_id, rc, err.msg, retryable, cancelled);
