@@ -7,10 +7,14 @@
  * MLP: 8192x28672, 28672x8192) and batch 1..B, times the 4-bit g128 kernels on the plain
  * gptq layout, the naive act-order layout (g_idx read per row), the exllama-reordered
  * act-order layout and awq_gemm; on CUDA also cuBLAS FP16 (GemmEx, F32 accumulation) on
- * the same shape, with CUDA events after warm-up, median of R. Prints one JSON line per
- * measurement: time, packed-weight GB/s and the speed-up over FP16 cuBLAS. With --gptq
- * (CUDA) it also times the GPTQ quantization of one 4096x4096 and one 8192x28672 layer.
- * CPU timings use the wall clock (median of R). */
+ * the same shape, with CUDA events after warm-up, median of R, and L2 flushed before every
+ * repetition (a memset of twice the L2 size, outside the timed region) so no repetition
+ * reads a weight the previous one left in the cache. First it measures the device's copy
+ * bandwidth (a 1 GiB device-to-device copy, bytes read + written, median of 20), and every
+ * kernel line carries its packed-weight GB/s as a fraction of it. Prints one JSON line per
+ * measurement: time, GB/s, fraction of copy bandwidth and the speed-up over FP16 cuBLAS.
+ * With --gptq (CUDA) it also times the GPTQ quantization of one 4096x4096 and one
+ * 8192x28672 layer. CPU timings use the wall clock (median of R), without a flush. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -50,18 +54,75 @@ static double median(double *t, int n)
 typedef struct bench_ctx {
     qd_backend *be;
     int reps;
+    double copy_gbps;          /* measured device copy bandwidth (read + write), 0 unknown */
 #ifdef QUANTD_HAVE_CUDA
     cudaEvent_t e0, e1;
     cublasHandle_t blas;
+    void *flush;               /* 2 x L2 bytes, memset before each timed repetition */
+    size_t flush_bytes;
 #endif
 } bench_ctx;
+
+#define BENCH_MAX_REPS 1000
+
+/* Evicts the weights of the previous repetition from L2 (no-op on the CPU). */
+static void flush_l2(bench_ctx *c)
+{
+#ifdef QUANTD_HAVE_CUDA
+    if (c->be->device >= 0 && c->flush)
+        cudaMemsetAsync(c->flush, c->reps & 0xff, c->flush_bytes, (cudaStream_t)qd_backend_cuda_stream(c->be));
+#else
+    (void)c;
+#endif
+}
+
+#ifdef QUANTD_HAVE_CUDA
+/* Exits on a CUDA failure: a benchmark that times failed calls would print nonsense. */
+#define BENCH_CU(call)                                                                                   \
+    do {                                                                                                 \
+        cudaError_t e_ = (call);                                                                         \
+        if (e_ != cudaSuccess) {                                                                         \
+            fprintf(stderr, "kernel_bench: %s failed: %s (%s:%d)\n", #call, cudaGetErrorString(e_),       \
+                    __FILE__, __LINE__);                                                                 \
+            exit(1);                                                                                     \
+        }                                                                                                \
+    } while (0)
+
+/* Device copy bandwidth: a 1 GiB device-to-device copy timed with events, median of 20,
+ * counting bytes read plus bytes written. */
+static double measure_copy_gbps(bench_ctx *c)
+{
+    const size_t bytes = (size_t)1 << 30;
+    void *a = NULL, *b = NULL;
+    BENCH_CU(cudaMalloc(&a, bytes));
+    BENCH_CU(cudaMalloc(&b, bytes));
+    BENCH_CU(cudaMemset(a, 1, bytes));
+    cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(c->be);
+    double t[20];
+    for (int i = -2; i < 20; i++) {
+        float ms = 0;
+        BENCH_CU(cudaEventRecord(c->e0, st));
+        BENCH_CU(cudaMemcpyAsync(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice, st));
+        BENCH_CU(cudaEventRecord(c->e1, st));
+        BENCH_CU(cudaEventSynchronize(c->e1));
+        BENCH_CU(cudaEventElapsedTime(&ms, c->e0, c->e1));
+        if (i >= 0) t[i] = ms * 1e-3;
+    }
+    cudaFree(a);
+    cudaFree(b);
+    double med = median(t, 20);
+    printf("{\"copy_gbps\":%.1f,\"bytes\":%zu,\"median_us\":%.1f}\n", 2.0 * (double)bytes / med / 1e9, bytes,
+           med * 1e6);
+    return 2.0 * (double)bytes / med / 1e9;
+}
+#endif
 
 /* Median seconds of one kernel call (x, y in backend memory). */
 static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_t rows, float *y)
 {
     qd_err err = {0};
-    double t[256];
-    int reps = c->reps > 256 ? 256 : c->reps;
+    static double t[BENCH_MAX_REPS];
+    int reps = c->reps;
     for (int i = 0; i < 3; i++)
         if (qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err)) {
             fprintf(stderr, "kernel_bench: %s\n", err.msg);
@@ -72,11 +133,15 @@ static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_
         if (c->be->device >= 0) {
             cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(c->be);
             float ms = 0;
-            cudaEventRecord(c->e0, st);
-            qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err);
-            cudaEventRecord(c->e1, st);
-            cudaEventSynchronize(c->e1);
-            cudaEventElapsedTime(&ms, c->e0, c->e1);
+            flush_l2(c);
+            BENCH_CU(cudaEventRecord(c->e0, st));
+            if (qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err)) {
+                fprintf(stderr, "kernel_bench: %s\n", err.msg);
+                return -1;
+            }
+            BENCH_CU(cudaEventRecord(c->e1, st));
+            BENCH_CU(cudaEventSynchronize(c->e1));
+            BENCH_CU(cudaEventElapsedTime(&ms, c->e0, c->e1));
             t[i] = ms * 1e-3;
             continue;
         }
@@ -93,24 +158,30 @@ static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_
 static double time_cublas_f16(bench_ctx *c, int64_t n, int64_t k, int64_t rows)
 {
     void *w = NULL, *x = NULL, *y = NULL;
-    cudaMalloc(&w, (size_t)(n * k) * 2);
-    cudaMalloc(&x, (size_t)(rows * k) * 2);
-    cudaMalloc(&y, (size_t)(rows * n) * 2);
-    cudaMemset(w, 0x3c, (size_t)(n * k) * 2);            /* 0x3c3c: 1.06 in half, never zero */
-    cudaMemset(x, 0x3c, (size_t)(rows * k) * 2);
+    BENCH_CU(cudaMalloc(&w, (size_t)(n * k) * 2));
+    BENCH_CU(cudaMalloc(&x, (size_t)(rows * k) * 2));
+    BENCH_CU(cudaMalloc(&y, (size_t)(rows * n) * 2));
+    BENCH_CU(cudaMemset(w, 0x3c, (size_t)(n * k) * 2));  /* 0x3c3c: 1.06 in half, never zero */
+    BENCH_CU(cudaMemset(x, 0x3c, (size_t)(rows * k) * 2));
     cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(c->be);
     cublasSetStream(c->blas, st);
     float one = 1, zero = 0;
-    double t[256];
-    int reps = c->reps > 256 ? 256 : c->reps;
+    static double t[BENCH_MAX_REPS];
+    int reps = c->reps;
     for (int i = -3; i < reps; i++) {
         float ms = 0;
-        cudaEventRecord(c->e0, st);
-        cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, w, CUDA_R_16F, (int)k, x,
-                     CUDA_R_16F, (int)k, &zero, y, CUDA_R_16F, (int)n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
-        cudaEventRecord(c->e1, st);
-        cudaEventSynchronize(c->e1);
-        cudaEventElapsedTime(&ms, c->e0, c->e1);
+        flush_l2(c);
+        BENCH_CU(cudaEventRecord(c->e0, st));
+        cublasStatus_t bs = cublasGemmEx(c->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, w,
+                                         CUDA_R_16F, (int)k, x, CUDA_R_16F, (int)k, &zero, y, CUDA_R_16F, (int)n,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (bs != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "kernel_bench: cublasGemmEx failed: %s\n", cublasGetStatusString(bs));
+            exit(1);
+        }
+        BENCH_CU(cudaEventRecord(c->e1, st));
+        BENCH_CU(cudaEventSynchronize(c->e1));
+        BENCH_CU(cudaEventElapsedTime(&ms, c->e0, c->e1));
         if (i >= 0) t[i] = ms * 1e-3;
     }
     cudaFree(w);
@@ -151,8 +222,9 @@ static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
 #ifdef QUANTD_HAVE_CUDA
         if (c->be->device >= 0) base = time_cublas_f16(c, n, k, b);
         if (base > 0)
-            printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"cublas-f16\",\"us\":%.2f,\"gbps\":%.1f}\n",
-                   (long long)k, (long long)n, b, base * 1e6, (double)(n * k * 2) / base / 1e9);
+            printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"cublas-f16\",\"us\":%.2f,\"gbps\":%.1f,"
+                   "\"frac_copy\":%.3f}\n", (long long)k, (long long)n, b, base * 1e6, (double)(n * k * 2) / base / 1e9,
+                   c->copy_gbps > 0 ? (double)(n * k * 2) / base / 1e9 / c->copy_gbps : 0.0);
 #endif
         for (int i = 0; i < 4; i++) {
             double t = time_kernel(c, &d[i], x, b, y);
@@ -160,6 +232,7 @@ static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
             printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbps\":%.2f",
                    (long long)k, (long long)n, b, qd_kmat_layout_name(&h[i]), t * 1e6,
                    (double)qd_kmat_bytes(&h[i]) / t / 1e9);
+            if (c->copy_gbps > 0) printf(",\"frac_copy\":%.3f", (double)qd_kmat_bytes(&h[i]) / t / 1e9 / c->copy_gbps);
             if (base > 0) printf(",\"speedup_vs_f16\":%.2f", base / t);
             printf("}\n");
             fflush(stdout);
@@ -221,6 +294,7 @@ int main(int argc, char **argv)
     }
     if (max_batch < 1) max_batch = 1;
     if (reps < 1) reps = 1;
+    if (reps > BENCH_MAX_REPS) reps = BENCH_MAX_REPS;
     bench_ctx c = {.reps = reps};
     qd_err err = {0};
     if (qd_backend_open(device, &c.be, &err)) {
@@ -229,9 +303,21 @@ int main(int argc, char **argv)
     }
 #ifdef QUANTD_HAVE_CUDA
     if (c.be->device >= 0) {
-        cudaEventCreate(&c.e0);
-        cudaEventCreate(&c.e1);
-        cublasCreate(&c.blas);
+        BENCH_CU(cudaEventCreate(&c.e0));
+        BENCH_CU(cudaEventCreate(&c.e1));
+        if (cublasCreate(&c.blas) != CUBLAS_STATUS_SUCCESS) {
+            fprintf(stderr, "kernel_bench: cublasCreate failed\n");
+            return 1;
+        }
+        int l2 = 0;
+        BENCH_CU(cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, c.be->device));
+        c.flush_bytes = (size_t)(l2 > 0 ? l2 : 64 << 20) * 2;
+        BENCH_CU(cudaMalloc(&c.flush, c.flush_bytes));
+        struct cudaDeviceProp prop;
+        BENCH_CU(cudaGetDeviceProperties(&prop, c.be->device));
+        printf("{\"device\":\"%s\",\"sm\":\"%d.%d\",\"sms\":%d,\"l2_bytes\":%d,\"flush_bytes\":%zu,\"reps\":%d}\n",
+               prop.name, prop.major, prop.minor, prop.multiProcessorCount, l2, c.flush_bytes, reps);
+        c.copy_gbps = measure_copy_gbps(&c);
     }
 #endif
     static const int64_t s7[][2] = {{4096, 4096}, {4096, 11008}, {11008, 4096}};
@@ -249,7 +335,10 @@ int main(int argc, char **argv)
         if (!rc) rc |= bench_gptq(&c, 28672, 8192);
     }
 #ifdef QUANTD_HAVE_CUDA
-    if (c.be->device >= 0) cublasDestroy(c.blas);
+    if (c.be->device >= 0) {
+        cublasDestroy(c.blas);
+        cudaFree(c.flush);
+    }
 #endif
     qd_backend_close(c.be);
     return rc;

@@ -1,7 +1,7 @@
 /* quantctl eval: perplexity of a float or quantized (gptq, gptq_v2, awq) checkpoint.
  *
  *   quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N
- *                 [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]
+ *                 [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR] [--backend cpu|cuda:N]
  *
  * --text is read as one string and tokenized once with the model's tokenizer, BOS at the
  * start only; --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The
@@ -26,12 +26,14 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N\n"
                "                     [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]\n"
+               "                     [--backend cpu|cuda:N]\n"
                "  --model DIR        HF checkpoint (config.json + safetensors), float or GPTQ/AWQ\n"
                "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first)\n"
                "  --tokens FILE      token ids: JSON array, {\"tokens\": [...]}, or raw uint32 .bin\n"
                "  --seq-len N        window length (<= max_position_embeddings)\n"
                "  --max-windows M    evaluate only the first M windows\n"
                "  --threads T        CPU threads (default 2)\n"
+               "  --backend B        cpu (default) or cuda:N\n"
                "  --batch-rows R     tokens per batch (default 4096)\n"
                "  --ref-model DIR    also run DIR (e.g. the float model) on the same windows and report\n"
                "                     ref_ppl, kl_mean / kl_max (KL(P_ref || P) per token, nats) and top1_agree\n");
@@ -68,7 +70,7 @@ static int load_text(const char *model, const char *path, int32_t **ids, size_t 
 
 int cmd_eval(int argc, char **argv)
 {
-    const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL;
+    const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL, *backend = "cpu";
     long long seq = 0, maxw = 0, threads = 2, brows = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
@@ -79,6 +81,7 @@ int cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--text")) text = v;
         else if (!strcmp(a, "--ref-model")) refdir = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
+        else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--seq-len")) { if (parse_i64(a, v, 2, &seq)) return QCTL_USAGE; }
         else if (!strcmp(a, "--max-windows")) { if (parse_i64(a, v, 0, &maxw)) return QCTL_USAGE; }
         else if (!strcmp(a, "--threads")) { if (parse_i64(a, v, 1, &threads)) return QCTL_USAGE; }
@@ -98,7 +101,9 @@ int cmd_eval(int argc, char **argv)
 
     qd_backend *be = NULL;
     qd_model *m = NULL, *ref = NULL;
-    if ((rc = qd_backend_cpu_open((int)threads, &be, &err)) || (rc = qd_model_open(model, be, &m, &err)) ||
+    if ((rc = !strcmp(backend, "cpu") ? qd_backend_cpu_open((int)threads, &be, &err)
+                                      : qd_backend_open(backend, &be, &err)) ||
+        (rc = qd_model_open(model, be, &m, &err)) ||
         (refdir && (rc = qd_model_open(refdir, be, &ref, &err)))) {
         fprintf(stderr, "quantctl eval: %s\n", err.msg);
         free(ids);
@@ -118,10 +123,10 @@ int cmd_eval(int argc, char **argv)
     } else {
         const qd_model_config *c = qd_model_cfg(m);
         printf("{\"ppl\":%.6f,\"mean_nll\":%.8f,\"tokens\":%lld,\"predicted\":%lld,\"windows\":%lld,\"seq_len\":%lld,"
-               "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"threads\":%lld,\"stream_tokens\":%zu,\"arch\":\"%s\",\"quant\":\"%s\"",
+               "\"seconds\":%.3f,\"tokens_per_s\":%.1f,\"threads\":%lld,\"stream_tokens\":%zu,\"arch\":\"%s\",\"quant\":\"%s\",\"backend\":\"%s\"",
                r.ppl, r.mean_nll, (long long)r.tokens, (long long)r.predicted, (long long)r.windows, (long long)r.seq_len,
                r.seconds, r.seconds > 0 ? (double)r.tokens / r.seconds : 0.0, threads, n, c->architecture,
-               c->quantized ? c->quant_format : "none");
+               c->quantized ? c->quant_format : "none", backend);
         if (r.has_ref)
             printf(",\"ref_ppl\":%.6f,\"kl_mean\":%.8f,\"kl_max\":%.6f,\"top1_agree\":%.6f",
                    r.ref_ppl, r.kl_mean, r.kl_max, r.top1_agree);

@@ -99,6 +99,7 @@ typedef struct qdd_worker {
     qdd_job *job;              /* the task in hand (a borrowed reference counted in job->refs) */
     int block;
     char why[256];             /* why it died or was refused */
+    int exiting;               /* it said it exits after its last reply (a device error): no tasks */
 } qdd_worker;
 
 int qdd_pool_start(qdd_daemon *d, qd_err *err);

@@ -455,9 +455,11 @@ void qdd_jobs_schedule(qdd_daemon *d)
         qdd_job *j = list[i];
         if (j->phase != QDD_JOB_RUNNING || j->worker >= 0 || j->cancel_req || j->lost) continue;
         qdd_worker *w = NULL;
-        if (j->last_worker >= 0 && d->workers[j->last_worker].state == QDD_W_IDLE) w = &d->workers[j->last_worker];
+        if (j->last_worker >= 0 && d->workers[j->last_worker].state == QDD_W_IDLE &&
+            !d->workers[j->last_worker].exiting)
+            w = &d->workers[j->last_worker];
         for (int k = 0; !w && k < d->n_workers; k++)
-            if (d->workers[k].state == QDD_W_IDLE) w = &d->workers[k];
+            if (d->workers[k].state == QDD_W_IDLE && !d->workers[k].exiting) w = &d->workers[k];
         if (!w) break;
         int b = next_block(j);
         if (qdd_pool_send_task(w, j, b)) continue;
@@ -564,6 +566,9 @@ void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m)
         qdd_job_unref(j);
         break;
     case QP_MSG_TASK_FAILED:
+        /* A worker whose device context broke exits after this reply; a retry given to it
+         * would be lost with it (and spend a second retry), so it gets none. */
+        if (m->task_failed.exiting) w->exiting = 1;
         if (!j || strcmp(j->id, m->task_failed.job_id)) return;
         task_end(w);
         task_failed(j, m->task_failed.error, m->task_failed.retryable, m->task_failed.cancelled, m->task_failed.code);

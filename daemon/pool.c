@@ -178,6 +178,7 @@ static void spawn(qdd_worker *w)
     o.stdio = stdio;
     qp_wire_decoder_init(&w->dec, 0);
     w->exited = 0;
+    w->exiting = 0;
     w->why[0] = 0;
     w->job = NULL;
     w->open_handles = 3;

@@ -92,6 +92,8 @@ typedef struct qp_msg_task_failed {
     int code;                /* the QD_E* code, 0 when unknown */
     int retryable;           /* 1: a retry from the checkpoint may succeed (OOM, CUDA error) */
     int cancelled;           /* 1: stopped by a cancel message; not an error */
+    int exiting;             /* 1: the worker exits after this reply (a device error broke its
+                              * context): send it nothing more, a fresh one replaces it */
 } qp_msg_task_failed;
 
 typedef struct qp_msg_heartbeat {

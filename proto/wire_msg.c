@@ -75,6 +75,7 @@ static const field_def fields[] = {
     F(QP_MSG_TASK_FAILED, task_failed, code, K_INT, 0),
     F(QP_MSG_TASK_FAILED, task_failed, retryable, K_BOOL, 1),
     F(QP_MSG_TASK_FAILED, task_failed, cancelled, K_BOOL, 0),
+    F(QP_MSG_TASK_FAILED, task_failed, exiting, K_BOOL, 0),
     F(QP_MSG_HEARTBEAT, heartbeat, t_ms, K_I64, 1),
     F(QP_MSG_HEARTBEAT, heartbeat, job_id, K_STR, 0),
     F(QP_MSG_HEARTBEAT, heartbeat, rss_bytes, K_I64, 0),

@@ -50,6 +50,7 @@ typedef struct qw_worker {
     atomic_int cancel;           /* the running task was cancelled */
     int hb_stop;
     qd_err reader_err;
+    int device_lost;             /* the backend is broken: finish this task's reply, then exit */
 
     /* The pipeline kept open between tasks of one job (main thread only). */
     qd_pipeline *pipe;
@@ -126,6 +127,7 @@ static void send_failed(qw_worker *w, const char *job_id, int code, const char *
     m.task_failed.code = code;
     m.task_failed.retryable = retryable;
     m.task_failed.cancelled = cancelled;
+    m.task_failed.exiting = w->device_lost;   /* set before the reply: the daemon sends no more */
     send_msg(w, &m);
 }
 
@@ -387,6 +389,27 @@ static int stop_requested(qw_worker *w)
     return stop;
 }
 
+/* After a failed task: when the backend reports a device error (be->broken, any CUDA
+ * error, sticky or not), the failure becomes a retryable QD_EBACKEND whose message carries
+ * the backend's own (call, file, line, device), and the worker is marked to exit after
+ * replying, so the daemon starts a fresh process with a fresh context instead of running
+ * the next task on a broken one. Returns the code to report. */
+static int task_device_check(qw_worker *w, int rc, qd_err *err, int *retryable)
+{
+    if (!w->be || !w->be->broken) return rc;
+    if (!w->device_lost)
+        QD_LOG(QD_LOG_ERROR, "worker_device_error", "name=%s backend=%s err=\"%s\"", w->o->name, w->o->backend,
+               w->be->err.msg);
+    w->device_lost = 1;
+    if (!strstr(err->msg, w->be->err.msg)) {
+        char first[QD_ERR_MSG_MAX];
+        snprintf(first, sizeof first, "%s", err->msg);
+        qd_err_set(err, QD_EBACKEND, "%.200s [device error: %.280s]", first, w->be->err.msg);
+    }
+    *retryable = 1;
+    return QD_EBACKEND;
+}
+
 static void task_run(qw_worker *w, const qp_msg_task *t)
 {
     qd_err err = {0};
@@ -421,6 +444,8 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
     if (rc) {
         int cancelled = rc == QD_ECANCELLED && atomic_load(&w->cancel);
         int retryable = cancelled ? 0 : (rc == QD_ECANCELLED || behind) ? 1 : qw_error_retryable(rc);
+        if (!cancelled) rc = task_device_check(w, rc, &err, &retryable);
+        else if (w->be && w->be->broken) w->device_lost = 1;   /* cancelled, but still exit */
         QD_LOG(QD_LOG_WARN, "task_failed", "job=%s block=%d code=%d retryable=%d err=\"%s\"", t->job_id, t->block,
                rc, retryable, err.msg);
         send_failed(w, t->job_id, rc, err.msg, retryable, cancelled);
@@ -436,7 +461,9 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
         return;
     }
     if ((rc = qd_pipeline_finish(w->pipe, &err))) {
-        send_failed(w, t->job_id, rc, err.msg, qw_error_retryable(rc), 0);
+        int retryable = qw_error_retryable(rc);
+        rc = task_device_check(w, rc, &err, &retryable);
+        send_failed(w, t->job_id, rc, err.msg, retryable, 0);
         pipe_drop(w);
         return;
     }
@@ -538,6 +565,13 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
         w->current[0] = 0;
         pthread_mutex_unlock(&w->lock);
         qp_msg_clear(&t);
+        if (w->device_lost) {
+            /* Style rule 5: a CUDA error recycles that GPU's worker process. Tasks still
+             * queued here are the daemon's to hand out again when it sees the exit. */
+            rc = qd_err_set(err, QD_EBACKEND, "device error on %s, exiting so the daemon starts a fresh worker: %s",
+                            o->backend, w->be->err.msg);
+            goto out;
+        }
     }
     rc = 0;
     if (w->reader_err.code) {

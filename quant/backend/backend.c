@@ -1,6 +1,7 @@
 /* Opening and closing compute backends by spec ("cpu", "cuda:N"), and counting CUDA
  * devices. The CPU backend is always built; CUDA only with QUANTD_HAVE_CUDA. */
 #include "quant/backend/backend.h"
+#include "quant/backend/backend_fault.h"
 #include "quant/backend/cpu/cpu_internal.h"
 
 #include <errno.h>
@@ -28,7 +29,22 @@ static int backend_cpu_threads(void)
     return n >= 1 && n <= 1024 ? (int)n : 1;
 }
 
+static int backend_open_spec(const char *spec, qd_backend **out, qd_err *err);
+
 int qd_backend_open(const char *spec, qd_backend **out, qd_err *err)
+{
+    int rc = backend_open_spec(spec, out, err);
+#ifdef QUANTD_FAULT_HOOKS
+    const char *fault = getenv("QUANTD_FAULT_INJECT");
+    if (!rc && fault && *fault && (rc = qd_backend_fault_wrap(*out, fault, err))) {
+        qd_backend_close(*out);
+        *out = NULL;
+    }
+#endif
+    return rc;
+}
+
+static int backend_open_spec(const char *spec, qd_backend **out, qd_err *err)
 {
     if (!out) return qd_err_set(err, QD_EINVAL, "backend: NULL output pointer");
     *out = NULL;
@@ -56,6 +72,9 @@ int qd_backend_open(const char *spec, qd_backend **out, qd_err *err)
 void qd_backend_close(qd_backend *be)
 {
     if (!be) return;
+#ifdef QUANTD_FAULT_HOOKS
+    qd_backend_fault_unwrap(be);
+#endif
 #ifdef QUANTD_HAVE_CUDA
     if (be->device >= 0) {
         qd_backend_cuda_close(be);

@@ -120,6 +120,12 @@ struct qd_backend {
     int device;                /* -1 for the CPU, else the CUDA device ordinal */
     int n_threads;             /* CPU threads the backend may use */
     qd_err err;                /* last error */
+    /* Set by the backend when a device error may have left it unusable: every CUDA, cuBLAS
+     * or cuSOLVER failure (a sticky error poisons the whole context, and a non-sticky one
+     * is not worth telling apart; running out of memory is not one). Nothing run on it
+     * afterwards can be trusted: the owner closes it, and the worker fails its task and
+     * exits so the daemon starts a fresh process with a fresh context. */
+    int broken;
 };
 
 /* Creates a backend from a spec: "cpu" or "cuda:N". *out is owned by the caller. */

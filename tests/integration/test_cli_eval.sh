@@ -2,7 +2,8 @@
 # quantctl eval end to end on generated models (no shared data needed): perplexity as one
 # JSON line; --ref-model against itself gives KL 0 and full top-1 agreement, against another
 # model a positive KL; bad input (missing reference, another vocabulary, windows longer than
-# the context, missing options) exits 2 with one line naming the problem.
+# the context, missing options, an absent or unknown --backend) exits 2 with one line naming
+# the problem.
 set -u
 . "$(dirname "$0")/cli_common.sh"
 json() { python3 -c 'import json,sys; print(json.loads(sys.stdin.read().splitlines()[-1])[sys.argv[1]])' "$1"; }
@@ -36,6 +37,14 @@ expect_usage "missing reference" "nonexistent" -- eval --model "$T/a" --ref-mode
 expect_usage "other vocabulary" "cannot be compared" -- eval --model "$T/a" --ref-model "$T/v96" --tokens "$T/ids.json" --seq-len 64
 expect_usage "window too long" "max_position_embeddings" -- eval --model "$T/a" --ref-model "$T/b" --tokens "$T/ids.json" --seq-len 256
 expect_usage "no ref value" "needs a value" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --ref-model
+expect_usage "absent device" "cuda:99" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --backend cuda:99
+expect_usage "bad backend" "unknown spec" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --backend gpu
+
+# --backend cpu is the default: the same perplexity, and the line names the backend.
+a=$("$Q" eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64) || fail "default eval"
+b=$("$Q" eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --backend cpu) || fail "cpu eval"
+[ "$(echo "$a" | json ppl)" = "$(echo "$b" | json ppl)" ] || fail "--backend cpu differs: $a vs $b"
+[ "$(echo "$b" | json backend)" = cpu ] || fail "backend not named: $b"
 
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "test_cli_eval: all checks passed"

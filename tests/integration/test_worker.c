@@ -1,6 +1,7 @@
 /* quantd-worker end to end: spawn it with pipes, expect hello, run a tiny generated llama
  * model block by block (progress, block_done, task_done, a complete output directory),
- * refuse an invalid job as not retryable, cancel a queued task, and exit 0 on shutdown. */
+ * refuse an invalid job as not retryable, cancel a queued task, and exit 0 on shutdown; and
+ * with an injected device error, fail the task and exit so the daemon starts a fresh one. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -23,7 +24,8 @@ typedef struct child {
     qp_wire_decoder d;
 } child;
 
-static int spawn_worker(child *c, const char *exe)
+/* fault: a QUANTD_FAULT_INJECT value for the child, or NULL. */
+static int spawn_worker_env(child *c, const char *exe, const char *fault)
 {
     int in[2], out[2];
     if (pipe(in) || pipe(out)) return -1;
@@ -33,6 +35,8 @@ static int spawn_worker(child *c, const char *exe)
         dup2(in[0], 0);
         dup2(out[1], 1);
         close(in[0]); close(in[1]); close(out[0]); close(out[1]);
+        if (fault) setenv("QUANTD_FAULT_INJECT", fault, 1);
+        else unsetenv("QUANTD_FAULT_INJECT");
         execl(exe, exe, "--name", "cpu7", "--backend", "cpu", "--heartbeat-ms", "100", (char *)NULL);
         _exit(127);
     }
@@ -43,6 +47,8 @@ static int spawn_worker(child *c, const char *exe)
     qp_wire_decoder_init(&c->d, 0);
     return 0;
 }
+
+static int spawn_worker(child *c, const char *exe) { return spawn_worker_env(c, exe, NULL); }
 
 static void send_frame(child *c, const qp_msg *m)
 {
@@ -224,6 +230,7 @@ static void test_worker(void)
         if (m.type == QP_MSG_TASK_FAILED) {
             CHECK_STR(m.task_failed.job_id, "wtest-out1");
             CHECK_INT(m.task_failed.cancelled, 1);
+            CHECK_INT(m.task_failed.exiting, 0);
             CHECK_INT(m.task_failed.retryable, 0);
             cancelled = 1;
         }
@@ -258,6 +265,64 @@ static void test_worker(void)
     qp_wire_decoder_free(&c.d);
 }
 
+/* A device error during a task (injected through the backend's fault hook, so no GPU is
+ * needed): the task fails as retryable QD_EBACKEND with the call, file, line and device in
+ * the message, and the worker then exits on its own (non-zero) so the daemon starts a fresh
+ * one, instead of running the next task on a broken context. */
+static void test_worker_device_error(void)
+{
+#ifdef QUANTD_FAULT_HOOKS
+    const char *bdir = getenv("QUANTD_BUILD_DIR");
+    char exe[4096];
+    snprintf(exe, sizeof exe, "%s/quantd-worker", bdir ? bdir : ".");
+    const char *dir = test_tmpdir();
+    char model[1024], out[1024];
+    snprintf(model, sizeof model, "%s/model", dir);
+    snprintf(out, sizeof out, "%s/outfault", dir);
+    qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_LLAMA);
+    qd_err err = {0};
+    CHECK_OK(qd_testgen_write(model, &o, &err));
+    child c;
+    CHECK_OK(spawn_worker_env(&c, exe, "gemm:1"));
+    qp_msg m;
+    CHECK(recv_msg(&c, &m, NULL, 10000));
+    CHECK_INT(m.type, QP_MSG_HELLO);
+    CHECK_INT(m.hello.selftest_ok, 1);          /* the self-test calls no gemm */
+    qp_msg_clear(&m);
+    char *job = make_job(model, out, "");
+    send_task(&c, "wtest-outfault", job, QP_TASK_WHOLE_JOB);
+    /* A second task queued behind it must not run on the broken context. */
+    send_task(&c, "wtest-outfault", job, QP_TASK_WHOLE_JOB);
+    int failed = 0, others = 0;
+    while (recv_msg(&c, &m, NULL, 60000)) {
+        if (m.type == QP_MSG_TASK_FAILED) {
+            failed++;
+            CHECK_STR(m.task_failed.job_id, "wtest-outfault");
+            CHECK_INT(m.task_failed.code, QD_EBACKEND);
+            CHECK_INT(m.task_failed.retryable, 1);
+            CHECK_INT(m.task_failed.cancelled, 0);
+            CHECK_CONTAINS(m.task_failed.error, "gemm failed: injected device fault");
+            CHECK_CONTAINS(m.task_failed.error, "cpu: ");              /* the device */
+            CHECK_CONTAINS(m.task_failed.error, "backend_fault.c:");   /* file and line */
+            CHECK_INT(m.task_failed.exiting, 1);                       /* send it no more */
+        } else if (m.type == QP_MSG_TASK_DONE || m.type == QP_MSG_BLOCK_DONE) {
+            others++;
+        }
+        qp_msg_clear(&m);
+    }
+    CHECK_INT(failed, 1);
+    CHECK_INT(others, 0);
+    /* It exits without being asked (stdin still open), with a failure status. */
+    CHECK_INT(wait_exit(&c, 20), 1);
+    close(c.to);
+    close(c.from);
+    qp_wire_decoder_free(&c.d);
+    free(job);
+#else
+    fprintf(stderr, "test_worker_device_error: built without QUANTD_FAULT_HOOKS, not run\n");
+#endif
+}
+
 int main(void)
 {
     const char *bdir = getenv("QUANTD_BUILD_DIR");
@@ -269,5 +334,6 @@ int main(void)
     }
     signal(SIGPIPE, SIG_IGN);
     TEST_RUN(test_worker);
+    TEST_RUN(test_worker_device_error);
     return test_finish();
 }

@@ -67,6 +67,7 @@ static void make_msgs(qp_msg *m)
     m[7].task_failed.error = "model.layers.7.mlp.up_proj: Cholesky failed at damp 0.1";
     m[7].task_failed.code = -6;
     m[7].task_failed.retryable = 1;
+    m[7].task_failed.exiting = 1;            /* optional, and it survives the round trip */
 
     qp_msg_init(&m[8], QP_MSG_HEARTBEAT);
     m[8].heartbeat.t_ms = 1700000000000LL;

@@ -15,6 +15,7 @@
 
 #include "quant/algo/gptq_block.h"
 #include "quant/algo/quantizer.h"
+#include "quant/backend/backend_args.h"
 #include "quant/backend/cuda/cuda_internal.h"
 
 typedef struct cuda_impl {
@@ -28,9 +29,20 @@ typedef struct cuda_impl {
 
 static cuda_impl *cu_impl(qd_backend *be) { return (cuda_impl *)be->impl; }
 
+/* Every CUDA, cuBLAS and cuSOLVER failure passes here: the backend is marked broken so its
+ * owner stops using the context (backend.h). */
 static int cu_fail(qd_backend *be, const char *call, const char *what, const char *file, int line)
 {
+    be->broken = 1;
     return qd_err_set(&be->err, QD_EBACKEND, "cuda:%d: %s failed: %s (%s:%d)", be->device, call, what, file, line);
+}
+
+int qd_backend_cuda_fail_err(qd_backend *be, qd_err *err, const char *call, int cuda_error, const char *file,
+                             int line)
+{
+    int rc = cu_fail(be, call, cudaGetErrorString((cudaError_t)cuda_error), file, line);
+    if (err && err != &be->err) *err = be->err;
+    return rc;
 }
 
 #define CU_TRY(be, call)                                                                     \
@@ -72,6 +84,9 @@ static void *cu_alloc(qd_backend *be, size_t bytes)
     cudaError_t e = cudaMallocFromPoolAsync(&p, bytes ? bytes : 256, cu_impl(be)->pool, cu_impl(be)->stream);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
+        /* Out of memory leaves the context usable; any other error here is a device error
+         * (often a sticky one from an earlier kernel). */
+        if (e != cudaErrorMemoryAllocation) be->broken = 1;
         qd_err_set(&be->err, e == cudaErrorMemoryAllocation ? QD_ENOMEM : QD_EBACKEND,
                    "cuda:%d: cannot allocate %zu bytes: %s", be->device, bytes, cudaGetErrorString(e));
         return NULL;
@@ -136,26 +151,15 @@ static int cu_flag_take(qd_backend *be, int *set)
 
 /* ---- linear algebra ------------------------------------------------------------------ */
 
-static int cu_int_ok(int64_t v) { return v >= 0 && v <= INT32_MAX; }
-
 /* Row-major C = op(A) op(B) is column-major C^T = op(B)^T op(A)^T: swap the operands. */
 static int cu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta, float *c, int64_t ldc)
 {
-    if (!cu_int_ok(m) || !cu_int_ok(n) || !cu_int_ok(k) || !cu_int_ok(lda) || !cu_int_ok(ldb) || !cu_int_ok(ldc))
-        return qd_err_set(&be->err, QD_EINVAL, "cuda gemm: shape m=%lld n=%lld k=%lld is negative or too large",
-                          (long long)m, (long long)n, (long long)k);
-    if (m == 0 || n == 0) return 0;
-    int64_t a_cols = ta ? m : k, b_cols = tb ? k : n;
-    if (!c || (k > 0 && (!a || !b)) || ldc < n || (k > 0 && (lda < a_cols || ldb < b_cols)))
-        return qd_err_set(&be->err, QD_EINVAL, "cuda gemm: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)",
-                          (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
-    /* With k == 0 the operands are never read, but cuBLAS still checks their strides. */
+    int skip = 0;
     int64_t lda_ok = lda, ldb_ok = ldb;
-    if (k == 0) {
-        lda_ok = a_cols > 1 ? a_cols : 1;
-        ldb_ok = b_cols > 1 ? b_cols : 1;
-    }
+    int rc = qd_backend_gemm_args_check("cuda gemm", ta, tb, m, n, k, a, lda, b, ldb, c, ldc, &skip, &lda_ok,
+                                        &ldb_ok, &be->err);
+    if (rc || skip) return rc;
     BLAS_TRY(be, cublasGemmEx(cu_impl(be)->blas, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N,
                               (int)n, (int)m, (int)k, &alpha, b, CUDA_R_32F, (int)ldb_ok, a, CUDA_R_32F, (int)lda_ok,
                               &beta, c, CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
@@ -165,10 +169,8 @@ static int cu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t
 static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows, int64_t ldx,
                             int64_t n_seen)
 {
-    if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)) || !cu_int_ok(k) ||
-        !cu_int_ok(rows) || !cu_int_ok(ldx))
-        return qd_err_set(&be->err, QD_EINVAL, "cuda hessian_accum: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)",
-                          (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
+    int rc = qd_backend_hessian_args_check("cuda hessian_accum", h, k, x, rows, ldx, n_seen, &be->err);
+    if (rc) return rc;
     if (rows == 0) return 0;
     double total = (double)n_seen + (double)rows;
     float beta = (float)((double)n_seen / total), alpha = (float)(2.0 / total);
@@ -186,8 +188,7 @@ static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x,
  * U = L'^T, upper, with H^-1 = U^T U. The leftover strict row-major lower part is zeroed. */
 static int cu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 {
-    if (!h || k <= 0 || !cu_int_ok(k))
-        return qd_err_set(&be->err, QD_EINVAL, "cuda chol_inverse_upper: bad arguments (k=%lld)", (long long)k);
+    if (qd_backend_chol_args_check("cuda chol_inverse_upper", h, k, &be->err)) return be->err.code;
     cuda_impl *im = cu_impl(be);
     const int n = (int)k;
     const cublasFillMode_t lo = CUBLAS_FILL_MODE_LOWER;
@@ -237,12 +238,8 @@ static cudaop_qcfg cu_qcfg(const qd_quant_cfg *c)
 
 static int cu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
 {
-    if (!a || !a->cfg || !a->w || !a->hinv || !a->err || !a->codes || !a->scales || !a->zeros ||
-        !a->col_group || a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k ||
-        a->ldw < a->k || a->ldh < a->k || a->ldc < a->k || a->lde < a->i2 - a->i1)
-        return qd_err_set(&be->err, QD_EINVAL, "cuda gptq_block: bad arguments");
-    if (a->ldl)        /* no chol_ldl_upper here, so the driver never asks for the LDL form */
-        return qd_err_set(&be->err, QD_EINVAL, "cuda gptq_block: the LDL form is not implemented");
+    int rc = qd_backend_gptq_block_args_check("cuda gptq_block", a, &be->err);
+    if (rc) return rc;
     LAUNCH(be, "gptq_block kernel",
            cudaop_gptq_block(cu_impl(be)->stream, cu_qcfg(a->cfg), a->n, a->k, a->i1, a->i2, a->w, a->ldw, a->hinv,
                              a->ldh, a->err, a->lde, a->codes, a->ldc, a->scales, a->zeros, a->col_group,

@@ -15,6 +15,11 @@
 extern "C" {
 #endif
 
+/* Records a failed CUDA call as QD_EBACKEND in be->err and in *err (may be NULL), naming
+ * the call, the CUDA error (a cudaError_t), file, line and device, and marks be broken
+ * (backend.h). Returns QD_EBACKEND. */
+int qd_backend_cuda_fail_err(qd_backend *be, qd_err *err, const char *call, int cuda_error, const char *file,
+                             int line);
 /* The stream (cudaStream_t) every op of be runs on. */
 void *qd_backend_cuda_stream(qd_backend *be);
 /* Allocates bytes of device memory from be's pool (NULL and be->err set on failure). */

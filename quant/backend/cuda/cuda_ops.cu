@@ -13,6 +13,7 @@
 
 extern "C" {
 #include "quant/backend/backend.h"
+#include "quant/backend/backend_args.h"
 }
 #include "quant/backend/cuda/cuda_internal.h"
 
@@ -136,11 +137,10 @@ extern "C" int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64
                                  int find_params)
 {
     const int64_t B = i2 - i1;
-    /* As many rows per block as fit 48 KB of shared memory, at most 64 (two warps' worth
-     * of loads in flight per column), at least 1. */
-    int rb = 64;
-    while (rb > 1 && (int64_t)rb * B * (int64_t)sizeof(float) > 48 * 1024) rb /= 2;
-    if ((int64_t)rb * B * (int64_t)sizeof(float) > 48 * 1024) return (int)cudaErrorInvalidValue;
+    /* Rows per block: quant/backend/backend_args.c (tested on the host); the caller has
+     * already refused a block too wide for shared memory. */
+    const int rb = qd_backend_gptq_block_rows(B);
+    if (!rb) return (int)cudaErrorInvalidValue;
     if (n == 0) return 0;
     unsigned blocks = (unsigned)((n + rb - 1) / rb);
     k_gptq_block<<<blocks, rb, (size_t)rb * B * sizeof(float), (cudaStream_t)stream>>>(

@@ -299,9 +299,22 @@ static void test_errors_name_the_device(void)
     void *p = qd_backend_alloc(gpu, (size_t)1 << 50);
     CHECK(p == NULL);
     CHECK_CONTAINS(gpu->err.msg, "cuda:");
+    CHECK_INT(gpu->broken, 0);                      /* out of memory leaves the context usable */
+    /* A refusal before any CUDA call is not a device error either. */
+    CHECK_ERR(gpu->ops->gemm(gpu, 0, 0, 4, 4, 4, 1.0f, NULL, 4, NULL, 4, 0.0f, NULL, 4));
+    CHECK_INT(gpu->broken, 0);
     qd_backend *bad = NULL;
     qd_err err = {0};
     CHECK_ERR(qd_backend_open("cuda:1000", &bad, &err));
+    /* A failing CUDA call (a copy into NULL) marks the backend broken, with the call, file,
+     * line and device in the message: the worker then exits and is replaced. Last, since
+     * nothing may run on a broken backend. */
+    void *src = qd_backend_alloc(gpu, 64);
+    CHECK_ERR(gpu->ops->copy(gpu, NULL, src, 64));
+    CHECK_INT(gpu->broken, 1);
+    CHECK_CONTAINS(gpu->err.msg, "cuda:0: cudaMemcpyAsync");
+    CHECK_CONTAINS(gpu->err.msg, "cuda_backend.c:");
+    qd_backend_free(gpu, src);
 }
 
 int main(void)

@@ -1,0 +1,367 @@
+#!/usr/bin/env bash
+# bench/gpu.sh: everything the first GPU minutes should run, as one command (issue #20).
+#
+#   bench/gpu.sh [--dry-run] [--steps build,test,selftest,bench,job] [--build DIR]
+#                [--reuse-build DIR] [--results DIR] [--out DIR] [--device cuda:N]
+#                [--job-blocks N] [--job-samples N] [--agree-blocks N] [--agree-samples N]
+#                [--agree-seq N] [--reps N]
+#
+# Steps (each timed; a failure is recorded and the later steps still run):
+#   build     Release build for this GPU's architecture (CMAKE_CUDA_ARCHITECTURES=native,
+#             falling back to 90), and ptxas's per-kernel registers / shared memory / spills
+#   test      ctest -L gpu, then test_backend_cuda under compute-sanitizer memcheck and
+#             racecheck (the shared-memory kernels: GEMV, WMMA GEMM, GPTQ block, norms,
+#             attention, reductions all run in it)
+#   selftest  quantctl selftest --device cuda:N (full)
+#   bench     bench/kernels.sh: 7B and 70B-MLP shapes, batch 1..16, L2 flushed between
+#             repetitions, CUDA events, median; against cuBLAS FP16 and the copy bandwidth
+#   job       a 7B-shaped synthetic job (--job-blocks blocks of Llama-2-7B shape, calibration
+#             --job-samples x 2048) on CUDA: seconds per block and per stage, peak GPU
+#             memory; then CPU vs CUDA agreement: --agree-blocks blocks at --agree-samples x
+#             --agree-seq on both backends (per-layer error difference) and perplexity of a
+#             tiny generated model on both
+# Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
+# RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
+# the same day and device add to the same file (a step run again replaces its section), so
+# the run can be split into commands of <= 10 minutes each (a later command on a fresh
+# machine rebuilds first when the build is missing):
+#   bench/gpu.sh --steps build,test;  bench/gpu.sh --steps selftest,bench;  bench/gpu.sh --steps job
+# --out DIR copies the results file and logs there too (e.g. $OUT on a lent machine).
+#
+# --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
+# report and the CPU half of the job step (default: one block at 8 x 256 tokens), and
+# records every GPU step as skipped with the reason. With --reuse-build DIR the dry run
+# takes quantctl from DIR (an existing build) and compiles only the CUDA sources for the
+# report, which is what CI does (tests/integration/test_gpu_dry_run.sh).
+#
+# Exit status: 0 when no step failed (skipped steps are not failures), 1 otherwise, 2 usage.
+set -uo pipefail
+root="$(cd "$(dirname "$0")/.." && pwd)"
+here="$root/bench"
+
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+
+dry=0 steps="build,test,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
+device="cuda:0" job_blocks=4 job_samples=128 agree_blocks="" agree_samples="" agree_seq="" reps=100
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --dry-run) dry=1; shift; continue ;;
+        -h|--help) usage; exit 0 ;;
+    esac
+    [ $# -ge 2 ] || { echo "gpu.sh: $1 needs a value" >&2; exit 2; }
+    case "$1" in
+        --steps) steps=$2 ;;
+        --build) build=$2 ;;
+        --reuse-build) reuse=$2 ;;
+        --results) results=$2 ;;
+        --out) outdir=$2 ;;
+        --device) device=$2 ;;
+        --job-blocks) job_blocks=$2 ;;
+        --job-samples) job_samples=$2 ;;
+        --agree-blocks) agree_blocks=$2 ;;
+        --agree-samples) agree_samples=$2 ;;
+        --agree-seq) agree_seq=$2 ;;
+        --reps) reps=$2 ;;
+        *) echo "gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
+    esac
+    shift 2
+done
+for s in ${steps//,/ }; do
+    case "$s" in build|test|selftest|bench|job) ;; *) echo "gpu.sh: --steps: '$s' is not one of build, test, selftest, bench, job" >&2; exit 2 ;; esac
+done
+# The agreement run's defaults: 2 blocks at 16 x 2048 on a GPU machine (the CPU half fits the
+# time budget on 16 cores); one block at 8 x 256 without a GPU (the dry run, CI).
+if [ "$dry" = 1 ]; then d_blocks=1 d_samples=8 d_seq=256; else d_blocks=2 d_samples=16 d_seq=2048; fi
+agree_blocks=${agree_blocks:-$d_blocks} agree_samples=${agree_samples:-$d_samples} agree_seq=${agree_seq:-$d_seq}
+for v in "$job_blocks" "$job_samples" "$agree_blocks" "$agree_samples" "$agree_seq" "$reps"; do
+    case "$v" in ''|*[!0-9]*) echo "gpu.sh: '$v' is not a positive number" >&2; exit 2 ;; esac
+    [ "$v" -gt 0 ] || { echo "gpu.sh: counts must be positive" >&2; exit 2; }
+done
+case "$device" in cuda:[0-9]*) ;; *) echo "gpu.sh: --device '$device' is not cuda:N" >&2; exit 2 ;; esac
+[ -z "$reuse" ] || [ -x "$reuse/quantctl" ] || { echo "gpu.sh: --reuse-build $reuse has no quantctl" >&2; exit 2; }
+command -v python3 >/dev/null || { echo "gpu.sh: python3 is needed for the reports" >&2; exit 2; }
+
+# ---- the machine ------------------------------------------------------------------------
+gpu=0 why_skip=""
+devnum=${device#cuda:}
+if [ "$dry" = 1 ]; then
+    why_skip="dry run (--dry-run)"
+elif ! command -v nvidia-smi >/dev/null; then
+    why_skip="no GPU visible (nvidia-smi not found)"
+elif ! nvidia-smi -L 2>/dev/null | grep -q "^GPU $devnum:"; then
+    why_skip="no GPU visible ($device not listed by nvidia-smi -L)"
+else
+    gpu=1
+fi
+if [ "$gpu" = 1 ]; then
+    gpu_name=$(nvidia-smi --query-gpu=name --format=csv,noheader -i "$devnum" | head -1)
+    cc=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader -i "$devnum" 2>/dev/null | head -1 | tr -d '. ')
+    slug=$(echo "$gpu_name" | tr 'A-Z' 'a-z' | sed 's/^nvidia //; s/[^a-z0-9]\{1,\}/-/g; s/-$//')
+else
+    gpu_name="none" cc="" slug="dryrun"
+fi
+arch=${cc:-90}
+case "$arch" in *[!0-9]*|'') arch=90 ;; esac
+[ "$gpu" = 1 ] || arch=90
+[ -n "$build" ] || build="$root/build/gpu-release"
+day=$(date -u +%Y-%m-%d)
+name="gpu-$day-$slug"
+mkdir -p "$results" || exit 2
+results=$(cd "$results" && pwd)
+L="$results/$name"
+mkdir -p "$L"
+md="$results/$name.md"
+W=$(mktemp -d "${TMPDIR:-/tmp}/quantd-gpu-XXXXXX")
+trap 'rm -rf "$W"' EXIT
+ncpu=$(nproc 2>/dev/null || echo 2)
+export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ncpu}
+
+{
+    echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "host:     $(uname -n), $ncpu CPUs, $(uname -sr)"
+    echo "gpu:      $gpu_name${cc:+ (compute capability ${cc:0:1}.${cc:1})}"
+    echo "driver:   $( [ "$gpu" = 1 ] && nvidia-smi --query-gpu=driver_version --format=csv,noheader -i "$devnum" | head -1 || echo -)"
+    echo "nvcc:     $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo 'not found')"
+    echo "commit:   $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+} > "$L/machine.txt"
+# Every invocation that added to this results file, in order.
+echo "$(date -u +%H:%M:%SZ)  bench/gpu.sh $( [ "$dry" = 1 ] && echo '--dry-run ')--steps $steps" >> "$L/runs.txt"
+
+# ---- step bookkeeping ---------------------------------------------------------------------
+failed=0
+now() { date +%s.%N; }
+# run_step NAME FUNCTION: runs it in a subshell; 0 pass, 77 skipped (reason in $L/NAME.note),
+# 78 passed what it could without a GPU, anything else fail (reason in $L/NAME.note).
+run_step() {
+    local step=$1 fn=$2 t0 rc secs note status
+    rm -f "$L/$step.note" "$L/headline-$step.tsv" "$L/$step"-*.md
+    echo "== $step"
+    t0=$(now)
+    ( "$fn" ); rc=$?
+    secs=$(python3 -c "print('%.1f' % ($(now) - $t0))")
+    note=$(sed 's/\t/ /g' "$L/$step.note" 2>/dev/null | paste -sd';' - | sed 's/;/; /g')
+    case $rc in
+        0) status=pass ;;
+        77) status=skipped ;;
+        78) status="pass (CPU half only)" ;;
+        *) status=FAIL; failed=1; [ -n "$note" ] || note="exit $rc (see $name/$step*.log)" ;;
+    esac
+    printf '%s\t%s\t%s\t%s\t%s\n' "$step" "$status" "$secs" "$note" "$(date -u +%H:%M:%S)" >> "$L/steps.tsv"
+    echo "   $status in ${secs}s${note:+: $note}"
+}
+note() { echo "$*" >> "$L/$step_name.note"; }
+skip() { note "$*"; exit 77; }
+fail() { note "$*"; exit 1; }
+qbin() { if [ -n "$reuse" ]; then echo "$reuse"; else echo "$build"; fi; }
+
+# Timestamps each line (the job's progress lines become per-stage seconds).
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+
+ensure_build() {   # the GPU steps need the Release build; build it when a fresh machine lacks it
+    [ -x "$build/quantctl" ] && [ -x "$build/tests/test_backend_cuda" ] && return 0
+    echo "   (no build in $build: running the build step first)"
+    ( step_name=build; run_step build step_build )
+    [ -x "$build/quantctl" ] || fail "the build this step needs failed (see build.log)"
+}
+
+# ---- build ----------------------------------------------------------------------------------
+ptxas_report() {   # compiles each CUDA source for sm_$arch with ptxas -v
+    local f o rc=0
+    : > "$L/ptxas.log"
+    for f in "$root"/quant/backend/cuda/*.cu "$root"/quant/kernels/cuda/*.cu; do
+        o="$W/$(basename "$f").o"
+        echo "# $f (sm_$arch)" >> "$L/ptxas.log"
+        nvcc -O3 -std=c++17 -I"$root" -DQUANTD_HAVE_CUDA=1 -gencode "arch=compute_$arch,code=sm_$arch" \
+            -Xptxas=-v -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Wno-sign-compare,-Werror \
+            -c "$f" -o "$o" >> "$L/ptxas.log" 2>&1 || rc=1
+    done
+    python3 "$here/gpu_report.py" ptxas "$L/ptxas.log" "$L/build-2-ptxas.md" || rc=1
+    return $rc
+}
+
+step_build() {
+    command -v nvcc >/dev/null || fail "nvcc not found: the CUDA code cannot be built here"
+    if [ -n "$reuse" ] && [ "$gpu" = 0 ]; then
+        echo "Dry run with --reuse-build: the programs come from \`$reuse\`; the CUDA sources were compiled" \
+             "for sm_$arch alone, with warnings as errors, for the ptxas report." > "$L/build-1-how.md"
+    else
+        local archs=native fallback=""
+        [ "$gpu" = 1 ] || archs=90
+        if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUANTD_CUDA=ON \
+                -DCMAKE_CUDA_ARCHITECTURES=$archs -DQUANTD_CUDA_PTXAS_REPORT=ON > "$L/configure.log" 2>&1; then
+            [ "$archs" = native ] || fail "cmake configure failed (configure.log)"
+            fallback=" (native failed, see configure.log; fell back to 90)"
+            rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
+            cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUANTD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
+                -DQUANTD_CUDA_PTXAS_REPORT=ON >> "$L/configure.log" 2>&1 || fail "cmake configure failed (configure.log)"
+            arch=90
+        fi
+        cmake --build "$build" -j"$ncpu" > "$L/build.log" 2>&1 || fail "build failed (build.log)"
+        echo "Release build in \`$build\`, CUDA architectures \`$archs\`$fallback; \`build.log\` keeps ptxas's" \
+             "report as the build printed it." > "$L/build-1-how.md"
+    fi
+    ptxas_report || fail "the sm_$arch compile or its ptxas report failed (ptxas.log)"
+    grep -q "\*\*spills\*\*" "$L/build-2-ptxas.md" && note "some kernels spill registers (see the ptxas table)"
+    return 0
+}
+
+# ---- GPU tests ------------------------------------------------------------------------------
+# sanitize NAME SECONDS ARGS...: one compute-sanitizer run into test-NAME.log.
+sanitize() {
+    local name=$1 secs=$2 rc; shift 2
+    timeout "$secs" "$cs" --error-exitcode 3 "$@" > "$L/test-$name.log" 2>&1; rc=$?
+    case $rc in
+        0) return 0 ;;
+        124) note "compute-sanitizer $name timed out after ${secs}s (test-$name.log)" ;;
+        3) note "compute-sanitizer $name reported errors (test-$name.log)" ;;
+        *) note "compute-sanitizer $name: the program failed with exit $rc (test-$name.log)" ;;
+    esac
+    return 1
+}
+step_test() {
+    [ "$gpu" = 1 ] || skip "$why_skip"
+    ensure_build
+    local rc=0
+    ctest --test-dir "$build" -L gpu --output-on-failure > "$L/test-ctest.log" 2>&1 || { rc=1; note "ctest -L gpu failed"; }
+    if grep -q "No tests were found" "$L/test-ctest.log"; then rc=1; note "no test carries the gpu label"; fi
+    if grep -qE "\*\*\*Skipped|Not Run" "$L/test-ctest.log"; then rc=1; note "a GPU test skipped although $device is visible"; fi
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)   # global: sanitize() reads it
+    if [ ! -x "$cs" ]; then
+        note "compute-sanitizer not found"; rc=1
+    else
+        # Bounded so that build + test fit one 10-minute command: a timeout is reported as such.
+        sanitize memcheck 240 --tool memcheck --leak-check full "$build/tests/test_backend_cuda" || rc=1
+        sanitize racecheck 240 --tool racecheck "$build/tests/test_backend_cuda" || rc=1
+        sanitize memcheck-selftest 120 --tool memcheck "$build/quantctl" selftest --device "$device" --quick || rc=1
+    fi
+    {
+        echo "| check | result |"
+        echo "|---|---|"
+        echo "| ctest -L gpu | $(grep -E 'tests passed|tests failed' "$L/test-ctest.log" | tail -1) |"
+        for t in memcheck racecheck memcheck-selftest; do
+            [ -f "$L/test-$t.log" ] && echo "| compute-sanitizer $t | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/test-$t.log" | tail -1) |"
+        done
+    } > "$L/test-1-results.md"
+    return $rc
+}
+
+# ---- self-test ----------------------------------------------------------------------------------
+step_selftest() {
+    [ "$gpu" = 1 ] || skip "$why_skip"
+    ensure_build
+    local rc=0
+    timeout 900 "$build/quantctl" selftest --device "$device" > "$L/selftest.log" 2>&1 || rc=1
+    local last
+    last=$(grep -E "^selftest " "$L/selftest.log" | tail -1)
+    { echo '```'; echo "${last:-no summary line (see selftest.log)}"; grep -m5 MISMATCH "$L/selftest.log"; echo '```'; } \
+        > "$L/selftest-1-summary.md"
+    [ -n "$last" ] || last="selftest not measured (no summary line)"
+    printf 'kernel self-test (full)\t%s\t0 failures\t%s\n' "${last#selftest }" "$([ $rc = 0 ] && echo yes || echo no)" \
+        > "$L/headline-selftest.tsv"
+    [ $rc = 0 ] || fail "kernel cases failed or the self-test could not run (selftest.log)"
+}
+
+# ---- kernel benchmark ---------------------------------------------------------------------------
+step_bench() {
+    if [ "$gpu" = 0 ]; then
+        # Keep the benchmark compiling: build it against the library the other steps use.
+        [ -f "$(qbin)/libquant.a" ] || skip "$why_skip"
+        KERNELS_COMPILE_ONLY=1 bash "$here/kernels.sh" "$(qbin)" > "$L/bench-compile.log" 2>&1 \
+            || fail "bench/kernel_bench.c no longer compiles (bench-compile.log)"
+        skip "$why_skip; kernel_bench compiled, not run"
+    fi
+    ensure_build
+    timeout 900 bash "$here/kernels.sh" "$build" "$device" all 16 "$reps" > "$L/bench-kernels.jsonl" 2> "$L/bench-kernels.log" \
+        || { note "kernels.sh failed (bench-kernels.log)"; }
+    python3 "$here/gpu_report.py" kernels "$L/bench-kernels.jsonl" "$L/bench-1-kernels.md" "$L/headline-bench.tsv" \
+        || fail "no batch-1 measurement (bench-kernels.log)"
+    [ ! -s "$L/bench.note" ] || exit 1
+}
+
+# ---- the 7B-shaped job, and CPU vs CUDA -------------------------------------------------------
+gen_7b() {   # gen_7b DIR LAYERS
+    "$Q" gen-model --out "$1" --layers "$2" --hidden 4096 --intermediate 11008 --heads 32 --kv-heads 32 \
+        --max-pos 4096 --vocab 512 --dtype f16 --seed 7 > /dev/null
+}
+gen_ids() {  # gen_ids FILE COUNT VOCAB
+    python3 -c "import json,random,sys; random.seed(0); json.dump({'tokens':[random.randrange($3) for _ in range($2)]}, open(sys.argv[1],'w'))" "$1"
+}
+# run_job LABEL MODEL IDS SAMPLES SEQ BACKEND: quantizes (GPTQ w4 g128) into $W/out-LABEL.
+run_job() {
+    local label=$1 model=$2 ids=$3 samples=$4 seq=$5 be=$6 mon=""
+    local bk=cpu; [ "$be" = cpu ] || bk=cuda
+    echo "{\"model\": \"$model\", \"output\": \"$W/out-$label\", \"method\": \"gptq\", \"bits\": 4, \"group_size\": 128," \
+         "\"backend\": \"$bk\", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq}}" > "$W/$label.json"
+    cp "$W/$label.json" "$L/job-$label.json"
+    : > "$L/job-$label-gpumem.log"
+    if [ "$bk" = cuda ]; then
+        ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$devnum" 2>/dev/null; sleep 0.5; done ) \
+            > "$L/job-$label-gpumem.log" & mon=$!
+    fi
+    "$Q" quantize "$W/$label.json" --backend "$be" 2>&1 | stamp > "$L/job-$label.log"
+    local rc=${PIPESTATUS[0]}
+    [ -z "$mon" ] || kill "$mon" 2>/dev/null
+    cp "$W/out-$label/quantd_report.json" "$L/job-$label-report.json" 2>/dev/null
+    return "$rc"
+}
+
+step_job() {
+    if [ "$gpu" = 1 ]; then ensure_build; fi
+    Q="$(qbin)/quantctl"
+    [ -x "$Q" ] || fail "no quantctl in $(qbin) (run the build step, or pass --reuse-build)"
+    local rc=0 cuda_report=-
+    if [ "$gpu" = 1 ]; then
+        gen_7b "$W/m7b" "$job_blocks" || fail "gen-model of the 7B-shaped model failed"
+        gen_ids "$W/ids-job.json" $((job_samples * 2048 + 4096)) 512
+        if run_job cuda-7b "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device"; then :; else rc=1; note "the CUDA job failed (job-cuda-7b.log)"; fi
+        python3 "$here/gpu_report.py" job "$L/job-cuda-7b.log" "$L/job-cuda-7b-report.json" "$L/job-cuda-7b-gpumem.log" \
+            "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda" "$L/job-1-cuda.md" "$L/headline-job.tsv" || rc=1
+        rm -rf "$W/m7b" "$W/out-cuda-7b"
+    else
+        echo "The CUDA job (${job_blocks} blocks at ${job_samples} x 2048) was skipped: $why_skip." > "$L/job-1-cuda.md"
+        note "CUDA half skipped: $why_skip"
+    fi
+    # CPU vs CUDA on the same blocks and calibration.
+    gen_7b "$W/magree" "$agree_blocks" || fail "gen-model of the agreement model failed"
+    gen_ids "$W/ids-agree.json" $((agree_samples * agree_seq + 4096)) 512
+    run_job cpu-agree "$W/magree" "$W/ids-agree.json" "$agree_samples" "$agree_seq" cpu || { rc=1; note "the CPU job failed (job-cpu-agree.log)"; }
+    python3 "$here/gpu_report.py" job "$L/job-cpu-agree.log" "$L/job-cpu-agree-report.json" "$L/job-cpu-agree-gpumem.log" \
+        "7B-shaped, $agree_blocks blocks, $agree_samples x $agree_seq, cpu" "$L/job-2-cpu.md" "$L/headline-job.tsv" || rc=1
+    if [ "$gpu" = 1 ]; then
+        run_job cuda-agree "$W/magree" "$W/ids-agree.json" "$agree_samples" "$agree_seq" "$device" || { rc=1; note "the CUDA agreement job failed"; }
+        python3 "$here/gpu_report.py" job "$L/job-cuda-agree.log" "$L/job-cuda-agree-report.json" "$L/job-cuda-agree-gpumem.log" \
+            "7B-shaped, $agree_blocks blocks, $agree_samples x $agree_seq, cuda (agreement run)" "$L/job-3-cuda-agree.md" "$L/headline-job.tsv" || rc=1
+        cuda_report="$L/job-cuda-agree-report.json"
+    fi
+    rm -rf "$W/magree" "$W/out-cpu-agree" "$W/out-cuda-agree"
+    # A tiny model: its float forward on both backends, and quantized on both (evaluated on the CPU).
+    "$Q" gen-model --out "$W/tiny" --seed 3 --layers 2 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2 \
+        --vocab 256 --max-pos 256 > /dev/null || fail "gen-model of the tiny model failed"
+    gen_ids "$W/ids-tiny.json" 8192 256
+    : > "$L/job-ppl.jsonl"
+    local b bes="cpu"; [ "$gpu" = 1 ] && bes="cpu $device"
+    for b in $bes; do
+        "$Q" eval --model "$W/tiny" --tokens "$W/ids-tiny.json" --seq-len 128 --backend "$b" 2>> "$L/job-ppl.log" \
+            | sed 's/^{/{"label":"float",/' >> "$L/job-ppl.jsonl" || { rc=1; note "eval of the float tiny model on $b failed"; }
+        local tb=cpu; [ "$b" = cpu ] || tb=cuda
+        run_job "tiny-$tb" "$W/tiny" "$W/ids-tiny.json" 32 128 "$b" || { rc=1; note "quantizing the tiny model on $b failed"; }
+        "$Q" eval --model "$W/out-tiny-$tb" --tokens "$W/ids-tiny.json" --seq-len 128 --backend cpu 2>> "$L/job-ppl.log" \
+            | sed "s/^{/{\"label\":\"gptq-$tb\",/" >> "$L/job-ppl.jsonl" || { rc=1; note "eval of the tiny model quantized on $b failed"; }
+    done
+    python3 "$here/gpu_report.py" agree "$L/job-cpu-agree-report.json" "$cuda_report" "$L/job-ppl.jsonl" \
+        "$L/job-4-agreement.md" "$L/headline-job.tsv" || rc=1
+    [ "$gpu" = 1 ] || { [ $rc = 0 ] && exit 78; }
+    return $rc
+}
+
+# ---- run -------------------------------------------------------------------------------------------
+for s in build test selftest bench job; do
+    case ",$steps," in *",$s,"*) step_name=$s; run_step "$s" "step_$s" ;; esac
+done
+python3 "$here/gpu_report.py" summary "$L" "quantd on the GPU: $gpu_name ($day)" "$md" || failed=1
+if [ -n "$outdir" ]; then
+    mkdir -p "$outdir" && cp -r "$md" "$L" "$outdir"/ || failed=1
+fi
+echo "results: $md"
+sed -n '/^## Summary/,/^Raw logs/p' "$md"
+exit $failed

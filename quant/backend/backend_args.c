@@ -1,0 +1,76 @@
+/* Argument checks and launch choices of the device backend's ops (see backend_args.h). */
+#include "quant/backend/backend_args.h"
+
+#include <stddef.h>
+
+#include "quant/algo/gptq_block.h"
+
+static int args_int_ok(int64_t v) { return v >= 0 && v <= INT32_MAX; }
+
+int qd_backend_gemm_args_check(const char *who, int ta, int tb, int64_t m, int64_t n, int64_t k, const void *a,
+                               int64_t lda, const void *b, int64_t ldb, const void *c, int64_t ldc, int *skip,
+                               int64_t *lda_ok, int64_t *ldb_ok, qd_err *err)
+{
+    *skip = 0;
+    *lda_ok = lda;
+    *ldb_ok = ldb;
+    if (!args_int_ok(m) || !args_int_ok(n) || !args_int_ok(k) || !args_int_ok(lda) || !args_int_ok(ldb) ||
+        !args_int_ok(ldc))
+        return qd_err_set(err, QD_EINVAL, "%s: shape m=%lld n=%lld k=%lld is negative or too large", who, (long long)m,
+                          (long long)n, (long long)k);
+    if (m == 0 || n == 0) {
+        *skip = 1;
+        return 0;
+    }
+    const int64_t a_cols = ta ? m : k, b_cols = tb ? k : n;
+    if (!c || (k > 0 && (!a || !b)) || ldc < n || (k > 0 && (lda < a_cols || ldb < b_cols)))
+        return qd_err_set(err, QD_EINVAL, "%s: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)", who,
+                          (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
+    if (k == 0) {
+        *lda_ok = a_cols > 1 ? a_cols : 1;
+        *ldb_ok = b_cols > 1 ? b_cols : 1;
+    }
+    return 0;
+}
+
+int qd_backend_hessian_args_check(const char *who, const void *h, int64_t k, const void *x, int64_t rows,
+                                  int64_t ldx, int64_t n_seen, qd_err *err)
+{
+    if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)) || !args_int_ok(k) ||
+        !args_int_ok(rows) || !args_int_ok(ldx))
+        return qd_err_set(err, QD_EINVAL, "%s: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)", who,
+                          (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
+    return 0;
+}
+
+int qd_backend_chol_args_check(const char *who, const void *h, int64_t k, qd_err *err)
+{
+    if (!h || k <= 0 || !args_int_ok(k))
+        return qd_err_set(err, QD_EINVAL, "%s: bad arguments (k=%lld)", who, (long long)k);
+    return 0;
+}
+
+int qd_backend_gptq_block_rows(int64_t block_cols)
+{
+    if (block_cols <= 0) return 0;
+    int rb = 64;
+    while (rb > 1 && (int64_t)rb * block_cols * (int64_t)sizeof(float) > QD_BACKEND_GPTQ_SMEM) rb /= 2;
+    return (int64_t)rb * block_cols * (int64_t)sizeof(float) > QD_BACKEND_GPTQ_SMEM ? 0 : rb;
+}
+
+int qd_backend_gptq_block_args_check(const char *who, const qd_gptq_block_args *a, qd_err *err)
+{
+    if (!a || !a->cfg || !a->w || !a->hinv || !a->err || !a->codes || !a->scales || !a->zeros || !a->col_group ||
+        a->n < 0 || a->i1 < 0 || a->i2 <= a->i1 || a->i2 > a->k || a->ldw < a->k || a->ldh < a->k ||
+        a->ldc < a->k || a->lde < a->i2 - a->i1)
+        return qd_err_set(err, QD_EINVAL, "%s: bad arguments", who);
+    if (a->ldl)        /* no chol_ldl_upper on the device, so the driver never asks for the LDL form */
+        return qd_err_set(err, QD_EINVAL, "%s: the LDL form is not implemented", who);
+    if (a->q)          /* the device op writes Q into w; only the LDL form asks otherwise */
+        return qd_err_set(err, QD_EINVAL, "%s: writing Q to a separate array (q) is not implemented", who);
+    if (!qd_backend_gptq_block_rows(a->i2 - a->i1))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: a block of %lld columns does not fit %d bytes of shared memory "
+                          "(at most %d columns)", who, (long long)(a->i2 - a->i1), QD_BACKEND_GPTQ_SMEM,
+                          QD_BACKEND_GPTQ_SMEM / (int)sizeof(float));
+    return 0;
+}

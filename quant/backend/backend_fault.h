@@ -1,0 +1,23 @@
+/* The backend fault hook, compiled only with -DQUANTD_FAULT_HOOKS=ON (test builds): it lets
+ * a test make a backend fail the way a device error does, on a machine without a GPU.
+ *
+ * With QUANTD_FAULT_INJECT="OP:N" in the environment, qd_backend_open wraps each backend it
+ * opens so that the Nth call of op OP (gemm, upload, download or sync) fails with
+ * QD_EBACKEND, a message naming the call, the device, file and line as a CUDA failure's
+ * does ("cuda:0: gemm failed: injected device fault ... (backend_fault.c:NN)"), and
+ * be->broken set; every later call of those ops fails too, as a sticky CUDA error makes
+ * every later call fail. qd_backend_close removes the wrapper. */
+#ifndef QUANT_BACKEND_BACKEND_FAULT_H
+#define QUANT_BACKEND_BACKEND_FAULT_H
+
+#include "quant/backend/backend.h"
+
+#ifdef QUANTD_FAULT_HOOKS
+/* Wraps be's ops per spec ("OP:N", N >= 1). The wrapper is owned by be until
+ * qd_backend_fault_unwrap. QD_EINVAL names a malformed spec. */
+int qd_backend_fault_wrap(qd_backend *be, const char *spec, qd_err *err);
+/* Restores be's own ops and frees the wrapper; does nothing when be is not wrapped. */
+void qd_backend_fault_unwrap(qd_backend *be);
+#endif
+
+#endif
