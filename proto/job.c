@@ -3,6 +3,7 @@
  * field; the rules between fields run after every field has its final value. */
 #include "proto/job.h"
 #include "proto/jsonutil.h"
+#include "quant/formats/format.h"
 
 #include <ctype.h>
 #include <limits.h>
@@ -10,7 +11,6 @@
 #include <string.h>
 
 static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
-static const char *const format_names[] = { "gptq", "gptq_v2", "awq_gemm" };
 static const char *const style_names[] = { "gptq", "awq" };
 static const char *const backend_names[] = { "auto", "cpu", "cuda" };
 static const char *const layout_names[] = { "plain", "tp_aware" };
@@ -18,7 +18,11 @@ static const char *const layout_names[] = { "plain", "tp_aware" };
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
 const char *qp_method_name(qp_method m) { return NAME_OF(method_names, m); }
-const char *qp_format_name(qp_format f) { return NAME_OF(format_names, f); }
+const char *qp_format_name(qp_format f)
+{
+    const qd_format *d = qd_format_at((size_t)f);
+    return (int)f >= 0 && d ? d->name : NULL;
+}
 const char *qp_calib_style_name(qp_calib_style s) { return NAME_OF(style_names, s); }
 const char *qp_backend_name(qp_backend_choice b) { return NAME_OF(backend_names, b); }
 const char *qp_layout_name(qp_layout l) { return NAME_OF(layout_names, l); }
@@ -40,7 +44,7 @@ int qp_method_parse(const char *s, qp_method *out)
 
 int qp_format_parse(const char *s, qp_format *out)
 {
-    int i = lookup(format_names, 3, s);
+    int i = qd_format_index(qd_format_find(s));
     if (i < 0) return QP_EINVAL;
     *out = (qp_format)i;
     return 0;
@@ -49,11 +53,23 @@ int qp_format_parse(const char *s, qp_format *out)
 static int method_uses_awq(qp_method m) { return m == QP_METHOD_AWQ || m == QP_METHOD_AWQ_GPTQ; }
 static int method_uses_gptq(qp_method m) { return m == QP_METHOD_GPTQ || m == QP_METHOD_AWQ_GPTQ; }
 
-/* The format a job gets when it names none: AWQ's own format where it can hold the weights
- * (4 bits), GPTQ's otherwise (its scales are folded into the weights and norms either way). */
+static unsigned method_bit(qp_method m)
+{
+    switch (m) {
+    case QP_METHOD_GPTQ: return QD_FMT_METHOD_GPTQ;
+    case QP_METHOD_AWQ: return QD_FMT_METHOD_AWQ;
+    case QP_METHOD_RTN: return QD_FMT_METHOD_RTN;
+    case QP_METHOD_AWQ_GPTQ: return QD_FMT_METHOD_AWQ_GPTQ;
+    }
+    return 0;
+}
+
+/* The format a job gets when it names none, from the format table's default rule (AWQ's
+ * own format where it can hold the weights, GPTQ's otherwise). */
 static qp_format default_format(qp_method m, int bits)
 {
-    return (method_uses_awq(m) && bits == 4) ? QP_FORMAT_AWQ_GEMM : QP_FORMAT_GPTQ;
+    int i = qd_format_default(method_bit(m), bits);
+    return i < 0 ? QP_FORMAT_GPTQ : (qp_format)i;
 }
 
 static int64_t default_seq_len(qp_calib_style s) { return s == QP_CALIB_AWQ ? 512 : 2048; }
@@ -117,18 +133,14 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         return qp_err_set(err, QP_EINVAL,
                           "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; "
                           "method %s has no act-order, so leave desc_act false", qp_method_name(job->method));
-    if (job->format == QP_FORMAT_AWQ_GEMM) {
-        if (job->bits != 4)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.format: awq_gemm holds 4-bit weights only, but job.bits is %d; use format gptq or gptq_v2",
-                              job->bits);
-        if (job->desc_act)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.format: awq_gemm has no g_idx, so it cannot hold act-order (desc_act) weights; "
-                              "set desc_act false or use format gptq");
-        if (job->group_size == -1)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.group_size: awq_gemm needs a positive group size (its loaders divide in_features by it), not -1");
+    {
+        /* What the format can hold comes from its descriptor (quant/formats). */
+        qd_fmt_settings fs = {.bits = job->bits, .group_size = job->group_size, .sym = job->sym,
+                              .desc_act = job->desc_act, .static_groups = job->static_groups};
+        const char *field = "format";
+        char why[QP_ERR_MSG_MAX];
+        if (qd_format_check_settings(qd_format_at((size_t)job->format), &fs, &field, why, sizeof why))
+            return qp_err_set(err, QP_EINVAL, "job.%s: %s", field, why);
     }
     const qp_job_calib *c = &job->calibration;
     if (job->method != QP_METHOD_RTN && (!c->path || !c->path[0]))
@@ -209,6 +221,15 @@ static int get_enum(const cJSON *obj, const char *path, const char *name, const 
     free(s);
     *out = i;
     return 0;
+}
+
+/* job.format: one of the format table's names. */
+static int get_format(const cJSON *obj, const char *path, int *out, int *present, qp_err *err)
+{
+    const char *names[32];
+    size_t n = 0;
+    for (size_t i = 0; i < qd_format_count() && n < 32; i++) names[n++] = qd_format_at(i)->name;
+    return get_enum(obj, path, "format", names, n, out, present, err);
 }
 
 static int get_int32(const cJSON *obj, const char *path, const char *name, int64_t lo, int64_t hi,
@@ -365,7 +386,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
-        (rc = get_enum(root, p, "format", format_names, 3, &format, &has_format, err)) ||
+        (rc = get_format(root, p, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||

@@ -31,6 +31,10 @@ typedef enum qp_method {
     QP_METHOD_AWQ_GPTQ,      /* AWQ scaling, then GPTQ on the scaled weights */
 } qp_method;
 
+/* The output format: an index into the format table (quant/formats/format.h, qd_format_at),
+ * which holds everything about each format (names, rules, packing, quantization_config).
+ * The constants name the first three entries for code and tests that pick one; a new format
+ * needs no constant here. */
 typedef enum qp_format {
     QP_FORMAT_GPTQ = 0,      /* GPTQ checkpoint_format "gptq" (v1, zeros stored minus one) */
     QP_FORMAT_GPTQ_V2,       /* checkpoint_format "gptq_v2" */

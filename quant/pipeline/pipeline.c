@@ -210,13 +210,14 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     int rc = 0;
     int32_t *ids = NULL;
     int created_out = 0, created_ckpt = 0;
-    p->fmt = qd_format_find(qp_format_name(job->format));
-    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %s is not in the format table", qp_format_name(job->format)); goto fail; }
+    p->fmt = qd_format_at((size_t)job->format);
+    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %d is not in the format table", (int)job->format); goto fail; }
     p->qcfg = qd_quant_cfg_default();
     p->qcfg.bits = job->bits;
     p->qcfg.sym = job->sym;
     p->qcfg.group_size = job->group_size;
-    p->qcfg.zero_min1 = job->format == QP_FORMAT_GPTQ && !job->sym;
+    /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
+    p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
     rc = qd_quant_cfg_validate(&p->qcfg, err);
     if (rc) goto fail;
     snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);

@@ -153,7 +153,7 @@ static void test_field_types_and_ranges(void)
     EXPECT_ERR("{" BASE ", \"damp_percent\": 1}", "job.damp_percent: must be a number greater than 0 and less than 1, got 1");
     EXPECT_ERR("{" BASE ", \"damp_percent\": -0.1}", "job.damp_percent: must be a number greater than 0 and less than 1, got -0.1");
     EXPECT_ERR("{" BASE ", \"damp_percent\": \"0.01\"}", "job.damp_percent: must be a number greater than 0 and less than 1, got a string");
-    EXPECT_ERR("{" BASE ", \"format\": \"gguf\"}", "job.format: \"gguf\" is not one of gptq, gptq_v2, awq_gemm");
+    EXPECT_ERR("{" BASE ", \"format\": \"gguf\"}", "job.format: \"gguf\" is not one of gptq, gptq_v2, awq_gemm, compressed-tensors");
     EXPECT_ERR("{" BASE ", \"overwrite\": \"true\"}", "job.overwrite: must be true or false, got \"true\"");
     EXPECT_ERR("{" BASE ", \"priority\": 1.5}", "job.priority: must be an integer, got 1.5");
     EXPECT_ERR("{" BASE ", \"priority\": 1e12}", "job.priority: must be an integer, got 1e+12");
