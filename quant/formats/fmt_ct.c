@@ -5,7 +5,8 @@
  *   <m>.weight_scale      F16 [N, G]       ([N, 1] for the channel strategy)
  *   <m>.weight_shape      I64 [2]          [N, K]
  *   <m>.weight_zero_point I32 [N*b/32, G]  asymmetric only: z packed along N
- * Dequant: W = scale * (u - z), z = 2^(b-1) when symmetric. These are exactly the transposes
+ * Dequant: W = scale * (u - z), z = 2^(b-1) when symmetric, rounded to F16 (the scale
+ * dtype, in which the package and the kernels compute). These are exactly the transposes
  * of GPTQ v2's qweight, scales and qzeros, so in memory a layer is held in the GPTQ kernel
  * layout without g_idx (the kernels and dequant_ref are GPTQ's) and tensors()/read()
  * transpose. Act-order is stored as actorder "weight": static groups, so the groups stay
@@ -54,7 +55,17 @@ static int ct_check(const qd_qlayer *l, qd_err *err)
 }
 
 static int ct_pack(const qd_qlayer *l, qd_packed *o, qd_err *e) { return fmt_gptq_layout_pack(&qd_fmt_ct, l, o, e); }
-static int ct_deq(const qd_packed *p, float *w, qd_err *e) { return fmt_gptq_layout_dequant(&qd_fmt_ct, p, w, e); }
+/* compressed-tensors dequantizes in the scale's dtype (forward_helpers._dequantize: (q - zp)
+ * * scale in F16 for the F16 scales quantd writes), and so do the serving kernels: the
+ * reference rounds each product to F16 so that quantd's decode of a checkpoint is the
+ * package's, bit for bit. (The F32 product of an F16 scale and a code difference is exact,
+ * so rounding it once gives the F16 product.) */
+static int ct_deq(const qd_packed *p, float *w, qd_err *e)
+{
+    int rc = fmt_gptq_layout_dequant(&qd_fmt_ct, p, w, e);
+    for (int64_t i = 0; !rc && i < p->n * p->k; i++) w[i] = qd_f32_round_f16(w[i]);
+    return rc;
+}
 
 static int ct_unpack(const qd_packed *p, qd_qlayer *o, qd_err *e)
 {
@@ -270,7 +281,7 @@ const qd_format qd_fmt_ct = {
     .act_order = QD_FMT_ACT_ORDER_STATIC,
     .act_order_why = "the compressed-tensors package refuses actorder \"group\" with a g_idx, so act-order is "
                      "written as actorder \"weight\"",
-    .has_g_idx = 0, .zero_offset = 0, .kernel = QD_FMT_KERNEL_GPTQ,
+    .has_g_idx = 0, .zero_offset = 0, .kernel = QD_FMT_KERNEL_GPTQ, .f16_products = 1,
     .default_methods = 0, .default_rank = 0,
     .misfit = ct_misfit, .check = ct_check, .pack = ct_pack, .unpack = ct_unpack, .dequant_ref = ct_deq,
     .tensors = ct_tensors, .read = ct_read, .quant_config = ct_quant_config, .detect = ct_detect,

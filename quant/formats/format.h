@@ -126,6 +126,8 @@ typedef struct qd_format {
     int has_g_idx;              /* the packed layer carries g_idx */
     int zero_offset;            /* stored zero = z - zero_offset (1 for gptq v1) */
     qd_fmt_kernel kernel;
+    int f16_products;           /* dequant_ref rounds each scale * (q - z) to F16, as the
+                                   format's own reference decoder does (compressed-tensors) */
     unsigned default_methods;   /* QD_FMT_METHOD_* bits this format is a default for */
     int default_rank;           /* among defaults that hold the bits, the highest rank wins */
     /* Layer shape rules beyond "K splits into whole groups": 0, or 1 with why filled. */
