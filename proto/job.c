@@ -4,9 +4,11 @@
 #include "proto/job.h"
 #include "proto/jsonutil.h"
 #include "quant/formats/format.h"
+#include "quant/formats/serving.h"
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -142,6 +144,9 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         if (qd_format_check_settings(qd_format_at((size_t)job->format), &fs, &field, why, sizeof why))
             return qp_err_set(err, QP_EINVAL, "job.%s: %s", field, why);
     }
+    if (job->serve.enabled && (strcmp(job->serve.engine, "vllm") || !qd_srv_gpu_cc(job->serve.gpu) || job->serve.tp < 1))
+        return qp_err_set(err, QP_EINVAL, "job.serve: engine \"%s\", gpu \"%s\", tp %d: needs engine vllm, gpu hopper "
+                          "or ampere and tp >= 1", job->serve.engine, job->serve.gpu, job->serve.tp);
     const qp_job_calib *c = &job->calibration;
     if (job->method != QP_METHOD_RTN && (!c->path || !c->path[0]))
         return qp_err_set(err, QP_ENOTFOUND,
@@ -194,8 +199,9 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", NULL,
+    "kernel_check", "serve", NULL,
 };
+static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
 static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
 
@@ -340,6 +346,33 @@ static int parse_eval(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+/* job.serve: {"engine": "vllm", "gpu": "hopper"|"ampere", "tp": N}. */
+static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *e = qpj_field(root, "serve");
+    if (!e) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(e))
+        return qp_err_set(err, QP_EINVAL, "job.serve: must be an object like {\"engine\": \"vllm\", \"gpu\": \"hopper\", "
+                          "\"tp\": 1}, got %s", qpj_describe(e, desc, sizeof desc));
+    const char *p = "job.serve";
+    static const char *const engines[] = {"vllm"};
+    static const char *const gpus[] = {"hopper", "ampere"};
+    int rc, engine = -1, gpu = -1;
+    job->serve.enabled = 1;
+    job->serve.tp = 1;
+    if ((rc = qpj_check_keys(e, p, serve_keys, err)) ||
+        (rc = get_enum(e, p, "engine", engines, 1, &engine, NULL, err)) ||
+        (rc = get_enum(e, p, "gpu", gpus, 2, &gpu, NULL, err)) ||
+        (rc = get_int32(e, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->serve.tp, NULL, err)))
+        return rc;
+    if (engine < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.engine: required (vllm)");
+    if (gpu < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.gpu: required (hopper or ampere)");
+    snprintf(job->serve.engine, sizeof job->serve.engine, "%s", engines[engine]);
+    snprintf(job->serve.gpu, sizeof job->serve.gpu, "%s", gpus[gpu]);
+    return 0;
+}
+
 /* Version 1 of the spec. A version 2 would get parse_v2, or parse_v1 plus an upgrade step. */
 static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
 {
@@ -389,6 +422,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_format(root, p, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
+        (rc = parse_serve(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||
         (rc = parse_shard_size(root, job, err)) ||
         (rc = qpj_get_bool(root, p, "overwrite", &job->overwrite, NULL, err)) ||

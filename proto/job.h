@@ -69,6 +69,15 @@ typedef struct qp_job_eval {
     int64_t max_windows;     /* 0 = every window of the file (default) */
 } qp_job_eval;
 
+/* Where the output will be served; the pre-flight refuses a job whose layers would not get a
+ * fast kernel there (quant/formats/serving.h). Absent = no check, nothing changes. */
+typedef struct qp_job_serve {
+    int enabled;             /* 1 when the spec has a "serve" object */
+    char engine[16];         /* "vllm" */
+    char gpu[16];            /* "hopper" or "ampere" */
+    int tp;                  /* tensor-parallel degree it will be served at, default 1 */
+} qp_job_serve;
+
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
     char id[QP_JOB_ID_MAX + 1];
@@ -95,6 +104,7 @@ typedef struct qp_job {
     int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
     qp_layout layout;
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
+    qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
 } qp_job;
 
 /* Names as they appear in JSON ("awq+gptq", "gptq_v2", ...); NULL for an invalid value. */
@@ -143,6 +153,12 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags);
  * canonical JSON without "id". Equal specs (whatever their whitespace, key order or
  * spelled-out defaults) get equal ids, which is what lets the daemon refuse a duplicate. */
 int qp_job_derive_id(const qp_job *job, char id[QP_JOB_ID_MAX + 1]);
+
+/* Job profiles (job_profile.c): the JSON object of fields profile `name` sets (a static
+ * string), NULL when unknown; *what (may be NULL) gets a one-line description.
+ * qp_job_profile_name(i) lists them (NULL past the end). */
+const char *qp_job_profile(const char *name, const char **what);
+const char *qp_job_profile_name(size_t i);
 
 /* Parses a size: a non-negative integer of bytes or a string "<number><unit>" with unit B,
  * KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, as

@@ -79,6 +79,16 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     rc |= qpj_add_num(o, "tp", job->tp);
     rc |= qpj_add_str(o, "layout", qp_layout_name(job->layout));
     if (all) rc |= qpj_add_bool(o, "kernel_check", job->kernel_check);
+    /* Only when given: specs without it keep their canonical form and derived id. */
+    if (all && job->serve.enabled) {
+        cJSON *sv = cJSON_CreateObject();
+        if (sv) {
+            rc |= qpj_add_str(sv, "engine", job->serve.engine);
+            rc |= qpj_add_str(sv, "gpu", job->serve.gpu);
+            rc |= qpj_add_num(sv, "tp", job->serve.tp);
+        }
+        rc |= add_item(o, "serve", sv);
+    }
     if (rc) { cJSON_Delete(o); return NULL; }
     return o;
 }

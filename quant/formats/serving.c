@@ -321,3 +321,32 @@ int qd_srv_choose(const qd_srv_layer *l, qd_srv_choice *out)
 /* For tests: the table's rule ids, in order. */
 size_t qd_srv_rule_count(void) { return N_RULES; }
 const char *qd_srv_rule_id(size_t i) { return i < N_RULES ? rules[i].id : NULL; }
+
+/* What setting fixes each refusal, for the job pre-flight's message. */
+static const struct { const char *id, *fix; } fixes[] = {
+    {"load.shard", "a tp that divides the layer's features"},
+    {"load.group", "a group_size that divides in_features / tp (e.g. 64 or 32), or a smaller tp"},
+    {"load.packed", "a tp whose shards hold whole packed words"},
+    {"gptq_marlin.type", "sym true with 4 or 8 bits (or format compressed-tensors)"},
+    {"machete.gpu", "gpu hopper (Machete)"},
+    {"machete.actorder", "static_groups true or desc_act false"},
+    {"machete.group", "group_size 128, 64 or -1 (Machete)"},
+    {"marlin.type", "sym true, or 4 bits (Marlin takes zero points at 4 bits only)"},
+    {"marlin.group", "group_size 128, 64, 32 or -1"},
+    {"machete.k", "a tp whose input shards are multiples of 64"},
+    {"machete.n", "a tp whose output shards are multiples of 128"},
+    {"marlin.n", "a tp whose output shards are multiples of 64"},
+    {"marlin.k", "a tp whose input shards are multiples of 128"},
+};
+
+void qd_srv_fix_hint(const char *why, char *out, size_t cap)
+{
+    size_t o = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < sizeof fixes / sizeof fixes[0] && o < cap; i++) {
+        char key[48];
+        snprintf(key, sizeof key, "%s:", fixes[i].id);
+        if (strstr(why, key)) o += (size_t)snprintf(out + o, cap - o, "%s%s", o ? "; or " : "", fixes[i].fix);
+    }
+    if (!o) snprintf(out, cap, "other quantization settings or another tp");
+}

@@ -47,6 +47,8 @@ int qd_srv_choose(const qd_srv_layer *l, qd_srv_choice *out);
 /* The rule table's ids in order ("load.shard", "machete.group", ...), for tests and docs. */
 size_t qd_srv_rule_count(void);
 const char *qd_srv_rule_id(size_t i);
+/* The settings that would fix the refusals named in why ("group_size 128, 64 or -1 ..."). */
+void qd_srv_fix_hint(const char *why, char *out, size_t cap);
 /* "hopper" -> 90, "ampere" -> 80; 0 when unknown. */
 int qd_srv_gpu_cc(const char *gpu);
 

@@ -237,6 +237,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
     rc = qd_pipeline_check_plans(p, err);
+    if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
      * output that overwrite may replace. */
@@ -364,6 +365,7 @@ void qd_pipeline_close(qd_pipeline *p)
     if (p->acts) qd_backend_free(p->be, p->acts);
     qd_model_close(p->m);
     qd_state_free(&p->st);
+    qd_tp_serving_report_free(&p->serving);
     free(p);
 }
 
