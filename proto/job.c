@@ -190,6 +190,10 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                           "job.layout: tp_aware reorders act-order GPTQ weights, so it needs method gptq or awq+gptq "
                           "with desc_act true (this job has method %s, desc_act %s)",
                           qp_method_name(job->method), job->desc_act ? "true" : "false");
+    if (job->layout == QP_LAYOUT_TP_AWARE && qd_format_at((size_t)job->format)->act_order != QD_FMT_ACT_ORDER_G_IDX)
+        return qp_err_set(err, QP_EINVAL,
+                          "job.layout: tp_aware reorders the g_idx of act-order weights, and format %s stores none; "
+                          "use format gptq or gptq_v2", qp_format_name(job->format));
     return 0;
 }
 

@@ -540,6 +540,9 @@ static void test_serve_and_profile(void)
     EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"hopper\", \"tp\": 0}}", "job.serve.tp");
     EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"hopper\", \"fp8\": true}}", "fp8");
     EXPECT_ERR("{" BASE ", \"serve\": \"vllm\"}", "job.serve: must be an object");
+    EXPECT_ERR("{" BASE ", \"format\": \"compressed-tensors\", \"desc_act\": true, \"static_groups\": true, "
+               "\"tp\": 2, \"layout\": \"tp_aware\"}", "job.layout: tp_aware reorders the g_idx of act-order weights, "
+               "and format compressed-tensors stores none");
     /* The vllm-hopper profile is a valid set of job fields. */
     const char *what = NULL, *pj = qp_job_profile("vllm-hopper", &what);
     CHECK(pj && what);
