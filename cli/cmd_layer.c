@@ -209,23 +209,25 @@ static void layer_help(FILE *f)
         "usage: quantctl layer --weight W.safetensors[:NAME] --inputs X.safetensors[:NAME]\n"
         "                      --method gptq|awq|rtn --bits B --group-size G --out OUT.safetensors\n"
         "                      [--sym] [--desc-act] [--static-groups] [--damp 0.01]\n"
-        "                      [--format gptq|gptq_v2|awq_gemm] [--block-size 128] [--backend cpu]\n"
+        "                      [--format NAME] [--block-size 128] [--backend cpu]\n"
         "\n"
         "Quantizes one nn.Linear weight W [N, K] with calibration activations X [T, K] (F32, F16\n"
-        "or BF16), writes the packed tensors (qweight, qzeros, scales, and g_idx for the gptq\n"
-        "formats; awq also writes input_scales [K], the per-channel scales s the layer's input\n"
+        "or BF16), writes the packed tensors as the format names them (gptq: qweight, qzeros,\n"
+        "scales, g_idx; compressed-tensors: weight_packed, ...; awq also writes input_scales [K],\n"
+        "the per-channel scales s the layer's input\n"
         "must be divided by) and prints a one-line JSON report as the last line of stdout:\n"
         "rel_output_error = ||W X^T - Q X^T||_F / ||W X^T||_F with Q what the file decodes to,\n"
         "rel_weight_error, seconds (the quantization proper), damp, fallback and the options.\n"
         "\n"
         "  --method        gptq, awq or rtn\n"
-        "  --bits          2, 3, 4 or 8 (awq_gemm: 4)\n"
+        "  --bits          2, 3, 4 or 8 (as the format allows: awq_gemm 4, compressed-tensors 4 or 8)\n"
         "  --group-size    a positive group length along K, or -1 for one group\n"
         "  --sym           symmetric quantization (default asymmetric; gptq v1 keeps zeros >= 1)\n"
         "  --desc-act      GPTQ act-order (columns by decreasing Hessian diagonal)\n"
         "  --static-groups GPTQ group parameters from the unpermuted weights, found up front\n"
         "  --damp          GPTQ damping fraction of mean(diag H), in (0, 1); default 0.01\n"
-        "  --format        default gptq for gptq/rtn, awq_gemm for awq\n"
+        "  --format        a name of the format table (gptq, gptq_v2, awq_gemm, compressed-tensors);\n"
+        "                  default as a job's: awq_gemm for awq at 4 bits, else gptq\n"
         "  --block-size    GPTQ lazy-update block (default 128)\n"
         "  --backend       cpu (default) or cuda:N\n"
         "\nexit status: 0 success, 1 the work failed, 2 bad usage or bad input\n");
@@ -302,7 +304,12 @@ static int layer_parse(int argc, char **argv, layer_args *a)
     if (a->group_size == 0 || a->group_size < -1)
         return -layer_err(QCTL_USAGE, "layer", "--group-size: %lld must be -1 or positive", (long long)a->group_size);
     if (!a->out) return -layer_err(QCTL_USAGE, "layer", "--out is required");
-    if (!a->format) a->format = !strcmp(a->method, "awq") ? "awq_gemm" : "gptq";
+    if (!a->format) {
+        unsigned mb = !strcmp(a->method, "awq") ? QD_FMT_METHOD_AWQ
+                      : !strcmp(a->method, "rtn") ? QD_FMT_METHOD_RTN : QD_FMT_METHOD_GPTQ;
+        int fi = qd_format_default(mb, a->bits);
+        a->format = qd_format_at(fi < 0 ? 0 : (size_t)fi)->name;
+    }
     if (strcmp(a->method, "gptq") && (a->desc_act || a->static_groups))
         return -layer_err(QCTL_USAGE, "layer", "--desc-act and --static-groups apply to --method gptq only");
     return 0;
@@ -438,10 +445,15 @@ int cmd_layer(int argc, char **argv)
     if (prc < 0) return -prc;
 
     const qd_format *fmt = qd_format_find(a.format);
-    if (!fmt) return layer_err(QCTL_USAGE, "layer", "--format: '%s' is not one of gptq, gptq_v2, awq_gemm", a.format);
+    if (!fmt) {
+        char names[256] = "";
+        for (size_t i = 0; i < qd_format_count(); i++)
+            snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", qd_format_at(i)->name);
+        return layer_err(QCTL_USAGE, "layer", "--format: '%s' is not one of %s", a.format, names);
+    }
     if (!(fmt->bits_mask & (1u << a.bits)))
         return layer_err(QCTL_USAGE, "layer", "--format %s cannot hold %d-bit weights", fmt->name, a.bits);
-    if (a.desc_act && !a.static_groups && !fmt->has_g_idx && a.group_size > 0)
+    if (a.desc_act && !a.static_groups && fmt->act_order != QD_FMT_ACT_ORDER_G_IDX && a.group_size > 0)
         return layer_err(QCTL_USAGE, "layer", "--format %s has no g_idx, so --desc-act needs --static-groups", fmt->name);
 
     char msg[8192] = "";
@@ -455,6 +467,8 @@ int cmd_layer(int argc, char **argv)
     memset(&oc, 0, sizeof oc);
     qd_packed packed;
     memset(&packed, 0, sizeof packed);
+    qd_fmt_tensor ftens[QD_FMT_MAX_TENSORS];
+    int n_ftens = 0;
     st_writer *sw = NULL;
     int64_t n = 0, k = 0, t = 0, kx = 0;
 
@@ -509,12 +523,11 @@ int cmd_layer(int argc, char **argv)
 
     if (st_writer_init(&sw)) { snprintf(msg, sizeof msg, "out of memory"); goto done; }
     int64_t shp[2];
-    int wrc = st_writer_add(sw, "qweight", QD_DTYPE_I32, 2, packed.qweight_shape, packed.qweight, &err);
-    if (!wrc) wrc = st_writer_add(sw, "qzeros", QD_DTYPE_I32, 2, packed.qzeros_shape, packed.qzeros, &err);
-    if (!wrc) wrc = st_writer_add(sw, "scales", QD_DTYPE_F16, 2, packed.scales_shape, packed.scales, &err);
-    if (!wrc && packed.g_idx) {
-        shp[0] = packed.g_idx_len;
-        wrc = st_writer_add(sw, "g_idx", QD_DTYPE_I32, 1, shp, packed.g_idx, &err);
+    /* The tensors as the format names them; copies, since the descriptor may own them. */
+    int wrc = fmt->tensors(&packed, ftens, &n_ftens, &err);
+    for (int ti = 0; ti < n_ftens && !wrc; ti++) {
+        int64_t fshape[2] = {ftens[ti].shape[0], ftens[ti].shape[1]};
+        wrc = st_writer_add(sw, ftens[ti].suffix, ftens[ti].dtype, ftens[ti].ndim, fshape, ftens[ti].data, &err);
     }
     if (!wrc && oc.input_scales) {
         shp[0] = k;
@@ -581,6 +594,7 @@ done:
         else layer_err(QCTL_FAIL, "layer", "%s", msg);
     }
     st_writer_free(sw);
+    qd_fmt_tensors_free(ftens, n_ftens);
     qd_packed_free(&packed);
     qd_qlayer_free(&oc.layer);
     free(oc.input_scales);

@@ -20,7 +20,10 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl submit [FILE.json|-] [--model DIR --output DIR --method gptq|awq|rtn|awq+gptq\n"
                "                       --bits N --group-size N --calib FILE --format F --id ID --priority N]\n"
-               "  Validates the job and queues it; prints its id.\n%s"
+               "                       [--profile NAME] [--print]\n"
+               "  Validates the job and queues it; prints its id. --profile applies a named set of fields\n"
+               "  under the file's and the flags' (vllm-hopper: compressed-tensors, symmetric 4-bit, group\n"
+               "  128, serve vllm/hopper/tp 1); --print prints the canonical job instead of queueing it.\n%s"
                "exit status: 0 queued, 1 the queue refused it or is unreachable, 2 invalid job or usage\n",
                qctl_conn_help);
 }
@@ -42,20 +45,25 @@ int cmd_submit(int argc, char **argv)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);
-    enum { O_MODEL = 1, O_OUTPUT, O_METHOD, O_BITS, O_GROUP, O_CALIB, O_FORMAT, O_ID, O_PRIO };
+    enum { O_MODEL = 1, O_OUTPUT, O_METHOD, O_BITS, O_GROUP, O_CALIB, O_FORMAT, O_ID, O_PRIO, O_PROFILE, O_PRINT };
     static const struct option opts[] = {QCTL_CONN_OPTIONS,
         {"model", required_argument, 0, O_MODEL}, {"output", required_argument, 0, O_OUTPUT},
         {"method", required_argument, 0, O_METHOD}, {"bits", required_argument, 0, O_BITS},
         {"group-size", required_argument, 0, O_GROUP}, {"calib", required_argument, 0, O_CALIB},
         {"format", required_argument, 0, O_FORMAT}, {"id", required_argument, 0, O_ID},
-        {"priority", required_argument, 0, O_PRIO}, {"help", no_argument, 0, 'h'}, {0}};
+        {"priority", required_argument, 0, O_PRIO}, {"profile", required_argument, 0, O_PROFILE},
+        {"print", no_argument, 0, O_PRINT}, {"help", no_argument, 0, 'h'}, {0}};
     const char *val[O_PRIO + 1] = {0};
+    const char *profile = NULL;
+    int print_only = 0;
     int o;
     optind = 1;
     while ((o = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (qctl_conn_option(&c, o, optarg)) continue;
         if (o == 'h') { usage(stdout); return QCTL_OK; }
         if (o >= O_MODEL && o <= O_PRIO) { val[o] = optarg; continue; }
+        if (o == O_PROFILE) { profile = optarg; continue; }
+        if (o == O_PRINT) { print_only = 1; continue; }
         usage(stderr);
         return QCTL_USAGE;
     }
@@ -76,6 +84,22 @@ int cmd_submit(int argc, char **argv)
         }
     } else {
         spec = cJSON_CreateObject();
+    }
+    if (profile) {
+        /* The profile's fields go under the file's: a field the file sets wins. */
+        const char *pj = qp_job_profile(profile, NULL);
+        if (!pj) {
+            fprintf(stderr, "quantctl: --profile: '%s' is not a profile (", profile);
+            for (size_t i = 0; qp_job_profile_name(i); i++) fprintf(stderr, "%s%s", i ? ", " : "", qp_job_profile_name(i));
+            fprintf(stderr, ")\n");
+            cJSON_Delete(spec);
+            return QCTL_USAGE;
+        }
+        cJSON *pobj = cJSON_Parse(pj);
+        for (cJSON *it = pobj ? pobj->child : NULL; it; it = it->next)
+            if (!cJSON_GetObjectItemCaseSensitive(spec, it->string))
+                cJSON_AddItemToObject(spec, it->string, cJSON_Duplicate(it, 1));
+        cJSON_Delete(pobj);
     }
     static const char *const names[] = {NULL, "model", "output", "method", "bits", "group_size",
                                         NULL, "format", "id", "priority"};
@@ -108,6 +132,11 @@ int cmd_submit(int argc, char **argv)
     snprintf(id, sizeof id, "%s", job->id);
     qp_job_free(job);
     if (!canon) return QCTL_FAIL;
+    if (print_only) {
+        printf("%s\n", canon);
+        free(canon);
+        return QCTL_OK;
+    }
     int rc = QCTL_FAIL;
     if (c.http) {
         int status;

@@ -19,6 +19,8 @@ static const qctl_command commands[] = {
     {"list", "list jobs (--state S to filter)", cmd_list},
     {"gen-model", "write a small random llama or OPT model (for demos and tests)", cmd_gen_model},
     {"logits", "write a model's float32 logits for a token sequence (for comparisons)", cmd_logits},
+    {"check-serving", "which vLLM kernel serves each layer of a checkpoint at a TP degree (--gpu, --tp)", cmd_check_serving},
+    {"dequant", "write every block linear as the loader decodes it (F32 safetensors, for comparisons)", cmd_dequant},
     {"tp-sim", "simulate N tensor-parallel ranks on one MLP: naive vs TP-aware layout", cmd_tp_sim},
     {"selftest", "check the dequantizing kernels against the reference (--device cpu|cuda:N)", cmd_selftest},
 };

@@ -19,6 +19,8 @@ int cmd_eval(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
+int cmd_dequant(int argc, char **argv);
+int cmd_check_serving(int argc, char **argv);
 int cmd_tp_sim(int argc, char **argv);
 int cmd_selftest(int argc, char **argv);
 

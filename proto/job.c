@@ -3,14 +3,16 @@
  * field; the rules between fields run after every field has its final value. */
 #include "proto/job.h"
 #include "proto/jsonutil.h"
+#include "quant/formats/format.h"
+#include "quant/formats/serving.h"
 
 #include <ctype.h>
 #include <limits.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
-static const char *const format_names[] = { "gptq", "gptq_v2", "awq_gemm" };
 static const char *const style_names[] = { "gptq", "awq" };
 static const char *const backend_names[] = { "auto", "cpu", "cuda" };
 static const char *const layout_names[] = { "plain", "tp_aware" };
@@ -18,7 +20,11 @@ static const char *const layout_names[] = { "plain", "tp_aware" };
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
 const char *qp_method_name(qp_method m) { return NAME_OF(method_names, m); }
-const char *qp_format_name(qp_format f) { return NAME_OF(format_names, f); }
+const char *qp_format_name(qp_format f)
+{
+    const qd_format *d = qd_format_at((size_t)f);
+    return (int)f >= 0 && d ? d->name : NULL;
+}
 const char *qp_calib_style_name(qp_calib_style s) { return NAME_OF(style_names, s); }
 const char *qp_backend_name(qp_backend_choice b) { return NAME_OF(backend_names, b); }
 const char *qp_layout_name(qp_layout l) { return NAME_OF(layout_names, l); }
@@ -40,7 +46,7 @@ int qp_method_parse(const char *s, qp_method *out)
 
 int qp_format_parse(const char *s, qp_format *out)
 {
-    int i = lookup(format_names, 3, s);
+    int i = qd_format_index(qd_format_find(s));
     if (i < 0) return QP_EINVAL;
     *out = (qp_format)i;
     return 0;
@@ -49,11 +55,23 @@ int qp_format_parse(const char *s, qp_format *out)
 static int method_uses_awq(qp_method m) { return m == QP_METHOD_AWQ || m == QP_METHOD_AWQ_GPTQ; }
 static int method_uses_gptq(qp_method m) { return m == QP_METHOD_GPTQ || m == QP_METHOD_AWQ_GPTQ; }
 
-/* The format a job gets when it names none: AWQ's own format where it can hold the weights
- * (4 bits), GPTQ's otherwise (its scales are folded into the weights and norms either way). */
+static unsigned method_bit(qp_method m)
+{
+    switch (m) {
+    case QP_METHOD_GPTQ: return QD_FMT_METHOD_GPTQ;
+    case QP_METHOD_AWQ: return QD_FMT_METHOD_AWQ;
+    case QP_METHOD_RTN: return QD_FMT_METHOD_RTN;
+    case QP_METHOD_AWQ_GPTQ: return QD_FMT_METHOD_AWQ_GPTQ;
+    }
+    return 0;
+}
+
+/* The format a job gets when it names none, from the format table's default rule (AWQ's
+ * own format where it can hold the weights, GPTQ's otherwise). */
 static qp_format default_format(qp_method m, int bits)
 {
-    return (method_uses_awq(m) && bits == 4) ? QP_FORMAT_AWQ_GEMM : QP_FORMAT_GPTQ;
+    int i = qd_format_default(method_bit(m), bits);
+    return i < 0 ? QP_FORMAT_GPTQ : (qp_format)i;
 }
 
 static int64_t default_seq_len(qp_calib_style s) { return s == QP_CALIB_AWQ ? 512 : 2048; }
@@ -119,19 +137,18 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         return qp_err_set(err, QP_EINVAL,
                           "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; "
                           "method %s has no act-order, so leave desc_act false", qp_method_name(job->method));
-    if (job->format == QP_FORMAT_AWQ_GEMM) {
-        if (job->bits != 4)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.format: awq_gemm holds 4-bit weights only, but job.bits is %d; use format gptq or gptq_v2",
-                              job->bits);
-        if (job->desc_act)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.format: awq_gemm has no g_idx, so it cannot hold act-order (desc_act) weights; "
-                              "set desc_act false or use format gptq");
-        if (job->group_size == -1)
-            return qp_err_set(err, QP_EINVAL,
-                              "job.group_size: awq_gemm needs a positive group size (its loaders divide in_features by it), not -1");
+    {
+        /* What the format can hold comes from its descriptor (quant/formats). */
+        qd_fmt_settings fs = {.bits = job->bits, .group_size = job->group_size, .sym = job->sym,
+                              .desc_act = job->desc_act, .static_groups = job->static_groups};
+        const char *field = "format";
+        char why[QP_ERR_MSG_MAX];
+        if (qd_format_check_settings(qd_format_at((size_t)job->format), &fs, &field, why, sizeof why))
+            return qp_err_set(err, QP_EINVAL, "job.%s: %s", field, why);
     }
+    if (job->serve.enabled && (strcmp(job->serve.engine, "vllm") || !qd_srv_gpu_cc(job->serve.gpu) || job->serve.tp < 1))
+        return qp_err_set(err, QP_EINVAL, "job.serve: engine \"%s\", gpu \"%s\", tp %d: needs engine vllm, gpu hopper "
+                          "or ampere and tp >= 1", job->serve.engine, job->serve.gpu, job->serve.tp);
     const qp_job_calib *c = &job->calibration;
     if (job->method != QP_METHOD_RTN && (!c->path || !c->path[0]))
         return qp_err_set(err, QP_ENOTFOUND,
@@ -175,6 +192,10 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                           "job.layout: tp_aware reorders act-order GPTQ weights, so it needs method gptq or awq+gptq "
                           "with desc_act true (this job has method %s, desc_act %s)",
                           qp_method_name(job->method), job->desc_act ? "true" : "false");
+    if (job->layout == QP_LAYOUT_TP_AWARE && qd_format_at((size_t)job->format)->act_order != QD_FMT_ACT_ORDER_G_IDX)
+        return qp_err_set(err, QP_EINVAL,
+                          "job.layout: tp_aware reorders the g_idx of act-order weights, and format %s stores none; "
+                          "use format gptq or gptq_v2", qp_format_name(job->format));
     return 0;
 }
 
@@ -184,9 +205,10 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "moe", NULL,
+    "kernel_check", "moe", "serve", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", NULL };
+static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
 static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
 
@@ -212,6 +234,15 @@ static int get_enum(const cJSON *obj, const char *path, const char *name, const 
     free(s);
     *out = i;
     return 0;
+}
+
+/* job.format: one of the format table's names. */
+static int get_format(const cJSON *obj, const char *path, int *out, int *present, qp_err *err)
+{
+    const char *names[32];
+    size_t n = 0;
+    for (size_t i = 0; i < qd_format_count() && n < 32; i++) names[n++] = qd_format_at(i)->name;
+    return get_enum(obj, path, "format", names, n, out, present, err);
 }
 
 static int get_int32(const cJSON *obj, const char *path, const char *name, int64_t lo, int64_t hi,
@@ -340,6 +371,33 @@ static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+/* job.serve: {"engine": "vllm", "gpu": "hopper"|"ampere", "tp": N}. */
+static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *e = qpj_field(root, "serve");
+    if (!e) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(e))
+        return qp_err_set(err, QP_EINVAL, "job.serve: must be an object like {\"engine\": \"vllm\", \"gpu\": \"hopper\", "
+                          "\"tp\": 1}, got %s", qpj_describe(e, desc, sizeof desc));
+    const char *p = "job.serve";
+    static const char *const engines[] = {"vllm"};
+    static const char *const gpus[] = {"hopper", "ampere"};
+    int rc, engine = -1, gpu = -1;
+    job->serve.enabled = 1;
+    job->serve.tp = 1;
+    if ((rc = qpj_check_keys(e, p, serve_keys, err)) ||
+        (rc = get_enum(e, p, "engine", engines, 1, &engine, NULL, err)) ||
+        (rc = get_enum(e, p, "gpu", gpus, 2, &gpu, NULL, err)) ||
+        (rc = get_int32(e, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->serve.tp, NULL, err)))
+        return rc;
+    if (engine < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.engine: required (vllm)");
+    if (gpu < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.gpu: required (hopper or ampere)");
+    snprintf(job->serve.engine, sizeof job->serve.engine, "%s", engines[engine]);
+    snprintf(job->serve.gpu, sizeof job->serve.gpu, "%s", gpus[gpu]);
+    return 0;
+}
+
 /* Version 1 of the spec. A version 2 would get parse_v2, or parse_v1 plus an upgrade step. */
 static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
 {
@@ -386,10 +444,11 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
-        (rc = get_enum(root, p, "format", format_names, 3, &format, &has_format, err)) ||
+        (rc = get_format(root, p, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
         (rc = parse_moe(root, job, err)) ||
+        (rc = parse_serve(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||
         (rc = parse_shard_size(root, job, err)) ||
         (rc = qpj_get_bool(root, p, "overwrite", &job->overwrite, NULL, err)) ||

@@ -31,6 +31,10 @@ typedef enum qp_method {
     QP_METHOD_AWQ_GPTQ,      /* AWQ scaling, then GPTQ on the scaled weights */
 } qp_method;
 
+/* The output format: an index into the format table (quant/formats/format.h, qd_format_at),
+ * which holds everything about each format (names, rules, packing, quantization_config).
+ * The constants name the first three entries for code and tests that pick one; a new format
+ * needs no constant here. */
 typedef enum qp_format {
     QP_FORMAT_GPTQ = 0,      /* GPTQ checkpoint_format "gptq" (v1, zeros stored minus one) */
     QP_FORMAT_GPTQ_V2,       /* checkpoint_format "gptq_v2" */
@@ -71,6 +75,14 @@ typedef struct qp_job_moe {
     int calibrate_all_experts;  /* default 1: every expert's statistics from every token */
     int64_t min_tokens;         /* an expert calibrated on fewer tokens falls back to RTN */
 } qp_job_moe;
+/* Where the output will be served; the pre-flight refuses a job whose layers would not get a
+ * fast kernel there (quant/formats/serving.h). Absent = no check, nothing changes. */
+typedef struct qp_job_serve {
+    int enabled;             /* 1 when the spec has a "serve" object */
+    char engine[16];         /* "vllm" */
+    char gpu[16];            /* "hopper" or "ampere" */
+    int tp;                  /* tensor-parallel degree it will be served at, default 1 */
+} qp_job_serve;
 
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
@@ -99,6 +111,7 @@ typedef struct qp_job {
     qp_layout layout;
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
     qp_job_moe moe;
+    qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
 } qp_job;
 
 /* Names as they appear in JSON ("awq+gptq", "gptq_v2", ...); NULL for an invalid value. */
@@ -147,6 +160,12 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags);
  * canonical JSON without "id". Equal specs (whatever their whitespace, key order or
  * spelled-out defaults) get equal ids, which is what lets the daemon refuse a duplicate. */
 int qp_job_derive_id(const qp_job *job, char id[QP_JOB_ID_MAX + 1]);
+
+/* Job profiles (job_profile.c): the JSON object of fields profile `name` sets (a static
+ * string), NULL when unknown; *what (may be NULL) gets a one-line description.
+ * qp_job_profile_name(i) lists them (NULL past the end). */
+const char *qp_job_profile(const char *name, const char **what);
+const char *qp_job_profile_name(size_t i);
 
 /* Parses a size: a non-negative integer of bytes or a string "<number><unit>" with unit B,
  * KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB, TiB (powers of 1024), any case, as

@@ -88,6 +88,16 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
         }
         rc |= add_item(o, "moe", m);
     }
+    /* Only when given: specs without it keep their canonical form and derived id. */
+    if (all && job->serve.enabled) {
+        cJSON *sv = cJSON_CreateObject();
+        if (sv) {
+            rc |= qpj_add_str(sv, "engine", job->serve.engine);
+            rc |= qpj_add_str(sv, "gpu", job->serve.gpu);
+            rc |= qpj_add_num(sv, "tp", job->serve.tp);
+        }
+        rc |= add_item(o, "serve", sv);
+    }
     if (rc) { cJSON_Delete(o); return NULL; }
     return o;
 }

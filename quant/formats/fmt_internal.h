@@ -1,5 +1,6 @@
 /* Private to quant/formats: the table entries and the checks and conversions the format
- * files share. */
+ * files share (format.c: layer checks and packed plumbing; fmt_io.c: reading checkpoint
+ * tensors and quantization_config values). */
 #ifndef QUANT_FORMATS_FMT_INTERNAL_H
 #define QUANT_FORMATS_FMT_INTERNAL_H
 
@@ -8,6 +9,7 @@
 extern const qd_format qd_fmt_gptq;
 extern const qd_format qd_fmt_gptq_v2;
 extern const qd_format qd_fmt_awq_gemm;
+extern const qd_format qd_fmt_ct;
 
 /* Checks what every packed format needs: bits allowed by f->bits_mask, K % group_size == 0
  * (no partial last group), n_groups consistent, codes and zeros in [0, 2^bits - 1], g_idx
@@ -20,5 +22,31 @@ int fmt_unpack_begin(const char *fmt, const qd_packed *p, qd_qlayer *out, qd_err
 /* Checks that a packed tensor has the expected 2-D shape. */
 int fmt_check_shape(const char *fmt, const char *tensor, const int64_t *got, int64_t r, int64_t c,
                     qd_err *err);
+
+/* The GPTQ kernel layout, shared by gptq, gptq_v2 and compressed-tensors (fmt_gptq.c):
+ * pack writes g_idx only when f->has_g_idx; unpack and dequant read p->g_idx when present. */
+int fmt_gptq_layout_pack(const qd_format *f, const qd_qlayer *l, qd_packed *out, qd_err *err);
+int fmt_gptq_layout_unpack(const qd_format *f, const qd_packed *p, qd_qlayer *out, qd_err *err);
+int fmt_gptq_layout_dequant(const qd_format *f, const qd_packed *p, float *w, qd_err *err);
+/* Packs a [G, N] zero matrix (already minus the zero offset) into qzeros [G, N*b/32]. */
+void fmt_gptq_pack_zeros(int bits, const int32_t *z, int64_t g, int64_t n, int32_t *qzeros);
+
+/* ---- fmt_io.c ---- */
+/* Copies the I32 tensor <suffix> of shape [r, c] (c = 0: 1-D of length r) into a new
+ * array. Absent: 0 with *out NULL when !required, else QD_ENOTFOUND. */
+int fmt_read_i32(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, int required,
+                 int64_t r, int64_t c, int32_t **out, qd_err *err);
+/* Reads float tensor <suffix> [r, c] (F16, BF16 or F32) as F16 bits in a new array. */
+int fmt_read_f16(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, int64_t r,
+                 int64_t c, uint16_t **out, qd_err *err);
+/* Sets t to a borrowed tensor. */
+void fmt_tensor_set(qd_fmt_tensor *t, const char *suffix, qd_dtype dtype, int ndim, int64_t r,
+                    int64_t c, const void *data);
+/* quantization_config values: absent/null keep *out; a wrong type is QD_EFORMAT naming key. */
+int fmt_json_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err);
+int fmt_json_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err);
+int fmt_json_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err);
+/* A JSON array of strings (NULL on allocation failure). */
+cJSON *fmt_json_strings(const char *const *v, size_t n);
 
 #endif

@@ -50,9 +50,10 @@ int qd_kmat_from_packed(const qd_format *fmt, const qd_packed *p, qd_kmat *out, 
     out->qweight = p->qweight;
     out->qzeros = p->qzeros;
     out->scales = p->scales;
-    if (!strcmp(fmt->name, "awq_gemm")) {
+    /* The descriptor says which in-memory layout its packed layers use. */
+    if (fmt->kernel == QD_FMT_KERNEL_AWQ) {
         out->layout = QD_KMAT_AWQ;
-    } else if (fmt->has_g_idx) {
+    } else if (fmt->kernel == QD_FMT_KERNEL_GPTQ) {
         out->layout = QD_KMAT_GPTQ;
         if (p->g_idx) {
             if (p->g_idx_len != p->k)

@@ -9,6 +9,7 @@
 
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/formats/format.h"
 #include "quant/model/config_internal.h"
 
 static const struct { const char *arch; qd_arch_family family; } arch_names[] = {
@@ -75,42 +76,20 @@ int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const
     return 0;
 }
 
+/* quantization_config: which format wrote it and what it says is the format table's
+ * business (qd_format_detect asks every descriptor). */
 static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
 {
-    char method[32] = "", fmt[32] = "", version[32] = "gemm";
-    int rc;
-    if (!cJSON_IsObject(q)) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config must be an object", what);
-    if ((rc = qd_cfg_get_str(q, "quant_method", method, sizeof method, what, err))) return rc;
-    int64_t bits = 0, gs = -1;
-    if ((rc = qd_cfg_get_int(q, "bits", &bits, what, err)) || (rc = qd_cfg_get_int(q, "group_size", &gs, what, err)) ||
-        (rc = qd_cfg_get_bool(q, "desc_act", &c->quant_desc_act, what, err)))
-        return rc;
-    if (!strcmp(method, "gptq")) {
-        strcpy(fmt, "gptq");
-        if ((rc = qd_cfg_get_str(q, "checkpoint_format", fmt, sizeof fmt, what, err))) return rc;
-        if (strcmp(fmt, "gptq") && strcmp(fmt, "gptq_v2"))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.checkpoint_format \"%s\" is not gptq or gptq_v2", what, fmt);
-        c->quant_sym = 1;
-        if ((rc = qd_cfg_get_bool(q, "sym", &c->quant_sym, what, err))) return rc;
-    } else if (!strcmp(method, "awq")) {
-        if ((rc = qd_cfg_get_str(q, "version", version, sizeof version, what, err))) return rc;
-        if (strcmp(version, "gemm") && strcmp(version, "GEMM"))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: AWQ version \"%s\" is not supported (only gemm)", what, version);
-        strcpy(fmt, "awq_gemm");
-        int zp = 1;
-        if ((rc = qd_cfg_get_bool(q, "zero_point", &zp, what, err))) return rc;
-        c->quant_sym = !zp;
-    } else {
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"%s\" is not supported (gptq, awq)",
-                          what, method);
-    }
-    if (bits != 2 && bits != 3 && bits != 4 && bits != 8)
-        return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.bits %lld is not one of 2, 3, 4, 8", what, (long long)bits);
-    if (gs == 0 || gs < -1) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.group_size %lld must be -1 or positive", what, (long long)gs);
+    qd_fmt_detected d;
+    const qd_format *f = NULL;
+    int rc = qd_format_detect(q, what, &f, &d, err);
+    if (rc) return rc;
     c->quantized = 1;
-    strcpy(c->quant_format, fmt);
-    c->quant_bits = (int)bits;
-    c->quant_group_size = gs;
+    snprintf(c->quant_format, sizeof c->quant_format, "%s", f->name);
+    c->quant_bits = d.bits;
+    c->quant_group_size = d.group_size;
+    c->quant_sym = d.sym;
+    c->quant_desc_act = d.desc_act;
     return 0;
 }
 

@@ -108,7 +108,7 @@ typedef struct qd_model_config {
     char torch_dtype[16];
     /* quantization_config (quantized checkpoints) */
     int quantized;
-    char quant_format[16];     /* format table name: "gptq", "gptq_v2", "awq_gemm" */
+    char quant_format[32];     /* format table name (quant/formats), e.g. "gptq_v2" */
     int quant_bits;
     int64_t quant_group_size;  /* -1 for one group */
     int quant_sym;

@@ -140,98 +140,45 @@ static int load_norm(qd_model *m, const char *canonical, int64_t len, float **ou
 
 /* ---- packed (quantized) linears ---- */
 
-/* A packed tensor's int32 data, copied when the mapping leaves it unaligned. */
-static const int32_t *i32_data(const st_tensor *t, int32_t **copy)
-{
-    *copy = NULL;
-    if (((uintptr_t)t->data & 3) == 0) return t->data;
-    *copy = malloc(t->numel * 4);
-    if (*copy) memcpy(*copy, t->data, t->numel * 4);
-    return *copy;
-}
+/* The format descriptor's read() asks for "<base>.<suffix>" through this. */
+typedef struct packed_find_ctx {
+    const qd_model *m;
+    const char *base;
+} packed_find_ctx;
 
-static int find_packed(const qd_model *m, const char *base, const char *suffix, qd_dtype want,
-                       int required, const st_tensor **out, qd_err *err)
+static int packed_find(void *ud, const char *suffix, qd_fmt_tensor *out)
 {
-    char name[512];
-    snprintf(name, sizeof name, "%s.%s", base, suffix);
-    const st_tensor *t = qd_model_tfind(m, name);
-    *out = t;
-    if (!t) return required ? qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name)) : 0;
-    if (want != QD_DTYPE_INVALID && t->dtype != want)
-        return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype %s, expected %s", t->name, qd_dtype_name(t->dtype), qd_dtype_name(want));
-    if (t->ndim != (strcmp(suffix, "g_idx") ? 2 : 1))
-        return qd_err_set(err, QD_ESHAPE, "tensor '%s': has %d dims", t->name, t->ndim);
-    return 0;
+    const packed_find_ctx *c = ud;
+    char name[600];
+    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
+    const st_tensor *t = qd_model_tfind(c->m, name);
+    if (!t) return 0;
+    memset(out, 0, sizeof *out);
+    snprintf(out->suffix, sizeof out->suffix, "%s", suffix);
+    out->dtype = t->dtype;
+    out->ndim = t->ndim > 2 ? 3 : t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) out->shape[d] = t->shape[d];
+    out->data = t->data;
+    return 1;
 }
 
 /* Dequantizes linear `base` (canonical name without suffix) of shape [n, k] into host or
- * backend-on-CPU memory w. */
+ * backend-on-CPU memory w: the checkpoint's format descriptor reads its tensors and decodes
+ * them with its scalar reference. */
 static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, float *w, qd_err *err)
 {
     const qd_format *fmt = qd_format_find(m->cfg.quant_format);
     if (!fmt) return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization format '%s' is not in the format table", m->dir, m->cfg.quant_format);
-    const st_tensor *tq, *tz, *ts, *tg;
-    int rc;
-    if ((rc = find_packed(m, base, "qweight", QD_DTYPE_I32, 1, &tq, err)) ||
-        (rc = find_packed(m, base, "qzeros", QD_DTYPE_I32, 1, &tz, err)) ||
-        (rc = find_packed(m, base, "scales", QD_DTYPE_INVALID, 1, &ts, err)) ||
-        (rc = find_packed(m, base, "g_idx", QD_DTYPE_I32, 0, &tg, err)))
-        return rc;
-    int bits = m->cfg.quant_bits;
-    int64_t gs = m->cfg.quant_group_size > 0 ? m->cfg.quant_group_size : k;
-    int64_t g = (k + gs - 1) / gs;
-    int awq = !strcmp(fmt->name, "awq_gemm");
-    int64_t qw_shape[2] = {awq ? k : k * bits / 32, awq ? n * bits / 32 : n};
-    int64_t qz_shape[2] = {g, n * bits / 32};
-    int64_t sc_shape[2] = {g, n};
-    if ((rc = check_shape(tq, tq->name, 2, qw_shape, err)) || (rc = check_shape(tz, tz->name, 2, qz_shape, err)) ||
-        (rc = check_shape(ts, ts->name, 2, sc_shape, err)))
-        return rc;
-    if (tg && (tg->shape[0] != k))
-        return qd_err_set(err, QD_ESHAPE, "tensor '%s': length %lld, expected K = %lld", tg->name, (long long)tg->shape[0], (long long)k);
-
+    qd_fmt_detected d = {.bits = m->cfg.quant_bits, .group_size = m->cfg.quant_group_size, .sym = m->cfg.quant_sym,
+                         .desc_act = m->cfg.quant_desc_act};
+    packed_find_ctx ctx = {m, base};
     qd_packed p;
-    memset(&p, 0, sizeof p);
-    p.n = n; p.k = k; p.bits = bits; p.group_size = m->cfg.quant_group_size; p.n_groups = g;
-    int32_t *cq = NULL, *cz = NULL, *cg = NULL, *gen_g = NULL;
-    uint16_t *sc = NULL;
-    p.qweight = (int32_t *)i32_data(tq, &cq);
-    p.qzeros = (int32_t *)i32_data(tz, &cz);
-    memcpy(p.qweight_shape, qw_shape, sizeof qw_shape);
-    memcpy(p.qzeros_shape, qz_shape, sizeof qz_shape);
-    memcpy(p.scales_shape, sc_shape, sizeof sc_shape);
-    /* Scales are F16 in every writer we know; other float types are narrowed to F16 bits,
-     * which the format table expects. */
-    sc = malloc((size_t)(g * n) * sizeof *sc);
-    if (!sc || !p.qweight || !p.qzeros) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
-    if (ts->dtype == QD_DTYPE_F16) {
-        memcpy(sc, ts->data, (size_t)(g * n) * 2);
-    } else {
-        float *f = malloc((size_t)(g * n) * sizeof *f);
-        if (!f) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
-        if ((rc = st_tensor_read_f32(ts, f, err))) { free(f); goto done; }
-        for (int64_t i = 0; i < g * n; i++) sc[i] = qd_f32_to_f16(f[i]);
-        free(f);
+    int rc = fmt->read(packed_find, &ctx, n, k, &d, &p, err);
+    if (!rc) {
+        rc = fmt->dequant_ref(&p, w, err);
+        qd_packed_free(&p);
     }
-    p.scales = sc;
-    if (fmt->has_g_idx) {
-        if (tg) {
-            p.g_idx = (int32_t *)i32_data(tg, &cg);
-        } else {
-            /* Some writers drop g_idx when it is trivial; rebuild k / group_size. */
-            gen_g = malloc((size_t)k * sizeof *gen_g);
-            if (!gen_g) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
-            for (int64_t i = 0; i < k; i++) gen_g[i] = (int32_t)(i / gs);
-            p.g_idx = gen_g;
-        }
-        p.g_idx_len = k;
-        if (!p.g_idx) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base); goto done; }
-    }
-    rc = fmt->dequant_ref(&p, w, err);
     if (rc) qd_err_prefix(err, "%s (%s)", qd_model_tname(m, base), fmt->name);
-done:
-    free(cq); free(cz); free(cg); free(gen_g); free(sc);
     return rc;
 }
 
@@ -416,8 +363,10 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (qd_model_tfind(m, name)) {
                 if ((rc = find_float(m, name, 2, shape, &t, err))) return rc;
             } else {
-                snprintf(name + n, sizeof name - n, "%s.qweight", L->name);
-                if (!m->cfg.quantized || !qd_model_tfind(m, name)) {
+                /* Packed: the format's main tensor names the linear (format descriptor). */
+                const qd_format *qf = m->cfg.quantized ? qd_format_find(m->cfg.quant_format) : NULL;
+                if (qf) snprintf(name + n, sizeof name - n, "%s.%s", L->name, qf->main_tensor);
+                if (!qf || !qd_model_tfind(m, name)) {
                     snprintf(name + n, sizeof name - n, "%s.weight", L->name);
                     return qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name));
                 }

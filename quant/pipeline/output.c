@@ -9,6 +9,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 #include "quant/core/safetensors.h"
+#include "quant/formats/format.h"
 
 #define QUANTD_VERSION_STRING "quantd 0.1.0"
 
@@ -93,52 +94,23 @@ void qd_output_regex_escape(const char *in, char *out, size_t cap)
 cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_modules, size_t n_float,
                               const char *const *trivial_g_idx, size_t n_trivial, const char *awq_note)
 {
-    cJSON *q = cJSON_CreateObject();
+    /* The format's own keys, and how it declares the layers left in float, come from its
+     * descriptor; "meta" (what quantd did) is common to all. */
+    const qd_format *fmt = qd_format_at((size_t)job->format);
+    if (!fmt) return NULL;
+    qd_fmt_config_in in = {
+        .s = {.bits = job->bits, .group_size = job->group_size, .sym = job->sym, .desc_act = job->desc_act,
+              .static_groups = job->static_groups},
+        .damp_percent = job->damp_percent, .true_sequential = job->true_sequential,
+        .float_modules = float_modules, .n_float = n_float, .trivial_g_idx = trivial_g_idx, .n_trivial = n_trivial,
+    };
+    cJSON *q = fmt->quant_config(&in);
     if (!q) return NULL;
-    int v1_asym = job->format == QP_FORMAT_GPTQ && !job->sym;
-    if (job->format == QP_FORMAT_AWQ_GEMM) {
-        cJSON_AddStringToObject(q, "quant_method", "awq");
-        cJSON_AddNumberToObject(q, "bits", job->bits);
-        cJSON_AddNumberToObject(q, "group_size", job->group_size);
-        cJSON_AddBoolToObject(q, "zero_point", !job->sym);
-        cJSON_AddStringToObject(q, "version", "gemm");
-        if (n_float) {
-            cJSON *arr = cJSON_AddArrayToObject(q, "modules_to_not_convert");
-            for (size_t i = 0; i < n_float; i++) cJSON_AddItemToArray(arr, cJSON_CreateString(float_modules[i]));
-        } else {
-            cJSON_AddNullToObject(q, "modules_to_not_convert");
-        }
-    } else {
-        cJSON_AddStringToObject(q, "quant_method", "gptq");
-        cJSON_AddNumberToObject(q, "bits", job->bits);
-        cJSON_AddNumberToObject(q, "group_size", job->group_size);
-        cJSON_AddBoolToObject(q, "desc_act", job->desc_act);
-        cJSON_AddBoolToObject(q, "sym", job->sym);
-        cJSON_AddNumberToObject(q, "damp_percent", job->damp_percent);
-        cJSON_AddBoolToObject(q, "static_groups", job->static_groups);
-        cJSON_AddBoolToObject(q, "true_sequential", job->true_sequential);
-        cJSON_AddStringToObject(q, "checkpoint_format", job->format == QP_FORMAT_GPTQ_V2 ? "gptq_v2" : "gptq");
-        cJSON_AddBoolToObject(q, "lm_head", 0);
-        if (n_float || n_trivial) {
-            cJSON *dyn = cJSON_AddObjectToObject(q, "dynamic");
-            char key[512], esc[480];
-            for (size_t i = 0; i < n_float; i++) {
-                qd_output_regex_escape(float_modules[i], esc, sizeof esc);
-                snprintf(key, sizeof key, "-:%s$", esc);
-                cJSON_AddItemToObject(dyn, key, cJSON_CreateObject());
-            }
-            for (size_t i = 0; i < n_trivial; i++) {
-                snprintf(key, sizeof key, "+:%s", trivial_g_idx[i]);
-                cJSON *o = cJSON_CreateObject();
-                cJSON_AddBoolToObject(o, "desc_act", 0);
-                cJSON_AddItemToObject(dyn, key, o);
-            }
-        }
-    }
+    int v1_asym = fmt->zero_offset > 0 && !job->sym;
     cJSON *meta = cJSON_AddObjectToObject(q, "meta");
     cJSON_AddStringToObject(meta, "quantizer", QUANTD_VERSION_STRING);
     cJSON_AddStringToObject(meta, "method", qp_method_name(job->method));
-    cJSON_AddStringToObject(meta, "format", qp_format_name(job->format));
+    cJSON_AddStringToObject(meta, "format", fmt->name);
     if (job->method != QP_METHOD_RTN) {
         cJSON_AddNumberToObject(meta, "calibration_samples", (double)job->calibration.samples);
         cJSON_AddNumberToObject(meta, "calibration_seq_len", (double)job->calibration.seq_len);

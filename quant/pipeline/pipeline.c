@@ -216,13 +216,14 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     int rc = 0;
     int32_t *ids = NULL;
     int created_out = 0, created_ckpt = 0;
-    p->fmt = qd_format_find(qp_format_name(job->format));
-    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %s is not in the format table", qp_format_name(job->format)); goto fail; }
+    p->fmt = qd_format_at((size_t)job->format);
+    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %d is not in the format table", (int)job->format); goto fail; }
     p->qcfg = qd_quant_cfg_default();
     p->qcfg.bits = job->bits;
     p->qcfg.sym = job->sym;
     p->qcfg.group_size = job->group_size;
-    p->qcfg.zero_min1 = job->format == QP_FORMAT_GPTQ && !job->sym;
+    /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
+    p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
     rc = qd_quant_cfg_validate(&p->qcfg, err);
     if (rc) goto fail;
     snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);
@@ -243,6 +244,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->hidden = cfg->hidden;
     qd_model_set_moe_calibrate_all(p->m, job->moe.calibrate_all_experts);
     rc = qd_pipeline_check_plans(p, err);
+    if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
      * output that overwrite may replace. */
@@ -370,6 +372,7 @@ void qd_pipeline_close(qd_pipeline *p)
     if (p->acts) qd_backend_free(p->be, p->acts);
     qd_model_close(p->m);
     qd_state_free(&p->st);
+    qd_tp_serving_report_free(&p->serving);
     free(p);
 }
 

@@ -63,16 +63,22 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
         qd_linear_out *o = &outs[li];
         if (o->quantized) {
             qd_packed *pk = &o->packed;
-            snprintf(name, sizeof name, "%s%s.qweight", prefix, L->name);
-            rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qweight_shape, pk->qweight, err);
-            snprintf(name, sizeof name, "%s%s.qzeros", prefix, L->name);
-            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_I32, 2, pk->qzeros_shape, pk->qzeros, err);
-            snprintf(name, sizeof name, "%s%s.scales", prefix, L->name);
-            if (!rc) rc = st_writer_add(b.w, name, QD_DTYPE_F16, 2, pk->scales_shape, pk->scales, err);
-            if (!rc && pk->g_idx) {
-                snprintf(name, sizeof name, "%s%s.g_idx", prefix, L->name);
-                rc = st_writer_add(b.w, name, QD_DTYPE_I32, 1, &pk->g_idx_len, pk->g_idx, err);
+            /* The checkpoint tensors and their names are the format's (descriptor tensors()). */
+            qd_fmt_tensor ft[QD_FMT_MAX_TENSORS];
+            int nft = 0;
+            rc = p->fmt->tensors(pk, ft, &nft, err);
+            for (int ti = 0; ti < nft && !rc; ti++) {
+                snprintf(name, sizeof name, "%s%s.%s", prefix, L->name, ft[ti].suffix);
+                int64_t shape[2] = {ft[ti].shape[0], ft[ti].shape[1]};
+                rc = st_writer_add(b.w, name, ft[ti].dtype, ft[ti].ndim, shape, ft[ti].data, err);
+                /* The writer keeps pointers until st_writer_write: owned copies live as long. */
+                if (ft[ti].owned) {
+                    void *kept = bf_keep(&b, ft[ti].owned);   /* frees it when it cannot keep it */
+                    ft[ti].owned = NULL;
+                    if (!kept && !rc) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+                }
             }
+            qd_fmt_tensors_free(ft, nft);
             if (!rc && pk->bias) {
                 snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
                 rc = st_writer_add(b.w, name, QD_DTYPE_F16, 1, &pk->bias_len, pk->bias, err);

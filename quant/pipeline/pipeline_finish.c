@@ -149,6 +149,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     memset(&x, 0, sizeof x);
     x.backend = p->be->name;
     x.layout_note = tps->note[0] ? tps->note : NULL;
+    x.serving = p->job->serve.enabled ? &p->serving : NULL;
     if (p->job->eval.enabled) {
         qd_pipeline_report_progress(p, "eval", p->n_blocks - 1, NULL, 1, -1);
         int32_t *ids = NULL;

@@ -15,6 +15,7 @@
 #include "quant/model/model.h"
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
+#include "quant/tp/tp_serving.h"
 
 #define QD_PATH_MAX 4096
 
@@ -42,6 +43,7 @@ struct qd_pipeline {
      * calibration pass that reached the experts. */
     int64_t moe_routed[QD_MAX_EXPERTS];
     int moe_routed_done;
+    qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
 };
 
 /* What happens to one linear. */
@@ -72,6 +74,10 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
  * job lists it to stay in float; otherwise QD_EINVAL naming the first such layer, its
  * reason and the two ways out. */
 int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err);
+/* job.serve: every layer as the job would write it, through the vLLM rule table; refuses
+ * (QD_EPREFLIGHT, naming the layer, the reason and the settings that fix it) when one would
+ * not get a fast kernel. Fills p->serving for the report. */
+int qd_pipeline_check_serving(qd_pipeline *p, qd_err *err);
 void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_plan *plan);
 
 /* Quantizes w (host [n, k]) with the job's method given its input Hessian h (backend,

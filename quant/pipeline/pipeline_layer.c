@@ -34,23 +34,8 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
             return;
         }
     }
-    int64_t gs = job->group_size;
-    if (gs > 0 && L->k % gs != 0) {
-        plan->quantize = 0;
-        snprintf(plan->why, sizeof plan->why, "in_features %lld is not a multiple of group_size %lld", (long long)L->k, (long long)gs);
-        return;
-    }
-    if (job->format == QP_FORMAT_AWQ_GEMM) {
-        if (L->n % 8 != 0) {
-            plan->quantize = 0;
-            snprintf(plan->why, sizeof plan->why, "out_features %lld is not a multiple of 8 (awq_gemm packs 8 per word)", (long long)L->n);
-        }
-        return;
-    }
-    if (L->k % 32 != 0 || L->n % 32 != 0) {
-        plan->quantize = 0;
-        snprintf(plan->why, sizeof plan->why, "shape [%lld, %lld] is not a multiple of 32 (GPTQ packing)", (long long)L->n, (long long)L->k);
-    }
+    /* Group divisibility and the format's own shape rules (its descriptor). */
+    if (qd_format_misfit(p->fmt, L->n, L->k, job->group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
 }
 
 int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)

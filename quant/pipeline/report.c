@@ -103,6 +103,21 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
     cJSON *cov = qd_report_moe_coverage(st);
     if (cov) cJSON_AddItemToObject(r, "moe_coverage", cov);
     if (x->layout_note) cJSON_AddStringToObject(r, "layout_note", x->layout_note);
+    if (job->serve.enabled && x->serving) {
+        cJSON *sv = cJSON_AddObjectToObject(r, "serving");
+        cJSON_AddStringToObject(sv, "engine", job->serve.engine);
+        cJSON_AddStringToObject(sv, "gpu", job->serve.gpu);
+        cJSON_AddNumberToObject(sv, "tp", job->serve.tp);
+        cJSON *sl = cJSON_AddArrayToObject(sv, "layers");
+        for (size_t i = 0; sl && i < x->serving->n; i++) {
+            const qd_serving_row *row = &x->serving->rows[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddStringToObject(o, "layer", row->name);
+            cJSON_AddStringToObject(o, "kernel", row->is_float ? "float" : qd_srv_kernel_name(row->choice.kernel));
+            if (!row->is_float) cJSON_AddStringToObject(o, "why", row->choice.why);
+            cJSON_AddItemToArray(sl, o);
+        }
+    }
     cJSON_AddItemToObject(r, "layers", layers);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);

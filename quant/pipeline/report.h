@@ -6,6 +6,7 @@
 #include "proto/job.h"
 #include "quant/core/error.h"
 #include "quant/pipeline/state.h"
+#include "quant/tp/tp_serving.h"
 
 #define QD_REPORT_VERSION 1
 
@@ -16,6 +17,7 @@ typedef struct qd_report_extra {
     int64_t eval_tokens, eval_windows, eval_seq_len;
     double wall_seconds;         /* this run, open to finish */
     const char *layout_note;     /* TP-aware layout, or NULL */
+    const qd_serving_report *serving;   /* job.serve: the vLLM kernel per layer, or NULL */
 } qd_report_extra;
 
 /* Writes <out_dir>/quantd_report.json atomically. */

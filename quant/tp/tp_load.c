@@ -16,7 +16,7 @@ static int copy_tensor(const st_model *sm, const char *prefix, const char *suffi
     char name[400];
     snprintf(name, sizeof name, "%s.%s", prefix, suffix);
     const st_tensor *t = st_model_find(sm, name);
-    if (!t) return required ? qd_err_set(err, QD_ENOTFOUND, "tp sim: %s is missing (is this a GPTQ checkpoint?)", name) : 0;
+    if (!t) return required ? qd_err_set(err, QD_ENOTFOUND, "tp sim: %s is missing", name) : 0;
     if (t->dtype != dt || t->ndim != ndim)
         return qd_err_set(err, QD_ESHAPE, "tp sim: %s is %s with %d dims, expected %s with %d", name, qd_dtype_name(t->dtype),
                           t->ndim, qd_dtype_name(dt), ndim);
@@ -28,23 +28,44 @@ static int copy_tensor(const st_model *sm, const char *prefix, const char *suffi
     return 0;
 }
 
-static int load_packed(const qd_model *m, const char *prefix, const qd_linear_info *L, qd_packed *p, qd_err *err)
+typedef struct tp_find_ctx {
+    const st_model *sm;
+    const char *base;
+} tp_find_ctx;
+
+static int tp_find(void *ud, const char *suffix, qd_fmt_tensor *out)
+{
+    const tp_find_ctx *c = ud;
+    char name[400];
+    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
+    const st_tensor *t = st_model_find(c->sm, name);
+    if (!t) return 0;
+    memset(out, 0, sizeof *out);
+    snprintf(out->suffix, sizeof out->suffix, "%s", suffix);
+    out->dtype = t->dtype;
+    out->ndim = t->ndim > 2 ? 3 : t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) out->shape[d] = t->shape[d];
+    out->data = t->data;
+    return 1;
+}
+
+/* The packed tensors come through the checkpoint format's descriptor (read() copies them). */
+static int load_packed(const qd_model *m, const qd_format *f, const char *prefix, const qd_linear_info *L,
+                       qd_packed *p, qd_err *err)
 {
     const qd_model_config *c = qd_model_cfg(m);
     const st_model *sm = qd_model_tensors(m);
-    memset(p, 0, sizeof *p);
-    p->n = L->n;
-    p->k = L->k;
-    p->bits = c->quant_bits;
-    p->group_size = c->quant_group_size;
-    p->n_groups = c->quant_group_size > 0 ? (L->k + c->quant_group_size - 1) / c->quant_group_size : 1;
     char full[300];
     snprintf(full, sizeof full, "%s%s", prefix, L->name);
-    int rc = copy_tensor(sm, full, "qweight", QD_DTYPE_I32, 2, 1, (void **)&p->qweight, p->qweight_shape, err);
-    if (!rc) rc = copy_tensor(sm, full, "qzeros", QD_DTYPE_I32, 2, 1, (void **)&p->qzeros, p->qzeros_shape, err);
-    if (!rc) rc = copy_tensor(sm, full, "scales", QD_DTYPE_F16, 2, 1, (void **)&p->scales, p->scales_shape, err);
-    if (!rc) rc = copy_tensor(sm, full, "g_idx", QD_DTYPE_I32, 1, 0, (void **)&p->g_idx, &p->g_idx_len, err);
-    if (!rc) rc = copy_tensor(sm, full, "bias", QD_DTYPE_F16, 1, 0, (void **)&p->bias, &p->bias_len, err);
+    qd_fmt_detected d = {.bits = c->quant_bits, .group_size = c->quant_group_size, .sym = c->quant_sym,
+                         .desc_act = c->quant_desc_act};
+    tp_find_ctx ctx = {sm, full};
+    int rc = f->read(tp_find, &ctx, L->n, L->k, &d, p, err);
+    if (rc) {
+        qd_err_prefix(err, "tp sim: %s", full);
+        return rc;
+    }
+    rc = copy_tensor(sm, full, "bias", QD_DTYPE_F16, 1, 0, (void **)&p->bias, &p->bias_len, err);
     if (rc) qd_packed_free(p);
     return rc;
 }
@@ -77,8 +98,8 @@ int qd_tp_mlp_load(qd_model *m, int block, int tp, qd_tp_mlp *as_stored, qd_tp_m
     qd_packed pk[3];
     memset(pk, 0, sizeof pk);
     int n_col = col->n_linears, rc = 0;
-    for (int j = 0; j < n_col && !rc; j++) rc = load_packed(m, prefix, qd_model_linear(m, col->linears[j]), &pk[j], err);
-    if (!rc) rc = load_packed(m, prefix, qd_model_linear(m, down_li), &pk[2], err);
+    for (int j = 0; j < n_col && !rc; j++) rc = load_packed(m, f, prefix, qd_model_linear(m, col->linears[j]), &pk[j], err);
+    if (!rc) rc = load_packed(m, f, prefix, qd_model_linear(m, down_li), &pk[2], err);
     const qd_packed *cc[2] = {&pk[0], &pk[1]};
     if (!rc) rc = qd_tp_mlp_from_packed(f, cc, n_col, &pk[2], act, as_stored, err);
     if (!rc && with_aware) {

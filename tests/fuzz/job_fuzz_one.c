@@ -30,6 +30,12 @@ static int check_fields(const qp_job *j)
         return fail("an enum outside its names", NULL);
     if (j->format == QP_FORMAT_AWQ_GEMM && (j->bits != 4 || j->desc_act || j->group_size < 1))
         return fail("awq_gemm with bits != 4, desc_act or group_size -1", NULL);
+    if (!strcmp(qp_format_name(j->format), "compressed-tensors") &&
+        ((j->bits != 4 && j->bits != 8) || (j->desc_act && !j->static_groups)))
+        return fail("compressed-tensors with bits outside {4, 8} or act-order without static groups", NULL);
+    if (j->serve.enabled && (strcmp(j->serve.engine, "vllm") || j->serve.tp < 1 ||
+                             (strcmp(j->serve.gpu, "hopper") && strcmp(j->serve.gpu, "ampere"))))
+        return fail("serve outside vllm/hopper|ampere/tp >= 1", NULL);
     if (j->desc_act && j->method != QP_METHOD_GPTQ && j->method != QP_METHOD_AWQ_GPTQ)
         return fail("desc_act without a GPTQ method", NULL);
     if (j->layout == QP_LAYOUT_TP_AWARE && !j->desc_act) return fail("tp_aware without desc_act", NULL);

@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/formats/format.h"
 #include "quant/model/config.h"
 
 #define WHAT "fuzz/config.json"
@@ -42,7 +43,7 @@ static int check_config(const qd_model_config *c)
     if (c->quantized) {
         if (c->quant_bits != 2 && c->quant_bits != 3 && c->quant_bits != 4 && c->quant_bits != 8)
             return fail("quant bits outside {2, 3, 4, 8}", NULL);
-        if (strcmp(c->quant_format, "gptq") && strcmp(c->quant_format, "gptq_v2") && strcmp(c->quant_format, "awq_gemm"))
+        if (!qd_format_find(c->quant_format))
             return fail("quant format not in the table", c->quant_format);
         if (c->quant_group_size == 0 || c->quant_group_size < -1) return fail("quant group size", NULL);
     }

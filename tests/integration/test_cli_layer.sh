@@ -61,6 +61,7 @@ run gptq_act --method gptq --bits 4 --group-size 64 --desc-act
 run gptq_static --method gptq --bits 3 --group-size 64 --desc-act --static-groups --sym --format gptq_v2
 run gptq_8 --method gptq --bits 8 --group-size -1 --damp 0.05
 run awq --method awq --bits 4 --group-size 64
+run ct --method gptq --bits 4 --group-size 64 --format compressed-tensors
 
 for r in rtn gptq gptq_act gptq_static gptq_8 awq; do
     for key in rel_output_error rel_weight_error seconds damp fallback bits group_size method format; do
@@ -77,6 +78,8 @@ python3 -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - 0.05) < 1e-12 els
 [ "$(json format <"$T/awq.json")" = awq_gemm ] || fail "awq default format"
 [ "$(json format <"$T/gptq.json")" = gptq ] || fail "gptq default format"
 
+[ "$(tensors "$T/ct.safetensors")" = "weight_packed:I32:128x32 weight_scale:F16:128x4 weight_shape:I64:2 weight_zero_point:I32:16x4" ] \
+    || fail "compressed-tensors tensors: $(tensors "$T/ct.safetensors")"
 [ "$(tensors "$T/gptq.safetensors")" = "g_idx:I32:256 qweight:I32:32x128 qzeros:I32:4x16 scales:F16:4x128" ] \
     || fail "gptq tensors: $(tensors "$T/gptq.safetensors")"
 [ "$(tensors "$T/gptq_static.safetensors")" = "g_idx:I32:256 qweight:I32:24x128 qzeros:I32:4x12 scales:F16:4x128" ] \
@@ -113,7 +116,9 @@ expect_usage "group size 0" "group-size" -- layer "${B[@]}" --group-size 0
 expect_usage "unknown option" "--frobnicate" -- layer "${B[@]}" --frobnicate
 expect_usage "unknown method" "sparsegpt" -- layer "${B[@]}" --method sparsegpt
 expect_usage "missing --out" "--out" -- layer --weight "$W" --inputs "$X" --method gptq --bits 4 --group-size 64
-expect_usage "awq 3 bits" "awq_gemm" -- layer "${B[@]}" --method awq --bits 3
+expect_usage "awq_gemm 3 bits" "awq_gemm" -- layer "${B[@]}" --method awq --bits 3 --format awq_gemm
+expect_usage "compressed-tensors act-order" "needs --static-groups" -- layer "${B[@]}" --desc-act --format compressed-tensors
+expect_usage "unknown format" "compressed-tensors" -- layer "${B[@]}" --format gguf
 expect_usage "damp 2" "damp" -- layer "${B[@]}" --damp 2
 "$Q" gen-layer --n 128 --k 192 --rows 64 --out "$T/k" >/dev/null
 expect_usage "K mismatch" "192 features" -- layer --weight "$W" --inputs "$T/k/X.safetensors" --method gptq --bits 4 --group-size 64 --out "$T/x.st"

@@ -153,7 +153,7 @@ static void test_field_types_and_ranges(void)
     EXPECT_ERR("{" BASE ", \"damp_percent\": 1}", "job.damp_percent: must be a number greater than 0 and less than 1, got 1");
     EXPECT_ERR("{" BASE ", \"damp_percent\": -0.1}", "job.damp_percent: must be a number greater than 0 and less than 1, got -0.1");
     EXPECT_ERR("{" BASE ", \"damp_percent\": \"0.01\"}", "job.damp_percent: must be a number greater than 0 and less than 1, got a string");
-    EXPECT_ERR("{" BASE ", \"format\": \"gguf\"}", "job.format: \"gguf\" is not one of gptq, gptq_v2, awq_gemm");
+    EXPECT_ERR("{" BASE ", \"format\": \"gguf\"}", "job.format: \"gguf\" is not one of gptq, gptq_v2, awq_gemm, compressed-tensors");
     EXPECT_ERR("{" BASE ", \"overwrite\": \"true\"}", "job.overwrite: must be true or false, got \"true\"");
     EXPECT_ERR("{" BASE ", \"priority\": 1.5}", "job.priority: must be an integer, got 1.5");
     EXPECT_ERR("{" BASE ", \"priority\": 1e12}", "job.priority: must be an integer, got 1e+12");
@@ -530,6 +530,60 @@ static void test_mutations_never_crash(void)
     CHECK(failed > 0 && passed > 0);
 }
 
+/* job.serve and the profiles (issue #17 part 3); without serve the canonical form has none. */
+static void test_serve_and_profile(void)
+{
+    qp_job *j = parse_ok("{" BASE "}");
+    CHECK(j && !j->serve.enabled);
+    char *canon = j ? qp_job_to_json(j, 0) : NULL;
+    CHECK(canon && !strstr(canon, "serve"));
+    free(canon);
+    qp_job_free(j);
+    j = parse_ok("{" BASE ", \"format\": \"compressed-tensors\", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"hopper\", \"tp\": 4}}");
+    CHECK(j && j->serve.enabled && j->serve.tp == 4);
+    if (j) {
+        CHECK_STR(j->serve.gpu, "hopper");
+        canon = qp_job_to_json(j, 0);
+        CHECK_CONTAINS(canon, "\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":4}");
+        qp_job *back = canon ? parse_ok(canon) : NULL;
+        CHECK(back && back->serve.enabled && back->serve.tp == 4 && !strcmp(back->serve.gpu, "hopper"));
+        qp_job_free(back);
+        free(canon);
+        /* Not part of the output fingerprint: serving somewhere else writes the same bytes. */
+        canon = qp_job_to_json(j, QP_JOB_JSON_OUTPUT_ONLY);
+        CHECK(canon && !strstr(canon, "serve"));
+        free(canon);
+    }
+    qp_job_free(j);
+    j = parse_ok("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"ampere\"}}");
+    CHECK(j && j->serve.tp == 1);
+    qp_job_free(j);
+    EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"volta\"}}",
+               "job.serve.gpu: \"volta\" is not one of hopper, ampere");
+    EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"sglang\", \"gpu\": \"hopper\"}}",
+               "job.serve.engine: \"sglang\" is not one of vllm");
+    EXPECT_ERR("{" BASE ", \"serve\": {\"gpu\": \"hopper\"}}", "job.serve.engine: required");
+    EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"hopper\", \"tp\": 0}}", "job.serve.tp");
+    EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"hopper\", \"fp8\": true}}", "fp8");
+    EXPECT_ERR("{" BASE ", \"serve\": \"vllm\"}", "job.serve: must be an object");
+    EXPECT_ERR("{" BASE ", \"format\": \"compressed-tensors\", \"desc_act\": true, \"static_groups\": true, "
+               "\"tp\": 2, \"layout\": \"tp_aware\"}", "job.layout: tp_aware reorders the g_idx of act-order weights, "
+               "and format compressed-tensors stores none");
+    /* The vllm-hopper profile is a valid set of job fields. */
+    const char *what = NULL, *pj = qp_job_profile("vllm-hopper", &what);
+    CHECK(pj && what);
+    CHECK(qp_job_profile("nope", NULL) == NULL);
+    CHECK_STR(qp_job_profile_name(0), "vllm-hopper");
+    if (pj) {
+        char buf[1024];
+        snprintf(buf, sizeof buf, "{" BASE ", %s", pj + 1);
+        j = parse_ok(buf);
+        CHECK(j && !strcmp(qp_format_name(j->format), "compressed-tensors") && j->bits == 4 && j->group_size == 128 &&
+              j->sym && j->serve.enabled);
+        qp_job_free(j);
+    }
+}
+
 int main(void)
 {
     TEST_RUN(test_sha256_vectors);
@@ -542,6 +596,7 @@ int main(void)
     TEST_RUN(test_modules_and_shard_size);
     TEST_RUN(test_cross_field_rules);
     TEST_RUN(test_defaults_per_method);
+    TEST_RUN(test_serve_and_profile);
     TEST_RUN(test_canonical_round_trip);
     TEST_RUN(test_derived_id);
     TEST_RUN(test_moe_options);

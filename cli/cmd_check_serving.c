@@ -1,0 +1,124 @@
+/* quantctl check-serving DIR --engine vllm --gpu hopper|ampere --tp N [--json]: which vLLM
+ * kernel will serve each linear of a quantized checkpoint (quantd's or another tool's, any
+ * format the format table reads) at that tensor-parallel degree, and why
+ * (quant/formats/serving.c holds the rules with their vLLM sources). Exit 0 when every
+ * quantized layer gets a fast kernel (Machete or Marlin), 1 otherwise, 2 on bad usage. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli/quantctl.h"
+#include "quant/backend/backend.h"
+#include "quant/core/safetensors.h"
+#include "quant/formats/format.h"
+#include "quant/tp/tp_serving.h"
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: quantctl check-serving DIR --engine vllm --gpu hopper|ampere --tp N [--json]\n"
+               "Reports, per linear of the quantized checkpoint DIR as vLLM fuses and shards it at TP N, the\n"
+               "kernel that will serve it (Machete, Marlin, Exllama, fallback, will not load) and why.\n"
+               "Exit: 0 every quantized layer gets Machete or Marlin, 1 otherwise, 2 bad usage or input.\n");
+}
+
+typedef struct float_ctx { const qd_model *m; } float_ctx;
+
+/* A linear stored as "<name>.weight" is unquantized in the checkpoint. */
+static int ckpt_is_float(void *ud, int block, int li)
+{
+    const float_ctx *c = ud;
+    char prefix[160], name[400];
+    qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
+    snprintf(name, sizeof name, "%s%s.weight", prefix, qd_model_linear(c->m, li)->name);
+    return st_model_find(qd_model_tensors(c->m), name) != NULL;
+}
+
+int cmd_check_serving(int argc, char **argv)
+{
+    const char *dir = NULL, *engine = NULL, *gpu = NULL;
+    long tp = 0;
+    int json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return QCTL_OK; }
+        if (!strcmp(a, "--json")) { json = 1; continue; }
+        if (a[0] != '-') {
+            if (dir) { fprintf(stderr, "quantctl check-serving: one directory only ('%s')\n", a); return QCTL_USAGE; }
+            dir = a;
+            continue;
+        }
+        if (i + 1 >= argc) { fprintf(stderr, "quantctl check-serving: %s needs a value\n", a); return QCTL_USAGE; }
+        const char *v = argv[++i];
+        if (!strcmp(a, "--engine")) engine = v;
+        else if (!strcmp(a, "--gpu")) gpu = v;
+        else if (!strcmp(a, "--tp")) {
+            char *end;
+            errno = 0;
+            tp = strtol(v, &end, 10);
+            if (errno || *end || tp < 1 || tp > 1024) {
+                fprintf(stderr, "quantctl check-serving: --tp: '%s' is not an integer in 1..1024\n", v);
+                return QCTL_USAGE;
+            }
+        } else {
+            fprintf(stderr, "quantctl check-serving: unknown option '%s' (see --help)\n", a);
+            return QCTL_USAGE;
+        }
+    }
+    if (!dir || !engine || !gpu || !tp) {
+        fprintf(stderr, "quantctl check-serving: DIR, --engine, --gpu and --tp are required (see --help)\n");
+        return QCTL_USAGE;
+    }
+    if (strcmp(engine, "vllm")) {
+        fprintf(stderr, "quantctl check-serving: --engine: '%s' is not supported (vllm)\n", engine);
+        return QCTL_USAGE;
+    }
+    int cc = qd_srv_gpu_cc(gpu);
+    if (!cc) { fprintf(stderr, "quantctl check-serving: --gpu: '%s' is not one of hopper, ampere\n", gpu); return QCTL_USAGE; }
+    qd_err err = {0};
+    qd_backend *be = NULL;
+    qd_model *m = NULL;
+    if (qd_backend_cpu_open(1, &be, &err) || qd_model_open(dir, be, &m, &err)) {
+        fprintf(stderr, "quantctl check-serving: %s\n", err.msg);
+        qd_backend_close(be);
+        return QCTL_USAGE;
+    }
+    const qd_model_config *cfg = qd_model_cfg(m);
+    if (!cfg->quantized) {
+        fprintf(stderr, "quantctl check-serving: %s is not a quantized checkpoint (no quantization_config)\n", dir);
+        qd_model_close(m);
+        qd_backend_close(be);
+        return QCTL_USAGE;
+    }
+    const qd_format *f = qd_format_find(cfg->quant_format);
+    /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); compressed-tensors'
+     * actorder "weight" has none. */
+    qd_serving_quant q = {cfg->quant_format, cfg->quant_bits, cfg->quant_sym, cfg->quant_group_size,
+                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act};
+    float_ctx fc = {m};
+    qd_serving_report rep;
+    int rc = qd_tp_serving_check(m, &q, ckpt_is_float, &fc, (int)tp, cc, &rep, &err);
+    if (rc) {
+        fprintf(stderr, "quantctl check-serving: %s\n", err.msg);
+        qd_model_close(m);
+        qd_backend_close(be);
+        return QCTL_FAIL;
+    }
+    for (size_t i = 0; i < rep.n; i++) {
+        const qd_serving_row *r = &rep.rows[i];
+        const char *k = r->is_float ? "float" : qd_srv_kernel_name(r->choice.kernel);
+        if (json)
+            printf("{\"layer\":\"%s\",\"kernel\":\"%s\",\"fast\":%s}\n", r->name, k,
+                   r->is_float || r->choice.fast ? "true" : "false");
+        else
+            printf("%-60s %-14s %s\n", r->name, k, r->is_float ? "left in float, served unquantized" : r->choice.why);
+    }
+    printf("%s: format %s, %d-bit, %s, group %lld%s; vllm on %s at tp %ld: %zu of %zu layers without a fast kernel\n",
+           rep.n_slow ? "FAIL" : "OK", cfg->quant_format, cfg->quant_bits, cfg->quant_sym ? "symmetric" : "asymmetric",
+           (long long)cfg->quant_group_size, q.g_idx ? ", act-order g_idx" : "", gpu, tp, rep.n_slow, rep.n);
+    int status = rep.n_slow ? QCTL_FAIL : QCTL_OK;
+    qd_tp_serving_report_free(&rep);
+    qd_model_close(m);
+    qd_backend_close(be);
+    return status;
+}

@@ -1,0 +1,108 @@
+/* The serving check over a model (see tp_serving.h). vLLM's layer structure: an input group
+ * whose name ends in "_in" is one fused column-parallel linear (QKVParallelLinear or
+ * MergedColumnParallelLinear, vllm/model_executor/layers/linear.py); "_out" groups are
+ * RowParallelLinear. QKV: each rank holds q/tp heads and max(1, kv/tp) KV heads (KV heads
+ * are replicated when there are fewer than ranks). */
+#include "quant/tp/tp_serving.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+void qd_tp_serving_report_free(qd_serving_report *r)
+{
+    if (!r) return;
+    free(r->rows);
+    memset(r, 0, sizeof *r);
+}
+
+static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
+{
+    if (r->n == *cap) {
+        size_t nc = *cap ? 2 * *cap : 16;
+        qd_serving_row *nr = realloc(r->rows, nc * sizeof *nr);
+        if (!nr) return QD_ENOMEM;
+        r->rows = nr;
+        *cap = nc;
+    }
+    *row = &r->rows[r->n++];
+    memset(*row, 0, sizeof **row);
+    return 0;
+}
+
+int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
+                        int tp, int gpu_cc, qd_serving_report *out, qd_err *err)
+{
+    memset(out, 0, sizeof *out);
+    if (tp < 1 || !gpu_cc || !q || !q->format)
+        return qd_err_set(err, QD_EINVAL, "serving check: tp %d and the GPU must be given", tp);
+    const qd_model_config *cfg = qd_model_cfg(m);
+    size_t cap = 0;
+    for (int b = 0; b < (int)cfg->n_layers; b++) {
+        char prefix[160];
+        qd_model_block_prefix(m, b, prefix, sizeof prefix);
+        for (int g = 0; g < qd_model_n_groups(m); g++) {
+            const qd_input_group *G = qd_model_group(m, g);
+            size_t nl = strlen(G->name);
+            int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
+            /* Row-parallel groups: each linear alone; column groups: one fused linear. */
+            int parts = row_parallel ? G->n_linears : 1;
+            for (int p = 0; p < parts; p++) {
+                int first = row_parallel ? p : 0, last = row_parallel ? p + 1 : G->n_linears;
+                qd_serving_row *row;
+                if (add_row(out, &cap, &row)) {
+                    qd_tp_serving_report_free(out);
+                    return qd_err_set(err, QD_ENOMEM, "serving check: out of memory");
+                }
+                int n_float = 0;
+                int64_t n_sum = 0, k = 0;
+                size_t o = (size_t)snprintf(row->name, sizeof row->name, "%s", prefix);
+                const char *base = qd_model_linear(m, G->linears[first])->name;
+                if (last - first > 1) {
+                    /* "self_attn.q_proj" -> "self_attn.qkv_proj (q_proj+k_proj+v_proj)" */
+                    const char *dot = strrchr(base, '.');
+                    size_t plen = dot ? (size_t)(dot - base + 1) : 0;
+                    o += (size_t)snprintf(row->name + o, sizeof row->name - o, "%.*s%s (", (int)plen, base,
+                                          !strcmp(G->name, "attn_in") ? "qkv_proj" : "gate_up_proj");
+                }
+                for (int j = first; j < last; j++) {
+                    const qd_linear_info *L = qd_model_linear(m, G->linears[j]);
+                    if (o < sizeof row->name) {
+                        const char *nm = L->name;
+                        if (last - first > 1 && strrchr(nm, '.')) nm = strrchr(nm, '.') + 1;
+                        o += (size_t)snprintf(row->name + o, sizeof row->name - o, "%s%s", j > first ? "+" : "", nm);
+                    }
+                    n_sum += L->n;
+                    k = L->k;
+                    n_float += is_float && is_float(ud, b, G->linears[j]);
+                }
+                if (last - first > 1 && o < sizeof row->name) snprintf(row->name + o, sizeof row->name - o, ")");
+                if (n_float == last - first) {
+                    row->is_float = 1;
+                    continue;
+                }
+                if (n_float) {
+                    row->choice.kernel = QD_SRV_NO_LOAD;
+                    snprintf(row->choice.why, sizeof row->choice.why, "will not load: the fused layer mixes float and "
+                             "quantized members (vLLM gives one fused linear one scheme; "
+                             "vllm/model_executor/layers/linear.py)");
+                    out->n_slow++;
+                    continue;
+                }
+                int64_t per_shard = n_sum / tp;
+                if (!row_parallel && n_sum % tp) per_shard = 0;
+                if (!row_parallel && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
+                    int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads;
+                    per_shard = (qh % tp) ? 0 : (qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
+                    if (kvh >= tp && kvh % tp) per_shard = 0;
+                }
+                qd_srv_layer sl = {.format = q->format, .bits = q->bits, .sym = q->sym, .group_size = q->group_size,
+                                   .g_idx = q->g_idx, .in_features = k, .out_features = n_sum,
+                                   .out_per_shard = per_shard, .row_parallel = row_parallel, .tp = tp, .gpu_cc = gpu_cc};
+                qd_srv_choose(&sl, &row->choice);
+                if (!row->choice.fast) out->n_slow++;
+            }
+        }
+    }
+    return 0;
+}

@@ -1,0 +1,40 @@
+/* The serving check over a whole model (issue #17 part 3): every linear of every block, as
+ * vLLM builds it at tensor-parallel degree tp (q/k/v fused into one column-parallel
+ * qkv_proj, gate/up into gate_up_proj, o_proj and down_proj row-parallel), run through the
+ * rule table of quant/formats/serving.h. Used by `quantctl check-serving` on a checkpoint and
+ * by the pipeline's pre-flight for a job's "serve" block (on the float model, with the job's
+ * settings). The report's rows are owned by it (qd_tp_serving_report_free). */
+#ifndef QUANT_TP_TP_SERVING_H
+#define QUANT_TP_TP_SERVING_H
+
+#include "quant/formats/serving.h"
+#include "quant/model/model.h"
+
+/* How the model's linears are (or will be) quantized. */
+typedef struct qd_serving_quant {
+    const char *format;          /* format table name */
+    int bits, sym;
+    int64_t group_size;
+    int g_idx;                   /* act-order stored as a g_idx */
+} qd_serving_quant;
+
+/* 1 when linear li of block b stays in float (not quantized). */
+typedef int (*qd_serving_is_float_fn)(void *ud, int block, int li);
+
+typedef struct qd_serving_row {
+    char name[256];              /* "model.layers.0.self_attn.qkv_proj (q_proj+k_proj+v_proj)" */
+    int is_float;                /* served unquantized */
+    qd_srv_choice choice;        /* meaningful when !is_float */
+} qd_serving_row;
+
+typedef struct qd_serving_report {
+    qd_serving_row *rows;
+    size_t n;
+    size_t n_slow;               /* rows without a fast kernel (fallback, Exllama, will not load) */
+} qd_serving_report;
+
+int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
+                        int tp, int gpu_cc, qd_serving_report *out, qd_err *err);
+void qd_tp_serving_report_free(qd_serving_report *r);    /* accepts zeroed */
+
+#endif

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# quantctl check-serving end to end on generated models (no shared data): a symmetric 4-bit
+# g128 compressed-tensors checkpoint gets Machete everywhere on Hopper at TP 1 (exit 0) and
+# not at TP 4, where a 64-wide shard of o_proj holds no whole 128-group (exit 1, the reason
+# named); asymmetric GPTQ gets Exllama (exit 1); Ampere gets Marlin; bad usage exits 2.
+# A job's "serve" block: refused before any work at TP 4 (the reason and the fix named, no
+# output created), accepted at TP 1 with the kernel per layer in the report; and the
+# vllm-hopper profile of quantctl submit.
+set -u
+. "$(dirname "$0")/cli_common.sh"
+
+"$Q" gen-model --out "$T/m" --layers 1 --hidden 256 --intermediate 512 --heads 4 --kv-heads 2 --vocab 128 \
+    --max-pos 128 > /dev/null || fail "gen-model"
+job() {   # NAME FORMAT EXTRA
+    echo "{\"model\":\"$T/m\",\"output\":\"$T/$1\",\"method\":\"rtn\",\"format\":\"$2\",\"bits\":4,$3}" > "$T/$1.json"
+    "$Q" quantize "$T/$1.json" > "$T/$1.log" 2>&1 || fail "quantize $1: $(tail -2 "$T/$1.log")"
+}
+job ct compressed-tensors '"group_size":128,"sym":true'
+job gptq gptq_v2 '"group_size":128,"sym":false'
+
+"$Q" check-serving "$T/ct" --engine vllm --gpu hopper --tp 1 > "$T/o1"; rc=$?
+[ "$rc" = 0 ] || fail "ct tp 1: exit $rc: $(cat "$T/o1")"
+[ "$(grep -c ' Machete ' "$T/o1")" = 4 ] || fail "ct tp 1: not Machete for all 4 layers: $(cat "$T/o1")"
+grep -q 'qkv_proj (q_proj+k_proj+v_proj)' "$T/o1" || fail "ct tp 1: q/k/v not fused: $(cat "$T/o1")"
+"$Q" check-serving "$T/ct" --engine vllm --gpu hopper --tp 4 > "$T/o4"; rc=$?
+[ "$rc" = 1 ] || fail "ct tp 4: exit $rc, expected 1"
+grep 'o_proj' "$T/o4" | grep -q 'will not load.*load.group' || fail "ct tp 4: o_proj reason: $(cat "$T/o4")"
+tail -1 "$T/o4" | grep -q '^FAIL: ' || fail "ct tp 4: summary: $(tail -1 "$T/o4")"
+"$Q" check-serving "$T/ct" --engine vllm --gpu ampere --tp 1 > "$T/oa"; rc=$?
+[ "$rc" = 0 ] && [ "$(grep -c ' Marlin ' "$T/oa")" = 4 ] || fail "ct ampere: exit $rc: $(cat "$T/oa")"
+"$Q" check-serving "$T/gptq" --engine vllm --gpu hopper --tp 1 --json > "$T/og"; rc=$?
+[ "$rc" = 1 ] || fail "gptq asym: exit $rc, expected 1"
+grep -q '"kernel":"Exllama","fast":false' "$T/og" || fail "gptq asym: $(cat "$T/og")"
+
+# job.serve pre-flight
+echo "{\"model\":\"$T/m\",\"output\":\"$T/s4\",\"method\":\"rtn\",\"format\":\"compressed-tensors\",\"bits\":4,\"group_size\":128,\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":4}}" > "$T/s4.json"
+"$Q" quantize "$T/s4.json" > "$T/s4.log" 2>&1 && fail "serve tp 4: the job ran"
+grep -q 'serve: .*o_proj: will not load: load.group.*fix: a group_size that divides' "$T/s4.log" || fail "serve tp 4: $(tail -2 "$T/s4.log")"
+[ -e "$T/s4" ] && fail "serve tp 4: the refused job created its output"
+sed 's/"tp":4/"tp":1/; s/s4/s1/' "$T/s4.json" > "$T/s1.json"
+"$Q" quantize "$T/s1.json" > "$T/s1.log" 2>&1 || fail "serve tp 1: $(tail -2 "$T/s1.log")"
+python3 -c 'import json,sys; s = json.load(open(sys.argv[1]))["serving"]; assert s["tp"] == 1 and len(s["layers"]) == 4 and all(l["kernel"] == "Machete" for l in s["layers"]), s' \
+    "$T/s1/quantd_report.json" || fail "serve tp 1: report"
+# the profile
+"$Q" submit --profile vllm-hopper --model "$T/m" --output "$T/p" --method rtn --print > "$T/prof" || fail "profile --print"
+python3 -c 'import json,sys; j = json.load(open(sys.argv[1])); assert (j["format"], j["bits"], j["group_size"], j["sym"], j["serve"]) == ("compressed-tensors", 4, 128, True, {"engine": "vllm", "gpu": "hopper", "tp": 1}), j' \
+    "$T/prof" || fail "profile fields: $(cat "$T/prof")"
+echo '{"group_size": 64}' > "$T/g64.json"
+"$Q" submit "$T/g64.json" --profile vllm-hopper --model "$T/m" --output "$T/p" --method rtn --print | grep -q '"group_size":64' \
+    || fail "profile: the file's field does not win"
+"$Q" submit --profile nope --model "$T/m" --output "$T/p" --method rtn --print 2> "$T/err" && fail "unknown profile accepted"
+grep -q "'nope' is not a profile (vllm-hopper)" "$T/err" || fail "unknown profile: $(cat "$T/err")"
+
+expect2() { "$Q" check-serving "$@" > /dev/null 2> "$T/err"; local rc=$?; [ "$rc" = 2 ] || fail "check-serving $*: exit $rc, expected 2"; }
+expect2 "$T/ct" --engine sglang --gpu hopper --tp 1
+expect2 "$T/ct" --engine vllm --gpu volta --tp 1
+expect2 "$T/ct" --engine vllm --gpu hopper --tp 0
+expect2 "$T/m" --engine vllm --gpu hopper --tp 1
+grep -q 'not a quantized checkpoint' "$T/err" || fail "float model: $(cat "$T/err")"
+[ "$fails" = 0 ] && echo PASS
+exit $((fails > 0))
