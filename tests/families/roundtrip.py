@@ -116,6 +116,30 @@ def dequant_awq(t, prefix, qc):
     return w.T
 
 
+def fuse_experts(sd, want):
+    """transformers 5 holds a mixture-of-experts layer's experts as two 3-D parameters,
+    `experts.gate_up_proj` [E, 2I, H] (gate rows, then up rows) and `experts.down_proj`
+    [E, H, I], and converts the checkpoint's per-expert linears when it loads a directory;
+    load_state_dict does not, so this does the same stacking."""
+    for key in sorted(want):
+        if key in sd or not key.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            continue
+        base = key[: -len("gate_up_proj")] if key.endswith("gate_up_proj") else key[: -len("down_proj")]
+        e, parts = 0, []
+        while f"{base}{e}.down_proj.weight" in sd:
+            if key.endswith("gate_up_proj"):
+                parts.append(torch.cat([sd.pop(f"{base}{e}.gate_proj.weight"), sd.pop(f"{base}{e}.up_proj.weight")], 0))
+            else:
+                parts.append(sd[f"{base}{e}.down_proj.weight"])
+            e += 1
+        if parts:
+            sd[key] = torch.stack(parts)
+    for key in [k for k in sd if ".experts." in k and k.endswith(".down_proj.weight")]:
+        base = key[: key.index(".experts.") + len(".experts.")]
+        if base + "down_proj" in sd:
+            del sd[key]
+
+
 def hf_logits(out_dir, ids):
     with open(os.path.join(out_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -152,6 +176,7 @@ def hf_logits(out_dir, ids):
     config._attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    fuse_experts(sd, set(model.state_dict()))
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = getattr(config, "tie_word_embeddings", False)
     bad_missing = [m for m in missing if not (tied and m == "lm_head.weight")]
@@ -238,7 +263,7 @@ def main():
                 hl, n_packed, qc = hf_logits(out, ids)
             except Exception as e:  # a loader or layout error is this check failing
                 failed += 1
-                rows.append((name, tag, None, None, "FAIL", f"{type(e).__name__}: {e}"))
+                rows.append((name, tag, None, None, "FAIL", " ".join(f"{type(e).__name__}: {e}".split())))
                 print(f"{name:16s} {tag:13s} FAIL  {type(e).__name__}: {e}", flush=True)
                 continue
             rel = rel_err(hl, ql)

@@ -5,7 +5,8 @@
  * (calibration forwards with the family's RoPE, window and norms; AWQ's scales folded into
  * the family's norms and linears; packing; the output loaded back), and the quantized
  * model's logits on the family's ids must stay within FAMILY_Q8_TOL of transformers' float
- * logits (logits.f32), Frobenius-relative. Measured at 8 bits: 0.021-0.066 on these peaked
+ * logits (logits.f32), Frobenius-relative. Measured at 8 bits: 0.021-0.066 (Gemma 2/3 and
+ * Phi-3, once their forwards landed: 0.006-0.076) on these peaked
  * tiny models (the bar leaves room for other CPUs' rounding; at 4 bits quantization alone
  * moves them by about 0.5, too coarse to tell a bug from quantization); a scale folded into
  * the wrong norm or a packing error moves them by order 1. Subtler errors (a window ignored
@@ -22,6 +23,11 @@
 #include "quant/core/log.h"
 
 #define FAMILY_Q8_TOL 0.15
+/* Mixture-of-experts families route each token to its top-k experts: an 8-bit perturbation
+ * flips near-tied router choices, which moves whole rows of logits. Measured (8 bits, after
+ * the MoE families landed): mixtral 0.133-0.161, qwen2_moe 0.078-0.128, qwen3_moe
+ * 0.055-0.084, RTN included, so this looser bar still separates them from order-1 bugs. */
+#define FAMILY_Q8_TOL_MOE 0.3
 
 static const char *T;
 static char tokens[4096];
@@ -72,6 +78,11 @@ static void run_family(const char *name, const char *dir, int *n_run)
     }
     free(fl);
     CHECK_INT(glen, n_ids * (size_t)vocab * sizeof(float));
+    cJSON *cfg = pt_read_json(test_path(dir, "config.json"));
+    const cJSON *ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_local_experts");
+    if (!cJSON_IsNumber(ne)) ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_experts");
+    double tol = cJSON_IsNumber(ne) && ne->valuedouble > 1 ? FAMILY_Q8_TOL_MOE : FAMILY_Q8_TOL;
+    cJSON_Delete(cfg);
     static const char *methods[][2] = {{"rtn", ""}, {"gptq", "\"desc_act\":true,"}, {"awq", ""}};
     for (size_t k = 0; k < 3 && glen == n_ids * (size_t)vocab * sizeof(float); k++) {
         char out[4600], extra[128];
@@ -97,9 +108,9 @@ static void run_family(const char *name, const char *dir, int *n_run)
         printf("%-16s %-5s rel %.4f\n", name, methods[k][0], rel);
         fflush(stdout);
         test_checks++;
-        if (!(rel <= FAMILY_Q8_TOL))
+        if (!(rel <= tol))
             TEST_FAIL_("%s %s: 8-bit logits rel %.4g from transformers' float logits > %g", name, methods[k][0], rel,
-                       FAMILY_Q8_TOL);
+                       tol);
         CHECK(rel > 0);   /* quantized at all */
         (*n_run)++;
         free(q);
