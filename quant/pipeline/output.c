@@ -125,16 +125,53 @@ cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_module
     return q;
 }
 
-int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON *qcfg, qd_err *err)
+const char *qd_output_dtype_name(qd_dtype t)
 {
+    switch (t) {
+    case QD_DTYPE_F32: return "float32";
+    case QD_DTYPE_F16: return "float16";
+    case QD_DTYPE_BF16: return "bfloat16";
+    default: return NULL;
+    }
+}
+
+qd_dtype qd_output_float_dtype(const st_model *src)
+{
+    /* The dtype holding the most bytes of floating-point weights, so a checkpoint whose
+     * norms alone are F32 (some converters keep them so) still reads as its bulk dtype. */
+    uint64_t bytes[QD_DTYPE_COUNT] = {0};
+    for (size_t i = 0; i < st_model_count(src); i++) {
+        const st_tensor *t = st_model_tensor(src, i);
+        if (qd_output_dtype_name(t->dtype)) bytes[t->dtype] += t->end - t->begin;
+    }
+    qd_dtype best = QD_DTYPE_INVALID;
+    static const qd_dtype order[] = {QD_DTYPE_F32, QD_DTYPE_BF16, QD_DTYPE_F16};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        if (bytes[order[i]] && (best == QD_DTYPE_INVALID || bytes[order[i]] > bytes[best])) best = order[i];
+    return best;
+}
+
+int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON *qcfg, qd_dtype float_dtype,
+                           qd_err *err)
+{
+    const char *dtype = qd_output_dtype_name(float_dtype);
+    if (!dtype)
+        return qd_err_set(err, QD_EINVAL, "output config: the model's weights are %s, not F32, F16 or BF16",
+                          qd_dtype_name(float_dtype));
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     cJSON *cfg = NULL;
     int rc = qd_json_read_object(path, &cfg, err);
     if (rc) return rc;
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+    /* Both spellings, equal, naming the dtype the copied float tensors (embeddings, norms,
+     * lm_head, linears left in float) are stored in: transformers 5 reads `dtype`, older
+     * transformers and vLLM `torch_dtype`. A copied key that disagreed with the tensors, or
+     * with the other spelling, would make a loader pick a dtype the file does not hold. */
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "torch_dtype");
-    cJSON_AddStringToObject(cfg, "torch_dtype", "float16");
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "dtype");
+    cJSON_AddStringToObject(cfg, "dtype", dtype);
+    cJSON_AddStringToObject(cfg, "torch_dtype", dtype);
     cJSON_AddItemToObject(cfg, "quantization_config", cJSON_Duplicate(qcfg, 1));
     char *text = cJSON_Print(cfg);
     cJSON_Delete(cfg);

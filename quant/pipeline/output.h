@@ -7,7 +7,8 @@
  * plus a `dynamic` entry {"-:<regex>": {}} for every linear left in float and per-module
  * overrides where a layout asks for them; AWQ {"quant_method":"awq",...,"version":"gemm",
  * "modules_to_not_convert"}. A `meta` object records how the checkpoint was made
- * (quantizer, method, and notes such as the v1 zero-point rule). */
+ * (quantizer, method, and notes such as the v1 zero-point rule). config.json's `dtype` and
+ * `torch_dtype` name the dtype the unquantized tensors are stored in. */
 #ifndef QUANT_PIPELINE_OUTPUT_H
 #define QUANT_PIPELINE_OUTPUT_H
 
@@ -17,6 +18,7 @@
 #include "proto/job.h"
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
+#include "quant/core/safetensors.h"
 
 struct cJSON;
 
@@ -42,10 +44,19 @@ struct cJSON *qd_output_quant_config(const qp_job *job, const char *const *float
                                      size_t n_float, const char *const *trivial_g_idx,
                                      size_t n_trivial, const char *awq_note);
 
-/* Writes out_dir/config.json (the source config with quantization_config and torch_dtype
- * "float16") and out_dir/quantize_config.json. */
+/* "float32", "float16", "bfloat16" (the names config.json uses); NULL for other dtypes. */
+const char *qd_output_dtype_name(qd_dtype t);
+
+/* The floating-point dtype of the source checkpoint's weights: the one holding the most
+ * bytes among its F32, F16 and BF16 tensors (QD_DTYPE_INVALID when it has none). The output
+ * copies unquantized tensors in their source dtype, so this is the dtype they have there. */
+qd_dtype qd_output_float_dtype(const st_model *src);
+
+/* Writes out_dir/config.json (the source config with quantization_config, and `dtype` and
+ * `torch_dtype` both set to float_dtype's name, replacing the source's) and
+ * out_dir/quantize_config.json. A float_dtype without a config.json name is QD_EINVAL. */
 int qd_output_write_config(const char *src_dir, const char *out_dir, const struct cJSON *qcfg,
-                           qd_err *err);
+                           qd_dtype float_dtype, qd_err *err);
 
 /* Copies the tokenizer and generation files that exist in src_dir. */
 int qd_output_copy_aux(const char *src_dir, const char *out_dir, qd_err *err);

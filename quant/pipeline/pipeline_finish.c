@@ -140,7 +140,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, &tp_regex, (size_t)tps->n_regex, p->st.awq_note);
     free(float_names);
     if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
-    rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, err);
+    rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, qd_output_float_dtype(sm), err);
     cJSON_Delete(qcfg);
     if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);
     if (rc) { free(tps); return rc; }

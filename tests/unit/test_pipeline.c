@@ -1,6 +1,6 @@
 /* The pipeline end to end on tiny generated models: every method x format writes an output
  * directory that follows ../shared/ref/formats.md to the letter (tensor names, shapes and
- * dtypes; quantization_config keys; quantize_config.json equal to it; torch_dtype float16;
+ * dtypes; quantization_config keys; quantize_config.json equal to it; dtype = torch_dtype = the source's;
  * unquantized tensors byte-identical to the source; tokenizer/generation files copied; a
  * report with one entry per linear; .quantd removed), sharding with an index, and the
  * output loads back with logits close to the float model's. */
@@ -82,8 +82,13 @@ static void validate_output(const qp_job *job, const char *src, const char *out,
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
     CHECK(cJSON_IsObject(q));
     CHECK(cJSON_Compare(q, qcf, 1));
+    /* dtype and torch_dtype both name the source's dtype (the llama is F16, the OPT F32);
+     * test_pipeline_dtype covers the rule in detail. */
     const cJSON *td = cJSON_GetObjectItemCaseSensitive(cfg, "torch_dtype");
-    CHECK(cJSON_IsString(td) && !strcmp(td->valuestring, "float16"));
+    const cJSON *dd = cJSON_GetObjectItemCaseSensitive(cfg, "dtype");
+    const char *want_dt = !strcmp(src, opt_dir) ? "float32" : "float16";
+    CHECK(cJSON_IsString(td) && !strcmp(td->valuestring, want_dt));
+    CHECK(cJSON_IsString(dd) && !strcmp(dd->valuestring, want_dt));
     const cJSON *bits = cJSON_GetObjectItemCaseSensitive(q, "bits");
     const cJSON *gs = cJSON_GetObjectItemCaseSensitive(q, "group_size");
     const cJSON *qm = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
