@@ -2,11 +2,62 @@
 #include "quant/core/jsonfile.h"
 
 #include <stdlib.h>
+#include <string.h>
 #include <cjson/cJSON.h>
 
 #include "quant/core/fsutil.h"
 
-int qd_json_read_object(const char *path, cJSON **out, qd_err *err)
+/* The next number literal of text at or after *pos (document order, strings skipped);
+ * NULL at the end. *len receives its length. */
+static const char *next_number(const char *text, size_t n, size_t *pos, size_t *len)
+{
+    size_t i = *pos;
+    while (i < n) {
+        char c = text[i];
+        if (c == '"') {
+            for (i++; i < n && text[i] != '"'; i++)
+                if (text[i] == '\\') i++;
+            i++;
+        } else if (c == '-' || (c >= '0' && c <= '9')) {
+            size_t j = i;
+            while (j < n && strchr("0123456789+-.eE", text[j])) j++;
+            *pos = j;
+            *len = j - i;
+            return text + i;
+        } else {
+            i++;
+        }
+    }
+    *pos = n;
+    return NULL;
+}
+
+/* Depth-first, in document order (cJSON keeps it): number nodes whose literal has a
+ * fraction or an exponent become raw nodes printing that literal. */
+static int keep_literals(cJSON *node, const char *text, size_t n, size_t *pos)
+{
+    for (cJSON *c = node->child; c; c = c->next) {
+        if (cJSON_IsNumber(c)) {
+            size_t len = 0;
+            const char *lit = next_number(text, n, pos, &len);
+            if (!lit) return QD_EFORMAT;
+            if (memchr(lit, '.', len) || memchr(lit, 'e', len) || memchr(lit, 'E', len)) {
+                char *raw = malloc(len + 1);
+                if (!raw) return QD_ENOMEM;
+                memcpy(raw, lit, len);
+                raw[len] = 0;
+                c->type = cJSON_Raw;
+                c->valuestring = raw;
+            }
+        } else if (c->child) {
+            int rc = keep_literals(c, text, n, pos);
+            if (rc) return rc;
+        }
+    }
+    return 0;
+}
+
+static int read_object(const char *path, int literals, cJSON **out, qd_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
@@ -20,11 +71,27 @@ int qd_json_read_object(const char *path, cJSON **out, qd_err *err)
         free(buf);
         return qd_err_set(err, QD_EFORMAT, "%s: invalid JSON near byte %zu", path, off);
     }
+    size_t pos = 0;
+    rc = literals ? keep_literals(root, buf, len, &pos) : 0;
     free(buf);
+    if (rc) {
+        cJSON_Delete(root);
+        return qd_err_set(err, rc, "%s: cannot keep its number literals", path);
+    }
     if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return qd_err_set(err, QD_EFORMAT, "%s: top level is not a JSON object", path);
     }
     *out = root;
     return 0;
+}
+
+int qd_json_read_object(const char *path, cJSON **out, qd_err *err)
+{
+    return read_object(path, 0, out, err);
+}
+
+int qd_json_read_object_literal(const char *path, cJSON **out, qd_err *err)
+{
+    return read_object(path, 1, out, err);
 }

@@ -13,4 +13,11 @@ struct cJSON;
  * ("path: invalid JSON near byte N") or a non-object top level. */
 int qd_json_read_object(const char *path, struct cJSON **out, qd_err *err);
 
+/* The same, for a file that will be written back: every number written with a fraction or
+ * an exponent (10.0, 1e-06) is kept as its literal text (a cJSON_Raw node), because cJSON
+ * would print 10.0 as 10 and loaders that type-check config.json refuse an int where the
+ * class declares a float (transformers 5: final_logit_softcapping, router_jitter_noise).
+ * Those nodes are no longer cJSON_IsNumber. */
+int qd_json_read_object_literal(const char *path, struct cJSON **out, qd_err *err);
+
 #endif

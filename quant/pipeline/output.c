@@ -161,7 +161,8 @@ int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     cJSON *cfg = NULL;
-    int rc = qd_json_read_object(path, &cfg, err);
+    /* Copied keys keep their literals: 10.0 stays 10.0 for loaders that check types. */
+    int rc = qd_json_read_object_literal(path, &cfg, err);
     if (rc) return rc;
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
     /* Both spellings, equal, naming the dtype the copied float tensors (embeddings, norms,

@@ -41,6 +41,24 @@ static void run_family(const char *family, const char *method, const char *forma
     snprintf(name, sizeof name, "model.layers.1.%s.weight", linear);
     CHECK(om && st_model_find(om, name) == NULL);
     st_model_close(om);
+    /* config.json keeps the source's number literals: 10.0 stays 10.0 (transformers 5
+     * refuses an int for a float field such as final_logit_softcapping). */
+    char *src = pt_read(test_path(model, "config.json"), NULL), *dst = pt_read(test_path(out, "config.json"), NULL);
+    CHECK(src && dst);
+    for (const char *q = src; src && dst && *q; q++) {
+        if (*q != ':') continue;
+        const char *v = q + 1;
+        while (*v == ' ') v++;
+        size_t len = strspn(v, "0123456789+-.eE");
+        if (len && memchr(v, '.', len)) {
+            char lit[64];
+            snprintf(lit, sizeof lit, "%.*s", (int)(len < 63 ? len : 63), v);
+            if (!strstr(dst, lit)) TEST_FAIL_("%s: output config.json lost the literal %s", family, lit);
+            test_checks++;
+        }
+    }
+    free(src);
+    free(dst);
     int64_t n = 0, n2 = 0;
     float *a = pt_logits(model, &n), *b = pt_logits(out, &n2);
     CHECK(a && b && n == n2);
