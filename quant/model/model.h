@@ -97,6 +97,11 @@ int qd_model_norm_has_bias(const qd_model *m);            /* LayerNorm (OPT) */
  * RMSNorm, 0 elsewhere. qd_block_norm_get/set speak in multipliers (offset + w); the
  * checkpoint writer subtracts the offset back. */
 float qd_model_norm_offset(const qd_model *m);
+/* MoE: the router's and Qwen2-MoE's shared-expert gate's module names relative to the block
+ * ("block_sparse_moe.gate", "mlp.shared_expert_gate"), which stay in float; NULL where the
+ * model has none. */
+const char *qd_model_moe_router(const qd_model *m);
+const char *qd_model_moe_shared_gate(const qd_model *m);
 
 /* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
  * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's

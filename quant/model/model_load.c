@@ -633,6 +633,11 @@ const qd_input_group *qd_model_group(const qd_model *m, int g) { return g >= 0 &
 const char *qd_model_norm_name(const qd_model *m, int i) { return i >= 0 && i < QD_MAX_NORMS ? m->arch->norms[i] : NULL; }
 int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm; }
 float qd_model_norm_offset(const qd_model *m) { return m->cfg.norm_offset; }
+const char *qd_model_moe_router(const qd_model *m) { return m->cfg.n_experts > 0 ? m->arch->router : NULL; }
+const char *qd_model_moe_shared_gate(const qd_model *m)
+{
+    return m->cfg.n_experts > 0 && m->cfg.shared_intermediate > 0 ? m->arch->shared_gate : NULL;
+}
 
 int qd_model_linear_find(const qd_model *m, const char *name)
 {

@@ -127,18 +127,31 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
 
     /* Configs. */
     size_t n_float = 0;
-    const char **float_names = calloc(p->st.n_layers + 1, sizeof *float_names);
-    if (!float_names) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    const char **float_names = calloc(p->st.n_layers + 2 * (size_t)p->n_blocks + 1, sizeof *float_names);
+    char (*moe_names)[160] = calloc(2 * (size_t)p->n_blocks + 1, sizeof *moe_names);
+    if (!float_names || !moe_names) { free(float_names); free(moe_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     for (size_t i = 0; i < p->st.n_layers; i++)
         if (!strcmp(p->st.layers[i].method, "float")) float_names[n_float++] = p->st.layers[i].name;
+    /* MoE: the routers (and Qwen2-MoE's shared-expert gates) are linear-shaped and stay in
+     * float; declared so, a loader that quantizes every Linear it is not told about leaves
+     * them alone (vLLM never quantizes them anyway). */
+    for (int b = 0, k = 0; b < p->n_blocks; b++)
+        for (int j = 0; j < 2; j++) {
+            const char *rel = j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
+            char bp[160];
+            if (!rel || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
+            snprintf(moe_names[k], sizeof moe_names[k], "%s%s", bp, rel);
+            float_names[n_float++] = moe_names[k++];
+        }
     /* tp_aware: every reordered down projection has a trivial g_idx (a `dynamic` override). */
     qd_tp_layout_summary *tps = calloc(1, sizeof *tps);
-    if (!tps) { free(float_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    if (!tps) { free(float_names); free(moe_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     rc = qd_tp_layout_summarize(p, tps, err);
-    if (rc) { free(float_names); free(tps); return rc; }
+    if (rc) { free(float_names); free(moe_names); free(tps); return rc; }
     const char *tp_regex = tps->regex;
     cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, &tp_regex, (size_t)tps->n_regex, p->st.awq_note);
     free(float_names);
+    free(moe_names);
     if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, qd_output_float_dtype(sm), err);
     cJSON_Delete(qcfg);

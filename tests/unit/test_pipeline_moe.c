@@ -40,6 +40,18 @@ static cJSON *run(const char *family, const char *method, const char *extra, con
     snprintf(name, sizeof name, "model.layers.1.%s.weight", kept_float);
     CHECK(om && st_model_find(om, name) != NULL);
     st_model_close(om);
+    /* The routers are declared as kept in float in quantization_config: GPTQ's dynamic
+     * "-:" rules hold the module name as a regex, dots escaped (\\. in the JSON text). */
+    char *qc = pt_read(test_path(out, "quantize_config.json"), NULL);
+    char want[300] = "-:model\\\\.layers\\\\.1\\\\.";
+    for (const char *c = kept_float; *c && strlen(want) + 3 < sizeof want; c++) {
+        if (*c == '.') strcat(want, "\\\\");
+        strncat(want, c, 1);
+    }
+    strcat(want, "$");
+    if (!(qc && strstr(qc, want))) TEST_FAIL_("%s %s: quantize_config.json does not declare %s", family, tag, want);
+    test_checks++;
+    free(qc);
     int64_t n = 0, n2 = 0;
     float *a = pt_logits(model, &n), *b = pt_logits(out, &n2);
     CHECK(a && b && n == n2);
