@@ -39,13 +39,13 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
     if (within_block < 0) within_block = 0;
     if (within_block > 1) within_block = 1;
     /* The blocks are nearly all of the work; writing and eval take the last 2%. */
-    pr.fraction = p->n_blocks ? 0.98 * (block + within_block) / p->n_blocks : 0;
+    pr.fraction = p->n_blocks && block >= 0 ? 0.98 * (block + within_block) / p->n_blocks : 0;
     if (!strcmp(stage, "write") || !strcmp(stage, "eval")) pr.fraction = 0.98;
     if (!strcmp(stage, "done")) pr.fraction = 1.0;
     pr.eta_s = -1;
     if (p->blocks_this_run > 0) {
         double per = p->block_seconds_sum / p->blocks_this_run;
-        pr.eta_s = per * (p->n_blocks - block - within_block);
+        pr.eta_s = per * (p->n_blocks - (block < 0 ? 0 : block) - within_block);
         if (pr.eta_s < 0) pr.eta_s = 0;
     }
     pr.layer_error = layer_error;
@@ -233,8 +233,6 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
 
     /* Every check comes first and touches nothing on disk: a refused job leaves no output
      * directory behind, and its retry or resubmission sees the same state. */
-    rc = qd_pipeline_report_progress(p, "load", 0, NULL, 0, -1) ? QD_ECANCELLED : 0;
-    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
     rc = qd_job_paths_check(job, NULL, 0, err);
     if (rc) goto fail;
     rc = qd_model_open(job->model, be, &p->m, err);
@@ -242,6 +240,9 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     const qd_model_config *cfg = qd_model_cfg(p->m);
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
+    /* The first progress line: no block started yet, of a known count ("block 0/32"). */
+    rc = qd_pipeline_report_progress(p, "load", -1, NULL, 0, -1) ? QD_ECANCELLED : 0;
+    if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
     qd_model_set_moe_calibrate_all(p->m, job->moe.calibrate_all_experts);
     rc = qd_pipeline_check_plans(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);

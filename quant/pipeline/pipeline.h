@@ -39,7 +39,7 @@ typedef struct qd_progress {
     const char *job_id;
     const char *stage;       /* "load", "calibrate", "quantize", "forward", "checkpoint",
                                 "write", "eval", "done" */
-    int block, n_blocks;     /* the block being worked on (0-based) and the total */
+    int block, n_blocks;     /* the block being worked on (0-based; -1 before the first) and the total */
     const char *layer;       /* the linear being quantized ("self_attn.q_proj") or NULL */
     double fraction;         /* of the whole job, 0..1 */
     double eta_s;            /* seconds left, -1 when unknown */

@@ -23,6 +23,9 @@ job() {   # NAME EXTRA
     printf '{"id": "g-%s", "model": "%s", "output": "%s/%s", "group_size": 32, %s, %s, %s}\n' \
         "$1" "$M" "$T" "$1" "$cal" "$keep" "$2" > "$T/$1.json"
     "$Q" quantize "$T/$1.json" > "$T/$1.log" 2>&1 || { fail "job $1 failed: $(tail -3 "$T/$1.log")"; return; }
+    # The first progress line knows the block count and that no block has started (#19).
+    grep -m1 '^progress' "$T/$1.log" | grep -q 'stage=load block=0/[1-9]' \
+        || fail "job $1: first progress line is '$(grep -m1 '^progress' "$T/$1.log")', not block=0/N" >&2
     for f in model.safetensors quantize_config.json; do
         echo "$(sha256sum < "$T/$1/$f" | cut -d' ' -f1)  $1/$f"
     done
