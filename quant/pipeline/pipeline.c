@@ -136,6 +136,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t widest = inter > h ? inter : h;
     uint64_t scratch = (uint64_t)4096 * widest * 4 * 8;            /* one forward batch */
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
+    if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
+        /* One calibration pass fills every group's Hessian at once: every expert's two. */
+        uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;
+        hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
+    }
     uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
     est->peak_ram_bytes = block_params * 4 * 3 + est->act_bytes * 2 + hess + scratch + awq;
     /* Output: packed weights ~ bits/8 per parameter plus scales, and the float rest. */
