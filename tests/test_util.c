@@ -59,6 +59,18 @@ const char *test_tmpdir(void)
     return tmpdir_buf;
 }
 
+const char *test_source_dir(void)
+{
+    static char buf[4096];
+    const char *s = getenv("QUANTD_SOURCE_DIR");
+    if (s && *s) return s;
+    snprintf(buf, sizeof buf, "%s", __FILE__);
+    char *cut = strstr(buf, "/tests/test_util.c");
+    if (cut) *cut = 0;
+    else snprintf(buf, sizeof buf, ".");
+    return buf;
+}
+
 const char *test_shared_data(void)
 {
     const char *d = getenv("QUANTD_SHARED_DATA");

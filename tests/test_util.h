@@ -49,6 +49,8 @@ void test_fill_normal(test_rng *r, float *x, size_t n, float scale);
 
 /* Creates a fresh temp directory; the path lives until test_finish() removes it. */
 const char *test_tmpdir(void);
+/* The source tree: QUANTD_SOURCE_DIR (ctest sets it), else found from this file's path. */
+const char *test_source_dir(void);
 /* Returns the shared data directory when it exists (QUANTD_SHARED_DATA), else NULL. */
 const char *test_shared_data(void);
 /* Joins dir and name into a static rotating buffer (8 slots). */

@@ -152,23 +152,10 @@ done:
 
 static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
 
-/* ctest sets QUANTD_SOURCE_DIR; run by hand, the tree is found from this file's path. */
-static const char *source_dir(void)
-{
-    static char buf[4096];
-    const char *s = getenv("QUANTD_SOURCE_DIR");
-    if (s && *s) return s;
-    snprintf(buf, sizeof buf, "%s", __FILE__);
-    char *cut = strstr(buf, "/tests/unit/");
-    if (cut) *cut = 0;
-    else snprintf(buf, sizeof buf, ".");
-    return buf;
-}
-
 static void test_families(void)
 {
     char root[4200];
-    snprintf(root, sizeof root, "%s/tests/data/families", source_dir());
+    snprintf(root, sizeof root, "%s/tests/data/families", test_source_dir());
     DIR *d = opendir(root);
     CHECK(d != NULL);
     if (!d) { fprintf(stderr, "cannot open %s\n", root); return; }

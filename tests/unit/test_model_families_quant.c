@@ -32,19 +32,6 @@
 static const char *T;
 static char tokens[4096];
 
-/* ctest sets QUANTD_SOURCE_DIR; run by hand, the tree is found from this file's path. */
-static const char *source_dir(void)
-{
-    static char buf[4096];
-    const char *s = getenv("QUANTD_SOURCE_DIR");
-    if (s && *s) return s;
-    snprintf(buf, sizeof buf, "%s", __FILE__);
-    char *cut = strstr(buf, "/tests/unit/");
-    if (cut) *cut = 0;
-    else snprintf(buf, sizeof buf, ".");
-    return buf;
-}
-
 static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
 
 /* Logits of the model in dir on ids (one sequence), or NULL with the reason in err. */
@@ -122,7 +109,7 @@ static void run_family(const char *name, const char *dir, int *n_run)
 static void test_families_quant(void)
 {
     char root[4200];
-    snprintf(root, sizeof root, "%s/tests/data/families", source_dir());
+    snprintf(root, sizeof root, "%s/tests/data/families", test_source_dir());
     DIR *d = opendir(root);
     CHECK(d != NULL);
     if (!d) return;

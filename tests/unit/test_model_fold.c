@@ -16,10 +16,8 @@ static qd_backend *be;
 
 static const char *families_dir(void)
 {
-    static char buf[4096];
-    const char *s = getenv("QUANTD_SOURCE_DIR");
-    if (s && *s) snprintf(buf, sizeof buf, "%s/tests/data/families", s);
-    else snprintf(buf, sizeof buf, "%.*s/tests/data/families", (int)(strstr(__FILE__, "/tests/unit/") - __FILE__), __FILE__);
+    static char buf[3900];
+    snprintf(buf, sizeof buf, "%.3870s/tests/data/families", test_source_dir());
     return buf;
 }
 

@@ -18,19 +18,6 @@
 static const char *T;
 static char tokens[4096];
 
-/* ctest sets QUANTD_SOURCE_DIR; run by hand, the tree is found from this file's path. */
-static const char *source_dir(void)
-{
-    static char buf[4096];
-    const char *s = getenv("QUANTD_SOURCE_DIR");
-    if (s && *s) return s;
-    snprintf(buf, sizeof buf, "%s", __FILE__);
-    char *cut = strstr(buf, "/tests/unit/");
-    if (cut) *cut = 0;
-    else snprintf(buf, sizeof buf, ".");
-    return buf;
-}
-
 /* Rewrites dir/config.json: drops both dtype keys, then sets `key` to value. */
 static int set_config_dtype(const char *dir, const char *key, const char *value)
 {
@@ -113,7 +100,7 @@ static void check_job(const char *model, const char *tag, const char *method, co
 static void test_dtype_key_bf16(void)
 {
     char model[4300];
-    snprintf(model, sizeof model, "%s/tests/data/families/llama", source_dir());
+    snprintf(model, sizeof model, "%s/tests/data/families/llama", test_source_dir());
     cJSON *cfg = pt_read_json(test_path(model, "config.json"));
     CHECK(cfg != NULL);
     /* The premise: transformers 5 wrote `dtype` and no `torch_dtype`. */
