@@ -98,6 +98,9 @@ static int parse_gemma(const cJSON *root, const char *what, fam_kind k, qd_model
         (rc = get_float_or_off(root, "attn_logit_softcapping", k == FAM_GEMMA2 ? 50.0f : 0.0f, &c->attn_softcap, what, err)) ||
         (rc = get_float_or_off(root, "final_logit_softcapping", k == FAM_GEMMA2 ? 30.0f : 0.0f, &c->final_softcap, what, err)))
         return rc;
+    /* An explicit null window means none (transformers' None), not the class default. */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && cJSON_IsNull(sw)) c->sliding_window = 0;
     if (strcmp(c->activation, "gelu_pytorch_tanh"))
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_activation \"%s\" is not supported for %s (gelu_pytorch_tanh)",
                           what, c->activation, c->architecture);

@@ -26,9 +26,10 @@ typedef struct moe_route {
 
 /* Softmax over the router logits (float32, as torch's softmax(dtype=float)), the top_k
  * largest (ties to the lower index), renormalised when asked. */
-static void route_rows(const float *lg, int64_t rows, int64_t E, int64_t K, int renorm, moe_route *r)
+static int route_rows(const float *lg, int64_t rows, int64_t E, int64_t K, int renorm, moe_route *r)
 {
     float *p = malloc((size_t)E * sizeof *p);
+    if (!p) return QD_ENOMEM;
     memset(r->count, 0, (size_t)E * sizeof *r->count);
     for (int64_t t = 0; t < rows; t++) {
         const float *l = lg + t * E;
@@ -53,6 +54,7 @@ static void route_rows(const float *lg, int64_t rows, int64_t E, int64_t K, int 
             for (int64_t j = 0; j < K; j++) r->weight[t * K + j] /= tsum;
     }
     free(p);
+    return 0;
 }
 
 /* One expert (gate, up, down linears from l0) on x [n, hidden] → y [n, hidden], with its
@@ -103,7 +105,10 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     /* Router: logits in float, decided on the host. */
     BE_TRY(m, err, "router", m->be->ops->gemm(m->be, 0, 1, rows, E, H, 1.0f, xn, H, bw->router_w, H, 0.0f, lg_be, E));
     BE_TRY(m, err, "router: download", qd_backend_download(m->be, lg, lg_be, (size_t)(rows * E) * sizeof(float)));
-    route_rows(lg, rows, E, K, c->norm_topk_prob, &r);
+    if (route_rows(lg, rows, E, K, c->norm_topk_prob, &r)) {
+        rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
+        goto done;
+    }
     if (hooks && hooks->routed) hooks->routed(hooks->ud, bw->block, r.count, (int)E);
     BE_TRY(m, err, "experts: download", qd_backend_download(m->be, xh, xn, hb));
     for (int64_t e = 0; e < E && !rc; e++) {

@@ -138,6 +138,9 @@ static void test_gemma(void)
     CHECK_NEAR(c.attn_softcap, 0.0, 0);
     CHECK_NEAR(c.final_softcap, 0.0, 0);
     CHECK_NEAR(c.embed_scale, sqrtf(3584.0f), 0);
+    /* An explicit null window is none (transformers' None), not the class's 4096. */
+    CHECK_OK(parse("Gemma2ForCausalLM", "\"sliding_window\":null", &c, &err));
+    CHECK_INT(c.sliding_window, 0);
     /* Gemma 3, older file: 6-layer pattern, local base, linear scaling on global layers. */
     CHECK_OK(parse_sized("Gemma3ForCausalLM", 64, 12, "\"rope_theta\":1e6,\"rope_local_base_freq\":10000,"
                    "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":8}", &c, &err));
@@ -170,6 +173,39 @@ static void test_gemma(void)
     CHECK_CONTAINS(err.msg, "layer_types");
 }
 
+/* Mixture of experts: each family's defaults, both spellings of the expert count, and the
+ * layouts and routing variants quantd does not run refused by name. */
+static void test_moe(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse("MixtralForCausalLM", "\"num_local_experts\":8,\"num_experts_per_tok\":2", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_MIXTRAL);
+    CHECK_INT(c.n_experts, 8);
+    CHECK_INT(c.moe_intermediate, 64);   /* Mixtral's experts are intermediate_size wide */
+    CHECK_INT(c.norm_topk_prob, 1);
+    CHECK_OK(parse("Qwen2MoeForCausalLM", "\"num_experts\":4,\"moe_intermediate_size\":32,"
+                   "\"shared_expert_intermediate_size\":64", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_QWEN_MOE);
+    CHECK_INT(c.n_experts, 4);
+    CHECK_INT(c.top_k, 4);                /* Qwen2MoeConfig's default */
+    CHECK_INT(c.norm_topk_prob, 0);
+    CHECK_INT(c.qkv_bias, 1);
+    CHECK_INT(c.shared_intermediate, 64);
+    CHECK_OK(parse("Qwen3MoeForCausalLM", "\"num_local_experts\":16,\"num_experts_per_tok\":4,\"norm_topk_prob\":true",
+                   &c, &err));
+    CHECK_INT(c.n_experts, 16);
+    CHECK_INT(c.qk_norm, 1);
+    CHECK_INT(c.shared_intermediate, 0);
+    refused("Qwen3MoeForCausalLM", "\"decoder_sparse_step\":2", "decoder_sparse_step");
+    refused("Qwen2MoeForCausalLM", "\"mlp_only_layers\":[0]", "mlp_only_layers");
+    refused("MixtralForCausalLM", "\"n_group\":8", "n_group");
+    refused("DeepseekV3ForCausalLM", "", "Qwen3MoeForCausalLM");
+    CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":257", &c, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "experts");
+    CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":4,\"num_experts_per_tok\":5", &c, &err), QD_EFORMAT);
+}
+
 static void test_phi3(void)
 {
     qd_model_config c;
@@ -190,5 +226,6 @@ int main(void)
     TEST_RUN(test_dynamic);
     TEST_RUN(test_gemma);
     TEST_RUN(test_phi3);
+    TEST_RUN(test_moe);
     return test_finish();
 }
