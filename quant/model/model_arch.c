@@ -6,6 +6,17 @@
 
 #include "quant/model/model_internal.h"
 
+/* The Llama block's projections, shared by the layouts that keep them separate. */
+#define LLAMA_ATTN_LINEARS                                                \
+    {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},        \
+    {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
+    {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
+    {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O}
+#define LLAMA_MLP_LINEARS                                                 \
+    {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},          \
+    {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},            \
+    {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP}
+
 static const qd_arch arch_llama = {
     .name = "llama",
     .family = QD_ARCH_LLAMA,
@@ -14,13 +25,8 @@ static const qd_arch arch_llama = {
     .lin_mlp0 = 4,
     .n_linears = 7,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
-        {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+        LLAMA_ATTN_LINEARS,
+        LLAMA_MLP_LINEARS,
     },
     .n_groups = 4,
     .groups = {
@@ -83,13 +89,8 @@ static const qd_arch arch_gemma = {
     .lin_mlp0 = 4,
     .n_linears = 7,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
-        {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+        LLAMA_ATTN_LINEARS,
+        LLAMA_MLP_LINEARS,
     },
     .n_groups = 4,
     .groups = {
@@ -147,12 +148,7 @@ static const qd_arch arch_phi3 = {
     .lin_o = 3,                                                                                \
     .lin_mlp0 = 4,                                                                             \
     .n_linears = 4,                                                                            \
-    .linears = {                                                                               \
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},                         \
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},                        \
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},                        \
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},                           \
-    },                                                                                         \
+    .linears = {LLAMA_ATTN_LINEARS},                                                           \
     .n_groups = 2,                                                                             \
     .groups = {                                                                                \
         {"attn_in", QD_PREV_NORM, "input_layernorm"},                                          \
