@@ -130,3 +130,20 @@ double pt_rel_err(const float *a, const float *b, int64_t n)
     }
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
+
+double pt_logits_rel(const char *ref_dir, const char *dir)
+{
+    int64_t n = 0, n2 = 0;
+    float *a = pt_logits(ref_dir, &n), *b = pt_logits(dir, &n2);
+    double rel = a && b && n == n2 ? pt_rel_err(b, a, n) : -1.0;
+    free(a);
+    free(b);
+    return rel;
+}
+
+const char *pt_families_dir(void)
+{
+    static char buf[3900];
+    snprintf(buf, sizeof buf, "%.3870s/tests/data/families", test_source_dir());
+    return buf;
+}

@@ -30,5 +30,10 @@ cJSON *pt_read_json(const char *path);
 int pt_same_file(const char *a, const char *b);
 float *pt_logits(const char *dir, int64_t *n_out);
 double pt_rel_err(const float *a, const float *b, int64_t n);
+/* ||logits(dir) - logits(ref_dir)|| / ||logits(ref_dir)|| on pt_logits' ids; -1 when either
+ * model cannot be opened or run (the reason is printed). */
+double pt_logits_rel(const char *ref_dir, const char *dir);
+/* tests/data/families in the source tree (transformers' tiny checkpoints per family). */
+const char *pt_families_dir(void);
 
 #endif

@@ -10,16 +10,10 @@
 
 #include "quant/model/block.h"
 #include "quant/model/model.h"
+#include "pipeline_testlib.h"
 #include "test_util.h"
 
 static qd_backend *be;
-
-static const char *families_dir(void)
-{
-    static char buf[3900];
-    snprintf(buf, sizeof buf, "%.3870s/tests/data/families", test_source_dir());
-    return buf;
-}
 
 static double rel_diff(const float *a, const float *b, size_t n)
 {
@@ -53,7 +47,7 @@ static void scales_for(const qd_model *m, const qd_input_group *G, test_rng *rng
 static void check_family(const char *name, int groups_expected)
 {
     char dir[4200];
-    snprintf(dir, sizeof dir, "%s/%s", families_dir(), name);
+    snprintf(dir, sizeof dir, "%s/%s", pt_families_dir(), name);
     qd_err err = {0};
     qd_model *m = NULL;
     CHECK_OK(qd_model_open(dir, be, &m, &err));
