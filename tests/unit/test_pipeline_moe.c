@@ -4,6 +4,9 @@
  * gate) stay in float; the output reads back close to the float logits; the report carries
  * each block's coverage (tokens routed per expert: their sum is tokens x top_k); and an
  * expert calibrated on too few routed tokens falls back to RTN, named in the report. */
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include "pipeline_testlib.h"
 
 static const char *T;
@@ -108,6 +111,36 @@ static void test_moe(void)
     cJSON_Delete(r);
 }
 
+/* A checkpoint whose config asks for an expert its files lack is refused at open, naming the
+ * tensor (here: num_local_experts 9 over Mixtral's 8 experts). */
+static void test_missing_expert(void)
+{
+    char dir[4200], src[4300], dst[4300];
+    snprintf(dir, sizeof dir, "%.4000s/mixtral-9", T);
+    CHECK_OK(mkdir(dir, 0755));
+    snprintf(src, sizeof src, "%s/mixtral/model.safetensors", pt_families_dir());
+    snprintf(dst, sizeof dst, "%s/model.safetensors", dir);
+    CHECK_OK(symlink(src, dst));
+    snprintf(src, sizeof src, "%s/mixtral/config.json", pt_families_dir());
+    cJSON *cfg = pt_read_json(src);
+    CHECK(cfg != NULL);
+    if (!cfg) return;
+    cJSON_ReplaceItemInObjectCaseSensitive(cfg, "num_local_experts", cJSON_CreateNumber(9));
+    char *text = cJSON_Print(cfg);
+    cJSON_Delete(cfg);
+    snprintf(dst, sizeof dst, "%s/config.json", dir);
+    FILE *f = fopen(dst, "w");
+    CHECK(f && text);
+    if (f && text) fputs(text, f);
+    if (f) fclose(f);
+    free(text);
+    qd_err err = {0};
+    qd_model *m = NULL;
+    CHECK_INT(qd_model_open(dir, pt_be, &m, &err), QD_ENOTFOUND);
+    CHECK_CONTAINS(err.msg, "block_sparse_moe.experts.8.w1");
+    qd_model_close(m);
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -116,6 +149,7 @@ int main(void)
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
     TEST_RUN(test_moe);
+    TEST_RUN(test_missing_expert);
     qd_backend_close(pt_be);
     return test_finish();
 }
