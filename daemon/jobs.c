@@ -549,6 +549,10 @@ void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m)
         j->next_block = m->block_done.block + 1;
         j->n_blocks = m->block_done.n_blocks;
         j->retries = 0;   /* progress was made: the retry budget is per block */
+        if (m->block_done.cost && !j->lost) {
+            set_str(&j->st.last_block, m->block_done.cost);
+            if (j->phase == QDD_JOB_RUNNING) status_write(d, &j->st, QP_SF_PROGRESS, QP_EVENT_PROGRESS);
+        }
         return;
     case QP_MSG_TASK_DONE:
         if (!j || strcmp(j->id, m->task_done.job_id)) return;

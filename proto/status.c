@@ -76,6 +76,7 @@ static const field_def fields[] = {
     F("progress", K_DBL, progress, QP_SF_PROGRESS),
     F("eta_s", K_DBL, eta_s, QP_SF_PROGRESS),
     F("layer_error", K_DBL, layer_error, QP_SF_PROGRESS),
+    F("last_block", K_REPORT, last_block, QP_SF_PROGRESS),
     F("node", K_STR, node, QP_SF_PLACE),
     F("worker", K_STR, worker, QP_SF_PLACE),
     F("error", K_STR, error, QP_SF_RESULT),
@@ -163,7 +164,7 @@ int qp_status_to_fields(const qp_status *st, unsigned which, qp_fields *out, qp_
             const char *r = *CMEMBER(st, f, char *);
             if (r && !(v = report_compact(r))) {
                 qp_fields_free(out);
-                return qp_err_set(err, QP_EFORMAT, "status.report: must be a JSON object");
+                return qp_err_set(err, QP_EFORMAT, "status.%s: must be a JSON object", f->name);
             }
             if (!r) v = strdup("");
             break;
@@ -342,13 +343,13 @@ int qp_status_from_event_cjson(qp_status *st, qp_event_type *type, const cJSON *
             break;
         case K_REPORT: {
             if (!cJSON_IsObject(x)) {
-                rc = qp_err_set(err, QP_EFORMAT, "event.report: must be an object, got %s", qpj_describe(x, desc, sizeof desc));
+                rc = qp_err_set(err, QP_EFORMAT, "event.%s: must be an object, got %s", f->name, qpj_describe(x, desc, sizeof desc));
                 break;
             }
             char *s = qpj_print_copy(x);
-            if (!s) { rc = qp_err_set(err, QP_ENOMEM, "event.report: out of memory"); break; }
-            free(st->report);
-            st->report = s;
+            if (!s) { rc = qp_err_set(err, QP_ENOMEM, "event.%s: out of memory", f->name); break; }
+            free(*MEMBER(st, f, char *));
+            *MEMBER(st, f, char *) = s;
             break;
         }
         case K_INT: {

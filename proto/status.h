@@ -61,6 +61,8 @@ typedef struct qp_status {
     int64_t updated_ms;
     int64_t finished_ms;
     char *report;             /* compact JSON object: the report summary */
+    char *last_block;         /* compact JSON object: the last committed block's cost (seconds per
+                                 stage, forward passes, bytes written, MoE coverage) */
 } qp_status;
 
 /* Sets every field to "unset" (no allocation). */
@@ -75,7 +77,7 @@ int qp_status_set_str(char **field, const char *value);
 /* Field selection for partial HSETs. */
 enum {
     QP_SF_STATE = 1u << 0,      /* state, attempts */
-    QP_SF_PROGRESS = 1u << 1,   /* stage, block, n_blocks, layer, progress, eta_s, layer_error */
+    QP_SF_PROGRESS = 1u << 1,   /* stage, block, n_blocks, layer, progress, eta_s, layer_error, last_block */
     QP_SF_PLACE = 1u << 2,      /* node, worker */
     QP_SF_RESULT = 1u << 3,     /* error, output, report */
     QP_SF_TIMES = 1u << 4,      /* submitted_ms, started_ms, finished_ms */

@@ -77,6 +77,8 @@ typedef struct qp_msg_block_done {
     int n_blocks;            /* >= block + 1 */
     double seconds;          /* time the block took */
     uint64_t fence;          /* the token the checkpoint was committed under */
+    char *cost;              /* JSON object or NULL: the block's cost record (seconds per stage,
+                                forward passes, bytes written, MoE coverage) */
 } qp_msg_block_done;
 
 typedef struct qp_msg_task_done {

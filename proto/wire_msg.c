@@ -66,6 +66,7 @@ static const field_def fields[] = {
     F(QP_MSG_BLOCK_DONE, block_done, n_blocks, K_INT, 1),
     F(QP_MSG_BLOCK_DONE, block_done, seconds, K_DBL, 0),
     F(QP_MSG_BLOCK_DONE, block_done, fence, K_U64, 1),
+    F(QP_MSG_BLOCK_DONE, block_done, cost, K_OBJ, 0),
     F(QP_MSG_TASK_DONE, task_done, job_id, K_STR, 1),
     F(QP_MSG_TASK_DONE, task_done, job_finished, K_BOOL, 1),
     F(QP_MSG_TASK_DONE, task_done, output, K_STR, 0),

@@ -336,7 +336,9 @@ static void send_block_done(qw_worker *w, const qp_msg_task *t, int block, int n
     m.block_done.n_blocks = n_blocks;
     m.block_done.seconds = secs;
     m.block_done.fence = t->fence;
+    m.block_done.cost = qd_pipeline_last_block_cost(w->pipe);   /* NULL (left out) when out of memory */
     send_msg(w, &m);
+    free(m.block_done.cost);
 }
 
 /* Opens the pipeline for t, or keeps the one already open when t continues its job. */

@@ -193,6 +193,12 @@ int qd_fs_exists(const char *path)
     return stat(path, &st) == 0;
 }
 
+uint64_t qd_fs_file_size(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+}
+
 int qd_fs_copy_file(const char *src, const char *dst, qd_err *err)
 {
     int in = open(src, O_RDONLY | O_CLOEXEC);

@@ -23,6 +23,8 @@ int qd_fs_mkdir_p(const char *dir, qd_err *err);
 /* Reads a whole file; *buf is malloc'd, NUL-terminated (not counted in *len), owned by caller. */
 int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err);
 int qd_fs_exists(const char *path);
+/* The size in bytes of a regular file; 0 when it cannot be read. */
+uint64_t qd_fs_file_size(const char *path);
 /* Copies src to dst atomically (dst's directory must exist). */
 int qd_fs_copy_file(const char *src, const char *dst, qd_err *err);
 /* Recursively removes a directory tree (like rm -rf); missing is not an error. */

@@ -66,6 +66,16 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
                      int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
                      qd_err *err);
 
+/* The two halves of a block around its residual stream: attention (x -> h, the residual
+ * stream after the attention sub-block and its residual add) and MLP / experts (h -> y).
+ * Running QD_BLOCK_ATTN then QD_BLOCK_MLP on its output computes bit for bit what
+ * QD_BLOCK_ALL does, so the pipeline can keep h and re-run only the half it changes. */
+typedef enum qd_block_part { QD_BLOCK_ALL, QD_BLOCK_ATTN, QD_BLOCK_MLP } qd_block_part;
+int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part part, const float *x,
+                          float *y, int64_t batch, int64_t seq, const int32_t *pos,
+                          const qd_block_hooks *hooks, qd_err *err);
+/* QD_BLOCK_ATTN or QD_BLOCK_MLP: the half whose computation feeds input group g. */
+qd_block_part qd_model_group_part(const qd_model *m, int g);
 /* y [rows, n] = x [rows, k] W^T + b through be->ops (b may be NULL); backend memory. */
 int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
                       const float *b, int64_t n, int64_t k, float *y);

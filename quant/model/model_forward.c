@@ -217,9 +217,25 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     return 0;
 }
 
+qd_block_part qd_model_group_part(const qd_model *m, int g)
+{
+    /* Every family names its attention linears self_attn.*; everything after the
+     * attention's residual add (MLP, router, experts) belongs to the second half. */
+    const qd_input_group *G = qd_model_group(m, g);
+    const qd_linear_info *L = G && G->n_linears > 0 ? qd_model_linear(m, G->linears[0]) : NULL;
+    return L && !strncmp(L->name, "self_attn.", 10) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
+}
+
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
                      int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
                      qd_err *err)
+{
+    return qd_block_forward_part(m, bw, QD_BLOCK_ALL, x, y, batch, seq, pos, hooks, err);
+}
+
+int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part part, const float *x,
+                          float *y, int64_t batch, int64_t seq, const int32_t *pos,
+                          const qd_block_hooks *hooks, qd_err *err)
 {
     const qd_model_config *c = &m->cfg;
     int64_t rows = batch * seq, hid = c->hidden;
@@ -255,14 +271,19 @@ int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, fl
     int pre = c->family == QD_ARCH_LLAMA || c->do_layer_norm_before;
     /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
      * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)).
-     * Gemma adds norm2 and norm3 on each sub-block's output before the residual add. */
-    const float *ain = y;
-    if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-    if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err)))
-        return rc;
-    if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
-    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
-    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+     * Gemma adds norm2 and norm3 on each sub-block's output before the residual add.
+     * The residual stream between the two halves is what QD_BLOCK_ATTN returns and
+     * QD_BLOCK_MLP takes. */
+    if (part != QD_BLOCK_MLP) {
+        const float *ain = y;
+        if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
+        if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err)))
+            return rc;
+        if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
+        BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
+        if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+    }
+    if (part == QD_BLOCK_ATTN) return 0;
 
     const float *min = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }

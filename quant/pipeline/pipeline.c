@@ -54,6 +54,15 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
 
 int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
 int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
+
+char *qd_pipeline_last_block_cost(const qd_pipeline *p)
+{
+    if (!p || p->blocks_this_run == 0) return NULL;
+    cJSON *o = qd_block_cost_to_json(&p->cost);
+    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
+    cJSON_Delete(o);
+    return s;
+}
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
 
 static int dir_is_empty(const char *path)

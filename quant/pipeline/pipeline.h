@@ -83,6 +83,9 @@ void qd_pipeline_close(qd_pipeline *p);                 /* accepts NULL */
 int qd_pipeline_n_blocks(const qd_pipeline *p);
 /* The next block to run; n_blocks when every block is done. */
 int qd_pipeline_next_block(const qd_pipeline *p);
+/* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
+ * caller; NULL when no block was committed in this run, or out of memory. */
+char *qd_pipeline_last_block_cost(const qd_pipeline *p);
 /* 1 when the checkpoint this run resumed from was written by another backend. */
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
 /* Runs the next block and commits its checkpoint. */

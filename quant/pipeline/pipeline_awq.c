@@ -315,7 +315,7 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
     c.xcap = x;
     c.xcap_group = g;
     c.stop_after = g;
-    int rc = qd_capture_run(p, bw, NULL, &c, err);
+    int rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
     const float *ws[QD_MAX_GROUP_LINEARS];
     int64_t ns[QD_MAX_GROUP_LINEARS];
     qd_awq_scales sc;

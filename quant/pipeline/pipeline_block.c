@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/kernels/kernels.h"
 #include "quant/pipeline/acts.h"
@@ -29,6 +30,22 @@
  * check accepts: the CPU kernels accumulate in F32 like the float GEMM; CUDA's tensor-core
  * path rounds x to F16 (~1e-3). */
 #define KCHECK_TOL 1e-2
+
+/* Closes the block's cost record: the checkpoint stage up to now (state.json's own write is
+ * the last few milliseconds and lands in seconds only), the whole block, and the experts'
+ * routed-token spread. */
+static void cost_finish(qd_pipeline *p, double t, double secs)
+{
+    qd_pipeline_cost_add(p, QD_STAGE_CHECKPOINT, t);
+    p->cost.seconds = secs;
+    int ne = (int)qd_model_cfg(p->m)->n_experts;
+    if (ne > QD_MAX_EXPERTS) ne = QD_MAX_EXPERTS;
+    if (ne > 0 && p->moe_routed_done) {
+        int64_t v[QD_MAX_EXPERTS];
+        memcpy(v, p->moe_routed, (size_t)ne * sizeof *v);
+        qd_block_cost_set_coverage(&p->cost, v, ne);
+    }
+}
 
 /* ---- quantizing one group ---- */
 
@@ -90,6 +107,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
         float *wq = o->w_eff;
         float *clipped = NULL;
+        double t = qd_pipeline_now();
         if (use_awq && xcap && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
             qd_awq_opts ao = qd_awq_opts_default();
             qd_awq_clip clip;
@@ -106,11 +124,13 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
             }
             qd_awq_clip_free(&clip);
             if (rc) return rc;
+            t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
         }
         float *deq = malloc(nk * sizeof(float));
         if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
         qd_qlayer layer;
         rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, &layer, deq, &res, err);
+        t = qd_pipeline_cost_add(p, QD_STAGE_QUANTIZE, t);
         free(clipped);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
         if (o->bias) {
@@ -121,17 +141,20 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         if (!rc) rc = p->fmt->check(&layer, err);
         if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);
         qd_qlayer_free(&layer);
+        t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
         o->quantized = 1;
         /* The error is measured against the weight before clipping (clipping is part of
          * the quantization error). */
         rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, &res.rel_error, err);
+        t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
         if (rc) { free(deq); return rc; }
         if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
         if (job->kernel_check && kslice && kslice_rows > 0) {
             /* The packed weights through the dequantizing kernel vs the float matmul of
              * what they decode to, on real inputs of this layer. */
             rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, kslice, kslice_rows, &res.kernel_max_err, err);
+            t = qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
             if (rc) { free(deq); return qd_err_prefix(err, "%s: kernel check", res.name); }
             res.kernel_checked = 1;
             if (!(res.kernel_max_err <= KCHECK_TOL)) {
@@ -149,6 +172,18 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
                res.rel_error, res.seconds, res.note[0] ? " note=" : "", res.note);
     }
     return rc;
+}
+
+/* 1 when the block's input groups are its attention groups followed by its MLP groups (every
+ * family's order): then the true-sequential passes after the attention groups are quantized
+ * start from the kept residual stream instead of re-running the attention. */
+static int block_splits_in_halves(const qd_model *m)
+{
+    int ng = qd_model_n_groups(m), n_attn = 0;
+    while (n_attn < ng && qd_model_group_part(m, n_attn) == QD_BLOCK_ATTN) n_attn++;
+    for (int g = n_attn; g < ng; g++)
+        if (qd_model_group_part(m, g) != QD_BLOCK_MLP) return 0;
+    return n_attn > 0 && n_attn < ng;
 }
 
 static void outs_free(qd_linear_out *outs, int n)
@@ -178,6 +213,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     int norm_modified[QD_MAX_NORMS] = {0};
     memset(p->moe_routed, 0, sizeof p->moe_routed);
     p->moe_routed_done = 0;
+    memset(&p->cost, 0, sizeof p->cost);
+    p->cost.block = block;
     qd_block_weights *bw = NULL;
     float *xcap = NULL, *y = NULL;
     int rc = 0;
@@ -187,7 +224,9 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
     }
     if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    double t = qd_pipeline_now();
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
+    t = qd_pipeline_cost_add(p, QD_STAGE_LOAD, t);
     if (rc) goto cleanup;
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
 
@@ -197,6 +236,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             const qd_input_group *G = qd_model_group(p->m, g);
             if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
         }
+        t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
         /* Linears that fed a later group's scales changed too. */
         for (int g = 0; g < ng; g++) {
             const qd_input_group *G = qd_model_group(p->m, g);
@@ -214,7 +254,16 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             c.acc[g] = &acc[g];
         }
         if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
-        if (!rc) rc = qd_capture_run(p, bw, NULL, &c, err);
+        if (!rc) rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
+        t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
+    }
+    /* True-sequential: once the attention groups are quantized, the residual stream after
+     * the attention (p->mid) no longer changes; it is computed once, by the pass that
+     * captures the first MLP group, and the later passes and the final forward start from it. */
+    int halves = sequential && block_splits_in_halves(p->m), mid_ready = 0;
+    if (!rc && halves) {
+        p->mid = qd_backend_alloc(p->be, (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float));
+        if (!p->mid) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the block's residual stream");
     }
     for (int g = 0; g < ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
@@ -235,9 +284,14 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.xcap_group = g;
             }
             if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)g / ng, -1) ? QD_ECANCELLED : 0;
-            if (!rc) rc = qd_capture_run(p, bw, NULL, &c, err);
+            qd_block_part part = QD_BLOCK_ALL;
+            if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
+            if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
+            if (!rc && part == QD_BLOCK_ATTN) mid_ready = 1;
+            t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
         }
         if (!rc) rc = quantize_group(p, bw, block, g, plans, &acc[g], xcap, kslice[g], kslice_rows[g], outs, err);
+        t = qd_pipeline_now();   /* quantize_group booked its own stages */
         qd_backend_free(p->be, xcap);
         xcap = NULL;
         qd_gptq_hessian_free(&acc[g]);
@@ -251,7 +305,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             y = qd_backend_alloc(p->be, bytes);
             if (!y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
         }
-        if (!rc) rc = qd_capture_run(p, bw, y, NULL, err);
+        if (!rc) rc = qd_capture_run(p, bw, mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, y, NULL, err);
+        t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, t);
     }
     /* Commit: block tensors, next inputs, then state.json. */
     char path[QD_PATH_MAX + 64];
@@ -263,6 +318,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     if (!rc) {
         snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, block);
         rc = qd_pipeline_write_block_file(p, bw, block, outs, norm_modified, path, err);
+        if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
     }
     if (!rc && block + 1 < p->n_blocks) {
         size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
@@ -271,6 +327,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!rc) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
         snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
         if (!rc) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, err);
+        if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
         free(host);
     }
     if (!rc) {
@@ -279,7 +336,9 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         p->st.next_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;
         snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
-        rc = qd_state_save(path, &p->st, err);
+        cost_finish(p, t, secs);
+        rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+        if (!rc) rc = qd_state_save(path, &p->st, err);
         if (!rc) {
             snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block);
             remove(path);
@@ -288,7 +347,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             y = NULL;
             p->block_seconds_sum += secs;
             p->blocks_this_run++;
-            QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f", job->id, block + 1, p->n_blocks, secs);
+            QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f forward_passes=%d bytes_written=%llu", job->id,
+                   block + 1, p->n_blocks, secs, p->cost.forward_passes, (unsigned long long)p->cost.bytes_written);
         }
     }
     if (rc) {
@@ -297,6 +357,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     }
     qd_backend_free(p->be, y);
 cleanup:
+    qd_backend_free(p->be, p->mid);
+    p->mid = NULL;
     for (int g = 0; g < ng && kslice; g++) free(kslice[g]);
     if (outs) outs_free(outs, nl);
     qd_block_free(p->m, bw);

@@ -52,14 +52,18 @@ static void capture_routed(void *ud, int block, const int64_t *counts, int n_exp
 
 /* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
  * NULL when only the hooks matter. */
-int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capture_ctx *c, qd_err *err)
+int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
+                   qd_err *err)
 {
+    if (part != QD_BLOCK_ALL && !p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
     qd_block_hooks hooks = {.ud = c, .routed = capture_routed, .input = capture_input, .override = NULL};
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
+    p->cost.forward_passes++;
     for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
         int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
-        const float *x = p->acts + s0 * rows_per_seq * hidden;
-        float *out = y ? y + s0 * rows_per_seq * hidden : NULL;
+        size_t off = (size_t)(s0 * rows_per_seq * hidden);
+        const float *x = p->acts + off;
+        float *out = y ? y + off : NULL;
         float *scratch = NULL;
         if (!out) {
             scratch = qd_backend_alloc(p->be, (size_t)(nb * rows_per_seq * hidden) * sizeof(float));
@@ -67,7 +71,11 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capt
             out = scratch;
         }
         if (c) c->stopped = 0;
-        int rc = qd_block_forward(p->m, bw, x, out, nb, rows_per_seq, NULL, c ? &hooks : NULL, err);
+        const qd_block_hooks *h = c ? &hooks : NULL;
+        int rc = 0;
+        if (part == QD_BLOCK_ATTN) rc = qd_block_forward_part(p->m, bw, QD_BLOCK_ATTN, x, p->mid + off, nb, rows_per_seq, NULL, h, err);
+        if (!rc) rc = part == QD_BLOCK_ALL ? qd_block_forward(p->m, bw, x, out, nb, rows_per_seq, NULL, h, err)
+                                           : qd_block_forward_part(p->m, bw, QD_BLOCK_MLP, p->mid + off, out, nb, rows_per_seq, NULL, h, err);
         qd_backend_free(p->be, scratch);
         if (rc == QD_ECANCELLED && c && c->stopped) rc = 0;
         if (rc) return rc;

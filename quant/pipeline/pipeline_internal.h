@@ -33,6 +33,9 @@ struct qd_pipeline {
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */
     int64_t hidden;
     float *acts;                 /* backend [n_seq*seq_len, hidden]: inputs of st.next_block; owned */
+    float *mid;                  /* backend, same shape: the block's residual stream between its
+                                    attention and MLP halves once the attention groups are
+                                    quantized (true-sequential); owned, per block, or NULL */
     int64_t batch_seqs;          /* sequences per forward batch */
     double t_open;               /* monotonic seconds at open */
     double block_seconds_sum;    /* for the ETA */
@@ -43,6 +46,7 @@ struct qd_pipeline {
      * calibration pass that reached the experts. */
     int64_t moe_routed[QD_MAX_EXPERTS];
     int moe_routed_done;
+    qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
 };
 
@@ -66,6 +70,8 @@ typedef struct qd_linear_out {
 } qd_linear_out;
 
 double qd_pipeline_now(void);
+/* Adds the seconds since t0 to stage s of the current block's cost; returns now. */
+double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0);
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
                                 double within_block, double layer_error);
 
@@ -118,10 +124,15 @@ typedef struct qd_capture_ctx {
 } qd_capture_ctx;
 
 void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
-/* Runs the block over every calibration batch (x = p->acts) with c's hooks (c may be NULL);
- * y (backend, same shape as the activations) receives the outputs, or NULL. A forward that
- * a hook stops at c->stop_after is not an error. */
-int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, float *y, qd_capture_ctx *c, qd_err *err);
+/* Runs the block over every calibration batch with c's hooks (c may be NULL); y (backend,
+ * same shape as the activations) receives the outputs, or NULL. part:
+ *   QD_BLOCK_ALL: p->acts through the whole block;
+ *   QD_BLOCK_ATTN: p->acts through the attention half into p->mid, then p->mid through the
+ *                  MLP half (the first pass that needs an MLP group's input);
+ *   QD_BLOCK_MLP: p->mid through the MLP half only.
+ * A forward that a hook stops at c->stop_after is not an error. */
+int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
+                   qd_err *err);
 
 /* ---- AWQ (pipeline_awq.c) ---- */
 

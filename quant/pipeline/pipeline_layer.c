@@ -15,6 +15,13 @@ double qd_pipeline_now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
+double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0)
+{
+    double t = qd_pipeline_now();
+    p->cost.stage[s] += t - t0;
+    return t;
+}
+
 void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_plan *plan)
 {
     const qp_job *job = p->job;

@@ -9,12 +9,6 @@
 
 #include "quant/core/fsutil.h"
 
-static int cmp_i64(const void *a, const void *b)
-{
-    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-    return x < y ? -1 : x > y;
-}
-
 cJSON *qd_report_moe_coverage(const qd_ckpt_state *st)
 {
     cJSON *arr = NULL;
@@ -36,14 +30,16 @@ cJSON *qd_report_moe_coverage(const qd_ckpt_state *st)
             }
         }
         if (n == 0) { cJSON_Delete(below); continue; }
-        qsort(v, n, sizeof *v, cmp_i64);
+        qd_block_cost c;
+        memset(&c, 0, sizeof c);
+        qd_block_cost_set_coverage(&c, v, (int)n);
         if (!arr) arr = cJSON_CreateArray();
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "block", b);
         cJSON_AddNumberToObject(o, "experts", (double)n);
-        cJSON_AddNumberToObject(o, "min", (double)v[0]);
-        cJSON_AddNumberToObject(o, "median", (double)v[n / 2]);
-        cJSON_AddNumberToObject(o, "max", (double)v[n - 1]);
+        cJSON_AddNumberToObject(o, "min", (double)c.routed_min);
+        cJSON_AddNumberToObject(o, "median", (double)c.routed_median);
+        cJSON_AddNumberToObject(o, "max", (double)c.routed_max);
         cJSON_AddItemToObject(o, "below_min_tokens", below ? below : cJSON_CreateArray());
         cJSON_AddItemToArray(arr, o);
     }
@@ -91,6 +87,18 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
     cJSON_AddNumberToObject(tot, "quantize_seconds", q_secs);
     cJSON_AddNumberToObject(tot, "block_seconds", st->seconds);
     cJSON_AddNumberToObject(tot, "wall_seconds_last_run", x->wall_seconds);
+    /* Where the block time went, summed over the blocks, and per block. */
+    double stage_sum[QD_STAGE_COUNT] = {0};
+    uint64_t bytes = 0;
+    cJSON *blocks = cJSON_CreateArray();
+    for (size_t i = 0; i < st->n_blocks_cost; i++) {
+        for (int s = 0; s < QD_STAGE_COUNT; s++) stage_sum[s] += st->blocks[i].stage[s];
+        bytes += st->blocks[i].bytes_written;
+        cJSON_AddItemToArray(blocks, qd_block_cost_to_json(&st->blocks[i]));
+    }
+    cJSON *ss = cJSON_AddObjectToObject(tot, "stage_seconds");
+    for (int s = 0; ss && s < QD_STAGE_COUNT; s++) cJSON_AddNumberToObject(ss, qd_stage_name(s), stage_sum[s]);
+    cJSON_AddNumberToObject(tot, "checkpoint_bytes_written", (double)bytes);
     if (x->have_ppl) {
         cJSON *e = cJSON_AddObjectToObject(r, "eval");
         cJSON_AddNumberToObject(e, "ppl_before", x->ppl_before);
@@ -118,6 +126,7 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
             cJSON_AddItemToArray(sl, o);
         }
     }
+    cJSON_AddItemToObject(r, "blocks", blocks);
     cJSON_AddItemToObject(r, "layers", layers);
     char *text = cJSON_Print(r);
     cJSON_Delete(r);

@@ -26,6 +26,9 @@ void qd_state_free(qd_ckpt_state *s)
     free(s->layers);
     s->layers = NULL;
     s->n_layers = s->cap_layers = 0;
+    free(s->blocks);
+    s->blocks = NULL;
+    s->n_blocks_cost = s->cap_blocks_cost = 0;
 }
 
 int qd_state_add_layer(qd_ckpt_state *s, const qd_layer_result *r)
@@ -38,6 +41,21 @@ int qd_state_add_layer(qd_ckpt_state *s, const qd_layer_result *r)
         s->cap_layers = cap;
     }
     s->layers[s->n_layers++] = *r;
+    return 0;
+}
+
+int qd_state_add_block_cost(qd_ckpt_state *s, const qd_block_cost *c)
+{
+    for (size_t i = 0; i < s->n_blocks_cost; i++)
+        if (s->blocks[i].block == c->block) { s->blocks[i] = *c; return 0; }
+    if (s->n_blocks_cost == s->cap_blocks_cost) {
+        size_t cap = s->cap_blocks_cost ? 2 * s->cap_blocks_cost : 16;
+        qd_block_cost *b = realloc(s->blocks, cap * sizeof *b);
+        if (!b) return QD_ENOMEM;
+        s->blocks = b;
+        s->cap_blocks_cost = cap;
+    }
+    s->blocks[s->n_blocks_cost++] = *c;
     return 0;
 }
 
@@ -100,6 +118,13 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
         r.routed_tokens = (int64_t)get_num(l, "routed_tokens", -1);
         if (qd_state_add_layer(s, &r)) { cJSON_Delete(root); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     }
+    /* Per-block costs (absent in checkpoints written before they were kept). */
+    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(root, "blocks"), *b;
+    cJSON_ArrayForEach(b, blocks) {
+        qd_block_cost c;
+        qd_block_cost_from_json(b, &c);
+        if (qd_state_add_block_cost(s, &c)) { cJSON_Delete(root); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    }
     cJSON_Delete(root);
     return 0;
 }
@@ -142,6 +167,8 @@ int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)
     cJSON_AddNumberToObject(root, "fence", (double)s->fence);
     cJSON *arr = cJSON_AddArrayToObject(root, "layers");
     for (size_t i = 0; i < s->n_layers; i++) cJSON_AddItemToArray(arr, qd_layer_result_to_json(&s->layers[i]));
+    cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");
+    for (size_t i = 0; i < s->n_blocks_cost; i++) cJSON_AddItemToArray(blocks, qd_block_cost_to_json(&s->blocks[i]));
     char *text = cJSON_PrintUnformatted(root);
     cJSON_Delete(root);
     if (!text) return qd_err_set(err, QD_ENOMEM, "out of memory");

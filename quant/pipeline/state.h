@@ -12,6 +12,7 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
+#include "quant/pipeline/cost.h"
 
 typedef struct qd_layer_result {
     char name[160];          /* full module name: "model.layers.3.self_attn.q_proj" */
@@ -43,14 +44,18 @@ typedef struct qd_ckpt_state {
     double seconds;          /* quantization seconds so far, all runs */
     qd_layer_result *layers; /* owned */
     size_t n_layers, cap_layers;
+    qd_block_cost *blocks;   /* owned: one per committed block, in commit order */
+    size_t n_blocks_cost, cap_blocks_cost;
     char awq_note[160];      /* how AWQ treated v->o under GQA, etc. */
     uint64_t fence;          /* lease fencing token of the last commit (0: none); a
                                 commit under a lower token is refused (proto/redis.md) */
 } qd_ckpt_state;
 
 void qd_state_init(qd_ckpt_state *s);
-void qd_state_free(qd_ckpt_state *s);                    /* frees layers; accepts zeroed */
+void qd_state_free(qd_ckpt_state *s);                    /* frees layers and blocks; accepts zeroed */
 int qd_state_add_layer(qd_ckpt_state *s, const qd_layer_result *r);
+/* Records a committed block's cost (replacing an earlier record of the same block). */
+int qd_state_add_block_cost(qd_ckpt_state *s, const qd_block_cost *c);
 /* Loads path; QD_ENOTFOUND when there is none, QD_EMISMATCH for another version. */
 int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err);
 int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err);

@@ -64,6 +64,8 @@ wait_for 60 state_is j1 done || fail "j1 did not finish: $(R HGETALL qjob:j1 | t
 same_as_ref j1 || fail "j1 output differs from the foreground run"
 [ -s "$T/j1/quantd_report.json" ] || fail "no report"
 [ "$(R HGET qjob:j1 output)" = "$T/j1" ] || fail "output field"
+# The live status carries the last committed block's cost (stages, passes, bytes).
+R HGET qjob:j1 last_block | grep -q '"stages":{"load":' || fail "last_block in the status: $(R HGET qjob:j1 last_block)"
 R LLEN qjobs:processing:n1 | grep -qx 0 || fail "j1 left in the processing list"
 [ "$(R TTL qjob:j1)" -gt 0 ] || fail "no retention TTL on the finished hash"
 # Stream: queued, running, progress ..., done, with progress non-decreasing.

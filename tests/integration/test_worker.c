@@ -166,6 +166,13 @@ static void test_worker(void)
                 CHECK_INT(m.block_done.block, b);
                 CHECK_INT(m.block_done.n_blocks, 2);
                 CHECK_INT(m.block_done.fence, 3);
+                /* The block's cost record rides along: its stages and passes. */
+                CHECK(m.block_done.cost != NULL);
+                if (m.block_done.cost) {
+                    CHECK_CONTAINS(m.block_done.cost, "\"stages\":{\"load\":");
+                    CHECK_CONTAINS(m.block_done.cost, "\"forward_passes\":");
+                    CHECK_CONTAINS(m.block_done.cost, "\"bytes_written\":");
+                }
                 break;
             case QP_MSG_TASK_DONE:
                 done = 1;

@@ -5,6 +5,7 @@
  * report with one entry per linear; .quantd removed), sharding with an index, and the
  * output loads back with logits close to the float model's. */
 #include "pipeline_testlib.h"
+#include "quant/pipeline/cost.h"
 
 static const char *T;          /* temp root */
 static char llama_dir[4096], opt_dir[4096], tokens[4096];
@@ -73,6 +74,38 @@ static void validate_output(const qp_job *job, const char *src, const char *out,
         }
     }
     CHECK_INT(n_float, n_float_expected);
+    /* Where the time went: one cost record per block, every stage named, the passes over
+     * the calibration tokens (true-sequential: one per input group, the MLP-half ones from
+     * the kept residual stream, plus the forward for the next block: 4 + 1; otherwise one
+     * capture and that forward), the checkpoint bytes. */
+    const cJSON *blocks = cJSON_GetObjectItemCaseSensitive(report, "blocks"), *b;
+    const cJSON *tot = cJSON_GetObjectItemCaseSensitive(report, "totals");
+    CHECK_INT(cJSON_GetArraySize(blocks), cJSON_GetObjectItemCaseSensitive(tot, "blocks")->valueint);
+    int awq_search = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    int sequential = awq_search || (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    double bytes = 0;
+    int bi = 0;
+    cJSON_ArrayForEach(b, blocks) {
+        CHECK_INT(cJSON_GetObjectItemCaseSensitive(b, "block")->valueint, bi);
+        int passes = cJSON_GetObjectItemCaseSensitive(b, "forward_passes")->valueint;
+        if (awq_search) CHECK(passes >= 5);   /* + the float captures of the scale search */
+        else CHECK_INT(passes, sequential ? 5 : 2);
+        double bw = cJSON_GetObjectItemCaseSensitive(b, "bytes_written")->valuedouble;
+        CHECK(bw > 0);
+        bytes += bw;
+        const cJSON *st = cJSON_GetObjectItemCaseSensitive(b, "stages");
+        double sum = 0;
+        for (int s = 0; s < QD_STAGE_COUNT; s++) {
+            const cJSON *v = cJSON_GetObjectItemCaseSensitive(st, qd_stage_name(s));
+            CHECK(cJSON_IsNumber(v) && v->valuedouble >= 0);
+            if (cJSON_IsNumber(v)) sum += v->valuedouble;
+        }
+        CHECK(sum <= cJSON_GetObjectItemCaseSensitive(b, "seconds")->valuedouble + 1e-6);
+        CHECK(cJSON_GetObjectItemCaseSensitive(st, "calibrate")->valuedouble > 0);
+        bi++;
+    }
+    CHECK(bytes == cJSON_GetObjectItemCaseSensitive(tot, "checkpoint_bytes_written")->valuedouble);
+    CHECK(cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(tot, "stage_seconds")));
 
     /* Configs. */
     cJSON *cfg = pt_read_json(test_path(out, "config.json"));

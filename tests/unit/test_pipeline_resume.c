@@ -48,6 +48,18 @@ static int state_next_block(const char *out)
     return v;
 }
 
+/* The report's per-block cost records: one per block, in order, across the interruptions. */
+static int report_blocks_in_order(const char *out)
+{
+    cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *b;
+    int i = 0, ok = j != NULL;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(j, "blocks"))
+        ok &= cJSON_GetObjectItemCaseSensitive(b, "block")->valueint == i++;
+    cJSON_Delete(j);
+    return ok ? i : -1;
+}
+
 static int report_layers(const char *out)
 {
     cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
@@ -64,6 +76,8 @@ static void check_same_output(const char *ref, const char *out)
     CHECK(pt_same_file(test_path(ref, "config.json"), test_path(out, "config.json")));
     CHECK(pt_same_file(test_path(ref, "quantize_config.json"), test_path(out, "quantize_config.json")));
     CHECK_INT(report_layers(out), report_layers(ref));
+    CHECK_INT(report_blocks_in_order(out), report_blocks_in_order(ref));
+    CHECK_INT(report_blocks_in_order(ref), 3);
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
 }
 

@@ -29,6 +29,7 @@ static void fill(qp_status *st)
     st->updated_ms = 1700000099999LL;
     st->finished_ms = 0;
     qp_status_set_str(&st->report, "{ \"layers\": 154, \"seconds\": 81.5, \"ppl\": {\"before\": 12.5, \"after\": 12.9} }");
+    qp_status_set_str(&st->last_block, "{\"block\": 2, \"seconds\": 41.5, \"stages\": {\"calibrate\": 20.25}}");
 }
 
 static void check_same(const qp_status *a, const qp_status *b)
@@ -51,6 +52,7 @@ static void check_same(const qp_status *a, const qp_status *b)
     CHECK_INT(a->started_ms, b->started_ms);
     CHECK_INT(a->updated_ms, b->updated_ms);
     CHECK_INT(a->finished_ms, b->finished_ms);
+    CHECK_STR(a->last_block ? "set" : "unset", b->last_block ? "set" : "unset");
 }
 
 static void test_states(void)
@@ -87,7 +89,7 @@ static void test_fields_round_trip(void)
     qp_fields f;
     qp_err err = { 0 };
     CHECK_OK(qp_status_to_fields(&a, QP_SF_ALL, &f, &err));
-    CHECK_INT(f.n, 20);   /* "v" + 19 fields */
+    CHECK_INT(f.n, 21);   /* "v" + 20 fields */
     CHECK_STR(f.name[0], "v");
     CHECK_STR(f.value[0], "1");
     /* Spot-check the text Redis will hold. */
@@ -110,6 +112,8 @@ static void test_fields_round_trip(void)
     CHECK_OK(qp_status_from_fields(&b, kv, n, &err));
     check_same(&a, &b);
     CHECK_STR(b.report, "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
+    CHECK_STR(b.last_block, "{\"block\":2,\"seconds\":41.5,\"stages\":{\"calibrate\":20.25}}");
+    CHECK_STR(b.last_block, "{\"block\":2,\"seconds\":41.5,\"stages\":{\"calibrate\":20.25}}");
     qp_fields_free(&f);
     qp_status_clear(&b);
 
@@ -130,7 +134,7 @@ static void test_fields_round_trip(void)
 
     /* A partial update carries only its group, plus v, id and updated_ms. */
     CHECK_OK(qp_status_to_fields(&a, QP_SF_PROGRESS, &f, &err));
-    CHECK_INT(f.n, 10);
+    CHECK_INT(f.n, 11);   /* v, id, updated_ms + the 8 progress fields */
     int saw_state = 0, saw_updated = 0, saw_block = 0;
     for (size_t i = 0; i < f.n; i++) {
         saw_state |= !strcmp(f.name[i], "state");
@@ -238,6 +242,7 @@ static void test_event_errors(void)
     BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"block\":1.5}", "event.block: must be an integer, got 1.5");
     BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"node\":7}", "event.node: must be a string, got 7");
     BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"report\":\"r\"}", "event.report: must be an object");
+    BAD("{\"v\":1,\"type\":\"progress\",\"id\":\"a\",\"last_block\":3}", "event.last_block: must be an object");
 #undef BAD
     /* Unknown fields from a newer writer are ignored. */
     const char *ok = "{\"v\":1,\"type\":\"progress\",\"id\":\"a\",\"gpu_mem\":123,\"progress\":0.5}";

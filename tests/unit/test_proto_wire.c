@@ -51,6 +51,7 @@ static void make_msgs(qp_msg *m)
     m[4].block_done.n_blocks = 22;
     m[4].block_done.seconds = 12.5;
     m[4].block_done.fence = 3;
+    m[4].block_done.cost = "{\"block\":7,\"seconds\":12.5,\"stages\":{\"calibrate\":6.25},\"forward_passes\":4}";
 
     qp_msg_init(&m[5], QP_MSG_TASK_DONE);
     m[5].task_done.job_id = "j2";

@@ -1,0 +1,78 @@
+/* The block's two halves (qd_block_forward_part): attention then MLP on the kept residual
+ * stream computes bit for bit what the whole block does, for every family checkpoint under
+ * tests/data/families/ (dense, Gemma's extra norms, Phi-3's fused projections, MoE routing)
+ * and the real tiny-llama-c4 in ../shared/data; the pipeline's true-sequential passes rely
+ * on it (byte-identical output to the whole-block passes). Also: every family's input groups
+ * are its attention groups followed by its MLP groups. */
+#include <dirent.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/backend/backend.h"
+#include "quant/core/fsutil.h"
+#include "quant/model/block.h"
+#include "quant/model/model.h"
+#include "test_util.h"
+
+static void check_model(const char *dir, qd_backend *be)
+{
+    qd_err err = {0};
+    qd_model *m = NULL;
+    int rc = qd_model_open(dir, be, &m, &err);
+    if (rc) { TEST_FAIL_("%s: %s", dir, err.msg); return; }
+    /* Groups: attention first, then MLP, both present. */
+    int ng = qd_model_n_groups(m), switches = 0;
+    for (int g = 1; g < ng; g++) switches += qd_model_group_part(m, g) != qd_model_group_part(m, g - 1);
+    CHECK(qd_model_group_part(m, 0) == QD_BLOCK_ATTN);
+    CHECK(qd_model_group_part(m, ng - 1) == QD_BLOCK_MLP);
+    CHECK_INT(switches, 1);
+    const qd_model_config *c = qd_model_cfg(m);
+    int64_t batch = 2, seq = 12, rows = batch * seq, hid = c->hidden;
+    size_t n = (size_t)(rows * hid);
+    float *x = malloc(n * sizeof *x), *y_all = malloc(n * sizeof *x), *mid = malloc(n * sizeof *x), *y = malloc(n * sizeof *x);
+    test_rng r;
+    test_rng_seed(&r, 7);
+    test_fill_normal(&r, x, n, 1.0f);
+    int blocks = c->n_layers < 2 ? c->n_layers : 2;
+    for (int b = 0; b < blocks; b++) {
+        qd_block_weights *bw = NULL;
+        CHECK_OK(qd_block_load(m, b, &bw, &err));
+        if (!bw) break;
+        CHECK_OK(qd_block_forward(m, bw, x, y_all, batch, seq, NULL, NULL, &err));
+        CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_ATTN, x, mid, batch, seq, NULL, NULL, &err));
+        CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_MLP, mid, y, batch, seq, NULL, NULL, &err));
+        if (memcmp(y, y_all, n * sizeof *y) != 0) TEST_FAIL_("%s block %d: attention + MLP halves differ from the whole block", dir, b);
+        else test_checks++;
+        /* The halves really split: the residual stream is neither the input nor the output. */
+        CHECK(memcmp(mid, x, n * sizeof *x) != 0 && memcmp(mid, y_all, n * sizeof *x) != 0);
+        qd_block_free(m, bw);
+    }
+    free(x); free(y_all); free(mid); free(y);
+    qd_model_close(m);
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    qd_backend *be = NULL;
+    CHECK_OK(qd_backend_cpu_open(2, &be, &err));
+    if (!be) return test_finish();
+    char root[4096], dir[4400];
+    snprintf(root, sizeof root, "%s/tests/data/families", test_source_dir());
+    DIR *d = opendir(root);
+    CHECK(d != NULL);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.') continue;
+        snprintf(dir, sizeof dir, "%s/%s", root, e->d_name);
+        check_model(dir, be);
+        n++;
+    }
+    if (d) closedir(d);
+    CHECK(n >= 19);
+    snprintf(dir, sizeof dir, "%s/../shared/data/models/tiny-llama-c4", test_source_dir());
+    if (qd_fs_exists(dir)) check_model(dir, be);
+    qd_backend_close(be);
+    return test_finish();
+}
