@@ -151,7 +151,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
     }
     uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
-    est->peak_ram_bytes = block_params * 4 * 3 + est->act_bytes * 2 + hess + scratch + awq;
+    /* Activations held at once: the block's inputs, the next block's, and (true-sequential,
+     * AWQ) the residual stream between the block's halves. */
+    int sequential = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ ||
+                     (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    est->peak_ram_bytes = block_params * 4 * 3 + est->act_bytes * (sequential ? 3 : 2) + hess + scratch + awq;
     /* Output: packed weights ~ bits/8 per parameter plus scales, and the float rest. */
     uint64_t q_bytes = block_params * (uint64_t)job->bits / 8 + block_params / 64 * 4;
     uint64_t rest = (uint64_t)cfg.vocab * h * 2 * (cfg.tie_word_embeddings ? 1 : 2);
