@@ -61,6 +61,10 @@ typedef struct qd_input_group {
     int prev_index;         /* norm index (qd_model_norm_name) or linear index; -1 with NONE */
     int64_t prev_row0;      /* QD_PREV_LINEAR: the rows [prev_row0, prev_row0 + prev_rows) of */
     int64_t prev_rows;      /* the previous linear make this input (v's rows of a fused qkv) */
+    int wave;               /* groups of one wave read inputs that none of the others' weights
+                               change (every expert's gate/up; then every expert's down): a
+                               true-sequential pass may capture them together. Dense blocks: one
+                               group per wave, in order. */
 } qd_input_group;
 
 /* Opens a HF model directory: config.json + model.safetensors or

@@ -434,6 +434,7 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         G->prev_index = j ? l0 + 1 : -1;
         G->prev_row0 = 0;
         G->prev_rows = j ? ff : 0;
+        G->wave = a->n_groups + j;   /* after the attention's waves: every expert's in, then out */
     }
     m->n_lin += 3;
     m->n_grp += 2;
@@ -469,6 +470,7 @@ static void describe_block(qd_model *m)
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
         G->name = a->groups[g].name;
+        G->wave = g;
         G->n_linears = 0;
         for (int i = 0; i < a->n_linears; i++)
             if (a->linears[i].group == g) {

@@ -55,6 +55,8 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
 int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
 int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 
+void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
+
 char *qd_pipeline_last_block_cost(const qd_pipeline *p)
 {
     if (!p || p->blocks_this_run == 0) return NULL;
@@ -150,6 +152,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;
         hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
     }
+    if (cfg.n_experts > 0 && job->method == QP_METHOD_GPTQ && job->true_sequential) {
+        /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget. */
+        uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = (h > mi ? h * h : mi * mi) * 4;
+        uint64_t wave = (uint64_t)cfg.n_experts * k2;
+        hess += wave < QD_WAVE_HESSIAN_BYTES ? wave : QD_WAVE_HESSIAN_BYTES;
+    }
     uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
     /* Activations held at once: the block's inputs, the next block's, and (true-sequential,
      * AWQ) the residual stream between the block's halves. */
@@ -231,6 +239,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (hooks) p->hooks = *hooks;
     p->t_open = qd_pipeline_now();
     qd_state_init(&p->st);
+    p->wave_bytes = QD_WAVE_HESSIAN_BYTES;
     int rc = 0;
     int32_t *ids = NULL;
     int created_out = 0, created_ckpt = 0;

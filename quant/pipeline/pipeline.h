@@ -83,6 +83,11 @@ void qd_pipeline_close(qd_pipeline *p);                 /* accepts NULL */
 int qd_pipeline_n_blocks(const qd_pipeline *p);
 /* The next block to run; n_blocks when every block is done. */
 int qd_pipeline_next_block(const qd_pipeline *p);
+/* The most Hessian bytes one true-sequential capture pass may fill when it collects a wave of
+ * independent input groups (MoE experts; default QD_WAVE_HESSIAN_BYTES, 4 GiB). Lower it to
+ * bound memory (fewer experts per pass, more passes); 0 captures one group per pass. The
+ * output does not depend on it. */
+void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
 /* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
  * caller; NULL when no block was committed in this run, or out of memory. */
 char *qd_pipeline_last_block_cost(const qd_pipeline *p);

@@ -51,7 +51,8 @@ static void cost_finish(qd_pipeline *p, double t, double secs)
 
 static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
                           const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                          const float *kslice, int64_t kslice_rows, qd_linear_out *outs, qd_err *err)
+                          const float *kslice, int64_t kslice_rows, qd_linear_out *outs,
+                          qd_layer_result *results, qd_err *err)
 {
     const qd_input_group *G = qd_model_group(p->m, g);
     const qp_job *job = p->job;
@@ -85,7 +86,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
             o->w_float = o->w_eff;   /* stored as float; the block keeps computing with it */
             o->weight_modified = use_awq;
             o->bias_modified = use_awq;
-            rc = qd_state_add_layer(&p->st, &res);
+            results[li] = res;
             continue;
         }
         snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
@@ -166,7 +167,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         free(o->w_eff);
         o->w_eff = deq;
         rc = qd_block_linear_set(p->m, bw, li, deq, NULL, err);
-        if (!rc) rc = qd_state_add_layer(&p->st, &res);
+        if (!rc) results[li] = res;
         qd_pipeline_report_progress(p, "quantize", block, L->name, (double)(li + 1) / qd_model_n_linears(p->m), res.rel_error);
         QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s", res.name, res.method,
                res.rel_error, res.seconds, res.note[0] ? " note=" : "", res.note);
@@ -184,6 +185,40 @@ static int block_splits_in_halves(const qd_model *m)
     for (int g = n_attn; g < ng; g++)
         if (qd_model_group_part(m, g) != QD_BLOCK_MLP) return 0;
     return n_attn > 0 && n_attn < ng;
+}
+
+/* The order in which the block's groups are captured and quantized, and how many go
+ * together. Dense blocks: one group at a time, in order. True-sequential (not AWQ): groups
+ * of one wave (every expert's gate/up, then every expert's down) read inputs that none of
+ * the others' weights change, so capturing them together gives each the Hessian it would
+ * get alone, in one pass instead of one per group; a run stops where its wave does or where
+ * its Hessians would pass p->wave_bytes (the experts a few at a time). AWQ keeps one
+ * group per pass: its clipping search holds the group's whole input. order[] gets the group
+ * indices sorted by (wave, index); returns the length of the run starting at order[i]. */
+static void wave_order(const qd_model *m, int *order)
+{
+    int ng = qd_model_n_groups(m), n = 0;
+    int max_wave = 0;
+    for (int g = 0; g < ng; g++)
+        if (qd_model_group(m, g)->wave > max_wave) max_wave = qd_model_group(m, g)->wave;
+    for (int w = 0; w <= max_wave; w++)
+        for (int g = 0; g < ng; g++)
+            if (qd_model_group(m, g)->wave == w) order[n++] = g;
+}
+
+static int wave_run(const qd_model *m, const int *order, int i, int together, uint64_t budget)
+{
+    int ng = qd_model_n_groups(m), end = i + 1;
+    const qd_input_group *G = qd_model_group(m, order[i]);
+    uint64_t bytes = (uint64_t)(G->k * G->k) * sizeof(float);
+    while (together && end < ng) {
+        const qd_input_group *N = qd_model_group(m, order[end]);
+        uint64_t more = (uint64_t)(N->k * N->k) * sizeof(float);
+        if (N->wave != G->wave || bytes + more > budget) break;
+        bytes += more;
+        end++;
+    }
+    return end - i;
 }
 
 static void outs_free(qd_linear_out *outs, int n)
@@ -210,6 +245,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
     float **kslice = calloc(QD_MAX_GROUPS, sizeof *kslice);
     int64_t *kslice_rows = calloc(QD_MAX_GROUPS, sizeof *kslice_rows);
+    qd_layer_result *results = calloc(QD_MAX_LINEARS, sizeof *results);
+    int *order = calloc(QD_MAX_GROUPS, sizeof *order);
     int norm_modified[QD_MAX_NORMS] = {0};
     memset(p->moe_routed, 0, sizeof p->moe_routed);
     p->moe_routed_done = 0;
@@ -218,7 +255,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     qd_block_weights *bw = NULL;
     float *xcap = NULL, *y = NULL;
     int rc = 0;
-    if (!plans || !outs || !acc || !kslice || !kslice_rows) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
+    if (!plans || !outs || !acc || !kslice || !kslice_rows || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
     for (int g = 0; g < ng && job->kernel_check && !rc; g++) {
         kslice[g] = malloc((size_t)(QD_KCHECK_ROWS * qd_model_group(p->m, g)->k) * sizeof(float));
         if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
@@ -261,21 +298,27 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * the attention (p->mid) no longer changes; it is computed once, by the pass that
      * captures the first MLP group, and the later passes and the final forward start from it. */
     int halves = sequential && block_splits_in_halves(p->m), mid_ready = 0;
+    if (sequential) wave_order(p->m, order);
+    else for (int g = 0; g < ng; g++) order[g] = g;
     if (!rc && halves) {
         p->mid = qd_backend_alloc(p->be, (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float));
         if (!p->mid) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the block's residual stream");
     }
-    for (int g = 0; g < ng && !rc; g++) {
+    for (int i = 0; i < ng && !rc;) {
+        int g = order[i];
         const qd_input_group *G = qd_model_group(p->m, g);
+        int run = wave_run(p->m, order, i, sequential && !use_awq, p->wave_bytes);   /* order[i .. i+run) together */
         if (sequential) {
             qd_capture_ctx c;
             qd_capture_init(&c, p, err);
             c.slice = kslice;
             c.slice_rows = kslice_rows;
-            rc = qd_gptq_hessian_init(&acc[g], p->be, G->k, err);
-            c.want[g] = 1;
-            c.acc[g] = &acc[g];
-            c.stop_after = g;
+            for (int j = i; j < i + run && !rc; j++) {
+                rc = qd_gptq_hessian_init(&acc[order[j]], p->be, qd_model_group(p->m, order[j])->k, err);
+                c.want[order[j]] = 1;
+                c.acc[order[j]] = &acc[order[j]];
+                if (order[j] > c.stop_after) c.stop_after = order[j];
+            }
             if (use_awq && !rc) {
                 int64_t R = p->n_seq * p->seq_len;
                 xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
@@ -283,18 +326,29 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.xcap = xcap;
                 c.xcap_group = g;
             }
-            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)g / ng, -1) ? QD_ECANCELLED : 0;
+            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / ng, -1) ? QD_ECANCELLED : 0;
             qd_block_part part = QD_BLOCK_ALL;
             if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
             if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
             if (!rc && part == QD_BLOCK_ATTN) mid_ready = 1;
             t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
         }
-        if (!rc) rc = quantize_group(p, bw, block, g, plans, &acc[g], xcap, kslice[g], kslice_rows[g], outs, err);
+        for (int j = i; j < i + run; j++) {
+            int gg = order[j];
+            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? xcap : NULL, kslice[gg], kslice_rows[gg],
+                                         outs, results, err);
+            qd_gptq_hessian_free(&acc[gg]);
+        }
         t = qd_pipeline_now();   /* quantize_group booked its own stages */
         qd_backend_free(p->be, xcap);
         xcap = NULL;
-        qd_gptq_hessian_free(&acc[g]);
+        i += run;
+    }
+    /* The layers' results in the block's own order (groups, then their linears). */
+    for (int g = 0; g < ng && !rc; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        for (int j = 0; j < G->n_linears && !rc; j++)
+            if (qd_state_add_layer(&p->st, &results[G->linears[j]])) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
     for (int g = 0; g < ng; g++) qd_gptq_hessian_free(&acc[g]);
     /* The next block's inputs, computed by the quantized block. */
@@ -362,6 +416,6 @@ cleanup:
     for (int g = 0; g < ng && kslice; g++) free(kslice[g]);
     if (outs) outs_free(outs, nl);
     qd_block_free(p->m, bw);
-    free(plans); free(outs); free(acc); free(kslice); free(kslice_rows);
+    free(plans); free(outs); free(acc); free(kslice); free(kslice_rows); free(results); free(order);
     return rc;
 }

@@ -46,6 +46,7 @@ struct qd_pipeline {
      * calibration pass that reached the experts. */
     int64_t moe_routed[QD_MAX_EXPERTS];
     int moe_routed_done;
+    uint64_t wave_bytes;         /* Hessian bytes one capture pass may fill (qd_pipeline_set_wave_bytes) */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
 };
@@ -103,6 +104,12 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 
 /* ---- capturing a block's inputs (pipeline_capture.c) ---- */
+
+/* The most Hessian bytes one true-sequential capture pass fills at once when it collects a
+ * wave of independent groups (MoE experts): 4 GiB, e.g. a Mixtral-8x7B block's eight
+ * experts' gate/up Hessians (8 x 64 MiB) in one pass and their down Hessians (8 x 784 MiB)
+ * five at a time. */
+#define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
 
 /* Rows of each input group kept on the host for the per-layer kernel check. */
 #define QD_KCHECK_ROWS 64

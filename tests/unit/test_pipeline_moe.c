@@ -3,7 +3,8 @@
  * packed under the checkpoint's own names while the router (and Qwen2-MoE's shared-expert
  * gate) stay in float; the output reads back close to the float logits; the report carries
  * each block's coverage (tokens routed per expert: their sum is tokens x top_k); and an
- * expert calibrated on too few routed tokens falls back to RTN, named in the report. */
+ * expert calibrated on too few routed tokens falls back to RTN, named in the report; the
+ * experts' Hessians are captured a wave at a time, to the same bytes. */
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -111,6 +112,51 @@ static void test_moe(void)
     cJSON_Delete(r);
 }
 
+/* True-sequential GPTQ captures a wave of experts (every expert's gate/up, then every
+ * expert's down) in one pass: 5 passes per block (attention in, attention out, the two
+ * expert waves, the forward for the next block) instead of 2 x 8 + 3, and a wave budget
+ * that holds only some experts' Hessians splits the waves into more passes. The output is
+ * byte-identical whatever the budget: each expert's Hessian is the one it gets alone. */
+static int run_waves(const char *out, uint64_t wave_bytes)
+{
+    char model[4200];
+    snprintf(model, sizeof model, "%s/mixtral", pt_families_dir());
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+    qd_err err = {0};
+    qd_pipeline *p = NULL;
+    int passes = -1;
+    CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
+    if (p) {
+        qd_pipeline_set_wave_bytes(p, wave_bytes);
+        while (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p) && qd_pipeline_run_block(p, &err) == 0) {}
+        char *cost = qd_pipeline_last_block_cost(p);
+        cJSON *c = cost ? cJSON_Parse(cost) : NULL;
+        const cJSON *fp = cJSON_GetObjectItemCaseSensitive(c, "forward_passes");
+        if (cJSON_IsNumber(fp)) passes = fp->valueint;
+        cJSON_Delete(c);
+        free(cost);
+        CHECK_OK(qd_pipeline_finish(p, &err));
+        qd_pipeline_close(p);
+    }
+    qp_job_free(job);
+    return passes;
+}
+
+static void test_moe_waves(void)
+{
+    char a[4400], b[4400], c[4400];
+    snprintf(a, sizeof a, "%s/waves-default", T);
+    snprintf(b, sizeof b, "%s/waves-none", T);
+    snprintf(c, sizeof c, "%s/waves-three", T);
+    CHECK_INT(run_waves(a, (uint64_t)4 << 30), 5);
+    CHECK_INT(run_waves(b, 0), 2 * 8 + 3);
+    /* Room for three experts' down Hessians (intermediate 32: 4 KiB each) but not for two
+     * gate/up ones (hidden 64: 16 KiB): 2 + 8 + ceil(8 / 3) + 1 passes. */
+    CHECK_INT(run_waves(c, 3 * 32 * 32 * 4), 2 + 8 + 3 + 1);
+    CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(b, "model.safetensors")));
+    CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(c, "model.safetensors")));
+}
+
 /* A checkpoint whose config asks for an expert its files lack is refused at open, naming the
  * tensor (here: num_local_experts 9 over Mixtral's 8 experts). */
 static void test_missing_expert(void)
@@ -149,6 +195,7 @@ int main(void)
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
     TEST_RUN(test_moe);
+    TEST_RUN(test_moe_waves);
     TEST_RUN(test_missing_expert);
     qd_backend_close(pt_be);
     return test_finish();
