@@ -4,7 +4,9 @@
  * gate) stay in float; the output reads back close to the float logits; the report carries
  * each block's coverage (tokens routed per expert: their sum is tokens x top_k); and an
  * expert calibrated on too few routed tokens falls back to RTN, named in the report; the
- * experts' Hessians are captured a wave at a time, to the same bytes. */
+ * experts' Hessians are captured a wave at a time, to the same bytes; and a router that
+ * starves four experts sends exactly those to the fallback, named. */
+#include <math.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -112,6 +114,99 @@ static void test_moe(void)
     cJSON_Delete(r);
 }
 
+/* A router that starves experts: tiny Mixtral with each block's router rows set to v, v,
+ * -v, -v, 0, 0, 0, 0 (v its first row). Every token's top two logits are |v.x| > 0, so
+ * experts 0-3 share the tokens and experts 4-7 get none. Routed-only calibration takes the
+ * RTN fallback for exactly those four, named; calibrate_all_experts gives every expert its
+ * Hessian. No NaN either way. */
+static int write_starving_mixtral(const char *dir)
+{
+    char src[4200], path[4400];
+    qd_err err = {0};
+    snprintf(src, sizeof src, "%s/mixtral", pt_families_dir());
+    int rc = qd_fs_mkdir_p(dir, &err);
+    snprintf(path, sizeof path, "%.4300s/config.json", dir);
+    if (!rc) rc = qd_fs_copy_file(test_path(src, "config.json"), path, &err);
+    st_file *f = NULL;
+    if (!rc) rc = st_file_open(test_path(src, "model.safetensors"), &f, &err);
+    st_writer *w = NULL;
+    if (!rc) rc = st_writer_init(&w);
+    for (size_t i = 0; !rc && i < st_file_count(f); i++) {
+        const st_tensor *t = st_file_tensor(f, i);
+        if (strstr(t->name, "block_sparse_moe.gate.weight") && t->dtype == QD_DTYPE_BF16 && t->shape[0] == 8) {
+            int64_t k = t->shape[1];
+            uint16_t *r = calloc((size_t)(8 * k), sizeof *r);
+            const uint16_t *v = t->data;
+            for (int64_t j = 0; r && j < k; j++) {
+                r[j] = r[k + j] = v[j];
+                r[2 * k + j] = r[3 * k + j] = v[j] ^ 0x8000u;   /* -v, exactly */
+            }
+            rc = r ? st_writer_add_copy(w, t->name, t->dtype, t->ndim, t->shape, r, &err) : QD_ENOMEM;
+            free(r);
+        } else {
+            rc = st_writer_add(w, t->name, t->dtype, t->ndim, t->shape, t->data, &err);
+        }
+    }
+    snprintf(path, sizeof path, "%.4300s/model.safetensors", dir);
+    if (!rc) rc = st_writer_write(w, path, &err);
+    st_writer_free(w);
+    st_file_close(f);
+    if (rc) TEST_FAIL_("starving mixtral: %s", err.msg);
+    return rc;
+}
+
+static cJSON *run_dir(const char *model, const char *out, const char *extra)
+{
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, extra);
+    qd_err err = {0};
+    int rc = job ? qd_pipeline_run(job, pt_be, NULL, &err) : -1;
+    qp_job_free(job);
+    if (rc) { TEST_FAIL_("%s: %d %s", out, rc, err.msg); return NULL; }
+    return pt_read_json(test_path(out, "quantd_report.json"));
+}
+
+static void check_starved(const cJSON *rep, int routed_only)
+{
+    const cJSON *b, *l;
+    cJSON_ArrayForEach(b, cJSON_GetObjectItemCaseSensitive(rep, "moe_coverage")) {
+        CHECK_INT((int)cJSON_GetObjectItemCaseSensitive(b, "min")->valuedouble, 0);
+        const cJSON *below = cJSON_GetObjectItemCaseSensitive(b, "below_min_tokens");
+        CHECK_INT(cJSON_GetArraySize(below), routed_only ? 4 : 0);
+        int blk = (int)cJSON_GetObjectItemCaseSensitive(b, "block")->valuedouble, e = 4;
+        cJSON_ArrayForEach(l, below) {
+            char want[128];
+            snprintf(want, sizeof want, "model.layers.%d.block_sparse_moe.experts.%d", blk, e++);
+            CHECK_STR(l->valuestring, want);
+        }
+    }
+    int fallbacks = 0, experts_low = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(rep, "layers")) {
+        double rel = cJSON_GetObjectItemCaseSensitive(l, "rel_error")->valuedouble;
+        CHECK(isfinite(rel) && rel < 1);
+        const cJSON *note = cJSON_GetObjectItemCaseSensitive(l, "note");
+        if (cJSON_IsString(note) && strstr(note->valuestring, "moe.min_tokens")) fallbacks++;
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(l, "routed_tokens");
+        if (cJSON_IsNumber(rt) && rt->valuedouble == 0) experts_low++;
+    }
+    CHECK_INT(fallbacks, routed_only ? 2 * 4 * 3 : 0);
+    CHECK_INT(experts_low, 2 * 4 * 3);   /* routed_tokens is the real routing either way */
+}
+
+static void test_moe_starved_experts(void)
+{
+    char dir[4400], out[4400];
+    snprintf(dir, sizeof dir, "%s/starving-mixtral", T);
+    if (write_starving_mixtral(dir)) return;
+    snprintf(out, sizeof out, "%s/starved-routed", T);
+    cJSON *r = run_dir(dir, out, "\"moe\":{\"calibrate_all_experts\":false,\"min_tokens\":1},");
+    if (r) check_starved(r, 1);
+    cJSON_Delete(r);
+    snprintf(out, sizeof out, "%s/starved-all", T);
+    r = run_dir(dir, out, NULL);
+    if (r) check_starved(r, 0);
+    cJSON_Delete(r);
+}
+
 /* True-sequential GPTQ captures a wave of experts (every expert's gate/up, then every
  * expert's down) in one pass: 5 passes per block (attention in, attention out, the two
  * expert waves, the forward for the next block) instead of 2 x 8 + 3, and a wave budget
@@ -196,6 +291,7 @@ int main(void)
     if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
     TEST_RUN(test_moe);
     TEST_RUN(test_moe_waves);
+    TEST_RUN(test_moe_starved_experts);
     TEST_RUN(test_missing_expert);
     qd_backend_close(pt_be);
     return test_finish();
