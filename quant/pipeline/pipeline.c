@@ -167,7 +167,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     /* Output: packed weights ~ bits/8 per parameter plus scales, and the float rest. */
     uint64_t q_bytes = block_params * (uint64_t)job->bits / 8 + block_params / 64 * 4;
     uint64_t rest = (uint64_t)cfg.vocab * h * 2 * (cfg.tie_word_embeddings ? 1 : 2);
-    est->disk_bytes = (q_bytes * cfg.n_layers + rest) * 2 + est->act_bytes;   /* checkpoint + output */
+    /* The activation checkpoint: the next block's inputs are written before the previous
+     * ones are removed, in BF16 for a half-precision model (acts.h). */
+    int half = !strcmp(cfg.torch_dtype, "float16") || !strcmp(cfg.torch_dtype, "bfloat16");
+    uint64_t act_file = rows * h * (uint64_t)qd_acts_value_bytes(half ? QD_DTYPE_BF16 : QD_DTYPE_F32);
+    est->disk_bytes = (q_bytes * cfg.n_layers + rest) * 2 + 2 * act_file;   /* checkpoint + output */
     return 0;
 }
 
@@ -266,6 +270,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) goto fail;
     const qd_model_config *cfg = qd_model_cfg(p->m);
     p->n_blocks = (int)cfg->n_layers;
+    p->acts_dtype = qd_acts_dtype_for(qd_output_float_dtype(qd_model_tensors(p->m)));
     p->hidden = cfg->hidden;
     /* The first progress line: no block started yet, of a known count ("block 0/32"). */
     rc = qd_pipeline_report_progress(p, "load", -1, NULL, 0, -1) ? QD_ECANCELLED : 0;

@@ -375,14 +375,20 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
     }
     if (!rc && block + 1 < p->n_blocks) {
+        /* The next block's inputs, rounded to the activations' dtype (the resumed run reads
+         * back exactly what this run goes on with), then written. On the CPU backend they are
+         * host memory already. */
         size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
-        float *host = malloc(n * sizeof(float));
+        int on_host = p->be->device < 0;
+        float *host = on_host ? y : malloc(n * sizeof(float));
         if (!host) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-        if (!rc) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
+        if (!rc && !on_host) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
+        if (!rc) qd_acts_round(host, n, p->acts_dtype);
+        if (!rc && !on_host) rc = qd_backend_upload(p->be, y, host, n * sizeof(float));
         snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
-        if (!rc) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, err);
+        if (!rc) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, p->acts_dtype, err);
         if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
-        free(host);
+        if (!on_host) free(host);
     }
     if (!rc) {
         double secs = qd_pipeline_now() - t0;

@@ -33,6 +33,7 @@ struct qd_pipeline {
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */
     int64_t hidden;
     float *acts;                 /* backend [n_seq*seq_len, hidden]: inputs of st.next_block; owned */
+    qd_dtype acts_dtype;         /* the dtype the inputs between blocks are held in (acts.h) */
     float *mid;                  /* backend, same shape: the block's residual stream between its
                                     attention and MLP halves once the attention groups are
                                     quantized (true-sequential); owned, per block, or NULL */
