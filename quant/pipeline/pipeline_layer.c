@@ -98,45 +98,49 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
     return 0;
 }
 
+/* <A, B>_F of two k x k matrices (host), in double. */
+static double frob_dot(const float *a, const float *b, size_t kk)
+{
+    double acc = 0;
+    for (size_t i = 0; i < kk; i++) acc += (double)a[i] * (double)b[i];
+    return acc;
+}
+
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                           const qd_gptq_hessian *h, double *rel, qd_err *err)
 {
+    /* tr(A H A^T) = <H, A^T A>_F: A^T A by a symmetric rank-n update (the Hessian's own
+     * op) costs n k^2 flops, half of the GEMM A H; the 2/n it scales by cancels in the ratio. */
     qd_backend *be = p->be;
-    size_t nk = (size_t)(n * k);
-    float *d = qd_backend_alloc(be, nk * sizeof(float) * 2);
-    float *dh = qd_backend_alloc(be, nk * sizeof(float));
-    int rc = 0;
-    if (!d || !dh) { rc = qd_err_set(err, QD_ENOMEM, "rel error: out of memory for [%lld, %lld]", (long long)n, (long long)k); goto out; }
-    float *wd = d + nk;
+    size_t nk = (size_t)(n * k), kk = (size_t)(k * k);
+    int on_host = be->device < 0;
+    float *a = qd_backend_alloc(be, nk * sizeof(float));
+    float *s = qd_backend_alloc(be, kk * sizeof(float));
     float *tmp = malloc(nk * sizeof(float));
-    if (!tmp) { rc = qd_err_set(err, QD_ENOMEM, "rel error: out of memory"); goto out; }
-    for (size_t i = 0; i < nk; i++) tmp[i] = w[i] - q[i];
-    rc = qd_backend_upload(be, d, tmp, nk * sizeof(float));
-    if (!rc) rc = qd_backend_upload(be, wd, w, nk * sizeof(float));
-    free(tmp);
-    if (rc) { rc = qd_err_set(err, rc, "rel error: %s", be->err.msg); goto out; }
-    /* tr(D H D^T) = sum(D .* (D H)); same for W. sq_diff_sum(a, 0) would need a zero
-     * buffer, so the two traces are formed as dot products on the host. */
-    double num = 0, den = 0;
-    float *dh_host = malloc(nk * sizeof(float));
-    if (!dh_host) { rc = qd_err_set(err, QD_ENOMEM, "rel error: out of memory"); goto out; }
-    for (int pass = 0; pass < 2 && !rc; pass++) {
-        const float *a = pass == 0 ? d : wd;
-        rc = be->ops->gemm(be, 0, 0, n, k, k, 1.0f, a, k, h->h, k, 0.0f, dh, k);
-        if (!rc) rc = qd_backend_download(be, dh_host, dh, nk * sizeof(float));
-        if (rc) { rc = qd_err_set(err, rc, "rel error: %s", be->err.msg); break; }
-        const float *src = pass == 0 ? NULL : w;
-        double acc = 0;
-        for (size_t i = 0; i < nk; i++) {
-            double a_i = pass == 0 ? (double)w[i] - (double)q[i] : (double)src[i];
-            acc += a_i * (double)dh_host[i];
-        }
-        if (pass == 0) num = acc; else den = acc;
+    float *hh = on_host ? h->h : malloc(kk * sizeof(float));
+    float *sh = on_host ? s : malloc(kk * sizeof(float));
+    int rc = 0;
+    if (!a || !s || !tmp || !hh || !sh) {
+        rc = qd_err_set(err, QD_ENOMEM, "rel error: out of memory for [%lld, %lld]", (long long)n, (long long)k);
+        goto out;
     }
-    free(dh_host);
-    if (!rc) *rel = den > 0 ? sqrt(fmax(num, 0) / den) : 0.0;
+    if (!on_host && (rc = qd_backend_download(be, hh, h->h, kk * sizeof(float)))) goto be_err;
+    double tr[2] = {0, 0};   /* D = W - Q, then W */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];
+        if ((rc = qd_backend_upload(be, a, tmp, nk * sizeof(float)))) goto be_err;
+        if ((rc = be->ops->hessian_accum(be, s, k, a, n, k, 0))) goto be_err;
+        if (!on_host && (rc = qd_backend_download(be, sh, s, kk * sizeof(float)))) goto be_err;
+        tr[pass] = frob_dot(hh, sh, kk);
+    }
+    *rel = tr[1] > 0 ? sqrt(fmax(tr[0], 0) / tr[1]) : 0.0;
+    goto out;
+be_err:
+    rc = qd_err_set(err, rc, "rel error: %s", be->err.msg);
 out:
-    qd_backend_free(be, d);
-    qd_backend_free(be, dh);
+    free(tmp);
+    if (!on_host) { free(hh); free(sh); }
+    qd_backend_free(be, a);
+    qd_backend_free(be, s);
     return rc;
 }
