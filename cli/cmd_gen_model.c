@@ -13,10 +13,12 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl gen-model --out DIR [--arch llama|opt] [--layers N] [--hidden H] [--seed S]\n"
                "                         [--intermediate I] [--heads N] [--kv-heads N] [--vocab V]\n"
-               "                         [--max-pos P] [--dtype f32|f16|bf16]\n"
+               "                         [--max-pos P] [--dtype f32|f16|bf16] [--experts E [--top-k K]]\n"
                "Writes config.json + model.safetensors of a random model (default: llama, 2 layers,\n"
                "hidden 64). A 7B-shaped block: --layers 1 --hidden 4096 --intermediate 11008 --heads 32\n"
-               "--kv-heads 32 --max-pos 4096 --dtype f16.\n");
+               "--kv-heads 32 --max-pos 4096 --dtype f16. --experts makes a Mixtral (llama only) of E\n"
+               "experts of width --intermediate, K per token (default 2); a Mixtral-8x7B-shaped block:\n"
+               "--layers 1 --hidden 4096 --intermediate 14336 --heads 32 --kv-heads 8 --experts 8.\n");
 }
 
 int cmd_gen_model(int argc, char **argv)
@@ -27,15 +29,16 @@ int cmd_gen_model(int argc, char **argv)
         {"seed", required_argument, 0, 's'}, {"help", no_argument, 0, 'h'},
         {"intermediate", required_argument, 0, 'I'}, {"heads", required_argument, 0, 'N'},
         {"kv-heads", required_argument, 0, 'K'}, {"vocab", required_argument, 0, 'V'},
-        {"max-pos", required_argument, 0, 'P'}, {"dtype", required_argument, 0, 'D'}, {0, 0, 0, 0},
+        {"max-pos", required_argument, 0, 'P'}, {"dtype", required_argument, 0, 'D'},
+        {"experts", required_argument, 0, 'E'}, {"top-k", required_argument, 0, 'k'}, {0, 0, 0, 0},
     };
-    long inter = 0, heads = 0, kv = 0, vocab = 0, max_pos = 0;
+    long inter = 0, heads = 0, kv = 0, vocab = 0, max_pos = 0, experts = 0, top_k = 0;
     const char *dtype = NULL;
     const char *out = NULL, *arch = "llama";
     long layers = 0, hidden = 0, seed = -1;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:a:l:H:s:hI:N:K:V:P:D:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "o:a:l:H:s:hI:N:K:V:P:D:E:k:", opts, NULL)) != -1) {
         switch (c) {
         case 'I': inter = strtol(optarg, NULL, 10); break;
         case 'N': heads = strtol(optarg, NULL, 10); break;
@@ -43,6 +46,8 @@ int cmd_gen_model(int argc, char **argv)
         case 'V': vocab = strtol(optarg, NULL, 10); break;
         case 'P': max_pos = strtol(optarg, NULL, 10); break;
         case 'D': dtype = optarg; break;
+        case 'E': experts = strtol(optarg, NULL, 10); break;
+        case 'k': top_k = strtol(optarg, NULL, 10); break;
         case 'o': out = optarg; break;
         case 'a': arch = optarg; break;
         case 'l': layers = strtol(optarg, NULL, 10); break;
@@ -73,6 +78,12 @@ int cmd_gen_model(int argc, char **argv)
         return QCTL_USAGE;
     }
     if (inter) o.intermediate = inter;
+    if (experts < 0 || experts > 256 || top_k < 0 || top_k > experts || (experts && fam != QD_ARCH_LLAMA)) {
+        fprintf(stderr, "quantctl gen-model: --experts must be 0..256 (llama only) and --top-k 1..experts\n");
+        return QCTL_USAGE;
+    }
+    o.n_experts = experts;
+    o.top_k = top_k;
     if (heads) { o.n_heads = heads; o.n_kv_heads = heads; }
     if (kv) o.n_kv_heads = kv;
     if (vocab) o.vocab = vocab;

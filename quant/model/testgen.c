@@ -91,7 +91,9 @@ static int tg_add(tg_list *l, enum tg_kind kind, int64_t d0, int64_t d1, const c
 static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_config *cfg, qd_err *err)
 {
     cJSON *c = cJSON_CreateObject();
-    const char *arch = o->architecture ? o->architecture : o->family == QD_ARCH_OPT ? "OPTForCausalLM" : "LlamaForCausalLM";
+    const char *arch = o->architecture ? o->architecture
+                     : o->family == QD_ARCH_OPT ? "OPTForCausalLM"
+                     : o->n_experts > 0 ? "MixtralForCausalLM" : "LlamaForCausalLM";
     cJSON *a = cJSON_AddArrayToObject(c, "architectures");
     cJSON_AddItemToArray(a, cJSON_CreateString(arch));
     const char *dt = o->dtype == QD_DTYPE_F16 ? "float16" : o->dtype == QD_DTYPE_BF16 ? "bfloat16" : "float32";
@@ -106,7 +108,12 @@ static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_conf
         cJSON_AddStringToObject(c, "activation_function", "relu");
         cJSON_AddBoolToObject(c, "enable_bias", 1);
     } else {
-        cJSON_AddStringToObject(c, "model_type", strstr(arch, "Qwen2") ? "qwen2" : strstr(arch, "Mistral") ? "mistral" : "llama");
+        cJSON_AddStringToObject(c, "model_type", strstr(arch, "Qwen2") ? "qwen2" : strstr(arch, "Mistral") ? "mistral"
+                                                 : strstr(arch, "Mixtral") ? "mixtral" : "llama");
+        if (o->n_experts > 0) {
+            cJSON_AddNumberToObject(c, "num_local_experts", (double)o->n_experts);
+            cJSON_AddNumberToObject(c, "num_experts_per_tok", (double)(o->top_k > 0 ? o->top_k : 2));
+        }
         cJSON_AddNumberToObject(c, "hidden_size", (double)o->hidden);
         cJSON_AddNumberToObject(c, "intermediate_size", (double)o->intermediate);
         cJSON_AddNumberToObject(c, "num_hidden_layers", (double)o->n_layers);
@@ -157,6 +164,16 @@ static int build_list(const qd_model_config *c, tg_list *l)
             rc |= tg_add(l, TG_LINEAR, H, qd, "%s.%lld.self_attn.o_proj.weight", p, (long long)i);
             if (c->o_bias) rc |= tg_add(l, TG_BIAS, H, 0, "%s.%lld.self_attn.o_proj.bias", p, (long long)i);
             rc |= tg_add(l, TG_NORM_W, H, 0, "%s.%lld.post_attention_layernorm.weight", p, (long long)i);
+            if (c->n_experts > 0) {
+                rc |= tg_add(l, TG_LINEAR, c->n_experts, H, "%s.%lld.block_sparse_moe.gate.weight", p, (long long)i);
+                for (int64_t e = 0; e < c->n_experts; e++) {
+                    const char *x = "block_sparse_moe.experts";
+                    rc |= tg_add(l, TG_LINEAR, c->moe_intermediate, H, "%s.%lld.%s.%lld.w1.weight", p, (long long)i, x, (long long)e);
+                    rc |= tg_add(l, TG_LINEAR, H, c->moe_intermediate, "%s.%lld.%s.%lld.w2.weight", p, (long long)i, x, (long long)e);
+                    rc |= tg_add(l, TG_LINEAR, c->moe_intermediate, H, "%s.%lld.%s.%lld.w3.weight", p, (long long)i, x, (long long)e);
+                }
+                continue;
+            }
             rc |= tg_add(l, TG_LINEAR, F, H, "%s.%lld.mlp.gate_proj.weight", p, (long long)i);
             rc |= tg_add(l, TG_LINEAR, F, H, "%s.%lld.mlp.up_proj.weight", p, (long long)i);
             rc |= tg_add(l, TG_LINEAR, H, F, "%s.%lld.mlp.down_proj.weight", p, (long long)i);

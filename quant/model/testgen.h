@@ -1,7 +1,7 @@
 /* Tiny random checkpoints for tests and demos: writes a HF directory (config.json +
  * model.safetensors, or shards + model.safetensors.index.json) through the project's own
  * st_writer, for the llama family (GQA, tied or untied lm_head, Qwen2-style q/k/v biases,
- * llama attention_bias) and OPT (biases, learned positions, project_in/out, pre/post-LN).
+ * llama attention_bias, Mixtral's experts) and OPT (biases, learned positions, project_in/out, pre/post-LN).
  *
  * Weights come from a fixed seeded generator (splitmix64 + Box-Muller), so the same options
  * give the same values in any dtype and on any machine. Linear weights are N(0, 1/K) so
@@ -32,6 +32,9 @@ typedef struct qd_testgen_opts {
     int round_f16;             /* round every value through F16 first (so F32 and F16 files
                                   hold identical weights) */
     int n_shards;              /* 1: model.safetensors; more: sharded with an index */
+    int64_t n_experts;         /* llama: > 0 writes a MixtralForCausalLM of n_experts experts of
+                                  width `intermediate` (block_sparse_moe.gate, experts.N.w1/w2/w3) */
+    int64_t top_k;             /* experts per token (num_experts_per_tok); 0: 2 */
     uint64_t seed;
 } qd_testgen_opts;
 

@@ -257,6 +257,36 @@ static void test_llama_head_dim_bias(void)
     check_vs_ref(gen("llama_hd", &o), 16);
 }
 
+/* gen-model's Mixtral: a MixtralForCausalLM the model loader opens with its router and every
+ * expert's three linears (its logits equal transformers' within 1e-6, checked by hand; the
+ * Mixtral forward itself is held to transformers' goldens in test_model_families). */
+static void test_mixtral_gen(void)
+{
+    qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_LLAMA);
+    o.n_experts = 4;
+    o.top_k = 2;
+    const char *dir = gen("mixtral", &o);
+    qd_err err = {0};
+    qd_model *m = NULL;
+    CHECK_OK(qd_model_open(dir, be, &m, &err));
+    if (!m) return;
+    const qd_model_config *c = qd_model_cfg(m);
+    CHECK_INT(c->n_experts, 4);
+    CHECK_INT(c->moe_intermediate, o.intermediate);
+    CHECK_STR(qd_model_moe_router(m), "block_sparse_moe.gate");
+    CHECK(qd_model_linear_find(m, "block_sparse_moe.experts.3.w2") >= 0);
+    CHECK_INT(qd_model_n_linears(m), 4 + 4 * 3);
+    int32_t ids[12];
+    make_ids(ids, 12, (int)c->vocab, 3);
+    float *logits = malloc((size_t)(12 * c->vocab) * sizeof *logits);
+    CHECK_OK(qd_model_forward(m, ids, 1, 12, logits, &err));
+    int finite = 1;
+    for (int64_t i = 0; i < 12 * c->vocab; i++) finite &= isfinite(logits[i]) != 0;
+    CHECK(finite);
+    free(logits);
+    qd_model_close(m);
+}
+
 static void test_opt_project(void)
 {
     qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_OPT);
@@ -561,6 +591,7 @@ int main(void)
     TEST_RUN(test_llama_gqa_untied);
     TEST_RUN(test_qwen2_bias_tied);
     TEST_RUN(test_llama_head_dim_bias);
+    TEST_RUN(test_mixtral_gen);
     TEST_RUN(test_opt_project);
     TEST_RUN(test_opt_post_ln_untied);
     TEST_RUN(test_causal_and_batch);
