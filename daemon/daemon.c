@@ -188,7 +188,7 @@ static void start_stop(qdd_daemon *d, const char *why)
         d->stop_deadline_s = qdd_now_s();   /* a second signal: do not wait for blocks */
         return;
     }
-    d->stopping = 1;
+    d->stopping = QDD_STOP_DRAINING;
     d->stop_deadline_s = qdd_now_s() + (double)d->cfg->stop_timeout_s;
     QD_LOG(QD_LOG_INFO, "daemon_stopping", "signal=%s running_tasks=%d", why, qdd_jobs_tasks_running(d));
     qdd_notify_stopping("draining: running blocks finish, then jobs go back to the queue");
@@ -197,28 +197,28 @@ static void start_stop(qdd_daemon *d, const char *why)
 static void stop_step(qdd_daemon *d)
 {
     double now = qdd_now_s();
-    if (d->stopping == 1) {
+    if (d->stopping == QDD_STOP_DRAINING) {
         if (qdd_jobs_tasks_running(d) > 0 && now < d->stop_deadline_s) return;
         for (int i = 0; i < d->n_workers; i++)
             if (d->workers[i].job) qdd_pool_kill(&d->workers[i], "still busy at the stop deadline");
-        d->stopping = 2;
+        d->stopping = QDD_STOP_HANDING_BACK;
         d->handback_deadline_s = now + HANDBACK_WAIT_S;
     }
-    if (d->stopping == 2) {
+    if (d->stopping == QDD_STOP_HANDING_BACK) {
         qdd_jobs_handback_all(d);
         int left = 0;
         for (qdd_job *j = d->jobs; j; j = j->next) left += j->phase != QDD_JOB_GONE && !j->lost;
         if ((left > 0 || d->handback_pending > 0) && now < d->handback_deadline_s) return;
         if (left) QD_LOG(QD_LOG_WARN, "handback_incomplete", "jobs=%d (they stay in the processing list and are reclaimed)", left);
         qdd_pool_shutdown(d);
-        d->stopping = 3;
+        d->stopping = QDD_STOP_WORKERS_EXITING;
         d->handback_deadline_s = now + WORKER_EXIT_WAIT_S;
     }
-    if (d->stopping == 3) {
+    if (d->stopping == QDD_STOP_WORKERS_EXITING) {
         if (!qdd_pool_all_down(d) && now < d->handback_deadline_s) return;
         for (int i = 0; i < d->n_workers; i++) qdd_pool_kill(&d->workers[i], "did not exit after shutdown");
         if (!qdd_pool_all_down(d)) return;
-        d->stopping = 4;
+        d->stopping = QDD_STOP_CLOSED;
         close_everything(d);
     }
 }
@@ -288,7 +288,7 @@ static void on_tick(uv_timer_t *t)
     qdd_daemon *d = t->data;
     double now = qdd_now_s();
     qdd_pool_watchdog(d);
-    if (d->stopping) { stop_step(d); if (d->stopping >= 4) return; }
+    if (d->stopping) { stop_step(d); if (d->stopping == QDD_STOP_CLOSED) return; }
     if (now >= d->next_node_hb_s) {
         d->next_node_hb_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
         if (d->cmd_ready) qdd_jobs_node_heartbeat(d);
@@ -396,7 +396,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
 
     if (qdd_pool_start(d, &err)) {
         QD_LOG(QD_LOG_ERROR, "workers", "err=\"%s\"", err.msg);
-        d->stopping = 4;
+        d->stopping = QDD_STOP_CLOSED;
         close_everything(d);
         uv_run(d->loop, UV_RUN_DEFAULT);
         goto out;
@@ -414,7 +414,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
         qdd_http *h = NULL;
         if (qdd_http_start(d->loop, cfg, &d->view, &d->cmd, &d->sub, &h, &err)) {
             QD_LOG(QD_LOG_ERROR, "http", "err=\"%s\"", err.msg);
-            d->stopping = 4;
+            d->stopping = QDD_STOP_CLOSED;
             qdd_pool_shutdown(d);
             for (int i = 0; i < d->n_workers; i++) qdd_pool_kill(&d->workers[i], "the daemon failed to start");
             close_everything(d);

@@ -69,9 +69,20 @@ typedef struct qdd_job {
     int cancel_req;            /* cancel flag seen */
     int lost;                  /* lease lost: stop without writing anything */
     int final_sent;            /* the finish script went out and succeeded */
-    char *cancel_reason;
+    char *take_payload;        /* the raw queue payload, held from the pop until the take
+                                  reply decides (dup: rejected with it; cancelled while queued:
+                                  finished with it; else dropped) */
     int64_t popped_ms;         /* when this node took it (queue-to-start latency) */
 } qdd_job;
+
+/* The daemon's stop sequence (daemon.c stop_step), one phase after the other. */
+typedef enum qdd_stop_phase {
+    QDD_RUNNING = 0,             /* no stop asked */
+    QDD_STOP_DRAINING,           /* running blocks finish (until stop_timeout_s) */
+    QDD_STOP_HANDING_BACK,       /* jobs go back to the queue */
+    QDD_STOP_WORKERS_EXITING,    /* workers were told to shut down */
+    QDD_STOP_CLOSED,             /* every handle closed: the loop ends */
+} qdd_stop_phase;
 
 /* ---- workers (pool.c) ------------------------------------------------------------------------ */
 
@@ -137,7 +148,7 @@ struct qdd_daemon {
     uv_timer_t tick;
     uv_signal_t sig_term, sig_int, sig_hup;
     double next_node_hb_s, next_renew_s, next_reclaim_s;
-    int stopping;              /* 1 draining, 2 handing back, 3 closing */
+    qdd_stop_phase stopping;   /* QDD_RUNNING until a stop signal */
     double stop_deadline_s;
     int handback_pending;
     double handback_deadline_s;

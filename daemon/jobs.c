@@ -27,7 +27,7 @@ static void job_free(qdd_job *j)
     free(j->payload);
     qp_job_free(j->job);
     qp_status_clear(&j->st);
-    free(j->cancel_reason);
+    free(j->take_payload);
     free(j);
 }
 
@@ -253,8 +253,8 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
         uint64_t tok;
         qp_lease_value_parse(v, &tok, node);
         snprintf(why, sizeof why, "job id %s is already live (running on node %s); a duplicate is refused", j->id, node);
-        char *raw = j->cancel_reason;   /* the raw payload rides here until taken */
-        j->cancel_reason = NULL;
+        char *raw = j->take_payload;   /* the raw payload rides here until taken */
+        j->take_payload = NULL;
         reject(d, raw, strlen(raw), NULL, why);
         free(raw);
         job_remove(j);
@@ -264,14 +264,14 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
     } else if (!strcmp(what, "cancelled")) {
         /* Not leased, and the processing list still holds the raw payload: finish with it. */
         free(j->payload);
-        j->payload = j->cancel_reason;
-        j->cancel_reason = NULL;
+        j->payload = j->take_payload;
+        j->take_payload = NULL;
         set_str(&j->st.node, d->node);
         j->st.submitted_ms = qdd_unix_ms();
         job_final(j, QP_STATE_CANCELLED, "cancelled while queued");
     } else {
-        free(j->cancel_reason);
-        j->cancel_reason = NULL;
+        free(j->take_payload);
+        j->take_payload = NULL;
         snprintf(j->lease, sizeof j->lease, "%s", v);
         char node[QP_NODE_MAX + 1];
         qp_lease_value_parse(j->lease, &j->fence, node);
@@ -366,7 +366,7 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     j->refs = 1;
     j->job = job;
     j->payload = canon;
-    j->cancel_reason = rawz;     /* carries the raw payload until the take reply */
+    j->take_payload = rawz;     /* carries the raw payload until the take reply */
     snprintf(j->id, sizeof j->id, "%s", job->id);
     qp_status_init(&j->st);
     set_str(&j->st.id, j->id);
@@ -676,7 +676,7 @@ static void on_members(redisAsyncContext *ac, void *r, void *pd)
 {
     qdd_daemon *d = pd;
     redisReply *reply = r;
-    if (!reply || reply->type != REDIS_REPLY_ARRAY || d->stopping >= 3) return;
+    if (!reply || reply->type != REDIS_REPLY_ARRAY || d->stopping >= QDD_STOP_WORKERS_EXITING) return;
     for (size_t i = 0; i < reply->elements; i++) {
         const char *n = reply->element[i]->str;
         if (n && strcmp(n, d->node) && qp_name_valid(n)) reclaim_node(d, n, 0, NULL, 0, on_reclaim);

@@ -178,7 +178,7 @@ int dt_daemon_init(qdd_daemon *d, uv_loop_t *loop, int argc, char **argv)
 
 void dt_daemon_free(qdd_daemon *d)
 {
-    d->stopping = 4;
+    d->stopping = QDD_STOP_CLOSED;
     qdd_rconn_close(&d->cmd);
     qdd_rconn_close(&d->pop);
     qdd_rconn_close(&d->sub);
@@ -187,7 +187,7 @@ void dt_daemon_free(qdd_daemon *d)
         qdd_pool_kill(w, "the test ends");
         if (!uv_is_closing((uv_handle_t *)&w->restart)) uv_close((uv_handle_t *)&w->restart, NULL);
     }
-    /* Until the workers' exit callbacks ran and every handle closed (stopping = 4: no
+    /* Until the workers' exit callbacks ran and every handle closed (QDD_STOP_CLOSED: no
      * restart is scheduled any more). */
     uv_run(d->loop, UV_RUN_DEFAULT);
     qdd_jobs_free_all(d);

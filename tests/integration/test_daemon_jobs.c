@@ -296,7 +296,7 @@ static void test_handback(void)
     CHECK(dt_run_until(&loop, is_running, "j-run", 10000));
     take("j-wait");   /* one slot (max-jobs 1): it waits */
     CHECK(dt_run_until(&loop, is_waiting, "j-wait", 5000));
-    d.stopping = 1;   /* what SIGTERM sets before handing back */
+    d.stopping = QDD_STOP_DRAINING;   /* what SIGTERM sets before handing back */
     qdd_jobs_handback_all(&d);
     CHECK(dt_run_until(&loop, is_running, "j-run", 10));   /* the running one stays */
     for (int i = 0; i < 200 && job_find("j-wait"); i++) dt_run_until(&loop, NULL, NULL, 10);

@@ -161,7 +161,7 @@ static void test_shutdown(void)
 {
     CHECK_OK(pool_begin("ok", "cpu:2"));
     CHECK(dt_run_until(&loop, all_idle, NULL, 10000));
-    d.stopping = 1;
+    d.stopping = QDD_STOP_DRAINING;
     qdd_pool_shutdown(&d);
     CHECK(dt_run_until(&loop, all_down, NULL, 5000));
     for (int i = 0; i < d.n_workers; i++) {
