@@ -68,6 +68,7 @@ int cmd_dequant(int argc, char **argv)
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
         for (int li = 0; !rc && li < nl; li++) {
             const qd_linear_info *L = qd_model_linear(m, li);
+            if (!qd_model_block_has_linear(m, b, li)) continue;   /* DeepSeek: dense or MoE layer */
             float *host = malloc((size_t)(L->n * L->k) * sizeof *host);
             if (!host) { rc = qd_err_set(&err, QD_ENOMEM, "out of memory"); break; }
             rc = qd_block_linear_get(m, bw, li, host, NULL, &err);

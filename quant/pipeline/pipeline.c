@@ -243,6 +243,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_model_open(job->model, be, &p->m, err);
     if (rc) goto fail;
     const qd_model_config *cfg = qd_model_cfg(p->m);
+    if (cfg->kv_lora_rank > 0) {
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: quantizing %s (latent attention, dense and MoE layers) is not supported "
+                        "yet; quantctl logits and eval read it", job->model, cfg->architecture);
+        goto fail;
+    }
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
     /* The first progress line: no block started yet, of a known count ("block 0/32"). */
