@@ -124,11 +124,19 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t rows = job->method == QP_METHOD_RTN ? 1 : (uint64_t)(job->calibration.samples * job->calibration.seq_len);
     uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate;
     uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
-    uint64_t block_params = h * qd * 2 + h * kvd * 2 + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
+    uint64_t attn_params = h * qd * 2 + h * kvd * 2;
+    if (cfg.kv_lora_rank > 0) {
+        /* Latent attention: q_a/q_b (or q_proj), kv_a, kv_b, o_proj. */
+        uint64_t H = (uint64_t)cfg.n_heads, qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim);
+        uint64_t ql = (uint64_t)cfg.q_lora_rank, kl = (uint64_t)cfg.kv_lora_rank;
+        attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
+                      kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
+    }
+    uint64_t block_params = attn_params + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
     if (cfg.n_experts > 0) {
         /* Every expert's three linears, the shared expert's, and the float router. */
         inter = (uint64_t)(cfg.moe_intermediate > cfg.shared_intermediate ? cfg.moe_intermediate : cfg.shared_intermediate);
-        block_params = h * qd * 2 + h * kvd * 2 + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
+        block_params = attn_params + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
                        3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
     }
     est->n_blocks = (int)cfg.n_layers;
@@ -243,11 +251,6 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_model_open(job->model, be, &p->m, err);
     if (rc) goto fail;
     const qd_model_config *cfg = qd_model_cfg(p->m);
-    if (cfg->kv_lora_rank > 0) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: quantizing %s (latent attention, dense and MoE layers) is not supported "
-                        "yet; quantctl logits and eval read it", job->model, cfg->architecture);
-        goto fail;
-    }
     p->n_blocks = (int)cfg->n_layers;
     p->hidden = cfg->hidden;
     /* The first progress line: no block started yet, of a known count ("block 0/32"). */
@@ -280,6 +283,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         rc = check_removable(p->out_dir, err);
         if (rc) goto fail;
         remove_old = 1;
+    }
+    if (job->layout == QP_LAYOUT_TP_AWARE && cfg->n_experts > 0) {
+        /* The reordering pairs one dense MLP per block; experts are not laid out so. */
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "layout tp_aware is not supported for %s (mixture of experts)", cfg->architecture);
+        goto fail;
     }
     if (job->layout == QP_LAYOUT_TP_AWARE) {
         /* Fail before any work when the MLP cannot be split over tp ranks. */

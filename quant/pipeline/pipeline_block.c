@@ -38,6 +38,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
 {
     const qd_input_group *G = qd_model_group(p->m, g);
     const qp_job *job = p->job;
+    if (plans[G->linears[0]].absent) return 0;   /* a group of linears this block does not have */
     int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int64_t R = p->n_seq * p->seq_len;
@@ -193,6 +194,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 
     if (use_awq) {
         for (int g = 0; g < ng && !rc; g++) {
+            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_pipeline_awq_group_scales(p, bw, block, g, plans, err);
             const qd_input_group *G = qd_model_group(p->m, g);
             if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
@@ -209,6 +211,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         c.slice = kslice;
         c.slice_rows = kslice_rows;
         for (int g = 0; g < ng && !rc; g++) {
+            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
             c.want[g] = 1;
             c.acc[g] = &acc[g];
@@ -218,6 +221,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     }
     for (int g = 0; g < ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
+        if (plans[G->linears[0]].absent) continue;   /* never reached by this block's forward */
         if (sequential) {
             qd_capture_ctx c;
             qd_capture_init(&c, p, err);

@@ -220,16 +220,18 @@ FAMILIES = {
                      ablate=[("top-k not renormalised", {"norm_topk_prob": False})]),
     # DeepSeek-V3: multi-head latent attention with a q LoRA (q_a_proj -> q_a_layernorm ->
     # q_b_proj), kv_a_proj_with_mqa -> kv_a_layernorm -> kv_b_proj, v_head_dim (16) unlike
-    # qk_head_dim (24), interleaved RoPE on 8 dims with YaRN (factor 4, mscale_all_dim 1, so
+    # qk_head_dim (48), interleaved RoPE on 32 dims with YaRN (factor 4, mscale_all_dim 1, so
     # the softmax scale carries mscale^2); one dense layer then a MoE layer of 8 experts in 4
     # groups (2 kept), top-2 by sigmoid + e_score_correction_bias (noised, so it matters),
-    # renormalised and scaled by 2.5, plus a shared expert.
+    # renormalised and scaled by 2.5, plus a shared expert. kv_lora_rank + qk_rope_head_dim
+    # (kv_a_proj_with_mqa's rows) is 64, so every linear packs with group size 32 (as
+    # DeepSeek-V3's 512 + 64).
     "deepseek_v3": fam(DeepseekV3Config, 1020,
-                       "DeepSeek-V3: MLA with q_lora_rank 32, kv_lora_rank 32, nope 16 + rope 8 (interleaved), "
+                       "DeepSeek-V3: MLA with q_lora_rank 32, kv_lora_rank 32, nope 16 + rope 32 (interleaved), "
                        "v_head_dim 16, YaRN; first_k_dense_replace 1, 8 experts in 4 groups (topk_group 2), "
                        "top-2 sigmoid routing with e_score_correction_bias, routed_scaling_factor 2.5, 1 shared expert",
                        num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
-                       qk_rope_head_dim=8, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                       qk_rope_head_dim=32, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
                        topk_group=2, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
                        routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
