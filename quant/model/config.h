@@ -57,7 +57,9 @@ typedef enum qd_block_layout {
 
 /* How a MoE router turns its logits into the experts' weights. */
 typedef enum qd_moe_scoring {
-    QD_MOE_SOFTMAX = 0,    /* softmax, the top_k largest (Mixtral, Qwen-MoE) */
+    QD_MOE_SOFTMAX = 0,    /* softmax, the top_k largest (Mixtral, Qwen-MoE, DeepSeek-V2 "greedy") */
+    QD_MOE_SOFTMAX_GROUPED,/* DeepSeek-V2 "group_limited_greedy": softmax, the choice among the topk_group
+                            * best of n_group groups (a group scores its largest) */
     QD_MOE_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid; the choice adds e_score_correction_bias and keeps the
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
 } qd_moe_scoring;
@@ -104,7 +106,7 @@ typedef struct qd_model_config {
     int norm_topk_prob;        /* renormalise the top-k weights to sum to 1 (Mixtral always) */
     int64_t shared_intermediate; /* 0: no shared expert */
     qd_moe_scoring moe_scoring;
-    int64_t n_group, topk_group; /* QD_MOE_SIGMOID_GROUPED: expert groups, and how many are kept */
+    int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim

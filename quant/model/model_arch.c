@@ -179,7 +179,7 @@ static const qd_arch arch_qwen_moe = {
     .shared_gate = "mlp.shared_expert_gate",
 };
 
-/* DeepSeek-V3: multi-head latent attention (model_mla.c) — the query through a low-rank
+/* DeepSeek-V2 and V3: multi-head latent attention (model_mla.c) — the query through a low-rank
  * q_a_proj, its RMSNorm and q_b_proj (or one q_proj when q_lora_rank is null), keys and
  * values through kv_a_proj_with_mqa, kv_a_layernorm on its latent part and kv_b_proj — then
  * a dense SwiGLU in the first first_k_dense_replace layers and routed plus shared experts
@@ -196,7 +196,7 @@ static const qd_arch arch_qwen_moe = {
     .final_norm = "model.norm",                                                                \
     .lm_head = "lm_head.weight",                                                               \
     .router = "mlp.gate",                                                                      \
-    .router_bias = "mlp.gate.e_score_correction_bias",                                         \
+    .router_bias = "mlp.gate.e_score_correction_bias", /* V3's sigmoid routing only */          \
     .expert_fmt = "mlp.experts.%d.",                                                           \
     .expert_lin = {"gate_proj", "up_proj", "down_proj"},                                       \
     .shared_prefix = "mlp.shared_experts."

@@ -242,7 +242,7 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
         rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
     }
-    if (!rc && m->arch->router_bias) {
+    if (!rc && m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED) {
         snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias);
         rc = qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
     }
@@ -408,7 +408,9 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (m->cfg.shared_intermediate > 0 && m->arch->shared_gate && (rc = find_float(m, name, 2, gs, &t, err)))
                 return rc;
             snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias ? m->arch->router_bias : "");
-            if (m->arch->router_bias && (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err))) return rc;
+            if (m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED &&
+                (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
+                return rc;
         }
         for (int i = 0; i < 2; i++) {
             const st_tensor *t;

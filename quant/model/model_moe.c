@@ -4,7 +4,8 @@
  * Qwen with norm_topk_prob); each expert e runs its SwiGLU on the tokens routed to it and
  * adds weight * output into those tokens' rows, experts in index order; Qwen2-MoE adds the
  * shared expert's output scaled by sigmoid(xn . shared_expert_gate), DeepSeek its shared
- * experts' output unscaled. DeepSeek-V3 routes by sigmoid(logits) instead: the choice adds
+ * experts' output unscaled; DeepSeek-V2's group_limited_greedy chooses within the
+ * topk_group groups of highest best score. DeepSeek-V3 routes by sigmoid(logits) instead: the choice adds
  * e_score_correction_bias and keeps only the topk_group groups whose two best biased scores
  * sum highest; the weights are the unbiased scores, renormalised (+ 1e-20) with
  * norm_topk_prob, times routed_scaling_factor.
@@ -28,11 +29,14 @@ typedef struct moe_route {
     int64_t *count;    /* [n_experts] tokens routed to each */
 } moe_route;
 
-/* DeepSeek-V3's grouped choice: the groups' scores (sum of each group's two best choice
- * scores), the topk_group best kept, every expert of the other groups masked out (-inf). */
+/* DeepSeek's grouped choice: each group's score (V3: the sum of its two best choice scores;
+ * V2: its best), the topk_group best groups kept, every expert of the others masked out
+ * (-inf; V2 masks to 0, which chooses the same since its softmax scores are positive and
+ * the kept groups hold top_k experts, checked by the config). */
 static void mask_groups(const qd_model_config *c, float *choice)
 {
     int64_t G = c->n_group, per = c->n_experts / G;
+    int top2 = c->moe_scoring == QD_MOE_SIGMOID_GROUPED;
     float gs[QD_MAX_EXPERTS];
     unsigned char keep[QD_MAX_EXPERTS];
     for (int64_t g = 0; g < G; g++) {
@@ -41,7 +45,7 @@ static void mask_groups(const qd_model_config *c, float *choice)
             float v = choice[g * per + i];
             if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
         }
-        gs[g] = a + b;
+        gs[g] = top2 ? a + b : a;
         keep[g] = 0;
     }
     for (int64_t j = 0; j < c->topk_group; j++) {
@@ -78,6 +82,7 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
             for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
             for (int64_t e = 0; e < E; e++) { p[e] = expf(l[e] - mx); sum += p[e]; }
             for (int64_t e = 0; e < E; e++) choice[e] = p[e] /= sum;
+            if (c->moe_scoring == QD_MOE_SOFTMAX_GROUPED) mask_groups(c, choice);
         }
         float tsum = 0.0f;
         for (int64_t j = 0; j < K; j++) {

@@ -26,7 +26,7 @@
 /* Mixture-of-experts families route each token to its top-k experts: an 8-bit perturbation
  * flips near-tied router choices, which moves whole rows of logits. Measured (8 bits, after
  * the MoE families landed): mixtral 0.133-0.161, qwen2_moe 0.078-0.128, qwen3_moe
- * 0.055-0.084, deepseek_v3 0.17-0.19 (its layer 0 steers layer 1's grouped routing: see
+ * 0.055-0.084, deepseek_v2 0.11-0.12, deepseek_v3 0.17-0.19 (layer 0 steers layer 1's grouped routing: see
  * test_pipeline_moe), RTN included, so this looser bar still separates them from order-1 bugs. */
 #define FAMILY_Q8_TOL_MOE 0.3
 

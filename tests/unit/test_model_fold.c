@@ -129,6 +129,8 @@ static void test_fold(void)
      * kv_a_proj_with_mqa); a dense layer's MLP as Llama's, a MoE layer's experts as above. */
     check_family_block("deepseek_v3", 0, 3);
     check_family_block("deepseek_v3", 1, 1 + 8 + 1);
+    check_family_block("deepseek_v2", 0, 3);
+    check_family_block("deepseek_v2", 1, 1 + 8 + 1);
 }
 
 int main(void)
