@@ -176,6 +176,29 @@ static void test_deepseek_v2(void)
     cJSON_Delete(r);
 }
 
+/* What DeepSeek does not have yet is refused before any work, by name: the vLLM serving
+ * check (latent attention is not in its rule table) and the tp_aware layout (any MoE). */
+static void test_deepseek_refused(void)
+{
+    static const char *const cases[][3] = {
+        {"gptq", "\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},", "latent attention"},
+        {"gptq", "\"desc_act\":true,\"layout\":\"tp_aware\",\"tp\":2,", "tp_aware"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char model[4200], out[4400];
+        snprintf(model, sizeof model, "%s/deepseek_v3", pt_families_dir());
+        snprintf(out, sizeof out, "%s/deepseek-refused-%zu", T, i);
+        qp_job *job = pt_job(model, out, cases[i][0], "gptq", tokens, cases[i][1]);
+        CHECK(job != NULL);
+        if (!job) continue;
+        qd_err err = {0};
+        CHECK_INT(qd_pipeline_run(job, pt_be, NULL, &err), QD_EUNSUPPORTED);
+        CHECK_CONTAINS(err.msg, cases[i][2]);
+        CHECK(access(out, F_OK) != 0);   /* nothing created */
+        qp_job_free(job);
+    }
+}
+
 /* A checkpoint whose config asks for an expert its files lack is refused at open, naming the
  * tensor (here: num_local_experts 9 over Mixtral's 8 experts). */
 static void test_missing_expert(void)
@@ -217,6 +240,7 @@ int main(void)
     TEST_RUN(test_missing_expert);
     TEST_RUN(test_deepseek);
     TEST_RUN(test_deepseek_v2);
+    TEST_RUN(test_deepseek_refused);
     qd_backend_close(pt_be);
     return test_finish();
 }
