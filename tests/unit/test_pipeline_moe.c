@@ -161,6 +161,12 @@ static void test_deepseek(void)
         st_model_close(om);
         /* 5 attention linears per layer, 3 dense in layer 0, 3 x (8 + 1) experts in layer 1. */
         CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 5 + 3 + 5 + 27);
+        /* Coverage: the MoE layer only, its 8 routed experts (the shared one is not routed). */
+        const cJSON *cov = cJSON_GetObjectItemCaseSensitive(r, "moe_coverage");
+        CHECK_INT(cJSON_GetArraySize(cov), 1);
+        const cJSON *c0 = cJSON_GetArrayItem(cov, 0);
+        CHECK_INT(c0 ? (int)cJSON_GetObjectItemCaseSensitive(c0, "block")->valuedouble : -1, 1);
+        CHECK_INT(c0 ? (int)cJSON_GetObjectItemCaseSensitive(c0, "experts")->valuedouble : -1, 8);
         cJSON_Delete(r);
     }
 }
