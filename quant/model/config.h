@@ -96,10 +96,11 @@ typedef struct qd_model_config {
     float query_pre_attn_scalar; /* attention scale is its -1/2 power (Gemma); 0 = head_dim */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */
     float final_softcap;       /* Gemma 2 final logit soft-cap; 0 = none */
-    /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE): every layer's MLP is a
-     * router (softmax over n_experts, the top_k taken) and n_experts SwiGLU experts of width
-     * moe_intermediate, plus (Qwen2-MoE) a shared expert of width shared_intermediate scaled
-     * by sigmoid(shared_expert_gate). */
+    /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE, QD_LAYOUT_DEEPSEEK): every
+     * layer's MLP (DeepSeek: from layer first_dense on) is a router (moe_scoring over
+     * n_experts, the top_k taken) and n_experts SwiGLU experts of width moe_intermediate,
+     * plus a shared expert of width shared_intermediate (Qwen2-MoE: scaled by
+     * sigmoid(shared_expert_gate); DeepSeek: n_shared_experts of them as one, ungated). */
     int64_t n_experts;         /* 0: a dense MLP */
     int64_t top_k;
     int64_t moe_intermediate;

@@ -1,14 +1,14 @@
-/* The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3), as transformers
- * computes it: router logits = xn R^T; p = softmax(logits) in float32; the top_k experts of
- * each token, their weights renormalised to sum to 1 where the family does (Mixtral always,
- * Qwen with norm_topk_prob); each expert e runs its SwiGLU on the tokens routed to it and
- * adds weight * output into those tokens' rows, experts in index order; Qwen2-MoE adds the
- * shared expert's output scaled by sigmoid(xn . shared_expert_gate), DeepSeek its shared
- * experts' output unscaled; DeepSeek-V2's group_limited_greedy chooses within the
- * topk_group groups of highest best score. DeepSeek-V3 routes by sigmoid(logits) instead: the choice adds
- * e_score_correction_bias and keeps only the topk_group groups whose two best biased scores
- * sum highest; the weights are the unbiased scores, renormalised (+ 1e-20) with
- * norm_topk_prob, times routed_scaling_factor.
+/* The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), as
+ * transformers computes it: router logits = xn R^T in float; the scores p = softmax(logits)
+ * in float32 (DeepSeek-V3: sigmoid(logits)); the top_k experts of each token by a choice
+ * score — p itself, except that DeepSeek-V3 adds e_score_correction_bias, and DeepSeek's
+ * grouped routings first keep only the topk_group best of n_group groups (V3: a group
+ * scores the sum of its two best biased scores; V2 group_limited_greedy: its best); the
+ * weights are the chosen p, renormalised where the family does (Mixtral always, Qwen and
+ * V3 with norm_topk_prob), times routed_scaling_factor (DeepSeek); each expert e runs its
+ * SwiGLU on the tokens routed to it and adds weight * output into those tokens' rows,
+ * experts in index order; Qwen2-MoE adds the shared expert's output scaled by
+ * sigmoid(xn . shared_expert_gate), DeepSeek its shared experts' output unscaled.
  *
  * Routing is decided on the host (rows x n_experts floats); the experts' GEMMs run on the
  * backend on gathered rows. With input hooks and qd_model_set_moe_calibrate_all, every
