@@ -144,10 +144,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t widest = inter > h ? inter : h;
     uint64_t scratch = (uint64_t)4096 * widest * 4 * 8;            /* one forward batch */
     if (cfg.kv_lora_rank > 0) {
-        /* Latent attention assembles the heads, padded to one width, on the host (7 copies)
-         * and in backend scratch (4): model_mla.c. */
+        /* Latent attention assembles the heads, padded to one width, on the host (6 copies)
+         * and in backend scratch (7): model_mla.c. */
         uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
-        scratch += (uint64_t)4096 * (uint64_t)cfg.n_heads * (qk > v ? qk : v) * 4 * 11;
+        scratch += (uint64_t)4096 * (uint64_t)cfg.n_heads * (qk > v ? qk : v) * 4 * 13;
     }
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
     if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
