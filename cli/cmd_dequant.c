@@ -61,6 +61,7 @@ int cmd_dequant(int argc, char **argv)
     }
     if ((rc = st_writer_init(&w))) qd_err_set(&err, rc, "out of memory");
     const int nl = qd_model_n_linears(m);
+    int written = 0;
     for (int b = 0; !rc && b < (int)qd_model_cfg(m)->n_layers; b++) {
         qd_block_weights *bw = NULL;
         if ((rc = qd_block_load(m, b, &bw, &err))) break;
@@ -68,12 +69,14 @@ int cmd_dequant(int argc, char **argv)
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
         for (int li = 0; !rc && li < nl; li++) {
             const qd_linear_info *L = qd_model_linear(m, li);
+            if (!qd_model_block_has_linear(m, b, li)) continue;   /* DeepSeek: dense or MoE layer */
             float *host = malloc((size_t)(L->n * L->k) * sizeof *host);
             if (!host) { rc = qd_err_set(&err, QD_ENOMEM, "out of memory"); break; }
             rc = qd_block_linear_get(m, bw, li, host, NULL, &err);
             snprintf(name, sizeof name, "%s%s.weight", prefix, L->name);
             int64_t shape[2] = {L->n, L->k};
             if (!rc) rc = st_writer_add_copy(w, name, QD_DTYPE_F32, 2, shape, host, &err);
+            if (!rc) written++;
             free(host);
         }
         qd_block_free(m, bw);
@@ -86,6 +89,6 @@ int cmd_dequant(int argc, char **argv)
         fprintf(stderr, "quantctl dequant: %s\n", err.msg);
         return QCTL_FAIL;
     }
-    printf("{\"out\":\"%s\",\"linears\":%d}\n", out, nl);
+    printf("{\"out\":\"%s\",\"linears\":%d}\n", out, written);
     return QCTL_OK;
 }

@@ -10,6 +10,9 @@ int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *
     const qd_input_group *G = qd_model_group(m, g);
     const qd_model_config *c = &m->cfg;
     if (!G) return qd_err_set(err, QD_EINVAL, "fold: group %d is outside [0, %d)", g, m->n_grp);
+    if (!qd_model_block_has_linear(m, bw->block, G->linears[0]))
+        return qd_err_set(err, QD_EINVAL, "fold: block %d has no %s (a %s layer)", bw->block, G->name,
+                          qd_model_block_is_moe(m, bw->block) ? "MoE" : "dense");
     if (G->prev_kind == QD_PREV_NONE)
         return qd_err_set(err, QD_EUNSUPPORTED, "fold: %s has no operator before it to fold into", G->name);
     int64_t K = G->k, rep = 1;

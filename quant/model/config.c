@@ -23,6 +23,8 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"MixtralForCausalLM", QD_ARCH_LLAMA},
     {"Qwen2MoeForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3MoeForCausalLM", QD_ARCH_LLAMA},
+    {"DeepseekV2ForCausalLM", QD_ARCH_LLAMA},
+    {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -109,7 +111,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }
@@ -124,6 +126,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.eos_id = (int)eos;
     c.n_kv_heads = 0;
     c.rope_theta = 10000.0f;
+    c.routed_scale = 1.0f;
     c.pos_offset = 0;
     c.do_layer_norm_before = 1;
 

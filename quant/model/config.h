@@ -52,7 +52,17 @@ typedef enum qd_block_layout {
     QD_LAYOUT_PHI3,        /* fused qkv_proj and gate_up_proj */
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
+    QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
 } qd_block_layout;
+
+/* How a MoE router turns its logits into the experts' weights. */
+typedef enum qd_moe_scoring {
+    QD_MOE_SOFTMAX = 0,    /* softmax, the top_k largest (Mixtral, Qwen-MoE, DeepSeek-V2 "greedy") */
+    QD_MOE_SOFTMAX_GROUPED,/* DeepSeek-V2 "group_limited_greedy": softmax, the choice among the topk_group
+                            * best of n_group groups (a group scores its largest) */
+    QD_MOE_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid; the choice adds e_score_correction_bias and keeps the
+                            * topk_group best of n_group groups (a group scores the sum of its top 2) */
+} qd_moe_scoring;
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
@@ -86,15 +96,26 @@ typedef struct qd_model_config {
     float query_pre_attn_scalar; /* attention scale is its -1/2 power (Gemma); 0 = head_dim */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */
     float final_softcap;       /* Gemma 2 final logit soft-cap; 0 = none */
-    /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE): every layer's MLP is a
-     * router (softmax over n_experts, the top_k taken) and n_experts SwiGLU experts of width
-     * moe_intermediate, plus (Qwen2-MoE) a shared expert of width shared_intermediate scaled
-     * by sigmoid(shared_expert_gate). */
+    /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE, QD_LAYOUT_DEEPSEEK): every
+     * layer's MLP (DeepSeek: from layer first_dense on) is a router (moe_scoring over
+     * n_experts, the top_k taken) and n_experts SwiGLU experts of width moe_intermediate,
+     * plus a shared expert of width shared_intermediate (Qwen2-MoE: scaled by
+     * sigmoid(shared_expert_gate); DeepSeek: n_shared_experts of them as one, ungated). */
     int64_t n_experts;         /* 0: a dense MLP */
     int64_t top_k;
     int64_t moe_intermediate;
     int norm_topk_prob;        /* renormalise the top-k weights to sum to 1 (Mixtral always) */
     int64_t shared_intermediate; /* 0: no shared expert */
+    qd_moe_scoring moe_scoring;
+    int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
+    float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
+    int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
+    /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
+     * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
+    int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
+    int64_t kv_lora_rank;
+    int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default) */
     int tie_word_embeddings;
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */

@@ -15,7 +15,7 @@
 
 typedef enum fam_kind {
     FAM_LLAMA = 0, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA2, FAM_GEMMA3, FAM_PHI3,
-    FAM_MIXTRAL, FAM_QWEN2_MOE, FAM_QWEN3_MOE,
+    FAM_MIXTRAL, FAM_QWEN2_MOE, FAM_QWEN3_MOE, FAM_DEEPSEEK_V2, FAM_DEEPSEEK_V3,
 } fam_kind;
 
 static fam_kind kind_of(const char *arch)
@@ -24,7 +24,8 @@ static fam_kind kind_of(const char *arch)
         {"MistralForCausalLM", FAM_MISTRAL}, {"Qwen2ForCausalLM", FAM_QWEN2}, {"Qwen3ForCausalLM", FAM_QWEN3},
         {"Gemma2ForCausalLM", FAM_GEMMA2},   {"Gemma3ForCausalLM", FAM_GEMMA3}, {"Phi3ForCausalLM", FAM_PHI3},
         {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
-        {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE},
+        {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
+        {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].arch, arch)) return t[i].kind;
@@ -166,6 +167,121 @@ static int parse_moe(const cJSON *root, const char *what, fam_kind k, qd_model_c
     return 0;
 }
 
+/* A string key that, when present, must be `want` (a variant this forward does not compute
+ * is refused by name). */
+static int require_str(const cJSON *root, const char *key, const char *want, const char *what, qd_err *err)
+{
+    char v[32] = "";
+    int rc = qd_cfg_get_str(root, key, v, sizeof v, what, err);
+    if (!rc && v[0] && strcmp(v, want))
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: %s \"%s\" is not supported (%s)", what, key, v, want);
+    return rc;
+}
+
+/* DeepSeek-V2 and V3 (the defaults of DeepseekV2Config, DeepseekV3Config): multi-head
+ * latent attention, dense MLP layers [0, first_k_dense_replace), then MoE layers of
+ * n_routed_experts routed experts and n_shared_experts shared ones (one SwiGLU
+ * n_shared_experts * moe_intermediate_size wide, ungated). V3 routes by sigmoid scores with
+ * the grouped, bias-corrected choice; V2 by softmax, greedy or group_limited_greedy, never
+ * renormalised (transformers' DeepseekV2 router ignores norm_topk_prob, which the original
+ * code applied: true is refused rather than read one way). V2's RoPE is always the
+ * interleaved one (its complex rotation of pairs). */
+static int parse_deepseek(const cJSON *root, const char *what, int v3, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    int64_t n_shared = v3 ? 1 : 2, freq = 1;
+    if (c->qkv_bias || c->mlp_bias)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: attention_bias or mlp_bias true is not supported for %s", what,
+                          c->architecture);
+    /* Keys and values come out of kv_b_proj with a head per query head; transformers'
+     * repeat_kv would break with fewer. */
+    if (c->n_kv_heads && c->n_kv_heads != c->n_heads)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_key_value_heads %lld differs from num_attention_heads %lld; "
+                          "multi-head latent attention has one key and value per head", what, (long long)c->n_kv_heads,
+                          (long long)c->n_heads);
+    c->layout = QD_LAYOUT_DEEPSEEK;
+    c->q_lora_rank = 1536; c->kv_lora_rank = 512; c->qk_nope_dim = 128; c->qk_rope_dim = 64; c->v_head_dim = 128;
+    c->rope_interleave = 1;
+    if (v3) {
+        c->moe_scoring = QD_MOE_SIGMOID_GROUPED;
+        c->n_experts = 256; c->top_k = 8; c->moe_intermediate = 2048; c->norm_topk_prob = 1;
+        c->n_group = 8; c->topk_group = 4; c->routed_scale = 2.5f; c->first_dense = 3;
+    } else {
+        c->moe_scoring = QD_MOE_SOFTMAX;
+        c->n_experts = 64; c->top_k = 0; c->moe_intermediate = 1407; c->norm_topk_prob = 0;
+        c->n_group = 0; c->topk_group = 0; c->routed_scale = 1.0f; c->first_dense = 0;
+    }
+    char method[32] = "";
+    if ((rc = qd_cfg_get_int(root, "n_routed_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_experts_per_tok", &c->top_k, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_intermediate_size", &c->moe_intermediate, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "norm_topk_prob", &c->norm_topk_prob, what, err)) ||
+        (rc = qd_cfg_get_int(root, "n_group", &c->n_group, what, err)) ||
+        (rc = qd_cfg_get_int(root, "topk_group", &c->topk_group, what, err)) ||
+        (rc = qd_cfg_get_float(root, "routed_scaling_factor", &c->routed_scale, what, err)) ||
+        (rc = qd_cfg_get_int(root, "first_k_dense_replace", &c->first_dense, what, err)) ||
+        (rc = qd_cfg_get_int(root, "n_shared_experts", &n_shared, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_layer_freq", &freq, what, err)) ||
+        (rc = qd_cfg_get_int(root, "kv_lora_rank", &c->kv_lora_rank, what, err)) ||
+        (rc = qd_cfg_get_int(root, "qk_nope_head_dim", &c->qk_nope_dim, what, err)) ||
+        (rc = qd_cfg_get_int(root, "qk_rope_head_dim", &c->qk_rope_dim, what, err)) ||
+        (rc = qd_cfg_get_int(root, "v_head_dim", &c->v_head_dim, what, err)) ||
+        (rc = qd_cfg_get_str(root, "topk_method", method, sizeof method, what, err)) ||
+        (rc = require_str(root, "scoring_func", v3 ? "sigmoid" : "softmax", what, err)))
+        return rc;
+    if (v3) {
+        if ((rc = qd_cfg_get_bool(root, "rope_interleave", &c->rope_interleave, what, err))) return rc;
+        if (method[0] && strcmp(method, "noaux_tc"))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: topk_method \"%s\" is not supported for %s (noaux_tc)", what, method,
+                              c->architecture);
+    } else {
+        if (!method[0] || !strcmp(method, "greedy")) c->moe_scoring = QD_MOE_SOFTMAX;
+        else if (!strcmp(method, "group_limited_greedy")) c->moe_scoring = QD_MOE_SOFTMAX_GROUPED;
+        else
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: topk_method \"%s\" is not supported for %s (greedy, "
+                              "group_limited_greedy)", what, method, c->architecture);
+        if (c->norm_topk_prob)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: norm_topk_prob true is not supported for %s (transformers "
+                              "ignores it, the original code renormalises)", what, c->architecture);
+    }
+    /* q_lora_rank null: one q_proj (DeepSeek-V2-Lite's shape). */
+    const cJSON *ql = cJSON_GetObjectItemCaseSensitive(root, "q_lora_rank");
+    if (ql && cJSON_IsNull(ql)) c->q_lora_rank = 0;
+    else if ((rc = qd_cfg_get_int(root, "q_lora_rank", &c->q_lora_rank, what, err))) return rc;
+    /* transformers' DeepSeek models ignore moe_layer_freq (every layer past the dense ones is
+     * sparse); the original code skips layers when it is not 1, so only 1 means one thing. */
+    if (freq != 1)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: moe_layer_freq %lld (dense layers between sparse ones) is not supported",
+                          what, (long long)freq);
+    if (c->n_experts < 1 || c->n_experts > QD_MAX_EXPERTS || c->top_k < 1 || c->top_k > c->n_experts ||
+        c->moe_intermediate <= 0 || n_shared < 0 || c->first_dense < 0)
+        return qd_err_set(err, QD_EFORMAT, "%s: %lld experts (1 to %d), num_experts_per_tok %lld (1 to the experts), "
+                          "moe_intermediate_size, n_shared_experts and first_k_dense_replace must be in range", what,
+                          (long long)c->n_experts, QD_MAX_EXPERTS, (long long)c->top_k);
+    /* Groups: the kept groups must hold top_k experts; V3 scores a group by the sum of its
+     * 2 best experts, so each needs 2. */
+    int64_t min_per = c->moe_scoring == QD_MOE_SIGMOID_GROUPED ? 2 : 1;
+    if (c->moe_scoring != QD_MOE_SOFTMAX &&
+        (c->n_group < 1 || c->n_experts % c->n_group || c->n_experts / c->n_group < min_per || c->topk_group < 1 ||
+         c->topk_group > c->n_group || c->top_k > c->topk_group * (c->n_experts / c->n_group)))
+        return qd_err_set(err, QD_EFORMAT, "%s: n_group %lld must divide n_routed_experts %lld into groups of %lld or more, "
+                          "and topk_group %lld (1 to n_group) groups must hold num_experts_per_tok %lld experts", what,
+                          (long long)c->n_group, (long long)c->n_experts, (long long)min_per, (long long)c->topk_group,
+                          (long long)c->top_k);
+    if (!(c->routed_scale > 0 && isfinite(c->routed_scale)))
+        return qd_err_set(err, QD_EFORMAT, "%s: routed_scaling_factor must be positive", what);
+    c->shared_intermediate = n_shared * c->moe_intermediate;
+    if (c->q_lora_rank < 0 || c->kv_lora_rank <= 0 || c->qk_nope_dim < 0 || c->qk_rope_dim <= 0 || (c->qk_rope_dim & 1) ||
+        c->v_head_dim <= 0)
+        return qd_err_set(err, QD_EFORMAT, "%s: q_lora_rank, kv_lora_rank, qk_nope_head_dim, qk_rope_head_dim (even) and "
+                          "v_head_dim must be positive", what);
+    /* Keys and values have a head per query head; RoPE turns the rope dims (the config
+     * classes set head_dim to qk_rope_head_dim whatever config.json says). */
+    c->head_dim = c->qk_rope_dim;
+    c->n_kv_heads = c->n_heads;
+    return 0;
+}
+
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     fam_kind k = kind_of(c->architecture);
@@ -182,6 +298,8 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if (k == FAM_QWEN3 || k == FAM_QWEN3_MOE) { c->qkv_bias = 0; c->o_bias = 0; c->qk_norm = 1; }
     if (k == FAM_QWEN2_MOE) { c->o_bias = 0; c->mlp_bias = 0; }
     if ((k == FAM_MIXTRAL || k == FAM_QWEN2_MOE || k == FAM_QWEN3_MOE) && (rc = parse_moe(root, what, k, c, err))) return rc;
+    if ((k == FAM_DEEPSEEK_V2 || k == FAM_DEEPSEEK_V3) && (rc = parse_deepseek(root, what, k == FAM_DEEPSEEK_V3, c, err)))
+        return rc;
     if (k == FAM_PHI3) {
         c->layout = QD_LAYOUT_PHI3;
         c->qkv_bias = c->o_bias = c->mlp_bias = 0;

@@ -23,11 +23,13 @@
 #include "quant/core/safetensors.h"
 #include "quant/model/config.h"
 
-/* A block's linears and input groups: 4 attention projections and 3 per expert (up to
- * QD_MAX_EXPERTS, plus a shared expert); 2 groups for attention and 2 per expert. */
-#define QD_MAX_LINEARS (4 + 3 * (QD_MAX_EXPERTS + 1))
+/* A block's linears and input groups: up to 5 attention projections (DeepSeek's latent
+ * attention), a dense MLP's 3 (DeepSeek's dense layers), and 3 per expert (up to
+ * QD_MAX_EXPERTS, plus a shared expert); up to 4 groups for attention, 2 for the dense MLP
+ * and 2 per expert. */
+#define QD_MAX_LINEARS (8 + 3 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_GROUP_LINEARS 4
-#define QD_MAX_GROUPS (2 + 2 * (QD_MAX_EXPERTS + 1))
+#define QD_MAX_GROUPS (6 + 2 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_NORMS 4
 
 typedef struct qd_model qd_model;
@@ -46,6 +48,7 @@ typedef struct qd_linear_info {
     int has_bias;
     int group;              /* index of its input group */
     int expert;             /* MoE: the expert it belongs to, QD_SHARED_EXPERT, or -1 */
+    int dense_mlp;          /* the dense MLP of a model whose other layers are MoE (DeepSeek) */
 } qd_linear_info;
 
 #define QD_SHARED_EXPERT (-2)
@@ -84,8 +87,12 @@ const char *qd_model_arch_name(const qd_model *m);
 /* Full tensor name prefix of block i, e.g. "model.layers.3." (static per model). */
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
 
-/* Block structure (the same for every block). */
+/* Block structure: the same list of linears for every block, of which a block holds all
+ * but where DeepSeek mixes dense and MoE layers: a dense layer (block < first_k_dense_replace)
+ * holds the dense_mlp linears and no experts, a MoE layer the experts and no dense_mlp. */
 int qd_model_n_linears(const qd_model *m);
+int qd_model_block_is_moe(const qd_model *m, int block);
+int qd_model_block_has_linear(const qd_model *m, int block, int li);
 const qd_linear_info *qd_model_linear(const qd_model *m, int i);
 /* Index of the linear with this relative name, or -1. */
 int qd_model_linear_find(const qd_model *m, const char *name);

@@ -179,6 +179,82 @@ static const qd_arch arch_qwen_moe = {
     .shared_gate = "mlp.shared_expert_gate",
 };
 
+/* DeepSeek-V2 and V3: multi-head latent attention (model_mla.c) — the query through a low-rank
+ * q_a_proj, its RMSNorm and q_b_proj (or one q_proj when q_lora_rank is null), keys and
+ * values through kv_a_proj_with_mqa, kv_a_layernorm on its latent part and kv_b_proj — then
+ * a dense SwiGLU in the first first_k_dense_replace layers and routed plus shared experts
+ * in the others (model_load.c generates the experts after the dense MLP's linears; a
+ * block holds one or the other, qd_model_block_has_linear). The latent norms sit between
+ * linears; their inputs are not folded (QD_PREV_NONE), nor o_proj's, whose input mixes
+ * kv_b_proj's per-head value rows through attention. */
+#define DEEPSEEK_COMMON                                                                        \
+    .family = QD_ARCH_LLAMA,                                                                   \
+    .block_fmt = "model.layers.%d.",                                                          \
+    .mla = 1,                                                                                  \
+    .norms = {"input_layernorm", "post_attention_layernorm"},                                  \
+    .embed = "model.embed_tokens.weight",                                                      \
+    .final_norm = "model.norm",                                                                \
+    .lm_head = "lm_head.weight",                                                               \
+    .router = "mlp.gate",                                                                      \
+    .router_bias = "mlp.gate.e_score_correction_bias", /* V3's sigmoid routing only */          \
+    .expert_fmt = "mlp.experts.%d.",                                                           \
+    .expert_lin = {"gate_proj", "up_proj", "down_proj"},                                       \
+    .shared_prefix = "mlp.shared_experts."
+
+static const qd_arch arch_deepseek_qlora = {
+    .name = "deepseek",
+    DEEPSEEK_COMMON,
+    .lin_o = 4,
+    .lin_mlp0 = 5,
+    .n_linears = 8,
+    .linears = {
+        {"self_attn.q_a_proj", 0, QD_DIM_QLORA, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.q_b_proj", 1, QD_DIM_QHEADS, QD_DIM_QLORA, QD_BIAS_QKV},
+        {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.kv_b_proj", 2, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},
+        {"self_attn.o_proj", 3, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},
+        {"mlp.gate_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.up_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 6,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"q_latent", QD_PREV_NONE, NULL},
+        {"kv_latent", QD_PREV_NONE, NULL},
+        {"attn_out", QD_PREV_NONE, NULL},
+        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+    },
+    .mla_norms = {"self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"},
+};
+
+static const qd_arch arch_deepseek_q = {
+    .name = "deepseek",
+    DEEPSEEK_COMMON,
+    .lin_o = 3,
+    .lin_mlp0 = 4,
+    .n_linears = 7,
+    .linears = {
+        {"self_attn.q_proj", 0, QD_DIM_QHEADS, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.kv_b_proj", 1, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},
+        {"self_attn.o_proj", 2, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},
+        {"mlp.gate_proj", 3, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.up_proj", 3, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 4, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 5,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"kv_latent", QD_PREV_NONE, NULL},
+        {"attn_out", QD_PREV_NONE, NULL},
+        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+    },
+    .mla_norms = {NULL, "self_attn.kv_a_layernorm"},
+};
+
 const qd_arch *qd_arch_for(const qd_model_config *c)
 {
     switch (c->family) {
@@ -188,6 +264,7 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
         case QD_LAYOUT_PHI3: return &arch_phi3;
         case QD_LAYOUT_MIXTRAL: return &arch_mixtral;
         case QD_LAYOUT_QWEN_MOE: return &arch_qwen_moe;
+        case QD_LAYOUT_DEEPSEEK: return c->q_lora_rank > 0 ? &arch_deepseek_qlora : &arch_deepseek_q;
         default: return &arch_llama;
         }
     case QD_ARCH_OPT: return &arch_opt;

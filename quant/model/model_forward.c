@@ -1,7 +1,7 @@
 /* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
  * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
- * RoPE, GQA attention with optional window and soft-cap, SwiGLU or GeGLU, Phi-3's fused
- * projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
+ * RoPE, GQA attention with optional window and soft-cap (DeepSeek's latent attention in
+ * model_mla.c), SwiGLU or GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
  * final norm + lm_head (+ Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
@@ -277,8 +277,9 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
         if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-        if ((rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err)))
-            return rc;
+        rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
+                          : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
+        if (rc) return rc;
         if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
         BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
         if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
@@ -287,7 +288,8 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
 
     const float *min = y;
     if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
-    rc = c->n_experts > 0 ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err) : mlp(m, bw, min, tmp, rows, hooks, err);
+    rc = qd_model_block_is_moe(m, bw->block) ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err)
+                                             : mlp(m, bw, min, tmp, rows, hooks, err);
     if (rc) return rc;
     if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));

@@ -14,6 +14,13 @@ typedef enum qd_dim {
     QD_DIM_FF,           /* intermediate_size */
     QD_DIM_QKV,          /* Q + 2 KV: a fused qkv_proj (Phi-3) */
     QD_DIM_FF2,          /* 2 FF: a fused gate_up_proj (Phi-3) */
+    /* Multi-head latent attention (DeepSeek) */
+    QD_DIM_QLORA,        /* q_lora_rank */
+    QD_DIM_QHEADS,       /* n_heads * (qk_nope + qk_rope) */
+    QD_DIM_KVA,          /* kv_lora_rank + qk_rope: kv_a_proj_with_mqa's rows */
+    QD_DIM_KVLORA,       /* kv_lora_rank */
+    QD_DIM_KVB,          /* n_heads * (qk_nope + v_head_dim): kv_b_proj's rows */
+    QD_DIM_VO,           /* n_heads * v_head_dim: o_proj's input */
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
@@ -35,12 +42,13 @@ typedef struct qd_arch_group {
 } qd_arch_group;
 
 /* Linear roles the forward code relies on. Separate projections list q, k, v, o, then the
- * MLP; fused ones (fused_qkv) list qkv, o, then the MLP. */
+ * MLP; fused ones (fused_qkv) list qkv, o, then the MLP. Latent attention (mla) lists
+ * q_a_proj, q_b_proj (or q_proj alone), kv_a_proj_with_mqa, kv_b_proj, o_proj. */
 enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
 /* The architecture table's own capacity (experts are generated from a template). */
 #define QD_ARCH_MAX_LINEARS 8
-#define QD_ARCH_MAX_GROUPS 4
+#define QD_ARCH_MAX_GROUPS 6
 
 typedef struct qd_arch {
     const char *name;          /* "llama", "opt" */
@@ -53,6 +61,8 @@ typedef struct qd_arch {
     int fused_qkv;             /* linear 0 is [q; k; v] (rows Q, KV, KV) */
     int fused_gate_up;         /* the first MLP linear is [gate; up] (rows FF, FF) */
     int lin_o, lin_mlp0;       /* indices of o_proj and of the first MLP linear */
+    int mla;                   /* multi-head latent attention (model_mla.c), q LoRA when q_lora_rank > 0 */
+    const char *mla_norms[2];  /* its q_a_layernorm and kv_a_layernorm (NULL where absent) */
     const char *norms[QD_MAX_NORMS];   /* see qd_model_norm_name; NULL where absent */
     int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
     const char *embed;         /* token embedding [vocab, proj_dim] */
@@ -67,14 +77,16 @@ typedef struct qd_arch {
     const char *expert_fmt;    /* "block_sparse_moe.experts.%d." */
     const char *expert_lin[3]; /* gate, up, down: "w1", "w3", "w2" */
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
-    const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float */
+    const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
+    const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
-       QD_SCRATCH_MOE_R, QD_SCRATCH_COUNT };
+       QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
+       QD_SCRATCH_MLA_VP, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -89,6 +101,7 @@ struct qd_model {
     char (*lin_names)[96];     /* generated linear names (MoE experts); owned */
     char (*grp_names)[32];     /* generated group names; owned */
     int moe_calibrate_all;     /* see qd_model_set_moe_calibrate_all */
+    int lin_exp0, grp_exp0;    /* MoE: the first expert's first linear and input group */
     const st_tensor *t_embed, *t_pos, *t_lm_head;
     float *final_w, *final_b;  /* backend [hidden]; NULL without a final norm */
     float *proj_in, *proj_out; /* backend; NULL unless proj_dim != hidden */
@@ -115,6 +128,10 @@ int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t 
                        int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err);
 int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
                       const qd_block_hooks *hooks, qd_err *err);
+/* Multi-head latent attention (model_mla.c): xn [batch*seq, hidden] → out, the o_proj
+ * output; pos_be the tokens' positions, rf this forward's RoPE. */
+int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
+                   const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

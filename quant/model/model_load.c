@@ -38,6 +38,12 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_FF: return m->cfg.intermediate;
     case QD_DIM_QKV: return (m->cfg.n_heads + 2 * m->cfg.n_kv_heads) * m->cfg.head_dim;
     case QD_DIM_FF2: return 2 * m->cfg.intermediate;
+    case QD_DIM_QLORA: return m->cfg.q_lora_rank;
+    case QD_DIM_QHEADS: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.qk_rope_dim);
+    case QD_DIM_KVA: return m->cfg.kv_lora_rank + m->cfg.qk_rope_dim;
+    case QD_DIM_KVLORA: return m->cfg.kv_lora_rank;
+    case QD_DIM_KVB: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.v_head_dim);
+    case QD_DIM_VO: return m->cfg.n_heads * m->cfg.v_head_dim;
     }
     return 0;
 }
@@ -232,9 +238,13 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
     snprintf(name + n, sizeof name - n, "%s.weight", m->arch->router);
     int64_t rs[2] = {m->cfg.n_experts, m->cfg.hidden}, gs[2] = {1, m->cfg.hidden};
     int rc = qd_model_load_f32(m, name, 2, rs, &bw->router_w, err);
-    if (!rc && m->cfg.shared_intermediate > 0) {
+    if (!rc && m->cfg.shared_intermediate > 0 && m->arch->shared_gate) {
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
         rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
+    }
+    if (!rc && m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED) {
+        snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias);
+        rc = qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
     }
     return rc;
 }
@@ -246,7 +256,8 @@ uint64_t qd_block_bytes(const qd_model *m)
     for (int i = 0; i < QD_MAX_NORMS; i++)
         if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
     if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
-    n += (uint64_t)m->cfg.n_experts * m->cfg.hidden + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
+    n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
+    n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
     return n * sizeof(float);
 }
 
@@ -258,6 +269,8 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->qk_norm_w[i]);
     qd_backend_free(m->be, bw->router_w);
     qd_backend_free(m->be, bw->shared_gate_w);
+    qd_backend_free(m->be, bw->router_bias);
+    for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
     free(bw);
 }
 
@@ -269,7 +282,8 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     if (!bw) return qd_err_set(err, QD_ENOMEM, "block %d: out of memory", block);
     bw->block = block;
     int rc = 0;
-    for (int i = 0; i < m->n_lin && !rc; i++) rc = load_linear(m, block, i, &bw->w[i], &bw->b[i], err);
+    for (int i = 0; i < m->n_lin && !rc; i++)
+        if (qd_model_block_has_linear(m, block, i)) rc = load_linear(m, block, i, &bw->w[i], &bw->b[i], err);
     for (int i = 0; i < QD_MAX_NORMS && !rc; i++) {
         if (!m->arch->norms[i]) continue;
         char name[512];
@@ -288,7 +302,14 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
         rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
-    if (!rc && m->cfg.n_experts > 0) rc = load_router(m, block, bw, err);
+    for (int i = 0; i < 2 && !rc; i++) {
+        if (!m->arch->mla_norms[i]) continue;
+        char name[512];
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+        snprintf(name + n, sizeof name - n, "%s.weight", m->arch->mla_norms[i]);
+        rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
+    }
+    if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;
@@ -359,6 +380,7 @@ static int validate_blocks(qd_model *m, qd_err *err)
             int64_t shape[2] = {L->n, L->k};
             const st_tensor *t;
             int rc;
+            if (!qd_model_block_has_linear(m, b, i)) continue;
             snprintf(name + n, sizeof name - n, "%s.weight", L->name);
             if (qd_model_tfind(m, name)) {
                 if ((rc = find_float(m, name, 2, shape, &t, err))) return rc;
@@ -376,14 +398,27 @@ static int validate_blocks(qd_model *m, qd_err *err)
                 if ((rc = find_float(m, name, 1, &L->n, &t, err))) return rc;
             }
         }
-        if (m->cfg.n_experts > 0) {
+        if (qd_model_block_is_moe(m, b)) {
             const st_tensor *t;
             int64_t rs[2] = {m->cfg.n_experts, m->cfg.hidden}, gs[2] = {1, m->cfg.hidden};
             int rc;
             snprintf(name + n, sizeof name - n, "%s.weight", m->arch->router);
             if ((rc = find_float(m, name, 2, rs, &t, err))) return rc;
             snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate ? m->arch->shared_gate : "");
-            if (m->cfg.shared_intermediate > 0 && (rc = find_float(m, name, 2, gs, &t, err))) return rc;
+            if (m->cfg.shared_intermediate > 0 && m->arch->shared_gate && (rc = find_float(m, name, 2, gs, &t, err)))
+                return rc;
+            snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias ? m->arch->router_bias : "");
+            if (m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED &&
+                (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
+                return rc;
+        }
+        for (int i = 0; i < 2; i++) {
+            const st_tensor *t;
+            int64_t len = i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank;
+            int rc;
+            if (!m->arch->mla_norms[i]) continue;
+            snprintf(name + n, sizeof name - n, "%s.weight", m->arch->mla_norms[i]);
+            if ((rc = find_float(m, name, 1, &len, &t, err))) return rc;
         }
         for (int i = 0; i < QD_MAX_NORMS; i++) {
             const st_tensor *t;
@@ -419,6 +454,7 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         L->has_bias = 0;
         L->group = g0 + (j == 2);
         L->expert = expert;
+        L->dense_mlp = 0;
     }
     for (int j = 0; j < 2; j++) {
         qd_input_group *G = &m->grp[g0 + j];
@@ -466,6 +502,8 @@ static void describe_block(qd_model *m)
         L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias : c->mlp_bias;
         L->group = al->group;
         L->expert = -1;
+        /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
+        L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0;
     }
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
@@ -497,6 +535,8 @@ static void describe_block(qd_model *m)
             G->prev_row0 = m->lin[G->prev_index].n - G->prev_rows;
         }
     }
+    m->lin_exp0 = m->n_lin;
+    m->grp_exp0 = m->n_grp;
     if (c->n_experts > 0) describe_moe(m);
 }
 
@@ -631,6 +671,14 @@ const char *qd_model_arch_name(const qd_model *m) { return m->arch->name; }
 int qd_model_n_linears(const qd_model *m) { return m->n_lin; }
 const qd_linear_info *qd_model_linear(const qd_model *m, int i) { return i >= 0 && i < m->n_lin ? &m->lin[i] : NULL; }
 int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
+int qd_model_block_is_moe(const qd_model *m, int block) { return m->cfg.n_experts > 0 && block >= m->cfg.first_dense; }
+int qd_model_block_has_linear(const qd_model *m, int block, int li)
+{
+    if (li < 0 || li >= m->n_lin) return 0;
+    if (m->lin[li].expert != -1) return qd_model_block_is_moe(m, block);
+    if (m->lin[li].dense_mlp) return !qd_model_block_is_moe(m, block);
+    return 1;
+}
 const qd_input_group *qd_model_group(const qd_model *m, int g) { return g >= 0 && g < m->n_grp ? &m->grp[g] : NULL; }
 const char *qd_model_norm_name(const qd_model *m, int i) { return i >= 0 && i < QD_MAX_NORMS ? m->arch->norms[i] : NULL; }
 int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm; }

@@ -1,9 +1,14 @@
-/* The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE), as transformers computes it:
- * router logits = xn R^T; p = softmax(logits) in float32; the top_k experts of each token,
- * their weights renormalised to sum to 1 where the family does (Mixtral always, Qwen with
- * norm_topk_prob); each expert e runs its SwiGLU on the tokens routed to it and adds
- * weight * output into those tokens' rows, experts in index order; Qwen2-MoE adds the
- * shared expert's output scaled by sigmoid(xn . shared_expert_gate).
+/* The mixture-of-experts MLP (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V2/V3), as
+ * transformers computes it: router logits = xn R^T in float; the scores p = softmax(logits)
+ * in float32 (DeepSeek-V3: sigmoid(logits)); the top_k experts of each token by a choice
+ * score — p itself, except that DeepSeek-V3 adds e_score_correction_bias, and DeepSeek's
+ * grouped routings first keep only the topk_group best of n_group groups (V3: a group
+ * scores the sum of its two best biased scores; V2 group_limited_greedy: its best); the
+ * weights are the chosen p, renormalised where the family does (Mixtral always, Qwen and
+ * V3 with norm_topk_prob), times routed_scaling_factor (DeepSeek); each expert e runs its
+ * SwiGLU on the tokens routed to it and adds weight * output into those tokens' rows,
+ * experts in index order; Qwen2-MoE adds the shared expert's output scaled by
+ * sigmoid(xn . shared_expert_gate), DeepSeek its shared experts' output unscaled.
  *
  * Routing is decided on the host (rows x n_experts floats); the experts' GEMMs run on the
  * backend on gathered rows. With input hooks and qd_model_set_moe_calibrate_all, every
@@ -24,36 +29,82 @@ typedef struct moe_route {
     int64_t *count;    /* [n_experts] tokens routed to each */
 } moe_route;
 
-/* Softmax over the router logits (float32, as torch's softmax(dtype=float)), the top_k
- * largest (ties to the lower index), renormalised when asked. */
-static int route_rows(const float *lg, int64_t rows, int64_t E, int64_t K, int renorm, moe_route *r)
+/* DeepSeek's grouped choice: each group's score (V3: the sum of its two best choice scores;
+ * V2: its best), the topk_group best groups kept, every expert of the others masked out
+ * (-inf; V2 masks to 0, which chooses the same since its softmax scores are positive and
+ * the kept groups hold top_k experts, checked by the config). */
+static void mask_groups(const qd_model_config *c, float *choice)
 {
-    float *p = malloc((size_t)E * sizeof *p);
-    if (!p) return QD_ENOMEM;
+    int64_t G = c->n_group, per = c->n_experts / G;
+    int top2 = c->moe_scoring == QD_MOE_SIGMOID_GROUPED;
+    float gs[QD_MAX_EXPERTS];
+    unsigned char keep[QD_MAX_EXPERTS];
+    for (int64_t g = 0; g < G; g++) {
+        float a = -INFINITY, b = -INFINITY;   /* best, second best */
+        for (int64_t i = 0; i < per; i++) {
+            float v = choice[g * per + i];
+            if (v > a) { b = a; a = v; } else if (v > b) { b = v; }
+        }
+        gs[g] = top2 ? a + b : a;
+        keep[g] = 0;
+    }
+    for (int64_t j = 0; j < c->topk_group; j++) {
+        int64_t best = -1;
+        for (int64_t g = 0; g < G; g++)
+            if (!keep[g] && (best < 0 || gs[g] > gs[best])) best = g;
+        if (best >= 0) keep[best] = 1;
+    }
+    for (int64_t g = 0; g < G; g++)
+        for (int64_t i = 0; !keep[g] && i < per; i++) choice[g * per + i] = -INFINITY;
+}
+
+/* The router's weights per token: softmax over the logits (float32, as torch's
+ * softmax(dtype=float)) or DeepSeek-V3's sigmoid with the biased grouped choice; the
+ * top_k largest choice scores (ties to the lower index), renormalised when asked, times
+ * routed_scale. bias: e_score_correction_bias (host) or NULL. */
+static int route_rows(const qd_model_config *c, const float *lg, const float *bias, int64_t rows, moe_route *r)
+{
+    int64_t E = c->n_experts, K = c->top_k;
+    int sig = c->moe_scoring == QD_MOE_SIGMOID_GROUPED;
+    float *p = malloc((size_t)E * sizeof *p), *choice = malloc((size_t)E * sizeof *choice);
+    if (!p || !choice) { free(p); free(choice); return QD_ENOMEM; }
     memset(r->count, 0, (size_t)E * sizeof *r->count);
     for (int64_t t = 0; t < rows; t++) {
         const float *l = lg + t * E;
-        float mx = l[0], sum = 0.0f;
-        for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
-        for (int64_t e = 0; e < E; e++) { p[e] = expf(l[e] - mx); sum += p[e]; }
-        for (int64_t e = 0; e < E; e++) p[e] /= sum;
+        if (sig) {
+            for (int64_t e = 0; e < E; e++) {
+                p[e] = 1.0f / (1.0f + expf(-l[e]));
+                choice[e] = p[e] + (bias ? bias[e] : 0.0f);
+            }
+            mask_groups(c, choice);
+        } else {
+            float mx = l[0], sum = 0.0f;
+            for (int64_t e = 1; e < E; e++) mx = l[e] > mx ? l[e] : mx;
+            for (int64_t e = 0; e < E; e++) { p[e] = expf(l[e] - mx); sum += p[e]; }
+            for (int64_t e = 0; e < E; e++) choice[e] = p[e] /= sum;
+            if (c->moe_scoring == QD_MOE_SOFTMAX_GROUPED) mask_groups(c, choice);
+        }
         float tsum = 0.0f;
         for (int64_t j = 0; j < K; j++) {
             int64_t best = -1;
             for (int64_t e = 0; e < E; e++) {
                 int taken = 0;
                 for (int64_t i = 0; i < j && !taken; i++) taken = r->expert[t * K + i] == e;
-                if (!taken && (best < 0 || p[e] > p[best])) best = e;
+                if (!taken && (best < 0 || choice[e] > choice[best])) best = e;
             }
             r->expert[t * K + j] = (int32_t)best;
             r->weight[t * K + j] = p[best];
             tsum += p[best];
             r->count[best]++;
         }
-        if (renorm)
-            for (int64_t j = 0; j < K; j++) r->weight[t * K + j] /= tsum;
+        /* transformers' DeepSeek-V3 router divides by the sum + 1e-20; Mixtral and Qwen by the sum. */
+        if (c->norm_topk_prob)
+            for (int64_t j = 0; j < K; j++) r->weight[t * K + j] /= sig ? tsum + 1e-20f : tsum;
+        if (c->routed_scale != 1.0f)
+            for (int64_t j = 0; j < K; j++) r->weight[t * K + j] *= c->routed_scale;
     }
     free(p);
+    free(choice);
     return 0;
 }
 
@@ -82,6 +133,7 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     const qd_model_config *c = &m->cfg;
     const qd_arch *a = m->arch;
     int64_t E = c->n_experts, K = c->top_k, H = c->hidden;
+    float bias[QD_MAX_EXPERTS];
     int64_t ff = c->moe_intermediate > c->shared_intermediate ? c->moe_intermediate : c->shared_intermediate;
     int all = hooks && hooks->input && m->moe_calibrate_all;
     size_t hb = (size_t)(rows * H) * sizeof(float);
@@ -105,7 +157,9 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     /* Router: logits in float, decided on the host. */
     BE_TRY(m, err, "router", m->be->ops->gemm(m->be, 0, 1, rows, E, H, 1.0f, xn, H, bw->router_w, H, 0.0f, lg_be, E));
     BE_TRY(m, err, "router: download", qd_backend_download(m->be, lg, lg_be, (size_t)(rows * E) * sizeof(float)));
-    if (route_rows(lg, rows, E, K, c->norm_topk_prob, &r)) {
+    if (bw->router_bias)
+        BE_TRY(m, err, "router bias: download", qd_backend_download(m->be, bias, bw->router_bias, (size_t)E * sizeof(float)));
+    if (route_rows(c, lg, bw->router_bias ? bias : NULL, rows, &r)) {
         rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
         goto done;
     }
@@ -118,7 +172,7 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             for (int64_t j = 0; j < K; j++)
                 if (r.expert[t * K + j] == e) { sel[n] = t; selw[n] = r.weight[t * K + j]; n++; }
         if (n == 0 && !all) continue;
-        int l0 = a->lin_mlp0 + 3 * (int)e, g0 = a->n_groups + 2 * (int)e;
+        int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e;
         const float *x = xn;
         if (!all) {
             /* Gather the routed rows (yh is free until the expert's output comes back). */
@@ -136,15 +190,18 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
         }
     }
     if (c->shared_intermediate > 0) {
-        /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token. */
-        int l0 = a->lin_mlp0 + 3 * (int)E, g0 = a->n_groups + 2 * (int)E;
+        /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token;
+         * DeepSeek: + shared_experts(xn), ungated. */
+        int l0 = m->lin_exp0 + 3 * (int)E, g0 = m->grp_exp0 + 2 * (int)E;
         if ((rc = expert_run(m, bw, l0, g0, xn, rows, f1, f2, ye, hooks, err))) goto done;
-        BE_TRY(m, err, "shared expert gate",
-               m->be->ops->gemm(m->be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
+        if (a->shared_gate)
+            BE_TRY(m, err, "shared expert gate",
+                   m->be->ops->gemm(m->be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
         BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, yh, ye, hb));
-        BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, lg, lg_be, (size_t)rows * sizeof(float)));
+        if (a->shared_gate)
+            BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, lg, lg_be, (size_t)rows * sizeof(float)));
         for (int64_t t = 0; t < rows; t++) {
-            float g = 1.0f / (1.0f + expf(-lg[t]));
+            float g = a->shared_gate ? 1.0f / (1.0f + expf(-lg[t])) : 1.0f;
             for (int64_t d = 0; d < H; d++) acc[t * H + d] += g * yh[t * H + d];
         }
     }

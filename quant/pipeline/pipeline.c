@@ -135,17 +135,31 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t rows = job->method == QP_METHOD_RTN ? 1 : (uint64_t)(job->calibration.samples * job->calibration.seq_len);
     uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate;
     uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
-    uint64_t block_params = h * qd * 2 + h * kvd * 2 + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
+    uint64_t attn_params = h * qd * 2 + h * kvd * 2;
+    if (cfg.kv_lora_rank > 0) {
+        /* Latent attention: q_a/q_b (or q_proj), kv_a, kv_b, o_proj. */
+        uint64_t H = (uint64_t)cfg.n_heads, qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim);
+        uint64_t ql = (uint64_t)cfg.q_lora_rank, kl = (uint64_t)cfg.kv_lora_rank;
+        attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
+                      kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
+    }
+    uint64_t block_params = attn_params + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
     if (cfg.n_experts > 0) {
         /* Every expert's three linears, the shared expert's, and the float router. */
         inter = (uint64_t)(cfg.moe_intermediate > cfg.shared_intermediate ? cfg.moe_intermediate : cfg.shared_intermediate);
-        block_params = h * qd * 2 + h * kvd * 2 + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
+        block_params = attn_params + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
                        3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
     }
     est->n_blocks = (int)cfg.n_layers;
     est->act_bytes = rows * h * 4;
     uint64_t widest = inter > h ? inter : h;
     uint64_t scratch = (uint64_t)4096 * widest * 4 * 8;            /* one forward batch */
+    if (cfg.kv_lora_rank > 0) {
+        /* Latent attention assembles the heads, padded to one width, on the host (6 copies)
+         * and in backend scratch (7): model_mla.c. */
+        uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
+        scratch += (uint64_t)4096 * (uint64_t)cfg.n_heads * (qk > v ? qk : v) * 4 * 13;
+    }
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
     if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
         /* One calibration pass fills every group's Hessian at once: every expert's two. */
@@ -302,6 +316,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         rc = check_removable(p->out_dir, err);
         if (rc) goto fail;
         remove_old = 1;
+    }
+    if (job->layout == QP_LAYOUT_TP_AWARE && cfg->n_experts > 0) {
+        /* The reordering pairs one dense MLP per block; experts are not laid out so. */
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "layout tp_aware is not supported for %s (mixture of experts)", cfg->architecture);
+        goto fail;
     }
     if (job->layout == QP_LAYOUT_TP_AWARE) {
         /* Fail before any work when the MLP cannot be split over tp ranks. */

@@ -56,6 +56,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
 {
     const qd_input_group *G = qd_model_group(p->m, g);
     const qp_job *job = p->job;
+    if (plans[G->linears[0]].absent) return 0;   /* a group of linears this block does not have */
     int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int64_t R = p->n_seq * p->seq_len;
@@ -193,25 +194,30 @@ static int block_splits_in_halves(const qd_model *m)
  * the others' weights change, so capturing them together gives each the Hessian it would
  * get alone, in one pass instead of one per group; a run stops where its wave does or where
  * its Hessians would pass p->wave_bytes (the experts a few at a time). AWQ keeps one
- * group per pass: its clipping search holds the group's whole input. order[] gets the group
- * indices sorted by (wave, index); returns the length of the run starting at order[i]. */
-static void wave_order(const qd_model *m, int *order)
+ * group per pass: its clipping search holds the group's whole input. wave_order fills
+ * order[] with the groups this block has (DeepSeek: a dense layer has no experts), sorted by
+ * (wave, index) when sequential, and returns their count; wave_run returns the length of the
+ * run starting at order[i]. */
+static int wave_order(const qd_model *m, const qd_linear_plan *plans, int sequential, int *order)
 {
     int ng = qd_model_n_groups(m), n = 0;
     int max_wave = 0;
     for (int g = 0; g < ng; g++)
         if (qd_model_group(m, g)->wave > max_wave) max_wave = qd_model_group(m, g)->wave;
-    for (int w = 0; w <= max_wave; w++)
-        for (int g = 0; g < ng; g++)
-            if (qd_model_group(m, g)->wave == w) order[n++] = g;
+    for (int w = 0; w <= (sequential ? max_wave : 0); w++)
+        for (int g = 0; g < ng; g++) {
+            const qd_input_group *G = qd_model_group(m, g);
+            if ((!sequential || G->wave == w) && !plans[G->linears[0]].absent) order[n++] = g;
+        }
+    return n;
 }
 
-static int wave_run(const qd_model *m, const int *order, int i, int together, uint64_t budget)
+static int wave_run(const qd_model *m, const int *order, int i, int n_order, int together, uint64_t budget)
 {
-    int ng = qd_model_n_groups(m), end = i + 1;
+    int end = i + 1;
     const qd_input_group *G = qd_model_group(m, order[i]);
     uint64_t bytes = (uint64_t)(G->k * G->k) * sizeof(float);
-    while (together && end < ng) {
+    while (together && end < n_order) {
         const qd_input_group *N = qd_model_group(m, order[end]);
         uint64_t more = (uint64_t)(N->k * N->k) * sizeof(float);
         if (N->wave != G->wave || bytes + more > budget) break;
@@ -269,6 +275,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 
     if (use_awq) {
         for (int g = 0; g < ng && !rc; g++) {
+            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_pipeline_awq_group_scales(p, bw, block, g, plans, err);
             const qd_input_group *G = qd_model_group(p->m, g);
             if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
@@ -286,6 +293,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         c.slice = kslice;
         c.slice_rows = kslice_rows;
         for (int g = 0; g < ng && !rc; g++) {
+            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
             c.want[g] = 1;
             c.acc[g] = &acc[g];
@@ -298,16 +306,15 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * the attention (p->mid) no longer changes; it is computed once, by the pass that
      * captures the first MLP group, and the later passes and the final forward start from it. */
     int halves = sequential && block_splits_in_halves(p->m), mid_ready = 0;
-    if (sequential) wave_order(p->m, order);
-    else for (int g = 0; g < ng; g++) order[g] = g;
+    int n_order = wave_order(p->m, plans, sequential, order);   /* the groups this block has */
     if (!rc && halves) {
         p->mid = qd_backend_alloc(p->be, (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float));
         if (!p->mid) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the block's residual stream");
     }
-    for (int i = 0; i < ng && !rc;) {
+    for (int i = 0; i < n_order && !rc;) {
         int g = order[i];
         const qd_input_group *G = qd_model_group(p->m, g);
-        int run = wave_run(p->m, order, i, sequential && !use_awq, p->wave_bytes);   /* order[i .. i+run) together */
+        int run = wave_run(p->m, order, i, n_order, sequential && !use_awq, p->wave_bytes);   /* order[i .. i+run) together */
         if (sequential) {
             qd_capture_ctx c;
             qd_capture_init(&c, p, err);
@@ -326,7 +333,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.xcap = xcap;
                 c.xcap_group = g;
             }
-            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / ng, -1) ? QD_ECANCELLED : 0;
+            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / n_order, -1) ? QD_ECANCELLED : 0;
             qd_block_part part = QD_BLOCK_ALL;
             if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
             if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
@@ -348,7 +355,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     for (int g = 0; g < ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
         for (int j = 0; j < G->n_linears && !rc; j++)
-            if (qd_state_add_layer(&p->st, &results[G->linears[j]])) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            if (!plans[G->linears[j]].absent && qd_state_add_layer(&p->st, &results[G->linears[j]]))
+                rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
     for (int g = 0; g < ng; g++) qd_gptq_hessian_free(&acc[g]);
     /* The next block's inputs, computed by the quantized block. */

@@ -61,6 +61,7 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
     for (int li = 0; li < nl && !rc; li++) {
         const qd_linear_info *L = qd_model_linear(p->m, li);
         qd_linear_out *o = &outs[li];
+        if (!qd_model_block_has_linear(p->m, block, li)) continue;
         if (o->quantized) {
             qd_packed *pk = &o->packed;
             /* The checkpoint tensors and their names are the format's (descriptor tensors()). */

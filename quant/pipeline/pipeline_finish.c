@@ -139,7 +139,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         for (int j = 0; j < 2; j++) {
             const char *rel = j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
             char bp[160];
-            if (!rel || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
+            if (!rel || !qd_model_block_is_moe(p->m, b) || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
             snprintf(moe_names[k], sizeof moe_names[k], "%s%s", bp, rel);
             float_names[n_float++] = moe_names[k++];
         }

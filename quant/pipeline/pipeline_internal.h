@@ -56,6 +56,7 @@ struct qd_pipeline {
 typedef struct qd_linear_plan {
     int quantize;                /* 0: left in float */
     int listed;                  /* left in float because the job lists it (modules_to_not_convert) */
+    int absent;                  /* not in this block (DeepSeek: a dense layer's experts, a MoE layer's dense MLP) */
     char why[160];               /* why it stays in float */
 } qd_linear_plan;
 

@@ -32,7 +32,14 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
     snprintf(full, sizeof full, "%s%s", prefix, L->name);
     plan->quantize = 1;
     plan->listed = 0;
+    plan->absent = 0;
     plan->why[0] = 0;
+    if (!qd_model_block_has_linear(p->m, block, li)) {
+        plan->quantize = 0;
+        plan->absent = 1;
+        snprintf(plan->why, sizeof plan->why, "not in this layer (%s)", L->expert != -1 ? "a dense layer" : "a MoE layer");
+        return;
+    }
     for (size_t i = 0; i < job->n_modules_to_not_convert; i++) {
         if (strstr(full, job->modules_to_not_convert[i])) {
             plan->quantize = 0;
@@ -52,7 +59,7 @@ int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
         for (int li = 0; li < n_lin; li++) {
             qd_linear_plan plan;
             qd_pipeline_plan_linear(p, b, li, &plan);
-            if (plan.quantize || plan.listed) continue;
+            if (plan.quantize || plan.listed || plan.absent) continue;
             char prefix[160];
             qd_model_block_prefix(p->m, b, prefix, sizeof prefix);
             return qd_err_set(err, QD_EINVAL,

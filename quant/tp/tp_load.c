@@ -90,6 +90,8 @@ int qd_tp_mlp_load(qd_model *m, int block, int tp, qd_tp_mlp *as_stored, qd_tp_m
     }
     if (!col || down_li < 0 || col->n_linears > 2)
         return qd_err_set(err, QD_EINVAL, "tp sim: architecture %s has no MLP pair", qd_model_arch_name(m));
+    if (!qd_model_block_has_linear(m, block, down_li))
+        return qd_err_set(err, QD_EINVAL, "tp sim: layer %d is a mixture-of-experts layer, without one MLP pair", block);
     qd_tp_act act = QD_TP_ACT_SILU_GLU;
     if (!strcmp(c->activation, "relu")) act = QD_TP_ACT_RELU;
     else if (!strcmp(c->activation, "gelu")) act = QD_TP_ACT_GELU;

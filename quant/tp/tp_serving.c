@@ -37,6 +37,11 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
     if (tp < 1 || !gpu_cc || !q || !q->format)
         return qd_err_set(err, QD_EINVAL, "serving check: tp %d and the GPU must be given", tp);
     const qd_model_config *cfg = qd_model_cfg(m);
+    /* vLLM lays DeepSeek's latent attention out in its own linears (fused q_a/kv_a,
+     * ReplicatedLinear), which the rule table does not describe. */
+    if (cfg->kv_lora_rank > 0)
+        return qd_err_set(err, QD_EUNSUPPORTED, "serving check: %s (multi-head latent attention) is not in the serving "
+                          "rule table", cfg->architecture);
     size_t cap = 0;
     for (int b = 0; b < (int)cfg->n_layers; b++) {
         char prefix[160];

@@ -39,6 +39,8 @@ import torch
 import transformers
 from transformers import (
     AutoModelForCausalLM,
+    DeepseekV2Config,
+    DeepseekV3Config,
     Gemma2Config,
     Gemma3TextConfig,
     LlamaConfig,
@@ -217,6 +219,47 @@ FAMILIES = {
                      decoder_sparse_step=1, mlp_only_layers=[], head_dim=32,
                      rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                      ablate=[("top-k not renormalised", {"norm_topk_prob": False})]),
+    # DeepSeek-V3: multi-head latent attention with a q LoRA (q_a_proj -> q_a_layernorm ->
+    # q_b_proj), kv_a_proj_with_mqa -> kv_a_layernorm -> kv_b_proj, v_head_dim (16) unlike
+    # qk_head_dim (48), interleaved RoPE on 32 dims with YaRN (factor 4, mscale_all_dim 1, so
+    # the softmax scale carries mscale^2); one dense layer then a MoE layer of 8 experts in 4
+    # groups (2 kept), top-2 by sigmoid + e_score_correction_bias (noised, so it matters),
+    # renormalised and scaled by 2.5, plus a shared expert. kv_lora_rank + qk_rope_head_dim
+    # (kv_a_proj_with_mqa's rows) is 64, so every linear packs with group size 32 (as
+    # DeepSeek-V3's 512 + 64).
+    "deepseek_v3": fam(DeepseekV3Config, 1020,
+                       "DeepSeek-V3: MLA with q_lora_rank 32, kv_lora_rank 32, nope 16 + rope 32 (interleaved), "
+                       "v_head_dim 16, YaRN; first_k_dense_replace 1, 8 experts in 4 groups (topk_group 2), "
+                       "top-2 sigmoid routing with e_score_correction_bias, routed_scaling_factor 2.5, 1 shared expert",
+                       num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                       qk_rope_head_dim=32, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                       topk_group=2, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                       routed_scaling_factor=2.5, norm_topk_prob=True, rope_interleave=True,
+                       rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                        "original_max_position_embeddings": 32, "mscale": 1.0,
+                                        "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
+                       ablate=[("rope not interleaved", {"rope_interleave": False}),
+                               ("one expert group", {"n_group": 1, "topk_group": 1}),
+                               ("not renormalised", {"norm_topk_prob": False}),
+                               ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # DeepSeek-V2 (V2-Lite's shape): one q_proj (q_lora_rank null), RoPE by complex rotation
+    # of pairs, softmax routing with group_limited_greedy (groups scored by their best
+    # expert; one of two kept, so the second choice often differs from greedy), not
+    # renormalised, scaled by 2; YaRN with mscale = mscale_all_dim = 0.707 as
+    # V2-Lite (the attention factor is 1, the softmax scale carries mscale^2).
+    "deepseek_v2": fam(DeepseekV2Config, 1021,
+                       "DeepSeek-V2: MLA with q_proj (q_lora_rank null), kv_lora_rank 32, nope 16 + rope 32, "
+                       "v_head_dim 16, YaRN mscale 0.707; first_k_dense_replace 1, 8 experts top-2 softmax "
+                       "group_limited_greedy (2 groups of 4, 1 kept), routed_scaling_factor 2, 2 shared experts",
+                       num_key_value_heads=4, q_lora_rank=None, kv_lora_rank=32, qk_nope_head_dim=16,
+                       qk_rope_head_dim=32, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=2,
+                       topk_group=1, topk_method="group_limited_greedy", moe_intermediate_size=32,
+                       n_shared_experts=2, first_k_dense_replace=1, routed_scaling_factor=2.0, norm_topk_prob=False,
+                       rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                        "original_max_position_embeddings": 32, "mscale": 0.707,
+                                        "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
+                       ablate=[("greedy", {"topk_method": "greedy"}),
+                               ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

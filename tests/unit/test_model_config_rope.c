@@ -4,6 +4,7 @@
  * forward parity itself is test_model_families. */
 #include <math.h>
 #include <stdio.h>
+#include <string.h>
 
 #include "test_util.h"
 #include "quant/model/config.h"
@@ -200,7 +201,7 @@ static void test_moe(void)
     refused("Qwen3MoeForCausalLM", "\"decoder_sparse_step\":2", "decoder_sparse_step");
     refused("Qwen2MoeForCausalLM", "\"mlp_only_layers\":[0]", "mlp_only_layers");
     refused("MixtralForCausalLM", "\"n_group\":8", "n_group");
-    refused("DeepseekV3ForCausalLM", "", "Qwen3MoeForCausalLM");
+    refused("DeepseekV2ForCausalLM", "", "num_key_value_heads");   /* MLA: one key per head */
     CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":257", &c, &err), QD_EFORMAT);
     CHECK_CONTAINS(err.msg, "experts");
     CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":4,\"num_experts_per_tok\":5", &c, &err), QD_EFORMAT);
@@ -219,6 +220,79 @@ static void test_phi3(void)
     CHECK_NEAR(c.norm_offset, 0.0, 0);
 }
 
+/* DeepSeek-V3's own keys (with num_key_value_heads equal to the heads, as it must be). */
+static int parse_dsv(const char *arch, const char *extra, qd_model_config *c, qd_err *err)
+{
+    char json[4096];
+    /* extra first: cJSON finds the first of two equal keys. */
+    snprintf(json, sizeof json, "{\"architectures\":[\"%s\"],%s%s\"hidden_size\":64,"
+             "\"intermediate_size\":64,\"num_hidden_layers\":3,\"num_attention_heads\":4,\"vocab_size\":256,"
+             "\"max_position_embeddings\":64,\"n_routed_experts\":8,\"n_group\":4,\"topk_group\":2,"
+             "\"num_experts_per_tok\":2}", arch, extra, extra[0] ? "," : "");
+    memset(err, 0, sizeof *err);
+    return qd_model_config_parse(json, "config.json", c, err);
+}
+
+static int parse_ds(const char *extra, qd_model_config *c, qd_err *err)
+{
+    return parse_dsv("DeepseekV3ForCausalLM", extra, c, err);
+}
+
+static void test_deepseek(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse_ds("", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_DEEPSEEK);
+    CHECK_INT(c.moe_scoring, QD_MOE_SIGMOID_GROUPED);
+    CHECK_INT(c.first_dense, 3);               /* DeepseekV3Config's defaults */
+    CHECK_INT(c.q_lora_rank, 1536);
+    CHECK_INT(c.kv_lora_rank, 512);
+    CHECK_INT(c.head_dim, 64);                 /* qk_rope_head_dim, whatever config.json says */
+    CHECK_INT(c.n_kv_heads, 4);
+    CHECK_INT(c.shared_intermediate, 2048);    /* n_shared_experts * moe_intermediate_size */
+    CHECK_INT(c.rope_interleave, 1);
+    CHECK_NEAR(c.routed_scale, 2.5, 0);
+    CHECK_OK(parse_ds("\"q_lora_rank\":null,\"n_shared_experts\":2,\"moe_intermediate_size\":16,\"head_dim\":8,"
+                      "\"qk_rope_head_dim\":16,\"rope_interleave\":false", &c, &err));
+    CHECK_INT(c.q_lora_rank, 0);
+    CHECK_INT(c.shared_intermediate, 32);
+    CHECK_INT(c.head_dim, 16);
+    CHECK_INT(c.rope_interleave, 0);
+    CHECK_INT(parse_ds("\"moe_layer_freq\":2", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "moe_layer_freq");
+    CHECK_INT(parse_ds("\"scoring_func\":\"softmax\"", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "scoring_func");
+    CHECK_INT(parse_ds("\"topk_method\":\"greedy\"", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "topk_method");
+    CHECK_INT(parse_ds("\"num_key_value_heads\":2", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "num_key_value_heads");
+    CHECK_INT(parse_ds("\"attention_bias\":true", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "attention_bias");
+    CHECK_INT(parse_ds("\"n_group\":3", &c, &err), QD_EFORMAT);      /* 8 experts do not split in 3 */
+    CHECK_CONTAINS(err.msg, "n_group");
+    CHECK_INT(parse_ds("\"n_group\":8,\"topk_group\":1", &c, &err), QD_EFORMAT);   /* groups of 1 */
+    CHECK_INT(parse_ds("\"topk_group\":5", &c, &err), QD_EFORMAT);
+    CHECK_INT(parse_ds("\"qk_rope_head_dim\":7", &c, &err), QD_EFORMAT);
+    /* DeepSeek-V2: softmax routing, greedy by default, group_limited_greedy with groups. */
+    CHECK_OK(parse_dsv("DeepseekV2ForCausalLM", "\"q_lora_rank\":null", &c, &err));
+    CHECK_INT(c.moe_scoring, QD_MOE_SOFTMAX);
+    CHECK_INT(c.q_lora_rank, 0);
+    CHECK_INT(c.first_dense, 0);               /* DeepseekV2Config's defaults */
+    CHECK_INT(c.shared_intermediate, 2 * 1407);
+    CHECK_INT(c.norm_topk_prob, 0);
+    CHECK_NEAR(c.routed_scale, 1.0, 0);
+    CHECK_OK(parse_dsv("DeepseekV2ForCausalLM", "\"topk_method\":\"group_limited_greedy\",\"n_group\":8,\"topk_group\":2",
+                       &c, &err));   /* groups of 1 are fine: V2 scores a group by its best */
+    CHECK_INT(c.moe_scoring, QD_MOE_SOFTMAX_GROUPED);
+    CHECK_INT(parse_dsv("DeepseekV2ForCausalLM", "\"topk_method\":\"noaux_tc\"", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "topk_method");
+    CHECK_INT(parse_dsv("DeepseekV2ForCausalLM", "\"norm_topk_prob\":true", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "norm_topk_prob");
+    CHECK_INT(parse_dsv("DeepseekV2ForCausalLM", "\"scoring_func\":\"sigmoid\"", &c, &err), QD_EUNSUPPORTED);
+    CHECK_INT(parse_dsv("DeepseekV2ForCausalLM", "\"num_experts_per_tok\":null", &c, &err), QD_EFORMAT);
+}
+
 int main(void)
 {
     TEST_RUN(test_refusals);
@@ -227,5 +301,6 @@ int main(void)
     TEST_RUN(test_gemma);
     TEST_RUN(test_phi3);
     TEST_RUN(test_moe);
+    TEST_RUN(test_deepseek);
     return test_finish();
 }

@@ -58,6 +58,8 @@ static const family_expect families[] = {
     {"mixtral", EXPECT_MATCH, NULL},
     {"qwen2_moe", EXPECT_MATCH, NULL},
     {"qwen3_moe", EXPECT_MATCH, NULL},
+    {"deepseek_v2", EXPECT_MATCH, NULL},
+    {"deepseek_v3", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

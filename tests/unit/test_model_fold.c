@@ -44,7 +44,7 @@ static void scales_for(const qd_model *m, const qd_input_group *G, test_rng *rng
     }
 }
 
-static void check_family(const char *name, int groups_expected)
+static void check_family_block(const char *name, int block, int groups_expected)
 {
     char dir[4200];
     snprintf(dir, sizeof dir, "%s/%s", pt_families_dir(), name);
@@ -60,12 +60,12 @@ static void check_family(const char *name, int groups_expected)
     float *y1 = malloc((size_t)(seq * hid) * sizeof *y1), *s = malloc((size_t)hid * 8 * sizeof *s);
     test_fill_normal(&rng, x, (size_t)(seq * hid), 1.0f);
     qd_block_weights *bw = NULL;
-    CHECK_OK(qd_block_load(m, 0, &bw, &err));
+    CHECK_OK(qd_block_load(m, block, &bw, &err));
     if (!bw || run(m, bw, x, y0, seq)) goto out;
     int folded = 0;
     for (int g = 0; g < qd_model_n_groups(m); g++) {
         const qd_input_group *G = qd_model_group(m, g);
-        if (G->prev_kind == QD_PREV_NONE) continue;
+        if (G->prev_kind == QD_PREV_NONE || !qd_model_block_has_linear(m, block, G->linears[0])) continue;
         scales_for(m, G, &rng, s);
         CHECK_OK(qd_block_fold_scales(m, bw, g, s, &err));
         folded++;
@@ -73,7 +73,7 @@ static void check_family(const char *name, int groups_expected)
     CHECK_INT(folded, groups_expected);
     float w0 = 0, w1 = 0;
     qd_block_weights *orig = NULL;
-    CHECK_OK(qd_block_load(m, 0, &orig, &err));
+    CHECK_OK(qd_block_load(m, block, &orig, &err));
     if (orig) {
         /* The fold moved the weights: input_layernorm's multipliers differ. */
         float *a = malloc((size_t)hid * sizeof *a), *b = malloc((size_t)hid * sizeof *b);
@@ -89,7 +89,7 @@ static void check_family(const char *name, int groups_expected)
         double d = rel_diff(y1, y0, (size_t)(seq * hid));
         if (!(d < 1e-5)) TEST_FAIL_("%s: the folded block's output moved by %.3g", name, d);
         test_checks++;
-        printf("%-8s %d groups folded, output moved by %.2e\n", name, folded, d);
+        printf("%-8s block %d: %d groups folded, output moved by %.2e\n", name, block, folded, d);
     }
     /* Gemma: dividing the stored w (multiplier - 1) instead of the multiplier is wrong. */
     if (orig && qd_model_norm_offset(m) != 0.0f) {
@@ -112,6 +112,8 @@ out:
     free(x); free(y0); free(y1); free(s);
 }
 
+static void check_family(const char *name, int groups_expected) { check_family_block(name, 0, groups_expected); }
+
 static void test_fold(void)
 {
     check_family("llama", 4);
@@ -123,6 +125,12 @@ static void test_fold(void)
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
     check_family("mixtral", 2 + 8);      /* each expert's w2 into its own w3 */
     check_family("qwen2_moe", 2 + 8 + 1);  /* and the shared expert's down into its up */
+    /* DeepSeek: the latent attention folds only into input_layernorm (q_a_proj and
+     * kv_a_proj_with_mqa); a dense layer's MLP as Llama's, a MoE layer's experts as above. */
+    check_family_block("deepseek_v3", 0, 3);
+    check_family_block("deepseek_v3", 1, 1 + 8 + 1);
+    check_family_block("deepseek_v2", 0, 3);
+    check_family_block("deepseek_v2", 1, 1 + 8 + 1);
 }
 
 int main(void)
