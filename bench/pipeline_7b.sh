@@ -6,7 +6,8 @@
 # over the calibration tokens and the checkpoint bytes written; then the extrapolation to a
 # 32-block 7B job at this calibration and at the GPTQ default of 128 x 2048 tokens (the
 # token-bound stages, calibrate, forward and the activations' share of checkpoint, scale with
-# the token count; the rest is per weight).
+# the token count; the rest is per weight). The process's CPU seconds (user + system) are
+# printed too: on a shared machine they move less than the wall clock.
 #
 #   bench/pipeline_7b.sh [BUILD_DIR] [BLOCKS] [SAMPLES] [SEQ_LEN] [METHOD] [BACKEND]
 #
@@ -33,21 +34,22 @@ cat > "$T/job.json" <<JOB
 {"model": "$T/m", "output": "$T/out", "method": "$M", "bits": 4, "group_size": 128,
  "calibration": {"path": "$T/ids.json", "samples": $S, "seq_len": $L}}
 JOB
-/usr/bin/time -f "%e %M" -o "$T/time" "$Q" quantize "$T/job.json" --backend "$BE" > "$T/log" 2>&1 ||
+/usr/bin/time -f "%e %M %U %S" -o "$T/time" "$Q" quantize "$T/job.json" --backend "$BE" > "$T/log" 2>&1 ||
     { echo "pipeline_7b.sh: the job failed:" >&2; tail -5 "$T/log" >&2; exit 1; }
-read -r wall kb < "$T/time"
-python3 - "$T/out/quantd_report.json" "$NB" "$S" "$L" "$M" "$BE" "$wall" "$kb" <<'PY'
+read -r wall kb usr sys_s < "$T/time"
+cpu=$(python3 -c "print(round($usr + $sys_s, 1))")
+python3 - "$T/out/quantd_report.json" "$NB" "$S" "$L" "$M" "$BE" "$wall" "$kb" "$cpu" <<'PY'
 import json, sys
-rep, nb, s, l, m, be, wall, kb = sys.argv[1:]
+rep, nb, s, l, m, be, wall, kb, cpu = sys.argv[1:]
 r = json.load(open(rep))
 nb, s, l = int(nb), int(s), int(l)
 stages = ["load", "calibrate", "awq_search", "quantize", "pack", "error", "kernel_check", "forward", "checkpoint"]
 blocks = r.get("blocks")
 if not blocks:   # a build from before the per-stage costs: whole-block seconds only
-    print(f"7B-shaped ({nb} blocks), {m}, {s} x {l} tokens, backend {be}: wall {wall} s, block seconds "
+    print(f"7B-shaped ({nb} blocks), {m}, {s} x {l} tokens, backend {be}: wall {wall} s, CPU {cpu} s, block seconds "
           f"{r['totals']['block_seconds']:.1f}, peak RSS {int(kb) // 1024} MiB (no per-stage costs in this build)")
     sys.exit(0)
-print(f"7B-shaped ({nb} blocks), {m}, {s} x {l} tokens, backend {be}: wall {wall} s, peak RSS {int(kb) // 1024} MiB\n")
+print(f"7B-shaped ({nb} blocks), {m}, {s} x {l} tokens, backend {be}: wall {wall} s, CPU {cpu} s, peak RSS {int(kb) // 1024} MiB\n")
 print("| block | " + " | ".join(stages) + " | total | passes | checkpoint MB |")
 print("|---|" + "---|" * (len(stages) + 3))
 for b in blocks:
