@@ -137,8 +137,6 @@ int qh_redis_ready(const qdd_http *h);
 char *qh_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 uint64_t qh_now_ms(void);
 
-/* The port actually bound (useful with port 0 in tests); 0 when h is NULL. */
-uint16_t qdd_http_port(const qdd_http *h);
 /* Resumes a suspended SSE stream that has bytes to send. */
 void qh_req_wake(qh_req *r);
 

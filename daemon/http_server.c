@@ -534,13 +534,6 @@ fail:
     return rc;
 }
 
-uint16_t qdd_http_port(const qdd_http *h)
-{
-    if (!h || !h->mhd) return 0;
-    const union MHD_DaemonInfo *i = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    return i ? i->port : 0;
-}
-
 static void on_handle_closed(uv_handle_t *hd)
 {
     qdd_http *h = hd->data;

@@ -15,24 +15,3 @@ int qp_err_set(qp_err *err, int code, const char *fmt, ...)
     return code;
 }
 
-int qp_err_prefix(qp_err *err, const char *fmt, ...)
-{
-    if (!err) return 0;
-    char prefix[QP_ERR_MSG_MAX], old[QP_ERR_MSG_MAX];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(prefix, sizeof prefix, fmt, ap);
-    va_end(ap);
-    memcpy(old, err->msg, sizeof old);
-    /* A long message loses its tail, never its start (which names the field). */
-    if (snprintf(err->msg, sizeof err->msg, "%s: %s", prefix, old) >= (int)sizeof err->msg)
-        err->msg[sizeof err->msg - 1] = '\0';
-    return err->code;
-}
-
-void qp_err_clear(qp_err *err)
-{
-    if (!err) return;
-    err->code = 0;
-    err->msg[0] = '\0';
-}

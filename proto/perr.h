@@ -31,8 +31,5 @@ typedef struct qp_err {
 
 /* Records code and a printf-style message in err (when non-NULL); returns code. */
 int qp_err_set(qp_err *err, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-/* Prepends "prefix: " to the message already in err (no-op when err is NULL). */
-int qp_err_prefix(qp_err *err, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-void qp_err_clear(qp_err *err);
 
 #endif

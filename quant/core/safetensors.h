@@ -43,7 +43,6 @@ typedef struct st_file st_file;
 /* Opens and validates path. On success *out is owned by the caller (st_file_close). */
 int st_file_open(const char *path, st_file **out, qd_err *err);
 void st_file_close(st_file *f);                        /* accepts NULL */
-const char *st_file_path(const st_file *f);
 size_t st_file_count(const st_file *f);
 /* Tensors in data (offset) order. */
 const st_tensor *st_file_tensor(const st_file *f, size_t i);

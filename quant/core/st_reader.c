@@ -88,7 +88,6 @@ void st_file_close(st_file *f)
     free(f);
 }
 
-const char *st_file_path(const st_file *f) { return f->path; }
 size_t st_file_count(const st_file *f) { return f->count; }
 
 const st_tensor *st_file_tensor(const st_file *f, size_t i)
