@@ -21,6 +21,7 @@
 #include "quant/model/eval.h"
 #include "quant/model/testgen.h"
 #include "quant/model/token_file.h"
+#include "startup/runtime_env.h"
 
 static double now(void)
 {
@@ -119,7 +120,8 @@ static int bench_model(qd_backend *be, int threads, const char *dir, const char 
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     int threads = 2, seq = 512, batch = 4, reps = 3, windows = 16, block = 0;
     const char *model = NULL, *tokens = NULL;
     for (int i = 1; i < argc; i++) {
@@ -135,7 +137,7 @@ int main(int argc, char **argv)
     }
     qd_err err = {0};
     qd_backend *be = NULL;
-    if (qd_backend_cpu_open(threads, &be, &err)) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(threads, &rt, &be, &err)) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
     int rc = block ? bench_block(be, threads, seq, batch, reps)
                    : model && tokens ? bench_model(be, threads, model, tokens, seq, windows) : 2;
     qd_backend_close(be);

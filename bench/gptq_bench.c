@@ -26,6 +26,7 @@
 #include "quant/backend/backend.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
+#include "startup/runtime_env.h"
 
 static double now(void)
 {
@@ -60,13 +61,13 @@ static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     if (argc < 3) {
         fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "
                         "[--desc-act] [--threads T] [--block-size B] [--reps R]\n");
         return 2;
     }
-    qd_log_init_from_env();     /* QUANTD_LOG=debug prints GPTQ's phase timings */
     qd_gptq_opts o = qd_gptq_opts_default();
     o.quant.sym = 1;
     int threads = 2, reps = 1;
@@ -86,7 +87,7 @@ int main(int argc, char **argv)
 
     qd_backend *be = NULL;
     qd_err err = {0};
-    if (qd_backend_cpu_open(threads, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(threads, &rt, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
 
     /* Hessian */
     qd_gptq_hessian acc;

@@ -25,6 +25,7 @@
 #include "quant/core/dtype.h"
 #include "quant/kernels/kernels.h"
 #include "quant/kernels/selftest.h"
+#include "startup/runtime_env.h"
 
 #ifdef QUANTD_HAVE_CUDA
 #include <cublas_v2.h>
@@ -277,7 +278,8 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     const char *device = "cpu", *shapes = "llama7b";
     int max_batch = 16, reps = 50, gptq = 0;
     for (int i = 1; i < argc; i++) {
@@ -297,7 +299,7 @@ int main(int argc, char **argv)
     if (reps > BENCH_MAX_REPS) reps = BENCH_MAX_REPS;
     bench_ctx c = {.reps = reps};
     qd_err err = {0};
-    if (qd_backend_open(device, &c.be, &err)) {
+    if (qd_backend_open(device, &rt, &c.be, &err)) {
         fprintf(stderr, "kernel_bench: %s\n", err.msg);
         return 1;
     }

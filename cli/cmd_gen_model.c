@@ -19,7 +19,7 @@ static void usage(FILE *f)
                "--kv-heads 32 --max-pos 4096 --dtype f16.\n");
 }
 
-int cmd_gen_model(int argc, char **argv)
+int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
 {
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"arch", required_argument, 0, 'a'},

@@ -437,7 +437,7 @@ static int layer_precheck_format(const qd_format *f, int64_t n, int64_t k, int b
     return rc ? -1 : 0;
 }
 
-int cmd_layer(int argc, char **argv)
+int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
 {
     layer_args a;
     int prc = layer_parse(argc, argv, &a);
@@ -490,7 +490,7 @@ int cmd_layer(int argc, char **argv)
 
     qd_err err = {0};
     status = QCTL_FAIL;
-    if (qd_backend_open(a.backend, &be, &err)) {
+    if (qd_backend_open(a.backend, rt, &be, &err)) {
         snprintf(msg, sizeof msg, "--backend: %s", err.msg);
         status = QCTL_USAGE;
         goto done;
@@ -637,7 +637,7 @@ static void gen_help(FILE *f)
         "features plus noise, log-normal channel magnitudes and a few outlier channels.\n");
 }
 
-int cmd_gen_layer(int argc, char **argv)
+int cmd_gen_layer(int argc, char **argv, const qd_runtime_opts *rt)
 {
     int64_t n = 0, k = 0, t = 0, seed = 1;
     const char *out = NULL, *dtype_s = "f32";
@@ -696,7 +696,7 @@ int cmd_gen_layer(int argc, char **argv)
         int64_t c = (int64_t)(gen_u64(&rng) % (uint64_t)k);
         chan[c] = 15.0f + 15.0f * (float)gen_uniform(&rng);
     }
-    if (qd_backend_open("cpu", &be, &err)) { layer_err(QCTL_FAIL, "gen-layer", "%s", err.msg); goto out; }
+    if (qd_backend_open("cpu", rt, &be, &err)) { layer_err(QCTL_FAIL, "gen-layer", "%s", err.msg); goto out; }
     if (be->ops->gemm(be, 0, 0, t, k, rank, 1.0f, f, rank, b, k, 0.0f, x, k)) {
         layer_err(QCTL_FAIL, "gen-layer", "%s", be->err.msg);
         goto out;

@@ -83,7 +83,7 @@ static int encode_jsonl(const qd_tokenizer *tok, const char *path, const char *b
     return 0;
 }
 
-int cmd_tokenize(int argc, char **argv)
+int cmd_tokenize(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *text = NULL, *out = NULL;
     int bos = QD_TOK_BOS_DEFAULT, jsonl = 0;

@@ -511,7 +511,7 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
     }
 
     qd_err berr = {0};
-    if ((rc = qd_backend_open(o->backend, &w->be, &berr))) {
+    if ((rc = qd_backend_open(o->backend, o->rt, &w->be, &berr))) {
         /* Tell the daemon why before leaving, so it logs the reason rather than a crash. */
         send_hello(w, 0, berr.msg);
         qd_err_set(err, rc, "backend %s: %s", o->backend, berr.msg);

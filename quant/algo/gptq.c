@@ -225,10 +225,10 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
      * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
      * H is built straight into the factorisation buffer, so nothing is copied twice. */
     const int host = be->device < 0;
-    /* The LDL form where the backend has it (one Cholesky, no inverse);
-     * QUANTD_GPTQ_FORM=inverse keeps the U form (tests compare the two). */
-    const char *form = getenv("QUANTD_GPTQ_FORM");
-    const int ldl = be->ops->chol_ldl_upper != NULL && !(form && !strcmp(form, "inverse"));
+    /* The LDL form where the backend has it (one Cholesky, no inverse); the runtime
+     * options' QD_GPTQ_FORM_INVERSE (QUANTD_GPTQ_FORM=inverse) keeps the U form (tests
+     * compare the two). */
+    const int ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;
     const int in_place = host && !o->desc_act;
     int direct = 0;                                            /* see the copy of W below */
     const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);

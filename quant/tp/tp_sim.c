@@ -152,6 +152,7 @@ struct sim_shared {
     int tp;
     int64_t M, S;                   /* rows, shard width ff / tp */
     const float *x;
+    const qd_runtime_opts *rt;      /* for each rank's CPU backend (may be NULL) */
     const int64_t *p1, *p2;         /* [H], [F] */
     float *y1g;                     /* [M, F] all-gather buffer */
     float *y2s;                     /* [tp, M, H] all-reduce buffer */
@@ -256,7 +257,7 @@ static int rank_setup(sim_shared *s, sim_rank *r, int q, qd_err *err)
 {
     const qd_tp_mlp *m = s->m;
     const int64_t M = s->M, H = m->hidden, F = m->ff, S = s->S;
-    int rc = qd_backend_cpu_open(1, &r->be, err);
+    int rc = qd_backend_cpu_open(1, s->rt, &r->be, err);
     if (rc) return rc;
     r->s = s;
     r->rank = q;
@@ -294,7 +295,7 @@ static double now_s(void)
 }
 
 int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, int64_t M, float *y,
-                  qd_tp_comm_stats *stats, qd_err *err)
+                  qd_tp_comm_stats *stats, const qd_runtime_opts *rt, qd_err *err)
 {
     if (stats) memset(stats, 0, sizeof *stats);
     if (tp < 1 || tp > 256) return qd_err_set(err, QD_EINVAL, "tp sim: tp must be in 1..256, got %d", tp);
@@ -316,6 +317,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
     s.M = M;
     s.S = m->ff / tp;
     s.x = x;
+    s.rt = rt;
     pthread_mutex_init(&s.gate_mu, NULL);
     pthread_cond_init(&s.gate_cv, NULL);
     int64_t *p1 = NULL, *p2 = NULL;

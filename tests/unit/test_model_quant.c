@@ -157,7 +157,7 @@ static void test_awq_gemm(void) { check_format("awq_gemm", 0); }
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     TEST_RUN(test_gptq_sym);
     TEST_RUN(test_gptq_v2_asym);
     TEST_RUN(test_awq_gemm);
