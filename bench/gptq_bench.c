@@ -9,7 +9,7 @@
  *   gptq:    the quantization proper as qd_gptq_quantize reports it (damping, Cholesky,
  *            column loop, unpermute);
  *   and, replayed alone on the same shapes, in the form the driver uses (the LDL form where
- *   the backend has chol_ldl_upper, see quant/algo/gptq_block.h): the factorisation
+ *   the backend has chol_ldl_upper, see quant/backend/gptq_block.h): the factorisation
  *   (chol_ldl_upper, else chol_inverse_upper); the lazy trailing updates, one GEMM per
  *   block of B columns (N * K^2 flops in all; LDL form acc[:, i2:] += Err1 @ A[i1:i2, i2:],
  *   U form W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:], the same shapes); the in-block kernel
@@ -21,9 +21,9 @@
 #include <time.h>
 
 #include "quant/algo/gptq.h"
-#include "quant/algo/gptq_block.h"
 #include "quant/algo/hessian.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "startup/runtime_env.h"

@@ -20,13 +20,13 @@
 #include "quant/algo/awq.h"
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/core/dtype.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
 #include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 
 /* Prints "quantctl CMD: message" and returns code (QCTL_USAGE for bad input, QCTL_FAIL when
  * the work itself failed). */

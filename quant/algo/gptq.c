@@ -2,7 +2,7 @@
  * static groups, act-order permutation, damping), factorises on the backend with damping
  * retries, runs the block loop through the backend's gptq_block and gemm ops, and undoes
  * the permutation into a qd_qlayer. Where the backend has chol_ldl_upper (the CPU) the
- * loop runs in the LDL form (quant/algo/gptq_block.h): one Cholesky instead of Cholesky
+ * loop runs in the LDL form (quant/backend/gptq_block.h): one Cholesky instead of Cholesky
  * plus triangular inverse, and two levels of lazy updates. */
 #include "quant/algo/gptq.h"
 
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant/algo/gptq_block.h"
+#include "quant/backend/gptq_block.h"
 #include "quant/core/log.h"
 
 qd_gptq_opts qd_gptq_opts_default(void)

@@ -24,7 +24,7 @@
 #include "quant/core/runtime.h"
 
 struct qd_quant_cfg;
-struct qd_gptq_block_args;     /* quant/algo/gptq_block.h */
+struct qd_gptq_block_args;     /* quant/backend/gptq_block.h */
 
 typedef struct qd_backend qd_backend;
 
@@ -62,7 +62,7 @@ typedef struct qd_backend_ops {
     /* In place: H (k x k, symmetric positive definite) becomes the upper Cholesky factor U
      * of H^-1 (H^-1 = U^T U), lower triangle zeroed. QD_ENUMERIC when H is not PD. */
     int (*chol_inverse_upper)(qd_backend *be, float *h, int64_t k);
-    /* One GPTQ block of columns (see quant/algo/gptq_block.h). */
+    /* One GPTQ block of columns (see quant/backend/gptq_block.h). */
     int (*gptq_block)(qd_backend *be, const struct qd_gptq_block_args *args);
     /* Quantize-dequantize W [n, k] in place with groups along k (AWQ search). */
     int (*fake_quant)(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n,
@@ -107,7 +107,7 @@ typedef struct qd_backend_ops {
                     int64_t vocab, double *nll_host);
 
     /* ---- optional (NULL where the backend lacks them) ---- */
-    /* GPTQ's LDL form (see quant/algo/gptq_block.h, ldl): in place, H (k x k, symmetric
+    /* GPTQ's LDL form (see quant/backend/gptq_block.h, ldl): in place, H (k x k, symmetric
      * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular
      * (positive diagonal); A has a unit diagonal and its lower triangle is zeroed. One
      * Cholesky and no inverse. QD_ENUMERIC when H is not PD. */

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "quant/algo/gptq.h"
-#include "quant/algo/gptq_block.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
 #include "quant/kernels/kernels.h"
 #include "quant/kernels/selftest.h"
 #include "test_util.h"

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
 #include "test_util.h"
 
 /* A two-thread CPU backend with the given GPTQ block kernel. */

@@ -7,9 +7,9 @@
 
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 #include "test_util.h"
 
 static qd_backend *be;

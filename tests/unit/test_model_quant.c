@@ -5,10 +5,10 @@
  * float checkpoint holding those same weights. */
 #include <stdlib.h>
 
-#include "quant/algo/quantizer.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
+#include "quant/formats/quantizer.h"
 #include "quant/model/block.h"
 #include "quant/model/testgen.h"
 #include "test_util.h"

@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/quantizer.h"
+#include "quant/formats/quantizer.h"
 
 /* ---- memory -------------------------------------------------------------------------- */
 

@@ -1,4 +1,4 @@
-/* The CPU backend's GPTQ block op (quant/algo/gptq_block.h): rows split across threads,
+/* The CPU backend's GPTQ block op (quant/backend/gptq_block.h): rows split across threads,
  * each thread running one of three kernels picked at open: portable C, AVX2 (8 rows per
  * batch) or AVX-512 (16 rows per batch), all computing the same floats in the same order. */
 #include "quant/backend/cpu/cpu_internal.h"
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
-#include "quant/algo/quantizer.h"
+#include "quant/backend/gptq_block.h"
+#include "quant/formats/quantizer.h"
 
 #define CPU_GPTQ_MAX_THREADS 64
 
