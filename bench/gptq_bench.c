@@ -24,16 +24,10 @@
 #include "quant/algo/hessian.h"
 #include "quant/backend/backend.h"
 #include "quant/backend/gptq_block.h"
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "startup/runtime_env.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 {
@@ -92,9 +86,9 @@ int main(int argc, char **argv)
     /* Hessian */
     qd_gptq_hessian acc;
     if (qd_gptq_hessian_init(&acc, be, k, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double t0 = now();
+    double t0 = qd_clock_now_s();
     if (qd_gptq_hessian_add(&acc, x, t, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double t_hess = now() - t0;
+    double t_hess = qd_clock_now_s() - t0;
     double hess_flops = (double)t * (double)k * (double)k;
 
     /* GPTQ proper, reps times in this process: the first call pays first-touch page faults
@@ -104,9 +98,9 @@ int main(int argc, char **argv)
     double t_gptq_wall = 0, best = 0, first = 0;
     for (int rep = 0; rep < (reps < 1 ? 1 : reps); rep++) {
         if (rep) qd_gptq_result_free(&res);
-        t0 = now();
+        t0 = qd_clock_now_s();
         if (qd_gptq_quantize(be, &o, w, n, k, &acc, &res, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-        double wall = now() - t0;
+        double wall = qd_clock_now_s() - t0;
         if (rep == 0) first = res.seconds;
         if (rep == 0 || res.seconds < best) { best = res.seconds; t_gptq_wall = wall; }
     }
@@ -118,12 +112,12 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < k; i++) mean += hinv[i * k + i];
     for (int64_t i = 0; i < k; i++) hinv[i * k + i] += (float)(o.damp_percent * mean / k);
     const int ldl = be->ops->chol_ldl_upper != NULL;
-    t0 = now();
+    t0 = qd_clock_now_s();
     if ((ldl ? be->ops->chol_ldl_upper : be->ops->chol_inverse_upper)(be, hinv, k)) {
         fprintf(stderr, "%s\n", be->err.msg);
         return 1;
     }
-    double t_chol = now() - t0;
+    double t_chol = qd_clock_now_s() - t0;
 
     const int64_t B = o.block_size, S = B;           /* B * GPTQ_SUPER_BLOCKS (1) in gptq.c */
     float *wc = malloc(sizeof(float) * n * k), *e = malloc(sizeof(float) * n * S);
@@ -139,7 +133,7 @@ int main(int argc, char **argv)
         lazy_flops = 0;
         for (int64_t s1 = 0; s1 < k; s1 += S) {
             int64_t s2 = s1 + S < k ? s1 + S : k;
-            double s = now();
+            double s = qd_clock_now_s();
             for (int64_t i1 = s1; i1 < s2; i1 += B) {
                 int64_t i2 = i1 + B < s2 ? i1 + B : s2;
                 if (i2 >= s2) break;
@@ -151,7 +145,7 @@ int main(int argc, char **argv)
                 be->ops->gemm(be, 0, 0, n, k - s2, s2 - s1, 1.0f, e, S, hinv + s1 * k + s2, k, 1.0f, corr + s2, k);
                 lazy_flops += 2.0 * (double)n * (double)(s2 - s1) * (double)(k - s2);
             }
-            t_lazy += now() - s;
+            t_lazy += qd_clock_now_s() - s;
         }
     }
 
@@ -173,9 +167,9 @@ int main(int argc, char **argv)
                                 .scales = sc, .zeros = zr, .col_group = cg,
                                 .find_params = o.quant.group_size > 0,
                                 .ldl = ldl, .acc = ldl && i1 > 0 ? corr : NULL, .lda = k};
-        double s = now();
+        double s = qd_clock_now_s();
         be->ops->gptq_block(be, &a);
-        t_block += now() - s;
+        t_block += qd_clock_now_s() - s;
     }
 
     printf("{\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"bits\":%d,\"group_size\":%lld,\"desc_act\":%s,"

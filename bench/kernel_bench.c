@@ -22,6 +22,7 @@
 
 #include "quant/algo/gptq.h"
 #include "quant/backend/backend.h"
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/kernels/kernels.h"
 #include "quant/kernels/selftest.h"
@@ -32,13 +33,6 @@
 #include <cuda_runtime_api.h>
 #include "quant/backend/cuda/cuda_internal.h"
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -147,9 +141,9 @@ static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_
             continue;
         }
 #endif
-        double t0 = now_s();
+        double t0 = qd_clock_now_s();
         qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err);
-        t[i] = now_s() - t0;
+        t[i] = qd_clock_now_s() - t0;
     }
     return median(t, reps);
 }
@@ -263,9 +257,9 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
     qd_gptq_opts o = qd_gptq_opts_default();
     qd_gptq_result r;
     qd_err err = {0};
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     int rc = qd_gptq_quantize_h(c->be, &o, w, n, k, h, &r, &err);
-    double t = now_s() - t0;
+    double t = qd_clock_now_s() - t0;
     if (rc) fprintf(stderr, "kernel_bench: gptq: %s\n", err.msg);
     else
         printf("{\"gptq_layer\":\"%lldx%lld\",\"device\":\"%s\",\"seconds\":%.3f,\"loop_seconds\":%.3f}\n",

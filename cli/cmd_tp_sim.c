@@ -20,6 +20,7 @@
 
 #include "cli/quantctl.h"
 #include "quant/backend/backend.h"
+#include "quant/core/rng.h"
 #include "quant/model/model.h"
 #include "quant/tp/tp_sim.h"
 
@@ -88,12 +89,7 @@ int cmd_tp_sim(int argc, char **argv, const qd_runtime_opts *rt)
     uint64_t s = seed;
     for (int64_t i = 0; i < M * H; i++) {
         uint64_t z[2];
-        for (int j = 0; j < 2; j++) {
-            uint64_t t = (s += 0x9E3779B97F4A7C15ull);
-            t = (t ^ (t >> 30)) * 0xBF58476D1CE4E5B9ull;
-            t = (t ^ (t >> 27)) * 0x94D049BB133111EBull;
-            z[j] = t ^ (t >> 31);
-        }
+        for (int j = 0; j < 2; j++) z[j] = qd_splitmix64(&s);
         double u1 = ((z[0] >> 11) + 1.0) / 9007199254740993.0, u2 = (z[1] >> 11) / 9007199254740992.0;
         x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }

@@ -21,6 +21,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 #include "quant/kernels/kernels.h"
 #include "quant/pipeline/acts.h"
@@ -165,7 +166,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 {
     const qp_job *job = p->job;
     int block = p->st.next_block;
-    double t0 = qd_pipeline_now();
+    double t0 = qd_clock_now_s();
     int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int sequential = use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
@@ -274,7 +275,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         free(host);
     }
     if (!rc) {
-        double secs = qd_pipeline_now() - t0;
+        double secs = qd_clock_now_s() - t0;
         p->st.seconds += secs;
         p->st.next_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;

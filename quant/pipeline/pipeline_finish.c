@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
@@ -181,7 +182,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         QD_LOG(QD_LOG_INFO, "eval", "job=%s ppl_before=%.4f ppl_after=%.4f windows=%lld", p->job->id, before.ppl,
                after.ppl, (long long)after.windows);
     }
-    x.wall_seconds = qd_pipeline_now() - p->t_open;
+    x.wall_seconds = qd_clock_now_s() - p->t_open;
     rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     free(tps);
     if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);

@@ -65,7 +65,6 @@ typedef struct qd_linear_out {
     int weight_modified;         /* float weight differs from the source (AWQ folding) */
 } qd_linear_out;
 
-double qd_pipeline_now(void);
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
                                 double within_block, double layer_error);
 

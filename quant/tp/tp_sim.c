@@ -13,6 +13,7 @@
 #include <cblas.h>
 
 #include "quant/backend/backend.h"
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/tp/tp_layout.h"
 
@@ -287,13 +288,6 @@ static int rank_setup(sim_shared *s, sim_rank *r, int q, qd_err *err)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, int64_t M, float *y,
                   qd_tp_comm_stats *stats, const qd_runtime_opts *rt, qd_err *err)
 {
@@ -337,7 +331,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
         if (pthread_barrier_init(&s.bar, NULL, (unsigned)tp)) rc = qd_err_set(err, QD_EINVAL, "tp sim: cannot create a barrier");
         else bar_ok = 1;
     }
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     /* Ranks wait at a start gate, so a rank that cannot be created makes the started ones
      * return at once instead of waiting at a barrier for it. */
     for (int q = 0; q < tp && !rc; q++) {
@@ -352,7 +346,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
     pthread_cond_broadcast(&s.gate_cv);
     pthread_mutex_unlock(&s.gate_mu);
     for (int q = 0; q < started; q++) pthread_join(th[q], NULL);
-    double t1 = now_s();
+    double t1 = qd_clock_now_s();
     for (int q = 0; q < tp && !rc; q++)
         if (s.ranks[q].rc) rc = qd_err_set(err, s.ranks[q].rc, "tp sim: rank %d: %s", q, s.ranks[q].msg);
     if (!rc) {
