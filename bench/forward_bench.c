@@ -16,18 +16,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/model/block.h"
 #include "quant/model/eval.h"
 #include "quant/model/testgen.h"
 #include "quant/model/token_file.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "startup/runtime_env.h"
 
 static double sgemm_peak(int n)
 {
@@ -36,9 +31,9 @@ static double sgemm_peak(int n)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     double best = 1e30;
     for (int r = 0; r < 3; r++) {
-        double t0 = now();
+        double t0 = qd_clock_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        double t = now() - t0;
+        double t = qd_clock_now_s() - t0;
         if (t < best) best = t;
     }
     free(a); free(b); free(c);
@@ -56,10 +51,10 @@ static int bench_block(qd_backend *be, int threads, int seq, int batch, int reps
     qd_model *m = NULL;
     qd_block_weights *bw = NULL;
     int rc = qd_testgen_write(dir, &o, &err);
-    double tl0 = now();
+    double tl0 = qd_clock_now_s();
     if (!rc) rc = qd_model_open(dir, be, &m, &err);
     if (!rc) rc = qd_block_load(m, 0, &bw, &err);
-    double tload = now() - tl0;
+    double tload = qd_clock_now_s() - tl0;
     if (rc) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
     int64_t rows = (int64_t)seq * batch, H = o.hidden;
     float *x = malloc((size_t)(rows * H) * 4), *y = malloc((size_t)(rows * H) * 4);
@@ -67,9 +62,9 @@ static int bench_block(qd_backend *be, int threads, int seq, int batch, int reps
     rc = qd_block_forward(m, bw, x, y, batch, seq, NULL, NULL, &err);   /* warm-up */
     double best = 1e30;
     for (int r = 0; r < reps && !rc; r++) {
-        double t0 = now();
+        double t0 = qd_clock_now_s();
         rc = qd_block_forward(m, bw, x, y, batch, seq, NULL, NULL, &err);
-        double t = now() - t0;
+        double t = qd_clock_now_s() - t0;
         if (t < best) best = t;
     }
     if (rc) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
@@ -119,7 +114,8 @@ static int bench_model(qd_backend *be, int threads, const char *dir, const char 
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     int threads = 2, seq = 512, batch = 4, reps = 3, windows = 16, block = 0;
     const char *model = NULL, *tokens = NULL;
     for (int i = 1; i < argc; i++) {
@@ -135,7 +131,7 @@ int main(int argc, char **argv)
     }
     qd_err err = {0};
     qd_backend *be = NULL;
-    if (qd_backend_cpu_open(threads, &be, &err)) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(threads, &rt, &be, &err)) { fprintf(stderr, "forward_bench: %s\n", err.msg); return 1; }
     int rc = block ? bench_block(be, threads, seq, batch, reps)
                    : model && tokens ? bench_model(be, threads, model, tokens, seq, windows) : 2;
     qd_backend_close(be);

@@ -9,7 +9,7 @@
  *   gptq:    the quantization proper as qd_gptq_quantize reports it (damping, Cholesky,
  *            column loop, unpermute);
  *   and, replayed alone on the same shapes, in the form the driver uses (the LDL form where
- *   the backend has chol_ldl_upper, see quant/algo/gptq_block.h): the factorisation
+ *   the backend has chol_ldl_upper, see quant/backend/gptq_block.h): the factorisation
  *   (chol_ldl_upper, else chol_inverse_upper); the lazy trailing updates, one GEMM per
  *   block of B columns (N * K^2 flops in all; LDL form acc[:, i2:] += Err1 @ A[i1:i2, i2:],
  *   U form W[:, i2:] -= Err1 @ Hinv[i1:i2, i2:], the same shapes); the in-block kernel
@@ -21,18 +21,13 @@
 #include <time.h>
 
 #include "quant/algo/gptq.h"
-#include "quant/algo/gptq_block.h"
 #include "quant/algo/hessian.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
-
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "startup/runtime_env.h"
 
 static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 {
@@ -60,13 +55,13 @@ static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     if (argc < 3) {
         fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "
                         "[--desc-act] [--threads T] [--block-size B] [--reps R]\n");
         return 2;
     }
-    qd_log_init_from_env();     /* QUANTD_LOG=debug prints GPTQ's phase timings */
     qd_gptq_opts o = qd_gptq_opts_default();
     o.quant.sym = 1;
     int threads = 2, reps = 1;
@@ -86,14 +81,14 @@ int main(int argc, char **argv)
 
     qd_backend *be = NULL;
     qd_err err = {0};
-    if (qd_backend_cpu_open(threads, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(threads, &rt, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
 
     /* Hessian */
     qd_gptq_hessian acc;
     if (qd_gptq_hessian_init(&acc, be, k, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double t0 = now();
+    double t0 = qd_clock_now_s();
     if (qd_gptq_hessian_add(&acc, x, t, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-    double t_hess = now() - t0;
+    double t_hess = qd_clock_now_s() - t0;
     double hess_flops = (double)t * (double)k * (double)k;
 
     /* GPTQ proper, reps times in this process: the first call pays first-touch page faults
@@ -103,9 +98,9 @@ int main(int argc, char **argv)
     double t_gptq_wall = 0, best = 0, first = 0;
     for (int rep = 0; rep < (reps < 1 ? 1 : reps); rep++) {
         if (rep) qd_gptq_result_free(&res);
-        t0 = now();
+        t0 = qd_clock_now_s();
         if (qd_gptq_quantize(be, &o, w, n, k, &acc, &res, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
-        double wall = now() - t0;
+        double wall = qd_clock_now_s() - t0;
         if (rep == 0) first = res.seconds;
         if (rep == 0 || res.seconds < best) { best = res.seconds; t_gptq_wall = wall; }
     }
@@ -117,12 +112,12 @@ int main(int argc, char **argv)
     for (int64_t i = 0; i < k; i++) mean += hinv[i * k + i];
     for (int64_t i = 0; i < k; i++) hinv[i * k + i] += (float)(o.damp_percent * mean / k);
     const int ldl = be->ops->chol_ldl_upper != NULL;
-    t0 = now();
+    t0 = qd_clock_now_s();
     if ((ldl ? be->ops->chol_ldl_upper : be->ops->chol_inverse_upper)(be, hinv, k)) {
         fprintf(stderr, "%s\n", be->err.msg);
         return 1;
     }
-    double t_chol = now() - t0;
+    double t_chol = qd_clock_now_s() - t0;
 
     const int64_t B = o.block_size, S = B;           /* B * GPTQ_SUPER_BLOCKS (1) in gptq.c */
     float *wc = malloc(sizeof(float) * n * k), *e = malloc(sizeof(float) * n * S);
@@ -138,7 +133,7 @@ int main(int argc, char **argv)
         lazy_flops = 0;
         for (int64_t s1 = 0; s1 < k; s1 += S) {
             int64_t s2 = s1 + S < k ? s1 + S : k;
-            double s = now();
+            double s = qd_clock_now_s();
             for (int64_t i1 = s1; i1 < s2; i1 += B) {
                 int64_t i2 = i1 + B < s2 ? i1 + B : s2;
                 if (i2 >= s2) break;
@@ -150,7 +145,7 @@ int main(int argc, char **argv)
                 be->ops->gemm(be, 0, 0, n, k - s2, s2 - s1, 1.0f, e, S, hinv + s1 * k + s2, k, 1.0f, corr + s2, k);
                 lazy_flops += 2.0 * (double)n * (double)(s2 - s1) * (double)(k - s2);
             }
-            t_lazy += now() - s;
+            t_lazy += qd_clock_now_s() - s;
         }
     }
 
@@ -172,9 +167,9 @@ int main(int argc, char **argv)
                                 .scales = sc, .zeros = zr, .col_group = cg,
                                 .find_params = o.quant.group_size > 0,
                                 .ldl = ldl, .acc = ldl && i1 > 0 ? corr : NULL, .lda = k};
-        double s = now();
+        double s = qd_clock_now_s();
         be->ops->gptq_block(be, &a);
-        t_block += now() - s;
+        t_block += qd_clock_now_s() - s;
     }
 
     printf("{\"n\":%lld,\"k\":%lld,\"rows\":%lld,\"bits\":%d,\"group_size\":%lld,\"desc_act\":%s,"

@@ -22,22 +22,17 @@
 
 #include "quant/algo/gptq.h"
 #include "quant/backend/backend.h"
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/kernels/kernels.h"
 #include "quant/kernels/selftest.h"
+#include "startup/runtime_env.h"
 
 #ifdef QUANTD_HAVE_CUDA
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 #include "quant/backend/cuda/cuda_internal.h"
 #endif
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
 
 static int cmp_d(const void *a, const void *b)
 {
@@ -146,9 +141,9 @@ static double time_kernel(bench_ctx *c, const qd_kmat *m, const float *x, int64_
             continue;
         }
 #endif
-        double t0 = now_s();
+        double t0 = qd_clock_now_s();
         qd_kernel_matmul(c->be, m, x, rows, y, QD_KPATH_AUTO, &err);
-        t[i] = now_s() - t0;
+        t[i] = qd_clock_now_s() - t0;
     }
     return median(t, reps);
 }
@@ -262,9 +257,9 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
     qd_gptq_opts o = qd_gptq_opts_default();
     qd_gptq_result r;
     qd_err err = {0};
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     int rc = qd_gptq_quantize_h(c->be, &o, w, n, k, h, &r, &err);
-    double t = now_s() - t0;
+    double t = qd_clock_now_s() - t0;
     if (rc) fprintf(stderr, "kernel_bench: gptq: %s\n", err.msg);
     else
         printf("{\"gptq_layer\":\"%lldx%lld\",\"device\":\"%s\",\"seconds\":%.3f,\"loop_seconds\":%.3f}\n",
@@ -277,7 +272,8 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qst_startup(argv, &rt);
     const char *device = "cpu", *shapes = "llama7b";
     int max_batch = 16, reps = 50, gptq = 0;
     for (int i = 1; i < argc; i++) {
@@ -297,7 +293,7 @@ int main(int argc, char **argv)
     if (reps > BENCH_MAX_REPS) reps = BENCH_MAX_REPS;
     bench_ctx c = {.reps = reps};
     qd_err err = {0};
-    if (qd_backend_open(device, &c.be, &err)) {
+    if (qd_backend_open(device, &rt, &c.be, &err)) {
         fprintf(stderr, "kernel_bench: %s\n", err.msg);
         return 1;
     }

@@ -31,7 +31,7 @@ if nm -C "$lib" 2>/dev/null | grep -q " T qd_kcuda_matmul"; then
 else
     have_cuda=0
 fi
-gcc "${cflags[@]}" -o "$bin" "$here/kernel_bench.c" "${libs[@]}"
+gcc "${cflags[@]}" -o "$bin" "$here/kernel_bench.c" "$root/startup/runtime_env.c" "${libs[@]}"
 # bench/gpu.sh --dry-run only checks that the benchmark still compiles.
 [ "${KERNELS_COMPILE_ONLY:-0}" = 1 ] && { echo "kernels.sh: compiled $bin"; exit 0; }
 

@@ -9,12 +9,7 @@
 #include <stdlib.h>
 #include <time.h>
 
-static double now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
-}
+#include "quant/core/clock.h"
 
 int main(int argc, char **argv)
 {
@@ -38,9 +33,9 @@ int main(int argc, char **argv)
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
     double best = 1e30;
     for (int r = 0; r < reps; r++) {
-        double t = now();
+        double t = qd_clock_now_s();
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, a, n, b, n, 0.0f, c, n);
-        t = now() - t;
+        t = qd_clock_now_s() - t;
         if (t < best) best = t;
     }
     double gflops = 2.0 * n * n * n / best / 1e9;

@@ -10,7 +10,7 @@
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 bin="${TMPDIR:-/tmp}/tp_bench.$$"
-gcc -O3 -march=native -std=gnu11 -o "$bin" "$here/tp_bench.c" -lm
+gcc -O3 -march=native -std=gnu11 -I"$here/.." -o "$bin" "$here/tp_bench.c" "$here/../quant/core/clock.c" -lm
 trap 'rm -f "$bin"' EXIT
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc) args: $*"
 for shape in 8192,28672,8192 6144,24576,6144; do

@@ -23,14 +23,9 @@
 #include <string.h>
 #include <time.h>
 
-#define GS 128
+#include "quant/core/clock.h"
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
+#define GS 128
 
 static uint64_t rng_s = 88172645463325252ull;
 static uint32_t rng_u32(void)
@@ -124,7 +119,7 @@ int main(int argc, char **argv)
             double best[2] = {1e30, 1e30};
             for (int rep = 0; rep < reps; rep++)
                 for (int algo = 0; algo < 2; algo++) {
-                    double t0 = now_s();
+                    double t0 = qd_clock_now_s();
                     /* Rank 0: column shard [0, S), Y1_local [M, S]; relu stands in for the activation. */
                     dq_gemm(x, M, K1, w1, s1, N1, 0, S, y1, wbuf);
                     for (int64_t i = 0; i < M * S; i++) y1[i] = y1[i] > 0 ? y1[i] : 0;
@@ -139,7 +134,7 @@ int main(int argc, char **argv)
                     }
                     /* Row shard [0, S) of W2: packed rows [0, S/8). */
                     dq_gemm(yl, M, S, w2, s2, N2, 0, N2, y2, wbuf);
-                    double t = now_s() - t0;
+                    double t = qd_clock_now_s() - t0;
                     if (t < best[algo]) best[algo] = t;
                 }
             double ag = tp > 1 ? (double)(tp - 1) * (hop + (double)(M * S * 2) / bw) : 0;

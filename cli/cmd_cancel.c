@@ -19,7 +19,7 @@ static void usage(FILE *f)
                qctl_conn_help);
 }
 
-int cmd_cancel(int argc, char **argv)
+int cmd_cancel(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);

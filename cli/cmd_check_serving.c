@@ -34,7 +34,7 @@ static int ckpt_is_float(void *ud, int block, int li)
     return st_model_find(qd_model_tensors(c->m), name) != NULL;
 }
 
-int cmd_check_serving(int argc, char **argv)
+int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *dir = NULL, *engine = NULL, *gpu = NULL;
     long tp = 0;
@@ -78,7 +78,7 @@ int cmd_check_serving(int argc, char **argv)
     qd_err err = {0};
     qd_backend *be = NULL;
     qd_model *m = NULL;
-    if (qd_backend_cpu_open(1, &be, &err) || qd_model_open(dir, be, &m, &err)) {
+    if (qd_backend_cpu_open(1, rt, &be, &err) || qd_model_open(dir, be, &m, &err)) {
         fprintf(stderr, "quantctl check-serving: %s\n", err.msg);
         qd_backend_close(be);
         return QCTL_USAGE;

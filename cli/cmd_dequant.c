@@ -24,7 +24,7 @@ static void usage(FILE *f)
                "  --threads T     CPU threads (default 2)\n");
 }
 
-int cmd_dequant(int argc, char **argv)
+int cmd_dequant(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *out = NULL;
     long threads = 2;
@@ -54,7 +54,7 @@ int cmd_dequant(int argc, char **argv)
     qd_model *m = NULL;
     st_writer *w = NULL;
     int rc;
-    if ((rc = qd_backend_cpu_open((int)threads, &be, &err)) || (rc = qd_model_open(model, be, &m, &err))) {
+    if ((rc = qd_backend_cpu_open((int)threads, rt, &be, &err)) || (rc = qd_model_open(model, be, &m, &err))) {
         fprintf(stderr, "quantctl dequant: %s\n", err.msg);
         qd_backend_close(be);
         return QCTL_USAGE;

@@ -68,7 +68,7 @@ static int load_text(const char *model, const char *path, int32_t **ids, size_t 
     return rc;
 }
 
-int cmd_eval(int argc, char **argv)
+int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL, *backend = "cpu";
     long long seq = 0, maxw = 0, threads = 2, brows = 0;
@@ -101,8 +101,8 @@ int cmd_eval(int argc, char **argv)
 
     qd_backend *be = NULL;
     qd_model *m = NULL, *ref = NULL;
-    if ((rc = !strcmp(backend, "cpu") ? qd_backend_cpu_open((int)threads, &be, &err)
-                                      : qd_backend_open(backend, &be, &err)) ||
+    if ((rc = !strcmp(backend, "cpu") ? qd_backend_cpu_open((int)threads, rt, &be, &err)
+                                      : qd_backend_open(backend, rt, &be, &err)) ||
         (rc = qd_model_open(model, be, &m, &err)) ||
         (refdir && (rc = qd_model_open(refdir, be, &ref, &err)))) {
         fprintf(stderr, "quantctl eval: %s\n", err.msg);

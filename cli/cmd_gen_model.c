@@ -21,7 +21,7 @@ static void usage(FILE *f)
                "--layers 1 --hidden 4096 --intermediate 14336 --heads 32 --kv-heads 8 --experts 8.\n");
 }
 
-int cmd_gen_model(int argc, char **argv)
+int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
 {
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"arch", required_argument, 0, 'a'},

@@ -20,13 +20,15 @@
 #include "quant/algo/awq.h"
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/core/fsutil.h"
+#include "quant/core/rng.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
 #include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 
 /* Prints "quantctl CMD: message" and returns code (QCTL_USAGE for bad input, QCTL_FAIL when
  * the work itself failed). */
@@ -40,13 +42,6 @@ static int layer_err(int code, const char *cmd, const char *fmt, ...)
     fputc('\n', stderr);
     va_end(ap);
     return code;
-}
-
-static double layer_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Option parsing: "--name value" or "--name=value". Returns the value, or NULL when
@@ -334,9 +329,9 @@ static int layer_quantize(qd_backend *be, const layer_args *a, const qd_quant_cf
     qd_err err = {0};
     int rc;
     if (!strcmp(a->method, "rtn")) {
-        double t0 = layer_now();
+        double t0 = qd_clock_now_s();
         rc = qd_rtn_quantize_qlayer(qc, w, n, k, &o->layer, NULL, &err);
-        o->seconds = layer_now() - t0;
+        o->seconds = qd_clock_now_s() - t0;
         if (rc) snprintf(msg, msz, "rtn: %s", err.msg);
         return rc;
     }
@@ -348,10 +343,10 @@ static int layer_quantize(qd_backend *be, const layer_args *a, const qd_quant_cf
         go.static_groups = a->static_groups;
         go.block_size = a->block_size;
         qd_gptq_hessian acc;
-        double t0 = layer_now();
+        double t0 = qd_clock_now_s();
         rc = qd_gptq_hessian_init(&acc, be, k, &err);
         if (!rc) rc = qd_gptq_hessian_add(&acc, x, t, &err);
-        o->hessian_seconds = layer_now() - t0;
+        o->hessian_seconds = qd_clock_now_s() - t0;
         qd_gptq_result res;
         if (!rc) rc = qd_gptq_quantize(be, &go, w, n, k, &acc, &res, &err);
         qd_gptq_hessian_free(&acc);
@@ -387,13 +382,13 @@ static int layer_quantize(qd_backend *be, const layer_args *a, const qd_quant_cf
         snprintf(msg, msz, "awq: upload failed: %s", be->err.msg);
         goto awq_out;
     }
-    double t0 = layer_now();
+    double t0 = qd_clock_now_s();
     rc = qd_awq_linear(be, qc, &ao, dw, n, k, dx, t, k, &ar, &err);
     if (!rc) {
         memcpy(ws, w, (size_t)(n * k) * sizeof(float));
         rc = qd_awq_apply(ar.scales.s, ar.clip.max ? &ar.clip : NULL, ws, n, k, &err);
     }
-    o->seconds = layer_now() - t0;
+    o->seconds = qd_clock_now_s() - t0;
     if (!rc) rc = qd_rtn_quantize_qlayer(qc, ws, n, k, &o->layer, NULL, &err);
     if (rc) {
         snprintf(msg, msz, "awq: %s", err.msg);
@@ -437,7 +432,7 @@ static int layer_precheck_format(const qd_format *f, int64_t n, int64_t k, int b
     return rc ? -1 : 0;
 }
 
-int cmd_layer(int argc, char **argv)
+int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
 {
     layer_args a;
     int prc = layer_parse(argc, argv, &a);
@@ -490,7 +485,7 @@ int cmd_layer(int argc, char **argv)
 
     qd_err err = {0};
     status = QCTL_FAIL;
-    if (qd_backend_open(a.backend, &be, &err)) {
+    if (qd_backend_open(a.backend, rt, &be, &err)) {
         snprintf(msg, sizeof msg, "--backend: %s", err.msg);
         status = QCTL_USAGE;
         goto done;
@@ -611,13 +606,7 @@ done:
 
 typedef struct gen_rng { uint64_t s; } gen_rng;
 
-static uint64_t gen_u64(gen_rng *r)         /* splitmix64 */
-{
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
+static uint64_t gen_u64(gen_rng *r) { return qd_splitmix64(&r->s); }
 
 static double gen_uniform(gen_rng *r) { return ((double)(gen_u64(r) >> 11) + 0.5) / 9007199254740992.0; }
 
@@ -637,7 +626,7 @@ static void gen_help(FILE *f)
         "features plus noise, log-normal channel magnitudes and a few outlier channels.\n");
 }
 
-int cmd_gen_layer(int argc, char **argv)
+int cmd_gen_layer(int argc, char **argv, const qd_runtime_opts *rt)
 {
     int64_t n = 0, k = 0, t = 0, seed = 1;
     const char *out = NULL, *dtype_s = "f32";
@@ -696,7 +685,7 @@ int cmd_gen_layer(int argc, char **argv)
         int64_t c = (int64_t)(gen_u64(&rng) % (uint64_t)k);
         chan[c] = 15.0f + 15.0f * (float)gen_uniform(&rng);
     }
-    if (qd_backend_open("cpu", &be, &err)) { layer_err(QCTL_FAIL, "gen-layer", "%s", err.msg); goto out; }
+    if (qd_backend_open("cpu", rt, &be, &err)) { layer_err(QCTL_FAIL, "gen-layer", "%s", err.msg); goto out; }
     if (be->ops->gemm(be, 0, 0, t, k, rank, 1.0f, f, rank, b, k, 0.0f, x, k)) {
         layer_err(QCTL_FAIL, "gen-layer", "%s", be->err.msg);
         goto out;

@@ -25,7 +25,7 @@ static void row(const char *id, const char *state, double progress, const char *
     printf("%-24s %-10s %5.1f%%  %-12s %-16s %s\n", id, state, progress * 100, stage, node, error);
 }
 
-int cmd_list(int argc, char **argv)
+int cmd_list(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);

@@ -57,7 +57,7 @@ static int write_f32(const char *path, const float *x, size_t n)
     return 0;
 }
 
-int cmd_logits(int argc, char **argv)
+int cmd_logits(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *tokens = NULL, *out = NULL;
     long long first = 0, threads = 2;
@@ -88,7 +88,7 @@ int cmd_logits(int argc, char **argv)
 
     qd_backend *be = NULL;
     qd_model *m = NULL;
-    if ((rc = qd_backend_cpu_open((int)threads, &be, &err)) || (rc = qd_model_open(model, be, &m, &err))) {
+    if ((rc = qd_backend_cpu_open((int)threads, rt, &be, &err)) || (rc = qd_model_open(model, be, &m, &err))) {
         fprintf(stderr, "quantctl logits: %s\n", err.msg);
         free(ids);
         qd_backend_close(be);

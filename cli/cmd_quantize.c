@@ -49,7 +49,7 @@ static void usage(FILE *f)
                "Prints the job's report path as the last line. Exit: 0 done, 1 failed, 2 bad job.\n");
 }
 
-int cmd_quantize(int argc, char **argv)
+int cmd_quantize(int argc, char **argv, const qd_runtime_opts *rt)
 {
     static const struct option opts[] = {{"backend", required_argument, 0, 'b'}, {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
@@ -86,7 +86,7 @@ int cmd_quantize(int argc, char **argv)
                           : job->backend == QP_BACKEND_CPU ? "cpu"
                           : qd_backend_cuda_device_count() > 0 ? "cuda:0" : "cpu";
     qd_backend *be = NULL;
-    if (qd_backend_open(backend, &be, &err)) {
+    if (qd_backend_open(backend, rt, &be, &err)) {
         fprintf(stderr, "quantctl quantize: backend %s: %s\n", backend, err.msg);
         qp_job_free(job);
         return QCTL_FAIL;

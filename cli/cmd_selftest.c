@@ -20,7 +20,7 @@ static void usage(FILE *f)
                "  --quick      fewer shapes and batches (what a worker runs at start)\n");
 }
 
-int cmd_selftest(int argc, char **argv)
+int cmd_selftest(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *device = "cpu";
     int quick = 0;
@@ -36,7 +36,7 @@ int cmd_selftest(int argc, char **argv)
     }
     qd_err err = {0};
     qd_backend *be = NULL;
-    if (qd_backend_open(device, &be, &err)) {
+    if (qd_backend_open(device, rt, &be, &err)) {
         fprintf(stderr, "quantctl selftest: %s\n", err.msg);
         return err.code == QD_EINVAL ? QCTL_USAGE : QCTL_FAIL;
     }

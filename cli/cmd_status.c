@@ -200,7 +200,7 @@ static void usage(FILE *f)
                "exit status: 0 shown, 1 no such job or the server failed, 2 bad usage\n", qctl_conn_help);
 }
 
-int cmd_status(int argc, char **argv)
+int cmd_status(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);
@@ -213,7 +213,7 @@ int cmd_status(int argc, char **argv)
         else if (o == 'h') { usage(stdout); return QCTL_OK; }
         else { usage(stderr); return QCTL_USAGE; }
     }
-    if (optind == argc) return cmd_list(argc, argv);
+    if (optind == argc) return cmd_list(argc, argv, rt);
     if (optind + 1 != argc) { usage(stderr); return QCTL_USAGE; }
     const char *id = argv[optind];
     if (!qp_name_valid(id)) { fprintf(stderr, "quantctl: '%s' is not a job id\n", id); return QCTL_USAGE; }

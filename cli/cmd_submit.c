@@ -41,7 +41,7 @@ static char *read_all(FILE *fp)
     return b;
 }
 
-int cmd_submit(int argc, char **argv)
+int cmd_submit(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);

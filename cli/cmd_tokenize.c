@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "cli/quantctl.h"
+#include "quant/core/clock.h"
 #include "quant/model/token_file.h"
 #include "quant/model/tokenizer.h"
 #include "quant/core/fsutil.h"
@@ -27,13 +28,6 @@ static void usage(FILE *f)
                "  --text FILE   UTF-8 text to encode (--jsonl: one {\"text\": ...} document per line)\n"
                "  --bos/--no-bos  force BOS on or off (default: as the tokenizer config says)\n"
                "  --out FILE    ids as a JSON array, or raw uint32 LE when the name ends in .bin\n");
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 static int append(int32_t **all, size_t *n, size_t *cap, const int32_t *ids, size_t k)
@@ -83,7 +77,7 @@ static int encode_jsonl(const qd_tokenizer *tok, const char *path, const char *b
     return 0;
 }
 
-int cmd_tokenize(int argc, char **argv)
+int cmd_tokenize(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *text = NULL, *out = NULL;
     int bos = QD_TOK_BOS_DEFAULT, jsonl = 0;
@@ -124,7 +118,7 @@ int cmd_tokenize(int argc, char **argv)
         qd_tokenizer_free(tok);
         return QCTL_USAGE;
     }
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     int32_t *ids = NULL;
     size_t n = 0, docs = 1;
     if (jsonl) {
@@ -133,7 +127,7 @@ int cmd_tokenize(int argc, char **argv)
     } else {
         rc = qd_tokenizer_encode(tok, buf, len, bos, &ids, &n, &err);
     }
-    double secs = now_s() - t0;
+    double secs = qd_clock_now_s() - t0;
     int status = QCTL_OK;
     if (rc) {
         fprintf(stderr, "quantctl tokenize: %s\n", err.msg);

@@ -20,6 +20,7 @@
 
 #include "cli/quantctl.h"
 #include "quant/backend/backend.h"
+#include "quant/core/rng.h"
 #include "quant/model/model.h"
 #include "quant/tp/tp_sim.h"
 
@@ -40,7 +41,7 @@ static double rel_err(const float *a, const float *b, int64_t n)
     return den > 0 ? sqrt(num / den) : sqrt(num);
 }
 
-int cmd_tp_sim(int argc, char **argv)
+int cmd_tp_sim(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL;
     long tp = 0, layer = 0, rows = 4;
@@ -63,7 +64,7 @@ int cmd_tp_sim(int argc, char **argv)
     qd_err err = {0};
     qd_backend *be = NULL;
     qd_model *m = NULL;
-    if (qd_backend_cpu_open(1, &be, &err) || qd_model_open(model, be, &m, &err)) {
+    if (qd_backend_cpu_open(1, rt, &be, &err) || qd_model_open(model, be, &m, &err)) {
         fprintf(stderr, "quantctl tp-sim: %s\n", err.msg);
         qd_backend_close(be);
         return QCTL_USAGE;
@@ -88,18 +89,13 @@ int cmd_tp_sim(int argc, char **argv)
     uint64_t s = seed;
     for (int64_t i = 0; i < M * H; i++) {
         uint64_t z[2];
-        for (int j = 0; j < 2; j++) {
-            uint64_t t = (s += 0x9E3779B97F4A7C15ull);
-            t = (t ^ (t >> 30)) * 0xBF58476D1CE4E5B9ull;
-            t = (t ^ (t >> 27)) * 0x94D049BB133111EBull;
-            z[j] = t ^ (t >> 31);
-        }
+        for (int j = 0; j < 2; j++) z[j] = qd_splitmix64(&s);
         double u1 = ((z[0] >> 11) + 1.0) / 9007199254740993.0, u2 = (z[1] >> 11) / 9007199254740992.0;
         x[i] = (float)(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
     }
     qd_tp_comm_stats s2, s3;
-    if (qd_tp_mlp_forward_ref(&plain, x, M, y0, &err) || qd_tp_sim_run(QD_TP_ALGO_NAIVE, &plain, (int)tp, x, M, y2, &s2, &err) ||
-        qd_tp_sim_run(QD_TP_ALGO_AWARE, &aware, (int)tp, x, M, y3, &s3, &err)) {
+    if (qd_tp_mlp_forward_ref(&plain, x, M, y0, &err) || qd_tp_sim_run(QD_TP_ALGO_NAIVE, &plain, (int)tp, x, M, y2, &s2, rt, &err) ||
+        qd_tp_sim_run(QD_TP_ALGO_AWARE, &aware, (int)tp, x, M, y3, &s3, rt, &err)) {
         fprintf(stderr, "quantctl tp-sim: %s\n", err.msg);
         goto done;
     }

@@ -136,7 +136,7 @@ static int watch_http(const qctl_conn *c, const char *id, long timeout_s)
     return rc < 0 ? QCTL_FAIL : rc;
 }
 
-int cmd_watch(int argc, char **argv)
+int cmd_watch(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);

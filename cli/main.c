@@ -3,8 +3,7 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
-#include "quant/backend/backend.h"
-#include "quant/core/log.h"
+#include "startup/runtime_env.h"
 
 static const qctl_command commands[] = {
     {"layer", "quantize one linear layer (GPTQ, AWQ or RTN) and pack it", cmd_layer},
@@ -35,15 +34,15 @@ static void usage(FILE *f)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
-    qd_log_init_from_env();
+    qd_runtime_opts rt;
+    qst_startup(argv, &rt);
     if (argc < 2) { usage(stderr); return QCTL_USAGE; }
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return QCTL_OK;
     }
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1, &rt);
     fprintf(stderr, "quantctl: unknown command '%s' (see quantctl --help)\n", argv[1]);
     return QCTL_USAGE;
 }

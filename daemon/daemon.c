@@ -20,18 +20,12 @@
 
 #include "daemon/http.h"
 #include "daemon/notify.h"
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 
 #define TICK_MS 200
 #define HANDBACK_WAIT_S 5.0
 #define WORKER_EXIT_WAIT_S 5.0
-
-double qdd_now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 int64_t qdd_unix_ms(void)
 {
@@ -185,18 +179,18 @@ static void close_everything(qdd_daemon *d)
 static void start_stop(qdd_daemon *d, const char *why)
 {
     if (d->stopping) {
-        d->stop_deadline_s = qdd_now_s();   /* a second signal: do not wait for blocks */
+        d->stop_deadline_s = qd_clock_now_s();   /* a second signal: do not wait for blocks */
         return;
     }
     d->stopping = QDD_STOP_DRAINING;
-    d->stop_deadline_s = qdd_now_s() + (double)d->cfg->stop_timeout_s;
+    d->stop_deadline_s = qd_clock_now_s() + (double)d->cfg->stop_timeout_s;
     QD_LOG(QD_LOG_INFO, "daemon_stopping", "signal=%s running_tasks=%d", why, qdd_jobs_tasks_running(d));
     qdd_notify_stopping("draining: running blocks finish, then jobs go back to the queue");
 }
 
 static void stop_step(qdd_daemon *d)
 {
-    double now = qdd_now_s();
+    double now = qd_clock_now_s();
     if (d->stopping == QDD_STOP_DRAINING) {
         if (qdd_jobs_tasks_running(d) > 0 && now < d->stop_deadline_s) return;
         for (int i = 0; i < d->n_workers; i++)
@@ -286,7 +280,7 @@ static void on_signal(uv_signal_t *s, int sig)
 static void on_tick(uv_timer_t *t)
 {
     qdd_daemon *d = t->data;
-    double now = qdd_now_s();
+    double now = qd_clock_now_s();
     qdd_pool_watchdog(d);
     if (d->stopping) { stop_step(d); if (d->stopping == QDD_STOP_CLOSED) return; }
     if (now >= d->next_node_hb_s) {

@@ -159,7 +159,6 @@ struct qdd_daemon {
     qdd_http_view view;        /* what the HTTP layer asks the daemon (borrowed by it) */
 };
 
-double qdd_now_s(void);        /* monotonic seconds */
 int64_t qdd_unix_ms(void);
 
 /* jobs.c */

@@ -135,7 +135,6 @@ enum MHD_Result qh_queue(qh_req *r, unsigned status, struct MHD_Response *resp, 
 int qh_redis_cmd(qh_req *r, redisCallbackFn *fn, int argc, const char **argv, const size_t *lens);
 int qh_redis_ready(const qdd_http *h);
 char *qh_strdup_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-uint64_t qh_now_ms(void);
 
 /* Resumes a suspended SSE stream that has bytes to send. */
 void qh_req_wake(qh_req *r);

@@ -17,14 +17,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
-
-uint64_t qh_now_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
-}
 
 char *qh_strdup_printf(const char *fmt, ...)
 {

@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "proto/status.h"
+#include "quant/core/clock.h"
 
 #define SSE_FETCH_COUNT "200"
 #define SSE_MAX_BUFFER (4u << 20)   /* a client this far behind is dropped */
@@ -64,7 +65,7 @@ static void sse_send(qh_req *r, const char *id, const char *data, size_t len)
         p = nl + 1;
     }
     out_append(r, "\n", 1);
-    r->last_write_ms = qh_now_ms();
+    r->last_write_ms = qd_clock_now_ms();
     qh_req_wake(r);
 }
 
@@ -101,7 +102,7 @@ enum MHD_Result qh_sse_start(qh_req *r)
     /* The retry hint and a first comment make clients see the stream open at once. */
     const char hello[] = "retry: 2000\n: quantd events\n\n";
     out_append(r, hello, sizeof hello - 1);
-    r->last_write_ms = qh_now_ms();
+    r->last_write_ms = qd_clock_now_ms();
     if (r->sse == 1) qh_sse_fetch(r);
     return MHD_YES;
 }
@@ -157,7 +158,7 @@ void qh_sse_event_published(qdd_http *h, const char *payload, size_t len)
 
 void qh_sse_tick(qdd_http *h)
 {
-    uint64_t now = qh_now_ms();
+    uint64_t now = qd_clock_now_ms();
     for (qh_req *r = h->reqs; r; r = r->next) {
         if (!r->sse_started || r->mhd_done) continue;
         if (r->sse == 1 && now - r->last_write_ms >= QH_SSE_POLL_MS) qh_sse_fetch(r);

@@ -8,6 +8,7 @@
 #include "daemon/config.h"
 #include "daemon/daemon.h"
 #include "quant/core/log.h"
+#include "startup/runtime_env.h"
 
 extern char **environ;
 
@@ -25,7 +26,11 @@ int main(int argc, char **argv)
             return 0;
         }
     }
-    qd_log_init_from_env();
+    /* The runtime options matter here for the log level only: the daemon opens no backend,
+     * and each quantd-worker it spawns reads the same environment itself. */
+    qd_runtime_opts rt;
+    qst_runtime_from_env(&rt);
+    qd_log_set_level(rt.log_level);
     qdd_config *cfg = NULL;
     qd_err err = {0};
     if (qdd_config_load(argc, argv, environ, &cfg, &err)) {

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 
 #define HELLO_TIMEOUT_S 60.0
@@ -30,7 +31,7 @@ static void on_handle_closed(uv_handle_t *h)
     int delay = RESTART_MIN_MS << (w->restarts < 6 ? w->restarts : 6);
     if (delay > RESTART_MAX_MS) delay = RESTART_MAX_MS;
     /* A worker that ran a good while before dying is not crash-looping. */
-    if (qdd_now_s() - w->started_s > 60) delay = RESTART_MIN_MS;
+    if (qd_clock_now_s() - w->started_s > 60) delay = RESTART_MIN_MS;
     uv_timer_start(&w->restart, on_restart, (uint64_t)delay, 0);
 }
 
@@ -132,7 +133,7 @@ static void on_read(uv_stream_t *s, ssize_t n, const uv_buf_t *buf)
     int bad = n > 0 && qp_wire_decoder_feed(&w->dec, buf->base, (size_t)n, &pe);
     free(buf->base);
     if (bad) { qdd_pool_kill(w, pe.msg); return; }
-    w->last_msg_s = qdd_now_s();
+    w->last_msg_s = qd_clock_now_s();
     for (;;) {
         qp_msg m;
         int rc = qp_wire_decoder_next(&w->dec, &m, &pe);
@@ -182,7 +183,7 @@ static void spawn(qdd_worker *w)
     w->why[0] = 0;
     w->job = NULL;
     w->open_handles = 3;
-    w->started_s = w->last_msg_s = qdd_now_s();
+    w->started_s = w->last_msg_s = qd_clock_now_s();
     w->oom_kills_at_start = cgroup_oom_kills();
     int rc = uv_spawn(d->loop, &w->proc, &o);
     if (rc) {
@@ -325,7 +326,7 @@ int qdd_pool_all_down(const qdd_daemon *d)
 
 void qdd_pool_watchdog(qdd_daemon *d)
 {
-    double now = qdd_now_s(), limit = 3.0 * (double)d->cfg->heartbeat_s;
+    double now = qd_clock_now_s(), limit = 3.0 * (double)d->cfg->heartbeat_s;
     for (int i = 0; i < d->n_workers; i++) {
         qdd_worker *w = &d->workers[i];
         if (w->exited || w->state == QDD_W_DOWN || w->state == QDD_W_DEAD || w->state == QDD_W_FAILED) continue;

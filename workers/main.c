@@ -6,8 +6,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "quant/backend/backend.h"
 #include "quant/core/log.h"
+#include "startup/runtime_env.h"
 #include "workers/worker.h"
 
 static void usage(FILE *f)
@@ -29,9 +29,10 @@ static void raise_oom_score(void)
 
 int main(int argc, char **argv)
 {
-    qd_backend_cpu_env_reexec(argv);
+    qst_openblas_reexec(argv);
     raise_oom_score();
-    qw_opts o = {.name = "cpu0", .backend = "cpu", .heartbeat_ms = 2000, .in_fd = 0};
+    qd_runtime_opts rt;
+    qw_opts o = {.name = "cpu0", .backend = "cpu", .rt = &rt, .heartbeat_ms = 2000, .in_fd = 0};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return 0; }
@@ -43,7 +44,8 @@ int main(int argc, char **argv)
         i++;
     }
     if (o.heartbeat_ms <= 0) { fprintf(stderr, "quantd-worker: --heartbeat-ms must be positive\n"); return 2; }
-    qd_log_init_from_env();
+    qst_runtime_from_env(&rt);
+    qd_log_set_level(rt.log_level);
     fflush(stdout);
     o.out_fd = dup(1);
     if (o.out_fd < 0 || dup2(2, 1) < 0) { perror("quantd-worker: dup"); return 1; }

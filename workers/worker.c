@@ -2,6 +2,7 @@
  * stdin into queued tasks and immediate cancel/shutdown flags, a heartbeat thread, and the
  * main thread running quant/pipeline with progress forwarded to the daemon. */
 #define _GNU_SOURCE
+#include "quant/core/clock.h"
 #include "workers/worker.h"
 #include "quant/kernels/selftest.h"
 
@@ -60,13 +61,6 @@ typedef struct qw_worker {
     uint64_t pipe_fence;         /* the fencing token the open pipeline commits under */
     double t_open;
 } qw_worker;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static int64_t unix_ms(void)
 {
@@ -435,9 +429,9 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
     while (!rc && qd_pipeline_next_block(w->pipe) < n &&
            (t->block == QP_TASK_WHOLE_JOB || qd_pipeline_next_block(w->pipe) <= t->block)) {
         int b = qd_pipeline_next_block(w->pipe);
-        double t0 = now_s();
+        double t0 = qd_clock_now_s();
         if ((rc = qd_pipeline_run_block(w->pipe, &err))) break;
-        send_block_done(w, t, b, n, now_s() - t0);
+        send_block_done(w, t, b, n, qd_clock_now_s() - t0);
         if (t->block == QP_TASK_WHOLE_JOB && qd_pipeline_next_block(w->pipe) < n && stop_requested(w)) {
             rc = qd_err_set(&err, QD_ECANCELLED, "worker is shutting down after block %d", b);
             break;
@@ -513,7 +507,7 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
     }
 
     qd_err berr = {0};
-    if ((rc = qd_backend_open(o->backend, &w->be, &berr))) {
+    if ((rc = qd_backend_open(o->backend, o->rt, &w->be, &berr))) {
         /* Tell the daemon why before leaving, so it logs the reason rather than a crash. */
         send_hello(w, 0, berr.msg);
         qd_err_set(err, rc, "backend %s: %s", o->backend, berr.msg);

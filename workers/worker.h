@@ -16,10 +16,12 @@
 #define QUANTD_WORKERS_WORKER_H
 
 #include "quant/core/error.h"
+#include "quant/core/runtime.h"
 
 typedef struct qw_opts {
     const char *name;          /* worker name in hello and logs, e.g. "cpu0" (borrowed) */
     const char *backend;       /* backend spec for qd_backend_open: "cpu", "cuda:0" (borrowed) */
+    const qd_runtime_opts *rt; /* the runtime options the backend opens with (borrowed; NULL = defaults) */
     int heartbeat_ms;          /* heartbeat interval; 0 selects 2000 */
     int in_fd, out_fd;         /* message pipes (stdin and a private copy of stdout) */
 } qw_opts;

@@ -38,9 +38,9 @@
 
 #include <stdint.h>
 
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/core/error.h"
+#include "quant/formats/quantizer.h"
 
 typedef struct qd_awq_opts {
     int n_grid;               /* alphas n / n_grid, n = 0 .. n_grid-1 (20) */

@@ -2,7 +2,7 @@
  * static groups, act-order permutation, damping), factorises on the backend with damping
  * retries, runs the block loop through the backend's gptq_block and gemm ops, and undoes
  * the permutation into a qd_qlayer. Where the backend has chol_ldl_upper (the CPU) the
- * loop runs in the LDL form (quant/algo/gptq_block.h): one Cholesky instead of Cholesky
+ * loop runs in the LDL form (quant/backend/gptq_block.h): one Cholesky instead of Cholesky
  * plus triangular inverse, and two levels of lazy updates. */
 #include "quant/algo/gptq.h"
 
@@ -11,7 +11,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "quant/algo/gptq_block.h"
+#include "quant/backend/gptq_block.h"
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 
 qd_gptq_opts qd_gptq_opts_default(void)
@@ -68,13 +69,6 @@ void qd_gptq_act_order_perm(const float *diag, int64_t k, int64_t *perm)
     qsort(keys, (size_t)k, sizeof *keys, diag_key_cmp);
     for (int64_t i = 0; i < k; i++) perm[i] = keys[i].i;
     free(keys);
-}
-
-static double now_seconds(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 /* Round-to-nearest for the whole layer, used when no damping makes H^-1 factorisable. */
@@ -220,15 +214,15 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     if (rc) return rc;
     const int64_t G = out->layer.n_groups;
 
-    double t0 = now_seconds();
+    double t0 = qd_clock_now_s();
     /* On the CPU backend host memory is backend memory: without act-order the working W
      * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
      * H is built straight into the factorisation buffer, so nothing is copied twice. */
     const int host = be->device < 0;
-    /* The LDL form where the backend has it (one Cholesky, no inverse);
-     * QUANTD_GPTQ_FORM=inverse keeps the U form (tests compare the two). */
-    const char *form = getenv("QUANTD_GPTQ_FORM");
-    const int ldl = be->ops->chol_ldl_upper != NULL && !(form && !strcmp(form, "inverse"));
+    /* The LDL form where the backend has it (one Cholesky, no inverse); the runtime
+     * options' QD_GPTQ_FORM_INVERSE (QUANTD_GPTQ_FORM=inverse) keeps the U form (tests
+     * compare the two). */
+    const int ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;
     const int in_place = host && !o->desc_act;
     int direct = 0;                                            /* see the copy of W below */
     const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);
@@ -318,7 +312,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     }
 
     int factored = 0;
-    double t_chol_start = now_seconds();
+    double t_chol_start = qd_clock_now_s();
     for (int attempt = 0; attempt <= o->max_damp_retries; attempt++) {
         double pct = o->damp_percent * pow(10.0, attempt);
         float damp = (float)(pct * mean);
@@ -347,14 +341,14 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     }
     free(hp);
     hp = NULL;
-    double t_chol = now_seconds();
+    double t_chol = qd_clock_now_s();
 
     if (!factored) {
         QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
                o->max_damp_retries + 1);
         out->fallback_rtn = 1;
         rc = gptq_fallback_rtn(c, w, n, k, out, err);
-        out->seconds = now_seconds() - t0;
+        out->seconds = qd_clock_now_s() - t0;
         goto done;
     }
 
@@ -383,12 +377,12 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         rc = qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
         goto done;
     }
-    double t_loop = now_seconds();
+    double t_loop = qd_clock_now_s();
     rc = ldl ? gptq_run_blocks_ldl(be, o, &d, n, k, find_params, err)
              : gptq_run_blocks(be, o, &d, n, k, find_params, err);
     if (rc) goto done;
     if ((rc = be->ops->sync(be))) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
-    double t_loop_end = now_seconds();
+    double t_loop_end = qd_clock_now_s();
 
     /* Results back to the host: Q and the codes in processing order, then unpermuted. */
     if ((!host && (rc = qd_backend_download(be, wp, d.w, wbytes))) ||
@@ -428,10 +422,10 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         out->layer.scales[i] = scales[i];
         out->layer.zeros[i] = (int32_t)lrintf(zeros[i]);
     }
-    out->seconds = now_seconds() - t0;
+    out->seconds = qd_clock_now_s() - t0;
     QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",
            (long long)n, (long long)k, t_chol_start - t0, t_chol - t_chol_start, t_loop - t_chol,
-           t_loop_end - t_loop, now_seconds() - t_loop_end);
+           t_loop_end - t_loop, qd_clock_now_s() - t_loop_end);
     rc = 0;
 
 done:

@@ -23,10 +23,10 @@
 #include <stdint.h>
 
 #include "quant/algo/hessian.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/core/error.h"
 #include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 
 typedef struct qd_gptq_opts {
     qd_quant_cfg quant;        /* bits, sym, group_size, f16_scales, zero_min1 (clip must be 1) */

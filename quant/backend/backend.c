@@ -16,26 +16,27 @@
 void qd_backend_cuda_close(qd_backend *be);
 #endif
 
-/* CPU threads: QUANTD_THREADS when set, else the online CPUs. */
-static int backend_cpu_threads(void)
+/* CPU threads: rt->threads when set, else the online CPUs. */
+static int backend_cpu_threads(const qd_runtime_opts *rt)
 {
-    const char *env = getenv("QUANTD_THREADS");
-    if (env && *env) {
-        char *end = NULL;
-        long v = strtol(env, &end, 10);
-        if (end && *end == '\0' && v >= 1 && v <= 1024) return (int)v;
-    }
+    if (rt->threads >= 1 && rt->threads <= 1024) return rt->threads;
     long n = sysconf(_SC_NPROCESSORS_ONLN);
     return n >= 1 && n <= 1024 ? (int)n : 1;
 }
 
-static int backend_open_spec(const char *spec, qd_backend **out, qd_err *err);
+static int backend_open_spec(const char *spec, const qd_runtime_opts *rt, qd_backend **out, qd_err *err);
 
-int qd_backend_open(const char *spec, qd_backend **out, qd_err *err)
+int qd_backend_open(const char *spec, const qd_runtime_opts *rt, qd_backend **out, qd_err *err)
 {
-    int rc = backend_open_spec(spec, out, err);
+    qd_runtime_opts def = qd_runtime_opts_default();
+    if (!rt) rt = &def;
+    int rc = backend_open_spec(spec, rt, out, err);
+    if (!rc) {
+        (*out)->rt = *rt;
+        (*out)->rt.fault_inject = NULL;
+    }
 #ifdef QUANTD_FAULT_HOOKS
-    const char *fault = getenv("QUANTD_FAULT_INJECT");
+    const char *fault = rt->fault_inject;
     if (!rc && fault && *fault && (rc = qd_backend_fault_wrap(*out, fault, err))) {
         qd_backend_close(*out);
         *out = NULL;
@@ -44,12 +45,12 @@ int qd_backend_open(const char *spec, qd_backend **out, qd_err *err)
     return rc;
 }
 
-static int backend_open_spec(const char *spec, qd_backend **out, qd_err *err)
+static int backend_open_spec(const char *spec, const qd_runtime_opts *rt, qd_backend **out, qd_err *err)
 {
     if (!out) return qd_err_set(err, QD_EINVAL, "backend: NULL output pointer");
     *out = NULL;
     if (!spec) return qd_err_set(err, QD_EINVAL, "backend: no spec given (expected \"cpu\" or \"cuda:N\")");
-    if (!strcmp(spec, "cpu")) return qd_backend_cpu_open(backend_cpu_threads(), out, err);
+    if (!strcmp(spec, "cpu")) return qd_backend_cpu_open(backend_cpu_threads(rt), rt, out, err);
     if (!strncmp(spec, "cuda:", 5)) {
         const char *num = spec + 5;
         char *end = NULL;

@@ -21,9 +21,10 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
+#include "quant/core/runtime.h"
 
 struct qd_quant_cfg;
-struct qd_gptq_block_args;     /* quant/algo/gptq_block.h */
+struct qd_gptq_block_args;     /* quant/backend/gptq_block.h */
 
 typedef struct qd_backend qd_backend;
 
@@ -61,7 +62,7 @@ typedef struct qd_backend_ops {
     /* In place: H (k x k, symmetric positive definite) becomes the upper Cholesky factor U
      * of H^-1 (H^-1 = U^T U), lower triangle zeroed. QD_ENUMERIC when H is not PD. */
     int (*chol_inverse_upper)(qd_backend *be, float *h, int64_t k);
-    /* One GPTQ block of columns (see quant/algo/gptq_block.h). */
+    /* One GPTQ block of columns (see quant/backend/gptq_block.h). */
     int (*gptq_block)(qd_backend *be, const struct qd_gptq_block_args *args);
     /* Quantize-dequantize W [n, k] in place with groups along k (AWQ search). */
     int (*fake_quant)(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n,
@@ -106,7 +107,7 @@ typedef struct qd_backend_ops {
                     int64_t vocab, double *nll_host);
 
     /* ---- optional (NULL where the backend lacks them) ---- */
-    /* GPTQ's LDL form (see quant/algo/gptq_block.h, ldl): in place, H (k x k, symmetric
+    /* GPTQ's LDL form (see quant/backend/gptq_block.h, ldl): in place, H (k x k, symmetric
      * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular
      * (positive diagonal); A has a unit diagonal and its lower triangle is zeroed. One
      * Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
@@ -119,6 +120,9 @@ struct qd_backend {
     const char *name;          /* "cpu", "cuda" */
     int device;                /* -1 for the CPU, else the CUDA device ordinal */
     int n_threads;             /* CPU threads the backend may use */
+    /* The runtime options it was opened with (a copy; fault_inject is NULL here): the
+     * layers above read their own fields from it (GPTQ: gptq_form). */
+    qd_runtime_opts rt;
     qd_err err;                /* last error */
     /* Set by the backend when a device error may have left it unusable: every CUDA, cuBLAS
      * or cuSOLVER failure (a sticky error poisons the whole context, and a non-sticky one
@@ -128,19 +132,15 @@ struct qd_backend {
     int broken;
 };
 
-/* Creates a backend from a spec: "cpu" or "cuda:N". *out is owned by the caller. */
-int qd_backend_open(const char *spec, qd_backend **out, qd_err *err);
+/* Creates a backend from a spec: "cpu" (rt->threads threads, or one per online CPU) or
+ * "cuda:N". rt (may be NULL: qd_runtime_opts_default()) is copied into be->rt; with
+ * QUANTD_FAULT_HOOKS, rt->fault_inject wraps the backend (backend_fault.h). *out is owned by
+ * the caller. */
+int qd_backend_open(const char *spec, const qd_runtime_opts *rt, qd_backend **out, qd_err *err);
 void qd_backend_close(qd_backend *be);                      /* accepts NULL */
-int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err);
-/* OpenBLAS reads OPENBLAS_THREAD_TIMEOUT once, as it loads; by default its idle threads
- * spin (sched_yield) for about 2^28 cycles after each call, taking the cores from the GPTQ
- * block kernel's own threads between the lazy GEMMs (measured on 2 cores: GPTQ 0.70 s ->
- * 0.62 s on a 4096 x 4096 layer with the variable at 4). Programs that run the CPU backend
- * call this first in main(): when the variable is unset it sets it to 4 (spin 2^4 cycles,
- * then sleep) and re-executes the program with the same argv, keeping pid and open files;
- * it returns only when the variable was already set (a user's own value is kept) or the
- * re-exec failed. */
-void qd_backend_cpu_env_reexec(char **argv);
+/* The CPU backend with n_threads threads (1..1024; rt->threads is not read), its block
+ * cache and GPTQ kernel chosen by rt (may be NULL: the defaults). */
+int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **out, qd_err *err);
 #ifdef QUANTD_HAVE_CUDA
 int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err);
 #endif

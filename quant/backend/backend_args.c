@@ -3,7 +3,7 @@
 
 #include <stddef.h>
 
-#include "quant/algo/gptq_block.h"
+#include "quant/backend/gptq_block.h"
 
 static int args_int_ok(int64_t v) { return v >= 0 && v <= INT32_MAX; }
 

@@ -11,7 +11,7 @@
 
 #include "quant/core/error.h"
 
-struct qd_gptq_block_args;     /* quant/algo/gptq_block.h */
+struct qd_gptq_block_args;     /* quant/backend/gptq_block.h */
 
 /* Shared memory one GPTQ block launch may use (the default per-block limit). */
 #define QD_BACKEND_GPTQ_SMEM (48 * 1024)

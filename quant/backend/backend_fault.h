@@ -1,8 +1,8 @@
 /* The backend fault hook, compiled only with -DQUANTD_FAULT_HOOKS=ON (test builds): it lets
  * a test make a backend fail the way a device error does, on a machine without a GPU.
  *
- * With QUANTD_FAULT_INJECT="OP:N" in the environment, qd_backend_open wraps each backend it
- * opens so that the Nth call of op OP (gemm, upload, download or sync) fails with
+ * With the runtime options' fault_inject = "OP:N" (quant/core/runtime.h; the programs take
+ * it from QUANTD_FAULT_INJECT), qd_backend_open wraps each backend it opens so that the Nth call of op OP (gemm, upload, download or sync) fails with
  * QD_EBACKEND, a message naming the call, the device, file and line as a CUDA failure's
  * does ("cuda:0: gemm failed: injected device fault ... (backend_fault.c:NN)"), and
  * be->broken set; every later call of those ops fails too, as a sticky CUDA error makes

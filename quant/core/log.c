@@ -3,7 +3,6 @@
 
 #include <stdarg.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
@@ -17,12 +16,6 @@ int qd_log_level_parse(const char *s)
     for (int i = 0; i < 5; i++)
         if (s && strcmp(s, names[i]) == 0) return i;
     return -1;
-}
-
-void qd_log_init_from_env(void)
-{
-    int l = qd_log_level_parse(getenv("QUANTD_LOG"));
-    if (l >= 0) qd_log_threshold = l;
 }
 
 void qd_log_emit(int level, const char *event, const char *fmt, ...)

@@ -4,7 +4,8 @@
  *
  * The level test happens before the arguments are evaluated. Output goes to stderr (the
  * daemon's journal under systemd) as `LEVEL event key=value...`. The threshold is set once
- * at start-up (qd_log_set_level, or QUANTD_LOG=debug|info|warn|error). */
+ * at start-up with qd_log_set_level; the programs take it from QUANTD_LOG=debug|info|warn|
+ * error|off through the runtime options (quant/core/runtime.h, startup/runtime_env.h). */
 #ifndef QUANT_CORE_LOG_H
 #define QUANT_CORE_LOG_H
 
@@ -15,7 +16,6 @@ extern int qd_log_threshold;   /* written once at start-up, read everywhere */
 void qd_log_set_level(int level);
 /* Parses "debug", "info", "warn", "error", "off"; returns the level or -1. */
 int qd_log_level_parse(const char *s);
-void qd_log_init_from_env(void);
 void qd_log_emit(int level, const char *event, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #define QD_LOG(level, event, ...) do { \

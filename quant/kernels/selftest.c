@@ -10,6 +10,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/kernels/kernels.h"
 
@@ -69,13 +70,6 @@ int qd_selftest_make_layer(const qd_format *fmt, int bits, int64_t group_size, i
     rc = fmt->pack(&l, out, err);
     qd_qlayer_free(&l);
     return rc;
-}
-
-static double st_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 static int st_cmp_double(const void *a, const void *b)
@@ -230,10 +224,10 @@ static int st_copy_bw(st_ctx *c, size_t bytes, double *gbps)
         be->ops->sync(be))
         rc = qd_err_set(c->err, QD_EBACKEND, "selftest: %s", be->err.msg);
     for (int i = 0; i < 7 && !rc; i++) {
-        double t0 = st_now();
+        double t0 = qd_clock_now_s();
         if (be->ops->copy(be, i & 1 ? a : b, i & 1 ? b : a, bytes) || be->ops->sync(be))
             rc = qd_err_set(c->err, QD_EBACKEND, "selftest: %s", be->err.msg);
-        t[i] = st_now() - t0;
+        t[i] = qd_clock_now_s() - t0;
     }
     if (!rc) {
         qsort(t, 7, sizeof t[0], st_cmp_double);
@@ -273,11 +267,11 @@ static int st_gemv_bw(st_ctx *c, int64_t n, int64_t k, double *gbps)
     double t[9];
     int reps = be->device >= 0 ? 9 : 5;
     for (int i = 0; i <= reps && !rc; i++) {             /* the first run warms up */
-        double t0 = st_now();
+        double t0 = qd_clock_now_s();
         rc = be->device >= 0 ? qd_kernel_matmul(be, m, dx, 1, dy, QD_KPATH_GEMV, c->err)
                              : qd_kernel_matmul_cpu(m, x, 1, y, QD_KPATH_GEMV, QD_KCPU_AUTO, c->err);
         if (!rc && be->ops->sync(be)) rc = qd_err_set(c->err, QD_EBACKEND, "selftest: %s", be->err.msg);
-        if (i) t[i - 1] = st_now() - t0;
+        if (i) t[i - 1] = qd_clock_now_s() - t0;
     }
     if (!rc) {
         qsort(t, (size_t)reps, sizeof t[0], st_cmp_double);

@@ -8,6 +8,7 @@
 
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/core/rng.h"
 #include "quant/model/calib.h"
 #include "quant/model/token_file.h"
 
@@ -29,23 +30,15 @@ void qd_calib_free(qd_calib_set *s)
     s->ids = NULL;
 }
 
-static uint64_t splitmix(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
-
 /* Uniform in [0, range) without modulo bias (Lemire). */
 static uint64_t uniform(uint64_t *s, uint64_t range)
 {
-    unsigned __int128 m = (unsigned __int128)splitmix(s) * range;
+    unsigned __int128 m = (unsigned __int128)qd_splitmix64(s) * range;
     uint64_t lo = (uint64_t)m;
     if (lo < range) {
         uint64_t t = (0 - range) % range;
         while (lo < t) {
-            m = (unsigned __int128)splitmix(s) * range;
+            m = (unsigned __int128)qd_splitmix64(s) * range;
             lo = (uint64_t)m;
         }
     }

@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "quant/core/clock.h"
 #include "quant/model/block.h"
 #include "quant/model/eval.h"
 #include "quant/model/rope.h"
@@ -15,13 +16,6 @@ qd_eval_opts qd_eval_opts_default(int64_t seq_len)
     memset(&o, 0, sizeof o);
     o.seq_len = seq_len;
     return o;
-}
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
 /* Runs one batch of b windows of L tokens (ids) through every block of m into h. */
@@ -100,7 +94,7 @@ int qd_eval_ppl_vs(qd_model *m, qd_model *ref, const int32_t *ids, size_t n, con
     int keep = qd_block_bytes(m) * (uint64_t)c->n_layers <= cache;
     int rkeep = ref && qd_block_bytes(ref) * (uint64_t)rcfg->n_layers <= cache;
 
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     int rc = 0;
     qd_block_weights **blocks = calloc((size_t)c->n_layers, sizeof *blocks);
     qd_block_weights **rblocks = ref ? calloc((size_t)rcfg->n_layers, sizeof *rblocks) : NULL;
@@ -163,7 +157,7 @@ int qd_eval_ppl_vs(qd_model *m, qd_model *ref, const int32_t *ids, size_t n, con
             out->kl_max = kl_max;
             out->top1_agree = (double)agree / (double)out->predicted;
         }
-        out->seconds = now_s() - t0;
+        out->seconds = qd_clock_now_s() - t0;
     }
 done:
     if (blocks) for (int i = 0; i < c->n_layers; i++) qd_block_free(m, blocks[i]);

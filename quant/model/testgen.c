@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "quant/core/fsutil.h"
+#include "quant/core/rng.h"
 #include "quant/core/safetensors.h"
 #include "quant/model/testgen.h"
 
@@ -34,13 +35,7 @@ qd_testgen_opts qd_testgen_defaults(qd_arch_family family)
 
 typedef struct tg_rng { uint64_t s; int have; float spare; } tg_rng;
 
-static uint64_t tg_next(tg_rng *r)
-{
-    uint64_t z = (r->s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
+static uint64_t tg_next(tg_rng *r) { return qd_splitmix64(&r->s); }
 
 static float tg_normal(tg_rng *r)
 {

@@ -5,17 +5,9 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "quant/core/rng.h"
 #include "quant/model/calib.h"
 #include "quant/model/tokenizer.h"
-
-/* splitmix64: a fixed generator so the same seed gives the same ids anywhere. */
-static uint64_t mix64(uint64_t *s)
-{
-    uint64_t z = (*s += 0x9E3779B97F4A7C15ull);
-    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-    z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-    return z ^ (z >> 31);
-}
 
 int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int64_t *n_seq,
                              int64_t *seq_len, qd_err *err)
@@ -32,7 +24,7 @@ int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int6
         int32_t *v = malloc((size_t)(S * L) * sizeof *v);
         if (!v) return qd_err_set(err, QD_ENOMEM, "out of memory for calibration ids");
         uint64_t st = c->seed;
-        for (int64_t i = 0; i < S * L; i++) v[i] = (int32_t)(mix64(&st) % (uint64_t)cfg->vocab);
+        for (int64_t i = 0; i < S * L; i++) v[i] = (int32_t)(qd_splitmix64(&st) % (uint64_t)cfg->vocab);
         *ids = v;
         *n_seq = S;
         *seq_len = L;

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "proto/hash.h"
+#include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
@@ -255,7 +256,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->job = job;
     p->be = be;
     if (hooks) p->hooks = *hooks;
-    p->t_open = qd_pipeline_now();
+    p->t_open = qd_clock_now_s();
     qd_state_init(&p->st);
     p->wave_bytes = QD_WAVE_HESSIAN_BYTES;
     int rc = 0;

@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "quant/core/fsutil.h"
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 #include "quant/kernels/kernels.h"
 #include "quant/pipeline/acts.h"
@@ -109,7 +110,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
         float *wq = o->w_eff;
         float *clipped = NULL;
-        double t = qd_pipeline_now();
+        double t = qd_clock_now_s();
         if (use_awq && xcap && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
             qd_awq_opts ao = qd_awq_opts_default();
             qd_awq_clip clip;
@@ -241,7 +242,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 {
     const qp_job *job = p->job;
     int block = p->st.next_block;
-    double t0 = qd_pipeline_now();
+    double t0 = qd_clock_now_s();
     int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int sequential = use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
@@ -267,7 +268,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
     }
     if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
-    double t = qd_pipeline_now();
+    double t = qd_clock_now_s();
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
     t = qd_pipeline_cost_add(p, QD_STAGE_LOAD, t);
     if (rc) goto cleanup;
@@ -346,7 +347,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                                          outs, results, err);
             qd_gptq_hessian_free(&acc[gg]);
         }
-        t = qd_pipeline_now();   /* quantize_group booked its own stages */
+        t = qd_clock_now_s();   /* quantize_group booked its own stages */
         qd_backend_free(p->be, xcap);
         xcap = NULL;
         i += run;
@@ -399,7 +400,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!on_host) free(host);
     }
     if (!rc) {
-        double secs = qd_pipeline_now() - t0;
+        double secs = qd_clock_now_s() - t0;
         p->st.seconds += secs;
         p->st.next_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;

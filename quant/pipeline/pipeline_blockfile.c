@@ -8,7 +8,6 @@
 
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
-#include "quant/tp/tp_pipeline.h"
 
 /* ---- the block file: every tensor of block i as the output will hold it ---- */
 
@@ -52,7 +51,7 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
     size_t plen = strlen(prefix);
     blockfile b = {0};
     /* tp_aware jobs: reorder the MLP pair now, after the forward used the plain weights. */
-    int rc = qd_tp_layout_apply_block(p, block, outs, err);
+    int rc = qd_pipeline_tp_apply_block(p, block, outs, err);
     if (rc) return rc;
     rc = st_writer_init(&b.w);
     if (rc) return qd_err_set(err, rc, "out of memory");

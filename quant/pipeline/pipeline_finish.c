@@ -10,6 +10,7 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
@@ -17,7 +18,6 @@
 #include "quant/model/tokenizer.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/report.h"
-#include "quant/tp/tp_pipeline.h"
 
 /* Perplexity of the model in dir on the job's eval text. */
 static int eval_dir(qd_pipeline *p, const char *dir, const int32_t *ids, size_t n, qd_eval_result *res, qd_err *err)
@@ -144,9 +144,9 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
             float_names[n_float++] = moe_names[k++];
         }
     /* tp_aware: every reordered down projection has a trivial g_idx (a `dynamic` override). */
-    qd_tp_layout_summary *tps = calloc(1, sizeof *tps);
+    qd_pipeline_tp_summary *tps = calloc(1, sizeof *tps);
     if (!tps) { free(float_names); free(moe_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
-    rc = qd_tp_layout_summarize(p, tps, err);
+    rc = qd_pipeline_tp_summarize(p, tps, err);
     if (rc) { free(float_names); free(moe_names); free(tps); return rc; }
     const char *tp_regex = tps->regex;
     cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, &tp_regex, (size_t)tps->n_regex, p->st.awq_note);
@@ -182,7 +182,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         QD_LOG(QD_LOG_INFO, "eval", "job=%s ppl_before=%.4f ppl_after=%.4f windows=%lld", p->job->id, before.ppl,
                after.ppl, (long long)after.windows);
     }
-    x.wall_seconds = qd_pipeline_now() - p->t_open;
+    x.wall_seconds = qd_clock_now_s() - p->t_open;
     rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     free(tps);
     if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);

@@ -72,7 +72,6 @@ typedef struct qd_linear_out {
     int weight_modified;         /* float weight differs from the source (AWQ folding) */
 } qd_linear_out;
 
-double qd_pipeline_now(void);
 /* Adds the seconds since t0 to stage s of the current block's cost; returns now. */
 double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0);
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
@@ -157,5 +156,24 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
  * every other tensor of the block copied. */
 int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block, qd_linear_out *outs,
                                  const int *norm_modified, const char *path, qd_err *err);
+
+/* ---- the TP-aware layout (pipeline_tp.c; the permutation is quant/tp/tp_layout.c's) ---- */
+
+/* For a tp_aware job, permutes block's MLP pair in outs (indexed by linear) in place: the
+ * packed down projection's rows and the column layers' outputs (packed, or float weights and
+ * biases, which are then marked modified so they are written from memory). Does nothing for
+ * a plain job or when the down projection stayed in float. Errors name the block and say
+ * which shape rule failed. */
+int qd_pipeline_tp_apply_block(qd_pipeline *p, int block, qd_linear_out *outs, qd_err *err);
+
+/* What the finished output records about the layout. */
+typedef struct qd_pipeline_tp_summary {
+    int n_regex;                 /* 0 or 1 */
+    char regex[4096];            /* Python regex of every down projection with a trivial g_idx */
+    char note[1024];             /* the report's layout_note; "" for a plain job */
+} qd_pipeline_tp_summary;
+
+/* Fills s from the model and the layers the checkpoint state lists (works after a resume). */
+int qd_pipeline_tp_summarize(const qd_pipeline *p, qd_pipeline_tp_summary *s, qd_err *err);
 
 #endif

@@ -1,5 +1,6 @@
 /* One linear inside the pipeline: can it be packed, quantize it (RTN or GPTQ), and measure
  * its relative output error from the Hessian of its inputs. */
+#include "quant/core/clock.h"
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -8,16 +9,9 @@
 #include <string.h>
 #include <time.h>
 
-double qd_pipeline_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0)
 {
-    double t = qd_pipeline_now();
+    double t = qd_clock_now_s();
     p->cost.stage[s] += t - t0;
     return t;
 }
@@ -77,9 +71,9 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
 {
     memset(layer, 0, sizeof *layer);
     if (!use_gptq) {
-        double t0 = qd_pipeline_now();
+        double t0 = qd_clock_now_s();
         int rc = qd_rtn_quantize_qlayer(&p->qcfg, w, n, k, layer, deq, err);
-        res->seconds = qd_pipeline_now() - t0;
+        res->seconds = qd_clock_now_s() - t0;
         return rc;
     }
     qd_gptq_opts o = qd_gptq_opts_default();

@@ -13,6 +13,7 @@
 #include <cblas.h>
 
 #include "quant/backend/backend.h"
+#include "quant/core/clock.h"
 #include "quant/core/dtype.h"
 #include "quant/tp/tp_layout.h"
 
@@ -152,6 +153,7 @@ struct sim_shared {
     int tp;
     int64_t M, S;                   /* rows, shard width ff / tp */
     const float *x;
+    const qd_runtime_opts *rt;      /* for each rank's CPU backend (may be NULL) */
     const int64_t *p1, *p2;         /* [H], [F] */
     float *y1g;                     /* [M, F] all-gather buffer */
     float *y2s;                     /* [tp, M, H] all-reduce buffer */
@@ -256,7 +258,7 @@ static int rank_setup(sim_shared *s, sim_rank *r, int q, qd_err *err)
 {
     const qd_tp_mlp *m = s->m;
     const int64_t M = s->M, H = m->hidden, F = m->ff, S = s->S;
-    int rc = qd_backend_cpu_open(1, &r->be, err);
+    int rc = qd_backend_cpu_open(1, s->rt, &r->be, err);
     if (rc) return rc;
     r->s = s;
     r->rank = q;
@@ -286,15 +288,8 @@ static int rank_setup(sim_shared *s, sim_rank *r, int q, qd_err *err)
     return 0;
 }
 
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
 int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, int64_t M, float *y,
-                  qd_tp_comm_stats *stats, qd_err *err)
+                  qd_tp_comm_stats *stats, const qd_runtime_opts *rt, qd_err *err)
 {
     if (stats) memset(stats, 0, sizeof *stats);
     if (tp < 1 || tp > 256) return qd_err_set(err, QD_EINVAL, "tp sim: tp must be in 1..256, got %d", tp);
@@ -316,6 +311,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
     s.M = M;
     s.S = m->ff / tp;
     s.x = x;
+    s.rt = rt;
     pthread_mutex_init(&s.gate_mu, NULL);
     pthread_cond_init(&s.gate_cv, NULL);
     int64_t *p1 = NULL, *p2 = NULL;
@@ -335,7 +331,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
         if (pthread_barrier_init(&s.bar, NULL, (unsigned)tp)) rc = qd_err_set(err, QD_EINVAL, "tp sim: cannot create a barrier");
         else bar_ok = 1;
     }
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     /* Ranks wait at a start gate, so a rank that cannot be created makes the started ones
      * return at once instead of waiting at a barrier for it. */
     for (int q = 0; q < tp && !rc; q++) {
@@ -350,7 +346,7 @@ int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, i
     pthread_cond_broadcast(&s.gate_cv);
     pthread_mutex_unlock(&s.gate_mu);
     for (int q = 0; q < started; q++) pthread_join(th[q], NULL);
-    double t1 = now_s();
+    double t1 = qd_clock_now_s();
     for (int q = 0; q < tp && !rc; q++)
         if (s.ranks[q].rc) rc = qd_err_set(err, s.ranks[q].rc, "tp sim: rank %d: %s", q, s.ranks[q].msg);
     if (!rc) {

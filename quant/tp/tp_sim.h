@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
+#include "quant/core/runtime.h"
 #include "quant/formats/format.h"
 
 typedef enum qd_tp_act {
@@ -70,9 +71,10 @@ int qd_tp_mlp_forward_ref(const qd_tp_mlp *m, const float *x, int64_t M, float *
 /* Runs algo over tp ranks on x [M, hidden] (host) and writes rank 0's result to y [M,
  * hidden] (host); fails if the ranks' results differ. NAIVE needs ff % tp == 0; AWARE also
  * needs m->g_idx_down to be sorted (a tp_aware checkpoint), otherwise the error says to
- * write the checkpoint with layout tp_aware. stats may be NULL. */
+ * write the checkpoint with layout tp_aware. stats may be NULL. Each rank opens a one-thread
+ * CPU backend with rt (may be NULL: the defaults). */
 int qd_tp_sim_run(qd_tp_algo algo, const qd_tp_mlp *m, int tp, const float *x, int64_t M, float *y,
-                  qd_tp_comm_stats *stats, qd_err *err);
+                  qd_tp_comm_stats *stats, const qd_runtime_opts *rt, qd_err *err);
 
 /* Bytes the naive algorithm's all-gather moves per token: every rank receives the other
  * ranks' (tp - 1) / tp * ff activations, tp * that in all = (tp - 1) * ff * elem_bytes

@@ -8,14 +8,8 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
-
-double fz_now(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
-}
 
 void fz_seeds_add(fz_seeds *ss, const void *data, size_t len)
 {
@@ -194,7 +188,7 @@ fz_stats fz_run(const char *name, const fz_seeds *seeds, fz_one_fn fn, long iter
     uint8_t *buf = malloc(cap + 1);
     if (!buf) abort();
     iters = fz_iters(iters);
-    double t0 = fz_now();
+    double t0 = qd_clock_now_s();
     for (long it = 0; it < iters; it++) {
         const fz_seed *s = &seeds->s[test_rng_u64(&r) % (uint64_t)seeds->n];
         size_t len = s->len < cap ? s->len : cap;
@@ -210,7 +204,7 @@ fz_stats fz_run(const char *name, const fz_seeds *seeds, fz_one_fn fn, long iter
         else st.refused++;
     }
     st.iters = iters;
-    st.seconds = fz_now() - t0;
+    st.seconds = qd_clock_now_s() - t0;
     st.per_second = st.seconds > 0 ? (double)iters / st.seconds : 0;
     printf("fuzz %s: %ld inputs, %ld accepted, %ld refused, %ld broken, %.1f s, %.0f inputs/s\n", name, iters,
            st.accepted, st.refused, st.broken, st.seconds, st.per_second);

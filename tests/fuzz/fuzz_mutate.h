@@ -48,6 +48,5 @@ fz_stats fz_run(const char *name, const fz_seeds *seeds, fz_one_fn fn, long iter
 long fz_iters(long dflt);
 /* Prints an input, escaped, on stderr (for reports of broken invariants). */
 void fz_print_input(const char *what, const uint8_t *data, size_t len);
-double fz_now(void);
 
 #endif

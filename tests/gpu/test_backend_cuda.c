@@ -5,8 +5,8 @@
 #include <stdlib.h>
 
 #include "quant/algo/gptq.h"
-#include "quant/algo/gptq_block.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
 #include "quant/kernels/kernels.h"
 #include "quant/kernels/selftest.h"
 #include "test_util.h"
@@ -305,7 +305,7 @@ static void test_errors_name_the_device(void)
     CHECK_INT(gpu->broken, 0);
     qd_backend *bad = NULL;
     qd_err err = {0};
-    CHECK_ERR(qd_backend_open("cuda:1000", &bad, &err));
+    CHECK_ERR(qd_backend_open("cuda:1000", NULL, &bad, &err));
     /* A failing CUDA call (a copy into NULL) marks the backend broken, with the call, file,
      * line and device in the message: the worker then exits and is replaced. Last, since
      * nothing may run on a broken backend. */
@@ -325,7 +325,7 @@ int main(void)
     }
     qd_err err = {0};
     test_rng_seed(&rng, 2026);
-    if (qd_backend_cpu_open(2, &cpu, &err) || qd_backend_open("cuda:0", &gpu, &err)) {
+    if (qd_backend_cpu_open(2, NULL, &cpu, &err) || qd_backend_open("cuda:0", NULL, &gpu, &err)) {
         fprintf(stderr, "test_backend_cuda: %s\n", err.msg);
         return 1;
     }

@@ -366,7 +366,7 @@ static void test_refusals(void)
 int main(void)
 {
     qd_err e = {0};
-    if (qd_backend_cpu_open(1, &g_be, &e)) {
+    if (qd_backend_cpu_open(1, NULL, &g_be, &e)) {
         fprintf(stderr, "cpu backend: %s\n", e.msg);
         return 1;
     }

@@ -5,8 +5,8 @@
  * keep its shared-memory copy within the limit. */
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
 #include "quant/backend/backend_args.h"
+#include "quant/backend/gptq_block.h"
 #include "test_util.h"
 
 static float buf[16];

@@ -4,26 +4,31 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
 #include "quant/backend/backend.h"
+#include "quant/backend/gptq_block.h"
 #include "test_util.h"
 
-static qd_backend *open_cpu(void)
+/* A two-thread CPU backend with the given GPTQ block kernel. */
+static qd_backend *open_cpu_kernel(qd_cpu_kernel kernel)
 {
     qd_backend *be = NULL;
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err) != 0) {
+    qd_runtime_opts rt = qd_runtime_opts_default();
+    rt.cpu_kernel = kernel;
+    if (qd_backend_cpu_open(2, &rt, &be, &err) != 0) {
         fprintf(stderr, "cannot open cpu backend: %s\n", err.msg);
         exit(1);
     }
     return be;
 }
 
+static qd_backend *open_cpu(void) { return open_cpu_kernel(QD_CPU_KERNEL_AUTO); }
+
 static void test_open_specs(void)
 {
     qd_backend *be = NULL;
     qd_err err = {0};
-    CHECK_OK(qd_backend_open("cpu", &be, &err));
+    CHECK_OK(qd_backend_open("cpu", NULL, &be, &err));
     CHECK(be != NULL);
     if (be) {
         CHECK_STR(be->name, "cpu");
@@ -33,16 +38,16 @@ static void test_open_specs(void)
     qd_backend_close(be);
     qd_backend_close(NULL);
     be = NULL;
-    CHECK_INT(qd_backend_open("gpu", &be, &err), QD_EINVAL);
+    CHECK_INT(qd_backend_open("gpu", NULL, &be, &err), QD_EINVAL);
     CHECK_CONTAINS(err.msg, "gpu");
     CHECK(be == NULL);
-    CHECK_INT(qd_backend_open("cuda:x", &be, &err), QD_EINVAL);
+    CHECK_INT(qd_backend_open("cuda:x", NULL, &be, &err), QD_EINVAL);
 #ifndef QUANTD_HAVE_CUDA
     CHECK_INT(qd_backend_cuda_device_count(), 0);
-    CHECK_INT(qd_backend_open("cuda:0", &be, &err), QD_EUNSUPPORTED);
+    CHECK_INT(qd_backend_open("cuda:0", NULL, &be, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "no CUDA");
 #endif
-    CHECK_INT(qd_backend_cpu_open(0, &be, &err), QD_EINVAL);
+    CHECK_INT(qd_backend_cpu_open(0, NULL, &be, &err), QD_EINVAL);
 }
 
 static void test_memory(void)
@@ -286,9 +291,9 @@ static void test_chol_ldl_upper(void)
 
 /* The block kernel against a transliteration of the reference's inner loop, processed
  * column by column over all rows. */
-static void gptq_block_vs_reference(void)
+static void gptq_block_vs_reference(qd_cpu_kernel kernel)
 {
-    qd_backend *be = open_cpu();
+    qd_backend *be = open_cpu_kernel(kernel);
     test_rng rng;
     test_rng_seed(&rng, 14);
     const int64_t n = 9, k = 40, i1 = 8, i2 = 40, gs = 16, G = (k + gs - 1) / gs;
@@ -363,10 +368,8 @@ static void gptq_block_vs_reference(void)
 
 static void test_gptq_block(void)
 {
-    gptq_block_vs_reference();                  /* SIMD kernel where the CPU has one */
-    setenv("QUANTD_CPU_KERNEL", "portable", 1);
-    gptq_block_vs_reference();                  /* the portable kernel */
-    unsetenv("QUANTD_CPU_KERNEL");
+    gptq_block_vs_reference(QD_CPU_KERNEL_AUTO);       /* SIMD kernel where the CPU has one */
+    gptq_block_vs_reference(QD_CPU_KERNEL_PORTABLE);   /* the portable kernel */
 }
 
 /* Threads split rows; the result must not depend on how many. The SIMD and portable
@@ -375,8 +378,8 @@ static void test_gptq_block_threads(void)
 {
     qd_backend *b1 = NULL, *b2 = NULL;
     qd_err e = {0};
-    CHECK_OK(qd_backend_cpu_open(1, &b1, &e));
-    CHECK_OK(qd_backend_cpu_open(2, &b2, &e));
+    CHECK_OK(qd_backend_cpu_open(1, NULL, &b1, &e));
+    CHECK_OK(qd_backend_cpu_open(2, NULL, &b2, &e));
     test_rng rng;
     test_rng_seed(&rng, 15);
     const int64_t n = 301, k = 96, gs = 32, G = 3;
@@ -407,10 +410,7 @@ static void test_gptq_block_threads(void)
     CHECK(memcmp(c1, c2, n * k) == 0);
     CHECK(memcmp(s1, s2, sizeof(float) * G * n) == 0);
     /* portable kernel: same codes for all but a rare rounding tie, close errors */
-    qd_backend *b3 = NULL;
-    setenv("QUANTD_CPU_KERNEL", "portable", 1);
-    CHECK_OK(qd_backend_cpu_open(2, &b3, &e));
-    unsetenv("QUANTD_CPU_KERNEL");
+    qd_backend *b3 = open_cpu_kernel(QD_CPU_KERNEL_PORTABLE);
     float *w3 = malloc(sizeof(float) * n * k), *err3 = calloc(n * k, sizeof(float));
     uint8_t *c3 = calloc(n * k, 1);
     float *s3 = calloc(G * n, sizeof(float)), *z3 = calloc(G * n, sizeof(float));
@@ -444,10 +444,8 @@ static void gptq_block_avx512_vs_avx2(int ldl)
 {
     qd_backend *b1 = NULL, *b2 = NULL;
     qd_err e = {0};
-    CHECK_OK(qd_backend_cpu_open(2, &b1, &e));
-    setenv("QUANTD_CPU_KERNEL", "avx2", 1);
-    CHECK_OK(qd_backend_cpu_open(2, &b2, &e));
-    unsetenv("QUANTD_CPU_KERNEL");
+    CHECK_OK(qd_backend_cpu_open(2, NULL, &b1, &e));
+    b2 = open_cpu_kernel(QD_CPU_KERNEL_AVX2);
     test_rng rng;
     test_rng_seed(&rng, 21);
     const int64_t n = 283, k = 90, gs = 32, G = 3;

@@ -197,7 +197,7 @@ static void test_nll(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     test_rng_seed(&rng, 42);
     TEST_RUN(test_norms);
     TEST_RUN(test_rope);

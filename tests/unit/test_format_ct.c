@@ -374,7 +374,7 @@ static void test_jobs(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
     T = test_tmpdir();
     snprintf(llama_dir, sizeof llama_dir, "%s/llama", T);
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);

@@ -5,9 +5,9 @@
  * v1 zero 0, awq with act-order g_idx). */
 #include <stdlib.h>
 
-#include "quant/algo/quantizer.h"
 #include "quant/core/dtype.h"
 #include "quant/formats/format.h"
+#include "quant/formats/quantizer.h"
 #include "test_util.h"
 
 /* A layer with random codes, zeros and F16 scales; act_order shuffles g_idx. */

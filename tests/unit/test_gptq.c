@@ -7,9 +7,9 @@
 
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 #include "test_util.h"
 
 static qd_backend *be;
@@ -465,7 +465,7 @@ static void test_bad_input(void)
 }
 
 /* The LDL form (the CPU default: one Cholesky, no inverse, lazy updates of corrections) against
- * the U form (QUANTD_GPTQ_FORM=inverse, the reference's formulation): equal in exact
+ * the U form (QD_GPTQ_FORM_INVERSE, QUANTD_GPTQ_FORM=inverse, the reference's formulation): equal in exact
  * arithmetic, so the codes agree but for rare rounding ties and the output errors match.
  * Configurations: many blocks with a short last one, groups inside blocks,
  * groups wider than a block, one group, static groups with act-order, the SIMD and the
@@ -489,9 +489,9 @@ static void ldl_vs_inverse_case(int64_t n, int64_t k, int64_t B, int64_t gs, int
     qd_gptq_result rl, ru;
     qd_err err = {0};
     CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &rl, &err));
-    setenv("QUANTD_GPTQ_FORM", "inverse", 1);
+    be->rt.gptq_form = QD_GPTQ_FORM_INVERSE;       /* what QUANTD_GPTQ_FORM=inverse sets */
     CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &ru, &err));
-    unsetenv("QUANTD_GPTQ_FORM");
+    be->rt.gptq_form = QD_GPTQ_FORM_AUTO;
     int64_t same = 0;
     for (int64_t i = 0; i < n * k; i++) same += rl.layer.q[i] == ru.layer.q[i];
     CHECK(same >= n * k - n * k / 200);
@@ -510,19 +510,18 @@ static void test_ldl_matches_inverse_form(void)
     ldl_vs_inverse_case(24, 320, 64, -1, 0, 0, 0, 33);     /* one group for all of K */
     ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 0, 34);     /* act-order */
     ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 1, 35);     /* act-order + static groups */
-    setenv("QUANTD_CPU_KERNEL", "portable", 1);
+    qd_runtime_opts rt = qd_runtime_opts_default();
+    rt.cpu_kernel = QD_CPU_KERNEL_PORTABLE;
     qd_backend *keep = be, *port = NULL;
     qd_err err = {0};
-    CHECK_OK(qd_backend_cpu_open(2, &port, &err));
-    unsetenv("QUANTD_CPU_KERNEL");
+    CHECK_OK(qd_backend_cpu_open(2, &rt, &port, &err));
     be = port;
     ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 36);
     ldl_vs_inverse_case(37, 300, 32, 128, 1, 0, 0, 37);
     qd_backend_close(port);
     /* The AVX2 kernel too (it writes Q into the result directly without act-order). */
-    setenv("QUANTD_CPU_KERNEL", "avx2", 1);
-    CHECK_OK(qd_backend_cpu_open(2, &port, &err));
-    unsetenv("QUANTD_CPU_KERNEL");
+    rt.cpu_kernel = QD_CPU_KERNEL_AVX2;
+    CHECK_OK(qd_backend_cpu_open(2, &rt, &port, &err));
     be = port;
     ldl_vs_inverse_case(40, 600, 64, 32, 0, 0, 0, 38);
     ldl_vs_inverse_case(33, 384, 64, 64, 1, 1, 0, 39);
@@ -533,7 +532,7 @@ static void test_ldl_matches_inverse_form(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) {
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) {
         fprintf(stderr, "%s\n", err.msg);
         return 1;
     }

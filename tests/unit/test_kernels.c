@@ -181,7 +181,7 @@ static void test_check_layer(void)
 {
     qd_backend *be = NULL;
     qd_err err = {0};
-    CHECK_OK(qd_backend_cpu_open(1, &be, &err));
+    CHECK_OK(qd_backend_cpu_open(1, NULL, &be, &err));
     const qd_format *fmt = qd_format_find("awq_gemm");
     qd_packed p;
     CHECK_OK(qd_selftest_make_layer(fmt, 4, 64, 0, 64, 128, 9, &p, &err));
@@ -201,7 +201,7 @@ static void test_selftest_quick_cpu(void)
 {
     qd_backend *be = NULL;
     qd_err err = {0};
-    CHECK_OK(qd_backend_cpu_open(1, &be, &err));
+    CHECK_OK(qd_backend_cpu_open(1, NULL, &be, &err));
     qd_selftest_report rep;
     int rc = qd_selftest_run(be, 1, NULL, &rep, &err);
     CHECK_OK(rc);

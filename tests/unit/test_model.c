@@ -587,7 +587,7 @@ static void test_errors(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     TEST_RUN(test_llama_gqa_untied);
     TEST_RUN(test_qwen2_bias_tied);
     TEST_RUN(test_llama_head_dim_bias);

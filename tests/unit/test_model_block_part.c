@@ -55,7 +55,7 @@ int main(void)
 {
     qd_err err = {0};
     qd_backend *be = NULL;
-    CHECK_OK(qd_backend_cpu_open(2, &be, &err));
+    CHECK_OK(qd_backend_cpu_open(2, NULL, &be, &err));
     if (!be) return test_finish();
     char root[4096], dir[4400];
     snprintf(root, sizeof root, "%s/tests/data/families", test_source_dir());

@@ -163,7 +163,7 @@ static void test_families(void)
     if (!d) { fprintf(stderr, "cannot open %s\n", root); return; }
     qd_err err = {0};
     qd_backend *be = NULL;
-    CHECK_OK(qd_backend_cpu_open(2, &be, &err));
+    CHECK_OK(qd_backend_cpu_open(2, NULL, &be, &err));
     if (!be) { closedir(d); return; }
     int seen[N_FAMILIES] = {0};
     int n_wrong = 0;

@@ -136,7 +136,7 @@ static void test_families_quant(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
     qd_log_set_level(QD_LOG_WARN);   /* 36 jobs' per-layer lines would bury the table */
     T = test_tmpdir();
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);

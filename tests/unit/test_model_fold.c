@@ -136,7 +136,7 @@ static void test_fold(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(1, &be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(1, NULL, &be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
     TEST_RUN(test_fold);
     qd_backend_close(be);
     return test_finish();

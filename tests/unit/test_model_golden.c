@@ -175,7 +175,7 @@ int main(void)
     data = test_shared_data();
     if (!data) { fprintf(stderr, "shared data absent; skipping\n"); return TEST_SKIP; }
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     TEST_RUN(test_logits_stories);
     TEST_RUN(test_logits_tiny_llama);
     TEST_RUN(test_ppl_stories);

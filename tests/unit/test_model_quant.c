@@ -5,10 +5,10 @@
  * float checkpoint holding those same weights. */
 #include <stdlib.h>
 
-#include "quant/algo/quantizer.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
+#include "quant/formats/quantizer.h"
 #include "quant/model/block.h"
 #include "quant/model/testgen.h"
 #include "test_util.h"
@@ -157,7 +157,7 @@ static void test_awq_gemm(void) { check_format("awq_gemm", 0); }
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     TEST_RUN(test_gptq_sym);
     TEST_RUN(test_gptq_v2_asym);
     TEST_RUN(test_awq_gemm);

@@ -161,7 +161,7 @@ static void test_float_dtype_rule(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
     T = test_tmpdir();
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     /* Ids below 128: valid for the generated llamas (vocab 128) and the family llama (256). */

@@ -379,7 +379,7 @@ static void test_missing_expert(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(2, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
     T = test_tmpdir();
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }

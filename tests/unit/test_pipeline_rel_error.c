@@ -49,7 +49,7 @@ int main(void)
 {
     qd_err err = {0};
     qd_backend *be = NULL;
-    CHECK_OK(qd_backend_cpu_open(2, &be, &err));
+    CHECK_OK(qd_backend_cpu_open(2, NULL, &be, &err));
     if (!be) return test_finish();
     check_shape(be, 64, 64, 300, 0.05f);
     check_shape(be, 40, 96, 250, 0.01f);    /* k > n (a down projection's shape) */

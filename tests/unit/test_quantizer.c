@@ -3,8 +3,8 @@
  * for sym/asym with a partial last group, F16 scales, and fake quant == RTN dequant. */
 #include <stdlib.h>
 
-#include "quant/algo/quantizer.h"
 #include "quant/core/dtype.h"
+#include "quant/formats/quantizer.h"
 #include "test_util.h"
 
 static qd_quant_cfg cfg(int bits, int sym, int64_t gs)

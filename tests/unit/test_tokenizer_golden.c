@@ -9,6 +9,7 @@
 
 #include <cjson/cJSON.h>
 
+#include "quant/core/clock.h"
 #include "test_util.h"
 #include "proto/hash.h"
 #include "quant/core/fsutil.h"
@@ -33,13 +34,6 @@ static void sha256_ids_hex(const int32_t *ids, size_t n, char hex[65])
 }
 
 static const char *data;
-
-static double now_s(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static char *read_all(const char *rel, size_t *len)
 {
@@ -140,9 +134,9 @@ static void test_wiki_stream(void)
     char *s = read_all("text/wikitext-2-raw/wiki.test.raw", &len);
     int32_t *ids = NULL;
     if (!s) { qd_tokenizer_free(t); return; }
-    double t0 = now_s();
+    double t0 = qd_clock_now_s();
     CHECK_OK(qd_tokenizer_encode(t, s, len, QD_TOK_BOS_DEFAULT, &ids, &n, NULL));
-    double secs = now_s() - t0;
+    double secs = qd_clock_now_s() - t0;
     fprintf(stderr, "  wiki.test.raw (%zu bytes) -> %zu ids in %.3f s\n", len, n, secs);
     CHECK_INT(n, 809290);
     char hex[65];

@@ -302,7 +302,7 @@ done:
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(1, &pt_be, &err)) {
+    if (qd_backend_cpu_open(1, NULL, &pt_be, &err)) {
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return 1;
     }

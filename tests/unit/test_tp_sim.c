@@ -55,8 +55,8 @@ static void compare(const qd_tp_mlp *plain, const qd_tp_mlp *aware, int tp, int6
     qd_err err = {0};
     qd_tp_comm_stats s2, s3;
     CHECK_OK(qd_tp_mlp_forward_ref(plain, x, M, y0, &err));
-    if (qd_tp_sim_run(QD_TP_ALGO_NAIVE, plain, tp, x, M, y2, &s2, &err)) TEST_FAIL_("naive: %s", err.msg);
-    if (qd_tp_sim_run(QD_TP_ALGO_AWARE, aware, tp, x, M, y3, &s3, &err)) TEST_FAIL_("aware: %s", err.msg);
+    if (qd_tp_sim_run(QD_TP_ALGO_NAIVE, plain, tp, x, M, y2, &s2, NULL, &err)) TEST_FAIL_("naive: %s", err.msg);
+    if (qd_tp_sim_run(QD_TP_ALGO_AWARE, aware, tp, x, M, y3, &s3, NULL, &err)) TEST_FAIL_("aware: %s", err.msg);
     double e2 = pt_rel_err(y2, y0, M * H), e3 = pt_rel_err(y3, y0, M * H), e23 = pt_rel_err(y3, y2, M * H);
     test_checks++;
     if (!(e2 < 1e-5 && e3 < 1e-5 && e23 < 1e-5))
@@ -90,7 +90,7 @@ static void llama_mlp_all_tp(void)
     /* Algorithm 3 needs the TP-aware checkpoint. */
     float x[64 * 2], y[64 * 2];
     memset(x, 0, sizeof x);
-    CHECK_ERR(qd_tp_sim_run(QD_TP_ALGO_AWARE, &plain, 2, x, 2, y, NULL, &err));
+    CHECK_ERR(qd_tp_sim_run(QD_TP_ALGO_AWARE, &plain, 2, x, 2, y, NULL, NULL, &err));
     CHECK_CONTAINS(err.msg, "layout tp_aware");
     qd_packed *mcols[2] = {&gate, &up};
     CHECK_OK(qd_tp_layout_apply_pair(&down, mcols, 2, 8, NULL, &err));
@@ -98,7 +98,7 @@ static void llama_mlp_all_tp(void)
     for (int tp = 1; tp <= 8; tp *= 2) compare(&plain, &aware, tp, tp == 4 ? 1 : 7, 100 + (uint64_t)tp);
     CHECK_INT(qd_tp_allgather_bytes_per_token(28672, 8, 2), 7 * 28672 * 2);
     CHECK_INT(qd_tp_allgather_bytes_per_token(28672, 1, 2), 0);
-    CHECK_ERR(qd_tp_sim_run(QD_TP_ALGO_NAIVE, &plain, 3, x, 2, y, NULL, &err));
+    CHECK_ERR(qd_tp_sim_run(QD_TP_ALGO_NAIVE, &plain, 3, x, 2, y, NULL, NULL, &err));
     CHECK_CONTAINS(err.msg, "does not split over tp=3");
     qd_tp_mlp_free(&plain);
     qd_tp_mlp_free(&aware);
@@ -176,7 +176,7 @@ static void pipeline_checkpoints(void)
 int main(void)
 {
     qd_err err = {0};
-    if (qd_backend_cpu_open(1, &pt_be, &err)) {
+    if (qd_backend_cpu_open(1, NULL, &pt_be, &err)) {
         fprintf(stderr, "cpu backend: %s\n", err.msg);
         return 1;
     }

@@ -13,6 +13,7 @@
 #include "fuzz/fuzz_mutate.h"
 #include "fuzz/wire_fuzz_one.h"
 #include "proto/wire.h"
+#include "quant/core/clock.h"
 
 static const char *const TOKENS[] = {
     "\"type\":", "\"hello\"", "\"task\"", "\"progress\"", "\"block_done\"", "\"task_done\"", "\"task_failed\"",
@@ -69,7 +70,7 @@ static void test_wire_fuzz(void)
     long iters = fz_iters(100000), accepted = 0, broken = 0, by_type[QP_MSG_COUNT_] = {0};
     test_rng r;
     test_rng_seed(&r, 20250116);
-    double t0 = fz_now();
+    double t0 = qd_clock_now_s();
     for (long it = 0; it < iters; it++) {
         size_t len = 1;
         stream[0] = (uint8_t)test_rng_u64(&r);
@@ -96,7 +97,7 @@ static void test_wire_fuzz(void)
         }
         accepted += acc;
     }
-    double secs = fz_now() - t0;
+    double secs = qd_clock_now_s() - t0;
     printf("fuzz wire: %ld streams, %ld with a message, %ld broken, %.1f s, %.0f inputs/s\n", iters, accepted, broken,
            secs, secs > 0 ? iters / secs : 0);
     for (int t = 1; t < QP_MSG_COUNT_; t++) printf("  %-12s %ld mutated payloads accepted\n", qp_msg_type_name(t), by_type[t]);

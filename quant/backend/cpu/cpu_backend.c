@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/quantizer.h"
+#include "quant/formats/quantizer.h"
 
 /* ---- memory -------------------------------------------------------------------------- */
 
@@ -266,8 +266,10 @@ static const qd_backend_ops cpu_ops = {
     .nll_rows = cpu_nll_rows,
 };
 
-int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
+int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **out, qd_err *err)
 {
+    qd_runtime_opts def = qd_runtime_opts_default();
+    if (!rt) rt = &def;
     if (!out) return qd_err_set(err, QD_EINVAL, "cpu backend: NULL output pointer");
     *out = NULL;
     if (n_threads < 1 || n_threads > 1024)
@@ -279,13 +281,15 @@ int qd_backend_cpu_open(int n_threads, qd_backend **out, qd_err *err)
         free(impl);
         return qd_err_set(err, QD_ENOMEM, "cpu backend: out of memory");
     }
-    impl->gptq_rows = cpu_gptq_rows_pick();
-    cpu_mem_init(&impl->mem, cpu_mem_default_cap());
+    impl->gptq_rows = cpu_gptq_rows_pick(rt->cpu_kernel);
+    cpu_mem_init(&impl->mem, cpu_mem_default_cap(rt->cpu_cache_mb));
     be->ops = &cpu_ops;
     be->impl = impl;
     be->name = "cpu";
     be->device = -1;
     be->n_threads = n_threads;
+    be->rt = *rt;
+    be->rt.fault_inject = NULL;
     /* OpenBLAS keeps its thread count process-wide; a worker owns one backend, so the
      * last backend opened in a process sets it. */
     openblas_set_num_threads(n_threads);

@@ -1,4 +1,4 @@
-/* The CPU backend's GPTQ block op (quant/algo/gptq_block.h): rows split across threads,
+/* The CPU backend's GPTQ block op (quant/backend/gptq_block.h): rows split across threads,
  * each thread running one of three kernels picked at open: portable C, AVX2 (8 rows per
  * batch) or AVX-512 (16 rows per batch), all computing the same floats in the same order. */
 #include "quant/backend/cpu/cpu_internal.h"
@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
-#include "quant/algo/quantizer.h"
+#include "quant/backend/gptq_block.h"
+#include "quant/formats/quantizer.h"
 
 #define CPU_GPTQ_MAX_THREADS 64
 
@@ -564,14 +564,13 @@ int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     return 0;
 }
 
-cpu_gptq_rows_fn cpu_gptq_rows_pick(void)
+cpu_gptq_rows_fn cpu_gptq_rows_pick(qd_cpu_kernel kernel)
 {
     __builtin_cpu_init();
-    /* QUANTD_CPU_KERNEL=portable selects the plain C kernels (tests compare the two). */
-    const char *kern = getenv("QUANTD_CPU_KERNEL");
-    int simd = !(kern && !strcmp(kern, "portable"));
-    /* QUANTD_CPU_KERNEL=avx2 keeps the 8-lane kernel on AVX-512 machines (tests compare). */
-    int avx2_only = kern && !strcmp(kern, "avx2");
+    /* QD_CPU_KERNEL_PORTABLE selects the plain C kernels (tests compare the two). */
+    int simd = kernel != QD_CPU_KERNEL_PORTABLE;
+    /* QD_CPU_KERNEL_AVX2 keeps the 8-lane kernel on AVX-512 machines (tests compare). */
+    int avx2_only = kernel == QD_CPU_KERNEL_AVX2;
     int fma = __builtin_cpu_supports("fma");
     return (simd && !avx2_only && fma && __builtin_cpu_supports("avx512f")) ? cpu_gptq_rows_avx512
            : (simd && fma && __builtin_cpu_supports("avx2"))                ? cpu_gptq_rows_avx2

@@ -26,9 +26,9 @@ typedef struct cpu_impl {
 /* cpu_backend.c: frees the backend, its cached blocks included (qd_backend_close). */
 void qd_backend_cpu_close(qd_backend *be);
 
-/* cpu_gptq.c: the gptq_block op, and the rows kernel for this CPU and QUANTD_CPU_KERNEL. */
+/* cpu_gptq.c: the gptq_block op, and the rows kernel for this CPU and the runtime options' choice. */
 int cpu_gptq_block(qd_backend *be, const struct qd_gptq_block_args *a);
-cpu_gptq_rows_fn cpu_gptq_rows_pick(void);
+cpu_gptq_rows_fn cpu_gptq_rows_pick(qd_cpu_kernel kernel);
 
 /* cpu_quant.c */
 int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k);

@@ -1,13 +1,10 @@
 /* Large host blocks kept for reuse (see cpu_mem.h). */
 #include "quant/backend/cpu/cpu_mem.h"
 
-#include <errno.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
-
-#include "quant/core/log.h"
 
 void cpu_mem_init(cpu_mem *m, size_t cap_bytes)
 {
@@ -24,17 +21,9 @@ void cpu_mem_destroy(cpu_mem *m)
     pthread_mutex_destroy(&m->lock);
 }
 
-size_t cpu_mem_default_cap(void)
+size_t cpu_mem_default_cap(int64_t mb)
 {
-    const char *env = getenv("QUANTD_CPU_CACHE_MB");
-    if (env && *env) {
-        char *end = NULL;
-        errno = 0;
-        unsigned long long mb = strtoull(env, &end, 10);
-        if (env[0] != '-' && errno == 0 && end && *end == '\0' && mb <= ((size_t)-1 >> 20)) return (size_t)mb << 20;
-        QD_LOG(QD_LOG_WARN, "cpu_cache_env", "QUANTD_CPU_CACHE_MB=\"%s\" is not a number of MB; using the default",
-               env);
-    }
+    if (mb >= 0 && (uint64_t)mb <= ((size_t)-1 >> 20)) return (size_t)mb << 20;
     long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
     uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
     uint64_t cap = phys / 8, max = (uint64_t)4 << 30;

@@ -15,6 +15,7 @@
 
 #include <pthread.h>
 #include <stddef.h>
+#include <stdint.h>
 
 #define CPU_MEM_MIN_BYTES ((size_t)1 << 20)
 #define CPU_MEM_SLOTS 32
@@ -40,8 +41,8 @@ void cpu_mem_destroy(cpu_mem *m);
 /* 64-byte aligned; NULL when out of memory. */
 void *cpu_mem_alloc(cpu_mem *m, size_t bytes);
 void cpu_mem_free(cpu_mem *m, void *p);               /* accepts NULL */
-/* The default cap: QUANTD_CPU_CACHE_MB when set (a non-negative integer; anything else is
- * logged as a warning and ignored), else 1/8 of physical memory, at most 4 GiB. */
-size_t cpu_mem_default_cap(void);
+/* The cap for the runtime options' cpu_cache_mb (quant/core/runtime.h): mb MB when it is
+ * not negative, else 1/8 of physical memory, at most 4 GiB. */
+size_t cpu_mem_default_cap(int64_t mb);
 
 #endif

@@ -3,7 +3,7 @@
  * squared-difference reduction. All memory is host memory on this backend. */
 #include "quant/backend/cpu/cpu_internal.h"
 
-#include "quant/algo/quantizer.h"
+#include "quant/formats/quantizer.h"
 
 int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k)
 {

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/algo/gptq_block.h"
-#include "quant/algo/quantizer.h"
 #include "quant/backend/backend_args.h"
 #include "quant/backend/cuda/cuda_internal.h"
+#include "quant/backend/gptq_block.h"
+#include "quant/formats/quantizer.h"
 
 typedef struct cuda_impl {
     cudaStream_t stream;

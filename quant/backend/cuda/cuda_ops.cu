@@ -27,7 +27,7 @@ static unsigned op_blocks(int64_t n)
 
 static int op_launched(void) { return (int)cudaGetLastError(); }
 
-/* ---- quantizer (device copy of quant/algo/quantizer.c) ------------------------------- */
+/* ---- quantizer (device copy of quant/formats/quantizer.c) ------------------------------- */
 
 __device__ static float dq_scale_to_f16(float s)
 {

@@ -1,5 +1,13 @@
-/* The TP-aware layout inside the pipeline (see tp_pipeline.h). */
-#include "quant/tp/tp_pipeline.h"
+/* The pipeline's side of the TP-aware layout (job layout "tp_aware"): the one call
+ * write_block_file makes before a block's tensors are written, and the summary
+ * pipeline_finish puts into quantization_config and the report (pipeline_internal.h). The
+ * permutation itself is quant/tp/tp_layout.c's; this file only finds the MLP pair and acts
+ * on the pipeline's private state, so it lives in the pipeline: the permutation must act on
+ * a block's packed outputs just before they are committed, after the block's forward has
+ * computed the next block's inputs with the unpermuted weights, so calibration never sees
+ * the reorder. Because a block is committed exactly once, a resumed job permutes every
+ * block exactly once too. */
+#include "quant/pipeline/pipeline_internal.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,7 +31,7 @@ static int find_pair(const qd_model *m, const qd_input_group **col, int *down_li
     return *col && *down_li >= 0;
 }
 
-int qd_tp_layout_apply_block(qd_pipeline *p, int block, qd_linear_out *outs, qd_err *err)
+int qd_pipeline_tp_apply_block(qd_pipeline *p, int block, qd_linear_out *outs, qd_err *err)
 {
     if (p->job->layout != QP_LAYOUT_TP_AWARE) return 0;
     const qd_input_group *G;
@@ -68,7 +76,7 @@ static int layer_quantized(const qd_ckpt_state *st, const char *name)
     return 0;
 }
 
-int qd_tp_layout_summarize(const qd_pipeline *p, qd_tp_layout_summary *s, qd_err *err)
+int qd_pipeline_tp_summarize(const qd_pipeline *p, qd_pipeline_tp_summary *s, qd_err *err)
 {
     memset(s, 0, sizeof *s);
     if (p->job->layout != QP_LAYOUT_TP_AWARE) return 0;

@@ -12,8 +12,8 @@
  * checkpoint decodes to. With cfg.zero_min1 (GPTQ v1, asymmetric) no zero is ever 0: such a
  * group widens its scale so that zero = 1 still covers xmax (the v1 "-1" convention cannot
  * store 0). */
-#ifndef QUANT_ALGO_QUANTIZER_H
-#define QUANT_ALGO_QUANTIZER_H
+#ifndef QUANT_FORMATS_QUANTIZER_H
+#define QUANT_FORMATS_QUANTIZER_H
 
 #include <stdint.h>
 

@@ -35,12 +35,12 @@
  * and dynamic group parameters come from w + acc over the group's columns (the updated
  * weights as the block starts, as above). The caller's trailing update is then
  * acc[:, i2:] += err @ hinv[i1:i2, i2:]. All pointers are backend memory. */
-#ifndef QUANT_ALGO_GPTQ_BLOCK_H
-#define QUANT_ALGO_GPTQ_BLOCK_H
+#ifndef QUANT_BACKEND_GPTQ_BLOCK_H
+#define QUANT_BACKEND_GPTQ_BLOCK_H
 
 #include <stdint.h>
 
-#include "quant/algo/quantizer.h"
+#include "quant/formats/quantizer.h"
 
 typedef struct qd_gptq_block_args {
     const qd_quant_cfg *cfg;   /* host struct: bits, sym, group_size, f16_scales, zero_min1 */

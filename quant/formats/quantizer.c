@@ -6,7 +6,7 @@
  * are all >= 0 keeps xmin = 0 (only xmin < 0 is mirrored), so its scale covers half the
  * range it needs. We follow the spec in quantizer.h (xmin = -xmax always), which never
  * loses range and changes nothing for groups that hold a negative weight. */
-#include "quant/algo/quantizer.h"
+#include "quant/formats/quantizer.h"
 
 #include <math.h>
 #include <stdlib.h>

@@ -1,0 +1,14 @@
+/* splitmix64 (Steele, Lea and Flood; Vigna's public-domain constants): the fixed generator
+ * behind every seeded choice the code makes (calibration sampling and token ids, test
+ * models and layers, self-test data, tp-sim inputs), so the same seed gives the same
+ * numbers on every machine and in every release. Changing it changes outputs: the golden
+ * tests would fail. */
+#ifndef QUANT_CORE_RNG_H
+#define QUANT_CORE_RNG_H
+
+#include <stdint.h>
+
+/* Advances *state by the golden-ratio increment and returns the mixed 64-bit value. */
+uint64_t qd_splitmix64(uint64_t *state);
+
+#endif
