@@ -40,7 +40,6 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
     const qp_job *job = p->job;
     int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
-    int64_t R = p->n_seq * p->seq_len;
     char prefix[160];
     qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
     int rc = 0;
@@ -90,11 +89,14 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
         float *wq = o->w_eff;
         float *clipped = NULL;
-        if (use_awq && xcap && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
+        if (use_awq && xcap && acc->n_seen > 0 && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
             qd_awq_opts ao = qd_awq_opts_default();
             qd_awq_clip clip;
             memset(&clip, 0, sizeof clip);
-            rc = qd_awq_search_clip(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, R, L->k, NULL, &clip, err);
+            /* xcap holds the acc->n_seen rows the Hessian saw (an expert: its routed tokens
+             * only), and the Hessian gives the clip guard its errors over all of them. */
+            rc = qd_awq_search_clip_h(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, acc->n_seen, L->k, acc,
+                                      NULL, &clip, err);
             if (!rc) {
                 clipped = malloc(nk * sizeof(float));
                 if (!clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
