@@ -529,6 +529,43 @@ done:
     return rc;
 }
 
+int qd_awq_search_scales_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                           const float *const *w, const int64_t *n, int n_layers, int64_t k,
+                           const float *x_mean, const qd_gptq_hessian *h, qd_awq_scales *out,
+                           qd_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_common(cfg, o, k, err);
+    if (rc) return rc;
+    if (!x_mean || !h || !w || !n || n_layers < 1)
+        return qd_err_set(err, QD_EINVAL, "awq: scale search needs x_mean, a Hessian and layers");
+    awq_lin_ctx c = {.k = k, .w = w, .n = n};
+    awq_gram gram;
+    memset(&gram, 0, sizeof gram);
+    int64_t max_n = 0;
+    for (int i = 0; i < n_layers; i++) {
+        if (!w[i] || n[i] < 1) return qd_err_set(err, QD_EINVAL, "awq: layer %d has no weights or %lld rows", i, (long long)n[i]);
+        max_n = n[i] > max_n ? n[i] : max_n;
+    }
+    rc = awq_gram_init(be, &gram, h, NULL, h->n_seen, k, k, max_n, err);
+    if (rc) return rc;
+    c.gram = &gram;
+    c.w_host = calloc((size_t)n_layers, sizeof *c.w_host);
+    OOM_IF(!c.w_host);
+    for (int i = 0; i < n_layers; i++) {
+        c.w_host[i] = malloc((size_t)(n[i] * k) * sizeof(float));
+        OOM_IF(!c.w_host[i]);
+        BE_TRY(qd_backend_download(be, c.w_host[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
+    }
+    rc = qd_awq_search_scales_cb(be, cfg, o, w, n, n_layers, k, x_mean, awq_lin_loss, &c, out, err);
+done:
+    if (c.w_host)
+        for (int i = 0; i < n_layers; i++) free(c.w_host[i]);
+    free(c.w_host);
+    awq_gram_free(be, &gram);
+    return rc;
+}
+
 /* dst = clamp(ws, -bound, bound) per (row, group). */
 static void awq_clamp(const float *ws, const float *bound, int64_t n, int64_t k, int64_t gl,
                       int64_t ng, float *dst)

@@ -121,6 +121,14 @@ int qd_awq_search_scales(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_o
                          const float *x, int64_t rows, int64_t ldx, qd_awq_scales *out,
                          qd_err *err);
 
+/* The same loss from a Hessian instead of X: h (borrowed) is the GPTQ accumulator of the
+ * calibration rows, (2 / rows) X^T X, and x_mean [K] (host) their mean |x| per channel, so
+ * the caller never holds X itself (the pipeline accumulates both in one pass). */
+int qd_awq_search_scales_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                           const float *const *w, const int64_t *n, int n_layers, int64_t k,
+                           const float *x_mean, const qd_gptq_hessian *h, qd_awq_scales *out,
+                           qd_err *err);
+
 /* Clip search for one linear w (backend [n, k]) with scales s (host [K], NULL = ones) and
  * the same input x as the scale search. *out is filled (caller frees with
  * qd_awq_clip_free). */

@@ -194,10 +194,10 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
 
     if (use_awq) {
+        rc = qd_pipeline_awq_block_scales(p, bw, block, plans, err);
         for (int g = 0; g < ng && !rc; g++) {
-            rc = qd_pipeline_awq_group_scales(p, bw, block, g, plans, err);
             const qd_input_group *G = qd_model_group(p->m, g);
-            if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
+            if (G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
         }
         /* Linears that fed a later group's scales changed too. */
         for (int g = 0; g < ng; g++) {
