@@ -16,7 +16,7 @@ qd_awq_opts qd_awq_opts_default(void)
 {
     qd_awq_opts o = {.n_grid = 20, .duo_scaling = 0, .clip = 1, .clip_n_grid = 20,
                      .clip_max_shrink = 0.5f, .clip_n_tokens = 512, .chunk_rows = 2048,
-                     .ref_cache_bytes = (int64_t)256 << 20};
+                     .ref_cache_bytes = (int64_t)256 << 20, .gram = 1};
     return o;
 }
 
@@ -154,6 +154,91 @@ done:
     if (yb) qd_backend_free(be, yb);
     free(ha);
     free(hb);
+    return rc;
+}
+
+/* ---- output errors in Gram form ----
+ * ||X D^T||^2 over the rows of X equals sum_r D[r] H D[r]^T with H = X^T X, so once H is
+ * formed (rows * k^2 / 2 flops, once) each candidate costs an [n, k] x [k, k] product
+ * instead of an [rows, k] x [k, n] one: fewer flops whenever rows > k, the same value up to
+ * float rounding. H is held as the GPTQ accumulator holds it, (2 / rows) X^T X, so a caller
+ * that already has that Hessian for the same rows (the pipeline) passes it in. D = Wa - Wb
+ * is formed on the host before the product, not as Wa H - Wb H, which would cancel. */
+typedef struct awq_gram {
+    const qd_gptq_hessian *h;     /* borrowed, or &own */
+    qd_gptq_hessian own;
+    double scale;                 /* rows / 2: H's quadratic forms back to sums over rows */
+    int64_t k;
+    float *d, *dh;                /* backend [max_n, k]: D and D H */
+    float *hd, *hdh;              /* host [max_n, k] */
+} awq_gram;
+
+static void awq_gram_free(qd_backend *be, awq_gram *g)
+{
+    qd_gptq_hessian_free(&g->own);
+    if (g->d) qd_backend_free(be, g->d);
+    if (g->dh) qd_backend_free(be, g->dh);
+    free(g->hd);
+    free(g->hdh);
+    memset(g, 0, sizeof *g);
+}
+
+/* h: the caller's (2 / rows) X^T X over exactly x's rows, or NULL to form it from x. */
+static int awq_gram_init(qd_backend *be, awq_gram *g, const qd_gptq_hessian *h, const float *x, int64_t rows,
+                         int64_t ldx, int64_t k, int64_t max_n, qd_err *err)
+{
+    int rc = 0;
+    memset(g, 0, sizeof *g);
+    g->k = k;
+    if (h) {
+        if (!h->h || h->k != k || h->n_seen != rows) {
+            rc = qd_err_set(err, QD_EINVAL, "awq: the Hessian given (%lld features, %lld rows) is not X's (%lld, %lld)",
+                            (long long)(h ? h->k : 0), (long long)(h ? h->n_seen : 0), (long long)k, (long long)rows);
+            goto done;
+        }
+        g->h = h;
+    } else {
+        rc = qd_gptq_hessian_init(&g->own, be, k, err);
+        if (!rc) rc = qd_gptq_hessian_add_dev(&g->own, x, rows, ldx, err);
+        if (rc) { qd_err_prefix(err, "awq: X^T X"); goto done; }
+        g->h = &g->own;
+    }
+    g->scale = (double)g->h->n_seen / 2.0;
+    g->d = qd_backend_alloc(be, (size_t)(max_n * k) * sizeof(float));
+    g->dh = qd_backend_alloc(be, (size_t)(max_n * k) * sizeof(float));
+    if (!g->d || !g->dh) { rc = be_fail(be, QD_ENOMEM, "scratch for the Gram form", err); goto done; }
+    g->hd = malloc((size_t)(max_n * k) * sizeof *g->hd);
+    g->hdh = malloc((size_t)(max_n * k) * sizeof *g->hdh);
+    OOM_IF(!g->hd || !g->hdh);
+done:
+    if (rc) awq_gram_free(be, g);
+    return rc;
+}
+
+/* ||X (Wa - Wb)^T||^2 over X's rows: per output row into per_row [n] (may be NULL) and in
+ * total into *total. wa backend [n, k]; wb host [n, k]. */
+static int awq_gram_err(qd_backend *be, awq_gram *g, const float *wa, const float *wb_host, int64_t n,
+                        double *per_row, double *total, qd_err *err)
+{
+    const int64_t k = g->k;
+    size_t bytes = (size_t)(n * k) * sizeof(float);
+    int rc = 0;
+    BE_TRY(qd_backend_download(be, g->hd, wa, bytes), "download of W");
+    for (int64_t i = 0; i < n * k; i++) g->hd[i] -= wb_host[i];
+    BE_TRY(qd_backend_upload(be, g->d, g->hd, bytes), "upload of dW");
+    BE_TRY(be->ops->gemm(be, 0, 0, n, k, k, 1.0f, g->d, k, g->h->h, k, 0.0f, g->dh, k), "gemm dW H");
+    BE_TRY(qd_backend_download(be, g->hdh, g->dh, bytes), "download of dW H");
+    double sum = 0;
+    for (int64_t r = 0; r < n; r++) {
+        double e = 0;
+        const float *a = g->hd + r * k, *b = g->hdh + r * k;
+        for (int64_t c = 0; c < k; c++) e += (double)a[c] * (double)b[c];
+        e *= g->scale;
+        if (per_row) per_row[r] = e;
+        sum += e;
+    }
+    *total = sum;
+done:
     return rc;
 }
 
@@ -335,6 +420,8 @@ typedef struct awq_lin_ctx {
     const int64_t *n;
     float **yref;             /* per layer [rows, n_i] backend, or NULL when not cached */
     float *ya, *yb;           /* [chunk, max n] backend scratch */
+    awq_gram *gram;           /* the Gram form instead (rows > k), or NULL */
+    float **w_host;           /* with gram: per layer host copy of W [n_i, k] */
 } awq_lin_ctx;
 
 static int awq_lin_loss(void *user, qd_backend *be, const float *const *wq, int n_layers,
@@ -343,7 +430,13 @@ static int awq_lin_loss(void *user, qd_backend *be, const float *const *wq, int 
     awq_lin_ctx *c = user;
     double total = 0;
     int rc = 0;
-    for (int i = 0; i < n_layers; i++) {
+    for (int i = 0; i < n_layers && c->gram; i++) {
+        double part = 0;
+        rc = awq_gram_err(be, c->gram, wq[i], c->w_host[i], c->n[i], NULL, &part, err);
+        if (rc) return rc;
+        total += part;
+    }
+    for (int i = 0; i < n_layers && !c->gram; i++) {
         int64_t ni = c->n[i];
         for (int64_t r0 = 0; r0 < c->rows; r0 += c->chunk) {
             int64_t m = c->rows - r0 < c->chunk ? c->rows - r0 : c->chunk;
@@ -380,6 +473,8 @@ int qd_awq_search_scales(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_o
         return qd_err_set(err, QD_EINVAL, "awq: scale search needs X with rows >= 1, ldx >= k, and layers");
     awq_lin_ctx c = {.x = x, .rows = rows, .ldx = ldx, .k = k, .w = w, .n = n,
                      .chunk = rows < o->chunk_rows ? rows : o->chunk_rows};
+    awq_gram gram;
+    memset(&gram, 0, sizeof gram);
     int64_t max_n = 0, sum_n = 0;
     for (int i = 0; i < n_layers; i++) {
         if (n[i] < 1) return qd_err_set(err, QD_EINVAL, "awq: layer %d has %lld rows", i, (long long)n[i]);
@@ -390,10 +485,24 @@ int qd_awq_search_scales(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_o
     OOM_IF(!x_mean);
     rc = qd_awq_x_mean(be, x, rows, k, ldx, x_mean, err);
     if (rc) goto done;
-    c.ya = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
-    c.yb = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
-    if (!c.ya || !c.yb) { rc = be_fail(be, QD_ENOMEM, "scratch for outputs", err); goto done; }
-    if ((double)rows * (double)sum_n * sizeof(float) <= (double)o->ref_cache_bytes) {
+    if (o->gram && rows > k) {
+        /* Each candidate then costs sum_n * k^2 flops instead of rows * sum_n * k. */
+        rc = awq_gram_init(be, &gram, NULL, x, rows, ldx, k, max_n, err);
+        if (rc) goto done;
+        c.gram = &gram;
+        c.w_host = calloc((size_t)n_layers, sizeof *c.w_host);
+        OOM_IF(!c.w_host);
+        for (int i = 0; i < n_layers; i++) {
+            c.w_host[i] = malloc((size_t)(n[i] * k) * sizeof(float));
+            OOM_IF(!c.w_host[i]);
+            BE_TRY(qd_backend_download(be, c.w_host[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
+        }
+    } else {
+        c.ya = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
+        c.yb = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
+        if (!c.ya || !c.yb) { rc = be_fail(be, QD_ENOMEM, "scratch for outputs", err); goto done; }
+    }
+    if (!c.gram && (double)rows * (double)sum_n * sizeof(float) <= (double)o->ref_cache_bytes) {
         c.yref = calloc((size_t)n_layers, sizeof *c.yref);
         OOM_IF(!c.yref);
         for (int i = 0; i < n_layers; i++) {
@@ -412,7 +521,48 @@ done:
     }
     if (c.ya) qd_backend_free(be, c.ya);
     if (c.yb) qd_backend_free(be, c.yb);
+    if (c.w_host)
+        for (int i = 0; i < n_layers; i++) free(c.w_host[i]);
+    free(c.w_host);
+    awq_gram_free(be, &gram);
     free(x_mean);
+    return rc;
+}
+
+int qd_awq_search_scales_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                           const float *const *w, const int64_t *n, int n_layers, int64_t k,
+                           const float *x_mean, const qd_gptq_hessian *h, qd_awq_scales *out,
+                           qd_err *err)
+{
+    memset(out, 0, sizeof *out);
+    int rc = check_common(cfg, o, k, err);
+    if (rc) return rc;
+    if (!x_mean || !h || !w || !n || n_layers < 1)
+        return qd_err_set(err, QD_EINVAL, "awq: scale search needs x_mean, a Hessian and layers");
+    awq_lin_ctx c = {.k = k, .w = w, .n = n};
+    awq_gram gram;
+    memset(&gram, 0, sizeof gram);
+    int64_t max_n = 0;
+    for (int i = 0; i < n_layers; i++) {
+        if (!w[i] || n[i] < 1) return qd_err_set(err, QD_EINVAL, "awq: layer %d has no weights or %lld rows", i, (long long)n[i]);
+        max_n = n[i] > max_n ? n[i] : max_n;
+    }
+    rc = awq_gram_init(be, &gram, h, NULL, h->n_seen, k, k, max_n, err);
+    if (rc) return rc;
+    c.gram = &gram;
+    c.w_host = calloc((size_t)n_layers, sizeof *c.w_host);
+    OOM_IF(!c.w_host);
+    for (int i = 0; i < n_layers; i++) {
+        c.w_host[i] = malloc((size_t)(n[i] * k) * sizeof(float));
+        OOM_IF(!c.w_host[i]);
+        BE_TRY(qd_backend_download(be, c.w_host[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
+    }
+    rc = qd_awq_search_scales_cb(be, cfg, o, w, n, n_layers, k, x_mean, awq_lin_loss, &c, out, err);
+done:
+    if (c.w_host)
+        for (int i = 0; i < n_layers; i++) free(c.w_host[i]);
+    free(c.w_host);
+    awq_gram_free(be, &gram);
     return rc;
 }
 
@@ -444,6 +594,14 @@ int qd_awq_search_clip(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opt
                        const float *w, int64_t n, int64_t k, const float *x, int64_t rows,
                        int64_t ldx, const float *s, qd_awq_clip *out, qd_err *err)
 {
+    return qd_awq_search_clip_h(be, cfg, o, w, n, k, x, rows, ldx, NULL, s, out, err);
+}
+
+int qd_awq_search_clip_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                         const float *w, int64_t n, int64_t k, const float *x, int64_t rows,
+                         int64_t ldx, const qd_gptq_hessian *h, const float *s, qd_awq_clip *out,
+                         qd_err *err)
+{
     memset(out, 0, sizeof *out);
     int rc = check_common(cfg, o, k, err);
     if (rc) return rc;
@@ -462,6 +620,8 @@ int qd_awq_search_clip(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opt
     double *best_err = malloc((size_t)(n * ng) * sizeof *best_err);
     double *e_clip = malloc((size_t)n * sizeof *e_clip), *e_none = malloc((size_t)n * sizeof *e_none);
     float *s_dev = NULL, *xs = NULL, *hb = NULL, *mref = NULL, *we = NULL, *m = NULL, *wnc = NULL;
+    awq_gram gram;
+    memset(&gram, 0, sizeof gram);
     OOM_IF(!wh || !ws || !wc || !mh || !org || !bound || !best || !best_err || !e_clip || !e_none);
 
     BE_TRY(qd_backend_download(be, wh, w, (size_t)nk * sizeof *wh), "download of W");
@@ -531,8 +691,16 @@ int qd_awq_search_clip(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opt
     if (rc) goto done;
     awq_clamp(ws, best, n, k, gl, ng, wc);
     rc = awq_effective(be, cfg, wc, s_dev, n, k, we, err);
-    if (!rc) rc = awq_row_sq_err(be, x, rows, ldx, k, wnc, w, n, o->chunk_rows, e_none, err);
-    if (!rc) rc = awq_row_sq_err(be, x, rows, ldx, k, we, w, n, o->chunk_rows, e_clip, err);
+    if (!rc && (h || (o->gram && rows > k))) {
+        /* The per-row errors through X^T X (the caller's Hessian when given). */
+        double tot;
+        rc = awq_gram_init(be, &gram, h, x, rows, ldx, k, n, err);
+        if (!rc) rc = awq_gram_err(be, &gram, wnc, wh, n, e_none, &tot, err);
+        if (!rc) rc = awq_gram_err(be, &gram, we, wh, n, e_clip, &tot, err);
+    } else {
+        if (!rc) rc = awq_row_sq_err(be, x, rows, ldx, k, wnc, w, n, o->chunk_rows, e_none, err);
+        if (!rc) rc = awq_row_sq_err(be, x, rows, ldx, k, we, w, n, o->chunk_rows, e_clip, err);
+    }
     if (rc) goto done;
     for (int64_t r = 0; r < n; r++) {
         out->loss_noclip += e_none[r];
@@ -553,6 +721,7 @@ int qd_awq_search_clip(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opt
 done:
     free(wh); free(ws); free(wc); free(mh); free(org); free(bound); free(best);
     free(best_err); free(e_clip); free(e_none);
+    awq_gram_free(be, &gram);
     float *devs[] = {s_dev, xs, hb, mref, we, m, wnc};
     for (size_t i = 0; i < sizeof devs / sizeof devs[0]; i++)
         if (devs[i]) qd_backend_free(be, devs[i]);

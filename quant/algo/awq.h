@@ -38,9 +38,10 @@
 
 #include <stdint.h>
 
+#include "quant/algo/hessian.h"
+#include "quant/formats/quantizer.h"
 #include "quant/backend/backend.h"
 #include "quant/core/error.h"
-#include "quant/formats/quantizer.h"
 
 typedef struct qd_awq_opts {
     int n_grid;               /* alphas n / n_grid, n = 0 .. n_grid-1 (20) */
@@ -51,6 +52,10 @@ typedef struct qd_awq_opts {
     int64_t clip_n_tokens;    /* 512: calibration rows sampled by the per-group clip search */
     int64_t chunk_rows;       /* 2048: rows of X per gemm (bounds scratch memory) */
     int64_t ref_cache_bytes;  /* 256 MiB: cache W X across alphas when it fits, else recompute */
+    int gram;                 /* 1 (default): the built-in output errors (scale loss, clip
+                               * guard) through H = X^T X when rows > k: an [n, k] x [k, k]
+                               * product per candidate instead of [rows, k] x [k, n], the same
+                               * value up to float rounding; 0: always the direct products */
     const int32_t *tie;       /* NULL, or [K] class of each input channel (0 .. K-1): channels
                                * of one class get one scale (their x_mean and w_mean are
                                * averaged before the candidates are formed). Borrowed. */
@@ -116,12 +121,28 @@ int qd_awq_search_scales(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_o
                          const float *x, int64_t rows, int64_t ldx, qd_awq_scales *out,
                          qd_err *err);
 
+/* The same loss from a Hessian instead of X: h (borrowed) is the GPTQ accumulator of the
+ * calibration rows, (2 / rows) X^T X, and x_mean [K] (host) their mean |x| per channel, so
+ * the caller never holds X itself (the pipeline accumulates both in one pass). */
+int qd_awq_search_scales_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                           const float *const *w, const int64_t *n, int n_layers, int64_t k,
+                           const float *x_mean, const qd_gptq_hessian *h, qd_awq_scales *out,
+                           qd_err *err);
+
 /* Clip search for one linear w (backend [n, k]) with scales s (host [K], NULL = ones) and
  * the same input x as the scale search. *out is filled (caller frees with
  * qd_awq_clip_free). */
 int qd_awq_search_clip(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
                        const float *w, int64_t n, int64_t k, const float *x, int64_t rows,
                        int64_t ldx, const float *s, qd_awq_clip *out, qd_err *err);
+/* The same, with the guard's per-row errors over all rows of x taken from h (borrowed):
+ * the GPTQ accumulator of exactly those rows, (2 / rows) X^T X, which the pipeline already
+ * has for the group; h NULL is qd_awq_search_clip (which forms X^T X itself when rows > k and
+ * opts.gram). A Hessian of other rows or features is QD_EINVAL. */
+int qd_awq_search_clip_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_opts *o,
+                         const float *w, int64_t n, int64_t k, const float *x, int64_t rows,
+                         int64_t ldx, const qd_gptq_hessian *h, const float *s, qd_awq_clip *out,
+                         qd_err *err);
 
 /* In place on a host weight [n, k]: w <- w diag(s) (s NULL: unchanged), then clamped to
  * [-max, max] per (row, group) when clip is non-NULL. The result is what gets quantized. */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/clock.h"
 #include "quant/core/log.h"
 
 /* ---- AWQ scale search and folding for one input group ----
@@ -19,9 +20,16 @@
  * keep their own output error. Scoring q/k/v by their own outputs ignores that the
  * softmax and o_proj weigh their errors very unequally, which made AWQ lose to RTN. */
 
-/* Module-loss rows: AutoAWQ scores with all calibration tokens; beyond this many rows the
- * first whole sequences up to the bound are used (the search runs 20 forwards). */
-#define AWQ_MODULE_MAX_ROWS ((int64_t)65536)
+/* The module losses (q/k/v through the attention, gate/up through the MLP) are scored on
+ * the first whole calibration sequences holding at least this many tokens (all of them when
+ * there are fewer). Each of the 21 candidates runs the module over these rows, so this bound
+ * sets AWQ's cost: over every token (AutoAWQ's choice) the search was ~10x GPTQ's time per
+ * block on the CPU. x_mean, which forms the candidates, still averages every token, and so
+ * do o_proj's and down_proj's own-output losses (Gram form, awq.c). The chosen scale is
+ * insensitive to the subsample: on tiny-llama-c4 and stories260K (64 x 512 tokens) the loss
+ * over all tokens of the scale chosen on 2048 differs from the best by a small fraction of
+ * AWQ's gain over RTN, and the models' perplexity and KL hold (bench/results/awq-speed.md). */
+#define AWQ_SEARCH_TOKENS ((int64_t)2048)
 #define AWQ_CHUNK_ROWS ((int64_t)2048)
 
 typedef struct awq_attn_ctx {
@@ -188,9 +196,18 @@ static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, 
     return 0;
 }
 
-/* Scale search for group g with the module loss (or the layers' own loss) on the captured
- * input x [R, K]. */
-static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const float *x, int64_t R,
+/* What the search of one group needs from the calibration pass: x_mean over every row, and
+ * by kind: the Gram matrix of its input (own loss, kind 0, from the one-pass capture), or
+ * its input's rows (kind 0 from a group's own capture; kind 2: at least the subsample). */
+typedef struct awq_inputs {
+    const float *x_mean;               /* host [K] */
+    const qd_gptq_hessian *h;          /* kind 0: (2 / rows) X^T X, or NULL: use x */
+    const float *x;                    /* backend [rows, K] */
+    int64_t rows;
+} awq_inputs;
+
+/* Scale search for group g with the module loss (or the layers' own loss). */
+static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const awq_inputs *in,
                             const qd_awq_opts *o, const float *const *ws, const int64_t *ns,
                             qd_awq_scales *sc, qd_err *err)
 {
@@ -199,14 +216,15 @@ static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const f
     int64_t K = G->k, hidden = p->hidden;
     int g_out = -1, o_li = -1;
     int kind = awq_module_kind(p, G, &g_out, &o_li);
-    if (kind == 0) return qd_awq_search_scales(be, &p->qcfg, o, ws, ns, G->n_linears, K, x, R, K, sc, err);
-    float *x_mean = malloc((size_t)K * sizeof *x_mean);
-    if (!x_mean) return qd_err_set(err, QD_ENOMEM, "awq: out of memory");
-    int rc = qd_awq_x_mean(be, x, R, K, K, x_mean, err);
-    int64_t n_seq = p->n_seq;
-    if (n_seq * p->seq_len > AWQ_MODULE_MAX_ROWS) n_seq = AWQ_MODULE_MAX_ROWS / p->seq_len > 0 ? AWQ_MODULE_MAX_ROWS / p->seq_len : 1;
+    if (kind == 0 && in->h)
+        return qd_awq_search_scales_h(be, &p->qcfg, o, ws, ns, G->n_linears, K, in->x_mean, in->h, sc, err);
+    if (kind == 0) return qd_awq_search_scales(be, &p->qcfg, o, ws, ns, G->n_linears, K, in->x, in->rows, K, sc, err);
+    const float *x_mean = in->x_mean;
+    int rc = 0;
+    int64_t n_seq = (AWQ_SEARCH_TOKENS + p->seq_len - 1) / p->seq_len;
+    if (n_seq > p->n_seq) n_seq = p->n_seq;
     int64_t rs = n_seq * p->seq_len;
-    if (!rc && kind == 1) {
+    if (kind == 1) {
         awq_attn_ctx a;
         memset(&a, 0, sizeof a);
         qd_capture_init(&a.c, p, err);
@@ -228,13 +246,14 @@ static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const f
         qd_backend_free(be, a.yref);
         qd_backend_free(be, a.ytmp);
         qd_backend_free(be, a.ysink);
-    } else if (!rc) {
+    } else {
         awq_mlp_ctx m;
         memset(&m, 0, sizeof m);
         m.p = p;
         m.bw = bw;
-        m.x = x;
-        m.rows = rs;
+        m.x = in->x;
+        m.rows = rs < in->rows ? rs : in->rows;
+        rs = m.rows;
         m.hidden = K;
         m.down_li = o_li;
         m.fused = G->n_linears == 1;
@@ -260,20 +279,21 @@ static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const f
         qd_backend_free(be, m.hu);
         qd_backend_free(be, m.y);
     }
-    free(x_mean);
     return rc;
 }
 
-int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g,
-                            const qd_linear_plan *plans, qd_err *err)
+/* Whether group g gets scales (some linear quantized, an operator to fold into, and for a
+ * previous linear of other width: grouped-query attention), recording how v -> o was
+ * treated; *tie (owned by the caller, NULL when none) ties o_proj's channels per KV head. */
+static int awq_group_wanted(qd_pipeline *p, int g, const qd_linear_plan *plans, int32_t **tie, qd_err *err)
 {
     const qd_input_group *G = qd_model_group(p->m, g);
-    qd_backend *be = p->be;
+    *tie = NULL;
     int n_q = 0;
     for (int j = 0; j < G->n_linears; j++) n_q += plans[G->linears[j]].quantize;
     if (n_q == 0) return 0;
     if (G->prev_kind == QD_PREV_NONE) return 0;
-    int64_t R = p->n_seq * p->seq_len, K = G->k, rep = 1;
+    int64_t K = G->k, rep = 1;
     const qd_model_config *mc = qd_model_cfg(p->m);
     if (G->prev_kind == QD_PREV_LINEAR) {
         const qd_linear_info *prev = qd_model_linear(p->m, G->prev_index);
@@ -296,18 +316,66 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
             if (!gqa) return 0;
         }
     }
-    int32_t *tie = NULL;
     if (rep > 1) {
-        tie = malloc((size_t)K * sizeof *tie);
-        if (!tie) return qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+        *tie = malloc((size_t)K * sizeof **tie);
+        if (!*tie) return qd_err_set(err, QD_ENOMEM, "awq: out of memory");
         for (int64_t c = 0; c < K; c++) {
             int64_t h = c / mc->head_dim, d = c % mc->head_dim;
-            tie[c] = (int32_t)((h / rep) * mc->head_dim + d);
+            (*tie)[c] = (int32_t)((h / rep) * mc->head_dim + d);
         }
     }
+    return 1;
+}
+
+/* Searches group g's scales from its inputs (in->rows 0: an expert no token reached, left
+ * unscaled) and folds them: the layers' input channels *= s, the previous operator's
+ * outputs /= s. */
+static int awq_group_search_fold(qd_pipeline *p, qd_block_weights *bw, int block, int g, const int32_t *tie,
+                                 const awq_inputs *in, qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    const float *ws[QD_MAX_GROUP_LINEARS];
+    int64_t ns[QD_MAX_GROUP_LINEARS];
+    for (int j = 0; j < G->n_linears; j++) {
+        ns[j] = qd_model_linear(p->m, G->linears[j])->n;
+        ws[j] = bw->w[G->linears[j]];   /* backend memory owned by the block */
+    }
+    qd_awq_scales sc;
+    memset(&sc, 0, sizeof sc);
+    qd_awq_opts o = qd_awq_opts_default();
+    /* AutoAWQ's duo scaling: measured lower perplexity than the paper's x_mean^alpha
+     * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
+    o.duo_scaling = 1;
+    o.tie = tie;
+    double t0 = qd_clock_now_s();
+    int rc = 0;
+    /* An expert's groups see only its routed tokens unless every token is sent through
+     * every expert (moe.calibrate_all_experts); with none, nothing to search. */
+    if (in->rows == 0) sc.identity = 1;
+    else rc = awq_search_group(p, bw, g, in, &o, ws, ns, &sc, err);
+    double t1 = qd_clock_now_s();
+    if (!rc && !sc.identity) rc = qd_block_fold_scales(p->m, bw, g, sc.s, err);
+    if (!rc)
+        QD_LOG(QD_LOG_DEBUG, "awq_scales",
+               "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g seconds=%.3f", block, G->name,
+               sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss, t1 - t0);
+    qd_awq_scales_free(&sc);
+    return rc;
+}
+
+/* An expert's group: its own capture of the rows routed to it (their Gram matrices would
+ * not all fit at once), then the search on those rows. */
+static int awq_expert_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g, const int32_t *tie,
+                                   qd_err *err)
+{
+    const qd_input_group *G = qd_model_group(p->m, g);
+    qd_backend *be = p->be;
+    int64_t R = p->n_seq * p->seq_len, K = G->k;
     float *x = qd_backend_alloc(be, (size_t)(R * K) * sizeof(float));
-    if (!x) {
-        free(tie);
+    float *x_mean = malloc((size_t)K * sizeof *x_mean);
+    if (!x || !x_mean) {
+        qd_backend_free(be, x);
+        free(x_mean);
         return qd_err_set(err, QD_ENOMEM, "awq: out of memory for [%lld, %lld] activations", (long long)R, (long long)K);
     }
     qd_capture_ctx c;
@@ -315,34 +383,101 @@ int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block
     c.xcap = x;
     c.xcap_group = g;
     c.stop_after = g;
+    double t0 = qd_clock_now_s();
     int rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
-    const float *ws[QD_MAX_GROUP_LINEARS];
-    int64_t ns[QD_MAX_GROUP_LINEARS];
-    qd_awq_scales sc;
-    memset(&sc, 0, sizeof sc);
-    for (int j = 0; j < G->n_linears && !rc; j++) {
-        const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
-        ns[j] = L->n;
-        ws[j] = bw->w[G->linears[j]];   /* backend memory owned by the block */
-    }
-    if (!rc) {
-        qd_awq_opts o = qd_awq_opts_default();
-        /* AutoAWQ's duo scaling: measured lower perplexity than the paper's x_mean^alpha
-         * (tiny-llama-c4 w3g128: 29.86 vs 30.06), see bench/results/quality.md. */
-        o.duo_scaling = 1;
-        o.tie = tie;
-        /* An expert's groups see only its routed tokens unless every token is sent
-         * through every expert (moe.calibrate_all_experts); with none, nothing to search. */
-        if (c.xcap_rows == 0) sc.identity = 1;
-        else rc = awq_search_group(p, bw, g, x, c.xcap_rows, &o, ws, ns, &sc, err);
-    }
-    /* Fold: the layers' input channels *= s, the previous operator's outputs /= s. */
-    if (!rc && !sc.identity) rc = qd_block_fold_scales(p->m, bw, g, sc.s, err);
-    if (!rc)
-        QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g", block,
-               G->name, sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss);
-    free(tie);
-    qd_awq_scales_free(&sc);
+    double t1 = qd_clock_now_s();
+    if (!rc && c.xcap_rows > 0) rc = qd_awq_x_mean(be, x, c.xcap_rows, K, K, x_mean, err);
+    awq_inputs in = {.x_mean = x_mean, .x = x, .rows = c.xcap_rows};
+    QD_LOG(QD_LOG_DEBUG, "awq_capture", "block=%d group=%s rows=%lld seconds=%.3f", block, G->name,
+           (long long)c.xcap_rows, t1 - t0);
+    if (!rc) rc = awq_group_search_fold(p, bw, block, g, tie, &in, err);
     qd_backend_free(be, x);
+    free(x_mean);
+    return rc;
+}
+
+int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block, const qd_linear_plan *plans,
+                                 qd_err *err)
+{
+    const int ng = qd_model_n_groups(p->m);
+    qd_backend *be = p->be;
+    int64_t n_seq = (AWQ_SEARCH_TOKENS + p->seq_len - 1) / p->seq_len;
+    if (n_seq > p->n_seq) n_seq = p->n_seq;
+    /* Per group, on the heap (hundreds with experts). */
+    int32_t **tie = calloc((size_t)ng, sizeof *tie);
+    int *wanted = calloc((size_t)ng, sizeof *wanted);
+    qd_gptq_hessian *h = calloc((size_t)ng, sizeof *h);
+    float **x_mean = calloc((size_t)ng, sizeof *x_mean);
+    float *xmlp = NULL;
+    int rc = 0;
+    if (!tie || !wanted || !h || !x_mean) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+    for (int g = 0; g < ng && !rc; g++) {
+        if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;   /* not in this block */
+        rc = awq_group_wanted(p, g, plans, &tie[g], err);
+        if (rc > 0) wanted[g] = 1, rc = 0;
+    }
+    /* One pass over the float block collects what every dense (non-expert) group's search
+     * needs: |x| sums for x_mean, the Gram matrix of the own-loss groups' inputs, the MLP
+     * group's first rows. Folding a group's scales leaves the later groups' inputs as they
+     * were (up to rounding), so they are the inputs each would see captured after the folds
+     * before it; AutoAWQ likewise searches every group on one capture of the layer. */
+    qd_capture_ctx c;
+    qd_capture_init(&c, p, err);
+    int last = -1;
+    for (int g = 0; g < ng && !rc; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (!wanted[g] || qd_model_linear(p->m, G->linears[0])->expert >= 0) continue;
+        int g_out, li_out;
+        int kind = awq_module_kind(p, G, &g_out, &li_out);
+        c.absum[g] = calloc((size_t)G->k, sizeof(double));
+        if (!c.absum[g]) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory");
+        if (!rc && kind == 0) {
+            rc = qd_gptq_hessian_init(&h[g], be, G->k, err);
+            c.want[g] = 1;
+            c.acc[g] = &h[g];
+        }
+        if (!rc && kind == 2) {
+            xmlp = qd_backend_alloc(be, (size_t)(n_seq * p->seq_len * G->k) * sizeof(float));
+            if (!xmlp) rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory for the MLP inputs");
+            c.xcap = xmlp;
+            c.xcap_group = g;
+            c.xcap_max = n_seq * p->seq_len;
+        }
+        last = g;
+    }
+    double t0 = qd_clock_now_s();
+    if (!rc && last >= 0) {
+        c.stop_after = last;
+        rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
+    }
+    if (!rc && last >= 0)
+        QD_LOG(QD_LOG_DEBUG, "awq_capture", "block=%d group=dense rows=%lld seconds=%.3f", block,
+               (long long)(p->n_seq * p->seq_len), qd_clock_now_s() - t0);
+    for (int g = 0; g < ng && !rc; g++) {
+        if (!wanted[g]) continue;
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (qd_model_linear(p->m, G->linears[0])->expert >= 0) {
+            rc = awq_expert_group_scales(p, bw, block, g, tie[g], err);
+            continue;
+        }
+        x_mean[g] = malloc((size_t)G->k * sizeof(float));
+        if (!x_mean[g]) { rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory"); break; }
+        int64_t rows = c.absum_rows[g];
+        for (int64_t k = 0; k < G->k; k++) x_mean[g][k] = rows > 0 ? (float)(c.absum[g][k] / (double)rows) : 0.0f;
+        awq_inputs in = {.x_mean = x_mean[g], .h = h[g].h ? &h[g] : NULL, .x = g == c.xcap_group ? xmlp : NULL,
+                         .rows = g == c.xcap_group ? c.xcap_rows : rows};
+        rc = awq_group_search_fold(p, bw, block, g, tie[g], &in, err);
+    }
+    for (int g = 0; g < ng; g++) {
+        if (tie) free(tie[g]);
+        if (h) qd_gptq_hessian_free(&h[g]);
+        if (x_mean) free(x_mean[g]);
+        free(c.absum[g]);
+    }
+    qd_backend_free(be, xmlp);
+    free(tie);
+    free(wanted);
+    free(h);
+    free(x_mean);
     return rc;
 }

@@ -60,7 +60,6 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
     if (plans[G->linears[0]].absent) return 0;   /* a group of linears this block does not have */
     int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
-    int64_t R = p->n_seq * p->seq_len;
     char prefix[160];
     qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
     int rc = 0;
@@ -111,11 +110,14 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         float *wq = o->w_eff;
         float *clipped = NULL;
         double t = qd_clock_now_s();
-        if (use_awq && xcap && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
+        if (use_awq && xcap && acc->n_seen > 0 && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
             qd_awq_opts ao = qd_awq_opts_default();
             qd_awq_clip clip;
             memset(&clip, 0, sizeof clip);
-            rc = qd_awq_search_clip(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, R, L->k, NULL, &clip, err);
+            /* xcap holds the acc->n_seen rows the Hessian saw (an expert: its routed tokens
+             * only), and the Hessian gives the clip guard its errors over all of them. */
+            rc = qd_awq_search_clip_h(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, acc->n_seen, L->k, acc,
+                                      NULL, &clip, err);
             if (!rc) {
                 clipped = malloc(nk * sizeof(float));
                 if (!clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -275,11 +277,11 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
 
     if (use_awq) {
+        rc = qd_pipeline_awq_block_scales(p, bw, block, plans, err);
         for (int g = 0; g < ng && !rc; g++) {
             if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
-            rc = qd_pipeline_awq_group_scales(p, bw, block, g, plans, err);
             const qd_input_group *G = qd_model_group(p->m, g);
-            if (!rc && G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
+            if (G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
         }
         t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
         /* Linears that fed a later group's scales changed too. */

@@ -11,6 +11,25 @@
 
 #include "quant/core/log.h"
 
+/* sum[k] += |x[r][k]| over the rows, in double on the host (no backend op reduces |x|). */
+static int capture_absum(qd_capture_ctx *c, int64_t k, const float *x, int64_t rows, double *sum)
+{
+    qd_backend *be = c->p->be;
+    const int64_t chunk = 256;
+    float *buf = malloc((size_t)(chunk * k) * sizeof *buf);
+    if (!buf) return qd_err_set(c->err, QD_ENOMEM, "capture: out of memory");
+    int rc = 0;
+    for (int64_t r0 = 0; r0 < rows && !rc; r0 += chunk) {
+        int64_t n = rows - r0 < chunk ? rows - r0 : chunk;
+        rc = qd_backend_download(be, buf, x + r0 * k, (size_t)(n * k) * sizeof *buf);
+        if (rc) rc = qd_err_set(c->err, rc, "capture: %s", be->err.msg);
+        for (int64_t r = 0; r < n && !rc; r++)
+            for (int64_t j = 0; j < k; j++) sum[j] += fabs((double)buf[r * k + j]);
+    }
+    free(buf);
+    return rc;
+}
+
 static int capture_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
 {
     qd_capture_ctx *c = ud;
@@ -29,9 +48,15 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
     }
     if (c->xcap && group == c->xcap_group) {
         qd_backend *be = c->p->be;
-        int rc = be->ops->copy(be, c->xcap + c->xcap_rows * g->k, x, (size_t)(rows * g->k) * sizeof(float));
+        int64_t take = c->xcap_max > 0 && c->xcap_max - c->xcap_rows < rows ? c->xcap_max - c->xcap_rows : rows;
+        int rc = take > 0 ? be->ops->copy(be, c->xcap + c->xcap_rows * g->k, x, (size_t)(take * g->k) * sizeof(float)) : 0;
         if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
-        c->xcap_rows += rows;
+        c->xcap_rows += take;
+    }
+    if (c->absum[group]) {
+        int rc = capture_absum(c, g->k, x, rows, c->absum[group]);
+        if (rc) return rc;
+        c->absum_rows[group] += rows;
     }
     if (group == c->stop_after) {
         c->stopped = 1;

@@ -123,6 +123,9 @@ typedef struct qd_capture_ctx {
     float *xcap;                      /* backend [R, K] capture of group xcap_group, or NULL */
     int xcap_group;
     int64_t xcap_rows;                /* rows captured so far */
+    int64_t xcap_max;                 /* > 0: capture only the first xcap_max rows */
+    double *absum[QD_MAX_GROUPS];     /* host [K] or NULL: sum over rows of |x| (AWQ's x_mean) */
+    int64_t absum_rows[QD_MAX_GROUPS];
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
     float **slice;                    /* [QD_MAX_GROUPS] host [QD_KCHECK_ROWS, K] or NULL */
@@ -144,10 +147,11 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
 
 /* ---- AWQ (pipeline_awq.c) ---- */
 
-/* Searches input group g's AWQ scales on the float block and folds them into the group's
- * linears and the operator before it (norm or linear); records how v->o was treated. */
-int qd_pipeline_awq_group_scales(qd_pipeline *p, qd_block_weights *bw, int block, int g,
-                                 const qd_linear_plan *plans, qd_err *err);
+/* Searches every input group's AWQ scales on the float block and folds each into the
+ * group's linears and the operator before it (norm or linear), in forward order; records
+ * how v->o was treated. */
+int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block, const qd_linear_plan *plans,
+                                 qd_err *err);
 
 /* ---- the block checkpoint file (pipeline_blockfile.c) ---- */
 

@@ -3,7 +3,8 @@
  * evaluation); alpha 0 is RTN exactly (s = 1, same effective weights); clipping never
  * increases the calibration error; a q/k/v-style multi-layer search scores the sum of the
  * single-layer losses; tied channels (GQA's o_proj) get one scale; a caller-supplied loss
- * sees the candidates and its errors propagate. */
+ * sees the candidates and its errors propagate; the Gram form of the output errors (X^T X,
+ * or the caller's Hessian) agrees with the direct products. */
 #include <stdlib.h>
 
 #include "quant/algo/awq.h"
@@ -271,6 +272,7 @@ static void test_multi_layer(void)
     c.bits = 3;
     c.group_size = 64;
     qd_awq_opts o = qd_awq_opts_default();
+    o.gram = 0;                                       /* the direct products (test_gram: X^T X) */
     o.ref_cache_bytes = 0;                            /* the recompute path */
     qd_awq_scales joint, single[3];
     qd_err e = {0};
@@ -341,6 +343,59 @@ static void test_tie(void)
     CHECK_CONTAINS(e.msg, "tie class");
 }
 
+/* The Gram form (X^T X, the default when rows > k) and the direct products give the same
+ * losses up to rounding, hence the same choices; the clip search takes the caller's Hessian
+ * (as the pipeline passes its GPTQ accumulator) and refuses one of other rows. */
+static void test_gram(void)
+{
+    const float *ws[1] = {g_w};
+    int64_t ns[1] = {N};
+    qd_err e = {0};
+    for (int bits = 3; bits <= 4; bits++)
+        for (int duo = 0; duo <= 1; duo++) {
+            qd_quant_cfg c = qd_quant_cfg_default();
+            c.bits = bits;
+            c.sym = 0;
+            c.group_size = 32;
+            qd_awq_opts og = qd_awq_opts_default(), od = og;
+            og.duo_scaling = od.duo_scaling = duo;
+            od.gram = 0;
+            qd_awq_scales sg, sd;
+            CHECK_OK(qd_awq_search_scales(g_be, &c, &og, ws, ns, 1, K, g_x, ROWS, K, &sg, &e));
+            CHECK_OK(qd_awq_search_scales(g_be, &c, &od, ws, ns, 1, K, g_x, ROWS, K, &sd, &e));
+            for (int a = 0; a < 20; a++) CHECK_NEAR(sg.loss[a] / sd.loss[a], 1.0, 1e-5);
+            CHECK_NEAR(sg.rtn_loss / sd.rtn_loss, 1.0, 1e-5);
+            CHECK_NEAR((double)sg.best_alpha, (double)sd.best_alpha, 1e-9);
+            CHECK_INT(sg.identity, sd.identity);
+
+            qd_gptq_hessian h;
+            CHECK_OK(qd_gptq_hessian_init(&h, g_be, K, &e));
+            CHECK_OK(qd_gptq_hessian_add_dev(&h, g_x, ROWS / 2, K, &e));      /* two batches, */
+            CHECK_OK(qd_gptq_hessian_add_dev(&h, g_x + ROWS / 2 * K, ROWS - ROWS / 2, K, &e));   /* as captured */
+            qd_awq_clip cg, cd, ch;
+            CHECK_OK(qd_awq_search_clip(g_be, &c, &og, g_w, N, K, g_x, ROWS, K, sg.s, &cg, &e));
+            CHECK_OK(qd_awq_search_clip(g_be, &c, &od, g_w, N, K, g_x, ROWS, K, sg.s, &cd, &e));
+            CHECK_OK(qd_awq_search_clip_h(g_be, &c, &od, g_w, N, K, g_x, ROWS, K, &h, sg.s, &ch, &e));
+            CHECK_NEAR(cg.loss_noclip / cd.loss_noclip, 1.0, 1e-5);
+            CHECK_NEAR(cg.loss_clip / cd.loss_clip, 1.0, 1e-5);
+            CHECK_NEAR(ch.loss_clip / cd.loss_clip, 1.0, 1e-5);
+            CHECK_INT(cg.rows_reverted, cd.rows_reverted);
+            CHECK_INT(ch.rows_reverted, cd.rows_reverted);
+            int same = 0;
+            for (int64_t i = 0; i < cd.n * cd.n_groups; i++) same += cg.max[i] == cd.max[i] && ch.max[i] == cd.max[i];
+            CHECK_INT(same, cd.n * cd.n_groups);
+            qd_awq_clip_free(&cg);
+            qd_awq_clip_free(&cd);
+            qd_awq_clip_free(&ch);
+            /* A Hessian of other rows than x's is refused, naming both. */
+            CHECK_INT(qd_awq_search_clip_h(g_be, &c, &og, g_w, N, K, g_x, ROWS - 1, K, &h, sg.s, &ch, &e), QD_EINVAL);
+            CHECK_CONTAINS(e.msg, "Hessian");
+            qd_gptq_hessian_free(&h);
+            qd_awq_scales_free(&sg);
+            qd_awq_scales_free(&sd);
+        }
+}
+
 static void test_refusals(void)
 {
     qd_quant_cfg c = qd_quant_cfg_default();
@@ -376,6 +431,7 @@ int main(void)
     TEST_RUN(test_tie);
     TEST_RUN(test_clip_never_worse);
     TEST_RUN(test_multi_layer);
+    TEST_RUN(test_gram);
     TEST_RUN(test_refusals);
     qd_backend_close(g_be);
     free(g_x);
