@@ -1,7 +1,8 @@
 /* quantctl eval: perplexity of a float or quantized (gptq, gptq_v2, awq) checkpoint.
  *
  *   quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N
- *                 [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR] [--backend cpu|cuda:N]
+ *                 [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A] [--ref-model DIR]
+ *                 [--backend cpu|cuda:N]
  *
  * --text is read as one string and tokenized once with the model's tokenizer, BOS at the
  * start only; --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The
@@ -25,8 +26,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N\n"
-               "                     [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]\n"
-               "                     [--backend cpu|cuda:N]\n"
+               "                     [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A]\n"
+               "                     [--ref-model DIR] [--backend cpu|cuda:N]\n"
                "  --model DIR        HF checkpoint (config.json + safetensors), float or GPTQ/AWQ\n"
                "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first)\n"
                "  --tokens FILE      token ids: JSON array, {\"tokens\": [...]}, or raw uint32 .bin\n"
@@ -35,6 +36,8 @@ static void usage(FILE *f)
                "  --threads T        CPU threads (default 2)\n"
                "  --backend B        cpu (default) or cuda:N\n"
                "  --batch-rows R     tokens per batch (default 4096)\n"
+               "  --act-mib A        MiB of hidden states held while each block is loaded once for\n"
+               "                     all of them (default 1024); a longer stream takes several passes\n"
                "  --ref-model DIR    also run DIR (e.g. the float model) on the same windows and report\n"
                "                     ref_ppl, kl_mean / kl_max (KL(P_ref || P) per token, nats) and top1_agree\n");
 }
@@ -71,7 +74,7 @@ static int load_text(const char *model, const char *path, int32_t **ids, size_t 
 int cmd_eval(int argc, char **argv)
 {
     const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL, *backend = "cpu";
-    long long seq = 0, maxw = 0, threads = 2, brows = 0;
+    long long seq = 0, maxw = 0, threads = 2, brows = 0, act_mib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return QCTL_OK; }
@@ -86,6 +89,7 @@ int cmd_eval(int argc, char **argv)
         else if (!strcmp(a, "--max-windows")) { if (parse_i64(a, v, 0, &maxw)) return QCTL_USAGE; }
         else if (!strcmp(a, "--threads")) { if (parse_i64(a, v, 1, &threads)) return QCTL_USAGE; }
         else if (!strcmp(a, "--batch-rows")) { if (parse_i64(a, v, 1, &brows)) return QCTL_USAGE; }
+        else if (!strcmp(a, "--act-mib")) { if (parse_i64(a, v, 1, &act_mib)) return QCTL_USAGE; }
         else { fprintf(stderr, "quantctl eval: unknown option '%s'\n", a); usage(stderr); return QCTL_USAGE; }
     }
     if (!model || !seq || (!text == !tokens)) {
@@ -114,6 +118,7 @@ int cmd_eval(int argc, char **argv)
     qd_eval_opts o = qd_eval_opts_default(seq);
     o.max_windows = maxw;
     o.batch_rows = brows;
+    o.act_bytes = (uint64_t)act_mib << 20;
     qd_eval_result r;
     rc = qd_eval_ppl_vs(m, ref, ids, n, &o, &r, &err);
     int status = QCTL_OK;
