@@ -4,10 +4,11 @@
  *                 [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A] [--ref-model DIR]
  *                 [--backend cpu|cuda:N]
  *
- * --text is read as one string and tokenized once with the model's tokenizer, BOS at the
- * start only; --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The
- * stream is cut into consecutive windows of N tokens (remainder dropped) and evaluated the
- * GPTQ way (quant/model/eval.h). One JSON line goes to stdout:
+ * --text is read as one string and tokenized once with the model's tokenizer, BOS first
+ * exactly when the tokenizer adds it by default (qd_eval_text_tokens, the job's eval rule);
+ * --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The stream is cut
+ * into consecutive windows of N tokens (remainder dropped) and evaluated the GPTQ way
+ * (quant/model/eval.h). One JSON line goes to stdout:
  *   {"ppl":..., "mean_nll":..., "tokens":..., "predicted":..., "windows":..., "seq_len":...,
  *    "seconds":..., "tokens_per_s":..., "model":"...", "arch":"...", "quant":"..."} */
 #include <errno.h>
@@ -17,11 +18,9 @@
 
 #include "cli/quantctl.h"
 #include "quant/backend/backend.h"
-#include "quant/core/fsutil.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
 #include "quant/model/token_file.h"
-#include "quant/model/tokenizer.h"
 
 static void usage(FILE *f)
 {
@@ -29,7 +28,8 @@ static void usage(FILE *f)
                "                     [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A]\n"
                "                     [--ref-model DIR] [--backend cpu|cuda:N]\n"
                "  --model DIR        HF checkpoint (config.json + safetensors), float or GPTQ/AWQ\n"
-               "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first)\n"
+               "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first when\n"
+               "                     the tokenizer adds one by default, as transformers does)\n"
                "  --tokens FILE      token ids: JSON array, {\"tokens\": [...]}, or raw uint32 .bin\n"
                "  --seq-len N        window length (<= max_position_embeddings)\n"
                "  --max-windows M    evaluate only the first M windows\n"
@@ -53,22 +53,6 @@ static int parse_i64(const char *opt, const char *s, long long min, long long *o
     }
     *out = v;
     return 0;
-}
-
-/* Tokenizes the text file as one string, BOS first when the tokenizer has one. */
-static int load_text(const char *model, const char *path, int32_t **ids, size_t *n, qd_err *err)
-{
-    qd_tokenizer *tok = NULL;
-    int rc = qd_tokenizer_load(model, &tok, err);
-    if (rc) return rc;
-    char *text = NULL;
-    size_t len = 0;
-    if (!(rc = qd_fs_read_file(path, &text, &len, err)))
-        rc = qd_tokenizer_encode(tok, text, len, qd_tokenizer_bos_id(tok) >= 0 ? QD_TOK_BOS_ON : QD_TOK_BOS_OFF,
-                                 ids, n, err);
-    free(text);
-    qd_tokenizer_free(tok);
-    return rc;
 }
 
 int cmd_eval(int argc, char **argv)
@@ -100,7 +84,7 @@ int cmd_eval(int argc, char **argv)
     qd_err err = {0};
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = text ? load_text(model, text, &ids, &n, &err) : qd_token_file_read(tokens, &ids, &n, &err);
+    int rc = text ? qd_eval_text_tokens(model, text, &ids, &n, &err) : qd_token_file_read(tokens, &ids, &n, &err);
     if (rc) { fprintf(stderr, "quantctl eval: %s\n", err.msg); free(ids); return QCTL_USAGE; }
 
     qd_backend *be = NULL;

@@ -1,5 +1,6 @@
 /* Perplexity, the GPTQ way: the token stream is cut into consecutive non-overlapping
- * windows of seq_len (remainder dropped, no BOS inserted per window), each window is an
+ * windows of seq_len (remainder dropped, no BOS inserted per window; a BOS at the stream's
+ * start is the tokenizer's default, see qd_eval_text_tokens), each window is an
  * independent forward from position 0, the NLL of tokens 1..seq_len-1 of every window is
  * summed in double, and ppl = exp(sum / (windows * (seq_len - 1))).
  *
@@ -52,6 +53,11 @@ typedef struct qd_eval_result {
 } qd_eval_result;
 
 qd_eval_opts qd_eval_opts_default(int64_t seq_len);
+/* The eval stream of a text file (eval_text.c): the whole file tokenized once with the
+ * tokenizer in tokenizer_dir, BOS first exactly when that tokenizer adds one by default
+ * (add_bos_token), as transformers and lm-eval do. quantctl eval --text and a job's eval
+ * both read their text through this. *ids is malloc'd and owned by the caller (free). */
+int qd_eval_text_tokens(const char *tokenizer_dir, const char *text_path, int32_t **ids, size_t *n, qd_err *err);
 /* Evaluates ids[0..n) (host). QD_EINVAL when the stream is shorter than one window. */
 int qd_eval_ppl(qd_model *m, const int32_t *ids, size_t n, const qd_eval_opts *o,
                 qd_eval_result *out, qd_err *err);
