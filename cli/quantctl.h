@@ -17,6 +17,7 @@ int cmd_gen_layer(int argc, char **argv);
 int cmd_tokenize(int argc, char **argv);
 int cmd_eval(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
+int cmd_estimate(int argc, char **argv);
 int cmd_gen_model(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_dequant(int argc, char **argv);

@@ -28,6 +28,11 @@ uint64_t qd_fnv1a64(const void *data, uint64_t n, uint64_t h)
     return h;
 }
 
+uint64_t qd_acts_file_bytes(int64_t rows, int64_t cols)
+{
+    return (uint64_t)sizeof(acts_header) + (uint64_t)rows * (uint64_t)cols * sizeof(float);
+}
+
 int qd_acts_write(const char *path, const float *x, int64_t rows, int64_t cols, qd_err *err)
 {
     if (rows < 0 || cols <= 0) return qd_err_set(err, QD_EINVAL, "%s: bad activation shape [%lld, %lld]", path, (long long)rows, (long long)cols);

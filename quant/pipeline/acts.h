@@ -13,6 +13,9 @@
 
 #define QD_ACTS_VERSION 1
 
+/* Bytes of the activation file of rows x cols, header included: the one place the
+ * checkpoint's activation dtype enters the pre-flight estimate (estimate.c). */
+uint64_t qd_acts_file_bytes(int64_t rows, int64_t cols);
 /* Writes x [rows, cols] (host) atomically to path. */
 int qd_acts_write(const char *path, const float *x, int64_t rows, int64_t cols, qd_err *err);
 /* Reads path into a malloc'd array *x (caller frees); checks the header, the size the
