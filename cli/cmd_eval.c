@@ -1,12 +1,14 @@
 /* quantctl eval: perplexity of a float or quantized (gptq, gptq_v2, awq) checkpoint.
  *
  *   quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N
- *                 [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR] [--backend cpu|cuda:N]
+ *                 [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A] [--ref-model DIR]
+ *                 [--backend cpu|cuda:N]
  *
- * --text is read as one string and tokenized once with the model's tokenizer, BOS at the
- * start only; --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The
- * stream is cut into consecutive windows of N tokens (remainder dropped) and evaluated the
- * GPTQ way (quant/model/eval.h). One JSON line goes to stdout:
+ * --text is read as one string and tokenized once with the model's tokenizer, BOS first
+ * exactly when the tokenizer adds it by default (qd_eval_text_tokens, the job's eval rule);
+ * --tokens is a pre-tokenized file (JSON ids, {"tokens": [...]}, or .bin). The stream is cut
+ * into consecutive windows of N tokens (remainder dropped) and evaluated the GPTQ way
+ * (quant/model/eval.h). One JSON line goes to stdout:
  *   {"ppl":..., "mean_nll":..., "tokens":..., "predicted":..., "windows":..., "seq_len":...,
  *    "seconds":..., "tokens_per_s":..., "model":"...", "arch":"...", "quant":"..."} */
 #include <errno.h>
@@ -16,25 +18,26 @@
 
 #include "cli/quantctl.h"
 #include "quant/backend/backend.h"
-#include "quant/core/fsutil.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
 #include "quant/model/token_file.h"
-#include "quant/model/tokenizer.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl eval --model DIR (--text FILE | --tokens FILE) --seq-len N\n"
-               "                     [--max-windows M] [--threads T] [--batch-rows R] [--ref-model DIR]\n"
-               "                     [--backend cpu|cuda:N]\n"
+               "                     [--max-windows M] [--threads T] [--batch-rows R] [--act-mib A]\n"
+               "                     [--ref-model DIR] [--backend cpu|cuda:N]\n"
                "  --model DIR        HF checkpoint (config.json + safetensors), float or GPTQ/AWQ\n"
-               "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first)\n"
+               "  --text FILE        UTF-8 text, tokenized once with the model's tokenizer (BOS first when\n"
+               "                     the tokenizer adds one by default, as transformers does)\n"
                "  --tokens FILE      token ids: JSON array, {\"tokens\": [...]}, or raw uint32 .bin\n"
                "  --seq-len N        window length (<= max_position_embeddings)\n"
                "  --max-windows M    evaluate only the first M windows\n"
                "  --threads T        CPU threads (default 2)\n"
                "  --backend B        cpu (default) or cuda:N\n"
                "  --batch-rows R     tokens per batch (default 4096)\n"
+               "  --act-mib A        MiB of hidden states held while each block is loaded once for\n"
+               "                     all of them (default 1024); a longer stream takes several passes\n"
                "  --ref-model DIR    also run DIR (e.g. the float model) on the same windows and report\n"
                "                     ref_ppl, kl_mean / kl_max (KL(P_ref || P) per token, nats) and top1_agree\n");
 }
@@ -52,26 +55,10 @@ static int parse_i64(const char *opt, const char *s, long long min, long long *o
     return 0;
 }
 
-/* Tokenizes the text file as one string, BOS first when the tokenizer has one. */
-static int load_text(const char *model, const char *path, int32_t **ids, size_t *n, qd_err *err)
-{
-    qd_tokenizer *tok = NULL;
-    int rc = qd_tokenizer_load(model, &tok, err);
-    if (rc) return rc;
-    char *text = NULL;
-    size_t len = 0;
-    if (!(rc = qd_fs_read_file(path, &text, &len, err)))
-        rc = qd_tokenizer_encode(tok, text, len, qd_tokenizer_bos_id(tok) >= 0 ? QD_TOK_BOS_ON : QD_TOK_BOS_OFF,
-                                 ids, n, err);
-    free(text);
-    qd_tokenizer_free(tok);
-    return rc;
-}
-
 int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *model = NULL, *text = NULL, *tokens = NULL, *refdir = NULL, *backend = "cpu";
-    long long seq = 0, maxw = 0, threads = 2, brows = 0;
+    long long seq = 0, maxw = 0, threads = 2, brows = 0, act_mib = 0;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) { usage(stdout); return QCTL_OK; }
@@ -86,6 +73,7 @@ int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt)
         else if (!strcmp(a, "--max-windows")) { if (parse_i64(a, v, 0, &maxw)) return QCTL_USAGE; }
         else if (!strcmp(a, "--threads")) { if (parse_i64(a, v, 1, &threads)) return QCTL_USAGE; }
         else if (!strcmp(a, "--batch-rows")) { if (parse_i64(a, v, 1, &brows)) return QCTL_USAGE; }
+        else if (!strcmp(a, "--act-mib")) { if (parse_i64(a, v, 1, &act_mib)) return QCTL_USAGE; }
         else { fprintf(stderr, "quantctl eval: unknown option '%s'\n", a); usage(stderr); return QCTL_USAGE; }
     }
     if (!model || !seq || (!text == !tokens)) {
@@ -96,7 +84,7 @@ int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt)
     qd_err err = {0};
     int32_t *ids = NULL;
     size_t n = 0;
-    int rc = text ? load_text(model, text, &ids, &n, &err) : qd_token_file_read(tokens, &ids, &n, &err);
+    int rc = text ? qd_eval_text_tokens(model, text, &ids, &n, &err) : qd_token_file_read(tokens, &ids, &n, &err);
     if (rc) { fprintf(stderr, "quantctl eval: %s\n", err.msg); free(ids); return QCTL_USAGE; }
 
     qd_backend *be = NULL;
@@ -114,6 +102,7 @@ int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt)
     qd_eval_opts o = qd_eval_opts_default(seq);
     o.max_windows = maxw;
     o.batch_rows = brows;
+    o.act_bytes = (uint64_t)act_mib << 20;
     qd_eval_result r;
     rc = qd_eval_ppl_vs(m, ref, ids, n, &o, &r, &err);
     int status = QCTL_OK;

@@ -11,6 +11,7 @@ static const qctl_command commands[] = {
     {"tokenize", "tokenize text with a model's tokenizer", cmd_tokenize},
     {"eval", "measure perplexity of a float or quantized model", cmd_eval},
     {"quantize", "run a quantization job (JSON spec) in the foreground, resumable", cmd_quantize},
+    {"estimate", "a job's pre-flight estimate: peak RAM, disk, activations (--json)", cmd_estimate},
     {"submit", "submit a job to the daemon's queue (flags or a JSON file; Redis or HTTP)", cmd_submit},
     {"status", "show a job's status, or every job's", cmd_status},
     {"watch", "follow a job's progress until it finishes", cmd_watch},

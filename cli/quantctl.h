@@ -21,6 +21,7 @@ int cmd_gen_layer(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_tokenize(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_eval(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_quantize(int argc, char **argv, const qd_runtime_opts *rt);
+int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_logits(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_dequant(int argc, char **argv, const qd_runtime_opts *rt);

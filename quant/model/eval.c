@@ -1,5 +1,6 @@
-/* GPTQ-style perplexity over a token stream (see eval.h): batches of windows run block by
- * block, logits computed one window at a time so the [rows, vocab] buffer stays small. */
+/* GPTQ-style perplexity over a token stream (see eval.h): passes of windows run block by
+ * block (each block loaded once per pass, every batch of the pass through it), logits
+ * computed one window at a time so the [rows, vocab] buffer stays small. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -18,15 +19,25 @@ qd_eval_opts qd_eval_opts_default(int64_t seq_len)
     return o;
 }
 
-/* Runs one batch of b windows of L tokens (ids) through every block of m into h. */
-static int eval_hidden(qd_model *m, qd_block_weights **blocks, int keep, const int32_t *ids, int64_t b,
-                       int64_t L, float *h, qd_err *err)
+/* Runs the nw windows of L tokens at ids through every block of m into h [nw*L, hidden],
+ * block-major: every batch of bw windows goes through block i before block i+1, so each
+ * block is loaded (for a packed checkpoint: dequantized) once per call, not once per batch.
+ * The batches are the ones a batch-major loop would run (same windows, same order), so the
+ * hidden states are the same bit for bit. blocks[i] stays loaded after the call when keep. */
+static int eval_hidden(qd_model *m, qd_block_weights **blocks, int keep, const int32_t *ids, int64_t nw,
+                       int64_t bw, int64_t L, float *h, qd_err *err)
 {
     const qd_model_config *c = qd_model_cfg(m);
-    int rc = qd_model_embed(m, ids, b, L, NULL, h, err);
+    const int64_t stride = L * c->hidden;
+    int rc = 0;
+    for (int64_t w0 = 0; w0 < nw && !rc; w0 += bw)
+        rc = qd_model_embed(m, ids + w0 * L, nw - w0 < bw ? nw - w0 : bw, L, NULL, h + w0 * stride, err);
     for (int i = 0; i < c->n_layers && !rc; i++) {
         if (!blocks[i] && (rc = qd_block_load(m, i, &blocks[i], err))) break;
-        rc = qd_block_forward(m, blocks[i], h, h, b, L, NULL, NULL, err);
+        for (int64_t w0 = 0; w0 < nw && !rc; w0 += bw) {
+            float *hb = h + w0 * stride;
+            rc = qd_block_forward(m, blocks[i], hb, hb, nw - w0 < bw ? nw - w0 : bw, L, NULL, NULL, err);
+        }
         if (!keep) { qd_block_free(m, blocks[i]); blocks[i] = NULL; }
     }
     return rc;
@@ -90,34 +101,43 @@ int qd_eval_ppl_vs(qd_model *m, qd_model *ref, const int32_t *ids, size_t n, con
     int64_t brows = o->batch_rows > 0 ? o->batch_rows : 4096;
     int64_t bw = brows / L < 1 ? 1 : brows / L;
     if (bw > nw) bw = nw;
+    /* A pass holds the hidden states of pw windows (a whole number of batches) for every
+     * block; a stream longer than the activation budget takes several passes, and each pass
+     * loads every block once. */
+    uint64_t act = o->act_bytes ? o->act_bytes : QD_EVAL_ACT_BYTES_DEFAULT;
+    uint64_t win_bytes = (uint64_t)L * (uint64_t)(hid + (ref ? rcfg->hidden : 0)) * sizeof(float);
+    int64_t pw = (int64_t)(act / win_bytes) / bw * bw;
+    if (pw < bw) pw = bw;
+    if (pw > nw) pw = nw;
+    /* Blocks stay loaded between passes when they fit the cache; one pass needs no keeping. */
     uint64_t cache = o->cache_bytes ? o->cache_bytes : (1ull << 30);
-    int keep = qd_block_bytes(m) * (uint64_t)c->n_layers <= cache;
-    int rkeep = ref && qd_block_bytes(ref) * (uint64_t)rcfg->n_layers <= cache;
+    int keep = pw < nw && qd_block_bytes(m) * (uint64_t)c->n_layers <= cache;
+    int rkeep = ref && pw < nw && qd_block_bytes(ref) * (uint64_t)rcfg->n_layers <= cache;
 
     double t0 = qd_clock_now_s();
     int rc = 0;
     qd_block_weights **blocks = calloc((size_t)c->n_layers, sizeof *blocks);
     qd_block_weights **rblocks = ref ? calloc((size_t)rcfg->n_layers, sizeof *rblocks) : NULL;
     double *nll = malloc((size_t)L * sizeof *nll);
-    float *h = qd_backend_alloc(be, (size_t)(bw * L * hid) * sizeof(float));
+    float *h = qd_backend_alloc(be, (size_t)(pw * L * hid) * sizeof(float));
     float *lg = qd_backend_alloc(be, (size_t)(L * V) * sizeof(float));
     int32_t *tg = qd_backend_alloc(be, (size_t)L * sizeof(int32_t));
-    float *rh = ref ? qd_backend_alloc(rbe, (size_t)(bw * L * rcfg->hidden) * sizeof(float)) : NULL;
+    float *rh = ref ? qd_backend_alloc(rbe, (size_t)(pw * L * rcfg->hidden) * sizeof(float)) : NULL;
     float *rlg = ref ? qd_backend_alloc(rbe, (size_t)(L * V) * sizeof(float)) : NULL;
     int32_t *rtg = ref ? qd_backend_alloc(rbe, (size_t)L * sizeof(int32_t)) : NULL;
     float *hq = ref ? malloc((size_t)(L * V) * sizeof(float)) : NULL;    /* host logits */
     float *hr = ref ? malloc((size_t)(L * V) * sizeof(float)) : NULL;
     if (!blocks || !nll || !h || !lg || !tg || (ref && (!rblocks || !rh || !rlg || !rtg || !hq || !hr))) {
-        rc = qd_err_set(err, QD_ENOMEM, "eval: cannot allocate activations for %lld windows of %lld", (long long)bw, (long long)L);
+        rc = qd_err_set(err, QD_ENOMEM, "eval: cannot allocate activations for %lld windows of %lld", (long long)pw, (long long)L);
         goto done;
     }
     double sum = 0.0, rsum = 0.0, kl = 0.0, kl_max = 0.0;
     int64_t agree = 0;
-    for (int64_t w0 = 0; w0 < nw && !rc; w0 += bw) {
-        int64_t b = nw - w0 < bw ? nw - w0 : bw;
+    for (int64_t w0 = 0; w0 < nw && !rc; w0 += pw) {
+        int64_t b = nw - w0 < pw ? nw - w0 : pw;
         const int32_t *wid = ids + w0 * L;
-        if ((rc = eval_hidden(m, blocks, keep, wid, b, L, h, err))) break;
-        if (ref && (rc = eval_hidden(ref, rblocks, rkeep, wid, b, L, rh, err))) break;
+        if ((rc = eval_hidden(m, blocks, keep, wid, b, bw, L, h, err))) break;
+        if (ref && (rc = eval_hidden(ref, rblocks, rkeep, wid, b, bw, L, rh, err))) break;
         for (int64_t j = 0; j < b && !rc; j++) {
             if ((rc = qd_model_logits(m, h + j * L * hid, L - 1, lg, err))) break;
             if ((rc = qd_backend_upload(be, tg, wid + j * L + 1, (size_t)(L - 1) * sizeof(int32_t))) ||

@@ -50,6 +50,11 @@ void qd_acts_round(float *x, uint64_t n, qd_dtype dtype)
     for (uint64_t i = 0; i < n; i++) x[i] = qd_bf16_to_f32(qd_f32_to_bf16(x[i]));
 }
 
+uint64_t qd_acts_file_bytes(int64_t rows, int64_t cols, qd_dtype dtype)
+{
+    return (uint64_t)sizeof(acts_header) + (uint64_t)rows * (uint64_t)cols * (uint64_t)qd_acts_value_bytes(dtype);
+}
+
 int qd_acts_write(const char *path, const float *x, int64_t rows, int64_t cols, qd_dtype dtype, qd_err *err)
 {
     if (rows < 0 || cols <= 0) return qd_err_set(err, QD_EINVAL, "%s: bad activation shape [%lld, %lld]", path, (long long)rows, (long long)cols);

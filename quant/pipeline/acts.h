@@ -22,6 +22,9 @@
 
 #define QD_ACTS_VERSION 2
 
+/* Bytes of the activation file of rows x cols in dtype, header included: the one place the
+ * checkpoint's activation dtype enters the pre-flight estimate (estimate.c). */
+uint64_t qd_acts_file_bytes(int64_t rows, int64_t cols, qd_dtype dtype);
 /* The dtype activations of a model whose float weights are `weights` are held in. */
 qd_dtype qd_acts_dtype_for(qd_dtype weights);
 /* Rounds x [n] in place to the values dtype holds (F32: nothing). */

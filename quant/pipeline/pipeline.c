@@ -127,69 +127,6 @@ static int embed_calibration(qd_pipeline *p, const int32_t *ids, qd_err *err)
     return 0;
 }
 
-int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err)
-{
-    qd_model_config cfg;
-    int rc = qd_model_config_load(job->model, &cfg, err);
-    if (rc) return rc;
-    memset(est, 0, sizeof *est);
-    uint64_t rows = job->method == QP_METHOD_RTN ? 1 : (uint64_t)(job->calibration.samples * job->calibration.seq_len);
-    uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate;
-    uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
-    uint64_t attn_params = h * qd * 2 + h * kvd * 2;
-    if (cfg.kv_lora_rank > 0) {
-        /* Latent attention: q_a/q_b (or q_proj), kv_a, kv_b, o_proj. */
-        uint64_t H = (uint64_t)cfg.n_heads, qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim);
-        uint64_t ql = (uint64_t)cfg.q_lora_rank, kl = (uint64_t)cfg.kv_lora_rank;
-        attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
-                      kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
-    }
-    uint64_t block_params = attn_params + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
-    if (cfg.n_experts > 0) {
-        /* Every expert's three linears, the shared expert's, and the float router. */
-        inter = (uint64_t)(cfg.moe_intermediate > cfg.shared_intermediate ? cfg.moe_intermediate : cfg.shared_intermediate);
-        block_params = attn_params + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
-                       3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
-    }
-    est->n_blocks = (int)cfg.n_layers;
-    est->act_bytes = rows * h * 4;
-    uint64_t widest = inter > h ? inter : h;
-    uint64_t scratch = (uint64_t)4096 * widest * 4 * 8;            /* one forward batch */
-    if (cfg.kv_lora_rank > 0) {
-        /* Latent attention assembles the heads, padded to one width, on the host (6 copies)
-         * and in backend scratch (7): model_mla.c. */
-        uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
-        scratch += (uint64_t)4096 * (uint64_t)cfg.n_heads * (qk > v ? qk : v) * 4 * 13;
-    }
-    uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
-    if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
-        /* One calibration pass fills every group's Hessian at once: every expert's two. */
-        uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;
-        hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
-    }
-    if (cfg.n_experts > 0 && job->method == QP_METHOD_GPTQ && job->true_sequential) {
-        /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget. */
-        uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = (h > mi ? h * h : mi * mi) * 4;
-        uint64_t wave = (uint64_t)cfg.n_experts * k2;
-        hess += wave < QD_WAVE_HESSIAN_BYTES ? wave : QD_WAVE_HESSIAN_BYTES;
-    }
-    uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
-    /* Activations held at once: the block's inputs, the next block's, and (true-sequential,
-     * AWQ) the residual stream between the block's halves. */
-    int sequential = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ ||
-                     (job->method == QP_METHOD_GPTQ && job->true_sequential);
-    est->peak_ram_bytes = block_params * 4 * 3 + est->act_bytes * (sequential ? 3 : 2) + hess + scratch + awq;
-    /* Output: packed weights ~ bits/8 per parameter plus scales, and the float rest. */
-    uint64_t q_bytes = block_params * (uint64_t)job->bits / 8 + block_params / 64 * 4;
-    uint64_t rest = (uint64_t)cfg.vocab * h * 2 * (cfg.tie_word_embeddings ? 1 : 2);
-    /* The activation checkpoint: the next block's inputs are written before the previous
-     * ones are removed, in BF16 for a half-precision model (acts.h). */
-    int half = !strcmp(cfg.torch_dtype, "float16") || !strcmp(cfg.torch_dtype, "bfloat16");
-    uint64_t act_file = rows * h * (uint64_t)qd_acts_value_bytes(half ? QD_DTYPE_BF16 : QD_DTYPE_F32);
-    est->disk_bytes = (q_bytes * cfg.n_layers + rest) * 2 + 2 * act_file;   /* checkpoint + output */
-    return 0;
-}
-
 /* The deepest existing directory at or above path (for free-space questions about an
  * output directory that does not exist yet). */
 static void existing_ancestor(const char *path, char *out, size_t cap)

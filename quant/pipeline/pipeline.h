@@ -59,11 +59,14 @@ typedef struct qd_pipeline_hooks {
     uint64_t fence;
 } qd_pipeline_hooks;
 
-/* What a job needs, estimated before it starts. */
+/* What a job needs, estimated before it starts (estimate.c, term by term): an upper bound,
+ * not more than twice the measured peak on test_estimate's jobs. */
 typedef struct qd_pipeline_estimate {
-    uint64_t peak_ram_bytes;     /* one block's F32 weights + activations + Hessians + scratch */
-    uint64_t disk_bytes;         /* output + checkpoint */
-    uint64_t act_bytes;          /* calibration activations of one block */
+    uint64_t peak_ram_bytes;     /* process base + lm_head + one block's F32 weights x3 + activations
+                                    in, out and the file's host copy + Hessians + batch scratch
+                                    (+ AWQ outputs, + the final eval) */
+    uint64_t disk_bytes;         /* checkpoint (every block, two activation files) + output */
+    uint64_t act_bytes;          /* calibration activations of one block (F32 in memory) */
     int n_blocks;
 } qd_pipeline_estimate;
 

@@ -15,7 +15,6 @@
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "quant/model/eval.h"
-#include "quant/model/tokenizer.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/report.h"
 
@@ -29,19 +28,6 @@ static int eval_dir(qd_pipeline *p, const char *dir, const int32_t *ids, size_t 
     o.max_windows = p->job->eval.max_windows;
     rc = qd_eval_ppl(m, ids, n, &o, res, err);
     qd_model_close(m);
-    return rc;
-}
-
-static int eval_tokens(qd_pipeline *p, int32_t **ids, size_t *n, qd_err *err)
-{
-    char *text = NULL;
-    size_t len = 0;
-    qd_tokenizer *tok = NULL;
-    int rc = qd_fs_read_file(p->job->eval.path, &text, &len, err);
-    if (!rc) rc = qd_tokenizer_load(p->job->model, &tok, err);
-    if (!rc) rc = qd_tokenizer_encode(tok, text, len, QD_TOK_BOS_DEFAULT, ids, n, err);
-    qd_tokenizer_free(tok);
-    free(text);
     return rc;
 }
 
@@ -168,7 +154,7 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
         int32_t *ids = NULL;
         size_t nids = 0;
         qd_eval_result before, after;
-        rc = eval_tokens(p, &ids, &nids, err);
+        rc = qd_eval_text_tokens(p->job->model, p->job->eval.path, &ids, &nids, err);
         if (!rc) rc = eval_dir(p, p->job->model, ids, nids, &before, err);
         if (!rc) rc = eval_dir(p, p->out_dir, ids, nids, &after, err);
         free(ids);

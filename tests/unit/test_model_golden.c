@@ -93,6 +93,20 @@ static void check_ppl(const char *model, double want)
     o.batch_rows = 2048;
     CHECK_OK(qd_eval_ppl(m, ids, n, &o, &r2, &err));
     CHECK_NEAR(r1.nll_sum, r2.nll_sum, 1e-6 * r1.nll_sum);
+    /* Passes (act_bytes) change when each block is loaded, never what a batch computes: one
+     * pass, one batch per pass with the blocks kept, and one batch per pass with every block
+     * loaded again for each pass give the same sum to the last bit. */
+    o.batch_rows = 1024;
+    o.max_windows = 5;
+    qd_eval_result p1, p2, p3;
+    CHECK_OK(qd_eval_ppl(m, ids, n, &o, &p1, &err));
+    o.act_bytes = 1;
+    CHECK_OK(qd_eval_ppl(m, ids, n, &o, &p2, &err));
+    o.cache_bytes = 1;
+    CHECK_OK(qd_eval_ppl(m, ids, n, &o, &p3, &err));
+    CHECK_NEAR(p2.nll_sum, p1.nll_sum, 0.0);
+    CHECK_NEAR(p3.nll_sum, p1.nll_sum, 0.0);
+    CHECK_INT(p3.predicted, 5 * 511);
     free(ids);
     qd_model_close(m);
 }

@@ -1,0 +1,152 @@
+/* The pre-flight estimate of a job (qd_pipeline_estimate_job, pipeline.h): peak host memory
+ * and peak disk, from config.json and the job alone, before a weight is read. The pipeline
+ * refuses a job whose estimate exceeds free memory or disk, the daemon admits jobs by it and
+ * `quantctl estimate` prints it. Each term below names what it stands for in the code, so a
+ * change there (a buffer, a file) shows which term to change. It is meant as an upper bound
+ * that is not far above reality: test_estimate runs real jobs and holds the estimate between
+ * the measured peak and twice it.
+ *
+ * The figures assume the CPU backend, where every buffer is host memory; on a GPU most of the
+ * RAM terms live in device memory instead, so the host estimate is high there. */
+#include <stdint.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "quant/model/eval.h"
+#include "quant/model/model.h"
+#include "quant/pipeline/acts.h"
+#include "quant/pipeline/pipeline_internal.h"
+
+/* Code, shared libraries, the BLAS library's thread buffers, the tokenizer, allocator slack:
+ * what a quantctl process holds before a job's own buffers (about 13 MiB measured for the
+ * smallest job; rounded up). */
+#define EST_BASE_BYTES (32ull << 20)
+/* Forward scratch per row of a batch, in units of the widest activation row (q/k/v, gate and
+ * up outputs, attention, the norm's copy: 8 rows of floats). */
+#define EST_SCRATCH_ROWS 8
+
+static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
+static uint64_t u64min(uint64_t a, uint64_t b) { return a < b ? a : b; }
+
+/* Calibration rows the pipeline will embed (qd_pipeline_calib_tokens): samples x seq_len
+ * clamped to the context, or RTN's few random sequences when it has no data. */
+static uint64_t calib_rows(const qp_job *job, const qd_model_config *cfg)
+{
+    uint64_t L = (uint64_t)job->calibration.seq_len, S = (uint64_t)job->calibration.samples;
+    if (cfg->max_pos > 0) L = u64min(L, (uint64_t)cfg->max_pos);
+    if (!job->calibration.path) {
+        L = u64min(L, 512);
+        S = u64min(S, 8);
+    }
+    return S * L;
+}
+
+/* Bytes of one float element of the model's unquantized tensors (copied in their dtype). */
+static uint64_t float_bytes(const qd_model_config *cfg)
+{
+    return !strcmp(cfg->torch_dtype, "float32") ? 4 : 2;
+}
+
+/* The eval at the end (pipeline_finish.c, quant/model/eval.h): the held hidden states of one
+ * pass (the whole stream when it fits the default budget), the stream's ids and text, and a
+ * window's logits on device and host. The stream has at most one token per byte of text. */
+static uint64_t eval_bytes(const qp_job *job, const qd_model_config *cfg)
+{
+    if (!job->eval.enabled) return 0;
+    uint64_t L = (uint64_t)job->eval.seq_len, text = 0;
+    struct stat sb;
+    if (job->eval.path && stat(job->eval.path, &sb) == 0) text = (uint64_t)sb.st_size;
+    uint64_t windows = (text + 1) / (L ? L : 1);
+    if (job->eval.max_windows > 0) windows = u64min(windows, (uint64_t)job->eval.max_windows);
+    uint64_t hidden = u64min(QD_EVAL_ACT_BYTES_DEFAULT, windows * L * (uint64_t)cfg->hidden * 4);
+    return hidden + (text + 1) * 4 + text + L * (uint64_t)cfg->vocab * 4 * 2;
+}
+
+int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err)
+{
+    qd_model_config cfg;
+    int rc = qd_model_config_load(job->model, &cfg, err);
+    if (rc) return rc;
+    memset(est, 0, sizeof *est);
+    uint64_t rows = calib_rows(job, &cfg);
+    uint64_t h = (uint64_t)cfg.hidden, inter = (uint64_t)cfg.intermediate, V = (uint64_t)cfg.vocab;
+    uint64_t kvd = (uint64_t)(cfg.n_kv_heads * cfg.head_dim), qd = (uint64_t)(cfg.n_heads * cfg.head_dim);
+    uint64_t attn_params = h * qd * 2 + h * kvd * 2;
+    if (cfg.kv_lora_rank > 0) {
+        /* Latent attention: q_a/q_b (or q_proj), kv_a, kv_b, o_proj. */
+        uint64_t H = (uint64_t)cfg.n_heads, qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim);
+        uint64_t ql = (uint64_t)cfg.q_lora_rank, kl = (uint64_t)cfg.kv_lora_rank;
+        attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
+                      kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
+    }
+    uint64_t block_params = attn_params + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
+    uint64_t n_linears = cfg.family == QD_ARCH_OPT ? 6 : 7;
+    if (cfg.n_experts > 0) {
+        /* Every expert's three linears, the shared expert's, and the float router. */
+        inter = (uint64_t)(cfg.moe_intermediate > cfg.shared_intermediate ? cfg.moe_intermediate : cfg.shared_intermediate);
+        block_params = attn_params + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
+                       3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
+        n_linears = 4 + 3 * (uint64_t)cfg.n_experts + (cfg.shared_intermediate > 0 ? 3 : 0);
+    }
+    uint64_t widest = u64max(inter, h);
+    est->n_blocks = (int)cfg.n_layers;
+
+    /* ---- memory ---- */
+    /* Calibration hidden states of one block, in and out (p->acts and y, F32 in memory), the
+     * residual stream between the block's halves (p->mid, true-sequential and AWQ), and the
+     * host copy an activation file is written from (pipeline_block.c) or read into on a
+     * resume (pipeline.c): its size is the file's, BF16 for a half-precision model. */
+    int sequential = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ ||
+                     (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    est->act_bytes = rows * h * 4;
+    qd_dtype wdt = !strcmp(cfg.torch_dtype, "float16") ? QD_DTYPE_F16 : !strcmp(cfg.torch_dtype, "bfloat16") ? QD_DTYPE_BF16 : QD_DTYPE_F32;
+    uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
+    uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
+    /* One block's F32 weights, the quantized copy written back, and an override's. */
+    uint64_t weights = block_params * 4 * 3;
+    /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
+    uint64_t batch_rows = u64max(4096, (uint64_t)job->calibration.seq_len);
+    uint64_t scratch = batch_rows * widest * 4 * EST_SCRATCH_ROWS;
+    if (cfg.kv_lora_rank > 0) {
+        /* Latent attention assembles the heads, padded to one width, on the host (6 copies)
+         * and in backend scratch (7): model_mla.c. */
+        uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
+        scratch += batch_rows * (uint64_t)cfg.n_heads * u64max(qk, v) * 4 * 13;
+    }
+    uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
+    if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
+        /* One calibration pass fills every group's Hessian at once: every expert's two. */
+        uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;
+        hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
+    }
+    if (cfg.n_experts > 0 && job->method == QP_METHOD_GPTQ && job->true_sequential) {
+        /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget
+         * (pipeline_block.c). */
+        uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = u64max(h * h, mi * mi) * 4;
+        hess += u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
+    }
+    /* AWQ: a group's linears' float outputs over every calibration row. */
+    uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
+    /* Resident for the whole job: lm_head converted to F32 when it is at most 256 MiB
+     * (model_load.c; larger ones in 64 MiB chunks), and the calibration ids. */
+    uint64_t lm = V * h * 4 <= (256ull << 20) ? V * h * 4 : (64ull << 20);
+    uint64_t resident = EST_BASE_BYTES + lm + rows * 4;
+    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + eval_bytes(job, &cfg);
+
+    /* ---- disk ---- */
+    /* A packed block: the weights at bits per parameter; per group and output column an F16
+     * scale and a zero (up to 4 bytes in the formats' storage); g_idx (4 bytes per input
+     * column of each linear); the block's norms in float. */
+    uint64_t gs = job->group_size > 0 ? (uint64_t)job->group_size : h;
+    uint64_t q_block = block_params * (uint64_t)job->bits / 8 + block_params / gs * 6 + n_linears * widest * 4 + 4 * h * 4;
+    /* The float rest of the output: embeddings, lm_head when untied, positions (OPT), final norm. */
+    uint64_t fb = float_bytes(&cfg);
+    uint64_t rest = V * h * fb * (cfg.tie_word_embeddings ? 1 : 2) + (uint64_t)cfg.max_pos * h * fb + 4 * h * fb;
+    /* Checkpoint: every block file, and for an instant two activation files (acts-(i+1) is
+     * written before acts-i is removed); the output is written while the checkpoint is still
+     * there. */
+    uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + 2 * act_file;
+    uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;
+    est->disk_bytes = ckpt + output;
+    return 0;
+}
