@@ -46,22 +46,10 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
     }
     if (optind != argc - 1) { usage(stderr); return QCTL_USAGE; }
     const char *path = argv[optind];
-    char *text = NULL;
-    size_t len = 0;
+    qp_job *job = qctl_read_job("estimate", path);
+    if (!job) return QCTL_USAGE;
     qd_err err = {0};
-    if (qd_fs_read_file(path, &text, &len, &err)) {
-        fprintf(stderr, "quantctl estimate: %s\n", err.msg);
-        return QCTL_USAGE;
-    }
-    qp_job *job = NULL;
-    qp_err perr;
-    memset(&perr, 0, sizeof perr);
-    int rc = qp_job_parse(text, len, &job, &perr);
-    free(text);
-    if (rc) {
-        fprintf(stderr, "quantctl estimate: %s: %s\n", path, perr.msg);
-        return QCTL_USAGE;
-    }
+    int rc = 0;
     qd_pipeline_estimate est;
     if ((rc = qd_pipeline_estimate_job(job, &est, &err))) {
         fprintf(stderr, "quantctl estimate: %s: %s\n", job->model, err.msg);

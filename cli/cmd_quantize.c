@@ -66,22 +66,10 @@ int cmd_quantize(int argc, char **argv, const qd_runtime_opts *rt)
     }
     if (optind != argc - 1) { usage(stderr); return QCTL_USAGE; }
     const char *path = argv[optind];
-    char *text = NULL;
-    size_t len = 0;
+    qp_job *job = qctl_read_job("quantize", path);
+    if (!job) return QCTL_USAGE;
     qd_err err = {0};
-    if (qd_fs_read_file(path, &text, &len, &err)) {
-        fprintf(stderr, "quantctl quantize: %s\n", err.msg);
-        return QCTL_USAGE;
-    }
-    qp_job *job = NULL;
-    qp_err perr;
-    memset(&perr, 0, sizeof perr);
-    int rc = qp_job_parse(text, len, &job, &perr);
-    free(text);
-    if (rc) {
-        fprintf(stderr, "quantctl quantize: %s: %s\n", path, perr.msg);
-        return QCTL_USAGE;
-    }
+    int rc = 0;
     if (!backend) backend = job->backend == QP_BACKEND_CUDA ? "cuda:0"
                           : job->backend == QP_BACKEND_CPU ? "cpu"
                           : qd_backend_cuda_device_count() > 0 ? "cuda:0" : "cpu";

@@ -64,6 +64,10 @@ int qctl_http(const qctl_conn *c, const char *method, const char *path, const ch
               char **resp);
 void qctl_http_error(int status, const char *resp);          /* prints the answer's "error" */
 void qctl_print_status(const struct qp_status *st);         /* "key:  value" lines */
+struct qp_job;
+/* Reads and validates the job file at path (qp_job_parse); NULL, with the reason printed as
+ * "quantctl CMD: ...", when it cannot. The job is the caller's (qp_job_free). */
+struct qp_job *qctl_read_job(const char *cmd, const char *path);
 
 int cmd_submit(int argc, char **argv, const qd_runtime_opts *rt);
 int cmd_status(int argc, char **argv, const qd_runtime_opts *rt);

@@ -69,6 +69,23 @@ static int be_fail(qd_backend *be, int rc, const char *what, qd_err *err)
 #define BE_TRY(call, what) do { rc = (call); if (rc) { be_fail(be, rc, what, err); goto done; } } while (0)
 #define OOM_IF(cond) do { if (cond) { rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory"); goto done; } } while (0)
 
+/* Host copies of the layers' weights for the Gram-form losses; *out (n_layers arrays) is
+ * owned by the caller and freed by it whether or not this fails. */
+static int awq_weights_to_host(qd_backend *be, const float *const *w, const int64_t *n, int n_layers, int64_t k,
+                               float ***out, qd_err *err)
+{
+    int rc = 0;
+    *out = calloc((size_t)n_layers, sizeof **out);
+    OOM_IF(!*out);
+    for (int i = 0; i < n_layers; i++) {
+        (*out)[i] = malloc((size_t)(n[i] * k) * sizeof(float));
+        OOM_IF(!(*out)[i]);
+        BE_TRY(qd_backend_download(be, (*out)[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
+    }
+done:
+    return rc;
+}
+
 int qd_awq_x_mean(qd_backend *be, const float *x, int64_t rows, int64_t k, int64_t ldx,
                   float *x_mean, qd_err *err)
 {
@@ -490,13 +507,8 @@ int qd_awq_search_scales(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq_o
         rc = awq_gram_init(be, &gram, NULL, x, rows, ldx, k, max_n, err);
         if (rc) goto done;
         c.gram = &gram;
-        c.w_host = calloc((size_t)n_layers, sizeof *c.w_host);
-        OOM_IF(!c.w_host);
-        for (int i = 0; i < n_layers; i++) {
-            c.w_host[i] = malloc((size_t)(n[i] * k) * sizeof(float));
-            OOM_IF(!c.w_host[i]);
-            BE_TRY(qd_backend_download(be, c.w_host[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
-        }
+        rc = awq_weights_to_host(be, w, n, n_layers, k, &c.w_host, err);
+        if (rc) goto done;
     } else {
         c.ya = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
         c.yb = qd_backend_alloc(be, (size_t)(c.chunk * max_n) * sizeof(float));
@@ -550,13 +562,8 @@ int qd_awq_search_scales_h(qd_backend *be, const qd_quant_cfg *cfg, const qd_awq
     rc = awq_gram_init(be, &gram, h, NULL, h->n_seen, k, k, max_n, err);
     if (rc) return rc;
     c.gram = &gram;
-    c.w_host = calloc((size_t)n_layers, sizeof *c.w_host);
-    OOM_IF(!c.w_host);
-    for (int i = 0; i < n_layers; i++) {
-        c.w_host[i] = malloc((size_t)(n[i] * k) * sizeof(float));
-        OOM_IF(!c.w_host[i]);
-        BE_TRY(qd_backend_download(be, c.w_host[i], w[i], (size_t)(n[i] * k) * sizeof(float)), "download of W");
-    }
+    rc = awq_weights_to_host(be, w, n, n_layers, k, &c.w_host, err);
+    if (rc) goto done;
     rc = qd_awq_search_scales_cb(be, cfg, o, w, n, n_layers, k, x_mean, awq_lin_loss, &c, out, err);
 done:
     if (c.w_host)
