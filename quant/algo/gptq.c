@@ -186,11 +186,34 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
     return 0;
 }
 
-int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                       const float *h, qd_gptq_result *out, qd_err *err)
+/* One run of qd_gptq_quantize_h: its settings and every buffer it owns, host and backend.
+ * The steps below fill it in order; gptq_run_free releases what they left. */
+typedef struct gptq_run {
+    qd_backend *be;
+    const qd_gptq_opts *o;
+    const float *w, *h;          /* the caller's weights [n, k] and Hessian [k, k] */
+    int64_t n, k, gs, G;         /* shape, group length, groups */
+    int grouped, static_groups, find_params;
+    /* On the CPU backend host memory is backend memory: without act-order the working W
+     * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
+     * H is built straight into the factorisation buffer, so nothing is copied twice. */
+    int host, ldl, in_place;
+    int direct;                  /* the block op reads the caller's w (see gptq_prepare) */
+    size_t wbytes, hbytes;
+    float *wp;                   /* W in processing order */
+    float *hp;                   /* H in processing order (non-CPU) */
+    uint8_t *codes;
+    float *hdiag, *scales, *zeros;
+    int64_t *perm;
+    int32_t *col_group;
+    gptq_dev d;
+    double t0, t_chol_start, t_chol, t_loop, t_loop_end;
+} gptq_run;
+
+/* The arguments: shape, options, and every weight and Hessian entry finite. */
+static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                      const float *h, qd_err *err)
 {
-    if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
-    memset(out, 0, sizeof *out);
     if (!be || !w || !h) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend, weights or Hessian");
     int rc = qd_gptq_opts_validate(o, err);
     if (rc) return rc;
@@ -204,247 +227,290 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         if (!isfinite(h[i]))
             return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
                               (long long)(i / k), (long long)(i % k), (double)h[i]);
+    return 0;
+}
 
+/* The run's settings, the result's layer and the host buffers. */
+static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                      const float *h, qd_gptq_result *out, qd_err *err)
+{
     const qd_quant_cfg *c = &o->quant;
-    const int64_t gs = qd_quant_group_len(c, k);
-    const int grouped = c->group_size > 0;
-    const int static_groups = grouped && o->static_groups;
-    const int find_params = grouped && !static_groups;
-    rc = qd_qlayer_alloc(&out->layer, n, k, c->bits, c->sym, c->group_size, 0, err);
+    g->be = be;
+    g->o = o;
+    g->w = w;
+    g->h = h;
+    g->n = n;
+    g->k = k;
+    g->gs = qd_quant_group_len(c, k);
+    g->grouped = c->group_size > 0;
+    g->static_groups = g->grouped && o->static_groups;
+    g->find_params = g->grouped && !g->static_groups;
+    int rc = qd_qlayer_alloc(&out->layer, n, k, c->bits, c->sym, c->group_size, 0, err);
     if (rc) return rc;
-    const int64_t G = out->layer.n_groups;
-
-    double t0 = qd_clock_now_s();
-    /* On the CPU backend host memory is backend memory: without act-order the working W
-     * becomes Q in place inside out->deq and the codes land in out->layer.q directly, and
-     * H is built straight into the factorisation buffer, so nothing is copied twice. */
-    const int host = be->device < 0;
+    g->G = out->layer.n_groups;
+    g->t0 = qd_clock_now_s();
+    g->host = be->device < 0;
     /* The LDL form where the backend has it (one Cholesky, no inverse); the runtime
      * options' QD_GPTQ_FORM_INVERSE (QUANTD_GPTQ_FORM=inverse) keeps the U form (tests
      * compare the two). */
-    const int ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;
-    const int in_place = host && !o->desc_act;
-    int direct = 0;                                            /* see the copy of W below */
-    const size_t wbytes = (size_t)(n * k) * sizeof(float), hbytes = (size_t)(k * k) * sizeof(float);
-    float *wp = NULL;                                          /* W in processing order */
-    float *hp = NULL;                                          /* H in processing order (non-CPU) */
-    uint8_t *codes = NULL;
-    float *hdiag = malloc((size_t)k * sizeof *hdiag);
-    int64_t *perm = malloc((size_t)k * sizeof *perm);
-    int32_t *col_group = malloc((size_t)k * sizeof *col_group);
-    float *scales = calloc((size_t)(G * n), sizeof *scales);
-    float *zeros = calloc((size_t)(G * n), sizeof *zeros);
+    g->ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;
+    g->in_place = g->host && !o->desc_act;
+    g->wbytes = (size_t)(n * k) * sizeof(float);
+    g->hbytes = (size_t)(k * k) * sizeof(float);
+    g->hdiag = malloc((size_t)k * sizeof *g->hdiag);
+    g->perm = malloc((size_t)k * sizeof *g->perm);
+    g->col_group = malloc((size_t)k * sizeof *g->col_group);
+    g->scales = calloc((size_t)(g->G * n), sizeof *g->scales);
+    g->zeros = calloc((size_t)(g->G * n), sizeof *g->zeros);
     /* On the CPU deq comes from the backend's cached blocks: the working W of the next
      * layer of the same shape then starts on pages already faulted in. */
-    out->deq = host ? qd_backend_alloc(be, wbytes) : malloc(wbytes);
-    out->deq_be = host && out->deq ? be : NULL;
-    wp = in_place ? out->deq : host ? qd_backend_alloc(be, wbytes) : malloc(wbytes);
-    gptq_dev d = {0};
-    if (!wp || !hdiag || !perm || !col_group || !scales || !zeros || !out->deq) {
-        rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
-        goto done;
-    }
+    out->deq = g->host ? qd_backend_alloc(be, g->wbytes) : malloc(g->wbytes);
+    out->deq_be = g->host && out->deq ? be : NULL;
+    g->wp = g->in_place ? out->deq : g->host ? qd_backend_alloc(be, g->wbytes) : malloc(g->wbytes);
+    if (!g->wp || !g->hdiag || !g->perm || !g->col_group || !g->scales || !g->zeros || !out->deq)
+        return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+    return 0;
+}
 
+/* Columns: dead ones (H[i][i] == 0: H[i][i] = 1 and W[:, i] = 0; hdiag keeps the fixed
+ * diagonal in the original order), the act-order permutation, W in processing order, static
+ * groups' parameters and each column's group. */
+static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
+{
+    const qd_quant_cfg *c = &g->o->quant;
+    const int64_t n = g->n, k = g->k, gs = g->gs;
     /* One group spanning K: the reference finds its parameters on the weights as given,
      * before dead columns are zeroed. */
-    if (!grouped)
-        for (int64_t r = 0; r < n; r++) qd_quant_params(c, w + r * k, k, 1, &scales[r], &zeros[r]);
-
-    /* Dead columns (H[i][i] == 0): H[i][i] = 1 and W[:, i] = 0. hdiag keeps the fixed
-     * diagonal in the original order. */
+    if (!g->grouped)
+        for (int64_t r = 0; r < n; r++) qd_quant_params(c, g->w + r * k, k, 1, &g->scales[r], &g->zeros[r]);
     int64_t *dead = malloc((size_t)k * sizeof *dead);
-    if (!dead) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+    if (!dead) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
     for (int64_t i = 0; i < k; i++) {
-        hdiag[i] = h[i * k + i];
-        if (hdiag[i] == 0.0f) {
-            hdiag[i] = 1.0f;
+        g->hdiag[i] = g->h[i * k + i];
+        if (g->hdiag[i] == 0.0f) {
+            g->hdiag[i] = 1.0f;
             dead[out->dead_columns++] = i;
         }
     }
-
-    if (o->desc_act) qd_gptq_act_order_perm(hdiag, k, perm);
-    else for (int64_t i = 0; i < k; i++) perm[i] = i;
+    if (g->o->desc_act) qd_gptq_act_order_perm(g->hdiag, k, g->perm);
+    else for (int64_t i = 0; i < k; i++) g->perm[i] = i;
 
     /* The LDL form only reads the original weights, so on the CPU without act-order or dead
      * columns the block op reads the caller's w directly and writes Q into out->deq: no
      * working copy. Otherwise W is copied (permuted) into wp. */
-    direct = in_place && ldl && out->dead_columns == 0;
-    for (int64_t r = 0; r < n && !direct; r++) {
-        const float *src = w + r * k;
-        float *dst = wp + r * k;
-        if (o->desc_act) for (int64_t j = 0; j < k; j++) dst[j] = src[perm[j]];
+    g->direct = g->in_place && g->ldl && out->dead_columns == 0;
+    for (int64_t r = 0; r < n && !g->direct; r++) {
+        const float *src = g->w + r * k;
+        float *dst = g->wp + r * k;
+        if (g->o->desc_act) for (int64_t j = 0; j < k; j++) dst[j] = src[g->perm[j]];
         else memcpy(dst, src, (size_t)k * sizeof(float));
     }
-    if (static_groups) {
+    if (g->static_groups) {
         float *row = malloc((size_t)k * sizeof *row);
-        if (!row) { free(dead); rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
+        if (!row) { free(dead); return qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); }
         for (int64_t r = 0; r < n; r++) {
-            memcpy(row, w + r * k, (size_t)k * sizeof *row);
+            memcpy(row, g->w + r * k, (size_t)k * sizeof *row);
             for (int64_t i = 0; i < out->dead_columns; i++) row[dead[i]] = 0.0f;
-            for (int64_t g = 0; g < G; g++) {
-                int64_t k0 = g * gs, len = k - k0 < gs ? k - k0 : gs;
-                qd_quant_params(c, row + k0, len, 1, &scales[g * n + r], &zeros[g * n + r]);
+            for (int64_t gi = 0; gi < g->G; gi++) {
+                int64_t k0 = gi * gs, len = k - k0 < gs ? k - k0 : gs;
+                qd_quant_params(c, row + k0, len, 1, &g->scales[gi * n + r], &g->zeros[gi * n + r]);
             }
         }
         free(row);
     }
     if (out->dead_columns) {
         int64_t *pos = malloc((size_t)k * sizeof *pos);      /* original column -> processing position */
-        if (!pos) { free(dead); rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
-        for (int64_t j = 0; j < k; j++) pos[perm[j]] = j;
+        if (!pos) { free(dead); return qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); }
+        for (int64_t j = 0; j < k; j++) pos[g->perm[j]] = j;
         for (int64_t r = 0; r < n; r++)
-            for (int64_t i = 0; i < out->dead_columns; i++) wp[r * k + pos[dead[i]]] = 0.0f;
+            for (int64_t i = 0; i < out->dead_columns; i++) g->wp[r * k + pos[dead[i]]] = 0.0f;
         free(pos);
     }
     free(dead);
     for (int64_t j = 0; j < k; j++)
-        col_group[j] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
+        g->col_group[j] = !g->grouped ? 0 : g->static_groups ? (int32_t)(g->perm[j] / gs) : (int32_t)(j / gs);
+    return 0;
+}
 
+/* H in processing order, damped by damp_percent of its mean diagonal, factorised on the
+ * backend (LDL or the inverse's Cholesky); each failed try multiplies the damping by 10, up
+ * to max_damp_retries. *factored = 0 when every try failed (the caller falls back to RTN). */
+static int gptq_factor(gptq_run *g, qd_gptq_result *out, int *factored, qd_err *err)
+{
+    qd_backend *be = g->be;
+    const qd_gptq_opts *o = g->o;
+    const int64_t k = g->k;
     double mean = 0.0;
-    for (int64_t j = 0; j < k; j++) mean += hdiag[perm[j]];
+    for (int64_t j = 0; j < k; j++) mean += g->hdiag[g->perm[j]];
     mean /= (double)k;
-
-    d.h = qd_backend_alloc(be, hbytes);
-    if (!d.h) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
-    if (!host) {
-        hp = malloc(hbytes);
-        if (!hp) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory for H"); goto done; }
+    g->d.h = qd_backend_alloc(be, g->hbytes);
+    if (!g->d.h) return qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
+    if (!g->host) {
+        g->hp = malloc(g->hbytes);
+        if (!g->hp) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for H");
     }
-
-    int factored = 0;
-    double t_chol_start = qd_clock_now_s();
+    *factored = 0;
+    g->t_chol_start = qd_clock_now_s();
     for (int attempt = 0; attempt <= o->max_damp_retries; attempt++) {
         double pct = o->damp_percent * pow(10.0, attempt);
         float damp = (float)(pct * mean);
         /* The factorisation overwrites its input, so every attempt rebuilds H (permuted,
          * dead diagonal fixed, damped) from the caller's copy. */
-        float *dst = host ? d.h : hp;
+        float *dst = g->host ? g->d.h : g->hp;
         for (int64_t i = 0; i < k; i++) {
-            const float *src = h + perm[i] * k;
+            const float *src = g->h + g->perm[i] * k;
             float *row = dst + i * k;
-            if (o->desc_act) for (int64_t j = 0; j < k; j++) row[j] = src[perm[j]];
+            if (o->desc_act) for (int64_t j = 0; j < k; j++) row[j] = src[g->perm[j]];
             else memcpy(row, src, (size_t)k * sizeof(float));
-            row[i] = hdiag[perm[i]] + damp;
+            row[i] = g->hdiag[g->perm[i]] + damp;
         }
-        if (!host && (rc = qd_backend_upload(be, d.h, hp, hbytes))) {
-            rc = qd_err_set(err, rc, "gptq: upload of H failed: %s", be->err.msg);
-            goto done;
-        }
+        int rc;
+        if (!g->host && (rc = qd_backend_upload(be, g->d.h, g->hp, g->hbytes)))
+            return qd_err_set(err, rc, "gptq: upload of H failed: %s", be->err.msg);
         out->damp_percent = pct;
         out->damp = damp;
         out->damp_retries = attempt;
-        rc = ldl ? be->ops->chol_ldl_upper(be, d.h, k) : be->ops->chol_inverse_upper(be, d.h, k);
-        if (rc == 0) { factored = 1; break; }
-        if (rc != QD_ENUMERIC) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
+        rc = g->ldl ? be->ops->chol_ldl_upper(be, g->d.h, k) : be->ops->chol_inverse_upper(be, g->d.h, k);
+        if (rc == 0) { *factored = 1; break; }
+        if (rc != QD_ENUMERIC) return qd_err_set(err, rc, "gptq: %s", be->err.msg);
         QD_LOG(QD_LOG_WARN, "gptq damping retry", "n=%lld k=%lld damp_percent=%g reason=\"%s\"",
-               (long long)n, (long long)k, pct, be->err.msg);
+               (long long)g->n, (long long)k, pct, be->err.msg);
     }
-    free(hp);
-    hp = NULL;
-    double t_chol = qd_clock_now_s();
+    free(g->hp);
+    g->hp = NULL;
+    g->t_chol = qd_clock_now_s();
+    return 0;
+}
 
-    if (!factored) {
-        QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
-               o->max_damp_retries + 1);
-        out->fallback_rtn = 1;
-        rc = gptq_fallback_rtn(c, w, n, k, out, err);
-        out->seconds = qd_clock_now_s() - t0;
-        goto done;
-    }
-
-    d.w = direct ? (float *)w : host ? wp : qd_backend_alloc(be, wbytes);   /* direct: only read */
-    d.q = direct ? wp : NULL;
-    d.codes = in_place ? out->layer.q : qd_backend_alloc(be, (size_t)(n * k));
-    const int64_t err_cols = ldl ? gptq_super_cols(o->block_size, k) : o->block_size;
-    d.err = qd_backend_alloc(be, (size_t)(n * err_cols) * sizeof(float));
+/* The column loop's backend buffers, filled: W, codes, the error block, LDL's corrections,
+ * the groups' parameters and each column's group. */
+static int gptq_upload(gptq_run *g, qd_gptq_result *out, qd_err *err)
+{
+    qd_backend *be = g->be;
+    gptq_dev *d = &g->d;
+    const int64_t n = g->n, k = g->k, G = g->G;
+    d->w = g->direct ? (float *)g->w : g->host ? g->wp : qd_backend_alloc(be, g->wbytes);   /* direct: only read */
+    d->q = g->direct ? g->wp : NULL;
+    d->codes = g->in_place ? out->layer.q : qd_backend_alloc(be, (size_t)(n * k));
+    const int64_t err_cols = g->ldl ? gptq_super_cols(g->o->block_size, k) : g->o->block_size;
+    d->err = qd_backend_alloc(be, (size_t)(n * err_cols) * sizeof(float));
     /* Never read before written: block 0 takes no corrections and the first updates of
      * every column have beta 0. */
-    if (ldl && k > o->block_size) {
-        d.acc = qd_backend_alloc(be, wbytes);
-        if (!d.acc) { rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg); goto done; }
+    if (g->ldl && k > g->o->block_size) {
+        d->acc = qd_backend_alloc(be, g->wbytes);
+        if (!d->acc) return qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
     }
-    d.scales = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
-    d.zeros = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
-    d.col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
-    if (!d.w || !d.err || !d.codes || !d.scales || !d.zeros || !d.col_group) {
-        rc = qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
-        goto done;
-    }
-    if ((!host && (rc = qd_backend_upload(be, d.w, wp, wbytes))) ||
-        (rc = qd_backend_upload(be, d.scales, scales, (size_t)(G * n) * sizeof(float))) ||
-        (rc = qd_backend_upload(be, d.zeros, zeros, (size_t)(G * n) * sizeof(float))) ||
-        (rc = qd_backend_upload(be, d.col_group, col_group, (size_t)k * sizeof(int32_t)))) {
-        rc = qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
-        goto done;
-    }
-    double t_loop = qd_clock_now_s();
-    rc = ldl ? gptq_run_blocks_ldl(be, o, &d, n, k, find_params, err)
-             : gptq_run_blocks(be, o, &d, n, k, find_params, err);
-    if (rc) goto done;
-    if ((rc = be->ops->sync(be))) { rc = qd_err_set(err, rc, "gptq: %s", be->err.msg); goto done; }
-    double t_loop_end = qd_clock_now_s();
+    d->scales = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
+    d->zeros = qd_backend_alloc(be, (size_t)(G * n) * sizeof(float));
+    d->col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
+    if (!d->w || !d->err || !d->codes || !d->scales || !d->zeros || !d->col_group)
+        return qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
+    int rc;
+    if ((!g->host && (rc = qd_backend_upload(be, d->w, g->wp, g->wbytes))) ||
+        (rc = qd_backend_upload(be, d->scales, g->scales, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_upload(be, d->zeros, g->zeros, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_upload(be, d->col_group, g->col_group, (size_t)k * sizeof(int32_t))))
+        return qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
+    return 0;
+}
 
-    /* Results back to the host: Q and the codes in processing order, then unpermuted. */
-    if ((!host && (rc = qd_backend_download(be, wp, d.w, wbytes))) ||
-        (rc = qd_backend_download(be, scales, d.scales, (size_t)(G * n) * sizeof(float))) ||
-        (rc = qd_backend_download(be, zeros, d.zeros, (size_t)(G * n) * sizeof(float)))) {
-        rc = qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
-        goto done;
-    }
-    if (!in_place) {
-        codes = host ? d.codes : malloc((size_t)(n * k));
-        if (!codes) { rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); goto done; }
-        if (!host && (rc = qd_backend_download(be, codes, d.codes, (size_t)(n * k)))) {
-            rc = qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
-            goto done;
-        }
+/* The results back on the host: Q and the codes in processing order, then unpermuted;
+ * g_idx; the groups' scales (finite and positive, so every dequantized weight is finite)
+ * and zeros. */
+static int gptq_collect(gptq_run *g, qd_gptq_result *out, qd_err *err)
+{
+    qd_backend *be = g->be;
+    const int64_t n = g->n, k = g->k, G = g->G, gs = g->gs;
+    int rc;
+    if ((!g->host && (rc = qd_backend_download(be, g->wp, g->d.w, g->wbytes))) ||
+        (rc = qd_backend_download(be, g->scales, g->d.scales, (size_t)(G * n) * sizeof(float))) ||
+        (rc = qd_backend_download(be, g->zeros, g->d.zeros, (size_t)(G * n) * sizeof(float))))
+        return qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
+    if (!g->in_place) {
+        g->codes = g->host ? g->d.codes : malloc((size_t)(n * k));
+        if (!g->codes) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
+        if (!g->host && (rc = qd_backend_download(be, g->codes, g->d.codes, (size_t)(n * k))))
+            return qd_err_set(err, rc, "gptq: download failed: %s", be->err.msg);
         /* Processing column j is original column perm[j]. */
         for (int64_t r = 0; r < n; r++) {
-            const float *src = wp + r * k;
-            const uint8_t *csrc = codes + r * k;
+            const float *src = g->wp + r * k;
+            const uint8_t *csrc = g->codes + r * k;
             float *dq = out->deq + r * k;
             uint8_t *cq = out->layer.q + r * k;
             for (int64_t j = 0; j < k; j++) {
-                dq[perm[j]] = src[j];
-                cq[perm[j]] = csrc[j];
+                dq[g->perm[j]] = src[j];
+                cq[g->perm[j]] = csrc[j];
             }
         }
     }
     for (int64_t j = 0; j < k; j++)
-        out->layer.g_idx[perm[j]] = !grouped ? 0 : static_groups ? (int32_t)(perm[j] / gs) : (int32_t)(j / gs);
-    /* Finite positive scales and integer codes make every dequantized weight finite. */
+        out->layer.g_idx[g->perm[j]] = !g->grouped ? 0 : g->static_groups ? (int32_t)(g->perm[j] / gs) : (int32_t)(j / gs);
     for (int64_t i = 0; i < G * n; i++) {
-        if (!isfinite(scales[i]) || !(scales[i] > 0.0f)) {
-            rc = qd_err_set(err, QD_ENUMERIC, "gptq: scale of group %lld, row %lld is %g",
-                            (long long)(i / n), (long long)(i % n), (double)scales[i]);
-            goto done;
-        }
-        out->layer.scales[i] = scales[i];
-        out->layer.zeros[i] = (int32_t)lrintf(zeros[i]);
+        if (!isfinite(g->scales[i]) || !(g->scales[i] > 0.0f))
+            return qd_err_set(err, QD_ENUMERIC, "gptq: scale of group %lld, row %lld is %g",
+                              (long long)(i / n), (long long)(i % n), (double)g->scales[i]);
+        out->layer.scales[i] = g->scales[i];
+        out->layer.zeros[i] = (int32_t)lrintf(g->zeros[i]);
     }
-    out->seconds = qd_clock_now_s() - t0;
-    QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",
-           (long long)n, (long long)k, t_chol_start - t0, t_chol - t_chol_start, t_loop - t_chol,
-           t_loop_end - t_loop, qd_clock_now_s() - t_loop_end);
-    rc = 0;
+    return 0;
+}
 
-done:
+static void gptq_run_free(gptq_run *g, qd_gptq_result *out)
+{
+    qd_backend *be = g->be;
     /* Buffers that alias host arrays are not the backend's to free. */
-    if (d.w == wp || direct) d.w = NULL;
-    if (in_place && d.codes == out->layer.q) d.codes = NULL;
-    if (host && codes == d.codes) codes = NULL;
-    gptq_dev_free(be, &d);
-    if (wp != out->deq) {
-        if (host) qd_backend_free(be, wp);
-        else free(wp);
+    if (g->d.w == g->wp || g->direct) g->d.w = NULL;
+    if (g->in_place && g->d.codes == out->layer.q) g->d.codes = NULL;
+    if (g->host && g->codes == g->d.codes) g->codes = NULL;
+    if (be) gptq_dev_free(be, &g->d);
+    if (g->wp != out->deq) {
+        if (g->host) qd_backend_free(be, g->wp);
+        else free(g->wp);
     }
-    free(hp);
-    free(codes);
-    free(hdiag);
-    free(perm);
-    free(col_group);
-    free(scales);
-    free(zeros);
+    free(g->hp);
+    free(g->codes);
+    free(g->hdiag);
+    free(g->perm);
+    free(g->col_group);
+    free(g->scales);
+    free(g->zeros);
+}
+
+int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                       const float *h, qd_gptq_result *out, qd_err *err)
+{
+    if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
+    memset(out, 0, sizeof *out);
+    int rc = gptq_check(be, o, w, n, k, h, err);
+    if (rc) return rc;
+    gptq_run g;
+    memset(&g, 0, sizeof g);
+    int factored = 0;
+    rc = gptq_setup(&g, be, o, w, n, k, h, out, err);
+    if (!rc) rc = gptq_prepare(&g, out, err);
+    if (!rc) rc = gptq_factor(&g, out, &factored, err);
+    if (!rc && !factored) {
+        QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
+               o->max_damp_retries + 1);
+        out->fallback_rtn = 1;
+        rc = gptq_fallback_rtn(&o->quant, w, n, k, out, err);
+        out->seconds = qd_clock_now_s() - g.t0;
+    } else if (!rc) {
+        rc = gptq_upload(&g, out, err);
+        g.t_loop = qd_clock_now_s();
+        if (!rc) rc = g.ldl ? gptq_run_blocks_ldl(be, o, &g.d, n, k, g.find_params, err)
+                            : gptq_run_blocks(be, o, &g.d, n, k, g.find_params, err);
+        if (!rc && (rc = be->ops->sync(be))) rc = qd_err_set(err, rc, "gptq: %s", be->err.msg);
+        g.t_loop_end = qd_clock_now_s();
+        if (!rc) rc = gptq_collect(&g, out, err);
+        if (!rc) {
+            out->seconds = qd_clock_now_s() - g.t0;
+            QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",
+                   (long long)n, (long long)k, g.t_chol_start - g.t0, g.t_chol - g.t_chol_start, g.t_loop - g.t_chol,
+                   g.t_loop_end - g.t_loop, qd_clock_now_s() - g.t_loop_end);
+        }
+    }
+    gptq_run_free(&g, out);
     if (rc) qd_gptq_result_free(out);
     return rc;
 }
