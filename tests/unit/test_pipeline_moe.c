@@ -115,6 +115,38 @@ static void test_moe(void)
     cJSON_Delete(r);
 }
 
+/* Resume: a MoE job stopped in its second block (during the experts' capture, and at its
+ * checkpoint) and run again gives the uninterrupted run's bytes. */
+static int cancel_at_block1(void *ud, const qd_progress *pr)
+{
+    const char *stage = ud;
+    return pr->block == 1 && !strcmp(pr->stage, stage);
+}
+
+static void test_moe_resume(void)
+{
+    char model[4200], ref[4400], out[4400];
+    snprintf(model, sizeof model, "%s/qwen2_moe", pt_families_dir());
+    snprintf(ref, sizeof ref, "%s/resume-ref", T);
+    qp_job *job = pt_job(model, ref, "gptq", "gptq", tokens, NULL);
+    qd_err err = {0};
+    CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+    qp_job_free(job);
+    static const char *stages[] = {"calibrate", "checkpoint"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(out, sizeof out, "%s/resume-%s", T, stages[i]);
+        job = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+        qd_pipeline_hooks hooks = {.ud = (void *)stages[i], .progress = cancel_at_block1};
+        CHECK_INT(qd_pipeline_run(job, pt_be, &hooks, &err), QD_ECANCELLED);
+        CHECK(!qd_fs_exists(test_path(out, "model.safetensors")));
+        CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+        qp_job_free(job);
+        test_checks++;
+        if (!pt_same_file(test_path(ref, "model.safetensors"), test_path(out, "model.safetensors")))
+            TEST_FAIL_("qwen2_moe resumed after stopping at block 1 %s: output differs from the uninterrupted run", stages[i]);
+    }
+}
+
 /* A router that starves experts: tiny Mixtral with each block's router rows set to v, v,
  * -v, -v, 0, 0, 0, 0 (v its first row). Every token's top two logits are |v.x| > 0, so
  * experts 0-3 share the tokens and experts 4-7 get none. Routed-only calibration takes the
@@ -385,6 +417,7 @@ int main(void)
     if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
     TEST_RUN(test_moe);
     TEST_RUN(test_moe_waves);
+    TEST_RUN(test_moe_resume);
     TEST_RUN(test_moe_starved_experts);
     TEST_RUN(test_missing_expert);
     TEST_RUN(test_deepseek);
