@@ -101,6 +101,7 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->tp = 1;
     job->layout = QP_LAYOUT_PLAIN;
     job->kernel_check = 1;
+    job->kernel_check_rows = QP_KERNEL_CHECK_ROWS_DEFAULT;
     job->moe.calibrate_all_experts = 1;
     job->moe.min_tokens = QP_MOE_MIN_TOKENS_DEFAULT;
     job->calibration.field = strdup("text");
@@ -205,7 +206,7 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "moe", "serve", NULL,
+    "kernel_check", "kernel_check_rows", "moe", "serve", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", NULL };
 static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
@@ -438,6 +439,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return rc;
     if (job->group_size == 0)
         return qp_err_set(err, QP_EINVAL, "job.group_size: must be -1 (one group per column) or a positive integer, got 0");
+    int has_kcheck_rows = 0;
     if ((rc = qpj_get_bool(root, p, "sym", &job->sym, &has_sym, err)) ||
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, NULL, err)) ||
@@ -456,8 +458,12 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_enum(root, p, "backend", backend_names, 3, &backend, NULL, err)) ||
         (rc = get_int32(root, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->tp, NULL, err)) ||
         (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||
-        (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)))
+        (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)) ||
+        (rc = get_int32(root, p, "kernel_check_rows", 1, 65536, "must be an integer from 1 to 65536",
+                        &job->kernel_check_rows, &has_kcheck_rows, err)))
         return rc;
+    if (has_kcheck_rows && !job->kernel_check)
+        return qp_err_set(err, QP_EINVAL, "job.kernel_check_rows: given while kernel_check is false (remove one of them)");
     job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);
     job->backend = (qp_backend_choice)backend;
     job->layout = (qp_layout)layout;

@@ -71,6 +71,8 @@ typedef struct qp_job_eval {
 
 /* Mixture-of-experts calibration (ignored for dense models). */
 #define QP_MOE_MIN_TOKENS_DEFAULT 32
+/* Calibration rows per layer the kernel check runs the packed layer on. */
+#define QP_KERNEL_CHECK_ROWS_DEFAULT 64
 typedef struct qp_job_moe {
     int calibrate_all_experts;  /* default 1: every expert's statistics from every token */
     int64_t min_tokens;         /* an expert calibrated on fewer tokens falls back to RTN */
@@ -110,6 +112,7 @@ typedef struct qp_job {
     int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
     qp_layout layout;
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
+    int kernel_check_rows;          /* on this many calibration rows of its input (1..65536) */
     qp_job_moe moe;
     qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
 } qp_job;

@@ -79,6 +79,8 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     rc |= qpj_add_num(o, "tp", job->tp);
     rc |= qpj_add_str(o, "layout", qp_layout_name(job->layout));
     if (all) rc |= qpj_add_bool(o, "kernel_check", job->kernel_check);
+    if (all && job->kernel_check_rows != QP_KERNEL_CHECK_ROWS_DEFAULT)
+        rc |= qpj_add_num(o, "kernel_check_rows", job->kernel_check_rows);
     /* Only when not the defaults, so that a dense model's job keeps the id it always had. */
     if (!job->moe.calibrate_all_experts || job->moe.min_tokens != QP_MOE_MIN_TOKENS_DEFAULT) {
         cJSON *m = cJSON_CreateObject();

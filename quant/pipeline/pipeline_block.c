@@ -266,7 +266,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     int rc = 0;
     if (!plans || !outs || !acc || !kslice || !kslice_rows || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
     for (int g = 0; g < ng && job->kernel_check && !rc; g++) {
-        kslice[g] = malloc((size_t)(QD_KCHECK_ROWS * qd_model_group(p->m, g)->k) * sizeof(float));
+        kslice[g] = malloc((size_t)((int64_t)job->kernel_check_rows * qd_model_group(p->m, g)->k) * sizeof(float));
         if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
     }
     if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");

@@ -38,9 +38,10 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
     }
-    if (c->slice && c->want[group] && c->slice[group] && c->slice_rows[group] < QD_KCHECK_ROWS) {
+    const int64_t kcheck_rows = c->p->job->kernel_check_rows;
+    if (c->slice && c->want[group] && c->slice[group] && c->slice_rows[group] < kcheck_rows) {
         qd_backend *be = c->p->be;
-        int64_t take = QD_KCHECK_ROWS - c->slice_rows[group];
+        int64_t take = kcheck_rows - c->slice_rows[group];
         if (take > rows) take = rows;
         int rc = qd_backend_download(be, c->slice[group] + c->slice_rows[group] * g->k, x, (size_t)(take * g->k) * sizeof(float));
         if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);

@@ -112,8 +112,6 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
  * five at a time. */
 #define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
 
-/* Rows of each input group kept on the host for the per-layer kernel check. */
-#define QD_KCHECK_ROWS 64
 
 /* What one calibration pass over the block collects through the input hook. */
 typedef struct qd_capture_ctx {
@@ -128,7 +126,7 @@ typedef struct qd_capture_ctx {
     int64_t absum_rows[QD_MAX_GROUPS];
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
-    float **slice;                    /* [QD_MAX_GROUPS] host [QD_KCHECK_ROWS, K] or NULL */
+    float **slice;                    /* [QD_MAX_GROUPS] host [job->kernel_check_rows, K] or NULL */
     int64_t *slice_rows;
     int routed_seen;                  /* a forward reached the experts' router */
     qd_err *err;

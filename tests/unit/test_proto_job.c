@@ -478,6 +478,31 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
 
+/* kernel_check_rows: default 64, range, refused without kernel_check, kept by the canonical
+ * form only when not the default (a job's id does not change), out of the fingerprint. */
+static void test_kernel_check_rows(void)
+{
+    qp_job *a = parse_ok("{" BASE "}");
+    qp_job *b = parse_ok("{" BASE ", \"kernel_check_rows\": 64}");
+    qp_job *c = parse_ok("{" BASE ", \"kernel_check_rows\": 8}");
+    if (!a || !b || !c) goto out;
+    CHECK_INT(a->kernel_check_rows, QP_KERNEL_CHECK_ROWS_DEFAULT);
+    CHECK_STR(a->id, b->id);
+    CHECK_INT(c->kernel_check_rows, 8);
+    char *js = qp_job_to_json(c, 0), *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *fc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
+    qp_job *d = js ? parse_ok(js) : NULL;
+    CHECK(d && d->kernel_check_rows == 8);
+    CHECK(fa && fc && !strcmp(fa, fc));   /* the output does not depend on it */
+    free(js); free(fa); free(fc);
+    qp_job_free(d);
+    EXPECT_ERR("{" BASE ", \"kernel_check_rows\": 0}", "job.kernel_check_rows: must be an integer from 1 to 65536");
+    EXPECT_ERR("{" BASE ", \"kernel_check_rows\": 65537}", "job.kernel_check_rows");
+    EXPECT_ERR("{" BASE ", \"kernel_check_rows\": \"64\"}", "job.kernel_check_rows");
+    EXPECT_ERR("{" BASE ", \"kernel_check\": false, \"kernel_check_rows\": 16}", "given while kernel_check is false");
+out:
+    qp_job_free(a); qp_job_free(b); qp_job_free(c);
+}
+
 static void test_names(void)
 {
     qp_method m;
@@ -600,6 +625,7 @@ int main(void)
     TEST_RUN(test_canonical_round_trip);
     TEST_RUN(test_derived_id);
     TEST_RUN(test_moe_options);
+    TEST_RUN(test_kernel_check_rows);
     TEST_RUN(test_names);
     TEST_RUN(test_mutations_never_crash);
     return test_finish();
