@@ -96,6 +96,12 @@ int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int linear, const flo
  * grouped-query attention the o_proj scales must be equal within each KV channel's class
  * (QD_EINVAL otherwise). QD_EUNSUPPORTED when nothing foldable precedes the group. */
 int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *s, qd_err *err);
+/* AWQ's one scale for a MoE block's shared input (AutoAWQ's Mixtral recipe): every expert's
+ * gate and up, the shared expert's, the router and the shared-expert gate have their input
+ * columns multiplied by s [hidden] (host), and post_attention_layernorm divides by s; the
+ * block computes the same function (the router's logits are unchanged). QD_EUNSUPPORTED for a
+ * block without experts behind post_attention_layernorm. */
+int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, qd_err *err);
 /* Copies norm i's multipliers (offset + w, see qd_model_norm_offset; and bias, LayerNorm
  * only, when b_host is non-NULL) [hidden]. */
 int qd_block_norm_get(qd_model *m, const qd_block_weights *bw, int norm, float *w_host,

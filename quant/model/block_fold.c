@@ -2,6 +2,7 @@
  * each input group follows comes from the architecture table (qd_input_group.prev_*), so
  * every family folds through this one function. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant/model/model_internal.h"
 
@@ -68,5 +69,39 @@ int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *
     if (!rc) rc = qd_block_linear_set(m, bw, G->prev_index, pw, pb, err);
     free(pw);
     free(pb);
+    return rc;
+}
+
+int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    const char *nn = qd_model_norm_name(m, 1);
+    if (!qd_model_block_is_moe(m, bw->block) || !nn || strcmp(nn, "post_attention_layernorm") != 0 || m->arch->layernorm)
+        return qd_err_set(err, QD_EUNSUPPORTED, "fold: block %d has no experts behind post_attention_layernorm", bw->block);
+    qd_backend *be = m->be;
+    const int64_t K = c->hidden;
+    int rc = 0;
+    /* Every expert's (and the shared expert's) gate and up read the normed input: the
+     * linears of the expert groups whose input is hidden wide. */
+    for (int li = 0; li < m->n_lin && !rc; li++) {
+        const qd_linear_info *L = &m->lin[li];
+        if (L->expert == -1 || !qd_model_block_has_linear(m, bw->block, li)) continue;
+        if (m->grp[L->group].prev_kind != QD_PREV_NONE) continue;   /* down: folds into its own up */
+        if ((rc = be->ops->scale_cols(be, bw->w[li], L->n, K, s, 0)))
+            rc = qd_err_set(err, rc, "fold: %s: %s", L->name, be->err.msg);
+    }
+    /* The router (and Qwen2-MoE's shared-expert gate) read it too: their columns take s,
+     * so the logits, and with them the routing, are unchanged. */
+    if (!rc && bw->router_w && (rc = be->ops->scale_cols(be, bw->router_w, c->n_experts, K, s, 0)))
+        rc = qd_err_set(err, rc, "fold: router: %s", be->err.msg);
+    if (!rc && bw->shared_gate_w && (rc = be->ops->scale_cols(be, bw->shared_gate_w, 1, K, s, 0)))
+        rc = qd_err_set(err, rc, "fold: shared expert gate: %s", be->err.msg);
+    if (rc) return rc;
+    float *nw = malloc((size_t)K * sizeof(float));
+    if (!nw) return qd_err_set(err, QD_ENOMEM, "fold: out of memory");
+    rc = qd_block_norm_get(m, bw, 1, nw, NULL, err);
+    for (int64_t i = 0; i < K && !rc; i++) nw[i] /= s[i];
+    if (!rc) rc = qd_block_norm_set(m, bw, 1, nw, NULL, err);
+    free(nw);
     return rc;
 }

@@ -70,6 +70,15 @@ static void check_family_block(const char *name, int block, int groups_expected)
         CHECK_OK(qd_block_fold_scales(m, bw, g, s, &err));
         folded++;
     }
+    if (qd_model_block_is_moe(m, block)) {
+        /* The experts' shared input: one scale for every expert's gate/up, the router (and
+         * the shared expert's gate) into post_attention_layernorm. */
+        for (int64_t i = 0; i < hid; i++) s[i] = 0.5f + 1.5f * test_rng_uniform(&rng);
+        CHECK_OK(qd_block_fold_moe_input(m, bw, s, &err));
+        folded++;
+    } else {
+        CHECK_INT(qd_block_fold_moe_input(m, bw, s, &err), QD_EUNSUPPORTED);
+    }
     CHECK_INT(folded, groups_expected);
     float w0 = 0, w1 = 0;
     qd_block_weights *orig = NULL;
@@ -123,14 +132,17 @@ static void test_fold(void)
     check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
     check_family("gemma3", 4);
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
-    check_family("mixtral", 2 + 8);      /* each expert's w2 into its own w3 */
-    check_family("qwen2_moe", 2 + 8 + 1);  /* and the shared expert's down into its up */
+    /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
+     * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
+    check_family("mixtral", 2 + 8 + 1);
+    check_family("qwen2_moe", 2 + 8 + 1 + 1);
+    check_family("qwen3_moe", 2 + 8 + 1);
     /* DeepSeek: the latent attention folds only into input_layernorm (q_a_proj and
      * kv_a_proj_with_mqa); a dense layer's MLP as Llama's, a MoE layer's experts as above. */
     check_family_block("deepseek_v3", 0, 3);
-    check_family_block("deepseek_v3", 1, 1 + 8 + 1);
+    check_family_block("deepseek_v3", 1, 1 + 8 + 1 + 1);
     check_family_block("deepseek_v2", 0, 3);
-    check_family_block("deepseek_v2", 1, 1 + 8 + 1);
+    check_family_block("deepseek_v2", 1, 1 + 8 + 1 + 1);
 }
 
 int main(void)
