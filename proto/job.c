@@ -208,7 +208,7 @@ static const char *const top_keys[] = {
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
     "kernel_check", "kernel_check_rows", "moe", "serve", NULL,
 };
-static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", NULL };
+static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
 static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
 static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
@@ -367,7 +367,8 @@ static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
     if ((rc = qpj_check_keys(o, p, moe_keys, err)) ||
         (rc = qpj_get_bool(o, p, "calibrate_all_experts", &job->moe.calibrate_all_experts, NULL, err)) ||
         (rc = qpj_get_int(o, p, "min_tokens", 0, QPJ_INT_MAX, "must be a non-negative integer", &job->moe.min_tokens,
-                          NULL, err)))
+                          NULL, err)) ||
+        (rc = qpj_get_bool(o, p, "awq_shared_input", &job->moe.awq_shared_input, NULL, err)))
         return rc;
     return 0;
 }

@@ -76,6 +76,9 @@ typedef struct qp_job_eval {
 typedef struct qp_job_moe {
     int calibrate_all_experts;  /* default 1: every expert's statistics from every token */
     int64_t min_tokens;         /* an expert calibrated on fewer tokens falls back to RTN */
+    int awq_shared_input;       /* default 0: AWQ also searches one scale for every expert's
+                                   gate/up (and the router's columns), folded into
+                                   post_attention_layernorm (AutoAWQ's Mixtral recipe) */
 } qp_job_moe;
 /* Where the output will be served; the pre-flight refuses a job whose layers would not get a
  * fast kernel there (quant/formats/serving.h). Absent = no check, nothing changes. */

@@ -82,11 +82,12 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     if (all && job->kernel_check_rows != QP_KERNEL_CHECK_ROWS_DEFAULT)
         rc |= qpj_add_num(o, "kernel_check_rows", job->kernel_check_rows);
     /* Only when not the defaults, so that a dense model's job keeps the id it always had. */
-    if (!job->moe.calibrate_all_experts || job->moe.min_tokens != QP_MOE_MIN_TOKENS_DEFAULT) {
+    if (!job->moe.calibrate_all_experts || job->moe.min_tokens != QP_MOE_MIN_TOKENS_DEFAULT || job->moe.awq_shared_input) {
         cJSON *m = cJSON_CreateObject();
         if (m) {
             rc |= qpj_add_bool(m, "calibrate_all_experts", job->moe.calibrate_all_experts);
             rc |= qpj_add_num(m, "min_tokens", (double)job->moe.min_tokens);
+            if (job->moe.awq_shared_input) rc |= qpj_add_bool(m, "awq_shared_input", 1);
         }
         rc |= add_item(o, "moe", m);
     }

@@ -29,7 +29,6 @@
  * insensitive to the subsample: on tiny-llama-c4 and stories260K (64 x 512 tokens) the loss
  * over all tokens of the scale chosen on 2048 differs from the best by a small fraction of
  * AWQ's gain over RTN, and the models' perplexity and KL hold (bench/results/awq-speed.md). */
-#define AWQ_SEARCH_TOKENS ((int64_t)2048)
 #define AWQ_CHUNK_ROWS ((int64_t)2048)
 
 typedef struct awq_attn_ctx {
@@ -453,10 +452,16 @@ int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block
     if (!rc && last >= 0)
         QD_LOG(QD_LOG_DEBUG, "awq_capture", "block=%d group=dense rows=%lld seconds=%.3f", block,
                (long long)(p->n_seq * p->seq_len), qd_clock_now_s() - t0);
+    int moe_input_done = 0;
     for (int g = 0; g < ng && !rc; g++) {
         if (!wanted[g]) continue;
         const qd_input_group *G = qd_model_group(p->m, g);
         if (qd_model_linear(p->m, G->linears[0])->expert >= 0) {
+            /* The experts' shared input first (AutoAWQ's order: attention, the MoE input,
+             * then each expert's down), on its own capture of the MLP half. */
+            if (!moe_input_done && p->job->moe.awq_shared_input && (rc = qd_pipeline_awq_moe_input(p, bw, block, err)))
+                break;
+            moe_input_done = 1;
             rc = awq_expert_group_scales(p, bw, block, g, tie[g], err);
             continue;
         }

@@ -278,6 +278,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 
     if (use_awq) {
         rc = qd_pipeline_awq_block_scales(p, bw, block, plans, err);
+        /* A MoE block's experts' shared input scale lives in post_attention_layernorm. */
+        if (job->moe.awq_shared_input && qd_model_block_is_moe(p->m, block)) norm_modified[1] = 1;
         for (int g = 0; g < ng && !rc; g++) {
             if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             const qd_input_group *G = qd_model_group(p->m, g);

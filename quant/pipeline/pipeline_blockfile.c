@@ -122,6 +122,28 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
             rc = bf_add_f32(&b, name, src->dtype, 1, &hidden, wv + part * hidden, (size_t)hidden, err);
         }
     }
+    /* A MoE block whose shared input AWQ scaled (norm 1, post_attention_layernorm, changed):
+     * the router and the shared-expert gate took the scale on their columns. */
+    const char *moe_w[2] = {NULL, NULL};
+    const float *moe_src[2] = {bw->router_w, bw->shared_gate_w};
+    if (qd_model_block_is_moe(p->m, block) && norm_modified[1]) {
+        moe_w[0] = qd_model_moe_router(p->m);
+        moe_w[1] = bw->shared_gate_w ? qd_model_moe_shared_gate(p->m) : NULL;
+    }
+    for (int j = 0; j < 2 && !rc; j++) {
+        if (!moe_w[j] || !moe_src[j]) continue;
+        snprintf(name, sizeof name, "%s%s.weight", prefix, moe_w[j]);
+        const st_tensor *src = st_model_find(sm, name);
+        if (!src || src->ndim != 2) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
+        size_t n = (size_t)(src->shape[0] * src->shape[1]);
+        float *wv = bf_keep(&b, malloc(n * sizeof(float)));
+        if (!wv) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
+        if ((rc = qd_backend_download(p->be, wv, moe_src[j], n * sizeof(float)))) {
+            rc = qd_err_set(err, rc, "%s: %s", name, p->be->err.msg);
+            break;
+        }
+        rc = bf_add_f32(&b, name, src->dtype, 2, src->shape, wv, n, err);
+    }
     /* Every other tensor of the block is copied bit-exactly. */
     for (size_t i = 0; i < st_model_count(sm) && !rc; i++) {
         const st_tensor *t = st_model_tensor(sm, i);
@@ -138,6 +160,11 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
             const char *nn = qd_model_norm_name(p->m, ni);
             size_t l = strlen(nn);
             if (strncmp(rest, nn, l) == 0 && rest[l] == '.') taken = 1;
+        }
+        for (int j = 0; j < 2 && !taken; j++) {
+            if (!moe_w[j]) continue;
+            size_t l = strlen(moe_w[j]);
+            taken = strncmp(rest, moe_w[j], l) == 0 && !strcmp(rest + l, ".weight");
         }
         if (!taken) rc = st_writer_add(b.w, t->name, t->dtype, t->ndim, t->shape, t->data, err);
     }

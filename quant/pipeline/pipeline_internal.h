@@ -151,6 +151,16 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
 int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block, const qd_linear_plan *plans,
                                  qd_err *err);
 
+/* Calibration tokens AWQ's module-loss searches score candidates on (the first whole
+ * sequences holding them); the candidate scales come from every token. */
+#define AWQ_SEARCH_TOKENS ((int64_t)2048)
+
+/* MoE blocks (pipeline_awq_moe.c): one scale for the experts' shared input, searched on the
+ * MoE half's output over AWQ_SEARCH_TOKENS tokens (every expert's gate/up fake-quantized per
+ * candidate, the router in float) and folded into post_attention_layernorm
+ * (qd_block_fold_moe_input). Nothing for a block without experts. */
+int qd_pipeline_awq_moe_input(qd_pipeline *p, qd_block_weights *bw, int block, qd_err *err);
+
 /* ---- the block checkpoint file (pipeline_blockfile.c) ---- */
 
 /* Writes every tensor of block i as the output will hold it: packed linears, float linears

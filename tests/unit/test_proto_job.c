@@ -474,6 +474,14 @@ static void test_moe_options(void)
     EXPECT_ERR("{" BASE ", \"moe\": {\"calibrate_all\": true}}", "calibrate_all");
     EXPECT_ERR("{" BASE ", \"moe\": {\"min_tokens\": -1}}", "job.moe.min_tokens");
     EXPECT_ERR("{" BASE ", \"moe\": true}", "job.moe");
+    qp_job *e = parse_ok("{" BASE ", \"moe\": {\"awq_shared_input\": true}}");
+    CHECK(e && e->moe.awq_shared_input && strcmp(e->id, a->id) != 0);
+    char *je = e ? qp_job_to_json(e, QP_JOB_JSON_OUTPUT_ONLY) : NULL;
+    CHECK(je && strstr(je, "\"awq_shared_input\":true"));   /* changes the output: fingerprinted */
+    free(je);
+    qp_job_free(e);
+    CHECK_INT(a->moe.awq_shared_input, 0);
+    EXPECT_ERR("{" BASE ", \"moe\": {\"awq_shared_input\": 1}}", "job.moe.awq_shared_input");
 out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
