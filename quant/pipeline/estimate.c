@@ -127,6 +127,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     }
     /* AWQ: a group's linears' float outputs over every calibration row. */
     uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
+    if (awq && cfg.n_experts > 0 && job->moe.awq_shared_input)
+        /* The experts' shared-input search (pipeline_awq_moe.c): every expert's gate/up fake-quantized
+         * per candidate, and the scored rows' residual stream, input and output. */
+        awq += 2 * (uint64_t)cfg.n_experts * (uint64_t)cfg.moe_intermediate * h * 4 + 3 * (uint64_t)AWQ_SEARCH_TOKENS * h * 4;
     /* Resident for the whole job: lm_head converted to F32 when it is at most 256 MiB
      * (model_load.c; larger ones in 64 MiB chunks), and the calibration ids. */
     uint64_t lm = V * h * 4 <= (256ull << 20) ? V * h * 4 : (64ull << 20);
