@@ -6,6 +6,18 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/safetensors.h"
+
+void qd_fmt_tensor_view(const st_tensor *t, const char *suffix, qd_fmt_tensor *out)
+{
+    memset(out, 0, sizeof *out);
+    snprintf(out->suffix, sizeof out->suffix, "%s", suffix);
+    out->dtype = t->dtype;
+    out->ndim = t->ndim > 2 ? 3 : t->ndim;
+    for (int d = 0; d < t->ndim && d < 2; d++) out->shape[d] = t->shape[d];
+    out->data = t->data;
+}
+
 static int find_checked(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, int required,
                         qd_dtype want, int64_t r, int64_t c, qd_fmt_tensor *t, qd_err *err)
 {

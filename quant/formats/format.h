@@ -103,6 +103,10 @@ typedef struct qd_fmt_tensor {
 
 /* Looks up tensor "<module>.<suffix>" for read(): 1 and *out filled when present, 0 when absent. */
 typedef int (*qd_fmt_find_fn)(void *ud, const char *suffix, qd_fmt_tensor *out);
+struct st_tensor;
+/* What a find callback fills from a checkpoint tensor: a view of t's data under suffix (more
+ * than two dimensions read as 3, which read() refuses). */
+void qd_fmt_tensor_view(const struct st_tensor *t, const char *suffix, qd_fmt_tensor *out);
 
 /* What a recognised quantization_config says. */
 typedef struct qd_fmt_detected {

@@ -159,12 +159,7 @@ static int packed_find(void *ud, const char *suffix, qd_fmt_tensor *out)
     snprintf(name, sizeof name, "%s.%s", c->base, suffix);
     const st_tensor *t = qd_model_tfind(c->m, name);
     if (!t) return 0;
-    memset(out, 0, sizeof *out);
-    snprintf(out->suffix, sizeof out->suffix, "%s", suffix);
-    out->dtype = t->dtype;
-    out->ndim = t->ndim > 2 ? 3 : t->ndim;
-    for (int d = 0; d < t->ndim && d < 2; d++) out->shape[d] = t->shape[d];
-    out->data = t->data;
+    qd_fmt_tensor_view(t, suffix, out);
     return 1;
 }
 
