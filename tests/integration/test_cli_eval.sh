@@ -39,6 +39,13 @@ expect_usage "window too long" "max_position_embeddings" -- eval --model "$T/a" 
 expect_usage "no ref value" "needs a value" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --ref-model
 expect_usage "absent device" "cuda:99" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --backend cuda:99
 expect_usage "bad backend" "unknown spec" -- eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64 --backend gpu
+# gen-model's experts and estimate's job file: bad input refused with the reason.
+expect_usage "too many experts" "--experts must be 0..256" -- gen-model --out "$T/x1" --experts 300
+expect_usage "experts on opt" "llama only" -- gen-model --out "$T/x2" --arch opt --experts 4
+expect_usage "top-k over experts" "--top-k 1..experts" -- gen-model --out "$T/x3" --experts 4 --top-k 5
+printf '{"model": "%s/a"' "$T" > "$T/bad-job.json"
+expect_usage "estimate of a broken job" "invalid JSON" -- estimate "$T/bad-job.json"
+expect_usage "estimate of no job" "cannot open" -- estimate "$T/no-such-job.json"
 
 # --backend cpu is the default: the same perplexity, and the line names the backend.
 a=$("$Q" eval --model "$T/a" --tokens "$T/ids.json" --seq-len 64) || fail "default eval"
