@@ -2,7 +2,8 @@
 # quantctl eval end to end on generated models (no shared data needed): perplexity as one
 # JSON line; --ref-model against itself gives KL 0 and full top-1 agreement, against another
 # model a positive KL; bad input (missing reference, another vocabulary, windows longer than
-# the context, missing options, an absent or unknown --backend) exits 2 with one line naming
+# the context, missing options, an absent or unknown --backend; and gen-model's expert flags and
+# estimate's job file) exits 2 with one line naming
 # the problem.
 set -u
 . "$(dirname "$0")/cli_common.sh"
