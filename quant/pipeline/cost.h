@@ -30,7 +30,9 @@ typedef struct qd_block_cost {
     int block;
     double seconds;                     /* the whole block, wall clock */
     double stage[QD_STAGE_COUNT];       /* seconds per stage (their sum <= seconds) */
-    int forward_passes;                 /* passes over the calibration batches, partial ones included */
+    int forward_passes;                 /* passes over all the calibration batches, partial ones
+                                           included (AWQ's scoring passes over its 2048-token
+                                           subsample are not counted: their time is awq_search's) */
     uint64_t bytes_written;             /* checkpoint bytes this block wrote (block file + activations) */
     /* MoE blocks: routed calibration tokens per expert (experts == 0 otherwise). */
     int experts;
