@@ -102,10 +102,16 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->layout = QP_LAYOUT_PLAIN;
     job->kernel_check = 1;
     job->kernel_check_rows = QP_KERNEL_CHECK_ROWS_DEFAULT;
+    job->checkpoint.acts_every = QP_CKPT_ACTS_EVERY_DEFAULT;
     job->moe.calibrate_all_experts = 1;
     job->moe.min_tokens = QP_MOE_MIN_TOKENS_DEFAULT;
     job->calibration.field = strdup("text");
     return job->calibration.field ? 0 : QP_ENOMEM;
+}
+
+int qp_job_acts_every(const qp_job *job)
+{
+    return job->layout == QP_LAYOUT_TP_AWARE ? 1 : job->checkpoint.acts_every;
 }
 
 int qp_job_validate(const qp_job *job, qp_err *err)
@@ -206,9 +212,10 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "kernel_check_rows", "moe", "serve", NULL,
+    "kernel_check", "kernel_check_rows", "moe", "serve", "checkpoint", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
+static const char *const ckpt_keys[] = { "acts_every", NULL };
 static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
 static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
@@ -373,6 +380,24 @@ static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+/* job.checkpoint: {"acts_every": N}. */
+static int parse_checkpoint(const cJSON *root, qp_job *job, int *has_every, qp_err *err)
+{
+    const cJSON *o = qpj_field(root, "checkpoint");
+    if (!o) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(o))
+        return qp_err_set(err, QP_EINVAL, "job.checkpoint: must be an object like {\"acts_every\": 4}, got %s",
+                          qpj_describe(o, desc, sizeof desc));
+    const char *p = "job.checkpoint";
+    int rc;
+    if ((rc = qpj_check_keys(o, p, ckpt_keys, err)) ||
+        (rc = get_int32(o, p, "acts_every", 1, 1 << 20, "must be an integer >= 1 (1: every block)",
+                        &job->checkpoint.acts_every, has_every, err)))
+        return rc;
+    return 0;
+}
+
 /* job.serve: {"engine": "vllm", "gpu": "hopper"|"ampere", "tp": N}. */
 static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
 {
@@ -440,7 +465,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return rc;
     if (job->group_size == 0)
         return qp_err_set(err, QP_EINVAL, "job.group_size: must be -1 (one group per column) or a positive integer, got 0");
-    int has_kcheck_rows = 0;
+    int has_kcheck_rows = 0, has_acts_every = 0;
     if ((rc = qpj_get_bool(root, p, "sym", &job->sym, &has_sym, err)) ||
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, NULL, err)) ||
@@ -451,6 +476,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
         (rc = parse_moe(root, job, err)) ||
+        (rc = parse_checkpoint(root, job, &has_acts_every, err)) ||
         (rc = parse_serve(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||
         (rc = parse_shard_size(root, job, err)) ||
@@ -468,6 +494,14 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
     job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);
     job->backend = (qp_backend_choice)backend;
     job->layout = (qp_layout)layout;
+    /* tp_aware reorders the MLP pair in the block file, so a block's forward cannot be redone
+     * from it: its activations are kept after every block (qp_job_acts_every). */
+    if (job->layout == QP_LAYOUT_TP_AWARE) {
+        if (has_acts_every && job->checkpoint.acts_every > 1)
+            return qp_err_set(err, QP_EINVAL, "job.checkpoint.acts_every: must be 1 with layout tp_aware (its block files hold "
+                              "reordered weights that a resumed job cannot recompute activations from), got %d",
+                              job->checkpoint.acts_every);
+    }
     if (job->damp_percent <= 0.0 || job->damp_percent >= 1.0)
         return qp_err_set(err, QP_EINVAL, "job.damp_percent: must be a number greater than 0 and less than 1, got %g",
                           job->damp_percent);

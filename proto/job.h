@@ -80,6 +80,16 @@ typedef struct qp_job_moe {
                                    gate/up (and the router's columns), folded into
                                    post_attention_layernorm (AutoAWQ's Mixtral recipe) */
 } qp_job_moe;
+/* How often the checkpoint keeps the calibration activations (the next block's inputs, the
+ * bulk of its bytes: 2.1 GB per block of a 7B at 128 x 2048): after every acts_every-th
+ * block. A resumed job starts from the last kept file and recomputes the blocks after it
+ * with their already quantized weights (one forward each, byte-identical output), so what
+ * an interruption costs is at most acts_every - 1 forwards, never a block's quantization.
+ * Does not change the output (not in the fingerprint). */
+#define QP_CKPT_ACTS_EVERY_DEFAULT 4
+typedef struct qp_job_ckpt {
+    int acts_every;          /* blocks, >= 1; 1 = every block (see qp_job_acts_every) */
+} qp_job_ckpt;
 /* Where the output will be served; the pre-flight refuses a job whose layers would not get a
  * fast kernel there (quant/formats/serving.h). Absent = no check, nothing changes. */
 typedef struct qp_job_serve {
@@ -117,8 +127,13 @@ typedef struct qp_job {
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
     int kernel_check_rows;          /* on this many calibration rows of its input (1..65536) */
     qp_job_moe moe;
+    qp_job_ckpt checkpoint;         /* how often activations are kept (see qp_job_ckpt) */
     qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
 } qp_job;
+
+/* The blocks between two kept activation files: checkpoint.acts_every, or 1 for layout
+ * tp_aware (whose block files hold reordered MLP pairs no forward can be redone from). */
+int qp_job_acts_every(const qp_job *job);
 
 /* Names as they appear in JSON ("awq+gptq", "gptq_v2", ...); NULL for an invalid value. */
 const char *qp_method_name(qp_method m);

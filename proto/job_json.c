@@ -91,6 +91,11 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
         }
         rc |= add_item(o, "moe", m);
     }
+    if (all && job->checkpoint.acts_every != QP_CKPT_ACTS_EVERY_DEFAULT) {
+        cJSON *c = cJSON_CreateObject();
+        if (c) rc |= qpj_add_num(c, "acts_every", job->checkpoint.acts_every);
+        rc |= add_item(o, "checkpoint", c);
+    }
     /* Only when given: specs without it keep their canonical form and derived id. */
     if (all && job->serve.enabled) {
         cJSON *sv = cJSON_CreateObject();

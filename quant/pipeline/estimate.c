@@ -146,10 +146,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     /* The float rest of the output: embeddings, lm_head when untied, positions (OPT), final norm. */
     uint64_t fb = float_bytes(&cfg);
     uint64_t rest = V * h * fb * (cfg.tie_word_embeddings ? 1 : 2) + (uint64_t)cfg.max_pos * h * fb + 4 * h * fb;
-    /* Checkpoint: every block file, and for an instant two activation files (acts-(i+1) is
-     * written before acts-i is removed); the output is written while the checkpoint is still
-     * there. */
-    uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + 2 * act_file;
+    /* Checkpoint: every block file, and the activation files: one after every
+     * checkpoint.acts_every-th block but the last, two of them for an instant once there is
+     * an older one (acts-i is removed after acts-(i + every) is written); the output is
+     * written while the checkpoint is still there. */
+    uint64_t acts_written = ((uint64_t)cfg.n_layers - 1) / (uint64_t)qp_job_acts_every(job);
+    uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + u64min(acts_written, 2) * act_file;
     uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;
     est->disk_bytes = ckpt + output;
     return 0;

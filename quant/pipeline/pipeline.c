@@ -328,10 +328,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     } else if (p->st.next_block < p->n_blocks) {
         char path[QD_PATH_MAX + 32];
         float *host = NULL;
-        if (p->st.next_block == 0) {
+        /* The last kept activations, then the blocks after them again (pipeline_replay.c). */
+        if (p->st.acts_block == 0) {
             rc = embed_calibration(p, ids, err);
         } else {
-            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, p->st.next_block);
+            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, p->st.acts_block);
             rc = qd_acts_read(path, p->n_seq * p->seq_len, p->hidden, &host, NULL, NULL, err);
             if (!rc) {
                 size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
@@ -341,8 +342,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             }
             free(host);
         }
+        if (!rc && p->st.acts_block < p->st.next_block) rc = qd_pipeline_replay(p, p->st.acts_block, p->st.next_block, err);
         if (rc) goto fail;
-        QD_LOG(QD_LOG_INFO, "resume", "job=%s next_block=%d of=%d", job->id, p->st.next_block, p->n_blocks);
+        QD_LOG(QD_LOG_INFO, "resume", "job=%s next_block=%d of=%d acts_block=%d", job->id, p->st.next_block, p->n_blocks,
+               p->st.acts_block);
     }
     free(ids);
     *out = p;
@@ -363,6 +366,8 @@ void qd_pipeline_close(qd_pipeline *p)
     qd_model_close(p->m);
     qd_state_free(&p->st);
     qd_tp_serving_report_free(&p->serving);
+    qd_pipeline_folds_clear(p);
+    free(p->folds);
     free(p);
 }
 

@@ -11,9 +11,13 @@
  * quantization_config, quantize_config.json, tokenizer files, quantd_report.json).
  *
  * Checkpoint layout, inside the output directory:
- *   .quantd/state.json          version, fingerprint, next block, per-layer results so far
+ *   .quantd/state.json          version, fingerprint, next block, the block whose inputs are
+ *                               kept (acts_block), per-layer results so far
  *   .quantd/block-NNN.safetensors   the finished block's tensors (packed and float)
- *   .quantd/acts-NNN.bin        the inputs of block NNN (written by block NNN-1)
+ *   .quantd/folds-NNN.safetensors   an AWQ block's scales in the order they were folded
+ *   .quantd/acts-NNN.bin        the inputs of block NNN (written by block NNN-1 when NNN is a
+ *                               multiple of job.checkpoint.acts_every; a resume recomputes
+ *                               the blocks after the last one kept: pipeline_replay.c)
  * Every file is written to a temp name, fsynced and renamed; state.json is written last and
  * is the commit point. A resumed run is byte-identical to an uninterrupted one on the same
  * backend (fixed seeds, fixed reduction orders, same thread count).
@@ -65,7 +69,7 @@ typedef struct qd_pipeline_estimate {
     uint64_t peak_ram_bytes;     /* process base + lm_head + one block's F32 weights x3 + activations
                                     in, out and the file's host copy + Hessians + batch scratch
                                     (+ AWQ outputs, + the final eval) */
-    uint64_t disk_bytes;         /* checkpoint (every block, two activation files) + output */
+    uint64_t disk_bytes;         /* checkpoint (every block, up to two activation files) + output */
     uint64_t act_bytes;          /* calibration activations of one block (F32 in memory) */
     int n_blocks;
 } qd_pipeline_estimate;

@@ -353,7 +353,7 @@ static int awq_group_search_fold(qd_pipeline *p, qd_block_weights *bw, int block
     if (in->rows == 0) sc.identity = 1;
     else rc = awq_search_group(p, bw, g, in, &o, ws, ns, &sc, err);
     double t1 = qd_clock_now_s();
-    if (!rc && !sc.identity) rc = qd_block_fold_scales(p->m, bw, g, sc.s, err);
+    if (!rc && !sc.identity) rc = qd_pipeline_fold(p, bw, g, sc.s, G->k, err);
     if (!rc)
         QD_LOG(QD_LOG_DEBUG, "awq_scales",
                "block=%d group=%s alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g seconds=%.3f", block, G->name,

@@ -151,7 +151,7 @@ int qd_pipeline_awq_moe_input(qd_pipeline *p, qd_block_weights *bw, int block, q
         o.duo_scaling = 1;
         rc = qd_awq_search_scales_cb(be, &p->qcfg, &o, ws, ns, a.n_lin, K, x_mean, moe_loss, &a, &sc, err);
     }
-    if (!rc && !sc.identity) rc = qd_block_fold_moe_input(m, bw, sc.s, err);
+    if (!rc && !sc.identity) rc = qd_pipeline_fold(p, bw, -1, sc.s, K, err);
     if (!rc)
         QD_LOG(QD_LOG_DEBUG, "awq_scales", "block=%d group=experts.in linears=%d alpha=%.2f identity=%d loss=%.4g rtn_loss=%.4g",
                block, a.n_lin, sc.best_alpha, sc.identity, sc.best_loss, sc.rtn_loss);

@@ -259,6 +259,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     int norm_modified[QD_MAX_NORMS] = {0};
     memset(p->moe_routed, 0, sizeof p->moe_routed);
     p->moe_routed_done = 0;
+    qd_pipeline_folds_clear(p);
     memset(&p->cost, 0, sizeof p->cost);
     p->cost.block = block;
     qd_block_weights *bw = NULL;
@@ -386,11 +387,17 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, block);
         rc = qd_pipeline_write_block_file(p, bw, block, outs, norm_modified, path, err);
         if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
+        /* The AWQ scales a resumed job needs to redo this block's forward. */
+        snprintf(path, sizeof path, "%s/folds-%03d.safetensors", p->ckpt_dir, block);
+        if (!rc && use_awq) rc = qd_pipeline_folds_write(p, path, err);
+        if (!rc && use_awq) p->cost.bytes_written += qd_fs_file_size(path);
     }
+    int old_acts = p->st.acts_block, wrote_acts = 0;
     if (!rc && block + 1 < p->n_blocks) {
-        /* The next block's inputs, rounded to the activations' dtype (the resumed run reads
-         * back exactly what this run goes on with), then written. On the CPU backend they are
-         * host memory already. */
+        /* The next block's inputs, rounded to the activations' dtype whether or not they are
+         * written (a resumed run reads back, or recomputes, exactly what this run goes on
+         * with), then written when job.checkpoint says so. On the CPU backend they are host
+         * memory already. */
         size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
         int on_host = p->be->device < 0;
         float *host = on_host ? y : malloc(n * sizeof(float));
@@ -398,23 +405,25 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!rc && !on_host) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
         if (!rc) qd_acts_round(host, n, p->acts_dtype);
         if (!rc && !on_host) rc = qd_backend_upload(p->be, y, host, n * sizeof(float));
+        wrote_acts = (block + 1) % qp_job_acts_every(job) == 0;
         snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
-        if (!rc) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, p->acts_dtype, err);
-        if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
+        if (!rc && wrote_acts) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, p->acts_dtype, err);
+        if (!rc && wrote_acts) p->cost.bytes_written += qd_fs_file_size(path);
         if (!on_host) free(host);
     }
     if (!rc) {
         double secs = qd_clock_now_s() - t0;
         p->st.seconds += secs;
         p->st.next_block = block + 1;
+        if (wrote_acts) p->st.acts_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;
         snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
         cost_finish(p, t, secs);
         rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
         if (!rc) rc = qd_state_save(path, &p->st, err);
         if (!rc) {
-            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block);
-            remove(path);
+            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, old_acts);
+            if (wrote_acts) remove(path);   /* the state no longer points at it */
             qd_backend_free(p->be, p->acts);
             p->acts = y;
             y = NULL;
@@ -424,7 +433,15 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                    block + 1, p->n_blocks, secs, p->cost.forward_passes, (unsigned long long)p->cost.bytes_written);
         }
     }
+    if (rc && wrote_acts) {
+        /* Not committed: the new file is nobody's (the state still names the old one). */
+        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
+        remove(path);
+    }
     if (rc) {
+        /* The block is not committed: the state in memory says what the one on disk says. */
+        p->st.next_block = block;
+        p->st.acts_block = old_acts;
         /* Drop the layers this failed block added, so a retry does not list them twice. */
         while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == block) p->st.n_layers--;
     }

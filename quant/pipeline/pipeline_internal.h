@@ -19,6 +19,15 @@
 
 #define QD_PATH_MAX 4096
 
+/* The AWQ scales folded into the current block, in the order they were folded (group g, or
+ * -1 for the MoE experts' shared input): with the block file they let a resumed job redo the
+ * block's forward exactly (pipeline_replay.c). */
+typedef struct qd_fold_rec {
+    int group;                   /* input group, or -1: the MoE shared input */
+    int64_t k;
+    float *s;                    /* host [k]; owned */
+} qd_fold_rec;
+
 struct qd_pipeline {
     const qp_job *job;           /* borrowed */
     qd_backend *be;              /* borrowed */
@@ -50,6 +59,8 @@ struct qd_pipeline {
     uint64_t wave_bytes;         /* Hessian bytes one capture pass may fill (qd_pipeline_set_wave_bytes) */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
+    qd_fold_rec *folds;          /* the current block's AWQ folds, in order; owned */
+    int n_folds, cap_folds;
 };
 
 /* What happens to one linear. */
@@ -103,6 +114,20 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
                           const qd_gptq_hessian *h, double *rel, qd_err *err);
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
+
+/* ---- redoing finished blocks' forwards on resume (pipeline_replay.c) ---- */
+
+/* Folds s [k] (host) into the block as group g's scales (g -1: the MoE experts' shared input)
+ * and records it for the block's fold file. */
+int qd_pipeline_fold(qd_pipeline *p, qd_block_weights *bw, int g, const float *s, int64_t k, qd_err *err);
+void qd_pipeline_folds_clear(qd_pipeline *p);
+/* Writes the current block's folds to path (an AWQ job's every block has one, perhaps empty). */
+int qd_pipeline_folds_write(const qd_pipeline *p, const char *path, qd_err *err);
+/* p->acts holds the inputs of block `from`: runs blocks from..to-1 again, each as the run
+ * that committed it computed it (source weights, its AWQ folds, its quantized linears
+ * decoded from its block file), so p->acts ends up holding the inputs of block `to`,
+ * bit for bit what the uninterrupted run had. */
+int qd_pipeline_replay(qd_pipeline *p, int from, int to, qd_err *err);
 
 /* ---- capturing a block's inputs (pipeline_capture.c) ---- */
 

@@ -91,11 +91,13 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
     copy_str(s->fp.backend, sizeof s->fp.backend, fp, "backend");
     s->next_block = (int)get_num(root, "next_block", -1);
     s->n_blocks = (int)get_num(root, "n_blocks", -1);
+    s->acts_block = (int)get_num(root, "acts_block", s->next_block);
     s->cross_backend = (int)get_num(root, "cross_backend", 0);
     s->seconds = get_num(root, "seconds", 0);
     copy_str(s->awq_note, sizeof s->awq_note, root, "awq_note");
     s->fence = (uint64_t)get_num(root, "fence", 0);
-    if (s->next_block < 0 || s->n_blocks <= 0 || s->next_block > s->n_blocks || !s->fp.model[0]) {
+    if (s->next_block < 0 || s->n_blocks <= 0 || s->next_block > s->n_blocks || !s->fp.model[0] ||
+        s->acts_block < 0 || s->acts_block > s->next_block) {
         cJSON_Delete(root);
         return qd_err_set(err, QD_EFORMAT, "%s: incomplete checkpoint state", path);
     }
@@ -161,6 +163,7 @@ int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)
     cJSON_AddStringToObject(fp, "backend", s->fp.backend);
     cJSON_AddNumberToObject(root, "next_block", s->next_block);
     cJSON_AddNumberToObject(root, "n_blocks", s->n_blocks);
+    cJSON_AddNumberToObject(root, "acts_block", s->acts_block);
     cJSON_AddNumberToObject(root, "cross_backend", s->cross_backend);
     cJSON_AddNumberToObject(root, "seconds", s->seconds);
     cJSON_AddStringToObject(root, "awq_note", s->awq_note);

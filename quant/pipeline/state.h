@@ -2,7 +2,8 @@
  * the final report.
  *
  * state.json carries QD_STATE_VERSION, the fingerprint (model files, output-changing job
- * options, calibration token ids, backend), the next block to run and every finished
+ * options, calibration token ids, backend), the next block to run, the block whose inputs
+ * the activation file holds (acts_block; absent in older checkpoints: next_block) and every finished
  * layer's result. It is written atomically and last, after the block's tensors and the next
  * block's activations: it is the commit point of a block. */
 #ifndef QUANT_PIPELINE_STATE_H
@@ -40,6 +41,9 @@ typedef struct qd_ckpt_state {
     int version;
     qd_fingerprint fp;
     int next_block, n_blocks;
+    int acts_block;          /* the block whose inputs .quantd/acts-NNN.bin holds (0: none, the
+                                embedding is recomputed); blocks acts_block..next_block-1 are
+                                re-run on resume (job.checkpoint) */
     int cross_backend;       /* some block was computed on another backend */
     double seconds;          /* quantization seconds so far, all runs */
     qd_layer_result *layers; /* owned */

@@ -196,7 +196,8 @@ static void test_estimate_jobs(void)
     est_case cs[4] = {{.name = "gptq"}, {.name = "gptq-big"}, {.name = "awq"}, {.name = "rtn-eval"}};
     snprintf(cs[0].fields, sizeof cs[0].fields, "\"method\":\"gptq\",\"calibration\":{\"path\":\"%s\",\"samples\":32,\"seq_len\":256}", cal);
     snprintf(cs[1].fields, sizeof cs[1].fields,
-             "\"method\":\"gptq\",\"desc_act\":true,\"calibration\":{\"path\":\"%s\",\"samples\":32,\"seq_len\":512}", cal);
+             "\"method\":\"gptq\",\"desc_act\":true,\"checkpoint\":{\"acts_every\":1},"
+             "\"calibration\":{\"path\":\"%s\",\"samples\":32,\"seq_len\":512}", cal);
     snprintf(cs[2].fields, sizeof cs[2].fields, "\"method\":\"awq\",\"calibration\":{\"path\":\"%s\",\"samples\":8,\"seq_len\":256}", cal);
     snprintf(cs[3].fields, sizeof cs[3].fields, "\"method\":\"rtn\",\"eval\":{\"path\":\"%s\",\"seq_len\":512,\"max_windows\":16}", ev);
     /* RAM first, every child before any in-process job: posix_spawn's child shares this

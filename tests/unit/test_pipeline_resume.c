@@ -37,15 +37,27 @@ static int on_commit(void *ud, int block)
     return 0;
 }
 
-static int state_next_block(const char *out)
+static int state_int(const char *out, const char *key)
 {
     char p[4200];
     snprintf(p, sizeof p, "%s/.quantd/state.json", out);
     cJSON *j = pt_read_json(p);
-    const cJSON *nb = cJSON_GetObjectItemCaseSensitive(j, "next_block");
+    const cJSON *nb = cJSON_GetObjectItemCaseSensitive(j, key);
     int v = cJSON_IsNumber(nb) ? nb->valueint : -1;
     cJSON_Delete(j);
     return v;
+}
+static int state_next_block(const char *out) { return state_int(out, "next_block"); }
+
+/* The checkpoint keeps the activations of block `want` only (none for 0: the embedding). */
+static void check_acts_files(const char *out, int want)
+{
+    char p[4200];
+    for (int b = 0; b <= 3; b++) {
+        snprintf(p, sizeof p, "%s/.quantd/acts-%03d.bin", out, b);
+        test_checks++;
+        if (qd_fs_exists(p) != (b == want && b > 0)) TEST_FAIL_("%s: %s", p, b == want ? "missing" : "should not be there");
+    }
 }
 
 /* The report's per-block cost records: one per block, in order, across the interruptions. */
@@ -81,9 +93,12 @@ static void check_same_output(const char *ref, const char *out)
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
 }
 
-static void resume_case(const char *method, const char *format, const char *extra)
+/* every: job.checkpoint.acts_every (a cancelled block b resumes from the activations of block
+ * b / every * every and recomputes the blocks from there). */
+static void resume_case(const char *method, const char *format, const char *extra0, int every)
 {
-    char ref[4096], out[4096];
+    char ref[4096], out[4096], extra[512];
+    snprintf(extra, sizeof extra, "%s\"checkpoint\":{\"acts_every\":%d},", extra0 ? extra0 : "", every);
     snprintf(ref, sizeof ref, "%s/ref-%s-%s", T, method, format);
     qp_job *job = pt_job(llama_dir, ref, method, format, tokens, extra);
     CHECK(job != NULL);
@@ -104,6 +119,8 @@ static void resume_case(const char *method, const char *format, const char *extr
             CHECK_INT(rc, QD_ECANCELLED);
             CHECK(h.fired);
             CHECK_INT(state_next_block(out), b);
+            CHECK_INT(state_int(out, "acts_block"), b / every * every);
+            check_acts_files(out, b / every * every);
             CHECK(!qd_fs_exists(test_path(out, "model.safetensors")));
             /* Resume a block at a time through open/run_block/close (a hand-off), then finish. */
             qd_pipeline *p = NULL;
@@ -121,9 +138,40 @@ static void resume_case(const char *method, const char *format, const char *extr
     }
 }
 
-static void test_resume_gptq(void) { resume_case("gptq", "gptq", "\"desc_act\":true,"); }
-static void test_resume_awq(void) { resume_case("awq", "awq_gemm", NULL); }
-static void test_resume_rtn_v2(void) { resume_case("rtn", "gptq_v2", "\"bits\":3,\"sym\":false,"); }
+static void test_resume_gptq(void) { resume_case("gptq", "gptq", "\"desc_act\":true,", 4); }
+static void test_resume_awq(void) { resume_case("awq", "awq_gemm", NULL, 2); }
+static void test_resume_rtn_v2(void) { resume_case("rtn", "gptq_v2", "\"bits\":3,\"sym\":false,", 1); }
+static void test_resume_awq_gptq_ct(void) { resume_case("awq+gptq", "compressed-tensors", "\"sym\":false,", 4); }
+
+/* A resume that would have to recompute a block whose fold file is gone or damaged fails
+ * with the file's name and leaves the checkpoint as it was. */
+static void test_resume_folds_damaged(void)
+{
+    char out[4096], p[4200];
+    snprintf(out, sizeof out, "%s/folds-damaged", T);
+    qp_job *job = pt_job(llama_dir, out, "awq", "awq_gemm", tokens, "\"checkpoint\":{\"acts_every\":4},");
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    hook_ctx h = {.stage = "load", .block = 2, .refuse_commit = -1};
+    qd_pipeline_hooks hooks = {.ud = &h, .progress = on_progress};
+    CHECK_INT(qd_pipeline_run(job, pt_be, &hooks, &err), QD_ECANCELLED);
+    CHECK_INT(state_next_block(out), 2);
+    CHECK_INT(state_int(out, "acts_block"), 0);
+    snprintf(p, sizeof p, "%s/.quantd/folds-001.safetensors", out);
+    CHECK_OK(qd_fs_write_atomic(p, "not a safetensors file", 22, &err));
+    qd_pipeline *pl = NULL;
+    memset(&err, 0, sizeof err);
+    CHECK_ERR(qd_pipeline_open(job, pt_be, NULL, &pl, &err));
+    CHECK(pl == NULL);
+    CHECK_CONTAINS(err.msg, "folds-001.safetensors");
+    CHECK_CONTAINS(err.msg, "recomputing block 1");
+    remove(p);
+    memset(&err, 0, sizeof err);
+    CHECK_ERR(qd_pipeline_open(job, pt_be, NULL, &pl, &err));
+    CHECK_CONTAINS(err.msg, "folds-001.safetensors");
+    CHECK_INT(state_next_block(out), 2);
+    qp_job_free(job);
+}
 
 static void test_before_commit_refused(void)
 {
@@ -560,6 +608,8 @@ int main(void)
     TEST_RUN(test_resume_gptq);
     TEST_RUN(test_resume_awq);
     TEST_RUN(test_resume_rtn_v2);
+    TEST_RUN(test_resume_awq_gptq_ct);
+    TEST_RUN(test_resume_folds_damaged);
     TEST_RUN(test_before_commit_refused);
     TEST_RUN(test_fingerprint_and_overwrite);
     TEST_RUN(test_left_in_float);

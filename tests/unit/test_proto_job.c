@@ -511,6 +511,34 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
 
+/* checkpoint.acts_every: default 4, range, unknown keys refused, out
+ * of the fingerprint, kept by the canonical form; layout tp_aware keeps every block's. */
+static void test_checkpoint_options(void)
+{
+    qp_job *a = parse_ok("{" BASE "}");
+    qp_job *c = parse_ok("{" BASE ", \"checkpoint\": {\"acts_every\": 8}}");
+    qp_job *t = parse_ok("{" BASE ", \"method\": \"gptq\", \"desc_act\": true, \"layout\": \"tp_aware\", \"tp\": 2}");
+    if (!a || !c || !t) goto out;
+    CHECK_INT(a->checkpoint.acts_every, QP_CKPT_ACTS_EVERY_DEFAULT);
+    CHECK_INT(c->checkpoint.acts_every, 8);
+    CHECK_INT(qp_job_acts_every(a), QP_CKPT_ACTS_EVERY_DEFAULT);
+    CHECK_INT(qp_job_acts_every(t), 1);
+    char *js = qp_job_to_json(c, 0), *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *fc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
+    qp_job *d = js ? parse_ok(js) : NULL;
+    CHECK(d && d->checkpoint.acts_every == 8);
+    CHECK(fa && fc && !strcmp(fa, fc));   /* the output does not depend on it */
+    free(js); free(fa); free(fc);
+    qp_job_free(d);
+    EXPECT_ERR("{" BASE ", \"checkpoint\": {\"acts_every\": 0}}", "job.checkpoint.acts_every: must be an integer >= 1");
+    EXPECT_ERR("{" BASE ", \"checkpoint\": {\"acts_minutes\": 10}}", "acts_minutes");
+    EXPECT_ERR("{" BASE ", \"checkpoint\": {\"acts_every_blocks\": 2}}", "acts_every_blocks");
+    EXPECT_ERR("{" BASE ", \"checkpoint\": 4}", "job.checkpoint: must be an object");
+    EXPECT_ERR("{" BASE ", \"method\": \"gptq\", \"desc_act\": true, \"layout\": \"tp_aware\", \"tp\": 2, "
+               "\"checkpoint\": {\"acts_every\": 2}}", "must be 1 with layout tp_aware");
+out:
+    qp_job_free(a); qp_job_free(c); qp_job_free(t);
+}
+
 static void test_names(void)
 {
     qp_method m;
@@ -634,6 +662,7 @@ int main(void)
     TEST_RUN(test_derived_id);
     TEST_RUN(test_moe_options);
     TEST_RUN(test_kernel_check_rows);
+    TEST_RUN(test_checkpoint_options);
     TEST_RUN(test_names);
     TEST_RUN(test_mutations_never_crash);
     return test_finish();
