@@ -15,7 +15,9 @@
  * Writer: st_writer collects (name, dtype, shape, data) entries and writes them sorted as
  * the Python library does (dtype rank descending, then name bytewise), compact JSON with
  * __metadata__ first, header padded with spaces to a multiple of 8. The file is written to
- * a temp name in the same directory, fsynced, renamed, and the directory fsynced. */
+ * a temp name in the same directory, fsynced, renamed, and the directory fsynced. The data
+ * can also be streamed in after the header (st_writer_declare, begin, append, finish), so
+ * a file need not fit in memory. */
 #ifndef QUANT_CORE_SAFETENSORS_H
 #define QUANT_CORE_SAFETENSORS_H
 
@@ -95,7 +97,22 @@ int st_writer_add_copy(st_writer *w, const char *name, qd_dtype dtype, int ndim,
 int st_writer_set_metadata(st_writer *w, const char *key, const char *value);
 /* Total bytes of tensor data added so far. */
 uint64_t st_writer_data_bytes(const st_writer *w);
-/* Writes atomically to path. */
+/* Writes atomically to path (every tensor must have been added with its data). */
 int st_writer_write(st_writer *w, const char *path, qd_err *err);
+
+/* Streaming, for files larger than memory: declare each tensor without its data, then
+ * st_writer_begin writes the header to a temp file next to path, st_writer_append adds the
+ * data bytes of the tensors in data order (st_writer_tensor_at), in pieces of any size, and
+ * st_writer_finish checks that exactly st_writer_data_bytes came and renames the file into
+ * place. Nothing can be added between begin and finish; a failed append, a failed finish
+ * and st_writer_free before finish remove the temp file. */
+int st_writer_declare(st_writer *w, const char *name, qd_dtype dtype, int ndim,
+                      const int64_t *shape, qd_err *err);
+int st_writer_begin(st_writer *w, const char *path, qd_err *err);
+/* The add-order index (0 = the first tensor added) of the tensor whose data comes i-th in the
+ * file; (size_t)-1 before st_writer_begin or past the end. */
+size_t st_writer_tensor_at(const st_writer *w, size_t i);
+int st_writer_append(st_writer *w, const void *buf, size_t n, qd_err *err);
+int st_writer_finish(st_writer *w, qd_err *err);
 
 #endif
