@@ -9,11 +9,14 @@
  * and appended in chunks of TG_CHUNK, so memory stays at a few MiB whatever the model's
  * size, and the bytes are those the whole-model version wrote. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/core/rng.h"
@@ -104,7 +107,8 @@ static int tg_add(tg_list *l, enum tg_kind kind, int64_t d0, int64_t d1, const c
     return 0;
 }
 
-static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_config *cfg, qd_err *err)
+/* config.json's text into *text (the caller's) and the config the loader will parse from it. */
+static int make_config(const qd_testgen_opts *o, char **text, qd_model_config *cfg, qd_err *err)
 {
     cJSON *c = cJSON_CreateObject();
     const char *arch = o->architecture ? o->architecture
@@ -151,10 +155,8 @@ static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_conf
     cJSON_Delete(c);
     if (!s) return qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
     int rc = qd_model_config_parse(s, "testgen config", cfg, err);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = qd_fs_write_atomic(path, s, strlen(s), err);
-    free(s);
+    if (rc) free(s);
+    else *text = s;
     return rc;
 }
 
@@ -277,6 +279,32 @@ static int write_shard(const char *dir, const tg_list *l, const st_shard_plan *p
     return rc;
 }
 
+/* Removes what an earlier model in dir left that the new one does not overwrite, as
+ * transformers' save_pretrained does: the loader prefers model.safetensors to an index, so
+ * a stale single file would hide new shards, and shards of another count waste the disk.
+ * Called once the new files are in place. */
+static int remove_stale(const char *dir, const st_shard_plan *plan, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, plan->n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    if (unlink(path) != 0 && errno != ENOENT) return qd_err_set(err, QD_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        unsigned i, n;
+        int end = 0;
+        if (sscanf(e->d_name, "model-%5u-of-%5u.safetensors%n", &i, &n, &end) != 2 || end != 32 || e->d_name[end])
+            continue;
+        if (plan->n_shards > 1 && n == plan->n_shards) continue;   /* one of ours */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) rc = qd_err_set(err, QD_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    closedir(d);
+    return rc;
+}
+
 int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err)
 {
     if (o->dtype != QD_DTYPE_F32 && o->dtype != QD_DTYPE_F16 && o->dtype != QD_DTYPE_BF16)
@@ -284,7 +312,8 @@ int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err)
     int rc = qd_fs_mkdir_p(dir, err);
     if (rc) return rc;
     qd_model_config cfg;
-    if ((rc = write_config(dir, o, &cfg, err))) return rc;
+    char *config = NULL, path[4096];
+    if ((rc = make_config(o, &config, &cfg, err))) return rc;
     tg_list l = {0};
     st_shard_plan plan = {0};
     uint64_t *bytes = NULL;
@@ -309,8 +338,18 @@ int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err)
     rc = o->shard_size ? st_shard_plan_by_size(bytes, l.n, o->shard_size, &plan)
                        : st_shard_plan_by_count(bytes, l.n, o->n_shards < 1 ? 1 : (size_t)o->n_shards, &plan);
     if (rc) { qd_err_set(err, rc, "testgen: out of memory"); goto done; }
+    /* Refused up front rather than after filling the disk (a 70B-shaped model is 138 GB). */
+    uint64_t free_bytes;
+    if (qd_fs_free_bytes(dir, &free_bytes, NULL) == 0 && free_bytes < plan.total_bytes) {
+        rc = qd_err_set(err, QD_ERESOURCE, "testgen: the model needs %.2f GB and %s has %.2f GB free",
+                        plan.total_bytes / 1e9, dir, free_bytes / 1e9);
+        goto done;
+    }
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = qd_fs_write_atomic(path, config, strlen(config), err))) goto done;
     for (size_t s = 0; s < plan.n_shards && !rc; s++) rc = write_shard(dir, &l, &plan, s, o, f, conv, err);
     if (!rc && plan.n_shards > 1) rc = st_shard_index_write(dir, &plan, names, err);
+    if (!rc) rc = remove_stale(dir, &plan, err);
 done:
     st_shard_plan_free(&plan);
     free(conv);
@@ -318,5 +357,6 @@ done:
     free(names);
     free(bytes);
     free(l.t);
+    free(config);
     return rc;
 }

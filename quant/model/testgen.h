@@ -45,7 +45,10 @@ typedef struct qd_testgen_opts {
  * heads), vocab 128, max_pos 128, F32, seed 1. */
 qd_testgen_opts qd_testgen_defaults(qd_arch_family family);
 /* Creates dir (mkdir -p) and writes the checkpoint into it. Each file is written atomically
- * and tensor by tensor, in chunks: memory stays at a few MiB for any model size. */
+ * and tensor by tensor, in chunks: memory stays at a few MiB for any model size. A model
+ * larger than the free space is refused before anything is written (QD_ERESOURCE). Files of
+ * an earlier model there that the new one does not replace (model.safetensors, the index,
+ * shards of another count) are removed afterwards, so the directory loads as the new one. */
 int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err);
 
 #endif
