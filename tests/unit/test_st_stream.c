@@ -6,49 +6,11 @@
 #include "test_util.h"
 
 #include <cjson/cJSON.h>
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
-
-/* Files in dir other than "." and "..". */
-static int count_entries(const char *dir)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    if (!d) return -1;
-    struct dirent *de;
-    while ((de = readdir(d)))
-        if (strcmp(de->d_name, ".") && strcmp(de->d_name, "..")) n++;
-    closedir(d);
-    return n;
-}
-
-static const char *fresh_dir(const char *name)
-{
-    static char dirs[8][1024];
-    static int slot;
-    char *p = dirs[slot++ & 7];
-    snprintf(p, 1024, "%s", test_path(test_tmpdir(), name));
-    qd_err err = {0};
-    qd_fs_remove_tree(p, &err);
-    qd_fs_mkdir_p(p, &err);
-    return p;
-}
-
-static int same_file(const char *a, const char *b)
-{
-    char *x = NULL, *y = NULL;
-    size_t nx = 0, ny = 0;
-    qd_err err = {0};
-    int same = qd_fs_read_file(a, &x, &nx, &err) == 0 && qd_fs_read_file(b, &y, &ny, &err) == 0 && nx == ny &&
-               memcmp(x, y, nx) == 0;
-    free(x);
-    free(y);
-    return same;
-}
 
 /* Four tensors of three dtypes, added out of data order. */
 enum { N_T = 4 };
@@ -64,7 +26,7 @@ static void test_stream_equals_write(void)
     qd_err err = {0};
     for (int i = 0; i < N_T; i++)
         for (size_t j = 0; j < sizeof t_data[i]; j++) t_data[i][j] = (unsigned char)(31 * i + 7 * j);
-    const char *dir = fresh_dir("stream");
+    const char *dir = test_fresh_dir("stream");
     st_writer *w;
     CHECK_OK(st_writer_init(&w));
     for (int i = 0; i < N_T; i++) CHECK_OK(st_writer_add(w, T_NAME[i], T_DTYPE[i], 2, T_SHAPE[i], t_data[i], &err));
@@ -90,15 +52,15 @@ static void test_stream_equals_write(void)
         }
         CHECK_OK(st_writer_finish(w, &err));
         st_writer_free(w);
-        CHECK(same_file(p, test_path(dir, "whole.safetensors")));
+        CHECK(test_files_equal(p, test_path(dir, "whole.safetensors")));
     }
-    CHECK_INT(count_entries(dir), 2);   /* no temp files left */
+    CHECK_INT(test_count_entries(dir, NULL), 2);   /* no temp files left */
 }
 
 static void test_stream_errors(void)
 {
     qd_err err = {0};
-    const char *dir = fresh_dir("stream_bad");
+    const char *dir = test_fresh_dir("stream_bad");
     const char *p = test_path(dir, "x.safetensors");
     int64_t shape[1] = {4};
     float x[5] = {1, 2, 3, 4, 5};
@@ -119,27 +81,27 @@ static void test_stream_errors(void)
     CHECK_ERR(st_writer_append(w, x, 20, &err));
     CHECK_CONTAINS(err.msg, "past the 16 bytes");
     CHECK_ERR(st_writer_finish(w, &err));
-    CHECK_INT(count_entries(dir), 0);
+    CHECK_INT(test_count_entries(dir, NULL), 0);
 
     /* Too few bytes: finish refuses and removes the temp file. */
     CHECK_OK(st_writer_begin(w, p, &err));
     CHECK_OK(st_writer_append(w, x, 12, &err));
     CHECK_ERR(st_writer_finish(w, &err));
     CHECK_CONTAINS(err.msg, "12 of 16 bytes");
-    CHECK_INT(count_entries(dir), 0);
+    CHECK_INT(test_count_entries(dir, NULL), 0);
 
     /* Freed half way: nothing stays. */
     CHECK_OK(st_writer_begin(w, p, &err));
     CHECK_OK(st_writer_append(w, x, 8, &err));
-    CHECK_INT(count_entries(dir), 1);   /* the temp file */
+    CHECK_INT(test_count_entries(dir, NULL), 1);   /* the temp file */
     st_writer_free(w);
-    CHECK_INT(count_entries(dir), 0);
+    CHECK_INT(test_count_entries(dir, NULL), 0);
 }
 
 static void test_atomic_file(void)
 {
     qd_err err = {0};
-    const char *dir = fresh_dir("atomic");
+    const char *dir = test_fresh_dir("atomic");
     const char *p = test_path(dir, "f.txt");
     CHECK_OK(qd_fs_write_atomic(p, "old", 3, &err));
     qd_fs_atomic *a = NULL;
@@ -152,7 +114,7 @@ static void test_atomic_file(void)
     CHECK_OK(qd_fs_read_file(p, &b, &n, &err));
     CHECK_STR(b, "old");
     free(b);
-    CHECK_INT(count_entries(dir), 1);
+    CHECK_INT(test_count_entries(dir, NULL), 1);
     CHECK_OK(qd_fs_atomic_open(p, &a, &err));
     CHECK_OK(qd_fs_atomic_write(a, "ne", 2, &err));
     CHECK_OK(qd_fs_atomic_write(a, "w", 1, &err));
@@ -160,7 +122,7 @@ static void test_atomic_file(void)
     CHECK_OK(qd_fs_read_file(p, &b, &n, &err));
     CHECK_STR(b, "new");
     free(b);
-    CHECK_INT(count_entries(dir), 1);
+    CHECK_INT(test_count_entries(dir, NULL), 1);
     CHECK_ERR(qd_fs_atomic_open(test_path(dir, "no/such/f"), &a, &err));
     CHECK(a == NULL);
 }
@@ -182,7 +144,7 @@ static void test_shard_plan(void)
 
     /* The index: total_size and each name's shard. */
     qd_err err = {0};
-    const char *dir = fresh_dir("index");
+    const char *dir = test_fresh_dir("index");
     const char *names[6] = {"a", "b", "c", "d", "e", "f"};
     CHECK_OK(st_shard_index_write(dir, &p, names, &err));
     char *text = NULL;
