@@ -1,6 +1,7 @@
-/* Writes tiny random llama / OPT checkpoints (see testgen.h). The tensor list is built from
- * the same config the loader parses (config.json is written first and parsed back), so the
- * generator and the loader cannot disagree about which biases or projections exist.
+/* Writes random llama / OPT checkpoints, tiny or full-sized (see testgen.h). The tensor list
+ * is built from the same config the loader parses (config.json's text is parsed back before
+ * it is written), so the generator and the loader cannot disagree about which biases or
+ * projections exist.
  *
  * Values are drawn in list order from one sequence (tensor i starts where tensor i - 1
  * ended), but a safetensors file stores its tensors sorted by name. Rather than hold the
