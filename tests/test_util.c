@@ -2,9 +2,12 @@
 #define _GNU_SOURCE   /* nftw */
 #include "test_util.h"
 
+#include <dirent.h>
 #include <stdlib.h>
 #include <unistd.h>
 #include <ftw.h>
+
+#include "quant/core/fsutil.h"
 
 int test_failures = 0;
 int test_checks = 0;
@@ -57,6 +60,51 @@ const char *test_tmpdir(void)
         if (!mkdtemp(tmpdir_buf)) { perror("mkdtemp"); abort(); }
     }
     return tmpdir_buf;
+}
+
+const char *test_fresh_dir(const char *name)
+{
+    static char dirs[16][1024];
+    static int slot;
+    char *p = dirs[slot++ & 15];
+    snprintf(p, 1024, "%s", test_path(test_tmpdir(), name));
+    qd_err err = {0};
+    qd_fs_remove_tree(p, &err);
+    qd_fs_mkdir_p(p, &err);
+    return p;
+}
+
+int test_count_entries(const char *dir, int *tmps)
+{
+    DIR *d = opendir(dir);
+    int n = 0;
+    if (tmps) *tmps = 0;
+    if (!d) return -1;
+    struct dirent *de;
+    while ((de = readdir(d))) {
+        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
+        n++;
+        if (tmps && strstr(de->d_name, ".tmp.")) (*tmps)++;
+    }
+    closedir(d);
+    return n;
+}
+
+int test_files_equal(const char *a, const char *b)
+{
+    char *x = NULL, *y = NULL;
+    size_t la = 0, lb = 0;
+    qd_err err = {0};
+    if (qd_fs_read_file(a, &x, &la, &err) || qd_fs_read_file(b, &y, &lb, &err)) fprintf(stderr, "%s\n", err.msg);
+    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+    if (x && y && !eq) {
+        size_t i = 0;
+        while (i < la && i < lb && x[i] == y[i]) i++;
+        fprintf(stderr, "files differ: %s (%zu bytes) vs %s (%zu bytes), first difference at byte %zu\n", a, la, b, lb, i);
+    }
+    free(x);
+    free(y);
+    return eq;
 }
 
 const char *test_source_dir(void)

@@ -49,6 +49,15 @@ void test_fill_normal(test_rng *r, float *x, size_t n, float scale);
 
 /* Creates a fresh temp directory; the path lives until test_finish() removes it. */
 const char *test_tmpdir(void);
+/* A new empty directory test_tmpdir()/name (emptied if it exists); the path stays valid for
+ * the next 15 calls (its own rotating slots, apart from test_path's). */
+const char *test_fresh_dir(const char *name);
+/* Entries of dir other than "." and ".." (-1 when it cannot be opened); names containing
+ * ".tmp." (an atomic write's leftovers) are also counted in *tmps when tmps is not NULL. */
+int test_count_entries(const char *dir, int *tmps);
+/* 1 when files a and b hold the same bytes; otherwise 0, with the first difference (or the
+ * read error) on stderr. */
+int test_files_equal(const char *a, const char *b);
 /* The source tree: QUANTD_SOURCE_DIR (ctest sets it), else found from this file's path. */
 const char *test_source_dir(void);
 /* Returns the shared data directory when it exists (QUANTD_SHARED_DATA), else NULL. */

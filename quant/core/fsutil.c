@@ -99,25 +99,78 @@ static int write_all_iov(int fd, const struct iovec *iov_in, int iovcnt, const c
     return 0;
 }
 
-int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err)
+struct qd_fs_atomic {
+    char *path;   /* owned: the final name */
+    char *tmp;    /* owned: "<path>.tmp.<pid>", removed unless committed */
+    int fd;
+};
+
+int qd_fs_atomic_open(const char *path, qd_fs_atomic **out, qd_err *err)
 {
-    char *tmp = tmp_name(path);
-    if (!tmp) return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        int rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", tmp, strerror(errno));
-        free(tmp);
+    *out = NULL;
+    qd_fs_atomic *a = calloc(1, sizeof *a);
+    if (a) { a->path = strdup(path); a->tmp = tmp_name(path); }
+    if (!a || !a->path || !a->tmp) {
+        if (a) { free(a->path); free(a->tmp); }
+        free(a);
+        return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
+    }
+    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (a->fd < 0) {
+        int rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", a->tmp, strerror(errno));
+        free(a->path);
+        free(a->tmp);
+        free(a);
         return rc;
     }
-    int rc = write_all_iov(fd, iov, iovcnt, tmp, err);
-    if (rc == 0 && fsync(fd) != 0) rc = qd_err_set(err, io_code(errno), "%s: fsync failed: %s", tmp, strerror(errno));
-    if (close(fd) != 0 && rc == 0) rc = qd_err_set(err, io_code(errno), "%s: close failed: %s", tmp, strerror(errno));
-    if (rc == 0 && rename(tmp, path) != 0)
-        rc = qd_err_set(err, io_code(errno), "%s: cannot rename %s over it: %s", path, tmp, strerror(errno));
-    if (rc != 0) unlink(tmp);
-    free(tmp);
-    if (rc == 0) rc = qd_fs_fsync_parent(path, err);
+    *out = a;
+    return 0;
+}
+
+int qd_fs_atomic_writev(qd_fs_atomic *a, const struct iovec *iov, int iovcnt, qd_err *err)
+{
+    return write_all_iov(a->fd, iov, iovcnt, a->tmp, err);
+}
+
+int qd_fs_atomic_write(qd_fs_atomic *a, const void *buf, size_t n, qd_err *err)
+{
+    struct iovec iov = { (void *)buf, n };
+    return write_all_iov(a->fd, &iov, 1, a->tmp, err);
+}
+
+void qd_fs_atomic_abort(qd_fs_atomic *a)
+{
+    if (!a) return;
+    if (a->fd >= 0) close(a->fd);
+    unlink(a->tmp);
+    free(a->tmp);
+    free(a->path);
+    free(a);
+}
+
+int qd_fs_atomic_commit(qd_fs_atomic *a, qd_err *err)
+{
+    int rc = 0;
+    if (fsync(a->fd) != 0) rc = qd_err_set(err, io_code(errno), "%s: fsync failed: %s", a->tmp, strerror(errno));
+    if (close(a->fd) != 0 && rc == 0) rc = qd_err_set(err, io_code(errno), "%s: close failed: %s", a->tmp, strerror(errno));
+    a->fd = -1;
+    if (rc == 0 && rename(a->tmp, a->path) != 0)
+        rc = qd_err_set(err, io_code(errno), "%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
+    if (rc != 0) { qd_fs_atomic_abort(a); return rc; }
+    rc = qd_fs_fsync_parent(a->path, err);
+    free(a->tmp);
+    free(a->path);
+    free(a);
     return rc;
+}
+
+int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err)
+{
+    qd_fs_atomic *a = NULL;
+    int rc = qd_fs_atomic_open(path, &a, err);
+    if (rc) return rc;
+    if ((rc = qd_fs_atomic_writev(a, iov, iovcnt, err))) { qd_fs_atomic_abort(a); return rc; }
+    return qd_fs_atomic_commit(a, err);
 }
 
 int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err)

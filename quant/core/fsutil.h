@@ -15,6 +15,17 @@
 int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err);
 /* Same with several buffers written in order. */
 int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err);
+/* The same, streamed: qd_fs_atomic_open creates the temp file, the writes append to it, and
+ * qd_fs_atomic_commit fsyncs, renames it over path and fsyncs the directory; on any failure,
+ * and in qd_fs_atomic_abort, the temp file is removed and path is left as it was. For files
+ * too large to hold in memory (quantctl gen-model's shards). commit and abort free the
+ * handle, which the caller owns until then; abort accepts NULL. */
+typedef struct qd_fs_atomic qd_fs_atomic;
+int qd_fs_atomic_open(const char *path, qd_fs_atomic **out, qd_err *err);
+int qd_fs_atomic_write(qd_fs_atomic *a, const void *buf, size_t n, qd_err *err);
+int qd_fs_atomic_writev(qd_fs_atomic *a, const struct iovec *iov, int iovcnt, qd_err *err);
+int qd_fs_atomic_commit(qd_fs_atomic *a, qd_err *err);
+void qd_fs_atomic_abort(qd_fs_atomic *a);
 int qd_fs_fsync_dir(const char *dir, qd_err *err);
 /* fsyncs the directory that contains path. */
 int qd_fs_fsync_parent(const char *path, qd_err *err);

@@ -10,5 +10,9 @@
 
 /* Advances *state by the golden-ratio increment and returns the mixed 64-bit value. */
 uint64_t qd_splitmix64(uint64_t *state);
+/* The state after n calls of qd_splitmix64 from state. The state only ever grows by a fixed
+ * increment, so any point of the sequence is reached without drawing the values before it
+ * (testgen makes each tensor from its own point, in whatever order the file wants them). */
+uint64_t qd_splitmix64_skip(uint64_t state, uint64_t n);
 
 #endif

@@ -15,7 +15,12 @@
  * Writer: st_writer collects (name, dtype, shape, data) entries and writes them sorted as
  * the Python library does (dtype rank descending, then name bytewise), compact JSON with
  * __metadata__ first, header padded with spaces to a multiple of 8. The file is written to
- * a temp name in the same directory, fsynced, renamed, and the directory fsynced. */
+ * a temp name in the same directory, fsynced, renamed, and the directory fsynced. The data
+ * can also be streamed in after the header (st_writer_declare, begin, append, finish), so
+ * a file need not fit in memory.
+ *
+ * Sharded writing: st_shard_plan splits a tensor list into shards as HF does, and
+ * st_shard_index_write writes model.safetensors.index.json for it. */
 #ifndef QUANT_CORE_SAFETENSORS_H
 #define QUANT_CORE_SAFETENSORS_H
 
@@ -95,7 +100,46 @@ int st_writer_add_copy(st_writer *w, const char *name, qd_dtype dtype, int ndim,
 int st_writer_set_metadata(st_writer *w, const char *key, const char *value);
 /* Total bytes of tensor data added so far. */
 uint64_t st_writer_data_bytes(const st_writer *w);
-/* Writes atomically to path. */
+/* Writes atomically to path (every tensor must have been added with its data). */
 int st_writer_write(st_writer *w, const char *path, qd_err *err);
+
+/* Streaming, for files larger than memory: declare each tensor without its data, then
+ * st_writer_begin writes the header to a temp file next to path, st_writer_append adds the
+ * data bytes of the tensors in data order (st_writer_tensor_at), in pieces of any size, and
+ * st_writer_finish checks that exactly st_writer_data_bytes came and renames the file into
+ * place. Nothing can be added between begin and finish; a failed append, a failed finish
+ * and st_writer_free before finish remove the temp file. */
+int st_writer_declare(st_writer *w, const char *name, qd_dtype dtype, int ndim,
+                      const int64_t *shape, qd_err *err);
+int st_writer_begin(st_writer *w, const char *path, qd_err *err);
+/* The add-order index (0 = the first tensor added) of the tensor whose data comes i-th in the
+ * file; (size_t)-1 before st_writer_begin or past the end. */
+size_t st_writer_tensor_at(const st_writer *w, size_t i);
+int st_writer_append(st_writer *w, const void *buf, size_t n, qd_err *err);
+int st_writer_finish(st_writer *w, qd_err *err);
+
+/* ---- sharded writing (st_shards.c) ---- */
+typedef struct st_shard_plan {
+    size_t n_shards;         /* >= 1 */
+    size_t *start;           /* owned: n_shards + 1 entries; shard s holds tensors
+                                start[s] .. start[s + 1] - 1 of the caller's list */
+    uint64_t total_bytes;    /* data bytes of all tensors (the index's metadata.total_size) */
+} st_shard_plan;
+
+/* HF's rule (transformers' max_shard_size): tensors in the caller's order, a new shard when
+ * the next tensor would take the current one past shard_size bytes of data; a tensor larger
+ * than shard_size gets a shard of its own. shard_size 0: one shard. bytes[i] is tensor i's
+ * data size. QD_ENOMEM or 0; *out is the caller's (st_shard_plan_free). */
+int st_shard_plan_by_size(const uint64_t *bytes, size_t n, uint64_t shard_size, st_shard_plan *out);
+/* n tensors into n_shards shards of nearly equal counts (shard s starts at s * n / n_shards;
+ * n_shards is clamped to 1..n). */
+int st_shard_plan_by_count(const uint64_t *bytes, size_t n, size_t n_shards, st_shard_plan *out);
+void st_shard_plan_free(st_shard_plan *p);                  /* accepts NULL */
+/* Shard s's file name (s from 0): "model.safetensors" when the plan has one shard, else
+ * "model-00001-of-00003.safetensors" and so on. */
+void st_shard_file_name(const st_shard_plan *p, size_t s, char *buf, size_t cap);
+/* Writes dir/model.safetensors.index.json atomically: {"metadata": {"total_size": N},
+ * "weight_map": {name: shard file}}, names[i] being tensor i of the plan's list, in order. */
+int st_shard_index_write(const char *dir, const st_shard_plan *p, const char *const *names, qd_err *err);
 
 #endif

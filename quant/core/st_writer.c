@@ -8,7 +8,13 @@
  * \b \f \n \r \t and otherwise lowercase \u00xx; non-ASCII stays raw UTF-8); the header
  * padded with spaces to a multiple of 8. Extra metadata keys follow "format" in the order
  * they were set (the library stores them in a hash map, so its order is not reproducible).
- * Names are checked for duplicates through a small open-addressing hash set. */
+ * Names are checked for duplicates through a small open-addressing hash set.
+ *
+ * Writing is always streamed: st_writer_begin sorts the entries and writes the 8-byte length
+ * and the header to a temp file, st_writer_append adds data bytes in that order, and
+ * st_writer_finish renames the file into place once every byte has come. st_writer_write
+ * does the three with the data the entries hold; a caller that makes tensors on the fly
+ * (testgen) declares them without data and appends each one as it makes it. */
 #include "quant/core/st_internal.h"
 #include "quant/core/fsutil.h"
 
@@ -23,7 +29,7 @@ typedef struct st_wentry {
     int ndim;
     int64_t shape[ST_MAX_DIMS];
     uint64_t nbytes;
-    const void *data;    /* borrowed, or == owned */
+    const void *data;    /* borrowed, or == owned; NULL for a declared (streamed) tensor */
     void *owned;         /* owned copy for st_writer_add_copy, else NULL */
 } st_wentry;
 
@@ -35,6 +41,10 @@ struct st_writer {
     char **mkey, **mval; /* owned; index 0 is always "format" */
     size_t nmeta, mcap;
     uint64_t data_bytes;
+    /* Between st_writer_begin and st_writer_finish: */
+    size_t *order;       /* owned: entry indices in data order */
+    qd_fs_atomic *out;   /* owned: the temp file being written */
+    uint64_t appended;   /* data bytes appended so far */
 };
 
 static uint64_t name_hash(const char *s)
@@ -81,6 +91,8 @@ int st_writer_init(st_writer **out)
 void st_writer_free(st_writer *w)
 {
     if (!w) return;
+    qd_fs_atomic_abort(w->out);
+    free(w->order);
     for (size_t i = 0; i < w->n; i++) { free(w->e[i].name); free(w->e[i].owned); }
     for (size_t i = 0; i < w->nmeta; i++) { free(w->mkey[i]); free(w->mval[i]); }
     free(w->e);
@@ -90,9 +102,12 @@ void st_writer_free(st_writer *w)
     free(w);
 }
 
+enum add_mode { ADD_BORROW, ADD_COPY, ADD_DECLARE };
+
 static int add_entry(st_writer *w, const char *name, qd_dtype dtype, int ndim, const int64_t *shape,
-                     const void *data, int copy, qd_err *err)
+                     const void *data, enum add_mode mode, qd_err *err)
 {
+    if (w->out) return qd_err_set(err, QD_EINVAL, "st_writer: '%s' added after st_writer_begin", name ? name : "(null)");
     if (!name) return qd_err_set(err, QD_EINVAL, "st_writer: tensor name is NULL");
     if (strcmp(name, "__metadata__") == 0)
         return qd_err_set(err, QD_EINVAL, "st_writer: '__metadata__' cannot be a tensor name");
@@ -114,7 +129,7 @@ static int add_entry(st_writer *w, const char *name, qd_dtype dtype, int ndim, c
     if (numel > (uint64_t)SIZE_MAX / esz)
         return qd_err_set(err, QD_EINVAL, "st_writer: tensor '%s': shape has too many elements", name);
     uint64_t nbytes = numel * esz;
-    if (!data && nbytes) return qd_err_set(err, QD_EINVAL, "st_writer: tensor '%s': data is NULL", name);
+    if (!data && nbytes && mode != ADD_DECLARE) return qd_err_set(err, QD_EINVAL, "st_writer: tensor '%s': data is NULL", name);
 
     if ((w->n + 1) * 2 > w->nslots && set_grow(w) != 0)
         return qd_err_set(err, QD_ENOMEM, "st_writer: out of memory adding '%s'", name);
@@ -131,7 +146,7 @@ static int add_entry(st_writer *w, const char *name, qd_dtype dtype, int ndim, c
     memset(e, 0, sizeof *e);
     e->name = strdup(name);
     if (!e->name) return qd_err_set(err, QD_ENOMEM, "st_writer: out of memory adding '%s'", name);
-    if (copy && nbytes) {
+    if (mode == ADD_COPY && nbytes) {
         e->owned = malloc((size_t)nbytes);
         if (!e->owned) {
             free(e->name);
@@ -153,13 +168,18 @@ static int add_entry(st_writer *w, const char *name, qd_dtype dtype, int ndim, c
 int st_writer_add(st_writer *w, const char *name, qd_dtype dtype, int ndim,
                   const int64_t *shape, const void *data, qd_err *err)
 {
-    return add_entry(w, name, dtype, ndim, shape, data, 0, err);
+    return add_entry(w, name, dtype, ndim, shape, data, ADD_BORROW, err);
 }
 
 int st_writer_add_copy(st_writer *w, const char *name, qd_dtype dtype, int ndim,
                        const int64_t *shape, const void *data, qd_err *err)
 {
-    return add_entry(w, name, dtype, ndim, shape, data, 1, err);
+    return add_entry(w, name, dtype, ndim, shape, data, ADD_COPY, err);
+}
+
+int st_writer_declare(st_writer *w, const char *name, qd_dtype dtype, int ndim, const int64_t *shape, qd_err *err)
+{
+    return add_entry(w, name, dtype, ndim, shape, NULL, ADD_DECLARE, err);
 }
 
 int st_writer_set_metadata(st_writer *w, const char *key, const char *value)
@@ -244,6 +264,8 @@ static void sb_json_str(sbuf *b, const char *s)
     sb_put(b, "\"", 1);
 }
 
+/* Entries are sorted as pointers (qsort passes no context to compare indices through) and
+ * kept as indices in w->order. */
 static int cmp_entry_ptr(const void *a, const void *b)
 {
     const st_wentry *x = *(const st_wentry *const *)a, *y = *(const st_wentry *const *)b;
@@ -252,71 +274,120 @@ static int cmp_entry_ptr(const void *a, const void *b)
     return strcmp(x->name, y->name);   /* strcmp compares as unsigned char: bytewise */
 }
 
-int st_writer_write(st_writer *w, const char *path, qd_err *err)
+/* The 8-byte length and the padded header of the entries in order into h. */
+static int build_header(const st_writer *w, const st_wentry *const *order, sbuf *h, const char *path, qd_err *err)
 {
-    int rc = 0;
-    sbuf h = {0};
-    const st_wentry **order = NULL;
-    struct iovec *iov = NULL;
-    if (w->n) {
-        order = malloc(w->n * sizeof *order);
-        if (!order) return qd_err_set(err, QD_ENOMEM, "%s: out of memory building the header", path);
-        for (size_t i = 0; i < w->n; i++) order[i] = &w->e[i];
-        qsort(order, w->n, sizeof *order, cmp_entry_ptr);
-    }
-
-    sb_str(&h, "{\"__metadata__\":{");
+    sb_put(h, "\0\0\0\0\0\0\0\0", 8);   /* the length, filled in below */
+    sb_str(h, "{\"__metadata__\":{");
     for (size_t i = 0; i < w->nmeta; i++) {
-        if (i) sb_put(&h, ",", 1);
-        sb_json_str(&h, w->mkey[i]);
-        sb_put(&h, ":", 1);
-        sb_json_str(&h, w->mval[i]);
+        if (i) sb_put(h, ",", 1);
+        sb_json_str(h, w->mkey[i]);
+        sb_put(h, ":", 1);
+        sb_json_str(h, w->mval[i]);
     }
-    sb_put(&h, "}", 1);
+    sb_put(h, "}", 1);
     uint64_t off = 0;
     for (size_t i = 0; i < w->n; i++) {
         const st_wentry *e = order[i];
-        sb_put(&h, ",", 1);
-        sb_json_str(&h, e->name);
-        sb_str(&h, ":{\"dtype\":\"");
-        sb_str(&h, qd_dtype_name(e->dtype));
-        sb_str(&h, "\",\"shape\":[");
+        sb_put(h, ",", 1);
+        sb_json_str(h, e->name);
+        sb_str(h, ":{\"dtype\":\"");
+        sb_str(h, qd_dtype_name(e->dtype));
+        sb_str(h, "\",\"shape\":[");
         for (int d = 0; d < e->ndim; d++) {
-            if (d) sb_put(&h, ",", 1);
-            sb_u64(&h, (uint64_t)e->shape[d]);
+            if (d) sb_put(h, ",", 1);
+            sb_u64(h, (uint64_t)e->shape[d]);
         }
-        sb_str(&h, "],\"data_offsets\":[");
-        sb_u64(&h, off);
-        sb_put(&h, ",", 1);
+        sb_str(h, "],\"data_offsets\":[");
+        sb_u64(h, off);
+        sb_put(h, ",", 1);
         off += e->nbytes;
-        sb_u64(&h, off);
-        sb_str(&h, "]}");
+        sb_u64(h, off);
+        sb_str(h, "]}");
     }
-    sb_put(&h, "}", 1);
-    while (!h.oom && h.len % 8) sb_put(&h, " ", 1);
-    if (h.oom) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory building the header", path); goto done; }
-    if (h.len > ST_HEADER_MAX) {
-        rc = qd_err_set(err, QD_EINVAL, "%s: header of %zu bytes exceeds the %llu-byte limit", path, h.len, ST_HEADER_MAX);
-        goto done;
-    }
+    sb_put(h, "}", 1);
+    while (!h->oom && (h->len - 8) % 8) sb_put(h, " ", 1);
+    if (h->oom) return qd_err_set(err, QD_ENOMEM, "%s: out of memory building the header", path);
+    uint64_t hlen = h->len - 8;
+    if (hlen > ST_HEADER_MAX)
+        return qd_err_set(err, QD_EINVAL, "%s: header of %" PRIu64 " bytes exceeds the %llu-byte limit", path, hlen, ST_HEADER_MAX);
+    for (int i = 0; i < 8; i++) h->p[i] = (char)(unsigned char)(hlen >> (8 * i));
+    return 0;
+}
 
-    unsigned char len8[8];
-    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)h.len >> (8 * i));
-    if (w->n + 2 > (size_t)INT32_MAX) { rc = qd_err_set(err, QD_EINVAL, "%s: too many tensors", path); goto done; }
-    iov = malloc((w->n + 2) * sizeof *iov);
-    if (!iov) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", path); goto done; }
-    iov[0].iov_base = len8;
-    iov[0].iov_len = 8;
-    iov[1].iov_base = h.p;
-    iov[1].iov_len = h.len;
-    for (size_t i = 0; i < w->n; i++) {
-        iov[i + 2].iov_base = (void *)order[i]->data;
-        iov[i + 2].iov_len = (size_t)order[i]->nbytes;
-    }
-    rc = qd_fs_write_atomic_iov(path, iov, (int)(w->n + 2), err);
+/* Ends a stream that failed: the temp file is removed. */
+static void stream_abort(st_writer *w)
+{
+    qd_fs_atomic_abort(w->out);
+    w->out = NULL;
+}
+
+int st_writer_begin(st_writer *w, const char *path, qd_err *err)
+{
+    if (w->out) return qd_err_set(err, QD_EINVAL, "%s: st_writer_begin while another file is being written", path);
+    int rc = 0;
+    sbuf h = {0};
+    const st_wentry **order = NULL;
+    free(w->order);
+    w->order = malloc((w->n ? w->n : 1) * sizeof *w->order);
+    if (w->n) order = malloc(w->n * sizeof *order);
+    if (!w->order || (w->n && !order)) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory building the header", path); goto done; }
+    for (size_t i = 0; i < w->n; i++) order[i] = &w->e[i];
+    if (w->n) qsort(order, w->n, sizeof *order, cmp_entry_ptr);
+    for (size_t i = 0; i < w->n; i++) w->order[i] = (size_t)(order[i] - w->e);
+    if ((rc = build_header(w, order, &h, path, err))) goto done;
+    if ((rc = qd_fs_atomic_open(path, &w->out, err))) goto done;
+    w->appended = 0;
+    if ((rc = qd_fs_atomic_write(w->out, h.p, h.len, err))) stream_abort(w);
 done:
-    free(iov);
     free(order);
     free(h.p);
+    return rc;
+}
+
+size_t st_writer_tensor_at(const st_writer *w, size_t i)
+{
+    return w->order && i < w->n ? w->order[i] : (size_t)-1;
+}
+
+int st_writer_append(st_writer *w, const void *buf, size_t n, qd_err *err)
+{
+    if (!w->out) return qd_err_set(err, QD_EINVAL, "st_writer: append without st_writer_begin");
+    if (n > w->data_bytes - w->appended) {
+        stream_abort(w);
+        return qd_err_set(err, QD_EINVAL, "st_writer: %zu bytes appended past the %" PRIu64 " bytes of tensor data",
+                          n, w->data_bytes);
+    }
+    int rc = qd_fs_atomic_write(w->out, buf, n, err);
+    if (rc) stream_abort(w);
+    else w->appended += n;
+    return rc;
+}
+
+int st_writer_finish(st_writer *w, qd_err *err)
+{
+    if (!w->out) return qd_err_set(err, QD_EINVAL, "st_writer: finish without st_writer_begin");
+    qd_fs_atomic *out = w->out;
+    w->out = NULL;
+    if (w->appended != w->data_bytes) {
+        qd_fs_atomic_abort(out);
+        return qd_err_set(err, QD_EINVAL, "st_writer: %" PRIu64 " of %" PRIu64 " bytes of tensor data were appended",
+                          w->appended, w->data_bytes);
+    }
+    return qd_fs_atomic_commit(out, err);
+}
+
+int st_writer_write(st_writer *w, const char *path, qd_err *err)
+{
+    for (size_t i = 0; i < w->n; i++)
+        if (!w->e[i].data && w->e[i].nbytes)
+            return qd_err_set(err, QD_EINVAL, "%s: tensor '%s' was declared without data", path, w->e[i].name);
+    int rc = st_writer_begin(w, path, err);
+    for (size_t i = 0; i < w->n && !rc; i++) {
+        const st_wentry *e = &w->e[w->order[i]];
+        rc = st_writer_append(w, e->data, (size_t)e->nbytes, err);
+    }
+    if (!rc) return st_writer_finish(w, err);
+    stream_abort(w);
     return rc;
 }

@@ -1,12 +1,23 @@
-/* Writes tiny random llama / OPT checkpoints (see testgen.h). The tensor list is built from
- * the same config the loader parses (config.json is written first and parsed back), so the
- * generator and the loader cannot disagree about which biases or projections exist. */
+/* Writes random llama / OPT checkpoints, tiny or full-sized (see testgen.h). The tensor list
+ * is built from the same config the loader parses (config.json's text is parsed back before
+ * it is written), so the generator and the loader cannot disagree about which biases or
+ * projections exist.
+ *
+ * Values are drawn in list order from one sequence (tensor i starts where tensor i - 1
+ * ended), but a safetensors file stores its tensors sorted by name. Rather than hold the
+ * model in memory to reorder it, each tensor is made on its own when the file wants it: the
+ * generator jumps to the tensor's first value (tg_rng_at) and the values are made, converted
+ * and appended in chunks of TG_CHUNK, so memory stays at a few MiB whatever the model's
+ * size, and the bytes are those the whole-model version wrote. */
 #include <cjson/cJSON.h>
+#include <dirent.h>
+#include <errno.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/core/rng.h"
@@ -35,6 +46,9 @@ qd_testgen_opts qd_testgen_defaults(qd_arch_family family)
 
 typedef struct tg_rng { uint64_t s; int have; float spare; } tg_rng;
 
+/* Values made, converted and appended at a time: 4 MiB of floats. */
+#define TG_CHUNK ((size_t)1 << 20)
+
 static uint64_t tg_next(tg_rng *r) { return qd_splitmix64(&r->s); }
 
 static float tg_normal(tg_rng *r)
@@ -47,6 +61,16 @@ static float tg_normal(tg_rng *r)
     return (float)(mag * cos(2.0 * M_PI * u2));
 }
 
+/* The generator as it stands after `k` values of the sequence from seed. Values come in
+ * pairs, each pair from two draws; an odd k stops inside a pair, whose second value then
+ * waits as the spare. */
+static tg_rng tg_rng_at(uint64_t seed, uint64_t k)
+{
+    tg_rng r = {.s = qd_splitmix64_skip(seed, k & ~(uint64_t)1)};
+    if (k & 1) (void)tg_normal(&r);
+    return r;
+}
+
 enum tg_kind { TG_LINEAR, TG_BIAS, TG_NORM_W, TG_NORM_B, TG_EMBED };
 
 typedef struct tg_tensor {
@@ -54,7 +78,8 @@ typedef struct tg_tensor {
     int ndim;
     int64_t shape[2];
     enum tg_kind kind;
-    void *data;
+    uint64_t numel;
+    uint64_t first;      /* index of its first value in the seed's sequence */
 } tg_tensor;
 
 typedef struct tg_list { tg_tensor *t; size_t n, cap; } tg_list;
@@ -83,7 +108,8 @@ static int tg_add(tg_list *l, enum tg_kind kind, int64_t d0, int64_t d1, const c
     return 0;
 }
 
-static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_config *cfg, qd_err *err)
+/* config.json's text into *text (the caller's) and the config the loader will parse from it. */
+static int make_config(const qd_testgen_opts *o, char **text, qd_model_config *cfg, qd_err *err)
 {
     cJSON *c = cJSON_CreateObject();
     const char *arch = o->architecture ? o->architecture
@@ -130,10 +156,8 @@ static int write_config(const char *dir, const qd_testgen_opts *o, qd_model_conf
     cJSON_Delete(c);
     if (!s) return qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
     int rc = qd_model_config_parse(s, "testgen config", cfg, err);
-    char path[4096];
-    snprintf(path, sizeof path, "%s/config.json", dir);
-    if (!rc) rc = qd_fs_write_atomic(path, s, strlen(s), err);
-    free(s);
+    if (rc) free(s);
+    else *text = s;
     return rc;
 }
 
@@ -207,76 +231,133 @@ static int build_list(const qd_model_config *c, tg_list *l)
     return rc ? QD_ENOMEM : 0;
 }
 
-static int fill(tg_tensor *t, tg_rng *r, const qd_testgen_opts *o)
+/* Makes tensor t's values from its place in the sequence and appends them to w in
+ * o->dtype. f holds TG_CHUNK floats, conv TG_CHUNK values of o->dtype. */
+static int stream_tensor(st_writer *w, const tg_tensor *t, const qd_testgen_opts *o, float *f, void *conv,
+                         qd_err *err)
 {
-    int64_t n = t->shape[0] * (t->ndim == 2 ? t->shape[1] : 1);
-    float *f = malloc((size_t)n * sizeof *f);
-    if (!f) return QD_ENOMEM;
+    tg_rng r = tg_rng_at(o->seed, t->first);
     float s = t->kind == TG_LINEAR ? (float)(1.0 / sqrt((double)t->shape[1])) : t->kind == TG_EMBED ? 0.5f : 0.1f;
-    for (int64_t i = 0; i < n; i++) {
-        float v = s * tg_normal(r);
-        if (t->kind == TG_NORM_W) v += 1.0f;
-        f[i] = o->round_f16 ? qd_f32_round_f16(v) : v;
+    size_t esz = qd_dtype_size(o->dtype);
+    for (uint64_t done = 0; done < t->numel;) {
+        size_t n = t->numel - done < TG_CHUNK ? (size_t)(t->numel - done) : TG_CHUNK;
+        for (size_t i = 0; i < n; i++) {
+            float v = s * tg_normal(&r);
+            if (t->kind == TG_NORM_W) v += 1.0f;
+            f[i] = o->round_f16 ? qd_f32_round_f16(v) : v;
+        }
+        const void *out = f;
+        if (o->dtype != QD_DTYPE_F32) {
+            int rc = qd_convert_from_f32(o->dtype, f, conv, n);
+            if (rc) return qd_err_set(err, rc, "testgen: cannot convert %s to %s", t->name, qd_dtype_name(o->dtype));
+            out = conv;
+        }
+        int rc = st_writer_append(w, out, n * esz, err);
+        if (rc) return rc;
+        done += n;
     }
-    if (o->dtype == QD_DTYPE_F32) { t->data = f; return 0; }
-    void *d = malloc((size_t)n * qd_dtype_size(o->dtype));
-    int rc = d ? qd_convert_from_f32(o->dtype, f, d, (size_t)n) : QD_ENOMEM;
-    free(f);
-    if (rc) { free(d); return rc; }
-    t->data = d;
     return 0;
+}
+
+/* Writes shard s of the plan: the header, then each tensor made in the file's order. */
+static int write_shard(const char *dir, const tg_list *l, const st_shard_plan *plan, size_t s,
+                       const qd_testgen_opts *o, float *f, void *conv, qd_err *err)
+{
+    st_writer *w = NULL;
+    if (st_writer_init(&w)) return qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
+    size_t a = plan->start[s], b = plan->start[s + 1];
+    int rc = 0;
+    for (size_t i = a; i < b && !rc; i++)
+        rc = st_writer_declare(w, l->t[i].name, o->dtype, l->t[i].ndim, l->t[i].shape, err);
+    char fname[64], path[4096];
+    st_shard_file_name(plan, s, fname, sizeof fname);
+    snprintf(path, sizeof path, "%s/%s", dir, fname);
+    if (!rc) rc = st_writer_begin(w, path, err);
+    for (size_t k = 0; k < b - a && !rc; k++)
+        rc = stream_tensor(w, &l->t[a + st_writer_tensor_at(w, k)], o, f, conv, err);
+    if (!rc) rc = st_writer_finish(w, err);
+    st_writer_free(w);
+    return rc;
+}
+
+/* Removes what an earlier model in dir left that the new one does not overwrite, as
+ * transformers' save_pretrained does: the loader prefers model.safetensors to an index, so
+ * a stale single file would hide new shards, and shards of another count waste the disk.
+ * Called once the new files are in place. */
+static int remove_stale(const char *dir, const st_shard_plan *plan, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", dir, plan->n_shards > 1 ? "model.safetensors" : "model.safetensors.index.json");
+    if (unlink(path) != 0 && errno != ENOENT) return qd_err_set(err, QD_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    DIR *d = opendir(dir);
+    if (!d) return 0;
+    struct dirent *e;
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        unsigned i, n;
+        int end = 0;
+        if (sscanf(e->d_name, "model-%5u-of-%5u.safetensors%n", &i, &n, &end) != 2 || end != 32 || e->d_name[end])
+            continue;
+        if (plan->n_shards > 1 && n == plan->n_shards) continue;   /* one of ours */
+        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
+        if (unlink(path) != 0 && errno != ENOENT) rc = qd_err_set(err, QD_EIO, "%s: cannot remove: %s", path, strerror(errno));
+    }
+    closedir(d);
+    return rc;
 }
 
 int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err)
 {
     if (o->dtype != QD_DTYPE_F32 && o->dtype != QD_DTYPE_F16 && o->dtype != QD_DTYPE_BF16)
         return qd_err_set(err, QD_EINVAL, "testgen: dtype %s is not F32, F16 or BF16", qd_dtype_name(o->dtype));
-    int shards = o->n_shards < 1 ? 1 : o->n_shards;
     int rc = qd_fs_mkdir_p(dir, err);
     if (rc) return rc;
     qd_model_config cfg;
-    if ((rc = write_config(dir, o, &cfg, err))) return rc;
+    char *config = NULL, path[4096];
+    if ((rc = make_config(o, &config, &cfg, err))) return rc;
     tg_list l = {0};
+    st_shard_plan plan = {0};
+    uint64_t *bytes = NULL;
+    const char **names = NULL;
+    float *f = NULL;
+    void *conv = NULL;
     if ((rc = build_list(&cfg, &l))) { qd_err_set(err, rc, "testgen: out of memory"); goto done; }
-    if ((size_t)shards > l.n) shards = (int)l.n;
-    tg_rng r = {.s = o->seed};
-    for (size_t i = 0; i < l.n && !rc; i++)
-        if ((rc = fill(&l.t[i], &r, o))) qd_err_set(err, rc, "testgen: cannot make tensor %s", l.t[i].name);
-    cJSON *idx = cJSON_CreateObject(), *wm = NULL;
-    uint64_t total = 0;
-    if (shards > 1) {
-        cJSON *meta = cJSON_AddObjectToObject(idx, "metadata");
-        (void)meta;
-        wm = cJSON_CreateObject();
+    bytes = malloc((l.n ? l.n : 1) * sizeof *bytes);
+    names = malloc((l.n ? l.n : 1) * sizeof *names);
+    f = malloc(TG_CHUNK * sizeof *f);
+    conv = malloc(TG_CHUNK * qd_dtype_size(o->dtype));
+    if (!bytes || !names || !f || !conv) { rc = qd_err_set(err, QD_ENOMEM, "testgen: out of memory"); goto done; }
+    uint64_t first = 0;
+    for (size_t i = 0; i < l.n; i++) {
+        tg_tensor *t = &l.t[i];
+        t->numel = (uint64_t)t->shape[0] * (uint64_t)(t->ndim == 2 ? t->shape[1] : 1);
+        t->first = first;
+        first += t->numel;
+        bytes[i] = t->numel * qd_dtype_size(o->dtype);
+        names[i] = t->name;
     }
-    for (int s = 0; s < shards && !rc; s++) {
-        st_writer *w = NULL;
-        if ((rc = st_writer_init(&w))) { qd_err_set(err, rc, "testgen: out of memory"); break; }
-        char fname[128], path[4096];
-        if (shards > 1) snprintf(fname, sizeof fname, "model-%05d-of-%05d.safetensors", s + 1, shards);
-        else snprintf(fname, sizeof fname, "model.safetensors");
-        for (size_t i = (size_t)s * l.n / shards; i < (size_t)(s + 1) * l.n / shards && !rc; i++) {
-            rc = st_writer_add(w, l.t[i].name, o->dtype, l.t[i].ndim, l.t[i].shape, l.t[i].data, err);
-            if (wm) cJSON_AddStringToObject(wm, l.t[i].name, fname);
-        }
-        total += st_writer_data_bytes(w);
-        snprintf(path, sizeof path, "%s/%s", dir, fname);
-        if (!rc) rc = st_writer_write(w, path, err);
-        st_writer_free(w);
+    rc = o->shard_size ? st_shard_plan_by_size(bytes, l.n, o->shard_size, &plan)
+                       : st_shard_plan_by_count(bytes, l.n, o->n_shards < 1 ? 1 : (size_t)o->n_shards, &plan);
+    if (rc) { qd_err_set(err, rc, "testgen: out of memory"); goto done; }
+    /* Refused up front rather than after filling the disk (a 70B-shaped model is 138 GB). */
+    uint64_t free_bytes;
+    if (qd_fs_free_bytes(dir, &free_bytes, NULL) == 0 && free_bytes < plan.total_bytes) {
+        rc = qd_err_set(err, QD_ERESOURCE, "testgen: the model needs %.2f GB and %s has %.2f GB free",
+                        plan.total_bytes / 1e9, dir, free_bytes / 1e9);
+        goto done;
     }
-    if (!rc && shards > 1) {
-        cJSON_AddNumberToObject(cJSON_GetObjectItem(idx, "metadata"), "total_size", (double)total);
-        cJSON_AddItemToObject(idx, "weight_map", wm);
-        wm = NULL;
-        char *s = cJSON_Print(idx), path[4096];
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        rc = s ? qd_fs_write_atomic(path, s, strlen(s), err) : qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
-        free(s);
-    }
-    cJSON_Delete(wm);
-    cJSON_Delete(idx);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if ((rc = qd_fs_write_atomic(path, config, strlen(config), err))) goto done;
+    for (size_t s = 0; s < plan.n_shards && !rc; s++) rc = write_shard(dir, &l, &plan, s, o, f, conv, err);
+    if (!rc && plan.n_shards > 1) rc = st_shard_index_write(dir, &plan, names, err);
+    if (!rc) rc = remove_stale(dir, &plan, err);
 done:
-    for (size_t i = 0; i < l.n; i++) free(l.t[i].data);
+    st_shard_plan_free(&plan);
+    free(conv);
+    free(f);
+    free(names);
+    free(bytes);
     free(l.t);
+    free(config);
     return rc;
 }

@@ -4,7 +4,7 @@
  * llama attention_bias, Mixtral's experts) and OPT (biases, learned positions, project_in/out, pre/post-LN).
  *
  * Weights come from a fixed seeded generator (splitmix64 + Box-Muller), so the same options
- * give the same values in any dtype and on any machine. Linear weights are N(0, 1/K) so
+ * give the same values in any dtype, sharded or not, and on any machine. Linear weights are N(0, 1/K) so
  * activations keep their scale through the blocks. */
 #ifndef QUANT_MODEL_TESTGEN_H
 #define QUANT_MODEL_TESTGEN_H
@@ -31,7 +31,10 @@ typedef struct qd_testgen_opts {
     qd_dtype dtype;            /* F32, F16 or BF16 */
     int round_f16;             /* round every value through F16 first (so F32 and F16 files
                                   hold identical weights) */
-    int n_shards;              /* 1: model.safetensors; more: sharded with an index */
+    int n_shards;              /* 1: model.safetensors; more: that many shards of nearly equal
+                                  tensor counts, with an index */
+    uint64_t shard_size;       /* > 0: shards of at most this many bytes of data, split as HF
+                                  does (st_shard_plan_by_size); overrides n_shards */
     int64_t n_experts;         /* llama: > 0 writes a MixtralForCausalLM of n_experts experts of
                                   width `intermediate` (block_sparse_moe.gate, experts.N.w1/w2/w3) */
     int64_t top_k;             /* experts per token (num_experts_per_tok); 0: 2 */
@@ -41,7 +44,11 @@ typedef struct qd_testgen_opts {
 /* Small defaults for a family: hidden 64, intermediate 160, 2 layers, 4 heads (llama: 2 kv
  * heads), vocab 128, max_pos 128, F32, seed 1. */
 qd_testgen_opts qd_testgen_defaults(qd_arch_family family);
-/* Creates dir (mkdir -p) and writes the checkpoint into it. */
+/* Creates dir (mkdir -p) and writes the checkpoint into it. Each file is written atomically
+ * and tensor by tensor, in chunks: memory stays at a few MiB for any model size. A model
+ * larger than the free space is refused before anything is written (QD_ERESOURCE). Files of
+ * an earlier model there that the new one does not replace (model.safetensors, the index,
+ * shards of another count) are removed afterwards, so the directory loads as the new one. */
 int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err);
 
 #endif

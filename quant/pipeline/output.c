@@ -34,50 +34,25 @@ static int write_one_shard(const char *path, const qd_out_tensor *t, size_t a, s
 
 int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n, uint64_t shard_size, qd_err *err)
 {
-    if (shard_size == 0) shard_size = UINT64_MAX;
-    /* First pass: where each shard starts. */
-    size_t *start = malloc((n + 1) * sizeof *start);
-    if (!start) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    size_t n_shards = 0;
-    uint64_t cur = 0, total = 0;
-    for (size_t i = 0; i < n; i++) {
-        uint64_t b = tensor_bytes(&t[i]);
-        total += b;
-        if (i == 0 || (cur > 0 && cur + b > shard_size)) {
-            start[n_shards++] = i;
-            cur = 0;
-        }
-        cur += b;
+    uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
+    const char **names = malloc((n ? n : 1) * sizeof *names);
+    st_shard_plan plan = {0};
+    int rc = bytes && names ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (size_t i = 0; i < n && !rc; i++) {
+        bytes[i] = tensor_bytes(&t[i]);
+        names[i] = t[i].name;
     }
-    if (n == 0) start[n_shards++] = 0;
-    start[n_shards] = n;
-    char path[4096];
-    int rc = 0;
-    if (n_shards == 1) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        rc = write_one_shard(path, t, 0, n, err);
-        free(start);
-        return rc;
-    }
-    cJSON *index = cJSON_CreateObject();
-    cJSON *meta = cJSON_AddObjectToObject(index, "metadata");
-    cJSON_AddNumberToObject(meta, "total_size", (double)total);
-    cJSON *map = cJSON_AddObjectToObject(index, "weight_map");
-    for (size_t s = 0; s < n_shards && !rc; s++) {
-        char fname[64];
-        snprintf(fname, sizeof fname, "model-%05zu-of-%05zu.safetensors", s + 1, n_shards);
+    if (!rc && st_shard_plan_by_size(bytes, n, shard_size, &plan)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    char fname[64], path[4096];
+    for (size_t s = 0; s < plan.n_shards && !rc; s++) {
+        st_shard_file_name(&plan, s, fname, sizeof fname);
         snprintf(path, sizeof path, "%s/%s", dir, fname);
-        rc = write_one_shard(path, t, start[s], start[s + 1], err);
-        for (size_t i = start[s]; i < start[s + 1] && !rc; i++) cJSON_AddStringToObject(map, t[i].name, fname);
+        rc = write_one_shard(path, t, plan.start[s], plan.start[s + 1], err);
     }
-    if (!rc) {
-        char *text = cJSON_Print(index);
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        rc = text ? qd_fs_write_atomic(path, text, strlen(text), err) : qd_err_set(err, QD_ENOMEM, "out of memory");
-        free(text);
-    }
-    cJSON_Delete(index);
-    free(start);
+    if (!rc && plan.n_shards > 1) rc = st_shard_index_write(dir, &plan, names, err);
+    st_shard_plan_free(&plan);
+    free(names);
+    free(bytes);
     return rc;
 }
 

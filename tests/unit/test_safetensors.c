@@ -4,7 +4,6 @@
  * refused checkpoints, and atomic writes that leave no temp files behind. */
 #include "test_util.h"
 
-#include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -26,48 +25,6 @@ static const char *data_dir(void)
     if (s) strcpy(s, "/data");
     else snprintf(buf, sizeof buf, "tests/data");
     return buf;
-}
-
-static char *slurp(const char *path, size_t *len)
-{
-    char *b = NULL;
-    qd_err err = {0};
-    if (qd_fs_read_file(path, &b, len, &err) != 0) {
-        fprintf(stderr, "%s\n", err.msg);
-        return NULL;
-    }
-    return b;
-}
-
-/* Files in dir other than "." and ".."; names containing ".tmp." are counted in *tmps. */
-static int count_entries(const char *dir, int *tmps)
-{
-    DIR *d = opendir(dir);
-    int n = 0;
-    *tmps = 0;
-    if (!d) return -1;
-    struct dirent *de;
-    while ((de = readdir(d))) {
-        if (!strcmp(de->d_name, ".") || !strcmp(de->d_name, "..")) continue;
-        n++;
-        if (strstr(de->d_name, ".tmp.")) (*tmps)++;
-    }
-    closedir(d);
-    return n;
-}
-
-/* Returns a new empty directory under the test tmpdir. Its path is copied out of
- * test_path's 8 rotating slots, so later test_path calls cannot overwrite it. */
-static const char *fresh_dir(const char *name)
-{
-    static char dirs[16][1024];
-    static int slot;
-    char *p = dirs[slot++ & 15];
-    snprintf(p, 1024, "%s", test_path(test_tmpdir(), name));
-    qd_err err = {0};
-    qd_fs_remove_tree(p, &err);
-    qd_fs_mkdir_p(p, &err);
-    return p;
 }
 
 /* Must match pattern() in tests/data/make_st_golden.py. */
@@ -109,21 +66,6 @@ static size_t gspec_bytes(const gspec *g)
     size_t n = 1;
     for (int d = 0; d < g->ndim; d++) n *= (size_t)g->shape[d];
     return n * qd_dtype_size(g->dt);
-}
-
-static int file_equals(const char *a, const char *b)
-{
-    size_t la = 0, lb = 0;
-    char *x = slurp(a, &la), *y = slurp(b, &lb);
-    int eq = x && y && la == lb && memcmp(x, y, la) == 0;
-    if (x && y && !eq) {
-        size_t i = 0;
-        while (i < la && i < lb && x[i] == y[i]) i++;
-        fprintf(stderr, "files differ: %s (%zu bytes) vs %s (%zu bytes), first difference at byte %zu\n", a, la, b, lb, i);
-    }
-    free(x);
-    free(y);
-    return eq;
 }
 
 /* Writes a file from raw parts: an 8-byte length (hlen_override when nonzero, else the
@@ -174,12 +116,12 @@ static void test_golden_mixed_bytes(void)
         for (size_t i = 0; i < nb; i++) bufs[k][i] = pattern_byte(i, g->seed, g->dt == QD_DTYPE_BOOL);
         CHECK_OK(st_writer_add(w, g->name, g->dt, g->ndim, g->shape, bufs[k], &err));
     }
-    const char *dir = fresh_dir("golden");
+    const char *dir = test_fresh_dir("golden");
     const char *out = test_path(dir, "mixed.safetensors");
     CHECK_OK(st_writer_write(w, out, &err));
-    CHECK(file_equals(out, test_path(data_dir(), "st_golden_mixed.safetensors")));
+    CHECK(test_files_equal(out, test_path(data_dir(), "st_golden_mixed.safetensors")));
     int tmps;
-    CHECK_INT(count_entries(dir, &tmps), 1);
+    CHECK_INT(test_count_entries(dir, &tmps), 1);
     CHECK_INT(tmps, 0);
     st_writer_free(w);
     for (size_t k = 0; k < N_MIXED; k++) free(bufs[k]);
@@ -192,7 +134,7 @@ static void test_golden_empty_bytes(void)
     CHECK_OK(st_writer_init(&w));
     const char *out = test_path(test_tmpdir(), "empty.safetensors");
     CHECK_OK(st_writer_write(w, out, &err));
-    CHECK(file_equals(out, test_path(data_dir(), "st_golden_empty.safetensors")));
+    CHECK(test_files_equal(out, test_path(data_dir(), "st_golden_empty.safetensors")));
     st_writer_free(w);
 
     st_file *f;
@@ -551,7 +493,7 @@ static void write_index(const char *dir, const char *json)
 
 static void test_sharded_model(void)
 {
-    const char *dir = fresh_dir("sharded");
+    const char *dir = test_fresh_dir("sharded");
     const char *s1[] = {"model.embed_tokens.weight", "model.layers.0.w"};
     const char *s2[] = {"model.layers.1.w", "lm_head.weight"};
     write_shard(test_path(dir, "model-00001-of-00002.safetensors"), s1, 2, 0);
@@ -613,7 +555,7 @@ static void test_single_and_refused(void)
 {
     qd_err err = {0};
     st_model *m = NULL;
-    const char *dir = fresh_dir("single");
+    const char *dir = test_fresh_dir("single");
     const char *names[] = {"w"};
     write_shard(test_path(dir, "model.safetensors"), names, 1, 1);
     CHECK_OK(st_model_open(dir, &m, &err));
@@ -624,14 +566,14 @@ static void test_single_and_refused(void)
     CHECK_OK(st_model_open(test_path(dir, "model.safetensors"), &m, &err));
     st_model_close(m);
 
-    const char *bin = fresh_dir("binonly");
+    const char *bin = test_fresh_dir("binonly");
     CHECK_OK(qd_fs_write_atomic(test_path(bin, "pytorch_model.bin"), "PK", 2, &err));
     CHECK_INT(st_model_open(bin, &m, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "pytorch_model.bin");
     CHECK_CONTAINS(err.msg, "convert");
     CHECK_CONTAINS(err.msg, "safetensors");
 
-    const char *none = fresh_dir("nomodel");
+    const char *none = test_fresh_dir("nomodel");
     CHECK_INT(st_model_open(none, &m, &err), QD_ENOTFOUND);
     CHECK_CONTAINS(err.msg, "model.safetensors");
     CHECK_INT(st_model_open(test_path(none, "absent"), &m, &err), QD_ENOTFOUND);
@@ -670,7 +612,7 @@ static void test_shared_models(void)
 static void test_fsutil(void)
 {
     qd_err err = {0};
-    const char *dir = fresh_dir("fs");
+    const char *dir = test_fresh_dir("fs");
     const char *p = test_path(dir, "a.txt");
     CHECK_OK(qd_fs_write_atomic(p, "hello", 5, &err));
     CHECK_OK(qd_fs_write_atomic(p, "bye", 3, &err));   /* replaces */
@@ -681,7 +623,7 @@ static void test_fsutil(void)
     CHECK_STR(b, "bye");
     free(b);
     int tmps;
-    CHECK_INT(count_entries(dir, &tmps), 1);
+    CHECK_INT(test_count_entries(dir, &tmps), 1);
     CHECK_INT(tmps, 0);
 
     /* More buffers than IOV_MAX, some empty. */
@@ -703,8 +645,8 @@ static void test_fsutil(void)
     free(b);
 
     CHECK_OK(qd_fs_copy_file(test_path(dir, "iov.bin"), test_path(dir, "copy.bin"), &err));
-    CHECK(file_equals(test_path(dir, "iov.bin"), test_path(dir, "copy.bin")));
-    CHECK_INT(count_entries(dir, &tmps), 3);
+    CHECK(test_files_equal(test_path(dir, "iov.bin"), test_path(dir, "copy.bin")));
+    CHECK_INT(test_count_entries(dir, &tmps), 3);
     CHECK_INT(tmps, 0);
     CHECK_ERR(qd_fs_copy_file(test_path(dir, "absent"), test_path(dir, "c2"), &err));
     CHECK_CONTAINS(err.msg, "absent");
@@ -712,7 +654,7 @@ static void test_fsutil(void)
     /* A failed write (directory missing) leaves nothing behind and names the path. */
     CHECK_ERR(qd_fs_write_atomic(test_path(dir, "nodir/x"), "x", 1, &err));
     CHECK_CONTAINS(err.msg, "nodir");
-    CHECK_INT(count_entries(dir, &tmps), 3);
+    CHECK_INT(test_count_entries(dir, &tmps), 3);
 
     const char *deep = test_path(dir, "x/y/z/");
     CHECK_OK(qd_fs_mkdir_p(deep, &err));
