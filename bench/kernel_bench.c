@@ -60,18 +60,14 @@ typedef struct bench_ctx {
 
 #define BENCH_MAX_REPS 1000
 
-/* Evicts the weights of the previous repetition from L2 (no-op on the CPU). */
+#ifdef QUANTD_HAVE_CUDA
+/* Evicts the weights of the previous repetition from L2 (the GPU timings only use it). */
 static void flush_l2(bench_ctx *c)
 {
-#ifdef QUANTD_HAVE_CUDA
     if (c->be->device >= 0 && c->flush)
         cudaMemsetAsync(c->flush, c->reps & 0xff, c->flush_bytes, (cudaStream_t)qd_backend_cuda_stream(c->be));
-#else
-    (void)c;
-#endif
 }
 
-#ifdef QUANTD_HAVE_CUDA
 /* Exits on a CUDA failure: a benchmark that times failed calls would print nonsense. */
 #define BENCH_CU(call)                                                                                   \
     do {                                                                                                 \
