@@ -14,13 +14,27 @@ command -v redis-server >/dev/null || { echo "demo: redis-server is not installe
 DIR=${QUANTD_DEMO_DIR:-$(mktemp -d /tmp/quantd-demo-XXXXXX)}
 mkdir -p "$DIR"
 DIR=$(cd "$DIR" && pwd)
-PORT=$((20000 + RANDOM % 30000))
 PIDS=()
 trap 'for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done; wait 2>/dev/null || true' EXIT
 
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
-PIDS+=($!)
-for _ in $(seq 100); do redis-cli -p "$PORT" PING >/dev/null 2>&1 && break; sleep 0.05; done
+# A random loopback port; another one when it is taken (redis-server exits at once), and up to
+# 30 s for it to answer on a loaded machine.
+up=0
+for _ in 1 2 3 4 5; do
+    PORT=$((20000 + RANDOM % 30000))
+    redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$DIR" >"$DIR/redis.log" 2>&1 &
+    RPID=$!
+    for _ in $(seq 300); do
+        redis-cli -p "$PORT" PING >/dev/null 2>&1 && { up=1; break; }
+        kill -0 "$RPID" 2>/dev/null || break
+        sleep 0.1
+    done
+    [ "$up" = 1 ] && break
+    kill "$RPID" 2>/dev/null || true
+    wait "$RPID" 2>/dev/null || true
+done
+[ "$up" = 1 ] || { echo "demo: redis-server did not start (last log: $DIR/redis.log)" >&2; tail -5 "$DIR/redis.log" >&2; exit 1; }
+PIDS+=("$RPID")
 
 SHARED="$ROOT/../shared/data"
 if [ -d "$SHARED/models/tiny-llama-c4" ] && [ -f "$SHARED/text/c4/c4-calib.jsonl" ]; then
