@@ -212,7 +212,7 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "kernel_check_rows", "moe", "serve", "checkpoint", NULL,
+    "kernel_check", "kernel_check_rows", "error_direct_rows", "moe", "serve", "checkpoint", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
 static const char *const ckpt_keys[] = { "acts_every", NULL };
@@ -487,7 +487,9 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)) ||
         (rc = get_int32(root, p, "kernel_check_rows", 1, 65536, "must be an integer from 1 to 65536",
-                        &job->kernel_check_rows, &has_kcheck_rows, err)))
+                        &job->kernel_check_rows, &has_kcheck_rows, err)) ||
+        (rc = get_int32(root, p, "error_direct_rows", 0, 1 << 24, "must be an integer from 0 (off) to 16777216",
+                        &job->error_direct_rows, NULL, err)))
         return rc;
     if (has_kcheck_rows && !job->kernel_check)
         return qp_err_set(err, QP_EINVAL, "job.kernel_check_rows: given while kernel_check is false (remove one of them)");

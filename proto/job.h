@@ -126,6 +126,8 @@ typedef struct qp_job {
     qp_layout layout;
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
     int kernel_check_rows;          /* on this many calibration rows of its input (1..65536) */
+    int error_direct_rows;          /* debugging: each layer's error also computed directly over
+                                       this many rows of its input (0: off, the default) */
     qp_job_moe moe;
     qp_job_ckpt checkpoint;         /* how often activations are kept (see qp_job_ckpt) */
     qp_job_serve serve;             /* optional serving target (see qp_job_serve) */

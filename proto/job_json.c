@@ -81,6 +81,7 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     if (all) rc |= qpj_add_bool(o, "kernel_check", job->kernel_check);
     if (all && job->kernel_check_rows != QP_KERNEL_CHECK_ROWS_DEFAULT)
         rc |= qpj_add_num(o, "kernel_check_rows", job->kernel_check_rows);
+    if (all && job->error_direct_rows) rc |= qpj_add_num(o, "error_direct_rows", job->error_direct_rows);
     /* Only when not the defaults, so that a dense model's job keeps the id it always had. */
     if (!job->moe.calibrate_all_experts || job->moe.min_tokens != QP_MOE_MIN_TOKENS_DEFAULT || job->moe.awq_shared_input) {
         cJSON *m = cJSON_CreateObject();

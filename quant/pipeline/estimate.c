@@ -135,7 +135,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * (model_load.c; larger ones in 64 MiB chunks), and the calibration ids. */
     uint64_t lm = V * h * 4 <= (256ull << 20) ? V * h * 4 : (64ull << 20);
     uint64_t resident = EST_BASE_BYTES + lm + rows * 4;
-    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + eval_bytes(job, &cfg);
+    /* error_direct_rows (debugging): every group's first rows kept on the host (at most one
+     * group per linear), and one layer's outputs and inputs on the backend. */
+    uint64_t dr = (uint64_t)job->error_direct_rows;
+    uint64_t direct = dr ? dr * widest * 4 * (n_linears + 2) : 0;
+    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval_bytes(job, &cfg);
 
     /* ---- disk ---- */
     /* A packed block: the weights at bits per parameter; per group and output column an F16

@@ -52,9 +52,11 @@ static void cost_finish(qd_pipeline *p, double t, double secs)
 
 static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
                           const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                          const float *kslice, int64_t kslice_rows, qd_linear_out *outs,
+                          const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
                           qd_layer_result *results, qd_err *err)
 {
+    const float *kslice = kcheck->x[g];
+    int64_t kslice_rows = kcheck->rows[g];
     const qd_input_group *G = qd_model_group(p->m, g);
     const qp_job *job = p->job;
     if (plans[G->linears[0]].absent) return 0;   /* a group of linears this block does not have */
@@ -76,6 +78,7 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         qd_layer_result res;
         memset(&res, 0, sizeof res);
         res.routed_tokens = -1;
+        res.rel_error_direct = -1;
         snprintf(res.name, sizeof res.name, "%s%s", prefix, L->name);
         res.block = block;
         res.n = L->n;
@@ -155,6 +158,12 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
         if (rc) { free(deq); return rc; }
         if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
+        if (direct->x[g] && direct->rows[g] > 0) {
+            rc = qd_pipeline_rel_error_direct(p, o->w_eff, deq, L->n, L->k, direct->x[g], direct->rows[g],
+                                              &res.rel_error_direct, err);
+            t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
+            if (rc) { free(deq); return qd_err_prefix(err, "%s: direct error", res.name); }
+        }
         if (job->kernel_check && kslice && kslice_rows > 0) {
             /* The packed weights through the dequantizing kernel vs the float matmul of
              * what they decode to, on real inputs of this layer. */
@@ -252,8 +261,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
     qd_linear_out *outs = calloc(QD_MAX_LINEARS, sizeof *outs);
     qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
-    float **kslice = calloc(QD_MAX_GROUPS, sizeof *kslice);
-    int64_t *kslice_rows = calloc(QD_MAX_GROUPS, sizeof *kslice_rows);
+    qd_row_slices *kcheck = calloc(1, sizeof *kcheck), *direct = calloc(1, sizeof *direct);
     qd_layer_result *results = calloc(QD_MAX_LINEARS, sizeof *results);
     int *order = calloc(QD_MAX_GROUPS, sizeof *order);
     int norm_modified[QD_MAX_NORMS] = {0};
@@ -265,10 +273,18 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     qd_block_weights *bw = NULL;
     float *xcap = NULL, *y = NULL;
     int rc = 0;
-    if (!plans || !outs || !acc || !kslice || !kslice_rows || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
-    for (int g = 0; g < ng && job->kernel_check && !rc; g++) {
-        kslice[g] = malloc((size_t)((int64_t)job->kernel_check_rows * qd_model_group(p->m, g)->k) * sizeof(float));
-        if (!kslice[g]) rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
+    if (!plans || !outs || !acc || !kcheck || !direct || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
+    if (!rc) {
+        kcheck->cap = job->kernel_check ? job->kernel_check_rows : 0;
+        direct->cap = job->error_direct_rows;
+    }
+    for (int g = 0; g < ng && !rc; g++) {
+        int64_t k = qd_model_group(p->m, g)->k;
+        if (kcheck->cap && !(kcheck->x[g] = malloc((size_t)(kcheck->cap * k) * sizeof(float))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
+        if (direct->cap && !(direct->x[g] = malloc((size_t)(direct->cap * k) * sizeof(float))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
+                            (long long)direct->cap, (long long)k);
     }
     if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
     double t = qd_clock_now_s();
@@ -296,8 +312,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     if (!rc && !sequential) {
         qd_capture_ctx c;
         qd_capture_init(&c, p, err);
-        c.slice = kslice;
-        c.slice_rows = kslice_rows;
+        c.kcheck = kcheck;
+        c.direct = direct;
         for (int g = 0; g < ng && !rc; g++) {
             if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
@@ -324,8 +340,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (sequential) {
             qd_capture_ctx c;
             qd_capture_init(&c, p, err);
-            c.slice = kslice;
-            c.slice_rows = kslice_rows;
+            c.kcheck = kcheck;
+            c.direct = direct;
             for (int j = i; j < i + run && !rc; j++) {
                 rc = qd_gptq_hessian_init(&acc[order[j]], p->be, qd_model_group(p->m, order[j])->k, err);
                 c.want[order[j]] = 1;
@@ -348,7 +364,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         }
         for (int j = i; j < i + run; j++) {
             int gg = order[j];
-            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? xcap : NULL, kslice[gg], kslice_rows[gg],
+            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? xcap : NULL, kcheck, direct,
                                          outs, results, err);
             qd_gptq_hessian_free(&acc[gg]);
         }
@@ -449,9 +465,12 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
 cleanup:
     qd_backend_free(p->be, p->mid);
     p->mid = NULL;
-    for (int g = 0; g < ng && kslice; g++) free(kslice[g]);
+    for (int g = 0; g < ng && kcheck && direct; g++) {
+        free(kcheck->x[g]);
+        free(direct->x[g]);
+    }
     if (outs) outs_free(outs, nl);
     qd_block_free(p->m, bw);
-    free(plans); free(outs); free(acc); free(kslice); free(kslice_rows); free(results); free(order);
+    free(plans); free(outs); free(acc); free(kcheck); free(direct); free(results); free(order);
     return rc;
 }

@@ -1,7 +1,7 @@
 /* Capturing a block's inputs: one pass of the calibration batches through the block with
- * an input hook that folds each group's activations into its Hessian, keeps a slice for the
- * kernel check, copies a whole group's input for AWQ, and can stop the forward early once
- * the wanted group's input has been seen. */
+ * an input hook that folds each group's activations into its Hessian, keeps its first rows
+ * for the kernel check and the direct error, copies a whole group's input for AWQ, and can
+ * stop the forward early once the wanted group's input has been seen. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -38,14 +38,16 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
     }
-    const int64_t kcheck_rows = c->p->job->kernel_check_rows;
-    if (c->slice && c->want[group] && c->slice[group] && c->slice_rows[group] < kcheck_rows) {
+    qd_row_slices *keep[2] = {c->kcheck, c->direct};
+    for (int i = 0; i < 2; i++) {
+        qd_row_slices *sl = keep[i];
+        if (!sl || !c->want[group] || !sl->x[group] || sl->rows[group] >= sl->cap) continue;
         qd_backend *be = c->p->be;
-        int64_t take = kcheck_rows - c->slice_rows[group];
+        int64_t take = sl->cap - sl->rows[group];
         if (take > rows) take = rows;
-        int rc = qd_backend_download(be, c->slice[group] + c->slice_rows[group] * g->k, x, (size_t)(take * g->k) * sizeof(float));
+        int rc = qd_backend_download(be, sl->x[group] + sl->rows[group] * g->k, x, (size_t)(take * g->k) * sizeof(float));
         if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
-        c->slice_rows[group] += take;
+        sl->rows[group] += take;
     }
     if (c->xcap && group == c->xcap_group) {
         qd_backend *be = c->p->be;

@@ -112,6 +112,10 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
  * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. */
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                           const qd_gptq_hessian *h, double *rel, qd_err *err);
+/* The same ratio computed directly, ||(W - Q) X^T|| / ||W X^T|| over x (host [rows, k]): two
+ * GEMMs on the backend (job.error_direct_rows, for debugging the one above). */
+int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                                 const float *x, int64_t rows, double *rel, qd_err *err);
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 
@@ -138,6 +142,14 @@ int qd_pipeline_replay(qd_pipeline *p, int from, int to, qd_err *err);
 #define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
 
 
+/* The first rows of each group's input, kept on the host: the kernel check's inputs
+ * (job.kernel_check_rows) and the direct error's (job.error_direct_rows). */
+typedef struct qd_row_slices {
+    float *x[QD_MAX_GROUPS];          /* host [cap, K] or NULL (group absent, or option off) */
+    int64_t rows[QD_MAX_GROUPS];      /* rows kept so far */
+    int64_t cap;
+} qd_row_slices;
+
 /* What one calibration pass over the block collects through the input hook. */
 typedef struct qd_capture_ctx {
     qd_pipeline *p;
@@ -151,8 +163,8 @@ typedef struct qd_capture_ctx {
     int64_t absum_rows[QD_MAX_GROUPS];
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
-    float **slice;                    /* [QD_MAX_GROUPS] host [job->kernel_check_rows, K] or NULL */
-    int64_t *slice_rows;
+    qd_row_slices *kcheck;            /* the kernel check's input rows, or NULL */
+    qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
     qd_err *err;
 } qd_capture_ctx;

@@ -145,3 +145,39 @@ out:
     qd_backend_free(be, s);
     return rc;
 }
+
+int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                                 const float *x, int64_t rows, double *rel, qd_err *err)
+{
+    qd_backend *be = p->be;
+    size_t nk = (size_t)(n * k), rn = (size_t)(rows * n);
+    float *xd = qd_backend_alloc(be, (size_t)(rows * k) * sizeof(float));
+    float *wd = qd_backend_alloc(be, nk * sizeof(float));
+    float *yd = qd_backend_alloc(be, rn * sizeof(float));
+    float *tmp = malloc((nk > rn ? nk : rn) * sizeof(float));
+    int rc = 0;
+    if (!xd || !wd || !yd || !tmp) {
+        rc = qd_err_set(err, QD_ENOMEM, "direct error: out of memory for [%lld, %lld] outputs", (long long)rows, (long long)n);
+        goto out;
+    }
+    if ((rc = qd_backend_upload(be, xd, x, (size_t)(rows * k) * sizeof(float)))) goto be_err;
+    double sum[2] = {0, 0};   /* ||(W - Q) X^T||^2, then ||W X^T||^2 */
+    for (int pass = 0; pass < 2; pass++) {
+        for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];
+        if ((rc = qd_backend_upload(be, wd, tmp, nk * sizeof(float)))) goto be_err;
+        /* Y [rows, n] = X [rows, k] . W^T */
+        if ((rc = be->ops->gemm(be, 0, 1, rows, n, k, 1.0f, xd, k, wd, k, 0.0f, yd, n))) goto be_err;
+        if ((rc = qd_backend_download(be, tmp, yd, rn * sizeof(float)))) goto be_err;
+        for (size_t i = 0; i < rn; i++) sum[pass] += (double)tmp[i] * tmp[i];
+    }
+    *rel = sum[1] > 0 ? sqrt(sum[0] / sum[1]) : 0.0;
+    goto out;
+be_err:
+    rc = qd_err_set(err, rc, "direct error: %s", be->err.msg);
+out:
+    free(tmp);
+    qd_backend_free(be, xd);
+    qd_backend_free(be, wd);
+    qd_backend_free(be, yd);
+    return rc;
+}

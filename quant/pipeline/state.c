@@ -114,6 +114,7 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
         r.damp = get_num(l, "damp", 0);
         r.fallback = (int)get_num(l, "fallback", 0);
         r.rel_error = get_num(l, "rel_error", 0);
+        r.rel_error_direct = get_num(l, "rel_error_direct", -1);
         r.seconds = get_num(l, "seconds", 0);
         r.kernel_checked = (int)get_num(l, "kernel_checked", 0);
         r.kernel_max_err = get_num(l, "kernel_max_err", 0);
@@ -143,6 +144,7 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     cJSON_AddNumberToObject(o, "damp", r->damp);
     cJSON_AddBoolToObject(o, "fallback", r->fallback);
     cJSON_AddNumberToObject(o, "rel_error", r->rel_error);
+    if (r->rel_error_direct >= 0) cJSON_AddNumberToObject(o, "rel_error_direct", r->rel_error_direct);
     cJSON_AddNumberToObject(o, "seconds", r->seconds);
     cJSON_AddBoolToObject(o, "kernel_checked", r->kernel_checked);
     cJSON_AddNumberToObject(o, "kernel_max_err", r->kernel_max_err);

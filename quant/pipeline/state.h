@@ -23,6 +23,8 @@ typedef struct qd_layer_result {
     double damp;             /* GPTQ damping fraction used (0 when not GPTQ) */
     int fallback;            /* GPTQ fell back to RTN */
     double rel_error;        /* ||W X - Q X|| / ||W X|| on this layer's calibration inputs */
+    double rel_error_direct; /* the same over the first job.error_direct_rows input rows,
+                                computed directly (debugging); -1: not computed */
     double seconds;
     int kernel_checked;      /* the packed layer went through the kernel self-check */
     double kernel_max_err;   /* its max |kernel - reference| relative to max |reference| */

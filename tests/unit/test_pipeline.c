@@ -309,6 +309,46 @@ static void test_llama_methods_formats(void)
     run_case(llama_dir, "gptq", "gptq_v2", 3, "\"desc_act\":true,\"static_groups\":true,\"sym\":false,", 21, 0.6);
 }
 
+/* error_direct_rows: over every calibration row (8 x 32) the direct ||(W - Q) X|| / ||W X||
+ * equals the Hessian-based rel_error of every layer within float tolerance, for each
+ * method (true-sequential GPTQ, AWQ's folded block, RTN on the float block); over fewer
+ * rows it is reported too, and the output does not change. */
+static void direct_case(const char *method, int rows, int expect_equal)
+{
+    char out[4096], extra[128];
+    snprintf(out, sizeof out, "%s/direct-%s-%d", T, method, rows);
+    snprintf(extra, sizeof extra, "\"bits\":4,\"error_direct_rows\":%d,", rows);
+    qp_job *job = pt_job(llama_dir, out, method, "gptq_v2", tokens, extra);
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+    cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *l;
+    int n = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(rep, "layers")) {
+        const cJSON *he = cJSON_GetObjectItemCaseSensitive(l, "rel_error");
+        const cJSON *de = cJSON_GetObjectItemCaseSensitive(l, "rel_error_direct");
+        test_checks++;
+        if (!cJSON_IsNumber(he) || !cJSON_IsNumber(de) || !(de->valuedouble > 0)) {
+            TEST_FAIL_("%s: %s has no rel_error_direct", method, cJSON_GetObjectItemCaseSensitive(l, "name")->valuestring);
+            continue;
+        }
+        n++;
+        if (expect_equal) CHECK_NEAR(de->valuedouble, he->valuedouble, 1e-3 * he->valuedouble);
+    }
+    CHECK_INT(n, 21);
+    cJSON_Delete(rep);
+    qp_job_free(job);
+}
+
+static void test_error_direct(void)
+{
+    direct_case("gptq", 256, 1);
+    direct_case("awq", 256, 1);
+    direct_case("rtn", 256, 1);
+    direct_case("gptq", 16, 0);
+}
+
 static void test_opt(void)
 {
     run_case(opt_dir, "gptq", "gptq", 8, NULL, 12, 0.05);
@@ -387,6 +427,7 @@ int main(void)
     }
     TEST_RUN(test_llama_methods_formats);
     TEST_RUN(test_opt);
+    TEST_RUN(test_error_direct);
     TEST_RUN(test_shards);
     qd_backend_close(pt_be);
     return test_finish();

@@ -533,6 +533,17 @@ static void test_checkpoint_options(void)
     EXPECT_ERR("{" BASE ", \"checkpoint\": {\"acts_minutes\": 10}}", "acts_minutes");
     EXPECT_ERR("{" BASE ", \"checkpoint\": {\"acts_every_blocks\": 2}}", "acts_every_blocks");
     EXPECT_ERR("{" BASE ", \"checkpoint\": 4}", "job.checkpoint: must be an object");
+    /* error_direct_rows: default 0 (off), range, kept by the canonical form, out of the fingerprint. */
+    qp_job *e = parse_ok("{" BASE ", \"error_direct_rows\": 4096}");
+    CHECK(a->error_direct_rows == 0 && e && e->error_direct_rows == 4096);
+    char *je = e ? qp_job_to_json(e, 0) : NULL, *fe = e ? qp_job_to_json(e, QP_JOB_JSON_OUTPUT_ONLY) : NULL;
+    qp_job *e2 = je ? parse_ok(je) : NULL;
+    CHECK(e2 && e2->error_direct_rows == 4096);
+    char *fa2 = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY);
+    CHECK(fe && fa2 && !strcmp(fe, fa2));
+    free(je); free(fe); free(fa2);
+    qp_job_free(e); qp_job_free(e2);
+    EXPECT_ERR("{" BASE ", \"error_direct_rows\": -1}", "job.error_direct_rows: must be an integer from 0 (off)");
     EXPECT_ERR("{" BASE ", \"method\": \"gptq\", \"desc_act\": true, \"layout\": \"tp_aware\", \"tp\": 2, "
                "\"checkpoint\": {\"acts_every\": 2}}", "must be 1 with layout tp_aware");
 out:
