@@ -64,34 +64,25 @@ static void check_layer(const qd_format *fmt, const qd_packed *p, const char *wh
 
 static void test_every_format(void)
 {
-    static const int bits_all[] = {2, 3, 4, 8};
-    static const int64_t groups[] = {32, 64, 128, -1};
     test_rng r;
     test_rng_seed(&r, 19);
-    uint64_t seed = 23;
-    int layers = 0;
-    for (size_t f = 0; f < qd_format_count(); f++) {
-        const qd_format *fmt = qd_format_at(f);
-        for (int bi = 0; bi < 4; bi++) {
-            if (!(fmt->bits_mask & (1u << bits_all[bi]))) continue;
-            for (int gi = 0; gi < 4; gi++)
-                for (int act = 0; act < 2; act++) {
-                    if (act && (!fmt->has_g_idx || groups[gi] <= 0)) continue;
-                    qd_packed p;
-                    qd_err err = {0};
-                    CHECK_OK(qd_selftest_make_layer(fmt, bits_all[bi], groups[gi], act, DQ_N, DQ_K, seed++, &p, &err));
-                    char what[96];
-                    /* Realistic scales first, then any F16 bits at all. */
-                    for (int any = 0; any < 2; any++) {
-                        randomize(&p, &r, any);
-                        snprintf(what, sizeof what, "%s %d-bit g%lld%s%s", fmt->name, bits_all[bi],
-                                 (long long)groups[gi], act ? " act-order" : "", any ? " any-scales" : "");
-                        check_layer(fmt, &p, what);
-                    }
-                    layers++;
-                    qd_packed_free(&p);
-                }
+    qd_selftest_case cases[QD_SELFTEST_MAX_CASES];
+    const int layers = qd_selftest_cases(cases, QD_SELFTEST_MAX_CASES);
+    for (int ci = 0; ci < layers; ci++) {
+        const qd_selftest_case *t = &cases[ci];
+        qd_packed p;
+        qd_err err = {0};
+        CHECK_OK(qd_selftest_make_layer(t->fmt, t->bits, t->group_size, t->act_order, DQ_N, DQ_K, 23 + (uint64_t)ci,
+                                        &p, &err));
+        /* Realistic scales first, then any F16 bits at all. */
+        for (int any = 0; any < 2; any++) {
+            char what[96];
+            randomize(&p, &r, any);
+            snprintf(what, sizeof what, "%s %d-bit g%lld%s%s", t->fmt->name, t->bits, (long long)t->group_size,
+                     t->act_order ? " act-order" : "", any ? " any-scales" : "");
+            check_layer(t->fmt, &p, what);
         }
+        qd_packed_free(&p);
     }
     /* gptq and gptq_v2 at 4 widths x 4 groups (+3 act-order each), awq_gemm 4-bit x 4,
      * compressed-tensors at its widths. */
