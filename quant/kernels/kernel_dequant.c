@@ -100,8 +100,9 @@ static void *kdeq_job_run(void *arg)
     return NULL;
 }
 
-/* The tensor shapes dequant_ref's checks insist on, so that a checkpoint this decoder
- * reads is one the reference would read (qd_kmat_from_packed checks the rest). */
+/* The tensor shapes and group counts dequant_ref's checks insist on, so that a checkpoint
+ * this decoder reads is one the reference would read (qd_kmat_from_packed checks the rest).
+ * One check more: a K beyond its groups, which the gptq reference would read past. */
 static int kdeq_check(const qd_format *fmt, const qd_packed *p, const qd_kmat *m, qd_err *err)
 {
     if (!(fmt->bits_mask & (1u << p->bits)))
@@ -114,6 +115,10 @@ static int kdeq_check(const qd_format *fmt, const qd_packed *p, const qd_kmat *m
         return qd_err_set(err, QD_ESHAPE, "dequant: %s tensors of a [%lld, %lld] %d-bit layer with %lld groups "
                           "have the wrong shapes", fmt->name, (long long)p->n, (long long)p->k, p->bits,
                           (long long)p->n_groups);
+    if (awq && ((p->group_size > 0 && p->k % p->group_size) ||
+                p->n_groups != (p->group_size > 0 ? p->k / p->group_size : 1)))
+        return qd_err_set(err, QD_ESHAPE, "dequant: awq_gemm: %lld groups do not fit K %lld and group_size %lld",
+                          (long long)p->n_groups, (long long)p->k, (long long)p->group_size);
     if (!m->act_order && m->group_size > 0 && m->k > m->group_size * m->n_groups)
         return qd_err_set(err, QD_ESHAPE, "dequant: %s K %lld exceeds %lld groups of %lld", fmt->name,
                           (long long)m->k, (long long)m->n_groups, (long long)m->group_size);

@@ -130,6 +130,24 @@ static void test_refusals(void)
         CHECK_ERR(fmt->dequant_ref(&p, w, &err));
         CHECK_ERR(qd_kernel_dequant_cpu(fmt, &p, w, 2, QD_KCPU_AUTO, &err));
         p.bits = 4;
+        /* One group more than K needs, shapes to match: awq_gemm refuses it, gptq decodes
+         * and never reads the extra group; the bulk decoder must do the same. */
+        p.n_groups++;
+        p.qzeros_shape[0]++;
+        p.scales_shape[0]++;
+        const int64_t nqz = p.qzeros_shape[0] * p.qzeros_shape[1], nsc = p.scales_shape[0] * p.scales_shape[1];
+        p.qzeros = realloc(p.qzeros, (size_t)nqz * sizeof *p.qzeros);
+        p.scales = realloc(p.scales, (size_t)nsc * sizeof *p.scales);
+        for (int64_t i = nqz - p.qzeros_shape[1]; i < nqz; i++) p.qzeros[i] = 0x11111111;
+        for (int64_t i = nsc - p.scales_shape[1]; i < nsc; i++) p.scales[i] = 0x3c00;
+        float *w2 = malloc((size_t)(64 * 256) * sizeof *w2);
+        int rc_ref = fmt->dequant_ref(&p, w, &err), rc_bulk = qd_kernel_dequant_cpu(fmt, &p, w2, 2, QD_KCPU_AUTO, &err);
+        CHECK_INT(rc_bulk < 0, rc_ref < 0);
+        if (!rc_ref && !rc_bulk) CHECK_INT(count_mismatches(w2, w, 64, 256, fmt->name), 0);
+        free(w2);
+        p.n_groups--;
+        p.qzeros_shape[0]--;
+        p.scales_shape[0]--;
         if (p.g_idx) {
             p.g_idx[3] = (int32_t)p.n_groups;
             CHECK_ERR(fmt->dequant_ref(&p, w, &err));
