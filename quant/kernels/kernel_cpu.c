@@ -15,16 +15,8 @@
 
 #include "quant/kernels/kernel_internal.h"
 
-typedef struct kcpu_ctx {
-    const qd_kmat *m;
-    const float *S, *Z;        /* [G, N] F32 scales and zeros (offset applied) */
-} kcpu_ctx;
-
-#define KCPU_TILE 32           /* K-rows per decoded tile (one 32-value bit block) */
 #define KCPU_PANEL 256         /* K-rows per GEMM panel */
 
-/* Decodes rows [i0, i0 + len) x columns [n0, n0 + 8) into T [len][8]. */
-typedef void (*kcpu_decode_fn)(const kcpu_ctx *c, int64_t i0, int len, int64_t n0, float *T);
 /* y rows [r0, r0 + mr) x columns [n0, n0 + 8) (+)= x[:, i0:i0+len] T. */
 typedef void (*kcpu_accum_fn)(const float *x, int64_t ldx, int mr, const float *T, int len, float *acc);
 
@@ -187,10 +179,30 @@ static void kcpu_gemm(const kcpu_ctx *c, kcpu_decode_fn dec, kcpu_accum_fn acc_f
     }
 }
 
-static int kcpu_have_avx2(void)
+int kcpu_have_avx2(void)
 {
     __builtin_cpu_init();
     return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+int kcpu_isa_pick(qd_kcpu_isa isa, int *avx2, qd_err *err)
+{
+    *avx2 = isa != QD_KCPU_PORTABLE && kcpu_have_avx2();
+    if (isa == QD_KCPU_AVX2 && !*avx2)
+        return qd_err_set(err, QD_EUNSUPPORTED, "cpu kernel: this CPU has no AVX2+FMA");
+    return 0;
+}
+
+kcpu_decode_fn kcpu_decode_pick(int avx2) { return avx2 ? kcpu_decode_avx2 : kcpu_decode_portable; }
+
+void kcpu_tables_fill(const qd_kmat *m, float *S, float *Z, int64_t c0, int64_t c1)
+{
+    const int64_t n = m->n;
+    for (int64_t g = 0; g < m->n_groups; g++)
+        for (int64_t c = c0; c < c1; c++) {
+            S[g * n + c] = qd_f16_to_f32(m->scales[g * n + c]);
+            Z[g * n + c] = (float)kmat_zero(m, g, c);
+        }
 }
 
 const char *qd_kernel_cpu_isa_name(void) { return kcpu_have_avx2() ? "avx2" : "portable"; }
@@ -203,10 +215,8 @@ int qd_kernel_matmul_cpu(const qd_kmat *m, const float *x, int64_t rows, float *
     if (rows < 0 || (rows > 0 && (!x || !y)))
         return qd_err_set(err, QD_EINVAL, "cpu kernel: bad input (rows %lld)", (long long)rows);
     if (rows == 0) return 0;
-    int avx2 = kcpu_have_avx2();
-    if (isa == QD_KCPU_AVX2 && !avx2)
-        return qd_err_set(err, QD_EUNSUPPORTED, "cpu kernel: this CPU has no AVX2+FMA");
-    if (isa == QD_KCPU_PORTABLE) avx2 = 0;
+    int avx2;
+    if ((rc = kcpu_isa_pick(isa, &avx2, err))) return rc;
     const int64_t n = m->n, k = m->k, G = m->n_groups;
     float *S = malloc((size_t)(G * n) * sizeof *S);
     float *Z = malloc((size_t)(G * n) * sizeof *Z);
@@ -219,16 +229,12 @@ int qd_kernel_matmul_cpu(const qd_kmat *m, const float *x, int64_t rows, float *
         return qd_err_set(err, QD_ENOMEM, "cpu kernel: out of memory for [%lld, %lld] tables",
                           (long long)G, (long long)n);
     }
-    for (int64_t g = 0; g < G; g++)
-        for (int64_t c = 0; c < n; c++) {
-            S[g * n + c] = qd_f16_to_f32(m->scales[g * n + c]);
-            Z[g * n + c] = (float)kmat_zero(m, g, c);
-        }
+    kcpu_tables_fill(m, S, Z, 0, n);
     if (xp)
         for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < k; i++) xp[r * k + i] = x[r * k + m->perm[i]];
     kcpu_ctx c = {m, S, Z};
-    kcpu_decode_fn dec = avx2 ? kcpu_decode_avx2 : kcpu_decode_portable;
+    kcpu_decode_fn dec = kcpu_decode_pick(avx2);
     kcpu_accum_fn acc = avx2 ? kcpu_accum_avx2 : kcpu_accum_portable;
     int gemv = path == QD_KPATH_GEMV || (path == QD_KPATH_AUTO && rows <= QD_KERNEL_GEMV_MAX_ROWS);
     if (gemv) kcpu_gemv(&c, dec, acc, xp ? xp : x, rows, y);

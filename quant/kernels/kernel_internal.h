@@ -1,6 +1,7 @@
 /* Private to quant/kernels: scalar decoders of one packed value, shared by the reference
  * matmul and the tails of the CPU kernel, so both read the formats the same way (and the
- * CUDA kernels too: the decoders are kdecode.h's). */
+ * CUDA kernels too: the decoders are kdecode.h's); and the CPU kernel's tile decoder,
+ * shared by its matmul and the bulk dequantization. */
 #ifndef QUANT_KERNELS_KERNEL_INTERNAL_H
 #define QUANT_KERNELS_KERNEL_INTERNAL_H
 
@@ -49,5 +50,30 @@ static inline int64_t kmat_feature(const qd_kmat *m, int64_t i)
 
 /* Checks the fields every kernel relies on; names the problem. */
 int kmat_validate(const qd_kmat *m, qd_err *err);
+
+/* ---- The CPU kernel's tile decoder (kernel_cpu.c), shared by its matmul and the bulk
+ * dequantization (kernel_dequant.c), so there is one fast reading of each layout. ---- */
+
+typedef struct kcpu_ctx {
+    const qd_kmat *m;
+    const float *S, *Z;        /* [G, N] F32 scales and zeros (offset applied); borrowed */
+} kcpu_ctx;
+
+#define KCPU_TILE 32           /* K-rows per decoded tile (one 32-value bit block) */
+
+/* Decodes rows [i0, i0 + len) x columns [n0, n0 + 8) into T [len][8] (len <= KCPU_TILE;
+ * i0 a multiple of 32 for the gptq layouts). Each weight is S * ((float)q - Z), which is
+ * the format's scale * (q - zero) to the bit: both differences are small exact integers. */
+typedef void (*kcpu_decode_fn)(const kcpu_ctx *c, int64_t i0, int len, int64_t n0, float *T);
+
+/* 1 when this CPU has AVX2 and FMA. */
+int kcpu_have_avx2(void);
+/* *avx2 = whether isa runs the AVX2 code here; QD_EUNSUPPORTED when AVX2 is asked for and
+ * the CPU lacks it. */
+int kcpu_isa_pick(qd_kcpu_isa isa, int *avx2, qd_err *err);
+kcpu_decode_fn kcpu_decode_pick(int avx2);
+/* Fills columns [c0, c1) of the tables S and Z, [G, N] each: the F16 scales widened and
+ * the zeros decoded (offset applied), once per group and column. */
+void kcpu_tables_fill(const qd_kmat *m, float *S, float *Z, int64_t c0, int64_t c1);
 
 #endif

@@ -18,7 +18,8 @@
  * against), qd_kernel_matmul_cpu (AVX2+FMA+F16C when the CPU has it, else portable C; a
  * GEMV for M <= 8 and a blocked GEMM above), and on CUDA a GEMV for M <= 8 and a
  * tensor-core (WMMA half) GEMM above (quant/kernels/cuda). qd_kernel_matmul dispatches on
- * the backend. */
+ * the backend. qd_kernel_dequant_cpu decodes a whole weight to F32 with the CPU kernel's
+ * tile decoder. */
 #ifndef QUANT_KERNELS_KERNELS_H
 #define QUANT_KERNELS_KERNELS_H
 
@@ -85,6 +86,15 @@ int qd_kernel_matmul_cpu(const qd_kmat *m, const float *x, int64_t rows, float *
                          qd_kcpu_isa isa, qd_err *err);
 /* "avx2" or "portable": what QD_KCPU_AUTO runs on this CPU. */
 const char *qd_kernel_cpu_isa_name(void);
+
+/* Decodes a packed linear to W [N, K] F32 in host memory w, bit for bit what
+ * fmt->dequant_ref writes (and refusing what it refuses), with the CPU kernel's tile
+ * decoder: scales and zeros converted once per group and column, whole words decoded at a
+ * time, the output rows split over n_threads threads (clamped to 1..64, fewer for small
+ * layers; the calling thread takes a share). For loading quantized checkpoints, where the
+ * reference's per-value calls dominated (bench/results/eval-speed.md). */
+int qd_kernel_dequant_cpu(const qd_format *fmt, const qd_packed *p, float *w, int n_threads,
+                          qd_kcpu_isa isa, qd_err *err);
 
 /* Runs the kernel of be's device: m, x and y are backend memory (qd_kmat_upload). */
 int qd_kernel_matmul(qd_backend *be, const qd_kmat *m, const float *x, int64_t rows, float *y,

@@ -72,6 +72,26 @@ int qd_selftest_make_layer(const qd_format *fmt, int bits, int64_t group_size, i
     return rc;
 }
 
+int qd_selftest_cases(qd_selftest_case *out, int cap)
+{
+    static const int bits_all[] = {2, 3, 4, 8};
+    static const int64_t groups[] = {32, 64, 128, -1};
+    int n = 0;
+    for (size_t f = 0; f < qd_format_count(); f++) {
+        const qd_format *fmt = qd_format_at(f);
+        for (int bi = 0; bi < 4; bi++) {
+            if (!(fmt->bits_mask & (1u << bits_all[bi]))) continue;
+            for (int gi = 0; gi < 4; gi++)
+                for (int act = 0; act < 2; act++) {
+                    if (act && (!fmt->has_g_idx || groups[gi] <= 0)) continue;
+                    if (n < cap) out[n] = (qd_selftest_case){fmt, bits_all[bi], groups[gi], act};
+                    n++;
+                }
+        }
+    }
+    return n < cap ? n : cap;
+}
+
 static int st_cmp_double(const void *a, const void *b)
 {
     double x = *(const double *)a, y = *(const double *)b;
@@ -312,27 +332,18 @@ int qd_selftest_run(qd_backend *be, int quick, FILE *log, qd_selftest_report *re
     const int *batches = quick ? b_quick : b_full;
     int nb = quick ? 3 : (int)(sizeof b_full / sizeof b_full[0]);
     const int64_t n = quick ? 64 : 192, k = quick ? 256 : 1024;
-    static const int64_t groups[] = {32, 64, 128, -1};
-    static const int bits_all[] = {2, 3, 4, 8};
+    qd_selftest_case cases[QD_SELFTEST_MAX_CASES];
+    const int n_cases = qd_selftest_cases(cases, QD_SELFTEST_MAX_CASES);
     uint64_t seed = 1;
     int rc = 0;
-    for (size_t f = 0; f < qd_format_count() && !rc; f++) {
-        const qd_format *fmt = qd_format_at(f);
-        for (int bi = 0; bi < 4 && !rc; bi++) {
-            int bits = bits_all[bi];
-            if (!(fmt->bits_mask & (1u << bits))) continue;
-            /* Quick mode: every bit width on gptq_v2, 4-bit only on the other formats. */
-            if (quick && bits != 4 && strcmp(fmt->name, "gptq_v2")) continue;
-            for (int gi = 0; gi < 4 && !rc; gi++) {
-                int64_t gs = groups[gi];
-                if (quick && gs != 128 && gs != -1 && !(bits == 4 && gs == 32)) continue;
-                rc = st_layer(&c, fmt, bits, gs, 0, 0, n, k, batches, nb, seed++);
-                if (!rc && fmt->has_g_idx && gs > 0) {
-                    rc = st_layer(&c, fmt, bits, gs, 1, 0, n, k, batches, nb, seed++);
-                    if (!rc) rc = st_layer(&c, fmt, bits, gs, 1, 1, n, k, batches, nb, seed++);
-                }
-            }
-        }
+    for (int ci = 0; ci < n_cases && !rc; ci++) {
+        const qd_selftest_case *t = &cases[ci];
+        /* Quick mode: every bit width on gptq_v2, 4-bit only on the other formats. */
+        if (quick && t->bits != 4 && strcmp(t->fmt->name, "gptq_v2")) continue;
+        if (quick && t->group_size != 128 && t->group_size != -1 && !(t->bits == 4 && t->group_size == 32)) continue;
+        /* Act-order runs both the naive layout and the exllama reorder. */
+        rc = st_layer(&c, t->fmt, t->bits, t->group_size, t->act_order, 0, n, k, batches, nb, seed++);
+        if (!rc && t->act_order) rc = st_layer(&c, t->fmt, t->bits, t->group_size, 1, 1, n, k, batches, nb, seed++);
     }
     if (!rc) rc = st_copy_bw(&c, (size_t)(quick ? 32 : 128) << 20, &rep->copy_gbps);
     if (!rc) {

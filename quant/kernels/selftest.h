@@ -36,6 +36,22 @@ typedef struct qd_selftest_report {
  * another negative code when the test could not run. */
 int qd_selftest_run(qd_backend *be, int quick, FILE *log, qd_selftest_report *rep, qd_err *err);
 
+/* One packed-layer case the kernels read: a format, a bit width it holds, a group size
+ * (32, 64, 128 or -1, one group per row) and act-order (a g_idx that is not k / group
+ * size; only for formats with g_idx and real groups). */
+typedef struct qd_selftest_case {
+    const qd_format *fmt;
+    int bits;
+    int64_t group_size;
+    int act_order;
+} qd_selftest_case;
+#define QD_SELFTEST_MAX_CASES 256
+
+/* Every such case of the format table, in (format, bits, group size, act-order) order,
+ * into out; returns how many it wrote (at most cap; QD_SELFTEST_MAX_CASES holds them all).
+ * The self-test and the decode tests enumerate their layers with it. */
+int qd_selftest_cases(qd_selftest_case *out, int cap);
+
 /* Builds a random packed layer [n, k] for tests: random codes, F16 scales, zeros (>= 1 for
  * gptq v1), and with act_order a random g_idx with equal groups. *out is owned by the
  * caller (qd_packed_free). */

@@ -8,8 +8,9 @@
  * much larger than RAM can be run block by block.
  *
  * Quantized checkpoints (config.json with quantization_config: gptq, gptq_v2, awq gemm) load
- * the same way: a linear stored as qweight/qzeros/scales[/g_idx] is dequantized through the
- * format table (quant/formats/format.h dequant_ref) when its block is loaded.
+ * the same way: a linear stored as qweight/qzeros/scales[/g_idx] is read through the format
+ * table and dequantized when its block is loaded, by the CPU kernel's bulk decoder
+ * (qd_kernel_dequant_cpu, bit for bit the table's dequant_ref) on the backend's threads.
  *
  * A qd_model is used by one thread at a time (it owns scratch buffers). It borrows the
  * backend, which must outlive it; all activations passed in and out are backend memory. */

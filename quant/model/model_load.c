@@ -1,8 +1,8 @@
 /* Opening a checkpoint and materialising weights: config + architecture lookup, up-front
  * validation of every tensor the forward needs (presence and shape, named in the error),
  * and loading one block's linears and norms as F32 backend memory — converting F16/BF16
- * from the mmapped files, or dequantizing packed GPTQ/AWQ linears through the format
- * table. */
+ * from the mmapped files, or dequantizing packed GPTQ/AWQ linears read through the format
+ * table with the CPU kernel's decoder. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -11,6 +11,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/formats/format.h"
+#include "quant/kernels/kernels.h"
 #include "quant/model/model_internal.h"
 
 /* lm_head is kept converted in backend memory when it is at most this big; larger ones
@@ -164,8 +165,9 @@ static int packed_find(void *ud, const char *suffix, qd_fmt_tensor *out)
 }
 
 /* Dequantizes linear `base` (canonical name without suffix) of shape [n, k] into host or
- * backend-on-CPU memory w: the checkpoint's format descriptor reads its tensors and decodes
- * them with its scalar reference. */
+ * backend-on-CPU memory w: the checkpoint's format descriptor reads its tensors, and the
+ * CPU kernel's bulk decoder (bit for bit the descriptor's dequant_ref) decodes them on the
+ * backend's CPU threads (one for a GPU backend). */
 static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, float *w, qd_err *err)
 {
     const qd_format *fmt = qd_format_find(m->cfg.quant_format);
@@ -176,7 +178,7 @@ static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, floa
     qd_packed p;
     int rc = fmt->read(packed_find, &ctx, n, k, &d, &p, err);
     if (!rc) {
-        rc = fmt->dequant_ref(&p, w, err);
+        rc = qd_kernel_dequant_cpu(fmt, &p, w, m->be->n_threads, QD_KCPU_AUTO, err);
         qd_packed_free(&p);
     }
     if (rc) qd_err_prefix(err, "%s (%s)", qd_model_tname(m, base), fmt->name);

@@ -49,46 +49,34 @@ static int64_t count_mismatches(const qd_kmat *m, const float *w_ref, int f16, c
 
 static void test_every_format(void)
 {
-    static const int bits_all[] = {2, 3, 4, 8};
-    static const int64_t groups[] = {32, 64, 128, -1};
     const int64_t n = 64, k = 256;
-    uint64_t seed = 11;
-    int layers = 0;
-    for (size_t f = 0; f < qd_format_count(); f++) {
-        const qd_format *fmt = qd_format_at(f);
-        for (int bi = 0; bi < 4; bi++) {
-            if (!(fmt->bits_mask & (1u << bits_all[bi]))) continue;
-            for (int gi = 0; gi < 4; gi++) {
-                for (int act = 0; act < 2; act++) {
-                    if (act && (!fmt->has_g_idx || groups[gi] <= 0)) continue;
-                    qd_packed p;
-                    qd_kmat view, re;
-                    qd_err err = {0};
-                    float *w = malloc((size_t)(n * k) * sizeof *w);
-                    CHECK_OK(qd_selftest_make_layer(fmt, bits_all[bi], groups[gi], act, n, k, seed++, &p, &err));
-                    CHECK_OK(fmt->dequant_ref(&p, w, &err));
-                    CHECK_OK(qd_kmat_from_packed(fmt, &p, &view, &err));
-                    CHECK_INT(view.act_order, act);
-                    char what[96];
-                    snprintf(what, sizeof what, "%s %d-bit g%lld %s", fmt->name, bits_all[bi], (long long)groups[gi],
-                             qd_kmat_layout_name(&view));
-                    CHECK_INT(count_mismatches(&view, w, fmt->f16_products, what), 0);
-                    if (fmt->has_g_idx && groups[gi] > 0) {
-                        CHECK_OK(qd_kmat_reorder(&view, &re, &err));
-                        snprintf(what, sizeof what, "%s %d-bit g%lld %s", fmt->name, bits_all[bi],
-                                 (long long)groups[gi], qd_kmat_layout_name(&re));
-                        CHECK_INT(count_mismatches(&re, w, fmt->f16_products, what), 0);
-                        /* Reordered rows are sorted by group: row i is in group i / gs. */
-                        for (int64_t i = 0; i < k; i++)
-                            CHECK_INT(kd_group(NULL, groups[gi], i), p.g_idx[re.perm[i]]);
-                        qd_kmat_free(&re);
-                    }
-                    layers++;
-                    qd_packed_free(&p);
-                    free(w);
-                }
-            }
+    qd_selftest_case cases[QD_SELFTEST_MAX_CASES];
+    const int layers = qd_selftest_cases(cases, QD_SELFTEST_MAX_CASES);
+    for (int ci = 0; ci < layers; ci++) {
+        const qd_format *fmt = cases[ci].fmt;
+        const int bits = cases[ci].bits, act = cases[ci].act_order;
+        const int64_t gs = cases[ci].group_size;
+        qd_packed p;
+        qd_kmat view, re;
+        qd_err err = {0};
+        float *w = malloc((size_t)(n * k) * sizeof *w);
+        CHECK_OK(qd_selftest_make_layer(fmt, bits, gs, act, n, k, 11 + (uint64_t)ci, &p, &err));
+        CHECK_OK(fmt->dequant_ref(&p, w, &err));
+        CHECK_OK(qd_kmat_from_packed(fmt, &p, &view, &err));
+        CHECK_INT(view.act_order, act);
+        char what[96];
+        snprintf(what, sizeof what, "%s %d-bit g%lld %s", fmt->name, bits, (long long)gs, qd_kmat_layout_name(&view));
+        CHECK_INT(count_mismatches(&view, w, fmt->f16_products, what), 0);
+        if (fmt->has_g_idx && gs > 0) {
+            CHECK_OK(qd_kmat_reorder(&view, &re, &err));
+            snprintf(what, sizeof what, "%s %d-bit g%lld %s", fmt->name, bits, (long long)gs, qd_kmat_layout_name(&re));
+            CHECK_INT(count_mismatches(&re, w, fmt->f16_products, what), 0);
+            /* Reordered rows are sorted by group: row i is in group i / gs. */
+            for (int64_t i = 0; i < k; i++) CHECK_INT(kd_group(NULL, gs, i), p.g_idx[re.perm[i]]);
+            qd_kmat_free(&re);
         }
+        qd_packed_free(&p);
+        free(w);
     }
     /* gptq and gptq_v2 at 4 widths x 4 groups (+3 act-order each), awq_gemm 4-bit x 4. */
     CHECK(layers >= 2 * (16 + 12) + 4);
