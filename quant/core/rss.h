@@ -6,7 +6,9 @@
  * a job opens (Linux >= 4.0, /proc/self/clear_refs "5"); the peak read afterwards is then
  * the job's, plus whatever the process already held. ru_maxrss is only the fallback when
  * /proc cannot be read: it also keeps the peaks of threads that have exited, which no reset
- * lowers. Process-wide by nature: meaningful while one job runs in the process. */
+ * lowers. Process-wide by nature: meaningful while one job runs in the process. The resident
+ * set includes the file-backed pages of mapped files (an mmapped model's weights once read),
+ * which are page cache the kernel can drop, as well as anonymous memory. */
 #ifndef QUANT_CORE_RSS_H
 #define QUANT_CORE_RSS_H
 

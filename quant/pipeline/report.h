@@ -30,8 +30,9 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
 /* The estimate against what was measured: {"estimate": {peak_ram_bytes, disk_bytes},
  * "measured": {peak_rss_bytes, peak_disk_bytes}, "ratio": {ram, disk}} (estimate / measured,
  * null when nothing was measured). The measured peaks are st's: the most over every run of
- * the job, each run's resident set counted from the pipeline's open in its process. Owned
- * by the caller; NULL when out of memory. */
+ * the job, each run's resident set counted from the pipeline's open in its process (the
+ * model's mmapped pages it read included: core/rss.h). Owned by the caller; NULL when out
+ * of memory. */
 struct cJSON *qd_report_resources(const qd_pipeline_estimate *est, const qd_ckpt_state *st);
 
 /* MoE coverage per block from the layer results (each expert's routed calibration tokens):
