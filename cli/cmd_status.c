@@ -188,6 +188,7 @@ void qctl_print_status(const qp_status *st)
     if (st->node) printf("node:      %s%s%s\n", st->node, st->worker ? " / " : "", st->worker ? st->worker : "");
     if (st->attempts) printf("attempts:  %d\n", st->attempts);
     if (st->error) printf("error:     %s\n", st->error);
+    if (st->estimate) printf("estimate:  %s\n", st->estimate);
     if (st->output) printf("output:    %s\n", st->output);
     if (st->report) printf("report:    %s\n", st->report);
 }

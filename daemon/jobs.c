@@ -379,6 +379,13 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     if (qd_pipeline_estimate_job(job, &est, &err) == 0) {
         j->mem = est.peak_ram_bytes;
         j->n_blocks = est.n_blocks;
+        /* Published with the state from the take on, so the status shows what the job was
+         * admitted under; the report's resources later set it beside the measured peaks. */
+        cJSON *eo = qd_pipeline_estimate_to_json(&est);
+        char *es = eo ? cJSON_PrintUnformatted(eo) : NULL;
+        set_str(&j->st.estimate, es);
+        cJSON_free(es);
+        cJSON_Delete(eo);
     }
     j->next = d->jobs;
     d->jobs = j;

@@ -69,6 +69,7 @@ static const field_def fields[] = {
     F("id", K_STR, id, 0),
     F("state", K_STATE, state, QP_SF_STATE),
     F("attempts", K_INT, attempts, QP_SF_STATE),
+    F("estimate", K_REPORT, estimate, QP_SF_STATE),
     F("stage", K_STR, stage, QP_SF_PROGRESS),
     F("block", K_INT, block, QP_SF_PROGRESS),
     F("blocks", K_INT, n_blocks, QP_SF_PROGRESS),

@@ -63,6 +63,9 @@ typedef struct qp_status {
     char *report;             /* compact JSON object: the report summary */
     char *last_block;         /* compact JSON object: the last committed block's cost (seconds per
                                  stage, forward passes, bytes written, MoE coverage) */
+    char *estimate;           /* compact JSON object: the pre-flight estimate the job was admitted
+                                 under, {"peak_ram_bytes": .., "disk_bytes": ..}; the report's
+                                 resources compare it with the measured peaks */
 } qp_status;
 
 /* Sets every field to "unset" (no allocation). */
@@ -76,7 +79,7 @@ int qp_status_set_str(char **field, const char *value);
 
 /* Field selection for partial HSETs. */
 enum {
-    QP_SF_STATE = 1u << 0,      /* state, attempts */
+    QP_SF_STATE = 1u << 0,      /* state, attempts, estimate */
     QP_SF_PROGRESS = 1u << 1,   /* stage, block, n_blocks, layer, progress, eta_s, layer_error, last_block */
     QP_SF_PLACE = 1u << 2,      /* node, worker */
     QP_SF_RESULT = 1u << 3,     /* error, output, report */

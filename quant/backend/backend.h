@@ -112,6 +112,10 @@ typedef struct qd_backend_ops {
      * (positive diagonal); A has a unit diagonal and its lower triangle is zeroed. One
      * Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
     int (*chol_ldl_upper)(qd_backend *be, float *h, int64_t k);
+    /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle
+     * blocks) back to the system, so a job opening in a worker that ran others starts from
+     * its own memory, not theirs (quant/pipeline measures its peak from there). */
+    void (*trim)(qd_backend *be);
 } qd_backend_ops;
 
 struct qd_backend {
@@ -151,6 +155,7 @@ int qd_backend_cuda_device_count(void);
 static inline void *qd_backend_alloc(qd_backend *be, size_t bytes) { return be->ops->alloc(be, bytes); }
 static inline void qd_backend_free(qd_backend *be, void *p) { be->ops->free(be, p); }
 static inline int qd_backend_upload(qd_backend *be, void *d, const void *s, size_t n) { return be->ops->upload(be, d, s, n); }
+static inline void qd_backend_trim(qd_backend *be) { if (be->ops->trim) be->ops->trim(be); }
 static inline int qd_backend_download(qd_backend *be, void *d, const void *s, size_t n) { return be->ops->download(be, d, s, n); }
 
 #endif

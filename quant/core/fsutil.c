@@ -1,6 +1,6 @@
 /* Filesystem helpers with crash-safe semantics: atomic replace (temp file in the same
  * directory, fsync, rename, fsync the directory), mkdir -p, whole-file reads, recursive
- * removal and free-space queries. Every error names the path and the errno text. */
+ * removal, tree sizes and free-space queries. Every error names the path and the errno text. */
 #ifndef _GNU_SOURCE
 #define _GNU_SOURCE   /* O_DIRECTORY, fdopendir, unlinkat */
 #endif
@@ -329,6 +329,39 @@ int qd_fs_remove_tree(const char *path, qd_err *err)
     if (rc == 0 && rmdir(path) != 0 && errno != ENOENT)
         rc = qd_err_set(err, QD_EIO, "%s: cannot remove directory: %s", path, strerror(errno));
     return rc;
+}
+
+/* Sums the regular files under the directory open as dfd (and closes it), with *at() calls
+ * like remove_dir_contents: symbolic links are not followed. */
+static uint64_t dir_bytes(int dfd, int depth)
+{
+    DIR *d = fdopendir(dfd);
+    if (!d) { close(dfd); return 0; }
+    uint64_t sum = 0;
+    struct dirent *de;
+    while ((de = readdir(d)) != NULL) {
+        if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+        struct stat st;
+        if (fstatat(dirfd(d), de->d_name, &st, AT_SYMLINK_NOFOLLOW) != 0) continue;   /* removed meanwhile */
+        if (S_ISREG(st.st_mode)) {
+            sum += (uint64_t)st.st_size;
+        } else if (S_ISDIR(st.st_mode) && depth < 256) {
+            int sub = openat(dirfd(d), de->d_name, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+            if (sub >= 0) sum += dir_bytes(sub, depth + 1);
+        }
+    }
+    closedir(d);
+    return sum;
+}
+
+uint64_t qd_fs_tree_bytes(const char *path)
+{
+    struct stat st;
+    if (lstat(path, &st) != 0) return 0;
+    if (S_ISREG(st.st_mode)) return (uint64_t)st.st_size;
+    if (!S_ISDIR(st.st_mode)) return 0;
+    int fd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+    return fd < 0 ? 0 : dir_bytes(fd, 0);
 }
 
 int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err)

@@ -36,6 +36,10 @@ int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err);
 int qd_fs_exists(const char *path);
 /* The size in bytes of a regular file; 0 when it cannot be read. */
 uint64_t qd_fs_file_size(const char *path);
+/* The sum of the sizes (st_size) of the regular files in the tree at path (a file: its
+ * size), symbolic links not followed; 0 when it does not exist. Files removed during the
+ * walk are skipped, so a tree that changes meanwhile gives a figure between its states. */
+uint64_t qd_fs_tree_bytes(const char *path);
 /* Copies src to dst atomically (dst's directory must exist). */
 int qd_fs_copy_file(const char *src, const char *dst, qd_err *err);
 /* Recursively removes a directory tree (like rm -rf); missing is not an error. */

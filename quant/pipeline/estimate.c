@@ -1,7 +1,8 @@
 /* The pre-flight estimate of a job (qd_pipeline_estimate_job, pipeline.h): peak host memory
  * and peak disk, from config.json and the job alone, before a weight is read. The pipeline
  * refuses a job whose estimate exceeds free memory or disk, the daemon admits jobs by it and
- * `quantctl estimate` prints it. Each term below names what it stands for in the code, so a
+ * publishes it in the job's status, `quantctl estimate` prints it, and every report sets it
+ * beside the peaks the run measured (report.c's resources). Each term below names what it stands for in the code, so a
  * change there (a buffer, a file) shows which term to change. It is meant as an upper bound
  * that is not far above reality: test_estimate runs real jobs and holds the estimate between
  * the measured peak and twice it.
@@ -11,6 +12,7 @@
 #include <stdint.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <cjson/cJSON.h>
 
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
@@ -159,4 +161,15 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;
     est->disk_bytes = ckpt + output;
     return 0;
+}
+
+cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est)
+{
+    cJSON *o = cJSON_CreateObject();
+    if (!o || !cJSON_AddNumberToObject(o, "peak_ram_bytes", (double)est->peak_ram_bytes) ||
+        !cJSON_AddNumberToObject(o, "disk_bytes", (double)est->disk_bytes)) {
+        cJSON_Delete(o);
+        return NULL;
+    }
+    return o;
 }

@@ -17,6 +17,7 @@
 #include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/core/rss.h"
 #include "quant/core/safetensors.h"
 #include "quant/model/eval.h"
 #include "quant/pipeline/acts.h"
@@ -67,6 +68,13 @@ char *qd_pipeline_last_block_cost(const qd_pipeline *p)
     return s;
 }
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
+
+void qd_pipeline_sample_peaks(qd_pipeline *p)
+{
+    uint64_t rss = qd_rss_peak_bytes(), disk = qd_fs_tree_bytes(p->out_dir);
+    if (rss > p->st.peak_rss_bytes) p->st.peak_rss_bytes = rss;
+    if (disk > p->st.peak_disk_bytes) p->st.peak_disk_bytes = disk;
+}
 
 static int dir_is_empty(const char *path)
 {
@@ -142,19 +150,19 @@ static void existing_ancestor(const char *path, char *out, size_t cap)
     }
 }
 
-static int check_resources(const qp_job *job, const char *out_dir, qd_err *err)
+/* Refuses the job when the estimate (*est, filled) is over the free disk or memory. */
+static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_estimate *est, qd_err *err)
 {
-    qd_pipeline_estimate est;
-    int rc = qd_pipeline_estimate_job(job, &est, err);
+    int rc = qd_pipeline_estimate_job(job, est, err);
     if (rc) return rc;
     char where[QD_PATH_MAX];
     existing_ancestor(out_dir, where, sizeof where);
     uint64_t free_disk = 0;
     /* Not enough disk is final: the same job on the same file system fails the same way
      * until someone frees space, so it is not retried. */
-    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est.disk_bytes)
+    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est->disk_bytes)
         return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free",
-                          where, est.disk_bytes / 1e9, free_disk / 1e9);
+                          where, est->disk_bytes / 1e9, free_disk / 1e9);
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {
         char line[256];
@@ -162,9 +170,9 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_err *err)
         while (fgets(line, sizeof line, f))
             if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
         fclose(f);
-        if (kb && est.peak_ram_bytes > kb * 1024ull)
+        if (kb && est->peak_ram_bytes > kb * 1024ull)
             return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available (fewer calibration samples lower it)",
-                              est.peak_ram_bytes / 1e9, kb * 1024.0 / 1e9);
+                              est->peak_ram_bytes / 1e9, kb * 1024.0 / 1e9);
     }
     return 0;
 }
@@ -194,6 +202,12 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->be = be;
     if (hooks) p->hooks = *hooks;
     p->t_open = qd_clock_now_s();
+    /* The peak resident set measured from here is this job's (a worker ran others before,
+     * and its backend may still cache their freed blocks). */
+    qd_backend_trim(be);
+    if (qd_rss_peak_reset())
+        QD_LOG(QD_LOG_INFO, "rss_peak_reset", "job=%s (not allowed: the measured peak RSS is the process's since it started)",
+               job->id);
     qd_state_init(&p->st);
     p->wave_bytes = QD_WAVE_HESSIAN_BYTES;
     int rc = 0;
@@ -305,8 +319,13 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             snprintf(p->st.fp.backend, sizeof p->st.fp.backend, "%s", fp.backend);
         }
     }
-    rc = check_resources(job, p->out_dir, err);
+    rc = check_resources(job, p->out_dir, &p->est, err);
     if (rc) goto fail;
+    /* Accepted: the estimate goes to the log here and to the report at the end, beside the
+     * peaks measured meanwhile, so its error shows on every run. */
+    QD_LOG(QD_LOG_INFO, "estimate", "job=%s peak_ram_bytes=%llu disk_bytes=%llu act_bytes=%llu n_blocks=%d", job->id,
+           (unsigned long long)p->est.peak_ram_bytes, (unsigned long long)p->est.disk_bytes,
+           (unsigned long long)p->est.act_bytes, p->est.n_blocks);
 
     /* Every check passed: only now is anything removed or created. */
     if (remove_old) {

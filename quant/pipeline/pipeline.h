@@ -12,7 +12,8 @@
  *
  * Checkpoint layout, inside the output directory:
  *   .quantd/state.json          version, fingerprint, next block, the block whose inputs are
- *                               kept (acts_block), per-layer results so far
+ *                               kept (acts_block), per-layer results so far, the peak RSS
+ *                               and disk measured so far (for the report's resources)
  *   .quantd/block-NNN.safetensors   the finished block's tensors (packed and float)
  *   .quantd/folds-NNN.safetensors   an AWQ block's scales in the order they were folded
  *   .quantd/acts-NNN.bin        the inputs of block NNN (written by block NNN-1 when NNN is a
@@ -78,6 +79,11 @@ typedef struct qd_pipeline qd_pipeline;
 
 /* Estimates from the model's config.json and the job alone (no weights are read). */
 int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err);
+/* The figures a run is measured against, {"peak_ram_bytes": .., "disk_bytes": ..}: the
+ * report's resources.estimate and the status hash's `estimate`. Owned by the caller
+ * (cJSON_Delete); NULL when out of memory. */
+struct cJSON;
+struct cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est);
 
 /* Opens the model, checks the output directory (refused when it exists and is neither
  * empty, nor this job's checkpoint, nor allowed by job->overwrite), checks memory and disk,

@@ -433,6 +433,9 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         p->st.next_block = block + 1;
         if (wrote_acts) p->st.acts_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;
+        /* The checkpoint's largest moment: the new block and activation files are there, the
+         * older activation file not removed yet. */
+        qd_pipeline_sample_peaks(p);
         snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
         cost_finish(p, t, secs);
         rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;

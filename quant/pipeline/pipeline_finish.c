@@ -169,6 +169,13 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
                after.ppl, (long long)after.windows);
     }
     x.wall_seconds = qd_clock_now_s() - p->t_open;
+    /* The output beside the whole checkpoint is the job's last disk peak; the eval may have
+     * been its memory peak. */
+    qd_pipeline_sample_peaks(p);
+    x.estimate = &p->est;
+    QD_LOG(QD_LOG_INFO, "resources", "job=%s peak_ram_bytes=%llu peak_rss_bytes=%llu disk_bytes=%llu peak_disk_bytes=%llu",
+           p->job->id, (unsigned long long)p->est.peak_ram_bytes, (unsigned long long)p->st.peak_rss_bytes,
+           (unsigned long long)p->est.disk_bytes, (unsigned long long)p->st.peak_disk_bytes);
     rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     free(tps);
     if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);

@@ -52,6 +52,7 @@ struct qd_pipeline {
     int blocks_this_run;
     int resumed_cross_backend;
     int already_done;            /* the output is this job's finished output: nothing to do */
+    qd_pipeline_estimate est;    /* the pre-flight estimate the job was accepted under (check_resources) */
     /* MoE coverage of the current block: tokens the router sent to each expert in the first
      * calibration pass that reached the experts. */
     int64_t moe_routed[QD_MAX_EXPERTS];
@@ -87,6 +88,14 @@ typedef struct qd_linear_out {
 double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0);
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
                                 double within_block, double layer_error);
+
+/* Raises p->st's measured peaks to now: the process's peak resident set (quant/core/rss.h,
+ * reset when the pipeline opened) and the bytes under the output directory (checkpoint and
+ * output). Called where the disk peak can occur: at each block's commit, after the block
+ * file and the next activation file are written and before the older activation file is
+ * removed (state.json then records the peaks), and at finish once the output is written
+ * beside the checkpoint. */
+void qd_pipeline_sample_peaks(qd_pipeline *p);
 
 /* Decides whether linear li of the model can be written in the job's format. */
 /* The pre-flight of the plans: every linear of every block must be quantizable unless the

@@ -47,6 +47,32 @@ cJSON *qd_report_moe_coverage(const qd_ckpt_state *st)
     return arr;
 }
 
+/* est / measured to three decimals, or null when nothing was measured. */
+static cJSON *ratio(uint64_t est, uint64_t measured)
+{
+    return measured ? cJSON_CreateNumber(round((double)est / (double)measured * 1000.0) / 1000.0) : cJSON_CreateNull();
+}
+
+cJSON *qd_report_resources(const qd_pipeline_estimate *est, const qd_ckpt_state *st)
+{
+    cJSON *o = cJSON_CreateObject();
+    cJSON *e = qd_pipeline_estimate_to_json(est);
+    cJSON *m = cJSON_CreateObject();
+    cJSON *r = cJSON_CreateObject();
+    if (!o || !e || !m || !r) {
+        cJSON_Delete(o); cJSON_Delete(e); cJSON_Delete(m); cJSON_Delete(r);
+        return NULL;
+    }
+    cJSON_AddItemToObject(o, "estimate", e);
+    cJSON_AddNumberToObject(m, "peak_rss_bytes", (double)st->peak_rss_bytes);
+    cJSON_AddNumberToObject(m, "peak_disk_bytes", (double)st->peak_disk_bytes);
+    cJSON_AddItemToObject(o, "measured", m);
+    cJSON_AddItemToObject(r, "ram", ratio(est->peak_ram_bytes, st->peak_rss_bytes));
+    cJSON_AddItemToObject(r, "disk", ratio(est->disk_bytes, st->peak_disk_bytes));
+    cJSON_AddItemToObject(o, "ratio", r);
+    return o;
+}
+
 int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state *st,
                     const qd_report_extra *x, qd_err *err)
 {
@@ -106,6 +132,10 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
         cJSON_AddNumberToObject(e, "tokens", (double)x->eval_tokens);
         cJSON_AddNumberToObject(e, "windows", (double)x->eval_windows);
         cJSON_AddNumberToObject(e, "seq_len", (double)x->eval_seq_len);
+    }
+    if (x->estimate) {
+        cJSON *res = qd_report_resources(x->estimate, st);
+        if (res) cJSON_AddItemToObject(r, "resources", res);
     }
     if (st->awq_note[0]) cJSON_AddStringToObject(r, "awq_note", st->awq_note);
     cJSON *cov = qd_report_moe_coverage(st);

@@ -73,6 +73,13 @@ static double get_num(const cJSON *o, const char *key, double def)
     return cJSON_IsNumber(v) ? v->valuedouble : def;
 }
 
+/* A byte count: def when absent, 0 for a negative or non-finite number (a hand-edited file). */
+static uint64_t get_bytes(const cJSON *o, const char *key, uint64_t def)
+{
+    double v = get_num(o, key, (double)def);
+    return v >= 0 && v < 1.8e19 ? (uint64_t)v : 0;
+}
+
 int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
 {
     cJSON *root = NULL;
@@ -96,6 +103,8 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
     s->seconds = get_num(root, "seconds", 0);
     copy_str(s->awq_note, sizeof s->awq_note, root, "awq_note");
     s->fence = (uint64_t)get_num(root, "fence", 0);
+    s->peak_rss_bytes = get_bytes(root, "peak_rss_bytes", 0);
+    s->peak_disk_bytes = get_bytes(root, "peak_disk_bytes", 0);
     if (s->next_block < 0 || s->n_blocks <= 0 || s->next_block > s->n_blocks || !s->fp.model[0] ||
         s->acts_block < 0 || s->acts_block > s->next_block) {
         cJSON_Delete(root);
@@ -170,6 +179,8 @@ int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)
     cJSON_AddNumberToObject(root, "seconds", s->seconds);
     cJSON_AddStringToObject(root, "awq_note", s->awq_note);
     cJSON_AddNumberToObject(root, "fence", (double)s->fence);
+    cJSON_AddNumberToObject(root, "peak_rss_bytes", (double)s->peak_rss_bytes);
+    cJSON_AddNumberToObject(root, "peak_disk_bytes", (double)s->peak_disk_bytes);
     cJSON *arr = cJSON_AddArrayToObject(root, "layers");
     for (size_t i = 0; i < s->n_layers; i++) cJSON_AddItemToArray(arr, qd_layer_result_to_json(&s->layers[i]));
     cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");

@@ -3,8 +3,8 @@
  *
  * state.json carries QD_STATE_VERSION, the fingerprint (model files, output-changing job
  * options, calibration token ids, backend), the next block to run, the block whose inputs
- * the activation file holds (acts_block; absent in older checkpoints: next_block) and every finished
- * layer's result. It is written atomically and last, after the block's tensors and the next
+ * the activation file holds (acts_block; absent in older checkpoints: next_block), every finished
+ * layer's result, and the measured peaks of memory and disk so far (optional fields). It is written atomically and last, after the block's tensors and the next
  * block's activations: it is the commit point of a block. */
 #ifndef QUANT_PIPELINE_STATE_H
 #define QUANT_PIPELINE_STATE_H
@@ -55,6 +55,10 @@ typedef struct qd_ckpt_state {
     char awq_note[160];      /* how AWQ treated v->o under GQA, etc. */
     uint64_t fence;          /* lease fencing token of the last commit (0: none); a
                                 commit under a lower token is refused (proto/redis.md) */
+    uint64_t peak_rss_bytes; /* measured peaks so far, the most over every run of the job
+                                (qd_pipeline_sample_peaks): the resident set of the process */
+    uint64_t peak_disk_bytes;/* ... and the output directory's bytes (checkpoint + output);
+                                both optional in state.json, absent (0) in older checkpoints */
 } qd_ckpt_state;
 
 void qd_state_init(qd_ckpt_state *s);

@@ -222,7 +222,8 @@ rtn_job() {
 }
 
 # digest DIR: one line per file below DIR, "sha256  relative/path", sorted; the report's
-# run-dependent fields (id, output path, timings: *seconds*, *_ms, each block's "stages")
+# run-dependent fields (id, output path, timings: *seconds*, *_ms, each block's "stages";
+# resources.measured and .ratio, the peaks of memory and disk this run measured)
 # are left out of its hash.
 digest() {
     python3 - "$1" <<'PY'
@@ -231,7 +232,8 @@ root = sys.argv[1]
 def norm(o):
     if isinstance(o, dict):
         return {k: norm(v) for k, v in o.items()
-                if k not in ("job_id", "id", "output", "stages") and "seconds" not in k and not k.endswith("_ms")}
+                if k not in ("job_id", "id", "output", "stages", "measured", "ratio") and "seconds" not in k
+                and not k.endswith("_ms")}
     if isinstance(o, list):
         return [norm(v) for v in o]
     return o
@@ -267,7 +269,7 @@ def walk(x, y, path):
     if len(out) >= 10:
         return
     key = path.rsplit(".", 1)[-1]
-    if key in ("job_id", "id", "output", "stages") or "seconds" in key or key.endswith("_ms"):
+    if key in ("job_id", "id", "output", "stages", "measured", "ratio") or "seconds" in key or key.endswith("_ms"):
         return
     if isinstance(x, dict) and isinstance(y, dict):
         for k in sorted(set(x) | set(y)):

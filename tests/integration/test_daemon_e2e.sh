@@ -66,6 +66,19 @@ same_as_ref j1 || fail "j1 output differs from the foreground run"
 [ "$(R HGET qjob:j1 output)" = "$T/j1" ] || fail "output field"
 # The live status carries the last committed block's cost (stages, passes, bytes).
 R HGET qjob:j1 last_block | grep -q '"stages":{"load":' || fail "last_block in the status: $(R HGET qjob:j1 last_block)"
+# The status carries the estimate the job was admitted under (what quantctl estimate prints),
+# and the report summary its resources: that estimate beside the measured peaks.
+job j1 "" >"$T/j1.json"
+"$B/quantctl" estimate --json "$T/j1.json" >"$T/j1-estimate.json" || fail "quantctl estimate"
+python3 - "$(R HGET qjob:j1 estimate)" "$(R HGET qjob:j1 report)" "$T/j1-estimate.json" <<'PY' || fail "estimate in the status: $(R HGET qjob:j1 estimate)"
+import json, sys
+est, rep, cli = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.load(open(sys.argv[3]))
+assert est == {"peak_ram_bytes": cli["peak_ram_bytes"], "disk_bytes": cli["disk_bytes"]}, (est, cli)
+res = rep["resources"]
+assert res["estimate"] == est, res
+assert res["measured"]["peak_rss_bytes"] > 0 and res["measured"]["peak_disk_bytes"] > 0, res
+assert abs(res["ratio"]["disk"] - est["disk_bytes"] / res["measured"]["peak_disk_bytes"]) < 0.001, res
+PY
 R LLEN qjobs:processing:n1 | grep -qx 0 || fail "j1 left in the processing list"
 [ "$(R TTL qjob:j1)" -gt 0 ] || fail "no retention TTL on the finished hash"
 # Stream: queued, running, progress ..., done, with progress non-decreasing.

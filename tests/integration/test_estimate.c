@@ -3,7 +3,8 @@
  * ru_maxrss) and the peak bytes of output + checkpoint on disk (measured in-process through
  * the progress hook). The estimate must be an upper bound of both, and not more than
  * EST_MAX_OVER times what was measured, so it neither lets a job run out nor refuses one that
- * fits. Skipped without the shared data or the quantctl binary. */
+ * fits. The report's "resources" must carry the same estimate and peaks that agree with
+ * these measurements. Skipped without the shared data or the quantctl binary. */
 #define _GNU_SOURCE
 #include <dirent.h>
 #include <fcntl.h>
@@ -39,26 +40,6 @@ extern char **environ;
 
 static const char *T, *data;
 
-/* Sum of the sizes of the regular files under dir (recursively), bytes. */
-static uint64_t tree_bytes(const char *dir)
-{
-    DIR *d = opendir(dir);
-    if (!d) return 0;
-    uint64_t sum = 0;
-    struct dirent *e;
-    char path[2048];
-    while ((e = readdir(d))) {
-        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
-        snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        struct stat sb;
-        if (lstat(path, &sb)) continue;
-        if (S_ISDIR(sb.st_mode)) sum += tree_bytes(path);
-        else if (S_ISREG(sb.st_mode)) sum += (uint64_t)sb.st_size;
-    }
-    closedir(d);
-    return sum;
-}
-
 /* The largest acts-NNN.bin in dir, bytes. */
 static uint64_t largest_acts(const char *dir)
 {
@@ -86,7 +67,7 @@ static int on_progress(void *ud, const qd_progress *pr)
 {
     (void)pr;
     disk_watch *w = ud;
-    uint64_t c = tree_bytes(w->ckpt), a = largest_acts(w->ckpt);
+    uint64_t c = qd_fs_tree_bytes(w->ckpt), a = largest_acts(w->ckpt);
     if (c > w->ckpt_max) w->ckpt_max = c;
     if (a > w->acts_max) w->acts_max = a;
     return 0;
@@ -138,6 +119,47 @@ static void case_write(est_case *c)
     CHECK_OK(qp_job_parse(json, strlen(json), &c->job, &perr));
 }
 
+static double num_at(const cJSON *o, const char *a, const char *b)
+{
+    return cJSON_GetNumberValue(cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(o, a), b));
+}
+
+/* The report's resources: the estimate the job ran under, and the peaks the pipeline measured
+ * itself, which must agree with what this test measured from outside: the disk, and the RSS
+ * (of this process, which ran jobs before: the pipeline's open trims what they left) near
+ * the quantctl child's. */
+static void check_report_resources(const est_case *c, const qd_pipeline_estimate *est, uint64_t disk)
+{
+    char path[1100];
+    snprintf(path, sizeof path, "%s/quantd_report.json", c->out);
+    char *text = NULL;
+    size_t len = 0;
+    CHECK_OK(qd_fs_read_file(path, &text, &len, NULL));
+    cJSON *r = cJSON_ParseWithLength(text ? text : "", len);
+    free(text);
+    const cJSON *res = cJSON_GetObjectItemCaseSensitive(r, "resources");
+    CHECK(cJSON_IsObject(res));
+    CHECK_NEAR(num_at(res, "estimate", "peak_ram_bytes"), (double)est->peak_ram_bytes, 0.5);
+    CHECK_NEAR(num_at(res, "estimate", "disk_bytes"), (double)est->disk_bytes, 0.5);
+    double rss = num_at(res, "measured", "peak_rss_bytes"), mdisk = num_at(res, "measured", "peak_disk_bytes");
+    fprintf(stderr, "%-10s report: peak RSS %7.1f MiB, peak disk %7.2f MiB, ratio ram %.3f disk %.3f\n", c->name,
+            rss / 1048576.0, mdisk / 1048576.0, num_at(res, "ratio", "ram"), num_at(res, "ratio", "disk"));
+    CHECK(rss > 0);
+    CHECK(mdisk > 0);
+    CHECK_NEAR(num_at(res, "ratio", "ram"), (double)est->peak_ram_bytes / rss, 0.001);
+    CHECK_NEAR(num_at(res, "ratio", "disk"), (double)est->disk_bytes / mdisk, 0.001);
+    /* This test's figure is a bound (the largest checkpoint it saw plus a second activation
+     * file, or plus the whole output with its report); the pipeline's is a real moment of
+     * the tree, so at most that and not far below it. */
+    CHECK(mdisk <= (double)disk);
+    CHECK(mdisk >= 0.95 * (double)disk);
+    if (EST_RSS_CHECKED) {
+        CHECK(rss >= 0.5 * (double)c->rss);
+        CHECK(rss <= 1.5 * (double)c->rss);
+    }
+    cJSON_Delete(r);
+}
+
 /* Disk: the job run in-process, the checkpoint watched at every progress call. */
 static void case_check(est_case *c)
 {
@@ -153,7 +175,7 @@ static void case_check(est_case *c)
     /* The checkpoint's largest moment as the hook saw it, plus the second activation file that
      * exists for an instant between writing acts-(i+1) and removing acts-i; or, at the end, the
      * whole checkpoint (seen at the "write" stage) with the finished output beside it. */
-    uint64_t out_bytes = tree_bytes(c->out);
+    uint64_t out_bytes = qd_fs_tree_bytes(c->out);
     uint64_t disk = w.ckpt_max + w.acts_max;
     if (w.ckpt_max + out_bytes > disk) disk = w.ckpt_max + out_bytes;
     fprintf(stderr, "%-10s RAM: estimate %7.1f MiB, peak RSS %7.1f MiB (x%.2f) | disk: estimate %7.2f MiB, "
@@ -170,6 +192,7 @@ static void case_check(est_case *c)
     CHECK(disk > 0 && est.disk_bytes >= disk);
     CHECK(est.disk_bytes <= EST_MAX_OVER * disk);
     CHECK_INT(est.n_blocks, 4);
+    check_report_resources(c, &est, disk);
     /* quantctl estimate --json prints the same numbers. */
     char cmd[2200], line[512] = "";
     snprintf(cmd, sizeof cmd, "'%s/quantctl' estimate --json '%s'", getenv("QUANTD_BUILD_DIR"), c->job_path);

@@ -1,12 +1,14 @@
 /* The CPU backend's cache of large blocks (quant/backend/cpu/cpu_mem.h): reuse of freed
  * blocks of the same or a slightly smaller size, the byte cap, small blocks passing
- * through, and the backend's alloc/free going through it. Leaks show under ASan. */
+ * through, the backend's alloc/free going through it, and its trim lowering the process's
+ * resident set for the next peak measured. Leaks show under ASan. */
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/backend/backend.h"
 #include "quant/backend/cpu/cpu_mem.h"
+#include "quant/core/rss.h"
 #include "test_util.h"
 
 #define MB ((size_t)1 << 20)
@@ -64,6 +66,14 @@ static void test_cap(void)
     CHECK(m.idle[0].p == b && m.idle[1].p == c);
     cpu_mem_free(&m, big);                       /* larger than the cap: not kept */
     CHECK_INT(m.n_idle, 2);
+    /* Trim drops the idle blocks (a new job's start), and the cache goes on working. */
+    void *live = cpu_mem_alloc(&m, 2 * MB);      /* b again, from the cache */
+    CHECK(live == b);
+    cpu_mem_trim(&m);
+    CHECK_INT(m.n_idle, 0);
+    CHECK_INT((int64_t)m.idle_bytes, 0);
+    cpu_mem_free(&m, live);                      /* still tracked: kept */
+    CHECK_INT(m.n_idle, 1);
     cpu_mem_destroy(&m);
 
     cpu_mem_init(&m, 0);                         /* cap 0: a plain allocator */
@@ -110,6 +120,40 @@ static void test_backend(void)
     qd_backend_close(be);                        /* releases the idle block (ASan: no leak) */
 }
 
+#if defined(__SANITIZE_ADDRESS__)
+#define RSS_CHECKED 0
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define RSS_CHECKED 0
+#endif
+#endif
+#ifndef RSS_CHECKED
+#define RSS_CHECKED 1   /* ASan keeps freed memory in its quarantine: nothing goes back */
+#endif
+
+/* What a pipeline's open does (quant/pipeline/pipeline.c): the backend trims its cache of
+ * an earlier job's blocks, then the peak resident set is lowered to what is left, so the
+ * peak measured afterwards is the new job's. */
+static void test_trim_and_peak(void)
+{
+    qd_backend *be = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_backend_cpu_open(1, NULL, &be, &err));
+    size_t n = 64 * MB;
+    char *a = qd_backend_alloc(be, n);
+    CHECK(a != NULL);
+    if (a) memset(a, 1, n);                      /* resident */
+    qd_backend_free(be, a);                      /* kept by the cache, still resident */
+    uint64_t high = qd_rss_peak_bytes();
+    CHECK(high >= n);
+    qd_backend_trim(be);
+    if (qd_rss_peak_reset() == 0 && RSS_CHECKED) CHECK(qd_rss_peak_bytes() + n / 2 < high);
+    float *b = qd_backend_alloc(be, n);          /* a fresh block: the cache was emptied */
+    CHECK(b != NULL);
+    qd_backend_free(be, b);
+    qd_backend_close(be);
+}
+
 int main(void)
 {
     TEST_RUN(test_reuse);
@@ -117,5 +161,6 @@ int main(void)
     TEST_RUN(test_many_live);
     TEST_RUN(test_default_cap);
     TEST_RUN(test_backend);
+    TEST_RUN(test_trim_and_peak);
     return test_finish();
 }

@@ -80,6 +80,17 @@ static int report_layers(const char *out)
     return j ? n : -1;
 }
 
+/* resources.measured.<key> of a report, or -1. */
+static double report_measured(const char *out, const char *key)
+{
+    cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *m = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "resources"), "measured");
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(m, key);
+    double d = cJSON_IsNumber(v) ? v->valuedouble : -1;
+    cJSON_Delete(j);
+    return d;
+}
+
 static void check_same_output(const char *ref, const char *out)
 {
     test_checks++;
@@ -90,6 +101,10 @@ static void check_same_output(const char *ref, const char *out)
     CHECK_INT(report_layers(out), report_layers(ref));
     CHECK_INT(report_blocks_in_order(out), report_blocks_in_order(ref));
     CHECK_INT(report_blocks_in_order(ref), 3);
+    /* The measured peaks over the interrupted runs: the same files at their largest moment,
+     * give or take state.json's digits. */
+    CHECK(report_measured(out, "peak_rss_bytes") > 0);
+    CHECK_NEAR(report_measured(out, "peak_disk_bytes"), report_measured(ref, "peak_disk_bytes"), 4096);
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
 }
 
@@ -121,6 +136,8 @@ static void resume_case(const char *method, const char *format, const char *extr
             CHECK_INT(state_next_block(out), b);
             CHECK_INT(state_int(out, "acts_block"), b / every * every);
             check_acts_files(out, b / every * every);
+            /* The peaks measured so far are committed with the blocks, for the report. */
+            if (b > 0) CHECK(state_int(out, "peak_disk_bytes") > 0 && state_int(out, "peak_rss_bytes") > 0);
             CHECK(!qd_fs_exists(test_path(out, "model.safetensors")));
             /* Resume a block at a time through open/run_block/close (a hand-off), then finish. */
             qd_pipeline *p = NULL;

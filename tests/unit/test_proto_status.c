@@ -30,6 +30,7 @@ static void fill(qp_status *st)
     st->finished_ms = 0;
     qp_status_set_str(&st->report, "{ \"layers\": 154, \"seconds\": 81.5, \"ppl\": {\"before\": 12.5, \"after\": 12.9} }");
     qp_status_set_str(&st->last_block, "{\"block\": 2, \"seconds\": 41.5, \"stages\": {\"calibrate\": 20.25}}");
+    qp_status_set_str(&st->estimate, "{\"peak_ram_bytes\": 180650024, \"disk_bytes\": 4433920}");
 }
 
 static void check_same(const qp_status *a, const qp_status *b)
@@ -53,6 +54,7 @@ static void check_same(const qp_status *a, const qp_status *b)
     CHECK_INT(a->updated_ms, b->updated_ms);
     CHECK_INT(a->finished_ms, b->finished_ms);
     CHECK_STR(a->last_block ? "set" : "unset", b->last_block ? "set" : "unset");
+    CHECK_STR(a->estimate ? "set" : "unset", b->estimate ? "set" : "unset");
 }
 
 static void test_states(void)
@@ -89,7 +91,7 @@ static void test_fields_round_trip(void)
     qp_fields f;
     qp_err err = { 0 };
     CHECK_OK(qp_status_to_fields(&a, QP_SF_ALL, &f, &err));
-    CHECK_INT(f.n, 21);   /* "v" + 20 fields */
+    CHECK_INT(f.n, 22);   /* "v" + 21 fields */
     CHECK_STR(f.name[0], "v");
     CHECK_STR(f.value[0], "1");
     /* Spot-check the text Redis will hold. */
@@ -101,6 +103,7 @@ static void test_fields_round_trip(void)
         if (!strcmp(f.name[i], "submitted_ms")) CHECK_STR(f.value[i], "1700000000123");
         if (!strcmp(f.name[i], "report"))
             CHECK_STR(f.value[i], "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
+        if (!strcmp(f.name[i], "estimate")) CHECK_STR(f.value[i], "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
     }
     /* Back, through the HGETALL-shaped array, with an extra "spec" field that is ignored. */
     const char *kv[2 * QP_STATUS_MAX_FIELDS + 2];
@@ -113,7 +116,7 @@ static void test_fields_round_trip(void)
     check_same(&a, &b);
     CHECK_STR(b.report, "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
     CHECK_STR(b.last_block, "{\"block\":2,\"seconds\":41.5,\"stages\":{\"calibrate\":20.25}}");
-    CHECK_STR(b.last_block, "{\"block\":2,\"seconds\":41.5,\"stages\":{\"calibrate\":20.25}}");
+    CHECK_STR(b.estimate, "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
     qp_fields_free(&f);
     qp_status_clear(&b);
 
@@ -143,8 +146,12 @@ static void test_fields_round_trip(void)
     }
     CHECK(!saw_state && saw_updated && saw_block);
     qp_fields_free(&f);
+    /* The estimate rides with the state: every state write (the take's included) has it. */
     CHECK_OK(qp_status_to_fields(&a, QP_SF_STATE | QP_SF_PLACE, &f, &err));
-    CHECK_INT(f.n, 7);
+    CHECK_INT(f.n, 8);   /* v, id, updated_ms + state, attempts, estimate + node, worker */
+    int saw_estimate = 0;
+    for (size_t i = 0; i < f.n; i++) saw_estimate |= !strcmp(f.name[i], "estimate");
+    CHECK(saw_estimate);
     qp_fields_free(&f);
 
     /* Deep copy. */
@@ -183,6 +190,11 @@ static void test_fields_errors(void)
     qp_status_set_str(&st.report, "[1,2]");
     CHECK_INT(qp_status_to_fields(&st, QP_SF_ALL, &f, &err), QP_EFORMAT);
     CHECK_STR(err.msg, "status.report: must be a JSON object");
+    qp_status_set_str(&st.report, NULL);
+    qp_status_set_str(&st.estimate, "123");
+    CHECK_INT(qp_status_to_fields(&st, QP_SF_STATE, &f, &err), QP_EFORMAT);
+    CHECK_STR(err.msg, "status.estimate: must be a JSON object");
+    qp_status_set_str(&st.report, "[1,2]");
     CHECK(qp_status_to_event(&st, QP_EVENT_STATE) == NULL);
     qp_status_clear(&st);
 }
@@ -196,12 +208,14 @@ static void test_event_round_trip(void)
     if (!ev) return;
     CHECK(strncmp(ev, "{\"v\":1,\"type\":\"layer\",\"id\":\"j-00ff00ff00ff00ff\",\"state\":\"running\"", 64) == 0);
     CHECK_CONTAINS(ev, "\"report\":{\"layers\":154,");
+    CHECK_CONTAINS(ev, "\"estimate\":{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
     qp_event_type t = QP_EVENT_STATE;
     qp_err err = { 0 };
     CHECK_OK(qp_status_from_event(&b, &t, ev, strlen(ev), &err));
     CHECK_INT(t, QP_EVENT_LAYER);
     check_same(&a, &b);
     CHECK_STR(b.report, "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
+    CHECK_STR(b.estimate, "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
     /* Encoding what was decoded gives the same bytes. */
     char *ev2 = qp_status_to_event(&b, QP_EVENT_LAYER);
     CHECK_STR(ev2, ev);
@@ -243,6 +257,7 @@ static void test_event_errors(void)
     BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"node\":7}", "event.node: must be a string, got 7");
     BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"report\":\"r\"}", "event.report: must be an object");
     BAD("{\"v\":1,\"type\":\"progress\",\"id\":\"a\",\"last_block\":3}", "event.last_block: must be an object");
+    BAD("{\"v\":1,\"type\":\"state\",\"id\":\"a\",\"estimate\":\"1 GB\"}", "event.estimate: must be an object");
 #undef BAD
     /* Unknown fields from a newer writer are ignored. */
     const char *ok = "{\"v\":1,\"type\":\"progress\",\"id\":\"a\",\"gpu_mem\":123,\"progress\":0.5}";

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
@@ -664,6 +665,13 @@ static void test_fsutil(void)
     CHECK_OK(qd_fs_write_atomic(test_path(dir, "x/y/g"), "1", 1, &err));
     CHECK_ERR(qd_fs_mkdir_p(test_path(dir, "x/y/g/h"), &err));
     CHECK_OK(qd_fs_fsync_parent(test_path(dir, "x/y/g"), &err));
+    /* Tree sizes: every regular file below, a link not followed (nor counted), a file alone. */
+    CHECK_OK(qd_fs_write_atomic(test_path(dir, "x/big"), chars, 1000, &err));
+    CHECK(symlink(test_path(dir, "iov.bin"), test_path(dir, "x/y/link")) == 0);
+    CHECK_INT((int64_t)qd_fs_tree_bytes(test_path(dir, "x")), 1002);
+    CHECK_INT((int64_t)qd_fs_tree_bytes(test_path(dir, "x/big")), 1000);
+    CHECK_INT((int64_t)qd_fs_tree_bytes(test_path(dir, "x/y/link")), 0);
+    CHECK_INT((int64_t)qd_fs_tree_bytes(test_path(dir, "absent")), 0);
     CHECK_OK(qd_fs_remove_tree(test_path(dir, "x"), &err));
     CHECK(!qd_fs_exists(test_path(dir, "x")));
     CHECK_OK(qd_fs_remove_tree(test_path(dir, "x"), &err));   /* missing is fine */

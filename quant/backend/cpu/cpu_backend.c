@@ -32,6 +32,12 @@ static void cpu_free(qd_backend *be, void *p)
     cpu_mem_free(&impl->mem, p);
 }
 
+static void cpu_trim(qd_backend *be)
+{
+    cpu_impl *impl = be->impl;
+    cpu_mem_trim(&impl->mem);
+}
+
 void qd_backend_cpu_close(qd_backend *be)
 {
     cpu_impl *impl = be->impl;
@@ -264,6 +270,7 @@ static const qd_backend_ops cpu_ops = {
     .add = cpu_add,
     .add_bias = cpu_add_bias,
     .nll_rows = cpu_nll_rows,
+    .trim = cpu_trim,
 };
 
 int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **out, qd_err *err)

@@ -13,11 +13,18 @@ void cpu_mem_init(cpu_mem *m, size_t cap_bytes)
     m->cap_bytes = cap_bytes;
 }
 
-void cpu_mem_destroy(cpu_mem *m)
+void cpu_mem_trim(cpu_mem *m)
 {
+    pthread_mutex_lock(&m->lock);
     for (int i = 0; i < m->n_idle; i++) free(m->idle[i].p);
     m->n_idle = 0;
     m->idle_bytes = 0;
+    pthread_mutex_unlock(&m->lock);
+}
+
+void cpu_mem_destroy(cpu_mem *m)
+{
+    cpu_mem_trim(m);
     pthread_mutex_destroy(&m->lock);
 }
 

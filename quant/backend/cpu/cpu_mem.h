@@ -38,6 +38,8 @@ typedef struct cpu_mem {
 void cpu_mem_init(cpu_mem *m, size_t cap_bytes);
 /* Releases every idle block; live blocks must have been freed before. */
 void cpu_mem_destroy(cpu_mem *m);
+/* Releases every idle block (live ones stay live); the cache keeps working afterwards. */
+void cpu_mem_trim(cpu_mem *m);
 /* 64-byte aligned; NULL when out of memory. */
 void *cpu_mem_alloc(cpu_mem *m, size_t bytes);
 void cpu_mem_free(cpu_mem *m, void *p);               /* accepts NULL */
