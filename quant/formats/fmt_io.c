@@ -18,6 +18,17 @@ void qd_fmt_tensor_view(const st_tensor *t, const char *suffix, qd_fmt_tensor *o
     out->data = t->data;
 }
 
+int qd_fmt_find_named(void *ud, const char *suffix, qd_fmt_tensor *out)
+{
+    const qd_fmt_named *c = ud;
+    char name[640];
+    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
+    const st_tensor *t = c->lookup(c->src, name);
+    if (!t) return 0;
+    qd_fmt_tensor_view(t, suffix, out);
+    return 1;
+}
+
 static int find_checked(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, int required,
                         qd_dtype want, int64_t r, int64_t c, qd_fmt_tensor *t, qd_err *err)
 {

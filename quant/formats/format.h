@@ -107,6 +107,15 @@ struct st_tensor;
 /* What a find callback fills from a checkpoint tensor: a view of t's data under suffix (more
  * than two dimensions read as 3, which read() refuses). */
 void qd_fmt_tensor_view(const struct st_tensor *t, const char *suffix, qd_fmt_tensor *out);
+/* A find callback over any collection of named checkpoint tensors: read() asks for
+ * "<base>.<suffix>", found through lookup(src, name) (NULL when absent). Pass a
+ * qd_fmt_named as read()'s ud and qd_fmt_find_named as its find. */
+typedef struct qd_fmt_named {
+    const struct st_tensor *(*lookup)(const void *src, const char *name);
+    const void *src;
+    const char *base;
+} qd_fmt_named;
+int qd_fmt_find_named(void *ud, const char *suffix, qd_fmt_tensor *out);
 
 /* What a recognised quantization_config says. */
 typedef struct qd_fmt_detected {

@@ -147,22 +147,8 @@ static int load_norm(qd_model *m, const char *canonical, int64_t len, float **ou
 
 /* ---- packed (quantized) linears ---- */
 
-/* The format descriptor's read() asks for "<base>.<suffix>" through this. */
-typedef struct packed_find_ctx {
-    const qd_model *m;
-    const char *base;
-} packed_find_ctx;
-
-static int packed_find(void *ud, const char *suffix, qd_fmt_tensor *out)
-{
-    const packed_find_ctx *c = ud;
-    char name[600];
-    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
-    const st_tensor *t = qd_model_tfind(c->m, name);
-    if (!t) return 0;
-    qd_fmt_tensor_view(t, suffix, out);
-    return 1;
-}
+/* The format descriptor's read() finds "<base>.<suffix>" among the model's tensors. */
+static const st_tensor *model_lookup(const void *m, const char *name) { return qd_model_tfind(m, name); }
 
 /* Dequantizes linear `base` (canonical name without suffix) of shape [n, k] into host or
  * backend-on-CPU memory w: the checkpoint's format descriptor reads its tensors, and the
@@ -174,9 +160,9 @@ static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, floa
     if (!fmt) return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization format '%s' is not in the format table", m->dir, m->cfg.quant_format);
     qd_fmt_detected d = {.bits = m->cfg.quant_bits, .group_size = m->cfg.quant_group_size, .sym = m->cfg.quant_sym,
                          .desc_act = m->cfg.quant_desc_act};
-    packed_find_ctx ctx = {m, base};
+    qd_fmt_named ctx = {model_lookup, m, base};
     qd_packed p;
-    int rc = fmt->read(packed_find, &ctx, n, k, &d, &p, err);
+    int rc = fmt->read(qd_fmt_find_named, &ctx, n, k, &d, &p, err);
     if (!rc) {
         rc = qd_kernel_dequant_cpu(fmt, &p, w, m->be->n_threads, QD_KCPU_AUTO, err);
         qd_packed_free(&p);

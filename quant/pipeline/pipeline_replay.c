@@ -94,21 +94,7 @@ static int replay_folds(qd_pipeline *p, qd_block_weights *bw, int block, qd_err 
     return rc;
 }
 
-typedef struct replay_find_ctx {
-    const st_file *f;
-    const char *base;
-} replay_find_ctx;
-
-static int replay_find(void *ud, const char *suffix, qd_fmt_tensor *out)
-{
-    const replay_find_ctx *c = ud;
-    char name[600];
-    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
-    const st_tensor *t = st_file_find(c->f, name);
-    if (!t) return 0;
-    qd_fmt_tensor_view(t, suffix, out);
-    return 1;
-}
+static const st_tensor *file_lookup(const void *f, const char *name) { return st_file_find(f, name); }
 
 /* The block's quantized linears, decoded from its block file into bw. */
 static int replay_linears(qd_pipeline *p, qd_block_weights *bw, int block, qd_err *err)
@@ -128,14 +114,14 @@ static int replay_linears(qd_pipeline *p, qd_block_weights *bw, int block, qd_er
         if (!plan.quantize) continue;   /* float or absent: the forward used bw's own weight */
         const qd_linear_info *L = qd_model_linear(p->m, li);
         snprintf(base, sizeof base, "%s%s", prefix, L->name);
-        replay_find_ctx ctx = {f, base};
+        qd_fmt_named ctx = {file_lookup, f, base};
         qd_packed pk;
         memset(&pk, 0, sizeof pk);
         w = malloc((size_t)(L->n * L->k) * sizeof *w);
         if (!w) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", base); break; }
         qd_qlayer ql;
         memset(&ql, 0, sizeof ql);
-        rc = p->fmt->read(replay_find, &ctx, L->n, L->k, &d, &pk, err);
+        rc = p->fmt->read(qd_fmt_find_named, &ctx, L->n, L->k, &d, &pk, err);
         if (!rc) rc = p->fmt->unpack(&pk, &ql, err);
         if (!rc) qd_qlayer_dequant_ref(&ql, w);
         qd_qlayer_free(&ql);

@@ -28,21 +28,7 @@ static int copy_tensor(const st_model *sm, const char *prefix, const char *suffi
     return 0;
 }
 
-typedef struct tp_find_ctx {
-    const st_model *sm;
-    const char *base;
-} tp_find_ctx;
-
-static int tp_find(void *ud, const char *suffix, qd_fmt_tensor *out)
-{
-    const tp_find_ctx *c = ud;
-    char name[400];
-    snprintf(name, sizeof name, "%s.%s", c->base, suffix);
-    const st_tensor *t = st_model_find(c->sm, name);
-    if (!t) return 0;
-    qd_fmt_tensor_view(t, suffix, out);
-    return 1;
-}
+static const st_tensor *tp_lookup(const void *sm, const char *name) { return st_model_find(sm, name); }
 
 /* The packed tensors come through the checkpoint format's descriptor (read() copies them). */
 static int load_packed(const qd_model *m, const qd_format *f, const char *prefix, const qd_linear_info *L,
@@ -54,8 +40,8 @@ static int load_packed(const qd_model *m, const qd_format *f, const char *prefix
     snprintf(full, sizeof full, "%s%s", prefix, L->name);
     qd_fmt_detected d = {.bits = c->quant_bits, .group_size = c->quant_group_size, .sym = c->quant_sym,
                          .desc_act = c->quant_desc_act};
-    tp_find_ctx ctx = {sm, full};
-    int rc = f->read(tp_find, &ctx, L->n, L->k, &d, p, err);
+    qd_fmt_named ctx = {tp_lookup, sm, full};
+    int rc = f->read(qd_fmt_find_named, &ctx, L->n, L->k, &d, p, err);
     if (rc) {
         qd_err_prefix(err, "tp sim: %s", full);
         return rc;
