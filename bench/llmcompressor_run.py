@@ -1,0 +1,64 @@
+"""llm-compressor's GPTQ on a float model with given calibration ids (bench/llmcompressor.sh).
+
+    python bench/llmcompressor_run.py MODEL IDS.json SAMPLES SEQ_LEN OUT THREADS TARGETS
+
+IDS.json: a flat JSON array of SAMPLES * SEQ_LEN token ids (the exact ids the quantd job
+reads), cut into SAMPLES rows of SEQ_LEN, fed in file order (no shuffle, batch size 1, no
+padding). GPTQModifier: W4A16 int, symmetric, group 64, actorder None, dampening 0.01,
+block_size 128, every Linear but lm_head. TARGETS: "layer" (llm-compressor's default
+sequential pipeline: one decoder layer a subgraph, every linear of a layer calibrated on
+the layer's input before any of them is quantized) or "linear" (sequential_targets
+["Linear"]: each linear its own subgraph, calibrated on the outputs of the already
+quantized ones before it: quantd's true_sequential). Output: compressed-tensors
+pack-quantized, plus the model's tokenizer files. Prints one JSON line of stage seconds.
+"""
+import json, os, shutil, sys, time
+
+t_start = time.time()
+model_dir, ids_path, samples, seq_len, out, threads, targets = sys.argv[1:8]
+samples, seq_len, threads = int(samples), int(seq_len), int(threads)
+
+import torch
+torch.set_num_threads(threads)
+from datasets import Dataset
+from transformers import AutoModelForCausalLM
+from llmcompressor import oneshot
+from llmcompressor.modifiers.quantization import GPTQModifier
+t_import = time.time()
+
+ids = json.load(open(ids_path))
+if isinstance(ids, dict): ids = ids["tokens"]
+assert len(ids) == samples * seq_len, (len(ids), samples, seq_len)
+rows = [ids[i * seq_len:(i + 1) * seq_len] for i in range(samples)]
+ds = Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * seq_len for _ in rows]})
+
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+t_load = time.time()
+
+recipe = GPTQModifier(
+    config_groups={"group_0": {
+        "targets": ["Linear"],
+        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
+                    "group_size": 64, "actorder": None, "dynamic": False},
+    }},
+    ignore=["lm_head"], dampening_frac=0.01, block_size=128, actorder=None)
+kw = {}
+if targets == "linear":
+    kw["sequential_targets"] = ["Linear"]
+elif targets != "layer":
+    sys.exit("TARGETS must be layer or linear")
+oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seq_len,
+        num_calibration_samples=samples, shuffle_calibration_samples=False,
+        batch_size=1, pipeline="sequential", **kw)
+t_quant = time.time()
+
+model.save_pretrained(out, save_compressed=True)
+for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
+          "generation_config.json", "vocab.json", "merges.txt"):
+    if os.path.exists(os.path.join(model_dir, f)) and not os.path.exists(os.path.join(out, f)):
+        shutil.copy(os.path.join(model_dir, f), out)
+t_save = time.time()
+print(json.dumps({"import_s": round(t_import - t_start, 2), "load_s": round(t_load - t_import, 2),
+                  "oneshot_s": round(t_quant - t_load, 2), "save_s": round(t_save - t_quant, 2),
+                  "total_s": round(t_save - t_start, 2), "threads": torch.get_num_threads(),
+                  "targets": targets}))
