@@ -11,13 +11,12 @@
  * (f16_products) get the same rounding (qd_f32_round_f16, or F16C's round-to-nearest-even
  * conversion, which is the same function). */
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/parallel.h"
 #include "quant/kernels/kernel_internal.h"
 
-#define KDEQ_MAX_THREADS 64
 /* Below this many weights per thread the thread start-up costs more than it saves. */
 #define KDEQ_MIN_WEIGHTS_PER_THREAD (1 << 16)
 
@@ -30,9 +29,8 @@ typedef struct kdeq_job {
     kcpu_decode_fn dec;
     kdeq_store_fn store;
     int f16;
-    float *S, *Z;              /* the shared tables; this job fills columns [n0, n1) */
+    float *S, *Z;              /* the shared tables; each share fills its own columns */
     float *w;
-    int64_t n0, n1;            /* output columns (rows of W), multiples of 8 */
 } kdeq_job;
 
 static void kdeq_store_portable(const float *T, int len, float *w, int64_t k, int f16)
@@ -84,20 +82,21 @@ static void kdeq_store_avx2(const float *T, int len, float *w, int64_t k, int f1
     if (j0 < len) kdeq_store_portable(T + j0 * 8, len - j0, w + j0, k, f16);
 }
 
-static void *kdeq_job_run(void *arg)
+/* Output columns (rows of W) [c0, c1), multiples of 8. */
+static void kdeq_cols(void *arg, int t, int64_t c0, int64_t c1)
 {
     const kdeq_job *j = arg;
+    (void)t;
     const qd_kmat *m = j->c.m;
     const int64_t k = m->k;
     float T[KCPU_TILE * 8] __attribute__((aligned(32)));
-    kcpu_tables_fill(m, j->S, j->Z, j->n0, j->n1);
-    for (int64_t n0 = j->n0; n0 < j->n1; n0 += 8)
+    kcpu_tables_fill(m, j->S, j->Z, c0, c1);
+    for (int64_t n0 = c0; n0 < c1; n0 += 8)
         for (int64_t i0 = 0; i0 < k; i0 += KCPU_TILE) {
             int len = (int)(k - i0 < KCPU_TILE ? k - i0 : KCPU_TILE);
             j->dec(&j->c, i0, len, n0, T);
             j->store(T, len, j->w + n0 * k + i0, k, j->f16);
         }
-    return NULL;
 }
 
 /* The tensor shapes and group counts dequant_ref's checks insist on, so that a checkpoint
@@ -144,26 +143,13 @@ int qd_kernel_dequant_cpu(const qd_format *fmt, const qd_packed *p, float *w, in
         return qd_err_set(err, QD_ENOMEM, "dequant: out of memory for [%lld, %lld] tables", (long long)G,
                           (long long)n);
     }
-    int nt = n_threads < 1 ? 1 : n_threads > KDEQ_MAX_THREADS ? KDEQ_MAX_THREADS : n_threads;
+    int nt = n_threads < 1 ? 1 : n_threads > QD_PARALLEL_MAX_THREADS ? QD_PARALLEL_MAX_THREADS : n_threads;
     if (n * k < (int64_t)nt * KDEQ_MIN_WEIGHTS_PER_THREAD) nt = (int)(n * k / KDEQ_MIN_WEIGHTS_PER_THREAD);
     if (nt > tiles) nt = (int)tiles;
     if (nt < 1) nt = 1;
-    kdeq_job jobs[KDEQ_MAX_THREADS];
-    pthread_t tid[KDEQ_MAX_THREADS];
-    int started[KDEQ_MAX_THREADS] = {0};
-    const int64_t per = (tiles + nt - 1) / nt * 8;
-    for (int t = 0; t < nt; t++) {
-        int64_t n0 = t * per < n ? t * per : n, n1 = n0 + per < n ? n0 + per : n;
-        jobs[t] = (kdeq_job){{&m, S, Z}, kcpu_decode_pick(avx2), avx2 ? kdeq_store_avx2 : kdeq_store_portable,
-                             fmt->f16_products, S, Z, w, n0, n1};
-    }
-    for (int t = 1; t < nt; t++) started[t] = pthread_create(&tid[t], NULL, kdeq_job_run, &jobs[t]) == 0;
-    /* The calling thread takes the first share, and any share whose thread did not start. */
-    kdeq_job_run(&jobs[0]);
-    for (int t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else kdeq_job_run(&jobs[t]);
-    }
+    kdeq_job job = {{&m, S, Z}, kcpu_decode_pick(avx2), avx2 ? kdeq_store_avx2 : kdeq_store_portable,
+                    fmt->f16_products, S, Z, w};
+    qd_parallel_for(nt, n, 8, kdeq_cols, &job);
     free(S);
     free(Z);
     return 0;

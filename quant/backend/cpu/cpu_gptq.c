@@ -4,14 +4,13 @@
 #include "quant/backend/cpu/cpu_internal.h"
 
 #include <immintrin.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/backend/gptq_block.h"
+#include "quant/core/parallel.h"
 #include "quant/formats/quantizer.h"
 
-#define CPU_GPTQ_MAX_THREADS 64
 
 /* Rows of the block processed together: each Hinv row is read once per batch, and the
  * SIMD kernels hold one column of a batch in one register (8 lanes with AVX2, 16 with
@@ -512,18 +511,17 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
     }
 }
 
-typedef struct cpu_gptq_job {
+typedef struct cpu_gptq_share {
     const qd_gptq_block_args *a;
     cpu_gptq_rows_fn rows;
-    int64_t r0, r1;
-    float *scratch;
-} cpu_gptq_job;
+    float *scratch;            /* per share: CPU_GPTQ_SCRATCH floats each */
+    size_t per_thread;
+} cpu_gptq_share;
 
-static void *cpu_gptq_job_run(void *p)
+static void cpu_gptq_rows_run(void *ctx, int t, int64_t r0, int64_t r1)
 {
-    cpu_gptq_job *j = p;
-    j->rows(j->a, j->r0, j->r1, j->scratch);
-    return NULL;
+    const cpu_gptq_share *s = ctx;
+    s->rows(s->a, r0, r1, s->scratch + (size_t)t * s->per_thread);
 }
 
 int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
@@ -537,29 +535,14 @@ int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     const int64_t n = a->n, B = a->i2 - a->i1;
     /* Threads split the rows; below a few batches per thread the start-up is not worth it. */
     int nt = be->n_threads;
-    if (nt > CPU_GPTQ_MAX_THREADS) nt = CPU_GPTQ_MAX_THREADS;
     if (n < (int64_t)nt * 128) nt = 1;
     const size_t per_thread = CPU_GPTQ_SCRATCH(B, a->k);
+    nt = qd_parallel_shares(nt, n, CPU_GPTQ_ROWS);
     float *scratch = qd_backend_alloc(be, (size_t)nt * per_thread * sizeof(float));
     if (!scratch) return QD_ENOMEM;
-    cpu_gptq_job jobs[CPU_GPTQ_MAX_THREADS];
-    pthread_t tid[CPU_GPTQ_MAX_THREADS];
-    int started[CPU_GPTQ_MAX_THREADS] = {0};
-    int64_t batches = (n + CPU_GPTQ_ROWS - 1) / CPU_GPTQ_ROWS;
-    int64_t per = (batches + nt - 1) / nt * CPU_GPTQ_ROWS;               /* whole batches each */
-    for (int t = 0; t < nt; t++) {
-        int64_t r0 = t * per, r1 = r0 + per < n ? r0 + per : n;
-        if (r0 > n) r0 = n;
-        jobs[t] = (cpu_gptq_job){a, impl->gptq_rows, r0, r1, scratch + (size_t)t * per_thread};
-    }
-    for (int t = 1; t < nt; t++)
-        started[t] = pthread_create(&tid[t], NULL, cpu_gptq_job_run, &jobs[t]) == 0;
-    /* The calling thread takes the first share, and any share whose thread did not start. */
-    cpu_gptq_job_run(&jobs[0]);
-    for (int t = 1; t < nt; t++) {
-        if (started[t]) pthread_join(tid[t], NULL);
-        else cpu_gptq_job_run(&jobs[t]);
-    }
+    /* Whole batches of rows per thread. */
+    cpu_gptq_share share = {a, impl->gptq_rows, scratch, per_thread};
+    qd_parallel_for(nt, n, CPU_GPTQ_ROWS, cpu_gptq_rows_run, &share);
     qd_backend_free(be, scratch);
     return 0;
 }

@@ -2,7 +2,9 @@
  * residual adds and per-row NLL. All operate on plain host F32 memory (the CPU backend's
  * memory). Attention runs cblas sgemm per (sequence, head, chunk of query rows) for Q K^T and P V,
  * so OpenBLAS does the heavy lifting; the softmax between them is a scalar loop over the
- * causal (lower) triangle only. Reductions that decide accuracy (norm variance, logsumexp)
+ * causal (lower) triangle only. Norms, activations and attention's (sequence, head) pairs
+ * are split over the backend's threads (quant/core/parallel.h); each row, element or head
+ * is computed as one thread would, so results do not depend on the thread count. Reductions that decide accuracy (norm variance, logsumexp)
  * accumulate in double so results do not depend on row length. */
 #include <cblas.h>
 #include <math.h>
@@ -10,21 +12,64 @@
 #include <string.h>
 
 #include "quant/backend/cpu/cpu_internal.h"
+#include "quant/core/parallel.h"
+
+/* Rows per thread share of the row-wise ops, and elements per share of the element-wise
+ * ones: below that a thread's start-up costs more than it saves. */
+#define NN_ROW_GRAIN 64
+#define NN_ELEM_GRAIN 65536
+
+typedef struct norm_ctx {
+    float *y;
+    const float *x, *w, *b;
+    int64_t dim;
+    float eps;
+} norm_ctx;
+
+static void rmsnorm_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    const norm_ctx *c = ctx;
+    (void)t;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * c->dim;
+        float *yr = c->y + r * c->dim;
+        double ss = 0.0;
+        for (int64_t i = 0; i < c->dim; i++) ss += (double)xr[i] * xr[i];
+        float inv = (float)(1.0 / sqrt(ss / (double)c->dim + (double)c->eps));
+        for (int64_t i = 0; i < c->dim; i++) yr[i] = (xr[i] * inv) * (c->w ? c->w[i] : 1.0f);
+    }
+}
 
 int cpu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_t rows,
                 int64_t dim, float eps)
 {
     if (rows < 0 || dim <= 0) return qd_err_set(&be->err, QD_EINVAL, "rmsnorm: bad shape [%lld, %lld]",
                                                 (long long)rows, (long long)dim);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dim;
-        float *yr = y + r * dim;
-        double ss = 0.0;
-        for (int64_t i = 0; i < dim; i++) ss += (double)xr[i] * xr[i];
-        float inv = (float)(1.0 / sqrt(ss / (double)dim + (double)eps));
-        for (int64_t i = 0; i < dim; i++) yr[i] = (xr[i] * inv) * (w ? w[i] : 1.0f);
-    }
+    norm_ctx c = {y, x, w, NULL, dim, eps};
+    qd_parallel_for(be->n_threads, rows, NN_ROW_GRAIN, rmsnorm_rows, &c);
     return 0;
+}
+
+static void layernorm_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    const norm_ctx *c = ctx;
+    (void)t;
+    for (int64_t r = r0; r < r1; r++) {
+        const float *xr = c->x + r * c->dim;
+        float *yr = c->y + r * c->dim;
+        double s = 0.0;
+        for (int64_t i = 0; i < c->dim; i++) s += xr[i];
+        double mean = s / (double)c->dim, var = 0.0;
+        for (int64_t i = 0; i < c->dim; i++) { double d = xr[i] - mean; var += d * d; }
+        float inv = (float)(1.0 / sqrt(var / (double)c->dim + (double)c->eps));
+        float m = (float)mean;
+        for (int64_t i = 0; i < c->dim; i++) {
+            float v = (xr[i] - m) * inv;
+            if (c->w) v *= c->w[i];
+            if (c->b) v += c->b[i];
+            yr[i] = v;
+        }
+    }
 }
 
 int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, const float *b,
@@ -32,22 +77,8 @@ int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, cons
 {
     if (rows < 0 || dim <= 0) return qd_err_set(&be->err, QD_EINVAL, "layernorm: bad shape [%lld, %lld]",
                                                 (long long)rows, (long long)dim);
-    for (int64_t r = 0; r < rows; r++) {
-        const float *xr = x + r * dim;
-        float *yr = y + r * dim;
-        double s = 0.0;
-        for (int64_t i = 0; i < dim; i++) s += xr[i];
-        double mean = s / (double)dim, var = 0.0;
-        for (int64_t i = 0; i < dim; i++) { double d = xr[i] - mean; var += d * d; }
-        float inv = (float)(1.0 / sqrt(var / (double)dim + (double)eps));
-        float m = (float)mean;
-        for (int64_t i = 0; i < dim; i++) {
-            float v = (xr[i] - m) * inv;
-            if (w) v *= w[i];
-            if (b) v += b[i];
-            yr[i] = v;
-        }
-    }
+    norm_ctx c = {y, x, w, b, dim, eps};
+    qd_parallel_for(be->n_threads, rows, NN_ROW_GRAIN, layernorm_rows, &c);
     return 0;
 }
 
@@ -109,6 +140,44 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
  * keys [0, r1): the causal mask then costs about half the flops of the full square. */
 #define ATTN_CHUNK 128
 
+typedef struct attn_ctx {
+    float *out;
+    const float *q, *k, *v;
+    int64_t seq, n_heads, group, hd, ldq, ldk, chunk, window;
+    float scale, softcap;
+    float *scores;             /* [shares][chunk * seq] */
+} attn_ctx;
+
+/* Heads [p0, p1) of the (sequence, head) pairs, one share's score buffer. */
+static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
+{
+    const attn_ctx *c = ctx;
+    float *s = c->scores + (size_t)t * (size_t)(c->chunk * c->seq);
+    const int64_t seq = c->seq, hd = c->hd, ldq = c->ldq, ldk = c->ldk;
+    for (int64_t pair = p0; pair < p1; pair++) {
+        int64_t b = pair / c->n_heads, h = pair % c->n_heads, kh = h / c->group;
+        const float *kk = c->k + b * seq * ldk + kh * hd;
+        const float *vv = c->v + b * seq * ldk + kh * hd;
+        for (int64_t r0 = 0; r0 < seq; r0 += c->chunk) {
+            int64_t rows = seq - r0 < c->chunk ? seq - r0 : c->chunk, keys = r0 + rows;
+            const float *qh = c->q + (b * seq + r0) * ldq + h * hd;
+            float *oh = c->out + (b * seq + r0) * ldq + h * hd;
+            /* S [rows, keys] = scale * Q K^T; entries past the diagonal are zeroed by the
+             * softmax so P V ignores them. */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, c->scale,
+                        qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
+            for (int64_t i = 0; i < rows; i++) {
+                int64_t qi = r0 + i, lo = c->window > 0 && qi + 1 > c->window ? qi + 1 - c->window : 0;
+                if (c->softcap > 0.0f)
+                    for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / c->softcap) * c->softcap;
+                softmax_causal_row(s + i * keys, lo, qi + 1, keys);
+            }
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
+                        s, (int)keys, vv, (int)ldk, 0.0f, oh, (int)ldq);
+        }
+    }
+}
+
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                   int64_t window, float softcap)
@@ -117,57 +186,62 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
                           (long long)n_heads, (long long)n_kv);
     if (seq <= 0 || batch <= 0) return 0;
-    int64_t group = n_heads / n_kv;
-    int64_t ldq = n_heads * hd, ldk = n_kv * hd;
     int64_t chunk = seq < ATTN_CHUNK ? seq : ATTN_CHUNK;
-    float *s = malloc((size_t)chunk * (size_t)seq * sizeof *s);
-    if (!s) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %lld x %lld scores",
-                              (long long)chunk, (long long)seq);
-    for (int64_t b = 0; b < batch; b++) {
-        for (int64_t h = 0; h < n_heads; h++) {
-            int64_t kh = h / group;
-            const float *kk = k + b * seq * ldk + kh * hd;
-            const float *vv = v + b * seq * ldk + kh * hd;
-            for (int64_t r0 = 0; r0 < seq; r0 += chunk) {
-                int64_t rows = seq - r0 < chunk ? seq - r0 : chunk, keys = r0 + rows;
-                const float *qh = q + (b * seq + r0) * ldq + h * hd;
-                float *oh = out + (b * seq + r0) * ldq + h * hd;
-                /* S [rows, keys] = scale * Q K^T; entries past the diagonal are zeroed by
-                 * the softmax so P V ignores them. */
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, scale,
-                            qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
-                for (int64_t i = 0; i < rows; i++) {
-                    int64_t qi = r0 + i, lo = window > 0 && qi + 1 > window ? qi + 1 - window : 0;
-                    if (softcap > 0.0f)
-                        for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / softcap) * softcap;
-                    softmax_causal_row(s + i * keys, lo, qi + 1, keys);
-                }
-                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
-                            s, (int)keys, vv, (int)ldk, 0.0f, oh, (int)ldq);
-            }
-        }
-    }
-    free(s);
+    /* The (sequence, head) pairs are split over the threads, each running its small GEMMs
+     * on one OpenBLAS thread (they are too small for OpenBLAS to split well, and the
+     * softmax between them would otherwise run on one core). */
+    int64_t pairs = batch * n_heads;
+    int nt = qd_parallel_shares(be->n_threads, pairs, 1);
+    float *scores = malloc((size_t)nt * (size_t)chunk * (size_t)seq * sizeof *scores);
+    if (!scores) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %lld x %lld scores",
+                                   nt, (long long)chunk, (long long)seq);
+    attn_ctx c = {out, q, k, v, seq, n_heads, n_heads / n_kv, hd, n_heads * hd, n_kv * hd, chunk, window,
+                  scale, softcap, scores};
+    if (nt > 1) openblas_set_num_threads(1);
+    qd_parallel_for(nt, pairs, 1, attn_heads, &c);
+    if (nt > 1) openblas_set_num_threads(be->n_threads);
+    free(scores);
     return 0;
+}
+
+typedef struct glu_ctx {
+    float *out;
+    const float *gate, *up;
+} glu_ctx;
+
+static void silu_mul_range(void *ctx, int t, int64_t i0, int64_t i1)
+{
+    const glu_ctx *c = ctx;
+    (void)t;
+    for (int64_t i = i0; i < i1; i++) {
+        float g = c->gate[i];
+        c->out[i] = g / (1.0f + expf(-g)) * c->up[i];
+    }
 }
 
 int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        out[i] = g / (1.0f + expf(-g)) * up[i];
-    }
+    glu_ctx c = {out, gate, up};
+    qd_parallel_for(be->n_threads, n, NN_ELEM_GRAIN, silu_mul_range, &c);
     return 0;
+}
+
+static void gelu_tanh_mul_range(void *ctx, int t, int64_t i0, int64_t i1)
+{
+    const glu_ctx *c = ctx;
+    (void)t;
+    /* torch's tanh approximation, term for term: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
+    for (int64_t i = i0; i < i1; i++) {
+        float g = c->gate[i];
+        float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+        c->out[i] = 0.5f * g * (1.0f + tanhf(inner)) * c->up[i];
+    }
 }
 
 int cpu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
-    /* torch's tanh approximation, term for term: 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))). */
-    for (int64_t i = 0; i < n; i++) {
-        float g = gate[i];
-        float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);
-        out[i] = 0.5f * g * (1.0f + tanhf(inner)) * up[i];
-    }
+    glu_ctx c = {out, gate, up};
+    qd_parallel_for(be->n_threads, n, NN_ELEM_GRAIN, gelu_tanh_mul_range, &c);
     return 0;
 }
 
