@@ -10,6 +10,7 @@
  * The figures assume the CPU backend, where every buffer is host memory; on a GPU most of the
  * RAM terms live in device memory instead, so the host estimate is high there. */
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
@@ -104,6 +105,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     qd_dtype wdt = !strcmp(cfg.torch_dtype, "float16") ? QD_DTYPE_F16 : !strcmp(cfg.torch_dtype, "bfloat16") ? QD_DTYPE_BF16 : QD_DTYPE_F32;
     uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
     uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
+    est->acts_ram_bytes = acts;
     /* One block's F32 weights, the quantized copy written back, and an override's. */
     uint64_t weights = block_params * 4 * 3;
     /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
@@ -157,7 +159,8 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * an older one (acts-i is removed after acts-(i + every) is written); the output is
      * written while the checkpoint is still there. */
     uint64_t acts_written = ((uint64_t)cfg.n_layers - 1) / (uint64_t)qp_job_acts_every(job);
-    uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + u64min(acts_written, 2) * act_file;
+    est->acts_disk_bytes = u64min(acts_written, 2) * act_file;
+    uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + est->acts_disk_bytes;
     uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;
     est->disk_bytes = ckpt + output;
     return 0;
@@ -172,4 +175,28 @@ cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est)
         return NULL;
     }
     return o;
+}
+
+void qd_pipeline_estimate_hint(const qd_pipeline_estimate *est, int which, char *buf, size_t cap)
+{
+    if (which == 0) {
+        double acts = est->acts_ram_bytes / 1e9, rest = (est->peak_ram_bytes - est->acts_ram_bytes) / 1e9;
+        if (est->acts_ram_bytes * 4 >= est->peak_ram_bytes)
+            snprintf(buf, cap, "(%.2f GB of it is calibration activations: fewer calibration samples or a shorter "
+                     "seq_len lower that part; the other %.2f GB is the model's)", acts, rest);
+        else
+            snprintf(buf, cap, "(only %.2f GB of it is calibration activations; the other %.2f GB is one block's "
+                     "weights, Hessians and the model's resident tensors, which no job setting lowers: run it on a "
+                     "machine with more memory)", acts, rest);
+        return;
+    }
+    double files = est->acts_disk_bytes / 1e9, rest = (est->disk_bytes - est->acts_disk_bytes) / 1e9;
+    if (est->acts_disk_bytes > 0)
+        snprintf(buf, cap, "(%.2f GB of it is activation files: a checkpoint.acts_every of %d or more writes none, "
+                 "at the cost of recomputing more blocks on a resume; the other %.2f GB is the output and the "
+                 "checkpoint's packed blocks: free space or choose another output directory)",
+                 files, est->n_blocks, rest);
+    else
+        snprintf(buf, cap, "(it is the output and the checkpoint's packed blocks, which no job setting lowers: free "
+                 "space or choose another output directory)");
 }

@@ -160,9 +160,12 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
     uint64_t free_disk = 0;
     /* Not enough disk is final: the same job on the same file system fails the same way
      * until someone frees space, so it is not retried. */
-    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est->disk_bytes)
-        return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free",
-                          where, est->disk_bytes / 1e9, free_disk / 1e9);
+    char hint[512];
+    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est->disk_bytes) {
+        qd_pipeline_estimate_hint(est, 1, hint, sizeof hint);
+        return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free %s",
+                          where, est->disk_bytes / 1e9, free_disk / 1e9, hint);
+    }
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {
         char line[256];
@@ -170,9 +173,11 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
         while (fgets(line, sizeof line, f))
             if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
         fclose(f);
-        if (kb && est->peak_ram_bytes > kb * 1024ull)
-            return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available (fewer calibration samples lower it)",
-                              est->peak_ram_bytes / 1e9, kb * 1024.0 / 1e9);
+        if (kb && est->peak_ram_bytes > kb * 1024ull) {
+            qd_pipeline_estimate_hint(est, 0, hint, sizeof hint);
+            return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available %s",
+                              est->peak_ram_bytes / 1e9, kb * 1024.0 / 1e9, hint);
+        }
     }
     return 0;
 }

@@ -72,6 +72,9 @@ typedef struct qd_pipeline_estimate {
                                     (+ AWQ outputs, + the final eval) */
     uint64_t disk_bytes;         /* checkpoint (every block, up to two activation files) + output */
     uint64_t act_bytes;          /* calibration activations of one block (F32 in memory) */
+    uint64_t acts_ram_bytes;     /* the part of peak_ram_bytes the calibration size sets: the
+                                    activations in, out, between the halves, and the file copy */
+    uint64_t acts_disk_bytes;    /* the part of disk_bytes that is activation files */
     int n_blocks;
 } qd_pipeline_estimate;
 
@@ -79,6 +82,11 @@ typedef struct qd_pipeline qd_pipeline;
 
 /* Estimates from the model's config.json and the job alone (no weights are read). */
 int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err);
+/* The settings that lower the figure a job was refused for, as one parenthesised sentence
+ * for the refusal message: which (0: memory, 1: disk). The activations' share decides
+ * whether fewer calibration samples help memory; the activation files' share whether
+ * checkpoint.acts_every helps disk. */
+void qd_pipeline_estimate_hint(const qd_pipeline_estimate *est, int which, char *buf, size_t cap);
 /* The figures a run is measured against, {"peak_ram_bytes": .., "disk_bytes": ..}: the
  * report's resources.estimate and the status hash's `estimate`. Owned by the caller
  * (cJSON_Delete); NULL when out of memory. */
