@@ -92,6 +92,7 @@ typedef struct gptq_dev {
     float *q;                  /* or NULL: where Q goes when w is the caller's (host, not owned) */
     uint8_t *codes;
     int32_t *col_group;
+    double *loss;              /* host backends: [n] GPTQ's column losses per row (malloc) */
 } gptq_dev;
 
 static void gptq_dev_free(qd_backend *be, gptq_dev *d)
@@ -104,6 +105,7 @@ static void gptq_dev_free(qd_backend *be, gptq_dev *d)
     qd_backend_free(be, d->zeros);
     qd_backend_free(be, d->codes);
     qd_backend_free(be, d->col_group);
+    free(d->loss);
 }
 
 /* The column loop on the backend: W (processing order) is in d->w, Hinv in d->h. Leaves Q
@@ -118,7 +120,7 @@ static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, i
             .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,
             .hinv = d->h, .ldh = k, .err = d->err, .lde = B, .codes = d->codes, .ldc = k,
             .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
-            .find_params = find_params,
+            .find_params = find_params, .loss = d->loss,
         };
         int rc = be->ops->gptq_block(be, &a);
         if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
@@ -163,7 +165,7 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
                 .hinv = d->h, .ldh = k, .err = d->err + (i1 - s1), .lde = S, .codes = d->codes,
                 .ldc = k, .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
                 .find_params = find_params, .ldl = 1, .acc = i1 == 0 ? NULL : d->acc, .lda = k,
-                .q = d->q, .ldq = k,
+                .q = d->q, .ldq = k, .loss = d->loss,
             };
             int rc = be->ops->gptq_block(be, &a);
             if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
@@ -405,6 +407,8 @@ static int gptq_upload(gptq_run *g, qd_gptq_result *out, qd_err *err)
     d->col_group = qd_backend_alloc(be, (size_t)k * sizeof(int32_t));
     if (!d->w || !d->err || !d->codes || !d->scales || !d->zeros || !d->col_group)
         return qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
+    if (g->host && !(d->loss = calloc((size_t)n, sizeof *d->loss)))
+        return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
     int rc;
     if ((!g->host && (rc = qd_backend_upload(be, d->w, g->wp, g->wbytes))) ||
         (rc = qd_backend_upload(be, d->scales, g->scales, (size_t)(G * n) * sizeof(float))) ||
@@ -455,6 +459,38 @@ static int gptq_collect(gptq_run *g, qd_gptq_result *out, qd_err *err)
     return 0;
 }
 
+/* out->h_err from the column losses: their sum is tr(D' Hf D'^T) for the H that was
+ * factored (Hf: damped, dead diagonal set to 1) and D' = W' - Q (W': dead columns zeroed).
+ * Hf differs from the caller's H only on the diagonal, and a dead column's inputs are all
+ * zero, so tr((W - Q) H (W - Q)^T) = sum - sum_i (Hf_ii - H_ii) ||D'[:, i]||^2: an O(n k)
+ * correction, in original column order. */
+static int gptq_h_err(gptq_run *g, qd_gptq_result *out, qd_err *err)
+{
+    out->h_err = -1.0;
+    if (!g->d.loss) return 0;
+    const int64_t n = g->n, k = g->k;
+    /* c[i] = Hf_ii - H_ii as gptq_factor built Hf (in float); live[i] = 0 on dead columns */
+    double *c = malloc((size_t)(2 * k) * sizeof *c), *live = c ? c + k : NULL;
+    if (!c) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
+    for (int64_t i = 0; i < k; i++) {
+        const float hii = g->h[i * k + i];
+        c[i] = (double)(g->hdiag[i] + (float)out->damp) - (double)hii;
+        live[i] = hii == 0.0f ? 0.0 : 1.0;
+    }
+    double sum = 0.0, fix = 0.0;
+    for (int64_t r = 0; r < n; r++) {
+        const float *wr = g->w + r * k, *qr = out->deq + r * k;
+        for (int64_t i = 0; i < k; i++) {
+            const double d = live[i] * (double)wr[i] - (double)qr[i];
+            fix += c[i] * d * d;
+        }
+        sum += g->d.loss[r];
+    }
+    free(c);
+    out->h_err = fmax(sum - fix, 0.0);
+    return 0;
+}
+
 static void gptq_run_free(gptq_run *g, qd_gptq_result *out)
 {
     qd_backend *be = g->be;
@@ -493,6 +529,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
                o->max_damp_retries + 1);
         out->fallback_rtn = 1;
+        out->h_err = -1.0;
         rc = gptq_fallback_rtn(&o->quant, w, n, k, out, err);
         out->seconds = qd_clock_now_s() - g.t0;
     } else if (!rc) {
@@ -503,6 +540,7 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
         if (!rc && (rc = be->ops->sync(be))) rc = qd_err_set(err, rc, "gptq: %s", be->err.msg);
         g.t_loop_end = qd_clock_now_s();
         if (!rc) rc = gptq_collect(&g, out, err);
+        if (!rc) rc = gptq_h_err(&g, out, err);
         if (!rc) {
             out->seconds = qd_clock_now_s() - g.t0;
             QD_LOG(QD_LOG_DEBUG, "gptq timing", "n=%lld k=%lld prep_s=%.3f chol_s=%.3f upload_s=%.3f loop_s=%.3f post_s=%.3f",

@@ -52,6 +52,9 @@ typedef struct qd_gptq_result {
     int damp_retries;          /* extra tries needed (0: the first damping worked) */
     int fallback_rtn;          /* 1: every Cholesky failed and the layer is round-to-nearest */
     int64_t dead_columns;      /* columns with H[i][i] == 0 */
+    double h_err;              /* tr((W - Q) H (W - Q)^T) for the caller's W and H, from GPTQ's
+                                * own column losses (no extra pass over H); -1 where they are
+                                * not kept (device backends, the RTN fallback) */
     double seconds;            /* damping, Cholesky and the column loop given H */
 } qd_gptq_result;
 

@@ -109,8 +109,9 @@ typedef struct qd_backend_ops {
     /* ---- optional (NULL where the backend lacks them) ---- */
     /* GPTQ's LDL form (see quant/backend/gptq_block.h, ldl): in place, H (k x k, symmetric
      * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular
-     * (positive diagonal); A has a unit diagonal and its lower triangle is zeroed. One
-     * Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
+     * (positive diagonal), except that the diagonal holds D_jj = R_jj^2 (H = A D A^T with A
+     * unit upper: LDL^T, D packed on the diagonal as LAPACK's sytrf does); the lower
+     * triangle is zeroed. One Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
     int (*chol_ldl_upper)(qd_backend *be, float *h, int64_t k);
     /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle
      * blocks) back to the system, so a job opening in a worker that ran others starts from

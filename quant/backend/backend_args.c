@@ -68,6 +68,8 @@ int qd_backend_gptq_block_args_check(const char *who, const qd_gptq_block_args *
         return qd_err_set(err, QD_EINVAL, "%s: the LDL form is not implemented", who);
     if (a->q)          /* the device op writes Q into w; only the LDL form asks otherwise */
         return qd_err_set(err, QD_EINVAL, "%s: writing Q to a separate array (q) is not implemented", who);
+    if (a->loss)       /* gptq.c asks for the column losses on host backends only */
+        return qd_err_set(err, QD_EINVAL, "%s: the column losses (loss) are not implemented", who);
     if (!qd_backend_gptq_block_rows(a->i2 - a->i1))
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: a block of %lld columns does not fit %d bytes of shared memory "
                           "(at most %d columns)", who, (long long)(a->i2 - a->i1), QD_BACKEND_GPTQ_SMEM,

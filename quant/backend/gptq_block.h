@@ -34,7 +34,17 @@
  *   err[r][j - i1] = e; codes[r][j] = code; w[r][j] = qv
  * and dynamic group parameters come from w + acc over the group's columns (the updated
  * weights as the block starts, as above). The caller's trailing update is then
- * acc[:, i2:] += err @ hinv[i1:i2, i2:]. All pointers are backend memory. */
+ * acc[:, i2:] += err @ hinv[i1:i2, i2:]. There hinv's diagonal is not 1 but D_jj = R_jj^2
+ * (H = A D A^T, chol_ldl_upper), which only the column losses below read.
+ *
+ * Column losses (loss not NULL; host backends only). Per row, with x the updated weight
+ * w1[j] as quantized and qv its dequantized value:
+ *   loss[r] += (x - qv)^2 * D_jj       LDL form
+ *   loss[r] += e^2                     U form, e = (x - qv) / hinv[j][j]
+ * summed over the block's columns (in float, added to the double once per block). Over
+ * all blocks sum_r loss[r] = tr((W - Q) H (W - Q)^T) for the H that was factored (GPTQ's
+ * own objective, the OBS loss of every column), in exact arithmetic. All pointers are
+ * backend memory. */
 #ifndef QUANT_BACKEND_GPTQ_BLOCK_H
 #define QUANT_BACKEND_GPTQ_BLOCK_H
 
@@ -65,6 +75,7 @@ typedef struct qd_gptq_block_args {
                                 * into w, which the op then only reads (the LDL form reads
                                 * only the original w, so the caller needs no working copy) */
     int64_t ldq;
+    double *loss;              /* or NULL: [n] column losses added per row (above) */
 } qd_gptq_block_args;
 
 #endif

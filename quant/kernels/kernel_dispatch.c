@@ -1,7 +1,7 @@
 /* Backend dispatch of the dequantizing matmul, and the per-layer kernel check the
  * pipeline runs after packing a layer: the packed weights go through the device's kernel
  * on a slice of calibration inputs and are compared with the backend's float gemm of the
- * dequantized weights, so a packing or kernel bug shows up on the layer that has it. */
+ * weights they must decode to, so a packing or kernel bug shows up on the layer that has it. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -24,7 +24,7 @@ int qd_kernel_matmul(qd_backend *be, const qd_kmat *m, const float *x, int64_t r
 #endif
 }
 
-int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed *p,
+int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed *p, const float *w_ref,
                           const float *x_host, int64_t rows, double *max_rel_err, qd_err *err)
 {
     if (!be || !fmt || !p || !x_host || rows <= 0 || !max_rel_err)
@@ -35,16 +35,16 @@ int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed 
     int rc = qd_kmat_from_packed(fmt, p, &host, err);
     if (rc) return rc;
     const int64_t n = p->n, k = p->k;
-    float *w = malloc((size_t)(n * k) * sizeof *w);
+    float *w = w_ref ? NULL : malloc((size_t)(n * k) * sizeof *w);
     float *yk = malloc((size_t)(rows * n) * sizeof *yk);
     float *yf = malloc((size_t)(rows * n) * sizeof *yf);
     float *dw = NULL, *dx = NULL, *dyk = NULL, *dyf = NULL;
-    if (!w || !yk || !yf) {
+    if ((!w_ref && !w) || !yk || !yf) {
         rc = qd_err_set(err, QD_ENOMEM, "kernel check: out of memory for a [%lld, %lld] layer",
                         (long long)n, (long long)k);
         goto done;
     }
-    if ((rc = fmt->dequant_ref(p, w, err))) goto done;
+    if (!w_ref && (rc = fmt->dequant_ref(p, w, err))) goto done;
     if ((rc = qd_kmat_upload(be, &host, &dev, err))) goto done;
     dw = qd_backend_alloc(be, (size_t)(n * k) * sizeof(float));
     dx = dw ? qd_backend_alloc(be, (size_t)(rows * k) * sizeof(float)) : NULL;
@@ -54,7 +54,7 @@ int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed 
         rc = qd_err_set(err, QD_ENOMEM, "kernel check: %s", be->err.msg);
         goto done;
     }
-    if (qd_backend_upload(be, dw, w, (size_t)(n * k) * sizeof(float)) ||
+    if (qd_backend_upload(be, dw, w_ref ? w_ref : w, (size_t)(n * k) * sizeof(float)) ||
         qd_backend_upload(be, dx, x_host, (size_t)(rows * k) * sizeof(float)) ||
         be->ops->gemm(be, 0, 1, rows, n, k, 1.0f, dx, k, dw, k, 0.0f, dyf, n)) {
         rc = qd_err_set(err, QD_EBACKEND, "kernel check: float reference: %s", be->err.msg);

@@ -102,9 +102,12 @@ int qd_kernel_matmul(qd_backend *be, const qd_kmat *m, const float *x, int64_t r
 
 /* Per-layer kernel check for the pipeline: runs the packed layer through be's kernel on
  * x_host [rows, K] (a slice of the calibration inputs) and compares with be's float gemm
- * of the dequantized weights (fmt->dequant_ref). *max_rel_err = max |y_kernel - y_float| /
- * max |y_float| over the output (0 when the output is all zero). */
-int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed *p,
+ * of the weights it must decode to: w_ref (host [N, K], borrowed: the pipeline passes the
+ * quantizer's own Q, so a packing error shows as well as a kernel error, and no pass of
+ * the per-value reference decoder runs over the layer), or when w_ref is NULL the format's
+ * fmt->dequant_ref of p. *max_rel_err = max |y_kernel - y_float| / max |y_float| over the
+ * output (0 when the output is all zero). */
+int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed *p, const float *w_ref,
                           const float *x_host, int64_t rows, double *max_rel_err, qd_err *err);
 
 #endif

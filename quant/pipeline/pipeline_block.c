@@ -137,7 +137,8 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         float *deq = malloc(nk * sizeof(float));
         if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
         qd_qlayer layer;
-        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, &layer, deq, &res, err);
+        double h_err;
+        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, &layer, deq, &res, &h_err, err);
         t = qd_pipeline_cost_add(p, QD_STAGE_QUANTIZE, t);
         free(clipped);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
@@ -153,8 +154,10 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
         o->quantized = 1;
         /* The error is measured against the weight before clipping (clipping is part of
-         * the quantization error). */
-        rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, &res.rel_error, err);
+         * the quantization error); GPTQ's own losses give its numerator when GPTQ saw that
+         * weight (no clipping). */
+        rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, wq == o->w_eff ? h_err : -1.0,
+                                   &res.rel_error, err);
         t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
         if (rc) { free(deq); return rc; }
         if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
@@ -166,8 +169,8 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         }
         if (job->kernel_check && kslice && kslice_rows > 0) {
             /* The packed weights through the dequantizing kernel vs the float matmul of
-             * what they decode to, on real inputs of this layer. */
-            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, kslice, kslice_rows, &res.kernel_max_err, err);
+             * the quantizer's Q (what they must decode to), on real inputs of this layer. */
+            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, deq, kslice, kslice_rows, &res.kernel_max_err, err);
             t = qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
             if (rc) { free(deq); return qd_err_prefix(err, "%s: kernel check", res.name); }
             res.kernel_checked = 1;

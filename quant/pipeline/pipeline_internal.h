@@ -112,15 +112,18 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
  * [k, k], of the inputs the layer sees, AWQ scaling already applied to both) and fills res
  * (damp, fallback, seconds). The codes go to *layer (owned by the caller afterwards), the
  * dequantized weights to deq (host [n, k], caller-allocated). use_gptq selects GPTQ (gptq,
- * awq+gptq) over RTN (rtn, awq). */
+ * awq+gptq) over RTN (rtn, awq). *h_err gets tr((w - Q) H (w - Q)^T) where GPTQ kept its
+ * column losses (qd_gptq_result.h_err), else -1. */
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
                                 int64_t k, const qd_gptq_hessian *h, qd_qlayer *layer,
-                                float *deq, qd_layer_result *res, qd_err *err);
+                                float *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
- * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. */
+ * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. d_err >= 0
+ * is tr(D H D^T) known already (GPTQ's column losses): then only the denominator costs a
+ * pass over H; d_err < 0 computes both. */
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
-                          const qd_gptq_hessian *h, double *rel, qd_err *err);
+                          const qd_gptq_hessian *h, double d_err, double *rel, qd_err *err);
 /* The same ratio computed directly, ||(W - Q) X^T|| / ||W X^T|| over x (host [rows, k]): two
  * GEMMs on the backend (job.error_direct_rows, for debugging the one above). */
 int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,

@@ -67,9 +67,10 @@ int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
 
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,
                                 const qd_gptq_hessian *h, qd_qlayer *layer, float *deq,
-                                qd_layer_result *res, qd_err *err)
+                                qd_layer_result *res, double *h_err, qd_err *err)
 {
     memset(layer, 0, sizeof *layer);
+    *h_err = -1.0;
     if (!use_gptq) {
         double t0 = qd_clock_now_s();
         int rc = qd_rtn_quantize_qlayer(&p->qcfg, w, n, k, layer, deq, err);
@@ -91,6 +92,7 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
     res->damp = r.damp_percent;
     res->fallback = r.fallback_rtn;
     res->seconds = r.seconds;
+    *h_err = r.h_err;
     if (r.fallback_rtn)
         snprintf(res->note, sizeof res->note, "Cholesky failed up to damp %.3g: fell back to RTN", r.damp_percent);
     else if (r.damp_retries)
@@ -108,7 +110,7 @@ static double frob_dot(const float *a, const float *b, size_t kk)
 }
 
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
-                          const qd_gptq_hessian *h, double *rel, qd_err *err)
+                          const qd_gptq_hessian *h, double d_err, double *rel, qd_err *err)
 {
     /* tr(A H A^T) = <H, A^T A>_F: A^T A by a symmetric rank-n update (the Hessian's own
      * op) costs n k^2 flops, half of the GEMM A H; the 2/n it scales by cancels in the ratio. */
@@ -126,8 +128,8 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
         goto out;
     }
     if (!on_host && (rc = qd_backend_download(be, hh, h->h, kk * sizeof(float)))) goto be_err;
-    double tr[2] = {0, 0};   /* D = W - Q, then W */
-    for (int pass = 0; pass < 2; pass++) {
+    double tr[2] = {d_err * 2.0 / (double)n, 0};   /* D = W - Q, then W; hessian_accum's scale */
+    for (int pass = d_err >= 0 ? 1 : 0; pass < 2; pass++) {
         for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];
         if ((rc = qd_backend_upload(be, a, tmp, nk * sizeof(float)))) goto be_err;
         if ((rc = be->ops->hessian_accum(be, s, k, a, n, k, 0))) goto be_err;

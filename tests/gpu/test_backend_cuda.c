@@ -285,9 +285,9 @@ static void test_kernels_selftest(void)
     CHECK_OK(qd_selftest_make_layer(qd_format_find("gptq"), 4, 128, 1, 256, 512, 4, &p, &err));
     float *x = rnd(16 * 512, 1);
     double rel = 1;
-    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, x, 16, &rel, &err));
+    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, NULL, x, 16, &rel, &err));
     CHECK(rel < 5e-3);                              /* the tensor-core path rounds to half */
-    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, x, 4, &rel, &err));
+    CHECK_OK(qd_kernel_check_layer(gpu, qd_format_find("gptq"), &p, NULL, x, 4, &rel, &err));
     CHECK(rel < 1e-5);
     free(x);
     qd_packed_free(&p);

@@ -239,9 +239,9 @@ static void test_chol_inverse_upper(void)
     qd_backend_close(be);
 }
 
-/* chol_ldl_upper against A = R diag(R)^-1, H = R R^T (R upper), computed here in double by
- * a Cholesky that runs from the last column back; odd and even sizes (the op reverses rows
- * in pairs and the middle row alone). */
+/* chol_ldl_upper against A = R diag(R)^-1 with D = R_jj^2 on its diagonal, H = R R^T (R
+ * upper), computed here in double by a Cholesky that runs from the last column back; odd
+ * and even sizes (the op reverses rows in pairs and the middle row alone). */
 static void ldl_upper_case(qd_backend *be, int64_t k, uint64_t seed)
 {
     test_rng rng;
@@ -269,7 +269,9 @@ static void ldl_upper_case(qd_backend *be, int64_t k, uint64_t seed)
     for (int64_t i = 0; i < k; i++)
         for (int64_t j = 0; j < k; j++) {
             if (j < i) { lower_ok &= a[i * k + j] == 0.0f; continue; }
-            md = fmax(md, fabs(a[i * k + j] - R[i * k + j] / R[j * k + j]));
+            /* the diagonal carries D_jj = R_jj^2, relative to its size */
+            double want = j == i ? R[j * k + j] * R[j * k + j] : R[i * k + j] / R[j * k + j];
+            md = fmax(md, j == i ? fabs(a[i * k + j] - want) / want : fabs(a[i * k + j] - want));
         }
     CHECK(lower_ok);
     CHECK_NEAR(md, 0.0, 1e-4);

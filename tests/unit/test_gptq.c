@@ -1,7 +1,7 @@
 /* GPTQ: identity Hessian == RTN, error below RTN on correlated inputs, act-order and static
  * group g_idx invariants, dead columns, damping retries and the RTN fallback, determinism,
- * the streaming Hessian, agreement with a transliteration of the reference loop, and
- * input validation. */
+ * the streaming Hessian, agreement with a transliteration of the reference loop, the
+ * column losses' tr((W - Q) H (W - Q)^T), and input validation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -193,6 +193,25 @@ static void test_act_order_g_idx(void)
     free(x); free(h); free(w);
 }
 
+/* res.h_err (GPTQ's column losses, less the damping's and dead columns' share) against
+ * tr((W - Q) H (W - Q)^T) computed here in double: the per-layer error's numerator. */
+static void check_h_err(const qd_gptq_result *res, const float *w, const float *h, int64_t n, int64_t k)
+{
+    double want = 0;
+    double *d = malloc(sizeof(double) * k);
+    for (int64_t r = 0; r < n; r++) {
+        for (int64_t c = 0; c < k; c++) d[c] = (double)w[r * k + c] - res->deq[r * k + c];
+        for (int64_t i = 0; i < k; i++) {
+            double hi = 0;
+            for (int64_t c = 0; c < k; c++) hi += (double)h[i * k + c] * d[c];
+            want += d[i] * hi;
+        }
+    }
+    free(d);
+    CHECK(want > 0);
+    CHECK_NEAR(res->h_err, want, 2e-4 * want);
+}
+
 static void test_dead_columns(void)
 {
     test_rng rng;
@@ -218,6 +237,7 @@ static void test_dead_columns(void)
         }
         for (int64_t i = 0; i < n * k; i++)
             if (!isfinite(res.deq[i])) { CHECK(isfinite(res.deq[i])); break; }
+        check_h_err(&res, w, h, n, k);
         qd_gptq_result_free(&res);
     }
     free(x); free(h); free(w);
@@ -261,6 +281,7 @@ static void test_damping_retries_and_fallback(void)
     h = indefinite_h(k, 30.0f);
     CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &res, &err));
     CHECK_INT(res.fallback_rtn, 1);
+    CHECK(res.h_err < 0);                   /* no column losses: the caller computes the error */
     float *rdeq = malloc(sizeof(float) * n * k);
     CHECK_OK(qd_rtn_quantize(&o.quant, w, n, k, NULL, NULL, NULL, rdeq, &err));
     CHECK(memcmp(rdeq, res.deq, sizeof(float) * n * k) == 0);
@@ -498,6 +519,8 @@ static void ldl_vs_inverse_case(int64_t n, int64_t k, int64_t B, int64_t gs, int
     CHECK(memcmp(rl.layer.g_idx, ru.layer.g_idx, sizeof(int32_t) * k) == 0);
     double el = out_err2(w, rl.deq, x, n, k, t), eu = out_err2(w, ru.deq, x, n, k, t);
     CHECK_NEAR(el / eu, 1.0, 0.01);
+    check_h_err(&rl, w, h, n, k);   /* both forms' column losses give the layer's error */
+    check_h_err(&ru, w, h, n, k);
     qd_gptq_result_free(&rl);
     qd_gptq_result_free(&ru);
     free(x); free(h); free(w);

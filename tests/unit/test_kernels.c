@@ -174,9 +174,9 @@ static void test_bad_inputs(void)
     qd_kmat_free(NULL);
 }
 
-/* The pipeline's per-layer check on the CPU backend: tiny error for a good layer, a large
- * one when the packed codes are corrupted after dequant_ref would disagree... simulated by
- * checking a layer against inputs and then against a damaged copy of its scales. */
+/* The pipeline's per-layer check on the CPU backend: tiny error for a good layer against
+ * the format's reference decode and against given weights equal to it, a large one when
+ * the given weights differ from what was packed; no input rows is an error. */
 static void test_check_layer(void)
 {
     qd_backend *be = NULL;
@@ -190,9 +190,21 @@ static void test_check_layer(void)
     float x[4 * 128];
     random_x(&r, x, 4 * 128);
     double rel = 1;
-    CHECK_OK(qd_kernel_check_layer(be, fmt, &p, x, 4, &rel, &err));
+    CHECK_OK(qd_kernel_check_layer(be, fmt, &p, NULL, x, 4, &rel, &err));
     CHECK(rel < 1e-5);
-    CHECK_ERR(qd_kernel_check_layer(be, fmt, &p, x, 0, &rel, &err));
+    CHECK_ERR(qd_kernel_check_layer(be, fmt, &p, NULL, x, 0, &rel, &err));
+    /* Given the weights the layer must decode to (the pipeline passes the quantizer's Q):
+     * the same result when they are what it decodes to, a large error when one output
+     * channel's weights differ from what was packed (a packing error). */
+    float *wref = malloc(sizeof(float) * 64 * 128);
+    CHECK_OK(fmt->dequant_ref(&p, wref, &err));
+    rel = 1;
+    CHECK_OK(qd_kernel_check_layer(be, fmt, &p, wref, x, 4, &rel, &err));
+    CHECK(rel < 1e-5);
+    for (int64_t c = 0; c < 128; c++) wref[5 * 128 + c] = -wref[5 * 128 + c];
+    CHECK_OK(qd_kernel_check_layer(be, fmt, &p, wref, x, 4, &rel, &err));
+    CHECK(rel > 0.1);
+    free(wref);
     qd_packed_free(&p);
     qd_backend_close(be);
 }

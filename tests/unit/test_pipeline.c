@@ -310,9 +310,9 @@ static void test_llama_methods_formats(void)
 }
 
 /* error_direct_rows: over every calibration row (8 x 32) the direct ||(W - Q) X|| / ||W X||
- * equals the Hessian-based rel_error of every layer within float tolerance, for each
- * method (true-sequential GPTQ, AWQ's folded block, RTN on the float block); over fewer
- * rows it is reported too, and the output does not change. */
+ * equals the Hessian-based rel_error of every layer within float tolerance, for each method
+ * (true-sequential GPTQ, whose numerator is its own column losses; AWQ's folded block; RTN
+ * on the float block); over fewer rows it is reported too, and the output does not change. */
 static void direct_case(const char *method, int rows, int expect_equal)
 {
     char out[4096], extra[128];

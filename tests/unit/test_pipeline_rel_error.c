@@ -27,7 +27,7 @@ static void check_shape(qd_backend *be, int64_t n, int64_t k, int64_t rows, floa
     memset(&p, 0, sizeof p);
     p.be = be;
     double rel = -1;
-    CHECK_OK(qd_pipeline_rel_error(&p, w, q, n, k, &h, &rel, &err));
+    CHECK_OK(qd_pipeline_rel_error(&p, w, q, n, k, &h, -1.0, &rel, &err));
     double num = 0, den = 0;
     for (int64_t t = 0; t < rows; t++)
         for (int64_t i = 0; i < n; i++) {
@@ -41,6 +41,11 @@ static void check_shape(qd_backend *be, int64_t n, int64_t k, int64_t rows, floa
         }
     double direct = sqrt(num / den);
     CHECK_NEAR(rel, direct, 1e-4 * direct);
+    /* A numerator given (GPTQ's column losses) is used as is; only the denominator's pass
+     * runs. num here is ||D X^T||^2 in the Hessian's scale (H = 2/rows X^T X). */
+    double rel2 = -1;
+    CHECK_OK(qd_pipeline_rel_error(&p, w, q, n, k, &h, num * 2.0 / (double)rows, &rel2, &err));
+    CHECK_NEAR(rel2, direct, 1e-4 * direct);
     qd_gptq_hessian_free(&h);
     free(w); free(q); free(x);
 }

@@ -176,11 +176,13 @@ static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 }
 
 /* Row i of R (entries j >= i set) becomes row i of A = R diag(R)^-1 with its lower part
- * zeroed; d is R's diagonal. Returns -1, or the flat index of a non-finite entry. */
+ * zeroed and D_ii = R_ii^2 on the diagonal; d is R's diagonal. Returns -1, or the flat
+ * index of a non-finite entry. */
 static int64_t cpu_ldl_finish_row(float *row, int64_t i, int64_t k, const float *d)
 {
     memset(row, 0, (size_t)i * sizeof(float));
-    row[i] = 1.0f;
+    row[i] = d[i] * d[i];
+    if (!isfinite(row[i])) return i * k + i;
     int ok = 1;
     for (int64_t j = i + 1; j < k; j++) {
         row[j] /= d[j];
@@ -192,7 +194,8 @@ static int64_t cpu_ldl_finish_row(float *row, int64_t i, int64_t k, const float 
     return -1;
 }
 
-/* H -> A = R diag(R)^-1 with H = R R^T, R upper (GPTQ's LDL form, see gptq_block.h).
+/* H -> A = R diag(R)^-1 with H = R R^T, R upper, and D = R_jj^2 on A's diagonal (GPTQ's
+ * LDL form, see gptq_block.h).
  * Factor J H J = L L^T (lower) as in cpu_chol_inverse_upper; then H = (J L J)(J L J)^T
  * and J L J is upper with a positive diagonal, so R = J L J: one potrf (k^3/3 flops) and
  * no trtri. */

@@ -97,6 +97,20 @@ static void cpu_gptq_load_row(const qd_gptq_block_args *a, int64_t r, float *dst
     }
 }
 
+/* One column's loss (gptq_block.h): (x - q)^2 D_jj in the LDL form (hjj = D_jj), e^2 in
+ * the U form. */
+static inline float cpu_gptq_col_loss(int ldl, float d, float e, float hjj)
+{
+    return ldl ? d * d * hjj : e * e;
+}
+
+/* A batch's block losses into the rows' double sums (when asked for). */
+static inline void cpu_gptq_loss_add(const qd_gptq_block_args *a, int64_t rb, int nr, const float *loss)
+{
+    if (a->loss)
+        for (int rr = 0; rr < nr; rr++) a->loss[rb + rr] += loss[rr];
+}
+
 /* Portable kernel: rows [r0, r1) in batches, each row's slice of the block in scratch. */
 static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
@@ -106,6 +120,7 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
     float *tmp = scratch + 6 * CPU_GPTQ_ROWS * B;
     for (int64_t rb = r0; rb < r1; rb += CPU_GPTQ_ROWS) {
         int nr = (int)(r1 - rb < CPU_GPTQ_ROWS ? r1 - rb : CPU_GPTQ_ROWS);
+        float loss[CPU_GPTQ_ROWS] = {0};
         for (int rr = 0; rr < nr; rr++) {
             if (a->find_params) cpu_gptq_find_params(a, rb + rr, tmp);
             cpu_gptq_load_row(a, rb + rr, w1 + rr * B, 1);
@@ -122,6 +137,7 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
                 float qv = qd_quant_dequant(code, s, z);
                 /* LDL form: the original weight's error, added (see gptq_block.h). */
                 float e = a->ldl ? a->w[r * a->ldw + j] - qv : (x - qv) / hrow[j];
+                loss[rr] += cpu_gptq_col_loss(a->ldl, x - qv, e, hrow[j]);
                 if (a->ldl)
                     for (int64_t c = i + 1; c < B; c++) y[c] += e * hrow[i1 + c];
                 else
@@ -131,6 +147,7 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
                 cpu_gptq_qrow(a, r)[j] = qv;
             }
         }
+        cpu_gptq_loss_add(a, rb, nr, loss);
     }
 }
 
@@ -171,7 +188,7 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
             cpu_gptq_params_from_batch(a, rb, nr, pl, 8);
         }
         int64_t gcur = -1;
-        __m256 vs = v0, vz = v0;
+        __m256 vs = v0, vz = v0, vloss = v0;
         for (int64_t i = 0; i < B; i++) {
             int64_t j = i1 + i, g = a->col_group[j];
             if (g != gcur) {
@@ -194,6 +211,10 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
              * below as w1 - (-e) * A (negation is exact, so this is the fused w1 + e * A). */
             __m256 e = a->ldl ? _mm256_sub_ps(_mm256_loadu_ps(w0 + i * 8), qv)
                               : _mm256_div_ps(_mm256_sub_ps(x, qv), _mm256_set1_ps(hrow[j]));
+            if (a->loss) {
+                __m256 d = a->ldl ? _mm256_sub_ps(x, qv) : e;
+                vloss = _mm256_fmadd_ps(d, a->ldl ? _mm256_mul_ps(d, _mm256_set1_ps(hrow[j])) : d, vloss);
+            }
             _mm256_storeu_ps(el + i * 8, e);
             if (a->ldl) e = _mm256_sub_ps(v0, e);
             _mm256_storeu_ps(ql + i * 8, qv);
@@ -224,6 +245,9 @@ static void cpu_gptq_rows_avx2(const qd_gptq_block_args *a, int64_t r0, int64_t 
                 cr[i] = (uint8_t)(int)cl[i * 8 + rr];
             }
         }
+        float loss[8];
+        _mm256_storeu_ps(loss, vloss);
+        cpu_gptq_loss_add(a, rb, nr, loss);
     }
 }
 
@@ -301,6 +325,7 @@ typedef struct cpu_gptq_group16 {
     int nr;                     /* rows in the batch (16 but for the last) */
     int64_t g;                  /* the group loaded, -1 before the first */
     __m512 s, z;
+    __m512 loss;                /* the batch's column losses so far (when asked for) */
 } cpu_gptq_group16;
 
 /* Quantizes column j of a batch (x: its 16 rows) with the operations of qd_quant_code /
@@ -330,6 +355,10 @@ static inline __m512 cpu_gptq_quant16(cpu_gptq_group16 *gp, int64_t j, __m512 x,
     v = _mm512_min_ps(_mm512_max_ps(v, v0), vmaxq);
     __m512 qv = _mm512_mul_ps(vs, _mm512_sub_ps(v, vz));
     __m512 e = a->ldl ? _mm512_sub_ps(_mm512_loadu_ps(w0), qv) : _mm512_div_ps(_mm512_sub_ps(x, qv), _mm512_set1_ps(hjj));
+    if (a->loss) {
+        __m512 d = a->ldl ? _mm512_sub_ps(x, qv) : e;
+        gp->loss = _mm512_fmadd_ps(d, a->ldl ? _mm512_mul_ps(d, _mm512_set1_ps(hjj)) : d, gp->loss);
+    }
     _mm512_storeu_ps(el, e);
     _mm512_storeu_ps(ql, qv);
     _mm512_storeu_ps(cl, v);
@@ -450,7 +479,7 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
          * take their rank-1 updates from each other, then the block's later columns take
          * the sub-block's 16 errors at once. Per element these are the rank-1 loop's fused
          * operations in the same order, so the results do not change. */
-        cpu_gptq_group16 grp = {.a = a, .rb = rb, .nr = nr, .g = -1};
+        cpu_gptq_group16 grp = {.a = a, .rb = rb, .nr = nr, .g = -1, .loss = v0};
         const float *hb = a->hinv + i1 * a->ldh + i1;               /* hinv[i1:i2, i1:i2] */
         const int64_t Bs = B / 16 * 16;
         for (int64_t s0 = 0; s0 < Bs; s0 += 16) {
@@ -508,6 +537,9 @@ static void cpu_gptq_rows_avx512(const qd_gptq_block_args *a, int64_t r0, int64_
                 cr[i] = (uint8_t)(int)cl[i * 16 + rr];
             }
         }
+        float loss[16];
+        _mm512_storeu_ps(loss, grp.loss);
+        cpu_gptq_loss_add(a, rb, nr, loss);
     }
 }
 
