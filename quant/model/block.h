@@ -78,6 +78,18 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
                           const qd_block_hooks *hooks, qd_err *err);
 /* QD_BLOCK_ATTN or QD_BLOCK_MLP: the half whose computation feeds input group g. */
 qd_block_part qd_model_group_part(const qd_model *m, int g);
+/* The input group of the attention's output projection (o_proj / dense): its input is the
+ * attention's context, the last thing QD_BLOCK_ATTN computes before o_proj. */
+int qd_model_attn_out_group(const qd_model *m);
+/* The end of QD_BLOCK_ATTN from that context: y [rows, hidden] = the residual stream after
+ * the attention sub-block, given the block's input x (y may equal x) and ctx [rows, K of the
+ * output projection], the input the attention gave its output projection on the same rows
+ * (ctx may equal y: it is read before y is written).
+ * Bit for bit what QD_BLOCK_ATTN writes when the rows are the same batch it ran (the same
+ * ops on the same shapes), without the projections, RoPE and attention before o_proj.
+ * No hooks: the projection computes with bw's weight. Backend memory. */
+int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
+                         int64_t rows, qd_err *err);
 /* y [rows, n] = x [rows, k] W^T + b through be->ops (b may be NULL); backend memory. */
 int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
                       const float *b, int64_t n, int64_t k, float *y);

@@ -226,6 +226,37 @@ qd_block_part qd_model_group_part(const qd_model *m, int g)
     return L && !strncmp(L->name, "self_attn.", 10) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
 }
 
+int qd_model_attn_out_group(const qd_model *m)
+{
+    return m->lin[m->arch->lin_o].group;
+}
+
+/* The attention half's tail after its output projection: Gemma's norm on the sub-block's
+ * output, the residual add, post-LN's norm. One copy for QD_BLOCK_ATTN and
+ * qd_block_attn_finish, so the two compute the same floats. */
+static int attn_tail(qd_model *m, const qd_block_weights *bw, float *y, float *tmp, int64_t rows, int pre,
+                     qd_err *err)
+{
+    if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * m->cfg.hidden));
+    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+    return 0;
+}
+
+int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
+                         int64_t rows, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    if (rows <= 0) return qd_err_set(err, QD_EINVAL, "attention finish: %lld rows", (long long)rows);
+    size_t hbytes = (size_t)(rows * c->hidden) * sizeof(float);
+    float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
+    if (!tmp) return QD_ENOMEM;
+    int rc = run_linear(m, bw, m->arch->lin_o, ctx, rows, tmp, NULL, err);   /* first: ctx may be y */
+    if (rc) return rc;
+    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
+    return attn_tail(m, bw, y, tmp, rows, c->family == QD_ARCH_LLAMA || c->do_layer_norm_before, err);
+}
+
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
                      int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
                      qd_err *err)
@@ -279,10 +310,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
         if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
         rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
                           : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
-        if (rc) return rc;
-        if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
-        BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
-        if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+        if (rc || (rc = attn_tail(m, bw, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;
 

@@ -274,7 +274,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     memset(&p->cost, 0, sizeof p->cost);
     p->cost.block = block;
     qd_block_weights *bw = NULL;
-    float *xcap = NULL, *y = NULL;
+    float *xcap = NULL, *y = NULL, *ctx = NULL;   /* ctx: the attention's context, in p->mid (below) */
     int rc = 0;
     if (!plans || !outs || !acc || !kcheck || !direct || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
     if (!rc) {
@@ -336,6 +336,22 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         p->mid = qd_backend_alloc(p->be, (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float));
         if (!p->mid) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the block's residual stream");
     }
+    /* GPTQ true-sequential in halves: the pass that captures the output projection's input
+     * keeps that input (the attention's context) in p->mid, and once the projection is
+     * quantized the residual stream after the attention is computed from it in place
+     * (qd_capture_mid_from_ctx), so the first MLP pass does not re-run the attention half
+     * (its projections, RoPE and attention). Only where the context is as wide as the
+     * hidden size (Llama, Mistral 7B, Qwen3-8B, Phi; not Gemma 2, Qwen3-4B or Mistral Nemo,
+     * which re-run it), so no buffer is added to the memory peak. AWQ keeps re-running:
+     * its scales fold into the projection between the two. */
+    const int o_group = qd_model_attn_out_group(p->m);
+    const int64_t ko = qd_model_group(p->m, o_group)->k;
+    const int64_t calib_rows = p->n_seq * p->seq_len;
+    int keep_ctx = halves && !use_awq && ko == p->hidden;
+    for (int j = 0, seen = 0; j < n_order; j++) {   /* the context is final once no attention group follows */
+        if (order[j] == o_group) seen = 1;
+        else if (seen && qd_model_group_part(p->m, order[j]) == QD_BLOCK_ATTN) keep_ctx = 0;
+    }
     for (int i = 0; i < n_order && !rc;) {
         int g = order[i];
         const qd_input_group *G = qd_model_group(p->m, g);
@@ -358,11 +374,27 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.xcap = xcap;
                 c.xcap_group = g;
             }
+            for (int j = i; j < i + run && keep_ctx && !ctx && !rc; j++) {
+                if (order[j] != o_group) continue;
+                ctx = p->mid;
+                c.xcap = ctx;
+                c.xcap_group = o_group;
+            }
             if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / n_order, -1) ? QD_ECANCELLED : 0;
             qd_block_part part = QD_BLOCK_ALL;
+            if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP && !mid_ready && ctx) {
+                /* every earlier group is quantized: the output projection's input is final */
+                if (!rc) rc = qd_capture_mid_from_ctx(p, bw, ctx, ko, err);
+                if (!rc) mid_ready = 1;
+                ctx = NULL;
+                keep_ctx = 0;
+            }
             if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
             if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
             if (!rc && part == QD_BLOCK_ATTN) mid_ready = 1;
+            if (!rc && c.xcap == ctx && ctx && c.xcap_rows != calib_rows)
+                rc = qd_err_set(err, QD_EINVAL, "block %d: the attention context pass saw %lld of %lld rows", block,
+                                (long long)c.xcap_rows, (long long)calib_rows);
             t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
         }
         for (int j = i; j < i + run; j++) {

@@ -112,6 +112,22 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     return 0;
 }
 
+int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err)
+{
+    if (!p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
+    const int64_t L = p->seq_len, hidden = p->hidden;
+    /* The batches qd_capture_run uses, so each projection has the shape it had there. */
+    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
+        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+        /* ctx may be p->mid itself when ko == hidden: each batch's context sits where
+         * its residual stream goes, and is read before that is written. */
+        int rc = qd_block_attn_finish(p->m, bw, ctx + s0 * L * ko, p->acts + s0 * L * hidden, p->mid + s0 * L * hidden,
+                                      nb * L, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err)
 {
     memset(c, 0, sizeof *c);

@@ -191,6 +191,11 @@ void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
  * A forward that a hook stops at c->stop_after is not an error. */
 int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
                    qd_err *err);
+/* p->mid from the attention's context ctx (backend, [rows of p->acts, ko], as the output
+ * projection's input hook saw it; may be p->mid itself when ko == p->hidden) and p->acts,
+ * batch by batch as qd_capture_run runs them (qd_block_attn_finish): what QD_BLOCK_ATTN
+ * would write, without re-running the attention. */
+int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err);
 
 /* ---- AWQ (pipeline_awq.c) ---- */
 

@@ -2,8 +2,9 @@
  * stream computes bit for bit what the whole block does, for every family checkpoint under
  * tests/data/families/ (dense, Gemma's extra norms, Phi-3's fused projections, MoE routing)
  * and the real tiny-llama-c4 in ../shared/data; the pipeline's true-sequential passes rely
- * on it (byte-identical output to the whole-block passes). Also: every family's input groups
- * are its attention groups followed by its MLP groups. */
+ * on it (byte-identical output to the whole-block passes), and so on the attention half's
+ * end computed from its output projection's input alone (qd_block_attn_finish). Also: every
+ * family's input groups are its attention groups followed by its MLP groups. */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -13,6 +14,25 @@
 #include "quant/model/block.h"
 #include "quant/model/model.h"
 #include "test_util.h"
+
+/* Input hook: keeps the output projection's input (CPU backend: host memory). */
+typedef struct ctx_keep {
+    int group;
+    float *ctx;
+    int64_t rows;
+} ctx_keep;
+
+static int keep_ctx(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    ctx_keep *k = ud;
+    (void)block;
+    if (group != k->group) return 0;
+    k->ctx = malloc((size_t)(rows * g->k) * sizeof(float));
+    if (!k->ctx) return QD_ENOMEM;
+    memcpy(k->ctx, x, (size_t)(rows * g->k) * sizeof(float));
+    k->rows = rows;
+    return 0;
+}
 
 static void check_model(const char *dir, qd_backend *be)
 {
@@ -45,6 +65,18 @@ static void check_model(const char *dir, qd_backend *be)
         else test_checks++;
         /* The halves really split: the residual stream is neither the input nor the output. */
         CHECK(memcmp(mid, x, n * sizeof *x) != 0 && memcmp(mid, y_all, n * sizeof *x) != 0);
+        /* The attention half's end from the output projection's input alone (the pipeline's
+         * true-sequential passes): the same residual stream, bit for bit. */
+        ctx_keep k = {.group = qd_model_attn_out_group(m)};
+        qd_block_hooks hooks = {.ud = &k, .input = keep_ctx};
+        CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_ATTN, x, y, batch, seq, NULL, &hooks, &err));
+        CHECK(k.ctx != NULL && k.rows == rows);
+        if (k.ctx) {
+            CHECK_OK(qd_block_attn_finish(m, bw, k.ctx, x, y, rows, &err));
+            if (memcmp(y, mid, n * sizeof *y) != 0) TEST_FAIL_("%s block %d: attention finish differs from the attention half", dir, b);
+            else test_checks++;
+        }
+        free(k.ctx);
         qd_block_free(m, bw);
     }
     free(x); free(y_all); free(mid); free(y);
