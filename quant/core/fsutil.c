@@ -364,6 +364,14 @@ uint64_t qd_fs_tree_bytes(const char *path)
     return fd < 0 ? 0 : dir_bytes(fd, 0);
 }
 
+const char *qd_fs_path_tail(const char *path, size_t room, char *buf, size_t cap)
+{
+    size_t n = strlen(path);
+    if (n <= room || room < 8 || cap <= room) return path;
+    snprintf(buf, cap, "...%s", path + n - (room - 3));
+    return buf;
+}
+
 int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err)
 {
     struct statvfs sv;

@@ -52,6 +52,9 @@ int qd_fs_remove_tree(const char *path, qd_err *err);
 int qd_fs_resolve(const char *path, char *out, size_t cap, qd_err *err);
 /* 1 when the canonical path inner is dir itself or lies below it (both from qd_fs_resolve). */
 int qd_fs_path_within(const char *inner, const char *dir);
+/* path itself when it is at most room bytes long, else "..." and its last room - 3 bytes
+ * written to buf (cap > room; room >= 8, else path itself): for messages with a size limit. */
+const char *qd_fs_path_tail(const char *path, size_t room, char *buf, size_t cap);
 /* Free bytes available to an unprivileged user on the filesystem holding path. */
 int qd_fs_free_bytes(const char *path, uint64_t *out, qd_err *err);
 

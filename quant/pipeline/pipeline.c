@@ -163,8 +163,13 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
     char hint[512];
     if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est->disk_bytes) {
         qd_pipeline_estimate_hint(est, 1, hint, sizeof hint);
+        /* The directory's end when the whole message would not fit: the hint stays whole. */
+        char shown[QD_ERR_MSG_MAX];
+        int rest = snprintf(NULL, 0, "not enough disk under : the job needs about %.2f GB, %.2f GB free %s",
+                            est->disk_bytes / 1e9, free_disk / 1e9, hint);
+        size_t room = rest > 0 && rest < QD_ERR_MSG_MAX - 16 ? (size_t)(QD_ERR_MSG_MAX - 1 - rest) : 16;
         return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free %s",
-                          where, est->disk_bytes / 1e9, free_disk / 1e9, hint);
+                          qd_fs_path_tail(where, room, shown, sizeof shown), est->disk_bytes / 1e9, free_disk / 1e9, hint);
     }
     FILE *f = fopen("/proc/meminfo", "r");
     if (f) {

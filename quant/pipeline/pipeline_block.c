@@ -281,20 +281,24 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         kcheck->cap = job->kernel_check ? job->kernel_check_rows : 0;
         direct->cap = job->error_direct_rows;
     }
-    for (int g = 0; g < ng && !rc; g++) {
-        int64_t k = qd_model_group(p->m, g)->k;
-        if (kcheck->cap && !(kcheck->x[g] = malloc((size_t)(kcheck->cap * k) * sizeof(float))))
-            rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
-        if (direct->cap && !(direct->x[g] = malloc((size_t)(direct->cap * k) * sizeof(float))))
-            rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
-                            (long long)direct->cap, (long long)k);
-    }
     if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
     double t = qd_clock_now_s();
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
     t = qd_pipeline_cost_add(p, QD_STAGE_LOAD, t);
     if (rc) goto cleanup;
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
+    /* Input rows kept for the kernel check and the direct error, for the groups this block
+     * has (a DeepSeek dense layer has no experts). */
+    for (int g = 0; g < ng && !rc; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (plans[G->linears[0]].absent) continue;
+        if (kcheck->cap && !(kcheck->x[g] = malloc((size_t)(kcheck->cap * G->k) * sizeof(float))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
+        if (direct->cap && !(direct->x[g] = malloc((size_t)(direct->cap * G->k) * sizeof(float))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
+                            (long long)direct->cap, (long long)G->k);
+    }
+    if (rc) goto cleanup;
 
     if (use_awq) {
         rc = qd_pipeline_awq_block_scales(p, bw, block, plans, err);

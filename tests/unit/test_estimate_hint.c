@@ -1,10 +1,13 @@
 /* The refusal hint names the settings that lower the short figure: fewer calibration
  * samples only when activations are a real share of the memory peak, checkpoint.acts_every
  * only when activation files are part of the disk figure; and the estimate's activation
- * parts follow the job (acts_every 1 keeps two files on a 3-block model, 4 none). */
+ * parts follow the job (acts_every 1 keeps two files on a 3-block model, 4 none); a long
+ * output directory is cut from its start so the hint stays in the message. */
 #include <stdio.h>
+#include <string.h>
 
 #include "pipeline_testlib.h"
+#include "quant/core/fsutil.h"
 
 static void test_hint_text(void)
 {
@@ -51,10 +54,27 @@ out:
     qp_job_free(j4);
 }
 
+/* A disk refusal names a long output directory by its end, so the hint after it fits the
+ * 512-byte error buffer whole (qd_fs_path_tail). */
+static void test_path_tail(void)
+{
+    char buf[QD_ERR_MSG_MAX], path[4000];
+    memset(path, 'a', sizeof path - 9);
+    snprintf(path + sizeof path - 9, 9, "/out-dir");
+    CHECK(qd_fs_path_tail("/short/dir", 100, buf, sizeof buf) != buf);   /* short: itself */
+    const char *t = qd_fs_path_tail(path, 100, buf, sizeof buf);
+    CHECK(t == buf);
+    CHECK_INT((long)strlen(t), 100);
+    CHECK(strncmp(t, "...", 3) == 0);
+    CHECK(strcmp(t + strlen(t) - 8, "/out-dir") == 0);
+    CHECK(qd_fs_path_tail(path, 4, buf, sizeof buf) == path);            /* no room: itself */
+}
+
 int main(void)
 {
     const char *T = test_tmpdir();
     test_hint_text();
+    test_path_tail();
     test_parts_follow_job(T);
     return test_finish();
 }
