@@ -90,6 +90,17 @@ int qd_model_attn_out_group(const qd_model *m);
  * No hooks: the projection computes with bw's weight. Backend memory. */
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err);
+/* The input group of the MLP's last projection (down_proj / fc2), whose input is the MLP's
+ * activation; -1 for a model with experts. */
+int qd_model_mlp_out_group(const qd_model *m);
+/* The end of QD_BLOCK_MLP from that activation: y [rows, hidden] = the block's output,
+ * given x, the residual stream QD_BLOCK_MLP starts from (y may equal x), and act [rows, K of
+ * the last projection] as that projection's input hook saw it on the same rows. Bit for bit
+ * what QD_BLOCK_MLP writes for the same batch, without the norm, the first projections and
+ * the activation function. A dense block only (QD_EINVAL on a MoE block). No hooks. Backend
+ * memory. */
+int qd_block_mlp_finish(qd_model *m, const qd_block_weights *bw, const float *act, const float *x, float *y,
+                        int64_t rows, qd_err *err);
 /* y [rows, n] = x [rows, k] W^T + b through be->ops (b may be NULL); backend memory. */
 int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
                       const float *b, int64_t n, int64_t k, float *y);

@@ -257,6 +257,48 @@ int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *c
     return attn_tail(m, bw, y, tmp, rows, c->family == QD_ARCH_LLAMA || c->do_layer_norm_before, err);
 }
 
+/* The dense MLP's last linear (down_proj, fc2) as mlp() runs it; -1 for a model with
+ * experts (whose dense layers, DeepSeek's first ones, are left to the whole MLP half). */
+static int mlp_out_linear(const qd_model *m)
+{
+    if (m->cfg.n_experts > 0) return -1;
+    const qd_arch *a = m->arch;
+    return m->cfg.family == QD_ARCH_LLAMA ? (a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2) : a->lin_mlp0 + 1;
+}
+
+int qd_model_mlp_out_group(const qd_model *m)
+{
+    int li = mlp_out_linear(m);
+    return li < 0 ? -1 : m->lin[li].group;
+}
+
+/* The MLP half's tail after its last projection, shared as attn_tail is. */
+static int mlp_tail(qd_model *m, const qd_block_weights *bw, float *y, float *tmp, int64_t rows, int pre,
+                    qd_err *err)
+{
+    if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * m->cfg.hidden));
+    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));
+    return 0;
+}
+
+int qd_block_mlp_finish(qd_model *m, const qd_block_weights *bw, const float *act, const float *x, float *y,
+                        int64_t rows, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    int li = mlp_out_linear(m);
+    if (li < 0 || qd_model_block_is_moe(m, bw->block))
+        return qd_err_set(err, QD_EINVAL, "MLP finish: block %d has experts, not one MLP", bw->block);
+    if (rows <= 0) return qd_err_set(err, QD_EINVAL, "MLP finish: %lld rows", (long long)rows);
+    size_t hbytes = (size_t)(rows * c->hidden) * sizeof(float);
+    float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
+    if (!tmp) return QD_ENOMEM;
+    int rc = run_linear(m, bw, li, act, rows, tmp, NULL, err);   /* first: act may be y */
+    if (rc) return rc;
+    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
+    return mlp_tail(m, bw, y, tmp, rows, c->family == QD_ARCH_LLAMA || c->do_layer_norm_before, err);
+}
+
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
                      int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
                      qd_err *err)
@@ -319,10 +361,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     rc = qd_model_block_is_moe(m, bw->block) ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err)
                                              : mlp(m, bw, min, tmp, rows, hooks, err);
     if (rc) return rc;
-    if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
-    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * hid));
-    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));
-    return 0;
+    return mlp_tail(m, bw, y, tmp, rows, pre, err);
 }
 
 int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd_err *err)

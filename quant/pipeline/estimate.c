@@ -105,6 +105,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     qd_dtype wdt = !strcmp(cfg.torch_dtype, "float16") ? QD_DTYPE_F16 : !strcmp(cfg.torch_dtype, "bfloat16") ? QD_DTYPE_BF16 : QD_DTYPE_F32;
     uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
     uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
+    /* A dense true-sequential GPTQ block keeps its MLP activation for the final forward
+     * when it fits QD_MLP_KEEP_BYTES (pipeline_block.c): live with the three copies above. */
+    uint64_t keep = rows * inter * 4;
+    if (job->method == QP_METHOD_GPTQ && job->true_sequential && cfg.n_experts == 0 && keep <= QD_MLP_KEEP_BYTES)
+        acts += keep;
     est->acts_ram_bytes = acts;
     /* One block's F32 weights, the quantized copy written back, and an override's. */
     uint64_t weights = block_params * 4 * 3;

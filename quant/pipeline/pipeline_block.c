@@ -274,7 +274,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     memset(&p->cost, 0, sizeof p->cost);
     p->cost.block = block;
     qd_block_weights *bw = NULL;
-    float *xcap = NULL, *y = NULL, *ctx = NULL;   /* ctx: the attention's context, in p->mid (below) */
+    /* ctx: the attention's context, in p->mid; act: the MLP's activation (below) */
+    float *xcap = NULL, *y = NULL, *ctx = NULL, *act = NULL;
     int rc = 0;
     if (!plans || !outs || !acc || !kcheck || !direct || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
     if (!rc) {
@@ -356,6 +357,15 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (order[j] == o_group) seen = 1;
         else if (seen && qd_model_group_part(p->m, order[j]) == QD_BLOCK_ATTN) keep_ctx = 0;
     }
+    /* Likewise at the block's end: a dense block's down capture keeps its input (the MLP's
+     * activation) when it fits QD_MLP_KEEP_BYTES, and the final forward is then the
+     * quantized down projection on it (qd_capture_out_from_act) instead of the MLP half
+     * again. The down group must be the last one quantized. */
+    const int d_group = qd_model_mlp_out_group(p->m);
+    const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
+    int keep_act = halves && !use_awq && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
+                   order[n_order - 1] == d_group && (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES;
+    int act_ready = 0;
     for (int i = 0; i < n_order && !rc;) {
         int g = order[i];
         const qd_input_group *G = qd_model_group(p->m, g);
@@ -384,6 +394,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.xcap = ctx;
                 c.xcap_group = o_group;
             }
+            for (int j = i; j < i + run && keep_act && !act && !rc; j++) {
+                if (order[j] != d_group) continue;
+                act = qd_backend_alloc(p->be, (size_t)(calib_rows * kd) * sizeof(float));
+                if (!act) keep_act = 0;   /* no room: the final forward re-runs the MLP half */
+                c.xcap = act;
+                c.xcap_group = act ? d_group : -1;
+            }
             if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / n_order, -1) ? QD_ECANCELLED : 0;
             qd_block_part part = QD_BLOCK_ALL;
             if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP && !mid_ready && ctx) {
@@ -396,9 +413,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
             if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
             if (!rc && part == QD_BLOCK_ATTN) mid_ready = 1;
-            if (!rc && c.xcap == ctx && ctx && c.xcap_rows != calib_rows)
-                rc = qd_err_set(err, QD_EINVAL, "block %d: the attention context pass saw %lld of %lld rows", block,
-                                (long long)c.xcap_rows, (long long)calib_rows);
+            if (!rc && c.xcap && (c.xcap == ctx || c.xcap == act)) {
+                if (c.xcap_rows != calib_rows)
+                    rc = qd_err_set(err, QD_EINVAL, "block %d: the pass keeping %s's input saw %lld of %lld rows", block,
+                                    qd_model_group(p->m, c.xcap_group)->name, (long long)c.xcap_rows, (long long)calib_rows);
+                else if (c.xcap == act)
+                    act_ready = 1;
+            }
             t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
         }
         for (int j = i; j < i + run; j++) {
@@ -428,7 +449,10 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             y = qd_backend_alloc(p->be, bytes);
             if (!y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
         }
-        if (!rc) rc = qd_capture_run(p, bw, mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, y, NULL, err);
+        if (!rc && act_ready && mid_ready) rc = qd_capture_out_from_act(p, bw, act, kd, y, err);
+        else if (!rc) rc = qd_capture_run(p, bw, mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, y, NULL, err);
+        qd_backend_free(p->be, act);
+        act = NULL;
         t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, t);
     }
     /* Commit: block tensors, next inputs, then state.json. */
@@ -505,6 +529,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     }
     qd_backend_free(p->be, y);
 cleanup:
+    qd_backend_free(p->be, act);
     qd_backend_free(p->be, p->mid);
     p->mid = NULL;
     for (int g = 0; g < ng && kcheck && direct; g++) {

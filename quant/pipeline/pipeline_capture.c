@@ -128,6 +128,20 @@ int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const fl
     return 0;
 }
 
+int qd_capture_out_from_act(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
+                            qd_err *err)
+{
+    if (!p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
+    const int64_t L = p->seq_len, hidden = p->hidden;
+    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
+        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+        int rc = qd_block_mlp_finish(p->m, bw, act + s0 * L * kd, p->mid + s0 * L * hidden, y + s0 * L * hidden,
+                                     nb * L, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err)
 {
     memset(c, 0, sizeof *c);

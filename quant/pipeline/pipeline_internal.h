@@ -152,6 +152,12 @@ int qd_pipeline_replay(qd_pipeline *p, int from, int to, qd_err *err);
  * experts' gate/up Hessians (8 x 64 MiB) in one pass and their down Hessians (8 x 784 MiB)
  * five at a time. */
 #define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
+/* The most bytes a dense true-sequential GPTQ block keeps of its MLP activation (the last
+ * projection's input over every calibration row) so that its final forward is that
+ * projection alone instead of the whole MLP half again: 1 GiB (a 7B at 8 x 512 keeps 180
+ * MB, SmolLM2-135M at 128 x 512 384 MB; a 7B at 128 x 2048 would need 11.5 GB and
+ * re-runs). The estimate counts it where it is kept. */
+#define QD_MLP_KEEP_BYTES ((uint64_t)1 << 30)
 
 
 /* The first rows of each group's input, kept on the host: the kernel check's inputs
@@ -196,6 +202,11 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
  * batch by batch as qd_capture_run runs them (qd_block_attn_finish): what QD_BLOCK_ATTN
  * would write, without re-running the attention. */
 int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err);
+/* y (backend, the activations' shape) = the block's output from p->mid and act (backend,
+ * [rows of p->acts, kd], the MLP's last projection's input as its hook saw it), batch by
+ * batch as qd_capture_run runs them (qd_block_mlp_finish): what the MLP half would write. */
+int qd_capture_out_from_act(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
+                            qd_err *err);
 
 /* ---- AWQ (pipeline_awq.c) ---- */
 

@@ -3,7 +3,8 @@
  * tests/data/families/ (dense, Gemma's extra norms, Phi-3's fused projections, MoE routing)
  * and the real tiny-llama-c4 in ../shared/data; the pipeline's true-sequential passes rely
  * on it (byte-identical output to the whole-block passes), and so on the attention half's
- * end computed from its output projection's input alone (qd_block_attn_finish). Also: every
+ * end computed from its output projection's input alone (qd_block_attn_finish), and the MLP
+ * half's end from its last projection's input (qd_block_mlp_finish, dense models). Also: every
  * family's input groups are its attention groups followed by its MLP groups. */
 #include <dirent.h>
 #include <stdlib.h>
@@ -77,6 +78,22 @@ static void check_model(const char *dir, qd_backend *be)
             else test_checks++;
         }
         free(k.ctx);
+        /* The MLP half's end from its last projection's input alone (a dense model). */
+        ctx_keep ka = {.group = qd_model_mlp_out_group(m)};
+        if (ka.group >= 0) {
+            qd_block_hooks ha = {.ud = &ka, .input = keep_ctx};
+            CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_MLP, mid, y, batch, seq, NULL, &ha, &err));
+            CHECK(ka.ctx != NULL && ka.rows == rows);
+            if (ka.ctx) {
+                memset(y, 0, n * sizeof *y);
+                CHECK_OK(qd_block_mlp_finish(m, bw, ka.ctx, mid, y, rows, &err));
+                if (memcmp(y, y_all, n * sizeof *y) != 0) TEST_FAIL_("%s block %d: MLP finish differs from the MLP half", dir, b);
+                else test_checks++;
+            }
+            free(ka.ctx);
+        } else {
+            CHECK(qd_block_mlp_finish(m, bw, mid, mid, y, rows, &err) == QD_EINVAL);   /* experts */
+        }
         qd_block_free(m, bw);
     }
     free(x); free(y_all); free(mid); free(y);
