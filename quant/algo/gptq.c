@@ -201,6 +201,7 @@ typedef struct gptq_run {
      * H is built straight into the factorisation buffer, so nothing is copied twice. */
     int host, ldl, in_place;
     int direct;                  /* the block op reads the caller's w (see gptq_prepare) */
+    int fac_shared;              /* d.h belongs to a qd_gptq_shared, not to this run */
     size_t wbytes, hbytes;
     float *wp;                   /* W in processing order */
     float *hp;                   /* H in processing order (non-CPU) */
@@ -214,7 +215,7 @@ typedef struct gptq_run {
 
 /* The arguments: shape, options, and every weight and Hessian entry finite. */
 static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                      const float *h, qd_err *err)
+                      const float *h, int check_h, qd_err *err)
 {
     if (!be || !w || !h) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend, weights or Hessian");
     int rc = qd_gptq_opts_validate(o, err);
@@ -225,7 +226,7 @@ static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int
         if (!isfinite(w[i]))
             return qd_err_set(err, QD_ENUMERIC, "gptq: weight [%lld][%lld] is %g (not finite)",
                               (long long)(i / k), (long long)(i % k), (double)w[i]);
-    for (int64_t i = 0; i < k * k; i++)
+    for (int64_t i = 0; i < k * k && check_h; i++)
         if (!isfinite(h[i]))
             return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
                               (long long)(i / k), (long long)(i % k), (double)h[i]);
@@ -496,6 +497,7 @@ static void gptq_run_free(gptq_run *g, qd_gptq_result *out)
     qd_backend *be = g->be;
     /* Buffers that alias host arrays are not the backend's to free. */
     if (g->d.w == g->wp || g->direct) g->d.w = NULL;
+    if (g->fac_shared) g->d.h = NULL;
     if (g->in_place && g->d.codes == out->layer.q) g->d.codes = NULL;
     if (g->host && g->codes == g->d.codes) g->codes = NULL;
     if (be) gptq_dev_free(be, &g->d);
@@ -512,19 +514,62 @@ static void gptq_run_free(gptq_run *g, qd_gptq_result *out)
     free(g->zeros);
 }
 
-int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                       const float *h, qd_gptq_result *out, qd_err *err)
+void qd_gptq_shared_free(qd_gptq_shared *s)
+{
+    if (!s) return;
+    if (s->fac && s->be) qd_backend_free(s->be, s->fac);
+    memset(s, 0, sizeof *s);
+}
+
+/* Whether sh holds the factor this run would compute. */
+static int gptq_shared_fits(const qd_gptq_shared *sh, const gptq_run *g, const void *key, int64_t n_seen)
+{
+    const qd_gptq_opts *o = g->o;
+    return sh && sh->key && sh->key == key && sh->n_seen == n_seen && sh->k == g->k && sh->be == g->be &&
+           sh->ldl == g->ldl && sh->desc_act == o->desc_act && sh->damp_opt == o->damp_percent &&
+           sh->max_damp_retries == o->max_damp_retries;
+}
+
+/* The factor: sh's when it fits, else computed (and handed to sh when given). */
+static int gptq_factor_shared(gptq_run *g, qd_gptq_result *out, const void *key, int64_t n_seen, qd_gptq_shared *sh,
+                              int *factored, qd_err *err)
+{
+    if (gptq_shared_fits(sh, g, key, n_seen)) {
+        g->d.h = sh->fac;
+        g->fac_shared = 1;
+        *factored = sh->factored;
+        out->damp_percent = sh->damp_percent;
+        out->damp = sh->damp;
+        out->damp_retries = sh->damp_retries;
+        g->t_chol_start = g->t_chol = qd_clock_now_s();
+        return 0;
+    }
+    int rc = gptq_factor(g, out, factored, err);
+    if (rc || !sh) return rc;
+    qd_gptq_shared_free(sh);
+    *sh = (qd_gptq_shared){.key = key, .k = g->k, .n_seen = n_seen, .desc_act = g->o->desc_act,
+                           .max_damp_retries = g->o->max_damp_retries, .damp_opt = g->o->damp_percent,
+                           .be = g->be, .fac = g->d.h, .ldl = g->ldl, .factored = *factored,
+                           .damp_percent = out->damp_percent, .damp = out->damp, .damp_retries = out->damp_retries};
+    g->fac_shared = 1;
+    return 0;
+}
+
+static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                         const float *h, const void *key, int64_t n_seen, qd_gptq_shared *sh,
+                         qd_gptq_result *out, qd_err *err)
 {
     if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
     memset(out, 0, sizeof *out);
-    int rc = gptq_check(be, o, w, n, k, h, err);
+    /* A shared factor was made from this H: it was checked then. */
+    int rc = gptq_check(be, o, w, n, k, h, !(sh && sh->key == key && key), err);
     if (rc) return rc;
     gptq_run g;
     memset(&g, 0, sizeof g);
     int factored = 0;
     rc = gptq_setup(&g, be, o, w, n, k, h, out, err);
     if (!rc) rc = gptq_prepare(&g, out, err);
-    if (!rc) rc = gptq_factor(&g, out, &factored, err);
+    if (!rc) rc = gptq_factor_shared(&g, out, key, n_seen, sh, &factored, err);
     if (!rc && !factored) {
         QD_LOG(QD_LOG_WARN, "gptq fallback rtn", "n=%lld k=%lld tries=%d", (long long)n, (long long)k,
                o->max_damp_retries + 1);
@@ -553,8 +598,20 @@ int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, in
     return rc;
 }
 
+int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                       const float *h, qd_gptq_result *out, qd_err *err)
+{
+    return gptq_quantize(be, o, w, n, k, h, h, 0, NULL, out, err);
+}
+
 int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
                      const qd_gptq_hessian *acc, qd_gptq_result *out, qd_err *err)
+{
+    return qd_gptq_quantize_shared(be, o, w, n, k, acc, NULL, out, err);
+}
+
+int qd_gptq_quantize_shared(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                            const qd_gptq_hessian *acc, qd_gptq_shared *shared, qd_gptq_result *out, qd_err *err)
 {
     if (out) memset(out, 0, sizeof *out);
     if (!acc || !acc->h) return qd_err_set(err, QD_EINVAL, "gptq: no Hessian accumulator");
@@ -564,11 +621,11 @@ int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int6
     if (acc->n_seen <= 0) return qd_err_set(err, QD_EINVAL, "gptq: no calibration rows were added to the Hessian");
     if (!be) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend");
     /* On the CPU backend the accumulator is host memory already. */
-    if (acc->be->device < 0) return qd_gptq_quantize_h(be, o, w, n, k, acc->h, out, err);
+    if (acc->be->device < 0) return gptq_quantize(be, o, w, n, k, acc->h, acc, acc->n_seen, shared, out, err);
     float *h = malloc((size_t)(k * k) * sizeof *h);
     if (!h) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a host copy of H");
     int rc = qd_gptq_hessian_download(acc, h, err);
-    if (!rc) rc = qd_gptq_quantize_h(be, o, w, n, k, h, out, err);
+    if (!rc) rc = gptq_quantize(be, o, w, n, k, h, acc, acc->n_seen, shared, out, err);
     free(h);
     return rc;
 }

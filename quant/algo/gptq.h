@@ -58,11 +58,35 @@ typedef struct qd_gptq_result {
     double seconds;            /* damping, Cholesky and the column loop given H */
 } qd_gptq_result;
 
+/* One Hessian's factorisation shared by the linears that read the same input (q/k/v,
+ * gate/up): the factor depends only on H, act-order and the damping, so the first
+ * qd_gptq_quantize_shared of a group computes it (damping retries included, or finds that
+ * every try fails and falls back to RTN) and the next ones with the same accumulator, as
+ * many rows folded in, and the same options reuse it. Zero-initialise; the factor is
+ * backend memory of the backend that made it; qd_gptq_shared_free releases it (call it
+ * before that backend closes and before the accumulator changes). */
+typedef struct qd_gptq_shared {
+    const void *key;           /* the accumulator (or H) it was made from; NULL: empty */
+    int64_t k, n_seen;
+    int desc_act, max_damp_retries;
+    double damp_opt;           /* the damp_percent option asked for */
+    qd_backend *be;
+    float *fac;                /* the factor (LDL's A or H^-1's U), backend memory; owned */
+    int ldl;                   /* the form fac is in */
+    int factored;              /* 0: every damping failed (RTN) */
+    double damp_percent, damp;
+    int damp_retries;
+} qd_gptq_shared;
+void qd_gptq_shared_free(qd_gptq_shared *s);   /* accepts NULL; leaves s empty */
+
 /* Quantizes W [n, k] (row-major nn.Linear weight, host memory, borrowed) given the Hessian
  * in acc (left unchanged, so the same acc can serve several layers sharing an input). On
  * success *out owns its arrays (qd_gptq_result_free); on failure it holds nothing. */
 int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
                      const qd_gptq_hessian *acc, qd_gptq_result *out, qd_err *err);
+/* Same with the factorisation shared through *shared (see qd_gptq_shared; NULL: none). */
+int qd_gptq_quantize_shared(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
+                            const qd_gptq_hessian *acc, qd_gptq_shared *shared, qd_gptq_result *out, qd_err *err);
 /* Same with H [k, k] given in host memory (borrowed, unchanged). */
 int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
                        const float *h, qd_gptq_result *out, qd_err *err);

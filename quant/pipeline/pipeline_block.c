@@ -50,10 +50,10 @@ static void cost_finish(qd_pipeline *p, double t, double secs)
 
 /* ---- quantizing one group ---- */
 
-static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
-                          const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                          const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
-                          qd_layer_result *results, qd_err *err)
+static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                                  const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
+                                  const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
+                                  qd_layer_result *results, qd_gptq_shared *shared, qd_err *err)
 {
     const float *kslice = kcheck->x[g];
     int64_t kslice_rows = kcheck->rows[g];
@@ -138,7 +138,10 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
         qd_qlayer layer;
         double h_err;
-        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, &layer, deq, &res, &h_err, err);
+        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, shared, &layer, deq, &res, &h_err, err);
+        /* The group's last linear: its factor's memory goes back before the error's buffers
+         * are taken (the peak stays one k x k buffer at a time, as unshared). */
+        if (j == G->n_linears - 1) qd_gptq_shared_free(shared);
         t = qd_pipeline_cost_add(p, QD_STAGE_QUANTIZE, t);
         free(clipped);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
@@ -188,6 +191,20 @@ static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g
         QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s", res.name, res.method,
                res.rel_error, res.seconds, res.note[0] ? " note=" : "", res.note);
     }
+    return rc;
+}
+
+/* A group's linears, quantized in turn: GPTQ factors the group's Hessian once for all of
+ * them (q/k/v, gate/up: qd_gptq_shared). */
+static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
+                          const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
+                          const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
+                          qd_layer_result *results, qd_err *err)
+{
+    qd_gptq_shared shared;
+    memset(&shared, 0, sizeof shared);
+    int rc = quantize_group_linears(p, bw, block, g, plans, acc, xcap, kcheck, direct, outs, results, &shared, err);
+    qd_gptq_shared_free(&shared);
     return rc;
 }
 

@@ -113,9 +113,10 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
  * (damp, fallback, seconds). The codes go to *layer (owned by the caller afterwards), the
  * dequantized weights to deq (host [n, k], caller-allocated). use_gptq selects GPTQ (gptq,
  * awq+gptq) over RTN (rtn, awq). *h_err gets tr((w - Q) H (w - Q)^T) where GPTQ kept its
- * column losses (qd_gptq_result.h_err), else -1. */
+ * column losses (qd_gptq_result.h_err), else -1. shared (or NULL) carries GPTQ's
+ * factorisation of h between the linears of one input group (qd_gptq_shared). */
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
-                                int64_t k, const qd_gptq_hessian *h, qd_qlayer *layer,
+                                int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 float *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the

@@ -66,7 +66,7 @@ int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
 }
 
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,
-                                const qd_gptq_hessian *h, qd_qlayer *layer, float *deq,
+                                const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, float *deq,
                                 qd_layer_result *res, double *h_err, qd_err *err)
 {
     memset(layer, 0, sizeof *layer);
@@ -84,7 +84,7 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
     o.static_groups = p->job->static_groups;
     qd_gptq_result r;
     memset(&r, 0, sizeof r);
-    int rc = qd_gptq_quantize(p->be, &o, w, n, k, h, &r, err);
+    int rc = qd_gptq_quantize_shared(p->be, &o, w, n, k, h, shared, &r, err);
     if (rc) return rc;
     *layer = r.layer;
     memset(&r.layer, 0, sizeof r.layer);

@@ -1,7 +1,8 @@
 /* GPTQ: identity Hessian == RTN, error below RTN on correlated inputs, act-order and static
  * group g_idx invariants, dead columns, damping retries and the RTN fallback, determinism,
  * the streaming Hessian, agreement with a transliteration of the reference loop, the
- * column losses' tr((W - Q) H (W - Q)^T), and input validation. */
+ * column losses' tr((W - Q) H (W - Q)^T), the factorisation shared by a group's linears,
+ * and input validation. */
 #include <stdlib.h>
 #include <string.h>
 
@@ -552,6 +553,75 @@ static void test_ldl_matches_inverse_form(void)
     qd_backend_close(port);
 }
 
+/* The factorisation shared between linears of one input group gives each linear exactly
+ * what quantizing it alone gives (codes, Q, damping, error), is made once (the factor
+ * buffer is the first call's), and is remade for another accumulator or more rows folded
+ * in; with and without act-order. */
+static void test_shared_factor(void)
+{
+    test_rng rng;
+    test_rng_seed(&rng, 41);
+    const int64_t k = 96, t = 400;
+    float *x = make_correlated_x(&rng, t, k);
+    qd_gptq_hessian acc, acc2;
+    qd_err err = {0};
+    CHECK_OK(qd_gptq_hessian_init(&acc, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&acc, x, t, &err));
+    CHECK_OK(qd_gptq_hessian_init(&acc2, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&acc2, x, t / 2, &err));
+    const int64_t ns[3] = {40, 24, 56};
+    for (int act = 0; act < 2; act++) {
+        qd_gptq_opts o = qd_gptq_opts_default();
+        o.quant.group_size = 32;
+        o.desc_act = act;
+        qd_gptq_shared sh;
+        memset(&sh, 0, sizeof sh);
+        const float *fac = NULL;
+        for (int i = 0; i < 4; i++) {
+            const qd_gptq_hessian *a = i == 3 ? &acc2 : &acc;   /* the last: another input */
+            int64_t n = ns[i % 3];
+            float *w = malloc(sizeof(float) * n * k);
+            test_fill_normal(&rng, w, n * k, 0.05f);
+            qd_gptq_result alone, shared;
+            CHECK_OK(qd_gptq_quantize(be, &o, w, n, k, a, &alone, &err));
+            CHECK_OK(qd_gptq_quantize_shared(be, &o, w, n, k, a, &sh, &shared, &err));
+            CHECK(memcmp(alone.layer.q, shared.layer.q, (size_t)(n * k)) == 0);
+            CHECK(memcmp(alone.deq, shared.deq, sizeof(float) * n * k) == 0);
+            CHECK(alone.damp == shared.damp && alone.h_err == shared.h_err);
+            if (i == 0) fac = sh.fac;
+            if (i > 0 && i < 3) CHECK(sh.fac == fac);   /* reused, not remade */
+            CHECK(sh.key == a);
+            qd_gptq_result_free(&alone);
+            qd_gptq_result_free(&shared);
+            free(w);
+        }
+        qd_gptq_shared_free(&sh);
+        CHECK(sh.fac == NULL && sh.key == NULL);
+    }
+    /* More rows folded into the same accumulator: remade. */
+    qd_gptq_opts o = qd_gptq_opts_default();
+    qd_gptq_shared sh;
+    memset(&sh, 0, sizeof sh);
+    float *w = malloc(sizeof(float) * 16 * k);
+    test_fill_normal(&rng, w, 16 * k, 0.05f);
+    qd_gptq_result r;
+    CHECK_OK(qd_gptq_quantize_shared(be, &o, w, 16, k, &acc2, &sh, &r, &err));
+    qd_gptq_result_free(&r);
+    CHECK_OK(qd_gptq_hessian_add(&acc2, x + (t / 2) * k, t / 2, &err));
+    CHECK_OK(qd_gptq_quantize_shared(be, &o, w, 16, k, &acc2, &sh, &r, &err));
+    CHECK(sh.n_seen == t);
+    qd_gptq_result alone;
+    CHECK_OK(qd_gptq_quantize(be, &o, w, 16, k, &acc2, &alone, &err));
+    CHECK(memcmp(alone.deq, r.deq, sizeof(float) * 16 * k) == 0);
+    qd_gptq_result_free(&alone);
+    qd_gptq_result_free(&r);
+    qd_gptq_shared_free(&sh);
+    free(w);
+    qd_gptq_hessian_free(&acc);
+    qd_gptq_hessian_free(&acc2);
+    free(x);
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -568,6 +638,7 @@ int main(void)
     TEST_RUN(test_hessian_stream);
     TEST_RUN(test_matches_reference_loop);
     TEST_RUN(test_ldl_matches_inverse_form);
+    TEST_RUN(test_shared_factor);
     TEST_RUN(test_bad_input);
     qd_backend_close(be);
     return test_finish();
