@@ -46,7 +46,9 @@ int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed 
     }
     if (!w_ref && (rc = fmt->dequant_ref(p, w, err))) goto done;
     if ((rc = qd_kmat_upload(be, &host, &dev, err))) goto done;
-    dw = qd_backend_alloc(be, (size_t)(n * k) * sizeof(float));
+    /* On a host backend the given weights are backend memory already: used in place. */
+    const int w_in_place = w_ref && be->device < 0;
+    dw = w_in_place ? (float *)w_ref : qd_backend_alloc(be, (size_t)(n * k) * sizeof(float));
     dx = dw ? qd_backend_alloc(be, (size_t)(rows * k) * sizeof(float)) : NULL;
     dyk = dx ? qd_backend_alloc(be, (size_t)(rows * n) * sizeof(float)) : NULL;
     dyf = dyk ? qd_backend_alloc(be, (size_t)(rows * n) * sizeof(float)) : NULL;
@@ -54,7 +56,7 @@ int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed 
         rc = qd_err_set(err, QD_ENOMEM, "kernel check: %s", be->err.msg);
         goto done;
     }
-    if (qd_backend_upload(be, dw, w_ref ? w_ref : w, (size_t)(n * k) * sizeof(float)) ||
+    if ((!w_in_place && qd_backend_upload(be, dw, w_ref ? w_ref : w, (size_t)(n * k) * sizeof(float))) ||
         qd_backend_upload(be, dx, x_host, (size_t)(rows * k) * sizeof(float)) ||
         be->ops->gemm(be, 0, 1, rows, n, k, 1.0f, dx, k, dw, k, 0.0f, dyf, n)) {
         rc = qd_err_set(err, QD_EBACKEND, "kernel check: float reference: %s", be->err.msg);
@@ -79,7 +81,7 @@ int qd_kernel_check_layer(qd_backend *be, const qd_format *fmt, const qd_packed 
     }
     *max_rel_err = amax > 0.0 ? dmax / amax : dmax;
 done:
-    qd_backend_free(be, dw);
+    if (dw != w_ref) qd_backend_free(be, dw);
     qd_backend_free(be, dx);
     qd_backend_free(be, dyk);
     qd_backend_free(be, dyf);

@@ -10,6 +10,7 @@
 
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/core/parallel.h"
 #include "quant/formats/format.h"
 #include "quant/kernels/kernels.h"
 #include "quant/model/model_internal.h"
@@ -97,8 +98,34 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
 
 /* Converts t into backend memory dst (numel floats): directly on the CPU backend, through
  * a host buffer elsewhere. */
+/* A large aligned tensor converted on the backend's threads (the pages of the mapped file
+ * fault in on them too), each share a contiguous range of elements. */
+typedef struct convert_share {
+    const st_tensor *t;
+    float *dst;
+    int failed;
+} convert_share;
+
+static void convert_range(void *ctx, int th, int64_t lo, int64_t hi)
+{
+    convert_share *c = ctx;
+    (void)th;
+    size_t esz = qd_dtype_size(c->t->dtype);
+    if (qd_convert_to_f32(c->t->dtype, (const unsigned char *)c->t->data + (size_t)lo * esz, c->dst + lo,
+                          (size_t)(hi - lo)) != 0)
+        c->failed = 1;   /* any share's failure: the caller converts again to name the error */
+}
+
+#define CONVERT_PARALLEL_MIN ((int64_t)1 << 20)
+
 static int tensor_to_backend(qd_model *m, const st_tensor *t, float *dst, qd_err *err)
 {
+    if (m->be->device < 0 && m->be->n_threads > 1 && (int64_t)t->numel >= CONVERT_PARALLEL_MIN && t->data &&
+        (uintptr_t)t->data % qd_dtype_size(t->dtype) == 0) {
+        convert_share c = {t, dst, 0};
+        qd_parallel_for(m->be->n_threads, (int64_t)t->numel, 4096, convert_range, &c);
+        if (!c.failed) return 0;
+    }
     if (m->be->device < 0) return st_tensor_read_f32(t, dst, err);
     float *host = malloc(t->numel * sizeof *host);
     if (!host) return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name);
