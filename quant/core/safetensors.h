@@ -68,6 +68,11 @@ int st_file_open_memory(const void *buf, size_t len, const char *what, st_file *
 
 /* Converts a tensor to F32 into dst (numel floats). Errors on unsupported dtypes. */
 int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err);
+/* Hands the mapped pages that lie wholly inside t's data back (madvise MADV_DONTNEED on a
+ * read-only mapping): the file's bytes stay in the page cache and a later read faults them
+ * in again, but the process no longer counts them as resident. For tensors converted once
+ * and not read again soon (a block's weights). */
+void st_tensor_release(const st_tensor *t);
 
 /* ---- sharded HF checkpoints ---- */
 typedef struct st_model st_model;

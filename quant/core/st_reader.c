@@ -121,6 +121,15 @@ const char *st_file_metadata(const st_file *f, const char *key)
     return NULL;
 }
 
+void st_tensor_release(const st_tensor *t)
+{
+    if (!t || !t->data) return;
+    const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
+    uintptr_t lo = ((uintptr_t)t->data + page - 1) / page * page;
+    uintptr_t hi = ((uintptr_t)t->data + (uintptr_t)(t->end - t->begin)) / page * page;
+    if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: failure changes nothing */
+}
+
 int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err)
 {
     if (!t->data && t->numel)

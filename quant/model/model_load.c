@@ -213,6 +213,9 @@ static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_
     if (qd_model_tfind(m, name)) {
         const st_tensor *t;
         if ((rc = find_float(m, name, 2, shape, &t, err)) || (rc = tensor_to_backend(m, t, w, err))) goto fail;
+        /* Converted: its mapped pages need not stay resident (a job maps the whole model
+         * and reads each block once; the page cache keeps the bytes). */
+        st_tensor_release(t);
     } else if (m->cfg.quantized) {
         float *host = w;
         if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {

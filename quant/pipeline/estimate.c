@@ -24,8 +24,8 @@
  * what a quantctl process holds before a job's own buffers (about 13 MiB measured for the
  * smallest job; rounded up). */
 #define EST_BASE_BYTES (32ull << 20)
-/* Forward scratch per row of a batch, in units of the widest activation row (q/k/v, gate and
- * up outputs, attention, the norm's copy: 8 rows of floats). */
+/* Forward scratch per row of a batch for models with experts, in units of the widest
+ * activation row (8 rows of floats); a dense model's is counted buffer by buffer. */
 #define EST_SCRATCH_ROWS 8
 
 static uint64_t u64max(uint64_t a, uint64_t b) { return a > b ? a : b; }
@@ -115,7 +115,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t weights = block_params * 4 * 3;
     /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
     uint64_t batch_rows = u64max(4096, (uint64_t)job->calibration.seq_len);
-    uint64_t scratch = batch_rows * widest * 4 * EST_SCRATCH_ROWS;
+    /* A dense block's forward scratch (model_forward.c), per row of a batch: the norm's
+     * copy, the sub-block's output and a capture pass's discarded output (3 x hidden), q
+     * and the attention's output (2 x heads x head_dim), k and v (2 x kv_heads x head_dim),
+     * the MLP's two intermediate rows (2 x intermediate). */
+    uint64_t scratch = cfg.n_experts > 0 ? batch_rows * widest * 4 * EST_SCRATCH_ROWS
+                                         : batch_rows * (3 * h + 2 * qd + 2 * kvd + 2 * inter) * 4;
     if (cfg.kv_lora_rank > 0) {
         /* Latent attention assembles the heads, padded to one width, on the host (6 copies)
          * and in backend scratch (7): model_mla.c. */
@@ -134,8 +139,14 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = u64max(h * h, mi * mi) * 4;
         hess += u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
     }
-    /* AWQ: a group's linears' float outputs over every calibration row. */
-    uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ) ? rows * widest * 4 : 0;
+    /* AWQ (quant/algo/awq.c), for its largest input group (gate/up or q/k/v, input width
+     * hidden): the group's input over every calibration row (the pipeline's copy, at most
+     * the widest input), its linears' float outputs over those rows (the scale search's
+     * reference), and six copies of the group's weights at most (the candidates' fake-quantized
+     * weights and their copies, the clip search's four working matrices). */
+    uint64_t group_n = u64max(2 * inter, qd + 2 * kvd);
+    uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ)
+                       ? rows * widest * 4 + rows * group_n * 4 + 6 * h * group_n * 4 : 0;
     if (awq && cfg.n_experts > 0 && job->moe.awq_shared_input)
         /* The experts' shared-input search (pipeline_awq_moe.c): every expert's gate/up fake-quantized
          * per candidate, and the scored rows' residual stream, input and output. */
@@ -148,7 +159,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * group per linear), and one layer's outputs and inputs on the backend. */
     uint64_t dr = (uint64_t)job->error_direct_rows;
     uint64_t direct = dr ? dr * widest * 4 * (n_linears + 2) : 0;
-    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval_bytes(job, &cfg);
+    /* The eval runs two models side by side (the output and the float reference), each with
+     * its own forward scratch and one block's F32 weights. */
+    uint64_t eval = job->eval.enabled ? eval_bytes(job, &cfg) + 2 * (scratch + block_params * 4) : 0;
+    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval;
 
     /* ---- disk ---- */
     /* A packed block: the weights at bits per parameter; per group and output column an F16
