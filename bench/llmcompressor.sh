@@ -25,7 +25,9 @@
 # true-sequential), "linear" = sequential_targets ["Linear"] (each linear its own subgraph:
 # true-sequential).
 # QUANTD_NOTS=1 adds a quantd job with true_sequential false (the same algorithm as
-# llm-compressor's "layer" pipeline) to each round.
+# llm-compressor's "layer" pipeline) to each round. LLMC_SEED=N draws the calibration
+# windows with seed N instead of 0 (work directory BUILD_DIR/llmc-bench-seedN): quality
+# comparisons need several draws.
 # Each round runs quantd, then each llm-compressor variant, under /usr/bin/time; the eval
 # (quantctl eval --ref-model MODEL, first WINDOWS windows of wiki.test.raw tokenized with
 # --bos, as bench/smollm2.sh) runs after round 1 on round 1's outputs. Everything lands in
@@ -45,7 +47,8 @@ data="${QUANTD_SHARED_DATA:-$root/../shared/data}"
 qctl="$build/quantctl"
 venv="${LLMC_VENV:-$build/llmc-venv}"
 targets="${LLMC_TARGETS:-layer linear}"
-work="$build/llmc-bench"
+seed="${LLMC_SEED:-0}"
+work="$build/llmc-bench${LLMC_SEED:+-seed$LLMC_SEED}"
 [ -x "$qctl" ] || { echo "llmcompressor.sh: $qctl not built" >&2; exit 1; }
 [ -f "$model/config.json" ] || { echo "llmcompressor.sh: $model has no config.json" >&2; exit 1; }
 [ -x "$venv/bin/python" ] || bash "$here/llmcompressor_setup.sh" "$venv" "${FAMILIES_VENV:-$root/build/families-venv}"
@@ -57,7 +60,7 @@ summary_only=${LLMC_SUMMARY_ONLY:-0}
 calib="$work/calib-${samples}x${seqlen}.ids.json"
 if [ "$summary_only" != 1 ]; then
 "$qctl" tokenize --model "$model" --text "$data/text/c4/c4-calib.jsonl" --jsonl --out "$work/c4.ids.json" >/dev/null
-python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seqlen" 0 "$calib" >&2
+python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seqlen" "$seed" "$calib" >&2
 "$qctl" tokenize --model "$model" --text "$data/text/wikitext-2-raw/wiki.test.raw" --bos --out "$work/wiki.ids.json" >/dev/null
 qjob() {   # qjob OUT TRUE_SEQUENTIAL
     echo "{\"model\": \"$model\", \"output\": \"$1\", \"method\": \"gptq\", \"bits\": 4, \"group_size\": 64, \"sym\": true, \"desc_act\": false, \"true_sequential\": $2, \"damp_percent\": 0.01, \"format\": \"compressed-tensors\", \"backend\": \"cpu\", \"calibration\": {\"path\": \"$calib\", \"samples\": $samples, \"seq_len\": $seqlen, \"style\": \"awq\"}, \"overwrite\": true}"

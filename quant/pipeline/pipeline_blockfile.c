@@ -68,9 +68,12 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
             int nft = 0;
             rc = p->fmt->tensors(pk, ft, &nft, err);
             for (int ti = 0; ti < nft && !rc; ti++) {
-                snprintf(name, sizeof name, "%s%s.%s", prefix, L->name, ft[ti].suffix);
                 int64_t shape[2] = {ft[ti].shape[0], ft[ti].shape[1]};
-                rc = st_writer_add(b.w, name, ft[ti].dtype, ft[ti].ndim, shape, ft[ti].data, err);
+                if (snprintf(name, sizeof name, "%s%s.%s", prefix, L->name, ft[ti].suffix) >= (int)sizeof name)
+                    rc = qd_err_set(err, QD_EINVAL, "%s%s: a tensor name is longer than %zu bytes", prefix, L->name,
+                                    sizeof name - 1);
+                else
+                    rc = st_writer_add(b.w, name, ft[ti].dtype, ft[ti].ndim, shape, ft[ti].data, err);
                 /* The writer keeps pointers until st_writer_write: owned copies live as long. */
                 if (ft[ti].owned) {
                     void *kept = bf_keep(&b, ft[ti].owned);   /* frees it when it cannot keep it */
