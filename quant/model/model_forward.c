@@ -231,30 +231,43 @@ int qd_model_attn_out_group(const qd_model *m)
     return m->lin[m->arch->lin_o].group;
 }
 
-/* The attention half's tail after its output projection: Gemma's norm on the sub-block's
- * output, the residual add, post-LN's norm. One copy for QD_BLOCK_ATTN and
- * qd_block_attn_finish, so the two compute the same floats. */
-static int attn_tail(qd_model *m, const qd_block_weights *bw, float *y, float *tmp, int64_t rows, int pre,
-                     qd_err *err)
+/* A half's tail after its last projection (tmp holds that projection's output): Gemma's norm
+ * on the sub-block's output (norm 2 after the attention, 3 after the MLP), the residual add,
+ * post-LN's norm (0, 1). One copy for qd_block_forward_part and the finish functions below,
+ * so they compute the same floats. half: 0 attention, 1 MLP. */
+static int half_tail(qd_model *m, const qd_block_weights *bw, int half, float *y, float *tmp, int64_t rows,
+                     int pre, qd_err *err)
 {
-    if (bw->norm_w[2]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2], NULL, rows));
+    if (bw->norm_w[2 + half]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2 + half], NULL, rows));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * m->cfg.hidden));
-    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[0], bw->norm_b[0], rows));
+    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[half], bw->norm_b[half], rows));
     return 0;
+}
+
+/* Pre-LN (every llama-family model, OPT with do_layer_norm_before) or post-LN. */
+static int pre_ln(const qd_model *m)
+{
+    return m->cfg.family == QD_ARCH_LLAMA || m->cfg.do_layer_norm_before;
+}
+
+/* A half's end from its last projection li's input `in`: y = x + tail(li(in)). */
+static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li, const float *in, const float *x,
+                       float *y, int64_t rows, qd_err *err)
+{
+    if (rows <= 0) return qd_err_set(err, QD_EINVAL, "block %d: finishing a half on %lld rows", bw->block, (long long)rows);
+    size_t hbytes = (size_t)(rows * m->cfg.hidden) * sizeof(float);
+    float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
+    if (!tmp) return QD_ENOMEM;
+    int rc = run_linear(m, bw, li, in, rows, tmp, NULL, err);   /* first: in may be y */
+    if (rc) return rc;
+    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
+    return half_tail(m, bw, half, y, tmp, rows, pre_ln(m), err);
 }
 
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err)
 {
-    const qd_model_config *c = &m->cfg;
-    if (rows <= 0) return qd_err_set(err, QD_EINVAL, "attention finish: %lld rows", (long long)rows);
-    size_t hbytes = (size_t)(rows * c->hidden) * sizeof(float);
-    float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
-    if (!tmp) return QD_ENOMEM;
-    int rc = run_linear(m, bw, m->arch->lin_o, ctx, rows, tmp, NULL, err);   /* first: ctx may be y */
-    if (rc) return rc;
-    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
-    return attn_tail(m, bw, y, tmp, rows, c->family == QD_ARCH_LLAMA || c->do_layer_norm_before, err);
+    return half_finish(m, bw, 0, m->arch->lin_o, ctx, x, y, rows, err);
 }
 
 /* The dense MLP's last linear (down_proj, fc2) as mlp() runs it; -1 for a model with
@@ -272,31 +285,13 @@ int qd_model_mlp_out_group(const qd_model *m)
     return li < 0 ? -1 : m->lin[li].group;
 }
 
-/* The MLP half's tail after its last projection, shared as attn_tail is. */
-static int mlp_tail(qd_model *m, const qd_block_weights *bw, float *y, float *tmp, int64_t rows, int pre,
-                    qd_err *err)
-{
-    if (bw->norm_w[3]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[3], NULL, rows));
-    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * m->cfg.hidden));
-    if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[1], bw->norm_b[1], rows));
-    return 0;
-}
-
 int qd_block_mlp_finish(qd_model *m, const qd_block_weights *bw, const float *act, const float *x, float *y,
                         int64_t rows, qd_err *err)
 {
-    const qd_model_config *c = &m->cfg;
     int li = mlp_out_linear(m);
     if (li < 0 || qd_model_block_is_moe(m, bw->block))
         return qd_err_set(err, QD_EINVAL, "MLP finish: block %d has experts, not one MLP", bw->block);
-    if (rows <= 0) return qd_err_set(err, QD_EINVAL, "MLP finish: %lld rows", (long long)rows);
-    size_t hbytes = (size_t)(rows * c->hidden) * sizeof(float);
-    float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
-    if (!tmp) return QD_ENOMEM;
-    int rc = run_linear(m, bw, li, act, rows, tmp, NULL, err);   /* first: act may be y */
-    if (rc) return rc;
-    if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
-    return mlp_tail(m, bw, y, tmp, rows, c->family == QD_ARCH_LLAMA || c->do_layer_norm_before, err);
+    return half_finish(m, bw, 1, li, act, x, y, rows, err);
 }
 
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
@@ -341,7 +336,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (rc) return qd_err_set(err, rc, "block forward: upload: %s", m->be->err.msg);
     if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
 
-    int pre = c->family == QD_ARCH_LLAMA || c->do_layer_norm_before;
+    int pre = pre_ln(m);
     /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
      * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)).
      * Gemma adds norm2 and norm3 on each sub-block's output before the residual add.
@@ -352,7 +347,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
         if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
         rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
                           : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
-        if (rc || (rc = attn_tail(m, bw, y, tmp, rows, pre, err))) return rc;
+        if (rc || (rc = half_tail(m, bw, 0, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;
 
@@ -361,7 +356,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     rc = qd_model_block_is_moe(m, bw->block) ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err)
                                              : mlp(m, bw, min, tmp, rows, hooks, err);
     if (rc) return rc;
-    return mlp_tail(m, bw, y, tmp, rows, pre, err);
+    return half_tail(m, bw, 1, y, tmp, rows, pre, err);
 }
 
 int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd_err *err)
