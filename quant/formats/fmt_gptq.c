@@ -72,14 +72,20 @@ int fmt_gptq_layout_pack(const qd_format *f, const qd_qlayer *l, qd_packed *out,
     rc = fmt_packed_begin(l, out, err);
     if (rc) return rc;
     const int b = l->bits;
-    const int64_t n = l->n, k = l->k, g = l->n_groups, nw = n * b / 32;
+    const int64_t n = l->n, k = l->k, g = l->n_groups, nw = n * b / 32, kw = k * b / 32;
+    /* qweight is [k * b / 32, n]: a column's words lie n apart. Columns are packed PACK_TILE
+     * at a time into cols (one column's words contiguous), then written out row by row, so
+     * each write fills consecutive words instead of one word per cache line. */
+    enum { PACK_TILE = 16 };
     int64_t tmp_len = k > n ? k : n;
     int32_t *tmp = malloc((size_t)tmp_len * sizeof *tmp);
+    int32_t *cols = malloc((size_t)(PACK_TILE * kw) * sizeof *cols);
     out->qweight = calloc((size_t)(k * b / 32 * n), sizeof *out->qweight);
     out->qzeros = calloc((size_t)(g * nw), sizeof *out->qzeros);
     if (f->has_g_idx) out->g_idx = malloc((size_t)k * sizeof *out->g_idx);
-    if (!tmp || !out->qweight || !out->qzeros || (f->has_g_idx && !out->g_idx)) {
+    if (!tmp || !cols || !out->qweight || !out->qzeros || (f->has_g_idx && !out->g_idx)) {
         free(tmp);
+        free(cols);
         qd_packed_free(out);
         return qd_err_set(err, QD_ENOMEM, "%s: out of memory packing [%lld, %lld]", f->name,
                           (long long)n, (long long)k);
@@ -90,10 +96,17 @@ int fmt_gptq_layout_pack(const qd_format *f, const qd_qlayer *l, qd_packed *out,
     out->qzeros_shape[1] = nw;
     out->g_idx_len = f->has_g_idx ? k : 0;
     out->sym = l->sym;
-    for (int64_t c = 0; c < n; c++) {
-        for (int64_t i = 0; i < k; i++) tmp[i] = l->q[c * k + i];
-        qd_pack_bits(b, tmp, k, 1, out->qweight + c, n);
+    for (int64_t c0 = 0; c0 < n; c0 += PACK_TILE) {
+        const int64_t nt = n - c0 < PACK_TILE ? n - c0 : PACK_TILE;
+        for (int64_t t = 0; t < nt; t++) {
+            const uint8_t *q = l->q + (c0 + t) * k;
+            for (int64_t i = 0; i < k; i++) tmp[i] = q[i];
+            qd_pack_bits(b, tmp, k, 1, cols + t * kw, 1);
+        }
+        for (int64_t w = 0; w < kw; w++)
+            for (int64_t t = 0; t < nt; t++) out->qweight[w * n + c0 + t] = cols[t * kw + w];
     }
+    free(cols);
     for (int64_t gi = 0; gi < g; gi++) {
         for (int64_t c = 0; c < n; c++) tmp[c] = l->zeros[gi * n + c] - f->zero_offset;
         qd_pack_bits(b, tmp, n, 1, out->qzeros + gi * nw, 1);
