@@ -561,8 +561,9 @@ static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, 
 {
     if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
     memset(out, 0, sizeof *out);
-    /* A shared factor was made from this H: it was checked then. */
-    int rc = gptq_check(be, o, w, n, k, h, !(sh && sh->key == key && key), err);
+    /* A shared factor was made from this H (the same accumulator, as many rows): it was
+     * checked then. */
+    int rc = gptq_check(be, o, w, n, k, h, !(sh && key && sh->key == key && sh->n_seen == n_seen), err);
     if (rc) return rc;
     gptq_run g;
     memset(&g, 0, sizeof g);

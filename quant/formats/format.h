@@ -147,6 +147,7 @@ typedef struct qd_format {
     int (*misfit)(int64_t n, int64_t k, char *why, size_t cap);
     /* Checks that l can be written in this format; the error says why not. */
     int (*check)(const qd_qlayer *l, qd_err *err);
+    /* Packs l; runs check first and refuses what it refuses (callers need not check too). */
     int (*pack)(const qd_qlayer *l, qd_packed *out, qd_err *err);
     int (*unpack)(const qd_packed *p, qd_qlayer *out, qd_err *err);
     /* Decodes packed tensors to W [N, K] (scalar reference). */

@@ -150,8 +150,7 @@ static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int bloc
             if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
             else memcpy(layer.bias, o->bias, (size_t)L->n * sizeof(float));
         }
-        if (!rc) rc = p->fmt->check(&layer, err);
-        if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);
+        if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);   /* checks the layer first */
         qd_qlayer_free(&layer);
         t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
         if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }

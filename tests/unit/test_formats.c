@@ -273,6 +273,22 @@ static void test_refusals(void)
     CHECK_CONTAINS(e.msg, "in_features 48");
     qd_qlayer_free(&l);
 
+    /* Every format's pack refuses what its check refuses, with the same code (the pipeline
+     * packs without checking first). */
+    static const char *const all[] = {"gptq", "gptq_v2", "awq_gemm", "compressed-tensors"};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) {
+        const qd_format *f = qd_format_find(all[i]);
+        CHECK(f != NULL);
+        if (!f) continue;
+        make_layer(&l, 36, 48, 4, 1, 16, 0, 1, &r);   /* N % 8 and K % 32 both off */
+        int rc = f->check(&l, &e);
+        CHECK(rc != 0);
+        qd_packed pk = {0};
+        CHECK_INT(f->pack(&l, &pk, &e), rc);
+        qd_packed_free(&pk);
+        qd_qlayer_free(&l);
+    }
+
     /* awq is 4-bit only */
     make_layer(&l, 64, 64, 3, 1, 32, 0, 1, &r);
     CHECK_INT(awq->check(&l, &e), QD_EUNSUPPORTED);
