@@ -111,8 +111,9 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     if (job->method == QP_METHOD_GPTQ && job->true_sequential && cfg.n_experts == 0 && keep <= QD_MLP_KEEP_BYTES)
         acts += keep;
     est->acts_ram_bytes = acts;
-    /* One block's F32 weights, the quantized copy written back, and an override's. */
-    uint64_t weights = block_params * 4 * 3;
+    /* One block's F32 weights and an override's, and the linear being quantized: its loaded
+     * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). */
+    uint64_t weights = block_params * 4 * 2 + 2 * h * u64max(inter, qd) * 4;
     /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
     uint64_t batch_rows = u64max(4096, (uint64_t)job->calibration.seq_len);
     /* A dense block's forward scratch (model_forward.c), per row of a batch: the norm's

@@ -134,17 +134,16 @@ static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int bloc
             if (rc) return rc;
             t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
         }
-        float *deq = malloc(nk * sizeof(float));
-        if (!deq) { free(clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+        qd_deq dq;
         qd_qlayer layer;
         double h_err;
-        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, shared, &layer, deq, &res, &h_err, err);
+        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, shared, &layer, &dq, &res, &h_err, err);
         /* The group's last linear: its factor's memory goes back before the error's buffers
          * are taken (the peak stays one k x k buffer at a time, as unshared). */
         if (j == G->n_linears - 1) qd_gptq_shared_free(shared);
         t = qd_pipeline_cost_add(p, QD_STAGE_QUANTIZE, t);
         free(clipped);
-        if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
+        if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
         if (o->bias) {
             layer.bias = malloc((size_t)L->n * sizeof(float));
             if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -153,38 +152,40 @@ static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int bloc
         if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);   /* checks the layer first */
         qd_qlayer_free(&layer);
         t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
-        if (rc) { free(deq); return qd_err_prefix(err, "%s", res.name); }
+        if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
         o->quantized = 1;
         /* The error is measured against the weight before clipping (clipping is part of
          * the quantization error); GPTQ's own losses give its numerator when GPTQ saw that
          * weight (no clipping). */
-        rc = qd_pipeline_rel_error(p, o->w_eff, deq, L->n, L->k, acc, wq == o->w_eff ? h_err : -1.0,
+        rc = qd_pipeline_rel_error(p, o->w_eff, dq.w, L->n, L->k, acc, wq == o->w_eff ? h_err : -1.0,
                                    &res.rel_error, err);
         t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
-        if (rc) { free(deq); return rc; }
-        if (!isfinite(res.rel_error)) { free(deq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
+        if (rc) { qd_deq_free(&dq); return rc; }
+        if (!isfinite(res.rel_error)) { qd_deq_free(&dq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
         if (direct->x[g] && direct->rows[g] > 0) {
-            rc = qd_pipeline_rel_error_direct(p, o->w_eff, deq, L->n, L->k, direct->x[g], direct->rows[g],
+            rc = qd_pipeline_rel_error_direct(p, o->w_eff, dq.w, L->n, L->k, direct->x[g], direct->rows[g],
                                               &res.rel_error_direct, err);
             t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
-            if (rc) { free(deq); return qd_err_prefix(err, "%s: direct error", res.name); }
+            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s: direct error", res.name); }
         }
         if (job->kernel_check && kslice && kslice_rows > 0) {
             /* The packed weights through the dequantizing kernel vs the float matmul of
              * the quantizer's Q (what they must decode to), on real inputs of this layer. */
-            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, deq, kslice, kslice_rows, &res.kernel_max_err, err);
+            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, dq.w, kslice, kslice_rows, &res.kernel_max_err, err);
             t = qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
-            if (rc) { free(deq); return qd_err_prefix(err, "%s: kernel check", res.name); }
+            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s: kernel check", res.name); }
             res.kernel_checked = 1;
             if (!(res.kernel_max_err <= KCHECK_TOL)) {
-                free(deq);
+                qd_deq_free(&dq);
                 return qd_err_set(err, QD_EBACKEND, "%s: kernel check failed: the %s kernel differs from the reference by %.3g (relative), over %.0e",
                                   res.name, p->be->name, res.kernel_max_err, KCHECK_TOL);
             }
         }
+        /* The block computes with Q from here on; neither W nor Q is read again. */
+        rc = qd_block_linear_set(p->m, bw, li, dq.w, NULL, err);
+        qd_deq_free(&dq);
         free(o->w_eff);
-        o->w_eff = deq;
-        rc = qd_block_linear_set(p->m, bw, li, deq, NULL, err);
+        o->w_eff = NULL;
         if (!rc) results[li] = res;
         qd_pipeline_report_progress(p, "quantize", block, L->name, (double)(li + 1) / qd_model_n_linears(p->m), res.rel_error);
         QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s", res.name, res.method,

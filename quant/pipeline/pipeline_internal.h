@@ -77,7 +77,8 @@ typedef struct qd_linear_plan {
 typedef struct qd_linear_out {
     int quantized;
     qd_packed packed;            /* owned when quantized */
-    float *w_eff;                /* host [n, k]: what the block computes with next; owned */
+    float *w_eff;                /* host [n, k]: the weight as loaded (AWQ-scaled) until the layer is
+                                  * quantized, then NULL (the block's weights hold Q); owned */
     float *w_float;              /* host [n, k]: float weight to store when not quantized (AWQ-scaled); owned or NULL */
     float *bias;                 /* host [n] or NULL; owned (possibly AWQ-scaled) */
     int bias_modified;
@@ -108,16 +109,25 @@ int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err);
 int qd_pipeline_check_serving(qd_pipeline *p, qd_err *err);
 void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_plan *plan);
 
+/* A layer's dequantized weights Q, host [n, k]: GPTQ's own buffer (on the CPU one of the
+ * backend's cached blocks, be set) or malloc'd (be NULL). qd_deq_free accepts an empty one. */
+typedef struct qd_deq {
+    float *w;
+    qd_backend *be;
+} qd_deq;
+void qd_deq_free(qd_deq *d);
+
 /* Quantizes w (host [n, k]) with the job's method given its input Hessian h (backend,
  * [k, k], of the inputs the layer sees, AWQ scaling already applied to both) and fills res
  * (damp, fallback, seconds). The codes go to *layer (owned by the caller afterwards), the
- * dequantized weights to deq (host [n, k], caller-allocated). use_gptq selects GPTQ (gptq,
- * awq+gptq) over RTN (rtn, awq). *h_err gets tr((w - Q) H (w - Q)^T) where GPTQ kept its
- * column losses (qd_gptq_result.h_err), else -1. shared (or NULL) carries GPTQ's
- * factorisation of h between the linears of one input group (qd_gptq_shared). */
+ * dequantized weights to *deq (owned by the caller afterwards: qd_deq_free; GPTQ's result
+ * buffer is handed over, not copied). use_gptq selects GPTQ (gptq, awq+gptq) over RTN (rtn,
+ * awq). *h_err gets tr((w - Q) H (w - Q)^T) where GPTQ kept its column losses
+ * (qd_gptq_result.h_err), else -1. shared (or NULL) carries GPTQ's factorisation of h
+ * between the linears of one input group (qd_gptq_shared). */
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
                                 int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
-                                float *deq, qd_layer_result *res, double *h_err, qd_err *err);
+                                qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
  * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. d_err >= 0

@@ -65,16 +65,29 @@ int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
     return 0;
 }
 
+void qd_deq_free(qd_deq *d)
+{
+    if (!d) return;
+    if (d->be) qd_backend_free(d->be, d->w);
+    else free(d->w);
+    d->w = NULL;
+    d->be = NULL;
+}
+
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,
-                                const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, float *deq,
+                                const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, qd_deq *deq,
                                 qd_layer_result *res, double *h_err, qd_err *err)
 {
     memset(layer, 0, sizeof *layer);
+    memset(deq, 0, sizeof *deq);
     *h_err = -1.0;
     if (!use_gptq) {
         double t0 = qd_clock_now_s();
-        int rc = qd_rtn_quantize_qlayer(&p->qcfg, w, n, k, layer, deq, err);
+        deq->w = malloc((size_t)(n * k) * sizeof(float));
+        if (!deq->w) return qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+        int rc = qd_rtn_quantize_qlayer(&p->qcfg, w, n, k, layer, deq->w, err);
         res->seconds = qd_clock_now_s() - t0;
+        if (rc) qd_deq_free(deq);
         return rc;
     }
     qd_gptq_opts o = qd_gptq_opts_default();
@@ -88,7 +101,10 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
     if (rc) return rc;
     *layer = r.layer;
     memset(&r.layer, 0, sizeof r.layer);
-    memcpy(deq, r.deq, (size_t)(n * k) * sizeof(float));
+    deq->w = r.deq;
+    deq->be = r.deq_be;
+    r.deq = NULL;
+    r.deq_be = NULL;
     res->damp = r.damp_percent;
     res->fallback = r.fallback_rtn;
     res->seconds = r.seconds;
@@ -117,22 +133,31 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
     qd_backend *be = p->be;
     size_t nk = (size_t)(n * k), kk = (size_t)(k * k);
     int on_host = be->device < 0;
-    float *a = qd_backend_alloc(be, nk * sizeof(float));
+    int diff = d_err < 0;   /* D = W - Q is formed here only without GPTQ's losses */
+    /* On the host the backend reads W where it is; D, or a device's copy, needs a buffer. */
+    float *a = on_host ? NULL : qd_backend_alloc(be, nk * sizeof(float));
     float *s = qd_backend_alloc(be, kk * sizeof(float));
-    float *tmp = malloc(nk * sizeof(float));
+    float *tmp = diff || !on_host ? malloc(nk * sizeof(float)) : NULL;
     float *hh = on_host ? h->h : malloc(kk * sizeof(float));
     float *sh = on_host ? s : malloc(kk * sizeof(float));
     int rc = 0;
-    if (!a || !s || !tmp || !hh || !sh) {
+    if ((!on_host && !a) || !s || ((diff || !on_host) && !tmp) || !hh || !sh) {
         rc = qd_err_set(err, QD_ENOMEM, "rel error: out of memory for [%lld, %lld]", (long long)n, (long long)k);
         goto out;
     }
     if (!on_host && (rc = qd_backend_download(be, hh, h->h, kk * sizeof(float)))) goto be_err;
     double tr[2] = {d_err * 2.0 / (double)n, 0};   /* D = W - Q, then W; hessian_accum's scale */
-    for (int pass = d_err >= 0 ? 1 : 0; pass < 2; pass++) {
-        for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];
-        if ((rc = qd_backend_upload(be, a, tmp, nk * sizeof(float)))) goto be_err;
-        if ((rc = be->ops->hessian_accum(be, s, k, a, n, k, 0))) goto be_err;
+    for (int pass = diff ? 0 : 1; pass < 2; pass++) {
+        const float *src = w;
+        if (pass == 0 || !on_host) {
+            for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];
+            src = tmp;
+        }
+        if (!on_host) {
+            if ((rc = qd_backend_upload(be, a, src, nk * sizeof(float)))) goto be_err;
+            src = a;
+        }
+        if ((rc = be->ops->hessian_accum(be, s, k, src, n, k, 0))) goto be_err;
         if (!on_host && (rc = qd_backend_download(be, sh, s, kk * sizeof(float)))) goto be_err;
         tr[pass] = frob_dot(hh, sh, kk);
     }
