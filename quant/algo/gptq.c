@@ -13,6 +13,7 @@
 
 #include "quant/backend/gptq_block.h"
 #include "quant/core/clock.h"
+#include "quant/core/finite.h"
 #include "quant/core/log.h"
 
 qd_gptq_opts qd_gptq_opts_default(void)
@@ -222,14 +223,13 @@ static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int
     if (rc) return rc;
     if (n <= 0 || k <= 0)
         return qd_err_set(err, QD_EINVAL, "gptq: weight shape [%lld, %lld] must be positive", (long long)n, (long long)k);
-    for (int64_t i = 0; i < n * k; i++)
-        if (!isfinite(w[i]))
-            return qd_err_set(err, QD_ENUMERIC, "gptq: weight [%lld][%lld] is %g (not finite)",
-                              (long long)(i / k), (long long)(i % k), (double)w[i]);
-    for (int64_t i = 0; i < k * k && check_h; i++)
-        if (!isfinite(h[i]))
-            return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
-                              (long long)(i / k), (long long)(i % k), (double)h[i]);
+    int64_t i = qd_f32_first_nonfinite(w, n * k);
+    if (i >= 0)
+        return qd_err_set(err, QD_ENUMERIC, "gptq: weight [%lld][%lld] is %g (not finite)",
+                          (long long)(i / k), (long long)(i % k), (double)w[i]);
+    if (check_h && (i = qd_f32_first_nonfinite(h, k * k)) >= 0)
+        return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
+                          (long long)(i / k), (long long)(i % k), (double)h[i]);
     return 0;
 }
 

@@ -4,6 +4,8 @@
 #include <math.h>
 #include <string.h>
 
+#include "quant/core/finite.h"
+
 /* Host rows go to non-CPU backends in chunks of this many rows, which bounds the staging
  * buffer; each chunk is one running-average step. */
 #define HESSIAN_STAGE_ROWS 1024
@@ -51,10 +53,10 @@ int qd_gptq_hessian_add(qd_gptq_hessian *acc, const float *x, int64_t rows, qd_e
     if (rows < 0 || (rows > 0 && !x))
         return qd_err_set(err, QD_EINVAL, "hessian: bad rows (%lld)", (long long)rows);
     const int64_t k = acc->k;
-    for (int64_t i = 0; i < rows * k; i++)
-        if (!isfinite(x[i]))
-            return qd_err_set(err, QD_ENUMERIC, "hessian: input row %lld, feature %lld is %g (not finite)",
-                              (long long)(i / k), (long long)(i % k), (double)x[i]);
+    int64_t i = qd_f32_first_nonfinite(x, rows * k);
+    if (i >= 0)
+        return qd_err_set(err, QD_ENUMERIC, "hessian: input row %lld, feature %lld is %g (not finite)",
+                          (long long)(i / k), (long long)(i % k), (double)x[i]);
     qd_backend *be = acc->be;
     /* On the CPU backend host memory is backend memory: no staging copy. */
     if (be->device < 0) return qd_gptq_hessian_add_dev(acc, x, rows, k, err);

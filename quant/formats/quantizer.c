@@ -12,6 +12,7 @@
 #include <stdlib.h>
 
 #include "quant/core/dtype.h"
+#include "quant/core/finite.h"
 #include "quant/formats/qlayer.h"
 
 qd_quant_cfg qd_quant_cfg_default(void)
@@ -113,9 +114,7 @@ void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float 
 
 static int all_finite(const float *w, int64_t count)
 {
-    for (int64_t i = 0; i < count; i++)
-        if (!isfinite(w[i])) return 0;
-    return 1;
+    return qd_f32_first_nonfinite(w, count) < 0;
 }
 
 int qd_rtn_quantize(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
