@@ -1,6 +1,8 @@
 /* JSON files (see jsonfile.h). */
 #include "quant/core/jsonfile.h"
 
+#include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
@@ -94,4 +96,12 @@ int qd_json_read_object(const char *path, cJSON **out, qd_err *err)
 int qd_json_read_object_literal(const char *path, cJSON **out, qd_err *err)
 {
     return read_object(path, 1, out, err);
+}
+
+cJSON *qd_json_add_exact(cJSON *o, const char *key, double v)
+{
+    if (!isfinite(v)) return cJSON_AddNullToObject(o, key);
+    char buf[32];
+    snprintf(buf, sizeof buf, "%.17g", v);
+    return cJSON_AddRawToObject(o, key, buf);
 }

@@ -20,4 +20,11 @@ int qd_json_read_object(const char *path, struct cJSON **out, qd_err *err);
  * Those nodes are no longer cJSON_IsNumber. */
 int qd_json_read_object_literal(const char *path, struct cJSON **out, qd_err *err);
 
+/* Adds key = v to object o with 17 significant digits, so that reading it back gives v
+ * exactly. cJSON's own printer keeps 15 digits whenever they come back within a relative
+ * DBL_EPSILON of v, which can lose the last bit: a value saved in a checkpoint and read on
+ * a resume would then differ from the uninterrupted run's. Non-finite v is written as
+ * null, as cJSON does. Returns the new node, NULL when out of memory. */
+struct cJSON *qd_json_add_exact(struct cJSON *o, const char *key, double v);
+
 #endif

@@ -150,13 +150,13 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     cJSON_AddNumberToObject(o, "block", r->block);
     cJSON_AddNumberToObject(o, "n", (double)r->n);
     cJSON_AddNumberToObject(o, "k", (double)r->k);
-    cJSON_AddNumberToObject(o, "damp", r->damp);
+    qd_json_add_exact(o, "damp", r->damp);
     cJSON_AddBoolToObject(o, "fallback", r->fallback);
-    cJSON_AddNumberToObject(o, "rel_error", r->rel_error);
-    if (r->rel_error_direct >= 0) cJSON_AddNumberToObject(o, "rel_error_direct", r->rel_error_direct);
+    qd_json_add_exact(o, "rel_error", r->rel_error);
+    if (r->rel_error_direct >= 0) qd_json_add_exact(o, "rel_error_direct", r->rel_error_direct);
     cJSON_AddNumberToObject(o, "seconds", r->seconds);
     cJSON_AddBoolToObject(o, "kernel_checked", r->kernel_checked);
-    cJSON_AddNumberToObject(o, "kernel_max_err", r->kernel_max_err);
+    qd_json_add_exact(o, "kernel_max_err", r->kernel_max_err);
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
     if (r->routed_tokens >= 0) cJSON_AddNumberToObject(o, "routed_tokens", (double)r->routed_tokens);
     return o;
