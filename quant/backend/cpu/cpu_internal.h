@@ -1,6 +1,7 @@
 /* Private to the CPU backend: the op implementations, split by concern across files.
  * cpu_backend.c assembles them into the qd_backend_ops table:
  *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, chol_ldl_upper
+ *   cpu_exp.c      exp over arrays for softmax and SiLU (portable, AVX2 and AVX-512 loops)
  *   cpu_gptq.c     gptq_block (portable, AVX2 and AVX-512 kernels)
  *   cpu_mem.c      large blocks kept for reuse by alloc/free
  *   cpu_quant.c    fake_quant, scale_cols, sq_diff_sum

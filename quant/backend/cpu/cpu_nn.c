@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "quant/backend/cpu/cpu_internal.h"
+#include "quant/backend/cpu/cpu_exp.h"
 #include "quant/core/parallel.h"
 
 /* Rows per thread share of the row-wise ops, and elements per share of the element-wise
@@ -123,12 +124,14 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
     width -= lo;
     float mx = row[0];
     for (int64_t j = 1; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j < len; j++) row[j] -= mx;
+    cpu_exp_f32(row, row, len);
     /* Eight partial sums: vectorisable, and each adds at most len/8 terms in [0, 1]. */
     float part[8] = {0};
     int64_t j = 0;
     for (; j + 8 <= len; j += 8)
-        for (int u = 0; u < 8; u++) { float e = expf(row[j + u] - mx); row[j + u] = e; part[u] += e; }
-    for (; j < len; j++) { float e = expf(row[j] - mx); row[j] = e; part[0] += e; }
+        for (int u = 0; u < 8; u++) part[u] += row[j + u];
+    for (; j < len; j++) part[0] += row[j];
     double sum = 0.0;
     for (int u = 0; u < 8; u++) sum += part[u];
     float inv = (float)(1.0 / sum);
@@ -209,13 +212,20 @@ typedef struct glu_ctx {
     const float *gate, *up;
 } glu_ctx;
 
+#define SILU_CHUNK 1024   /* exp(-g) of this many elements at a time, on the stack */
+
 static void silu_mul_range(void *ctx, int t, int64_t i0, int64_t i1)
 {
     const glu_ctx *c = ctx;
     (void)t;
-    for (int64_t i = i0; i < i1; i++) {
-        float g = c->gate[i];
-        c->out[i] = g / (1.0f + expf(-g)) * c->up[i];
+    float e[SILU_CHUNK];
+    for (int64_t c0 = i0; c0 < i1; c0 += SILU_CHUNK) {
+        const int64_t n = i1 - c0 < SILU_CHUNK ? i1 - c0 : SILU_CHUNK;
+        const float *g = c->gate + c0, *u = c->up + c0;
+        float *o = c->out + c0;   /* may be gate or up: each element is read before it is written */
+        for (int64_t i = 0; i < n; i++) e[i] = -g[i];
+        cpu_exp_f32(e, e, n);
+        for (int64_t i = 0; i < n; i++) o[i] = g[i] / (1.0f + e[i]) * u[i];
     }
 }
 
