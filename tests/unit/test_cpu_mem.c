@@ -29,8 +29,10 @@ static void test_reuse(void)
     cpu_mem_free(&m, a);
     CHECK_INT(m.n_idle, 1);
     CHECK_INT((int64_t)m.idle_bytes, (int64_t)(4 * MB));
-    char *b = cpu_mem_alloc(&m, 4 * MB);        /* the same block back */
+    int fresh = -1;
+    char *b = cpu_mem_alloc_ex(&m, 4 * MB, &fresh);   /* the same block back, not fresh */
     CHECK(b == a);
+    CHECK_INT(fresh, 0);
     CHECK_INT((int64_t)m.hits, 1);
     CHECK_INT(m.n_idle, 0);
     cpu_mem_free(&m, b);
@@ -40,8 +42,9 @@ static void test_reuse(void)
     char *d = cpu_mem_alloc(&m, 2 * MB);        /* much smaller: a fresh block */
     CHECK(d != a);
     CHECK_INT(m.n_idle, 1);
-    char *e = cpu_mem_alloc(&m, 5 * MB);        /* larger: a fresh block */
+    char *e = cpu_mem_alloc_ex(&m, 5 * MB, &fresh);   /* larger: a fresh block */
     CHECK(e != a);
+    CHECK_INT(fresh, 1);
     memset(d, 2, 2 * MB);
     memset(e, 3, 5 * MB);
     cpu_mem_free(&m, d);

@@ -13,16 +13,38 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/parallel.h"
 #include "quant/formats/quantizer.h"
 
 /* ---- memory -------------------------------------------------------------------------- */
+
+/* A fresh block at least this large has its pages faulted in by every thread at once. */
+#define CPU_PREFAULT_MIN_BYTES ((size_t)16 << 20)
+#define CPU_PAGE_BYTES 4096
+
+static void prefault_range(void *ctx, int t, int64_t p0, int64_t p1)
+{
+    (void)t;
+    volatile char *base = ctx;
+    for (int64_t i = p0; i < p1; i++) base[i * CPU_PAGE_BYTES] = 0;
+}
 
 static void *cpu_alloc(qd_backend *be, size_t bytes)
 {
     cpu_impl *impl = be->impl;
     /* 64-byte alignment keeps AVX-512 loads and OpenBLAS panels on cache lines. */
-    void *p = cpu_mem_alloc(&impl->mem, bytes);
-    if (!p) qd_err_set(&be->err, QD_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+    int fresh = 0;
+    void *p = cpu_mem_alloc_ex(&impl->mem, bytes, &fresh);
+    if (!p) {
+        qd_err_set(&be->err, QD_ENOMEM, "cpu backend: cannot allocate %zu bytes", bytes);
+        return NULL;
+    }
+    /* A new large block's first writes are page faults, each a page the kernel zeroes; a
+     * single-threaded writer (a copy, a permutation) would take them all on one core. The
+     * block's contents are undefined to the caller, so zeros cost nothing. */
+    if (fresh && bytes >= CPU_PREFAULT_MIN_BYTES && be->n_threads > 1)
+        qd_parallel_for(be->n_threads, (int64_t)((bytes + CPU_PAGE_BYTES - 1) / CPU_PAGE_BYTES), 1024,
+                        prefault_range, p);
     return p;
 }
 

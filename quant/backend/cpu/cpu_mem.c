@@ -60,8 +60,11 @@ static void mem_track(cpu_mem *m, void *p, size_t bytes)
         }
 }
 
-void *cpu_mem_alloc(cpu_mem *m, size_t bytes)
+void *cpu_mem_alloc(cpu_mem *m, size_t bytes) { return cpu_mem_alloc_ex(m, bytes, NULL); }
+
+void *cpu_mem_alloc_ex(cpu_mem *m, size_t bytes, int *fresh)
 {
+    if (fresh) *fresh = 1;
     if (bytes < CPU_MEM_MIN_BYTES) return mem_raw_alloc(bytes);
     pthread_mutex_lock(&m->lock);
     int best = -1;
@@ -78,6 +81,7 @@ void *cpu_mem_alloc(cpu_mem *m, size_t bytes)
         memmove(&m->idle[best], &m->idle[best + 1], (size_t)(m->n_idle - best - 1) * sizeof m->idle[0]);
         m->n_idle--;
         m->hits++;
+        if (fresh) *fresh = 0;
     } else {
         m->misses++;
     }

@@ -42,6 +42,9 @@ void cpu_mem_destroy(cpu_mem *m);
 void cpu_mem_trim(cpu_mem *m);
 /* 64-byte aligned; NULL when out of memory. */
 void *cpu_mem_alloc(cpu_mem *m, size_t bytes);
+/* The same; *fresh (when not NULL) says whether the block is new memory from the C
+ * allocator (its pages not yet touched, for a large one) rather than a cached block. */
+void *cpu_mem_alloc_ex(cpu_mem *m, size_t bytes, int *fresh);
 void cpu_mem_free(cpu_mem *m, void *p);               /* accepts NULL */
 /* The cap for the runtime options' cpu_cache_mb (quant/core/runtime.h): mb MB when it is
  * not negative, else 1/8 of physical memory, at most 4 GiB. */
