@@ -41,6 +41,8 @@ typedef struct st_tensor {
     uint64_t numel;
     uint64_t begin, end;         /* data_offsets, relative to the data section */
     const void *data;            /* into the mapping; NULL for a header parsed without data */
+    int mapped;                  /* data lies in st_file_open's read-only file mapping (not a
+                                  * caller's buffer given to st_file_open_memory) */
 } st_tensor;
 
 typedef struct st_file st_file;
@@ -71,7 +73,8 @@ int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err);
 /* Hands the mapped pages that lie wholly inside t's data back (madvise MADV_DONTNEED on a
  * read-only mapping): the file's bytes stay in the page cache and a later read faults them
  * in again, but the process no longer counts them as resident. For tensors converted once
- * and not read again soon (a block's weights). */
+ * and not read again soon (a block's weights). Does nothing for a tensor that is not
+ * t->mapped: on a caller's own memory MADV_DONTNEED would zero it. */
 void st_tensor_release(const st_tensor *t);
 
 /* ---- sharded HF checkpoints ---- */

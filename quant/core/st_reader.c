@@ -72,6 +72,7 @@ int st_file_open(const char *path, st_file **out, qd_err *err)
     }
     f->map = map;
     f->map_len = len;
+    for (size_t i = 0; i < f->count; i++) f->tensors[i].mapped = f->tensors[i].data != NULL;
     *out = f;
     return 0;
 }
@@ -123,7 +124,7 @@ const char *st_file_metadata(const st_file *f, const char *key)
 
 void st_tensor_release(const st_tensor *t)
 {
-    if (!t || !t->data) return;
+    if (!t || !t->data || !t->mapped) return;
     const uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE);
     uintptr_t lo = ((uintptr_t)t->data + page - 1) / page * page;
     uintptr_t hi = ((uintptr_t)t->data + (uintptr_t)(t->end - t->begin)) / page * page;

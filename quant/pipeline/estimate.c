@@ -112,8 +112,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         acts += keep;
     est->acts_ram_bytes = acts;
     /* One block's F32 weights and an override's, and the linear being quantized: its loaded
-     * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). */
-    uint64_t weights = block_params * 4 * 2 + 2 * h * u64max(inter, qd) * 4;
+     * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). The
+     * widest linear: an MLP one (a MoE model's dense layers too: DeepSeek's first) or q/o. */
+    uint64_t widest_linear = h * u64max(u64max(inter, (uint64_t)cfg.intermediate), qd);
+    uint64_t weights = block_params * 4 * 2 + 2 * widest_linear * 4;
     /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
     uint64_t batch_rows = u64max(4096, (uint64_t)job->calibration.seq_len);
     /* A dense block's forward scratch (model_forward.c), per row of a batch: the norm's

@@ -281,6 +281,57 @@ static void test_roundtrip_every_dtype(void)
     }
 }
 
+/* st_tensor_release: a file-mapped tensor's pages go back and a later read gets the same
+ * bytes from the file; a tensor in a caller's buffer (st_file_open_memory) is left alone,
+ * since MADV_DONTNEED would zero that memory. */
+static void test_tensor_release(void)
+{
+    qd_err err = {0};
+    const size_t n = 3 << 12;   /* 48 KiB of F32: whole pages inside the data */
+    float *v = malloc(n * sizeof *v);
+    for (size_t i = 0; i < n; i++) v[i] = (float)i * 0.25f - 7.0f;
+    st_writer *w;
+    CHECK_OK(st_writer_init(&w));
+    int64_t shape[1] = {(int64_t)n};
+    CHECK_OK(st_writer_add(w, "big", QD_DTYPE_F32, 1, shape, v, &err));
+    const char *p = test_path(test_tmpdir(), "release.safetensors");
+    CHECK_OK(st_writer_write(w, p, &err));
+    st_writer_free(w);
+
+    st_file *f = NULL;
+    CHECK_OK(st_file_open(p, &f, &err));
+    const st_tensor *t = f ? st_file_find(f, "big") : NULL;
+    CHECK(t && t->mapped);
+    if (t) {
+        st_tensor_release(t);
+        CHECK(memcmp(t->data, v, n * sizeof *v) == 0);
+    }
+
+    /* The same file's bytes in a buffer of ours, page-aligned so whole pages would qualify. */
+    size_t len = 0;
+    FILE *fp = fopen(p, "rb");
+    CHECK(fp != NULL);
+    fseek(fp, 0, SEEK_END);
+    len = (size_t)ftell(fp);
+    fseek(fp, 0, SEEK_SET);
+    void *buf = NULL;
+    CHECK(posix_memalign(&buf, 1 << 16, len) == 0);
+    CHECK(fread(buf, 1, len, fp) == len);
+    fclose(fp);
+    st_file *m = NULL;
+    CHECK_OK(st_file_open_memory(buf, len, "memory", &m, &err));
+    const st_tensor *tm = m ? st_file_find(m, "big") : NULL;
+    CHECK(tm && !tm->mapped);
+    if (tm) {
+        st_tensor_release(tm);
+        CHECK(memcmp(tm->data, v, n * sizeof *v) == 0);
+    }
+    st_file_close(m);
+    st_file_close(f);
+    free(buf);
+    free(v);
+}
+
 static void test_zero_element_tensors(void)
 {
     st_writer *w;
@@ -690,6 +741,7 @@ int main(void)
     TEST_RUN(test_golden_values_read);
     TEST_RUN(test_roundtrip_every_dtype);
     TEST_RUN(test_zero_element_tensors);
+    TEST_RUN(test_tensor_release);
     TEST_RUN(test_writer_errors);
     TEST_RUN(test_many_tensors);
     TEST_RUN(test_malformed);
