@@ -65,4 +65,11 @@ scale = 128 * 2048 / (s * l)
 print(f"\nper block: {secs:.1f} s, of which token-bound (calibrate + forward + checkpoint) {tok_bound:.1f} s")
 print(f"32-block 7B job at {s} x {l}: {32 * secs / 60:.1f} min")
 print(f"32-block 7B job at 128 x 2048 (token-bound x {scale:g}): {32 * (rest + tok_bound * scale) / 60:.1f} min")
+res = r.get("resources")
+if res:
+    e, mm, ra = res["estimate"], res["measured"], res["ratio"]
+    gib = lambda b: b / 2**30
+    print(f"estimate: RAM {gib(e['peak_ram_bytes']):.2f} GiB against a measured peak RSS of "
+          f"{gib(mm['peak_rss_bytes']):.2f} GiB ({ra['ram']}x); disk {gib(e['disk_bytes']):.2f} GiB against "
+          f"{gib(mm['peak_disk_bytes']):.2f} GiB ({ra['disk']}x)")
 PY

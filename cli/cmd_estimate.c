@@ -57,9 +57,11 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
         return rc == QD_EIO || rc == QD_ENOMEM ? QCTL_FAIL : QCTL_USAGE;
     }
     if (as_json) {
-        printf("{\"id\":\"%s\",\"peak_ram_bytes\":%llu,\"disk_bytes\":%llu,\"act_bytes\":%llu,\"n_blocks\":%d}\n", job->id,
+        printf("{\"id\":\"%s\",\"peak_ram_bytes\":%llu,\"disk_bytes\":%llu,\"act_bytes\":%llu,"
+               "\"mlp_act_kept_bytes\":%llu,\"n_blocks\":%d}\n", job->id,
                (unsigned long long)est.peak_ram_bytes, (unsigned long long)est.disk_bytes,
-               (unsigned long long)est.act_bytes, est.n_blocks);
+               (unsigned long long)est.act_bytes, (unsigned long long)(est.keep_mlp_act ? est.mlp_act_bytes : 0),
+               est.n_blocks);
     } else {
         char ram[32], disk[32], act[32];
         human(est.peak_ram_bytes, ram, sizeof ram);
@@ -70,6 +72,14 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
                "                       in and out, Hessians, scratch, the model's resident tensors)\n", ram);
         printf("disk         %s  (output + checkpoint, both present while the output is written)\n", disk);
         printf("activations  %s  (calibration hidden states of one block; one acts-NNN.bin)\n", act);
+        if (est.mlp_act_bytes) {
+            char mlp[32];
+            human(est.mlp_act_bytes, mlp, sizeof mlp);
+            printf("MLP act      %s  %s\n", mlp,
+                   est.keep_mlp_act ? "(kept for each block's final forward: counted in peak RAM)"
+                                    : "(not kept: over 1 GiB and over half this machine's memory with the rest; "
+                                      "each block runs its MLP half once more)");
+        }
         printf("blocks       %d\n", est.n_blocks);
     }
     qp_job_free(job);

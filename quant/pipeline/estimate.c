@@ -13,6 +13,7 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 
 #include "quant/model/eval.h"
@@ -105,12 +106,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     qd_dtype wdt = !strcmp(cfg.torch_dtype, "float16") ? QD_DTYPE_F16 : !strcmp(cfg.torch_dtype, "bfloat16") ? QD_DTYPE_BF16 : QD_DTYPE_F32;
     uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
     uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
-    /* A dense true-sequential GPTQ block keeps its MLP activation for the final forward
-     * when it fits QD_MLP_KEEP_BYTES (pipeline_block.c): live with the three copies above. */
-    uint64_t keep = rows * inter * 4;
-    if (job->method == QP_METHOD_GPTQ && job->true_sequential && cfg.n_experts == 0 && keep <= QD_MLP_KEEP_BYTES)
-        acts += keep;
-    est->acts_ram_bytes = acts;
+    /* A dense true-sequential GPTQ block may keep its MLP activation for the final forward
+     * (pipeline_block.c): live with the three copies above, added at the end once the peak
+     * without it is known (qd_pipeline_mlp_keep_decide). */
+    if (job->method == QP_METHOD_GPTQ && job->true_sequential && cfg.n_experts == 0)
+        est->mlp_act_bytes = rows * (uint64_t)cfg.intermediate * 4;
     /* One block's F32 weights and an override's, and the linear being quantized: its loaded
      * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). The
      * widest linear: an MLP one (a MoE model's dense layers too: DeepSeek's first) or q/o. */
@@ -166,6 +166,14 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * its own forward scratch and one block's F32 weights. */
     uint64_t eval = job->eval.enabled ? eval_bytes(job, &cfg) + 2 * (scratch + block_params * 4) : 0;
     est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval;
+    est->acts_ram_bytes = acts;
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
+    if (est->mlp_act_bytes && qd_pipeline_mlp_keep_decide(est->mlp_act_bytes, est->peak_ram_bytes, phys)) {
+        est->keep_mlp_act = 1;
+        est->peak_ram_bytes += est->mlp_act_bytes;
+        est->acts_ram_bytes += est->mlp_act_bytes;
+    }
 
     /* ---- disk ---- */
     /* A packed block: the weights at bits per parameter; per group and output column an F16
@@ -188,11 +196,29 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     return 0;
 }
 
+int qd_pipeline_mlp_keep_decide(uint64_t keep_bytes, uint64_t peak_without, uint64_t phys_bytes)
+{
+    if (keep_bytes <= QD_MLP_KEEP_BYTES) return 1;
+    return phys_bytes > 0 && peak_without + keep_bytes <= phys_bytes / 2;
+}
+
+int qd_pipeline_estimate_fit(qd_pipeline_estimate *est, uint64_t avail_bytes)
+{
+    if (!est->keep_mlp_act || est->mlp_act_bytes <= QD_MLP_KEEP_BYTES || est->peak_ram_bytes <= avail_bytes ||
+        est->peak_ram_bytes - est->mlp_act_bytes > avail_bytes)
+        return 0;
+    est->keep_mlp_act = 0;
+    est->peak_ram_bytes -= est->mlp_act_bytes;
+    est->acts_ram_bytes -= est->mlp_act_bytes;
+    return 1;
+}
+
 cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est)
 {
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddNumberToObject(o, "peak_ram_bytes", (double)est->peak_ram_bytes) ||
-        !cJSON_AddNumberToObject(o, "disk_bytes", (double)est->disk_bytes)) {
+        !cJSON_AddNumberToObject(o, "disk_bytes", (double)est->disk_bytes) ||
+        !cJSON_AddNumberToObject(o, "mlp_act_kept_bytes", (double)(est->keep_mlp_act ? est->mlp_act_bytes : 0))) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -58,6 +58,7 @@ int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
 int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
+void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep) { p->no_mlp_keep = !keep; }
 
 char *qd_pipeline_last_block_cost(const qd_pipeline *p)
 {
@@ -178,6 +179,10 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
         while (fgets(line, sizeof line, f))
             if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
         fclose(f);
+        /* A large kept MLP activation is a speed-up, not a need: it goes before the job does. */
+        if (kb && qd_pipeline_estimate_fit(est, kb * 1024ull))
+            QD_LOG(QD_LOG_INFO, "mlp_act_not_kept", "job=%s mlp_act_bytes=%llu available_bytes=%llu", job->id,
+                   (unsigned long long)est->mlp_act_bytes, kb * 1024ull);
         if (kb && est->peak_ram_bytes > kb * 1024ull) {
             qd_pipeline_estimate_hint(est, 0, hint, sizeof hint);
             return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available %s",
@@ -333,9 +338,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
      * peaks measured meanwhile, so its error shows on every run. */
-    QD_LOG(QD_LOG_INFO, "estimate", "job=%s peak_ram_bytes=%llu disk_bytes=%llu act_bytes=%llu n_blocks=%d", job->id,
-           (unsigned long long)p->est.peak_ram_bytes, (unsigned long long)p->est.disk_bytes,
-           (unsigned long long)p->est.act_bytes, p->est.n_blocks);
+    QD_LOG(QD_LOG_INFO, "estimate", "job=%s peak_ram_bytes=%llu disk_bytes=%llu act_bytes=%llu mlp_act_kept_bytes=%llu n_blocks=%d",
+           job->id, (unsigned long long)p->est.peak_ram_bytes, (unsigned long long)p->est.disk_bytes,
+           (unsigned long long)p->est.act_bytes, (unsigned long long)(p->est.keep_mlp_act ? p->est.mlp_act_bytes : 0),
+           p->est.n_blocks);
 
     /* Every check passed: only now is anything removed or created. */
     if (remove_old) {

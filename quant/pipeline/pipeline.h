@@ -75,13 +75,29 @@ typedef struct qd_pipeline_estimate {
     uint64_t acts_ram_bytes;     /* the part of peak_ram_bytes the calibration size sets: the
                                     activations in, out, between the halves, and the file copy */
     uint64_t acts_disk_bytes;    /* the part of disk_bytes that is activation files */
+    uint64_t mlp_act_bytes;      /* a dense true-sequential GPTQ block's MLP activation (the down
+                                    projection's input over every calibration row), 0 for other jobs */
+    int keep_mlp_act;            /* 1: the block keeps it for the final forward (counted in
+                                    peak_ram_bytes and acts_ram_bytes), which is then the down
+                                    projection alone instead of the MLP half again */
     int n_blocks;
 } qd_pipeline_estimate;
 
 typedef struct qd_pipeline qd_pipeline;
 
-/* Estimates from the model's config.json and the job alone (no weights are read). */
+/* Estimates from the model's config.json, the job and this machine's physical memory (which
+ * decides keep_mlp_act: qd_pipeline_mlp_keep_decide); no weights are read. */
 int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err);
+/* Whether a block keeps its MLP activation of keep_bytes, given the job's peak without it:
+ * always up to QD_MLP_KEEP_BYTES (1 GiB), and beyond that when the peak with it stays within
+ * half of phys_bytes, the machine's physical memory (0: unknown, then only the first rule).
+ * A 7B job at 128 x 2048 keeps its 11.5 GB on a 64 GB machine and saves the re-run of its
+ * gate/up projections, about a third of a block's time. */
+int qd_pipeline_mlp_keep_decide(uint64_t keep_bytes, uint64_t peak_without, uint64_t phys_bytes);
+/* Takes a large kept MLP activation out of *est (keep_mlp_act 0, the peak and acts_ram_bytes
+ * lowered) when the peak with it is over avail_bytes but would fit without it; returns 1 when
+ * it did. The pipeline's memory check calls it before refusing a job. */
+int qd_pipeline_estimate_fit(qd_pipeline_estimate *est, uint64_t avail_bytes);
 /* The settings that lower the figure a job was refused for, as one parenthesised sentence
  * for the refusal message: which (0: memory, 1: disk). The activations' share decides
  * whether fewer calibration samples help memory; the activation files' share whether
@@ -109,6 +125,10 @@ int qd_pipeline_next_block(const qd_pipeline *p);
  * bound memory (fewer experts per pass, more passes); 0 captures one group per pass. The
  * output does not depend on it. */
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
+/* keep 0 stops the job keeping its MLP activation where its estimate chose to
+ * (keep_mlp_act, qd_pipeline_mlp_keep_decide): less memory, one more pass over the MLP per
+ * block. keep 1 restores the estimate's choice. The output does not depend on it. */
+void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep);
 /* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
  * caller; NULL when no block was committed in this run, or out of memory. */
 char *qd_pipeline_last_block_cost(const qd_pipeline *p);

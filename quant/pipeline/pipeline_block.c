@@ -375,13 +375,14 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         else if (seen && qd_model_group_part(p->m, order[j]) == QD_BLOCK_ATTN) keep_ctx = 0;
     }
     /* Likewise at the block's end: a dense block's down capture keeps its input (the MLP's
-     * activation) when it fits QD_MLP_KEEP_BYTES, and the final forward is then the
-     * quantized down projection on it (qd_capture_out_from_act) instead of the MLP half
-     * again. The down group must be the last one quantized. */
+     * activation) when the job's estimate counted it (keep_mlp_act: up to QD_MLP_KEEP_BYTES,
+     * or more on a machine with the memory, qd_pipeline_mlp_keep_decide), and the final
+     * forward is then the quantized down projection on it (qd_capture_out_from_act) instead
+     * of the MLP half again. The down group must be the last one quantized. */
     const int d_group = qd_model_mlp_out_group(p->m);
     const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
     int keep_act = halves && !use_awq && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
-                   order[n_order - 1] == d_group && (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES;
+                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep;
     int act_ready = 0;
     for (int i = 0; i < n_order && !rc;) {
         int g = order[i];

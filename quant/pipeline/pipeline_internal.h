@@ -58,6 +58,7 @@ struct qd_pipeline {
     int64_t moe_routed[QD_MAX_EXPERTS];
     int moe_routed_done;
     uint64_t wave_bytes;         /* Hessian bytes one capture pass may fill (qd_pipeline_set_wave_bytes) */
+    int no_mlp_keep;             /* qd_pipeline_set_keep_mlp_act(p, 0): the estimate's kept MLP activation refused */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
     qd_fold_rec *folds;          /* the current block's AWQ folds, in order; owned */
@@ -163,11 +164,12 @@ int qd_pipeline_replay(qd_pipeline *p, int from, int to, qd_err *err);
  * experts' gate/up Hessians (8 x 64 MiB) in one pass and their down Hessians (8 x 784 MiB)
  * five at a time. */
 #define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
-/* The most bytes a dense true-sequential GPTQ block keeps of its MLP activation (the last
- * projection's input over every calibration row) so that its final forward is that
+/* The bytes of MLP activation (the last projection's input over every calibration row) a
+ * dense true-sequential GPTQ block always keeps so that its final forward is that
  * projection alone instead of the whole MLP half again: 1 GiB (a 7B at 8 x 512 keeps 180
- * MB, SmolLM2-135M at 128 x 512 384 MB; a 7B at 128 x 2048 would need 11.5 GB and
- * re-runs). The estimate counts it where it is kept. */
+ * MB, SmolLM2-135M at 128 x 512 384 MB). A larger one (a 7B at 128 x 2048: 11.5 GB) is kept
+ * where the machine has the memory (qd_pipeline_mlp_keep_decide, pipeline.h); the
+ * estimate decides, and counts it where it is kept. */
 #define QD_MLP_KEEP_BYTES ((uint64_t)1 << 30)
 
 

@@ -73,7 +73,8 @@ job j1 "" >"$T/j1.json"
 python3 - "$(R HGET qjob:j1 estimate)" "$(R HGET qjob:j1 report)" "$T/j1-estimate.json" <<'PY' || fail "estimate in the status: $(R HGET qjob:j1 estimate)"
 import json, sys
 est, rep, cli = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.load(open(sys.argv[3]))
-assert est == {"peak_ram_bytes": cli["peak_ram_bytes"], "disk_bytes": cli["disk_bytes"]}, (est, cli)
+assert est == {"peak_ram_bytes": cli["peak_ram_bytes"], "disk_bytes": cli["disk_bytes"],
+               "mlp_act_kept_bytes": cli["mlp_act_kept_bytes"]}, (est, cli)
 res = rep["resources"]
 assert res["estimate"] == est, res
 assert res["measured"]["peak_rss_bytes"] > 0 and res["measured"]["peak_disk_bytes"] > 0, res

@@ -1,0 +1,129 @@
+/* The kept MLP activation (pipeline.h: qd_pipeline_mlp_keep_decide, qd_pipeline_estimate_fit):
+ * a dense true-sequential GPTQ block keeps its down projection's input for the final forward
+ * up to 1 GiB always and beyond that where half the machine's memory holds the job with it;
+ * a large one goes before a job would be refused for memory; the estimate counts it exactly
+ * when it is kept; and the output is byte-identical whether it is kept or the MLP half runs
+ * again (so the machine-dependent choice never changes a checkpoint). */
+#include <stdio.h>
+#include <string.h>
+
+#include "pipeline_testlib.h"
+#include "quant/pipeline/pipeline_internal.h"
+
+#define GiB ((uint64_t)1 << 30)
+
+static const char *T;
+static char model[4096], tokens[4096];
+
+static void test_decide(void)
+{
+    CHECK_INT(qd_pipeline_mlp_keep_decide(GiB, 100 * GiB, 8 * GiB), 1);           /* small: always */
+    CHECK_INT(qd_pipeline_mlp_keep_decide(GiB + 1, 1 * GiB, 0), 0);               /* memory unknown */
+    /* A 7B block at 128 x 2048: 11.5 GB on top of about 19 GB. */
+    uint64_t keep = 262144ull * 11008 * 4, peak = 19 * GiB;
+    CHECK_INT(qd_pipeline_mlp_keep_decide(keep, peak, 64 * GiB), 1);
+    CHECK_INT(qd_pipeline_mlp_keep_decide(keep, peak, 32 * GiB), 0);
+    CHECK_INT(qd_pipeline_mlp_keep_decide(keep, peak, 2 * (peak + keep)), 1);    /* the edge: half */
+    CHECK_INT(qd_pipeline_mlp_keep_decide(keep, peak, 2 * (peak + keep) - 2), 0);
+}
+
+static void test_fit(void)
+{
+    qd_pipeline_estimate e = {.peak_ram_bytes = 30 * GiB, .acts_ram_bytes = 20 * GiB,
+                              .mlp_act_bytes = 10 * GiB, .keep_mlp_act = 1};
+    qd_pipeline_estimate f = e;
+    CHECK_INT(qd_pipeline_estimate_fit(&f, 40 * GiB), 0);                          /* fits: kept */
+    CHECK_INT(f.keep_mlp_act, 1);
+    CHECK_INT(qd_pipeline_estimate_fit(&f, 15 * GiB), 0);                          /* short either way */
+    CHECK_INT(f.keep_mlp_act, 1);
+    CHECK_INT(qd_pipeline_estimate_fit(&f, 25 * GiB), 1);                          /* fits without it */
+    CHECK_INT(f.keep_mlp_act, 0);
+    CHECK((long long)f.peak_ram_bytes == (long long)(20 * GiB));
+    CHECK((long long)f.acts_ram_bytes == (long long)(10 * GiB));
+    CHECK_INT(qd_pipeline_estimate_fit(&f, 5 * GiB), 0);                           /* once only */
+    e.mlp_act_bytes = GiB;                                                          /* small ones stay */
+    CHECK_INT(qd_pipeline_estimate_fit(&e, 29 * GiB + GiB / 2), 0);
+    CHECK_INT(e.keep_mlp_act, 1);
+}
+
+/* The estimate counts the activation for true-sequential GPTQ only, and the peak with it is
+ * the peak without it plus its bytes (rows x intermediate x 4). */
+static void test_estimate_counts(void)
+{
+    char out[4200];
+    snprintf(out, sizeof out, "%s/est", T);
+    qp_job *g = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+    qp_job *n = pt_job(model, out, "gptq", "gptq", tokens, "\"true_sequential\":false,");
+    qp_job *r = pt_job(model, out, "rtn", "gptq", tokens, NULL);
+    qd_pipeline_estimate eg, en, er;
+    qd_err err = {0};
+    if (!g || !n || !r) { CHECK(0); goto out; }
+    CHECK_OK(qd_pipeline_estimate_job(g, &eg, &err));
+    CHECK_OK(qd_pipeline_estimate_job(n, &en, &err));
+    CHECK_OK(qd_pipeline_estimate_job(r, &er, &err));
+    CHECK((long long)eg.mlp_act_bytes == 8LL * 32 * 96 * 4);   /* pt_job: 8 x 32 rows; intermediate 96 */
+    CHECK_INT(eg.keep_mlp_act, 1);
+    CHECK_INT((long long)en.mlp_act_bytes, 0);
+    CHECK_INT(en.keep_mlp_act, 0);
+    CHECK_INT((long long)er.mlp_act_bytes, 0);
+    cJSON *j = qd_pipeline_estimate_to_json(&eg);
+    const cJSON *kb = cJSON_GetObjectItemCaseSensitive(j, "mlp_act_kept_bytes");
+    CHECK(cJSON_IsNumber(kb) && kb->valuedouble == (double)eg.mlp_act_bytes);
+    cJSON_Delete(j);
+out:
+    qp_job_free(g);
+    qp_job_free(n);
+    qp_job_free(r);
+}
+
+/* Runs the GPTQ job, keeping the activation or not; returns the last block's forward passes. */
+static int run(const char *out, int keep)
+{
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+    qd_err err = {0};
+    qd_pipeline *p = NULL;
+    int passes = -1;
+    CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
+    if (p) {
+        qd_pipeline_set_keep_mlp_act(p, keep);
+        while (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p) && qd_pipeline_run_block(p, &err) == 0) {}
+        CHECK_INT(qd_pipeline_next_block(p), qd_pipeline_n_blocks(p));
+        char *cost = qd_pipeline_last_block_cost(p);
+        cJSON *c = cost ? cJSON_Parse(cost) : NULL;
+        const cJSON *fp = cJSON_GetObjectItemCaseSensitive(c, "forward_passes");
+        if (cJSON_IsNumber(fp)) passes = fp->valueint;
+        cJSON_Delete(c);
+        free(cost);
+        CHECK_OK(qd_pipeline_finish(p, &err));
+        qd_pipeline_close(p);
+    }
+    qp_job_free(job);
+    return passes;
+}
+
+static void test_output_same(void)
+{
+    char a[4200], b[4200];
+    snprintf(a, sizeof a, "%s/kept", T);
+    snprintf(b, sizeof b, "%s/rerun", T);
+    CHECK_INT(run(a, 1), 4);   /* q/k/v, o, gate/up, down captures; the forward is down alone */
+    CHECK_INT(run(b, 0), 5);   /* + the MLP half again */
+    CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(b, "model.safetensors")));
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    T = test_tmpdir();
+    snprintf(model, sizeof model, "%s/llama", T);
+    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
+    qd_testgen_opts lo = pt_llama_opts(96, 2);
+    if (pt_gen_model(model, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    TEST_RUN(test_decide);
+    TEST_RUN(test_fit);
+    TEST_RUN(test_estimate_counts);
+    TEST_RUN(test_output_same);
+    qd_backend_close(pt_be);
+    return test_finish();
+}
