@@ -1,7 +1,9 @@
 /* The CPU backend's neural-net ops (cpu_nn.c, through be->ops) against scalar double
  * references written here: rmsnorm, layernorm, rotate-half RoPE with partial rot_dim,
  * causal grouped-query attention over a batch, the activations, adds and per-row NLL. */
+#include <math.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant/backend/backend.h"
 #include "test_util.h"
@@ -14,6 +16,33 @@ static float *randn(size_t n, float s)
     float *p = malloc(n * sizeof *p);
     test_fill_normal(&rng, p, n, s);
     return p;
+}
+
+/* RMSNorm gives every row the bits of the serial double sum of squares written here, the
+ * one every run has used (a reordered or vectorised sum would move the forward's outputs,
+ * the Hessians and the golden files by ulps): 203 rows over both threads' shares, in place
+ * and out of place, with and without a weight. */
+static void test_rmsnorm_bits(void)
+{
+    const int R = 203, D = 576;
+    const float eps = 1e-6f;
+    float *x = randn((size_t)R * D, 3.0f), *w = randn(D, 1.0f);
+    float *y = malloc((size_t)R * D * 4), *r = malloc((size_t)R * D * 4), *xi = malloc((size_t)R * D * 4);
+    for (int pass = 0; pass < 2; pass++) {
+        const float *wp = pass ? NULL : w;
+        for (int t = 0; t < R; t++) {
+            double ss = 0.0;
+            for (int i = 0; i < D; i++) ss += (double)x[t * D + i] * x[t * D + i];
+            float inv = (float)(1.0 / sqrt(ss / (double)D + (double)eps));
+            for (int i = 0; i < D; i++) r[t * D + i] = (x[t * D + i] * inv) * (wp ? wp[i] : 1.0f);
+        }
+        CHECK_OK(be->ops->rmsnorm(be, y, x, wp, R, D, eps));
+        CHECK(memcmp(y, r, (size_t)R * D * 4) == 0);
+        memcpy(xi, x, (size_t)R * D * 4);
+        CHECK_OK(be->ops->rmsnorm(be, xi, xi, wp, R, D, eps));
+        CHECK(memcmp(xi, r, (size_t)R * D * 4) == 0);
+    }
+    free(x); free(w); free(y); free(r); free(xi);
 }
 
 static void test_norms(void)
@@ -199,6 +228,7 @@ int main(void)
     qd_err err = {0};
     if (qd_backend_cpu_open(2, NULL, &be, &err)) { fprintf(stderr, "%s\n", err.msg); return 1; }
     test_rng_seed(&rng, 42);
+    TEST_RUN(test_rmsnorm_bits);
     TEST_RUN(test_norms);
     TEST_RUN(test_rope);
     TEST_RUN(test_attention);
