@@ -13,9 +13,9 @@
 #include <stdio.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <unistd.h>
 #include <cjson/cJSON.h>
 
+#include "quant/core/meminfo.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
 #include "quant/pipeline/acts.h"
@@ -167,9 +167,9 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t eval = job->eval.enabled ? eval_bytes(job, &cfg) + 2 * (scratch + block_params * 4) : 0;
     est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval;
     est->acts_ram_bytes = acts;
-    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-    uint64_t phys = pages > 0 && page > 0 ? (uint64_t)pages * (uint64_t)page : 0;
-    if (est->mlp_act_bytes && qd_pipeline_mlp_keep_decide(est->mlp_act_bytes, est->peak_ram_bytes, phys)) {
+    qd_mem_limits ml;
+    qd_mem_limits_read(NULL, &ml);
+    if (est->mlp_act_bytes && qd_pipeline_mlp_keep_decide(est->mlp_act_bytes, est->peak_ram_bytes, ml.phys_bytes)) {
         est->keep_mlp_act = 1;
         est->peak_ram_bytes += est->mlp_act_bytes;
         est->acts_ram_bytes += est->mlp_act_bytes;

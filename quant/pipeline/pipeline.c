@@ -17,6 +17,7 @@
 #include "quant/core/clock.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/core/meminfo.h"
 #include "quant/core/rss.h"
 #include "quant/core/safetensors.h"
 #include "quant/model/eval.h"
@@ -172,22 +173,20 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
         return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free %s",
                           qd_fs_path_tail(where, room, shown, sizeof shown), est->disk_bytes / 1e9, free_disk / 1e9, hint);
     }
-    FILE *f = fopen("/proc/meminfo", "r");
-    if (f) {
-        char line[256];
-        unsigned long long kb = 0;
-        while (fgets(line, sizeof line, f))
-            if (sscanf(line, "MemAvailable: %llu kB", &kb) == 1) break;
-        fclose(f);
-        /* A large kept MLP activation is a speed-up, not a need: it goes before the job does. */
-        if (kb && qd_pipeline_estimate_fit(est, kb * 1024ull))
-            QD_LOG(QD_LOG_INFO, "mlp_act_not_kept", "job=%s mlp_act_bytes=%llu available_bytes=%llu", job->id,
-                   (unsigned long long)est->mlp_act_bytes, kb * 1024ull);
-        if (kb && est->peak_ram_bytes > kb * 1024ull) {
-            qd_pipeline_estimate_hint(est, 0, hint, sizeof hint);
-            return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available %s",
-                              est->peak_ram_bytes / 1e9, kb * 1024.0 / 1e9, hint);
-        }
+    qd_mem_limits ml;
+    qd_mem_limits_read(NULL, &ml);
+    uint64_t avail = ml.avail_bytes;
+    /* A large kept MLP activation is a speed-up, not a need: it goes before the job does. */
+    if (avail && qd_pipeline_estimate_fit(est, avail))
+        QD_LOG(QD_LOG_INFO, "mlp_act_not_kept", "job=%s mlp_act_bytes=%llu available_bytes=%llu", job->id,
+               (unsigned long long)est->mlp_act_bytes, (unsigned long long)avail);
+    if (avail && est->peak_ram_bytes > avail) {
+        qd_pipeline_estimate_hint(est, 0, hint, sizeof hint);
+        char cg[64] = "";
+        if (ml.cgroup_limit_bytes)
+            snprintf(cg, sizeof cg, " under the memory cgroup's limit of %.2f GB", ml.cgroup_limit_bytes / 1e9);
+        return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available%s %s",
+                          est->peak_ram_bytes / 1e9, avail / 1e9, cg, hint);
     }
     return 0;
 }

@@ -4,7 +4,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
+
+#include "quant/core/meminfo.h"
 
 void cpu_mem_init(cpu_mem *m, size_t cap_bytes)
 {
@@ -31,9 +32,9 @@ void cpu_mem_destroy(cpu_mem *m)
 size_t cpu_mem_default_cap(int64_t mb)
 {
     if (mb >= 0 && (uint64_t)mb <= ((size_t)-1 >> 20)) return (size_t)mb << 20;
-    long pages = sysconf(_SC_PHYS_PAGES), psz = sysconf(_SC_PAGESIZE);
-    uint64_t phys = pages > 0 && psz > 0 ? (uint64_t)pages * (uint64_t)psz : 0;
-    uint64_t cap = phys / 8, max = (uint64_t)4 << 30;
+    qd_mem_limits ml;
+    qd_mem_limits_read(NULL, &ml);
+    uint64_t cap = ml.phys_bytes / 8, max = (uint64_t)4 << 30;
     return (size_t)(cap < max ? cap : max);
 }
 

@@ -47,7 +47,8 @@ void *cpu_mem_alloc(cpu_mem *m, size_t bytes);
 void *cpu_mem_alloc_ex(cpu_mem *m, size_t bytes, int *fresh);
 void cpu_mem_free(cpu_mem *m, void *p);               /* accepts NULL */
 /* The cap for the runtime options' cpu_cache_mb (quant/core/runtime.h): mb MB when it is
- * not negative, else 1/8 of physical memory, at most 4 GiB. */
+ * not negative, else 1/8 of the physical memory (or of the memory
+ * cgroup's limit when lower: quant/core/meminfo.h), at most 4 GiB. */
 size_t cpu_mem_default_cap(int64_t mb);
 
 #endif
