@@ -378,11 +378,14 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * activation) when the job's estimate counted it (keep_mlp_act: up to QD_MLP_KEEP_BYTES,
      * or more on a machine with the memory, qd_pipeline_mlp_keep_decide), and the final
      * forward is then the quantized down projection on it (qd_capture_out_from_act) instead
-     * of the MLP half again. The down group must be the last one quantized. */
+     * of the MLP half again. The down group must be the last one quantized. On a GPU it
+     * stays within QD_MLP_KEEP_BYTES: the estimate counts host memory, and a large one that
+     * fit the device could leave no room for the next block's inputs. */
     const int d_group = qd_model_mlp_out_group(p->m);
     const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
     int keep_act = halves && !use_awq && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
-                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep;
+                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep &&
+                   (p->be->device < 0 || (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES);
     int act_ready = 0;
     for (int i = 0; i < n_order && !rc;) {
         int g = order[i];
