@@ -147,3 +147,20 @@ const char *pt_families_dir(void)
     snprintf(buf, sizeof buf, "%.3870s/tests/data/families", test_source_dir());
     return buf;
 }
+
+int pt_run_all(qd_pipeline *p)
+{
+    qd_err err = {0};
+    int passes = -1;
+    while (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p) && qd_pipeline_run_block(p, &err) == 0) {}
+    CHECK_INT(qd_pipeline_next_block(p), qd_pipeline_n_blocks(p));
+    char *cost = qd_pipeline_last_block_cost(p);
+    cJSON *c = cost ? cJSON_Parse(cost) : NULL;
+    const cJSON *fp = cJSON_GetObjectItemCaseSensitive(c, "forward_passes");
+    if (cJSON_IsNumber(fp)) passes = fp->valueint;
+    cJSON_Delete(c);
+    free(cost);
+    CHECK_OK(qd_pipeline_finish(p, &err));
+    qd_pipeline_close(p);
+    return passes;
+}

@@ -33,6 +33,9 @@ double pt_rel_err(const float *a, const float *b, int64_t n);
 /* ||logits(dir) - logits(ref_dir)|| / ||logits(ref_dir)|| on pt_logits' ids; -1 when either
  * model cannot be opened or run (the reason is printed). */
 double pt_logits_rel(const char *ref_dir, const char *dir);
+/* Runs every block of an opened pipeline, finishes and closes it (p is gone afterwards);
+ * returns the last block's forward passes, or -1 (a failure is CHECKed). */
+int pt_run_all(qd_pipeline *p);
 /* tests/data/families in the source tree (transformers' tiny checkpoints per family). */
 const char *pt_families_dir(void);
 

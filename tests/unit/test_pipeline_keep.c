@@ -86,16 +86,7 @@ static int run(const char *out, int keep)
     CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
     if (p) {
         qd_pipeline_set_keep_mlp_act(p, keep);
-        while (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p) && qd_pipeline_run_block(p, &err) == 0) {}
-        CHECK_INT(qd_pipeline_next_block(p), qd_pipeline_n_blocks(p));
-        char *cost = qd_pipeline_last_block_cost(p);
-        cJSON *c = cost ? cJSON_Parse(cost) : NULL;
-        const cJSON *fp = cJSON_GetObjectItemCaseSensitive(c, "forward_passes");
-        if (cJSON_IsNumber(fp)) passes = fp->valueint;
-        cJSON_Delete(c);
-        free(cost);
-        CHECK_OK(qd_pipeline_finish(p, &err));
-        qd_pipeline_close(p);
+        passes = pt_run_all(p);
     }
     qp_job_free(job);
     return passes;
