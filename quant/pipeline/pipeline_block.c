@@ -293,6 +293,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
     qd_block_weights *bw = NULL;
     /* ctx: the attention's context, in p->mid; act: the MLP's activation (below) */
     float *xcap = NULL, *y = NULL, *ctx = NULL, *act = NULL;
+    const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
     int rc = 0;
     if (!plans || !outs || !acc || !kcheck || !direct || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
     if (!rc) {
@@ -364,12 +365,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * (qd_capture_mid_from_ctx), so the first MLP pass does not re-run the attention half
      * (its projections, RoPE and attention). Only where the context is as wide as the
      * hidden size (Llama, Mistral 7B, Qwen3-8B, Phi; not Gemma 2, Qwen3-4B or Mistral Nemo,
-     * which re-run it), so no buffer is added to the memory peak. AWQ keeps re-running:
-     * its scales fold into the projection between the two. */
+     * which re-run it), so no buffer is added to the memory peak. AWQ too: its scales are
+     * all folded before the first pass, and the kept context is also the input its clip
+     * search reads for the output projection (no copy of its own). */
     const int o_group = qd_model_attn_out_group(p->m);
     const int64_t ko = qd_model_group(p->m, o_group)->k;
     const int64_t calib_rows = p->n_seq * p->seq_len;
-    int keep_ctx = halves && !use_awq && ko == p->hidden;
+    int keep_ctx = halves && ko == p->hidden;
     for (int j = 0, seen = 0; j < n_order; j++) {   /* the context is final once no attention group follows */
         if (order[j] == o_group) seen = 1;
         else if (seen && qd_model_group_part(p->m, order[j]) == QD_BLOCK_ATTN) keep_ctx = 0;
@@ -380,11 +382,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * forward is then the quantized down projection on it (qd_capture_out_from_act) instead
      * of the MLP half again. The down group must be the last one quantized. On a GPU it
      * stays within QD_MLP_KEEP_BYTES: the estimate counts host memory, and a large one that
-     * fit the device could leave no room for the next block's inputs. */
+     * fit the device could leave no room for the next block's inputs. AWQ keeps it always
+     * (where the block splits in halves): it is the input its down capture holds for the clip
+     * search anyway, counted in the estimate's AWQ term, and now held to the block's end. */
     const int d_group = qd_model_mlp_out_group(p->m);
     const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
-    int keep_act = halves && !use_awq && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
-                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep &&
+    int keep_act = halves && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
+                   order[n_order - 1] == d_group && (use_awq || p->est.keep_mlp_act) && !p->no_mlp_keep &&
                    (p->be->device < 0 || (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES);
     int act_ready = 0;
     for (int i = 0; i < n_order && !rc;) {
@@ -402,13 +406,6 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 c.acc[order[j]] = &acc[order[j]];
                 if (order[j] > c.stop_after) c.stop_after = order[j];
             }
-            if (use_awq && !rc) {
-                int64_t R = p->n_seq * p->seq_len;
-                xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
-                if (!xcap) rc = qd_err_set(err, QD_ENOMEM, "out of memory for [%lld, %lld] activations", (long long)R, (long long)G->k);
-                c.xcap = xcap;
-                c.xcap_group = g;
-            }
             for (int j = i; j < i + run && keep_ctx && !ctx && !rc; j++) {
                 if (order[j] != o_group) continue;
                 ctx = p->mid;
@@ -421,6 +418,18 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
                 if (!act) keep_act = 0;   /* no room: the final forward re-runs the MLP half */
                 c.xcap = act;
                 c.xcap_group = act ? d_group : -1;
+            }
+            /* AWQ's clip search reads the group's input: the kept context or activation when
+             * this pass keeps one (AWQ captures one group a pass), else a copy of its own. */
+            if (use_awq && !rc && c.xcap) {
+                gx = c.xcap;
+            } else if (use_awq && !rc) {
+                int64_t R = p->n_seq * p->seq_len;
+                xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
+                if (!xcap) rc = qd_err_set(err, QD_ENOMEM, "out of memory for [%lld, %lld] activations", (long long)R, (long long)G->k);
+                c.xcap = xcap;
+                c.xcap_group = g;
+                gx = xcap;
             }
             if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / n_order, -1) ? QD_ECANCELLED : 0;
             qd_block_part part = QD_BLOCK_ALL;
@@ -445,13 +454,14 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         }
         for (int j = i; j < i + run; j++) {
             int gg = order[j];
-            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? xcap : NULL, kcheck, direct,
+            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? gx : NULL, kcheck, direct,
                                          outs, results, err);
             qd_gptq_hessian_free(&acc[gg]);
         }
         t = qd_clock_now_s();   /* quantize_group booked its own stages */
         qd_backend_free(p->be, xcap);
         xcap = NULL;
+        gx = NULL;
         i += run;
     }
     /* The layers' results in the block's own order (groups, then their linears). */
