@@ -9,8 +9,11 @@ block_size 128, every Linear but lm_head. TARGETS: "layer" (llm-compressor's def
 sequential pipeline: one decoder layer a subgraph, every linear of a layer calibrated on
 the layer's input before any of them is quantized) or "linear" (sequential_targets
 ["Linear"]: each linear its own subgraph, calibrated on the outputs of the already
-quantized ones before it: quantd's true_sequential). Output: compressed-tensors
-pack-quantized, plus the model's tokenizer files. Prints one JSON line of stage seconds.
+quantized ones before it: quantd's true_sequential), or "awq": llm-compressor's AWQ instead
+of GPTQ, for AWQ's cost beside quantd's (bench/results/awq-speed.md): AWQModifier (duo
+scaling, grid 20, its default mappings) then QuantizationModifier, W4A16 int, asymmetric,
+group 64. Output: compressed-tensors pack-quantized, plus the model's tokenizer files.
+Prints one JSON line of stage seconds.
 """
 import json, os, shutil, sys, time
 
@@ -23,7 +26,14 @@ torch.set_num_threads(threads)
 from datasets import Dataset
 from transformers import AutoModelForCausalLM
 from llmcompressor import oneshot
-from llmcompressor.modifiers.quantization import GPTQModifier
+from llmcompressor.modifiers.quantization import GPTQModifier, QuantizationModifier
+from llmcompressor.modifiers.transform.awq import AWQModifier
+from llmcompressor.pipelines.cache import IntermediatesCache
+# llm-compressor 0.14's AWQ pins its cached activations before each grid search, which needs
+# a CUDA driver ("Found no NVIDIA driver"): on a CPU-only machine pinning only fails, and it
+# is a transfer optimisation with no effect on the result, so it is skipped.
+if not torch.cuda.is_available():
+    IntermediatesCache.pin_memory = lambda self, *a, **k: None
 t_import = time.time()
 
 ids = json.load(open(ids_path))
@@ -35,18 +45,25 @@ ds = Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * seq_len for 
 model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
 t_load = time.time()
 
+def weights(symmetric):
+    return {"num_bits": 4, "type": "int", "symmetric": symmetric, "strategy": "group",
+            "group_size": 64, "actorder": None, "dynamic": False}
+
 recipe = GPTQModifier(
     config_groups={"group_0": {
         "targets": ["Linear"],
-        "weights": {"num_bits": 4, "type": "int", "symmetric": True, "strategy": "group",
-                    "group_size": 64, "actorder": None, "dynamic": False},
+        "weights": weights(True),
     }},
     ignore=["lm_head"], dampening_frac=0.01, block_size=128, actorder=None)
 kw = {}
 if targets == "linear":
     kw["sequential_targets"] = ["Linear"]
+elif targets == "awq":
+    recipe = [AWQModifier(duo_scaling=True),
+              QuantizationModifier(config_groups={"group_0": {"targets": ["Linear"], "weights": weights(False)}},
+                                   ignore=["lm_head"])]
 elif targets != "layer":
-    sys.exit("TARGETS must be layer or linear")
+    sys.exit("TARGETS must be layer, linear or awq")
 oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seq_len,
         num_calibration_samples=samples, shuffle_calibration_samples=False,
         batch_size=1, pipeline="sequential", **kw)
