@@ -125,9 +125,10 @@ int qd_pipeline_next_block(const qd_pipeline *p);
  * bound memory (fewer experts per pass, more passes); 0 captures one group per pass. The
  * output does not depend on it. */
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
-/* keep 0 stops the job keeping its MLP activation where its estimate chose to
- * (keep_mlp_act, qd_pipeline_mlp_keep_decide): less memory, one more pass over the MLP per
- * block. keep 1 restores the estimate's choice. The output does not depend on it. */
+/* keep 0 stops the job keeping its MLP activation for each block's last forward (GPTQ where
+ * its estimate chose to: keep_mlp_act, qd_pipeline_mlp_keep_decide; AWQ always): one more
+ * pass over the MLP per block, and for GPTQ less memory. keep 1 restores the default. The
+ * output does not depend on it. */
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep);
 /* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
  * caller; NULL when no block was committed in this run, or out of memory. */
