@@ -3,7 +3,8 @@
  * up to 1 GiB always and beyond that where half the machine's memory holds the job with it;
  * a large one goes before a job would be refused for memory; the estimate counts it exactly
  * when it is kept; and the output is byte-identical whether it is kept or the MLP half runs
- * again (so the machine-dependent choice never changes a checkpoint). */
+ * again (so the machine-dependent choice never changes a checkpoint), for GPTQ and for AWQ,
+ * which keeps it always. */
 #include <stdio.h>
 #include <string.h>
 
@@ -76,10 +77,10 @@ out:
     qp_job_free(r);
 }
 
-/* Runs the GPTQ job, keeping the activation or not; returns the last block's forward passes. */
-static int run(const char *out, int keep)
+/* Runs the job, keeping the activation or not; returns the last block's forward passes. */
+static int run(const char *out, const char *method, int keep)
 {
-    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+    qp_job *job = pt_job(model, out, method, "gptq", tokens, NULL);
     qd_err err = {0};
     qd_pipeline *p = NULL;
     int passes = -1;
@@ -97,8 +98,14 @@ static void test_output_same(void)
     char a[4200], b[4200];
     snprintf(a, sizeof a, "%s/kept", T);
     snprintf(b, sizeof b, "%s/rerun", T);
-    CHECK_INT(run(a, 1), 4);   /* q/k/v, o, gate/up, down captures; the forward is down alone */
-    CHECK_INT(run(b, 0), 5);   /* + the MLP half again */
+    CHECK_INT(run(a, "gptq", 1), 4);   /* q/k/v, o, gate/up, down captures; the forward is down alone */
+    CHECK_INT(run(b, "gptq", 0), 5);   /* + the MLP half again */
+    CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(b, "model.safetensors")));
+    /* AWQ keeps it always (its clip search's input for down_proj): + its float capture. */
+    snprintf(a, sizeof a, "%s/awq-kept", T);
+    snprintf(b, sizeof b, "%s/awq-rerun", T);
+    CHECK_INT(run(a, "awq", 1), 5);
+    CHECK_INT(run(b, "awq", 0), 6);
     CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(b, "model.safetensors")));
 }
 
