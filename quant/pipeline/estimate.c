@@ -108,8 +108,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
     /* A dense true-sequential GPTQ block may keep its MLP activation for the final forward
      * (pipeline_block.c): live with the three copies above, added at the end once the peak
-     * without it is known (qd_pipeline_mlp_keep_decide). */
-    if (job->method == QP_METHOD_GPTQ && job->true_sequential && cfg.n_experts == 0)
+     * without it is known (qd_pipeline_mlp_keep_decide). An AWQ block keeps it always: it is
+     * the input its down capture holds for the clip search, which the AWQ term counts. */
+    int awq_method = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    if (cfg.n_experts == 0 && (awq_method || (job->method == QP_METHOD_GPTQ && job->true_sequential)))
         est->mlp_act_bytes = rows * (uint64_t)cfg.intermediate * 4;
     /* One block's F32 weights and an override's, and the linear being quantized: its loaded
      * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). The
@@ -169,8 +171,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     est->acts_ram_bytes = acts;
     qd_mem_limits ml;
     qd_mem_limits_read(NULL, &ml);
-    if (est->mlp_act_bytes && qd_pipeline_mlp_keep_decide(est->mlp_act_bytes, est->peak_ram_bytes, ml.phys_bytes)) {
+    if (est->mlp_act_bytes && awq_method) {
         est->keep_mlp_act = 1;
+    } else if (est->mlp_act_bytes && qd_pipeline_mlp_keep_decide(est->mlp_act_bytes, est->peak_ram_bytes, ml.phys_bytes)) {
+        est->keep_mlp_act = 1;
+        est->mlp_act_added_bytes = est->mlp_act_bytes;
         est->peak_ram_bytes += est->mlp_act_bytes;
         est->acts_ram_bytes += est->mlp_act_bytes;
     }
@@ -204,12 +209,14 @@ int qd_pipeline_mlp_keep_decide(uint64_t keep_bytes, uint64_t peak_without, uint
 
 int qd_pipeline_estimate_fit(qd_pipeline_estimate *est, uint64_t avail_bytes)
 {
-    if (!est->keep_mlp_act || est->mlp_act_bytes <= QD_MLP_KEEP_BYTES || est->peak_ram_bytes <= avail_bytes ||
-        est->peak_ram_bytes - est->mlp_act_bytes > avail_bytes)
+    uint64_t added = est->mlp_act_added_bytes;
+    if (!est->keep_mlp_act || added <= QD_MLP_KEEP_BYTES || est->peak_ram_bytes <= avail_bytes ||
+        est->peak_ram_bytes - added > avail_bytes)
         return 0;
     est->keep_mlp_act = 0;
-    est->peak_ram_bytes -= est->mlp_act_bytes;
-    est->acts_ram_bytes -= est->mlp_act_bytes;
+    est->mlp_act_added_bytes = 0;
+    est->peak_ram_bytes -= added;
+    est->acts_ram_bytes -= added;
     return 1;
 }
 

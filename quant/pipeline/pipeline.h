@@ -75,11 +75,14 @@ typedef struct qd_pipeline_estimate {
     uint64_t acts_ram_bytes;     /* the part of peak_ram_bytes the calibration size sets: the
                                     activations in, out, between the halves, and the file copy */
     uint64_t acts_disk_bytes;    /* the part of disk_bytes that is activation files */
-    uint64_t mlp_act_bytes;      /* a dense true-sequential GPTQ block's MLP activation (the down
-                                    projection's input over every calibration row), 0 for other jobs */
-    int keep_mlp_act;            /* 1: the block keeps it for the final forward (counted in
-                                    peak_ram_bytes and acts_ram_bytes), which is then the down
-                                    projection alone instead of the MLP half again */
+    uint64_t mlp_act_bytes;      /* a dense block's MLP activation (the down projection's input
+                                    over every calibration row) for true-sequential GPTQ and AWQ,
+                                    0 for other jobs */
+    uint64_t mlp_act_added_bytes;/* what keeping it adds to peak_ram_bytes and acts_ram_bytes:
+                                    GPTQ's activation; 0 for AWQ, whose term already counts it
+                                    (its clip search holds that input) */
+    int keep_mlp_act;            /* 1: the block keeps it for the final forward, which is then the
+                                    down projection alone instead of the MLP half again */
     int n_blocks;
 } qd_pipeline_estimate;
 
@@ -95,8 +98,8 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
  * gate/up projections, about a third of a block's time. */
 int qd_pipeline_mlp_keep_decide(uint64_t keep_bytes, uint64_t peak_without, uint64_t phys_bytes);
 /* Takes a large kept MLP activation out of *est (keep_mlp_act 0, the peak and acts_ram_bytes
- * lowered) when the peak with it is over avail_bytes but would fit without it; returns 1 when
- * it did. The pipeline's memory check calls it before refusing a job. */
+ * lowered by mlp_act_added_bytes) when the peak with it is over avail_bytes but would fit
+ * without it; returns 1 when it did (never for AWQ, whose activation adds nothing). The pipeline's memory check calls it before refusing a job. */
 int qd_pipeline_estimate_fit(qd_pipeline_estimate *est, uint64_t avail_bytes);
 /* The settings that lower the figure a job was refused for, as one parenthesised sentence
  * for the refusal message: which (0: memory, 1: disk). The activations' share decides

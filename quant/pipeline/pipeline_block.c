@@ -382,13 +382,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * forward is then the quantized down projection on it (qd_capture_out_from_act) instead
      * of the MLP half again. The down group must be the last one quantized. On a GPU it
      * stays within QD_MLP_KEEP_BYTES: the estimate counts host memory, and a large one that
-     * fit the device could leave no room for the next block's inputs. AWQ keeps it always
-     * (where the block splits in halves): it is the input its down capture holds for the clip
-     * search anyway, counted in the estimate's AWQ term, and now held to the block's end. */
+     * fit the device could leave no room for the next block's inputs. The estimate has AWQ
+     * keep it always: it is the input its down capture holds for the clip search anyway,
+     * counted in the estimate's AWQ term, and now held to the block's end. */
     const int d_group = qd_model_mlp_out_group(p->m);
     const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
     int keep_act = halves && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
-                   order[n_order - 1] == d_group && (use_awq || p->est.keep_mlp_act) && !p->no_mlp_keep &&
+                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep &&
                    (p->be->device < 0 || (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES);
     int act_ready = 0;
     for (int i = 0; i < n_order && !rc;) {

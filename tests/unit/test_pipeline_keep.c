@@ -31,7 +31,7 @@ static void test_decide(void)
 static void test_fit(void)
 {
     qd_pipeline_estimate e = {.peak_ram_bytes = 30 * GiB, .acts_ram_bytes = 20 * GiB,
-                              .mlp_act_bytes = 10 * GiB, .keep_mlp_act = 1};
+                              .mlp_act_bytes = 10 * GiB, .mlp_act_added_bytes = 10 * GiB, .keep_mlp_act = 1};
     qd_pipeline_estimate f = e;
     CHECK_INT(qd_pipeline_estimate_fit(&f, 40 * GiB), 0);                          /* fits: kept */
     CHECK_INT(f.keep_mlp_act, 1);
@@ -42,13 +42,17 @@ static void test_fit(void)
     CHECK((long long)f.peak_ram_bytes == (long long)(20 * GiB));
     CHECK((long long)f.acts_ram_bytes == (long long)(10 * GiB));
     CHECK_INT(qd_pipeline_estimate_fit(&f, 5 * GiB), 0);                           /* once only */
-    e.mlp_act_bytes = GiB;                                                          /* small ones stay */
+    f = e;
+    f.mlp_act_added_bytes = 0;                                  /* AWQ's: it adds nothing, it stays */
+    CHECK_INT(qd_pipeline_estimate_fit(&f, 25 * GiB), 0);
+    CHECK_INT(f.keep_mlp_act, 1);
+    e.mlp_act_bytes = e.mlp_act_added_bytes = GiB;                                  /* small ones stay */
     CHECK_INT(qd_pipeline_estimate_fit(&e, 29 * GiB + GiB / 2), 0);
     CHECK_INT(e.keep_mlp_act, 1);
 }
 
-/* The estimate counts the activation for true-sequential GPTQ only, and the peak with it is
- * the peak without it plus its bytes (rows x intermediate x 4). */
+/* The estimate counts the activation for true-sequential GPTQ (adding rows x intermediate x 4
+ * to the peak) and AWQ (kept, nothing added: its term holds that input), not for others. */
 static void test_estimate_counts(void)
 {
     char out[4200];
@@ -56,14 +60,20 @@ static void test_estimate_counts(void)
     qp_job *g = pt_job(model, out, "gptq", "gptq", tokens, NULL);
     qp_job *n = pt_job(model, out, "gptq", "gptq", tokens, "\"true_sequential\":false,");
     qp_job *r = pt_job(model, out, "rtn", "gptq", tokens, NULL);
-    qd_pipeline_estimate eg, en, er;
+    qp_job *a = pt_job(model, out, "awq", "gptq", tokens, NULL);
+    qd_pipeline_estimate eg, en, er, ea;
     qd_err err = {0};
-    if (!g || !n || !r) { CHECK(0); goto out; }
+    if (!g || !n || !r || !a) { CHECK(0); goto out; }
     CHECK_OK(qd_pipeline_estimate_job(g, &eg, &err));
     CHECK_OK(qd_pipeline_estimate_job(n, &en, &err));
     CHECK_OK(qd_pipeline_estimate_job(r, &er, &err));
+    CHECK_OK(qd_pipeline_estimate_job(a, &ea, &err));
     CHECK((long long)eg.mlp_act_bytes == 8LL * 32 * 96 * 4);   /* pt_job: 8 x 32 rows; intermediate 96 */
     CHECK_INT(eg.keep_mlp_act, 1);
+    CHECK((long long)eg.mlp_act_added_bytes == (long long)eg.mlp_act_bytes);
+    CHECK((long long)ea.mlp_act_bytes == (long long)eg.mlp_act_bytes);
+    CHECK_INT(ea.keep_mlp_act, 1);
+    CHECK_INT((long long)ea.mlp_act_added_bytes, 0);
     CHECK_INT((long long)en.mlp_act_bytes, 0);
     CHECK_INT(en.keep_mlp_act, 0);
     CHECK_INT((long long)er.mlp_act_bytes, 0);
@@ -75,6 +85,7 @@ out:
     qp_job_free(g);
     qp_job_free(n);
     qp_job_free(r);
+    qp_job_free(a);
 }
 
 /* Runs the job, keeping the activation or not; returns the last block's forward passes. */
