@@ -105,6 +105,7 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->checkpoint.acts_every = QP_CKPT_ACTS_EVERY_DEFAULT;
     job->moe.calibrate_all_experts = 1;
     job->moe.min_tokens = QP_MOE_MIN_TOKENS_DEFAULT;
+    job->awq.stats_tokens = QP_AWQ_STATS_TOKENS_DEFAULT;
     job->calibration.field = strdup("text");
     return job->calibration.field ? 0 : QP_ENOMEM;
 }
@@ -212,9 +213,10 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "kernel_check_rows", "error_direct_rows", "moe", "serve", "checkpoint", NULL,
+    "kernel_check", "kernel_check_rows", "error_direct_rows", "moe", "awq", "serve", "checkpoint", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
+static const char *const awq_keys[] = { "stats_tokens", NULL };
 static const char *const ckpt_keys[] = { "acts_every", NULL };
 static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
 static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
@@ -380,6 +382,27 @@ static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+/* job.awq: {"stats_tokens": N}, for the AWQ methods only. */
+static int parse_awq(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *o = qpj_field(root, "awq");
+    if (!o) return 0;
+    char desc[64];
+    if (!cJSON_IsObject(o))
+        return qp_err_set(err, QP_EINVAL, "job.awq: must be an object like {\"stats_tokens\": %d}, got %s",
+                          QP_AWQ_STATS_TOKENS_DEFAULT, qpj_describe(o, desc, sizeof desc));
+    if (!method_uses_awq(job->method))
+        return qp_err_set(err, QP_EINVAL, "job.awq: given for method %s; it sets AWQ's scale search (methods awq and "
+                          "awq+gptq): remove it", qp_method_name(job->method));
+    const char *p = "job.awq";
+    int rc;
+    if ((rc = qpj_check_keys(o, p, awq_keys, err)) ||
+        (rc = qpj_get_int(o, p, "stats_tokens", 0, QPJ_INT_MAX, "must be 0 (every token) or a positive integer",
+                          &job->awq.stats_tokens, NULL, err)))
+        return rc;
+    return 0;
+}
+
 /* job.checkpoint: {"acts_every": N}. */
 static int parse_checkpoint(const cJSON *root, qp_job *job, int *has_every, qp_err *err)
 {
@@ -476,6 +499,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
         (rc = parse_moe(root, job, err)) ||
+        (rc = parse_awq(root, job, err)) ||
         (rc = parse_checkpoint(root, job, &has_acts_every, err)) ||
         (rc = parse_serve(root, job, err)) ||
         (rc = parse_modules(root, job, err)) ||

@@ -80,6 +80,17 @@ typedef struct qp_job_moe {
                                    gate/up (and the router's columns), folded into
                                    post_attention_layernorm (AutoAWQ's Mixtral recipe) */
 } qp_job_moe;
+/* AWQ's scale search (methods awq and awq+gptq): the statistics its candidates are formed
+ * and scored from (x_mean, and o_proj's and down_proj's own-output Gram matrices) come from
+ * the first whole calibration sequences holding stats_tokens tokens, 0 = every token
+ * (AutoAWQ's choice). One float forward of the block over them is the search's largest cost
+ * after the candidates; the module losses use 2048 of these tokens (AWQ_SEARCH_TOKENS). The
+ * experts of a MoE block keep every token they were routed. Changes the output, so part of
+ * the fingerprint; absent from the canonical form at the default. */
+#define QP_AWQ_STATS_TOKENS_DEFAULT 8192
+typedef struct qp_job_awq {
+    int64_t stats_tokens;    /* >= 0; 0 = every calibration token */
+} qp_job_awq;
 /* How often the checkpoint keeps the calibration activations (the next block's inputs, the
  * bulk of its bytes: 2.1 GB per block of a 7B at 128 x 2048): after every acts_every-th
  * block. A resumed job starts from the last kept file and recomputes the blocks after it
@@ -129,6 +140,7 @@ typedef struct qp_job {
     int error_direct_rows;          /* debugging: each layer's error also computed directly over
                                        this many rows of its input (0: off, the default) */
     qp_job_moe moe;
+    qp_job_awq awq;                 /* AWQ's scale-search statistics (see qp_job_awq) */
     qp_job_ckpt checkpoint;         /* how often activations are kept (see qp_job_ckpt) */
     qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
 } qp_job;

@@ -92,6 +92,11 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
         }
         rc |= add_item(o, "moe", m);
     }
+    if (job->awq.stats_tokens != QP_AWQ_STATS_TOKENS_DEFAULT) {
+        cJSON *a = cJSON_CreateObject();
+        if (a) rc |= qpj_add_num(a, "stats_tokens", (double)job->awq.stats_tokens);
+        rc |= add_item(o, "awq", a);
+    }
     if (all && job->checkpoint.acts_every != QP_CKPT_ACTS_EVERY_DEFAULT) {
         cJSON *c = cJSON_CreateObject();
         if (c) rc |= qpj_add_num(c, "acts_every", job->checkpoint.acts_every);

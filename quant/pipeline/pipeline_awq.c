@@ -24,11 +24,14 @@
  * the first whole calibration sequences holding at least this many tokens (all of them when
  * there are fewer). Each of the 21 candidates runs the module over these rows, so this bound
  * sets AWQ's cost: over every token (AutoAWQ's choice) the search was ~10x GPTQ's time per
- * block on the CPU. x_mean, which forms the candidates, still averages every token, and so
- * do o_proj's and down_proj's own-output losses (Gram form, awq.c). The chosen scale is
- * insensitive to the subsample: on tiny-llama-c4 and stories260K (64 x 512 tokens) the loss
- * over all tokens of the scale chosen on 2048 differs from the best by a small fraction of
- * AWQ's gain over RTN, and the models' perplexity and KL hold (bench/results/awq-speed.md). */
+ * block on the CPU. x_mean, which forms the candidates, and o_proj's and down_proj's
+ * own-output losses (Gram form, awq.c) come from the job's awq.stats_tokens (8192 by
+ * default, 0: every token), whose float forward of the block is the other large cost. The
+ * chosen scale is insensitive to both subsamples: on tiny-llama-c4 and stories260K (64 x 512
+ * tokens) the loss over all tokens of the scale chosen on 2048 differs from the best by a
+ * small fraction of AWQ's gain over RTN, and on SmolLM2-135M (128 x 512) statistics from
+ * 4096, 8192 or 16384 tokens give the perplexity and KL of every token's
+ * (bench/results/awq-speed.md). */
 #define AWQ_CHUNK_ROWS ((int64_t)2048)
 
 typedef struct awq_attn_ctx {
@@ -415,9 +418,9 @@ int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block
         rc = awq_group_wanted(p, g, plans, &tie[g], err);
         if (rc > 0) wanted[g] = 1, rc = 0;
     }
-    /* One pass over the float block collects what every dense (non-expert) group's search
-     * needs: |x| sums for x_mean, the Gram matrix of the own-loss groups' inputs, the MLP
-     * group's first rows. Folding a group's scales leaves the later groups' inputs as they
+    /* One pass over the float block, on the first awq.stats_tokens calibration tokens,
+     * collects what every dense (non-expert) group's search needs: |x| sums for x_mean, the
+     * Gram matrix of the own-loss groups' inputs, the MLP group's first rows. Folding a group's scales leaves the later groups' inputs as they
      * were (up to rounding), so they are the inputs each would see captured after the folds
      * before it; AutoAWQ likewise searches every group on one capture of the layer. */
     qd_capture_ctx c;
@@ -447,11 +450,13 @@ int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block
     double t0 = qd_clock_now_s();
     if (!rc && last >= 0) {
         c.stop_after = last;
+        int64_t st = p->job->awq.stats_tokens;
+        c.n_seq_max = st > 0 ? (st + p->seq_len - 1) / p->seq_len : 0;
         rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
     }
     if (!rc && last >= 0)
         QD_LOG(QD_LOG_DEBUG, "awq_capture", "block=%d group=dense rows=%lld seconds=%.3f", block,
-               (long long)(p->n_seq * p->seq_len), qd_clock_now_s() - t0);
+               (long long)c.absum_rows[last], qd_clock_now_s() - t0);
     int moe_input_done = 0;
     for (int g = 0; g < ng && !rc; g++) {
         if (!wanted[g]) continue;

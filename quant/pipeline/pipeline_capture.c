@@ -87,8 +87,9 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     qd_block_hooks hooks = {.ud = c, .routed = capture_routed, .input = capture_input, .override = NULL};
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
     p->cost.forward_passes++;
-    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
-        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+    int64_t n_seq = c && c->n_seq_max > 0 && c->n_seq_max < p->n_seq ? c->n_seq_max : p->n_seq;
+    for (int64_t s0 = 0; s0 < n_seq; s0 += p->batch_seqs) {
+        int64_t nb = n_seq - s0 < p->batch_seqs ? n_seq - s0 : p->batch_seqs;
         size_t off = (size_t)(s0 * rows_per_seq * hidden);
         const float *x = p->acts + off;
         float *out = y ? y + off : NULL;

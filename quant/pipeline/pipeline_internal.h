@@ -194,6 +194,7 @@ typedef struct qd_capture_ctx {
     int64_t absum_rows[QD_MAX_GROUPS];
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
+    int64_t n_seq_max;                /* > 0: run only the first n_seq_max calibration sequences */
     qd_row_slices *kcheck;            /* the kernel check's input rows, or NULL */
     qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
@@ -201,7 +202,8 @@ typedef struct qd_capture_ctx {
 } qd_capture_ctx;
 
 void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
-/* Runs the block over every calibration batch with c's hooks (c may be NULL); y (backend,
+/* Runs the block over every calibration batch (the first c->n_seq_max sequences when that
+ * is set) with c's hooks (c may be NULL); y (backend,
  * same shape as the activations) receives the outputs, or NULL. part:
  *   QD_BLOCK_ALL: p->acts through the whole block;
  *   QD_BLOCK_ATTN: p->acts through the attention half into p->mid, then p->mid through the
@@ -230,7 +232,7 @@ int qd_pipeline_awq_block_scales(qd_pipeline *p, qd_block_weights *bw, int block
                                  qd_err *err);
 
 /* Calibration tokens AWQ's module-loss searches score candidates on (the first whole
- * sequences holding them); the candidate scales come from every token. */
+ * sequences holding them); the candidate scales come from the job's awq.stats_tokens. */
 #define AWQ_SEARCH_TOKENS ((int64_t)2048)
 
 /* MoE blocks (pipeline_awq_moe.c): one scale for the experts' shared input, searched on the

@@ -486,6 +486,36 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
 
+/* awq.stats_tokens: default 8192, AWQ methods only, 0 = every token, fingerprinted (it
+ * changes the output) and absent from the canonical form at the default. */
+static void test_awq_options(void)
+{
+    qp_job *a = parse_ok("{" BASE ", \"method\": \"awq\"}");
+    qp_job *b = parse_ok("{" BASE ", \"method\": \"awq\", \"awq\": {\"stats_tokens\": 8192}}");
+    qp_job *c = parse_ok("{" BASE ", \"method\": \"awq+gptq\", \"awq\": {\"stats_tokens\": 0}}");
+    if (!a || !b || !c) goto out;
+    CHECK((long long)a->awq.stats_tokens == QP_AWQ_STATS_TOKENS_DEFAULT);
+    CHECK_STR(a->id, b->id);
+    CHECK((long long)c->awq.stats_tokens == 0);
+    char *ja = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *jc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
+    CHECK(ja && !strstr(ja, "\"awq\":"));
+    CHECK(jc && strstr(jc, "\"awq\":{\"stats_tokens\":0}"));   /* changes the output: fingerprinted */
+    char *js = qp_job_to_json(c, 0);
+    qp_job *d = js ? parse_ok(js) : NULL;
+    CHECK(d && d->awq.stats_tokens == 0);
+    free(ja); free(jc); free(js);
+    qp_job_free(d);
+    EXPECT_ERR("{" BASE ", \"method\": \"gptq\", \"awq\": {\"stats_tokens\": 0}}",
+               "job.awq: given for method gptq");
+    EXPECT_ERR("{" BASE ", \"method\": \"rtn\", \"awq\": {}}", "job.awq: given for method rtn");
+    EXPECT_ERR("{" BASE ", \"method\": \"awq\", \"awq\": {\"stats_tokens\": -1}}",
+               "job.awq.stats_tokens: must be 0 (every token) or a positive integer");
+    EXPECT_ERR("{" BASE ", \"method\": \"awq\", \"awq\": {\"n_grid\": 10}}", "n_grid");
+    EXPECT_ERR("{" BASE ", \"method\": \"awq\", \"awq\": 8192}", "job.awq: must be an object");
+out:
+    qp_job_free(a); qp_job_free(b); qp_job_free(c);
+}
+
 /* kernel_check_rows: default 64, range, refused without kernel_check, kept by the canonical
  * form only when not the default (a job's id does not change), out of the fingerprint. */
 static void test_kernel_check_rows(void)
@@ -672,6 +702,7 @@ int main(void)
     TEST_RUN(test_canonical_round_trip);
     TEST_RUN(test_derived_id);
     TEST_RUN(test_moe_options);
+    TEST_RUN(test_awq_options);
     TEST_RUN(test_kernel_check_rows);
     TEST_RUN(test_checkpoint_options);
     TEST_RUN(test_names);
