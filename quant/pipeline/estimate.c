@@ -15,6 +15,7 @@
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
 
+#include "quant/algo/awq.h"
 #include "quant/core/meminfo.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
@@ -144,14 +145,24 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = u64max(h * h, mi * mi) * 4;
         hess += u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
     }
-    /* AWQ (quant/algo/awq.c), for its largest input group (gate/up or q/k/v, input width
-     * hidden): the group's input over every calibration row (the pipeline's copy, at most
-     * the widest input), its linears' float outputs over those rows (the scale search's
-     * reference), and six copies of the group's weights at most (the candidates' fake-quantized
-     * weights and their copies, the clip search's four working matrices). */
+    /* AWQ (quant/algo/awq.c, pipeline_awq.c), for its largest input group (gate/up or q/k/v,
+     * input width hidden), the larger of its two phases, plus six copies of the group's
+     * weights at most (the candidates' fake-quantized weights and their copies, the clip
+     * search's four working matrices):
+     * - the scale search: the module losses' rows (AWQ_SEARCH_TOKENS tokens: the MLP's input,
+     *   its reference output and a candidate's, the gate and up rows; the attention's
+     *   reference output, one forward batch's scratch output and candidate output); with
+     *   experts, also an expert's own capture of its input over every row and its reference
+     *   outputs W X, cached only while they fit qd_awq_opts.ref_cache_bytes (a dense block's
+     *   own-loss groups use the Gram form, which needs neither);
+     * - the true-sequential quantization: down_proj's input over every calibration row, held
+     *   for the clip search and the block's final forward. */
     uint64_t group_n = u64max(2 * inter, qd + 2 * kvd);
+    uint64_t search = (uint64_t)AWQ_SEARCH_TOKENS * (4 * h + 2 * inter) * 4 + 2 * batch_rows * h * 4;
+    if (cfg.n_experts > 0)
+        search += rows * widest * 4 + u64min(rows * group_n * 4, (uint64_t)qd_awq_opts_default().ref_cache_bytes);
     uint64_t awq = (job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ)
-                       ? rows * widest * 4 + rows * group_n * 4 + 6 * h * group_n * 4 : 0;
+                       ? u64max(search, rows * widest * 4) + 6 * h * group_n * 4 : 0;
     if (awq && cfg.n_experts > 0 && job->moe.awq_shared_input)
         /* The experts' shared-input search (pipeline_awq_moe.c): every expert's gate/up fake-quantized
          * per candidate, and the scored rows' residual stream, input and output. */
