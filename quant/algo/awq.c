@@ -180,7 +180,10 @@ done:
  * instead of an [rows, k] x [k, n] one: fewer flops whenever rows > k, the same value up to
  * float rounding. H is held as the GPTQ accumulator holds it, (2 / rows) X^T X, so a caller
  * that already has that Hessian for the same rows (the pipeline) passes it in. D = Wa - Wb
- * is formed on the host before the product, not as Wa H - Wb H, which would cancel. */
+ * is formed on the host before the product, not as Wa H - Wb H, which would cancel. Where
+ * only the total is wanted (the scale search) on a host backend, it is <H, D^T D>_F with
+ * D^T D by the Hessian's own symmetric rank-n update: n k^2 / 2 multiply-adds instead of the
+ * product's n k^2 (the per-layer error's trick, pipeline_layer.c). */
 typedef struct awq_gram {
     const qd_gptq_hessian *h;     /* borrowed, or &own */
     qd_gptq_hessian own;
@@ -188,6 +191,7 @@ typedef struct awq_gram {
     int64_t k;
     float *d, *dh;                /* backend [max_n, k]: D and D H */
     float *hd, *hdh;              /* host [max_n, k] */
+    float *dtd;                   /* host backends: [k, k] (2 / n) D^T D, or NULL */
 } awq_gram;
 
 static void awq_gram_free(qd_backend *be, awq_gram *g)
@@ -195,6 +199,7 @@ static void awq_gram_free(qd_backend *be, awq_gram *g)
     qd_gptq_hessian_free(&g->own);
     if (g->d) qd_backend_free(be, g->d);
     if (g->dh) qd_backend_free(be, g->dh);
+    if (g->dtd) qd_backend_free(be, g->dtd);
     free(g->hd);
     free(g->hdh);
     memset(g, 0, sizeof *g);
@@ -227,6 +232,10 @@ static int awq_gram_init(qd_backend *be, awq_gram *g, const qd_gptq_hessian *h, 
     g->hd = malloc((size_t)(max_n * k) * sizeof *g->hd);
     g->hdh = malloc((size_t)(max_n * k) * sizeof *g->hdh);
     OOM_IF(!g->hd || !g->hdh);
+    if (be->device < 0) {
+        g->dtd = qd_backend_alloc(be, (size_t)(k * k) * sizeof(float));
+        if (!g->dtd) { rc = be_fail(be, QD_ENOMEM, "scratch for D^T D", err); goto done; }
+    }
 done:
     if (rc) awq_gram_free(be, g);
     return rc;
@@ -242,6 +251,20 @@ static int awq_gram_err(qd_backend *be, awq_gram *g, const float *wa, const floa
     int rc = 0;
     BE_TRY(qd_backend_download(be, g->hd, wa, bytes), "download of W");
     for (int64_t i = 0; i < n * k; i++) g->hd[i] -= wb_host[i];
+    if (!per_row && g->dtd) {
+        /* tr(D H D^T) = <H, D^T D>; both symmetric: the upper triangle twice, the diagonal once.
+         * dtd = (2 / n) D^T D, H = (2 / rows) X^T X. */
+        BE_TRY(be->ops->hessian_accum(be, g->dtd, k, g->hd, n, k, 0), "D^T D");
+        const float *h = g->h->h;
+        double off = 0, diag = 0;
+        for (int64_t r = 0; r < k; r++) {
+            const float *a = h + r * k, *b = g->dtd + r * k;
+            diag += (double)a[r] * (double)b[r];
+            for (int64_t c = r + 1; c < k; c++) off += (double)a[c] * (double)b[c];
+        }
+        *total = (2.0 * off + diag) * g->scale * ((double)n / 2.0);
+        return 0;
+    }
     BE_TRY(qd_backend_upload(be, g->d, g->hd, bytes), "upload of dW");
     BE_TRY(be->ops->gemm(be, 0, 0, n, k, k, 1.0f, g->d, k, g->h->h, k, 0.0f, g->dh, k), "gemm dW H");
     BE_TRY(qd_backend_download(be, g->hdh, g->dh, bytes), "download of dW H");
