@@ -100,13 +100,15 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     /* Calibration hidden states of one block, in and out (p->acts and y, F32 in memory), the
      * residual stream between the block's halves (p->mid, true-sequential and AWQ), and the
      * host copy an activation file is written from (pipeline_block.c) or read into on a
-     * resume (pipeline.c): its size is the file's, BF16 for a half-precision model. */
+     * resume (pipeline.c): its size is the file's, BF16 for a half-precision model; none
+     * when the job writes no activation file (no more blocks than checkpoint.acts_every). */
     int sequential = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ ||
                      (job->method == QP_METHOD_GPTQ && job->true_sequential);
     est->act_bytes = rows * h * 4;
     qd_dtype wdt = !strcmp(cfg.torch_dtype, "float16") ? QD_DTYPE_F16 : !strcmp(cfg.torch_dtype, "bfloat16") ? QD_DTYPE_BF16 : QD_DTYPE_F32;
     uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
-    uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + act_file;
+    uint64_t acts_written = ((uint64_t)cfg.n_layers - 1) / (uint64_t)qp_job_acts_every(job);
+    uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + (acts_written > 0 ? act_file : 0);
     /* A dense true-sequential GPTQ block may keep its MLP activation for the final forward
      * (pipeline_block.c): live with the three copies above, added at the end once the peak
      * without it is known (qd_pipeline_mlp_keep_decide). An AWQ block keeps it always: it is
@@ -204,7 +206,6 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * checkpoint.acts_every-th block but the last, two of them for an instant once there is
      * an older one (acts-i is removed after acts-(i + every) is written); the output is
      * written while the checkpoint is still there. */
-    uint64_t acts_written = ((uint64_t)cfg.n_layers - 1) / (uint64_t)qp_job_acts_every(job);
     est->acts_disk_bytes = u64min(acts_written, 2) * act_file;
     uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + est->acts_disk_bytes;
     uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;

@@ -1,9 +1,42 @@
 /* CPU backend quantization ops used by the AWQ search: fake quantization (delegates to the
- * scalar reference quantizer so CPU results are the reference), column scaling and the
+ * scalar reference quantizer row by row, rows split over the backend's threads, so CPU
+ * results are the reference), column scaling (rows split likewise) and the
  * squared-difference reduction. All memory is host memory on this backend. */
 #include "quant/backend/cpu/cpu_internal.h"
 
+#include "quant/core/finite.h"
+#include "quant/core/parallel.h"
 #include "quant/formats/quantizer.h"
+
+/* Rows per share: a row is quantized (or scaled) by one thread exactly as the reference
+ * does it, so the result does not depend on the thread count. */
+#define QUANT_ROW_GRAIN 16
+
+typedef struct fake_quant_ctx {
+    const struct qd_quant_cfg *cfg;
+    float *w;
+    int64_t k;
+    int rc[QD_PARALLEL_MAX_THREADS];
+} fake_quant_ctx;
+
+static void finite_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    fake_quant_ctx *c = ctx;
+    c->rc[t] = qd_f32_first_nonfinite(c->w + r0 * c->k, (r1 - r0) * c->k) >= 0 ? QD_ENUMERIC : 0;
+}
+
+static void fake_quant_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    fake_quant_ctx *c = ctx;
+    c->rc[t] = qd_quant_fake_ref(c->cfg, c->w + r0 * c->k, r1 - r0, c->k);
+}
+
+static int fake_quant_rc(const fake_quant_ctx *c)
+{
+    for (int t = 0; t < QD_PARALLEL_MAX_THREADS; t++)
+        if (c->rc[t]) return c->rc[t];
+    return 0;
+}
 
 int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k)
 {
@@ -11,23 +44,46 @@ int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int
         return qd_err_set(&be->err, QD_EINVAL, "cpu fake_quant: null argument or negative shape");
     int rc = qd_quant_cfg_validate(cfg, &be->err);
     if (rc) return rc;
-    rc = qd_quant_fake_ref(cfg, w, n, k);
-    if (rc) return qd_err_set(&be->err, rc, "cpu fake_quant: weights [%lld, %lld] hold a non-finite value",
-                              (long long)n, (long long)k);
+    /* The reference refuses a non-finite weight before it changes anything; checked first
+     * over the whole matrix (one pass, split likewise) so that a refusal leaves every row as
+     * it was. */
+    fake_quant_ctx c = {.cfg = cfg, .w = w, .k = k};
+    qd_parallel_for(be->n_threads, n, QUANT_ROW_GRAIN, finite_rows, &c);
+    if (fake_quant_rc(&c))
+        return qd_err_set(&be->err, QD_ENUMERIC, "cpu fake_quant: weights [%lld, %lld] hold a non-finite value",
+                          (long long)n, (long long)k);
+    qd_parallel_for(be->n_threads, n, QUANT_ROW_GRAIN, fake_quant_rows, &c);
+    rc = fake_quant_rc(&c);
+    if (rc) return qd_err_set(&be->err, rc, "cpu fake_quant: rows of [%lld, %lld] refused", (long long)n, (long long)k);
     return 0;
+}
+
+typedef struct scale_cols_ctx {
+    float *w;
+    int64_t cols;
+    const float *s;
+    int inverse;
+} scale_cols_ctx;
+
+static void scale_cols_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    scale_cols_ctx *c = ctx;
+    (void)t;
+    for (int64_t r = r0; r < r1; r++) {
+        float *row = c->w + r * c->cols;
+        if (c->inverse)
+            for (int64_t j = 0; j < c->cols; j++) row[j] /= c->s[j];
+        else
+            for (int64_t j = 0; j < c->cols; j++) row[j] *= c->s[j];
+    }
 }
 
 int cpu_scale_cols(qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s, int inverse)
 {
     if (!w || !s || rows < 0 || cols < 0)
         return qd_err_set(&be->err, QD_EINVAL, "cpu scale_cols: null argument or negative shape");
-    for (int64_t r = 0; r < rows; r++) {
-        float *row = w + r * cols;
-        if (inverse)
-            for (int64_t c = 0; c < cols; c++) row[c] /= s[c];
-        else
-            for (int64_t c = 0; c < cols; c++) row[c] *= s[c];
-    }
+    scale_cols_ctx c = {w, cols, s, inverse};
+    qd_parallel_for(be->n_threads, rows, QUANT_ROW_GRAIN, scale_cols_rows, &c);
     return 0;
 }
 
