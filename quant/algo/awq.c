@@ -191,7 +191,8 @@ typedef struct awq_gram {
     int64_t k;
     float *d, *dh;                /* backend [max_n, k]: D and D H */
     float *hd, *hdh;              /* host [max_n, k] */
-    float *dtd;                   /* host backends: [k, k] (2 / n) D^T D, or NULL */
+    float *dtd;                   /* host backends: [k, k] (2 / n) D^T D, allocated by the
+                                   * first total-only error (never by the clip guard's) */
 } awq_gram;
 
 static void awq_gram_free(qd_backend *be, awq_gram *g)
@@ -232,10 +233,6 @@ static int awq_gram_init(qd_backend *be, awq_gram *g, const qd_gptq_hessian *h, 
     g->hd = malloc((size_t)(max_n * k) * sizeof *g->hd);
     g->hdh = malloc((size_t)(max_n * k) * sizeof *g->hdh);
     OOM_IF(!g->hd || !g->hdh);
-    if (be->device < 0) {
-        g->dtd = qd_backend_alloc(be, (size_t)(k * k) * sizeof(float));
-        if (!g->dtd) { rc = be_fail(be, QD_ENOMEM, "scratch for D^T D", err); goto done; }
-    }
 done:
     if (rc) awq_gram_free(be, g);
     return rc;
@@ -251,6 +248,10 @@ static int awq_gram_err(qd_backend *be, awq_gram *g, const float *wa, const floa
     int rc = 0;
     BE_TRY(qd_backend_download(be, g->hd, wa, bytes), "download of W");
     for (int64_t i = 0; i < n * k; i++) g->hd[i] -= wb_host[i];
+    if (!per_row && be->device < 0 && !g->dtd) {
+        g->dtd = qd_backend_alloc(be, (size_t)(k * k) * sizeof(float));
+        if (!g->dtd) { rc = be_fail(be, QD_ENOMEM, "scratch for D^T D", err); goto done; }
+    }
     if (!per_row && g->dtd) {
         /* tr(D H D^T) = <H, D^T D>; both symmetric: the upper triangle twice, the diagonal once.
          * dtd = (2 / n) D^T D, H = (2 / rows) X^T X. */
