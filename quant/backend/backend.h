@@ -113,6 +113,14 @@ typedef struct qd_backend_ops {
      * unit upper: LDL^T, D packed on the diagonal as LAPACK's sytrf does); the lower
      * triangle is zeroed. One Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
     int (*chol_ldl_upper)(qd_backend *be, float *h, int64_t k);
+    /* bfloat16-input products, for the job's "compute": "bf16": the results of gemm with
+     * ta 0, tb 1, alpha 1, beta 0 (C = A B^T) and of hessian_accum, except that every input
+     * element is first rounded to bfloat16 (nearest even, subnormals to zero) and the exact
+     * products are summed in F32 (quant/backend/cpu/cpu_bf16.h). Inputs finite. */
+    int (*gemm_nt_bf16)(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                        const float *b, int64_t ldb, float *c, int64_t ldc);
+    int (*hessian_accum_bf16)(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                              int64_t ldx, int64_t n_seen);
     /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle
      * blocks) back to the system, so a job opening in a worker that ran others starts from
      * its own memory, not theirs (quant/pipeline measures its peak from there). */

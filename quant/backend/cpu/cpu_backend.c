@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/backend/cpu/cpu_bf16.h"
 #include "quant/core/parallel.h"
 #include "quant/formats/quantizer.h"
 
@@ -116,7 +117,7 @@ static int cpu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_
 
 /* Copies the upper triangle of the row-major k x k matrix h onto its lower triangle, in
  * 64 x 64 tiles so that the transposed reads stay in cache. */
-static void cpu_symmetrize_from_upper(float *h, int64_t k)
+void cpu_symmetrize_from_upper(float *h, int64_t k)
 {
     const int64_t T = 64;
     for (int64_t i0 = 0; i0 < k; i0 += T)
@@ -143,6 +144,47 @@ static int cpu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)k, (blasint)rows, alpha, x,
                 (blasint)ldx, beta, h, (blasint)k);
     cpu_symmetrize_from_upper(h, k);
+    return 0;
+}
+
+/* The tiles serve "compute": "bf16" where the CPU has them and the runtime options leave
+ * the CPU kernels at auto (QUANTD_CPU_KERNEL=portable or avx2 keeps them off). */
+static int cpu_amx_on(const qd_backend *be)
+{
+    return be->rt.cpu_kernel == QD_CPU_KERNEL_AUTO && cpu_bf16_amx_usable();
+}
+
+static int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                            const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    if (m < 0 || n < 0 || k < 0 || (m > 0 && n > 0 && (!c || ldc < n || (k > 0 && (!a || !b || lda < k || ldb < k)))))
+        return qd_err_set(&be->err, QD_EINVAL,
+                          "cpu gemm_nt_bf16: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)",
+                          (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
+    if (m == 0 || n == 0) return 0;
+    if (k == 0) {
+        for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof *c);
+        return 0;
+    }
+    if (cpu_bf16_gemm_nt(cpu_amx_on(be), be->n_threads, m, n, k, a, lda, b, ldb, c, ldc))
+        return qd_err_set(&be->err, QD_ENOMEM, "cpu gemm_nt_bf16: cannot allocate the bf16 copies of a [%lld x %lld] "
+                          "product's operands", (long long)m, (long long)n);
+    return 0;
+}
+
+static int cpu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                                  int64_t ldx, int64_t n_seen)
+{
+    if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)))
+        return qd_err_set(&be->err, QD_EINVAL,
+                          "cpu hessian_accum_bf16: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)",
+                          (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
+    if (rows == 0) return 0;
+    double total = (double)n_seen + (double)rows;
+    if (cpu_bf16_syrk(cpu_amx_on(be), be->n_threads, k, x, rows, ldx, (float)(2.0 / total),
+                      (float)((double)n_seen / total), h))
+        return qd_err_set(&be->err, QD_ENOMEM, "cpu hessian_accum_bf16: cannot allocate the bf16 copies of %lld rows "
+                          "of %lld features", (long long)rows, (long long)k);
     return 0;
 }
 
@@ -277,6 +319,8 @@ static const qd_backend_ops cpu_ops = {
     .sync = cpu_sync,
     .gemm = cpu_gemm,
     .hessian_accum = cpu_hessian_accum,
+    .gemm_nt_bf16 = cpu_gemm_nt_bf16,
+    .hessian_accum_bf16 = cpu_hessian_accum_bf16,
     .chol_inverse_upper = cpu_chol_inverse_upper,
     .chol_ldl_upper = cpu_chol_ldl_upper,
     .gptq_block = cpu_gptq_block,

@@ -26,6 +26,8 @@ typedef struct cpu_impl {
 
 /* cpu_backend.c: frees the backend, its cached blocks included (qd_backend_close). */
 void qd_backend_cpu_close(qd_backend *be);
+/* cpu_backend.c: copies the upper triangle of the row-major k x k matrix h onto its lower one. */
+void cpu_symmetrize_from_upper(float *h, int64_t k);
 
 /* cpu_gptq.c: the gptq_block op, and the rows kernel for this CPU and the runtime options' choice. */
 int cpu_gptq_block(qd_backend *be, const struct qd_gptq_block_args *a);

@@ -1,0 +1,177 @@
+/* bfloat16-input products (cpu_bf16.h) against the scalar reference: inputs rounded to
+ * bf16 (nearest even, subnormals to zero), products summed in double here. Both paths (the
+ * AMX tiles where this CPU and kernel allow them, the portable one always) must
+ *   - give the reference's exact bits where every partial sum is exact in F32 (small
+ *     integers), and show that inputs are rounded (1 + 2^-10 counts as 1);
+ *   - stay within F32 summation error of it on random data, every edge shape included
+ *     (m, n, k not multiples of the 16 x 16 x 32 tiles);
+ *   - for the tile unit, give the same bits for 1, 2 and 3 threads. */
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/backend/cpu/cpu_bf16.h"
+#include "test_util.h"
+
+static test_rng rng;
+
+static float *randn(int64_t n, float s)
+{
+    float *p = malloc((size_t)(n > 0 ? n : 1) * sizeof *p);
+    test_fill_normal(&rng, p, (size_t)n, s);
+    return p;
+}
+
+/* ref[i][j] = sum_t r(a[i][t]) r(b[j][t]) in double; bound[i][j] = sum_t |.| for the tolerance. */
+static void ref_gemm_nt(int64_t m, int64_t n, int64_t k, const float *a, const float *b, double *ref, double *bound)
+{
+    for (int64_t i = 0; i < m; i++)
+        for (int64_t j = 0; j < n; j++) {
+            double s = 0, sa = 0;
+            for (int64_t t = 0; t < k; t++) {
+                double p = (double)cpu_bf16_round(a[i * k + t]) * (double)cpu_bf16_round(b[j * k + t]);
+                s += p;
+                sa += p < 0 ? -p : p;
+            }
+            ref[i * n + j] = s;
+            bound[i * n + j] = sa;
+        }
+}
+
+static int paths(int *list)
+{
+    int n = 0;
+    list[n++] = 0;
+    if (cpu_bf16_amx_usable()) list[n++] = 1;
+    return n;
+}
+
+static void test_round(void)
+{
+    CHECK(cpu_bf16_round(1.0f + 0x1p-10f) == 1.0f);
+    CHECK(cpu_bf16_round(1.0f + 0x1p-8f) == 1.0f);                /* tie, to even */
+    CHECK(cpu_bf16_round(1.0f + 0x1p-8f + 0x1p-9f) == 1.0f + 0x1p-7f); /* above the tie: up */
+    CHECK(cpu_bf16_round(1.0f + 0x1p-7f + 0x1p-8f) == 1.0f + 0x1p-6f); /* tie from odd, to even */
+    CHECK(cpu_bf16_round(-3.0f) == -3.0f);
+    CHECK(cpu_bf16_round(1e-40f) == 0.0f);                         /* subnormal */
+    CHECK(signbit(cpu_bf16_round(-1e-40f)));
+    CHECK(cpu_bf16_round(0x1p-126f) == 0x1p-126f);                 /* smallest normal stays */
+}
+
+static void test_gemm_exact(void)
+{
+    const int64_t m = 45, n = 37, k = 70;
+    float *a = malloc(m * k * 4), *b = malloc(n * k * 4), *c = malloc(m * n * 4);
+    double *ref = malloc(m * n * 8), *bound = malloc(m * n * 8);
+    for (int64_t i = 0; i < m * k; i++) a[i] = (float)((int)(test_rng_u64(&rng) % 17) - 8);
+    for (int64_t i = 0; i < n * k; i++) b[i] = (float)((int)(test_rng_u64(&rng) % 17) - 8);
+    ref_gemm_nt(m, n, k, a, b, ref, bound);
+    int list[2], np = paths(list);
+    for (int p = 0; p < np; p++) {
+        CHECK_OK(cpu_bf16_gemm_nt(list[p], 2, m, n, k, a, k, b, k, c, n));
+        int bad = 0;
+        for (int64_t i = 0; i < m * n; i++) bad += c[i] != (float)ref[i];
+        CHECK_INT(bad, 0);
+        /* inputs are rounded: a = 1 + 2^-10, b = 1 sums to k exactly */
+        for (int64_t i = 0; i < m * k; i++) a[i] = 1.0f + 0x1p-10f;
+        for (int64_t i = 0; i < n * k; i++) b[i] = 1.0f;
+        CHECK_OK(cpu_bf16_gemm_nt(list[p], 1, m, n, k, a, k, b, k, c, n));
+        CHECK(c[0] == (float)k && c[m * n - 1] == (float)k);
+        for (int64_t i = 0; i < m * k; i++) a[i] = (float)((int)(test_rng_u64(&rng) % 17) - 8);
+        for (int64_t i = 0; i < n * k; i++) b[i] = (float)((int)(test_rng_u64(&rng) % 17) - 8);
+        ref_gemm_nt(m, n, k, a, b, ref, bound);
+    }
+    free(a), free(b), free(c), free(ref), free(bound);
+}
+
+static void test_gemm_shapes(void)
+{
+    static const int64_t shapes[][3] = {{1, 1, 1}, {1, 17, 33}, {16, 16, 32}, {32, 32, 64}, {33, 47, 31},
+                                        {100, 65, 577}, {300, 96, 40}, {513, 33, 1100}};
+    int list[2], np = paths(list);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t m = shapes[s][0], n = shapes[s][1], k = shapes[s][2];
+        /* strided operands: lda, ldb, ldc wider than the rows */
+        int64_t lda = k + 3, ldb = k + 5, ldc = n + 7;
+        float *a = randn(m * lda, 1.0f), *b = randn(n * ldb, 0.3f);
+        float *ap = malloc(m * k * 4), *bp = malloc(n * k * 4);
+        for (int64_t i = 0; i < m; i++) memcpy(ap + i * k, a + i * lda, k * 4);
+        for (int64_t i = 0; i < n; i++) memcpy(bp + i * k, b + i * ldb, k * 4);
+        double *ref = malloc(m * n * 8), *bound = malloc(m * n * 8);
+        ref_gemm_nt(m, n, k, ap, bp, ref, bound);
+        float *c = malloc(m * ldc * 4), *c1 = malloc(m * ldc * 4);
+        for (int p = 0; p < np; p++) {
+            for (int64_t i = 0; i < m * ldc; i++) c[i] = -77.0f;
+            CHECK_OK(cpu_bf16_gemm_nt(list[p], 2, m, n, k, a, lda, b, ldb, c, ldc));
+            int bad = 0, pad = 0;
+            for (int64_t i = 0; i < m; i++)
+                for (int64_t j = 0; j < ldc; j++) {
+                    if (j >= n) { pad += c[i * ldc + j] != -77.0f; continue; }
+                    double tol = 2.0 * (double)(k + 2) * 0x1p-24 * bound[i * n + j] + 1e-30;
+                    if (!(fabs((double)c[i * ldc + j] - ref[i * n + j]) <= tol)) bad++;
+                }
+            CHECK_INT(bad, 0);
+            CHECK_INT(pad, 0);   /* nothing written past n */
+            if (list[p] == 1)
+                for (int t = 1; t <= 3; t += 2) {
+                    CHECK_OK(cpu_bf16_gemm_nt(1, t, m, n, k, a, lda, b, ldb, c1, ldc));
+                    int diff = 0;
+                    for (int64_t i = 0; i < m; i++) diff += memcmp(c + i * ldc, c1 + i * ldc, n * 4) != 0;
+                    CHECK_INT(diff, 0);
+                }
+        }
+        free(a), free(b), free(ap), free(bp), free(ref), free(bound), free(c), free(c1);
+    }
+}
+
+static void test_syrk(void)
+{
+    static const int64_t shapes[][2] = {{1, 1}, {5, 3}, {64, 32}, {100, 33}, {2500, 70}, {300, 129}};
+    int list[2], np = paths(list);
+    for (size_t s = 0; s < sizeof shapes / sizeof shapes[0]; s++) {
+        int64_t rows = shapes[s][0], k = shapes[s][1], ldx = k + 2;
+        float *x = randn(rows * ldx, 1.0f), *xt = malloc(k * rows * 4);
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t i = 0; i < k; i++) xt[i * rows + r] = x[r * ldx + i];
+        double *ref = malloc(k * k * 8), *bound = malloc(k * k * 8);
+        ref_gemm_nt(k, k, rows, xt, xt, ref, bound);
+        float *h0 = randn(k * k, 1.0f), *h = malloc(k * k * 4), *h1 = malloc(k * k * 4);
+        for (int64_t i = 0; i < k; i++)
+            for (int64_t j = 0; j < i; j++) h0[i * k + j] = h0[j * k + i];
+        const float alpha = 0.25f, beta = 0.5f;
+        for (int p = 0; p < np; p++)
+            for (int first = 0; first <= 1; first++) {
+                float be = first ? 0.0f : beta;
+                memcpy(h, h0, k * k * 4);
+                if (first) h[0] = NAN;   /* beta 0 overwrites whatever H held */
+                CHECK_OK(cpu_bf16_syrk(list[p], 2, k, x, rows, ldx, alpha, be, h));
+                int bad = 0, asym = 0;
+                for (int64_t i = 0; i < k; i++)
+                    for (int64_t j = 0; j < k; j++) {
+                        double want = (double)be * h0[i * k + j] + alpha * ref[i * k + j];
+                        double tol = 4.0 * (double)(rows + 4) * 0x1p-24 * (alpha * bound[i * k + j] + fabs(be * h0[i * k + j])) + 1e-30;
+                        if (!(fabs((double)h[i * k + j] - want) <= tol)) bad++;
+                        asym += h[i * k + j] != h[j * k + i];
+                    }
+                CHECK_INT(bad, 0);
+                CHECK_INT(asym, 0);
+                if (list[p] == 1) {
+                    memcpy(h1, h0, k * k * 4);
+                    if (first) h1[0] = NAN;
+                    CHECK_OK(cpu_bf16_syrk(1, 3, k, x, rows, ldx, alpha, be, h1));
+                    CHECK(memcmp(h, h1, k * k * 4) == 0);
+                }
+            }
+        free(x), free(xt), free(ref), free(bound), free(h0), free(h), free(h1);
+    }
+}
+
+int main(void)
+{
+    test_rng_seed(&rng, 20261125);
+    fprintf(stderr, "test_cpu_bf16: AMX-BF16 %s\n", cpu_bf16_amx_usable() ? "used" : "not available (portable path only)");
+    TEST_RUN(test_round);
+    TEST_RUN(test_gemm_exact);
+    TEST_RUN(test_gemm_shapes);
+    TEST_RUN(test_syrk);
+    return test_finish();
+}
