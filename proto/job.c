@@ -16,6 +16,7 @@ static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
 static const char *const style_names[] = { "gptq", "awq" };
 static const char *const backend_names[] = { "auto", "cpu", "cuda" };
 static const char *const layout_names[] = { "plain", "tp_aware" };
+static const char *const compute_names[] = { "f32", "bf16" };
 
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
@@ -213,7 +214,7 @@ static const char *const top_keys[] = {
     "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
     "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
     "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "kernel_check_rows", "error_direct_rows", "moe", "awq", "serve", "checkpoint", NULL,
+    "kernel_check", "kernel_check_rows", "error_direct_rows", "compute", "moe", "awq", "serve", "checkpoint", NULL,
 };
 static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
 static const char *const awq_keys[] = { "stats_tokens", NULL };
@@ -460,7 +461,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return qp_err_set(err, QP_ENOMEM, "job: out of memory");
 
     char *id = NULL;
-    int has_sym = 0, format = 0, backend = job->backend, layout = job->layout;
+    int has_sym = 0, format = 0, backend = job->backend, layout = job->layout, compute = QP_COMPUTE_F32;
     if ((rc = qpj_get_str(root, p, "id", 0, &id, NULL, err))) return rc;
     if (id) {
         int ok = qpj_name_valid(id, QP_JOB_ID_MAX);
@@ -509,6 +510,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_enum(root, p, "backend", backend_names, 3, &backend, NULL, err)) ||
         (rc = get_int32(root, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->tp, NULL, err)) ||
         (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||
+        (rc = get_enum(root, p, "compute", compute_names, 2, &compute, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)) ||
         (rc = get_int32(root, p, "kernel_check_rows", 1, 65536, "must be an integer from 1 to 65536",
                         &job->kernel_check_rows, &has_kcheck_rows, err)) ||
@@ -520,6 +522,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
     job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);
     job->backend = (qp_backend_choice)backend;
     job->layout = (qp_layout)layout;
+    job->compute = (qp_compute)compute;
     /* tp_aware reorders the MLP pair in the block file, so a block's forward cannot be redone
      * from it: its activations are kept after every block (qp_job_acts_every). */
     if (job->layout == QP_LAYOUT_TP_AWARE) {

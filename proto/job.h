@@ -110,6 +110,13 @@ typedef struct qp_job_serve {
     int tp;                  /* tensor-parallel degree it will be served at, default 1 */
 } qp_job_serve;
 
+/* The arithmetic of the calibration forward's projections and of the GPTQ Hessians
+ * ("compute"): F32 throughout, or products with bfloat16 inputs summed in F32 (what the
+ * Python tools run on a GPU in bf16; on a CPU with AMX-BF16 several times faster than F32).
+ * Quantization itself (GPTQ's updates, AWQ's search, the error report) stays F32. Changes
+ * the output, so part of the fingerprint; absent from the canonical form at f32. */
+typedef enum qp_compute { QP_COMPUTE_F32 = 0, QP_COMPUTE_BF16 = 1 } qp_compute;
+
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
     char id[QP_JOB_ID_MAX + 1];
@@ -135,6 +142,7 @@ typedef struct qp_job {
     qp_backend_choice backend;
     int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
     qp_layout layout;
+    qp_compute compute;             /* see qp_compute */
     int kernel_check;               /* run the dequant-kernel self-check on each packed layer */
     int kernel_check_rows;          /* on this many calibration rows of its input (1..65536) */
     int error_direct_rows;          /* debugging: each layer's error also computed directly over

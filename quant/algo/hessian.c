@@ -41,7 +41,10 @@ int qd_gptq_hessian_add_dev(qd_gptq_hessian *acc, const float *x, int64_t rows, 
                           (long long)rows, (long long)ldx, (long long)acc->k);
     if (rows == 0) return 0;
     qd_backend *be = acc->be;
-    int rc = be->ops->hessian_accum(be, acc->h, acc->k, x, rows, ldx, acc->n_seen);
+    if (acc->bf16 && !be->ops->hessian_accum_bf16)
+        return qd_err_set(err, QD_EUNSUPPORTED, "hessian: the %s backend has no bfloat16 products", be->name);
+    int rc = acc->bf16 ? be->ops->hessian_accum_bf16(be, acc->h, acc->k, x, rows, ldx, acc->n_seen)
+                       : be->ops->hessian_accum(be, acc->h, acc->k, x, rows, ldx, acc->n_seen);
     if (rc) return qd_err_set(err, rc, "hessian: %s", be->err.msg);
     acc->n_seen += rows;
     return 0;

@@ -59,6 +59,11 @@ uint64_t qd_block_bytes(const qd_model *m);
  * the block's output still mixes only the routed experts. Off: each expert's hooks see the
  * tokens routed to it. Without input hooks it changes nothing. */
 void qd_model_set_moe_calibrate_all(qd_model *m, int on);
+/* on: the block forward's projections (every linear of qd_block_forward and its parts, MoE
+ * experts included; not the router, lm_head or eval's logits) run as bfloat16-input products
+ * with F32 sums (the backend's gemm_nt_bf16: the job's "compute": "bf16"). QD_EUNSUPPORTED
+ * naming the backend when it has no such op; off (the default) is always accepted. */
+int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err);
 
 /* Runs the block on `batch` independent sequences of `seq` tokens:
  * x [batch*seq, hidden] → y [batch*seq, hidden] (backend memory; y may equal x). pos (host,

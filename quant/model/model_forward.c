@@ -104,8 +104,11 @@ int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t 
     const float *w, *b;
     int rc = linear_weights(m, bw, li, hooks, &w, &b, err);
     if (rc) return rc;
-    rc = qd_linear_forward(m->be, x, rows, w + r0 * L->k, b ? b + r0 : NULL, n, L->k, y);
-    if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, m->be->err.msg);
+    qd_backend *be = m->be;
+    if (!m->compute_bf16 || rows == 0) rc = qd_linear_forward(be, x, rows, w + r0 * L->k, b ? b + r0 : NULL, n, L->k, y);
+    else if (!(rc = be->ops->gemm_nt_bf16(be, rows, n, L->k, x, L->k, w + r0 * L->k, L->k, y, n)) && b)
+        rc = be->ops->add_bias(be, y, b + r0, rows, n);
+    if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, be->err.msg);
     return 0;
 }
 

@@ -101,6 +101,7 @@ struct qd_model {
     char (*lin_names)[96];     /* generated linear names (MoE experts); owned */
     char (*grp_names)[32];     /* generated group names; owned */
     int moe_calibrate_all;     /* see qd_model_set_moe_calibrate_all */
+    int compute_bf16;          /* see qd_model_set_compute_bf16 */
     int lin_exp0, grp_exp0;    /* MoE: the first expert's first linear and input group */
     const st_tensor *t_embed, *t_pos, *t_lm_head;
     float *final_w, *final_b;  /* backend [hidden]; NULL without a final norm */

@@ -674,6 +674,15 @@ void qd_model_close(qd_model *m)
 
 void qd_model_set_moe_calibrate_all(qd_model *m, int on) { m->moe_calibrate_all = on; }
 
+int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err)
+{
+    if (on && !m->be->ops->gemm_nt_bf16)
+        return qd_err_set(err, QD_EUNSUPPORTED, "compute bf16: the %s backend has no bfloat16 products (use \"compute\": "
+                          "\"f32\", or the cpu backend)", m->be->name);
+    m->compute_bf16 = on ? 1 : 0;
+    return 0;
+}
+
 /* ---- accessors ---- */
 
 const qd_model_config *qd_model_cfg(const qd_model *m) { return &m->cfg; }

@@ -180,7 +180,13 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     /* The eval runs two models side by side (the output and the float reference), each with
      * its own forward scratch and one block's F32 weights. */
     uint64_t eval = job->eval.enabled ? eval_bytes(job, &cfg) + 2 * (scratch + block_params * 4) : 0;
-    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval;
+    /* "compute": "bf16" (quant/backend/cpu/cpu_bf16.h): one projection's weights packed as
+     * bf16, each thread's 256 bf16 rows of its input (16 threads counted), and the Hessian's
+     * two packed copies of 2048 rows. */
+    uint64_t bf16 = job->compute == QP_COMPUTE_BF16 ? widest * u64max(h, inter) * 2 + 16 * 256 * widest * 2 +
+                                                          2 * 2048 * (widest + 32) * 2
+                                                    : 0;
+    est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval + bf16;
     est->acts_ram_bytes = acts;
     qd_mem_limits ml;
     qd_mem_limits_read(NULL, &ml);

@@ -256,7 +256,8 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_pipeline_report_progress(p, "load", -1, NULL, 0, -1) ? QD_ECANCELLED : 0;
     if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
     qd_model_set_moe_calibrate_all(p->m, job->moe.calibrate_all_experts);
-    rc = qd_pipeline_check_plans(p, err);
+    rc = qd_model_set_compute_bf16(p->m, job->compute == QP_COMPUTE_BF16, err);
+    if (!rc) rc = qd_pipeline_check_plans(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd

@@ -159,6 +159,8 @@ static void test_resume_gptq(void) { resume_case("gptq", "gptq", "\"desc_act\":t
 static void test_resume_awq(void) { resume_case("awq", "awq_gemm", NULL, 2); }
 static void test_resume_rtn_v2(void) { resume_case("rtn", "gptq_v2", "\"bits\":3,\"sym\":false,", 1); }
 static void test_resume_awq_gptq_ct(void) { resume_case("awq+gptq", "compressed-tensors", "\"sym\":false,", 4); }
+/* compute bf16: the recomputed blocks' forwards run the same bf16 products. */
+static void test_resume_gptq_bf16(void) { resume_case("gptq", "gptq_v2", "\"compute\":\"bf16\",", 2); }
 
 /* A resume that would have to recompute a block whose fold file is gone or damaged fails
  * with the file's name and leaves the checkpoint as it was. */
@@ -626,6 +628,7 @@ int main(void)
     TEST_RUN(test_resume_awq);
     TEST_RUN(test_resume_rtn_v2);
     TEST_RUN(test_resume_awq_gptq_ct);
+    TEST_RUN(test_resume_gptq_bf16);
     TEST_RUN(test_resume_folds_damaged);
     TEST_RUN(test_before_commit_refused);
     TEST_RUN(test_fingerprint_and_overwrite);

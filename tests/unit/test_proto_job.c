@@ -516,6 +516,32 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
 
+/* compute: f32 (default) or bf16, fingerprinted (it changes the output) and absent from
+ * the canonical form at f32, so existing jobs keep their ids. */
+static void test_compute(void)
+{
+    qp_job *a = parse_ok("{" BASE "}");
+    qp_job *b = parse_ok("{" BASE ", \"compute\": \"f32\"}");
+    qp_job *c = parse_ok("{" BASE ", \"compute\": \"bf16\"}");
+    if (!a || !b || !c) goto out;
+    CHECK_INT(a->compute, QP_COMPUTE_F32);
+    CHECK_STR(a->id, b->id);
+    CHECK_INT(c->compute, QP_COMPUTE_BF16);
+    CHECK(strcmp(a->id, c->id) != 0);
+    char *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *fc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
+    CHECK(fa && !strstr(fa, "compute"));
+    CHECK(fc && strstr(fc, "\"compute\":\"bf16\""));
+    char *js = qp_job_to_json(c, 0);
+    qp_job *d = js ? parse_ok(js) : NULL;
+    CHECK(d && d->compute == QP_COMPUTE_BF16);
+    free(fa); free(fc); free(js);
+    qp_job_free(d);
+    EXPECT_ERR("{" BASE ", \"compute\": \"fp16\"}", "job.compute: \"fp16\" is not one of f32, bf16");
+    EXPECT_ERR("{" BASE ", \"compute\": 16}", "job.compute");
+out:
+    qp_job_free(a); qp_job_free(b); qp_job_free(c);
+}
+
 /* kernel_check_rows: default 64, range, refused without kernel_check, kept by the canonical
  * form only when not the default (a job's id does not change), out of the fingerprint. */
 static void test_kernel_check_rows(void)
@@ -704,6 +730,7 @@ int main(void)
     TEST_RUN(test_moe_options);
     TEST_RUN(test_awq_options);
     TEST_RUN(test_kernel_check_rows);
+    TEST_RUN(test_compute);
     TEST_RUN(test_checkpoint_options);
     TEST_RUN(test_names);
     TEST_RUN(test_mutations_never_crash);

@@ -1,0 +1,115 @@
+/* The job's "compute": "bf16" (proto/job.h, qp_compute): the block forward's projections and
+ * the GPTQ Hessians take bfloat16 inputs (quant/backend/cpu/cpu_bf16.h); quantization stays
+ * F32. Checked here on a generated Llama:
+ *   - a bf16 job's output differs from the f32 job's (the setting reaches the arithmetic)
+ *     and is as close to the float model (logits) as the f32 job's;
+ *   - the portable path (runtime cpu_kernel "portable", no AMX tiles) gives an output as
+ *     good, byte-identical to the tiles' where this CPU has none;
+ *   - a GPTQ+AWQ job runs with it too;
+ *   - a backend without bfloat16 products refuses the job, naming the setting, before it
+ *     writes anything.
+ * Resume under bf16 is test_pipeline_resume's test_resume_gptq_bf16. */
+#include <stdio.h>
+#include <string.h>
+
+#include "quant/backend/cpu/cpu_bf16.h"
+#include "quant/core/runtime.h"
+
+#include "pipeline_testlib.h"
+
+static const char *T;
+static char model[4096], tokens[4096];
+
+static int run(qd_backend *be, const char *name, const char *method, const char *format, const char *extra)
+{
+    char out[4200];
+    snprintf(out, sizeof out, "%s/%s", T, name);
+    qp_job *job = pt_job(model, out, method, format, tokens, extra);
+    if (!job) return -1;
+    qd_err err = {0};
+    int rc = qd_pipeline_run(job, be, NULL, &err);
+    if (rc) fprintf(stderr, "%s: %s\n", name, err.msg);
+    qp_job_free(job);
+    return rc;
+}
+
+static int same(const char *a, const char *b)
+{
+    char pa[4300], pb[4300];
+    snprintf(pa, sizeof pa, "%s/%s/model.safetensors", T, a);
+    snprintf(pb, sizeof pb, "%s/%s/model.safetensors", T, b);
+    return pt_same_file(pa, pb);
+}
+
+static double rel(const char *name)
+{
+    char d[4200];
+    snprintf(d, sizeof d, "%s/%s", T, name);
+    return pt_logits_rel(model, d);
+}
+
+static void test_bf16_gptq(void)
+{
+    qd_runtime_opts rt = qd_runtime_opts_default();
+    rt.cpu_kernel = QD_CPU_KERNEL_PORTABLE;
+    qd_backend *portable = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_backend_cpu_open(2, &rt, &portable, &err));
+    if (!portable) return;
+    CHECK_OK(run(pt_be, "f32", "gptq", "gptq", NULL));
+    CHECK_OK(run(pt_be, "bf16", "gptq", "gptq", "\"compute\":\"bf16\","));
+    CHECK_OK(run(portable, "bf16-portable", "gptq", "gptq", "\"compute\":\"bf16\","));
+    CHECK(!same("f32", "bf16"));
+    if (!cpu_bf16_amx_usable()) CHECK(same("bf16", "bf16-portable"));
+    double e32 = rel("f32"), e16 = rel("bf16"), ep = rel("bf16-portable");
+    fprintf(stderr, "logits rel. error to float: f32 job %.5f, bf16 job %.5f, bf16 portable %.5f\n", e32, e16, ep);
+    CHECK(e32 > 0 && e16 > 0 && ep > 0);
+    CHECK(e16 < 1.15 * e32 && ep < 1.15 * e32);
+    qd_backend_close(portable);
+}
+
+static void test_bf16_awq_gptq(void)
+{
+    CHECK_OK(run(pt_be, "awqg-f32", "awq+gptq", "compressed-tensors", "\"sym\":false,"));
+    CHECK_OK(run(pt_be, "awqg-bf16", "awq+gptq", "compressed-tensors", "\"sym\":false,\"compute\":\"bf16\","));
+    CHECK(!same("awqg-f32", "awqg-bf16"));
+    double e32 = rel("awqg-f32"), e16 = rel("awqg-bf16");
+    fprintf(stderr, "awq+gptq: f32 job %.5f, bf16 job %.5f\n", e32, e16);
+    CHECK(e32 > 0 && e16 > 0 && e16 < 1.15 * e32);
+}
+
+static void test_bf16_refused(void)
+{
+    /* The CPU backend with its bf16 ops taken out: what a backend lacking them looks like. */
+    qd_backend_ops ops = *pt_be->ops;
+    ops.gemm_nt_bf16 = NULL;
+    ops.hessian_accum_bf16 = NULL;
+    qd_backend be = *pt_be;
+    be.ops = &ops;
+    char out[4200];
+    snprintf(out, sizeof out, "%s/refused", T);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, "\"compute\":\"bf16\",");
+    if (!job) { CHECK(0); return; }
+    qd_err err = {0};
+    CHECK_INT(qd_pipeline_run(job, &be, NULL, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "compute bf16: the cpu backend has no bfloat16 products");
+    CHECK(!qd_fs_exists(out));
+    qp_job_free(job);
+}
+
+int main(void)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    T = test_tmpdir();
+    snprintf(model, sizeof model, "%s/llama", T);
+    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
+    qd_testgen_opts lo = pt_llama_opts(96, 2);
+    if (pt_gen_model(model, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    fprintf(stderr, "AMX-BF16 tiles: %s\n", cpu_bf16_amx_usable() ? "used" : "not available");
+    TEST_RUN(test_bf16_gptq);
+    TEST_RUN(test_bf16_awq_gptq);
+    TEST_RUN(test_bf16_refused);
+    qd_backend_close(pt_be);
+    return test_finish();
+}
