@@ -25,7 +25,9 @@
 # true-sequential), "linear" = sequential_targets ["Linear"] (each linear its own subgraph:
 # true-sequential).
 # QUANTD_NOTS=1 adds a quantd job with true_sequential false (the same algorithm as
-# llm-compressor's "layer" pipeline) to each round. LLMC_SEED=N draws the calibration
+# llm-compressor's "layer" pipeline) to each round. QUANTD_BF16=1 adds a quantd job with
+# "compute": "bf16" (tag quantd-bf16). A target with the suffix -bf16 ("layer-bf16",
+# "linear-bf16") runs llm-compressor on the model loaded in bfloat16. LLMC_SEED=N draws the calibration
 # windows with seed N instead of 0 (work directory BUILD_DIR/llmc-bench-seedN): quality
 # comparisons need several draws.
 # Each round runs quantd, then each llm-compressor variant, under /usr/bin/time; the eval
@@ -62,11 +64,12 @@ if [ "$summary_only" != 1 ]; then
 "$qctl" tokenize --model "$model" --text "$data/text/c4/c4-calib.jsonl" --jsonl --out "$work/c4.ids.json" >/dev/null
 python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seqlen" "$seed" "$calib" >&2
 "$qctl" tokenize --model "$model" --text "$data/text/wikitext-2-raw/wiki.test.raw" --bos --out "$work/wiki.ids.json" >/dev/null
-qjob() {   # qjob OUT TRUE_SEQUENTIAL
-    echo "{\"model\": \"$model\", \"output\": \"$1\", \"method\": \"gptq\", \"bits\": 4, \"group_size\": 64, \"sym\": true, \"desc_act\": false, \"true_sequential\": $2, \"damp_percent\": 0.01, \"format\": \"compressed-tensors\", \"backend\": \"cpu\", \"calibration\": {\"path\": \"$calib\", \"samples\": $samples, \"seq_len\": $seqlen, \"style\": \"awq\"}, \"overwrite\": true}"
+qjob() {   # qjob OUT TRUE_SEQUENTIAL [EXTRA_KEYS]
+    echo "{${3:-}\"model\": \"$model\", \"output\": \"$1\", \"method\": \"gptq\", \"bits\": 4, \"group_size\": 64, \"sym\": true, \"desc_act\": false, \"true_sequential\": $2, \"damp_percent\": 0.01, \"format\": \"compressed-tensors\", \"backend\": \"cpu\", \"calibration\": {\"path\": \"$calib\", \"samples\": $samples, \"seq_len\": $seqlen, \"style\": \"awq\"}, \"overwrite\": true}"
 }
 qjob "$work/out-quantd" true >"$work/job.json"
 qjob "$work/out-quantd-nots" false >"$work/job-nots.json"
+qjob "$work/out-quantd-bf16" true '"compute": "bf16", ' >"$work/job-bf16.json"
 fi
 [ "$summary_only" = 1 ] || { date -u; lscpu | head -20; nproc; free -m; } >"$work/machine.txt"
 [ "$summary_only" = 1 ] || "$venv/bin/pip" freeze >"$work/llmc-freeze.txt"
@@ -92,13 +95,19 @@ for r in $(seq 1 "$rounds_to_run"); do
         timed quantd-nots "$r" "$qctl" quantize "$work/job-nots.json" --threads 2
         cp "$work/out-quantd-nots/quantd_report.json" "$work/report-quantd-nots-r$r.json"
     fi
+    if [ "${QUANTD_BF16:-0}" = 1 ]; then
+        timed quantd-bf16 "$r" "$qctl" quantize "$work/job-bf16.json" --threads 2
+        cp "$work/out-quantd-bf16/quantd_report.json" "$work/report-quantd-bf16-r$r.json"
+    fi
     for t in $targets; do
         rm -rf "$work/out-llmc-$t"
-        timed "llmc-$t" "$r" "$venv/bin/python" "$here/llmcompressor_run.py" "$model" "$calib" "$samples" "$seqlen" "$work/out-llmc-$t" 2 "$t"
+        dt=float32; case $t in *-bf16) dt=bfloat16 ;; esac
+        timed "llmc-$t" "$r" "$venv/bin/python" "$here/llmcompressor_run.py" "$model" "$calib" "$samples" "$seqlen" "$work/out-llmc-$t" 2 "${t%-bf16}" "$dt"
     done
     if [ "$r" = 1 ]; then
         evaluate quantd "$work/out-quantd"
         [ "${QUANTD_NOTS:-0}" = 1 ] && evaluate quantd-nots "$work/out-quantd-nots"
+        [ "${QUANTD_BF16:-0}" = 1 ] && evaluate quantd-bf16 "$work/out-quantd-bf16"
         for t in $targets; do evaluate "llmc-$t" "$work/out-llmc-$t"; done
     fi
 done
@@ -111,15 +120,18 @@ def done(tag, r):
     f = f"{work}/time-{tag}-r{r}.txt"
     return os.path.exists(f) and "wall=" in open(f).read()
 # every round any tool finished (the columns of a tool that lacks one show "-")
-alltags = ["quantd", "quantd-nots"] + [f"llmc-{x}" for x in targets]
+alltags = ["quantd", "quantd-nots", "quantd-bf16"] + [f"llmc-{x}" for x in targets]
 rounds = max([r for r in range(1, 100) if any(done(t, r) for t in alltags)] or [1])
 def tm(tag, r):
     t = open(f"{work}/time-{tag}-r{r}.txt").read()
     d = dict(re.findall(r"(wall|user|sys|maxrss_kb)=([\d.]+)", t))
     return float(d["wall"]), float(d["user"]) + float(d["sys"]), int(d["maxrss_kb"]) / 1024
-names = {"quantd": "quantd (true_sequential)", "quantd-nots": "quantd (true_sequential false)", "llmc-layer": "llm-compressor (per decoder layer)",
-         "llmc-linear": "llm-compressor (per linear: true-sequential)"}
-tags = ["quantd"] + (["quantd-nots"] if done("quantd-nots", 1) else []) + [f"llmc-{t}" for t in targets]
+names = {"quantd": "quantd (true_sequential)", "quantd-nots": "quantd (true_sequential false)",
+         "quantd-bf16": "quantd (true_sequential, compute bf16)", "llmc-layer": "llm-compressor (per decoder layer)",
+         "llmc-linear": "llm-compressor (per linear: true-sequential)",
+         "llmc-layer-bf16": "llm-compressor (per decoder layer, bfloat16)",
+         "llmc-linear-bf16": "llm-compressor (per linear, bfloat16)"}
+tags = ["quantd"] + [t for t in ("quantd-nots", "quantd-bf16") if done(t, 1)] + [f"llmc-{t}" for t in targets]
 print("| tool | " + " | ".join(f"wall r{r} s" for r in range(1, rounds + 1)) + " | CPU s (user+sys, best) | peak RSS MiB | PPL | KL to float | top-1 |")
 print("|---|" + "---|" * rounds + "---|---|---|---|---|")
 fp = {"ppl": json.load(open(f"{work}/eval-quantd.json"))["ref_ppl"]}   # the float model, same windows
@@ -133,10 +145,11 @@ for tag in tags:
           f" | {cpus[tag]:.1f} | {max(t[2] for t in ts):.0f} | {e['ppl']:.3f} | {e['kl_mean']:.5f} | {100 * e['top1_agree']:.2f}% |")
 print("| float (same windows) |" + " - |" * (rounds + 2) + f" {fp['ppl']:.3f} | - | - |")
 print()
-for tag in tags[1:]:
-    if tag.startswith("quantd"): continue
-    print(f"- best wall {tag} / quantd = {walls[tag]:.1f} / {walls['quantd']:.1f} = {walls[tag] / walls['quantd']:.2f}x")
-    print(f"- best CPU {tag} / quantd = {cpus[tag]:.1f} / {cpus['quantd']:.1f} = {cpus[tag] / cpus['quantd']:.2f}x")
+for q in [t for t in tags if t in ("quantd", "quantd-bf16")]:
+    for tag in tags[1:]:
+        if tag.startswith("quantd"): continue
+        print(f"- best wall {tag} / {q} = {walls[tag]:.1f} / {walls[q]:.1f} = {walls[tag] / walls[q]:.2f}x")
+        print(f"- best CPU {tag} / {q} = {cpus[tag]:.1f} / {cpus[q]:.1f} = {cpus[tag] / cpus[q]:.2f}x")
 for r in range(1, rounds + 1):
     rep = json.load(open(f"{work}/report-quantd-r{r}.json"))["totals"]
     print(f"- quantd r{r} stage_seconds: " + ", ".join(f"{k} {v:.1f}" for k, v in rep["stage_seconds"].items()) +

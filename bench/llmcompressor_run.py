@@ -1,6 +1,6 @@
 """llm-compressor's GPTQ on a float model with given calibration ids (bench/llmcompressor.sh).
 
-    python bench/llmcompressor_run.py MODEL IDS.json SAMPLES SEQ_LEN OUT THREADS TARGETS
+    python bench/llmcompressor_run.py MODEL IDS.json SAMPLES SEQ_LEN OUT THREADS TARGETS [DTYPE]
 
 IDS.json: a flat JSON array of SAMPLES * SEQ_LEN token ids (the exact ids the quantd job
 reads), cut into SAMPLES rows of SEQ_LEN, fed in file order (no shuffle, batch size 1, no
@@ -12,13 +12,17 @@ the layer's input before any of them is quantized) or "linear" (sequential_targe
 quantized ones before it: quantd's true_sequential), or "awq": llm-compressor's AWQ instead
 of GPTQ, for AWQ's cost beside quantd's (bench/results/awq-speed.md): AWQModifier (duo
 scaling, grid 20, its default mappings) then QuantizationModifier, W4A16 int, asymmetric,
-group 64. Output: compressed-tensors pack-quantized, plus the model's tokenizer files.
+group 64. DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
+(torch runs bf16 matrix products on AMX where the CPU has it; GPTQ's Hessian is still
+accumulated in float32 from the bf16 activations). Output: compressed-tensors
+pack-quantized, plus the model's tokenizer files.
 Prints one JSON line of stage seconds.
 """
 import json, os, shutil, sys, time
 
 t_start = time.time()
 model_dir, ids_path, samples, seq_len, out, threads, targets = sys.argv[1:8]
+dtype_name = sys.argv[8] if len(sys.argv) > 8 else "float32"
 samples, seq_len, threads = int(samples), int(seq_len), int(threads)
 
 import torch
@@ -42,7 +46,9 @@ assert len(ids) == samples * seq_len, (len(ids), samples, seq_len)
 rows = [ids[i * seq_len:(i + 1) * seq_len] for i in range(samples)]
 ds = Dataset.from_dict({"input_ids": rows, "attention_mask": [[1] * seq_len for _ in rows]})
 
-model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32)
+if dtype_name not in ("float32", "bfloat16"):
+    sys.exit("DTYPE must be float32 or bfloat16")
+model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=getattr(torch, dtype_name))
 t_load = time.time()
 
 def weights(symmetric):
@@ -78,4 +84,4 @@ t_save = time.time()
 print(json.dumps({"import_s": round(t_import - t_start, 2), "load_s": round(t_load - t_import, 2),
                   "oneshot_s": round(t_quant - t_load, 2), "save_s": round(t_save - t_quant, 2),
                   "total_s": round(t_save - t_start, 2), "threads": torch.get_num_threads(),
-                  "targets": targets}))
+                  "targets": targets, "dtype": dtype_name}))

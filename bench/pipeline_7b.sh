@@ -11,8 +11,9 @@
 #
 #   bench/pipeline_7b.sh [BUILD_DIR] [BLOCKS] [SAMPLES] [SEQ_LEN] [METHOD] [BACKEND]
 #
-# Defaults: build/release, 2 blocks, 8 x 2048 tokens, gptq (true_sequential), cpu. Results of
-# dated runs: bench/results/pipeline-7b.md.
+# Defaults: build/release, 2 blocks, 8 x 2048 tokens, gptq (true_sequential), cpu. JOB_EXTRA
+# adds keys to the job, e.g. JOB_EXTRA='"compute": "bf16", "checkpoint": {"acts_every": 1}'.
+# Results of dated runs: bench/results/pipeline-7b.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 B=${1:-build/release}
@@ -31,7 +32,7 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$(nproc)}
     --max-pos 4096 --vocab 512 --dtype f16 > /dev/null
 python3 -c "import json,random; random.seed(0); json.dump({'tokens':[random.randrange(512) for _ in range($S*$L+4096)]}, open('$T/ids.json','w'))"
 cat > "$T/job.json" <<JOB
-{"model": "$T/m", "output": "$T/out", "method": "$M", "bits": 4, "group_size": 128,
+{"model": "$T/m", "output": "$T/out", "method": "$M", "bits": 4, "group_size": 128, ${JOB_EXTRA:+$JOB_EXTRA,}
  "calibration": {"path": "$T/ids.json", "samples": $S, "seq_len": $L}}
 JOB
 /usr/bin/time -f "%e %M %U %S" -o "$T/time" "$Q" quantize "$T/job.json" --backend "$BE" > "$T/log" 2>&1 ||

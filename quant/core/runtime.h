@@ -37,7 +37,9 @@ typedef struct qd_runtime_opts {
     int64_t cpu_cache_mb;        /* QUANTD_CPU_CACHE_MB: the CPU backend's cache of freed large
                                   * blocks, in MB; 0 turns it off; -1 (default) = 1/8 of the
                                   * physical memory, at most 4 GiB */
-    qd_cpu_kernel cpu_kernel;    /* QUANTD_CPU_KERNEL; default QD_CPU_KERNEL_AUTO */
+    qd_cpu_kernel cpu_kernel;    /* QUANTD_CPU_KERNEL; default QD_CPU_KERNEL_AUTO. Anything but
+                                  * auto also keeps "compute": "bf16" off the AMX tiles (its
+                                  * portable path: same arithmetic, other summation order) */
     qd_gptq_form gptq_form;      /* QUANTD_GPTQ_FORM; default QD_GPTQ_FORM_AUTO */
     const char *fault_inject;    /* QUANTD_FAULT_INJECT, "OP:N" (builds with QUANTD_FAULT_HOOKS
                                   * only, see quant/backend/backend_fault.h); NULL (default) =
