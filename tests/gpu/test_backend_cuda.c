@@ -104,6 +104,45 @@ static int op_hessian(qd_backend *be, float *out, float **in, void *ud)
     return rc;
 }
 
+/* "compute": "bf16": the same bf16-rounded products, F32 sums, in another order. The shapes
+ * cross the 8192-row chunk of the CUDA side (rows 9000) and the tile edges of the CPU's. */
+static int op_gemm_bf16(qd_backend *be, float *out, float **in, void *ud)
+{
+    (void)ud;
+    return be->ops->gemm_nt_bf16(be, 9000, 45, 70, in[0], 70, in[1], 70, out, 45);
+}
+
+static int op_hessian_bf16(qd_backend *be, float *out, float **in, void *ud)
+{
+    int rc = qd_backend_upload(be, out, ud, 40 * 40 * sizeof(float));
+    if (!rc) rc = be->ops->hessian_accum_bf16(be, out, 40, in[0], 9000, 40, 50);
+    return rc;
+}
+
+static int op_gemm_f32_or_bf16(qd_backend *be, float *out, float **in, void *ud)
+{
+    if (be != cpu) return op_gemm_bf16(be, out, in, ud);
+    return be->ops->gemm(be, 0, 1, 9000, 45, 70, 1.0f, in[0], 70, in[1], 70, 0.0f, out, 45);
+}
+
+static void test_bf16_products(void)
+{
+    float *a = rnd(9000 * 70, 1), *b = rnd(45 * 70, 1), *h0 = rnd(40 * 40, 0.0f);
+    for (int i = 0; i < 40 * 40; i++) h0[i] = i % 41 == 0 ? 1.0f : 0.0f;
+    float *in[2] = {a, b};
+    size_t n[2] = {9000 * 70, 45 * 70};
+    CHECK(both(op_gemm_bf16, in, n, 2, 9000 * 45, NULL) < 1e-5);
+    float *in1[1] = {a};
+    size_t n1[1] = {9000 * 40};
+    CHECK(both(op_hessian_bf16, in1, n1, 1, 40 * 40, h0) < 1e-5);
+    /* And the inputs are rounded: the CPU's F32 product differs from the GPU's bf16 one by
+     * bf16's rounding (about 2^-9 relative), far more than the orders above. */
+    CHECK(both(op_gemm_f32_or_bf16, in, n, 2, 9000 * 45, NULL) > 1e-4);
+    free(a);
+    free(b);
+    free(h0);
+}
+
 static int op_chol(qd_backend *be, float *out, float **in, void *ud)
 {
     int rc = be->ops->copy(be, out, in[0], 48 * 48 * sizeof(float));
@@ -331,6 +370,7 @@ int main(void)
     }
     TEST_RUN(test_gemm);
     TEST_RUN(test_hessian_chol);
+    TEST_RUN(test_bf16_products);
     TEST_RUN(test_nn_ops);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);

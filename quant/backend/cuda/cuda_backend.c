@@ -182,6 +182,85 @@ static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x,
     return 0;
 }
 
+/* ---- bfloat16-input products ("compute": "bf16") ------------------------------------- */
+
+/* Rows of A (or X) converted to bf16 at a time: a bounded scratch whatever the row count. */
+#define BF16_CHUNK_ROWS 8192
+
+/* C = A B^T over bf16 copies on the tensor cores, F32 sums (CUBLAS_COMPUTE_32F). */
+static int cu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                           const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    int skip = 0;
+    int64_t lda_ok = lda, ldb_ok = ldb;
+    int rc = qd_backend_gemm_args_check("cuda gemm_nt_bf16", 0, 1, m, n, k, a, lda, b, ldb, c, ldc, &skip, &lda_ok,
+                                        &ldb_ok, &be->err);
+    if (rc || skip) return rc;
+    if (k == 0) return cu_gemm(be, 0, 1, m, n, k, 1.0f, a, lda, b, ldb, 0.0f, c, ldc);
+    cuda_impl *im = cu_impl(be);
+    int64_t chunk = m < BF16_CHUNK_ROWS ? m : BF16_CHUNK_ROWS;
+    void *b16 = cu_alloc(be, (size_t)(n * k) * 2), *a16 = b16 ? cu_alloc(be, (size_t)(chunk * k) * 2) : NULL;
+    if (!a16) {
+        cu_free(be, b16);
+        return be->err.code ? be->err.code : QD_ENOMEM;
+    }
+    const float one = 1.0f, zero = 0.0f;
+    int e = cudaop_to_bf16(im->stream, b, n, k, ldb_ok, b16);
+    for (int64_t r0 = 0; r0 < m && !e; r0 += chunk) {
+        int64_t rows = m - r0 < chunk ? m - r0 : chunk;
+        e = cudaop_to_bf16(im->stream, a + r0 * lda_ok, rows, k, lda_ok, a16);
+        if (e) break;
+        /* Column-major: C^T [n, rows] = B16 (as k x n, transposed) . A16^T (k x rows). */
+        cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, b16,
+                                         CUDA_R_16BF, (int)k, a16, CUDA_R_16BF, (int)k, &zero, c + r0 * ldc,
+                                         CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            cu_free(be, a16);
+            cu_free(be, b16);
+            return cu_fail(be, "cublasGemmEx (bf16)", cublasGetStatusString(st), __FILE__, __LINE__);
+        }
+    }
+    cu_free(be, a16);
+    cu_free(be, b16);
+    if (e) return cu_fail(be, "bf16 kernel", cudaGetErrorString((cudaError_t)e), __FILE__, __LINE__);
+    return 0;
+}
+
+/* H = beta H + alpha X^T X over bf16 copies of X: the whole square by GemmEx (cuBLAS has no
+ * bf16 syrk), its upper triangle then mirrored so H is exactly symmetric. */
+static int cu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows, int64_t ldx,
+                                 int64_t n_seen)
+{
+    int rc = qd_backend_hessian_args_check("cuda hessian_accum_bf16", h, k, x, rows, ldx, n_seen, &be->err);
+    if (rc) return rc;
+    if (rows == 0) return 0;
+    cuda_impl *im = cu_impl(be);
+    double total = (double)n_seen + (double)rows;
+    float beta = (float)((double)n_seen / total), alpha = (float)(2.0 / total);
+    int64_t chunk = rows < BF16_CHUNK_ROWS ? rows : BF16_CHUNK_ROWS;
+    void *x16 = cu_alloc(be, (size_t)(chunk * k) * 2);
+    if (!x16) return be->err.code ? be->err.code : QD_ENOMEM;
+    int e = 0;
+    for (int64_t r0 = 0; r0 < rows && !e; r0 += chunk) {
+        int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
+        e = cudaop_to_bf16(im->stream, x + r0 * ldx, nr, k, ldx, x16);
+        if (e) break;
+        /* X16 row-major [nr, k] is column-major X^T (k x nr): X^T X = (X^T)(X^T)^T. */
+        float b0 = r0 == 0 ? beta : 1.0f;
+        cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)k, (int)k, (int)nr, &alpha, x16,
+                                         CUDA_R_16BF, (int)k, x16, CUDA_R_16BF, (int)k, &b0, h, CUDA_R_32F, (int)k,
+                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        if (st != CUBLAS_STATUS_SUCCESS) {
+            cu_free(be, x16);
+            return cu_fail(be, "cublasGemmEx (bf16 X^T X)", cublasGetStatusString(st), __FILE__, __LINE__);
+        }
+    }
+    cu_free(be, x16);
+    if (e) return cu_fail(be, "bf16 kernel", cudaGetErrorString((cudaError_t)e), __FILE__, __LINE__);
+    LAUNCH(be, "symmetrize kernel", cudaop_symmetrize_upper(im->stream, h, k));
+    return 0;
+}
+
 /* H -> U with H^-1 = U^T U. All three cuSOLVER calls work on the column-major lower
  * triangle (row-major upper): potrf gives L, potri turns it into the lower triangle of
  * H^-1, and potrf again gives L' with H^-1 = L' L'^T; in row-major memory L' reads as
@@ -398,6 +477,8 @@ static const qd_backend_ops cuda_ops = {
     .sync = cu_sync,
     .gemm = cu_gemm,
     .hessian_accum = cu_hessian_accum,
+    .gemm_nt_bf16 = cu_gemm_nt_bf16,
+    .hessian_accum_bf16 = cu_hessian_accum_bf16,
     .chol_inverse_upper = cu_chol_inverse_upper,
     .gptq_block = cu_gptq_block,
     .fake_quant = cu_fake_quant,

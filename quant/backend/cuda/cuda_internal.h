@@ -33,6 +33,9 @@ typedef struct cudaop_qcfg {
 } cudaop_qcfg;
 
 int cudaop_symmetrize_upper(void *stream, float *h, int64_t k);
+/* dst (device, rows x cols bfloat16, dense) = src [rows, cols] (row stride ld) rounded to
+ * bf16 as quant/backend/cpu/cpu_bf16.h defines it. */
+int cudaop_to_bf16(void *stream, const float *src, int64_t rows, int64_t cols, int64_t ld, void *dst);
 /* Zeroes the strict lower triangle of row-major h and sets *flag when an entry is not
  * finite or a diagonal entry is not positive. */
 int cudaop_finish_upper(void *stream, float *h, int64_t k, int *flag);

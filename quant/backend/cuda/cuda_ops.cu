@@ -5,6 +5,7 @@
  * GPTQ in-block update is written with __fmul_rn/__fsub_rn so nvcc does not contract it into
  * an FMA the reference does not have, and the reductions that decide accuracy accumulate in
  * double in a fixed order, so results do not vary from run to run. */
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -241,6 +242,27 @@ extern "C" int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, 
     cudaStream_t st = (cudaStream_t)stream;
     k_sq_diff_partial<<<CUDAOP_REDUCE_BLOCKS, OP_THREADS, 0, st>>>(a, b, n, partial);
     k_sum_partials<<<1, OP_THREADS, 0, st>>>(partial, CUDAOP_REDUCE_BLOCKS, out_dev);
+    return op_launched();
+}
+
+/* ---- bfloat16 copies ("compute": "bf16", quant/backend/cpu/cpu_bf16.h) ---------------- */
+
+/* dst [rows, cols] (dense) = src rounded to bf16: nearest even, a subnormal to a zero of its
+ * sign (the CPU path's rounding). */
+__global__ void k_to_bf16(const float *src, int64_t rows, int64_t cols, int64_t ld, __nv_bfloat16 *dst)
+{
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < rows * cols;
+         id += (int64_t)gridDim.x * blockDim.x) {
+        float x = src[(id / cols) * ld + id % cols];
+        if (fabsf(x) < 1.17549435e-38f) x = copysignf(0.0f, x);
+        dst[id] = __float2bfloat16_rn(x);
+    }
+}
+
+extern "C" int cudaop_to_bf16(void *stream, const float *src, int64_t rows, int64_t cols, int64_t ld, void *dst)
+{
+    k_to_bf16<<<op_blocks(rows * cols), OP_THREADS, 0, (cudaStream_t)stream>>>(src, rows, cols, ld,
+                                                                               (__nv_bfloat16 *)dst);
     return op_launched();
 }
 
