@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/backend/backend_args.h"
 #include "quant/backend/cpu/cpu_bf16.h"
 #include "quant/core/parallel.h"
 #include "quant/formats/quantizer.h"
@@ -157,16 +158,16 @@ static int cpu_amx_on(const qd_backend *be)
 static int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                             const float *b, int64_t ldb, float *c, int64_t ldc)
 {
-    if (m < 0 || n < 0 || k < 0 || (m > 0 && n > 0 && (!c || ldc < n || (k > 0 && (!a || !b || lda < k || ldb < k)))))
-        return qd_err_set(&be->err, QD_EINVAL,
-                          "cpu gemm_nt_bf16: bad operands (m=%lld n=%lld k=%lld lda=%lld ldb=%lld ldc=%lld)",
-                          (long long)m, (long long)n, (long long)k, (long long)lda, (long long)ldb, (long long)ldc);
-    if (m == 0 || n == 0) return 0;
+    int skip = 0;
+    int64_t lda_ok = lda, ldb_ok = ldb;
+    int rc = qd_backend_gemm_args_check("cpu gemm_nt_bf16", 0, 1, m, n, k, a, lda, b, ldb, c, ldc, &skip, &lda_ok,
+                                        &ldb_ok, &be->err);
+    if (rc || skip) return rc;
     if (k == 0) {
         for (int64_t i = 0; i < m; i++) memset(c + i * ldc, 0, (size_t)n * sizeof *c);
         return 0;
     }
-    if (cpu_bf16_gemm_nt(cpu_amx_on(be), be->n_threads, m, n, k, a, lda, b, ldb, c, ldc))
+    if (cpu_bf16_gemm_nt(cpu_amx_on(be), be->n_threads, m, n, k, a, lda_ok, b, ldb_ok, c, ldc))
         return qd_err_set(&be->err, QD_ENOMEM, "cpu gemm_nt_bf16: cannot allocate the bf16 copies of a [%lld x %lld] "
                           "product's operands", (long long)m, (long long)n);
     return 0;
@@ -175,11 +176,8 @@ static int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, con
 static int cpu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
                                   int64_t ldx, int64_t n_seen)
 {
-    if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)))
-        return qd_err_set(&be->err, QD_EINVAL,
-                          "cpu hessian_accum_bf16: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)",
-                          (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
-    if (rows == 0) return 0;
+    int rc = qd_backend_hessian_args_check("cpu hessian_accum_bf16", h, k, x, rows, ldx, n_seen, &be->err);
+    if (rc || rows == 0) return rc;
     double total = (double)n_seen + (double)rows;
     if (cpu_bf16_syrk(cpu_amx_on(be), be->n_threads, k, x, rows, ldx, (float)(2.0 / total),
                       (float)((double)n_seen / total), h))
