@@ -106,6 +106,12 @@ int qd_model_mlp_out_group(const qd_model *m);
  * memory. */
 int qd_block_mlp_finish(qd_model *m, const qd_block_weights *bw, const float *act, const float *x, float *y,
                         int64_t rows, qd_err *err);
+/* y [rows, n] = x [rows, k] W^T + b through m's backend in the model's compute arithmetic
+ * (F32, or bf16 products after qd_model_set_compute_bf16): what the block forward's own
+ * projections run, for callers that replay a part of it (AWQ's module losses). Backend
+ * memory; b may be NULL; a backend error's text is in m's backend (be->err). */
+int qd_model_linear_forward(qd_model *m, const float *x, int64_t rows, const float *w, const float *b, int64_t n,
+                            int64_t k, float *y);
 /* y [rows, n] = x [rows, k] W^T + b through be->ops (b may be NULL); backend memory. */
 int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float *w,
                       const float *b, int64_t n, int64_t k, float *y);

@@ -23,6 +23,16 @@ int qd_linear_forward(qd_backend *be, const float *x, int64_t rows, const float 
     return rc;
 }
 
+int qd_model_linear_forward(qd_model *m, const float *x, int64_t rows, const float *w, const float *b, int64_t n,
+                            int64_t k, float *y)
+{
+    qd_backend *be = m->be;
+    if (!m->compute_bf16 || rows == 0) return qd_linear_forward(be, x, rows, w, b, n, k, y);
+    int rc = be->ops->gemm_nt_bf16(be, rows, n, k, x, k, w, k, y, n);
+    if (!rc && b) rc = be->ops->add_bias(be, y, b, rows, n);
+    return rc;
+}
+
 int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
                    const int32_t *pos, float *h, qd_err *err)
 {
@@ -104,11 +114,8 @@ int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t 
     const float *w, *b;
     int rc = linear_weights(m, bw, li, hooks, &w, &b, err);
     if (rc) return rc;
-    qd_backend *be = m->be;
-    if (!m->compute_bf16 || rows == 0) rc = qd_linear_forward(be, x, rows, w + r0 * L->k, b ? b + r0 : NULL, n, L->k, y);
-    else if (!(rc = be->ops->gemm_nt_bf16(be, rows, n, L->k, x, L->k, w + r0 * L->k, L->k, y, n)) && b)
-        rc = be->ops->add_bias(be, y, b + r0, rows, n);
-    if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, be->err.msg);
+    rc = qd_model_linear_forward(m, x, rows, w + r0 * L->k, b ? b + r0 : NULL, n, L->k, y);
+    if (rc) return qd_err_set(err, rc, "block %d %s: %s", bw->block, L->name, m->be->err.msg);
     return 0;
 }
 

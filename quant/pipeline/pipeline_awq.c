@@ -59,7 +59,7 @@ static int awq_attn_input(void *ud, int block, int group, const qd_input_group *
     qd_backend *be = a->p->be;
     const qd_linear_info *L = qd_model_linear(a->p->m, a->o_li);
     float *y = a->ref_pass ? a->yref + a->row0 * L->n : a->ytmp;
-    int rc = qd_linear_forward(be, x, rows, a->bw->w[a->o_li], NULL, L->n, g->k, y);
+    int rc = qd_model_linear_forward(a->p->m, x, rows, a->bw->w[a->o_li], NULL, L->n, g->k, y);
     if (rc) return qd_err_set(a->c.err, rc, "awq: %s output: %s", L->name, be->err.msg);
     if (!a->ref_pass) {
         double s = 0;
@@ -141,11 +141,11 @@ static int awq_mlp_chunk(awq_mlp_ctx *m, const float *wg, const float *wu, int64
         wu = wg + m->ff * m->hidden;
         bu = bg ? bg + m->ff : NULL;
     }
-    int rc = qd_linear_forward(be, x, nr, wg, bg, m->ff, m->hidden, m->hg);
-    if (!rc) rc = qd_linear_forward(be, x, nr, wu, bu, m->ff, m->hidden, m->hu);
+    int rc = qd_model_linear_forward(m->p->m, x, nr, wg, bg, m->ff, m->hidden, m->hg);
+    if (!rc) rc = qd_model_linear_forward(m->p->m, x, nr, wu, bu, m->ff, m->hidden, m->hu);
     if (!rc) rc = m->gelu ? be->ops->gelu_tanh_mul(be, m->hg, m->hg, m->hu, nr * m->ff)
                           : be->ops->silu_mul(be, m->hg, m->hg, m->hu, nr * m->ff);
-    if (!rc) rc = qd_linear_forward(be, m->hg, nr, m->bw->w[m->down_li], NULL, m->hidden, m->ff, dst);
+    if (!rc) rc = qd_model_linear_forward(m->p->m, m->hg, nr, m->bw->w[m->down_li], NULL, m->hidden, m->ff, dst);
     if (rc) return qd_err_set(err, rc, "awq: MLP output: %s", be->err.msg);
     return 0;
 }
