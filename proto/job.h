@@ -113,7 +113,8 @@ typedef struct qp_job_serve {
 /* The arithmetic of the calibration forward's projections and of the GPTQ Hessians
  * ("compute"): F32 throughout, or products with bfloat16 inputs summed in F32 (what the
  * Python tools run on a GPU in bf16; on a CPU with AMX-BF16 several times faster than F32).
- * The block forward's projections include AWQ's module forwards over its candidates;
+ * The block forward's projections include AWQ's module forwards over its candidates (and
+ * on the CPU the attention's two products, backend op attention_bf16);
  * GPTQ's updates, AWQ's loss arithmetic and clip search and the error report stay F32. Changes
  * the output, so part of the fingerprint; absent from the canonical form at f32. */
 typedef enum qp_compute { QP_COMPUTE_F32 = 0, QP_COMPUTE_BF16 = 1 } qp_compute;

@@ -121,6 +121,12 @@ typedef struct qd_backend_ops {
                         const float *b, int64_t ldb, float *c, int64_t ldc);
     int (*hessian_accum_bf16)(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
                               int64_t ldx, int64_t n_seen);
+    /* attention with both products (Q K^T, P V) on bf16-rounded inputs, F32 sums and an F32
+     * softmax, as torch runs it in bf16; optional even with the two above (absent: a bf16
+     * job's attention runs in F32). */
+    int (*attention_bf16)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                          int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
+                          float scale, int64_t window, float softcap);
     /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle
      * blocks) back to the system, so a job opening in a worker that ran others starts from
      * its own memory, not theirs (quant/pipeline measures its peak from there). */

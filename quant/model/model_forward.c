@@ -33,6 +33,11 @@ int qd_model_linear_forward(qd_model *m, const float *x, int64_t rows, const flo
     return rc;
 }
 
+qd_attention_fn qd_model_attention_op(const qd_model *m)
+{
+    return m->compute_bf16 && m->be->ops->attention_bf16 ? m->be->ops->attention_bf16 : m->be->ops->attention;
+}
+
 int qd_model_embed(qd_model *m, const int32_t *ids, int64_t batch, int64_t seq,
                    const int32_t *pos, float *h, qd_err *err)
 {
@@ -179,8 +184,8 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     }
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
-    BE_CALL(m, err, m->be->ops->attention(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads, c->head_dim,
-                                          (float)(1.0 / sqrt(qs)), window, c->attn_softcap));
+    BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
+                                             c->head_dim, (float)(1.0 / sqrt(qs)), window, c->attn_softcap));
     if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))
         return rc;

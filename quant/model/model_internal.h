@@ -127,6 +127,12 @@ int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_
  * the input hook of group g. */
 int qd_fwd_linear_part(qd_model *m, const qd_block_weights *bw, int li, int64_t r0, int64_t n, const float *x,
                        int64_t rows, float *y, const qd_block_hooks *hooks, qd_err *err);
+/* The backend's attention op in the model's compute arithmetic: attention_bf16 after
+ * qd_model_set_compute_bf16 where the backend has it, else attention. */
+typedef int (*qd_attention_fn)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                               int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                               int64_t window, float softcap);
+qd_attention_fn qd_model_attention_op(const qd_model *m);
 int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const float *x, int64_t rows,
                       const qd_block_hooks *hooks, qd_err *err);
 /* Multi-head latent attention (model_mla.c): xn [batch*seq, hidden] → out, the o_proj

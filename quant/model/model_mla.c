@@ -119,7 +119,7 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, qp, hqp, (size_t)(rows * H * D) * f));
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, kp, hkp, (size_t)(rows * H * D) * f));
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, vp, hvp, (size_t)(rows * H * D) * f));
-    BE_TRY(m, err, "attention", m->be->ops->attention(m->be, att, qp, kp, vp, batch, seq, H, H, D, mla_scale(c), 0, 0.0f));
+    BE_TRY(m, err, "attention", qd_model_attention_op(m)(m->be, att, qp, kp, vp, batch, seq, H, H, D, mla_scale(c), 0, 0.0f));
     /* Drop the value padding: [rows, H * V] for o_proj. */
     BE_TRY(m, err, "attention: download", qd_backend_download(m->be, hqp, att, (size_t)(rows * H * D) * f));
     for (int64_t t = 0; t < rows; t++)

@@ -132,24 +132,52 @@ typedef struct gemm_ctx {
     uint16_t *abuf;    /* per share: [A_MC][kp] */
 } gemm_ctx;
 
-/* B tiles of 16-row slices [lo, hi) of W (W's row = a column of C). */
+/* Slice jb (16 rows of B [n, k], a row being a column of C) as nk tiles at bp + jb * nk
+ * tiles; rows past n and k past its end read as 0. */
+AMX_TARGET static void pack_nk_slice(const float *b, int64_t n, int64_t k, int64_t ldb, int64_t nk, int64_t jb,
+                                     uint16_t *bp)
+{
+    const __m512i rowoff = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                              _mm512_set1_epi32(16));
+    for (int64_t s = 0; s < nk; s++) {
+        uint32_t *tile = (uint32_t *)(bp + (jb * nk + s) * TILE_ELEMS);
+        for (int col = 0; col < 16; col++) {
+            int64_t row = jb * 16 + col;
+            __m512i v = row < n ? amx_cvt32(b + row * ldb + s * 32, (int)(k - s * 32)) : _mm512_setzero_si512();
+            /* dword r of v (the pair k = 2r, 2r + 1) goes to tile row r, column col */
+            _mm512_i32scatter_epi32(tile + col, rowoff, v, 4);
+        }
+    }
+}
+
+/* Slice fb (16 columns of X [rows, ncols], the k dimension running down the rows) as nk
+ * tiles at bp + fb * nk tiles: tile row r interleaves rows 2r and 2r + 1. */
+AMX_TARGET static void pack_kn_slice(const float *x, int64_t rows, int64_t ncols, int64_t ldx, int64_t nk, int64_t fb,
+                                     uint16_t *bp)
+{
+    __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
+                                  23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
+    int64_t f0 = fb * 16;
+    int fv = (int)(ncols - f0 < 16 ? (ncols - f0 > 0 ? ncols - f0 : 0) : 16);
+    __mmask16 fm = fv >= 16 ? 0xffff : (__mmask16)((1u << fv) - 1);
+    for (int64_t st = 0; st < nk; st++) {
+        uint16_t *bt = bp + (fb * nk + st) * TILE_ELEMS;
+        for (int r = 0; r < 16; r++) {
+            int64_t t0 = st * 32 + 2 * r;
+            __m512 x0 = t0 < rows ? _mm512_maskz_loadu_ps(fm, x + t0 * ldx + f0) : _mm512_setzero_ps();
+            __m512 x1 = t0 + 1 < rows ? _mm512_maskz_loadu_ps(fm, x + (t0 + 1) * ldx + f0) : _mm512_setzero_ps();
+            __m512i v = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
+            _mm512_storeu_si512(bt + r * 32, _mm512_permutexvar_epi16(il, v));
+        }
+    }
+}
+
+/* B tiles of 16-row slices [lo, hi) of W. */
 AMX_TARGET static void gemm_pack_b(void *ctx, int t, int64_t lo, int64_t hi)
 {
     (void)t;
     gemm_ctx *g = ctx;
-    const __m512i rowoff = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
-                                              _mm512_set1_epi32(16));
-    for (int64_t jb = lo; jb < hi; jb++)
-        for (int64_t s = 0; s < g->nk; s++) {
-            uint32_t *tile = (uint32_t *)(g->bp + (jb * g->nk + s) * TILE_ELEMS);
-            for (int col = 0; col < 16; col++) {
-                int64_t row = jb * 16 + col;
-                __m512i v = row < g->n ? amx_cvt32(g->b + row * g->ldb + s * 32, (int)(g->k - s * 32))
-                                       : _mm512_setzero_si512();
-                /* dword r of v (the pair k = 2r, 2r + 1) goes to tile row r, column col */
-                _mm512_i32scatter_epi32(tile + col, rowoff, v, 4);
-            }
-        }
+    for (int64_t jb = lo; jb < hi; jb++) pack_nk_slice(g->b, g->n, g->k, g->ldb, g->nk, jb, g->bp);
 }
 
 AMX_TARGET static void gemm_rows(void *ctx, int t, int64_t lo, int64_t hi)
@@ -229,24 +257,12 @@ AMX_TARGET static void syrk_pack(void *ctx, int t, int64_t lo, int64_t hi)
 {
     (void)t;
     syrk_ctx *s = ctx;
-    __m512i il = _mm512_set_epi16(31, 15, 30, 14, 29, 13, 28, 12, 27, 11, 26, 10, 25, 9, 24, 8,
-                                  23, 7, 22, 6, 21, 5, 20, 4, 19, 3, 18, 2, 17, 1, 16, 0);
     const __m512i rowoff = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
                                               _mm512_set1_epi32(16));
     for (int64_t fb = lo; fb < hi; fb++) {
-        int64_t f0 = fb * 16;
-        int fv = (int)(s->k - f0 < 16 ? (s->k - f0 > 0 ? s->k - f0 : 0) : 16);
-        __mmask16 fm = fv >= 16 ? 0xffff : (__mmask16)((1u << fv) - 1);
+        pack_kn_slice(s->x, s->rows, s->k, s->ldx, s->nk, fb, s->bp);
         for (int64_t st = 0; st < s->nk; st++) {
-            uint16_t *bt = s->bp + (fb * s->nk + st) * TILE_ELEMS;
-            for (int r = 0; r < 16; r++) {
-                int64_t t0 = st * 32 + 2 * r;
-                __m512 x0 = t0 < s->rows ? _mm512_maskz_loadu_ps(fm, s->x + t0 * s->ldx + f0) : _mm512_setzero_ps();
-                __m512 x1 = t0 + 1 < s->rows ? _mm512_maskz_loadu_ps(fm, s->x + (t0 + 1) * s->ldx + f0)
-                                             : _mm512_setzero_ps();
-                __m512i v = (__m512i)_mm512_cvtne2ps_pbh(x1, x0);
-                _mm512_storeu_si512(bt + r * 32, _mm512_permutexvar_epi16(il, v));
-            }
+            const uint16_t *bt = s->bp + (fb * s->nk + st) * TILE_ELEMS;
             uint32_t *at = (uint32_t *)(s->ap + (fb * s->nk + st) * TILE_ELEMS);
             for (int col = 0; col < 16; col++)
                 _mm512_storeu_si512(at + col * 16, _mm512_i32gather_epi32(rowoff, (const uint32_t *)bt + col, 4));
@@ -308,4 +324,44 @@ int cpu_amx_syrk(int n_threads, int64_t k, const float *x, int64_t rows, int64_t
     free(s.bp);
     free(s.ap);
     return 0;
+}
+
+/* ---- one thread's small products (the attention's, split by its caller) --------------- */
+
+int64_t cpu_amx_packed_elems(int64_t n, int64_t k) { return 2 * ((n + 31) / 32) * ((k + 31) / 32) * TILE_ELEMS; }
+
+void cpu_amx_pack_nk(const float *b, int64_t n, int64_t k, int64_t ldb, uint16_t *bp)
+{
+    int64_t nk = (k + 31) / 32;
+    for (int64_t jb = 0; jb < 2 * ((n + 31) / 32); jb++) pack_nk_slice(b, n, k, ldb, nk, jb, bp);
+}
+
+void cpu_amx_pack_kn(const float *b, int64_t k, int64_t n, int64_t ldb, uint16_t *bp)
+{
+    int64_t nk = (k + 31) / 32;
+    for (int64_t jb = 0; jb < 2 * ((n + 31) / 32); jb++) pack_kn_slice(b, k, n, ldb, nk, jb, bp);
+}
+
+AMX_TARGET void cpu_amx_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const uint16_t *bp,
+                                    int64_t k_packed, float alpha, float *c, int64_t ldc, uint16_t *scratch)
+{
+    int64_t nk = (k + 31) / 32, kp = nk * 32, nk_b = (k_packed + 31) / 32, npb = (n + 31) / 32;
+    amx_begin();
+    for (int64_t i0 = 0; i0 < m; i0 += 32) {
+        int rows = (int)(m - i0 < 32 ? m - i0 : 32);
+        for (int64_t i = 0; i < 32; i++)
+            for (int64_t s = 0; s < nk; s++)
+                _mm512_storeu_si512(scratch + i * kp + s * 32,
+                                    i < rows ? amx_cvt32(a + (i0 + i) * lda + s * 32, (int)(k - s * 32))
+                                             : _mm512_setzero_si512());
+        for (int64_t jp = 0; jp < npb; jp++) {
+            int cols = (int)(n - jp * 32 < 32 ? n - jp * 32 : 32);
+            amx_block(scratch, scratch + 16 * kp, kp * 2, 32, bp + (2 * jp * nk_b) * TILE_ELEMS,
+                      bp + ((2 * jp + 1) * nk_b) * TILE_ELEMS, nk, c + i0 * ldc + jp * 32, ldc, rows, cols, 0);
+        }
+        if (alpha != 1.0f)
+            for (int64_t i = 0; i < rows; i++)
+                for (int64_t j = 0; j < n; j++) c[(i0 + i) * ldc + j] *= alpha;
+    }
+    amx_end();
 }

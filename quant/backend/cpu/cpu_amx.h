@@ -20,4 +20,19 @@ int cpu_amx_gemm_nt(int n_threads, int64_t m, int64_t n, int64_t k, const float 
 int cpu_amx_syrk(int n_threads, int64_t k, const float *x, int64_t rows, int64_t ldx, float alpha,
                  float beta, float *h);
 
+/* One thread's small products, for callers that split the work themselves (the attention):
+ * B packed once into tiles, then any number of products against it.
+ *   cpu_amx_packed_elems: bf16 elements of the packed form of a B with n columns of C and
+ *     k products per element (allocate that many uint16_t, 64-byte aligned);
+ *   cpu_amx_pack_nk: B [n, k] (ldb), each row a column of C (a linear's W, attention's K);
+ *   cpu_amx_pack_kn: B [k, n] (ldb), each row one k (attention's V);
+ *   cpu_amx_gemm_packed: C[m, n] = alpha A[m, k] B^T over bf16-rounded A and B, B packed
+ *     for k_packed >= k (only its first k rows of products are used); scratch holds
+ *     32 * roundup(k, 32) bf16. */
+int64_t cpu_amx_packed_elems(int64_t n, int64_t k);
+void cpu_amx_pack_nk(const float *b, int64_t n, int64_t k, int64_t ldb, uint16_t *bp);
+void cpu_amx_pack_kn(const float *b, int64_t k, int64_t n, int64_t ldb, uint16_t *bp);
+void cpu_amx_gemm_packed(int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, const uint16_t *bp,
+                         int64_t k_packed, float alpha, float *c, int64_t ldc, uint16_t *scratch);
+
 #endif

@@ -150,7 +150,7 @@ static int cpu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x
 
 /* The tiles serve "compute": "bf16" where the CPU has them and the runtime options leave
  * the CPU kernels at auto (QUANTD_CPU_KERNEL=portable or avx2 keeps them off). */
-static int cpu_amx_on(const qd_backend *be)
+int cpu_amx_on(const qd_backend *be)
 {
     return be->rt.cpu_kernel == QD_CPU_KERNEL_AUTO && cpu_bf16_amx_usable();
 }
@@ -319,6 +319,7 @@ static const qd_backend_ops cpu_ops = {
     .hessian_accum = cpu_hessian_accum,
     .gemm_nt_bf16 = cpu_gemm_nt_bf16,
     .hessian_accum_bf16 = cpu_hessian_accum_bf16,
+    .attention_bf16 = cpu_attention_bf16,
     .chol_inverse_upper = cpu_chol_inverse_upper,
     .chol_ldl_upper = cpu_chol_ldl_upper,
     .gptq_block = cpu_gptq_block,

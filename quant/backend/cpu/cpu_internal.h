@@ -26,6 +26,9 @@ typedef struct cpu_impl {
 
 /* cpu_backend.c: frees the backend, its cached blocks included (qd_backend_close). */
 void qd_backend_cpu_close(qd_backend *be);
+/* cpu_backend.c: 1 when "compute": "bf16" runs on the AMX tiles (cpu_bf16.h): the CPU has
+ * them and the runtime options leave the CPU kernels at auto. */
+int cpu_amx_on(const qd_backend *be);
 /* cpu_backend.c: copies the upper triangle of the row-major k x k matrix h onto its lower one. */
 void cpu_symmetrize_from_upper(float *h, int64_t k);
 
@@ -47,6 +50,11 @@ int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t 
 int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                   int64_t window, float softcap);
+/* The same with both products on bf16-rounded inputs (Q, K; P, V), F32 sums: the AMX tiles
+ * where cpu_amx_on(be), else rounded copies through OpenBLAS. The softmax stays F32. */
+int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                       int64_t window, float softcap);
 int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
 int cpu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
 int cpu_softcap(qd_backend *be, float *x, int64_t n, float cap);

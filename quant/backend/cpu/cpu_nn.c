@@ -12,6 +12,8 @@
 #include <string.h>
 
 #include "quant/backend/cpu/cpu_internal.h"
+#include "quant/backend/cpu/cpu_amx.h"
+#include "quant/backend/cpu/cpu_bf16.h"
 #include "quant/backend/cpu/cpu_exp.h"
 #include "quant/core/parallel.h"
 
@@ -143,13 +145,37 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
  * keys [0, r1): the causal mask then costs about half the flops of the full square. */
 #define ATTN_CHUNK 128
 
+/* The products of "compute": "bf16" (cpu_bf16.h): 0 = F32, 1 = bf16-rounded copies through
+ * OpenBLAS, 2 = the AMX tiles. */
+enum { ATTN_F32 = 0, ATTN_BF16_PORTABLE = 1, ATTN_BF16_AMX = 2 };
+
 typedef struct attn_ctx {
     float *out;
     const float *q, *k, *v;
     int64_t seq, n_heads, group, hd, ldq, ldk, chunk, window;
     float scale, softcap;
     float *scores;             /* [shares][chunk * seq] */
+    int mode;                  /* ATTN_* */
+    void *bf;                  /* bf16 modes: [shares][bf_bytes] scratch */
+    size_t bf_bytes;
 } attn_ctx;
+
+/* bf16 scratch per share: AMX: K and V packed, and 32 rows of A; portable: rounded copies
+ * of K, V and a chunk of Q. */
+static size_t attn_bf_bytes(int mode, int64_t seq, int64_t hd, int64_t chunk)
+{
+    int64_t w = (seq > hd ? seq : hd) + 32;
+    if (mode == ATTN_BF16_AMX)
+        return (size_t)(cpu_amx_packed_elems(seq, hd) + cpu_amx_packed_elems(hd, seq) + 32 * w) * 2 + 64;
+    if (mode == ATTN_BF16_PORTABLE) return (size_t)(2 * seq * hd + chunk * hd) * sizeof(float);
+    return 0;
+}
+
+static void round_block(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+{
+    for (int64_t r = 0; r < rows; r++)
+        for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = cpu_bf16_round(src[r * ld + j]);
+}
 
 /* Heads [p0, p1) of the (sequence, head) pairs, one share's score buffer. */
 static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
@@ -161,29 +187,62 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
         int64_t b = pair / c->n_heads, h = pair % c->n_heads, kh = h / c->group;
         const float *kk = c->k + b * seq * ldk + kh * hd;
         const float *vv = c->v + b * seq * ldk + kh * hd;
+        int64_t ldkv = ldk;
+        uint16_t *kp = NULL, *vp = NULL, *as = NULL;
+        float *qr = NULL;
+        if (c->mode == ATTN_BF16_AMX) {
+            kp = (uint16_t *)(((uintptr_t)((char *)c->bf + (size_t)t * c->bf_bytes) + 63) & ~(uintptr_t)63);
+            vp = kp + cpu_amx_packed_elems(seq, hd);
+            as = vp + cpu_amx_packed_elems(hd, seq);
+            cpu_amx_pack_nk(kk, seq, hd, ldk, kp);
+            cpu_amx_pack_kn(vv, seq, hd, ldk, vp);
+        } else if (c->mode == ATTN_BF16_PORTABLE) {
+            float *kr = (float *)((char *)c->bf + (size_t)t * c->bf_bytes), *vr = kr + seq * hd;
+            qr = vr + seq * hd;
+            round_block(kr, kk, seq, hd, ldk);
+            round_block(vr, vv, seq, hd, ldk);
+            kk = kr;
+            vv = vr;
+            ldkv = hd;
+        }
         for (int64_t r0 = 0; r0 < seq; r0 += c->chunk) {
             int64_t rows = seq - r0 < c->chunk ? seq - r0 : c->chunk, keys = r0 + rows;
             const float *qh = c->q + (b * seq + r0) * ldq + h * hd;
             float *oh = c->out + (b * seq + r0) * ldq + h * hd;
             /* S [rows, keys] = scale * Q K^T; entries past the diagonal are zeroed by the
              * softmax so P V ignores them. */
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, c->scale,
-                        qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
+            if (c->mode == ATTN_BF16_AMX) {
+                cpu_amx_gemm_packed(rows, keys, hd, qh, ldq, kp, hd, c->scale, s, keys, as);
+            } else if (c->mode == ATTN_BF16_PORTABLE) {
+                round_block(qr, qh, rows, hd, ldq);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, 1.0f, qr,
+                            (int)hd, kk, (int)ldkv, 0.0f, s, (int)keys);
+                for (int64_t i = 0; i < rows * keys; i++) s[i] *= c->scale;
+            } else {
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, c->scale,
+                            qh, (int)ldq, kk, (int)ldk, 0.0f, s, (int)keys);
+            }
             for (int64_t i = 0; i < rows; i++) {
                 int64_t qi = r0 + i, lo = c->window > 0 && qi + 1 > c->window ? qi + 1 - c->window : 0;
                 if (c->softcap > 0.0f)
                     for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / c->softcap) * c->softcap;
                 softmax_causal_row(s + i * keys, lo, qi + 1, keys);
             }
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
-                        s, (int)keys, vv, (int)ldk, 0.0f, oh, (int)ldq);
+            if (c->mode == ATTN_BF16_AMX) {
+                cpu_amx_gemm_packed(rows, hd, keys, s, keys, vp, seq, 1.0f, oh, ldq, as);
+            } else {
+                if (c->mode == ATTN_BF16_PORTABLE)
+                    for (int64_t i = 0; i < rows * keys; i++) s[i] = cpu_bf16_round(s[i]);
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)rows, (int)hd, (int)keys, 1.0f,
+                            s, (int)keys, vv, (int)ldkv, 0.0f, oh, (int)ldq);
+            }
         }
     }
 }
 
-int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                  int64_t window, float softcap)
+static int attention_run(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                         int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                         int64_t window, float softcap, int mode)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -199,12 +258,33 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
     if (!scores) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %lld x %lld scores",
                                    nt, (long long)chunk, (long long)seq);
     attn_ctx c = {out, q, k, v, seq, n_heads, n_heads / n_kv, hd, n_heads * hd, n_kv * hd, chunk, window,
-                  scale, softcap, scores};
+                  scale, softcap, scores, mode, NULL, attn_bf_bytes(mode, seq, hd, chunk)};
+    if (c.bf_bytes && !(c.bf = malloc((size_t)nt * c.bf_bytes))) {
+        free(scores);
+        return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %zu bytes of bf16 scratch", nt,
+                          c.bf_bytes);
+    }
     if (nt > 1) openblas_set_num_threads(1);
     qd_parallel_for(nt, pairs, 1, attn_heads, &c);
     if (nt > 1) openblas_set_num_threads(be->n_threads);
+    free(c.bf);
     free(scores);
     return 0;
+}
+
+int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                  int64_t window, float softcap)
+{
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32);
+}
+
+int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                       int64_t window, float softcap)
+{
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap,
+                         cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE);
 }
 
 typedef struct glu_ctx {
