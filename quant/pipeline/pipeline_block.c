@@ -33,11 +33,12 @@
 #define KCHECK_TOL 1e-2
 
 /* Closes the block's cost record: the checkpoint stage up to now (state.json's own write is
- * the last few milliseconds and lands in seconds only), the whole block, and the experts'
- * routed-token spread. */
-static void cost_finish(qd_pipeline *p, double t, double secs)
+ * the last few milliseconds and is in neither), the whole block from t0, and the experts'
+ * routed-token spread. Both figures come from one clock read, so the stages never sum past
+ * the block. Returns the block's seconds. */
+static double cost_finish(qd_pipeline *p, double t, double t0)
 {
-    qd_pipeline_cost_add(p, QD_STAGE_CHECKPOINT, t);
+    double secs = qd_pipeline_cost_add(p, QD_STAGE_CHECKPOINT, t) - t0;
     p->cost.seconds = secs;
     int ne = (int)qd_model_cfg(p->m)->n_experts;
     if (ne > QD_MAX_EXPERTS) ne = QD_MAX_EXPERTS;
@@ -46,6 +47,7 @@ static void cost_finish(qd_pipeline *p, double t, double secs)
         memcpy(v, p->moe_routed, (size_t)ne * sizeof *v);
         qd_block_cost_set_coverage(&p->cost, v, ne);
     }
+    return secs;
 }
 
 /* ---- quantizing one group ---- */
@@ -524,16 +526,15 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         if (!on_host) free(host);
     }
     if (!rc) {
-        double secs = qd_clock_now_s() - t0;
+        /* The checkpoint's largest moment: the new block and activation files are there, the
+         * older activation file not removed yet. */
+        qd_pipeline_sample_peaks(p);
+        double secs = cost_finish(p, t, t0);
         p->st.seconds += secs;
         p->st.next_block = block + 1;
         if (wrote_acts) p->st.acts_block = block + 1;
         if (p->hooks.fence) p->st.fence = p->hooks.fence;
-        /* The checkpoint's largest moment: the new block and activation files are there, the
-         * older activation file not removed yet. */
-        qd_pipeline_sample_peaks(p);
         snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
-        cost_finish(p, t, secs);
         rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
         if (!rc) rc = qd_state_save(path, &p->st, err);
         if (!rc) {
