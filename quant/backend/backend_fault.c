@@ -23,14 +23,19 @@ static int fault_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int6
 static int fault_upload(qd_backend *be, void *d, const void *s, size_t n);
 static int fault_download(qd_backend *be, void *d, const void *s, size_t n);
 static int fault_sync(qd_backend *be);
+static int fault_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                              const float *b, int64_t ldb, float *c, int64_t ldc);
+static int fault_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                                    int64_t ldx, int64_t n_seen);
 
 static fault_wrap *fault_of(qd_backend *be)
 {
     return be && be->ops && be->ops->gemm == fault_gemm ? (fault_wrap *)(void *)be->ops : NULL;
 }
 
-/* Counts a call of op; returns QD_EBACKEND once the fault has tripped. */
-static int fault_check(qd_backend *be, const char *op, int line)
+/* Counts a call of op (the spec's OP; call names the backend op, which for the bfloat16
+ * products differs: they count as gemm); returns QD_EBACKEND once the fault has tripped. */
+static int fault_check_call(qd_backend *be, const char *op, const char *call, int line)
 {
     fault_wrap *w = fault_of(be);
     if (!w->tripped && !strcmp(op, w->op) && ++w->calls == w->at) w->tripped = 1;
@@ -40,8 +45,13 @@ static int fault_check(qd_backend *be, const char *op, int line)
     if (be->device >= 0) snprintf(dev, sizeof dev, "cuda:%d", be->device);
     else snprintf(dev, sizeof dev, "%s", be->name ? be->name : "cpu");
     return qd_err_set(&be->err, QD_EBACKEND, "%s: %s failed: injected device fault (%s call %ld of the "
-                      "QUANTD_FAULT_INJECT hook; the context is now unusable) (%s:%d)", dev, op, w->op, w->at,
+                      "QUANTD_FAULT_INJECT hook; the context is now unusable) (%s:%d)", dev, call, w->op, w->at,
                       __FILE__, line);
+}
+
+static int fault_check(qd_backend *be, const char *op, int line)
+{
+    return fault_check_call(be, op, op, line);
 }
 
 static int fault_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, const float *a,
@@ -69,6 +79,20 @@ static int fault_sync(qd_backend *be)
     return rc ? rc : fault_of(be)->inner->sync(be);
 }
 
+static int fault_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                              const float *b, int64_t ldb, float *c, int64_t ldc)
+{
+    int rc = fault_check_call(be, "gemm", "gemm_nt_bf16", __LINE__);
+    return rc ? rc : fault_of(be)->inner->gemm_nt_bf16(be, m, n, k, a, lda, b, ldb, c, ldc);
+}
+
+static int fault_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                                    int64_t ldx, int64_t n_seen)
+{
+    int rc = fault_check_call(be, "gemm", "hessian_accum_bf16", __LINE__);
+    return rc ? rc : fault_of(be)->inner->hessian_accum_bf16(be, h, k, x, rows, ldx, n_seen);
+}
+
 int qd_backend_fault_wrap(qd_backend *be, const char *spec, qd_err *err)
 {
     if (!be || !spec) return qd_err_set(err, QD_EINVAL, "QUANTD_FAULT_INJECT: no backend or spec");
@@ -93,6 +117,9 @@ int qd_backend_fault_wrap(qd_backend *be, const char *spec, qd_err *err)
     w->ops.upload = fault_upload;
     w->ops.download = fault_download;
     w->ops.sync = fault_sync;
+    /* The bfloat16 products ("compute": "bf16") are GEMMs on the device too; absent stays absent. */
+    if (w->ops.gemm_nt_bf16) w->ops.gemm_nt_bf16 = fault_gemm_nt_bf16;
+    if (w->ops.hessian_accum_bf16) w->ops.hessian_accum_bf16 = fault_hessian_accum_bf16;
     memcpy(w->op, spec, oplen);
     w->at = at;
     be->ops = &w->ops;

@@ -5,6 +5,7 @@
  * final norm + lm_head (+ Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -134,9 +135,15 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
                       const qd_block_hooks *hooks, qd_err *err)
 {
     if (!hooks || !hooks->input) return 0;
+    /* The pipeline's hooks write why they failed (a Hessian update's device error) into the
+     * qd_err this forward reports through: cleared first, so what is there afterwards is
+     * theirs, and kept under the block's and group's names. */
+    if (err) *err = (qd_err){0};
     int rc = hooks->input(hooks->ud, bw->block, g, &m->grp[g], x, rows);
-    if (rc) return qd_err_set(err, rc, "block %d %s: the input hook stopped the forward", bw->block, m->grp[g].name);
-    return 0;
+    if (!rc) return 0;
+    char why[QD_ERR_MSG_MAX];
+    snprintf(why, sizeof why, "%s", err && err->code == rc && err->msg[0] ? err->msg : "the input hook stopped the forward");
+    return qd_err_set(err, rc, "block %d %s: %s", bw->block, m->grp[g].name, why);
 }
 
 static int norm(qd_model *m, float *y, const float *x, const float *w, const float *b, int64_t rows)

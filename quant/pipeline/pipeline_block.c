@@ -175,7 +175,8 @@ static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int bloc
              * the quantizer's Q (what they must decode to), on real inputs of this layer. */
             rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, dq.w, kslice, kslice_rows, &res.kernel_max_err, err);
             t = qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
-            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s: kernel check", res.name); }
+            /* qd_kernel_check_layer's words start with "kernel check: " */
+            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
             res.kernel_checked = 1;
             if (!(res.kernel_max_err <= KCHECK_TOL)) {
                 qd_deq_free(&dq);

@@ -7,11 +7,14 @@
  *     good, byte-identical to the tiles' where this CPU has none;
  *   - a GPTQ+AWQ job runs with it too;
  *   - a backend without bfloat16 products refuses the job, naming the setting, before it
- *     writes anything.
+ *     writes anything;
+ *   - (test builds, QUANTD_FAULT_HOOKS) a device fault in a bf16 product fails the job
+ *     with QD_EBACKEND, and the job resumes to the uninterrupted job's bytes.
  * Resume under bf16 is test_pipeline_resume's test_resume_gptq_bf16. */
 #include <stdio.h>
 #include <string.h>
 
+#include "quant/backend/backend_fault.h"
 #include "quant/backend/cpu/cpu_bf16.h"
 #include "quant/core/runtime.h"
 
@@ -20,17 +23,25 @@
 static const char *T;
 static char model[4096], tokens[4096];
 
-static int run(qd_backend *be, const char *name, const char *method, const char *format, const char *extra)
+/* Runs the job into T/name; err (optional) gets the failure. */
+static int run_err(qd_backend *be, const char *name, const char *method, const char *format, const char *extra,
+                   qd_err *err)
 {
     char out[4200];
     snprintf(out, sizeof out, "%s/%s", T, name);
     qp_job *job = pt_job(model, out, method, format, tokens, extra);
     if (!job) return -1;
-    qd_err err = {0};
-    int rc = qd_pipeline_run(job, be, NULL, &err);
-    if (rc) fprintf(stderr, "%s: %s\n", name, err.msg);
+    qd_err local = {0};
+    if (!err) err = &local;
+    int rc = qd_pipeline_run(job, be, NULL, err);
+    if (rc) fprintf(stderr, "%s: %s\n", name, err->msg);
     qp_job_free(job);
     return rc;
+}
+
+static int run(qd_backend *be, const char *name, const char *method, const char *format, const char *extra)
+{
+    return run_err(be, name, method, format, extra, NULL);
 }
 
 static int same(const char *a, const char *b)
@@ -97,6 +108,51 @@ static void test_bf16_refused(void)
     qp_job_free(job);
 }
 
+#ifdef QUANTD_FAULT_HOOKS
+/* A device fault in a bf16 job (the fault hook counts gemm_nt_bf16 and hessian_accum_bf16
+ * as gemm calls) fails the job with QD_EBACKEND naming the op (the Hessian's inside the
+ * capture forward's hook, so the forward must keep the hook's words); the same
+ * job on a sound backend then finishes from the checkpoint with the uninterrupted job's
+ * bytes. Tried at call 1, 2, 4, ... until the job no longer reaches the call: faults in the
+ * first block, in later blocks and in the last forward. */
+static void test_bf16_device_fault(void)
+{
+    const char *extra = "\"compute\":\"bf16\",";
+    char ref[4300];
+    snprintf(ref, sizeof ref, "%s/bf16/model.safetensors", T);
+    if (!qd_fs_exists(ref)) CHECK_OK(run(pt_be, "bf16", "gptq", "gptq", extra));
+    int n_failed = 0, in_gemm = 0, in_hessian = 0, finished = 0;
+    for (long at = 1; at <= (1L << 20) && !finished; at *= 2) {
+        char spec[32], name[64];
+        snprintf(spec, sizeof spec, "gemm:%ld", at);
+        snprintf(name, sizeof name, "fault-%ld", at);
+        qd_backend *be = NULL;
+        qd_err err = {0};
+        CHECK_OK(qd_backend_cpu_open(2, NULL, &be, &err));
+        if (!be) return;
+        CHECK_OK(qd_backend_fault_wrap(be, spec, &err));
+        int rc = run_err(be, name, "gptq", "gptq", extra, &err);
+        qd_backend_close(be);
+        if (!rc) {
+            finished = 1;
+        } else {
+            n_failed++;
+            CHECK_INT(rc, QD_EBACKEND);
+            CHECK_CONTAINS(err.msg, "injected device fault");
+            in_gemm += strstr(err.msg, "gemm_nt_bf16 failed") != NULL;
+            in_hessian += strstr(err.msg, "hessian_accum_bf16 failed") != NULL;
+            CHECK_OK(run(pt_be, name, "gptq", "gptq", extra));
+        }
+        CHECK(same(name, "bf16"));
+    }
+    fprintf(stderr, "device faults: %d jobs failed and resumed; in gemm_nt_bf16 %d, in hessian_accum_bf16 %d\n",
+            n_failed, in_gemm, in_hessian);
+    CHECK(finished);
+    CHECK(n_failed >= 4);
+    CHECK(in_gemm >= 1 && in_hessian >= 1);
+}
+#endif
+
 int main(void)
 {
     qd_err err = {0};
@@ -110,6 +166,9 @@ int main(void)
     TEST_RUN(test_bf16_gptq);
     TEST_RUN(test_bf16_awq_gptq);
     TEST_RUN(test_bf16_refused);
+#ifdef QUANTD_FAULT_HOOKS
+    TEST_RUN(test_bf16_device_fault);
+#endif
     qd_backend_close(pt_be);
     return test_finish();
 }
