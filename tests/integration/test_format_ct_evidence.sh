@@ -14,7 +14,7 @@ D="${QUANTD_SHARED_DATA:-}"
 SRC="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
 EV="$SRC/tests/data/formats/ct"
 [ -f "$EV/evidence.json" ] || { fail "$EV/evidence.json missing"; exit 1; }
-export OPENBLAS_NUM_THREADS=1
+pin_blas_kernel
 
 python3 - "$EV/evidence.json" "$D" "$T" > "$T/cases" <<'PY' || fail "cannot read evidence.json"
 import json, os, sys

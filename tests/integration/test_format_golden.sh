@@ -15,7 +15,7 @@ C="$D/text/c4/c4-calib.jsonl"
 [ -d "$M" ] && [ -f "$C" ] || { echo "SKIP: $M or $C absent"; exit 77; }
 SRC="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
 GOLD="$SRC/tests/data/formats/golden.sha256"
-export OPENBLAS_NUM_THREADS=1
+pin_blas_kernel
 
 cal="\"calibration\": {\"path\": \"$C\", \"samples\": 8, \"seq_len\": 64}"
 keep="\"modules_to_not_convert\": [\"mlp.\"]"
