@@ -180,12 +180,14 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     /* The eval runs two models side by side (the output and the float reference), each with
      * its own forward scratch and one block's F32 weights. */
     uint64_t eval = job->eval.enabled ? eval_bytes(job, &cfg) + 2 * (scratch + block_params * 4) : 0;
-    /* "compute": "bf16" (quant/backend/cpu/cpu_bf16.h): one projection's weights packed as
-     * bf16, each thread's 256 bf16 rows of its input (16 threads counted), and the Hessian's
-     * two packed copies of 2048 rows. They live while the forward and the Hessian's update
-     * run, when of GPTQ's buffers only the Hessian being filled is: they count where they
-     * exceed GPTQ's other two (measured on a 7B-shaped block: the peak RSS did not move). */
-    uint64_t bf16 = job->compute == QP_COMPUTE_BF16 ? widest * u64max(h, inter) * 2 + 16 * 256 * widest * 2 +
+    /* "compute": "bf16" (quant/backend/cpu/cpu_bf16.h): one projection's weights rounded
+     * (an F32 copy on the portable path, twice the AMX tiles' bf16 packing), its input's
+     * rounded rows (2048 F32 rows on the portable path; on the tiles each thread's 256 bf16
+     * rows, 16 threads counted: the same bytes), and the Hessian's two packed copies of 2048
+     * rows. They live while the forward and the Hessian's update run, when of GPTQ's buffers
+     * only the Hessian being filled is: they count where they exceed GPTQ's other two
+     * (measured on a 7B-shaped block: the peak RSS did not move). */
+    uint64_t bf16 = job->compute == QP_COMPUTE_BF16 ? widest * u64max(h, inter) * 4 + 2048 * widest * 4 +
                                                           2 * 2048 * (widest + 32) * 2
                                                     : 0;
     hess = u64max(hess, widest * widest * 4 + bf16);

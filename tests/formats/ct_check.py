@@ -49,8 +49,15 @@ TINY = [
 ]
 
 
+# quantctl with OpenBLAS's GEMM kernel pinned as test_format_ct_evidence.sh pins it
+# (pin_blas_kernel in tests/integration/cli_common.sh), so the evidence's sums hold on
+# every CPU: another kernel changes the last bits of the activations, which AWQ's folded
+# F32 norms carry into the output.
+QUANTCTL_ENV = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1")
+
+
 def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True)
+    r = subprocess.run(cmd, capture_output=True, text=True, env=QUANTCTL_ENV)
     if r.returncode:
         raise RuntimeError("%s: exit %d\n%s" % (" ".join(cmd), r.returncode, r.stderr[-2000:]))
     return r.stdout

@@ -5,7 +5,8 @@
  * EST_MAX_OVER times what was measured, so it neither lets a job run out nor refuses one that
  * fits. The report's "resources" must carry the same estimate and peaks that agree with
  * these measurements. On a generated model big enough that the job's own buffers decide
- * the figure, the estimate must be within 15% above the measured peak (GPTQ and AWQ).
+ * the figure, the estimate must be within 15% above the measured peak (GPTQ, AWQ, and GPTQ
+ * with "compute": "bf16").
  * Skipped without the shared data or the quantctl binary. */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -232,7 +233,7 @@ static int run_quiet(char *const argv[])
 
 /* A generated model whose job buffers dwarf the process's own (2 blocks of hidden 1024,
  * MLP 2816, F16; 8-16k calibration rows), so the estimate's terms decide the figure: it must
- * lie between the measured peak and EST_SYNTH_OVER times it, for GPTQ and AWQ. */
+ * lie between the measured peak and EST_SYNTH_OVER times it, for GPTQ, AWQ and bf16 GPTQ. */
 #define EST_SYNTH_OVER 1.15
 
 static void test_estimate_synthetic(void)
@@ -253,13 +254,18 @@ static void test_estimate_synthetic(void)
     for (int i = 0; i < 20000; i++) fprintf(f, "%s%u", i ? "," : "", (unsigned)(test_rng_u64(&r) % 512));
     fputs("]}", f);
     fclose(f);
-    static const char *const kinds[2][3] = {{"gptq", "32", "512"}, {"awq", "16", "256"}};
-    for (int i = 0; i < 2; i++) {
+    /* name, method, samples, seq_len, more job keys ("compute": "bf16" adds its rounded
+     * copies, which at these widths exceed GPTQ's buffers: the term decides the figure) */
+    static const char *const kinds[3][5] = {{"gptq", "gptq", "32", "512", ""},
+                                            {"awq", "awq", "16", "256", ""},
+                                            {"gptq-bf16", "gptq", "32", "512", ",\"compute\":\"bf16\""}};
+    for (int i = 0; i < 3; i++) {
         char job_path[1200], json[4096];
         snprintf(job_path, sizeof job_path, "%s/synth-%s.json", T, kinds[i][0]);
         snprintf(json, sizeof json, "{\"model\":\"%s\",\"output\":\"%s/synth-%s-out\",\"backend\":\"cpu\","
                  "\"method\":\"%s\",\"bits\":4,\"group_size\":128,\"calibration\":{\"path\":\"%s\","
-                 "\"samples\":%s,\"seq_len\":%s}}", model, T, kinds[i][0], kinds[i][0], ids, kinds[i][1], kinds[i][2]);
+                 "\"samples\":%s,\"seq_len\":%s}%s}", model, T, kinds[i][0], kinds[i][1], ids, kinds[i][2], kinds[i][3],
+                 kinds[i][4]);
         f = fopen(job_path, "w");
         CHECK(f != NULL);
         if (!f) return;
@@ -275,7 +281,7 @@ static void test_estimate_synthetic(void)
         CHECK_OK(qd_pipeline_estimate_job(job, &est, &err));
         uint64_t rss = child_peak_rss(job_path);
         CHECK(rss > 0);
-        fprintf(stderr, "synthetic %-5s estimate %7.1f MiB, measured peak RSS %7.1f MiB, ratio %.3f\n", kinds[i][0],
+        fprintf(stderr, "synthetic %-9s estimate %7.1f MiB, measured peak RSS %7.1f MiB, ratio %.3f\n", kinds[i][0],
                 est.peak_ram_bytes / 1048576.0, rss / 1048576.0, rss ? (double)est.peak_ram_bytes / rss : 0.0);
         if (EST_RSS_CHECKED && rss) {
             CHECK(est.peak_ram_bytes >= rss);
