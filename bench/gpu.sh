@@ -17,9 +17,9 @@
 #             repetitions, CUDA events, median; against cuBLAS FP16 and the copy bandwidth
 #   job       a 7B-shaped synthetic job (--job-blocks blocks of Llama-2-7B shape, calibration
 #             --job-samples x 2048) on CUDA: seconds per block and per stage, peak GPU
-#             memory; then CPU vs CUDA agreement: --agree-blocks blocks at --agree-samples x
-#             --agree-seq on both backends (per-layer error difference) and perplexity of a
-#             tiny generated model on both
+#             memory; the same job with "compute": "bf16" (tensor cores); then CPU vs CUDA
+#             agreement: --agree-blocks blocks at --agree-samples x --agree-seq on both
+#             backends (per-layer error difference) and perplexity of a tiny model on both
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
 # RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
 # the same day and device add to the same file (a step run again replaces its section), so
@@ -286,12 +286,13 @@ gen_7b() {   # gen_7b DIR LAYERS
 gen_ids() {  # gen_ids FILE COUNT VOCAB
     python3 -c "import json,random,sys; random.seed(0); json.dump({'tokens':[random.randrange($3) for _ in range($2)]}, open(sys.argv[1],'w'))" "$1"
 }
-# run_job LABEL MODEL IDS SAMPLES SEQ BACKEND: quantizes (GPTQ w4 g128) into $W/out-LABEL.
+# run_job LABEL MODEL IDS SAMPLES SEQ BACKEND [EXTRA]: quantizes (GPTQ w4 g128) into
+# $W/out-LABEL; EXTRA is more job keys (', "compute": "bf16"').
 run_job() {
-    local label=$1 model=$2 ids=$3 samples=$4 seq=$5 be=$6 mon=""
+    local label=$1 model=$2 ids=$3 samples=$4 seq=$5 be=$6 extra=${7:-} mon=""
     local bk=cpu; [ "$be" = cpu ] || bk=cuda
     echo "{\"model\": \"$model\", \"output\": \"$W/out-$label\", \"method\": \"gptq\", \"bits\": 4, \"group_size\": 128," \
-         "\"backend\": \"$bk\", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq}}" > "$W/$label.json"
+         "\"backend\": \"$bk\", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq}$extra}" > "$W/$label.json"
     cp "$W/$label.json" "$L/job-$label.json"
     : > "$L/job-$label-gpumem.log"
     if [ "$bk" = cuda ]; then
@@ -316,7 +317,13 @@ step_job() {
         if run_job cuda-7b "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device"; then :; else rc=1; note "the CUDA job failed (job-cuda-7b.log)"; fi
         python3 "$here/gpu_report.py" job "$L/job-cuda-7b.log" "$L/job-cuda-7b-report.json" "$L/job-cuda-7b-gpumem.log" \
             "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda" "$L/job-1-cuda.md" "$L/headline-job.tsv" || rc=1
-        rm -rf "$W/m7b" "$W/out-cuda-7b"
+        rm -rf "$W/out-cuda-7b"
+        # The same job with "compute": "bf16": its products on the tensor cores.
+        if run_job cuda-7b-bf16 "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device" ', "compute": "bf16"'; then :; else
+            rc=1; note "the CUDA bf16 job failed (job-cuda-7b-bf16.log)"; fi
+        python3 "$here/gpu_report.py" job "$L/job-cuda-7b-bf16.log" "$L/job-cuda-7b-bf16-report.json" "$L/job-cuda-7b-bf16-gpumem.log" \
+            "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda, compute bf16" "$L/job-1b-cuda-bf16.md" "$L/headline-job.tsv" || rc=1
+        rm -rf "$W/m7b" "$W/out-cuda-7b-bf16"
     else
         echo "The CUDA job (${job_blocks} blocks at ${job_samples} x 2048) was skipped: $why_skip." > "$L/job-1-cuda.md"
         note "CUDA half skipped: $why_skip"

@@ -679,6 +679,11 @@ int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err)
     if (on && !m->be->ops->gemm_nt_bf16)
         return qd_err_set(err, QD_EUNSUPPORTED, "compute bf16: the %s backend has no bfloat16 products (use \"compute\": "
                           "\"f32\", or the cpu backend)", m->be->name);
+    if (on && !m->be->bf16_native && !m->compute_bf16)
+        QD_LOG(QD_LOG_WARN, "compute_bf16_emulated",
+               "backend=%s: no bfloat16 unit (%s): the bf16 products run as F32 products on rounded copies, "
+               "slower than \"compute\": \"f32\"", m->be->name,
+               m->be->device < 0 ? "no AMX-BF16 tiles, or QUANTD_CPU_KERNEL is not auto" : "compute capability below 8.0");
     m->compute_bf16 = on ? 1 : 0;
     return 0;
 }

@@ -5,14 +5,18 @@
  *     and is as close to the float model (logits) as the f32 job's;
  *   - the portable path (runtime cpu_kernel "portable", no AMX tiles) gives an output as
  *     good, byte-identical to the tiles' where this CPU has none;
+ *   - where the products are emulated (no AMX tiles, or the portable path) the job logs the
+ *     warning compute_bf16_emulated, and an f32 job does not;
  *   - a GPTQ+AWQ job runs with it too;
  *   - a backend without bfloat16 products refuses the job, naming the setting, before it
  *     writes anything;
  *   - (test builds, QUANTD_FAULT_HOOKS) a device fault in a bf16 product fails the job
  *     with QD_EBACKEND, and the job resumes to the uninterrupted job's bytes.
  * Resume under bf16 is test_pipeline_resume's test_resume_gptq_bf16. */
+#include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "quant/backend/backend_fault.h"
 #include "quant/backend/cpu/cpu_bf16.h"
@@ -44,6 +48,28 @@ static int run(qd_backend *be, const char *name, const char *method, const char 
     return run_err(be, name, method, format, extra, NULL);
 }
 
+/* run() with this process's stderr (where the log goes) in T/name.log, read into log[cap]. */
+static int run_logged(qd_backend *be, const char *name, const char *extra, char *log, size_t cap)
+{
+    char path[4300];
+    snprintf(path, sizeof path, "%s/%s.log", T, name);
+    fflush(stderr);
+    int saved = dup(2), fd = open(path, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    if (saved < 0 || fd < 0 || dup2(fd, 2) < 0) return -1;
+    close(fd);
+    int rc = run(be, name, "gptq", "gptq", extra);
+    fflush(stderr);
+    dup2(saved, 2);
+    close(saved);
+    log[0] = 0;
+    FILE *f = fopen(path, "r");
+    if (f) {
+        log[fread(log, 1, cap - 1, f)] = 0;
+        fclose(f);
+    }
+    return rc;
+}
+
 static int same(const char *a, const char *b)
 {
     char pa[4300], pb[4300];
@@ -67,9 +93,14 @@ static void test_bf16_gptq(void)
     qd_err err = {0};
     CHECK_OK(qd_backend_cpu_open(2, &rt, &portable, &err));
     if (!portable) return;
-    CHECK_OK(run(pt_be, "f32", "gptq", "gptq", NULL));
-    CHECK_OK(run(pt_be, "bf16", "gptq", "gptq", "\"compute\":\"bf16\","));
-    CHECK_OK(run(portable, "bf16-portable", "gptq", "gptq", "\"compute\":\"bf16\","));
+    /* Where the products are emulated (the portable path), the job warns that bf16 costs more. */
+    static char log[1 << 16];
+    CHECK_OK(run_logged(pt_be, "f32", NULL, log, sizeof log));
+    CHECK(strstr(log, "compute_bf16_emulated") == NULL);
+    CHECK_OK(run_logged(pt_be, "bf16", "\"compute\":\"bf16\",", log, sizeof log));
+    CHECK((strstr(log, "compute_bf16_emulated") != NULL) == !cpu_bf16_amx_usable());
+    CHECK_OK(run_logged(portable, "bf16-portable", "\"compute\":\"bf16\",", log, sizeof log));
+    CHECK_CONTAINS(log, "compute_bf16_emulated backend=cpu: no bfloat16 unit");
     CHECK(!same("f32", "bf16"));
     if (!cpu_bf16_amx_usable()) CHECK(same("bf16", "bf16-portable"));
     double e32 = rel("f32"), e16 = rel("bf16"), ep = rel("bf16-portable");

@@ -365,6 +365,7 @@ int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **o
     be->n_threads = n_threads;
     be->rt = *rt;
     be->rt.fault_inject = NULL;
+    be->bf16_native = cpu_amx_on(be);
     /* OpenBLAS keeps its thread count process-wide; a worker owns one backend, so the
      * last backend opened in a process sets it. */
     openblas_set_num_threads(n_threads);

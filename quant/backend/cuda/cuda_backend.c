@@ -187,6 +187,23 @@ static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x,
 /* Rows of A (or X) converted to bf16 at a time: a bounded scratch whatever the row count. */
 #define BF16_CHUNK_ROWS 8192
 
+/* GemmEx on bf16 operands with F32 sums. The handle is PEDANTIC for the F32 products (no
+ * TF32, no reduced-precision reductions), and cuBLAS keeps that mode to the prescribed
+ * arithmetic for numerical studies, "might not be as performant": this call runs in the
+ * default mode, where bf16 inputs and CUBLAS_COMPUTE_32F go to the tensor cores (the
+ * products of bf16 values are exact; the sums stay F32), and PEDANTIC is set back after. */
+static cublasStatus_t gemm_ex_bf16(cuda_impl *im, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,
+                                   const float *alpha, const void *a, int lda, const void *b, int ldb,
+                                   const float *beta, float *c, int ldc)
+{
+    cublasStatus_t st = cublasSetMathMode(im->blas, CUBLAS_DEFAULT_MATH);
+    if (st == CUBLAS_STATUS_SUCCESS)
+        st = cublasGemmEx(im->blas, ta, tb, m, n, k, alpha, a, CUDA_R_16BF, lda, b, CUDA_R_16BF, ldb, beta, c,
+                          CUDA_R_32F, ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    cublasStatus_t back = cublasSetMathMode(im->blas, CUBLAS_PEDANTIC_MATH);
+    return st != CUBLAS_STATUS_SUCCESS ? st : back;
+}
+
 /* C = A B^T over bf16 copies on the tensor cores, F32 sums (CUBLAS_COMPUTE_32F). */
 static int cu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
                            const float *b, int64_t ldb, float *c, int64_t ldc)
@@ -211,9 +228,8 @@ static int cu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, cons
         e = cudaop_to_bf16(im->stream, a + r0 * lda_ok, rows, k, lda_ok, a16);
         if (e) break;
         /* Column-major: C^T [n, rows] = B16 (as k x n, transposed) . A16^T (k x rows). */
-        cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, b16,
-                                         CUDA_R_16BF, (int)k, a16, CUDA_R_16BF, (int)k, &zero, c + r0 * ldc,
-                                         CUDA_R_32F, (int)ldc, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasStatus_t st = gemm_ex_bf16(im, CUBLAS_OP_T, CUBLAS_OP_N, (int)n, (int)rows, (int)k, &one, b16, (int)k,
+                                         a16, (int)k, &zero, c + r0 * ldc, (int)ldc);
         if (st != CUBLAS_STATUS_SUCCESS) {
             cu_free(be, a16);
             cu_free(be, b16);
@@ -247,9 +263,8 @@ static int cu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const floa
         if (e) break;
         /* X16 row-major [nr, k] is column-major X^T (k x nr): X^T X = (X^T)(X^T)^T. */
         float b0 = r0 == 0 ? beta : 1.0f;
-        cublasStatus_t st = cublasGemmEx(im->blas, CUBLAS_OP_N, CUBLAS_OP_T, (int)k, (int)k, (int)nr, &alpha, x16,
-                                         CUDA_R_16BF, (int)k, x16, CUDA_R_16BF, (int)k, &b0, h, CUDA_R_32F, (int)k,
-                                         CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+        cublasStatus_t st = gemm_ex_bf16(im, CUBLAS_OP_N, CUBLAS_OP_T, (int)k, (int)k, (int)nr, &alpha, x16, (int)k,
+                                         x16, (int)k, &b0, h, (int)k);
         if (st != CUBLAS_STATUS_SUCCESS) {
             cu_free(be, x16);
             return cu_fail(be, "cublasGemmEx (bf16 X^T X)", cublasGetStatusString(st), __FILE__, __LINE__);
@@ -568,6 +583,11 @@ int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err)
     be->device = device;
     be->n_threads = 1;
     int rc = cu_setup(be, im);
+    if (!rc) {
+        /* bf16 tensor cores from compute capability 8.0 (Ampere) */
+        int major = 0;
+        be->bf16_native = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
+    }
     if (rc) {
         qd_err_set(err, rc, "%s", be->err.msg);
         qd_backend_cuda_close(be);
