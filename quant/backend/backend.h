@@ -141,7 +141,7 @@ struct qd_backend {
     int n_threads;             /* CPU threads the backend may use */
     /* 1 when gemm_nt_bf16 and hessian_accum_bf16 run on a bfloat16 unit (the CPU's AMX
      * tiles, CUDA's tensor cores); 0 when they are emulated as F32 products on rounded
-     * copies, which costs more than F32 itself (or the backend has none). */
+     * copies, which costs a little more than F32 itself (or the backend has none). */
     int bf16_native;
     /* The runtime options it was opened with (a copy; fault_inject is NULL here): the
      * layers above read their own fields from it (GPTQ: gptq_form). */

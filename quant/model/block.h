@@ -64,7 +64,7 @@ void qd_model_set_moe_calibrate_all(qd_model *m, int on);
  * with F32 sums (the backend's gemm_nt_bf16: the job's "compute": "bf16"). QD_EUNSUPPORTED
  * naming the backend when it has no such op; off (the default) is always accepted. Turning it
  * on where the backend's bf16 products are emulated (be->bf16_native 0) logs the warning
- * compute_bf16_emulated: they cost more than F32 there. */
+ * compute_bf16_emulated: they cost a little more than F32 there. */
 int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err);
 
 /* Runs the block on `batch` independent sequences of `seq` tokens:

@@ -682,7 +682,7 @@ int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err)
     if (on && !m->be->bf16_native && !m->compute_bf16)
         QD_LOG(QD_LOG_WARN, "compute_bf16_emulated",
                "backend=%s: no bfloat16 unit (%s): the bf16 products run as F32 products on rounded copies, "
-               "slower than \"compute\": \"f32\"", m->be->name,
+               "no faster than \"compute\": \"f32\" (a few percent slower)", m->be->name,
                m->be->device < 0 ? "no AMX-BF16 tiles, or QUANTD_CPU_KERNEL is not auto" : "compute capability below 8.0");
     m->compute_bf16 = on ? 1 : 0;
     return 0;

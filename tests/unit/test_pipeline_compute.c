@@ -93,7 +93,7 @@ static void test_bf16_gptq(void)
     qd_err err = {0};
     CHECK_OK(qd_backend_cpu_open(2, &rt, &portable, &err));
     if (!portable) return;
-    /* Where the products are emulated (the portable path), the job warns that bf16 costs more. */
+    /* Where the products are emulated (the portable path), the job warns that bf16 gains nothing. */
     static char log[1 << 16];
     CHECK_OK(run_logged(pt_be, "f32", NULL, log, sizeof log));
     CHECK(strstr(log, "compute_bf16_emulated") == NULL);
