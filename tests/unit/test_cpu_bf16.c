@@ -238,9 +238,10 @@ static void attention_case(int64_t window, float softcap)
     fprintf(stderr, "attention (window %lld, softcap %g) vs bf16 reference: auto %.2e, portable %.2e, f32 %.2e\n",
             (long long)window, softcap, e_auto, e_port, e_f32);
     /* With the cap, tanhf's last bit moves some probabilities across a bf16 rounding
-     * boundary (2^-8 of that term each): measured 1.5e-5; an uncapped or a wrongly windowed
+     * boundary (2^-8 of that term each): measured 1.5e-5 on the portable path (the tiles sum
+     * the scores in another order, so they flip others). An uncapped or a wrongly windowed
      * attention is off by 1e-1 and more. */
-    double tol = softcap > 0 ? 5e-5 : 1e-5;
+    double tol = softcap > 0 ? 1e-4 : 1e-5;
     CHECK(e_auto < tol && e_port < tol);
     CHECK(e_f32 > 2.0 * e_port);   /* the F32 attention does not round: farther from the bf16 reference */
     for (int i = 0; i < 3; i++) free(o[i]);
