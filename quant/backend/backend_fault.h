@@ -7,7 +7,8 @@
  * does ("cuda:0: gemm failed: injected device fault ... (backend_fault.c:NN)"), and
  * be->broken set; every later call of those ops fails too, as a sticky CUDA error makes
  * every later call fail. The bfloat16 products (gemm_nt_bf16, hessian_accum_bf16, where the
- * backend has them) count as gemm calls, and the message names the op that failed. qd_backend_close removes the wrapper. */
+ * backend has them) count as gemm calls, and the message names the op that failed.
+ * qd_backend_close removes the wrapper. */
 #ifndef QUANT_BACKEND_BACKEND_FAULT_H
 #define QUANT_BACKEND_BACKEND_FAULT_H
 

@@ -583,11 +583,9 @@ int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err)
     be->device = device;
     be->n_threads = 1;
     int rc = cu_setup(be, im);
-    if (!rc) {
-        /* bf16 tensor cores from compute capability 8.0 (Ampere) */
-        int major = 0;
-        be->bf16_native = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess && major >= 8;
-    }
+    int major = 0;   /* bf16 tensor cores from compute capability 8.0 (Ampere) */
+    if (!rc && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess)
+        be->bf16_native = major >= 8;
     if (rc) {
         qd_err_set(err, rc, "%s", be->err.msg);
         qd_backend_cuda_close(be);
