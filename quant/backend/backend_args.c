@@ -43,6 +43,13 @@ int qd_backend_hessian_args_check(const char *who, const void *h, int64_t k, con
     return 0;
 }
 
+void qd_backend_hessian_weights(int64_t n_seen, int64_t rows, float *alpha, float *beta)
+{
+    double total = (double)n_seen + (double)rows;
+    *beta = (float)((double)n_seen / total);
+    *alpha = (float)(2.0 / total);
+}
+
 int qd_backend_chol_args_check(const char *who, const void *h, int64_t k, qd_err *err)
 {
     if (!h || k <= 0 || !args_int_ok(k))

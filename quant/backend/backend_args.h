@@ -26,6 +26,9 @@ int qd_backend_gemm_args_check(const char *who, int ta, int tb, int64_t m, int64
 /* hessian_accum: H [k,k] and X [rows, k] (ld ldx) within cuBLAS's int; n_seen >= 0. */
 int qd_backend_hessian_args_check(const char *who, const void *h, int64_t k, const void *x, int64_t rows,
                                   int64_t ldx, int64_t n_seen, qd_err *err);
+/* hessian_accum's running mean: after n_seen rows, `rows` more make H = beta H + alpha X^T X
+ * with beta = n_seen / total and alpha = 2 / total (total = n_seen + rows > 0). */
+void qd_backend_hessian_weights(int64_t n_seen, int64_t rows, float *alpha, float *beta);
 /* chol_inverse_upper: H [k,k], k within cuSOLVER's int. */
 int qd_backend_chol_args_check(const char *who, const void *h, int64_t k, qd_err *err);
 /* gptq_block: every array present, the block [i1, i2) inside [0, k), strides wide enough,

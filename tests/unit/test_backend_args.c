@@ -59,6 +59,12 @@ static void test_hessian_chol(void)
     CHECK_INT(qd_backend_hessian_args_check("cuda hessian_accum", NULL, 8, buf, 3, 8, 0, &err), QD_EINVAL);
     CHECK_INT(qd_backend_hessian_args_check("cuda hessian_accum", buf, (int64_t)1 << 32, buf, 3, (int64_t)1 << 32, 0,
                                             &err), QD_EINVAL);
+    /* The running mean's weights: the first rows replace H, later ones are weighed by count. */
+    float alpha = -1, beta = -1;
+    qd_backend_hessian_weights(0, 4, &alpha, &beta);
+    CHECK(alpha == 0.5f && beta == 0.0f);
+    qd_backend_hessian_weights(6, 2, &alpha, &beta);
+    CHECK(alpha == 0.25f && beta == 0.75f);
     CHECK_OK(qd_backend_chol_args_check("cuda chol_inverse_upper", buf, 48, &err));
     CHECK_INT(qd_backend_chol_args_check("cuda chol_inverse_upper", buf, 0, &err), QD_EINVAL);
     CHECK_INT(qd_backend_chol_args_check("cuda chol_inverse_upper", NULL, 4, &err), QD_EINVAL);

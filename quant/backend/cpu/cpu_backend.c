@@ -137,9 +137,8 @@ static int cpu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x
                           "cpu hessian_accum: bad arguments (k=%lld rows=%lld ldx=%lld n_seen=%lld)",
                           (long long)k, (long long)rows, (long long)ldx, (long long)n_seen);
     if (rows == 0) return 0;
-    double total = (double)n_seen + (double)rows;
-    float beta = (float)((double)n_seen / total);
-    float alpha = (float)(2.0 / total);
+    float alpha, beta;
+    qd_backend_hessian_weights(n_seen, rows, &alpha, &beta);
     /* H = beta H + alpha X^T X on the upper triangle; the reference scales X by
      * sqrt(2 / n) instead, the same quantity up to rounding. */
     cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)k, (blasint)rows, alpha, x,
@@ -178,9 +177,9 @@ static int cpu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const flo
 {
     int rc = qd_backend_hessian_args_check("cpu hessian_accum_bf16", h, k, x, rows, ldx, n_seen, &be->err);
     if (rc || rows == 0) return rc;
-    double total = (double)n_seen + (double)rows;
-    if (cpu_bf16_syrk(cpu_amx_on(be), be->n_threads, k, x, rows, ldx, (float)(2.0 / total),
-                      (float)((double)n_seen / total), h))
+    float alpha, beta;
+    qd_backend_hessian_weights(n_seen, rows, &alpha, &beta);
+    if (cpu_bf16_syrk(cpu_amx_on(be), be->n_threads, k, x, rows, ldx, alpha, beta, h))
         return qd_err_set(&be->err, QD_ENOMEM, "cpu hessian_accum_bf16: cannot allocate the bf16 copies of %lld rows "
                           "of %lld features", (long long)rows, (long long)k);
     return 0;

@@ -35,7 +35,7 @@ float cpu_bf16_round(float f)
     return f;
 }
 
-static void round_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
+void cpu_bf16_round_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
 {
     for (int64_t r = 0; r < rows; r++)
         for (int64_t c = 0; c < cols; c++) dst[r * cols + c] = cpu_bf16_round(src[r * ld + c]);
@@ -53,10 +53,10 @@ int cpu_bf16_gemm_nt(int amx, int n_threads, int64_t m, int64_t n, int64_t k, co
         free(ar);
         return QD_ENOMEM;
     }
-    round_rows(br, b, n, k, ldb);
+    cpu_bf16_round_rows(br, b, n, k, ldb);
     for (int64_t r0 = 0; r0 < m; r0 += chunk) {
         int64_t rows = m - r0 < chunk ? m - r0 : chunk;
-        round_rows(ar, a + r0 * lda, rows, k, lda);
+        cpu_bf16_round_rows(ar, a + r0 * lda, rows, k, lda);
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (blasint)rows, (blasint)n, (blasint)k, 1.0f, ar,
                     (blasint)k, br, (blasint)k, 0.0f, c + r0 * ldc, (blasint)ldc);
     }
@@ -77,7 +77,7 @@ int cpu_bf16_syrk(int amx, int n_threads, int64_t k, const float *x, int64_t row
         if (!xr) return QD_ENOMEM;
         for (int64_t r0 = 0; r0 < rows; r0 += chunk) {
             int64_t nr = rows - r0 < chunk ? rows - r0 : chunk;
-            round_rows(xr, x + r0 * ldx, nr, k, ldx);
+            cpu_bf16_round_rows(xr, x + r0 * ldx, nr, k, ldx);
             cblas_ssyrk(CblasRowMajor, CblasUpper, CblasTrans, (blasint)k, (blasint)nr, alpha, xr, (blasint)k,
                         r0 == 0 ? beta : 1.0f, h, (blasint)k);
         }

@@ -27,6 +27,8 @@ int cpu_bf16_amx_usable(void);
 
 /* The bfloat16 value of f (round to nearest even, subnormals to signed zero), as an F32. */
 float cpu_bf16_round(float f);
+/* dst [rows, cols] (dense) = src [rows, cols] (row stride ld), every element cpu_bf16_round. */
+void cpu_bf16_round_rows(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld);
 
 /* C[m, n] = A[m, k] B[n, k]^T (both operands row-major with their k contiguous: a linear's
  * y = x W^T). 0, or QD_ENOMEM with C unchanged. amx: 1 = the tile unit (only when

@@ -171,12 +171,6 @@ static size_t attn_bf_bytes(int mode, int64_t seq, int64_t hd, int64_t chunk)
     return 0;
 }
 
-static void round_block(float *dst, const float *src, int64_t rows, int64_t cols, int64_t ld)
-{
-    for (int64_t r = 0; r < rows; r++)
-        for (int64_t j = 0; j < cols; j++) dst[r * cols + j] = cpu_bf16_round(src[r * ld + j]);
-}
-
 /* Heads [p0, p1) of the (sequence, head) pairs, one share's score buffer. */
 static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
 {
@@ -199,8 +193,8 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
         } else if (c->mode == ATTN_BF16_PORTABLE) {
             float *kr = (float *)((char *)c->bf + (size_t)t * c->bf_bytes), *vr = kr + seq * hd;
             qr = vr + seq * hd;
-            round_block(kr, kk, seq, hd, ldk);
-            round_block(vr, vv, seq, hd, ldk);
+            cpu_bf16_round_rows(kr, kk, seq, hd, ldk);
+            cpu_bf16_round_rows(vr, vv, seq, hd, ldk);
             kk = kr;
             vv = vr;
             ldkv = hd;
@@ -214,7 +208,7 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
             if (c->mode == ATTN_BF16_AMX) {
                 cpu_amx_gemm_packed(rows, keys, hd, qh, ldq, kp, hd, c->scale, s, keys, as);
             } else if (c->mode == ATTN_BF16_PORTABLE) {
-                round_block(qr, qh, rows, hd, ldq);
+                cpu_bf16_round_rows(qr, qh, rows, hd, ldq);
                 cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)rows, (int)keys, (int)hd, 1.0f, qr,
                             (int)hd, kk, (int)ldkv, 0.0f, s, (int)keys);
                 for (int64_t i = 0; i < rows * keys; i++) s[i] *= c->scale;

@@ -172,8 +172,8 @@ static int cu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x,
     int rc = qd_backend_hessian_args_check("cuda hessian_accum", h, k, x, rows, ldx, n_seen, &be->err);
     if (rc) return rc;
     if (rows == 0) return 0;
-    double total = (double)n_seen + (double)rows;
-    float beta = (float)((double)n_seen / total), alpha = (float)(2.0 / total);
+    float alpha, beta;
+    qd_backend_hessian_weights(n_seen, rows, &alpha, &beta);
     /* X [rows, k] row-major is X^T column-major (k x rows); syrk N gives X^T X. Column-major
      * lower is row-major upper, which the symmetrize kernel mirrors. */
     BLAS_TRY(be, cublasSsyrk(cu_impl(be)->blas, CUBLAS_FILL_MODE_LOWER, CUBLAS_OP_N, (int)k, (int)rows, &alpha, x,
@@ -251,8 +251,8 @@ static int cu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const floa
     if (rc) return rc;
     if (rows == 0) return 0;
     cuda_impl *im = cu_impl(be);
-    double total = (double)n_seen + (double)rows;
-    float beta = (float)((double)n_seen / total), alpha = (float)(2.0 / total);
+    float alpha, beta;
+    qd_backend_hessian_weights(n_seen, rows, &alpha, &beta);
     int64_t chunk = rows < BF16_CHUNK_ROWS ? rows : BF16_CHUNK_ROWS;
     void *x16 = cu_alloc(be, (size_t)(chunk * k) * 2);
     if (!x16) return be->err.code ? be->err.code : QD_ENOMEM;
