@@ -131,13 +131,16 @@ static void test_bf16_products(void)
     for (int i = 0; i < 40 * 40; i++) h0[i] = i % 41 == 0 ? 1.0f : 0.0f;
     float *in[2] = {a, b};
     size_t n[2] = {9000 * 70, 45 * 70};
-    CHECK(both(op_gemm_bf16, in, n, 2, 9000 * 45, NULL) < 1e-5);
+    /* The tensor cores sum in F32 but truncate as they add (not round to nearest): over the
+     * Hessian's 9000 rows, about 9000 / 16 additions of positive terms, a bias of up to
+     * ~3e-5 of the diagonal. 1e-4 holds that and stays 20x below bf16's own rounding. */
+    CHECK(both(op_gemm_bf16, in, n, 2, 9000 * 45, NULL) < 1e-4);
     float *in1[1] = {a};
     size_t n1[1] = {9000 * 40};
-    CHECK(both(op_hessian_bf16, in1, n1, 1, 40 * 40, h0) < 1e-5);
+    CHECK(both(op_hessian_bf16, in1, n1, 1, 40 * 40, h0) < 1e-4);
     /* And the inputs are rounded: the CPU's F32 product differs from the GPU's bf16 one by
-     * bf16's rounding (about 2^-9 relative), far more than the orders above. */
-    CHECK(both(op_gemm_f32_or_bf16, in, n, 2, 9000 * 45, NULL) > 1e-4);
+     * bf16's rounding (2.2e-3 of the largest output for such inputs, computed in double). */
+    CHECK(both(op_gemm_f32_or_bf16, in, n, 2, 9000 * 45, NULL) > 5e-4);
     free(a);
     free(b);
     free(h0);
