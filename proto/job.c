@@ -16,7 +16,7 @@ static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
 static const char *const style_names[] = { "gptq", "awq" };
 static const char *const backend_names[] = { "auto", "cpu", "cuda" };
 static const char *const layout_names[] = { "plain", "tp_aware" };
-static const char *const compute_names[] = { "f32", "bf16" };
+static const char *const compute_names[] = { "f32", "bf16", "auto" };
 
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
@@ -29,6 +29,7 @@ const char *qp_format_name(qp_format f)
 const char *qp_calib_style_name(qp_calib_style s) { return NAME_OF(style_names, s); }
 const char *qp_backend_name(qp_backend_choice b) { return NAME_OF(backend_names, b); }
 const char *qp_layout_name(qp_layout l) { return NAME_OF(layout_names, l); }
+const char *qp_compute_name(qp_compute c) { return NAME_OF(compute_names, c); }
 
 static int lookup(const char *const *tbl, size_t n, const char *s)
 {
@@ -101,6 +102,7 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->backend = QP_BACKEND_AUTO;
     job->tp = 1;
     job->layout = QP_LAYOUT_PLAIN;
+    job->compute = QP_COMPUTE_AUTO;
     job->kernel_check = 1;
     job->kernel_check_rows = QP_KERNEL_CHECK_ROWS_DEFAULT;
     job->checkpoint.acts_every = QP_CKPT_ACTS_EVERY_DEFAULT;
@@ -196,6 +198,8 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         return qp_err_set(err, QP_EINVAL, "job.tp: must be an integer >= 1, got %d", job->tp);
     if (!qp_layout_name(job->layout))
         return qp_err_set(err, QP_EINVAL, "job.layout: invalid value %d", (int)job->layout);
+    if (!qp_compute_name(job->compute))
+        return qp_err_set(err, QP_EINVAL, "job.compute: invalid value %d", (int)job->compute);
     if (job->layout == QP_LAYOUT_TP_AWARE && !(method_uses_gptq(job->method) && job->desc_act))
         return qp_err_set(err, QP_EINVAL,
                           "job.layout: tp_aware reorders act-order GPTQ weights, so it needs method gptq or awq+gptq "
@@ -461,7 +465,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return qp_err_set(err, QP_ENOMEM, "job: out of memory");
 
     char *id = NULL;
-    int has_sym = 0, format = 0, backend = job->backend, layout = job->layout, compute = QP_COMPUTE_F32;
+    int has_sym = 0, format = 0, backend = job->backend, layout = job->layout, compute = job->compute;
     if ((rc = qpj_get_str(root, p, "id", 0, &id, NULL, err))) return rc;
     if (id) {
         int ok = qpj_name_valid(id, QP_JOB_ID_MAX);
@@ -510,7 +514,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_enum(root, p, "backend", backend_names, 3, &backend, NULL, err)) ||
         (rc = get_int32(root, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->tp, NULL, err)) ||
         (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||
-        (rc = get_enum(root, p, "compute", compute_names, 2, &compute, NULL, err)) ||
+        (rc = get_enum(root, p, "compute", compute_names, 3, &compute, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "kernel_check", &job->kernel_check, NULL, err)) ||
         (rc = get_int32(root, p, "kernel_check_rows", 1, 65536, "must be an integer from 1 to 65536",
                         &job->kernel_check_rows, &has_kcheck_rows, err)) ||

@@ -115,9 +115,13 @@ typedef struct qp_job_serve {
  * Python tools run on a GPU in bf16; on a CPU with AMX-BF16 several times faster than F32).
  * The block forward's projections include AWQ's module forwards over its candidates (and
  * on the CPU the attention's two products, backend op attention_bf16);
- * GPTQ's updates, AWQ's loss arithmetic and clip search and the error report stay F32. Changes
- * the output, so part of the fingerprint; absent from the canonical form at f32. */
-typedef enum qp_compute { QP_COMPUTE_F32 = 0, QP_COMPUTE_BF16 = 1 } qp_compute;
+ * GPTQ's updates, AWQ's loss arithmetic and clip search and the error report stay F32.
+ * auto (the default): bf16 when the checkpoint's weights are bfloat16 and the backend runs
+ * bf16 products on a bf16 unit (AMX-BF16, compute capability 8.0+), else f32, as the Python
+ * tools compute in the checkpoint's dtype; the pipeline resolves it once per job and records
+ * the result in the checkpoint, so a resumed job keeps it (qd_pipeline_compute_resolve).
+ * Changes the output, so part of the fingerprint; absent from the canonical form at auto. */
+typedef enum qp_compute { QP_COMPUTE_F32 = 0, QP_COMPUTE_BF16 = 1, QP_COMPUTE_AUTO = 2 } qp_compute;
 
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
@@ -165,6 +169,7 @@ const char *qp_format_name(qp_format f);
 const char *qp_calib_style_name(qp_calib_style s);
 const char *qp_backend_name(qp_backend_choice b);
 const char *qp_layout_name(qp_layout l);
+const char *qp_compute_name(qp_compute c);
 /* Reverse lookups: 0 and *out set, or QP_EINVAL for an unknown name. */
 int qp_method_parse(const char *s, qp_method *out);
 int qp_format_parse(const char *s, qp_format *out);

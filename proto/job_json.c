@@ -78,7 +78,7 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     if (all) rc |= qpj_add_str(o, "backend", qp_backend_name(job->backend));
     rc |= qpj_add_num(o, "tp", job->tp);
     rc |= qpj_add_str(o, "layout", qp_layout_name(job->layout));
-    if (job->compute != QP_COMPUTE_F32) rc |= qpj_add_str(o, "compute", "bf16");
+    if (job->compute != QP_COMPUTE_AUTO) rc |= qpj_add_str(o, "compute", qp_compute_name(job->compute));
     if (all) rc |= qpj_add_bool(o, "kernel_check", job->kernel_check);
     if (all && job->kernel_check_rows != QP_KERNEL_CHECK_ROWS_DEFAULT)
         rc |= qpj_add_num(o, "kernel_check_rows", job->kernel_check_rows);

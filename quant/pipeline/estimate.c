@@ -187,9 +187,9 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * rows. They live while the forward and the Hessian's update run, when of GPTQ's buffers
      * only the Hessian being filled is: they count where they exceed GPTQ's other two
      * (measured on a 7B-shaped block: the peak RSS did not move). */
-    uint64_t bf16 = job->compute == QP_COMPUTE_BF16 ? widest * u64max(h, inter) * 4 + 2048 * widest * 4 +
-                                                          2 * 2048 * (widest + 32) * 2
-                                                    : 0;
+    /* auto may resolve to bf16 on a bfloat16 checkpoint (the backend decides: counted). */
+    int bf16_on = job->compute == QP_COMPUTE_BF16 || (job->compute == QP_COMPUTE_AUTO && wdt == QD_DTYPE_BF16);
+    uint64_t bf16 = bf16_on ? widest * u64max(h, inter) * 4 + 2048 * widest * 4 + 2 * 2048 * (widest + 32) * 2 : 0;
     hess = u64max(hess, widest * widest * 4 + bf16);
     est->peak_ram_bytes = resident + weights + acts + hess + scratch + awq + direct + eval;
     est->acts_ram_bytes = acts;

@@ -256,7 +256,9 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_pipeline_report_progress(p, "load", -1, NULL, 0, -1) ? QD_ECANCELLED : 0;
     if (rc) { qd_err_set(err, rc, "cancelled"); goto fail; }
     qd_model_set_moe_calibrate_all(p->m, job->moe.calibrate_all_experts);
-    rc = qd_model_set_compute_bf16(p->m, job->compute == QP_COMPUTE_BF16, err);
+    const char *compute_why = NULL;
+    p->compute = qd_pipeline_compute_resolve(job->compute, qd_output_float_dtype(qd_model_tensors(p->m)), be, &compute_why);
+    rc = qd_model_set_compute_bf16(p->m, p->compute == QP_COMPUTE_BF16, err);
     if (!rc) rc = qd_pipeline_check_plans(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
@@ -326,6 +328,16 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         } else {
             qd_state_free(&p->st);
             p->st = old;
+            /* auto was resolved when the job started: a resume keeps that arithmetic, on
+             * whatever machine it runs (a checkpoint from before auto ran f32). An explicit
+             * value is in the fingerprint, so the checkpoint ran with it. */
+            qp_compute was = !strcmp(p->st.compute, "bf16") ? QP_COMPUTE_BF16 : QP_COMPUTE_F32;
+            if (job->compute == QP_COMPUTE_AUTO && was != p->compute) {
+                p->compute = was;
+                compute_why = "kept from the checkpoint";
+                rc = qd_model_set_compute_bf16(p->m, p->compute == QP_COMPUTE_BF16, err);
+                if (rc) { qd_err_prefix(err, "cannot resume %s", p->out_dir); goto fail; }
+            }
             if (strcmp(old.fp.backend, fp.backend) != 0) {
                 p->st.cross_backend = 1;
                 p->resumed_cross_backend = 1;
@@ -334,6 +346,9 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             snprintf(p->st.fp.backend, sizeof p->st.fp.backend, "%s", fp.backend);
         }
     }
+    snprintf(p->st.compute, sizeof p->st.compute, "%s", qp_compute_name(p->compute));
+    QD_LOG(QD_LOG_INFO, "compute", "job=%s compute=%s requested=%s reason=\"%s\"", job->id, qp_compute_name(p->compute),
+           qp_compute_name(job->compute), compute_why);
     rc = check_resources(job, p->out_dir, &p->est, err);
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
@@ -393,6 +408,28 @@ fail:
     qd_pipeline_close(p);
     return rc ? rc : QD_EINVAL;
 }
+
+qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const qd_backend *be, const char **why)
+{
+    const char *w = "as the job says";
+    qp_compute c = want;
+    if (want == QP_COMPUTE_AUTO) {
+        if (weights != QD_DTYPE_BF16) {
+            c = QP_COMPUTE_F32;
+            w = "auto: the checkpoint's weights are not bfloat16";
+        } else if (!be->bf16_native || !be->ops->gemm_nt_bf16) {
+            c = QP_COMPUTE_F32;
+            w = "auto: bfloat16 checkpoint, but this backend's bf16 products are emulated";
+        } else {
+            c = QP_COMPUTE_BF16;
+            w = "auto: bfloat16 checkpoint, bf16 products on a bfloat16 unit";
+        }
+    }
+    if (why) *why = w;
+    return c;
+}
+
+qp_compute qd_pipeline_compute(const qd_pipeline *p) { return p->compute; }
 
 void qd_pipeline_close(qd_pipeline *p)
 {

@@ -34,6 +34,7 @@
 
 #include "proto/job.h"
 #include "quant/backend/backend.h"
+#include "quant/core/dtype.h"
 #include "quant/core/error.h"
 
 /* .quantd/state.json; bump when its meaning or the blocks' content changes (2: AWQ scales
@@ -136,6 +137,16 @@ void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep);
 /* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
  * caller; NULL when no block was committed in this run, or out of memory. */
 char *qd_pipeline_last_block_cost(const qd_pipeline *p);
+/* A job's "compute" on this checkpoint and backend. auto is bf16 where the checkpoint's bulk
+ * weights (qd_output_float_dtype) are bfloat16 and the backend runs bf16 products on a
+ * bfloat16 unit (be->bf16_native and its gemm_nt_bf16 op: AMX-BF16, compute capability
+ * 8.0+), else f32: the Python tools compute in the checkpoint's dtype, and where bf16 is
+ * only emulated it gains nothing. f32 and bf16 come back as given. *why (may be NULL) gets a
+ * static phrase naming what decided. */
+qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const qd_backend *be, const char **why);
+/* The arithmetic this job's blocks run with: its "compute" resolved when it started, kept
+ * from the checkpoint when it resumed (QP_COMPUTE_F32 or QP_COMPUTE_BF16). */
+qp_compute qd_pipeline_compute(const qd_pipeline *p);
 /* 1 when the checkpoint this run resumed from was written by another backend. */
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
 /* Runs the next block and commits its checkpoint. */

@@ -346,7 +346,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
         for (int g = 0; g < ng && !rc; g++) {
             if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
             rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
-            acc[g].bf16 = p->job->compute == QP_COMPUTE_BF16;
+            acc[g].bf16 = p->compute == QP_COMPUTE_BF16;
             c.want[g] = 1;
             c.acc[g] = &acc[g];
         }
@@ -406,7 +406,7 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
             c.direct = direct;
             for (int j = i; j < i + run && !rc; j++) {
                 rc = qd_gptq_hessian_init(&acc[order[j]], p->be, qd_model_group(p->m, order[j])->k, err);
-                acc[order[j]].bf16 = p->job->compute == QP_COMPUTE_BF16;
+                acc[order[j]].bf16 = p->compute == QP_COMPUTE_BF16;
                 c.want[order[j]] = 1;
                 c.acc[order[j]] = &acc[order[j]];
                 if (order[j] > c.stop_after) c.stop_after = order[j];

@@ -43,6 +43,8 @@ struct qd_pipeline {
     int64_t hidden;
     float *acts;                 /* backend [n_seq*seq_len, hidden]: inputs of st.next_block; owned */
     qd_dtype acts_dtype;         /* the dtype the inputs between blocks are held in (acts.h) */
+    qp_compute compute;          /* QP_COMPUTE_F32 or _BF16: the job's "compute" resolved
+                                    (qd_pipeline_compute_resolve), or the checkpoint's */
     float *mid;                  /* backend, same shape: the block's residual stream between its
                                     attention and MLP halves once the attention groups are
                                     quantized (true-sequential); owned, per block, or NULL */

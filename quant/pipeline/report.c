@@ -82,6 +82,8 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
     cJSON_AddStringToObject(r, "job_id", job->id);
     cJSON_AddItemToObject(r, "job", qp_job_to_cjson(job, 0));
     cJSON_AddStringToObject(r, "backend", x->backend ? x->backend : "");
+    /* The arithmetic the blocks ran with: the job's "compute", auto resolved. */
+    if (st->compute[0]) cJSON_AddStringToObject(r, "compute", st->compute);
     /* The fingerprint lets a rerun of the same job recognise this finished output. */
     cJSON *fp = cJSON_AddObjectToObject(r, "fingerprint");
     cJSON_AddStringToObject(fp, "model", st->fp.model);

@@ -105,6 +105,11 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
     s->fence = (uint64_t)get_num(root, "fence", 0);
     s->peak_rss_bytes = get_bytes(root, "peak_rss_bytes", 0);
     s->peak_disk_bytes = get_bytes(root, "peak_disk_bytes", 0);
+    copy_str(s->compute, sizeof s->compute, root, "compute");
+    if (s->compute[0] && strcmp(s->compute, "f32") != 0 && strcmp(s->compute, "bf16") != 0) {
+        cJSON_Delete(root);
+        return qd_err_set(err, QD_EFORMAT, "%s: compute \"%s\" is neither f32 nor bf16", path, s->compute);
+    }
     if (s->next_block < 0 || s->n_blocks <= 0 || s->next_block > s->n_blocks || !s->fp.model[0] ||
         s->acts_block < 0 || s->acts_block > s->next_block) {
         cJSON_Delete(root);
@@ -181,6 +186,7 @@ int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)
     cJSON_AddNumberToObject(root, "fence", (double)s->fence);
     cJSON_AddNumberToObject(root, "peak_rss_bytes", (double)s->peak_rss_bytes);
     cJSON_AddNumberToObject(root, "peak_disk_bytes", (double)s->peak_disk_bytes);
+    if (s->compute[0]) cJSON_AddStringToObject(root, "compute", s->compute);
     cJSON *arr = cJSON_AddArrayToObject(root, "layers");
     for (size_t i = 0; i < s->n_layers; i++) cJSON_AddItemToArray(arr, qd_layer_result_to_json(&s->layers[i]));
     cJSON *blocks = cJSON_AddArrayToObject(root, "blocks");

@@ -59,6 +59,10 @@ typedef struct qd_ckpt_state {
                                 (qd_pipeline_sample_peaks): the resident set of the process */
     uint64_t peak_disk_bytes;/* ... and the output directory's bytes (checkpoint + output);
                                 both optional in state.json, absent (0) in older checkpoints */
+    char compute[8];         /* the arithmetic the job's blocks ran with, "f32" or "bf16" (its
+                                "compute", "auto" resolved once: qd_pipeline_compute_resolve);
+                                "" in checkpoints older than "auto", which ran f32 unless the job
+                                said bf16 */
 } qd_ckpt_state;
 
 void qd_state_init(qd_ckpt_state *s);

@@ -12,6 +12,11 @@
  *     writes anything;
  *   - (test builds, QUANTD_FAULT_HOOKS) a device fault in a bf16 product fails the job
  *     with QD_EBACKEND, and the job resumes to the uninterrupted job's bytes.
+ *   - "auto" (the default) resolves to bf16 exactly on a bfloat16 checkpoint where the
+ *     backend's bf16 products are native (be->bf16_native, flipped here to stand for AMX or
+ *     a GPU), giving the bytes of an explicit bf16 job, and to f32 otherwise; the report says
+ *     which; a resumed job keeps what the checkpoint ran with (a checkpoint from before auto:
+ *     f32), whatever the machine resolves now; a checkpoint naming another compute is refused.
  * Resume under bf16 is test_pipeline_resume's test_resume_gptq_bf16. */
 #include <fcntl.h>
 #include <stdio.h>
@@ -25,7 +30,7 @@
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char model[4096], tokens[4096];
+static char model[4096], model16[4096], tokens[4096];
 
 /* Runs the job into T/name; err (optional) gets the failure. */
 static int run_err(qd_backend *be, const char *name, const char *method, const char *format, const char *extra,
@@ -95,7 +100,7 @@ static void test_bf16_gptq(void)
     if (!portable) return;
     /* Where the products are emulated (the portable path), the job warns that bf16 gains nothing. */
     static char log[1 << 16];
-    CHECK_OK(run_logged(pt_be, "f32", NULL, log, sizeof log));
+    CHECK_OK(run_logged(pt_be, "f32", "\"compute\":\"f32\",", log, sizeof log));
     CHECK(strstr(log, "compute_bf16_emulated") == NULL);
     CHECK_OK(run_logged(pt_be, "bf16", "\"compute\":\"bf16\",", log, sizeof log));
     CHECK((strstr(log, "compute_bf16_emulated") != NULL) == !cpu_bf16_amx_usable());
@@ -184,6 +189,134 @@ static void test_bf16_device_fault(void)
 }
 #endif
 
+/* ---- "compute": "auto" ---- */
+
+static void test_auto_resolve(void)
+{
+    qd_backend_ops ops = *pt_be->ops;
+    qd_backend be = *pt_be;
+    be.ops = &ops;
+    const char *why = NULL;
+    be.bf16_native = 1;
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_AUTO, QD_DTYPE_BF16, &be, &why), QP_COMPUTE_BF16);
+    CHECK_CONTAINS(why, "bf16 products on a bfloat16 unit");
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_AUTO, QD_DTYPE_F16, &be, &why), QP_COMPUTE_F32);
+    CHECK_CONTAINS(why, "not bfloat16");
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_AUTO, QD_DTYPE_F32, &be, NULL), QP_COMPUTE_F32);
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_F32, QD_DTYPE_BF16, &be, &why), QP_COMPUTE_F32);
+    CHECK_STR(why, "as the job says");
+    be.bf16_native = 0;
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_AUTO, QD_DTYPE_BF16, &be, &why), QP_COMPUTE_F32);
+    CHECK_CONTAINS(why, "emulated");
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_BF16, QD_DTYPE_F32, &be, NULL), QP_COMPUTE_BF16);
+    be.bf16_native = 1;
+    ops.gemm_nt_bf16 = NULL;   /* a backend without the products */
+    CHECK_INT(qd_pipeline_compute_resolve(QP_COMPUTE_AUTO, QD_DTYPE_BF16, &be, NULL), QP_COMPUTE_F32);
+}
+
+/* The value of key in T/name/file, or "" (static buffer). */
+static const char *json_str(const char *name, const char *file, const char *key)
+{
+    static char v[64];
+    char path[4400];
+    snprintf(path, sizeof path, "%s/%s/%s", T, name, file);
+    cJSON *j = pt_read_json(path);
+    const cJSON *s = cJSON_GetObjectItemCaseSensitive(j, key);
+    snprintf(v, sizeof v, "%s", cJSON_IsString(s) ? s->valuestring : "");
+    cJSON_Delete(j);
+    return v;
+}
+
+static int run16(const char *name, const char *extra, const qd_pipeline_hooks *hooks, qd_err *err)
+{
+    char out[4200];
+    snprintf(out, sizeof out, "%s/%s", T, name);
+    qp_job *job = pt_job(model16, out, "gptq", "gptq", tokens, extra);
+    if (!job) return -1;
+    int rc = qd_pipeline_run(job, pt_be, hooks, err);
+    qp_job_free(job);
+    return rc;
+}
+
+static void test_auto_job(void)
+{
+    int native = pt_be->bf16_native;
+    qd_err err = {0};
+    /* This machine as it is: bf16 exactly where its products are native. */
+    CHECK_OK(run16("a16-here", NULL, NULL, &err));
+    CHECK_STR(json_str("a16-here", "quantd_report.json", "compute"), native ? "bf16" : "f32");
+    CHECK_OK(run16("a16-f32", "\"compute\":\"f32\",", NULL, &err));
+    CHECK_OK(run16("a16-bf16", "\"compute\":\"bf16\",", NULL, &err));
+    CHECK(!same("a16-f32", "a16-bf16"));
+    CHECK_STR(json_str("a16-f32", "quantd_report.json", "compute"), "f32");
+    CHECK_STR(json_str("a16-bf16", "quantd_report.json", "compute"), "bf16");
+    pt_be->bf16_native = 0;
+    CHECK_OK(run16("a16-off", NULL, NULL, &err));
+    CHECK_STR(json_str("a16-off", "quantd_report.json", "compute"), "f32");
+    CHECK(same("a16-off", "a16-f32"));
+    pt_be->bf16_native = 1;   /* the emulated products standing in for native ones */
+    CHECK_OK(run16("a16-on", NULL, NULL, &err));
+    CHECK_STR(json_str("a16-on", "quantd_report.json", "compute"), "bf16");
+    CHECK(same("a16-on", "a16-bf16"));
+    /* A float32 checkpoint stays f32 on any backend. */
+    CHECK_OK(run(pt_be, "a32-on", "gptq", "gptq", NULL));
+    CHECK_STR(json_str("a32-on", "quantd_report.json", "compute"), "f32");
+    pt_be->bf16_native = native;
+}
+
+static int cancel_block1(void *ud, const qd_progress *p)
+{
+    (void)ud;
+    return p->block == 1 && !strcmp(p->stage, "calibrate");
+}
+
+/* A job stopped after block 0 on a machine that resolved auto one way and resumed on one
+ * that resolves it the other way goes on as it started. */
+static void test_auto_resume(void)
+{
+    int native = pt_be->bf16_native;
+    qd_pipeline_hooks stop = {.progress = cancel_block1};
+    qd_err err = {0};
+    char state[4400];
+    for (int first = 0; first < 2; first++) {
+        char name[32];
+        snprintf(name, sizeof name, "a16-resume-%d", first);
+        pt_be->bf16_native = first;
+        CHECK_INT(run16(name, NULL, &stop, &err), QD_ECANCELLED);
+        CHECK_STR(json_str(name, ".quantd/state.json", "compute"), first ? "bf16" : "f32");
+        pt_be->bf16_native = !first;
+        CHECK_OK(run16(name, NULL, NULL, &err));
+        CHECK_STR(json_str(name, "quantd_report.json", "compute"), first ? "bf16" : "f32");
+        CHECK(same(name, first ? "a16-bf16" : "a16-f32"));
+    }
+    /* A checkpoint from before auto (no "compute" in its state) ran f32, and resumes so. */
+    pt_be->bf16_native = 0;
+    CHECK_INT(run16("a16-old", NULL, &stop, &err), QD_ECANCELLED);
+    snprintf(state, sizeof state, "%s/a16-old/.quantd/state.json", T);
+    cJSON *j = pt_read_json(state);
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "compute");
+    char *text = j ? cJSON_PrintUnformatted(j) : NULL;
+    CHECK(text && qd_fs_write_atomic(state, text, strlen(text), &err) == 0);
+    free(text);
+    cJSON_Delete(j);
+    pt_be->bf16_native = 1;
+    CHECK_OK(run16("a16-old", NULL, NULL, &err));
+    CHECK(same("a16-old", "a16-f32"));
+    /* A state naming anything else is refused, not guessed at. */
+    CHECK_INT(run16("a16-bad", NULL, &stop, &err), QD_ECANCELLED);
+    snprintf(state, sizeof state, "%s/a16-bad/.quantd/state.json", T);
+    j = pt_read_json(state);
+    cJSON_ReplaceItemInObjectCaseSensitive(j, "compute", cJSON_CreateString("fp8"));
+    text = j ? cJSON_PrintUnformatted(j) : NULL;
+    CHECK(text && qd_fs_write_atomic(state, text, strlen(text), &err) == 0);
+    free(text);
+    cJSON_Delete(j);
+    qd_err e2 = {0};
+    CHECK(run16("a16-bad", NULL, NULL, &e2) != 0);
+    CHECK_CONTAINS(e2.msg, "compute \"fp8\" is neither f32 nor bf16");
+    pt_be->bf16_native = native;
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -192,11 +325,20 @@ int main(void)
     snprintf(model, sizeof model, "%s/llama", T);
     snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     qd_testgen_opts lo = pt_llama_opts(96, 2);
-    if (pt_gen_model(model, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    qd_testgen_opts lo16 = lo;
+    lo16.dtype = QD_DTYPE_BF16;
+    snprintf(model16, sizeof model16, "%s/llama-bf16", T);
+    if (pt_gen_model(model, &lo) || pt_gen_model(model16, &lo16) || pt_write_tokens(tokens, 4000, 128, 3)) {
+        fprintf(stderr, "setup failed\n");
+        return 1;
+    }
     fprintf(stderr, "AMX-BF16 tiles: %s\n", cpu_bf16_amx_usable() ? "used" : "not available");
     TEST_RUN(test_bf16_gptq);
     TEST_RUN(test_bf16_awq_gptq);
     TEST_RUN(test_bf16_refused);
+    TEST_RUN(test_auto_resolve);
+    TEST_RUN(test_auto_job);
+    TEST_RUN(test_auto_resume);
 #ifdef QUANTD_FAULT_HOOKS
     TEST_RUN(test_bf16_device_fault);
 #endif

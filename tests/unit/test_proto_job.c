@@ -516,30 +516,44 @@ out:
     qp_job_free(a); qp_job_free(b); qp_job_free(c);
 }
 
-/* compute: f32 (default) or bf16, fingerprinted (it changes the output) and absent from
- * the canonical form at f32, so existing jobs keep their ids. */
+/* compute: auto (default), f32 or bf16, fingerprinted (it changes the output) and absent from
+ * the canonical form at auto, so jobs that never named it keep their ids. */
 static void test_compute(void)
 {
     qp_job *a = parse_ok("{" BASE "}");
     qp_job *b = parse_ok("{" BASE ", \"compute\": \"f32\"}");
     qp_job *c = parse_ok("{" BASE ", \"compute\": \"bf16\"}");
-    if (!a || !b || !c) goto out;
-    CHECK_INT(a->compute, QP_COMPUTE_F32);
-    CHECK_STR(a->id, b->id);
+    qp_job *e = parse_ok("{" BASE ", \"compute\": \"auto\"}");
+    if (!a || !b || !c || !e) goto out;
+    CHECK_INT(a->compute, QP_COMPUTE_AUTO);
+    CHECK_INT(b->compute, QP_COMPUTE_F32);
     CHECK_INT(c->compute, QP_COMPUTE_BF16);
+    CHECK_INT(e->compute, QP_COMPUTE_AUTO);
+    CHECK_STR(a->id, e->id);
+    CHECK(strcmp(a->id, b->id) != 0);
     CHECK(strcmp(a->id, c->id) != 0);
-    char *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *fc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
+    CHECK(strcmp(b->id, c->id) != 0);
+    char *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *fb = qp_job_to_json(b, QP_JOB_JSON_OUTPUT_ONLY);
+    char *fc = qp_job_to_json(c, QP_JOB_JSON_OUTPUT_ONLY);
     CHECK(fa && !strstr(fa, "compute"));
+    CHECK(fb && strstr(fb, "\"compute\":\"f32\""));
     CHECK(fc && strstr(fc, "\"compute\":\"bf16\""));
-    char *js = qp_job_to_json(c, 0);
-    qp_job *d = js ? parse_ok(js) : NULL;
-    CHECK(d && d->compute == QP_COMPUTE_BF16);
-    free(fa); free(fc); free(js);
-    qp_job_free(d);
-    EXPECT_ERR("{" BASE ", \"compute\": \"fp16\"}", "job.compute: \"fp16\" is not one of f32, bf16");
+    /* Each value survives the full form's round trip (the daemon hands workers that form). */
+    qp_job *src[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        char *js = qp_job_to_json(src[i], 0);
+        qp_job *d = js ? parse_ok(js) : NULL;
+        CHECK(d && d->compute == src[i]->compute);
+        free(js);
+        qp_job_free(d);
+    }
+    free(fa); free(fb); free(fc);
+    EXPECT_ERR("{" BASE ", \"compute\": \"fp16\"}", "job.compute: \"fp16\" is not one of f32, bf16, auto");
     EXPECT_ERR("{" BASE ", \"compute\": 16}", "job.compute");
+    CHECK_STR(qp_compute_name(QP_COMPUTE_AUTO), "auto");
+    CHECK(qp_compute_name((qp_compute)3) == NULL);
 out:
-    qp_job_free(a); qp_job_free(b); qp_job_free(c);
+    qp_job_free(a); qp_job_free(b); qp_job_free(c); qp_job_free(e);
 }
 
 /* kernel_check_rows: default 64, range, refused without kernel_check, kept by the canonical
