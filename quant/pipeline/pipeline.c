@@ -429,8 +429,6 @@ qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const 
     return c;
 }
 
-qp_compute qd_pipeline_compute(const qd_pipeline *p) { return p->compute; }
-
 void qd_pipeline_close(qd_pipeline *p)
 {
     if (!p) return;

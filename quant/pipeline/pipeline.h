@@ -144,9 +144,6 @@ char *qd_pipeline_last_block_cost(const qd_pipeline *p);
  * only emulated it gains nothing. f32 and bf16 come back as given. *why (may be NULL) gets a
  * static phrase naming what decided. */
 qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const qd_backend *be, const char **why);
-/* The arithmetic this job's blocks run with: its "compute" resolved when it started, kept
- * from the checkpoint when it resumed (QP_COMPUTE_F32 or QP_COMPUTE_BF16). */
-qp_compute qd_pipeline_compute(const qd_pipeline *p);
 /* 1 when the checkpoint this run resumed from was written by another backend. */
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
 /* Runs the next block and commits its checkpoint. */
