@@ -16,8 +16,10 @@
 #   bench     bench/kernels.sh: 7B and 70B-MLP shapes, batch 1..16, L2 flushed between
 #             repetitions, CUDA events, median; against cuBLAS FP16 and the copy bandwidth
 #   job       a 7B-shaped synthetic job (--job-blocks blocks of Llama-2-7B shape, calibration
-#             --job-samples x 2048) on CUDA: seconds per block and per stage, peak GPU
-#             memory; the same job with "compute": "bf16" (tensor cores); then CPU vs CUDA
+#             --job-samples x 2048, a bfloat16 checkpoint) on CUDA with "compute": "f32":
+#             seconds per block and per stage, peak GPU memory; the same job with the
+#             default compute, auto (bf16 on the tensor cores at compute capability 8.0+,
+#             the report's compute says which ran); then CPU vs CUDA
 #             agreement: --agree-blocks blocks at --agree-samples x --agree-seq on both
 #             backends (per-layer error difference) and perplexity of a tiny model on both
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
@@ -279,9 +281,9 @@ step_bench() {
 }
 
 # ---- the 7B-shaped job, and CPU vs CUDA -------------------------------------------------------
-gen_7b() {   # gen_7b DIR LAYERS
+gen_7b() {   # gen_7b DIR LAYERS [DTYPE, default f16]
     "$Q" gen-model --out "$1" --layers "$2" --hidden 4096 --intermediate 11008 --heads 32 --kv-heads 32 \
-        --max-pos 4096 --vocab 512 --dtype f16 --seed 7 > /dev/null
+        --max-pos 4096 --vocab 512 --dtype "${3:-f16}" --seed 7 > /dev/null
 }
 gen_ids() {  # gen_ids FILE COUNT VOCAB
     python3 -c "import json,random,sys; random.seed(0); json.dump({'tokens':[random.randrange($3) for _ in range($2)]}, open(sys.argv[1],'w'))" "$1"
@@ -312,17 +314,21 @@ step_job() {
     [ -x "$Q" ] || fail "no quantctl in $(qbin) (run the build step, or pass --reuse-build)"
     local rc=0 cuda_report=-
     if [ "$gpu" = 1 ]; then
-        gen_7b "$W/m7b" "$job_blocks" || fail "gen-model of the 7B-shaped model failed"
+        # A bfloat16 checkpoint, as users bring: the job in f32 first, then with the default
+        # "compute" (auto), which on compute capability 8.0+ runs its products in bf16.
+        gen_7b "$W/m7b" "$job_blocks" bf16 || fail "gen-model of the 7B-shaped model failed"
         gen_ids "$W/ids-job.json" $((job_samples * 2048 + 4096)) 512
-        if run_job cuda-7b "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device"; then :; else rc=1; note "the CUDA job failed (job-cuda-7b.log)"; fi
+        if run_job cuda-7b "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device" ', "compute": "f32"'; then :; else
+            rc=1; note "the CUDA job failed (job-cuda-7b.log)"; fi
         python3 "$here/gpu_report.py" job "$L/job-cuda-7b.log" "$L/job-cuda-7b-report.json" "$L/job-cuda-7b-gpumem.log" \
             "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda" "$L/job-1-cuda.md" "$L/headline-job.tsv" || rc=1
         rm -rf "$W/out-cuda-7b"
-        # The same job with "compute": "bf16": its products on the tensor cores.
-        if run_job cuda-7b-bf16 "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device" ', "compute": "bf16"'; then :; else
-            rc=1; note "the CUDA bf16 job failed (job-cuda-7b-bf16.log)"; fi
+        # The same job with the default "compute": auto, bf16 here (the report's compute says
+        # what ran): its products on the tensor cores.
+        if run_job cuda-7b-bf16 "$W/m7b" "$W/ids-job.json" "$job_samples" 2048 "$device"; then :; else
+            rc=1; note "the CUDA job with the default compute failed (job-cuda-7b-bf16.log)"; fi
         python3 "$here/gpu_report.py" job "$L/job-cuda-7b-bf16.log" "$L/job-cuda-7b-bf16-report.json" "$L/job-cuda-7b-bf16-gpumem.log" \
-            "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda, compute bf16" "$L/job-1b-cuda-bf16.md" "$L/headline-job.tsv" || rc=1
+            "7B-shaped, $job_blocks blocks, $job_samples x 2048, cuda, compute auto" "$L/job-1b-cuda-bf16.md" "$L/headline-job.tsv" || rc=1
         rm -rf "$W/m7b" "$W/out-cuda-7b-bf16"
     else
         echo "The CUDA job (${job_blocks} blocks at ${job_samples} x 2048) was skipped: $why_skip." > "$L/job-1-cuda.md"

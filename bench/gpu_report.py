@@ -180,9 +180,9 @@ def cmd_job(timed_log, report, gpumem, label, out_md, head_tsv):
     if rep:
         tot = rep.get("totals", {})
         nb = tot.get("blocks") or 1
-        out.append("Report: %d blocks, %d layers quantized, block seconds %.1f (%.2f s per block), mean / max layer "
+        out.append("Report: compute %s, %d blocks, %d layers quantized, block seconds %.1f (%.2f s per block), mean / max layer "
                    "relative error %.5f / %.5f, wall of the last run %.1f s.\n" % (
-                       nb, tot.get("layers_quantized", 0), tot.get("block_seconds", 0),
+                       rep.get("compute", "not recorded"), nb, tot.get("layers_quantized", 0), tot.get("block_seconds", 0),
                        tot.get("block_seconds", 0) / nb, tot.get("mean_rel_error", 0), tot.get("max_rel_error", 0),
                        tot.get("wall_seconds_last_run", 0)))
     else:
