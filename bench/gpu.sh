@@ -1,17 +1,29 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: everything the first GPU minutes should run, as one command (issue #20).
 #
-#   bench/gpu.sh [--dry-run] [--steps build,test,selftest,bench,job] [--build DIR]
-#                [--reuse-build DIR] [--results DIR] [--out DIR] [--device cuda:N]
-#                [--job-blocks N] [--job-samples N] [--agree-blocks N] [--agree-samples N]
-#                [--agree-seq N] [--reps N]
+#   bench/gpu.sh [--lease] [--dry-run] [--steps build,test,sanitize,selftest,bench,job]
+#                [--bundle FILE] [--budget SECONDS] [--build DIR] [--reuse-build DIR]
+#                [--results DIR] [--out DIR] [--device cuda:N] [--job-blocks N]
+#                [--job-samples N] [--agree-blocks N] [--agree-samples N] [--agree-seq N]
+#                [--reps N]
 #
-# Steps (each timed; a failure is recorded and the later steps still run):
+# On a lent machine of the device tool, one command (made for its 15 minutes of device time,
+# machine start included, and its 8 files back from $OUT):
+#   bench/gpu_bundle.sh                        # here, first: build/gpu-bundle.tar.gz
+#   bench/gpu.sh --lease --out "$OUT"          # there, carrying build/gpu-bundle.tar.gz
+# --lease is --bundle build/gpu-bundle.tar.gz --budget 480 --steps
+# build,test,selftest,bench,job,sanitize --job-blocks 2 --agree-blocks 1 --agree-samples 8
+# --reps 50; options after it override it.
+#
+# Steps (each timed; a failure is recorded and the later steps still run; they run in the
+# order --steps names them):
 #   build     Release build for this GPU's architecture (CMAKE_CUDA_ARCHITECTURES=native,
-#             falling back to 90), and ptxas's per-kernel registers / shared memory / spills
-#   test      ctest -L gpu, then test_backend_cuda under compute-sanitizer memcheck and
-#             racecheck (the shared-memory kernels: GEMV, WMMA GEMM, GPTQ block, norms,
-#             attention, reductions all run in it)
+#             falling back to 90), and ptxas's per-kernel registers / shared memory / spills;
+#             with --bundle, no build: the bundle's programs and its ptxas report
+#   test      ctest -L gpu (with --bundle: the bundle's test_backend_cuda)
+#   sanitize  test_backend_cuda under compute-sanitizer memcheck and racecheck (the
+#             shared-memory kernels: GEMV, WMMA GEMM, GPTQ block, norms, attention,
+#             reductions all run in it), and memcheck on the quick self-test
 #   selftest  quantctl selftest --device cuda:N (full)
 #   bench     bench/kernels.sh: 7B and 70B-MLP shapes, batch 1..16, L2 flushed between
 #             repetitions, CUDA events, median; against cuBLAS FP16 and the copy bandwidth
@@ -25,10 +37,18 @@
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
 # RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
 # the same day and device add to the same file (a step run again replaces its section), so
-# the run can be split into commands of <= 10 minutes each (a later command on a fresh
-# machine rebuilds first when the build is missing):
+# the run can be split into several commands (a later command on a fresh machine rebuilds
+# first when the build is missing):
 #   bench/gpu.sh --steps build,test;  bench/gpu.sh --steps selftest,bench;  bench/gpu.sh --steps job
-# --out DIR copies the results file and logs there too (e.g. $OUT on a lent machine).
+# --out DIR copies the results file there and the raw logs as one archive,
+# gpu-<date>-<device>-logs.tar.gz (two files: a lent machine sends back at most 8);
+# bench/gpu_fetch.sh unpacks them into bench/results/.
+# --bundle FILE runs the programs of bench/gpu_bundle.sh's archive (built elsewhere, with the
+# libraries a lent machine lacks) instead of building; the machine's CUDA libraries are
+# looked for where ld.so finds them, then in the CUDA toolkit's and pip's nvidia folders.
+# --budget SECONDS ends the run within that many seconds: each long command is bounded by
+# what is left, and a step that would start with under 30 seconds left is recorded as
+# skipped for the budget (the summary is still written).
 #
 # --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
 # report and the CPU half of the job step (default: one block at 8 x 256 tokens), and
@@ -41,13 +61,18 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 here="$root/bench"
 
-usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; }
 
-dry=0 steps="build,test,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
+all_steps="build test sanitize selftest bench job"
+dry=0 steps="build,test,sanitize,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
 device="cuda:0" job_blocks=4 job_samples=128 agree_blocks="" agree_samples="" agree_seq="" reps=100
+bundle="" budget=0 lease=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) dry=1; shift; continue ;;
+        --lease)
+            lease=1 steps="build,test,selftest,bench,job,sanitize" budget=480 job_blocks=2 agree_blocks=1 agree_samples=8 reps=50
+            shift; continue ;;
         -h|--help) usage; exit 0 ;;
     esac
     [ $# -ge 2 ] || { echo "gpu.sh: $1 needs a value" >&2; exit 2; }
@@ -64,13 +89,22 @@ while [ $# -gt 0 ]; do
         --agree-samples) agree_samples=$2 ;;
         --agree-seq) agree_seq=$2 ;;
         --reps) reps=$2 ;;
+        --bundle) bundle=$2 ;;
+        --budget) budget=$2 ;;
         *) echo "gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
     esac
     shift 2
 done
 for s in ${steps//,/ }; do
-    case "$s" in build|test|selftest|bench|job) ;; *) echo "gpu.sh: --steps: '$s' is not one of build, test, selftest, bench, job" >&2; exit 2 ;; esac
+    case " $all_steps " in *" $s "*) ;; *) echo "gpu.sh: --steps: '$s' is not one of ${all_steps// /, }" >&2; exit 2 ;; esac
 done
+[ "$lease" = 0 ] || [ -n "$bundle" ] || bundle="$root/build/gpu-bundle.tar.gz"
+case "$budget" in ''|*[!0-9]*) echo "gpu.sh: --budget '$budget' is not a number of seconds" >&2; exit 2 ;; esac
+if [ -n "$bundle" ]; then
+    [ -f "$bundle" ] || { echo "gpu.sh: --bundle $bundle not found (make it with bench/gpu_bundle.sh, and carry it)" >&2; exit 2; }
+    [ -z "$reuse" ] || { echo "gpu.sh: --bundle and --reuse-build exclude each other" >&2; exit 2; }
+    bundle=$(cd "$(dirname "$bundle")" && pwd)/$(basename "$bundle")
+fi
 # The agreement run's defaults: 2 blocks at 16 x 2048 on a GPU machine (the CPU half fits the
 # time budget on 16 cores); one block at 8 x 256 without a GPU (the dry run, CI).
 if [ "$dry" = 1 ]; then d_blocks=1 d_samples=8 d_seq=256; else d_blocks=2 d_samples=16 d_seq=2048; fi
@@ -83,6 +117,7 @@ case "$device" in cuda:[0-9]*) ;; *) echo "gpu.sh: --device '$device' is not cud
 [ -z "$reuse" ] || [ -x "$reuse/quantctl" ] || { echo "gpu.sh: --reuse-build $reuse has no quantctl" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "gpu.sh: python3 is needed for the reports" >&2; exit 2; }
 
+t_start=$(date +%s)
 # ---- the machine ------------------------------------------------------------------------
 gpu=0 why_skip=""
 devnum=${device#cuda:}
@@ -118,6 +153,34 @@ trap 'rm -rf "$W"' EXIT
 ncpu=$(nproc 2>/dev/null || echo 2)
 export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ncpu}
 
+# ---- the bundle: programs built elsewhere -----------------------------------------------------
+# Unpacked into the scratch folder; where ld.so does not find a CUDA library its programs
+# need, the CUDA toolkit's and pip's nvidia folders go on LD_LIBRARY_PATH (the bundle's own
+# libraries come through its RPATH, so nothing of it reaches other programs).
+bundle_note=""
+if [ -n "$bundle" ]; then
+    mkdir -p "$W/bundle" && tar -xzf "$bundle" -C "$W/bundle" || { echo "gpu.sh: cannot unpack $bundle" >&2; exit 2; }
+    missing() { ldd "$W"/bundle/bin/* 2>/dev/null | awk '/not found/{print $1}' | sort -u | xargs; }
+    miss=$(missing)
+    if [ -n "$miss" ]; then
+        extra=""
+        for d in /usr/local/cuda/lib64 /usr/local/cuda/lib /usr/local/cuda/targets/x86_64-linux/lib \
+                 $(python3 -c 'import glob, os, nvidia; [print(d) for p in nvidia.__path__ for d in sorted(glob.glob(os.path.join(p, "*", "lib")))]' 2>/dev/null); do
+            [ -d "$d" ] && extra="${extra:+$extra:}$d"
+        done
+        export LD_LIBRARY_PATH="$extra${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+        bundle_note="LD_LIBRARY_PATH=$extra (ld.so alone missed: $miss)"
+        miss=$(missing)
+    fi
+    [ -z "$miss" ] || bundle_note="${bundle_note:+$bundle_note; }still not found: $miss (every step that runs them fails)"
+fi
+
+# ---- the time budget ----------------------------------------------------------------------------
+# left: seconds of --budget left (a large number without one); tlimit N: N, or less to end
+# 20 s before the budget (what writing the summary needs), at least 1.
+left() { if [ "$budget" -gt 0 ]; then echo $((t_start + budget - $(date +%s))); else echo 1000000; fi; }
+tlimit() { local l; l=$(( $(left) - 20 )); [ "$l" -lt "$1" ] || l=$1; [ "$l" -ge 1 ] || l=1; echo "$l"; }
+
 {
     echo "date:     $(date -u +%Y-%m-%dT%H:%M:%SZ)"
     echo "host:     $(uname -n), $ncpu CPUs, $(uname -sr)"
@@ -125,9 +188,16 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ncpu}
     echo "driver:   $( [ "$gpu" = 1 ] && nvidia-smi --query-gpu=driver_version --format=csv,noheader -i "$devnum" | head -1 || echo -)"
     echo "nvcc:     $(command -v nvcc >/dev/null && nvcc --version | tail -1 || echo 'not found')"
     echo "commit:   $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo '?')$(git -C "$root" diff --quiet 2>/dev/null || echo ' (with local changes)')"
+    echo "os:       $(. /etc/os-release 2>/dev/null && echo "$PRETTY_NAME"), $(ldd --version 2>/dev/null | head -1)"
+    if [ -n "$bundle" ]; then
+        echo "bundle:   $(basename "$bundle"), built $(sed -n 's/^date: *//p' "$W/bundle/MANIFEST") at $(sed -n 's/^commit: *//p' "$W/bundle/MANIFEST")" \
+             "on $(sed -n 's/^host: *//p' "$W/bundle/MANIFEST"); needs $(sed -n 's/^needs: *//p' "$W/bundle/MANIFEST")"
+        [ -z "$bundle_note" ] || echo "          $bundle_note"
+    fi
+    [ "$budget" = 0 ] || echo "budget:   ${budget} s"
 } > "$L/machine.txt"
 # Every invocation that added to this results file, in order.
-echo "$(date -u +%H:%M:%SZ)  bench/gpu.sh $( [ "$dry" = 1 ] && echo '--dry-run ')--steps $steps" >> "$L/runs.txt"
+echo "$(date -u +%H:%M:%SZ)  bench/gpu.sh $( [ "$dry" = 1 ] && echo '--dry-run ')$( [ -n "$bundle" ] && echo "--bundle $(basename "$bundle") ")$( [ "$budget" = 0 ] || echo "--budget $budget ")--steps $steps" >> "$L/runs.txt"
 
 # ---- step bookkeeping ---------------------------------------------------------------------
 failed=0
@@ -139,7 +209,11 @@ run_step() {
     rm -f "$L/$step.note" "$L/headline-$step.tsv" "$L/$step"-*.md
     echo "== $step"
     t0=$(now)
-    ( "$fn" ); rc=$?
+    if [ "$(left)" -lt 30 ]; then
+        echo "not started: $(left) s of the --budget of $budget s were left" > "$L/$step.note"; rc=77
+    else
+        ( "$fn" ); rc=$?
+    fi
     secs=$(python3 -c "print('%.1f' % ($(now) - $t0))")
     note=$(sed 's/\t/ /g' "$L/$step.note" 2>/dev/null | paste -sd';' - | sed 's/;/; /g')
     case $rc in
@@ -154,34 +228,43 @@ run_step() {
 note() { echo "$*" >> "$L/$step_name.note"; }
 skip() { note "$*"; exit 77; }
 fail() { note "$*"; exit 1; }
-qbin() { if [ -n "$reuse" ]; then echo "$reuse"; else echo "$build"; fi; }
+qbin() { if [ -n "$bundle" ]; then echo "$W/bundle/bin"; elif [ -n "$reuse" ]; then echo "$reuse"; else echo "$build"; fi; }
+tbin() { if [ -n "$bundle" ]; then echo "$W/bundle/bin/test_backend_cuda"; else echo "$build/tests/test_backend_cuda"; fi; }
 
 # Timestamps each line (the job's progress lines become per-stage seconds).
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 
 ensure_build() {   # the GPU steps need the Release build; build it when a fresh machine lacks it
-    [ -x "$build/quantctl" ] && [ -x "$build/tests/test_backend_cuda" ] && return 0
+    [ -x "$(qbin)/quantctl" ] && [ -x "$(tbin)" ] && return 0
+    [ -z "$bundle" ] || fail "the bundle lacks quantctl or test_backend_cuda"
     echo "   (no build in $build: running the build step first)"
     ( step_name=build; run_step build step_build )
     [ -x "$build/quantctl" ] || fail "the build this step needs failed (see build.log)"
 }
 
 # ---- build ----------------------------------------------------------------------------------
-ptxas_report() {   # compiles each CUDA source for sm_$arch with ptxas -v
-    local f o rc=0
-    : > "$L/ptxas.log"
-    for f in "$root"/quant/backend/cuda/*.cu "$root"/quant/kernels/cuda/*.cu; do
-        o="$W/$(basename "$f").o"
-        echo "# $f (sm_$arch)" >> "$L/ptxas.log"
-        nvcc -O3 -std=c++17 -I"$root" -DQUANTD_HAVE_CUDA=1 -gencode "arch=compute_$arch,code=sm_$arch" \
-            -Xptxas=-v -Werror=all-warnings -Xcompiler=-Wall,-Wextra,-Wno-unused-parameter,-Wno-sign-compare,-Werror \
-            -c "$f" -o "$o" >> "$L/ptxas.log" 2>&1 || rc=1
-    done
+ptxas_report() {   # compiles each CUDA source for sm_$arch with ptxas -v (bench/ptxas.sh)
+    local rc=0
+    bash "$here/ptxas.sh" "$arch" "$L/ptxas.log" || rc=1
     python3 "$here/gpu_report.py" ptxas "$L/ptxas.log" "$L/build-2-ptxas.md" || rc=1
     return $rc
 }
 
 step_build() {
+    if [ -n "$bundle" ]; then
+        { echo "No build here: the programs come from \`$(basename "$bundle")\` (bench/gpu_bundle.sh), whose MANIFEST says:"
+          echo; echo '```'; sed -n '/^files:/q;p' "$W/bundle/MANIFEST"; echo '```'
+          [ -z "$bundle_note" ] || { echo; echo "Libraries: $bundle_note."; }; } > "$L/build-1-how.md"
+        if [ -f "$W/bundle/ptxas.log" ]; then
+            cp "$W/bundle/ptxas.log" "$L/ptxas.log"
+            python3 "$here/gpu_report.py" ptxas "$L/ptxas.log" "$L/build-2-ptxas.md" || fail "the bundle's ptxas report could not be read"
+        else
+            echo "The bundle has no ptxas report (packed with --from-build)." >> "$L/build-1-how.md"
+        fi
+        [ ! -f "$L/build-2-ptxas.md" ] || ! grep -q "\*\*spills\*\*" "$L/build-2-ptxas.md" || note "some kernels spill registers (see the ptxas table)"
+        [[ "$bundle_note" != *"still not found"* ]] || fail "$bundle_note"
+        return 0
+    fi
     command -v nvcc >/dev/null || fail "nvcc not found: the CUDA code cannot be built here"
     if [ -n "$reuse" ] && [ "$gpu" = 0 ]; then
         echo "Dry run with --reuse-build: the programs come from \`$reuse\`; the CUDA sources were compiled" \
@@ -191,11 +274,11 @@ step_build() {
         [ "$gpu" = 1 ] || archs=90
         if ! cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUANTD_CUDA=ON \
                 -DCMAKE_CUDA_ARCHITECTURES=$archs -DQUANTD_CUDA_PTXAS_REPORT=ON > "$L/configure.log" 2>&1; then
-            [ "$archs" = native ] || fail "cmake configure failed (configure.log)"
+            [ "$archs" = native ] || fail "cmake configure failed (configure.log; a machine without quantd's libraries, as a lent one: bench/gpu_bundle.sh on a machine that has them, then --bundle or --lease here)"
             fallback=" (native failed, see configure.log; fell back to 90)"
             rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"
             cmake -S "$root" -B "$build" -DCMAKE_BUILD_TYPE=Release -DQUANTD_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 \
-                -DQUANTD_CUDA_PTXAS_REPORT=ON >> "$L/configure.log" 2>&1 || fail "cmake configure failed (configure.log)"
+                -DQUANTD_CUDA_PTXAS_REPORT=ON >> "$L/configure.log" 2>&1 || fail "cmake configure failed (configure.log; a machine without quantd's libraries, as a lent one: bench/gpu_bundle.sh on a machine that has them, then --bundle or --lease here)"
             arch=90
         fi
         cmake --build "$build" -j"$ncpu" > "$L/build.log" 2>&1 || fail "build failed (build.log)"
@@ -223,27 +306,47 @@ sanitize() {
 step_test() {
     [ "$gpu" = 1 ] || skip "$why_skip"
     ensure_build
-    local rc=0
-    ctest --test-dir "$build" -L gpu --output-on-failure > "$L/test-ctest.log" 2>&1 || { rc=1; note "ctest -L gpu failed"; }
-    if grep -q "No tests were found" "$L/test-ctest.log"; then rc=1; note "no test carries the gpu label"; fi
-    if grep -qE "\*\*\*Skipped|Not Run" "$L/test-ctest.log"; then rc=1; note "a GPU test skipped although $device is visible"; fi
-    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)   # global: sanitize() reads it
-    if [ ! -x "$cs" ]; then
-        note "compute-sanitizer not found"; rc=1
+    local rc=0 r
+    if [ -n "$bundle" ]; then
+        # No ctest tree here: the one GPU test, run as ctest would (exit 77: skipped).
+        timeout "$(tlimit 600)" "$(tbin)" > "$L/test-ctest.log" 2>&1; r=$?
+        case $r in
+            0) echo "100% tests passed, 0 tests failed out of 1 (test_backend_cuda from the bundle)" >> "$L/test-ctest.log" ;;
+            77) rc=1; note "a GPU test skipped although $device is visible" ;;
+            124) rc=1; note "test_backend_cuda timed out (test-ctest.log)" ;;
+            *) rc=1; note "test_backend_cuda failed with exit $r"
+               echo "0% tests passed, 1 tests failed out of 1 (test_backend_cuda from the bundle)" >> "$L/test-ctest.log" ;;
+        esac
     else
-        # Bounded so that build + test fit one 10-minute command: a timeout is reported as such.
-        sanitize memcheck 240 --tool memcheck --leak-check full "$build/tests/test_backend_cuda" || rc=1
-        sanitize racecheck 240 --tool racecheck "$build/tests/test_backend_cuda" || rc=1
-        sanitize memcheck-selftest 120 --tool memcheck "$build/quantctl" selftest --device "$device" --quick || rc=1
+        timeout "$(tlimit 900)" ctest --test-dir "$build" -L gpu --output-on-failure > "$L/test-ctest.log" 2>&1 || { rc=1; note "ctest -L gpu failed"; }
+        if grep -q "No tests were found" "$L/test-ctest.log"; then rc=1; note "no test carries the gpu label"; fi
+        if grep -qE "\*\*\*Skipped|Not Run" "$L/test-ctest.log"; then rc=1; note "a GPU test skipped although $device is visible"; fi
     fi
     {
         echo "| check | result |"
         echo "|---|---|"
         echo "| ctest -L gpu | $(grep -E 'tests passed|tests failed' "$L/test-ctest.log" | tail -1) |"
+    } > "$L/test-1-results.md"
+    return $rc
+}
+
+step_sanitize() {
+    [ "$gpu" = 1 ] || skip "$why_skip"
+    ensure_build
+    local rc=0 t
+    cs=$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)   # global: sanitize() reads it
+    [ -x "$cs" ] || fail "compute-sanitizer not found"
+    # Each bounded (and by the budget): a timeout is reported as such.
+    sanitize memcheck "$(tlimit 240)" --tool memcheck --leak-check full "$(tbin)" || rc=1
+    sanitize racecheck "$(tlimit 240)" --tool racecheck "$(tbin)" || rc=1
+    sanitize memcheck-selftest "$(tlimit 120)" --tool memcheck "$(qbin)/quantctl" selftest --device "$device" --quick || rc=1
+    {
+        echo "| check | result |"
+        echo "|---|---|"
         for t in memcheck racecheck memcheck-selftest; do
             [ -f "$L/test-$t.log" ] && echo "| compute-sanitizer $t | $(grep -E 'ERROR SUMMARY|RACECHECK SUMMARY' "$L/test-$t.log" | tail -1) |"
         done
-    } > "$L/test-1-results.md"
+    } > "$L/sanitize-1-results.md"
     return $rc
 }
 
@@ -252,7 +355,7 @@ step_selftest() {
     [ "$gpu" = 1 ] || skip "$why_skip"
     ensure_build
     local rc=0
-    timeout 900 "$build/quantctl" selftest --device "$device" > "$L/selftest.log" 2>&1 || rc=1
+    timeout "$(tlimit 900)" "$(qbin)/quantctl" selftest --device "$device" > "$L/selftest.log" 2>&1 || rc=1
     local last
     last=$(grep -E "^selftest " "$L/selftest.log" | tail -1)
     { echo '```'; echo "${last:-no summary line (see selftest.log)}"; grep -m5 MISMATCH "$L/selftest.log"; echo '```'; } \
@@ -273,7 +376,8 @@ step_bench() {
         skip "$why_skip; kernel_bench compiled, not run"
     fi
     ensure_build
-    timeout 900 bash "$here/kernels.sh" "$build" "$device" all 16 "$reps" > "$L/bench-kernels.jsonl" 2> "$L/bench-kernels.log" \
+    local kb=""; [ -z "$bundle" ] || kb="$(qbin)/kernel_bench"
+    KERNELS_BIN=$kb timeout "$(tlimit 900)" bash "$here/kernels.sh" "$(qbin)" "$device" all 16 "$reps" > "$L/bench-kernels.jsonl" 2> "$L/bench-kernels.log" \
         || { note "kernels.sh failed (bench-kernels.log)"; }
     python3 "$here/gpu_report.py" kernels "$L/bench-kernels.jsonl" "$L/bench-1-kernels.md" "$L/headline-bench.tsv" \
         || fail "no batch-1 measurement (bench-kernels.log)"
@@ -301,7 +405,7 @@ run_job() {
         ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$devnum" 2>/dev/null; sleep 0.5; done ) \
             > "$L/job-$label-gpumem.log" & mon=$!
     fi
-    "$Q" quantize "$W/$label.json" --backend "$be" 2>&1 | stamp > "$L/job-$label.log"
+    timeout "$(tlimit 1800)" "$Q" quantize "$W/$label.json" --backend "$be" 2>&1 | stamp > "$L/job-$label.log"
     local rc=${PIPESTATUS[0]}
     [ -z "$mon" ] || kill "$mon" 2>/dev/null
     cp "$W/out-$label/quantd_report.json" "$L/job-$label-report.json" 2>/dev/null
@@ -311,7 +415,7 @@ run_job() {
 step_job() {
     if [ "$gpu" = 1 ]; then ensure_build; fi
     Q="$(qbin)/quantctl"
-    [ -x "$Q" ] || fail "no quantctl in $(qbin) (run the build step, or pass --reuse-build)"
+    [ -x "$Q" ] || fail "no quantctl in $(qbin) (run the build step, or pass --reuse-build or --bundle)"
     local rc=0 cuda_report=-
     if [ "$gpu" = 1 ]; then
         # A bfloat16 checkpoint, as users bring: the job in f32 first, then with the default
@@ -368,12 +472,13 @@ step_job() {
 }
 
 # ---- run -------------------------------------------------------------------------------------------
-for s in build test selftest bench job; do
-    case ",$steps," in *",$s,"*) step_name=$s; run_step "$s" "step_$s" ;; esac
+for s in ${steps//,/ }; do
+    step_name=$s; run_step "$s" "step_$s"
 done
 python3 "$here/gpu_report.py" summary "$L" "quantd on the GPU: $gpu_name ($day)" "$md" || failed=1
 if [ -n "$outdir" ]; then
-    mkdir -p "$outdir" && cp -r "$md" "$L" "$outdir"/ || failed=1
+    # Two files: a lent machine sends back at most 8 (bench/gpu_fetch.sh unpacks them).
+    mkdir -p "$outdir" && cp "$md" "$outdir"/ && tar -czf "$outdir/$name-logs.tar.gz" -C "$results" "$name" || failed=1
 fi
 echo "results: $md"
 sed -n '/^## Summary/,/^Raw logs/p' "$md"

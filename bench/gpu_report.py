@@ -18,7 +18,7 @@ import statistics
 import subprocess
 import sys
 
-STEPS = ["build", "test", "selftest", "bench", "job"]
+STEPS = ["build", "test", "sanitize", "selftest", "bench", "job"]
 
 
 def write(path, text):
@@ -213,8 +213,14 @@ def cmd_job(timed_log, report, gpumem, label, out_md, head_tsv):
 
 def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
     out, ok = [], True
-    cpu = json.load(open(cpu_report))
+    # A job that failed or ran out of time leaves no report: that side is "not run", never a crash.
+    cpu = json.load(open(cpu_report)) if os.path.exists(cpu_report) else None
     cuda = json.load(open(cuda_report)) if cuda_report != "-" and os.path.exists(cuda_report) else None
+    if cpu is None:
+        ok = False
+        out.append("The CPU job left no report (it failed or ran out of time: see job-cpu-agree.log), so no layer "
+                   "is compared.\n")
+        cpu = {}
     out.append("| layer | CPU rel. error | CUDA rel. error | relative difference |\n|---|---|---|---|")
     diffs = []
     cl = {l["name"]: l for l in cpu.get("layers", [])}
@@ -250,7 +256,8 @@ def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
             head_line(f, "CPU vs CUDA: largest per-layer relative error difference", "%.2e" % m, "<= 1e-2",
                       "yes" if m <= 1e-2 else "no")
         else:
-            head_line(f, "CPU vs CUDA: per-layer relative error difference", "not measured (no CUDA run)", "<= 1e-2",
+            why = "no CPU run" if not cl else "no CUDA run"
+            head_line(f, "CPU vs CUDA: per-layer relative error difference", "not measured (%s)" % why, "<= 1e-2",
                       "-")
         byl = {}
         for p in ppl:

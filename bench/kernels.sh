@@ -11,27 +11,36 @@
 #
 # BUILD_DIR must hold libquant.a; a CUDA build (-DQUANTD_CUDA=ON) is needed for cuda:N.
 # Prints one JSON line per measurement; copy them into bench/results/kernels.md.
+# KERNELS_BIN=FILE runs that kernel_bench, built before (bench/gpu_bundle.sh's, on a machine
+# that cannot build it), instead of compiling one; BUILD_DIR then only needs quantctl.
+# KERNELS_LDFLAGS adds link flags to the compile (gpu_bundle.sh's RPATH).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 build="${1:-$root/build}"
 lib="$build/libquant.a"
-[ -f "$lib" ] || { echo "kernels.sh: $lib not found (build libquant first)" >&2; exit 2; }
-cuda_home="${CUDA_HOME:-/usr/local/cuda}"
-bin="$build/kernel_bench"
-cflags=(-O2 -std=gnu11 -Wall -Werror -I"$root")
-libs=("$lib" "$build/libqformats.a" $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm)
-# A sanitized libquant (the test build) needs the same sanitizers at link time.
-san=$(sed -n 's/^QUANTD_SANITIZE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null)
-[ -z "$san" ] || cflags+=(-fsanitize="$san")
-if nm -C "$lib" 2>/dev/null | grep -q " T qd_kcuda_matmul"; then
-    cflags+=(-DQUANTD_HAVE_CUDA=1 -I"$cuda_home/include")
-    libs+=(-L"$cuda_home/lib64" -lcublas -lcusolver -lcudart -lstdc++ -Wl,-rpath,"$cuda_home/lib64")
+if [ -n "${KERNELS_BIN:-}" ]; then
+    [ -x "$KERNELS_BIN" ] || { echo "kernels.sh: KERNELS_BIN $KERNELS_BIN is not a program" >&2; exit 2; }
+    bin=$KERNELS_BIN
     have_cuda=1
 else
-    have_cuda=0
+    [ -f "$lib" ] || { echo "kernels.sh: $lib not found (build libquant first)" >&2; exit 2; }
+    cuda_home="${CUDA_HOME:-/usr/local/cuda}"
+    bin="$build/kernel_bench"
+    cflags=(-O2 -std=gnu11 -Wall -Werror -I"$root")
+    libs=("$lib" "$build/libqformats.a" $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm)
+    # A sanitized libquant (the test build) needs the same sanitizers at link time.
+    san=$(sed -n 's/^QUANTD_SANITIZE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null)
+    [ -z "$san" ] || cflags+=(-fsanitize="$san")
+    if nm -C "$lib" 2>/dev/null | grep -q " T qd_kcuda_matmul"; then
+        cflags+=(-DQUANTD_HAVE_CUDA=1 -I"$cuda_home/include")
+        libs+=(-L"$cuda_home/lib64" -lcublas -lcusolver -lcudart -lstdc++ -Wl,-rpath,"$cuda_home/lib64")
+        have_cuda=1
+    else
+        have_cuda=0
+    fi
+    gcc "${cflags[@]}" -o "$bin" "$here/kernel_bench.c" "$root/startup/runtime_env.c" "${libs[@]}" ${KERNELS_LDFLAGS:-}
 fi
-gcc "${cflags[@]}" -o "$bin" "$here/kernel_bench.c" "$root/startup/runtime_env.c" "${libs[@]}"
 # bench/gpu.sh --dry-run only checks that the benchmark still compiles.
 [ "${KERNELS_COMPILE_ONLY:-0}" = 1 ] && { echo "kernels.sh: compiled $bin"; exit 0; }
 

@@ -4,11 +4,15 @@
 # report when nvcc is present, runs the CPU half of the 7B-shaped job on one block at a small
 # calibration and the tiny model's perplexity, records every GPU step as skipped with the
 # reason, and writes the results file with its summary table into a temporary directory.
+# Then the lent-machine path: bench/gpu_bundle.sh --from-build packs this build's programs
+# with their libraries, and gpu.sh --lease runs them from the bundle under a stand-in
+# nvidia-smi that shows one GPU, so every GPU step's shell code runs (each fails, naming
+# the missing device), within its --budget, with two files in --out.
 set -u
 . "$(dirname "$0")/cli_common.sh"
 S="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
-steps=build,test,selftest,bench,job
-command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,selftest,bench,job; }
+steps=build,test,sanitize,selftest,bench,job
+command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,sanitize,selftest,bench,job; }
 
 bash "$S/bench/gpu.sh" --dry-run --steps "$steps" --reuse-build "$QUANTD_BUILD_DIR" --results "$T/results" \
     --agree-samples 4 --agree-seq 256 > "$T/out.log" 2>&1
@@ -19,7 +23,7 @@ md=$(ls "$T"/results/gpu-*-dryrun.md 2>/dev/null | head -1)
 logs="${md%.md}"
 has() { grep -q -- "$2" "$1" || fail "$(basename "$1") lacks: $2"; }
 has "$md" "^## Summary"
-for s in test selftest bench; do has "$md" "^| $s | skipped | .* | dry run (--dry-run)"; done
+for s in test sanitize selftest bench; do has "$md" "^| $s | skipped | .* | dry run (--dry-run)"; done
 has "$md" "kernel_bench compiled, not run"
 has "$md" "^| job | pass (CPU half only) |"
 has "$md" "CUDA half skipped: dry run"
@@ -30,7 +34,7 @@ has "$md" "| gptq-cpu | cpu |"
 [ -s "$logs/job-cpu-agree-report.json" ] || fail "the CPU job's report was not kept"
 python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"]["blocks"] == 1 and r["totals"]["layers_quantized"] == 7, r["totals"]' \
     "$logs/job-cpu-agree-report.json" || fail "the CPU job is not one 7B-shaped block of 7 layers"
-if [ "$steps" = build,test,selftest,bench,job ]; then
+if [ "$steps" = build,test,sanitize,selftest,bench,job ]; then
     has "$md" "^| build | pass |"
     has "$md" "k_gptq_gemv<4, 1>"
     has "$md" "k_gemm_wmma"
@@ -41,6 +45,79 @@ bash "$S/bench/gpu.sh" --steps build,nope > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "'nope' is not one of" "$T/err" || fail "an unknown step: exit $rc, $(cat "$T/err")"
 bash "$S/bench/gpu.sh" --device gpu0 > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "is not cuda:N" "$T/err" || fail "a bad device: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu.sh" --bundle "$T/none.tar.gz" > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "gpu_bundle.sh" "$T/err" || fail "a missing bundle: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu.sh" --budget 5m > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "is not a number of seconds" "$T/err" || fail "a bad budget: exit $rc, $(cat "$T/err")"
+
+# ---- the lent-machine path: a bundle, a stand-in GPU, a budget, two files back ----
+if [ -x "$QUANTD_BUILD_DIR/tests/test_backend_cuda" ]; then
+    bash "$S/bench/gpu_bundle.sh" --from-build "$QUANTD_BUILD_DIR" --out "$T/bundle.tar.gz" > "$T/bundle.log" 2>&1 \
+        || { fail "gpu_bundle.sh --from-build failed"; cat "$T/bundle.log" >&2; }
+    tar -tzf "$T/bundle.tar.gz" > "$T/bundle.list" 2>/dev/null
+    for f in ./MANIFEST ./bin/quantctl ./bin/test_backend_cuda ./lib/libcjson.so.1 ./lib/libopenblas.so.0; do
+        grep -qx -- "$f" "$T/bundle.list" || fail "the bundle lacks $f"
+    done
+    grep -qE '/lib(c\.so|cudart|stdc\+\+)' "$T/bundle.list" && fail "the bundle carries glibc, CUDA or libstdc++"
+    mkdir -p "$T/fake"
+    cat > "$T/fake/nvidia-smi" <<'SMI'
+#!/bin/sh
+case "$*" in
+  *-L*) echo "GPU 0: NVIDIA Stand-in (UUID: GPU-0)" ;;
+  *query-gpu=name,memory.total*) echo "NVIDIA Stand-in, 81559 MiB, 1980 MHz" ;;
+  *query-gpu=name*) echo "NVIDIA Stand-in" ;;
+  *compute_cap*) echo "9.0" ;;
+  *driver_version*) echo "0.0" ;;
+  *memory.used*) echo "0" ;;
+esac
+SMI
+    chmod +x "$T/fake/nvidia-smi"
+    # Every step but the job fails at once; the job's CPU agreement run is what the 60 s
+    # budget cuts short, and nothing runs past it.
+    t0=$(date +%s)
+    PATH="$T/fake:$PATH" bash "$S/bench/gpu.sh" --lease --bundle "$T/bundle.tar.gz" --budget 60 --results "$T/lease" \
+        --out "$T/out" --job-samples 1 --agree-samples 1 --agree-seq 64 > "$T/lease.log" 2>&1; rc=$?
+    secs=$(( $(date +%s) - t0 ))
+    [ "$rc" = 1 ] || fail "gpu.sh --lease on a stand-in GPU exited $rc, not 1 (every GPU step fails there)"
+    [ "$secs" -le 75 ] || fail "gpu.sh --lease --budget 60 took ${secs}s"
+    lmd=$(ls "$T"/lease/gpu-*-stand-in.md 2>/dev/null | head -1)
+    if [ -z "$lmd" ]; then
+        fail "no results file from the lease run"; tail -20 "$T/lease.log" >&2
+    else
+        llogs="${lmd%.md}"
+        has "$lmd" "^bundle:   bundle.tar.gz, built "
+        has "$lmd" "^budget:   60 s"
+        has "$lmd" "^| build | pass |"
+        has "$lmd" "No build here: the programs come from"
+        has "$lmd" "^| test | FAIL | .* | a GPU test skipped although cuda:0 is visible"
+        has "$lmd" "^| selftest | FAIL |"
+        has "$lmd" "^| bench | FAIL |"
+        has "$lmd" "^| job | FAIL |"
+        has "$lmd" "^| sanitize | \(FAIL\|skipped\) |"
+        has "$llogs/selftest.log" "CUDA device"
+        has "$llogs/job-cuda-7b.log" "CUDA device"
+        has "$llogs/bench-kernels.log" "CUDA device"
+        # Two files for --out, the logs as one archive that gpu_fetch.sh puts back.
+        n=$(ls "$T/out" | wc -l)
+        [ "$n" = 2 ] || fail "--out holds $n files, not 2: $(ls "$T/out" | xargs)"
+        mkdir -p "$T/fetched"
+        bash "$S/bench/gpu_fetch.sh" "$T/out" "$T/fetched" > /dev/null || fail "gpu_fetch.sh failed"
+        [ -s "$T/fetched/$(basename "$llogs")/steps.tsv" ] && [ -s "$T/fetched/$(basename "$lmd")" ] \
+            || fail "gpu_fetch.sh did not put back the results file and its logs"
+    fi
+    # A budget too small for any step: each is recorded as skipped, none runs.
+    PATH="$T/fake:$PATH" bash "$S/bench/gpu.sh" --bundle "$T/bundle.tar.gz" --budget 20 --steps test,job \
+        --results "$T/tiny" > /dev/null 2>&1
+    tmd=$(ls "$T"/tiny/gpu-*.md 2>/dev/null | head -1)
+    if [ -n "$tmd" ]; then
+        has "$tmd" "^| test | skipped | .* | not started: .* of the --budget of 20 s were left"
+        has "$tmd" "^| job | skipped | .* | not started:"
+    else
+        fail "no results file from the run with a 20 s budget"
+    fi
+else
+    echo "note: no test_backend_cuda in this build (no nvcc): the bundle checks are left out"
+fi
 
 if [ "$fails" -ne 0 ]; then echo "$fails failure(s)"; exit 1; fi
 echo "test_gpu_dry_run: all checks passed"
