@@ -241,6 +241,32 @@ static void test_nn_ops(void)
     free(c);
 }
 
+/* A non-finite weight: fake_quant refuses (QD_ENUMERIC) and every weight is left as it was,
+ * the NaN's group and every other one, as the CPU backend's refusal leaves them. Both
+ * backends must be broken-free afterwards (a refusal is not a device error). */
+static void test_fake_quant_refusal(void)
+{
+    const int64_t n = 8, k = 256;
+    const size_t nk = (size_t)(n * k);
+    float *w = rnd(nk, 1);
+    w[5 * k + 130] = NAN;
+    qd_quant_cfg c = qd_quant_cfg_default();
+    c.group_size = 64;
+    qd_backend *bes[2] = {cpu, gpu};
+    for (int b = 0; b < 2; b++) {
+        float *d = put(bes[b], w, nk * sizeof *w);
+        CHECK(d != NULL);
+        if (!d) continue;
+        CHECK_INT(bes[b]->ops->fake_quant(bes[b], &c, d, n, k), QD_ENUMERIC);
+        float *back = get(bes[b], d, nk);
+        CHECK(memcmp(back, w, nk * sizeof *w) == 0);
+        CHECK(!bes[b]->broken);
+        free(back);
+        qd_backend_free(bes[b], d);
+    }
+    free(w);
+}
+
 static void test_reductions(void)
 {
     float *a = rnd(10007, 1), *b = rnd(10007, 1);
@@ -375,6 +401,7 @@ int main(void)
     TEST_RUN(test_hessian_chol);
     TEST_RUN(test_bf16_products);
     TEST_RUN(test_nn_ops);
+    TEST_RUN(test_fake_quant_refusal);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);
     TEST_RUN(test_kernels_selftest);

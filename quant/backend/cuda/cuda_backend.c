@@ -554,7 +554,10 @@ static int cu_setup(qd_backend *be, cuda_impl *im)
     SOLVER_TRY(be, cusolverDnCreate(&im->solver));
     SOLVER_TRY(be, cusolverDnSetStream(im->solver, im->stream));
     CU_TRY(be, cudaMalloc((void **)&im->flag, sizeof(int)));
-    CU_TRY(be, cudaMemset(im->flag, 0, sizeof(int)));
+    /* On the backend's own stream, and waited for: a plain cudaMemset goes to the legacy
+     * stream, which this non-blocking stream does not wait for. */
+    CU_TRY(be, cudaMemsetAsync(im->flag, 0, sizeof(int), im->stream));
+    CU_TRY(be, cudaStreamSynchronize(im->stream));
     CU_TRY(be, cudaMalloc((void **)&im->red, (CUDAOP_REDUCE_BLOCKS + 1) * sizeof(double)));
     return 0;
 }

@@ -151,24 +151,36 @@ extern "C" int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64
 
 /* ---- fake quantization, scaling, reductions ------------------------------------------ */
 
-__global__ void k_fake_quant(cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int64_t gl, int64_t ng, int *flag)
+/* Sets *flag when any of the n values is not finite. */
+__global__ void k_flag_nonfinite(const float *w, int64_t n, int *flag)
 {
-    int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (id >= n * ng) return;
-    int64_t r = id / ng, g = id % ng, k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
-    float *p = w + r * k + k0;
-    for (int64_t i = 0; i < len; i++)
-        if (!isfinite(p[i])) { atomicOr(flag, 1); return; }
-    float s, z;
-    dq_params(cfg, p, len, &s, &z);
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        if (!isfinite(w[i])) { atomicOr(flag, 1); return; }
+}
+
+/* One thread a (row, group), grid-stride; nothing is written once k_flag_nonfinite (the
+ * launch before, on the same stream) found a non-finite value, so a refusal leaves W as it
+ * was, as the CPU's does. */
+__global__ void k_fake_quant(cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int64_t gl, int64_t ng, const int *flag)
+{
+    if (*flag) return;
     const int maxq = (1 << cfg.bits) - 1;
-    for (int64_t i = 0; i < len; i++) p[i] = dq_dequant(dq_code(p[i], s, z, maxq), s, z);
+    for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < n * ng; id += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = id / ng, g = id % ng, k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
+        float *p = w + r * k + k0;
+        float s, z;
+        dq_params(cfg, p, len, &s, &z);
+        for (int64_t i = 0; i < len; i++) p[i] = dq_dequant(dq_code(p[i], s, z, maxq), s, z);
+    }
 }
 
 extern "C" int cudaop_fake_quant(void *stream, cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int *flag)
 {
     int64_t gl = cfg.group_size > 0 ? cfg.group_size : k, ng = cfg.group_size > 0 ? (k + gl - 1) / gl : 1;
     if (n == 0 || k == 0) return 0;
+    k_flag_nonfinite<<<op_blocks(n * k), OP_THREADS, 0, (cudaStream_t)stream>>>(w, n * k, flag);
+    int e = op_launched();
+    if (e) return e;
     k_fake_quant<<<op_blocks(n * ng), OP_THREADS, 0, (cudaStream_t)stream>>>(cfg, w, n, k, gl, ng, flag);
     return op_launched();
 }
