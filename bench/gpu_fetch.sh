@@ -8,6 +8,8 @@ set -euo pipefail
 [ $# -ge 1 ] && [ $# -le 2 ] || { echo "usage: bench/gpu_fetch.sh DIR [RESULTS]" >&2; exit 2; }
 src=$1
 results=${2:-"$(cd "$(dirname "$0")" && pwd)/results"}
+[ -d "$src" ] || { echo "gpu_fetch.sh: $src is not a folder" >&2; exit 2; }
+mkdir -p "$results"
 n=0
 for md in "$src"/gpu-*.md; do
     [ -f "$md" ] || continue

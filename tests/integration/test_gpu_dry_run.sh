@@ -49,6 +49,15 @@ bash "$S/bench/gpu.sh" --bundle "$T/none.tar.gz" > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "gpu_bundle.sh" "$T/err" || fail "a missing bundle: exit $rc, $(cat "$T/err")"
 bash "$S/bench/gpu.sh" --budget 5m > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "is not a number of seconds" "$T/err" || fail "a bad budget: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu_bundle.sh" --arch sm90 > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "is not a number like 90" "$T/err" || fail "gpu_bundle.sh, a bad --arch: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu_bundle.sh" --from-build "$T" --out "$T/x.tar.gz" > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "has no quantctl" "$T/err" && [ ! -e "$T/x.tar.gz" ] || fail "gpu_bundle.sh, a build without programs: exit $rc, $(cat "$T/err")"
+mkdir -p "$T/empty"
+bash "$S/bench/gpu_fetch.sh" "$T/empty" "$T/r0" > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 1 ] && grep -q "no gpu-\*.md" "$T/err" || fail "gpu_fetch.sh, nothing to fetch: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu_fetch.sh" "$T/nowhere" > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "is not a folder" "$T/err" || fail "gpu_fetch.sh, a missing folder: exit $rc, $(cat "$T/err")"
 
 # ---- the lent-machine path: a bundle, a stand-in GPU, a budget, two files back ----
 if [ -x "$QUANTD_BUILD_DIR/tests/test_backend_cuda" ]; then
