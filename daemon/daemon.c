@@ -1,8 +1,10 @@
 /* The daemon's lifecycle on one libuv loop: start (keys, worker pool, the three Redis
- * connections of rconn.h, which the HTTP API shares when configured), the periodic tick (node heartbeat, lease
- * renewal, dead-node reclaim, worker watchdog, systemd watchdog), the queue pop, and the
- * signals: SIGTERM/SIGINT drain (no new jobs, running blocks finish within stop-timeout,
- * jobs handed back to the queue, workers shut down, exit 0), SIGHUP reloads the
+ * connections of rconn.h, which the HTTP API shares when configured, the node key of node.c),
+ * the periodic tick (node heartbeat, lease renewal, dead-node reclaim, worker watchdog,
+ * systemd watchdog), the queue pop (backing off while Redis answers it with an error), the
+ * readiness /readyz reports, and the signals: SIGTERM/SIGINT drain (no new jobs, running
+ * blocks finish within stop-timeout, jobs handed back to the queue, workers shut down, the
+ * node key released, exit 0), SIGHUP reloads the
  * configuration (every option is applied, the HTTP layer's included, or reported as
  * needing a restart and kept; the generation counts successful reloads). */
 #define _GNU_SOURCE
@@ -36,19 +38,57 @@ int64_t qdd_unix_ms(void)
 
 /* ---- the queue ------------------------------------------------------------------------------- */
 
+/* The queue path answered with an error reply (a key of the wrong type, a command or key
+ * the ACL forbids): Redis answers at once, so popping again at once would spin. The pop
+ * waits the backoff (100 ms doubling to 5 s, as reconnects do), the error is logged once per
+ * change (rerr.h), and /readyz says why until the pop works again. */
+static void queue_retry(qdd_daemon *d)
+{
+    if (d->pop_recover) {
+        if (d->pop_after_ms && uv_now(d->loop) < d->pop_after_ms) return;   /* backing off */
+        /* A take failed (its payload is still in our processing list) or the recovery did:
+         * the reconnect recovery runs again, handing back what we do not hold and
+         * re-asserting what we do; its reply resumes the pop. */
+        if (!d->cmd.up || d->node_state != QDD_NODE_OWNED || d->stopping) return;
+        d->pop_recover = 0;
+        d->cmd_ready = 0;
+        qdd_jobs_recover(d, 1);
+        return;
+    }
+    qdd_maybe_pop(d);
+}
+
+static void on_pop_timer(uv_timer_t *t) { queue_retry(t->data); }
+
+void qdd_queue_error(qdd_daemon *d, const char *cmd, const char *err, int recover)
+{
+    int delay = qdd_rerr_fail(&d->rerr_queue, "queue", cmd, err);
+    d->pop_after_ms = uv_now(d->loop) + (uint64_t)delay;
+    if (recover) d->pop_recover = 1;
+    if (d->pop_timer_on) uv_timer_start(&d->pop_timer, on_pop_timer, (uint64_t)delay, 0);
+}
+
+void qdd_queue_ok(qdd_daemon *d, const char *cmd) { qdd_rerr_ok(&d->rerr_queue, cmd); }
+
 static void on_pop(redisAsyncContext *ac, void *r, void *pd)
 {
     qdd_daemon *d = pd;
     redisReply *reply = r;
     d->pop_inflight = 0;
-    if (reply && reply->type == REDIS_REPLY_STRING) qdd_jobs_admit(d, reply->str, reply->len);
-    else if (reply && reply->type == REDIS_REPLY_ERROR) QD_LOG(QD_LOG_ERROR, "redis_error", "op=blmove err=\"%s\"", reply->str);
-    if (reply) qdd_maybe_pop(d);
+    if (!reply) return;   /* the connection went; pop_up pops again */
+    if (reply->type == REDIS_REPLY_ERROR) {
+        qdd_queue_error(d, "BLMOVE", reply->str, 0);
+        return;
+    }
+    qdd_queue_ok(d, "BLMOVE");
+    if (reply->type == REDIS_REPLY_STRING) qdd_jobs_admit(d, reply->str, reply->len);
+    qdd_maybe_pop(d);
 }
 
 void qdd_maybe_pop(qdd_daemon *d)
 {
-    if (d->stopping || !d->pop.up || !d->cmd_ready || d->pop_inflight) return;
+    if (d->stopping || !d->pop.up || !d->cmd_ready || d->pop_inflight || d->pop_recover) return;
+    if (d->pop_after_ms && uv_now(d->loop) < d->pop_after_ms) return;   /* backing off */
     int held = 0;
     for (qdd_job *j = d->jobs; j; j = j->next) {
         if (j->phase == QDD_JOB_WAITING || j->phase == QDD_JOB_TAKING) return;   /* no hoarding */
@@ -82,13 +122,23 @@ static void probe_others(qdd_daemon *d, const qdd_rconn *except)
         if (all[i] != except) qdd_rconn_probe_now(all[i]);
 }
 
+/* Once cmd is up the node key comes first (node.c): only the daemon that holds it may
+ * recover the node's processing list, or two daemons with one --node would hand each
+ * other's jobs back. */
 static void cmd_up(qdd_rconn *c)
 {
     qdd_daemon *d = c->ud;
     d->cmd_ready = 0;
+    d->node_claim_inflight = 0;   /* a claim sent on the previous connection got no reply */
+    qdd_node_claim(d);
+}
+
+void qdd_daemon_node_owned(qdd_daemon *d)
+{
     /* Re-asserts what this node holds (lease, processing list, status hash with spec, index;
      * a full status write, since writes made while Redis was away were lost) and puts back
      * what it does not; cmd_ready follows, and with it the queue pop. */
+    d->pop_recover = 0;
     qdd_jobs_recover(d, 1);
     if (!d->ever_ready) {
         d->ever_ready = 1;
@@ -116,15 +166,42 @@ static void sub_down(qdd_rconn *c) { probe_others(c->ud, c); }
 
 /* ---- HTTP view --------------------------------------------------------------------------------- */
 
-static int view_ready(void *ud, char *why, size_t cap)
+int qdd_daemon_ready(const qdd_daemon *d, char *why, size_t cap)
 {
-    qdd_daemon *d = ud;
+    char e[200];
     if (!d->cmd.up) { snprintf(why, cap, "not connected to Redis"); return 0; }
+    switch (d->node_state) {
+    case QDD_NODE_OWNED: break;
+    case QDD_NODE_WAITING:
+        snprintf(why, cap, "node %s is held by another daemon (%s): waiting for its key to expire or be refreshed",
+                 d->node, d->node_holder);
+        return 0;
+    case QDD_NODE_REFUSED:
+    case QDD_NODE_LOST:
+        snprintf(why, cap, "node %s is in use by another daemon: stopping", d->node);
+        return 0;
+    default:
+        if (qdd_rerr_active(&d->rerr_node)) break;   /* said below */
+        snprintf(why, cap, "claiming node %s", d->node);
+        return 0;
+    }
+    if (qdd_rerr_active(&d->rerr_queue)) {
+        qdd_rerr_describe(&d->rerr_queue, e, sizeof e);
+        snprintf(why, cap, "Redis refuses the queue (%s); retrying with backoff", e);
+        return 0;
+    }
+    if (qdd_rerr_active(&d->rerr_node)) {
+        qdd_rerr_describe(&d->rerr_node, e, sizeof e);
+        snprintf(why, cap, "Redis refuses the node key (%s); retrying", e);
+        return 0;
+    }
     for (int i = 0; i < d->n_workers; i++)
         if (d->workers[i].state == QDD_W_IDLE || d->workers[i].state == QDD_W_BUSY) return 1;
     snprintf(why, cap, "no worker is up");
     return 0;
 }
+
+static int view_ready(void *ud, char *why, size_t cap) { return qdd_daemon_ready(ud, why, cap); }
 
 static int view_workers(void *ud, qdd_worker_view *out, int cap)
 {
@@ -168,14 +245,17 @@ static void close_everything(qdd_daemon *d)
     }
     qdd_rconn_close(&d->pop);
     qdd_rconn_close(&d->sub);
+    qdd_node_release(d);   /* queued on cmd, which the close flushes */
     qdd_rconn_close(&d->cmd);
     close_handle((uv_handle_t *)&d->tick);
+    if (d->pop_timer_on) close_handle((uv_handle_t *)&d->pop_timer);
     close_handle((uv_handle_t *)&d->sig_term);
     close_handle((uv_handle_t *)&d->sig_int);
     close_handle((uv_handle_t *)&d->sig_hup);
     for (int i = 0; i < d->n_workers; i++) close_handle((uv_handle_t *)&d->workers[i].restart);
 }
 
+/* why: "signal=TERM", "reason=node_in_use", ... */
 static void start_stop(qdd_daemon *d, const char *why)
 {
     if (d->stopping) {
@@ -184,7 +264,7 @@ static void start_stop(qdd_daemon *d, const char *why)
     }
     d->stopping = QDD_STOP_DRAINING;
     d->stop_deadline_s = qd_clock_now_s() + (double)d->cfg->stop_timeout_s;
-    QD_LOG(QD_LOG_INFO, "daemon_stopping", "signal=%s running_tasks=%d", why, qdd_jobs_tasks_running(d));
+    QD_LOG(QD_LOG_INFO, "daemon_stopping", "%s running_tasks=%d", why, qdd_jobs_tasks_running(d));
     qdd_notify_stopping("draining: running blocks finish, then jobs go back to the queue");
 }
 
@@ -272,7 +352,13 @@ static void on_signal(uv_signal_t *s, int sig)
 {
     qdd_daemon *d = s->data;
     if (sig == SIGHUP) reload(d);
-    else start_stop(d, sig == SIGTERM ? "TERM" : "INT");
+    else start_stop(d, sig == SIGTERM ? "signal=TERM" : "signal=INT");
+}
+
+void qdd_daemon_stop(qdd_daemon *d, int exit_code, const char *why)
+{
+    if (exit_code && !d->exit_code) d->exit_code = exit_code;
+    start_stop(d, why);
 }
 
 /* ---- the tick ----------------------------------------------------------------------------------- */
@@ -285,7 +371,9 @@ static void on_tick(uv_timer_t *t)
     if (d->stopping) { stop_step(d); if (d->stopping == QDD_STOP_CLOSED) return; }
     if (now >= d->next_node_hb_s) {
         d->next_node_hb_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
-        if (d->cmd_ready) qdd_jobs_node_heartbeat(d);
+        /* Not gated on cmd_ready: a recovery that Redis keeps refusing must not let the key
+         * expire, or another daemon could take this live node over. */
+        if (d->node_state == QDD_NODE_OWNED) qdd_jobs_node_heartbeat(d);
         if (d->sd_watchdog) qdd_notify_watchdog();
         int running = 0;
         for (qdd_job *j = d->jobs; j; j = j->next) running += j->phase == QDD_JOB_RUNNING;
@@ -299,8 +387,9 @@ static void on_tick(uv_timer_t *t)
         d->next_reclaim_s = now + (double)d->cfg->node_ttl_ms / 3000.0;
         if (d->cmd_ready) qdd_jobs_reclaim_scan(d);
     }
+    qdd_node_tick(d);
     qdd_jobs_schedule(d);
-    qdd_maybe_pop(d);
+    queue_retry(d);
 }
 
 /* ---- run ------------------------------------------------------------------------------------------ */
@@ -360,6 +449,9 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     uv_signal_start(&d->sig_hup, on_signal, SIGHUP);
     uv_timer_init(d->loop, &d->tick);
     d->tick.data = d;
+    uv_timer_init(d->loop, &d->pop_timer);
+    d->pop_timer.data = d;
+    d->pop_timer_on = 1;
     /* The connections exist (closable) before anything can fail below. Each carries a client
      * name (CLIENT LIST shows quantd:<node>:cmd, ...). The sub connection subscribes to the
      * cancel channel here; the HTTP layer adds the events channel. */
@@ -370,6 +462,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
             QD_LOG(QD_LOG_ERROR, "redis", "err=\"out of memory\"");
             for (int k = 0; k < i; k++) qdd_rconn_close(conns[k]);
             close_handle((uv_handle_t *)&d->tick);
+            close_handle((uv_handle_t *)&d->pop_timer);
             close_handle((uv_handle_t *)&d->sig_term);
             close_handle((uv_handle_t *)&d->sig_int);
             close_handle((uv_handle_t *)&d->sig_hup);
@@ -419,7 +512,8 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     }
     uv_timer_start(&d->tick, on_tick, TICK_MS, TICK_MS);
     uv_run(d->loop, UV_RUN_DEFAULT);
-    rc = 0;
+    rc = d->exit_code;
+    if (rc) QD_LOG(QD_LOG_ERROR, "daemon_exit_status", "node=%s status=%d", d->node, rc);
 out:
     qdd_jobs_free_all(d);
     qdd_pool_free(d);

@@ -19,6 +19,7 @@
 #include "daemon/config.h"
 #include "daemon/http.h"
 #include "daemon/rconn.h"
+#include "daemon/rerr.h"
 #include "proto/job.h"
 #include "proto/keys.h"
 #include "proto/status.h"
@@ -38,6 +39,8 @@ extern const char *const qdd_lua_handback;  /* KEYS proc queue lease failed; ARG
 extern const char *const qdd_lua_reassert;  /* KEYS proc lease fence status index; ARGV payload value ttl token id */
 extern const char *const qdd_lua_reclaim;   /* KEYS node proc queue nodes; ARGV node jobprefix force keep... */
 extern const char *const qdd_lua_reject;    /* KEYS proc failed; ARGV raw record */
+extern const char *const qdd_lua_node_claim;   /* KEYS node nodes; ARGV token ttl_ms node -> {1, existed} | {0, holder, pttl} */
+extern const char *const qdd_lua_node_release; /* KEYS node; ARGV token -> 1 released, 0 not ours */
 
 /* ---- jobs (jobs.c) -------------------------------------------------------------------------- */
 
@@ -83,6 +86,32 @@ typedef enum qdd_stop_phase {
     QDD_STOP_WORKERS_EXITING,    /* workers were told to shut down */
     QDD_STOP_CLOSED,             /* every handle closed: the loop ends */
 } qdd_stop_phase;
+
+/* ---- the node key (node.c) ------------------------------------------------------------------
+ * One daemon per node name: the node key (qjobs:node:<node>) holds this daemon's token with
+ * a TTL of node-ttl-ms, refreshed by the heartbeat only while the token is ours. A daemon
+ * that finds another token there waits: a key that its holder refreshes means a live daemon
+ * runs as this node (refused: logged as node_in_use, exit status 1); a key that expires was
+ * left by a daemon that died (taken over). A clean stop releases the key. */
+
+typedef enum qdd_node_state {
+    QDD_NODE_UNCLAIMED = 0,    /* not asked yet, or the claim got an error reply */
+    QDD_NODE_WAITING,          /* another token holds it: is it refreshed, or does it expire? */
+    QDD_NODE_OWNED,            /* ours; the jobs protocol runs */
+    QDD_NODE_REFUSED,          /* another live daemon runs as this node: stopping, exit 1 */
+    QDD_NODE_LOST,             /* it was ours and another daemon took it over: stopping, exit 1 */
+} qdd_node_state;
+
+/* Sends the claim (cmd up, and each tick while not owned); on success the recovery runs
+ * (qdd_daemon_node_owned). */
+void qdd_node_claim(qdd_daemon *d);
+/* The tick's part: claims again while waiting or after an error reply (with backoff). */
+void qdd_node_tick(qdd_daemon *d);
+/* The heartbeat: refreshes the key only while the token is ours; someone else's token there
+ * means this node was taken over (stop, exit 1). */
+void qdd_node_heartbeat(qdd_daemon *d);
+/* A clean stop: deletes the key when it is ours (before cmd closes, which flushes it). */
+void qdd_node_release(qdd_daemon *d);
 
 /* ---- workers (pool.c) ------------------------------------------------------------------------ */
 
@@ -139,6 +168,23 @@ struct qdd_daemon {
     qdd_rconn cmd, pop, sub;   /* every Redis connection of the daemon */
     int cmd_ready;             /* the start-up/reconnect recovery ran on cmd */
     int pop_inflight;
+    /* Redis error replies (rerr.h): logged once per change, retried with backoff. */
+    qdd_rerr rerr_queue;       /* BLMOVE and the take script: the pop backs off; /readyz 503 */
+    qdd_rerr rerr_node;        /* the node key's claim and refresh: /readyz 503 */
+    qdd_rerr rerr_reclaim;     /* the reclaim script on dead nodes' lists (our own: rerr_queue) */
+    qdd_rerr rerr_lease;       /* lease renewal */
+    uint64_t pop_after_ms;     /* no BLMOVE before this uv_now (backoff after an error reply) */
+    int pop_recover;           /* a take or the recovery failed: the recovery runs (again) first */
+    uv_timer_t pop_timer;      /* fires when the backoff ends (pop_timer_on: initialised) */
+    int pop_timer_on;
+    /* The node key (node.c). */
+    char node_token[64];       /* this daemon's value of the node key: "<start_ms>:<pid>:<random>" */
+    qdd_node_state node_state;
+    int node_claim_inflight;
+    uint64_t node_retry_at_ms; /* uv_now before which no claim is sent (after an error reply) */
+    char node_holder[128];     /* the other daemon's token while waiting */
+    long long node_holder_pttl;/* its remaining TTL when last seen */
+    int exit_code;             /* the process's exit status once the loop ends (0, or 1 when refused) */
     int ever_ready;
     qdd_job *jobs;
     uint64_t seq;
@@ -180,5 +226,18 @@ void qdd_job_unref(qdd_job *j);
 /* daemon.c */
 int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp);
 void qdd_maybe_pop(qdd_daemon *d);
+/* An error reply on the queue path (cmd "BLMOVE"; or "EVAL take" / "EVAL reclaim" with
+ * recover set: a payload popped sits in our processing list, and the recovery that hands it
+ * back runs again first): the next pop waits the backoff, and /readyz answers 503 until the
+ * step works again. */
+void qdd_queue_error(qdd_daemon *d, const char *cmd, const char *err, int recover);
+/* The queue path worked (cmd as for qdd_rerr_ok). */
+void qdd_queue_ok(qdd_daemon *d, const char *cmd);
+/* Whether the daemon can take jobs (/readyz): 1, or 0 with the reason in why. */
+int qdd_daemon_ready(const qdd_daemon *d, char *why, size_t cap);
+/* The node key is ours (node.c, after a claim): the recovery runs, then the queue pop. */
+void qdd_daemon_node_owned(qdd_daemon *d);
+/* Stops the daemon as SIGTERM does, with this exit status (why: "key=value" for the log). */
+void qdd_daemon_stop(qdd_daemon *d, int exit_code, const char *why);
 
 #endif

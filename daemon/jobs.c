@@ -239,13 +239,16 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
     if (!reply || reply->type != REDIS_REPLY_ARRAY || reply->elements < 2 ||
         reply->element[0]->type != REDIS_REPLY_STRING) {
         /* Redis went away (or refused): the payload is still in our processing list, and the
-         * reconnect recovery puts it back on the queue. */
-        if (reply) QD_LOG(QD_LOG_ERROR, "redis_error", "op=take job=%s err=\"%s\"", j->id, reply->str ? reply->str : "?");
+         * reconnect recovery puts it back on the queue; after an error reply the queue backs
+         * off and runs that recovery itself (qdd_queue_error). */
+        if (reply)
+            qdd_queue_error(d, "EVAL take", reply->type == REDIS_REPLY_ERROR && reply->str ? reply->str : "unexpected reply", 1);
         job_remove(j);
         qdd_job_unref(j);
         qdd_maybe_pop(d);
         return;
     }
+    qdd_queue_ok(d, NULL);
     const char *what = reply->element[0]->str;
     const char *v = reply->element[1]->type == REDIS_REPLY_STRING ? reply->element[1]->str : "";
     if (!strcmp(what, "dup")) {
@@ -606,6 +609,8 @@ static void on_renew(redisAsyncContext *ac, void *r, void *pd)
 {
     qdd_job *j = pd;
     redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR) qdd_rerr_fail(&j->d->rerr_lease, "lease", "EVAL renew", reply->str);
+    else if (reply) qdd_rerr_ok(&j->d->rerr_lease, NULL);
     if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements == 2 && j->phase != QDD_JOB_GONE &&
         j->phase != QDD_JOB_FINAL) {
         if (reply->element[0]->integer == 0) {
@@ -643,23 +648,21 @@ void qdd_jobs_cancel(qdd_daemon *d, const char *id)
 
 /* ---- node heartbeat, reclaim, recovery, hand-back ------------------------------------------- */
 
-void qdd_jobs_node_heartbeat(qdd_daemon *d)
-{
-    char nkey[QP_KEY_MAX], nodes[QP_KEY_MAX];
-    qp_key_node(&d->keys, d->node, nkey, sizeof nkey);
-    qp_key_nodes(&d->keys, nodes, sizeof nodes);
-    qdd_rconn_cmdf(&d->cmd, NULL, NULL, "SET %s %lld:%d PX %lld", nkey, (long long)d->start_ms, (int)getpid(),
-                   (long long)d->cfg->node_ttl_ms);
-    qdd_rconn_cmdf(&d->cmd, NULL, NULL, "SADD %s %s", nodes, d->node);
-}
+/* The node key, refreshed only while it holds this daemon's token (node.c). */
+void qdd_jobs_node_heartbeat(qdd_daemon *d) { qdd_node_heartbeat(d); }
 
 static void on_reclaim(redisAsyncContext *ac, void *r, void *pd)
 {
+    qdd_daemon *d = pd;
     redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        /* Every scan would log it again: once per change instead (rerr.h). */
+        qdd_rerr_fail(&d->rerr_reclaim, "reclaim", "EVAL reclaim", reply->str);
+        return;
+    }
+    if (reply) qdd_rerr_ok(&d->rerr_reclaim, NULL);
     if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer > 0)
         QD_LOG(QD_LOG_WARN, "jobs_reclaimed", "count=%lld (a dead node's jobs are back on the queue)", reply->integer);
-    else if (reply && reply->type == REDIS_REPLY_ERROR)
-        QD_LOG(QD_LOG_ERROR, "redis_error", "op=reclaim err=\"%s\"", reply->str);
 }
 
 static void reclaim_node(qdd_daemon *d, const char *node, int force, const char **keep, int n_keep,
@@ -700,8 +703,16 @@ void qdd_jobs_reclaim_scan(qdd_daemon *d)
 static void on_recovered(redisAsyncContext *ac, void *r, void *pd)
 {
     qdd_daemon *d = pd;
+    redisReply *reply = r;
+    if (reply && reply->type == REDIS_REPLY_ERROR) {
+        /* Our processing list is not recovered (what it holds would sit there unseen): no
+         * pop until it is; the queue backs off and runs the recovery again. */
+        qdd_queue_error(d, "EVAL reclaim", reply->str, 1);
+        return;
+    }
     on_reclaim(ac, r, pd);
     if (!r) return;
+    qdd_queue_ok(d, "EVAL reclaim");
     d->cmd_ready = 1;
     qdd_maybe_pop(d);
 }

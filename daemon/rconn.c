@@ -17,8 +17,6 @@
 #include "daemon/redis_uv.h"
 #include "quant/core/log.h"
 
-#define BACKOFF_MIN_MS 100    /* defaults of backoff_min_ms / backoff_max_ms */
-#define BACKOFF_MAX_MS 5000
 #define CLOSE_WAIT_MS 2000
 
 static void schedule_retry(qdd_rconn *c);
@@ -138,6 +136,7 @@ static void on_ready_reply(redisAsyncContext *ac, void *r, void *pd)
     c->up = 1;
     c->ac_was_up = 1;
     c->ups++;
+    c->backoff_before_up = c->backoff_ms;
     c->backoff_ms = c->backoff_min_ms;
     c->ping_outstanding = 0;
     QD_LOG(QD_LOG_INFO, "redis_up", "conn=%s host=%s port=%d attempts=%llu", c->name, c->url.host, c->url.port,
@@ -184,6 +183,13 @@ static void on_disconnect(const redisAsyncContext *cac, int status)
         return;
     }
     if (status != REDIS_OK) set_err(c, ac->err, ac->errstr);
+    /* Ended by an error reply Redis sent unasked (hiredis ends a connection on one; a
+     * SUBSCRIBE the ACL forbids is answered that way): Redis refuses this connection, and
+     * would again after the next connect, so the backoff goes on from where it was when
+     * the connection came up rather than from the minimum, or that would be a reconnect
+     * loop. A connection that closes or breaks starts from the minimum as before. */
+    if (was_up && status != REDIS_OK && ac->err == REDIS_ERR_OTHER && c->backoff_before_up > c->backoff_ms)
+        c->backoff_ms = c->backoff_before_up;
     QD_LOG(QD_LOG_WARN, "redis_down", "conn=%s err=\"%s\" retry_ms=%d", c->name,
            status == REDIS_OK ? "closed" : ac->errstr, c->backoff_ms);
     if (was_up && c->on_down) c->on_down(c);
@@ -277,6 +283,7 @@ static void on_timer(uv_timer_t *t)
 static void schedule_retry(qdd_rconn *c)
 {
     if (c->closing) return;
+    c->last_retry_ms = c->backoff_ms;
     arm(c, on_timer, (uint64_t)c->backoff_ms, 0);
     c->backoff_ms = c->backoff_ms * 2 > c->backoff_max_ms ? c->backoff_max_ms : c->backoff_ms * 2;
 }
@@ -305,8 +312,8 @@ int qdd_rconn_init(qdd_rconn *c, uv_loop_t *loop, const qdd_redis_url *url, cons
     memset(c, 0, sizeof *c);
     c->loop = loop;
     snprintf(c->name, sizeof c->name, "%s", name);
-    c->backoff_ms = c->backoff_min_ms = BACKOFF_MIN_MS;
-    c->backoff_max_ms = BACKOFF_MAX_MS;
+    c->backoff_ms = c->backoff_min_ms = QDD_BACKOFF_MIN_MS;
+    c->backoff_max_ms = QDD_BACKOFF_MAX_MS;
     c->connect_timeout_ms = 3000;
     c->ping_interval_ms = 1000;
     c->ping_timeout_ms = 3000;

@@ -13,7 +13,9 @@
  *
  * Callers send commands only while it is up; a command in flight when the connection drops
  * gets its callback with a NULL reply, and callers treat that as "unknown, redo after
- * reconnect". on_up runs after every (re)connect once AUTH and SELECT succeeded; on_down runs
+ * reconnect". A connection ended by an error reply that Redis sent unasked (hiredis ends it
+ * then; a SUBSCRIBE the ACL forbids is one) does not start the backoff afresh, so a refusal
+ * that comes after every connect cannot make a reconnect loop. on_up runs after every (re)connect once AUTH and SELECT succeeded; on_down runs
  * when an up connection went away, after the pending callbacks ran.
  *
  * Ownership: the struct is the caller's (usually embedded); qdd_rconn_init copies the URL.
@@ -30,6 +32,11 @@
 #include "daemon/config.h"
 
 #define QDD_RCONN_MAX_SUBS 8
+
+/* The retry delay of every Redis step that failed, a connection or an error reply
+ * (rerr.h): the first retry after QDD_BACKOFF_MIN_MS, doubling up to QDD_BACKOFF_MAX_MS. */
+#define QDD_BACKOFF_MIN_MS 100
+#define QDD_BACKOFF_MAX_MS 5000
 
 /* A Pub/Sub message for one subscribed channel (payload is not NUL-terminated for the
  * callee's benefit; len says how long it is). */
@@ -64,6 +71,9 @@ typedef struct qdd_rconn {
     int closing;              /* qdd_rconn_close was called: no reconnect */
     int closed;               /* the timer handle is closed: nothing of it is left on the loop */
     int backoff_ms;           /* the next retry's delay */
+    int backoff_before_up;    /* backoff_ms when it last came up: a connection Redis ended
+                               * with an error reply goes on doubling from there */
+    int last_retry_ms;        /* the delay of the last retry scheduled (logs, tests) */
     uv_timer_t timer;         /* retry while down, connect deadline while connecting, watchdog
                                * while up, close deadline while closing: one state at a time */
     int ping_outstanding;

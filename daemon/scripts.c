@@ -143,3 +143,22 @@ const char *const qdd_lua_reject =
     "redis.call('LREM', KEYS[1], 1, ARGV[1])\n"
     "redis.call('LPUSH', KEYS[2], ARGV[2])\n"
     "return 1\n";
+
+/* The node key, one daemon per node name (issue #33): take it when it is free or already
+ * ours (then refresh its TTL and list the node), else say who holds it and for how long
+ * more. ARGV[1] is this daemon's token ("<start_ms>:<pid>:<random>"), so a second daemon
+ * started with the same --node never refreshes the first one's key. Returns {1, existed}
+ * (ours; existed 1 = it was already ours) or {0, holder, pttl} (pttl -1: no TTL). */
+const char *const qdd_lua_node_claim =
+    "local v = redis.call('GET', KEYS[1])\n"
+    "if v and v ~= ARGV[1] then return {0, v, redis.call('PTTL', KEYS[1])} end\n"
+    "redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])\n"
+    "redis.call('SADD', KEYS[2], ARGV[3])\n"
+    "return {1, v and 1 or 0}\n";
+
+/* A clean stop gives the node key up, only when it is still ours: a daemon started next with
+ * the same --node takes it at once, and the other daemons reclaim whatever the stop left in
+ * the processing list without waiting for the TTL. */
+const char *const qdd_lua_node_release =
+    "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]); return 1 end\n"
+    "return 0\n";

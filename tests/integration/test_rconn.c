@@ -7,6 +7,9 @@
  *     an answer hit the connect deadline, and SIGCONT brings it back;
  *   - a subscribed connection's watchdog probe is answered (no drop while idle);
  *   - AUTH refused: logged, counted, retried; the right password connects;
+ *   - a user the ACL refuses the subscription (Redis answers the SUBSCRIBE with NOPERM and
+ *     hiredis ends the connection): up, down, up ... with the delay still doubling to its
+ *     cap, not started afresh at every up (issue #33: no reconnect loop on an error reply);
  *   - the retry delay doubles from backoff_min_ms up to backoff_max_ms while Redis refuses,
  *     and starts again from the minimum after the connection was up;
  *   - closing leaves no handle on the loop (uv_loop_close == 0). */
@@ -258,6 +261,47 @@ static void test_auth(void)
     CHECK(run_until(closed, &good, 3000));
 }
 
+static int attempts_6(void *arg) { return ((qdd_rconn *)arg)->attempts >= 6; }
+
+/* Redis (still running with password pw1 from test_auth) gets a user that may run every
+ * command but subscribe to no channel. */
+static void test_acl_subscribe_refused(void)
+{
+    redisContext *rc = rf_connect(&rs);
+    CHECK(rc != NULL);
+    if (!rc) return;
+    freeReplyObject(redisCommand(rc, "AUTH pw1"));
+    redisReply *r = redisCommand(rc, "ACL SETUSER nochan on >pw2 ~* +@all resetchannels");
+    int ok = r && r->type == REDIS_REPLY_STATUS;
+    freeReplyObject(r);
+    redisFree(rc);
+    if (!ok) {
+        fprintf(stderr, "test_rconn: this redis-server has no ACL; skipping the ACL case\n");
+        return;
+    }
+    probe p = {0};
+    qdd_rconn c;
+    qdd_redis_url u = {.host = "127.0.0.1", .port = rs.port, .user = "nochan", .pass = "pw2"};
+    CHECK_OK(qdd_rconn_init(&c, &loop, &u, "nochan"));
+    c.ud = &p;
+    c.on_up = on_up;
+    c.on_down = on_down;
+    c.backoff_min_ms = 20;
+    c.backoff_max_ms = 80;
+    CHECK_OK(qdd_rconn_subscribe(&c, "chan:forbidden", on_msg_a, &p));
+    qdd_rconn_connect(&c);
+    CHECK(run_until(attempts_6, &c, 10000));
+    /* Each attempt came up (AUTH and SELECT are allowed) and was ended by the refusal. */
+    CHECK(p.ups >= 4);
+    CHECK(p.downs >= 4);
+    CHECK_CONTAINS(c.errstr, "NOPERM");
+    /* 20, 40, 80, 80, ...: without the fix every retry after an up waited the minimum. */
+    CHECK_INT(c.last_retry_ms, 80);
+    CHECK_INT(p.msgs_a, 0);
+    qdd_rconn_close(&c);
+    CHECK(run_until(closed, &c, 3000));
+}
+
 int main(void)
 {
     signal(SIGPIPE, SIG_IGN);
@@ -280,6 +324,7 @@ int main(void)
     CHECK(run_until(closed, &cmd, 3000));
     CHECK(run_until(closed, &sub, 3000));
     TEST_RUN(test_auth);
+    TEST_RUN(test_acl_subscribe_refused);
     test_current = "loop";
     run_until(NULL, NULL, 50);
     CHECK_INT(uv_loop_close(&loop), 0);
