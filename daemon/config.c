@@ -131,6 +131,15 @@ static const qdd_option options[] = {
      "bearer token for POST/DELETE on the HTTP API (empty: those endpoints are off)", RELOAD_APPLY},
     {"http-cors", OPT_STR, OFF(http_cors), "", 0, 0, NULL, "ORIGIN,...",
      "origins allowed to read the HTTP API from a browser (* = any; empty: none)", RELOAD_APPLY},
+    {"http-max-connections", OPT_INT, OFF(http_max_conns), "256", 1, 100000, NULL, "N",
+     "HTTP connections served at once; a request on one past it gets 503", RELOAD_RESTART},
+    {"http-max-connections-per-ip", OPT_INT, OFF(http_max_conns_per_ip), "32", 0, 100000, NULL, "N",
+     "HTTP connections served at once per client address; past it 503 (0: no per-client limit)", RELOAD_RESTART},
+    {"http-timeout", OPT_INT, OFF(http_timeout_s), "30", 1, 86400, NULL, "S",
+     "an HTTP connection that sends or receives nothing this long is closed (an idle event stream is not)",
+     RELOAD_RESTART},
+    {"http-max-streams", OPT_INT, OFF(http_max_streams), "64", 1, 100000, NULL, "N",
+     "Server-Sent Events streams open at once; past it 503", RELOAD_APPLY},
 };
 #undef OFF
 #define N_OPTIONS (sizeof options / sizeof options[0])
@@ -557,6 +566,13 @@ int qdd_config_keep_restart_options(const qdd_config *running, qdd_config *next,
         kept++;
     }
     return kept;
+}
+
+int qdd_job_size_check(size_t len, int64_t max_job_bytes, char *why, size_t cap)
+{
+    if (max_job_bytes < 0 || len <= (uint64_t)max_job_bytes) return 0;
+    snprintf(why, cap, "job payload of %zu bytes is over max-job-bytes %lld", len, (long long)max_job_bytes);
+    return -1;
 }
 
 size_t qdd_config_usage(char *buf, size_t cap)

@@ -67,6 +67,10 @@ typedef struct qdd_config {
     int64_t stop_timeout_s; /* SIGTERM: how long running blocks may take to finish */
     char *http_token;       /* bearer token for the HTTP API's mutating endpoints; "" = they are off */
     char *http_cors;        /* comma-separated origins allowed by CORS ("*" = any); "" = none */
+    int64_t http_max_conns; /* HTTP connections served at once; past it 503 (restart to change) */
+    int64_t http_max_conns_per_ip; /* the same per client address; 0 = no per-client limit */
+    int64_t http_timeout_s; /* an HTTP connection idle this long is closed (restart to change) */
+    int64_t http_max_streams; /* Server-Sent Events streams open at once; past it 503 */
 
     /* Derived by qdd_config_load from the strings above. */
     qdd_redis_url redis_url;
@@ -97,6 +101,13 @@ size_t qdd_config_dump(const qdd_config *c, char *buf, size_t cap);
 typedef void qdd_config_note_fn(void *ud, const char *option, const char *running, const char *wanted);
 int qdd_config_keep_restart_options(const qdd_config *running, qdd_config *next, qdd_config_note_fn *note,
                                     void *ud);
+
+/* The one size check of a job payload as it sits on the queue: the daemon's admission
+ * applies it to each payload it pops, the HTTP API to the canonical form it is about to push
+ * (which is what a daemon will pop), so the API never accepts a job that admission would
+ * then refuse for its size. Returns 0 when len bytes fit max_job_bytes, else -1 with why
+ * (always NUL-terminated) saying so. */
+int qdd_job_size_check(size_t len, int64_t max_job_bytes, char *why, size_t cap);
 
 /* Writes the usage text, one line per option of the table, to buf. Returns the length needed. */
 size_t qdd_config_usage(char *buf, size_t cap);

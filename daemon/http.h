@@ -1,19 +1,27 @@
 /* The HTTP status API and dashboard, served from the daemon's libuv loop through
- * libmicrohttpd (external-select mode driven by uv_poll and a uv_timer).
+ * libmicrohttpd (external epoll mode driven by uv_poll and a uv_timer).
  *
  * Contract between the HTTP layer and the rest of the daemon. The HTTP layer reads job
  * state from Redis itself, over connections the daemon owns and hands to it (rconn.h: its
  * commands go over the daemon's command connection, the events channel arrives through the
  * daemon's subscribe connection; keys from proto/keys.h; MHD connections are suspended
  * while a reply is pending), and submits and
- * cancels jobs the way proto/redis.md documents (validate + LPUSH; cancel flag + PUBLISH).
+ * cancels jobs the way proto/redis.md documents (validate + LPUSH, with a "queued" status
+ * hash written in the same script so the job can be seen and cancelled while it waits;
+ * cancel flag + PUBLISH, or straight off the queue for a job still on it).
  * What only the daemon knows in memory — readiness, worker states, metrics counters — it
  * asks for through qdd_http_view, whose callbacks the daemon implements. All callbacks run
  * on the loop thread and must not block.
  *
  * Endpoints: GET /healthz, /readyz, /metrics (Prometheus text), /v1/jobs[?state=],
  * /v1/jobs/{id}, /v1/jobs/{id}/events (SSE), POST /v1/jobs, DELETE /v1/jobs/{id}, and the
- * dashboard at / (static files shipped in daemon/dashboard/, compiled in). */
+ * dashboard at / (static files shipped in daemon/dashboard/, compiled in).
+ *
+ * Every resource a client can hold is bounded: connections in all and per client address
+ * (http-max-connections, http-max-connections-per-ip: a request on a connection past them is
+ * answered 503 and the connection closed), idle connections (http-timeout; a quiet event
+ * stream is not idle), event streams (http-max-streams, and a buffer each), request bodies
+ * (max-job-bytes), headers (libmicrohttpd's per-connection memory). */
 #ifndef QUANTD_DAEMON_HTTP_H
 #define QUANTD_DAEMON_HTTP_H
 
@@ -63,9 +71,11 @@ struct qdd_rconn;
 int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *view,
                    struct qdd_rconn *cmd, struct qdd_rconn *sub, qdd_http **out, qd_err *err);
 /* Applies a reloaded configuration from the next request on: the bearer token (the old one
- * is refused from then on), the CORS origins and the body limit (max-job-bytes), copied;
+ * is refused from then on), the CORS origins, the body limit (max-job-bytes), the retention of
+ * a job cancelled while queued and the event stream limit (http-max-streams), copied;
  * generation is shown by /healthz, /readyz and /metrics. On failure (out of memory) the
- * running settings stay and err says so. The listening address is not changed here. */
+ * running settings stay and err says so. The listening address and the connection limits
+ * and timeout are not changed here. */
 int qdd_http_reconfigure(qdd_http *h, const qdd_config *cfg, uint64_t generation, qd_err *err);
 /* Stops accepting, closes every connection and handle; done(ud) runs once all libuv
  * handles are closed (the struct is freed before done is called). Requests waiting for a

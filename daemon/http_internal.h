@@ -18,6 +18,11 @@
 #include "proto/keys.h"
 
 #define QH_MAX_BODY_DEFAULT (64 * 1024)
+/* Connections past the configured limits are still accepted, up to this many more, so they
+ * can be answered 503 rather than left waiting; past the slack libmicrohttpd itself stops
+ * accepting (the total: clients wait in the kernel's backlog until a connection ends) or
+ * closes at once (per client address). */
+#define QH_CONN_SLACK(n) ((n) / 8 + 4)
 #define QH_N_BUCKETS 12
 #define QH_SSE_KEEPALIVE_MS 15000
 #define QH_SSE_POLL_MS 2000    /* re-read streams even without a Pub/Sub wake-up */
@@ -25,6 +30,15 @@
 typedef enum qh_method { QH_GET = 0, QH_HEAD, QH_POST, QH_DELETE, QH_OPTIONS, QH_OTHER } qh_method;
 
 typedef struct qh_req qh_req;
+
+/* One TCP connection (MHD's socket context, from MHD_OPTION_NOTIFY_CONNECTION): what the
+ * limits need to know of it. Owned by the server's list; freed when MHD closes it. */
+typedef struct qh_conn {
+    struct qh_conn *prev, *next;
+    uint32_t ip;                  /* IPv4 address, network order (0 when unknown) */
+    int over;                     /* accepted past a limit: its requests get 503 */
+    int nul_in_url;               /* the request being parsed has %00 in its URL */
+} qh_conn;
 
 /* What qh_route decided for a request: the handler it runs. QH_ROUTE_NONE means the
  * dispatcher answered by itself (404, 405, a bad job id, a refused token). */
@@ -69,6 +83,9 @@ struct qdd_http {
     char **cors;                  /* owned list of origins */
     size_t n_cors;
     size_t max_body;
+    int64_t max_job_bytes;        /* the queue's payload limit (qdd_job_size_check) */
+    int64_t retention_s;          /* a job cancelled while queued keeps its keys this long */
+    size_t max_streams;           /* SSE streams open at once */
     uint64_t config_gen;          /* the daemon's configuration generation (readyz, metrics) */
     /* Redis: borrowed connections (rconn.h) that outlive the layer. Commands go over cmd;
      * the events channel arrives through sub, which dispatches by channel. */
@@ -77,6 +94,12 @@ struct qdd_http {
     int subscribed;               /* events_chan is registered on sub */
     struct qh_pending *pending;   /* commands awaiting a reply (doubly linked) */
     qh_req *reqs;                 /* every live request (doubly linked) */
+    /* Connections, for the limits (fixed at start: libmicrohttpd's own limits sit above). */
+    qh_conn *conns;               /* every open connection (doubly linked) */
+    size_t n_conns;
+    size_t max_conns, max_conns_per_ip;   /* 0 per IP = no per-client limit */
+    uint64_t n_closed;            /* connections closed so far (MHD_run re-runs after a close) */
+    int over_logged;              /* the last connection was past a limit (logged once) */
     /* Block-duration histogram: cumulative over the daemon's life, fed by the view. */
     uint64_t bucket[QH_N_BUCKETS];   /* per bucket (not cumulative); the last is +Inf */
     uint64_t n_obs;
@@ -102,6 +125,7 @@ struct qh_req {
     int body_too_big;
     int suspended;
     int routed;                   /* the route ran; later calls only answer */
+    int refused;                  /* answered 503 for a limit: the connection closes after it */
     /* A deferred answer, filled by a Redis callback and queued on the next MHD call. */
     int resp_ready;
     unsigned status;
@@ -115,6 +139,8 @@ struct qh_req {
     int fetching, dirty;
     char *out;                    /* owned; bytes waiting for the client */
     size_t out_len, out_cap, out_pos;
+    int overflow;                 /* the client fell too far behind: the stream ends */
+    int peer_closed;              /* the client went away while the stream was suspended */
     uint64_t last_write_ms;
 };
 
@@ -148,6 +174,7 @@ void qh_sse_event_published(qdd_http *h, const char *payload, size_t len);   /* 
 void qh_sse_tick(qdd_http *h);                  /* keep-alives and periodic re-reads */
 void qh_sse_fetch(qh_req *r);                   /* read new stream entries for a per-job stream */
 void qh_sse_close_all(qdd_http *h);             /* at stop: end every stream */
+size_t qh_sse_count(const qdd_http *h, const qh_req *except);   /* streams open or opening */
 
 /* http_metrics.c */
 void qh_metrics_drain(qdd_http *h);

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "proto/job.h"
 #include "proto/status.h"
@@ -40,22 +41,62 @@ static const char *const list_fields[] = {"state", "stage", "block", "blocks", "
 /* Which of list_fields are numbers (the rest are strings). */
 static const char list_numeric[N_LIST_FIELDS] = {0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 0, 1, 1};
 
-/* A job that is queued or running already cannot be submitted again (the daemon would refuse
- * it as a duplicate; answering 409 here is clearer). */
+/* Submission, in one step: a job that is queued or running already cannot be submitted again
+ * (the daemon would refuse it as a duplicate; answering 409 here is clearer). Otherwise the
+ * job gets a fresh status hash saying queued (with its spec), an index entry and its first
+ * event before its payload goes on the queue, so it can be seen, listed and cancelled while
+ * it waits. What a previous run with this id left behind goes first: its hash (a stale error
+ * or report), its retention TTLs, and its cancel flag (which the take would otherwise read
+ * as "cancelled while queued", since the state is no longer final).
+ * KEYS: hash, queue, cancel flag, index, event stream. ARGV: payload, events channel, stream
+ * MAXLEN, event JSON, submitted_ms, id, then the hash's field/value pairs. */
 static const char submit_script[] =
     "local s = redis.call('HGET', KEYS[1], 'state')\n"
     "if s == 'queued' or s == 'running' then return s end\n"
+    "redis.call('DEL', KEYS[1], KEYS[3])\n"
+    "redis.call('HSET', KEYS[1], 'spec', ARGV[1], unpack(ARGV, 7))\n"
+    "redis.call('ZADD', KEYS[4], ARGV[5], ARGV[6])\n"
+    "redis.call('PERSIST', KEYS[5])\n"
+    "redis.call('XADD', KEYS[5], 'MAXLEN', '~', ARGV[3], '*', 'event', ARGV[4])\n"
+    "redis.call('PUBLISH', ARGV[2], ARGV[4])\n"
     "redis.call('LPUSH', KEYS[2], ARGV[1])\n"
     "return 'ok'\n";
 
-/* The cancel protocol of proto/redis.md: the persistent flag first, then the wake-up. */
+/* The cancel protocol of proto/redis.md: the persistent flag first, then the wake-up. A job
+ * still waiting on the queue (its payload, the hash's spec, is there) is taken off it and
+ * cancelled here and now instead, as a daemon would when taking it, without waiting for a
+ * free worker slot: one LREM in Redis, no copy of the queue. One a daemon has popped already
+ * is not on the queue any more, and gets the flag like a running one.
+ * KEYS: hash, cancel flag, queue, event stream. ARGV: cancel channel, id, reason, events
+ * channel, stream MAXLEN, event JSON (the cancelled state), retention seconds, now (ms). */
 static const char cancel_script[] =
     "local s = redis.call('HGET', KEYS[1], 'state')\n"
     "if not s then return '' end\n"
     "if s == 'done' or s == 'failed' or s == 'cancelled' then return s end\n"
+    "if s == 'queued' then\n"
+    "  local spec = redis.call('HGET', KEYS[1], 'spec')\n"
+    "  if spec and spec ~= '' and redis.call('LREM', KEYS[3], 0, spec) > 0 then\n"
+    "    redis.call('HSET', KEYS[1], 'state', 'cancelled', 'error', ARGV[3], 'finished_ms', ARGV[8],\n"
+    "      'updated_ms', ARGV[8])\n"
+    "    redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[5], '*', 'event', ARGV[6])\n"
+    "    redis.call('PUBLISH', ARGV[4], ARGV[6])\n"
+    "    redis.call('EXPIRE', KEYS[1], ARGV[7])\n"
+    "    redis.call('EXPIRE', KEYS[4], ARGV[7])\n"
+    "    redis.call('DEL', KEYS[2])\n"
+    "    return 'dequeued'\n"
+    "  end\n"
+    "end\n"
     "redis.call('SET', KEYS[2], ARGV[3])\n"
     "redis.call('PUBLISH', ARGV[1], ARGV[2])\n"
     "return 'ok'\n";
+
+/* Unix time in milliseconds, as the status hash's times are. */
+static int64_t unix_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static char *json_print(cJSON *o)
 {
@@ -252,7 +293,7 @@ static void on_submit(redisAsyncContext *ac, void *reply, void *priv)
         qh_req_finish_error(r, 409, "job '%s' is already %s", r->job, rep->str);
         return;
     }
-    char *s = qh_strdup_printf("{\"id\":\"%s\",\"state\":\"submitted\"}\n", r->job);
+    char *s = qh_strdup_printf("{\"id\":\"%s\",\"state\":\"queued\"}\n", r->job);
     if (!s) qh_req_finish_error(r, 500, "out of memory");
     else qh_req_finish(r, 202, s, JSON);
 }
@@ -273,13 +314,70 @@ static enum MHD_Result post_job(qh_req *r)
     /* The canonical form carries the id, so the daemon admits exactly the id returned here. */
     char *canon = qp_job_to_json(job, 0);
     snprintf(r->job, sizeof r->job, "%s", job->id);
+    if (!canon) {
+        qp_job_free(job);
+        return qh_respond_error(r, 500, "out of memory");
+    }
+    /* What goes on the queue is the canonical form, with every default spelled out: the
+     * daemon's admission checks that against max-job-bytes, and so does this, with the same
+     * function, so a job answered 202 here is never dropped for its size there. */
+    char why[256];
+    if (qdd_job_size_check(strlen(canon), r->h->max_job_bytes, why, sizeof why)) {
+        free(canon);
+        qp_job_free(job);
+        return qh_respond_error(r, MHD_HTTP_CONTENT_TOO_LARGE, "%s (its canonical form, as queued)", why);
+    }
+    /* The status the job has while it waits, and its first event (proto/status.h encodes both). */
+    qp_status st;
+    qp_status_init(&st);
+    qp_fields f = {0};
+    qp_err pe2 = {0};
+    int64_t now = unix_ms();
+    int bad = qp_status_set_str(&st.id, r->job) || qp_status_set_str(&st.stage, "queued") ||
+              qp_status_set_str(&st.output, job->output);
+    st.state = QP_STATE_QUEUED;
+    st.submitted_ms = st.updated_ms = now;
     qp_job_free(job);
-    if (!canon) return qh_respond_error(r, 500, "out of memory");
-    char hash[QP_KEY_MAX], queue[QP_KEY_MAX];
+    char *ev = bad ? NULL : qp_status_to_event(&st, QP_EVENT_STATE);
+    if (!ev || qp_status_to_fields(&st, QP_SF_ALL, &f, &pe2)) {
+        free(ev);
+        free(canon);
+        qp_status_clear(&st);
+        return qh_respond_error(r, 500, "the job's status cannot be encoded: %s", pe2.msg[0] ? pe2.msg : "out of memory");
+    }
+    qp_status_clear(&st);
+    char hash[QP_KEY_MAX], queue[QP_KEY_MAX], flag[QP_KEY_MAX], index[QP_KEY_MAX], stream[QP_KEY_MAX];
+    char maxlen[16], sub[24];
     qp_key_status(&r->h->keys, r->job, hash, sizeof hash);
     qp_key_queue(&r->h->keys, queue, sizeof queue);
-    const char *argv[] = {"EVAL", submit_script, "2", hash, queue, canon};
-    int rc = qh_redis_cmd(r, on_submit, 6, argv, NULL);
+    qp_key_cancel(&r->h->keys, r->job, flag, sizeof flag);
+    qp_key_index(&r->h->keys, index, sizeof index);
+    qp_key_job_events(&r->h->keys, r->job, stream, sizeof stream);
+    snprintf(maxlen, sizeof maxlen, "%d", QP_STREAM_MAXLEN);
+    snprintf(sub, sizeof sub, "%lld", (long long)now);
+    const char *argv[14 + 2 * QP_STATUS_MAX_FIELDS];
+    int n = 0;
+    argv[n++] = "EVAL";
+    argv[n++] = submit_script;
+    argv[n++] = "5";
+    argv[n++] = hash;
+    argv[n++] = queue;
+    argv[n++] = flag;
+    argv[n++] = index;
+    argv[n++] = stream;
+    argv[n++] = canon;
+    argv[n++] = r->h->events_chan;
+    argv[n++] = maxlen;
+    argv[n++] = ev;
+    argv[n++] = sub;
+    argv[n++] = r->job;
+    for (size_t i = 0; i < f.n; i++) {
+        argv[n++] = f.name[i];
+        argv[n++] = f.value[i];
+    }
+    int rc = qh_redis_cmd(r, on_submit, n, argv, NULL);
+    qp_fields_free(&f);
+    free(ev);
     free(canon);
     if (rc) return redis_down(r);
     return qh_suspend(r);
@@ -296,6 +394,12 @@ static void on_cancel(redisAsyncContext *ac, void *reply, void *priv)
         qh_req_finish_error(r, 404, "no job '%s'", r->job);
         return;
     }
+    if (!strcmp(rep->str, "dequeued")) {   /* it was still on the queue: cancelled now */
+        char *s = qh_strdup_printf("{\"id\":\"%s\",\"state\":\"cancelled\"}\n", r->job);
+        if (!s) qh_req_finish_error(r, 500, "out of memory");
+        else qh_req_finish(r, 200, s, JSON);
+        return;
+    }
     if (strcmp(rep->str, "ok")) {
         qh_req_finish_error(r, 409, "job '%s' is already %s", r->job, rep->str);
         return;
@@ -307,12 +411,31 @@ static void on_cancel(redisAsyncContext *ac, void *reply, void *priv)
 
 static enum MHD_Result delete_job(qh_req *r)
 {
-    char hash[QP_KEY_MAX], flag[QP_KEY_MAX], chan[QP_KEY_MAX];
+    static const char reason[] = "cancelled through the HTTP API";
+    char hash[QP_KEY_MAX], flag[QP_KEY_MAX], chan[QP_KEY_MAX], queue[QP_KEY_MAX], stream[QP_KEY_MAX];
+    char maxlen[16], ttl[24], now[24];
     qp_key_status(&r->h->keys, r->job, hash, sizeof hash);
     qp_key_cancel(&r->h->keys, r->job, flag, sizeof flag);
     qp_key_cancel_channel(&r->h->keys, chan, sizeof chan);
-    const char *argv[] = {"EVAL", cancel_script, "2", hash, flag, chan, r->job, "cancelled through the HTTP API"};
-    if (qh_redis_cmd(r, on_cancel, 8, argv, NULL)) return redis_down(r);
+    qp_key_queue(&r->h->keys, queue, sizeof queue);
+    qp_key_job_events(&r->h->keys, r->job, stream, sizeof stream);
+    snprintf(maxlen, sizeof maxlen, "%d", QP_STREAM_MAXLEN);
+    snprintf(ttl, sizeof ttl, "%lld", (long long)r->h->retention_s);
+    /* The event in case the job is still on the queue and the script cancels it itself. */
+    qp_status st;
+    qp_status_init(&st);
+    st.state = QP_STATE_CANCELLED;
+    st.finished_ms = st.updated_ms = unix_ms();
+    snprintf(now, sizeof now, "%lld", (long long)st.finished_ms);
+    char *ev = qp_status_set_str(&st.id, r->job) || qp_status_set_str(&st.error, reason) ? NULL
+                                                                                          : qp_status_to_event(&st, QP_EVENT_STATE);
+    qp_status_clear(&st);
+    if (!ev) return qh_respond_error(r, 500, "out of memory");
+    const char *argv[] = {"EVAL", cancel_script, "4", hash, flag, queue, stream, chan, r->job, reason,
+                          r->h->events_chan, maxlen, ev, ttl, now};
+    int rc = qh_redis_cmd(r, on_cancel, 15, argv, NULL);
+    free(ev);
+    if (rc) return redis_down(r);
     return qh_suspend(r);
 }
 
@@ -472,6 +595,11 @@ enum MHD_Result qh_route(qh_req *r)
     /* The mutating routes check the token here, before any handler code runs. */
     if ((id == QH_ROUTE_JOB_SUBMIT || id == QH_ROUTE_JOB_CANCEL) && auth_check(r, &ret)) return ret;
     if (r->h->trace) r->h->trace(r->h->trace_ud, r, QH_TRACE_ROUTE, (int)id, NULL);
+    /* Each stream holds its connection and up to a buffer of memory for as long as the client
+     * likes, so their number has a limit of its own (http-max-streams), under the
+     * connection limits. */
+    if ((id == QH_ROUTE_EVENTS || id == QH_ROUTE_JOB_EVENTS) && qh_sse_count(r->h, r) >= r->h->max_streams)
+        return qh_respond_error(r, 503, "too many event streams (http-max-streams %zu); try again", r->h->max_streams);
     switch (id) {
     case QH_ROUTE_PREFLIGHT: return qh_respond(r, 204, NULL, NULL);
     case QH_ROUTE_HEALTHZ:

@@ -2,7 +2,9 @@
  * uv_poll on MHD's epoll fd plus a uv_timer for its timeouts), the request lifecycle
  * (reference counts, suspend/resume while Redis answers), and the layer's Redis plumbing over
  * the daemon's connections (rconn.h): commands on the command connection, live events from
- * the subscribe connection; reconnects are rconn's business, not this layer's.
+ * the subscribe connection; reconnects are rconn's business, not this layer's. Also here: the
+ * connection limits (counted per connection, 503 past them, libmicrohttpd's own limits a
+ * little above ours), the idle timeout, and the refusal of a NUL byte decoded from the URL.
  * Routes live in http_routes.c, SSE in http_sse.c, /metrics in http_metrics.c. */
 #define _GNU_SOURCE
 #include "daemon/http_internal.h"
@@ -34,13 +36,21 @@ char *qh_strdup_printf(const char *fmt, ...)
 
 static void on_mhd_timer(uv_timer_t *t);
 
+/* One MHD turn, then the timer for its next deadline. A turn that closed a connection is
+ * followed by another at once: at its connection limit MHD takes the listening socket out of
+ * its epoll set, and puts it back only at the start of a later turn. Without that turn
+ * nothing would wake us (the socket that would is the one taken out), and clients queued in
+ * the kernel's backlog would wait for good. */
 static void mhd_run(qdd_http *h)
 {
     if (!h->mhd) return;
+    uint64_t closed = h->n_closed;
     MHD_run(h->mhd);
     MHD_UNSIGNED_LONG_LONG ms = 0;
     /* MHD_NO means no timeout is pending; a connection with work queued asks for 0. */
-    if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
+    if (h->n_closed != closed)
+        uv_timer_start(&h->timer, on_mhd_timer, 0, 0);
+    else if (MHD_get_timeout(h->mhd, &ms) == MHD_YES)
         uv_timer_start(&h->timer, on_mhd_timer, ms > 60000 ? 60000 : ms, 0);
     else
         uv_timer_stop(&h->timer);
@@ -114,6 +124,10 @@ static void add_common_headers(qh_req *r, struct MHD_Response *resp, const char 
 {
     if (ctype) MHD_add_response_header(resp, "Content-Type", ctype);
     MHD_add_response_header(resp, "Cache-Control", "no-store");
+    if (r->refused) {
+        MHD_add_response_header(resp, "Connection", "close");
+        MHD_add_response_header(resp, "Retry-After", "1");
+    }
     MHD_add_response_header(resp, "X-Content-Type-Options", "nosniff");
     if (r->origin[0]) {
         MHD_add_response_header(resp, "Access-Control-Allow-Origin", r->origin);
@@ -219,6 +233,74 @@ static void origin_check(qh_req *r)
         }
 }
 
+/* ---- connections and their limits ------------------------------------------------------- */
+
+static qh_conn *conn_of(struct MHD_Connection *conn)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_SOCKET_CONTEXT);
+    return ci ? ci->socket_context : NULL;
+}
+
+/* MHD_OPTION_NOTIFY_CONNECTION: counts connections, in all and per client address, and marks
+ * one past a limit so that its requests are answered 503 (and it is closed after the answer).
+ * The counts are bounded by MHD's own limits, so the linear count per address stays short. */
+static void on_connection(void *cls, struct MHD_Connection *conn, void **socket_context,
+                          enum MHD_ConnectionNotificationCode code)
+{
+    qdd_http *h = cls;
+    qh_conn *c = *socket_context;
+    if (code == MHD_CONNECTION_NOTIFY_CLOSED) {
+        h->n_closed++;
+        if (!c) return;
+        *socket_context = NULL;
+        if (c->prev) c->prev->next = c->next;
+        else h->conns = c->next;
+        if (c->next) c->next->prev = c->prev;
+        h->n_conns--;
+        free(c);
+        return;
+    }
+    if (!(c = calloc(1, sizeof *c))) return;   /* no context: its requests get 503 */
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+    if (ci && ci->client_addr && ci->client_addr->sa_family == AF_INET)
+        c->ip = ((const struct sockaddr_in *)ci->client_addr)->sin_addr.s_addr;
+    size_t same = 1;
+    for (const qh_conn *o = h->conns; o; o = o->next) same += o->ip == c->ip;
+    c->next = h->conns;
+    if (h->conns) h->conns->prev = c;
+    h->conns = c;
+    h->n_conns++;
+    c->over = h->n_conns > h->max_conns || (h->max_conns_per_ip && same > h->max_conns_per_ip);
+    /* Once per episode: a client hammering the limit must not flood the log. */
+    if (c->over && !h->over_logged)
+        QD_LOG(QD_LOG_WARN, "http_connection_limit", "connections=%zu max=%zu from_this_client=%zu max_per_client=%zu",
+               h->n_conns, h->max_conns, same, h->max_conns_per_ip);
+    h->over_logged = c->over;
+    *socket_context = c;
+}
+
+/* MHD_OPTION_URI_LOG_CALLBACK, called as each request's line is read (before the unescaping
+ * below): a request starts with no NUL noted, whatever became of the one before (MHD may
+ * have refused it before our handler saw it). Returns the request's initial *con_cls. */
+static void *on_uri(void *cls, const char *uri, struct MHD_Connection *conn)
+{
+    qh_conn *c = conn_of(conn);
+    if (c) c->nul_in_url = 0;
+    return NULL;
+}
+
+/* MHD_OPTION_UNESCAPE_CALLBACK: MHD's own %HH decoding, noting a decoded NUL byte (the path
+ * and arguments reach us as C strings, so "/v1/jobs/a%00b" would read as "/v1/jobs/a"). */
+static size_t on_unescape(void *cls, struct MHD_Connection *conn, char *s)
+{
+    size_t n = MHD_http_unescape(s);
+    if (memchr(s, 0, n)) {
+        qh_conn *c = conn_of(conn);
+        if (c) c->nul_in_url = 1;
+    }
+    return n;
+}
+
 static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const char *url,
                                   const char *method, const char *version, const char *upload_data,
                                   size_t *upload_size, void **con_cls)
@@ -237,6 +319,13 @@ static enum MHD_Result on_request(void *cls, struct MHD_Connection *conn, const 
         h->reqs = r;
         *con_cls = r;
         if (h->trace) h->trace(h->trace_ud, r, QH_TRACE_BEGIN, 0, NULL);
+        qh_conn *c = conn_of(conn);
+        if (!c || c->over) {
+            r->refused = 1;
+            return qh_respond_error(r, MHD_HTTP_SERVICE_UNAVAILABLE, "too many connections (http-max-connections %zu, "
+                                    "http-max-connections-per-ip %zu); try again", h->max_conns, h->max_conns_per_ip);
+        }
+        if (c->nul_in_url) return qh_respond_error(r, MHD_HTTP_BAD_REQUEST, "the URL holds a NUL byte (%%00)");
         if (strlen(url) >= sizeof r->path) return qh_respond_error(r, MHD_HTTP_URI_TOO_LONG, "the URL is too long");
         strcpy(r->path, url);
         origin_check(r);
@@ -425,6 +514,9 @@ static int settings_apply(qdd_http *h, const qdd_config *cfg)
     h->cors = cors;
     h->n_cors = n_cors;
     h->max_body = cfg->max_job_bytes > 0 ? (size_t)cfg->max_job_bytes : QH_MAX_BODY_DEFAULT;
+    h->max_job_bytes = cfg->max_job_bytes;
+    h->retention_s = cfg->retention_s > 0 ? cfg->retention_s : 1;
+    h->max_streams = cfg->http_max_streams > 0 ? (size_t)cfg->http_max_streams : 1;
     return 0;
 }
 
@@ -433,14 +525,19 @@ int qdd_http_reconfigure(qdd_http *h, const qdd_config *cfg, uint64_t generation
     if (!h) return 0;
     if (settings_apply(h, cfg)) return qd_err_set(err, QD_ENOMEM, "http: out of memory; running settings kept");
     h->config_gen = generation;
-    QD_LOG(QD_LOG_INFO, "http_reconfigured", "generation=%llu mutating=%s cors=%zu max_body=%zu",
-           (unsigned long long)generation, h->token[0] ? "on" : "off", h->n_cors, h->max_body);
+    QD_LOG(QD_LOG_INFO, "http_reconfigured", "generation=%llu mutating=%s cors=%zu max_body=%zu max_streams=%zu",
+           (unsigned long long)generation, h->token[0] ? "on" : "off", h->n_cors, h->max_body, h->max_streams);
     return 0;
 }
 
 static void http_free(qdd_http *h)
 {
     if (!h) return;
+    while (h->conns) {   /* MHD_stop_daemon's close notices freed them; this is a guard */
+        qh_conn *c = h->conns;
+        h->conns = c->next;
+        free(c);
+    }
     free(h->token);
     cors_free(h->cors, h->n_cors);
     free(h);
@@ -487,12 +584,25 @@ int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *
     }
     struct sockaddr_in sa;
     if ((rc = parse_addr(cfg->http, &sa, err))) goto fail;
+    /* The limits: ours answer 503; MHD's sit QH_CONN_SLACK above them. The idle timeout does
+     * not end a quiet event stream (a suspended connection has none; a resume restarts it),
+     * only one whose client stopped reading or a connection that sends nothing. */
+    h->max_conns = cfg->http_max_conns > 0 ? (size_t)cfg->http_max_conns : 256;
+    h->max_conns_per_ip = cfg->http_max_conns_per_ip > 0 ? (size_t)cfg->http_max_conns_per_ip : 0;
+    unsigned hard = (unsigned)(h->max_conns + QH_CONN_SLACK(h->max_conns));
+    unsigned hard_ip = h->max_conns_per_ip ? (unsigned)(h->max_conns_per_ip + QH_CONN_SLACK(h->max_conns_per_ip)) : 0;
+    unsigned timeout_s = cfg->http_timeout_s > 0 ? (unsigned)cfg->http_timeout_s : 30;
     /* External epoll mode: no MHD thread; the loop polls MHD's epoll fd. Suspend/resume
      * lets a request wait for Redis without blocking the loop. */
     h->mhd = MHD_start_daemon(MHD_USE_EPOLL | MHD_ALLOW_SUSPEND_RESUME | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                               on_request, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                               MHD_OPTION_NOTIFY_COMPLETED, on_completed, h,
-                              MHD_OPTION_CONNECTION_LIMIT, (unsigned)256,
+                              MHD_OPTION_NOTIFY_CONNECTION, on_connection, h,
+                              MHD_OPTION_URI_LOG_CALLBACK, on_uri, h,
+                              MHD_OPTION_UNESCAPE_CALLBACK, on_unescape, h,
+                              MHD_OPTION_CONNECTION_LIMIT, hard,
+                              MHD_OPTION_PER_IP_CONNECTION_LIMIT, hard_ip,
+                              MHD_OPTION_CONNECTION_TIMEOUT, timeout_s,
                               MHD_OPTION_CONNECTION_MEMORY_LIMIT, (size_t)(128 * 1024),
                               MHD_OPTION_LISTENING_ADDRESS_REUSE, (unsigned)1,
                               MHD_OPTION_EXTERNAL_LOGGER, mhd_log, h,
@@ -519,8 +629,9 @@ int qdd_http_start(uv_loop_t *loop, const qdd_config *cfg, const qdd_http_view *
     else if (sub) QD_LOG(QD_LOG_ERROR, "http", "err=\"cannot subscribe to %s: live events only by polling\"", h->events_chan);
     mhd_run(h);
     const union MHD_DaemonInfo *port = MHD_get_daemon_info(h->mhd, MHD_DAEMON_INFO_BIND_PORT);
-    QD_LOG(QD_LOG_INFO, "http listening", "addr=%s port=%u mutating=%s cors=%zu", cfg->http,
-           port ? (unsigned)port->port : 0u, h->token[0] ? "on" : "off", h->n_cors);
+    QD_LOG(QD_LOG_INFO, "http listening", "addr=%s port=%u mutating=%s cors=%zu max_connections=%zu "
+           "max_connections_per_ip=%zu timeout_s=%u max_streams=%zu", cfg->http, port ? (unsigned)port->port : 0u,
+           h->token[0] ? "on" : "off", h->n_cors, h->max_conns, h->max_conns_per_ip, timeout_s, h->max_streams);
     *out = h;
     return 0;
 fail:

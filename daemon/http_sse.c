@@ -8,25 +8,56 @@
  * re-read). /v1/events forwards every Pub/Sub message as it comes (for job lists).
  *
  * The response is an MHD callback response: the reader hands out buffered bytes, and when
- * there are none it suspends the connection; new bytes resume it. */
+ * there are none it suspends the connection; new bytes resume it.
+ *
+ * Bounds: each stream buffers at most SSE_MAX_BUFFER bytes for its client, and a per-job
+ * replay reads the next page only while less than SSE_REFILL_BELOW is waiting, so a slow
+ * reader slows the replay down instead of growing the buffer. A client that still falls
+ * SSE_MAX_BUFFER behind (the all-jobs stream cannot wait) has its stream ended after the
+ * whole messages already buffered; it reconnects, and a per-job stream resumes from
+ * Last-Event-ID. The number of streams is limited by http-max-streams (http_routes.c). */
 #define _GNU_SOURCE
 #include "daemon/http_internal.h"
 
 #include <cjson/cJSON.h>
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "proto/status.h"
 #include "quant/core/clock.h"
+#include "quant/core/log.h"
 
 #define SSE_FETCH_COUNT "200"
-#define SSE_MAX_BUFFER (4u << 20)   /* a client this far behind is dropped */
+#define SSE_MAX_BUFFER (1u << 20)      /* a client this far behind is dropped */
+#define SSE_REFILL_BELOW (256u << 10)  /* a replay reads its next page below this */
 
+size_t qh_sse_count(const qdd_http *h, const qh_req *except)
+{
+    size_t n = 0;
+    for (const qh_req *r = h->reqs; r; r = r->next) n += r != except && r->sse && !r->mhd_done;
+    return n;
+}
+
+static size_t out_pending(const qh_req *r) { return r->out_len - r->out_pos; }
+
+/* Ends the stream once what is buffered has gone out (the reader sees overflow). */
+static void sse_drop(qh_req *r)
+{
+    if (!r->overflow)
+        QD_LOG(QD_LOG_WARN, "http_sse_dropped", "job=%s pending=%zu (the client reads too slowly)",
+               r->sse == 1 ? r->job : "*", out_pending(r));
+    r->overflow = 1;
+    qh_req_wake(r);
+}
+
+/* Appends whole messages only: a message that does not fit ends the stream (overflow). */
 static int out_append(qh_req *r, const char *s, size_t n)
 {
     if (r->out_pos == r->out_len) r->out_pos = r->out_len = 0;
-    if (r->out_len - r->out_pos + n > SSE_MAX_BUFFER) return -1;
+    if (r->overflow || out_pending(r) + n > SSE_MAX_BUFFER) goto overflow;
     if (r->out_len + n > r->out_cap) {
         if (r->out_pos) {   /* compact before growing */
             memmove(r->out, r->out + r->out_pos, r->out_len - r->out_pos);
@@ -36,35 +67,44 @@ static int out_append(qh_req *r, const char *s, size_t n)
         size_t cap = r->out_cap ? r->out_cap : 4096;
         while (cap < r->out_len + n) cap *= 2;
         char *nb = realloc(r->out, cap);
-        if (!nb) return -1;
+        if (!nb) goto overflow;
         r->out = nb;
         r->out_cap = cap;
     }
     memcpy(r->out + r->out_len, s, n);
     r->out_len += n;
     return 0;
+overflow:
+    sse_drop(r);
+    return -1;
 }
 
-/* One SSE message; data may hold newlines (each line becomes a data: line). */
+/* One SSE message; data may hold newlines (each line becomes a data: line). Built whole
+ * first, so the buffer never holds part of a message. */
 static void sse_send(qh_req *r, const char *id, const char *data, size_t len)
 {
-    if (r->mhd_done) return;
-    if (id) {
-        out_append(r, "id: ", 4);
-        out_append(r, id, strlen(id));
-        out_append(r, "\n", 1);
-    }
+    if (r->mhd_done || r->overflow) return;
+    size_t lines = 1;
+    for (const char *p = data, *end = data + len; (p = memchr(p, '\n', (size_t)(end - p))); p++) lines++;
+    size_t cap = (id ? strlen(id) + 5 : 0) + len + lines * 7 + 2;
+    char *m = malloc(cap), *w = m;
+    if (!m) { sse_drop(r); return; }
+    if (id) w += sprintf(w, "id: %s\n", id);
     const char *p = data, *end = data + len;
-    while (p <= end) {
+    for (;;) {
         const char *nl = memchr(p, '\n', (size_t)(end - p));
         const char *le = nl ? nl : end;
-        out_append(r, "data: ", 6);
-        out_append(r, p, (size_t)(le - p));
-        out_append(r, "\n", 1);
+        memcpy(w, "data: ", 6);
+        memcpy(w + 6, p, (size_t)(le - p));
+        w += 6 + (le - p);
+        *w++ = '\n';
         if (!nl) break;
         p = nl + 1;
     }
-    out_append(r, "\n", 1);
+    *w++ = '\n';
+    int rc = out_append(r, m, (size_t)(w - m));
+    free(m);
+    if (rc) return;
     r->last_write_ms = qd_clock_now_ms();
     qh_req_wake(r);
 }
@@ -77,9 +117,11 @@ static ssize_t sse_read(void *cls, uint64_t pos, char *buf, size_t max)
         if (n > max) n = max;
         memcpy(buf, r->out + r->out_pos, n);
         r->out_pos += n;
+        /* A replay held back by a full buffer reads its next page once it has drained. */
+        if (r->sse == 1 && r->dirty && !r->fetching && out_pending(r) < SSE_REFILL_BELOW) qh_sse_fetch(r);
         return (ssize_t)n;
     }
-    if (r->h->stopping) return MHD_CONTENT_READER_END_OF_STREAM;
+    if (r->h->stopping || r->overflow || r->peer_closed) return MHD_CONTENT_READER_END_OF_STREAM;
     qh_suspend(r);   /* resumed by sse_send */
     return 0;
 }
@@ -128,7 +170,8 @@ static void on_fetch(redisAsyncContext *ac, void *reply, void *priv)
 
 void qh_sse_fetch(qh_req *r)
 {
-    if (r->fetching || r->mhd_done || r->h->stopping) {
+    if (r->overflow) return;
+    if (r->fetching || r->mhd_done || r->h->stopping || out_pending(r) >= SSE_REFILL_BELOW) {
         r->dirty = 1;
         return;
     }
@@ -156,16 +199,32 @@ void qh_sse_event_published(qdd_http *h, const char *payload, size_t len)
     }
 }
 
+/* 1 when the client of a suspended stream has gone (end of file or an error on its socket).
+ * libmicrohttpd does not look at a suspended connection at all, so without this a closed
+ * stream would hold its connection and its stream slot until the next keep-alive write. */
+static int peer_closed(qh_req *r)
+{
+    const union MHD_ConnectionInfo *ci = MHD_get_connection_info(r->conn, MHD_CONNECTION_INFO_CONNECTION_FD);
+    if (!ci) return 0;
+    char b;
+    ssize_t k = recv(ci->connect_fd, &b, 1, MSG_PEEK | MSG_DONTWAIT);
+    return k == 0 || (k < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR);
+}
+
 void qh_sse_tick(qdd_http *h)
 {
     uint64_t now = qd_clock_now_ms();
     for (qh_req *r = h->reqs; r; r = r->next) {
         if (!r->sse_started || r->mhd_done) continue;
+        if (r->suspended && !r->peer_closed && peer_closed(r)) {
+            r->peer_closed = 1;
+            qh_req_wake(r);   /* the reader ends the stream; MHD then closes the connection */
+            continue;
+        }
         if (r->sse == 1 && now - r->last_write_ms >= QH_SSE_POLL_MS) qh_sse_fetch(r);
-        if (now - r->last_write_ms >= QH_SSE_KEEPALIVE_MS) {
-            out_append(r, ": keep-alive\n\n", 14);
+        if (now - r->last_write_ms >= QH_SSE_KEEPALIVE_MS && !r->overflow) {
+            if (out_append(r, ": keep-alive\n\n", 14) == 0) qh_req_wake(r);
             r->last_write_ms = now;
-            qh_req_wake(r);
         }
     }
 }

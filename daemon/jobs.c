@@ -315,8 +315,7 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
 void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
 {
     char why[1024];
-    if (len > (size_t)d->cfg->max_job_bytes) {
-        snprintf(why, sizeof why, "job payload of %zu bytes is over max-job-bytes %" PRId64, len, d->cfg->max_job_bytes);
+    if (qdd_job_size_check(len, d->cfg->max_job_bytes, why, sizeof why)) {
         reject(d, raw, len, NULL, why);
         return;
     }

@@ -282,6 +282,24 @@ static void check_jobs(void)
     CHECK_INT(r.status, 400);
     CHECK_OK(http("GET", "/v1/jobs?limit=x", NULL, NULL, &r));
     CHECK_INT(r.status, 400);
+    /* A NUL byte (%00) cannot cut an id or an argument short, nor can a byte outside the id
+     * alphabet pass escaped (issue #33, item 14). */
+    CHECK_OK(http("GET", "/v1/jobs/j1%00x", NULL, NULL, &r));
+    CHECK_INT(r.status, 400);
+    CHECK_CONTAINS(r.body, "NUL");
+    CHECK_OK(http("GET", "/v1/jobs/j1%00", NULL, NULL, &r));
+    CHECK_INT(r.status, 400);
+    CHECK_OK(http("GET", "/v1/jobs?state=done%00x", NULL, NULL, &r));
+    CHECK_INT(r.status, 400);
+    CHECK_OK(http("GET", "/v1/jobs/j%C3%A9", NULL, NULL, &r));
+    CHECK_INT(r.status, 400);
+    CHECK_OK(http("GET", "/v1/jobs/j1%20", NULL, NULL, &r));
+    CHECK_INT(r.status, 400);
+    /* A clean request on a connection whose earlier request had %00 is not refused for it. */
+    const char two[] = "GET /v1/jobs/j1%00x HTTP/1.1\r\nHost: x\r\n\r\nGET /v1/jobs/j1 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n";
+    CHECK_OK(http_raw(two, sizeof two - 1, &r));
+    CHECK_INT(r.status, 400);
+    CHECK(!strstr(r.body, "HTTP/1.1 400"));   /* MHD may close after the refusal; if not, the next is judged alone */
 }
 
 static void check_sse(void)
@@ -320,6 +338,71 @@ static void check_sse(void)
     CHECK_INT(r.status, 404);
 }
 
+/* A job submitted over HTTP is visible while it waits on the queue, listed as queued and
+ * cancellable; cancelled there it leaves the queue at once; resubmitted it is queued afresh
+ * (issue #33, item 9). Leaves the job queued, as it found it. */
+static void check_queued_job(const char *submit_answer, const char *job)
+{
+    char id[80] = "", path[128], key[128];
+    const char *p = strstr(submit_answer, "\"id\":\"");
+    if (p) sscanf(p + 6, "%70[^\"]", id);
+    CHECK(id[0]);
+    snprintf(path, sizeof path, "/v1/jobs/%s", id);
+    snprintf(key, sizeof key, "qjob:%s", id);
+    resp r;
+    CHECK_OK(http("GET", path, NULL, NULL, &r));
+    CHECK_INT(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"state\":\"queued\"");
+    CHECK_CONTAINS(r.body, "\"submitted_ms\":");
+    CHECK_CONTAINS(r.body, "\"spec\":{\"version\":1");
+    CHECK_OK(http("GET", "/v1/jobs?state=queued", NULL, NULL, &r));
+    CHECK_INT(r.status, 200);
+    CHECK_CONTAINS(r.body, id);
+    CHECK_CONTAINS(r.body, "\"count\":1");
+    CHECK_INT(rint_("TTL %s", key), -1);   /* no expiry while it waits */
+    /* Its event stream exists and starts with the queued state. */
+    char events[160];
+    snprintf(events, sizeof events, "qjob:%s:events", id);
+    CHECK_INT(rint_("XLEN %s", events), 1);
+    /* Submitting it again while it waits is refused; the queue keeps one copy. */
+    CHECK_OK(http("POST", "/v1/jobs", AUTH, job, &r));
+    CHECK_INT(r.status, 409);
+    CHECK_CONTAINS(r.body, "already queued");
+    CHECK_INT(rint_("LLEN %s", "qjobs"), 1);
+    /* Cancelled while on the queue: off it at once, cancelled, kept for the retention. */
+    CHECK_OK(http("DELETE", path, AUTH, NULL, &r));
+    CHECK_INT(r.status, 200);
+    CHECK_CONTAINS(r.body, "\"state\":\"cancelled\"");
+    CHECK_INT(rint_("LLEN %s", "qjobs"), 0);
+    CHECK_OK(http("GET", path, NULL, NULL, &r));
+    CHECK_CONTAINS(r.body, "\"state\":\"cancelled\"");
+    CHECK_CONTAINS(r.body, "cancelled through the HTTP API");
+    CHECK(rint_("TTL %s", key) > 0);
+    CHECK_INT(rint_("XLEN %s", events), 2);
+    CHECK_OK(http("DELETE", path, AUTH, NULL, &r));
+    CHECK_INT(r.status, 409);
+    /* Resubmitted: queued afresh, nothing of the cancelled run left (error, TTL, flag). */
+    CHECK_OK(http("POST", "/v1/jobs", AUTH, job, &r));
+    CHECK_INT(r.status, 202);
+    CHECK_INT(rint_("LLEN %s", "qjobs"), 1);
+    CHECK_OK(http("GET", path, NULL, NULL, &r));
+    CHECK_CONTAINS(r.body, "\"state\":\"queued\"");
+    CHECK(!strstr(r.body, "cancelled"));
+    CHECK_INT(rint_("TTL %s", key), -1);
+    CHECK_INT(rint_("TTL %s", events), -1);
+    /* Once a daemon has popped it (BLMOVE to its processing list) it is not on the queue: a
+     * cancel then sets the flag, which the daemon's take reads as "cancelled while queued". */
+    redis_do("LMOVE qjobs qjobs:processing:node-z RIGHT LEFT");
+    CHECK_OK(http("DELETE", path, AUTH, NULL, &r));
+    CHECK_INT(r.status, 202);
+    CHECK_CONTAINS(r.body, "\"cancel\":\"requested\"");
+    char flag[160];
+    snprintf(flag, sizeof flag, "qjob:%s:cancel", id);
+    CHECK_INT(rint_("EXISTS %s", flag), 1);
+    redis_do("LMOVE qjobs:processing:node-z qjobs LEFT RIGHT");
+    CHECK_INT(rint_("LLEN %s", "qjobs"), 1);
+}
+
 static void check_mutations(void)
 {
     const char *job = "{\"model\":\"/srv/m\",\"output\":\"/srv/out/x\",\"method\":\"rtn\",\"bits\":4}";
@@ -338,7 +421,9 @@ static void check_mutations(void)
     CHECK_OK(http("POST", "/v1/jobs", AUTH, job, &r));
     CHECK_INT(r.status, 202);
     CHECK_CONTAINS(r.body, "\"id\":\"j-");
+    CHECK_CONTAINS(r.body, "\"state\":\"queued\"");
     CHECK_INT(rint_("LLEN %s", "qjobs"), 1);
+    check_queued_job(r.body, job);
     /* Over the body limit (max-job-bytes, 64 KiB by default). */
     size_t big = 70000;
     char *huge = malloc(big + 1);
@@ -348,6 +433,10 @@ static void check_mutations(void)
     CHECK_INT(r.status, 413);
     free(huge);
     CHECK_INT(rint_("LLEN %s", "qjobs"), 1);
+    /* %00 does not cut the id short: "j1%00x" is refused, not taken for j1 (item 14). */
+    CHECK_OK(http("DELETE", "/v1/jobs/j1%00x", AUTH, NULL, &r));
+    CHECK_INT(r.status, 400);
+    CHECK_INT(rint_("EXISTS %s", "qjob:j1:cancel"), 0);
     /* Cancel: the flag and the notification. */
     CHECK_OK(http("DELETE", "/v1/jobs/j1", NULL, NULL, &r));
     CHECK_INT(r.status, 401);
