@@ -69,6 +69,7 @@ typedef struct qdd_job {
     int last_worker;           /* worker that ran its previous block (holds its activations) */
     int next_block, n_blocks;
     int retries;               /* task failures retried so far */
+    int resource_retries;      /* of them, QD_ERESOURCE ones (disk or memory; never reset) */
     int cancel_req;            /* cancel flag seen */
     int lost;                  /* lease lost: stop without writing anything */
     int final_sent;            /* the finish script went out and succeeded */

@@ -517,14 +517,23 @@ static qdd_job *task_end(qdd_worker *w)
     return j;
 }
 
+/* Not enough disk or memory (QD_ERESOURCE: ENOSPC or EDQUOT on a write, an allocation that
+ * failed) is retried this many times per job, whatever progress came between: the retry's
+ * pre-flight sees what is left and refuses the job with the figures, or gets through where
+ * another job has freed what it took. Retrying it max-retries times would fill the same disk
+ * again each time. */
+#define QDD_RESOURCE_RETRIES 1
+
 static void task_failed(qdd_job *j, const char *error, int retryable, int cancelled, int code)
 {
     qdd_daemon *d = j->d;
     if (j->lost || j->phase != QDD_JOB_RUNNING) { if (j->lost) job_remove(j); return; }
     if (cancelled || j->cancel_req) { job_final(j, QP_STATE_CANCELLED, "cancelled"); return; }
     if (d->stopping && code == QD_ECANCELLED) return;   /* handed back by the stop sequence */
-    if (retryable && j->retries < d->cfg->max_retries) {
+    int resource = code == QD_ERESOURCE;
+    if (retryable && j->retries < d->cfg->max_retries && (!resource || j->resource_retries < QDD_RESOURCE_RETRIES)) {
         j->retries++;
+        j->resource_retries += resource;
         set_str(&j->st.error, error);
         QD_LOG(QD_LOG_WARN, "task_retry", "job=%s retry=%d/%lld err=\"%s\"", j->id, j->retries,
                (long long)d->cfg->max_retries, error);
@@ -532,7 +541,8 @@ static void task_failed(qdd_job *j, const char *error, int retryable, int cancel
         return;
     }
     char why[1024];
-    if (retryable) snprintf(why, sizeof why, "%s (after %d retries)", error, j->retries);
+    int n = resource ? j->resource_retries : j->retries;   /* retries reset by progress, resource ones not */
+    if (retryable) snprintf(why, sizeof why, "%s (after %d %s)", error, n, n == 1 ? "retry" : "retries");
     else snprintf(why, sizeof why, "%s", error);
     job_final(j, QP_STATE_FAILED, why);
 }

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "proto/wire.h"
+#include "quant/core/error.h"
 
 /* ---- the fake worker --------------------------------------------------------------------- */
 
@@ -49,6 +50,24 @@ static void fw_task(const char *mode, const qp_msg_task *t)
         qp_msg_init(&m, QP_MSG_TASK_FAILED);
         m.task_failed.job_id = t->job_id;
         m.task_failed.error = "fake failure";
+        m.task_failed.retryable = 1;
+        fw_send(&m);
+        return;
+    }
+    if (!strcmp(mode, "nospace")) {
+        /* A block committed, then the next write finds the disk full (what the worker sends
+         * for ENOSPC: QD_ERESOURCE, retryable). */
+        qp_msg_init(&m, QP_MSG_BLOCK_DONE);
+        m.block_done.job_id = t->job_id;
+        m.block_done.block = 0;
+        m.block_done.n_blocks = 2;
+        m.block_done.seconds = 0.01;
+        m.block_done.fence = t->fence;
+        fw_send(&m);
+        qp_msg_init(&m, QP_MSG_TASK_FAILED);
+        m.task_failed.job_id = t->job_id;
+        m.task_failed.error = "out/.quantd/block-001.safetensors: No space left on device";
+        m.task_failed.code = QD_ERESOURCE;
         m.task_failed.retryable = 1;
         fw_send(&m);
         return;

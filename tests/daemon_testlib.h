@@ -12,6 +12,8 @@
  *   hang          hello, then each task: one progress message, then nothing until cancel
  *                 (task_failed cancelled) or shutdown
  *   fail          hello, then each task: task_failed "fake failure" (retryable)
+ *   nospace       hello, then each task: block_done for block 0, then task_failed with
+ *                 QD_ERESOURCE, "... No space left on device" (retryable), as for ENOSPC
  *   exit          hello, then exit status 3 at once
  *   selftest      hello with selftest_ok 0
  *   protocol      hello with a foreign wire protocol version

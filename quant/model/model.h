@@ -85,6 +85,11 @@ qd_backend *qd_model_backend(const qd_model *m);
 const char *qd_model_dir(const qd_model *m);
 /* "llama" or "opt". */
 const char *qd_model_arch_name(const qd_model *m);
+/* Rows of the learned position table the architecture stores, [rows, hidden] (OPT's
+ * embed_positions: max_position_embeddings + 2), from the architecture table; 0 where the
+ * positions are computed (RoPE) or the architecture is not supported. Needs config.json
+ * alone, for the pre-flight estimate before a weight is read. */
+int64_t qd_model_config_pos_rows(const qd_model_config *c);
 /* Full tensor name prefix of block i, e.g. "model.layers.3." (static per model). */
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
 

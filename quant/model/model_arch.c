@@ -271,3 +271,9 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
     default: return NULL;
     }
 }
+
+int64_t qd_model_config_pos_rows(const qd_model_config *c)
+{
+    const qd_arch *a = qd_arch_for(c);
+    return a && a->embed_pos && c->max_pos > 0 ? c->max_pos + c->pos_offset : 0;
+}

@@ -2,12 +2,16 @@
  * validation of every tensor the forward needs (presence and shape, named in the error),
  * and loading one block's linears and norms as F32 backend memory — converting F16/BF16
  * from the mmapped files, or dequantizing packed GPTQ/AWQ linears read through the format
- * table with the CPU kernel's decoder. */
+ * table with the CPU kernel's decoder. Every float value loaded is scanned for NaN and
+ * infinity as it is converted (quant/core/finite.h), the embeddings, positions and a large
+ * lm_head at open: a non-finite value fails the load naming the tensor and the element. */
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/finite.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/parallel.h"
@@ -96,40 +100,132 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
     return 0;
 }
 
-/* Converts t into backend memory dst (numel floats): directly on the CPU backend, through
- * a host buffer elsewhere. */
-/* A large aligned tensor converted on the backend's threads (the pages of the mapped file
- * fault in on them too), each share a contiguous range of elements. */
+/* The refusal of a loaded tensor (name, of shape[ndim]) whose element `at` (flat) is v, not
+ * finite. A NaN or infinity in any weight (a norm, a bias, an embedding, a router) makes
+ * every output it reaches NaN; found where it is read, it is named, rather than surfacing as
+ * a kernel check's mismatch or a quantized model that produces NaN. */
+static int refuse_nonfinite(const char *name, int ndim, const int64_t *shape, int64_t at, float v, qd_err *err)
+{
+    char idx[96] = "";
+    int64_t rest = at;
+    for (int d = ndim - 1; d >= 0; d--) {
+        int64_t dim = shape[d] > 0 ? shape[d] : 1;
+        char one[24], tmp[96];
+        snprintf(one, sizeof one, "%lld", (long long)(rest % dim));
+        snprintf(tmp, sizeof tmp, "[%s]%s", one, idx);
+        snprintf(idx, sizeof idx, "%s", tmp);
+        rest /= dim;
+    }
+    return qd_err_set(err, QD_ENUMERIC, "tensor '%s': element %s is %s, not a finite number: the checkpoint is "
+                      "damaged (every output computed from it would be NaN)", name, idx[0] ? idx : "[0]",
+                      isnan(v) ? "NaN" : v > 0 ? "+inf" : "-inf");
+}
+
+/* x holds t's values as F32 (host memory): 0 when all are finite. */
+static int check_finite(const st_tensor *t, const float *x, qd_err *err)
+{
+    int64_t i = qd_f32_first_nonfinite(x, (int64_t)t->numel);
+    return i < 0 ? 0 : refuse_nonfinite(t->name, t->ndim, t->shape, i, x[i], err);
+}
+
+/* A large tensor converted (and scanned) on the backend's CPU threads, each share a
+ * contiguous range of elements (the pages of the mapped file fault in on them too): into dst
+ * when it is given (host memory), else a chunk at a time into a buffer of the share's own,
+ * for tensors that are only scanned. */
+#define SCAN_CHUNK 4096
 typedef struct convert_share {
     const st_tensor *t;
     float *dst;
     int failed;
+    int64_t bad[QD_PARALLEL_MAX_THREADS];   /* each share's first non-finite element, or -1 */
 } convert_share;
 
 static void convert_range(void *ctx, int th, int64_t lo, int64_t hi)
 {
     convert_share *c = ctx;
-    (void)th;
     size_t esz = qd_dtype_size(c->t->dtype);
-    if (qd_convert_to_f32(c->t->dtype, (const unsigned char *)c->t->data + (size_t)lo * esz, c->dst + lo,
-                          (size_t)(hi - lo)) != 0)
-        c->failed = 1;   /* any share's failure: the caller converts again to name the error */
+    const unsigned char *src = c->t->data;
+    float chunk[SCAN_CHUNK];
+    for (int64_t a = lo; a < hi && c->bad[th] < 0; a += c->dst ? hi - lo : SCAN_CHUNK) {
+        int64_t n = c->dst ? hi - lo : (hi - a < SCAN_CHUNK ? hi - a : SCAN_CHUNK);
+        float *out = c->dst ? c->dst + a : chunk;
+        if (qd_convert_to_f32(c->t->dtype, src + (size_t)a * esz, out, (size_t)n) != 0) {
+            c->failed = 1;   /* any share's failure: the caller converts again to name the error */
+            return;
+        }
+        int64_t i = qd_f32_first_nonfinite(out, n);
+        if (i >= 0) c->bad[th] = a + i;
+    }
 }
 
 #define CONVERT_PARALLEL_MIN ((int64_t)1 << 20)
 
+/* Converts t on the backend's threads (into dst, or only scanning it when dst is NULL);
+ * returns 1 when it did (0: too small, one thread, or a misaligned mapping: the caller
+ * converts it itself), with *bad its first non-finite element or -1. */
+static int convert_parallel(qd_model *m, const st_tensor *t, float *dst, int64_t *bad)
+{
+    if (m->be->n_threads <= 1 || (int64_t)t->numel < CONVERT_PARALLEL_MIN || !t->data ||
+        (uintptr_t)t->data % qd_dtype_size(t->dtype) != 0)
+        return 0;
+    convert_share *c = malloc(sizeof *c);
+    if (!c) return 0;
+    c->t = t;
+    c->dst = dst;
+    c->failed = 0;
+    for (int i = 0; i < QD_PARALLEL_MAX_THREADS; i++) c->bad[i] = -1;
+    qd_parallel_for(m->be->n_threads, (int64_t)t->numel, SCAN_CHUNK, convert_range, c);
+    *bad = -1;
+    for (int i = 0; i < QD_PARALLEL_MAX_THREADS; i++)
+        if (c->bad[i] >= 0 && (*bad < 0 || c->bad[i] < *bad)) *bad = c->bad[i];
+    int done = !c->failed;
+    free(c);
+    return done;
+}
+
+/* Reads t's values without keeping them, and refuses a non-finite one (the embeddings, the
+ * learned positions and a large lm_head, which are converted row by row where they are
+ * used). */
+static int scan_tensor(qd_model *m, const st_tensor *t, qd_err *err)
+{
+    int64_t bad = -1;
+    if (!convert_parallel(m, t, NULL, &bad)) {
+        size_t esz = qd_dtype_size(t->dtype);
+        float *chunk = malloc(SCAN_CHUNK * sizeof *chunk);
+        if (!chunk) return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name);
+        for (int64_t a = 0; a < (int64_t)t->numel && bad < 0; a += SCAN_CHUNK) {
+            int64_t n = (int64_t)t->numel - a < SCAN_CHUNK ? (int64_t)t->numel - a : SCAN_CHUNK;
+            if (qd_convert_to_f32(t->dtype, (const unsigned char *)t->data + (size_t)a * esz, chunk, (size_t)n) != 0) {
+                free(chunk);
+                return qd_err_set(err, QD_EFORMAT, "tensor '%s': cannot convert %s to F32", t->name,
+                                  qd_dtype_name(t->dtype));
+            }
+            int64_t i = qd_f32_first_nonfinite(chunk, n);
+            if (i >= 0) bad = a + i;
+        }
+        free(chunk);
+    }
+    if (bad < 0) return 0;
+    float v = 0;
+    qd_convert_to_f32(t->dtype, (const unsigned char *)t->data + (size_t)bad * qd_dtype_size(t->dtype), &v, 1);
+    return refuse_nonfinite(t->name, t->ndim, t->shape, bad, v, err);
+}
+
+/* Converts t into backend memory dst (numel floats), refusing a non-finite value: directly
+ * on the CPU backend, through a host buffer elsewhere. */
 static int tensor_to_backend(qd_model *m, const st_tensor *t, float *dst, qd_err *err)
 {
-    if (m->be->device < 0 && m->be->n_threads > 1 && (int64_t)t->numel >= CONVERT_PARALLEL_MIN && t->data &&
-        (uintptr_t)t->data % qd_dtype_size(t->dtype) == 0) {
-        convert_share c = {t, dst, 0};
-        qd_parallel_for(m->be->n_threads, (int64_t)t->numel, 4096, convert_range, &c);
-        if (!c.failed) return 0;
+    int64_t bad = -1;
+    if (m->be->device < 0 && convert_parallel(m, t, dst, &bad))
+        return bad < 0 ? 0 : refuse_nonfinite(t->name, t->ndim, t->shape, bad, dst[bad], err);
+    if (m->be->device < 0) {
+        int rc = st_tensor_read_f32(t, dst, err);
+        return rc ? rc : check_finite(t, dst, err);
     }
-    if (m->be->device < 0) return st_tensor_read_f32(t, dst, err);
     float *host = malloc(t->numel * sizeof *host);
     if (!host) return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name);
     int rc = st_tensor_read_f32(t, host, err);
+    if (!rc) rc = check_finite(t, host, err);
     if (!rc && (rc = qd_backend_upload(m->be, dst, host, t->numel * sizeof *host)))
         qd_err_set(err, rc, "tensor '%s': upload failed: %s", t->name, m->be->err.msg);
     free(host);
@@ -161,7 +257,7 @@ static int load_norm(qd_model *m, const char *canonical, int64_t len, float **ou
     float *host = malloc((size_t)len * sizeof *host);
     float *p = host ? qd_backend_alloc(m->be, (size_t)len * sizeof(float)) : NULL;
     if (!p) { free(host); return qd_err_set(err, QD_ENOMEM, "tensor '%s': out of memory", t->name); }
-    if (!(rc = st_tensor_read_f32(t, host, err))) {
+    if (!(rc = st_tensor_read_f32(t, host, err)) && !(rc = check_finite(t, host, err))) {
         for (int64_t i = 0; i < len; i++) host[i] += off;
         if ((rc = qd_backend_upload(m->be, p, host, (size_t)len * sizeof *host)))
             qd_err_set(err, rc, "tensor '%s': upload failed: %s", t->name, m->be->err.msg);
@@ -194,8 +290,12 @@ static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, floa
         rc = qd_kernel_dequant_cpu(fmt, &p, w, m->be->n_threads, QD_KCPU_AUTO, err);
         qd_packed_free(&p);
     }
-    if (rc) qd_err_prefix(err, "%s (%s)", qd_model_tname(m, base), fmt->name);
-    return rc;
+    if (rc) return qd_err_prefix(err, "%s (%s)", qd_model_tname(m, base), fmt->name);
+    /* A scale that is not finite dequantizes to weights that are not. */
+    int64_t i = qd_f32_first_nonfinite(w, n * k), shape[2] = {n, k};
+    char name[600];
+    snprintf(name, sizeof name, "%s (%s, dequantized)", qd_model_tname(m, base), fmt->name);
+    return i < 0 ? 0 : refuse_nonfinite(name, 2, shape, i, w[i], err);
 }
 
 /* Loads linear li of block `block` into new backend memory w (and bias b when present). */
@@ -562,9 +662,10 @@ static int open_globals(qd_model *m, qd_err *err)
     int64_t shape[2] = {c->vocab, pd};
     int rc = find_float(m, a->embed, 2, shape, &m->t_embed, err);
     if (rc) return rc;
+    if ((rc = scan_tensor(m, m->t_embed, err))) return rc;
     if (a->embed_pos) {
         int64_t ps[2] = {c->max_pos + c->pos_offset, c->hidden};
-        if ((rc = find_float(m, a->embed_pos, 2, ps, &m->t_pos, err))) return rc;
+        if ((rc = find_float(m, a->embed_pos, 2, ps, &m->t_pos, err)) || (rc = scan_tensor(m, m->t_pos, err))) return rc;
     }
     if (c->family == QD_ARCH_LLAMA || c->do_layer_norm_before) {
         char name[256];
@@ -597,6 +698,7 @@ static int open_globals(qd_model *m, qd_err *err)
     } else {
         m->lm_chunk = (int64_t)(QD_LM_CHUNK_BYTES / ((uint64_t)pd * sizeof(float)));
         if (m->lm_chunk < 1) m->lm_chunk = 1;
+        if (m->t_lm_head != m->t_embed && (rc = scan_tensor(m, m->t_lm_head, err))) return rc;
     }
     return 0;
 }

@@ -16,6 +16,7 @@
 #include <cjson/cJSON.h>
 
 #include "quant/algo/awq.h"
+#include "quant/core/fsutil.h"
 #include "quant/core/meminfo.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
@@ -210,9 +211,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * column of each linear); the block's norms in float. */
     uint64_t gs = job->group_size > 0 ? (uint64_t)job->group_size : h;
     uint64_t q_block = block_params * (uint64_t)job->bits / 8 + block_params / gs * 6 + n_linears * widest * 4 + 4 * h * 4;
-    /* The float rest of the output: embeddings, lm_head when untied, positions (OPT), final norm. */
+    /* The float rest of the output: embeddings, lm_head when untied, learned positions where
+     * the architecture has them (OPT; a RoPE model stores none, whatever its
+     * max_position_embeddings), final norm. */
     uint64_t fb = float_bytes(&cfg);
-    uint64_t rest = V * h * fb * (cfg.tie_word_embeddings ? 1 : 2) + (uint64_t)cfg.max_pos * h * fb + 4 * h * fb;
+    uint64_t rest = V * h * fb * (cfg.tie_word_embeddings ? 1 : 2) + (uint64_t)qd_model_config_pos_rows(&cfg) * h * fb +
+                    4 * h * fb;
     /* Checkpoint: every block file, and the activation files: one after every
      * checkpoint.acts_every-th block but the last, two of them for an instant once there is
      * an older one (acts-i is removed after acts-(i + every) is written); the output is
@@ -277,4 +281,28 @@ void qd_pipeline_estimate_hint(const qd_pipeline_estimate *est, int which, char 
     else
         snprintf(buf, cap, "(it is the output and the checkpoint's packed blocks, which no job setting lowers: free "
                  "space or choose another output directory)");
+}
+
+int qd_pipeline_check_disk(const qd_pipeline_estimate *est, uint64_t free_bytes, uint64_t held_bytes, const char *where,
+                           qd_err *err)
+{
+    uint64_t need = est->disk_bytes > held_bytes ? est->disk_bytes - held_bytes : 0;
+    if (free_bytes >= need) return 0;
+    char hint[512], figures[200], shown[QD_ERR_MSG_MAX];
+    qd_pipeline_estimate_hint(est, 1, hint, sizeof hint);
+    /* What is held is often a checkpoint of a few MB beside a figure of GB. */
+    char held[32];
+    if (held_bytes >= 1000000000ull) snprintf(held, sizeof held, "%.2f GB", held_bytes / 1e9);
+    else snprintf(held, sizeof held, "%.0f MB", held_bytes / 1e6);
+    if (held_bytes > 0)
+        snprintf(figures, sizeof figures, "the job needs about %.2f GB more (%.2f GB in all, %s of it already in the "
+                 "output directory from an earlier attempt), %.2f GB free", need / 1e9, est->disk_bytes / 1e9, held,
+                 free_bytes / 1e9);
+    else
+        snprintf(figures, sizeof figures, "the job needs about %.2f GB, %.2f GB free", need / 1e9, free_bytes / 1e9);
+    /* The directory's end when the whole message would not fit: the hint stays whole. */
+    int rest = snprintf(NULL, 0, "not enough disk under : %s %s", figures, hint);
+    size_t room = rest > 0 && rest < QD_ERR_MSG_MAX - 16 ? (size_t)(QD_ERR_MSG_MAX - 1 - rest) : 16;
+    return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: %s %s", qd_fs_path_tail(where, room, shown, sizeof shown),
+                      figures, hint);
 }

@@ -152,8 +152,12 @@ static void existing_ancestor(const char *path, char *out, size_t cap)
     }
 }
 
-/* Refuses the job when the estimate (*est, filled) is over the free disk or memory. */
-static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_estimate *est, qd_err *err)
+/* Refuses the job when the estimate (*est, filled) is over the free disk or memory. held:
+ * the bytes already in the output directory that this run reuses or replaces (its own
+ * checkpoint and partial output, or a quantd output that overwrite removes), which the
+ * estimate counts as still to be written. */
+static int check_resources(const qp_job *job, const char *out_dir, uint64_t held, qd_pipeline_estimate *est,
+                           qd_err *err)
 {
     int rc = qd_pipeline_estimate_job(job, est, err);
     if (rc) return rc;
@@ -163,16 +167,8 @@ static int check_resources(const qp_job *job, const char *out_dir, qd_pipeline_e
     /* Not enough disk is final: the same job on the same file system fails the same way
      * until someone frees space, so it is not retried. */
     char hint[512];
-    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && free_disk < est->disk_bytes) {
-        qd_pipeline_estimate_hint(est, 1, hint, sizeof hint);
-        /* The directory's end when the whole message would not fit: the hint stays whole. */
-        char shown[QD_ERR_MSG_MAX];
-        int rest = snprintf(NULL, 0, "not enough disk under : the job needs about %.2f GB, %.2f GB free %s",
-                            est->disk_bytes / 1e9, free_disk / 1e9, hint);
-        size_t room = rest > 0 && rest < QD_ERR_MSG_MAX - 16 ? (size_t)(QD_ERR_MSG_MAX - 1 - rest) : 16;
-        return qd_err_set(err, QD_EPREFLIGHT, "not enough disk under %s: the job needs about %.2f GB, %.2f GB free %s",
-                          qd_fs_path_tail(where, room, shown, sizeof shown), est->disk_bytes / 1e9, free_disk / 1e9, hint);
-    }
+    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && (rc = qd_pipeline_check_disk(est, free_disk, held, where, err)))
+        return rc;
     qd_mem_limits ml;
     qd_mem_limits_read(NULL, &ml);
     uint64_t avail = ml.avail_bytes;
@@ -349,7 +345,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     snprintf(p->st.compute, sizeof p->st.compute, "%s", qp_compute_name(p->compute));
     QD_LOG(QD_LOG_INFO, "compute", "job=%s compute=%s requested=%s reason=\"%s\"", job->id, qp_compute_name(p->compute),
            qp_compute_name(job->compute), compute_why);
-    rc = check_resources(job, p->out_dir, &p->est, err);
+    rc = check_resources(job, p->out_dir, have_state || remove_old ? qd_fs_tree_bytes(p->out_dir) : 0, &p->est, err);
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
      * peaks measured meanwhile, so its error shows on every run. */

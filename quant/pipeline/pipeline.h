@@ -107,6 +107,14 @@ int qd_pipeline_estimate_fit(qd_pipeline_estimate *est, uint64_t avail_bytes);
  * whether fewer calibration samples help memory; the activation files' share whether
  * checkpoint.acts_every helps disk. */
 void qd_pipeline_estimate_hint(const qd_pipeline_estimate *est, int which, char *buf, size_t cap);
+/* The pre-flight's disk rule: 0 when free_bytes and held_bytes together reach
+ * est->disk_bytes, else QD_EPREFLIGHT with the figures and the hint, the file system named
+ * by where (its end, when long). held_bytes is what the output directory already holds that
+ * the run reuses or replaces, which the estimate counts as still to be written: the job's
+ * own checkpoint and partial output from an earlier attempt (a resume after a full disk), or
+ * a quantd output that overwrite removes first. */
+int qd_pipeline_check_disk(const qd_pipeline_estimate *est, uint64_t free_bytes, uint64_t held_bytes, const char *where,
+                           qd_err *err);
 /* The figures a run is measured against, {"peak_ram_bytes": .., "disk_bytes": ..}: the
  * report's resources.estimate and the status hash's `estimate`. Owned by the caller
  * (cJSON_Delete); NULL when out of memory. */

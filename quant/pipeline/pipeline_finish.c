@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
@@ -31,35 +32,37 @@ static int eval_dir(qd_pipeline *p, const char *dir, const int32_t *ids, size_t 
     return rc;
 }
 
-/* Removes "<name>.tmp.<pid>" files that a write killed half way (worker kill -9 during the
- * final write) left in the output directory: qd_fs_write_atomic names them by pid, so a
- * resumed run never overwrites them. */
-static void remove_stale_tmp(const char *dir)
+/* Everything in the output directory but the checkpoint (.quantd/) is what a finish writes:
+ * the weights (model.safetensors, or its shards and index), config.json,
+ * quantize_config.json, the copied tokenizer and generation files, the report, and the
+ * "<name>.tmp.<pid>" files of a write that was killed half way (qd_fs_write_atomic names
+ * them by pid, so a resumed run never overwrites them). A finish that failed (a full disk)
+ * or was killed leaves some of them; they are removed before a finish writes, so what the
+ * pre-flight counted as the checkpoint's own bytes is not doubled by a second copy, and
+ * after one fails, so a failed job's output directory holds its checkpoint alone (what a
+ * retry or a resubmission resumes from) and never a model.safetensors that looks finished.
+ * The directory held nothing else: the job starts only on an absent or empty directory, its
+ * own checkpoint, or a quantd output that "overwrite" removed. Subdirectories are left. */
+static void remove_outputs(const char *dir, const char *job_id)
 {
     DIR *d = opendir(dir);
     if (!d) return;
     struct dirent *e;
     char path[QD_PATH_MAX + 300];
     while ((e = readdir(d))) {
-        const char *t = strstr(e->d_name, ".tmp.");
-        if (!t || !t[5] || strspn(t + 5, "0123456789") != strlen(t + 5)) continue;
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..") || !strcmp(e->d_name, ".quantd")) continue;
         snprintf(path, sizeof path, "%s/%s", dir, e->d_name);
-        if (unlink(path) == 0) QD_LOG(QD_LOG_INFO, "stale_tmp_removed", "file=%s", path);
+        struct stat sb;
+        if (lstat(path, &sb) != 0 || S_ISDIR(sb.st_mode)) continue;
+        if (unlink(path) == 0) QD_LOG(QD_LOG_INFO, "partial_output_removed", "job=%s file=%s", job_id, e->d_name);
     }
     closedir(d);
 }
 
-int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
+/* The output directory's files, written from the checkpoint (see qd_pipeline_finish). */
+static int finish_write(qd_pipeline *p, qd_err *err)
 {
-    if (p->already_done) {
-        qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
-        return 0;
-    }
-    if (p->st.next_block < p->n_blocks)
-        return qd_err_set(err, QD_EINVAL, "finish: blocks %d..%d are not done", p->st.next_block, p->n_blocks - 1);
-    int rc = qd_pipeline_report_progress(p, "write", p->n_blocks - 1, NULL, 1, -1) ? QD_ECANCELLED : 0;
-    if (rc) return qd_err_set(err, rc, "cancelled");
-    remove_stale_tmp(p->out_dir);
+    int rc = 0;
     const st_model *sm = qd_model_tensors(p->m);
     st_file **files = calloc((size_t)p->n_blocks, sizeof *files);
     size_t cap = st_model_count(sm) * 3 + 16, n = 0;
@@ -180,6 +183,27 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     free(tps);
     if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);
     if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
+    return rc;
+}
+
+int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
+{
+    if (p->already_done) {
+        qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
+        return 0;
+    }
+    if (p->st.next_block < p->n_blocks)
+        return qd_err_set(err, QD_EINVAL, "finish: blocks %d..%d are not done", p->st.next_block, p->n_blocks - 1);
+    int rc = qd_pipeline_report_progress(p, "write", p->n_blocks - 1, NULL, 1, -1) ? QD_ECANCELLED : 0;
+    if (rc) return qd_err_set(err, rc, "cancelled");
+    remove_outputs(p->out_dir, p->job->id);
+    rc = finish_write(p, err);
+    /* Failed while the checkpoint is whole (its state.json goes only with the rest of it,
+     * after the report): nothing of this attempt stays beside it. Once the checkpoint is
+     * gone the output is complete, and stays. */
+    char state[QD_PATH_MAX + 32];
+    snprintf(state, sizeof state, "%s/state.json", p->ckpt_dir);
+    if (rc && qd_fs_exists(state)) remove_outputs(p->out_dir, p->job->id);
     if (!rc) qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
     return rc;
 }

@@ -6,6 +6,12 @@
 #    that error, not be retried forever, the daemon must take the next job, and nothing
 #    outside the job's output (a sibling file, the filler, the model) may change. Needs
 #    mount(2) (root); where mounting is not permitted that case is skipped, not the script.
+#    A write that hits ENOSPC is retried once (not max-retries times: the retry's pre-flight
+#    refuses it), and the failed job's output directory holds its checkpoint alone: no
+#    model.safetensors, config.json or other output file of the failed final write.
+#  - The same job resubmitted after that failure, with less free space than its whole
+#    estimate but enough beside what its checkpoint already holds: the pre-flight counts the
+#    checkpoint it resumes from, and the job ends done.
 #  - An output that overlaps what the job reads, with "overwrite": true: the output is the
 #    model directory, a parent of it, inside it, or contains the calibration file. The job
 #    must be refused with an error naming the overlap, and the model directory and the
@@ -90,10 +96,48 @@ disk_full_at_write() {
     # the fill reaches depends on how far the job got while dd ran (a loaded machine: config.json).
     grep -qE "job=atwrite .*/full/out/[^/]+: .*No space left" "$C/d1.log" || fail "the final write did not hit ENOSPC"
     note "output dir after the failure: $(ls -A "$C/full/out" 2>/dev/null | tr '\n' ' ')"
+    full_write_failed_cleanly atwrite
     [ "$before" = "$(tree_sum "$C/full/other"; tree_sum "$T/assets/big")" ] || fail "files outside the output changed"
     [ "$(R LLEN qjobs:processing:n1)" = 0 ] || fail "the failed job is still in the processing list"
     rm -f "$C/full/other/filler"
     takes_next
+}
+# full_write_failed_cleanly ID: ID's ENOSPC was retried at most once (README: "retried once,
+# then the pre-flight refuses it"), and its output directory holds the checkpoint alone.
+full_write_failed_cleanly() {
+    local retries; retries=$(grep -c "task_retry job=$1 " "$C/d1.log")
+    [ "$retries" -le 1 ] || fail "$1: a full disk was retried $retries times, not once"
+    [ "$(ls -A "$C/full/out" 2>/dev/null | tr '\n' ' ')" = ".quantd " ] ||
+        fail "$1 failed but left output files beside its checkpoint: $(ls -A "$C/full/out" | tr '\n' ' ')"
+}
+# The job of disk_full_at_write, resubmitted after its failure with free space between what
+# it needs beside its checkpoint and its whole estimate: it resumes and ends done.
+disk_resubmit_after_full() {
+    mount_tmpfs "$C/full" 256m
+    mkdir -p "$C/full/other"
+    start_redis
+    start_daemon d1 n1
+    push "$(gptq_job again "$C/full/out")"
+    wait_for 60 block_done_at again 7 || fail "again never reached its last block: $(hash_dump again)"
+    local avail_kb; avail_kb=$(df -k --output=avail "$C/full" | tail -1 | tr -d ' ')
+    dd if=/dev/zero of="$C/full/other/filler" bs=1024 count=$(( avail_kb - 20480 )) status=none 2>/dev/null
+    job_failed_with again "no space left|not enough disk"
+    full_write_failed_cleanly again
+    # Free space: the estimate less half of what the checkpoint holds.
+    gptq_job again "$C/full/out" >"$C/again.json"
+    local est held want
+    est=$("$B/quantctl" estimate "$C/again.json" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["disk_bytes"])')
+    held=$(python3 -c 'import os,sys; print(sum(os.lstat(os.path.join(d, f)).st_size for d, _, fs in os.walk(sys.argv[1]) for f in fs))' "$C/full/out")
+    want=$(( est - held / 2 ))
+    rm -f "$C/full/other/filler"
+    avail_kb=$(df -k --output=avail "$C/full" | tail -1 | tr -d ' ')
+    dd if=/dev/zero of="$C/full/other/filler" bs=1024 count=$(( avail_kb - want / 1024 )) status=none 2>/dev/null
+    note "estimate $est B, checkpoint $held B, free now $(( $(df -k --output=avail "$C/full" | tail -1 | tr -d ' ') * 1024 )) B"
+    push "$(cat "$C/again.json")"
+    wait_for 60 state_is again running || wait_for 60 final again || fail "the resubmitted job was not taken: $(hash_dump again)"
+    wait_for 90 final again || fail "the resubmitted job did not end: $(hash_dump again)"
+    state_is again done || fail "the resubmitted job ended $(H again state): $(H again error)"
+    [ -f "$C/full/out/model.safetensors" ] && [ ! -e "$C/full/out/.quantd" ] || fail "the resumed output is not complete: $(ls -A "$C/full/out" | tr '\n' ' ')"
 }
 block_done_at() { local nb; nb=$(next_block "$C/full/out"); [ -n "$nb" ] && [ "$nb" -ge "$2" ]; }
 
@@ -129,6 +173,7 @@ case_overlap_calib() { overlap calib; }
 run_case disk-too-small disk_too_small
 run_case disk-fills-midjob disk_fills_midjob
 run_case disk-full-at-write disk_full_at_write
+run_case disk-resubmit-after-full disk_resubmit_after_full
 run_case overlap-output-is-model case_overlap_model
 run_case overlap-output-is-parent case_overlap_parent
 run_case overlap-output-inside-model case_overlap_inside

@@ -11,6 +11,7 @@
  *   - cancel while running: the worker is told, the job ends cancelled;
  *   - a worker killed mid-task: the task is retried on the restarted worker; done;
  *   - a task that keeps failing: retried max-retries times, then failed with the reason;
+ *   - a full disk (QD_ERESOURCE): retried once per job, progress between notwithstanding;
  *   - a duplicate id while the first holds its lease: refused into the failed list;
  *   - lease lost to another node: the worker is cancelled and nothing is written;
  *   - SIGTERM hand-back of a job waiting for a slot: back on the queue;
@@ -245,6 +246,24 @@ static void test_retries_exhausted(void)
     daemon_end();
 }
 
+/* A full disk (QD_ERESOURCE) is retried once per job, as the README says, not max-retries
+ * times, and the block committed before each failure (progress, which resets the ordinary
+ * retry budget) does not renew it: the retry's pre-flight sees the space left, and more
+ * retries would fill the same disk again. */
+static void test_disk_full_retried_once(void)
+{
+    char b[512];
+    CHECK_OK(daemon_begin("nospace", "3", "1"));
+    take("j-full");
+    CHECK(dt_run_until(&loop, none_held, NULL, 10000));
+    CHECK_STR(hget("j-full", "state", b, sizeof b), "failed");
+    CHECK_STR(hget("j-full", "error", b, sizeof b),
+              "out/.quantd/block-001.safetensors: No space left on device (after 1 retry)");
+    CHECK_INT(proc_len(), 0);
+    CHECK_INT(lease_exists("j-full"), 0);
+    daemon_end();
+}
+
 static void test_duplicate(void)
 {
     char b[4096];
@@ -363,6 +382,7 @@ int main(int argc, char **argv)
     TEST_RUN(test_refs_and_cancel);
     TEST_RUN(test_worker_killed);
     TEST_RUN(test_retries_exhausted);
+    TEST_RUN(test_disk_full_retried_once);
     TEST_RUN(test_duplicate);
     TEST_RUN(test_lease_lost);
     TEST_RUN(test_handback);
