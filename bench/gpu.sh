@@ -48,7 +48,10 @@
 # looked for where ld.so finds them, then in the CUDA toolkit's and pip's nvidia folders.
 # --budget SECONDS ends the run within that many seconds: each long command is bounded by
 # what is left, and a step that would start with under 30 seconds left is recorded as
-# skipped for the budget (the summary is still written).
+# skipped for the budget (the summary is still written). The budget is kept on the clock
+# `date +%s`, or, where QUANTD_GPU_CLOCK_FILE names a file, on the seconds that file holds
+# (test_gpu_dry_run moves them by hand, so the budget's arithmetic is tested without
+# waiting for real seconds).
 #
 # --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
 # report and the CPU half of the job step (default: one block at 8 x 256 tokens), and
@@ -61,7 +64,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 here="$root/bench"
 
-usage() { sed -n '2,59p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; }
 
 all_steps="build test sanitize selftest bench job"
 dry=0 steps="build,test,sanitize,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
@@ -117,7 +120,9 @@ case "$device" in cuda:[0-9]*) ;; *) echo "gpu.sh: --device '$device' is not cud
 [ -z "$reuse" ] || [ -x "$reuse/quantctl" ] || { echo "gpu.sh: --reuse-build $reuse has no quantctl" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "gpu.sh: python3 is needed for the reports" >&2; exit 2; }
 
-t_start=$(date +%s)
+# The budget's clock (see --budget): real seconds, or the ones a test sets.
+clock_s() { if [ -n "${QUANTD_GPU_CLOCK_FILE:-}" ]; then cat "$QUANTD_GPU_CLOCK_FILE"; else date +%s; fi; }
+t_start=$(clock_s)
 # ---- the machine ------------------------------------------------------------------------
 gpu=0 why_skip=""
 devnum=${device#cuda:}
@@ -178,7 +183,7 @@ fi
 # ---- the time budget ----------------------------------------------------------------------------
 # left: seconds of --budget left (a large number without one); tlimit N: N, or less to end
 # 20 s before the budget (what writing the summary needs), at least 1.
-left() { if [ "$budget" -gt 0 ]; then echo $((t_start + budget - $(date +%s))); else echo 1000000; fi; }
+left() { if [ "$budget" -gt 0 ]; then echo $((t_start + budget - $(clock_s))); else echo 1000000; fi; }
 tlimit() { local l; l=$(( $(left) - 20 )); [ "$l" -lt "$1" ] || l=$1; [ "$l" -ge 1 ] || l=1; echo "$l"; }
 
 {

@@ -7,7 +7,11 @@
 # Then the lent-machine path: bench/gpu_bundle.sh --from-build packs this build's programs
 # with their libraries, and gpu.sh --lease runs them from the bundle under a stand-in
 # nvidia-smi that shows one GPU, so every GPU step's shell code runs (each fails, naming
-# the missing device), within its --budget, with two files in --out.
+# the missing device), with two files in --out. Its --budget is kept on a clock of the
+# test's own (QUANTD_GPU_CLOCK_FILE), which a stand-in `timeout` moves on as if each bounded
+# command took 10 s, cutting off (exit 124, not run) one given less, and records the bound
+# each got: the budget's arithmetic is checked on those seconds, and nothing here measures
+# or waits for real seconds.
 set -u
 . "$(dirname "$0")/cli_common.sh"
 S="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
@@ -81,14 +85,40 @@ case "$*" in
 esac
 SMI
     chmod +x "$T/fake/nvidia-smi"
-    # Every step but the job fails at once; the job's CPU agreement run is what the 60 s
-    # budget cuts short, and nothing runs past it.
-    t0=$(date +%s)
-    PATH="$T/fake:$PATH" bash "$S/bench/gpu.sh" --lease --bundle "$T/bundle.tar.gz" --budget 60 --results "$T/lease" \
-        --out "$T/out" --job-samples 1 --agree-samples 1 --agree-seq 64 > "$T/lease.log" 2>&1; rc=$?
-    secs=$(( $(date +%s) - t0 ))
+    # timeout LIMIT CMD...: records "clock LIMIT CMD"; each command takes 10 s of the test's
+    # clock: given as much, it runs (with no real limit), given less, the clock moves on by
+    # LIMIT and it is cut off as timeout would, exit 124, without running.
+    cat > "$T/fake/timeout" <<'TIMEOUT'
+#!/bin/sh
+limit=$1; shift
+now=$(cat "$QUANTD_GPU_CLOCK_FILE")
+echo "$now $limit $(basename "$1")" >> "$FAKE_TIMEOUT_LOG"
+if [ "$limit" -lt 10 ]; then echo $((now + limit)) > "$QUANTD_GPU_CLOCK_FILE"; exit 124; fi
+echo $((now + 10)) > "$QUANTD_GPU_CLOCK_FILE"
+exec "$@"
+TIMEOUT
+    chmod +x "$T/fake/timeout"
+    echo 1000 > "$T/clock"
+    : > "$T/timeouts.log"
+    # Every GPU step fails at once (one block for the 7B-shaped CUDA job, whose model is made
+    # before it fails); the budget of 60 s cuts the job step short after its first CUDA job
+    # (the CPU agreement run is cut off, not run) and leaves sanitize too little to start.
+    PATH="$T/fake:$PATH" QUANTD_GPU_CLOCK_FILE="$T/clock" FAKE_TIMEOUT_LOG="$T/timeouts.log" \
+        bash "$S/bench/gpu.sh" --lease --bundle "$T/bundle.tar.gz" --budget 60 --results "$T/lease" \
+        --out "$T/out" --job-blocks 1 --job-samples 1 --agree-samples 1 --agree-seq 64 > "$T/lease.log" 2>&1; rc=$?
     [ "$rc" = 1 ] || fail "gpu.sh --lease on a stand-in GPU exited $rc, not 1 (every GPU step fails there)"
-    [ "$secs" -le 75 ] || fail "gpu.sh --lease --budget 60 took ${secs}s"
+    # Each bounded command got what was left of the budget less the 20 s the summary keeps
+    # (at least 1 s): started at second 1000 + k, it ends by 1040, and nothing by more than 1060.
+    n_bounded=$(wc -l < "$T/timeouts.log")
+    [ "$n_bounded" -ge 8 ] || fail "only $n_bounded bounded commands in the lease run: $(xargs < "$T/timeouts.log")"
+    grep -q "^1030 10 quantctl$" "$T/timeouts.log" || fail "the first CUDA job did not get the last 10 s: $(xargs < "$T/timeouts.log")"
+    grep -q "^10[34][0-9] 1 quantctl$" "$T/timeouts.log" || fail "no job was cut off by the budget: $(xargs < "$T/timeouts.log")"
+    while read -r at limit cmd; do
+        want=$(( 1040 - at )); [ "$want" -ge 1 ] || want=1
+        [ "$limit" = "$want" ] || fail "$cmd started at budget second $((at - 1000)) got timeout $limit, not $want"
+        [ $((at + limit)) -le 1060 ] || fail "$cmd may run past the budget: second $((at - 1000)) + $limit"
+    done < "$T/timeouts.log"
+    grep -q "^1000 40 test_backend_cuda$" "$T/timeouts.log" || fail "the test step was not the first bounded command, at 40 s"
     lmd=$(ls "$T"/lease/gpu-*-stand-in.md 2>/dev/null | head -1)
     if [ -z "$lmd" ]; then
         fail "no results file from the lease run"; tail -20 "$T/lease.log" >&2
@@ -102,10 +132,12 @@ SMI
         has "$lmd" "^| selftest | FAIL |"
         has "$lmd" "^| bench | FAIL |"
         has "$lmd" "^| job | FAIL |"
-        has "$lmd" "^| sanitize | \(FAIL\|skipped\) |"
-        has "$llogs/selftest.log" "CUDA device"
-        has "$llogs/job-cuda-7b.log" "CUDA device"
-        has "$llogs/bench-kernels.log" "CUDA device"
+        # Started when less than 30 s were left: skipped for the budget, not run.
+        has "$lmd" "^| sanitize | skipped | .* | not started: $((1060 - $(cat "$T/clock"))) s of the --budget of 60 s were left"
+        # Each names what is missing: the device, or (a build without CUDA) the support.
+        has "$llogs/selftest.log" "CUDA device\|no CUDA support"
+        has "$llogs/job-cuda-7b.log" "CUDA device\|no CUDA support"
+        has "$llogs/bench-kernels.log" "CUDA device\|no CUDA support"
         # Two files for --out, the logs as one archive that gpu_fetch.sh puts back.
         n=$(ls "$T/out" | wc -l)
         [ "$n" = 2 ] || fail "--out holds $n files, not 2: $(ls "$T/out" | xargs)"
@@ -115,12 +147,15 @@ SMI
             || fail "gpu_fetch.sh did not put back the results file and its logs"
     fi
     # A budget too small for any step: each is recorded as skipped, none runs.
-    PATH="$T/fake:$PATH" bash "$S/bench/gpu.sh" --bundle "$T/bundle.tar.gz" --budget 20 --steps test,job \
-        --results "$T/tiny" > /dev/null 2>&1
+    echo 1000 > "$T/clock"
+    : > "$T/timeouts.log"
+    PATH="$T/fake:$PATH" QUANTD_GPU_CLOCK_FILE="$T/clock" FAKE_TIMEOUT_LOG="$T/timeouts.log" \
+        bash "$S/bench/gpu.sh" --bundle "$T/bundle.tar.gz" --budget 20 --steps test,job --results "$T/tiny" > /dev/null 2>&1
+    [ ! -s "$T/timeouts.log" ] || fail "a step ran with a budget of 20 s: $(xargs < "$T/timeouts.log")"
     tmd=$(ls "$T"/tiny/gpu-*.md 2>/dev/null | head -1)
     if [ -n "$tmd" ]; then
-        has "$tmd" "^| test | skipped | .* | not started: .* of the --budget of 20 s were left"
-        has "$tmd" "^| job | skipped | .* | not started:"
+        has "$tmd" "^| test | skipped | .* | not started: 20 s of the --budget of 20 s were left"
+        has "$tmd" "^| job | skipped | .* | not started: 20 s of the --budget of 20 s were left"
     else
         fail "no results file from the run with a 20 s budget"
     fi
