@@ -58,6 +58,10 @@ typedef struct qdd_config {
     int64_t retention_s;    /* finished jobs' keys expire after this */
     char *log_level;        /* debug, info, warn, error */
     int64_t max_job_bytes;  /* payloads over this are refused */
+    int64_t cancel_grace_s;  /* a worker still busy this long after a cancel is killed */
+    int64_t max_json_bytes, max_tokenizer_bytes, max_text_bytes;   /* the size limits of the
+                               files a job names (quant/core/confine.h), for the daemon's
+                               admission and passed to every worker */
     int64_t max_retries;    /* task retries after a worker dies before the job fails */
     int64_t heartbeat_s;    /* worker heartbeat interval; silent for 3 intervals = dead */
     int64_t memory_limit_mb;/* admission limit on the summed memory estimates; 0 = none */

@@ -71,6 +71,7 @@ typedef struct qdd_job {
     int retries;               /* task failures retried so far */
     int resource_retries;      /* of them, QD_ERESOURCE ones (disk or memory; never reset) */
     int cancel_req;            /* cancel flag seen */
+    int poison_deaths;         /* workers this job's tasks crashed (qdd_jobs_worker_died) */
     int lost;                  /* lease lost: stop without writing anything */
     int final_sent;            /* the finish script went out and succeeded */
     char *take_payload;        /* the raw queue payload, held from the pop until the take
@@ -136,10 +137,12 @@ typedef struct qdd_worker {
     qp_wire_decoder dec;
     double last_msg_s;         /* monotonic seconds of its last message */
     double started_s;
-    long oom_kills_at_start;   /* the cgroup's oom_kill count when it was spawned (-1 unknown) */
+    long oom_kills_at_start;   /* the cgroup's oom_kill count when it was spawned or another
+                                  worker last exited (-1 unknown) */
     qdd_job *job;              /* the task in hand (a borrowed reference counted in job->refs) */
     int block;
     char why[256];             /* why it died or was refused */
+    double cancel_sent_s;      /* monotonic seconds the task in hand was told to cancel; 0: not */
     int exiting;               /* it said it exits after its last reply (a device error): no tasks */
 } qdd_worker;
 
@@ -212,7 +215,9 @@ int64_t qdd_unix_ms(void);
 void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len);
 void qdd_jobs_schedule(qdd_daemon *d);
 void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m);
-void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why);
+/* poison: the worker died of its task (a fatal signal or the out-of-memory killer), not of
+ * a kill the daemon or an operator sent; the second such death quarantines the job. */
+void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why, int poison);
 void qdd_jobs_renew(qdd_daemon *d);
 void qdd_jobs_cancel(qdd_daemon *d, const char *id);
 void qdd_jobs_reclaim_scan(qdd_daemon *d);
@@ -240,5 +245,8 @@ int qdd_daemon_ready(const qdd_daemon *d, char *why, size_t cap);
 void qdd_daemon_node_owned(qdd_daemon *d);
 /* Stops the daemon as SIGTERM does, with this exit status (why: "key=value" for the log). */
 void qdd_daemon_stop(qdd_daemon *d, int exit_code, const char *why);
+/* The exit status of a daemon that refused to start because another daemon owns its node
+ * name (node.c); the systemd unit does not restart on it. */
+#define QDD_EXIT_NODE_IN_USE 3
 
 #endif

@@ -294,7 +294,7 @@ static void on_take(redisAsyncContext *ac, void *r, void *pd)
         char skey[QP_KEY_MAX], idx[QP_KEY_MAX];
         qp_key_status(&d->keys, j->id, skey, sizeof skey);
         qp_key_index(&d->keys, idx, sizeof idx);
-        if (resubmitted) qdd_rconn_cmdf(&d->cmd, NULL, NULL, "HDEL %s error output report finished_ms", skey);
+        if (resubmitted) qdd_rconn_cmdf(&d->cmd, NULL, NULL, "HDEL %s error output report finished_ms daemon_deaths", skey);
         qdd_rconn_cmdf(&d->cmd, NULL, NULL, "HSET %s %s %s", skey, QP_STATUS_FIELD_SPEC, j->payload);
         qdd_rconn_cmdf(&d->cmd, NULL, NULL, "ZADD %s %lld %s", idx, (long long)j->st.submitted_ms, j->id);
         status_write(d, &j->st, QP_SF_ALL, QP_EVENT_STATE);
@@ -604,11 +604,34 @@ void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m)
     qdd_maybe_pop(d);
 }
 
-void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why)
+/* A job whose task crashed its worker (a fatal signal, the out-of-memory killer) this many
+ * times is quarantined rather than retried: it is failed with the reason and its payload
+ * goes to the failed list, so a poison job cannot take down worker after worker. */
+#define QDD_POISON_DEATHS 2
+
+void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why, int poison)
 {
     qdd_job *j = task_end(w);
     if (!j) return;
-    task_failed(j, why, 1, 0, QD_EBACKEND);
+    if (poison && !j->cancel_req && !j->lost && j->phase == QDD_JOB_RUNNING && ++j->poison_deaths >= QDD_POISON_DEATHS) {
+        char q[1024];
+        snprintf(q, sizeof q, "quarantined: the job killed its worker %d times (last: %s); it is not retried",
+                 j->poison_deaths, why);
+        char failed[QP_KEY_MAX];
+        qp_key_failed(&d->keys, failed, sizeof failed);
+        cJSON *rec = cJSON_CreateObject();
+        cJSON_AddStringToObject(rec, "payload", j->payload);
+        cJSON_AddStringToObject(rec, "error", q);
+        cJSON_AddNumberToObject(rec, "at_ms", (double)qdd_unix_ms());
+        char *text = cJSON_PrintUnformatted(rec);
+        cJSON_Delete(rec);
+        if (text) qdd_rconn_cmdf(&d->cmd, NULL, NULL, "LPUSH %s %s", failed, text);
+        cJSON_free(text);
+        QD_LOG(QD_LOG_ERROR, "job_quarantined", "job=%s err=\"%s\"", j->id, q);
+        job_final(j, QP_STATE_FAILED, q);
+    } else {
+        task_failed(j, why, 1, 0, QD_EBACKEND);
+    }
     qdd_job_unref(j);
 }
 
@@ -677,18 +700,24 @@ static void on_reclaim(redisAsyncContext *ac, void *r, void *pd)
 static void reclaim_node(qdd_daemon *d, const char *node, int force, const char **keep, int n_keep,
                          redisCallbackFn *cb)
 {
-    char nkey[QP_KEY_MAX], proc[QP_KEY_MAX], queue[QP_KEY_MAX], nodes[QP_KEY_MAX];
+    char nkey[QP_KEY_MAX], proc[QP_KEY_MAX], queue[QP_KEY_MAX], nodes[QP_KEY_MAX], failed[QP_KEY_MAX];
     if (qp_key_node(&d->keys, node, nkey, sizeof nkey) || qp_key_processing(&d->keys, node, proc, sizeof proc)) return;
     qp_key_queue(&d->keys, queue, sizeof queue);
     qp_key_nodes(&d->keys, nodes, sizeof nodes);
-    const char *keys[4] = {nkey, proc, queue, nodes};
+    qp_key_failed(&d->keys, failed, sizeof failed);
+    char ret[32], now[32];
+    snprintf(ret, sizeof ret, "%" PRId64, d->cfg->retention_s);
+    snprintf(now, sizeof now, "%" PRId64, qdd_unix_ms());
+    const char *keys[5] = {nkey, proc, queue, nodes, failed};
     const char *args[ARGS_MAX];
     int na = 0;
     args[na++] = node;
     args[na++] = d->keys.job;
     args[na++] = force ? "1" : "0";
+    args[na++] = ret;
+    args[na++] = now;
     for (int i = 0; i < n_keep && na < ARGS_MAX - 4; i++) args[na++] = keep[i];
-    eval(d, qdd_lua_reclaim, 4, keys, na, args, cb, d, NULL);
+    eval(d, qdd_lua_reclaim, 5, keys, na, args, cb, d, NULL);
 }
 
 static void on_members(redisAsyncContext *ac, void *r, void *pd)
@@ -762,7 +791,7 @@ void qdd_jobs_recover(qdd_daemon *d, int force_self)
      * run of this node) go back to the queue; the ones we hold stay. */
     const char *keep[ARGS_MAX];
     int n_keep = 0;
-    for (qdd_job *j = d->jobs; j && n_keep < ARGS_MAX - 8; j = j->next)
+    for (qdd_job *j = d->jobs; j && n_keep < ARGS_MAX - 10; j = j->next)
         if (j->phase != QDD_JOB_GONE && j->phase != QDD_JOB_TAKING && !j->lost) keep[n_keep++] = j->payload;
     reclaim_node(d, d->node, 1, keep, n_keep, on_recovered);
     char ttl[32], tok[32], fence[QP_KEY_MAX], proc[QP_KEY_MAX], idx[QP_KEY_MAX];

@@ -7,6 +7,7 @@
 
 #include "daemon/config.h"
 #include "daemon/daemon.h"
+#include "quant/core/confine.h"
 #include "quant/core/log.h"
 #include "startup/runtime_env.h"
 
@@ -39,5 +40,15 @@ int main(int argc, char **argv)
     }
     int lvl = qd_log_level_parse(cfg->log_level);
     if (lvl >= 0 && !getenv("QUANTD_LOG")) qd_log_set_level(lvl);
+    /* Admission reads each job's config.json: beneath the allow-roots and within the limits,
+     * as the workers' reads are (quant/core/confine.h). */
+    uint64_t limits[QD_INPUT_KINDS] = {(uint64_t)cfg->max_json_bytes, (uint64_t)cfg->max_tokenizer_bytes,
+                                       (uint64_t)cfg->max_text_bytes, 0};
+    qd_confine_set_limits(limits);
+    if (cfg->n_allow_roots && qd_confine_set((const char *const *)cfg->allow_roots, cfg->n_allow_roots, &err)) {
+        fprintf(stderr, "quantd: %s\n", err.msg);
+        qdd_config_free(cfg);
+        return 2;
+    }
     return qdd_daemon_run(cfg, argc, argv, environ);
 }

@@ -6,7 +6,9 @@
  *
  * A daemon that finds another token waits and watches its TTL (each tick): when it rises the
  * holder refreshed it, so a live daemon runs as this node and this one refuses to start
- * (node_in_use, exit status 1), within about a third of the TTL; when the key expires its
+ * (node_in_use, exit status QDD_EXIT_NODE_IN_USE, 3, which systemd/quantd.service lists in
+ * RestartPreventExitStatus so a misconfigured second daemon is not restarted every few
+ * seconds), within about a third of the TTL; when the key expires its
  * holder died without releasing it (kill -9, a crash, a lost host) and this daemon takes the
  * node over, within the TTL. A key without a TTL (set by hand) is refused at once, since it
  * would never expire. A daemon whose own key is found holding another token (it could not
@@ -77,10 +79,10 @@ static void refuse(qdd_daemon *d, const char *holder, const char *how)
 {
     d->node_state = QDD_NODE_REFUSED;
     QD_LOG(QD_LOG_ERROR, "node_in_use",
-           "node=%s holder=\"%s\" (%s: another daemon runs as this node; refusing to start, exit status 1; give "
+           "node=%s holder=\"%s\" (%s: another daemon runs as this node; refusing to start, exit status %d; give "
            "each daemon its own --node)",
-           d->node, holder, how);
-    qdd_daemon_stop(d, 1, "reason=node_in_use");
+           d->node, holder, how, QDD_EXIT_NODE_IN_USE);
+    qdd_daemon_stop(d, QDD_EXIT_NODE_IN_USE, "reason=node_in_use");
 }
 
 static void held_by_other(qdd_daemon *d, const char *holder, long long pttl)

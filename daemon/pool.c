@@ -78,18 +78,29 @@ static void on_exit_cb(uv_process_t *p, int64_t status, int sig)
     qdd_worker *w = p->data;
     qdd_daemon *d = w->d;
     w->exited = 1;
+    long oom_now = cgroup_oom_kills();
     char why[400];
     if (w->why[0]) snprintf(why, sizeof why, "worker %s %s", w->name, w->why);
-    else if (sig == SIGKILL && w->oom_kills_at_start >= 0 && cgroup_oom_kills() > w->oom_kills_at_start)
+    else if (sig == SIGKILL && w->oom_kills_at_start >= 0 && oom_now > w->oom_kills_at_start)
         snprintf(why, sizeof why, "worker %s was killed by the kernel's out-of-memory killer (signal 9, SIGKILL)", w->name);
     else if (sig) snprintf(why, sizeof why, "worker %s was killed by signal %d (SIG%s)", w->name, sig, sigabbrev_np(sig) ? sigabbrev_np(sig) : "?");
     else snprintf(why, sizeof why, "worker %s exited with status %lld", w->name, (long long)status);
     int was_running = w->job != NULL;
+    /* Whatever this exit was, an OOM kill counted so far is not news to the workers still
+     * running: their baselines move up, so a later plain kill of one of them is not read as
+     * the OOM killer's (and counted towards quarantine). */
+    for (int i = 0; i < d->n_workers; i++)
+        if (&d->workers[i] != w && !d->workers[i].exited) d->workers[i].oom_kills_at_start = oom_now;
+    /* Died of its task: a crash signal, or the out-of-memory killer; not a kill the daemon
+     * sent (w->why) nor a plain SIGKILL from elsewhere (an operator, a test). */
+    int oom = sig == SIGKILL && w->oom_kills_at_start >= 0 && oom_now > w->oom_kills_at_start;
+    int poison = !w->why[0] && (oom || sig == SIGSEGV || sig == SIGBUS || sig == SIGABRT || sig == SIGILL ||
+                                sig == SIGFPE || sig == SIGSYS);
     if (!d->stopping) QD_LOG(QD_LOG_WARN, "worker_exit", "worker=%s pid=%d status=%lld signal=%d task=%d", w->name, w->pid,
                              (long long)status, sig, was_running);
     if (w->state != QDD_W_FAILED) w->state = QDD_W_DEAD;
     w->restarts++;
-    qdd_jobs_worker_died(d, w, why);
+    qdd_jobs_worker_died(d, w, why, poison);
     close_all(w);
     qdd_jobs_schedule(d);
 }
@@ -157,9 +168,23 @@ static void spawn(qdd_worker *w)
 {
     qdd_daemon *d = w->d;
     if (d->stopping) return;
-    char hb[32];
+    char hb[32], lj[32], lt[32], lx[32];
     snprintf(hb, sizeof hb, "%lld", (long long)d->cfg->heartbeat_s * 1000);
-    char *args[] = {d->worker_exe, "--name", w->name, "--backend", w->backend, "--heartbeat-ms", hb, NULL};
+    snprintf(lj, sizeof lj, "%lld", (long long)d->cfg->max_json_bytes);
+    snprintf(lt, sizeof lt, "%lld", (long long)d->cfg->max_tokenizer_bytes);
+    snprintf(lx, sizeof lx, "%lld", (long long)d->cfg->max_text_bytes);
+    /* The worker is confined to the allow-roots and limits the daemon started with
+     * (quant/core/confine.h), given as flags so the config file's values reach it too. */
+    size_t n_args = 0, cap = 16 + 2 * d->cfg->n_allow_roots;
+    char **args = calloc(cap, sizeof *args);
+    if (!args) { QD_LOG(QD_LOG_ERROR, "worker_spawn", "worker=%s err=\"out of memory\"", w->name); return; }
+    char *fixed[] = {d->worker_exe, "--name", w->name, "--backend", w->backend, "--heartbeat-ms", hb,
+                     "--max-json-bytes", lj, "--max-tokenizer-bytes", lt, "--max-text-bytes", lx};
+    for (size_t i = 0; i < sizeof fixed / sizeof fixed[0]; i++) args[n_args++] = fixed[i];
+    for (size_t i = 0; i < d->cfg->n_allow_roots; i++) {
+        args[n_args++] = "--allow-root";
+        args[n_args++] = d->cfg->allow_roots[i];
+    }
     uv_pipe_init(d->loop, &w->in, 0);
     uv_pipe_init(d->loop, &w->out, 0);
     w->in.data = w->out.data = w->proc.data = w;
@@ -186,6 +211,7 @@ static void spawn(qdd_worker *w)
     w->started_s = w->last_msg_s = qd_clock_now_s();
     w->oom_kills_at_start = cgroup_oom_kills();
     int rc = uv_spawn(d->loop, &w->proc, &o);
+    free(args);   /* the child has exec'd (or failed to) by the time uv_spawn returns */
     if (rc) {
         QD_LOG(QD_LOG_ERROR, "worker_spawn", "worker=%s exe=%s err=\"%s\"", w->name, d->worker_exe, uv_strerror(rc));
         w->exited = 1;
@@ -288,6 +314,7 @@ int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
     if (send_msg(w, &m)) return -1;
     w->state = QDD_W_BUSY;
     w->job = j;
+    w->cancel_sent_s = 0;
     w->block = block;
     j->refs++;
     QD_LOG(QD_LOG_DEBUG, "task_sent", "worker=%s job=%s block=%d fence=%llu", w->name, j->id, block,
@@ -301,6 +328,7 @@ int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason)
     qp_msg_init(&m, QP_MSG_CANCEL);
     m.cancel.job_id = (char *)job_id;
     m.cancel.reason = (char *)reason;
+    if (w->job && w->cancel_sent_s == 0) w->cancel_sent_s = qd_clock_now_s();
     return send_msg(w, &m);
 }
 
@@ -334,6 +362,13 @@ void qdd_pool_watchdog(qdd_daemon *d)
             qdd_pool_kill(w, "sent no hello within 60 s");
         else if (w->state != QDD_W_STARTING && now - w->last_msg_s > limit)
             qdd_pool_kill(w, "stopped sending heartbeats");
+        /* A worker blocked in I/O (a slow or hung file system) cannot see a cancel: after
+         * the grace period the daemon ends it, and the job ends cancelled. */
+        else if (w->job && w->cancel_sent_s > 0 && now - w->cancel_sent_s > (double)d->cfg->cancel_grace_s) {
+            char why[96];
+            snprintf(why, sizeof why, "did not stop within %lld s of a cancel", (long long)d->cfg->cancel_grace_s);
+            qdd_pool_kill(w, why);
+        }
     }
 }
 

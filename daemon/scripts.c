@@ -109,21 +109,24 @@ const char *const qdd_lua_reassert =
     "return {1, v and 0 or 1, proc, st, idx, fence}\n";
 
 /* Reclaim a node's processing list: unless forced (our own list at start-up, or entries we
- * do not hold after a reconnect: ARGV[4..] are the payloads to keep), only when its
+ * do not hold after a reconnect: ARGV[6..] are the payloads to keep), only when its
  * heartbeat key is gone. Entries go to the right end of the queue (oldest runs first), the
- * node's leases on them are deleted and running hashes say queued again. */
+ * node's leases on them are deleted and running hashes say queued again. A job that was
+ * running there lost its daemon: the second time that happens it is quarantined (into the
+ * failed list KEYS[5] with the reason, its hash failed and kept ARGV[4] seconds; ARGV[5]
+ * is now in ms), never handed to another daemon, since a job that kills the daemon that
+ * runs it would otherwise walk the cluster. */
 const char *const qdd_lua_reclaim =
     "if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n"
     "local keep = {}\n"
-    "for i = 4, #ARGV do keep[ARGV[i]] = true end\n"
+    "for i = 6, #ARGV do keep[ARGV[i]] = true end\n"
     "local items = redis.call('LRANGE', KEYS[2], 0, -1)\n"
     "local n = 0\n"
     "for i = 1, #items do\n"
     "  local p = items[i]\n"
     "  if not keep[p] then\n"
     "    redis.call('LREM', KEYS[2], 1, p)\n"
-    "    redis.call('RPUSH', KEYS[3], p)\n"
-    "    n = n + 1\n"
+    "    local quarantine = false\n"
     "    local ok, j = pcall(cjson.decode, p)\n"
     "    if ok and type(j) == 'table' and type(j.id) == 'string' then\n"
     "      local lk = ARGV[2] .. ':' .. j.id .. ':lease'\n"
@@ -131,7 +134,21 @@ const char *const qdd_lua_reclaim =
     "      local suffix = ' ' .. ARGV[1]\n"
     "      if v and string.sub(v, -#suffix) == suffix then redis.call('DEL', lk) end\n"
     "      local sk = ARGV[2] .. ':' .. j.id\n"
-    "      if redis.call('HGET', sk, 'state') == 'running' then redis.call('HSET', sk, 'state', 'queued') end\n"
+    "      if redis.call('HGET', sk, 'state') == 'running' then\n"
+    "        if redis.call('HINCRBY', sk, 'daemon_deaths', 1) >= 2 then\n"
+    "          quarantine = true\n"
+    "          local why = 'quarantined: the job was running when its daemon died, twice (last on node ' .. ARGV[1] .. '); it is not handed to another daemon'\n"
+    "          redis.call('LPUSH', KEYS[5], cjson.encode({payload = p, error = why, at_ms = tonumber(ARGV[5])}))\n"
+    "          redis.call('HSET', sk, 'state', 'failed', 'error', why, 'finished_ms', ARGV[5])\n"
+    "          redis.call('EXPIRE', sk, ARGV[4])\n"
+    "        else\n"
+    "          redis.call('HSET', sk, 'state', 'queued')\n"
+    "        end\n"
+    "      end\n"
+    "    end\n"
+    "    if not quarantine then\n"
+    "      redis.call('RPUSH', KEYS[3], p)\n"
+    "      n = n + 1\n"
     "    end\n"
     "  end\n"
     "end\n"

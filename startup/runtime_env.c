@@ -50,6 +50,19 @@ void qst_runtime_from_env(qd_runtime_opts *o)
 
     env = getenv("QUANTD_FAULT_INJECT");
     if (env && *env) o->fault_inject = env;
+
+    static const char *const limits[] = {"QUANTD_MAX_JSON_BYTES", "QUANTD_MAX_TOKENIZER_BYTES", "QUANTD_MAX_TEXT_BYTES"};
+    for (int k = 0; k < 3; k++) {
+        env = getenv(limits[k]);
+        if (!env || !*env) continue;
+        char *end = NULL;
+        errno = 0;
+        unsigned long long v = strtoull(env, &end, 10);
+        if (end && *end == '\0' && !errno && v > 0 && env[0] != '-') o->input_max_bytes[k] = v;
+        else if (o->log_level <= QD_LOG_WARN)
+            qd_log_emit(QD_LOG_WARN, "input_limit_env", "%s=\"%s\" is not a positive number of bytes; using the default",
+                        limits[k], env);
+    }
 }
 
 void qst_openblas_reexec(char **argv)
@@ -71,4 +84,5 @@ void qst_startup(char **argv, qd_runtime_opts *o)
     qst_openblas_reexec(argv);
     qst_runtime_from_env(o);
     qd_log_set_level(o->log_level);
+    qd_confine_set_limits(o->input_max_bytes);
 }

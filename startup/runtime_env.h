@@ -16,6 +16,8 @@
  *   QUANTD_CPU_KERNEL    portable|avx2 -> cpu_kernel
  *   QUANTD_GPTQ_FORM     inverse -> gptq_form
  *   QUANTD_FAULT_INJECT  OP:N -> fault_inject (borrowed from the environment)
+ *   QUANTD_MAX_JSON_BYTES, QUANTD_MAX_TOKENIZER_BYTES, QUANTD_MAX_TEXT_BYTES
+ *                        a positive number of bytes -> input_max_bytes (confine.h)
  * A value it cannot use leaves the default, as the library always did; a malformed
  * QUANTD_CPU_CACHE_MB is also logged as a warning (at the level QUANTD_LOG asks for). The
  * log level is not applied: the caller does that (qd_log_set_level(o->log_level)). */
@@ -32,7 +34,8 @@ void qst_runtime_from_env(qd_runtime_opts *o);
 void qst_openblas_reexec(char **argv);
 
 /* What every program does first: qst_openblas_reexec(argv) (when argv is not NULL), then
- * qst_runtime_from_env(o) and qd_log_set_level(o->log_level). */
+ * qst_runtime_from_env(o), qd_log_set_level(o->log_level) and
+ * qd_confine_set_limits(o->input_max_bytes). */
 void qst_startup(char **argv, qd_runtime_opts *o);
 
 #endif

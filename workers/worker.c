@@ -2,6 +2,7 @@
  * stdin into queued tasks and immediate cancel/shutdown flags, a heartbeat thread, and the
  * main thread running quant/pipeline with progress forwarded to the daemon. */
 #define _GNU_SOURCE
+#include "quant/core/confine.h"
 #include "quant/core/clock.h"
 #include "workers/worker.h"
 #include "quant/kernels/selftest.h"
@@ -309,7 +310,9 @@ static char *read_report(const char *out_dir)
     char *text = NULL;
     size_t len = 0;
     qd_err err = {0};
-    if (qd_fs_read_file(path, &text, &len, &err) || len > QW_REPORT_MAX) {
+    /* Through the output's descriptor (qd_pipeline_out_dir): never a file planted under the
+     * output's name meanwhile. */
+    if (qd_input_read(path, QD_INPUT_JSON, &text, &len, &err) || len > QW_REPORT_MAX) {
         free(text);
         return NULL;
     }
@@ -463,7 +466,7 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
         pipe_drop(w);
         return;
     }
-    char *report = read_report(w->pipe_job->output);
+    char *report = read_report(qd_pipeline_out_dir(w->pipe));
     m.task_done.job_finished = 1;
     m.task_done.output = w->pipe_job->output;
     m.task_done.report = report;

@@ -66,6 +66,14 @@ static char *tmp_name(const char *path)
     return t;
 }
 
+/* Creates the temporary file afresh: a stale one (a killed write) or a symbolic link planted
+ * under its predictable name in a directory others can write is removed, never followed. */
+static int open_tmp(const char *tmp)
+{
+    if (unlink(tmp) != 0 && errno != ENOENT) return -1;
+    return open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+}
+
 /* Writes all of iov to fd, in chunks of IOV_MAX and across short writes. */
 static int write_all_iov(int fd, const struct iovec *iov_in, int iovcnt, const char *path, qd_err *err)
 {
@@ -115,7 +123,7 @@ int qd_fs_atomic_open(const char *path, qd_fs_atomic **out, qd_err *err)
         free(a);
         return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
     }
-    a->fd = open(a->tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    a->fd = open_tmp(a->tmp);
     if (a->fd < 0) {
         int rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", a->tmp, strerror(errno));
         free(a->path);
@@ -260,7 +268,7 @@ int qd_fs_copy_file(const char *src, const char *dst, qd_err *err)
     char *buf = malloc(1 << 20);
     int rc = 0, out = -1;
     if (!tmp || !buf) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dst); goto done; }
-    out = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    out = open_tmp(tmp);
     if (out < 0) { rc = qd_err_set(err, io_code(errno), "%s: cannot create: %s", tmp, strerror(errno)); goto done; }
     for (;;) {
         ssize_t r = read(in, buf, 1 << 20);
@@ -311,6 +319,13 @@ static int remove_dir_contents(int dfd, const char *path, int depth, qd_err *err
     return rc;
 }
 
+int qd_fs_remove_contents_fd(int dirfd, const char *shown, qd_err *err)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return qd_err_set(err, QD_EIO, "%s: cannot open: %s", shown, strerror(errno));
+    return remove_dir_contents(fd, shown, 0, err);
+}
+
 int qd_fs_remove_tree(const char *path, qd_err *err)
 {
     struct stat st;
@@ -352,6 +367,12 @@ static uint64_t dir_bytes(int dfd, int depth)
     }
     closedir(d);
     return sum;
+}
+
+uint64_t qd_fs_tree_bytes_fd(int dirfd)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    return fd < 0 ? 0 : dir_bytes(fd, 0);
 }
 
 uint64_t qd_fs_tree_bytes(const char *path)

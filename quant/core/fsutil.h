@@ -40,10 +40,15 @@ uint64_t qd_fs_file_size(const char *path);
  * size), symbolic links not followed; 0 when it does not exist. Files removed during the
  * walk are skipped, so a tree that changes meanwhile gives a figure between its states. */
 uint64_t qd_fs_tree_bytes(const char *path);
+/* The same for the directory open as dirfd (which stays open). */
+uint64_t qd_fs_tree_bytes_fd(int dirfd);
 /* Copies src to dst atomically (dst's directory must exist). */
 int qd_fs_copy_file(const char *src, const char *dst, qd_err *err);
 /* Recursively removes a directory tree (like rm -rf); missing is not an error. */
 int qd_fs_remove_tree(const char *path, qd_err *err);
+/* Removes everything inside the directory open as dirfd (which stays, empty), symbolic
+ * links removed and never followed; shown names it in messages. */
+int qd_fs_remove_contents_fd(int dirfd, const char *shown, qd_err *err);
 /* Resolves an absolute path to its canonical form (symbolic links, ".", ".." and doubled
  * slashes removed) even when its last components do not exist yet: the deepest existing
  * ancestor goes through realpath and the missing rest is appended, which must be plain

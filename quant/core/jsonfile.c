@@ -59,12 +59,12 @@ static int keep_literals(cJSON *node, const char *text, size_t n, size_t *pos)
     return 0;
 }
 
-static int read_object(const char *path, int literals, cJSON **out, qd_err *err)
+static int read_object(const char *path, qd_input_kind kind, int literals, cJSON **out, qd_err *err)
 {
     char *buf = NULL;
     size_t len = 0;
     *out = NULL;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, kind, &buf, &len, err);
     if (rc) return rc;
     cJSON *root = cJSON_ParseWithLength(buf, len);
     if (!root) {
@@ -88,14 +88,14 @@ static int read_object(const char *path, int literals, cJSON **out, qd_err *err)
     return 0;
 }
 
-int qd_json_read_object(const char *path, cJSON **out, qd_err *err)
+int qd_json_read_object(const char *path, qd_input_kind kind, cJSON **out, qd_err *err)
 {
-    return read_object(path, 0, out, err);
+    return read_object(path, kind, 0, out, err);
 }
 
-int qd_json_read_object_literal(const char *path, cJSON **out, qd_err *err)
+int qd_json_read_object_literal(const char *path, qd_input_kind kind, cJSON **out, qd_err *err)
 {
-    return read_object(path, 1, out, err);
+    return read_object(path, kind, 1, out, err);
 }
 
 cJSON *qd_json_add_exact(cJSON *o, const char *key, double v)

@@ -16,6 +16,8 @@
 
 #include <stdint.h>
 
+#include "quant/core/confine.h"
+
 /* The CPU backend's GPTQ block kernel (QUANTD_CPU_KERNEL). */
 typedef enum qd_cpu_kernel {
     QD_CPU_KERNEL_AUTO = 0,      /* the widest this CPU has: AVX-512, AVX2, else portable C */
@@ -44,6 +46,10 @@ typedef struct qd_runtime_opts {
     const char *fault_inject;    /* QUANTD_FAULT_INJECT, "OP:N" (builds with QUANTD_FAULT_HOOKS
                                   * only, see quant/backend/backend_fault.h); NULL (default) =
                                   * none. Borrowed; read only while qd_backend_open runs. */
+    uint64_t input_max_bytes[QD_INPUT_KINDS]; /* QUANTD_MAX_JSON_BYTES, _TOKENIZER_BYTES,
+                                  * _TEXT_BYTES: the size limits of the files a job names
+                                  * (confine.h); 0 (default) = confine.h's defaults. Process-wide
+                                  * once the program applies them (qd_confine_set_limits). */
 } qd_runtime_opts;
 
 /* The defaults above: what a process that sets nothing gets. */

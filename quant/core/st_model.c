@@ -16,6 +16,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 
 typedef struct st_mentry {
@@ -150,7 +151,7 @@ static int open_index(st_model *m, const char *ipath, qd_err *err)
     size_t len = 0;
     const char **keys = NULL;
     cJSON *root = NULL;
-    int rc = qd_fs_read_file(ipath, &text, &len, err);
+    int rc = qd_input_read(ipath, QD_INPUT_JSON, &text, &len, err);
     if (rc) return rc;
     root = cJSON_ParseWithLength(text, len);
     if (!root || !cJSON_IsObject(root)) {
@@ -241,8 +242,8 @@ int st_model_open(const char *dir, st_model **out, qd_err *err)
     index = path_join(dir, "model.safetensors.index.json");
     if (!single || !index) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir); goto done; }
     /* Same preference as transformers: the single file first, then the index. */
-    if (qd_fs_exists(single)) rc = open_single(m, single, err);
-    else if (qd_fs_exists(index)) rc = open_index(m, index, err);
+    if (qd_input_exists(single)) rc = open_single(m, single, err);
+    else if (qd_input_exists(index)) rc = open_index(m, index, err);
     else {
         char *bin = path_join(dir, "pytorch_model.bin"), *binidx = path_join(dir, "pytorch_model.bin.index.json");
         int has_bin = (bin && qd_fs_exists(bin)) || (binidx && qd_fs_exists(binidx));

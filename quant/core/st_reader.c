@@ -3,6 +3,8 @@
  * index, since real checkpoints hold thousands of tensors). */
 #include "quant/core/st_internal.h"
 
+#include "quant/core/confine.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <inttypes.h>
@@ -41,20 +43,12 @@ int st_file_open_memory(const void *buf, size_t len, const char *what, st_file *
 int st_file_open(const char *path, st_file **out, qd_err *err)
 {
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0)
-        return qd_err_set(err, errno == ENOENT ? QD_ENOTFOUND : QD_EIO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return qd_err_set(err, QD_EIO, "%s: cannot stat: %s", path, strerror(e));
-    }
-    if (!S_ISREG(st.st_mode)) {
-        close(fd);
-        return qd_err_set(err, QD_EINVAL, "%s: not a regular file", path);
-    }
-    size_t len = (size_t)st.st_size;
+    int fd;
+    uint64_t size;
+    /* A regular file beneath the allowed roots (confine.h), checked on the open descriptor. */
+    int orc = qd_input_open(path, QD_INPUT_WEIGHTS, &fd, &size, err);
+    if (orc) return orc;
+    size_t len = (size_t)size;
     if (len < 8) {
         close(fd);
         return qd_err_set(err, QD_EFORMAT, "%s: file is %zu bytes, too short for the 8-byte header length (truncated file)",

@@ -10,12 +10,21 @@
  * exact integer q - zero, and formats whose reference rounds each product to F16
  * (f16_products) get the same rounding (qd_f32_round_f16, or F16C's round-to-nearest-even
  * conversion, which is the same function). */
+#include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "quant/core/parallel.h"
 #include "quant/kernels/kernel_internal.h"
+
+/* CPUID leaf 1, ECX bit 29. Read directly rather than with __builtin_cpu_supports("f16c"),
+ * which clang before 15 does not know (the fuzz build uses clang). */
+static int cpu_has_f16c(void)
+{
+    unsigned a, b, c, d;
+    return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
 
 /* Below this many weights per thread the thread start-up costs more than it saves. */
 #define KDEQ_MIN_WEIGHTS_PER_THREAD (1 << 16)
@@ -134,7 +143,7 @@ int qd_kernel_dequant_cpu(const qd_format *fmt, const qd_packed *p, float *w, in
     if (!rc) rc = kcpu_isa_pick(isa, &avx2, err);
     if (rc) return rc;
     /* F16C comes with every AVX2 CPU in practice, but is its own CPUID bit. */
-    if (avx2 && fmt->f16_products && !__builtin_cpu_supports("f16c")) avx2 = 0;
+    if (avx2 && fmt->f16_products && !cpu_has_f16c()) avx2 = 0;
     const int64_t n = m.n, k = m.k, G = m.n_groups, tiles = n / 8;
     float *S = malloc((size_t)(G * n) * sizeof *S), *Z = malloc((size_t)(G * n) * sizeof *Z);
     if (!S || !Z) {

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/rng.h"
@@ -209,7 +210,7 @@ int qd_calib_load(const qd_calib_opts *o, const qd_tokenizer *tok, qd_calib_set 
     } else {
         char *buf = NULL;
         size_t len = 0;
-        if (!(rc = qd_fs_read_file(o->path, &buf, &len, err))) {
+        if (!(rc = qd_input_read(o->path, QD_INPUT_TEXT, &buf, &len, err))) {
             if (in == QD_CALIB_INPUT_JSONL) rc = read_jsonl(o, tok, buf, len, &s, enough, err);
             else if ((rc = add_doc(o, tok, buf, len, &s, err))) qd_err_prefix(err, "%s", o->path);
         }

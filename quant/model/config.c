@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/formats/format.h"
@@ -234,7 +235,7 @@ int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err)
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *buf = NULL;
     size_t len = 0;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_JSON, &buf, &len, err);
     if (rc) return rc;
     rc = qd_model_config_parse(buf, path, out, err);
     free(buf);

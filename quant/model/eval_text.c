@@ -6,6 +6,7 @@
  * our numbers compare with theirs; a tokenizer that adds no BOS (SmolLM2's) gets none. */
 #include <stdlib.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/model/eval.h"
 #include "quant/model/tokenizer.h"
@@ -17,7 +18,7 @@ int qd_eval_text_tokens(const char *tokenizer_dir, const char *text_path, int32_
     qd_tokenizer *tok = NULL;
     char *text = NULL;
     size_t len = 0;
-    int rc = qd_fs_read_file(text_path, &text, &len, err);
+    int rc = qd_input_read(text_path, QD_INPUT_TEXT, &text, &len, err);
     if (!rc) rc = qd_tokenizer_load(tokenizer_dir, &tok, err);
     if (!rc) rc = qd_tokenizer_encode(tok, text, len, QD_TOK_BOS_DEFAULT, ids, n, err);
     qd_tokenizer_free(tok);

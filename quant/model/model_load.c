@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/finite.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
@@ -709,7 +710,7 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     snprintf(path, sizeof path, "%s/model.safetensors", dir);
     char ipath[4096];
     snprintf(ipath, sizeof ipath, "%s/model.safetensors.index.json", dir);
-    if (!qd_fs_exists(path) && !qd_fs_exists(ipath)) {
+    if (!qd_input_exists(path) && !qd_input_exists(ipath)) {
         char bin[4096];
         snprintf(bin, sizeof bin, "%s/pytorch_model.bin", dir);
         char binidx[4096];

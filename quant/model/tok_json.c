@@ -334,7 +334,7 @@ int tok_load_json(qd_tokenizer **out, const char *path, qd_err *err)
 {
     cJSON *root = NULL;
     *out = NULL;
-    int rc = qd_json_read_object(path, &root, err);
+    int rc = qd_json_read_object(path, QD_INPUT_TOKENIZER, &root, err);
     if (rc) return rc;
     json_ctx c = {NULL, path, err};
     rc = load_model(&c, root, out);

@@ -12,6 +12,7 @@
  * TrainerSpec{3: model_type (1 unigram, 2 bpe), 35: byte_fallback, 40: unk_id, 41: bos_id,
  * 42: eos_id}; NormalizerSpec{1: name, 3: add_dummy_prefix, 4: remove_extra_whitespaces}. */
 #include "quant/model/tok_internal.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 
@@ -213,7 +214,7 @@ int tok_load_spmodel(qd_tokenizer **out, const char *path, qd_err *err)
     char *buf;
     size_t len;
     *out = NULL;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_TOKENIZER, &buf, &len, err);
     if (rc) return rc;
     sp_model m = {0};
     rc = parse_model((const uint8_t *)buf, len, &m);

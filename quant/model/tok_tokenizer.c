@@ -2,6 +2,7 @@
  * finishing step every loader ends with, the encode pipeline (special tokens -> normalisers
  * -> pre-tokenisers -> BPE per piece), decoding, and the accessors in tokenizer.h. */
 #include "quant/model/tok_internal.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 
 #include <errno.h>
@@ -144,10 +145,10 @@ int tok_apply_config(qd_tokenizer *t, const char *dir, qd_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/tokenizer_config.json", dir);
-    if (access(path, R_OK) != 0) return 0;
+    if (!qd_input_exists(path)) return 0;
     char *buf;
     size_t len;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_JSON, &buf, &len, err);
     if (rc) return rc;
     cJSON *root = cJSON_ParseWithLength(buf, len);
     free(buf);
@@ -167,11 +168,13 @@ int tok_apply_config(qd_tokenizer *t, const char *dir, qd_err *err)
         if (id >= 0) t->eos_id = id;
     }
     if (cJSON_IsBool(add)) t->add_bos = cJSON_IsTrue(add);
-    cJSON_Delete(root);
+    /* bos points into root: the message is made before root goes. */
+    rc = 0;
     if (t->add_bos && t->bos_id < 0)
-        return qd_err_set(err, QD_EFORMAT, "%s: add_bos_token is true but bos_token '%s' is not in the vocabulary",
-                          path, bos ? bos : "(none)");
-    return 0;
+        rc = qd_err_set(err, QD_EFORMAT, "%s: add_bos_token is true but bos_token '%s' is not in the vocabulary", path,
+                        bos ? bos : "(none)");
+    cJSON_Delete(root);
+    return rc;
 }
 
 static int path_join(char *out, size_t cap, const char *dir, const char *name)
@@ -210,10 +213,10 @@ int qd_tokenizer_load(const char *dir, qd_tokenizer **out, qd_err *err)
     *out = NULL;
     if (path_join(p1, sizeof p1, dir, "tokenizer.json"))
         return qd_err_set(err, QD_EINVAL, "tokenizer: directory path too long");
-    if (access(p1, F_OK) == 0) return load_and_configure(out, p1, dir, err);
+    if (qd_input_exists(p1)) return load_and_configure(out, p1, dir, err);
     path_join(p1, sizeof p1, dir, "vocab.json");
     path_join(p2, sizeof p2, dir, "merges.txt");
-    if (access(p1, F_OK) == 0 && access(p2, F_OK) == 0) {
+    if (qd_input_exists(p1) && qd_input_exists(p2)) {
         qd_tokenizer *t = NULL;
         int rc = tok_load_vocab_merges(&t, p1, p2, err);
         if (!rc) rc = tok_apply_config(t, dir, err);
@@ -222,7 +225,7 @@ int qd_tokenizer_load(const char *dir, qd_tokenizer **out, qd_err *err)
         return 0;
     }
     path_join(p1, sizeof p1, dir, "tokenizer.model");
-    if (access(p1, F_OK) == 0) return load_and_configure(out, p1, dir, err);
+    if (qd_input_exists(p1)) return load_and_configure(out, p1, dir, err);
     return qd_err_set(err, QD_ENOTFOUND, "%s: no tokenizer.json, vocab.json + merges.txt or tokenizer.model", dir);
 }
 

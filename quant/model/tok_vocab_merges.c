@@ -4,6 +4,7 @@
  * tokenizer_config.json and special_tokens_map.json beside it, as the HF slow tokenizer reads
  * them. Special tokens found in the text are matched before BPE, as that tokenizer does. */
 #include "quant/model/tok_internal.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 
@@ -31,14 +32,14 @@ static int read_opt_json(const char *dir, const char *name, cJSON **out, qd_err 
     *out = NULL;
     int n = snprintf(path, sizeof path, "%s/%s", dir, name);
     if (n < 0 || (size_t)n >= sizeof path) return qd_err_set(err, QD_EINVAL, "%s: path too long", dir);
-    if (access(path, R_OK) != 0) return 0;
-    return qd_json_read_object(path, out, err);
+    if (!qd_input_exists(path)) return 0;
+    return qd_json_read_object(path, QD_INPUT_JSON, out, err);
 }
 
 static int load_vocab(qd_tokenizer **out, const char *path, qd_err *err)
 {
     cJSON *root = NULL;
-    int rc = qd_json_read_object(path, &root, err);
+    int rc = qd_json_read_object(path, QD_INPUT_TOKENIZER, &root, err);
     if (rc) return rc;
     const cJSON *it;
     int32_t max_id = -1;
@@ -61,7 +62,7 @@ static int load_merges(qd_tokenizer *t, const char *path, qd_err *err)
 {
     char *buf;
     size_t len;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_TOKENIZER, &buf, &len, err);
     if (rc) return rc;
     size_t lines = 1;
     for (size_t i = 0; i < len; i++) lines += buf[i] == '\n';

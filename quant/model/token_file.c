@@ -4,6 +4,7 @@
  * scanner. Writes go through qd_fs_write_atomic, so a reader never sees half a file. */
 #include "quant/model/token_file.h"
 #include "quant/model/tok_internal.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 
 #include <stdio.h>
@@ -101,7 +102,7 @@ int qd_token_file_read(const char *path, int32_t **ids, size_t *n, qd_err *err)
 {
     char *buf;
     size_t len;
-    int rc = qd_fs_read_file(path, &buf, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_TEXT, &buf, &len, err);
     if (rc) return rc;
     if (ends_with(path, ".bin")) {
         if (len % 4) { free(buf); return qd_err_set(err, QD_EFORMAT, "%s: size %zu is not a multiple of 4 (uint32 ids)", path, len); }

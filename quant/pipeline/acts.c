@@ -5,7 +5,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 
 static const char acts_magic[8] = {'Q', 'D', 'A', 'C', 'T', 'S', 0, 0};
@@ -88,8 +90,11 @@ int qd_acts_read(const char *path, int64_t expect_rows, int64_t expect_cols, flo
                  int64_t *rows, int64_t *cols, qd_err *err)
 {
     *x = NULL;
-    FILE *f = fopen(path, "rb");
-    if (!f) return qd_err_set(err, errno == ENOENT ? QD_ENOTFOUND : QD_EIO, "%s: %s", path, strerror(errno));
+    int fd;
+    int orc = qd_input_open(path, QD_INPUT_WEIGHTS, &fd, NULL, err);
+    if (orc) return orc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return qd_err_set(err, QD_ENOMEM, "%s: %s", path, strerror(errno)); }
     acts_header h;
     int rc = 0;
     float *buf = NULL;

@@ -20,6 +20,7 @@ typedef struct qd_protected_path {
 
 /* 0 when job->output overlaps none of the job's inputs nor the n protected paths, else
  * QD_EINVAL naming both paths and how they overlap ("output /d/m is the model directory").
+ * A path in /proc, /sys or /dev (as named or resolved) is refused too.
  * A path that cannot be resolved is reported the same way. */
 int qd_job_paths_check(const qp_job *job, const qd_protected_path *protect, int n, qd_err *err);
 

@@ -1,11 +1,15 @@
 /* Output directory writer (see output.h). */
 #include "quant/pipeline/output.h"
 
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cjson/cJSON.h>
 
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 #include "quant/core/safetensors.h"
@@ -137,7 +141,7 @@ int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON
     snprintf(path, sizeof path, "%s/config.json", src_dir);
     cJSON *cfg = NULL;
     /* Copied keys keep their literals: 10.0 stays 10.0 for loaders that check types. */
-    int rc = qd_json_read_object_literal(path, &cfg, err);
+    int rc = qd_json_read_object_literal(path, QD_INPUT_JSON, &cfg, err);
     if (rc) return rc;
     cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
     /* Both spellings, equal, naming the dtype the copied float tensors (embeddings, norms,
@@ -166,16 +170,23 @@ int qd_output_write_config(const char *src_dir, const char *out_dir, const cJSON
 
 int qd_output_copy_aux(const char *src_dir, const char *out_dir, qd_err *err)
 {
-    static const char *files[] = {"tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
-                                  "tokenizer.model", "vocab.json", "merges.txt", "added_tokens.json",
-                                  "generation_config.json"};
+    static const struct { const char *name; qd_input_kind kind; } files[] = {
+        {"tokenizer.json", QD_INPUT_TOKENIZER}, {"tokenizer_config.json", QD_INPUT_JSON},
+        {"special_tokens_map.json", QD_INPUT_JSON}, {"tokenizer.model", QD_INPUT_TOKENIZER},
+        {"vocab.json", QD_INPUT_TOKENIZER}, {"merges.txt", QD_INPUT_TOKENIZER},
+        {"added_tokens.json", QD_INPUT_JSON}, {"generation_config.json", QD_INPUT_JSON}};
     char src[4096], dst[4096];
-    for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
-        snprintf(src, sizeof src, "%s/%s", src_dir, files[i]);
-        if (!qd_fs_exists(src)) continue;
-        snprintf(dst, sizeof dst, "%s/%s", out_dir, files[i]);
-        int rc = qd_fs_copy_file(src, dst, err);
-        if (rc) return rc;
+    int dfd = open(out_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (dfd < 0) return qd_err_set(err, QD_EIO, "%s: cannot open the output directory: %s", out_dir, strerror(errno));
+    int rc = 0;
+    for (size_t i = 0; i < sizeof files / sizeof files[0] && !rc; i++) {
+        snprintf(src, sizeof src, "%s/%s", src_dir, files[i].name);
+        /* Present in any form: a link out of the roots, a FIFO or a device is refused by name
+         * (qd_input_copy_at copies regular files only), never skipped. */
+        if (!qd_input_exists(src)) continue;
+        snprintf(dst, sizeof dst, "%s/%s", out_dir, files[i].name);
+        rc = qd_input_copy_at(src, files[i].kind, dfd, files[i].name, dst, err);
     }
-    return 0;
+    close(dfd);
+    return rc;
 }

@@ -5,6 +5,7 @@
 
 #include <errno.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,7 @@
 
 #include "proto/hash.h"
 #include "quant/core/clock.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/meminfo.h"
@@ -71,9 +73,15 @@ char *qd_pipeline_last_block_cost(const qd_pipeline *p)
 }
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
 
+/* The bytes under the output, through its descriptor once it is open. */
+static uint64_t out_tree_bytes(const qd_pipeline *p)
+{
+    return p->out_fd >= 0 ? qd_fs_tree_bytes_fd(p->out_fd) : qd_fs_tree_bytes(p->out_dir);
+}
+
 void qd_pipeline_sample_peaks(qd_pipeline *p)
 {
-    uint64_t rss = qd_rss_peak_bytes(), disk = qd_fs_tree_bytes(p->out_dir);
+    uint64_t rss = qd_rss_peak_bytes(), disk = out_tree_bytes(p);
     if (rss > p->st.peak_rss_bytes) p->st.peak_rss_bytes = rss;
     if (disk > p->st.peak_disk_bytes) p->st.peak_disk_bytes = disk;
 }
@@ -104,7 +112,7 @@ static int output_is_finished(const char *out_dir, const char *model_fp, const c
     snprintf(path, sizeof path, "%s/quantd_report.json", out_dir);
     char *buf = NULL;
     size_t len = 0;
-    if (!have_weights || qd_fs_read_file(path, &buf, &len, NULL)) return 0;
+    if (!have_weights || qd_input_read(path, QD_INPUT_JSON, &buf, &len, NULL)) return 0;
     cJSON *r = cJSON_ParseWithLength(buf, len);
     free(buf);
     const cJSON *fp = cJSON_GetObjectItemCaseSensitive(r, "fingerprint");
@@ -189,6 +197,60 @@ static int check_resources(const qp_job *job, const char *out_dir, uint64_t held
 
 /* An existing output directory may be removed (overwrite) only when it looks like a quantd
  * output: its report or its checkpoint is there. Anything else is somebody's data. */
+/* Opens the output directory and its .quantd beneath the allowed roots (confine.h) and from
+ * then on names them by descriptor; create makes what is missing. Without create a missing
+ * output (or .quantd) is not an error: it stays unopened and named by its path. */
+static int out_dirs_open(qd_pipeline *p, int create, int *created_out, int *created_ckpt, qd_err *err)
+{
+    char shown[QD_PATH_MAX + 16];
+    if (p->out_fd < 0) {
+        int rc = qd_confine_dir_open(p->job->output, create, &p->out_fd, created_out, err);
+        if (rc == QD_ENOTFOUND && !create) { qd_err_clear(err); return 0; }
+        if (rc) return rc;
+        qd_confine_fd_path(p->out_fd, p->out_dir, sizeof p->out_dir);
+    }
+    if (p->out_fd < 0) return 0;   /* absent, not created */
+    if (p->ckpt_fd < 0) {
+        snprintf(shown, sizeof shown, "%s/.quantd", p->out_shown);
+        int rc = qd_confine_subdir_open(p->out_fd, ".quantd", create, &p->ckpt_fd, created_ckpt, shown, err);
+        if (rc == QD_ENOTFOUND && !create) {
+            qd_err_clear(err);
+            if ((size_t)snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", p->out_dir) >= sizeof p->ckpt_dir)
+                return qd_err_set(err, QD_EINVAL, "%s: path too long", shown);
+            return 0;
+        }
+        if (rc) return rc;
+        qd_confine_fd_path(p->ckpt_fd, p->ckpt_dir, sizeof p->ckpt_dir);
+    }
+    return 0;
+}
+
+/* Replaces from in s (up to cap bytes) by to, where from ends a path component. */
+static void replace_path(char *s, size_t cap, const char *from, const char *to)
+{
+    size_t lf = strlen(from), lt = strlen(to);
+    char *at = s;
+    while ((at = strstr(at, from))) {
+        if (at[lf] >= '0' && at[lf] <= '9') { at += lf; continue; }   /* /proc/self/fd/7 in .../fd/71 */
+        size_t tail = strlen(at + lf);
+        if ((size_t)(at - s) + lt + tail + 1 > cap) return;
+        memmove(at + lt, at + lf, tail + 1);
+        memcpy(at, to, lt);
+        at += lt;
+    }
+}
+
+void qd_pipeline_err_unmap(const qd_pipeline *p, qd_err *err)
+{
+    if (!err || !p) return;
+    char shown[QD_PATH_MAX + 16];
+    if (p->ckpt_fd >= 0) {
+        snprintf(shown, sizeof shown, "%s/.quantd", p->out_shown);
+        replace_path(err->msg, sizeof err->msg, p->ckpt_dir, shown);
+    }
+    if (p->out_fd >= 0) replace_path(err->msg, sizeof err->msg, p->out_dir, p->out_shown);
+}
+
 static int check_removable(const char *out_dir, qd_err *err)
 {
     char path[QD_PATH_MAX + 64];
@@ -208,6 +270,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     *out = NULL;
     qd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    p->out_fd = p->ckpt_fd = -1;
     p->job = job;
     p->be = be;
     if (hooks) p->hooks = *hooks;
@@ -233,9 +296,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
     rc = qd_quant_cfg_validate(&p->qcfg, err);
     if (rc) goto fail;
+    char state_path[QD_PATH_MAX + 32];
+    snprintf(p->out_shown, sizeof p->out_shown, "%s", job->output);
     snprintf(p->out_dir, sizeof p->out_dir, "%s", job->output);
     snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", job->output);
-    char state_path[QD_PATH_MAX + 32];
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
 
     /* Every check comes first and touches nothing on disk: a refused job leaves no output
@@ -259,7 +323,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
-     * output that overwrite may replace. */
+     * output that overwrite may replace. Held open from here when it exists. */
+    rc = out_dirs_open(p, 0, NULL, NULL, err);
+    if (rc) goto fail;
+    snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
     int have_state = qd_fs_exists(state_path);
     int remove_old = 0;
     if (qd_fs_exists(p->out_dir) && !dir_is_empty(p->out_dir) && !have_state) {
@@ -345,7 +412,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     snprintf(p->st.compute, sizeof p->st.compute, "%s", qp_compute_name(p->compute));
     QD_LOG(QD_LOG_INFO, "compute", "job=%s compute=%s requested=%s reason=\"%s\"", job->id, qp_compute_name(p->compute),
            qp_compute_name(job->compute), compute_why);
-    rc = check_resources(job, p->out_dir, have_state || remove_old ? qd_fs_tree_bytes(p->out_dir) : 0, &p->est, err);
+    rc = check_resources(job, p->out_dir, have_state || remove_old ? out_tree_bytes(p) : 0, &p->est, err);
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
      * peaks measured meanwhile, so its error shows on every run. */
@@ -357,13 +424,14 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     /* Every check passed: only now is anything removed or created. */
     if (remove_old) {
         QD_LOG(QD_LOG_INFO, "output_overwrite", "job=%s output=%s (removing the previous quantd output)", job->id, p->out_dir);
-        rc = qd_fs_remove_tree(p->out_dir, err);
+        rc = qd_fs_remove_contents_fd(p->out_fd, p->out_shown, err);
         if (rc) goto fail;
+        if (p->ckpt_fd >= 0) close(p->ckpt_fd);   /* removed with the rest */
+        p->ckpt_fd = -1;
     }
-    created_out = !qd_fs_exists(p->out_dir);
-    created_ckpt = !qd_fs_exists(p->ckpt_dir);
-    rc = qd_fs_mkdir_p(p->ckpt_dir, err);
+    rc = out_dirs_open(p, 1, &created_out, &created_ckpt, err);
     if (rc) goto fail;
+    snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
     if (!have_state) {
         p->st.fp = fp;
         p->st.n_blocks = p->n_blocks;
@@ -399,8 +467,9 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
 fail:
     free(ids);
     /* Leave nothing this open created and never committed: no empty .quantd, no empty output. */
-    if (created_ckpt && !qd_fs_exists(state_path)) rmdir(p->ckpt_dir);
-    if (created_out && dir_is_empty(p->out_dir)) rmdir(p->out_dir);
+    if (created_ckpt && !qd_fs_exists(state_path)) unlinkat(p->out_fd, ".quantd", AT_REMOVEDIR);
+    if (created_out && dir_is_empty(p->out_dir)) rmdir(job->output);
+    qd_pipeline_err_unmap(p, err);
     qd_pipeline_close(p);
     return rc ? rc : QD_EINVAL;
 }
@@ -434,13 +503,22 @@ void qd_pipeline_close(qd_pipeline *p)
     qd_tp_serving_report_free(&p->serving);
     qd_pipeline_folds_clear(p);
     free(p->folds);
+    if (p->ckpt_fd >= 0) close(p->ckpt_fd);
+    if (p->out_fd >= 0) close(p->out_fd);
     free(p);
+}
+
+const char *qd_pipeline_out_dir(const qd_pipeline *p)
+{
+    return p->out_dir;
 }
 
 int qd_pipeline_run_block(qd_pipeline *p, qd_err *err)
 {
     if (p->st.next_block >= p->n_blocks) return qd_err_set(err, QD_EINVAL, "every block is already done");
-    return qd_pipeline_run_block_impl(p, err);
+    int rc = qd_pipeline_run_block_impl(p, err);
+    if (rc) qd_pipeline_err_unmap(p, err);
+    return rc;
 }
 
 int qd_pipeline_run(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks, qd_err *err)

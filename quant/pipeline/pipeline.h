@@ -132,6 +132,9 @@ void qd_pipeline_close(qd_pipeline *p);                 /* accepts NULL */
 int qd_pipeline_n_blocks(const qd_pipeline *p);
 /* The next block to run; n_blocks when every block is done. */
 int qd_pipeline_next_block(const qd_pipeline *p);
+/* The name through which the output directory's files are reached: its descriptor,
+ * "/proc/self/fd/N" (confine.h), once the open created or found it. Borrowed. */
+const char *qd_pipeline_out_dir(const qd_pipeline *p);
 /* The most Hessian bytes one true-sequential capture pass may fill when it collects a wave of
  * independent input groups (MoE experts; default QD_WAVE_HESSIAN_BYTES, 4 GiB). Lower it to
  * bound memory (fewer experts per pass, more passes); 0 captures one group per pass. The

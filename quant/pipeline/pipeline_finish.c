@@ -4,6 +4,8 @@
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -181,7 +183,10 @@ static int finish_write(qd_pipeline *p, qd_err *err)
            (unsigned long long)p->est.disk_bytes, (unsigned long long)p->st.peak_disk_bytes);
     rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     free(tps);
-    if (!rc) rc = qd_fs_remove_tree(p->ckpt_dir, err);
+    /* The checkpoint goes through the descriptors the job holds (never by name). */
+    if (!rc) rc = qd_fs_remove_contents_fd(p->ckpt_fd, p->ckpt_dir, err);
+    if (!rc && unlinkat(p->out_fd, ".quantd", AT_REMOVEDIR) != 0 && errno != ENOENT)
+        rc = qd_err_set(err, QD_EIO, "%s: cannot remove directory: %s", p->ckpt_dir, strerror(errno));
     if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
     return rc;
 }
@@ -205,5 +210,6 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     snprintf(state, sizeof state, "%s/state.json", p->ckpt_dir);
     if (rc && qd_fs_exists(state)) remove_outputs(p->out_dir, p->job->id);
     if (!rc) qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
+    else qd_pipeline_err_unmap(p, err);
     return rc;
 }

@@ -35,8 +35,15 @@ struct qd_pipeline {
     qd_model *m;                 /* owned */
     const qd_format *fmt;
     qd_quant_cfg qcfg;
+    /* The output and its .quantd are held open from the open on (out_fd, ckpt_fd; owned, -1
+     * until opened), and every file in them is reached through out_dir and ckpt_dir, which
+     * name those descriptors ("/proc/self/fd/N", confine.h) once they are open: renaming
+     * the output away and planting a link in its place redirects no write. out_shown is the
+     * job's output path, for messages (qd_pipeline_err_unmap). */
     char out_dir[QD_PATH_MAX];
     char ckpt_dir[QD_PATH_MAX];
+    char out_shown[QD_PATH_MAX];
+    int out_fd, ckpt_fd;
     qd_ckpt_state st;            /* owned */
     int n_blocks;
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */
@@ -144,6 +151,8 @@ int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q,
                                  const float *x, int64_t rows, double *rel, qd_err *err);
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
+/* Puts the job's output path back where err names the output by its descriptor. */
+void qd_pipeline_err_unmap(const qd_pipeline *p, qd_err *err);
 
 /* ---- redoing finished blocks' forwards on resume (pipeline_replay.c) ---- */
 

@@ -6,10 +6,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
 
 #include "proto/hash.h"
+#include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 #include "quant/pipeline/pipeline.h"
@@ -84,7 +86,7 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
 {
     cJSON *root = NULL;
     qd_state_init(s);
-    int rc = qd_json_read_object(path, &root, err);
+    int rc = qd_json_read_object(path, QD_INPUT_JSON, &root, err);
     if (rc) return rc;
     s->version = (int)get_num(root, "version", -1);
     if (s->version != QD_STATE_VERSION) {
@@ -214,11 +216,12 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 
 static int hash_file_edges(qp_sha256 *h, const char *path, const char *name, qd_err *err)
 {
-    FILE *f = fopen(path, "rb");
-    if (!f) return qd_err_set(err, QD_EIO, "%s: %s", path, strerror(errno));
-    struct stat st;
-    if (fstat(fileno(f), &st) != 0) { fclose(f); return qd_err_set(err, QD_EIO, "%s: %s", path, strerror(errno)); }
-    uint64_t size = (uint64_t)st.st_size;
+    int fd;
+    uint64_t size;
+    int rc = qd_input_open(path, QD_INPUT_WEIGHTS, &fd, &size, err);
+    if (rc) return rc;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) { close(fd); return qd_err_set(err, QD_ENOMEM, "%s: %s", path, strerror(errno)); }
     qp_sha256_update(h, name, strlen(name) + 1);
     qp_sha256_update(h, &size, sizeof size);
     enum { EDGE = 1 << 20 };
@@ -258,7 +261,7 @@ int qd_fingerprint_model_dir(const char *dir, char hex[65], qd_err *err)
     snprintf(path, sizeof path, "%s/config.json", dir);
     char *cfg = NULL;
     size_t len = 0;
-    int rc = qd_fs_read_file(path, &cfg, &len, err);
+    int rc = qd_input_read(path, QD_INPUT_JSON, &cfg, &len, err);
     if (rc) return rc;
     qp_sha256_update(&h, cfg, len);
     free(cfg);
@@ -276,10 +279,11 @@ int qd_fingerprint_model_dir(const char *dir, char hex[65], qd_err *err)
             if (!nn) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
             names = nn;
         }
-        names[n++] = strdup(e->d_name);
+        if (!(names[n] = strdup(e->d_name))) { rc = qd_err_set(err, QD_ENOMEM, "out of memory"); break; }
+        n++;
     }
     closedir(d);
-    if (!rc) qsort(names, n, sizeof *names, cmp_str);
+    if (!rc && n) qsort(names, n, sizeof *names, cmp_str);
     for (size_t i = 0; i < n && !rc; i++) {
         snprintf(path, sizeof path, "%s/%s", dir, names[i]);
         rc = hash_file_edges(&h, path, names[i], err);

@@ -43,7 +43,7 @@ quantd b
 OTHER=$QPID
 wait_for 30 gone "$OTHER" || fail "B still running as node X: $(tail -5 "$T/b.log")"
 wait "$OTHER"; rc=$?; OTHER=
-[ $rc != 0 ] || fail "B exited 0"
+[ $rc = 3 ] || fail "B exited $rc, not 3 (QDD_EXIT_NODE_IN_USE)"
 grep -q "ERROR node_in_use node=X .*refusing to start" "$T/b.log" || fail "B did not say why: $(grep node_ "$T/b.log")"
 grep -q "job_start\|node_claimed\|node_taken_over" "$T/b.log" && fail "B claimed the node or ran a job"
 [ "$(R GET qjobs:node:X)" = "$token" ] || fail "B changed A's node key"

@@ -58,12 +58,12 @@ static void test_read_errors(void)
     fclose(f);
     cJSON *o = NULL;
     qd_err err = {0};
-    CHECK_INT(qd_json_read_object(path, &o, &err), QD_EFORMAT);
+    CHECK_INT(qd_json_read_object(path, QD_INPUT_JSON, &o, &err), QD_EFORMAT);
     CHECK(strstr(err.msg, path) != NULL && strstr(err.msg, "byte") != NULL);
     CHECK(o == NULL);
     remove(path);
     snprintf(path, sizeof path, "%s/missing.json", dir);
-    CHECK(qd_json_read_object(path, &o, &err) != 0);
+    CHECK(qd_json_read_object(path, QD_INPUT_JSON, &o, &err) != 0);
     CHECK(strstr(err.msg, path) != NULL);
     remove(dir);
 }
