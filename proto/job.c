@@ -12,11 +12,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq" };
-static const char *const style_names[] = { "gptq", "awq" };
-static const char *const backend_names[] = { "auto", "cpu", "cuda" };
-static const char *const layout_names[] = { "plain", "tp_aware" };
-static const char *const compute_names[] = { "f32", "bf16", "auto" };
+/* NULL-terminated so that the field table (below) can hand them out as they are. */
+static const char *const method_names[] = { "gptq", "awq", "rtn", "awq+gptq", NULL };
+static const char *const style_names[] = { "gptq", "awq", NULL };
+static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
+static const char *const layout_names[] = { "plain", "tp_aware", NULL };
+static const char *const compute_names[] = { "f32", "bf16", "auto", NULL };
+static const char *const serve_engine_names[] = { "vllm", NULL };
+static const char *const serve_gpu_names[] = { "hopper", "ampere", NULL };
 
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
@@ -214,18 +217,103 @@ int qp_job_validate(const qp_job *job, qp_err *err)
 
 /* ---- parsing ------------------------------------------------------------ */
 
-static const char *const top_keys[] = {
-    "version", "id", "model", "output", "method", "bits", "group_size", "sym", "desc_act",
-    "static_groups", "true_sequential", "damp_percent", "format", "calibration", "eval",
-    "modules_to_not_convert", "shard_size", "overwrite", "priority", "backend", "tp", "layout",
-    "kernel_check", "kernel_check_rows", "error_direct_rows", "compute", "moe", "awq", "serve", "checkpoint", NULL,
+/* Every field, in the order of the canonical form (job.h, qp_job_field). The keys each
+ * object accepts come from here (check_keys), so a key the table lacks is refused. The
+ * defaults and examples are not used by the parser (qp_job_init_defaults fills the defaults):
+ * tests/unit/test_job_fields.c checks them against it, and docs/jobs.md against the table. */
+static const qp_job_field job_fields[] = {
+    /* name                     type                 default         awq's      values          example */
+    {"version",                 "integer",           "1",            NULL,      NULL,           NULL},
+    {"id",                      "string",            "derived",      NULL,      NULL,           "\"my-job-1\""},
+    {"model",                   "string",            "required",     NULL,      NULL,           "\"/models/other\""},
+    {"output",                  "string",            "required",     NULL,      NULL,           "\"/out/other\""},
+    {"method",                  "string",            "\"gptq\"",     NULL,      method_names,   "\"rtn\""},
+    {"bits",                    "integer",           "4",            NULL,      NULL,           "8"},
+    {"group_size",              "integer",           "128",          NULL,      NULL,           "32"},
+    {"sym",                     "bool",              "true",         "false",   NULL,           "false"},
+    {"desc_act",                "bool",              "false",        NULL,      NULL,           "true"},
+    {"static_groups",           "bool",              "false",        NULL,      NULL,           "true"},
+    {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false"},
+    {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1"},
+    {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\""},
+    {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}"},
+    {"calibration.path",        "string",            "required",     NULL,      NULL,           "\"other.jsonl\""},
+    {"calibration.field",       "string",            "\"text\"",     NULL,      NULL,           "\"content\""},
+    {"calibration.samples",     "integer",           "128",          NULL,      NULL,           "64"},
+    {"calibration.seq_len",     "integer",           "2048",         "512",     NULL,           "1024"},
+    {"calibration.seed",        "integer",           "0",            NULL,      NULL,           "7"},
+    {"calibration.style",       "string",            "\"gptq\"",     "\"awq\"",  style_names,    "\"awq\""},
+    {"eval",                    "object",            "null",         NULL,      NULL,           "{\"path\":\"wiki.test.raw\"}"},
+    {"eval.path",               "string",            "required",     NULL,      NULL,           "\"other.raw\""},
+    {"eval.seq_len",            "integer",           "2048",         NULL,      NULL,           "512"},
+    {"eval.max_windows",        "integer",           "0",            NULL,      NULL,           "8"},
+    {"modules_to_not_convert",  "array of strings",  "[]",           NULL,      NULL,           "[\"lm_head\"]"},
+    {"shard_size",              "integer or string", "4000000000",   NULL,      NULL,           "\"500MB\""},
+    {"overwrite",               "bool",              "false",        NULL,      NULL,           "true"},
+    {"priority",                "integer",           "0",            NULL,      NULL,           "5"},
+    {"backend",                 "string",            "\"auto\"",     NULL,      backend_names,  "\"cpu\""},
+    {"tp",                      "integer",           "1",            NULL,      NULL,           "2"},
+    {"layout",                  "string",            "\"plain\"",    NULL,      layout_names,   "\"tp_aware\""},
+    {"compute",                 "string",            "\"auto\"",     NULL,      compute_names,  "\"bf16\""},
+    {"kernel_check",            "bool",              "true",         NULL,      NULL,           "false"},
+    {"kernel_check_rows",       "integer",           "64",           NULL,      NULL,           "256"},
+    {"error_direct_rows",       "integer",           "0",            NULL,      NULL,           "16"},
+    {"moe",                     "object",            "{}",           NULL,      NULL,           "{\"min_tokens\":8}"},
+    {"moe.calibrate_all_experts", "bool",            "true",         NULL,      NULL,           "false"},
+    {"moe.min_tokens",          "integer",           "32",           NULL,      NULL,           "8"},
+    {"moe.awq_shared_input",    "bool",              "false",        NULL,      NULL,           "true"},
+    {"awq",                     "object",            "{}",           NULL,      NULL,           "{\"stats_tokens\":0}"},
+    {"awq.stats_tokens",        "integer",           "8192",         NULL,      NULL,           "0"},
+    {"checkpoint",              "object",            "{}",           NULL,      NULL,           "{\"acts_every\":1}"},
+    {"checkpoint.acts_every",   "integer",           "4",            NULL,      NULL,           "1"},
+    {"serve",                   "object",            "null",         NULL,      NULL,           "{\"engine\":\"vllm\",\"gpu\":\"hopper\"}"},
+    {"serve.engine",            "string",            "required",     NULL,      serve_engine_names, NULL},
+    {"serve.gpu",               "string",            "required",     NULL,      serve_gpu_names, "\"ampere\""},
+    {"serve.tp",                "integer",           "1",            NULL,      NULL,           "2"},
 };
-static const char *const moe_keys[] = { "calibrate_all_experts", "min_tokens", "awq_shared_input", NULL };
-static const char *const awq_keys[] = { "stats_tokens", NULL };
-static const char *const ckpt_keys[] = { "acts_every", NULL };
-static const char *const serve_keys[] = { "engine", "gpu", "tp", NULL };
-static const char *const calib_keys[] = { "path", "field", "samples", "seq_len", "seed", "style", NULL };
-static const char *const eval_keys[] = { "path", "seq_len", "max_windows", NULL };
+#define N_JOB_FIELDS (sizeof job_fields / sizeof job_fields[0])
+
+const qp_job_field *qp_job_fields(size_t *n)
+{
+    *n = N_JOB_FIELDS;
+    return job_fields;
+}
+
+const qp_job_field *qp_job_field_find(const char *name)
+{
+    for (size_t i = 0; name && i < N_JOB_FIELDS; i++)
+        if (!strcmp(job_fields[i].name, name)) return &job_fields[i];
+    return NULL;
+}
+
+const char *qp_job_field_value(const qp_job_field *f, size_t i)
+{
+    if (f && f->values) {
+        for (size_t k = 0; k < i; k++)
+            if (!f->values[k]) return NULL;
+        return f->values[i];
+    }
+    /* The format names live in the format table, which grows without this file. */
+    if (f && !strcmp(f->name, "format")) return i < qd_format_count() ? qd_format_at(i)->name : NULL;
+    return NULL;
+}
+
+/* Refuses a key of obj (the object at path: "job", "job.moe") that the table does not list
+ * under that object, naming it (qpj_check_keys). */
+static int check_keys(const cJSON *obj, const char *path, qp_err *err)
+{
+    const char *parent = strcmp(path, "job") ? path + 4 : "";   /* "job.moe" -> "moe" */
+    size_t plen = strlen(parent), n = 0;
+    const char *keys[N_JOB_FIELDS + 1];
+    for (size_t i = 0; i < N_JOB_FIELDS; i++) {
+        const char *name = job_fields[i].name;
+        if (plen && (strncmp(name, parent, plen) || name[plen] != '.')) continue;
+        const char *leaf = plen ? name + plen + 1 : name;
+        if (!strchr(leaf, '.')) keys[n++] = leaf;
+    }
+    keys[n] = NULL;
+    return qpj_check_keys(obj, path, keys, err);
+}
 
 /* Reads a string field that must be one of names; *out is untouched when absent. */
 static int get_enum(const cJSON *obj, const char *path, const char *name, const char *const *names,
@@ -325,7 +413,7 @@ static int parse_calibration(const cJSON *root, qp_job *job, qp_err *err)
                               qpj_describe(c, desc, sizeof desc));
         const char *p = "job.calibration";
         int style = cal->style, has_seq = 0;
-        if ((rc = qpj_check_keys(c, p, calib_keys, err)) ||
+        if ((rc = check_keys(c, p, err)) ||
             (rc = qpj_get_str(c, p, "path", 0, &cal->path, NULL, err)) ||
             (rc = qpj_get_str(c, p, "field", 0, &cal->field, NULL, err)) ||
             (rc = qpj_get_int(c, p, "samples", 1, 1000000, "must be a positive integer (at most 1000000)",
@@ -356,7 +444,7 @@ static int parse_eval(const cJSON *root, qp_job *job, qp_err *err)
     const char *p = "job.eval";
     int rc;
     job->eval.enabled = 1;
-    if ((rc = qpj_check_keys(e, p, eval_keys, err)) ||
+    if ((rc = check_keys(e, p, err)) ||
         (rc = qpj_get_str(e, p, "path", 0, &job->eval.path, NULL, err)) ||
         (rc = qpj_get_int(e, p, "seq_len", 1, 1048576, "must be a positive integer (at most 1048576)",
                           &job->eval.seq_len, NULL, err)) ||
@@ -378,7 +466,7 @@ static int parse_moe(const cJSON *root, qp_job *job, qp_err *err)
                           qpj_describe(o, desc, sizeof desc));
     const char *p = "job.moe";
     int rc;
-    if ((rc = qpj_check_keys(o, p, moe_keys, err)) ||
+    if ((rc = check_keys(o, p, err)) ||
         (rc = qpj_get_bool(o, p, "calibrate_all_experts", &job->moe.calibrate_all_experts, NULL, err)) ||
         (rc = qpj_get_int(o, p, "min_tokens", 0, QPJ_INT_MAX, "must be a non-negative integer", &job->moe.min_tokens,
                           NULL, err)) ||
@@ -401,7 +489,7 @@ static int parse_awq(const cJSON *root, qp_job *job, qp_err *err)
                           "awq+gptq): remove it", qp_method_name(job->method));
     const char *p = "job.awq";
     int rc;
-    if ((rc = qpj_check_keys(o, p, awq_keys, err)) ||
+    if ((rc = check_keys(o, p, err)) ||
         (rc = qpj_get_int(o, p, "stats_tokens", 0, QPJ_INT_MAX, "must be 0 (every token) or a positive integer",
                           &job->awq.stats_tokens, NULL, err)))
         return rc;
@@ -419,7 +507,7 @@ static int parse_checkpoint(const cJSON *root, qp_job *job, int *has_every, qp_e
                           qpj_describe(o, desc, sizeof desc));
     const char *p = "job.checkpoint";
     int rc;
-    if ((rc = qpj_check_keys(o, p, ckpt_keys, err)) ||
+    if ((rc = check_keys(o, p, err)) ||
         (rc = get_int32(o, p, "acts_every", 1, 1 << 20, "must be an integer >= 1 (1: every block)",
                         &job->checkpoint.acts_every, has_every, err)))
         return rc;
@@ -436,20 +524,18 @@ static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
         return qp_err_set(err, QP_EINVAL, "job.serve: must be an object like {\"engine\": \"vllm\", \"gpu\": \"hopper\", "
                           "\"tp\": 1}, got %s", qpj_describe(e, desc, sizeof desc));
     const char *p = "job.serve";
-    static const char *const engines[] = {"vllm"};
-    static const char *const gpus[] = {"hopper", "ampere"};
     int rc, engine = -1, gpu = -1;
     job->serve.enabled = 1;
     job->serve.tp = 1;
-    if ((rc = qpj_check_keys(e, p, serve_keys, err)) ||
-        (rc = get_enum(e, p, "engine", engines, 1, &engine, NULL, err)) ||
-        (rc = get_enum(e, p, "gpu", gpus, 2, &gpu, NULL, err)) ||
+    if ((rc = check_keys(e, p, err)) ||
+        (rc = get_enum(e, p, "engine", serve_engine_names, 1, &engine, NULL, err)) ||
+        (rc = get_enum(e, p, "gpu", serve_gpu_names, 2, &gpu, NULL, err)) ||
         (rc = get_int32(e, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->serve.tp, NULL, err)))
         return rc;
     if (engine < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.engine: required (vllm)");
     if (gpu < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.gpu: required (hopper or ampere)");
-    snprintf(job->serve.engine, sizeof job->serve.engine, "%s", engines[engine]);
-    snprintf(job->serve.gpu, sizeof job->serve.gpu, "%s", gpus[gpu]);
+    snprintf(job->serve.engine, sizeof job->serve.engine, "%s", serve_engine_names[engine]);
+    snprintf(job->serve.gpu, sizeof job->serve.gpu, "%s", serve_gpu_names[gpu]);
     return 0;
 }
 
@@ -458,7 +544,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
 {
     const char *p = "job";
     int rc, method = QP_METHOD_GPTQ, has_format = 0;
-    if ((rc = qpj_check_keys(root, p, top_keys, err)) ||
+    if ((rc = check_keys(root, p, err)) ||
         (rc = get_enum(root, p, "method", method_names, 4, &method, NULL, err)))
         return rc;
     if (qp_job_init_defaults(job, (qp_method)method))

@@ -1,6 +1,6 @@
 /* The job spec: what one quantization job asks for, as users write it in JSON.
  *
- * One versioned JSON object (proto/job.md documents every field). qp_job_parse reads it,
+ * One versioned JSON object (docs/jobs.md documents every field). qp_job_parse reads it,
  * validates every field and the rules between them, fills every default (AutoGPTQ/AutoAWQ
  * conventions) and derives an id when none is given; qp_job_to_json writes the canonical
  * form back (every field, fixed key order, defaults filled), which the pipeline fingerprints
@@ -197,11 +197,15 @@ enum {
     QP_JOB_JSON_PRETTY = 1,        /* indented, for humans; canonical output is compact */
     QP_JOB_JSON_NO_ID = 2,         /* leave out "id" (what the id itself is derived from) */
     QP_JOB_JSON_OUTPUT_ONLY = 4,   /* only the fields that change the output bytes: for the
-                                      checkpoint fingerprint (leaves out id, output, overwrite,
-                                      priority, backend, kernel_check and eval) */
+                                      checkpoint fingerprint (leaves out id, model, output,
+                                      calibration.path, eval, overwrite, priority, backend,
+                                      kernel_check, kernel_check_rows, error_direct_rows,
+                                      checkpoint and serve) */
 };
-/* Canonical JSON: every field in the order of job.md, defaults filled. malloc'd, caller
- * frees with free(); NULL on allocation failure. */
+/* Canonical JSON: every field in the order of qp_job_fields, defaults filled; the later
+ * additions (compute, kernel_check_rows, error_direct_rows, moe, awq, checkpoint, serve)
+ * only when not at their defaults, so that older jobs keep their derived ids. malloc'd,
+ * caller frees with free(); NULL on allocation failure. */
 char *qp_job_to_json(const qp_job *job, unsigned flags);
 /* The same as a cJSON tree (caller frees with cJSON_Delete). */
 cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags);
@@ -210,6 +214,32 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags);
  * canonical JSON without "id". Equal specs (whatever their whitespace, key order or
  * spelled-out defaults) get equal ids, which is what lets the daemon refuse a duplicate. */
 int qp_job_derive_id(const qp_job *job, char id[QP_JOB_ID_MAX + 1]);
+
+/* The fields the spec has, one entry each (job.c): the parser takes the keys it accepts in
+ * every object from this table (any other key is refused, naming it), and docs/jobs.md's
+ * field table is checked against it (tests/unit/test_job_fields.c checks the table against
+ * the parser's defaults and canonical form, and the doc against the table). A new field is
+ * one entry in job.c's table, its parse and canonical lines, and one row in docs/jobs.md. */
+typedef struct qp_job_field {
+    const char *name;          /* dotted path as users write it: "bits", "calibration.samples" */
+    const char *type;          /* as the doc writes it: "integer", "number", "bool", "string",
+                                  "object", "array of strings", "integer or string" */
+    const char *def;           /* the default as the canonical JSON prints it ("128", "\"text\"",
+                                  "null", "{}" for an object of defaults), or "required" or
+                                  "derived" (id) where there is none */
+    const char *def_awq;       /* the default for methods awq and awq+gptq where it differs,
+                                  else NULL */
+    const char *const *values; /* an enum's names, NULL-terminated; NULL otherwise (format's
+                                  come from the format table: use qp_job_field_value) */
+    const char *example;       /* a valid value other than the default, as JSON, for tests;
+                                  NULL where there is none (version, serve.engine) */
+} qp_job_field;
+/* The table, in the order of the canonical form; *n gets its length. Static, never freed. */
+const qp_job_field *qp_job_fields(size_t *n);
+/* The entry called name (dotted), or NULL. */
+const qp_job_field *qp_job_field_find(const char *name);
+/* The i-th name an enum field accepts, NULL past the end or for a field that is no enum. */
+const char *qp_job_field_value(const qp_job_field *f, size_t i);
 
 /* Job profiles (job_profile.c): the JSON object of fields profile `name` sets (a static
  * string), NULL when unknown; *what (may be NULL) gets a one-line description.

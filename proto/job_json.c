@@ -1,9 +1,10 @@
 /* Job spec out: canonical JSON, the derived id, deep copy, and size strings ("4GB").
  *
- * Canonical means: every field present, in the order job.md lists them, defaults filled,
- * compact, numbers printed by cJSON (which round-trips doubles). Two specs that mean the
- * same job produce the same bytes, which is what the id and the checkpoint fingerprint
- * rely on; so never reorder the additions below without bumping QP_JOB_VERSION. */
+ * Canonical means: every field present (the later additions only away from their defaults),
+ * in the order of qp_job_fields (job.c), defaults filled, compact, numbers printed by cJSON
+ * (which round-trips doubles). Two specs that mean the same job produce the same bytes,
+ * which is what the id and the checkpoint fingerprint rely on; so never reorder the
+ * additions below without bumping QP_JOB_VERSION. */
 #include "proto/job.h"
 #include "proto/hash.h"
 #include "proto/jsonutil.h"
