@@ -2,7 +2,7 @@
 """compressed-tensors output of quantd, checked with the compressed-tensors package itself
 and with transformers (issue #17 part 2). Run by hand, not by ctest:
 
-    /work/main/build/families-venv/bin/python tests/formats/ct_check.py \
+    build/families-venv/bin/python tests/formats/ct_check.py \
         --quantctl build/h3/quantctl --data ../shared/data [--write-evidence] [--tiny]
 
 Needs torch, transformers 5.x and compressed-tensors 0.20 (pip install compressed-tensors).
