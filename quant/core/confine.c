@@ -272,48 +272,16 @@ int qd_input_read(const char *path, qd_input_kind kind, char **buf, size_t *len,
     int rc = qd_input_open(path, kind, &fd, &size, err);
     if (rc) return rc;
     uint64_t lim = g.lim[kind] ? g.lim[kind] : UINT64_MAX;
-    size_t cap = (size_t)size + 1 > 4096 ? (size_t)size + 1 : 4096;
-    char *b = malloc(cap);
-    size_t used = 0;
-    if (!b) { close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading %zu bytes", path, cap); }
-    for (;;) {
-        if (used + 1 >= cap) {
-            /* Full at the size fstat gave: one more byte says whether the file grew since. */
-            char c;
-            ssize_t r = read(fd, &c, 1);
-            if (r < 0 && errno == EINTR) continue;
-            if (r == 0) break;
-            if (r < 0 || used >= lim) {
-                int e = errno;
-                free(b);
-                close(fd);
-                if (r > 0) return over_limit(path, kind, (uint64_t)used + 1, err);
-                return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
-            }
-            size_t ncap = cap * 2 > lim + 1 ? (size_t)lim + 1 : cap * 2;
-            char *nb = realloc(b, ncap);
-            if (!nb) { free(b); close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path); }
-            b = nb;
-            cap = ncap;
-            b[used++] = c;
-            continue;
-        }
-        ssize_t r = read(fd, b + used, cap - 1 - used);
-        if (r < 0 && errno == EINTR) continue;
-        if (r < 0) {
-            int e = errno;
-            free(b);
-            close(fd);
-            return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        used += (size_t)r;
-    }
+    rc = qd_fs_read_fd(fd, size, lim, path, buf, len, err);
     close(fd);
-    b[used] = '\0';
-    *buf = b;
-    *len = used;
-    return 0;
+    if (!rc && *len > lim) {   /* it grew past the limit after the fstat */
+        uint64_t got = *len;
+        free(*buf);
+        *buf = NULL;
+        *len = 0;
+        return over_limit(path, kind, got, err);
+    }
+    return rc;
 }
 
 int qd_input_exists(const char *path)

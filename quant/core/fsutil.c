@@ -211,6 +211,57 @@ int qd_fs_mkdir_p(const char *dir, qd_err *err)
     return rc;
 }
 
+int qd_fs_read_fd(int fd, uint64_t size_hint, uint64_t limit, const char *path, char **buf, size_t *len,
+                  qd_err *err)
+{
+    *buf = NULL;
+    *len = 0;
+    if (limit == UINT64_MAX) limit--;
+    size_t cap = size_hint && size_hint < limit ? (size_t)size_hint + 1 : 4096;
+    if ((uint64_t)cap > limit + 1) cap = (size_t)limit + 1;
+    if (cap < 2) cap = 2;
+    char *b = malloc(cap);
+    size_t used = 0;
+    if (!b) return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading %zu bytes", path, cap);
+    for (;;) {
+        if (used + 1 >= cap) {
+            /* Full at the size expected: one more byte says whether there is more (the file
+             * grew, or /proc said 0); past the limit that byte is all that is read. */
+            char c;
+            ssize_t r = read(fd, &c, 1);
+            if (r < 0 && errno == EINTR) continue;
+            if (r == 0) break;
+            if (r < 0) {
+                int e = errno;
+                free(b);
+                return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
+            }
+            if (used >= limit) { used++; break; }   /* over: *len > limit says so */
+            size_t ncap = (uint64_t)cap * 2 > limit + 1 ? (size_t)limit + 1 : cap * 2;
+            if (ncap < used + 2) ncap = used + 2;
+            char *nb = realloc(b, ncap);
+            if (!nb) { free(b); return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path); }
+            b = nb;
+            cap = ncap;
+            b[used++] = c;
+            continue;
+        }
+        ssize_t r = read(fd, b + used, cap - 1 - used);
+        if (r < 0 && errno == EINTR) continue;
+        if (r < 0) {
+            int e = errno;
+            free(b);
+            return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
+        }
+        if (r == 0) break;
+        used += (size_t)r;
+    }
+    b[used < cap ? used : cap - 1] = '\0';
+    *buf = b;
+    *len = used;
+    return 0;
+}
+
 int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err)
 {
     *buf = NULL;
@@ -218,34 +269,10 @@ int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err)
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return qd_err_set(err, io_code(errno), "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
-    size_t cap = 4096;
-    if (fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size > 0) cap = (size_t)st.st_size + 1;
-    char *b = malloc(cap);
-    size_t used = 0;
-    if (!b) { close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading %zu bytes", path, cap); }
-    for (;;) {
-        if (used + 1 >= cap) {   /* files in /proc report size 0, so grow as needed */
-            char *nb = realloc(b, cap * 2);
-            if (!nb) { free(b); close(fd); return qd_err_set(err, QD_ENOMEM, "%s: out of memory", path); }
-            b = nb;
-            cap *= 2;
-        }
-        ssize_t r = read(fd, b + used, cap - 1 - used);
-        if (r < 0) {
-            if (errno == EINTR) continue;
-            int e = errno;
-            free(b);
-            close(fd);
-            return qd_err_set(err, QD_EIO, "%s: read failed: %s", path, strerror(e));
-        }
-        if (r == 0) break;
-        used += (size_t)r;
-    }
+    uint64_t hint = fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? (uint64_t)st.st_size : 0;
+    int rc = qd_fs_read_fd(fd, hint, UINT64_MAX, path, buf, len, err);
     close(fd);
-    b[used] = '\0';
-    *buf = b;
-    *len = used;
-    return 0;
+    return rc;
 }
 
 int qd_fs_exists(const char *path)

@@ -31,6 +31,13 @@ int qd_fs_fsync_dir(const char *dir, qd_err *err);
 int qd_fs_fsync_parent(const char *path, qd_err *err);
 /* mkdir -p with mode 0755. */
 int qd_fs_mkdir_p(const char *dir, qd_err *err);
+/* Reads what is left of the open fd, at most limit + 1 bytes (UINT64_MAX: no limit):
+ * *len > limit says there was more than limit (the caller refuses it; *buf then holds the
+ * first limit bytes). size_hint (the size fstat gave, or 0) sizes the first buffer; a file
+ * that grows, or a /proc file that says 0, is read on past it. *buf is malloc'd and
+ * NUL-terminated (not counted in *len), owned by the caller. path names fd in messages. */
+int qd_fs_read_fd(int fd, uint64_t size_hint, uint64_t limit, const char *path, char **buf, size_t *len,
+                  qd_err *err);
 /* Reads a whole file; *buf is malloc'd, NUL-terminated (not counted in *len), owned by caller. */
 int qd_fs_read_file(const char *path, char **buf, size_t *len, qd_err *err);
 int qd_fs_exists(const char *path);
