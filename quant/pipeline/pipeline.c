@@ -1,6 +1,8 @@
 /* The pipeline's life cycle (see pipeline.h): open (model, output directory, fingerprint,
- * resume or fresh calibration), the block loop, and finish (assemble the output, eval,
- * report). */
+ * resume or fresh calibration), close, and the loop over the blocks. One block is
+ * pipeline_block.c's, the finish (assemble the output, eval, report) pipeline_finish.c's;
+ * progress and resource sampling are pipeline_progress.c's, the output directory's
+ * descriptors pipeline_outdir.c's. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <errno.h>
@@ -30,70 +32,33 @@
 #include "quant/pipeline/report.h"
 #include "quant/tp/tp_layout.h"
 
-int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
-                                double within_block, double layer_error)
-{
-    if (!p->hooks.progress) return 0;
-    qd_progress pr;
-    memset(&pr, 0, sizeof pr);
-    pr.job_id = p->job->id;
-    pr.stage = stage;
-    pr.block = block;
-    pr.n_blocks = p->n_blocks;
-    pr.layer = layer;
-    if (within_block < 0) within_block = 0;
-    if (within_block > 1) within_block = 1;
-    /* The blocks are nearly all of the work; writing and eval take the last 2%. */
-    pr.fraction = p->n_blocks && block >= 0 ? 0.98 * (block + within_block) / p->n_blocks : 0;
-    if (!strcmp(stage, "write") || !strcmp(stage, "eval")) pr.fraction = 0.98;
-    if (!strcmp(stage, "done")) pr.fraction = 1.0;
-    pr.eta_s = -1;
-    if (p->blocks_this_run > 0) {
-        double per = p->block_seconds_sum / p->blocks_this_run;
-        pr.eta_s = per * (p->n_blocks - (block < 0 ? 0 : block) - within_block);
-        if (pr.eta_s < 0) pr.eta_s = 0;
-    }
-    pr.layer_error = layer_error;
-    return p->hooks.progress(p->hooks.ud, &pr);
-}
-
 int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
 int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep) { p->no_mlp_keep = !keep; }
 
-char *qd_pipeline_last_block_cost(const qd_pipeline *p)
-{
-    if (!p || p->blocks_this_run == 0) return NULL;
-    cJSON *o = qd_block_cost_to_json(&p->cost);
-    char *s = o ? cJSON_PrintUnformatted(o) : NULL;
-    cJSON_Delete(o);
-    return s;
-}
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
 
-/* The bytes under the output, through its descriptor once it is open. */
-static uint64_t out_tree_bytes(const qd_pipeline *p)
-{
-    return p->out_fd >= 0 ? qd_fs_tree_bytes_fd(p->out_fd) : qd_fs_tree_bytes(p->out_dir);
-}
-
-void qd_pipeline_sample_peaks(qd_pipeline *p)
-{
-    uint64_t rss = qd_rss_peak_bytes(), disk = out_tree_bytes(p);
-    if (rss > p->st.peak_rss_bytes) p->st.peak_rss_bytes = rss;
-    if (disk > p->st.peak_disk_bytes) p->st.peak_disk_bytes = disk;
-}
-
+/* 1 when the output holds nothing but, at most, a .quantd without a state.json: what an
+ * attempt killed between creating its checkpoint directory and committing its first state
+ * leaves (nothing of it can be resumed, and nothing of anyone else's is there). */
 static int dir_is_empty(const char *path)
 {
     DIR *d = opendir(path);
     if (!d) return 1;
     struct dirent *e;
     int empty = 1;
-    while ((e = readdir(d)))
-        if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) { empty = 0; break; }
+    char state[QD_PATH_MAX + 32];
+    while (empty && (e = readdir(d))) {
+        if (!strcmp(e->d_name, ".") || !strcmp(e->d_name, "..")) continue;
+        if (!strcmp(e->d_name, ".quantd")) {
+            snprintf(state, sizeof state, "%s/.quantd/state.json", path);
+            struct stat sb;
+            if (lstat(state, &sb) != 0 && errno == ENOENT) continue;
+        }
+        empty = 0;
+    }
     closedir(d);
     return empty;
 }
@@ -197,60 +162,6 @@ static int check_resources(const qp_job *job, const char *out_dir, uint64_t held
 
 /* An existing output directory may be removed (overwrite) only when it looks like a quantd
  * output: its report or its checkpoint is there. Anything else is somebody's data. */
-/* Opens the output directory and its .quantd beneath the allowed roots (confine.h) and from
- * then on names them by descriptor; create makes what is missing. Without create a missing
- * output (or .quantd) is not an error: it stays unopened and named by its path. */
-static int out_dirs_open(qd_pipeline *p, int create, int *created_out, int *created_ckpt, qd_err *err)
-{
-    char shown[QD_PATH_MAX + 16];
-    if (p->out_fd < 0) {
-        int rc = qd_confine_dir_open(p->job->output, create, &p->out_fd, created_out, err);
-        if (rc == QD_ENOTFOUND && !create) { qd_err_clear(err); return 0; }
-        if (rc) return rc;
-        qd_confine_fd_path(p->out_fd, p->out_dir, sizeof p->out_dir);
-    }
-    if (p->out_fd < 0) return 0;   /* absent, not created */
-    if (p->ckpt_fd < 0) {
-        snprintf(shown, sizeof shown, "%s/.quantd", p->out_shown);
-        int rc = qd_confine_subdir_open(p->out_fd, ".quantd", create, &p->ckpt_fd, created_ckpt, shown, err);
-        if (rc == QD_ENOTFOUND && !create) {
-            qd_err_clear(err);
-            if ((size_t)snprintf(p->ckpt_dir, sizeof p->ckpt_dir, "%s/.quantd", p->out_dir) >= sizeof p->ckpt_dir)
-                return qd_err_set(err, QD_EINVAL, "%s: path too long", shown);
-            return 0;
-        }
-        if (rc) return rc;
-        qd_confine_fd_path(p->ckpt_fd, p->ckpt_dir, sizeof p->ckpt_dir);
-    }
-    return 0;
-}
-
-/* Replaces from in s (up to cap bytes) by to, where from ends a path component. */
-static void replace_path(char *s, size_t cap, const char *from, const char *to)
-{
-    size_t lf = strlen(from), lt = strlen(to);
-    char *at = s;
-    while ((at = strstr(at, from))) {
-        if (at[lf] >= '0' && at[lf] <= '9') { at += lf; continue; }   /* /proc/self/fd/7 in .../fd/71 */
-        size_t tail = strlen(at + lf);
-        if ((size_t)(at - s) + lt + tail + 1 > cap) return;
-        memmove(at + lt, at + lf, tail + 1);
-        memcpy(at, to, lt);
-        at += lt;
-    }
-}
-
-void qd_pipeline_err_unmap(const qd_pipeline *p, qd_err *err)
-{
-    if (!err || !p) return;
-    char shown[QD_PATH_MAX + 16];
-    if (p->ckpt_fd >= 0) {
-        snprintf(shown, sizeof shown, "%s/.quantd", p->out_shown);
-        replace_path(err->msg, sizeof err->msg, p->ckpt_dir, shown);
-    }
-    if (p->out_fd >= 0) replace_path(err->msg, sizeof err->msg, p->out_dir, p->out_shown);
-}
-
 static int check_removable(const char *out_dir, qd_err *err)
 {
     char path[QD_PATH_MAX + 64];
@@ -324,7 +235,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
      * output that overwrite may replace. Held open from here when it exists. */
-    rc = out_dirs_open(p, 0, NULL, NULL, err);
+    rc = qd_pipeline_out_dirs_open(p, 0, NULL, NULL, err);
     if (rc) goto fail;
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
     int have_state = qd_fs_exists(state_path);
@@ -412,7 +323,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     snprintf(p->st.compute, sizeof p->st.compute, "%s", qp_compute_name(p->compute));
     QD_LOG(QD_LOG_INFO, "compute", "job=%s compute=%s requested=%s reason=\"%s\"", job->id, qp_compute_name(p->compute),
            qp_compute_name(job->compute), compute_why);
-    rc = check_resources(job, p->out_dir, have_state || remove_old ? out_tree_bytes(p) : 0, &p->est, err);
+    rc = check_resources(job, p->out_dir, have_state || remove_old ? qd_pipeline_out_bytes(p) : 0, &p->est, err);
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
      * peaks measured meanwhile, so its error shows on every run. */
@@ -429,7 +340,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         if (p->ckpt_fd >= 0) close(p->ckpt_fd);   /* removed with the rest */
         p->ckpt_fd = -1;
     }
-    rc = out_dirs_open(p, 1, &created_out, &created_ckpt, err);
+    rc = qd_pipeline_out_dirs_open(p, 1, &created_out, &created_ckpt, err);
     if (rc) goto fail;
     snprintf(state_path, sizeof state_path, "%s/state.json", p->ckpt_dir);
     if (!have_state) {

@@ -1,6 +1,8 @@
 /* Private to quant/pipeline: the pipeline's state and the steps of a block, split across
- * pipeline.c (open, resume, finish), pipeline_block.c (one block: capture, quantize,
- * forward, checkpoint), pipeline_layer.c (one linear: RTN/GPTQ/AWQ, pack, error). */
+ * pipeline.c (open, resume, close), pipeline_block.c (one block: capture, quantize,
+ * forward, checkpoint), pipeline_layer.c (one linear: RTN/GPTQ/AWQ, pack, error),
+ * pipeline_finish.c (the output, eval, report), pipeline_progress.c (progress, the cost
+ * record, resource peaks) and pipeline_outdir.c (the output directory's descriptors). */
 #ifndef QUANT_PIPELINE_INTERNAL_H
 #define QUANT_PIPELINE_INTERNAL_H
 
@@ -97,8 +99,16 @@ typedef struct qd_linear_out {
 
 /* Adds the seconds since t0 to stage s of the current block's cost; returns now. */
 double qd_pipeline_cost_add(qd_pipeline *p, qd_stage s, double t0);
+
+/* ---- progress and resources (pipeline_progress.c) ---- */
+
+/* Calls the progress hook (if any) with the stage, the block (-1 before the first), the
+ * linear or NULL, the part of the block done (0..1) and the layer's error (-1: none);
+ * returns the hook's answer (nonzero: cancel). */
 int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, const char *layer,
                                 double within_block, double layer_error);
+/* The bytes under the output directory, through its descriptor once it is open. */
+uint64_t qd_pipeline_out_bytes(const qd_pipeline *p);
 
 /* Raises p->st's measured peaks to now: the process's peak resident set (quant/core/rss.h,
  * reset when the pipeline opened) and the bytes under the output directory (checkpoint and
@@ -151,6 +161,14 @@ int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q,
                                  const float *x, int64_t rows, double *rel, qd_err *err);
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
+
+/* ---- the output directory (pipeline_outdir.c) ---- */
+
+/* Opens the output directory and its .quantd beneath the allowed roots (confine.h) and from
+ * then on names them by descriptor; create makes what is missing (*created_out,
+ * *created_ckpt: 1 when it did; may be NULL). Without create a missing output (or .quantd)
+ * is not an error: it stays unopened and named by its path. */
+int qd_pipeline_out_dirs_open(qd_pipeline *p, int create, int *created_out, int *created_ckpt, qd_err *err);
 /* Puts the job's output path back where err names the output by its descriptor. */
 void qd_pipeline_err_unmap(const qd_pipeline *p, qd_err *err);
 
