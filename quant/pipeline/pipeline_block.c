@@ -272,94 +272,148 @@ static void outs_free(qd_linear_out *outs, int n)
     }
 }
 
-int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
+/* ---- one block's run, phase by phase ---- */
+
+/* What the phases of one block's run share (qd_pipeline_run_block_impl). The arrays are per
+ * linear and per group (hundreds with experts): on the heap, owned here. */
+typedef struct block_run {
+    qd_pipeline *p;
+    int block;
+    double t0;                   /* monotonic seconds at the block's start */
+    double t;                    /* the start of the stage being timed now */
+    int nl, ng;                  /* the model's linears and input groups */
+    int use_awq, sequential;
+    qd_linear_plan *plans;       /* [QD_MAX_LINEARS] */
+    qd_linear_out *outs;         /* [QD_MAX_LINEARS] */
+    qd_gptq_hessian *acc;        /* [QD_MAX_GROUPS] */
+    qd_row_slices *kcheck, *direct;
+    qd_layer_result *results;    /* [QD_MAX_LINEARS] */
+    int *order;                  /* [QD_MAX_GROUPS]: the groups this block has, in capture order */
+    int n_order;
+    int norm_modified[QD_MAX_NORMS];
+    qd_block_weights *bw;
+    /* True-sequential in halves (plan_halves). */
+    int halves, mid_ready;
+    int o_group, keep_ctx;       /* the output projection's group; keep its input in p->mid */
+    int64_t ko;
+    float *ctx;                  /* the attention's context, in p->mid (not owned), or NULL */
+    int d_group, keep_act, act_ready;   /* the down projection's group; keep its input in act */
+    int64_t kd;
+    float *act;                  /* backend [calib_rows, kd]: the MLP's activation, or NULL; owned */
+    int64_t calib_rows;
+    float *y;                    /* backend: the next block's inputs until committed; owned */
+    int old_acts, wrote_acts;    /* the state's activation block before this one; a new file written */
+} block_run;
+
+/* Allocates the run's arrays, loads the block's weights, plans its linears and makes room for
+ * the kernel check's and the direct error's input rows. On failure the caller goes straight
+ * to block_end: nothing was committed or recorded. */
+static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
 {
     const qp_job *job = p->job;
-    int block = p->st.next_block;
-    double t0 = qd_clock_now_s();
-    int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
-    int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
-    int sequential = use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
-    /* Per linear and per group (hundreds with experts): on the heap. */
-    qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
-    qd_linear_out *outs = calloc(QD_MAX_LINEARS, sizeof *outs);
-    qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
-    qd_row_slices *kcheck = calloc(1, sizeof *kcheck), *direct = calloc(1, sizeof *direct);
-    qd_layer_result *results = calloc(QD_MAX_LINEARS, sizeof *results);
-    int *order = calloc(QD_MAX_GROUPS, sizeof *order);
-    int norm_modified[QD_MAX_NORMS] = {0};
+    memset(b, 0, sizeof *b);
+    b->p = p;
+    b->block = p->st.next_block;
+    b->t0 = qd_clock_now_s();
+    b->nl = qd_model_n_linears(p->m);
+    b->ng = qd_model_n_groups(p->m);
+    b->use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    b->sequential = b->use_awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    b->plans = calloc(QD_MAX_LINEARS, sizeof *b->plans);
+    b->outs = calloc(QD_MAX_LINEARS, sizeof *b->outs);
+    b->acc = calloc(QD_MAX_GROUPS, sizeof *b->acc);
+    b->kcheck = calloc(1, sizeof *b->kcheck);
+    b->direct = calloc(1, sizeof *b->direct);
+    b->results = calloc(QD_MAX_LINEARS, sizeof *b->results);
+    b->order = calloc(QD_MAX_GROUPS, sizeof *b->order);
+    b->old_acts = p->st.acts_block;
     memset(p->moe_routed, 0, sizeof p->moe_routed);
     p->moe_routed_done = 0;
     qd_pipeline_folds_clear(p);
     memset(&p->cost, 0, sizeof p->cost);
-    p->cost.block = block;
-    qd_block_weights *bw = NULL;
-    /* ctx: the attention's context, in p->mid; act: the MLP's activation (below) */
-    float *xcap = NULL, *y = NULL, *ctx = NULL, *act = NULL;
-    const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
+    p->cost.block = b->block;
     int rc = 0;
-    if (!plans || !outs || !acc || !kcheck || !direct || !results || !order) rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", block);
+    if (!b->plans || !b->outs || !b->acc || !b->kcheck || !b->direct || !b->results || !b->order)
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", b->block);
     if (!rc) {
-        kcheck->cap = job->kernel_check ? job->kernel_check_rows : 0;
-        direct->cap = job->error_direct_rows;
+        b->kcheck->cap = job->kernel_check ? job->kernel_check_rows : 0;
+        b->direct->cap = job->error_direct_rows;
     }
-    if (!rc && qd_pipeline_report_progress(p, "load", block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
-    double t = qd_clock_now_s();
-    if (!rc) rc = qd_block_load(p->m, block, &bw, err);
-    t = qd_pipeline_cost_add(p, QD_STAGE_LOAD, t);
-    if (rc) goto cleanup;
-    for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
+    if (!rc && qd_pipeline_report_progress(p, "load", b->block, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    b->t = qd_clock_now_s();
+    if (!rc) rc = qd_block_load(p->m, b->block, &b->bw, err);
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_LOAD, b->t);
+    if (rc) return rc;
+    for (int li = 0; li < b->nl; li++) qd_pipeline_plan_linear(p, b->block, li, &b->plans[li]);
     /* Input rows kept for the kernel check and the direct error, for the groups this block
      * has (a DeepSeek dense layer has no experts). */
-    for (int g = 0; g < ng && !rc; g++) {
+    for (int g = 0; g < b->ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
-        if (plans[G->linears[0]].absent) continue;
-        if (kcheck->cap && !(kcheck->x[g] = malloc((size_t)(kcheck->cap * G->k) * sizeof(float))))
+        if (b->plans[G->linears[0]].absent) continue;
+        if (b->kcheck->cap && !(b->kcheck->x[g] = malloc((size_t)(b->kcheck->cap * G->k) * sizeof(float))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for kernel-check inputs");
-        if (direct->cap && !(direct->x[g] = malloc((size_t)(direct->cap * G->k) * sizeof(float))))
+        if (b->direct->cap && !(b->direct->x[g] = malloc((size_t)(b->direct->cap * G->k) * sizeof(float))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
-                            (long long)direct->cap, (long long)G->k);
+                            (long long)b->direct->cap, (long long)G->k);
     }
-    if (rc) goto cleanup;
+    return rc;
+}
 
-    if (use_awq) {
-        rc = qd_pipeline_awq_block_scales(p, bw, block, plans, err);
-        /* A MoE block's experts' shared input scale lives in post_attention_layernorm. */
-        if (job->moe.awq_shared_input && qd_model_block_is_moe(p->m, block)) norm_modified[1] = 1;
-        for (int g = 0; g < ng && !rc; g++) {
-            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
-            const qd_input_group *G = qd_model_group(p->m, g);
-            if (G->prev_kind == QD_PREV_NORM) norm_modified[G->prev_index] = 1;
-        }
-        t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
-        /* Linears that fed a later group's scales changed too. */
-        for (int g = 0; g < ng; g++) {
-            const qd_input_group *G = qd_model_group(p->m, g);
-            for (int j = 0; j < G->n_linears; j++) outs[G->linears[j]].weight_modified = 1;
-        }
+/* AWQ: every group's scales searched on the float block and folded, before any capture. */
+static int block_awq_scales(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int rc = qd_pipeline_awq_block_scales(p, b->bw, b->block, b->plans, err);
+    /* A MoE block's experts' shared input scale lives in post_attention_layernorm. */
+    if (p->job->moe.awq_shared_input && qd_model_block_is_moe(p->m, b->block)) b->norm_modified[1] = 1;
+    for (int g = 0; g < b->ng && !rc; g++) {
+        if (b->plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (G->prev_kind == QD_PREV_NORM) b->norm_modified[G->prev_index] = 1;
     }
-    if (!rc && !sequential) {
-        qd_capture_ctx c;
-        qd_capture_init(&c, p, err);
-        c.kcheck = kcheck;
-        c.direct = direct;
-        for (int g = 0; g < ng && !rc; g++) {
-            if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
-            rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
-            acc[g].bf16 = p->compute == QP_COMPUTE_BF16;
-            c.want[g] = 1;
-            c.acc[g] = &acc[g];
-        }
-        if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
-        if (!rc) rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
-        t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, b->t);
+    /* Linears that fed a later group's scales changed too. */
+    for (int g = 0; g < b->ng; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        for (int j = 0; j < G->n_linears; j++) b->outs[G->linears[j]].weight_modified = 1;
     }
+    return rc;
+}
+
+/* Not true-sequential: one forward of the float block captures every group's Hessian. */
+static int block_capture_all(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int rc = 0;
+    qd_capture_ctx c;
+    qd_capture_init(&c, p, err);
+    c.kcheck = b->kcheck;
+    c.direct = b->direct;
+    for (int g = 0; g < b->ng && !rc; g++) {
+        if (b->plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
+        rc = qd_gptq_hessian_init(&b->acc[g], p->be, qd_model_group(p->m, g)->k, err);
+        b->acc[g].bf16 = p->compute == QP_COMPUTE_BF16;
+        c.want[g] = 1;
+        c.acc[g] = &b->acc[g];
+    }
+    if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", b->block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
+    if (!rc) rc = qd_capture_run(p, b->bw, QD_BLOCK_ALL, NULL, &c, err);
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
+    return rc;
+}
+
+/* The capture order, and what the true-sequential passes keep between the block's halves.
+ * rc: the run's result so far (the order is made either way, the residual stream only
+ * while it is 0). */
+static int plan_halves(block_run *b, int rc, qd_err *err)
+{
+    qd_pipeline *p = b->p;
     /* True-sequential: once the attention groups are quantized, the residual stream after
      * the attention (p->mid) no longer changes; it is computed once, by the pass that
      * captures the first MLP group, and the later passes and the final forward start from it. */
-    int halves = sequential && block_splits_in_halves(p->m), mid_ready = 0;
-    int n_order = wave_order(p->m, plans, sequential, order);   /* the groups this block has */
-    if (!rc && halves) {
+    b->halves = b->sequential && block_splits_in_halves(p->m);
+    b->n_order = wave_order(p->m, b->plans, b->sequential, b->order);   /* the groups this block has */
+    if (!rc && b->halves) {
         p->mid = qd_backend_alloc(p->be, (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float));
         if (!p->mid) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the block's residual stream");
     }
@@ -372,13 +426,13 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * which re-run it), so no buffer is added to the memory peak. AWQ too: its scales are
      * all folded before the first pass, and the kept context is also the input its clip
      * search reads for the output projection (no copy of its own). */
-    const int o_group = qd_model_attn_out_group(p->m);
-    const int64_t ko = qd_model_group(p->m, o_group)->k;
-    const int64_t calib_rows = p->n_seq * p->seq_len;
-    int keep_ctx = halves && ko == p->hidden;
-    for (int j = 0, seen = 0; j < n_order; j++) {   /* the context is final once no attention group follows */
-        if (order[j] == o_group) seen = 1;
-        else if (seen && qd_model_group_part(p->m, order[j]) == QD_BLOCK_ATTN) keep_ctx = 0;
+    b->o_group = qd_model_attn_out_group(p->m);
+    b->ko = qd_model_group(p->m, b->o_group)->k;
+    b->calib_rows = p->n_seq * p->seq_len;
+    b->keep_ctx = b->halves && b->ko == p->hidden;
+    for (int j = 0, seen = 0; j < b->n_order; j++) {   /* the context is final once no attention group follows */
+        if (b->order[j] == b->o_group) seen = 1;
+        else if (seen && qd_model_group_part(p->m, b->order[j]) == QD_BLOCK_ATTN) b->keep_ctx = 0;
     }
     /* Likewise at the block's end: a dense block's down capture keeps its input (the MLP's
      * activation) when the job's estimate counted it (keep_mlp_act: up to QD_MLP_KEEP_BYTES,
@@ -389,190 +443,272 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
      * fit the device could leave no room for the next block's inputs. The estimate has AWQ
      * keep it always: it is the input its down capture holds for the clip search anyway,
      * counted in the estimate's AWQ term, and now held to the block's end. */
-    const int d_group = qd_model_mlp_out_group(p->m);
-    const int64_t kd = d_group >= 0 ? qd_model_group(p->m, d_group)->k : 0;
-    int keep_act = halves && d_group >= 0 && !qd_model_block_is_moe(p->m, block) && n_order > 0 &&
-                   order[n_order - 1] == d_group && p->est.keep_mlp_act && !p->no_mlp_keep &&
-                   (p->be->device < 0 || (uint64_t)(calib_rows * kd) * sizeof(float) <= QD_MLP_KEEP_BYTES);
-    int act_ready = 0;
-    for (int i = 0; i < n_order && !rc;) {
-        int g = order[i];
-        const qd_input_group *G = qd_model_group(p->m, g);
-        int run = wave_run(p->m, order, i, n_order, sequential && !use_awq, p->wave_bytes);   /* order[i .. i+run) together */
-        if (sequential) {
-            qd_capture_ctx c;
-            qd_capture_init(&c, p, err);
-            c.kcheck = kcheck;
-            c.direct = direct;
-            for (int j = i; j < i + run && !rc; j++) {
-                rc = qd_gptq_hessian_init(&acc[order[j]], p->be, qd_model_group(p->m, order[j])->k, err);
-                acc[order[j]].bf16 = p->compute == QP_COMPUTE_BF16;
-                c.want[order[j]] = 1;
-                c.acc[order[j]] = &acc[order[j]];
-                if (order[j] > c.stop_after) c.stop_after = order[j];
-            }
-            for (int j = i; j < i + run && keep_ctx && !ctx && !rc; j++) {
-                if (order[j] != o_group) continue;
-                ctx = p->mid;
-                c.xcap = ctx;
-                c.xcap_group = o_group;
-            }
-            for (int j = i; j < i + run && keep_act && !act && !rc; j++) {
-                if (order[j] != d_group) continue;
-                act = qd_backend_alloc(p->be, (size_t)(calib_rows * kd) * sizeof(float));
-                if (!act) keep_act = 0;   /* no room: the final forward re-runs the MLP half */
-                c.xcap = act;
-                c.xcap_group = act ? d_group : -1;
-            }
-            /* AWQ's clip search reads the group's input: the kept context or activation when
-             * this pass keeps one (AWQ captures one group a pass), else a copy of its own. */
-            if (use_awq && !rc && c.xcap) {
-                gx = c.xcap;
-            } else if (use_awq && !rc) {
-                int64_t R = p->n_seq * p->seq_len;
-                xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
-                if (!xcap) rc = qd_err_set(err, QD_ENOMEM, "out of memory for [%lld, %lld] activations", (long long)R, (long long)G->k);
-                c.xcap = xcap;
-                c.xcap_group = g;
-                gx = xcap;
-            }
-            if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", block, G->name, (double)i / n_order, -1) ? QD_ECANCELLED : 0;
-            qd_block_part part = QD_BLOCK_ALL;
-            if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP && !mid_ready && ctx) {
-                /* every earlier group is quantized: the output projection's input is final */
-                if (!rc) rc = qd_capture_mid_from_ctx(p, bw, ctx, ko, err);
-                if (!rc) mid_ready = 1;
-                ctx = NULL;
-                keep_ctx = 0;
-            }
-            if (halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
-            if (!rc) rc = qd_capture_run(p, bw, part, NULL, &c, err);
-            if (!rc && part == QD_BLOCK_ATTN) mid_ready = 1;
-            if (!rc && c.xcap && (c.xcap == ctx || c.xcap == act)) {
-                if (c.xcap_rows != calib_rows)
-                    rc = qd_err_set(err, QD_EINVAL, "block %d: the pass keeping %s's input saw %lld of %lld rows", block,
-                                    qd_model_group(p->m, c.xcap_group)->name, (long long)c.xcap_rows, (long long)calib_rows);
-                else if (c.xcap == act)
-                    act_ready = 1;
-            }
-            t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, t);
-        }
+    b->d_group = qd_model_mlp_out_group(p->m);
+    b->kd = b->d_group >= 0 ? qd_model_group(p->m, b->d_group)->k : 0;
+    b->keep_act = b->halves && b->d_group >= 0 && !qd_model_block_is_moe(p->m, b->block) && b->n_order > 0 &&
+                  b->order[b->n_order - 1] == b->d_group && p->est.keep_mlp_act && !p->no_mlp_keep &&
+                  (p->be->device < 0 || (uint64_t)(b->calib_rows * b->kd) * sizeof(float) <= QD_MLP_KEEP_BYTES);
+    return rc;
+}
+
+/* True-sequential: one capture pass for the groups order[i .. i+run), over the block with
+ * the groups before them quantized. *xcap gets the copy of an AWQ group's input this pass
+ * made (the caller frees it), *gx the input its clip search reads (that copy, or the kept
+ * context or activation). */
+static int capture_pass(block_run *b, int i, int run, float **xcap, const float **gx, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    const int *order = b->order;
+    int g = order[i];
+    const qd_input_group *G = qd_model_group(p->m, g);
+    int rc = 0;
+    qd_capture_ctx c;
+    qd_capture_init(&c, p, err);
+    c.kcheck = b->kcheck;
+    c.direct = b->direct;
+    for (int j = i; j < i + run && !rc; j++) {
+        rc = qd_gptq_hessian_init(&b->acc[order[j]], p->be, qd_model_group(p->m, order[j])->k, err);
+        b->acc[order[j]].bf16 = p->compute == QP_COMPUTE_BF16;
+        c.want[order[j]] = 1;
+        c.acc[order[j]] = &b->acc[order[j]];
+        if (order[j] > c.stop_after) c.stop_after = order[j];
+    }
+    for (int j = i; j < i + run && b->keep_ctx && !b->ctx && !rc; j++) {
+        if (order[j] != b->o_group) continue;
+        b->ctx = p->mid;
+        c.xcap = b->ctx;
+        c.xcap_group = b->o_group;
+    }
+    for (int j = i; j < i + run && b->keep_act && !b->act && !rc; j++) {
+        if (order[j] != b->d_group) continue;
+        b->act = qd_backend_alloc(p->be, (size_t)(b->calib_rows * b->kd) * sizeof(float));
+        if (!b->act) b->keep_act = 0;   /* no room: the final forward re-runs the MLP half */
+        c.xcap = b->act;
+        c.xcap_group = b->act ? b->d_group : -1;
+    }
+    /* AWQ's clip search reads the group's input: the kept context or activation when this
+     * pass keeps one (AWQ captures one group a pass), else a copy of its own. */
+    if (b->use_awq && !rc && c.xcap) {
+        *gx = c.xcap;
+    } else if (b->use_awq && !rc) {
+        int64_t R = p->n_seq * p->seq_len;
+        *xcap = qd_backend_alloc(p->be, (size_t)(R * G->k) * sizeof(float));
+        if (!*xcap) rc = qd_err_set(err, QD_ENOMEM, "out of memory for [%lld, %lld] activations", (long long)R, (long long)G->k);
+        c.xcap = *xcap;
+        c.xcap_group = g;
+        *gx = *xcap;
+    }
+    if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", b->block, G->name, (double)i / b->n_order, -1) ? QD_ECANCELLED : 0;
+    qd_block_part part = QD_BLOCK_ALL;
+    if (b->halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP && !b->mid_ready && b->ctx) {
+        /* every earlier group is quantized: the output projection's input is final */
+        if (!rc) rc = qd_capture_mid_from_ctx(p, b->bw, b->ctx, b->ko, err);
+        if (!rc) b->mid_ready = 1;
+        b->ctx = NULL;
+        b->keep_ctx = 0;
+    }
+    if (b->halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
+    if (!rc) rc = qd_capture_run(p, b->bw, part, NULL, &c, err);
+    if (!rc && part == QD_BLOCK_ATTN) b->mid_ready = 1;
+    if (!rc && c.xcap && (c.xcap == b->ctx || c.xcap == b->act)) {
+        if (c.xcap_rows != b->calib_rows)
+            rc = qd_err_set(err, QD_EINVAL, "block %d: the pass keeping %s's input saw %lld of %lld rows", b->block,
+                            qd_model_group(p->m, c.xcap_group)->name, (long long)c.xcap_rows, (long long)b->calib_rows);
+        else if (c.xcap == b->act)
+            b->act_ready = 1;
+    }
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
+    return rc;
+}
+
+/* Every group in capture order, a wave's run of them at a time: captured (true-sequential)
+ * and quantized. */
+static int quantize_groups(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int rc = 0;
+    for (int i = 0; i < b->n_order && !rc;) {
+        /* order[i .. i+run) together */
+        int run = wave_run(p->m, b->order, i, b->n_order, b->sequential && !b->use_awq, p->wave_bytes);
+        float *xcap = NULL;
+        const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
+        if (b->sequential) rc = capture_pass(b, i, run, &xcap, &gx, err);
         for (int j = i; j < i + run; j++) {
-            int gg = order[j];
-            if (!rc) rc = quantize_group(p, bw, block, gg, plans, &acc[gg], j == i ? gx : NULL, kcheck, direct,
-                                         outs, results, err);
-            qd_gptq_hessian_free(&acc[gg]);
+            int gg = b->order[j];
+            if (!rc) rc = quantize_group(p, b->bw, b->block, gg, b->plans, &b->acc[gg], j == i ? gx : NULL, b->kcheck,
+                                         b->direct, b->outs, b->results, err);
+            qd_gptq_hessian_free(&b->acc[gg]);
         }
-        t = qd_clock_now_s();   /* quantize_group booked its own stages */
+        b->t = qd_clock_now_s();   /* quantize_group booked its own stages */
         qd_backend_free(p->be, xcap);
-        xcap = NULL;
-        gx = NULL;
         i += run;
     }
+    return rc;
+}
+
+/* Every linear of the block quantized (or left in float), its result added to the state. */
+static int block_quantize(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int rc = 0;
+    if (b->use_awq) rc = block_awq_scales(b, err);
+    if (!rc && !b->sequential) rc = block_capture_all(b, err);
+    rc = plan_halves(b, rc, err);
+    if (!rc) rc = quantize_groups(b, err);
     /* The layers' results in the block's own order (groups, then their linears). */
-    for (int g = 0; g < ng && !rc; g++) {
+    for (int g = 0; g < b->ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
         for (int j = 0; j < G->n_linears && !rc; j++)
-            if (!plans[G->linears[j]].absent && qd_state_add_layer(&p->st, &results[G->linears[j]]))
+            if (!b->plans[G->linears[j]].absent && qd_state_add_layer(&p->st, &b->results[G->linears[j]]))
                 rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
-    for (int g = 0; g < ng; g++) qd_gptq_hessian_free(&acc[g]);
-    /* The next block's inputs, computed by the quantized block. */
+    for (int g = 0; g < b->ng; g++) qd_gptq_hessian_free(&b->acc[g]);
+    return rc;
+}
+
+/* The next block's inputs (b->y), computed by the quantized block: from the kept MLP
+ * activation where there is one, else the block (or its MLP half) again. */
+static int block_forward(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int rc = qd_pipeline_report_progress(p, "forward", b->block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
+    size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
     if (!rc) {
-        rc = qd_pipeline_report_progress(p, "forward", block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
-        size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
-        if (!rc) {
-            y = qd_backend_alloc(p->be, bytes);
-            if (!y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
-        }
-        if (!rc && act_ready && mid_ready) rc = qd_capture_out_from_act(p, bw, act, kd, y, err);
-        else if (!rc) rc = qd_capture_run(p, bw, mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, y, NULL, err);
-        qd_backend_free(p->be, act);
-        act = NULL;
-        t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, t);
+        b->y = qd_backend_alloc(p->be, bytes);
+        if (!b->y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
     }
-    /* Commit: block tensors, next inputs, then state.json. */
+    if (!rc && b->act_ready && b->mid_ready) rc = qd_capture_out_from_act(p, b->bw, b->act, b->kd, b->y, err);
+    else if (!rc) rc = qd_capture_run(p, b->bw, b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, b->y, NULL, err);
+    qd_backend_free(p->be, b->act);
+    b->act = NULL;
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, b->t);
+    return rc;
+}
+
+/* The commit's files before state.json: the block's tensors and (AWQ) its folds, once the
+ * hooks allow the commit. */
+static int commit_block_files(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
     char path[QD_PATH_MAX + 64];
+    int rc = qd_pipeline_report_progress(p, "checkpoint", b->block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
+    if (!rc && p->hooks.before_commit && p->hooks.before_commit(p->hooks.ud, b->block))
+        rc = qd_err_set(err, QD_ECANCELLED, "block %d: checkpoint commit refused (lease lost or cancelled)", b->block);
     if (!rc) {
-        rc = qd_pipeline_report_progress(p, "checkpoint", block, NULL, 1.0, -1) ? QD_ECANCELLED : 0;
-        if (!rc && p->hooks.before_commit && p->hooks.before_commit(p->hooks.ud, block))
-            rc = qd_err_set(err, QD_ECANCELLED, "block %d: checkpoint commit refused (lease lost or cancelled)", block);
-    }
-    if (!rc) {
-        snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, block);
-        rc = qd_pipeline_write_block_file(p, bw, block, outs, norm_modified, path, err);
+        snprintf(path, sizeof path, "%s/block-%03d.safetensors", p->ckpt_dir, b->block);
+        rc = qd_pipeline_write_block_file(p, b->bw, b->block, b->outs, b->norm_modified, path, err);
         if (!rc) p->cost.bytes_written += qd_fs_file_size(path);
         /* The AWQ scales a resumed job needs to redo this block's forward. */
-        snprintf(path, sizeof path, "%s/folds-%03d.safetensors", p->ckpt_dir, block);
-        if (!rc && use_awq) rc = qd_pipeline_folds_write(p, path, err);
-        if (!rc && use_awq) p->cost.bytes_written += qd_fs_file_size(path);
+        snprintf(path, sizeof path, "%s/folds-%03d.safetensors", p->ckpt_dir, b->block);
+        if (!rc && b->use_awq) rc = qd_pipeline_folds_write(p, path, err);
+        if (!rc && b->use_awq) p->cost.bytes_written += qd_fs_file_size(path);
     }
-    int old_acts = p->st.acts_block, wrote_acts = 0;
-    if (!rc && block + 1 < p->n_blocks) {
-        /* The next block's inputs, rounded to the activations' dtype whether or not they are
-         * written (a resumed run reads back, or recomputes, exactly what this run goes on
-         * with), then written when job.checkpoint says so. On the CPU backend they are host
-         * memory already. */
-        size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
-        int on_host = p->be->device < 0;
-        float *host = on_host ? y : malloc(n * sizeof(float));
-        if (!host) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-        if (!rc && !on_host) rc = qd_backend_download(p->be, host, y, n * sizeof(float));
-        if (!rc) qd_acts_round(host, n, p->acts_dtype);
-        if (!rc && !on_host) rc = qd_backend_upload(p->be, y, host, n * sizeof(float));
-        wrote_acts = (block + 1) % qp_job_acts_every(job) == 0;
-        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
-        if (!rc && wrote_acts) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, p->acts_dtype, err);
-        if (!rc && wrote_acts) p->cost.bytes_written += qd_fs_file_size(path);
-        if (!on_host) free(host);
-    }
+    return rc;
+}
+
+/* The next block's inputs, rounded to the activations' dtype whether or not they are
+ * written (a resumed run reads back, or recomputes, exactly what this run goes on with),
+ * then written when job.checkpoint says so. On the CPU backend they are host memory
+ * already. Nothing after the last block. */
+static int commit_next_inputs(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    if (b->block + 1 >= p->n_blocks) return 0;
+    char path[QD_PATH_MAX + 64];
+    int rc = 0;
+    size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
+    int on_host = p->be->device < 0;
+    float *host = on_host ? b->y : malloc(n * sizeof(float));
+    if (!host) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc && !on_host) rc = qd_backend_download(p->be, host, b->y, n * sizeof(float));
+    if (!rc) qd_acts_round(host, n, p->acts_dtype);
+    if (!rc && !on_host) rc = qd_backend_upload(p->be, b->y, host, n * sizeof(float));
+    b->wrote_acts = (b->block + 1) % qp_job_acts_every(p->job) == 0;
+    snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, b->block + 1);
+    if (!rc && b->wrote_acts) rc = qd_acts_write(path, host, p->n_seq * p->seq_len, p->hidden, p->acts_dtype, err);
+    if (!rc && b->wrote_acts) p->cost.bytes_written += qd_fs_file_size(path);
+    if (!on_host) free(host);
+    return rc;
+}
+
+/* The commit point: state.json names the new block (and activation file); then the older
+ * activation file goes and the next inputs become the pipeline's. */
+static int commit_state(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    char path[QD_PATH_MAX + 64];
+    /* The checkpoint's largest moment: the new block and activation files are there, the
+     * older activation file not removed yet. */
+    qd_pipeline_sample_peaks(p);
+    double secs = cost_finish(p, b->t, b->t0);
+    p->st.seconds += secs;
+    p->st.next_block = b->block + 1;
+    if (b->wrote_acts) p->st.acts_block = b->block + 1;
+    if (p->hooks.fence) p->st.fence = p->hooks.fence;
+    snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
+    int rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = qd_state_save(path, &p->st, err);
     if (!rc) {
-        /* The checkpoint's largest moment: the new block and activation files are there, the
-         * older activation file not removed yet. */
-        qd_pipeline_sample_peaks(p);
-        double secs = cost_finish(p, t, t0);
-        p->st.seconds += secs;
-        p->st.next_block = block + 1;
-        if (wrote_acts) p->st.acts_block = block + 1;
-        if (p->hooks.fence) p->st.fence = p->hooks.fence;
-        snprintf(path, sizeof path, "%s/state.json", p->ckpt_dir);
-        rc = qd_state_add_block_cost(&p->st, &p->cost) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
-        if (!rc) rc = qd_state_save(path, &p->st, err);
-        if (!rc) {
-            snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, old_acts);
-            if (wrote_acts) remove(path);   /* the state no longer points at it */
-            qd_backend_free(p->be, p->acts);
-            p->acts = y;
-            y = NULL;
-            p->block_seconds_sum += secs;
-            p->blocks_this_run++;
-            QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f forward_passes=%d bytes_written=%llu", job->id,
-                   block + 1, p->n_blocks, secs, p->cost.forward_passes, (unsigned long long)p->cost.bytes_written);
-        }
+        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, b->old_acts);
+        if (b->wrote_acts) remove(path);   /* the state no longer points at it */
+        qd_backend_free(p->be, p->acts);
+        p->acts = b->y;
+        b->y = NULL;
+        p->block_seconds_sum += secs;
+        p->blocks_this_run++;
+        QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f forward_passes=%d bytes_written=%llu",
+               p->job->id, b->block + 1, p->n_blocks, secs, p->cost.forward_passes,
+               (unsigned long long)p->cost.bytes_written);
     }
-    if (rc && wrote_acts) {
+    return rc;
+}
+
+/* A block that failed after its weights were loaded: nothing of it stays committed. */
+static void block_rollback(block_run *b)
+{
+    qd_pipeline *p = b->p;
+    if (b->wrote_acts) {
         /* Not committed: the new file is nobody's (the state still names the old one). */
-        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, block + 1);
+        char path[QD_PATH_MAX + 64];
+        snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, b->block + 1);
         remove(path);
     }
-    if (rc) {
-        /* The block is not committed: the state in memory says what the one on disk says. */
-        p->st.next_block = block;
-        p->st.acts_block = old_acts;
-        /* Drop the layers this failed block added, so a retry does not list them twice. */
-        while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == block) p->st.n_layers--;
-    }
-    qd_backend_free(p->be, y);
-cleanup:
-    qd_backend_free(p->be, act);
+    /* The state in memory says what the one on disk says. */
+    p->st.next_block = b->block;
+    p->st.acts_block = b->old_acts;
+    /* Drop the layers this failed block added, so a retry does not list them twice. */
+    while (p->st.n_layers && p->st.layers[p->st.n_layers - 1].block == b->block) p->st.n_layers--;
+}
+
+static void block_end(block_run *b)
+{
+    qd_pipeline *p = b->p;
+    qd_backend_free(p->be, b->y);
+    qd_backend_free(p->be, b->act);
     qd_backend_free(p->be, p->mid);
     p->mid = NULL;
-    for (int g = 0; g < ng && kcheck && direct; g++) {
-        free(kcheck->x[g]);
-        free(direct->x[g]);
+    for (int g = 0; g < b->ng && b->kcheck && b->direct; g++) {
+        free(b->kcheck->x[g]);
+        free(b->direct->x[g]);
     }
-    if (outs) outs_free(outs, nl);
-    qd_block_free(p->m, bw);
-    free(plans); free(outs); free(acc); free(kcheck); free(direct); free(results); free(order);
+    if (b->outs) outs_free(b->outs, b->nl);
+    qd_block_free(p->m, b->bw);
+    free(b->plans); free(b->outs); free(b->acc); free(b->kcheck); free(b->direct); free(b->results); free(b->order);
+}
+
+int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err)
+{
+    block_run b;
+    int rc = block_begin(&b, p, err);
+    if (!rc) {
+        rc = block_quantize(&b, err);
+        if (!rc) rc = block_forward(&b, err);
+        /* Commit: block tensors, next inputs, then state.json. */
+        if (!rc) rc = commit_block_files(&b, err);
+        if (!rc) rc = commit_next_inputs(&b, err);
+        if (!rc) rc = commit_state(&b, err);
+        if (rc) block_rollback(&b);
+    }
+    block_end(&b);
     return rc;
 }
