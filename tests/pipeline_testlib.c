@@ -4,7 +4,51 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "quant/core/dtype.h"
+#include "quant/formats/qlayer.h"
+
 qd_backend *pt_be;
+static char pt_tokens[4096];
+
+int pt_setup(int threads, size_t n_tokens, int vocab, uint64_t seed, const char **tmp, const char **tokens)
+{
+    qd_err err = {0};
+    if (qd_backend_cpu_open(threads, NULL, &pt_be, &err)) {
+        fprintf(stderr, "cpu backend: %s\n", err.msg);
+        return 1;
+    }
+    const char *T = test_tmpdir();
+    if (tmp) *tmp = T;
+    if (n_tokens > 0) {
+        snprintf(pt_tokens, sizeof pt_tokens, "%s/calib.json", T);
+        if (pt_write_tokens(pt_tokens, n_tokens, vocab, seed)) {
+            fprintf(stderr, "setup failed: cannot write %s\n", pt_tokens);
+            return 1;
+        }
+        if (tokens) *tokens = pt_tokens;
+    }
+    return 0;
+}
+
+int pt_setup_model(const char *name, const qd_testgen_opts *o, char *dir, size_t cap)
+{
+    if ((size_t)snprintf(dir, cap, "%s/%s", test_tmpdir(), name) >= cap) {
+        fprintf(stderr, "setup failed: %s/%s is too long\n", test_tmpdir(), name);
+        return 1;
+    }
+    if (pt_gen_model(dir, o)) {
+        fprintf(stderr, "setup failed: cannot generate %s\n", dir);
+        return 1;
+    }
+    return 0;
+}
+
+int pt_teardown(void)
+{
+    qd_backend_close(pt_be);
+    pt_be = NULL;
+    return test_finish();
+}
 
 
 /* A llama with GQA (4 heads, 2 kv heads), hidden 64, 3 layers; intermediate as given. */
@@ -63,6 +107,23 @@ qp_job *pt_job(const char *model, const char *out, const char *method, const cha
     memset(&perr, 0, sizeof perr);
     if (qp_job_parse(buf, strlen(buf), &job, &perr) != 0) {
         fprintf(stderr, "job parse failed: %s\n  %s\n", perr.msg, buf);
+        return NULL;
+    }
+    return job;
+}
+
+qp_job *pt_run_job(const char *what, const char *model, const char *out, const char *method, const char *format,
+                   const char *calib, const char *extra)
+{
+    qp_job *job = pt_job(model, out, method, format, calib, extra);
+    CHECK(job != NULL);
+    if (!job) return NULL;
+    qd_err err = {0};
+    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+    test_checks++;
+    if (rc) {
+        TEST_FAIL_("%s: %s/%s job failed: %d %s", what, method, format, rc, err.msg);
+        qp_job_free(job);
         return NULL;
     }
     return job;
@@ -140,6 +201,69 @@ double pt_logits_rel(const char *ref_dir, const char *dir)
     free(b);
     return rel;
 }
+
+void pt_rand_packed(test_rng *r, const qd_format *f, int64_t n, int64_t k, int bits, int64_t gs, float bias_scale,
+                    const int32_t *g_idx, qd_packed *out)
+{
+    qd_qlayer l;
+    qd_err err = {0};
+    memset(&l, 0, sizeof l);
+    if (qd_qlayer_alloc(&l, n, k, bits, 0, gs, bias_scale > 0, &err)) { TEST_FAIL_("alloc: %s", err.msg); return; }
+    int maxq = (1 << bits) - 1;
+    for (int64_t i = 0; i < n * k; i++) l.q[i] = (uint8_t)(test_rng_u64(r) % (uint64_t)(maxq + 1));
+    for (int64_t i = 0; i < l.n_groups * n; i++) {
+        l.scales[i] = qd_f16_to_f32(qd_f32_to_f16(0.01f + 0.05f * test_rng_uniform(r)));
+        l.zeros[i] = 1 + (int32_t)(test_rng_u64(r) % (uint64_t)maxq);   /* v1 cannot store 0 */
+    }
+    if (g_idx) {
+        memcpy(l.g_idx, g_idx, (size_t)k * sizeof *g_idx);
+    } else {
+        int64_t *phi = malloc((size_t)k * sizeof *phi);
+        for (int64_t i = 0; i < k; i++) phi[i] = i;
+        for (int64_t i = k - 1; i > 0; i--) {
+            int64_t j = (int64_t)(test_rng_u64(r) % (uint64_t)(i + 1)), t = phi[i];
+            phi[i] = phi[j];
+            phi[j] = t;
+        }
+        for (int64_t pos = 0; pos < k; pos++) l.g_idx[phi[pos]] = (int32_t)(gs > 0 ? pos / gs : 0);
+        free(phi);
+    }
+    if (bias_scale > 0)
+        for (int64_t i = 0; i < n; i++) l.bias[i] = qd_f16_to_f32(qd_f32_to_f16(bias_scale * test_rng_normal(r)));
+    if (f->pack(&l, out, &err)) TEST_FAIL_("pack: %s", err.msg);
+    qd_qlayer_free(&l);
+}
+
+int pt_patch_tensor(const char *dir, const char *name, uint32_t bits32, uint16_t bits16)
+{
+    const char *path = test_path(dir, "model.safetensors");
+    FILE *f = fopen(path, "r+b");
+    if (!f) return -1;
+    uint64_t hn = 0;
+    if (fread(&hn, 8, 1, f) != 1) { fclose(f); return -1; }
+    char *h = malloc(hn + 1);
+    if (!h || fread(h, 1, hn, f) != hn) { free(h); fclose(f); return -1; }
+    h[hn] = 0;
+    cJSON *j = cJSON_Parse(h);
+    free(h);
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, name);
+    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
+    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
+    int rc = -1;
+    if (cJSON_IsArray(off) && cJSON_IsString(dt)) {
+        long pos = (long)(8 + hn + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble);
+        fseek(f, pos + 8, SEEK_SET);   /* a few elements in */
+        if (!strcmp(dt->valuestring, "F32")) rc = fwrite(&bits32, 4, 1, f) == 1 ? 0 : -1;
+        else rc = fwrite(&bits16, 2, 1, f) == 1 ? 0 : -1;
+    } else {
+        fprintf(stderr, "%s: no tensor %s\n", path, name);
+    }
+    cJSON_Delete(j);
+    fclose(f);
+    return rc;
+}
+
+int pt_patch_nan(const char *dir, const char *name) { return pt_patch_tensor(dir, name, 0x7FC00000u, 0x7FC0u); }
 
 const char *pt_families_dir(void)
 {

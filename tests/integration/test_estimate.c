@@ -329,11 +329,8 @@ int main(void)
         fprintf(stderr, "SKIP: needs the shared data and %s\n", q);
         return 77;
     }
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
+    if (pt_setup(2, 0, 0, 0, &T, NULL)) return 1;
     TEST_RUN(test_estimate_synthetic);   /* first: its children measure while this process is small */
     TEST_RUN(test_estimate_jobs);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

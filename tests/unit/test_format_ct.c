@@ -18,7 +18,8 @@
 #include "quant/model/block.h"
 
 static const char *T;
-static char llama_dir[4096], tokens[4096];
+static const char *tokens;
+static char llama_dir[4096];
 
 static const qd_format *ct(void) { return qd_format_find("compressed-tensors"); }
 
@@ -373,21 +374,12 @@ static void test_jobs(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(llama_dir, sizeof llama_dir, "%s/llama", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     qd_testgen_opts lo = pt_llama_opts(128, 2);
     lo.dtype = QD_DTYPE_F16;
-    if (pt_gen_model(llama_dir, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) {
-        fprintf(stderr, "setup failed\n");
-        return 1;
-    }
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
     TEST_RUN(test_settings);
     TEST_RUN(test_pack_layers);
     TEST_RUN(test_config);
     TEST_RUN(test_jobs);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

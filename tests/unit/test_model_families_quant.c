@@ -31,7 +31,7 @@
 #define FAMILY_Q8_TOL_MOE 0.3
 
 static const char *T;
-static char tokens[4096];
+static const char *tokens;
 
 static int cmp_name(const void *a, const void *b) { return strcmp(a, b); }
 
@@ -135,13 +135,8 @@ static void test_families_quant(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
+    if (pt_setup(2, 4000, 256, 7, &T, &tokens)) return 1;
     qd_log_set_level(QD_LOG_WARN);   /* 36 jobs' per-layer lines would bury the table */
-    T = test_tmpdir();
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
-    if (pt_write_tokens(tokens, 4000, 256, 7)) { fprintf(stderr, "setup failed\n"); return 1; }
     TEST_RUN(test_families_quant);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

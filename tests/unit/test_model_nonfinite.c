@@ -11,38 +11,7 @@
 
 static const char *tokens;
 
-/* Sets element 2 (F32) or 4 (F16/BF16) of tensor name in dir/model.safetensors to bits
- * (a NaN or an infinity of that width), in place. */
-static int patch(const char *dir, const char *name, uint32_t bits32, uint16_t bits16)
-{
-    const char *path = test_path(dir, "model.safetensors");
-    FILE *f = fopen(path, "r+b");
-    if (!f) return -1;
-    uint64_t hn = 0;
-    if (fread(&hn, 8, 1, f) != 1) { fclose(f); return -1; }
-    char *h = malloc(hn + 1);
-    if (!h || fread(h, 1, hn, f) != hn) { free(h); fclose(f); return -1; }
-    h[hn] = 0;
-    cJSON *j = cJSON_Parse(h);
-    free(h);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, name);
-    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-    int rc = -1;
-    if (cJSON_IsArray(off) && cJSON_IsString(dt)) {
-        long pos = (long)(8 + hn + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble);
-        fseek(f, pos + 8, SEEK_SET);
-        if (!strcmp(dt->valuestring, "F32")) rc = fwrite(&bits32, 4, 1, f) == 1 ? 0 : -1;
-        else rc = fwrite(&bits16, 2, 1, f) == 1 ? 0 : -1;
-    } else {
-        fprintf(stderr, "%s: no tensor %s\n", path, name);
-    }
-    cJSON_Delete(j);
-    fclose(f);
-    return rc;
-}
-static int patch_nan(const char *dir, const char *name) { return patch(dir, name, 0x7FC00000u, 0x7FC0u); }
-static int patch_inf(const char *dir, const char *name) { return patch(dir, name, 0xFF800000u, 0xFF80u); }
+static int patch_inf(const char *dir, const char *name) { return pt_patch_tensor(dir, name, 0xFF800000u, 0xFF80u); }
 
 /* A fresh model of o in a directory of its own, with tensor name patched by fn. */
 static const char *bad_model(const char *label, const qd_testgen_opts *o, const char *name,
@@ -75,12 +44,12 @@ static void expect_refused(const char *model, const char *extra, const char *ten
 static void test_norm_nan(void)
 {
     qd_testgen_opts o = pt_llama_opts(128, 2);
-    const char *m = bad_model("norm", &o, "model.layers.1.input_layernorm.weight", patch_nan);
+    const char *m = bad_model("norm", &o, "model.layers.1.input_layernorm.weight", pt_patch_nan);
     expect_refused(m, NULL, "model.layers.1.input_layernorm.weight", "[2]", "NaN");
     expect_refused(m, "\"kernel_check\":false,", "model.layers.1.input_layernorm.weight", "[2]", "NaN");
     /* The same in bfloat16, whose values are converted by another path. */
     o.dtype = QD_DTYPE_BF16;
-    m = bad_model("norm-bf16", &o, "model.layers.0.post_attention_layernorm.weight", patch_nan);
+    m = bad_model("norm-bf16", &o, "model.layers.0.post_attention_layernorm.weight", pt_patch_nan);
     expect_refused(m, "\"kernel_check\":false,", "model.layers.0.post_attention_layernorm.weight", "[4]", "NaN");
 }
 
@@ -89,24 +58,24 @@ static void test_globals(void)
     qd_testgen_opts o = pt_llama_opts(128, 2);
     o.tie_word_embeddings = 0;
     /* Embedding row 0 (of [vocab, hidden]), element 2. */
-    expect_refused(bad_model("embed", &o, "model.embed_tokens.weight", patch_nan), "\"kernel_check\":false,",
+    expect_refused(bad_model("embed", &o, "model.embed_tokens.weight", pt_patch_nan), "\"kernel_check\":false,",
                    "model.embed_tokens.weight", "[0][2]", "NaN");
     expect_refused(bad_model("final", &o, "model.norm.weight", patch_inf), NULL, "model.norm.weight", "[2]", "-inf");
-    expect_refused(bad_model("head", &o, "lm_head.weight", patch_nan), NULL, "lm_head.weight", "[0][2]", "NaN");
+    expect_refused(bad_model("head", &o, "lm_head.weight", pt_patch_nan), NULL, "lm_head.weight", "[0][2]", "NaN");
 }
 
 static void test_bias_and_router(void)
 {
     qd_testgen_opts o = qd_testgen_defaults(QD_ARCH_OPT);
-    expect_refused(bad_model("opt-bias", &o, "model.decoder.layers.0.fc1.bias", patch_nan), "\"kernel_check\":false,",
+    expect_refused(bad_model("opt-bias", &o, "model.decoder.layers.0.fc1.bias", pt_patch_nan), "\"kernel_check\":false,",
                    "model.decoder.layers.0.fc1.bias", "[2]", "NaN");
-    expect_refused(bad_model("opt-ln", &o, "model.decoder.layers.1.final_layer_norm.bias", patch_nan), NULL,
+    expect_refused(bad_model("opt-ln", &o, "model.decoder.layers.1.final_layer_norm.bias", pt_patch_nan), NULL,
                    "model.decoder.layers.1.final_layer_norm.bias", "[2]", "NaN");
-    expect_refused(bad_model("opt-pos", &o, "model.decoder.embed_positions.weight", patch_nan), NULL,
+    expect_refused(bad_model("opt-pos", &o, "model.decoder.embed_positions.weight", pt_patch_nan), NULL,
                    "model.decoder.embed_positions.weight", "[0][2]", "NaN");
     qd_testgen_opts x = pt_llama_opts(64, 2);
     x.n_experts = 4;
-    expect_refused(bad_model("router", &x, "model.layers.1.block_sparse_moe.gate.weight", patch_nan),
+    expect_refused(bad_model("router", &x, "model.layers.1.block_sparse_moe.gate.weight", pt_patch_nan),
                    "\"kernel_check\":false,", "model.layers.1.block_sparse_moe.gate.weight", "[0][2]", "NaN");
 }
 
@@ -126,17 +95,10 @@ static void test_clean_model_runs(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    const char *T = test_tmpdir();
-    static char tok[4096];
-    snprintf(tok, sizeof tok, "%s/calib.json", T);
-    tokens = tok;
-    if (pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 128, 3, NULL, &tokens)) return 1;
     TEST_RUN(test_norm_nan);
     TEST_RUN(test_globals);
     TEST_RUN(test_bias_and_router);
     TEST_RUN(test_clean_model_runs);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

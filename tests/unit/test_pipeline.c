@@ -8,7 +8,8 @@
 #include "quant/pipeline/cost.h"
 
 static const char *T;          /* temp root */
-static char llama_dir[4096], opt_dir[4096], tokens[4096];
+static const char *tokens;
+static char llama_dir[4096], opt_dir[4096];
 static const char *LINEARS[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj",
                                 "out_proj", "fc1", "fc2"};
 
@@ -281,17 +282,10 @@ static void run_case(const char *model, const char *method, const char *format, 
     char out[4096], ex[512];
     snprintf(out, sizeof out, "%s/out-%d-%s-%s-%d", T, seq++, method, format, bits);
     snprintf(ex, sizeof ex, "\"bits\":%d,%s", bits, extra ? extra : "");
-    qp_job *job = pt_job(model, out, method, format, tokens, ex);
-    CHECK(job != NULL);
+    qp_job *job = pt_run_job(out, model, out, method, format, tokens, ex);
     if (!job) return;
-    qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
-    test_checks++;
-    if (rc) TEST_FAIL_("%s %s/%s bits %d: %d %s", model, method, format, bits, rc, err.msg);
-    else {
-        validate_output(job, model, out, n_linears, 0);
-        check_logits(model, out, tol);
-    }
+    validate_output(job, model, out, n_linears, 0);
+    check_logits(model, out, tol);
     qp_job_free(job);
 }
 
@@ -406,12 +400,7 @@ static void test_shards(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(llama_dir, sizeof llama_dir, "%s/llama", T);
-    snprintf(opt_dir, sizeof opt_dir, "%s/opt", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens)) return 1;
     qd_testgen_opts lo = pt_llama_opts(128, 3);
     lo.dtype = QD_DTYPE_F16;
     qd_testgen_opts oo = qd_testgen_defaults(QD_ARCH_OPT);
@@ -422,14 +411,11 @@ int main(void)
     oo.n_kv_heads = 4;
     oo.vocab = 128;
     oo.max_pos = 128;
-    if (pt_gen_model(llama_dir, &lo) || pt_gen_model(opt_dir, &oo) || pt_write_tokens(tokens, 4000, 128, 3)) {
-        fprintf(stderr, "setup failed\n");
+    if (pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir) || pt_setup_model("opt", &oo, opt_dir, sizeof opt_dir))
         return 1;
-    }
     TEST_RUN(test_llama_methods_formats);
     TEST_RUN(test_opt);
     TEST_RUN(test_error_direct);
     TEST_RUN(test_shards);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

@@ -9,7 +9,8 @@
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char model[4096], tokens[4096];
+static const char *tokens;
+static char model[4096];
 
 /* Runs an AWQ job with awq.stats_tokens = st (-1: the default) into T/name; 0 or -1. */
 static int run(const char *name, int st)
@@ -52,14 +53,8 @@ static void test_stats_tokens(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(model, sizeof model, "%s/llama", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     qd_testgen_opts lo = pt_llama_opts(96, 2);
-    if (pt_gen_model(model, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, model, sizeof model)) return 1;
     TEST_RUN(test_stats_tokens);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

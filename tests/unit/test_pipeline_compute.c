@@ -30,7 +30,8 @@
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char model[4096], model16[4096], tokens[4096];
+static const char *tokens;
+static char model[4096], model16[4096];
 
 /* Runs the job into T/name; err (optional) gets the failure. */
 static int run_err(qd_backend *be, const char *name, const char *method, const char *format, const char *extra,
@@ -319,19 +320,12 @@ static void test_auto_resume(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(model, sizeof model, "%s/llama", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens)) return 1;
     qd_testgen_opts lo = pt_llama_opts(96, 2);
     qd_testgen_opts lo16 = lo;
     lo16.dtype = QD_DTYPE_BF16;
-    snprintf(model16, sizeof model16, "%s/llama-bf16", T);
-    if (pt_gen_model(model, &lo) || pt_gen_model(model16, &lo16) || pt_write_tokens(tokens, 4000, 128, 3)) {
-        fprintf(stderr, "setup failed\n");
+    if (pt_setup_model("llama", &lo, model, sizeof model) || pt_setup_model("llama-bf16", &lo16, model16, sizeof model16))
         return 1;
-    }
     fprintf(stderr, "AMX-BF16 tiles: %s\n", cpu_bf16_amx_usable() ? "used" : "not available");
     TEST_RUN(test_bf16_gptq);
     TEST_RUN(test_bf16_awq_gptq);
@@ -342,6 +336,5 @@ int main(void)
 #ifdef QUANTD_FAULT_HOOKS
     TEST_RUN(test_bf16_device_fault);
 #endif
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

@@ -17,7 +17,8 @@
 
 #include "pipeline_testlib.h"
 
-static const char *T, *tokens, *model;
+static const char *T, *tokens;
+static char model[4096];
 
 /* The entries of dir, sorted, space-separated, into buf. */
 static const char *listing(const char *dir, char *buf, size_t cap)
@@ -147,19 +148,10 @@ static void test_disk_rule_counts_held(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    static char tok[4096], mdir[4096];
-    snprintf(tok, sizeof tok, "%s/calib.json", T);
-    snprintf(mdir, sizeof mdir, "%s/llama", T);
-    tokens = tok;
-    model = mdir;
     qd_testgen_opts o = pt_llama_opts(128, 3);
-    if (pt_gen_model(model, &o) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &o, model, sizeof model)) return 1;
     TEST_RUN(test_failed_finish_leaves_checkpoint);
     TEST_RUN(test_failed_write_then_resume);
     TEST_RUN(test_disk_rule_counts_held);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

@@ -16,7 +16,7 @@
 #include <string.h>
 
 static const char *T;
-static char tokens[4096];
+static const char *tokens;
 
 /* Rewrites dir/config.json: drops both dtype keys, then sets `key` to value. */
 static int set_config_dtype(const char *dir, const char *key, const char *value)
@@ -54,15 +54,10 @@ static void check_job(const char *model, const char *tag, const char *method, co
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/out-%s-%s", T, tag, method);
-    qp_job *job = pt_job(model, out, method, format, tokens, "\"bits\":4,");
-    CHECK(job != NULL);
+    qp_job *job = pt_run_job(tag, model, out, method, format, tokens, "\"bits\":4,");
     if (!job) return;
-    qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
     qp_job_free(job);
-    test_checks++;
-    if (rc) { TEST_FAIL_("%s: job failed: %d %s", tag, rc, err.msg); return; }
-
+    qd_err err = {0};
     cJSON *cfg = pt_read_json(test_path(out, "config.json"));
     CHECK(cfg != NULL);
     if (!cfg) return;
@@ -160,17 +155,12 @@ static void test_float_dtype_rule(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     /* Ids below 128: valid for the generated llamas (vocab 128) and the family llama (256). */
-    if (pt_write_tokens(tokens, 2000, 128, 5)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 2000, 128, 5, &T, &tokens)) return 1;
     TEST_RUN(test_float_dtype_rule);
     TEST_RUN(test_dtype_key_bf16);
     TEST_RUN(test_torch_dtype_key_f16);
     TEST_RUN(test_dtype_key_f32);
     TEST_RUN(test_config_disagrees_with_tensors);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

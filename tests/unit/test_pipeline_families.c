@@ -8,7 +8,7 @@
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char tokens[4096];
+static const char *tokens;
 
 static void run_family(const char *family, const char *method, const char *format, int bits, const char *linear,
                        double tol)
@@ -17,13 +17,9 @@ static void run_family(const char *family, const char *method, const char *forma
     snprintf(model, sizeof model, "%s/%s", pt_families_dir(), family);
     snprintf(out, sizeof out, "%s/%s-%s-%s-%d", T, family, method, format, bits);
     snprintf(ex, sizeof ex, "\"bits\":%d,", bits);
-    qp_job *job = pt_job(model, out, method, format, tokens, ex);
-    CHECK(job != NULL);
+    qp_job *job = pt_run_job(family, model, out, method, format, tokens, ex);
     if (!job) return;
     qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
-    test_checks++;
-    if (rc) { TEST_FAIL_("%s %s/%s: %d %s", family, method, format, rc, err.msg); qp_job_free(job); return; }
     /* The checkpoint's own linear names, packed. */
     st_model *om = NULL;
     CHECK_OK(st_model_open(out, &om, &err));
@@ -77,12 +73,7 @@ static void test_families(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
-    if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 256, 3, &T, &tokens)) return 1;
     TEST_RUN(test_families);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

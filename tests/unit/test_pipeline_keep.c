@@ -14,7 +14,8 @@
 #define GiB ((uint64_t)1 << 30)
 
 static const char *T;
-static char model[4096], tokens[4096];
+static const char *tokens;
+static char model[4096];
 
 static void test_decide(void)
 {
@@ -122,17 +123,11 @@ static void test_output_same(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(model, sizeof model, "%s/llama", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     qd_testgen_opts lo = pt_llama_opts(96, 2);
-    if (pt_gen_model(model, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, model, sizeof model)) return 1;
     TEST_RUN(test_decide);
     TEST_RUN(test_fit);
     TEST_RUN(test_estimate_counts);
     TEST_RUN(test_output_same);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

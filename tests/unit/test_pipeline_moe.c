@@ -14,7 +14,7 @@
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char tokens[4096];
+static const char *tokens;
 
 /* Runs one job; returns its report (caller frees) or NULL. */
 static cJSON *run(const char *family, const char *method, const char *extra, const char *tag, double tol,
@@ -23,14 +23,10 @@ static cJSON *run(const char *family, const char *method, const char *extra, con
     char model[4200], out[4400], name[256];
     snprintf(model, sizeof model, "%s/%s", pt_families_dir(), family);
     snprintf(out, sizeof out, "%s/%s-%s", T, family, tag);
-    qp_job *job = pt_job(model, out, method, "gptq", tokens, extra);
-    CHECK(job != NULL);
+    qp_job *job = pt_run_job(out, model, out, method, "gptq", tokens, extra);
     if (!job) return NULL;
-    qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
     qp_job_free(job);
-    test_checks++;
-    if (rc) { TEST_FAIL_("%s %s: %d %s", family, tag, rc, err.msg); return NULL; }
+    qd_err err = {0};
     st_model *om = NULL;
     CHECK_OK(st_model_open(out, &om, &err));
     snprintf(name, sizeof name, "model.layers.1.%s.qweight", packed);
@@ -426,11 +422,7 @@ static void test_missing_expert(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
-    if (pt_write_tokens(tokens, 4000, 256, 3)) { fprintf(stderr, "setup failed\n"); return 1; }
+    if (pt_setup(2, 4000, 256, 3, &T, &tokens)) return 1;
     TEST_RUN(test_moe);
     TEST_RUN(test_moe_waves);
     TEST_RUN(test_moe_resume);
@@ -439,6 +431,5 @@ int main(void)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_deepseek_v2);
     TEST_RUN(test_deepseek_refused);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

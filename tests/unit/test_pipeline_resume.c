@@ -7,11 +7,13 @@
 #include <unistd.h>
 
 #include "quant/pipeline/job_paths.h"
+#include "quant/pipeline/state.h"
 
 #include "pipeline_testlib.h"
 
 static const char *T;
-static char llama_dir[4096], tokens[4096];
+static const char *tokens;
+static char llama_dir[4096];
 
 typedef struct hook_ctx {
     const char *stage;   /* cancel at the first progress call of this stage for block */
@@ -323,12 +325,9 @@ static void float_case(const char *model, const char *method, const char *format
 {
     char out[4096];
     snprintf(out, sizeof out, "%s/float-%s-%s-%d", T, method, format, n_blocks);
-    qp_job *job = pt_job(model, out, method, format, calib, extra);
-    if (!job) { CHECK(0); return; }
+    qp_job *job = pt_run_job("float", model, out, method, format, calib, extra);
+    if (!job) return;
     qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, NULL, &err);
-    test_checks++;
-    if (rc) { TEST_FAIL_("%s %s: %s", method, format, err.msg); qp_job_free(job); return; }
     cJSON *cfg = pt_read_json(test_path(out, "config.json"));
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config");
     if (job->format == QP_FORMAT_AWQ_GEMM) {
@@ -429,34 +428,6 @@ static void expect_fail(const char *what, const char *model, const char *calib, 
     qp_job_free(job);
 }
 
-/* Sets the first element of tensor name in dir/model.safetensors to NaN in place. */
-static int patch_nan(const char *dir, const char *name)
-{
-    const char *path = test_path(dir, "model.safetensors");
-    FILE *f = fopen(path, "r+b");
-    if (!f) return -1;
-    uint64_t hn = 0;
-    if (fread(&hn, 8, 1, f) != 1) { fclose(f); return -1; }
-    char *h = malloc(hn + 1);
-    if (!h || fread(h, 1, hn, f) != hn) { free(h); fclose(f); return -1; }
-    h[hn] = 0;
-    cJSON *j = cJSON_Parse(h);
-    free(h);
-    const cJSON *t = cJSON_GetObjectItemCaseSensitive(j, name);
-    const cJSON *off = cJSON_GetObjectItemCaseSensitive(t, "data_offsets");
-    const cJSON *dt = cJSON_GetObjectItemCaseSensitive(t, "dtype");
-    int rc = -1;
-    if (cJSON_IsArray(off) && cJSON_IsString(dt)) {
-        long pos = (long)(8 + hn + (uint64_t)cJSON_GetArrayItem(off, 0)->valuedouble);
-        fseek(f, pos + 8, SEEK_SET);   /* a few elements in */
-        if (!strcmp(dt->valuestring, "F32")) { uint32_t v = 0x7FC00000u; rc = fwrite(&v, 4, 1, f) == 1 ? 0 : -1; }
-        else { uint16_t v = 0x7E00u; rc = fwrite(&v, 2, 1, f) == 1 ? 0 : -1; }
-    }
-    cJSON_Delete(j);
-    fclose(f);
-    return rc;
-}
-
 static void test_bad_input(void)
 {
     char missing[4096], nan_dir[4096], small[4096];
@@ -468,7 +439,7 @@ static void test_bad_input(void)
     expect_fail("corpus too small", llama_dir, small, "small.json");
     snprintf(nan_dir, sizeof nan_dir, "%s/nan", T);
     qd_testgen_opts o = pt_llama_opts(128, 2);
-    if (pt_gen_model(nan_dir, &o) || patch_nan(nan_dir, "model.layers.1.mlp.up_proj.weight")) { CHECK(0); return; }
+    if (pt_gen_model(nan_dir, &o) || pt_patch_nan(nan_dir, "model.layers.1.mlp.up_proj.weight")) { CHECK(0); return; }
     expect_fail("NaN weight", nan_dir, tokens, "up_proj");
 }
 
@@ -613,17 +584,9 @@ static void test_refusals_leave_nothing(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(2, NULL, &pt_be, &err)) { fprintf(stderr, "cpu backend: %s\n", err.msg); return 1; }
-    T = test_tmpdir();
-    snprintf(llama_dir, sizeof llama_dir, "%s/llama", T);
-    snprintf(tokens, sizeof tokens, "%s/calib.json", T);
     qd_testgen_opts lo = pt_llama_opts(128, 3);
     lo.dtype = QD_DTYPE_BF16;
-    if (pt_gen_model(llama_dir, &lo) || pt_write_tokens(tokens, 4000, 128, 3)) {
-        fprintf(stderr, "setup failed\n");
-        return 1;
-    }
+    if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
     TEST_RUN(test_resume_gptq);
     TEST_RUN(test_resume_awq);
     TEST_RUN(test_resume_rtn_v2);
@@ -637,6 +600,5 @@ int main(void)
     TEST_RUN(test_bad_input);
     TEST_RUN(test_output_overlap);
     TEST_RUN(test_refusals_leave_nothing);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

@@ -12,35 +12,6 @@
 #include "quant/tp/tp_layout.h"
 #include "quant/tp/tp_sim.h"
 
-/* A random packed layer [n, k] with an act-order g_idx (a random permutation grouped). */
-static void rand_packed(test_rng *r, const qd_format *f, int64_t n, int64_t k, int bits, int64_t gs, int bias,
-                        qd_packed *out)
-{
-    qd_qlayer l;
-    qd_err err = {0};
-    memset(&l, 0, sizeof l);
-    if (qd_qlayer_alloc(&l, n, k, bits, 0, gs, bias, &err)) { TEST_FAIL_("alloc: %s", err.msg); return; }
-    int maxq = (1 << bits) - 1;
-    for (int64_t i = 0; i < n * k; i++) l.q[i] = (uint8_t)(test_rng_u64(r) % (uint64_t)(maxq + 1));
-    for (int64_t i = 0; i < l.n_groups * n; i++) {
-        l.scales[i] = qd_f16_to_f32(qd_f32_to_f16(0.01f + 0.05f * test_rng_uniform(r)));
-        l.zeros[i] = 1 + (int32_t)(test_rng_u64(r) % (uint64_t)maxq);   /* v1 cannot store 0 */
-    }
-    int64_t *phi = malloc((size_t)k * sizeof *phi);
-    for (int64_t i = 0; i < k; i++) phi[i] = i;
-    for (int64_t i = k - 1; i > 0; i--) {
-        int64_t j = (int64_t)(test_rng_u64(r) % (uint64_t)(i + 1)), t = phi[i];
-        phi[i] = phi[j];
-        phi[j] = t;
-    }
-    for (int64_t pos = 0; pos < k; pos++) l.g_idx[phi[pos]] = (int32_t)(gs > 0 ? pos / gs : 0);
-    free(phi);
-    if (bias)
-        for (int64_t i = 0; i < n; i++) l.bias[i] = qd_f16_to_f32(qd_f32_to_f16(test_rng_normal(r)));
-    if (f->pack(&l, out, &err)) TEST_FAIL_("pack: %s", err.msg);
-    qd_qlayer_free(&l);
-}
-
 static void stable_argsort_matches_torch(void)
 {
     const int32_t g[] = {2, 0, 1, 0, 2, 1, 0, 1};
@@ -64,9 +35,9 @@ static void one_mlp(const char *fmt_name, int bits, int64_t gs, int tp, int with
     test_rng_seed(&r, 1000 + (uint64_t)bits * 7 + (uint64_t)tp);
     const int64_t H = 64, F = 256;
     qd_packed gate, up, down, gate0, up0, down0;
-    rand_packed(&r, f, F, H, bits, gs, with_bias, &gate);
-    rand_packed(&r, f, F, H, bits, gs, with_bias, &up);
-    rand_packed(&r, f, H, F, bits, gs, with_bias, &down);
+    pt_rand_packed(&r, f, F, H, bits, gs, with_bias ? 1.0f : 0.0f, NULL, &gate);
+    pt_rand_packed(&r, f, F, H, bits, gs, with_bias ? 1.0f : 0.0f, NULL, &up);
+    pt_rand_packed(&r, f, H, F, bits, gs, with_bias ? 1.0f : 0.0f, NULL, &down);
     /* Gate and up share one input, so one g_idx (as the pipeline quantizes them). */
     memcpy(up.g_idx, gate.g_idx, (size_t)H * sizeof(int32_t));
     qd_err err = {0};
@@ -162,8 +133,8 @@ static void validation_errors(void)
     test_rng r;
     test_rng_seed(&r, 5);
     qd_packed gate, down;
-    rand_packed(&r, f, 256, 64, 4, 32, 0, &gate);
-    rand_packed(&r, f, 64, 256, 4, 32, 0, &down);
+    pt_rand_packed(&r, f, 256, 64, 4, 32, 0, NULL, &gate);
+    pt_rand_packed(&r, f, 64, 256, 4, 32, 0, NULL, &down);
     qd_packed *cols[1] = {&gate};
     int32_t *g0 = malloc(256 * sizeof *g0);
     memcpy(g0, down.g_idx, 256 * sizeof *g0);
@@ -172,7 +143,7 @@ static void validation_errors(void)
     CHECK(memcmp(g0, down.g_idx, 256 * sizeof *g0) == 0);   /* untouched */
     /* A column layer whose outputs do not match down's inputs. */
     qd_packed small;
-    rand_packed(&r, f, 128, 64, 4, 32, 0, &small);
+    pt_rand_packed(&r, f, 128, 64, 4, 32, 0, NULL, &small);
     cols[0] = &small;
     CHECK_ERR(qd_tp_layout_apply_pair(&down, cols, 1, 2, NULL, &err));
     CHECK_CONTAINS(err.msg, "has 128 outputs");
@@ -301,15 +272,10 @@ done:
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(1, NULL, &pt_be, &err)) {
-        fprintf(stderr, "cpu backend: %s\n", err.msg);
-        return 1;
-    }
+    if (pt_setup(1, 0, 0, 0, NULL, NULL)) return 1;
     TEST_RUN(stable_argsort_matches_torch);
     TEST_RUN(permuted_mlp_same_function);
     TEST_RUN(validation_errors);
     TEST_RUN(end_to_end_llama);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }

@@ -11,38 +11,6 @@
 #include "quant/tp/tp_layout.h"
 #include "quant/tp/tp_sim.h"
 
-static void rand_packed(test_rng *r, const qd_format *f, int64_t n, int64_t k, int bits, int64_t gs, int bias,
-                        const int32_t *g_idx, qd_packed *out)
-{
-    qd_qlayer l;
-    qd_err err = {0};
-    memset(&l, 0, sizeof l);
-    if (qd_qlayer_alloc(&l, n, k, bits, 0, gs, bias, &err)) { TEST_FAIL_("alloc: %s", err.msg); return; }
-    int maxq = (1 << bits) - 1;
-    for (int64_t i = 0; i < n * k; i++) l.q[i] = (uint8_t)(test_rng_u64(r) % (uint64_t)(maxq + 1));
-    for (int64_t i = 0; i < l.n_groups * n; i++) {
-        l.scales[i] = qd_f16_to_f32(qd_f32_to_f16(0.01f + 0.05f * test_rng_uniform(r)));
-        l.zeros[i] = 1 + (int32_t)(test_rng_u64(r) % (uint64_t)maxq);
-    }
-    if (g_idx) {
-        memcpy(l.g_idx, g_idx, (size_t)k * sizeof *g_idx);
-    } else {
-        int64_t *phi = malloc((size_t)k * sizeof *phi);
-        for (int64_t i = 0; i < k; i++) phi[i] = i;
-        for (int64_t i = k - 1; i > 0; i--) {
-            int64_t j = (int64_t)(test_rng_u64(r) % (uint64_t)(i + 1)), t = phi[i];
-            phi[i] = phi[j];
-            phi[j] = t;
-        }
-        for (int64_t pos = 0; pos < k; pos++) l.g_idx[phi[pos]] = (int32_t)(pos / gs);
-        free(phi);
-    }
-    if (bias)
-        for (int64_t i = 0; i < n; i++) l.bias[i] = qd_f16_to_f32(qd_f32_to_f16(0.1f * test_rng_normal(r)));
-    if (f->pack(&l, out, &err)) TEST_FAIL_("pack: %s", err.msg);
-    qd_qlayer_free(&l);
-}
-
 /* Runs both algorithms and the reference; checks agreement and the collective counts. */
 static void compare(const qd_tp_mlp *plain, const qd_tp_mlp *aware, int tp, int64_t M, uint64_t seed)
 {
@@ -80,9 +48,9 @@ static void llama_mlp_all_tp(void)
     test_rng_seed(&r, 21);
     const int64_t H = 64, F = 512, gs = 32;
     qd_packed gate, up, down;
-    rand_packed(&r, f, F, H, 4, gs, 0, NULL, &gate);
-    rand_packed(&r, f, F, H, 4, gs, 0, gate.g_idx, &up);
-    rand_packed(&r, f, H, F, 4, gs, 0, NULL, &down);
+    pt_rand_packed(&r, f, F, H, 4, gs, 0, NULL, &gate);
+    pt_rand_packed(&r, f, F, H, 4, gs, 0, gate.g_idx, &up);
+    pt_rand_packed(&r, f, H, F, 4, gs, 0, NULL, &down);
     qd_err err = {0};
     const qd_packed *cols[2] = {&gate, &up};
     qd_tp_mlp plain, aware;
@@ -114,8 +82,8 @@ static void opt_relu_mlp_with_bias(void)
     test_rng_seed(&r, 22);
     const int64_t H = 64, F = 256, gs = 32;
     qd_packed fc1, fc2;
-    rand_packed(&r, f, F, H, 3, gs, 1, NULL, &fc1);
-    rand_packed(&r, f, H, F, 3, gs, 1, NULL, &fc2);
+    pt_rand_packed(&r, f, F, H, 3, gs, 0.1f, NULL, &fc1);
+    pt_rand_packed(&r, f, H, F, 3, gs, 0.1f, NULL, &fc2);
     qd_err err = {0};
     const qd_packed *cols[1] = {&fc1};
     qd_tp_mlp plain, aware;
@@ -175,14 +143,9 @@ static void pipeline_checkpoints(void)
 
 int main(void)
 {
-    qd_err err = {0};
-    if (qd_backend_cpu_open(1, NULL, &pt_be, &err)) {
-        fprintf(stderr, "cpu backend: %s\n", err.msg);
-        return 1;
-    }
+    if (pt_setup(1, 0, 0, 0, NULL, NULL)) return 1;
     TEST_RUN(llama_mlp_all_tp);
     TEST_RUN(opt_relu_mlp_with_bias);
     TEST_RUN(pipeline_checkpoints);
-    qd_backend_close(pt_be);
-    return test_finish();
+    return pt_teardown();
 }
