@@ -37,10 +37,6 @@
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
 
-/* .quantd/state.json; bump when its meaning or the blocks' content changes (2: AWQ scales
- * v -> o per KV channel under GQA, so version-1 blocks would not match). */
-#define QD_STATE_VERSION 2
-
 typedef struct qd_progress {
     const char *job_id;
     const char *stage;       /* "load", "calibrate", "quantize", "forward", "checkpoint",

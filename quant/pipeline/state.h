@@ -15,6 +15,11 @@
 #include "quant/core/error.h"
 #include "quant/pipeline/cost.h"
 
+/* .quantd/state.json; bump when its meaning or the blocks' content changes (2: AWQ scales
+ * v -> o per KV channel under GQA, so version-1 blocks would not match). A checkpoint of
+ * another version is refused (qd_state_load), and the job starts over with overwrite. */
+#define QD_STATE_VERSION 2
+
 typedef struct qd_layer_result {
     char name[160];          /* full module name: "model.layers.3.self_attn.q_proj" */
     char method[16];         /* "gptq", "awq", "rtn", "awq+gptq", "float" (left unquantized) */
