@@ -9,6 +9,7 @@
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
 
+#include "cli/client.h"
 #include "cli/quantctl.h"
 #include "proto/keys.h"
 #include "proto/status.h"

@@ -12,6 +12,7 @@
 #include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
 
+#include "cli/client.h"
 #include "cli/quantctl.h"
 #include "proto/job.h"
 #include "proto/keys.h"

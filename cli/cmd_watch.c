@@ -12,6 +12,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "cli/client.h"
 #include "cli/quantctl.h"
 #include "proto/keys.h"
 #include "proto/status.h"
