@@ -18,7 +18,7 @@
 #include "cli/quantctl.h"
 #include "quant/core/clock.h"
 #include "quant/model/token_file.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 #include "quant/core/fsutil.h"
 
 static void usage(FILE *f)

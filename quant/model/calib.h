@@ -25,7 +25,7 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 typedef enum qd_calib_input {
     QD_CALIB_INPUT_AUTO = 0,   /* by extension: .jsonl → JSONL, .json/.bin → tokens, else text */

@@ -9,7 +9,7 @@
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/model/eval.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 int qd_eval_text_tokens(const char *tokenizer_dir, const char *text_path, int32_t **ids, size_t *n, qd_err *err)
 {

@@ -3,7 +3,7 @@
  * cJSON tree of a million nodes; the object form locates its array by key with the same
  * scanner. Writes go through qd_fs_write_atomic, so a reader never sees half a file. */
 #include "quant/model/token_file.h"
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 

@@ -7,7 +7,7 @@
 
 #include "quant/core/rng.h"
 #include "quant/model/calib.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int64_t *n_seq,
                              int64_t *seq_len, qd_err *err)

@@ -37,7 +37,7 @@
 #include "quant/core/safetensors.h"
 #include "quant/model/config.h"
 #include "quant/model/model.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 #include "quant/pipeline/output.h"
 #include "quant/pipeline/state.h"
 

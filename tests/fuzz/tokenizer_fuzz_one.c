@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 #define WHAT "fuzz/tokenizer.json"
 

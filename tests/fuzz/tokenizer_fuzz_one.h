@@ -1,4 +1,4 @@
-/* Harness for tokenizer.json loading and use (quant/model/tokenizer.h), shared by the
+/* Harness for tokenizer.json loading and use (quant/model/tokenizer/tokenizer.h), shared by the
  * libFuzzer target fuzz_tokenizer and the bounded ctest run test_tokenizer_fuzz. */
 #ifndef QUANTD_TESTS_TOKENIZER_FUZZ_ONE_H
 #define QUANTD_TESTS_TOKENIZER_FUZZ_ONE_H

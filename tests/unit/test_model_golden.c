@@ -8,7 +8,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 #include "test_util.h"
 
 static const char *data;

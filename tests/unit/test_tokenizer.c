@@ -13,7 +13,7 @@
 #include "test_util.h"
 #include "quant/core/clock.h"
 #include "quant/model/token_file.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 #define MS "\xE2\x96\x81"   /* U+2581 */
 

@@ -14,7 +14,7 @@
 #include "proto/hash.h"
 #include "quant/core/fsutil.h"
 #include "quant/model/token_file.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 /* SHA-256 of ids written as int32 little-endian (the goldens' convention), through
  * proto's SHA-256 (its test vectors are checked in test_proto_job). */

@@ -11,7 +11,7 @@
  * 3: type (1 normal, 2 unknown, 3 control, 4 user defined, 5 unused, 6 byte)};
  * TrainerSpec{3: model_type (1 unigram, 2 bpe), 35: byte_fallback, 40: unk_id, 41: bos_id,
  * 42: eos_id}; NormalizerSpec{1: name, 3: add_dummy_prefix, 4: remove_extra_whitespaces}. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"

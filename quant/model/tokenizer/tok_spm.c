@@ -2,7 +2,7 @@
  * collapsing), the initial symbols of a word (characters, or <0xNN> byte-fallback ids for
  * characters the vocabulary lacks), and decoding of '▁'-alphabet pieces. Also the small
  * growable-array helpers the other tok_*.c files share. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

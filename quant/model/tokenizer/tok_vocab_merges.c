@@ -3,7 +3,7 @@
  * regex; add_prefix_space and the special tokens (bos/eos/unk/pad/...) come from
  * tokenizer_config.json and special_tokens_map.json beside it, as the HF slow tokenizer reads
  * them. Special tokens found in the text are matched before BPE, as that tokenizer does. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"

@@ -11,8 +11,8 @@
  * post-processor template, and the caller can force it either way.
  *
  * A handle is immutable after loading, so one may be shared by threads that each encode. */
-#ifndef QUANT_MODEL_TOKENIZER_H
-#define QUANT_MODEL_TOKENIZER_H
+#ifndef QUANT_MODEL_TOKENIZER_TOKENIZER_H
+#define QUANT_MODEL_TOKENIZER_TOKENIZER_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -4,7 +4,7 @@
  * regex / ByteLevel / Metaspace), the post-processor's BOS and the decoder's leading-space
  * strip. Anything that would change the ids and is not implemented is refused with
  * QD_EUNSUPPORTED rather than silently tokenised differently. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 #include "quant/core/log.h"

@@ -1,7 +1,7 @@
 /* Open-addressing hash maps for the tokenizer: vocabulary strings -> ids, and id pairs ->
  * (merge rank, merged id). Linear probing, power-of-two capacity, load factor <= 1/2; no
  * deletion is needed because both maps are built once and then only read. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

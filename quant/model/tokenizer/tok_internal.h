@@ -1,15 +1,16 @@
 /* Private layout of qd_tokenizer shared by the tok_*.c files (not for use outside
- * quant/model/tok_*). The loaders (tok_json.c, tok_vocab_merges.c, tok_spmodel.c) fill the
+ * quant/model/tokenizer/, but for quant/model/token_file.c's use of the growable id array
+ * at the end). The loaders (tok_json.c, tok_vocab_merges.c, tok_spmodel.c) fill the
  * vocabulary, merges and pipeline description; tok_tokenizer.c runs the pipeline: special
  * token split -> normalisers -> pre-tokenisers -> BPE (tok_bpe.c) per piece. */
-#ifndef QUANT_MODEL_TOK_INTERNAL_H
-#define QUANT_MODEL_TOK_INTERNAL_H
+#ifndef QUANT_MODEL_TOKENIZER_TOK_INTERNAL_H
+#define QUANT_MODEL_TOKENIZER_TOK_INTERNAL_H
 
 #include <stddef.h>
 #include <stdint.h>
 
 #include "quant/core/error.h"
-#include "quant/model/tokenizer.h"
+#include "quant/model/tokenizer/tokenizer.h"
 
 /* ---- tok_hash.c: two small open-addressing hash maps -------------------------------- */
 

@@ -6,7 +6,7 @@
  * the same order HF tokenizers and sentencepiece use — lowest rank first, leftmost on ties —
  * and costs O(n log n), which matters because SentencePiece-style tokenizers have no
  * pre-tokenizer and see a whole 1 MB document as one word. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 

@@ -5,7 +5,7 @@
 #define PCRE2_CODE_UNIT_WIDTH 8
 #include <pcre2.h>
 
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,7 +1,7 @@
 /* The tokenizer handle: loading dispatch (which files a model directory holds), the shared
  * finishing step every loader ends with, the encode pipeline (special tokens -> normalisers
  * -> pre-tokenisers -> BPE per piece), decoding, and the accessors in tokenizer.h. */
-#include "quant/model/tok_internal.h"
+#include "quant/model/tokenizer/tok_internal.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 
