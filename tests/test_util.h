@@ -36,7 +36,8 @@ extern const char *test_current;
 
 #define TEST_RUN(fn) do { test_current = #fn; fn(); } while (0)
 
-/* Prints a summary line and returns the process exit code. */
+/* Prints a summary line and returns the process exit code: 1 when a check failed or when
+ * no check ran at all, else 0. */
 int test_finish(void);
 
 /* Deterministic xorshift RNG so failures reproduce. */
