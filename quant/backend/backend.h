@@ -12,8 +12,8 @@
  * its handles, streams and scratch memory — there are no globals.
  *
  * Sections: "memory" and "linear algebra" are used by quant/algo; "neural net" by
- * quant/model. Add an op by adding a field, a CPU implementation and a test comparing it
- * to a scalar reference. */
+ * quant/model. Add an op by adding a line to QD_BACKEND_OPS_REQUIRED (or _OPTIONAL), a CPU
+ * implementation and a test comparing it to a scalar reference. */
 #ifndef QUANT_BACKEND_BACKEND_H
 #define QUANT_BACKEND_BACKEND_H
 
@@ -39,99 +39,114 @@ typedef struct qd_rope_freqs {
     float inv_freq[QD_ROPE_MAX_HALF];   /* [rot_dim / 2] */
 } qd_rope_freqs;
 
+/* Every op of the interface, listed once as X(return type, name, parameters): the ops table
+ * below, the CPU backend's prototypes and table (cpu_internal.h, cpu_backend.c) and the
+ * CUDA backend's (cuda_backend.c) are all made from these two lists, so an op's signature
+ * is written here only, and a backend that lacks a required op does not build. A backend
+ * may leave an optional op NULL. */
+#define QD_BACKEND_OPS_REQUIRED(X) \
+    /* ---- memory ---- */ \
+    /* NULL on failure (be->err set). */ \
+    X(void *, alloc, (qd_backend *be, size_t bytes)) \
+    /* Accepts NULL. */ \
+    X(void, free, (qd_backend *be, void *p)) \
+    X(int, upload, (qd_backend *be, void *dst, const void *src_host, size_t bytes)) \
+    X(int, download, (qd_backend *be, void *dst_host, const void *src, size_t bytes)) \
+    X(int, copy, (qd_backend *be, void *dst, const void *src, size_t bytes)) \
+    X(int, memset0, (qd_backend *be, void *dst, size_t bytes)) \
+    X(int, sync, (qd_backend *be)) \
+    \
+    /* ---- linear algebra ---- */ \
+    /* C[m,n] = alpha * op(A) op(B) + beta * C, op = transpose when t* is nonzero. */ \
+    X(int, gemm, (qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha, \
+                  const float *a, int64_t lda, const float *b, int64_t ldb, float beta, \
+                  float *c, int64_t ldc)) \
+    /* Running-average Hessian, H [k,k] full symmetric: with n_seen rows already folded in \
+     * and `rows` new rows X [rows, k] (ld ldx): H = H * n_seen / (n_seen + rows) + \
+     * (2 / (n_seen + rows)) X^T X. Accumulates in F32 with a fixed reduction order. */ \
+    X(int, hessian_accum, (qd_backend *be, float *h, int64_t k, const float *x, int64_t rows, \
+                           int64_t ldx, int64_t n_seen)) \
+    /* In place: H (k x k, symmetric positive definite) becomes the upper Cholesky factor U \
+     * of H^-1 (H^-1 = U^T U), lower triangle zeroed. QD_ENUMERIC when H is not PD. */ \
+    X(int, chol_inverse_upper, (qd_backend *be, float *h, int64_t k)) \
+    /* One GPTQ block of columns (see quant/backend/gptq_block.h). */ \
+    X(int, gptq_block, (qd_backend *be, const struct qd_gptq_block_args *args)) \
+    /* Quantize-dequantize W [n, k] in place with groups along k (AWQ search). */ \
+    X(int, fake_quant, (qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, \
+                        int64_t k)) \
+    /* w[r][c] *= s[c] (s of length cols); with inverse, w[r][c] /= s[c]. */ \
+    X(int, scale_cols, (qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s, \
+                        int inverse)) \
+    /* Returns sum((a-b)^2) over n elements in *out (double, host). */ \
+    X(int, sq_diff_sum, (qd_backend *be, const float *a, const float *b, int64_t n, double *out)) \
+    \
+    /* ---- neural net (quant/model) ---- */ \
+    X(int, rmsnorm, (qd_backend *be, float *y, const float *x, const float *w, int64_t rows, \
+                     int64_t dim, float eps)) \
+    X(int, layernorm, (qd_backend *be, float *y, const float *x, const float *w, const float *b, \
+                       int64_t rows, int64_t dim, float eps)) \
+    /* Rotate-half RoPE in place on x [tokens, n_heads * head_dim]; pos[t] (device memory) is \
+     * the position of token t. f (host memory, read during the call) gives the rotated dims \
+     * and the frequencies (quant/model/rope.h computes them for every scaling type). */ \
+    X(int, rope, (qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, \
+                  const int32_t *pos, const qd_rope_freqs *f)) \
+    /* Causal attention for `batch` independent sequences of `seq` tokens. q [batch*seq, \
+     * n_heads*hd], k and v [batch*seq, n_kv*hd], out [batch*seq, n_heads*hd]; grouped-query \
+     * when n_kv < n_heads. window > 0: query i sees keys j with i - window < j <= i only \
+     * (sliding-window attention); 0 = the whole causal prefix. softcap > 0 caps the scaled \
+     * scores before the softmax as transformers does (s = softcap * tanh(s / softcap), \
+     * Gemma 2); 0 = none. */ \
+    X(int, attention, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
+                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
+                       float scale, int64_t window, float softcap)) \
+    X(int, silu_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \
+    /* GeGLU with the tanh GELU (torch's gelu(approximate="tanh"), HF "gelu_pytorch_tanh"): \
+     * out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up. out may alias gate. */ \
+    X(int, gelu_tanh_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \
+    /* x = cap * tanh(x / cap) in place (Gemma 2's final logit soft-cap); cap > 0. */ \
+    X(int, softcap, (qd_backend *be, float *x, int64_t n, float cap)) \
+    X(int, relu, (qd_backend *be, float *x, int64_t n)) \
+    X(int, gelu, (qd_backend *be, float *x, int64_t n)) \
+    /* y += x */ \
+    X(int, add, (qd_backend *be, float *y, const float *x, int64_t n)) \
+    X(int, add_bias, (qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)) \
+    /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */ \
+    X(int, nll_rows, (qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, \
+                      int64_t vocab, double *nll_host))
+
+/* The optional ops (NULL where the backend lacks them). */
+#define QD_BACKEND_OPS_OPTIONAL(X) \
+    /* GPTQ's LDL form (see quant/backend/gptq_block.h, ldl): in place, H (k x k, symmetric \
+     * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular \
+     * (positive diagonal), except that the diagonal holds D_jj = R_jj^2 (H = A D A^T with A \
+     * unit upper: LDL^T, D packed on the diagonal as LAPACK's sytrf does); the lower \
+     * triangle is zeroed. One Cholesky and no inverse. QD_ENUMERIC when H is not PD. */ \
+    X(int, chol_ldl_upper, (qd_backend *be, float *h, int64_t k)) \
+    /* bfloat16-input products, for the job's "compute": "bf16": the results of gemm with \
+     * ta 0, tb 1, alpha 1, beta 0 (C = A B^T) and of hessian_accum, except that every input \
+     * element is first rounded to bfloat16 (nearest even, subnormals to zero) and the exact \
+     * products are summed in F32 (quant/backend/cpu/cpu_bf16.h). Inputs finite. */ \
+    X(int, gemm_nt_bf16, (qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda, \
+                          const float *b, int64_t ldb, float *c, int64_t ldc)) \
+    X(int, hessian_accum_bf16, (qd_backend *be, float *h, int64_t k, const float *x, int64_t rows, \
+                                int64_t ldx, int64_t n_seen)) \
+    /* attention with both products (Q K^T, P V) on bf16-rounded inputs, F32 sums and an F32 \
+     * softmax, as torch runs it in bf16; optional even with the two above (absent: a bf16 \
+     * job's attention runs in F32). */ \
+    X(int, attention_bf16, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
+                            int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
+                            float scale, int64_t window, float softcap)) \
+    /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle \
+     * blocks) back to the system, so a job opening in a worker that ran others starts from \
+     * its own memory, not theirs (quant/pipeline measures its peak from there). */ \
+    X(void, trim, (qd_backend *be))
+
+#define QD_BACKEND_OP_FIELD(ret, name, params) ret (*name) params;
 typedef struct qd_backend_ops {
-    /* ---- memory ---- */
-    void *(*alloc)(qd_backend *be, size_t bytes);            /* NULL on failure (be->err set) */
-    void (*free)(qd_backend *be, void *p);                   /* accepts NULL */
-    int (*upload)(qd_backend *be, void *dst, const void *src_host, size_t bytes);
-    int (*download)(qd_backend *be, void *dst_host, const void *src, size_t bytes);
-    int (*copy)(qd_backend *be, void *dst, const void *src, size_t bytes);
-    int (*memset0)(qd_backend *be, void *dst, size_t bytes);
-    int (*sync)(qd_backend *be);
-
-    /* ---- linear algebra ---- */
-    /* C[m,n] = alpha * op(A) op(B) + beta * C, op = transpose when t* is nonzero. */
-    int (*gemm)(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                float *c, int64_t ldc);
-    /* Running-average Hessian, H [k,k] full symmetric: with n_seen rows already folded in
-     * and `rows` new rows X [rows, k] (ld ldx): H = H * n_seen / (n_seen + rows) +
-     * (2 / (n_seen + rows)) X^T X. Accumulates in F32 with a fixed reduction order. */
-    int (*hessian_accum)(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
-                         int64_t ldx, int64_t n_seen);
-    /* In place: H (k x k, symmetric positive definite) becomes the upper Cholesky factor U
-     * of H^-1 (H^-1 = U^T U), lower triangle zeroed. QD_ENUMERIC when H is not PD. */
-    int (*chol_inverse_upper)(qd_backend *be, float *h, int64_t k);
-    /* One GPTQ block of columns (see quant/backend/gptq_block.h). */
-    int (*gptq_block)(qd_backend *be, const struct qd_gptq_block_args *args);
-    /* Quantize-dequantize W [n, k] in place with groups along k (AWQ search). */
-    int (*fake_quant)(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n,
-                      int64_t k);
-    /* w[r][c] *= s[c] (s of length cols); with inverse, w[r][c] /= s[c]. */
-    int (*scale_cols)(qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s,
-                      int inverse);
-    /* Returns sum((a-b)^2) over n elements in *out (double, host). */
-    int (*sq_diff_sum)(qd_backend *be, const float *a, const float *b, int64_t n, double *out);
-
-    /* ---- neural net (quant/model) ---- */
-    int (*rmsnorm)(qd_backend *be, float *y, const float *x, const float *w, int64_t rows,
-                   int64_t dim, float eps);
-    int (*layernorm)(qd_backend *be, float *y, const float *x, const float *w, const float *b,
-                     int64_t rows, int64_t dim, float eps);
-    /* Rotate-half RoPE in place on x [tokens, n_heads * head_dim]; pos[t] (device memory) is
-     * the position of token t. f (host memory, read during the call) gives the rotated dims
-     * and the frequencies (quant/model/rope.h computes them for every scaling type). */
-    int (*rope)(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-                const int32_t *pos, const qd_rope_freqs *f);
-    /* Causal attention for `batch` independent sequences of `seq` tokens. q [batch*seq,
-     * n_heads*hd], k and v [batch*seq, n_kv*hd], out [batch*seq, n_heads*hd]; grouped-query
-     * when n_kv < n_heads. window > 0: query i sees keys j with i - window < j <= i only
-     * (sliding-window attention); 0 = the whole causal prefix. softcap > 0 caps the scaled
-     * scores before the softmax as transformers does (s = softcap * tanh(s / softcap),
-     * Gemma 2); 0 = none. */
-    int (*attention)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                     int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
-                     float scale, int64_t window, float softcap);
-    int (*silu_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
-    /* GeGLU with the tanh GELU (torch's gelu(approximate="tanh"), HF "gelu_pytorch_tanh"):
-     * out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up. out may alias gate. */
-    int (*gelu_tanh_mul)(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
-    /* x = cap * tanh(x / cap) in place (Gemma 2's final logit soft-cap); cap > 0. */
-    int (*softcap)(qd_backend *be, float *x, int64_t n, float cap);
-    int (*relu)(qd_backend *be, float *x, int64_t n);
-    int (*gelu)(qd_backend *be, float *x, int64_t n);
-    int (*add)(qd_backend *be, float *y, const float *x, int64_t n);           /* y += x */
-    int (*add_bias)(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
-    /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */
-    int (*nll_rows)(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows,
-                    int64_t vocab, double *nll_host);
-
-    /* ---- optional (NULL where the backend lacks them) ---- */
-    /* GPTQ's LDL form (see quant/backend/gptq_block.h, ldl): in place, H (k x k, symmetric
-     * positive definite) becomes A = R diag(R)^-1 where H = R R^T with R upper triangular
-     * (positive diagonal), except that the diagonal holds D_jj = R_jj^2 (H = A D A^T with A
-     * unit upper: LDL^T, D packed on the diagonal as LAPACK's sytrf does); the lower
-     * triangle is zeroed. One Cholesky and no inverse. QD_ENUMERIC when H is not PD. */
-    int (*chol_ldl_upper)(qd_backend *be, float *h, int64_t k);
-    /* bfloat16-input products, for the job's "compute": "bf16": the results of gemm with
-     * ta 0, tb 1, alpha 1, beta 0 (C = A B^T) and of hessian_accum, except that every input
-     * element is first rounded to bfloat16 (nearest even, subnormals to zero) and the exact
-     * products are summed in F32 (quant/backend/cpu/cpu_bf16.h). Inputs finite. */
-    int (*gemm_nt_bf16)(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                        const float *b, int64_t ldb, float *c, int64_t ldc);
-    int (*hessian_accum_bf16)(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
-                              int64_t ldx, int64_t n_seen);
-    /* attention with both products (Q K^T, P V) on bf16-rounded inputs, F32 sums and an F32
-     * softmax, as torch runs it in bf16; optional even with the two above (absent: a bf16
-     * job's attention runs in F32). */
-    int (*attention_bf16)(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                          int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd,
-                          float scale, int64_t window, float softcap);
-    /* Hands memory the backend keeps cached but no buffer uses (the CPU backend's idle
-     * blocks) back to the system, so a job opening in a worker that ran others starts from
-     * its own memory, not theirs (quant/pipeline measures its peak from there). */
-    void (*trim)(qd_backend *be);
+    QD_BACKEND_OPS_REQUIRED(QD_BACKEND_OP_FIELD)
+    QD_BACKEND_OPS_OPTIONAL(QD_BACKEND_OP_FIELD)
 } qd_backend_ops;
+#undef QD_BACKEND_OP_FIELD
 
 struct qd_backend {
     const qd_backend_ops *ops;

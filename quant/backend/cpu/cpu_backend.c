@@ -31,7 +31,7 @@ static void prefault_range(void *ctx, int t, int64_t p0, int64_t p1)
     for (int64_t i = p0; i < p1; i++) base[i * CPU_PAGE_BYTES] = 0;
 }
 
-static void *cpu_alloc(qd_backend *be, size_t bytes)
+void *cpu_alloc(qd_backend *be, size_t bytes)
 {
     cpu_impl *impl = be->impl;
     /* 64-byte alignment keeps AVX-512 loads and OpenBLAS panels on cache lines. */
@@ -50,13 +50,13 @@ static void *cpu_alloc(qd_backend *be, size_t bytes)
     return p;
 }
 
-static void cpu_free(qd_backend *be, void *p)
+void cpu_free(qd_backend *be, void *p)
 {
     cpu_impl *impl = be->impl;
     cpu_mem_free(&impl->mem, p);
 }
 
-static void cpu_trim(qd_backend *be)
+void cpu_trim(qd_backend *be)
 {
     cpu_impl *impl = be->impl;
     cpu_mem_trim(&impl->mem);
@@ -78,7 +78,12 @@ static int cpu_memcpy(qd_backend *be, void *dst, const void *src, size_t bytes)
     return 0;
 }
 
-static int cpu_memset0(qd_backend *be, void *dst, size_t bytes)
+/* Host memory: upload, download and copy are the same move. */
+int cpu_upload(qd_backend *be, void *dst, const void *src, size_t bytes) { return cpu_memcpy(be, dst, src, bytes); }
+int cpu_download(qd_backend *be, void *dst, const void *src, size_t bytes) { return cpu_memcpy(be, dst, src, bytes); }
+int cpu_copy(qd_backend *be, void *dst, const void *src, size_t bytes) { return cpu_memcpy(be, dst, src, bytes); }
+
+int cpu_memset0(qd_backend *be, void *dst, size_t bytes)
 {
     if (bytes && !dst)
         return qd_err_set(&be->err, QD_EINVAL, "cpu backend: memset0 of %zu bytes on NULL", bytes);
@@ -86,13 +91,13 @@ static int cpu_memset0(qd_backend *be, void *dst, size_t bytes)
     return 0;
 }
 
-static int cpu_sync(qd_backend *be) { return 0; }
+int cpu_sync(qd_backend *be) { return 0; }
 
 /* ---- linear algebra ------------------------------------------------------------------ */
 
-static int cpu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
-                    const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
-                    float *c, int64_t ldc)
+int cpu_gemm(qd_backend *be, int ta, int tb, int64_t m, int64_t n, int64_t k, float alpha,
+             const float *a, int64_t lda, const float *b, int64_t ldb, float beta,
+             float *c, int64_t ldc)
 {
     if (m < 0 || n < 0 || k < 0)
         return qd_err_set(&be->err, QD_EINVAL, "cpu gemm: negative shape m=%lld n=%lld k=%lld",
@@ -129,8 +134,8 @@ void cpu_symmetrize_from_upper(float *h, int64_t k)
         }
 }
 
-static int cpu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
-                             int64_t ldx, int64_t n_seen)
+int cpu_hessian_accum(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                      int64_t ldx, int64_t n_seen)
 {
     if (!h || k <= 0 || rows < 0 || n_seen < 0 || (rows > 0 && (!x || ldx < k)))
         return qd_err_set(&be->err, QD_EINVAL,
@@ -154,8 +159,8 @@ int cpu_amx_on(const qd_backend *be)
     return be->rt.cpu_kernel == QD_CPU_KERNEL_AUTO && cpu_bf16_amx_usable();
 }
 
-static int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
-                            const float *b, int64_t ldb, float *c, int64_t ldc)
+int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, const float *a, int64_t lda,
+                     const float *b, int64_t ldb, float *c, int64_t ldc)
 {
     int skip = 0;
     int64_t lda_ok = lda, ldb_ok = ldb;
@@ -172,8 +177,8 @@ static int cpu_gemm_nt_bf16(qd_backend *be, int64_t m, int64_t n, int64_t k, con
     return 0;
 }
 
-static int cpu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
-                                  int64_t ldx, int64_t n_seen)
+int cpu_hessian_accum_bf16(qd_backend *be, float *h, int64_t k, const float *x, int64_t rows,
+                           int64_t ldx, int64_t n_seen)
 {
     int rc = qd_backend_hessian_args_check("cpu hessian_accum_bf16", h, k, x, rows, ldx, n_seen, &be->err);
     if (rc || rows == 0) return rc;
@@ -205,7 +210,7 @@ static void cpu_reverse_square(float *h, int64_t k)
  * one trtri (k^3/3 flops each) instead of potrf + potri + potrf (4k^3/3); reversing the
  * flat array is J.J. A row-major lower triangle is a column-major upper one in the same
  * memory, so LAPACK runs column-major 'U' and never transposes a copy. */
-static int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
+int cpu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 {
     if (!h || k <= 0)
         return qd_err_set(&be->err, QD_EINVAL, "cpu chol_inverse_upper: bad arguments (k=%lld)", (long long)k);
@@ -260,7 +265,7 @@ static int64_t cpu_ldl_finish_row(float *row, int64_t i, int64_t k, const float 
  * Factor J H J = L L^T (lower) as in cpu_chol_inverse_upper; then H = (J L J)(J L J)^T
  * and J L J is upper with a positive diagonal, so R = J L J: one potrf (k^3/3 flops) and
  * no trtri. */
-static int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
+int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
 {
     if (!h || k <= 0)
         return qd_err_set(&be->err, QD_EINVAL, "cpu chol_ldl_upper: bad arguments (k=%lld)", (long long)k);
@@ -306,39 +311,13 @@ static int cpu_chol_ldl_upper(qd_backend *be, float *h, int64_t k)
 
 /* ---- assembly ------------------------------------------------------------------------ */
 
+/* Every op of the list, cpu_<name> (cpu_internal.h declares them from the same list). */
+#define CPU_OP_ENTRY(ret, name, params) .name = cpu_##name,
 static const qd_backend_ops cpu_ops = {
-    .alloc = cpu_alloc,
-    .free = cpu_free,
-    .upload = cpu_memcpy,
-    .download = cpu_memcpy,
-    .copy = cpu_memcpy,
-    .memset0 = cpu_memset0,
-    .sync = cpu_sync,
-    .gemm = cpu_gemm,
-    .hessian_accum = cpu_hessian_accum,
-    .gemm_nt_bf16 = cpu_gemm_nt_bf16,
-    .hessian_accum_bf16 = cpu_hessian_accum_bf16,
-    .attention_bf16 = cpu_attention_bf16,
-    .chol_inverse_upper = cpu_chol_inverse_upper,
-    .chol_ldl_upper = cpu_chol_ldl_upper,
-    .gptq_block = cpu_gptq_block,
-    .fake_quant = cpu_fake_quant,
-    .scale_cols = cpu_scale_cols,
-    .sq_diff_sum = cpu_sq_diff_sum,
-    .rmsnorm = cpu_rmsnorm,
-    .layernorm = cpu_layernorm,
-    .rope = cpu_rope,
-    .attention = cpu_attention,
-    .silu_mul = cpu_silu_mul,
-    .gelu_tanh_mul = cpu_gelu_tanh_mul,
-    .softcap = cpu_softcap,
-    .relu = cpu_relu,
-    .gelu = cpu_gelu,
-    .add = cpu_add,
-    .add_bias = cpu_add_bias,
-    .nll_rows = cpu_nll_rows,
-    .trim = cpu_trim,
+    QD_BACKEND_OPS_REQUIRED(CPU_OP_ENTRY)
+    QD_BACKEND_OPS_OPTIONAL(CPU_OP_ENTRY)
 };
+#undef CPU_OP_ENTRY
 
 int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **out, qd_err *err)
 {

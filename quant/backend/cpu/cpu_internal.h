@@ -1,11 +1,14 @@
 /* Private to the CPU backend: the op implementations, split by concern across files.
- * cpu_backend.c assembles them into the qd_backend_ops table:
- *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, chol_ldl_upper
+ * cpu_backend.c assembles them into the qd_backend_ops table. Every op is cpu_<name>,
+ * declared below from backend.h's op lists:
+ *   cpu_backend.c  memory, gemm, hessian_accum, chol_inverse_upper, chol_ldl_upper, the
+ *                  bfloat16 products (cpu_bf16.c, cpu_amx.c), trim
  *   cpu_exp.c      exp over arrays for softmax and SiLU (portable, AVX2 and AVX-512 loops)
  *   cpu_gptq.c     gptq_block (portable, AVX2 and AVX-512 kernels)
  *   cpu_mem.c      large blocks kept for reuse by alloc/free
  *   cpu_quant.c    fake_quant, scale_cols, sq_diff_sum
- *   cpu_nn.c       rmsnorm, layernorm, rope, attention, activations, add, nll_rows */
+ *   cpu_nn.c       rmsnorm, layernorm, rope, attention (and attention_bf16), activations,
+ *                  add, nll_rows */
 #ifndef QUANT_BACKEND_CPU_INTERNAL_H
 #define QUANT_BACKEND_CPU_INTERNAL_H
 
@@ -32,37 +35,13 @@ int cpu_amx_on(const qd_backend *be);
 /* cpu_backend.c: copies the upper triangle of the row-major k x k matrix h onto its lower one. */
 void cpu_symmetrize_from_upper(float *h, int64_t k);
 
-/* cpu_gptq.c: the gptq_block op, and the rows kernel for this CPU and the runtime options' choice. */
-int cpu_gptq_block(qd_backend *be, const struct qd_gptq_block_args *a);
+/* cpu_gptq.c: the rows kernel for this CPU and the runtime options' choice. */
 cpu_gptq_rows_fn cpu_gptq_rows_pick(qd_cpu_kernel kernel);
 
-/* cpu_quant.c */
-int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int64_t n, int64_t k);
-int cpu_scale_cols(qd_backend *be, float *w, int64_t rows, int64_t cols, const float *s, int inverse);
-int cpu_sq_diff_sum(qd_backend *be, const float *a, const float *b, int64_t n, double *out);
-
-/* cpu_nn.c */
-int cpu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
-int cpu_layernorm(qd_backend *be, float *y, const float *x, const float *w, const float *b,
-                  int64_t rows, int64_t dim, float eps);
-int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-             const int32_t *pos, const qd_rope_freqs *f);
-int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                  int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                  int64_t window, float softcap);
-/* The same with both products on bf16-rounded inputs (Q, K; P, V), F32 sums: the AMX tiles
- * where cpu_amx_on(be), else rounded copies through OpenBLAS. The softmax stays F32. */
-int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *k, const float *v,
-                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                       int64_t window, float softcap);
-int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
-int cpu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n);
-int cpu_softcap(qd_backend *be, float *x, int64_t n, float cap);
-int cpu_relu(qd_backend *be, float *x, int64_t n);
-int cpu_gelu(qd_backend *be, float *x, int64_t n);
-int cpu_add(qd_backend *be, float *y, const float *x, int64_t n);
-int cpu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols);
-int cpu_nll_rows(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows,
-                 int64_t vocab, double *nll_host);
+/* The ops (backend.h's lists), cpu_<name> each. */
+#define CPU_OP_DECLARE(ret, name, params) ret cpu_##name params;
+QD_BACKEND_OPS_REQUIRED(CPU_OP_DECLARE)
+QD_BACKEND_OPS_OPTIONAL(CPU_OP_DECLARE)
+#undef CPU_OP_DECLARE
 
 #endif

@@ -273,6 +273,8 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
     return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32);
 }
 
+/* Both products on bf16-rounded inputs (Q, K; P, V), F32 sums: the AMX tiles where
+ * cpu_amx_on(be), else rounded copies through OpenBLAS. The softmax stays F32. */
 int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                        int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                        int64_t window, float softcap)

@@ -76,6 +76,12 @@ int qd_backend_cuda_fail_err(qd_backend *be, qd_err *err, const char *call, int 
 
 void *qd_backend_cuda_stream(qd_backend *be) { return cu_impl(be)->stream; }
 
+/* The required ops (backend.h's list), cu_<name> each, and the optional ones this backend
+ * has: declared from the list, so each definition below is checked against it. */
+#define CU_OP_DECLARE(ret, name, params) static ret cu_##name params;
+QD_BACKEND_OPS_REQUIRED(CU_OP_DECLARE)
+#undef CU_OP_DECLARE
+
 /* ---- memory -------------------------------------------------------------------------- */
 
 static void *cu_alloc(qd_backend *be, size_t bytes)
@@ -482,36 +488,15 @@ static int cu_nll_rows(qd_backend *be, const float *logits, const int32_t *targe
 
 /* ---- assembly ------------------------------------------------------------------------ */
 
+/* No chol_ldl_upper (GPTQ's LDL form runs the Cholesky-inverse form here), attention_bf16
+ * (a bf16 job's attention runs in F32) or trim. */
+#define CU_OP_ENTRY(ret, name, params) .name = cu_##name,
 static const qd_backend_ops cuda_ops = {
-    .alloc = cu_alloc,
-    .free = cu_free,
-    .upload = cu_upload,
-    .download = cu_download,
-    .copy = cu_copy,
-    .memset0 = cu_memset0,
-    .sync = cu_sync,
-    .gemm = cu_gemm,
-    .hessian_accum = cu_hessian_accum,
+    QD_BACKEND_OPS_REQUIRED(CU_OP_ENTRY)
     .gemm_nt_bf16 = cu_gemm_nt_bf16,
     .hessian_accum_bf16 = cu_hessian_accum_bf16,
-    .chol_inverse_upper = cu_chol_inverse_upper,
-    .gptq_block = cu_gptq_block,
-    .fake_quant = cu_fake_quant,
-    .scale_cols = cu_scale_cols,
-    .sq_diff_sum = cu_sq_diff_sum,
-    .rmsnorm = cu_rmsnorm,
-    .layernorm = cu_layernorm,
-    .rope = cu_rope,
-    .attention = cu_attention,
-    .silu_mul = cu_silu_mul,
-    .gelu_tanh_mul = cu_gelu_tanh_mul,
-    .softcap = cu_softcap,
-    .relu = cu_relu,
-    .gelu = cu_gelu,
-    .add = cu_add,
-    .add_bias = cu_add_bias,
-    .nll_rows = cu_nll_rows,
 };
+#undef CU_OP_ENTRY
 
 void qd_backend_cuda_close(qd_backend *be)
 {
