@@ -233,6 +233,18 @@ static void test_pipeline_links(void)
     snprintf(p, sizeof p, "%s/outs/ok/quantd_report.json", root);
     CHECK(qd_fs_exists(p));
     qp_job_free(job);
+    /* An attempt killed between making .quantd and committing its first state leaves a bare
+     * .quantd (maybe with a temporary file): the next attempt starts over in it. */
+    snprintf(out, sizeof out, "%s/outs/bare", root);
+    snprintf(p, sizeof p, "%s/.quantd", out);
+    CHECK_OK(qd_fs_mkdir_p(p, &err));
+    snprintf(p, sizeof p, "%s/.quantd/state.json.tmp.12345", out);
+    put(p, "{");
+    job = pt_job(model, out, "rtn", "gptq", tokens, NULL);
+    CHECK(job && qd_pipeline_run(job, pt_be, NULL, &err) == 0);
+    snprintf(p, sizeof p, "%s/quantd_report.json", out);
+    CHECK(qd_fs_exists(p));
+    qp_job_free(job);
 }
 
 int main(void)
