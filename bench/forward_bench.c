@@ -114,7 +114,7 @@ static int bench_model(qd_backend *be, int threads, const char *dir, const char 
 
 int main(int argc, char **argv)
 {
-    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qd_runtime_opts rt;             /* QUANTD_* settings (docs/daemon.md, "Environment variables") */
     qst_startup(argv, &rt);
     int threads = 2, seq = 512, batch = 4, reps = 3, windows = 16, block = 0;
     const char *model = NULL, *tokens = NULL;

@@ -55,7 +55,7 @@ static float *load_2d(const char *path, int64_t *rows, int64_t *cols)
 
 int main(int argc, char **argv)
 {
-    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qd_runtime_opts rt;             /* QUANTD_* settings (docs/daemon.md, "Environment variables") */
     qst_startup(argv, &rt);
     if (argc < 3) {
         fprintf(stderr, "usage: gptq_bench W.safetensors X.safetensors [--bits B] [--group-size G] "

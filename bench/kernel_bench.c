@@ -268,7 +268,7 @@ static int bench_gptq(bench_ctx *c, int64_t n, int64_t k)
 
 int main(int argc, char **argv)
 {
-    qd_runtime_opts rt;             /* QUANTD_* settings (README, "Environment variables") */
+    qd_runtime_opts rt;             /* QUANTD_* settings (docs/daemon.md, "Environment variables") */
     qst_startup(argv, &rt);
     const char *device = "cpu", *shapes = "llama7b";
     int max_batch = 16, reps = 50, gptq = 0;

@@ -44,7 +44,7 @@ static int on_progress(void *ud, const qd_progress *pr)
 static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl quantize JOB.json [--backend cpu|cuda:N] [--threads N]\n"
-               "Runs the job in the foreground (see proto/job.md for the spec). Running the same job\n"
+               "Runs the job in the foreground (see docs/jobs.md for the spec). Running the same job\n"
                "again after an interruption resumes from its last finished block.\n"
                "Prints the job's report path as the last line. Exit: 0 done, 1 failed, 2 bad job.\n");
 }

@@ -19,10 +19,10 @@ int main(int argc, char **argv)
         if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
             char buf[16384];
             qdd_config_usage(buf, sizeof buf);
-            printf("usage: quantd [--config FILE] [options]\n"
-                   "Takes quantization jobs from Redis (redis-cli LPUSH qjobs '<job json>') and runs them\n"
-                   "on worker processes. Options (also QUANTD_<NAME> in the environment, or NAME = value\n"
-                   "lines in the config file; flags win over the environment, which wins over the file):\n%s",
+            /* qdd_config_usage starts with the usage line and the option table. */
+            printf("%s"
+                   "Takes quantization jobs from Redis (redis-cli LPUSH qjobs '<job json>') and runs them on\n"
+                   "worker processes. Flags win over the environment, which wins over the file.\n",
                    buf);
             return 0;
         }

@@ -2,7 +2,7 @@
  * one place that turns the environment into the library's runtime options
  * (quant/core/runtime.h), and OpenBLAS's thread setting, which only a re-exec can change.
  * The library under quant/ reads no environment variable (tests/unit/test_no_getenv.sh
- * checks); the variables, what they set and their defaults are listed in README
+ * checks); the variables, what they set and their defaults are listed in docs/daemon.md
  * ("Environment variables"). */
 #ifndef QUANTD_STARTUP_RUNTIME_ENV_H
 #define QUANTD_STARTUP_RUNTIME_ENV_H

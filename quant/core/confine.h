@@ -43,7 +43,7 @@ typedef enum qd_input_kind {
     QD_INPUT_KINDS
 } qd_input_kind;
 
-/* The default limits in bytes (README "Security"): 64 MiB of JSON, 256 MiB of tokenizer,
+/* The default limits in bytes (docs/security.md): 64 MiB of JSON, 256 MiB of tokenizer,
  * 1 GiB of text. Real files are far below them: a 671B model's shard index is about 9 MB,
  * the largest tokenizer.json of the supported families about 33 MB, and a calibration set
  * of 128 x 2048 tokens about 1 MB of text. */

@@ -3,7 +3,7 @@
  * factorisation form, the test builds' fault hook). The library never reads the environment:
  * the programs (quantctl, quantd-worker, quantd, the benchmarks, the tests) fill this struct,
  * usually with qst_runtime_from_env (startup/runtime_env.h, which maps each QUANTD_*
- * variable to a field; README "Environment variables" lists them), and pass it in:
+ * variable to a field; docs/daemon.md "Environment variables" lists them), and pass it in:
  * qd_backend_open and qd_backend_cpu_open take it and keep a copy in the backend (be->rt),
  * so every layer that holds a backend reads its own fields there. Only the log level is
  * process-wide (qd_log_set_level).

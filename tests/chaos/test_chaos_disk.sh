@@ -102,7 +102,7 @@ disk_full_at_write() {
     rm -f "$C/full/other/filler"
     takes_next
 }
-# full_write_failed_cleanly ID: ID's ENOSPC was retried at most once (README: "retried once,
+# full_write_failed_cleanly ID: ID's ENOSPC was retried at most once (docs/daemon.md: "retried once,
 # then the pre-flight refuses it"), and its output directory holds the checkpoint alone.
 full_write_failed_cleanly() {
     local retries; retries=$(grep -c "task_retry job=$1 " "$C/d1.log")

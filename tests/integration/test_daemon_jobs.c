@@ -246,7 +246,7 @@ static void test_retries_exhausted(void)
     daemon_end();
 }
 
-/* A full disk (QD_ERESOURCE) is retried once per job, as the README says, not max-retries
+/* A full disk (QD_ERESOURCE) is retried once per job, as docs/daemon.md says, not max-retries
  * times, and the block committed before each failure (progress, which resets the ordinary
  * retry budget) does not renew it: the retry's pre-flight sees the space left, and more
  * retries would fill the same disk again. */

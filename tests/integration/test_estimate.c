@@ -38,7 +38,7 @@ extern char **environ;
 #endif
 
 /* How far above reality the estimate may be (both RAM and disk), chosen from the measured
- * ratios of these jobs (bench notes in the commit and README, "quantctl estimate"). */
+ * ratios of these jobs (bench notes in the commit and docs/quantctl.md, "quantctl estimate"). */
 #define EST_MAX_OVER 2.0
 
 static const char *T, *data;

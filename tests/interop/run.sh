@@ -133,7 +133,7 @@ run_loader() {  # FMT LOADER VENV KIND
     if [ $rc -eq 3 ]; then skip "$f" "$l" "$(tail -1 "$log")"; return; fi
     if [ $rc -ne 0 ]; then
         local msg; msg=$(grep -h '"error"' "$log" | tail -1 | cut -c1-300)
-        # Two refusals are the loaders' documented policy, not a fault in our files (README):
+        # Two refusals are the loaders' documented policy, not a fault in our files (docs/methods.md):
         # vLLM's CPU GPTQ path (AutoGPTQ method + CPUWNA16 kernel) has symmetric types only,
         # and GPTQModel.load trusts sym=False v1 files only from GPTQModel >= 0.9.0 itself.
         case "$msg" in
