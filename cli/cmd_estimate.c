@@ -8,8 +8,8 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
-#include "proto/job.h"
 #include "quant/core/fsutil.h"
+#include "quant/job/job.h"
 #include "quant/pipeline/pipeline.h"
 
 static void usage(FILE *f)

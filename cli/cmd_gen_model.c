@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
-#include "proto/job.h"
+#include "quant/job/job.h"
 #include "quant/model/testgen.h"
 
 /* Bounds that let every real dense or MoE shape through (Llama-3-405B: 126 layers, hidden

@@ -8,9 +8,9 @@
 #include <unistd.h>
 
 #include "cli/quantctl.h"
-#include "proto/job.h"
 #include "quant/backend/backend.h"
 #include "quant/core/fsutil.h"
+#include "quant/job/job.h"
 #include "quant/pipeline/pipeline.h"
 
 typedef struct bar_state {

@@ -14,8 +14,8 @@
 
 #include "cli/client.h"
 #include "cli/quantctl.h"
-#include "proto/job.h"
 #include "proto/keys.h"
+#include "quant/job/job.h"
 
 static void usage(FILE *f)
 {

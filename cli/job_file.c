@@ -4,8 +4,8 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
-#include "proto/job.h"
 #include "quant/core/fsutil.h"
+#include "quant/job/job.h"
 
 qp_job *qctl_read_job(const char *cmd, const char *path)
 {

@@ -14,9 +14,9 @@
 #include <unistd.h>
 
 #include "proto/keys.h"
-#include "proto/job.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/job/job.h"
 
 typedef enum opt_type { OPT_STR = 0, OPT_INT, OPT_LIST } opt_type;
 

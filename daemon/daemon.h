@@ -20,10 +20,10 @@
 #include "daemon/http.h"
 #include "daemon/rconn.h"
 #include "daemon/rerr.h"
-#include "proto/job.h"
 #include "proto/keys.h"
 #include "proto/status.h"
 #include "proto/wire.h"
+#include "quant/job/job.h"
 
 typedef struct qdd_daemon qdd_daemon;
 

@@ -12,8 +12,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "proto/job.h"
 #include "proto/status.h"
+#include "quant/job/job.h"
 #include "quant/pipeline/job_paths.h"
 
 #define JSON "application/json"

@@ -1,7 +1,7 @@
 /* Redis key builders (layout in keys.h and redis.md). Names are validated here so that a
  * node or id with a ':' or a space can never produce a key that aliases another one. */
 #include "proto/keys.h"
-#include "proto/jsonutil.h"
+#include "quant/job/jsonutil.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 #define QP_KEY_MAX 256          /* a buffer this size holds any key */
 #define QP_PREFIX_MAX 63

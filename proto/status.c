@@ -2,7 +2,7 @@
  * group, and drives the hash encoding, the hash decoding and the event JSON both ways, so
  * the three can never disagree about a name. */
 #include "proto/status.h"
-#include "proto/jsonutil.h"
+#include "quant/job/jsonutil.h"
 
 #include <errno.h>
 #include <inttypes.h>

@@ -15,7 +15,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 #define QP_STATUS_VERSION 1
 /* The hash also holds the job's canonical spec JSON under this field, written once at

@@ -18,7 +18,7 @@
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 #define QP_WIRE_VERSION 1
 #define QP_WIRE_HEADER_BYTES 8

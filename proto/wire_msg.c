@@ -2,7 +2,7 @@
  * its kind, so encoding, decoding and the required-field checks share a single source; the
  * range rules that a table cannot say live in qp_msg_validate. */
 #include "proto/wire.h"
-#include "proto/jsonutil.h"
+#include "quant/job/jsonutil.h"
 
 #include <math.h>
 #include <stddef.h>

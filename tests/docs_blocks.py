@@ -23,8 +23,9 @@ in one shell per document, so a later block may use what an earlier one made.
 Subcommands (each prints one line per problem and exits 1 on any):
     lint SRC                  check the tags, the expectations and the shell syntax of every
                               block
-    links SRC                 every relative link of the documents (and proto/*.md) names an
-                              existing file, and every #anchor a heading of its document
+    links SRC                 every relative link of the documents (and proto/*.md,
+                              quant/job/*.md) names an existing file, and every #anchor a
+                              heading of its document
     style SRC                 README.md at most 200 lines; no development history (issue
                               numbers, sessions, "found by these tests"), no table cell over
                               600 characters
@@ -293,10 +294,12 @@ def heading_slugs(path):
 
 
 def link_documents(src):
+    """The documents and the developer notes beside the code (proto/*.md, quant/job/*.md)."""
     docs = documents(src)
-    proto = os.path.join(src, "proto")
-    if os.path.isdir(proto):
-        docs += sorted("proto/" + f for f in os.listdir(proto) if f.endswith(".md"))
+    for folder in ("proto", "quant/job"):
+        d = os.path.join(src, folder)
+        if os.path.isdir(d):
+            docs += sorted(folder + "/" + f for f in os.listdir(d) if f.endswith(".md"))
     return docs
 
 

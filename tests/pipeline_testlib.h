@@ -8,11 +8,11 @@
 #include <stdlib.h>
 #include <cjson/cJSON.h>
 
-#include "proto/job.h"
 #include "quant/backend/backend.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
+#include "quant/job/job.h"
 #include "quant/model/model.h"
 #include "quant/model/testgen.h"
 #include "quant/model/token_file.h"

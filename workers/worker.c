@@ -18,11 +18,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "proto/job.h"
 #include "proto/wire.h"
 #include "quant/backend/backend.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/job/job.h"
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
 

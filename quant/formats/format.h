@@ -1,6 +1,6 @@
 /* The output format table: one descriptor per packed checkpoint layout, holding every piece
  * of knowledge about that layout. Nothing outside quant/formats names a format:
- *   - the job spec (proto/job.c) takes the names, the default and the rules on bits, group
+ *   - the job spec (quant/job/job.c) takes the names, the default and the rules on bits, group
  *     size, symmetry and act-order from here (qd_format_check_settings, qd_format_default);
  *   - the pipeline asks which layers fit (qd_format_fit_layer), packs (check, pack), names
  *     the checkpoint tensors (tensors) and writes quantization_config (quant_config, which

@@ -10,8 +10,8 @@
 
 #include <stdint.h>
 
-#include "proto/job.h"
 #include "quant/core/error.h"
+#include "quant/job/job.h"
 #include "quant/model/model.h"
 
 int qd_pipeline_calib_tokens(const qp_job *job, qd_model *m, int32_t **ids, int64_t *n_seq,

@@ -10,8 +10,8 @@
 #ifndef QUANT_PIPELINE_JOB_PATHS_H
 #define QUANT_PIPELINE_JOB_PATHS_H
 
-#include "proto/job.h"
 #include "quant/core/error.h"
+#include "quant/job/job.h"
 
 typedef struct qd_protected_path {
     const char *path;        /* absolute; borrowed */

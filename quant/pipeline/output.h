@@ -15,10 +15,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "proto/job.h"
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
 #include "quant/core/safetensors.h"
+#include "quant/job/job.h"
 
 struct cJSON;
 

@@ -16,7 +16,6 @@
 #include <unistd.h>
 #include <cjson/cJSON.h>
 
-#include "proto/hash.h"
 #include "quant/core/clock.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
@@ -24,6 +23,7 @@
 #include "quant/core/meminfo.h"
 #include "quant/core/rss.h"
 #include "quant/core/safetensors.h"
+#include "quant/job/hash.h"
 #include "quant/model/eval.h"
 #include "quant/pipeline/acts.h"
 #include "quant/pipeline/calib_tokens.h"

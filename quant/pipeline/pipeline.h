@@ -32,10 +32,10 @@
 
 #include <stdint.h>
 
-#include "proto/job.h"
 #include "quant/backend/backend.h"
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
+#include "quant/job/job.h"
 
 typedef struct qd_progress {
     const char *job_id;

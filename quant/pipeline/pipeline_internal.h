@@ -8,11 +8,11 @@
 
 #include <stdint.h>
 
-#include "proto/job.h"
 #include "quant/algo/awq.h"
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
 #include "quant/formats/format.h"
+#include "quant/job/job.h"
 #include "quant/model/block.h"
 #include "quant/model/model.h"
 #include "quant/pipeline/pipeline.h"

@@ -13,7 +13,7 @@
  * The forward and the rounding to the activations' dtype are the run's own, so the inputs
  * of the next block, and the output of the job, are byte-identical to an uninterrupted run
  * (test_pipeline_resume). Layout tp_aware is excluded (its block files hold reordered MLP
- * pairs): its jobs keep activations after every block (proto/job.h). */
+ * pairs): its jobs keep activations after every block (quant/job/job.h). */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <stdio.h>

@@ -3,8 +3,8 @@
 #ifndef QUANT_PIPELINE_REPORT_H
 #define QUANT_PIPELINE_REPORT_H
 
-#include "proto/job.h"
 #include "quant/core/error.h"
+#include "quant/job/job.h"
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
 #include "quant/tp/tp_serving.h"

@@ -10,10 +10,10 @@
 #include <sys/stat.h>
 #include <cjson/cJSON.h>
 
-#include "proto/hash.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
+#include "quant/job/hash.h"
 #include "quant/pipeline/pipeline.h"
 
 void qd_state_init(qd_ckpt_state *s)

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/job.h"
+#include "quant/job/job.h"
 
 static int fail(const char *why, const char *detail)
 {

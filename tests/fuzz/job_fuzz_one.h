@@ -1,4 +1,4 @@
-/* Harness for the job spec parser (proto/job.h), shared by the libFuzzer target
+/* Harness for the job spec parser (quant/job/job.h), shared by the libFuzzer target
  * fuzz_job and the bounded ctest run test_job_fuzz. */
 #ifndef QUANTD_TESTS_JOB_FUZZ_ONE_H
 #define QUANTD_TESTS_JOB_FUZZ_ONE_H

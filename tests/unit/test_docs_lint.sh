@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The documentation as a product (README.md, docs/*.md, bench/README.md; links also in
-# proto/*.md), checked without building anything; tests/docs_blocks.py does the reading:
+# proto/*.md and quant/job/*.md), checked without building anything; tests/docs_blocks.py does the reading:
 #   - README.md is at most 200 lines; the rest lives in docs/;
 #   - no development history (issue numbers, sessions, "found by these tests") and no table
 #     cell over 600 characters;

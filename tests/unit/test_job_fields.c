@@ -24,7 +24,7 @@
 
 #include <cjson/cJSON.h>
 
-#include "proto/job.h"
+#include "quant/job/job.h"
 
 /* ---- JSON helpers ----------------------------------------------------------------- */
 

@@ -11,7 +11,7 @@
 
 #include "fuzz/fuzz_mutate.h"
 #include "fuzz/job_fuzz_one.h"
-#include "proto/job.h"
+#include "quant/job/job.h"
 
 static const char *const TOKENS[] = {
     "\"version\":", "\"id\":", "\"model\":", "\"output\":", "\"method\":", "\"bits\":", "\"group_size\":",

@@ -15,7 +15,7 @@ src=${1:-${QUANTD_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}}
 layers='
 quant/core      0
 quant/formats   1
-proto           2
+quant/job       2
 quant/backend   3
 quant/kernels   4
 quant/algo      5
@@ -23,6 +23,7 @@ quant/model     6
 quant/tp        7
 quant/pipeline  8
 startup         9
+proto           9
 workers         10
 daemon          10
 cli             10

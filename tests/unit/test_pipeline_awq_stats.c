@@ -1,4 +1,4 @@
-/* AWQ's scale-search statistics over the job's awq.stats_tokens (proto/job.h, qp_job_awq;
+/* AWQ's scale-search statistics over the job's awq.stats_tokens (quant/job/job.h, qp_job_awq;
  * quant/pipeline/pipeline_awq.c): the float capture runs on the first whole calibration
  * sequences holding that many tokens. A value at or above the calibration's tokens, and 0,
  * are every token (the same bytes); a value is rounded up to whole sequences (40 tokens of

@@ -1,4 +1,4 @@
-/* The job's "compute": "bf16" (proto/job.h, qp_compute): the block forward's projections and
+/* The job's "compute": "bf16" (quant/job/job.h, qp_compute): the block forward's projections and
  * the GPTQ Hessians take bfloat16 inputs (quant/backend/cpu/cpu_bf16.h); quantization stays
  * F32. Checked here on a generated Llama:
  *   - a bf16 job's output differs from the f32 job's (the setting reaches the arithmetic)

@@ -5,8 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "proto/hash.h"
-#include "proto/job.h"
+#include "quant/job/hash.h"
+#include "quant/job/job.h"
 
 #define BASE "\"model\":\"/models/llama\",\"output\":\"/out/llama-w4\",\"calibration\":{\"path\":\"c4.jsonl\"}"
 

@@ -11,7 +11,7 @@
 
 #include "quant/core/clock.h"
 #include "test_util.h"
-#include "proto/hash.h"
+#include "quant/job/hash.h"
 #include "quant/core/fsutil.h"
 #include "quant/model/token_file.h"
 #include "quant/model/tokenizer/tokenizer.h"

@@ -10,14 +10,14 @@
  * compatible addition (a new optional field with a default that keeps old behaviour) does
  * not bump it; a change of meaning does, and then the parser keeps reading the older
  * version and upgrades it in memory (write the upgrade next to parse_v1 in job.c). */
-#ifndef QUANTD_PROTO_JOB_H
-#define QUANTD_PROTO_JOB_H
+#ifndef QUANT_JOB_JOB_H
+#define QUANT_JOB_JOB_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 #define QP_JOB_VERSION 1
 #define QP_JOB_MAX_BYTES (64 * 1024)   /* largest payload the parser accepts */

@@ -1,6 +1,6 @@
 /* SHA-256 as specified in FIPS 180-4; checked against the standard test vectors in
  * tests/unit/test_proto_job.c. */
-#include "proto/hash.h"
+#include "quant/job/hash.h"
 
 #include <string.h>
 

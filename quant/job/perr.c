@@ -1,5 +1,5 @@
 /* The qp_err record: formatting helpers (see perr.h for why proto has its own). */
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 #include <stdio.h>
 #include <string.h>

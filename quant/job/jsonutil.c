@@ -1,6 +1,6 @@
-/* Validating cJSON accessors shared by job.c, status.c and the wire messages; see
- * jsonutil.h. */
-#include "proto/jsonutil.h"
+/* Validating cJSON accessors shared by the job spec (job.c) and proto/'s status.c and wire
+ * messages; see jsonutil.h. */
+#include "quant/job/jsonutil.h"
 
 #include <ctype.h>
 #include <math.h>

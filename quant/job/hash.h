@@ -1,7 +1,8 @@
 /* SHA-256 (FIPS 180-4), small and dependency-free, for deriving job ids from the canonical
- * job JSON and for any fingerprint proto/ users want. Not constant-time; not for secrets. */
-#ifndef QUANTD_PROTO_HASH_H
-#define QUANTD_PROTO_HASH_H
+ * job JSON and for a checkpoint's fingerprints (quant/pipeline/state.c). Not constant-time;
+ * not for secrets. */
+#ifndef QUANT_JOB_HASH_H
+#define QUANT_JOB_HASH_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
 /* Job spec: enum names, defaults, validation and parsing (serialising lives in
  * job_json.c). Validation reads one field at a time so the first error names exactly one
  * field; the rules between fields run after every field has its final value. */
-#include "proto/job.h"
-#include "proto/jsonutil.h"
+#include "quant/job/job.h"
+#include "quant/job/jsonutil.h"
 #include "quant/formats/format.h"
 #include "quant/formats/serving.h"
 

@@ -1,15 +1,16 @@
-/* Internal to proto/: typed, validating accessors for cJSON objects that word their errors
- * the same way everywhere ("job.calibration.samples: must be a positive integer, got 0"),
- * reject unknown and duplicated keys, and print numbers so they read back bit-exactly.
- * Not part of the public API; the names carry the qpj_ prefix so they never clash. */
-#ifndef QUANTD_PROTO_JSONUTIL_H
-#define QUANTD_PROTO_JSONUTIL_H
+/* Internal to the job spec (quant/job) and the service protocol (proto/): typed, validating
+ * accessors for cJSON objects that word their errors the same way everywhere
+ * ("job.calibration.samples: must be a positive integer, got 0"), reject unknown and
+ * duplicated keys, and print numbers so they read back bit-exactly. Not part of the public
+ * API; the names carry the qpj_ prefix so they never clash. */
+#ifndef QUANT_JOB_JSONUTIL_H
+#define QUANT_JOB_JSONUTIL_H
 
 #include <stddef.h>
 #include <stdint.h>
 #include <cjson/cJSON.h>
 
-#include "proto/perr.h"
+#include "quant/job/perr.h"
 
 /* Largest integer a JSON number (an IEEE double) carries exactly: 2^53 - 1. */
 #define QPJ_INT_MAX 9007199254740991LL

@@ -5,9 +5,9 @@
  * (which round-trips doubles). Two specs that mean the same job produce the same bytes,
  * which is what the id and the checkpoint fingerprint rely on; so never reorder the
  * additions below without bumping QP_JOB_VERSION. */
-#include "proto/job.h"
-#include "proto/hash.h"
-#include "proto/jsonutil.h"
+#include "quant/job/job.h"
+#include "quant/job/hash.h"
+#include "quant/job/jsonutil.h"
 
 #include <ctype.h>
 #include <math.h>

@@ -6,8 +6,8 @@
  * both can copy one into the other (`qd_err_set(err, pe.code, "%s", pe.msg)`). Every
  * fallible qp_* call returns 0 or a negative QP_E* code and writes one sentence naming the
  * field into the caller-owned record (which may be NULL). */
-#ifndef QUANTD_PROTO_PERR_H
-#define QUANTD_PROTO_PERR_H
+#ifndef QUANT_JOB_PERR_H
+#define QUANT_JOB_PERR_H
 
 #include <stdarg.h>
 

@@ -1,6 +1,6 @@
 /* Job profiles: named sets of job fields for a purpose, applied under a job's own fields
  * (`quantctl submit --profile NAME`). See job.h (qp_job_profile). */
-#include "proto/job.h"
+#include "quant/job/job.h"
 
 #include <string.h>
 
