@@ -241,6 +241,52 @@ static void test_nn_ops(void)
     free(c);
 }
 
+/* The attention (cuda_attention.cu: batched GEMMs around a softmax kernel, chunked by
+ * quant/backend/attn_plan.h) against the CPU's on the shapes its plan splits: grouped-query
+ * heads, several sequences, seq off every row block (256), sliding windows that cut a
+ * block's keys, the soft-cap, more sequences than one chunk holds (130 x 2048 splits into
+ * 128 + 2), and a Llama-sized 2048 x 32 heads of 128. A wrong mask, window or kv head moves
+ * an output by O(0.1); the F32 products and the exp differ by ~1e-6, so 1e-4 (relative to
+ * the largest output, at least 1) separates the two. */
+typedef struct attn_case { int64_t batch, seq, n_heads, n_kv, hd, window; float softcap; } attn_case;
+
+static int op_attn(qd_backend *be, float *out, float **in, void *ud)
+{
+    const attn_case *a = ud;
+    return be->ops->attention(be, out, in[0], in[1], in[2], a->batch, a->seq, a->n_heads, a->n_kv, a->hd,
+                              1.0f / sqrtf((float)a->hd), a->window, a->softcap);
+}
+
+static void test_attention(void)
+{
+    static const attn_case cases[] = {
+        {3, 300, 8, 2, 64, 0, 0.0f},      /* GQA 4:1, two row blocks, the second of 44 rows */
+        {2, 517, 4, 4, 32, 100, 0.0f},    /* sliding window inside a block and across blocks */
+        {2, 333, 6, 3, 48, 0, 1.5f},      /* soft-cap that bites (scores ~ N(0, 1)) */
+        {2, 700, 8, 4, 64, 257, 5.0f},    /* window, soft-cap and GQA at once */
+        {1, 5, 2, 1, 16, 1, 0.0f},        /* a window of one: each row its own value */
+        {130, 2048, 2, 1, 8, 0, 0.0f},    /* two chunks of sequences */
+        {1, 2048, 32, 8, 128, 0, 0.0f},   /* Llama-sized, GQA 4:1 */
+        {1, 2048, 32, 32, 128, 4096, 0.0f},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        const attn_case *a = &cases[i];
+        size_t nq = (size_t)(a->batch * a->seq * a->n_heads * a->hd), nk = (size_t)(a->batch * a->seq * a->n_kv * a->hd);
+        float *q = rnd(nq, 1), *k = rnd(nk, 1), *v = rnd(nk, 1);
+        float *in[3] = {q, k, v};
+        size_t ns[3] = {nq, nk, nk};
+        double d = both(op_attn, in, ns, 3, nq, (void *)a);
+        if (!(d < 1e-4))
+            TEST_FAIL_("attention case %zu (batch %lld seq %lld heads %lld/%lld hd %lld window %lld softcap %g): "
+                       "cpu and cuda differ by %g", i, (long long)a->batch, (long long)a->seq, (long long)a->n_heads,
+                       (long long)a->n_kv, (long long)a->hd, (long long)a->window, (double)a->softcap, d);
+        test_checks++;
+        free(q);
+        free(k);
+        free(v);
+    }
+}
+
 /* A non-finite weight: fake_quant refuses (QD_ENUMERIC) and every weight is left as it was,
  * the NaN's group and every other one, as the CPU backend's refusal leaves them. Both
  * backends must be broken-free afterwards (a refusal is not a device error). */
@@ -401,6 +447,7 @@ int main(void)
     TEST_RUN(test_hessian_chol);
     TEST_RUN(test_bf16_products);
     TEST_RUN(test_nn_ops);
+    TEST_RUN(test_attention);
     TEST_RUN(test_fake_quant_refusal);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);

@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "quant/backend/backend_args.h"
+#include "quant/backend/cuda/cuda_attention.h"
 #include "quant/backend/cuda/cuda_internal.h"
 #include "quant/backend/gptq_block.h"
 #include "quant/formats/quantizer.h"
@@ -416,13 +417,9 @@ static int cu_attention(qd_backend *be, float *out, const float *q, const float 
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
                           (long long)n_heads, (long long)n_kv);
-    if (seq > cudaop_attention_max_seq())
-        return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda attention: sequence of %lld tokens exceeds the kernel's "
-                          "%lld", (long long)seq, (long long)cudaop_attention_max_seq());
     if (seq <= 0 || batch <= 0) return 0;
-    LAUNCH(be, "attention kernel", cudaop_attention(cu_impl(be)->stream, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale,
-                                                        window, softcap));
-    return 0;
+    return qd_backend_cuda_attention(be, cu_impl(be)->blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window,
+                                     softcap);
 }
 
 static int cu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)

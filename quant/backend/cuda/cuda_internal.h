@@ -54,10 +54,6 @@ int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, con
 #define CUDAOP_ROPE_MAX_HALF 512
 int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
                 const int32_t *pos, const float *inv_freq, float attn_scale);
-/* Returns cudaErrorInvalidValue when seq is too long for the scores to fit shared memory. */
-int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v, int64_t batch,
-                     int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window,
-                     float softcap);
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
@@ -67,8 +63,6 @@ int cudaop_add(void *stream, float *y, const float *x, int64_t n);
 int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols);
 int cudaop_nll_rows(void *stream, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
                     double *nll_dev, int *flag);
-/* Largest seq cudaop_attention accepts. */
-int64_t cudaop_attention_max_seq(void);
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* Device kernels of the CUDA backend (launchers declared in cuda_internal.h): the GPTQ
- * block loop, fake quantization, column scaling, reductions, norms, RoPE, attention,
+ * block loop, fake quantization, column scaling, reductions, norms, RoPE,
  * activations and per-row NLL. They mirror the CPU backend (the reference) operation by
  * operation: the quantizer uses IEEE division and round-half-even like qd_quant_code, the
  * GPTQ in-block update is written with __fmul_rn/__fsub_rn so nvcc does not contract it into
@@ -359,7 +359,7 @@ extern "C" int cudaop_layernorm(void *stream, float *y, const float *x, const fl
     return op_launched();
 }
 
-/* ---- RoPE, attention ---------------------------------------------------------------- */
+/* ---- RoPE (the attention is in cuda_attention.cu) ----------------------------------- */
 
 /* The frequency table travels as a kernel argument (2 KiB), so no device buffer is needed. */
 struct rope_tab { float inv_freq[CUDAOP_ROPE_MAX_HALF]; };
@@ -393,62 +393,6 @@ extern "C" int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_hea
     return op_launched();
 }
 
-#define ATTN_SMEM_MAX (40 * 1024)
-
-extern "C" int64_t cudaop_attention_max_seq(void) { return ATTN_SMEM_MAX / (int64_t)sizeof(float); }
-
-/* One block per (query row, head): scores of the causal prefix in shared memory, softmax,
- * then each thread owns output dims. Simple rather than fast: the model forward runs on
- * calibration windows, where the GEMMs dominate. */
-__global__ void k_attention(float *out, const float *q, const float *k, const float *v, int64_t seq,
-                            int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window, float softcap)
-{
-    extern __shared__ float sc[];
-    __shared__ float shf[OP_THREADS];
-    __shared__ double shd[OP_THREADS];
-    const int64_t row = blockIdx.x, h = blockIdx.y;            /* row = b * seq + i */
-    const int64_t b = row / seq, i = row % seq, kh = h / (n_heads / n_kv);
-    const int64_t ldq = n_heads * hd, ldk = n_kv * hd;
-    const float *qh = q + row * ldq + h * hd;
-    const float *kb = k + b * seq * ldk + kh * hd, *vb = v + b * seq * ldk + kh * hd;
-    const int64_t lo = window > 0 && i + 1 > window ? i + 1 - window : 0;   /* sliding window */
-    float mx = -INFINITY;
-    for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t d = 0; d < hd; d++) acc += qh[d] * kb[j * ldk + d];
-        acc *= scale;
-        if (softcap > 0.0f) acc = tanhf(acc / softcap) * softcap;   /* Gemma 2 */
-        sc[j] = acc;
-        mx = fmaxf(mx, acc);
-    }
-    mx = block_max(mx, shf);
-    double sum = 0.0;
-    for (int64_t j = lo + threadIdx.x; j <= i; j += blockDim.x) {
-        float e = expf(sc[j] - mx);
-        sc[j] = e;
-        sum += e;
-    }
-    sum = block_sum(sum, shd);                                  /* also orders the sc writes */
-    float inv = (float)(1.0 / sum);
-    float *oh = out + row * ldq + h * hd;
-    for (int64_t d = threadIdx.x; d < hd; d += blockDim.x) {
-        float acc = 0.0f;
-        for (int64_t j = lo; j <= i; j++) acc += sc[j] * vb[j * ldk + d];
-        oh[d] = acc * inv;
-    }
-}
-
-extern "C" int cudaop_attention(void *stream, float *out, const float *q, const float *k, const float *v,
-                                int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                                int64_t window, float softcap)
-{
-    if (seq > cudaop_attention_max_seq()) return (int)cudaErrorInvalidValue;
-    if (batch * seq == 0) return 0;
-    dim3 grid((unsigned)(batch * seq), (unsigned)n_heads);
-    k_attention<<<grid, OP_THREADS, (size_t)seq * sizeof(float), (cudaStream_t)stream>>>(out, q, k, v, seq, n_heads,
-                                                                                         n_kv, hd, scale, window, softcap);
-    return op_launched();
-}
 
 /* ---- elementwise ------------------------------------------------------------------- */
 
