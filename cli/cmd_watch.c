@@ -22,7 +22,9 @@ static void usage(FILE *f)
     fprintf(f, "usage: quantctl watch ID [--redis URL | --http URL] [--timeout S]\n"
                "  Follows the job until it finishes (a bar with ETA on a terminal, lines otherwise),\n"
                "  from the Redis event stream, or with --http from the API's Server-Sent Events.\n%s"
-               "  --timeout S       give up after S seconds without an event (default: wait forever)\n"
+               "  --timeout S       give up after S seconds without an event, and wait as long for a job\n"
+               "                    no daemon has taken yet (default: wait forever for events; an\n"
+               "                    unknown job is refused at once)\n"
                "exit status: 0 done, 1 failed, cancelled, timed out or unreachable, 2 bad usage\n", qctl_conn_help);
 }
 
@@ -163,9 +165,17 @@ int cmd_watch(int argc, char **argv, const qd_runtime_opts *rt)
     char hash[QP_KEY_MAX], stream[QP_KEY_MAX], last[64] = "0";
     qp_key_status(&k, id, hash, sizeof hash);
     qp_key_job_events(&k, id, stream, sizeof stream);
-    redisReply *ex = redisCommand(r, "EXISTS %s", hash);
-    int exists = ex && ex->type == REDIS_REPLY_INTEGER && ex->integer;
-    freeReplyObject(ex);
+    /* A job pushed onto the list has no status until a daemon takes it: with --timeout,
+     * wait for it as long as for an event; without, an unknown id is refused at once (a
+     * typo should not hang). */
+    int exists = 0;
+    for (long w = 0;; w++) {
+        redisReply *ex = redisCommand(r, "EXISTS %s", hash);
+        exists = ex && ex->type == REDIS_REPLY_INTEGER && ex->integer;
+        freeReplyObject(ex);
+        if (exists || !timeout_s || w >= timeout_s) break;
+        sleep(1);
+    }
     if (!exists) { fprintf(stderr, "quantctl: no job '%s'\n", id); redisFree(r); return QCTL_FAIL; }
     int tty = isatty(STDERR_FILENO), rc = -1;
     long waited = 0;

@@ -63,6 +63,18 @@ grep -q 'progress=0.5000' "$tmp/watch.out" || fail "watch missed an event: $(cat
 tail -1 "$tmp/watch.out" | grep -q 'state=done' || fail "watch did not end on done"
 $R hset qjob:w1 state done >/dev/null
 
+# watch of a job no daemon has taken yet: without --timeout an unknown id is refused at once;
+# with it, watch waits for the status to appear, then follows the job (w5 appears after a
+# moment, as when a daemon takes a job pushed with LPUSH).
+set +e; "$Q" watch w5 2>"$tmp/err"; rc=$?; set -e
+[ $rc -eq 1 ] && grep -q "no job 'w5'" "$tmp/err" || fail "watch of an unknown job without --timeout: exit $rc, $(cat "$tmp/err")"
+( sleep 1.5; $R hset qjob:w5 v 1 id w5 state running >/dev/null
+  $R xadd qjob:w5:events '*' event '{"v":1,"type":"state","id":"w5","state":"done","progress":1,"block":0,"blocks":1}' >/dev/null ) &
+late=$!
+"$Q" watch w5 --timeout 20 > "$tmp/watch5.out" || fail "watch --timeout of a job not taken yet: exit $?"
+tail -1 "$tmp/watch5.out" | grep -q 'state=done' || fail "watch of a late job did not end on done: $(cat "$tmp/watch5.out")"
+wait "$late"
+
 # watch over HTTP: the API's Server-Sent Events (replay of w4's stream, then live events).
 $R hset qjob:w4 v 1 id w4 state running progress 0.1 stage quantize block 0 blocks 3 >/dev/null
 ev4() { $R xadd qjob:w4:events '*' event "{\"v\":1,\"type\":\"progress\",\"id\":\"w4\",\"state\":\"$1\",\"progress\":$2,\"block\":$3,\"blocks\":3}" >/dev/null; $R publish qjobs:events "{\"v\":1,\"id\":\"w4\"}" >/dev/null; }
