@@ -14,7 +14,7 @@
 
 #include "proto/status.h"
 #include "quant/job/job.h"
-#include "quant/pipeline/job_paths.h"
+#include "quant/pipeline/admission.h"
 
 #define JSON "application/json"
 

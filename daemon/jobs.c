@@ -14,9 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "quant/core/log.h"
-#include "quant/pipeline/job_paths.h"
-#include "quant/pipeline/pipeline.h"
-#include "quant/pipeline/state.h"
+#include "quant/pipeline/admission.h"
 
 #define ARGS_MAX 64
 
@@ -420,16 +418,12 @@ static int cmp_jobs(const void *a, const void *b)
  * have advanced it). */
 static int next_block(qdd_job *j)
 {
-    char path[4200];
-    snprintf(path, sizeof path, "%s/.quantd/state.json", j->job->output);
-    qd_ckpt_state s;
     qd_err err = {0};
-    int b = 0;
-    if (qd_state_load(path, &s, &err) == 0) {
-        j->n_blocks = s.n_blocks;
-        b = s.next_block < s.n_blocks ? s.next_block : s.n_blocks - 1;
+    int next = 0, n = 0, b = 0;
+    if (qd_state_progress(j->job->output, &next, &n, &err) == 0) {
+        j->n_blocks = n;
+        b = next < n ? next : n - 1;
     }
-    qd_state_free(&s);
     return b < 0 ? 0 : b;
 }
 

@@ -1,5 +1,5 @@
-/* The output-overlap check (see job_paths.h). */
-#include "quant/pipeline/job_paths.h"
+/* The output-overlap check (qd_job_paths_check, admission.h). */
+#include "quant/pipeline/admission.h"
 
 #include <limits.h>
 #include <stdio.h>

@@ -36,6 +36,7 @@
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
 #include "quant/job/job.h"
+#include "quant/pipeline/admission.h"
 
 typedef struct qd_progress {
     const char *job_id;
@@ -61,33 +62,8 @@ typedef struct qd_pipeline_hooks {
     uint64_t fence;
 } qd_pipeline_hooks;
 
-/* What a job needs, estimated before it starts (estimate.c, term by term): an upper bound,
- * not more than twice the measured peak on test_estimate's jobs. */
-typedef struct qd_pipeline_estimate {
-    uint64_t peak_ram_bytes;     /* process base + lm_head + one block's F32 weights x3 + activations
-                                    in, out and the file's host copy + Hessians + batch scratch
-                                    (+ AWQ outputs, + the final eval) */
-    uint64_t disk_bytes;         /* checkpoint (every block, up to two activation files) + output */
-    uint64_t act_bytes;          /* calibration activations of one block (F32 in memory) */
-    uint64_t acts_ram_bytes;     /* the part of peak_ram_bytes the calibration size sets: the
-                                    activations in, out, between the halves, and the file copy */
-    uint64_t acts_disk_bytes;    /* the part of disk_bytes that is activation files */
-    uint64_t mlp_act_bytes;      /* a dense block's MLP activation (the down projection's input
-                                    over every calibration row) for true-sequential GPTQ and AWQ,
-                                    0 for other jobs */
-    uint64_t mlp_act_added_bytes;/* what keeping it adds to peak_ram_bytes and acts_ram_bytes:
-                                    GPTQ's activation; 0 for AWQ, whose term already counts it
-                                    (its clip search holds that input) */
-    int keep_mlp_act;            /* 1: the block keeps it for the final forward, which is then the
-                                    down projection alone instead of the MLP half again */
-    int n_blocks;
-} qd_pipeline_estimate;
-
 typedef struct qd_pipeline qd_pipeline;
 
-/* Estimates from the model's config.json, the job and this machine's physical memory (which
- * decides keep_mlp_act: qd_pipeline_mlp_keep_decide); no weights are read. */
-int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err);
 /* Whether a block keeps its MLP activation of keep_bytes, given the job's peak without it:
  * always up to QD_MLP_KEEP_BYTES (1 GiB), and beyond that when the peak with it stays within
  * half of phys_bytes, the machine's physical memory (0: unknown, then only the first rule).
@@ -111,11 +87,6 @@ void qd_pipeline_estimate_hint(const qd_pipeline_estimate *est, int which, char 
  * a quantd output that overwrite removes first. */
 int qd_pipeline_check_disk(const qd_pipeline_estimate *est, uint64_t free_bytes, uint64_t held_bytes, const char *where,
                            qd_err *err);
-/* The figures a run is measured against, {"peak_ram_bytes": .., "disk_bytes": ..}: the
- * report's resources.estimate and the status hash's `estimate`. Owned by the caller
- * (cJSON_Delete); NULL when out of memory. */
-struct cJSON;
-struct cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est);
 
 /* Opens the model, checks the output directory (refused when it exists and is neither
  * empty, nor this job's checkpoint, nor allowed by job->overwrite), checks memory and disk,

@@ -14,6 +14,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/jsonfile.h"
 #include "quant/job/hash.h"
+#include "quant/pipeline/admission.h"
 #include "quant/pipeline/pipeline.h"
 
 void qd_state_init(qd_ckpt_state *s)
@@ -167,6 +168,21 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
     if (r->routed_tokens >= 0) cJSON_AddNumberToObject(o, "routed_tokens", (double)r->routed_tokens);
     return o;
+}
+
+int qd_state_progress(const char *output, int *next_block, int *n_blocks, qd_err *err)
+{
+    char path[4200];
+    if (snprintf(path, sizeof path, "%s/.quantd/state.json", output) >= (int)sizeof path)
+        return qd_err_set(err, QD_EINVAL, "%s: the output path is too long", output);
+    qd_ckpt_state s;
+    int rc = qd_state_load(path, &s, err);
+    if (rc == 0) {
+        *next_block = s.next_block;
+        *n_blocks = s.n_blocks;
+    }
+    qd_state_free(&s);
+    return rc;
 }
 
 int qd_state_save(const char *path, const qd_ckpt_state *s, qd_err *err)

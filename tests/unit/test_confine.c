@@ -18,7 +18,7 @@
 #include "pipeline_testlib.h"
 #include "quant/core/confine.h"
 #include "quant/core/fsutil.h"
-#include "quant/pipeline/job_paths.h"
+#include "quant/pipeline/admission.h"
 #include "test_util.h"
 
 static char T[4096], root[4200], outside[4200], secret[4300];

@@ -6,7 +6,7 @@
 #include <stdio.h>
 #include <unistd.h>
 
-#include "quant/pipeline/job_paths.h"
+#include "quant/pipeline/admission.h"
 #include "quant/pipeline/state.h"
 
 #include "pipeline_testlib.h"
