@@ -4,7 +4,8 @@
  * bench/results/eval-speed.md (hidden 1024, intermediate 2816), 4-bit g128. Build and run:
  *
  *   gcc -O2 -std=gnu11 -I. -o build/dequant_bench bench/dequant_bench.c build/libquant.a \
- *       build/libqformats.a $(pkg-config --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm
+ *       build/libqadmit.a build/libqjob.a build/libqformats.a build/libqcore.a \
+ *       $(pkg-config --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm
  *   build/dequant_bench [FORMAT] [REPS]     (defaults: gptq, 5)
  *
  * Prints one JSON line per decoder: wall ns/weight (median of REPS over the block's seven

@@ -15,7 +15,8 @@ threads="${2:-2}"
 data="${QUANTD_SHARED_DATA:-$root/../shared/data}"
 bin="$build/forward_bench"
 
-gcc -O2 -std=gnu11 -I"$root" -o "$bin" "$here/forward_bench.c" "$root/startup/runtime_env.c" "$build/libquant.a" "$build/libqformats.a" \
+gcc -O2 -std=gnu11 -I"$root" -o "$bin" "$here/forward_bench.c" "$root/startup/runtime_env.c" \
+    "$build/libquant.a" "$build/libqadmit.a" "$build/libqjob.a" "$build/libqformats.a" "$build/libqcore.a" \
     $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm
 
 echo "# $(date -u +%Y-%m-%dT%H:%M:%SZ) $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs) nproc=$(nproc) threads=$threads"

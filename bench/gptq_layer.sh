@@ -30,7 +30,8 @@ mkdir -p "$BUILD/bench" "$DATA"
 LIBS="$(pkg-config --libs openblas lapacke libcjson) -lm -lpthread"
 CFLAGS="-O2 $(pkg-config --cflags openblas lapacke)"
 cc $CFLAGS -I"$ROOT" -o "$BUILD/bench/sgemm_peak" "$ROOT/bench/sgemm_peak.c" "$ROOT/quant/core/clock.c" $LIBS
-cc $CFLAGS -I"$ROOT" -o "$BUILD/bench/gptq_bench" "$ROOT/bench/gptq_bench.c" "$ROOT/startup/runtime_env.c" "$BUILD/libquant.a" "$BUILD/libqformats.a" $LIBS
+cc $CFLAGS -I"$ROOT" -o "$BUILD/bench/gptq_bench" "$ROOT/bench/gptq_bench.c" "$ROOT/startup/runtime_env.c" \
+    "$BUILD/libquant.a" "$BUILD/libqadmit.a" "$BUILD/libqjob.a" "$BUILD/libqformats.a" "$BUILD/libqcore.a" $LIBS
 
 SHAPES=${SHAPES:-4096x4096 4096x11008 11008x4096}
 for shape in $SHAPES; do

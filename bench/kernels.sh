@@ -28,7 +28,8 @@ else
     cuda_home="${CUDA_HOME:-/usr/local/cuda}"
     bin="$build/kernel_bench"
     cflags=(-O2 -std=gnu11 -Wall -Werror -I"$root")
-    libs=("$lib" "$build/libqformats.a" $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm)
+    libs=("$lib" "$build/libqadmit.a" "$build/libqjob.a" "$build/libqformats.a" "$build/libqcore.a"
+           $(pkg-config --cflags --libs openblas lapacke libcjson libpcre2-8) -lpthread -lm)
     # A sanitized libquant (the test build) needs the same sanitizers at link time.
     san=$(sed -n 's/^QUANTD_SANITIZE:STRING=//p' "$build/CMakeCache.txt" 2>/dev/null)
     [ -z "$san" ] || cflags+=(-fsanitize="$san")

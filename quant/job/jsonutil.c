@@ -103,8 +103,8 @@ int qpj_get_int(const cJSON *obj, const char *path, const char *name, int64_t lo
     if (!cJSON_IsNumber(v))
         return qp_err_set(err, QP_EINVAL, "%s.%s: %s, got %s", path, name, rule, qpj_type_name(v));
     double x = v->valuedouble;
-    /* Range first, so the int64 conversion below is defined; it replaces floor() because
-     * libqproto links no libm. */
+    /* Range first, so the int64 conversion below is defined; it replaces floor(), so the job
+     * spec's own code calls nothing of libm. */
     if (!isfinite(x) || x < (double)lo || x > (double)hi || x != (double)(int64_t)x)
         return qp_err_set(err, QP_EINVAL, "%s.%s: %s, got %s", path, name, rule,
                           qpj_describe(v, desc, sizeof desc));

@@ -1,4 +1,5 @@
-/* The qp_err record: formatting helpers (see perr.h for why proto has its own). */
+/* The qp_err record: formatting helpers (see perr.h for why the job spec and the protocol
+ * have their own). */
 #include "quant/job/perr.h"
 
 #include <stdio.h>

@@ -1,11 +1,15 @@
-/* Error record for libqproto.
+/* Error record of the job spec (libqjob) and the service protocol (libqproto, proto/).
  *
- * proto/ must not link libquant (the daemon, the CLI and the workers all use it, and the
- * daemon must stay free of numeric code), so it carries its own twin of quant/core's qd_err:
- * the same layout, the same message size and the same numeric codes, so a caller that has
- * both can copy one into the other (`qd_err_set(err, pe.code, "%s", pe.msg)`). Every
- * fallible qp_* call returns 0 or a negative QP_E* code and writes one sentence naming the
- * field into the caller-owned record (which may be NULL). */
+ * A twin of quant/core's qd_err: the same layout, the same message size and the same
+ * numeric codes, so a caller that has both can copy one into the other
+ * (`qd_err_set(err, pe.code, "%s", pe.msg)`). It dates from when the job spec lived in
+ * proto/ and linked nothing of the library; now quant/job sits at rank 2, above quant/core
+ * (docs/architecture.md, "Layers"), and could use qd_err itself, but every qp_* call and its
+ * callers speak qp_err, and keeping it costs one copy at the boundary. Neither library
+ * brings in numeric code: the daemon links them with libqadmit and never libquant, so it
+ * loads no BLAS, LAPACKE or CUDA library (docs/architecture.md, "Admission"). Every fallible
+ * qp_* call returns 0 or a negative QP_E* code and writes one sentence naming the field into
+ * the caller-owned record (which may be NULL). */
 #ifndef QUANT_JOB_PERR_H
 #define QUANT_JOB_PERR_H
 
