@@ -64,6 +64,9 @@ typedef struct qd_pipeline_hooks {
 
 typedef struct qd_pipeline qd_pipeline;
 
+/* The estimate itself (qd_pipeline_estimate, qd_pipeline_estimate_job and its JSON) is in
+ * admission.h, included above: the part of the pipeline's interface the daemon uses. */
+
 /* Whether a block keeps its MLP activation of keep_bytes, given the job's peak without it:
  * always up to QD_MLP_KEEP_BYTES (1 GiB), and beyond that when the peak with it stays within
  * half of phys_bytes, the machine's physical memory (0: unknown, then only the first rule).
