@@ -1,19 +1,19 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: everything the first GPU minutes should run, as one command (issue #20).
 #
-#   bench/gpu.sh [--lease] [--dry-run] [--steps build,test,sanitize,selftest,bench,job]
+#   bench/gpu.sh [--lease] [--dry-run] [--steps build,test,sanitize,selftest,bench,moe,job]
 #                [--bundle FILE] [--budget SECONDS] [--build DIR] [--reuse-build DIR]
 #                [--results DIR] [--out DIR] [--device cuda:N] [--job-blocks N]
 #                [--job-samples N] [--agree-blocks N] [--agree-samples N] [--agree-seq N]
-#                [--reps N]
+#                [--moe-blocks N] [--moe-hidden N] [--moe-samples N] [--moe-seq N] [--reps N]
 #
 # On a lent machine of the device tool, one command (made for its 15 minutes of device time,
 # machine start included, and its 8 files back from $OUT):
 #   bench/gpu_bundle.sh                        # here, first: build/gpu-bundle.tar.gz
 #   bench/gpu.sh --lease --out "$OUT"          # there, carrying build/gpu-bundle.tar.gz
 # --lease is --bundle build/gpu-bundle.tar.gz --budget 480 --steps
-# build,test,selftest,bench,job,sanitize --job-blocks 2 --agree-blocks 1 --agree-samples 8
-# --reps 50; options after it override it.
+# build,test,selftest,bench,moe,job,sanitize --job-blocks 2 --agree-blocks 1 --agree-samples 8
+# --moe-blocks 1 --moe-samples 8 --reps 50; options after it override it.
 #
 # Steps (each timed; a failure is recorded and the later steps still run; they run in the
 # order --steps names them):
@@ -27,6 +27,12 @@
 #   selftest  quantctl selftest --device cuda:N (full)
 #   bench     bench/kernels.sh: 7B and 70B-MLP shapes, batch 1..16, L2 flushed between
 #             repetitions, CUDA events, median; against cuBLAS FP16 and the copy bandwidth
+#   moe       an MoE-shaped job (gen-model --experts 8 --top-k 2: --moe-blocks Mixtral-style
+#             blocks of --moe-hidden, experts 3.5x as wide, head dim 64, 4 query heads per KV
+#             head; calibration --moe-samples x --moe-seq), "compute": "f32", on CUDA and on
+#             the CPU: seconds per block on each and the per-layer error difference, experts'
+#             layers included. Small (default 2 blocks of 1024 at 16 x 512; --lease 1 block at
+#             8 x 512), so it fits the budget before the 7B-shaped job.
 #   job       a 7B-shaped synthetic job (--job-blocks blocks of Llama-2-7B shape, calibration
 #             --job-samples x 2048, a bfloat16 checkpoint) on CUDA with "compute": "f32":
 #             seconds per block and per stage, peak GPU memory; the same job with the
@@ -54,7 +60,8 @@
 # waiting for real seconds).
 #
 # --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
-# report and the CPU half of the job step (default: one block at 8 x 256 tokens), and
+# report and the CPU halves of the moe step (one block of 256 at 4 x 128) and the job step
+# (default: one block at 8 x 256 tokens), and
 # records every GPU step as skipped with the reason. With --reuse-build DIR the dry run
 # takes quantctl from DIR (an existing build) and compiles only the CUDA sources for the
 # report, which is what CI does (tests/integration/test_gpu_dry_run.sh).
@@ -64,17 +71,19 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 here="$root/bench"
 
-usage() { sed -n '2,62p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" | sed 's/^# \{0,1\}//'; }
 
-all_steps="build test sanitize selftest bench job"
-dry=0 steps="build,test,sanitize,selftest,bench,job" build="" reuse="" results="$root/bench/results" outdir=""
+all_steps="build test sanitize selftest bench moe job"
+dry=0 steps="build,test,sanitize,selftest,bench,moe,job" build="" reuse="" results="$root/bench/results" outdir=""
 device="cuda:0" job_blocks=4 job_samples=128 agree_blocks="" agree_samples="" agree_seq="" reps=100
+moe_blocks="" moe_hidden="" moe_samples="" moe_seq=""
 bundle="" budget=0 lease=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) dry=1; shift; continue ;;
         --lease)
-            lease=1 steps="build,test,selftest,bench,job,sanitize" budget=480 job_blocks=2 agree_blocks=1 agree_samples=8 reps=50
+            lease=1 steps="build,test,selftest,bench,moe,job,sanitize" budget=480 job_blocks=2 agree_blocks=1 agree_samples=8 reps=50
+            moe_blocks=1 moe_samples=8
             shift; continue ;;
         -h|--help) usage; exit 0 ;;
     esac
@@ -92,6 +101,10 @@ while [ $# -gt 0 ]; do
         --agree-samples) agree_samples=$2 ;;
         --agree-seq) agree_seq=$2 ;;
         --reps) reps=$2 ;;
+        --moe-blocks) moe_blocks=$2 ;;
+        --moe-hidden) moe_hidden=$2 ;;
+        --moe-samples) moe_samples=$2 ;;
+        --moe-seq) moe_seq=$2 ;;
         --bundle) bundle=$2 ;;
         --budget) budget=$2 ;;
         *) echo "gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -112,10 +125,15 @@ fi
 # time budget on 16 cores); one block at 8 x 256 without a GPU (the dry run, CI).
 if [ "$dry" = 1 ]; then d_blocks=1 d_samples=8 d_seq=256; else d_blocks=2 d_samples=16 d_seq=2048; fi
 agree_blocks=${agree_blocks:-$d_blocks} agree_samples=${agree_samples:-$d_samples} agree_seq=${agree_seq:-$d_seq}
-for v in "$job_blocks" "$job_samples" "$agree_blocks" "$agree_samples" "$agree_seq" "$reps"; do
+# The MoE step's: 2 blocks of hidden 1024 at 16 x 512 on a GPU machine, one of 256 at 4 x 128 without.
+if [ "$dry" = 1 ]; then d_blocks=1 d_hidden=256 d_samples=4 d_seq=128; else d_blocks=2 d_hidden=1024 d_samples=16 d_seq=512; fi
+moe_blocks=${moe_blocks:-$d_blocks} moe_hidden=${moe_hidden:-$d_hidden} moe_samples=${moe_samples:-$d_samples} moe_seq=${moe_seq:-$d_seq}
+for v in "$job_blocks" "$job_samples" "$agree_blocks" "$agree_samples" "$agree_seq" "$reps" \
+         "$moe_blocks" "$moe_hidden" "$moe_samples" "$moe_seq"; do
     case "$v" in ''|*[!0-9]*) echo "gpu.sh: '$v' is not a positive number" >&2; exit 2 ;; esac
     [ "$v" -gt 0 ] || { echo "gpu.sh: counts must be positive" >&2; exit 2; }
 done
+[ $((moe_hidden % 256)) = 0 ] || { echo "gpu.sh: --moe-hidden $moe_hidden is not a multiple of 256 (64-wide heads, 4 per KV head)" >&2; exit 2; }
 case "$device" in cuda:[0-9]*) ;; *) echo "gpu.sh: --device '$device' is not cuda:N" >&2; exit 2 ;; esac
 [ -z "$reuse" ] || [ -x "$reuse/quantctl" ] || { echo "gpu.sh: --reuse-build $reuse has no quantctl" >&2; exit 2; }
 command -v python3 >/dev/null || { echo "gpu.sh: python3 is needed for the reports" >&2; exit 2; }
@@ -415,6 +433,40 @@ run_job() {
     [ -z "$mon" ] || kill "$mon" 2>/dev/null
     cp "$W/out-$label/quantd_report.json" "$L/job-$label-report.json" 2>/dev/null
     return "$rc"
+}
+
+# ---- an MoE-shaped job, CPU vs CUDA ------------------------------------------------------------
+# Experts on the device: routing on the host, each expert's rows gathered and its output
+# scatter-added there (docs/gpu.md). CUDA first, so a short budget measures the device side.
+step_moe() {
+    if [ "$gpu" = 1 ]; then ensure_build; fi
+    Q="$(qbin)/quantctl"
+    [ -x "$Q" ] || fail "no quantctl in $(qbin) (run the build step, or pass --reuse-build or --bundle)"
+    local rc=0 cuda_report=- heads=$((moe_hidden / 64))
+    local what="MoE-shaped, $moe_blocks blocks of $moe_hidden, 8 experts top-2, $moe_samples x $moe_seq"
+    "$Q" gen-model --out "$W/mmoe" --layers "$moe_blocks" --hidden "$moe_hidden" --intermediate $((moe_hidden * 7 / 2)) \
+        --heads "$heads" --kv-heads $((heads / 4)) --experts 8 --top-k 2 --max-pos 4096 --vocab 512 --seed 11 > /dev/null \
+        || fail "gen-model of the MoE-shaped model failed"
+    gen_ids "$W/ids-moe.json" $((moe_samples * moe_seq + 4096)) 512
+    if [ "$gpu" = 1 ]; then
+        run_job cuda-moe "$W/mmoe" "$W/ids-moe.json" "$moe_samples" "$moe_seq" "$device" ', "compute": "f32"' \
+            || { rc=1; note "the CUDA MoE job failed (job-cuda-moe.log)"; }
+        python3 "$here/gpu_report.py" job "$L/job-cuda-moe.log" "$L/job-cuda-moe-report.json" "$L/job-cuda-moe-gpumem.log" \
+            "$what, cuda" "$L/moe-1-cuda.md" "$L/headline-moe.tsv" || rc=1
+        cuda_report="$L/job-cuda-moe-report.json"
+    else
+        echo "The CUDA MoE job was skipped: $why_skip." > "$L/moe-1-cuda.md"
+        note "CUDA half skipped: $why_skip"
+    fi
+    run_job cpu-moe "$W/mmoe" "$W/ids-moe.json" "$moe_samples" "$moe_seq" cpu ', "compute": "f32"' \
+        || { rc=1; note "the CPU MoE job failed (job-cpu-moe.log)"; }
+    python3 "$here/gpu_report.py" job "$L/job-cpu-moe.log" "$L/job-cpu-moe-report.json" "$L/job-cpu-moe-gpumem.log" \
+        "$what, cpu" "$L/moe-2-cpu.md" "$L/headline-moe.tsv" || rc=1
+    python3 "$here/gpu_report.py" moe "$L/job-cpu-moe-report.json" "$cuda_report" "$L/moe-3-agreement.md" \
+        "$L/headline-moe.tsv" || rc=1
+    rm -rf "$W/mmoe" "$W/out-cuda-moe" "$W/out-cpu-moe"
+    [ "$gpu" = 1 ] || { [ $rc = 0 ] && exit 78; }
+    return $rc
 }
 
 step_job() {

@@ -6,6 +6,7 @@ results file. Standard library only (the GPU machine may have nothing else).
     gpu_report.py kernels KERNELS.jsonl OUT.md HEAD.tsv
     gpu_report.py job     TIMED_LOG REPORT.json GPUMEM.log LABEL OUT.md HEAD.tsv
     gpu_report.py agree   CPU_REPORT CUDA_REPORT|- PPL.jsonl OUT.md HEAD.tsv
+    gpu_report.py moe     CPU_REPORT CUDA_REPORT|- OUT.md HEAD.tsv
     gpu_report.py summary LOGDIR TITLE OUT.md
 
 Every fragment says what it measured; a figure that could not be measured is written as
@@ -18,7 +19,7 @@ import statistics
 import subprocess
 import sys
 
-STEPS = ["build", "test", "sanitize", "selftest", "bench", "job"]
+STEPS = ["build", "test", "sanitize", "selftest", "bench", "moe", "job"]
 
 
 def write(path, text):
@@ -202,7 +203,8 @@ def cmd_job(timed_log, report, gpumem, label, out_md, head_tsv):
         if rep:
             tot = rep.get("totals", {})
             per = tot.get("block_seconds", 0) / (tot.get("blocks") or 1)
-            goal, met = ("<= 4 s (7B in 2 minutes)", "yes" if per <= 4.0 else "no") if "cuda" in label else ("-", "-")
+            seven_b = "cuda" in label and label.startswith("7B-shaped")
+            goal, met = ("<= 4 s (7B in 2 minutes)", "yes" if per <= 4.0 else "no") if seven_b else ("-", "-")
             head_line(f, "%s: seconds per block" % label, "%.2f" % per, goal, met)
         else:
             head_line(f, "%s: seconds per block" % label, "not measured (job failed)", "-", "no")
@@ -211,16 +213,8 @@ def cmd_job(timed_log, report, gpumem, label, out_md, head_tsv):
     return 0 if rep else 1
 
 
-def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
-    out, ok = [], True
-    # A job that failed or ran out of time leaves no report: that side is "not run", never a crash.
-    cpu = json.load(open(cpu_report)) if os.path.exists(cpu_report) else None
-    cuda = json.load(open(cuda_report)) if cuda_report != "-" and os.path.exists(cuda_report) else None
-    if cpu is None:
-        ok = False
-        out.append("The CPU job left no report (it failed or ran out of time: see job-cpu-agree.log), so no layer "
-                   "is compared.\n")
-        cpu = {}
+def layer_table(cpu, cuda, out):
+    """Appends the per-layer CPU vs CUDA table to out; returns (CPU layers by name, differences)."""
     out.append("| layer | CPU rel. error | CUDA rel. error | relative difference |\n|---|---|---|---|")
     diffs = []
     cl = {l["name"]: l for l in cpu.get("layers", [])}
@@ -234,6 +228,52 @@ def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
         out.append("| %s | %s | %s | %s |" % (name, "%.6f" % a if a is not None else "-",
                                               "%.6f" % b if b is not None else "not run",
                                               "%.2e" % d if d is not None else "-"))
+    return cl, diffs
+
+
+def cmd_moe(cpu_report, cuda_report, out_md, head_tsv):
+    """The MoE-shaped job on both backends: every layer, the experts' included, compared."""
+    cpu = json.load(open(cpu_report)) if os.path.exists(cpu_report) else None
+    cuda = json.load(open(cuda_report)) if cuda_report != "-" and os.path.exists(cuda_report) else None
+    out = []
+    if cpu is None:
+        out.append("The CPU MoE job left no report (it failed or ran out of time: see job-cpu-moe.log), so no layer "
+                   "is compared.\n")
+    cl, diffs = layer_table(cpu or {}, cuda, out)
+    ex = []
+    if cuda:
+        ul = {l["name"]: l for l in cuda.get("layers", [])}
+        for name, l in cl.items():
+            a, b = l.get("rel_error"), ul.get(name, {}).get("rel_error")
+            if ".experts." in name and a and b is not None:
+                ex.append(abs(a - b) / a)
+    write(out_md, "\n".join(out) + "\n")
+    with open(head_tsv, "a") as f:
+        if diffs:
+            m = max(diffs)
+            head_line(f, "MoE, CPU vs CUDA: largest per-layer relative error difference", "%.2e" % m, "<= 1e-2",
+                      "yes" if m <= 1e-2 else "no")
+            if ex:
+                head_line(f, "MoE, CPU vs CUDA: largest over the %d expert layers" % len(ex), "%.2e" % max(ex), "<= 1e-2",
+                          "yes" if max(ex) <= 1e-2 else "no")
+        else:
+            why = "no CPU run" if not cl else "no CUDA run"
+            head_line(f, "MoE, CPU vs CUDA: per-layer relative error difference", "not measured (%s)" % why, "<= 1e-2",
+                      "-")
+    return 0 if cpu is not None else 1
+
+
+def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
+    out, ok = [], True
+    # A job that failed or ran out of time leaves no report: that side is "not run", never a crash.
+    cpu = json.load(open(cpu_report)) if os.path.exists(cpu_report) else None
+    cuda = json.load(open(cuda_report)) if cuda_report != "-" and os.path.exists(cuda_report) else None
+    if cpu is None:
+        ok = False
+        out.append("The CPU job left no report (it failed or ran out of time: see job-cpu-agree.log), so no layer "
+                   "is compared.\n")
+        cpu = {}
+    cl, diffs = layer_table(cpu, cuda, out)
     ppl = []
     if os.path.exists(ppl_jsonl):
         for line in open(ppl_jsonl):
@@ -331,7 +371,7 @@ def cmd_summary(logdir, title, out_md):
 
 def main(argv):
     cmds = {"ptxas": (cmd_ptxas, 2), "kernels": (cmd_kernels, 3), "job": (cmd_job, 6), "agree": (cmd_agree, 5),
-            "summary": (cmd_summary, 3)}
+            "moe": (cmd_moe, 4), "summary": (cmd_summary, 3)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         sys.stderr.write(__doc__)
         return 2

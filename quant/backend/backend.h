@@ -110,6 +110,21 @@ typedef struct qd_rope_freqs {
     /* y += x */ \
     X(int, add, (qd_backend *be, float *y, const float *x, int64_t n)) \
     X(int, add_bias, (qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)) \
+    /* Row gather (index-select): dst[i, :] = src[idx[i], :] for i < n_idx, rows of `cols` \
+     * floats, dense; idx (backend memory, int32) holds rows of src, each in [0, src_rows). \
+     * An index outside is QD_EINVAL (the CUDA kernel zeroes that row and flags it). The \
+     * MoE forward gathers an expert's tokens with it, so they never leave the device. */ \
+    X(int, gather_rows, (qd_backend *be, float *dst, const float *src, int64_t src_rows, const int32_t *idx, \
+                         int64_t n_idx, int64_t cols)) \
+    /* Weighted row scatter-add (index-add): dst[idx[i], :] += w[i] * src[i, :] for i < n_idx, \
+     * in that order per element (the product rounded, then the sum), idx and w in backend \
+     * memory. Precondition: the indices are distinct and in [0, dst_rows) — each dst row is \
+     * then written by one i only, so the device runs one thread block per row without \
+     * atomics and the result is deterministic; the CPU backend checks both (QD_EINVAL), \
+     * the CUDA one the range (a row outside is skipped and flagged). An MoE expert's token \
+     * list is distinct by construction. */ \
+    X(int, scatter_add_rows, (qd_backend *be, float *dst, int64_t dst_rows, const float *src, const int32_t *idx, \
+                              const float *w, int64_t n_idx, int64_t cols)) \
     /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */ \
     X(int, nll_rows, (qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, \
                       int64_t vocab, double *nll_host))

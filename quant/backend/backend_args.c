@@ -2,6 +2,7 @@
 #include "quant/backend/backend_args.h"
 
 #include <stddef.h>
+#include <stdlib.h>
 
 #include "quant/backend/gptq_block.h"
 
@@ -82,4 +83,40 @@ int qd_backend_gptq_block_args_check(const char *who, const qd_gptq_block_args *
                           "(at most %d columns)", who, (long long)(a->i2 - a->i1), QD_BACKEND_GPTQ_SMEM,
                           QD_BACKEND_GPTQ_SMEM / (int)sizeof(float));
     return 0;
+}
+
+int qd_backend_rows_args_check(const char *who, const void *dst, const void *src, int64_t rows, const void *idx,
+                               const void *w, int want_w, int64_t n_idx, int64_t cols, int *skip, qd_err *err)
+{
+    *skip = 0;
+    if (!args_int_ok(rows) || !args_int_ok(n_idx) || !args_int_ok(cols))
+        return qd_err_set(err, QD_EINVAL, "%s: shape rows=%lld n_idx=%lld cols=%lld is negative or too large", who,
+                          (long long)rows, (long long)n_idx, (long long)cols);
+    if (n_idx == 0) {
+        *skip = 1;
+        return 0;
+    }
+    if (cols == 0 || rows == 0 || !dst || !src || !idx || (want_w && !w))
+        return qd_err_set(err, QD_EINVAL, "%s: %lld indices into %lld rows of %lld columns with a NULL array or an "
+                          "empty shape", who, (long long)n_idx, (long long)rows, (long long)cols);
+    return 0;
+}
+
+int qd_backend_rows_idx_check(const char *who, const int32_t *idx, int64_t n_idx, int64_t rows, int distinct,
+                              qd_err *err)
+{
+    unsigned char *seen = distinct && n_idx > 1 ? calloc((size_t)rows, 1) : NULL;
+    if (distinct && n_idx > 1 && !seen)
+        return qd_err_set(err, QD_ENOMEM, "%s: no memory to check %lld indices", who, (long long)n_idx);
+    int rc = 0;
+    for (int64_t i = 0; i < n_idx && !rc; i++) {
+        if (idx[i] < 0 || idx[i] >= rows)
+            rc = qd_err_set(err, QD_EINVAL, "%s: index %lld is %d, not a row in [0, %lld)", who, (long long)i,
+                            (int)idx[i], (long long)rows);
+        else if (seen && seen[idx[i]]++)
+            rc = qd_err_set(err, QD_EINVAL, "%s: index %lld repeats row %d (the rows must be distinct)", who,
+                            (long long)i, (int)idx[i]);
+    }
+    free(seen);
+    return rc;
 }

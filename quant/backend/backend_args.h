@@ -31,6 +31,16 @@ int qd_backend_hessian_args_check(const char *who, const void *h, int64_t k, con
 void qd_backend_hessian_weights(int64_t n_seen, int64_t rows, float *alpha, float *beta);
 /* chol_inverse_upper: H [k,k], k within cuSOLVER's int. */
 int qd_backend_chol_args_check(const char *who, const void *h, int64_t k, qd_err *err);
+/* gather_rows / scatter_add_rows: every count within the device's int (rows and n_idx
+ * also within a grid's 2^31 - 1 blocks), cols > 0 when n_idx > 0, and the arrays present
+ * when n_idx > 0 (w too when want_w). *skip = 1 when n_idx is 0 (nothing to do). */
+int qd_backend_rows_args_check(const char *who, const void *dst, const void *src, int64_t rows, const void *idx,
+                               const void *w, int want_w, int64_t n_idx, int64_t cols, int *skip, qd_err *err);
+/* The indices themselves, on a host copy (idx[n_idx]): each in [0, rows), and, with
+ * distinct, no two equal (scatter_add_rows's precondition; a byte per row of scratch).
+ * QD_EINVAL names the first offender; QD_ENOMEM when the scratch cannot be had. */
+int qd_backend_rows_idx_check(const char *who, const int32_t *idx, int64_t n_idx, int64_t rows, int distinct,
+                              qd_err *err);
 /* gptq_block: every array present, the block [i1, i2) inside [0, k), strides wide enough,
  * the U form only (ldl and a separate q refused), and the block narrow enough for its
  * shared-memory copy. */

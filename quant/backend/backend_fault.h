@@ -8,6 +8,9 @@
  * be->broken set; every later call of those ops fails too, as a sticky CUDA error makes
  * every later call fail. The bfloat16 products (gemm_nt_bf16, hessian_accum_bf16, where the
  * backend has them) count as gemm calls, and the message names the op that failed.
+ * Every other op (the kernels, gather_rows and scatter_add_rows included) passes through
+ * uncounted: the MoE forward's device faults come through its router gemm, its experts'
+ * gemms and the upload of each expert's token list, as they would on a GPU.
  * qd_backend_close removes the wrapper. */
 #ifndef QUANT_BACKEND_BACKEND_FAULT_H
 #define QUANT_BACKEND_BACKEND_FAULT_H

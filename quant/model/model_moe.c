@@ -10,8 +10,11 @@
  * experts in index order; Qwen2-MoE adds the shared expert's output scaled by
  * sigmoid(xn . shared_expert_gate), DeepSeek its shared experts' output unscaled.
  *
- * Routing is decided on the host (rows x n_experts floats); the experts' GEMMs run on the
- * backend on gathered rows. With input hooks and qd_model_set_moe_calibrate_all, every
+ * Routing is decided on the host (rows x n_experts floats); everything else stays on the
+ * backend: each expert's rows are gathered there (gather_rows), its GEMMs run on them, and
+ * its output is added into the block's output weighted (scatter_add_rows), so what crosses
+ * between host and device per expert is its token list and weights (n int32 + n float),
+ * not its rows — one transfer per expert on a GPU, not three of n x hidden. With input hooks and qd_model_set_moe_calibrate_all, every
  * expert also runs on every token so its hooks see all of them; only the routed rows reach
  * the output, so the block computes the same function either way. */
 #include <math.h>
@@ -127,87 +130,98 @@ static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, c
     return 0;
 }
 
+/* The host staging of one expert's token list for one upload: n row numbers (int32), then
+ * their n weights (float), so the device copy is idx = stage, w = stage + n. */
+static void stage_weights(int32_t *stage, int64_t n, int64_t i, float w) { memcpy(stage + n + i, &w, sizeof w); }
+
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err)
 {
     const qd_model_config *c = &m->cfg;
     const qd_arch *a = m->arch;
+    qd_backend *be = m->be;
     int64_t E = c->n_experts, K = c->top_k, H = c->hidden;
     float bias[QD_MAX_EXPERTS];
     int64_t ff = c->moe_intermediate > c->shared_intermediate ? c->moe_intermediate : c->shared_intermediate;
     int all = hooks && hooks->input && m->moe_calibrate_all;
-    size_t hb = (size_t)(rows * H) * sizeof(float);
+    size_t hb = (size_t)(rows * H) * sizeof(float), sb = (size_t)rows * (sizeof(int32_t) + sizeof(float));
     float *lg_be = qd_model_scratch(m, QD_SCRATCH_MOE_R, (size_t)(rows * (E + 1)) * sizeof(float), err);
     float *xe = lg_be ? qd_model_scratch(m, QD_SCRATCH_MOE_X, hb, err) : NULL;
     float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, hb, err) : NULL;
     float *f1 = ye ? qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err) : NULL;
     float *f2 = f1 ? qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err) : NULL;
-    if (!f2) return QD_ENOMEM;
+    int32_t *ix_be = f2 ? qd_model_scratch(m, QD_SCRATCH_MOE_I, sb, err) : NULL;
+    if (!ix_be) return QD_ENOMEM;
     moe_route r = {malloc((size_t)(rows * K) * sizeof(int32_t)), malloc((size_t)(rows * K) * sizeof(float)),
                    malloc((size_t)E * sizeof(int64_t))};
     float *lg = malloc((size_t)(rows * E) * sizeof(float));
-    float *xh = malloc(hb), *yh = malloc(hb), *acc = calloc((size_t)(rows * H), sizeof(float));
-    int64_t *sel = malloc((size_t)rows * sizeof(int64_t));
-    float *selw = malloc((size_t)rows * sizeof(float));
+    int32_t *stage = malloc(sb);
     int rc = 0;
-    if (!r.expert || !r.weight || !r.count || !lg || !xh || !yh || !acc || !sel || !selw) {
+    if (!r.expert || !r.weight || !r.count || !lg || !stage) {
         rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
         goto done;
     }
     /* Router: logits in float, decided on the host. */
-    BE_TRY(m, err, "router", m->be->ops->gemm(m->be, 0, 1, rows, E, H, 1.0f, xn, H, bw->router_w, H, 0.0f, lg_be, E));
-    BE_TRY(m, err, "router: download", qd_backend_download(m->be, lg, lg_be, (size_t)(rows * E) * sizeof(float)));
+    BE_TRY(m, err, "router", be->ops->gemm(be, 0, 1, rows, E, H, 1.0f, xn, H, bw->router_w, H, 0.0f, lg_be, E));
+    BE_TRY(m, err, "router: download", qd_backend_download(be, lg, lg_be, (size_t)(rows * E) * sizeof(float)));
     if (bw->router_bias)
-        BE_TRY(m, err, "router bias: download", qd_backend_download(m->be, bias, bw->router_bias, (size_t)E * sizeof(float)));
+        BE_TRY(m, err, "router bias: download", qd_backend_download(be, bias, bw->router_bias, (size_t)E * sizeof(float)));
     if (route_rows(c, lg, bw->router_bias ? bias : NULL, rows, &r)) {
         rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
         goto done;
     }
     if (hooks && hooks->routed) hooks->routed(hooks->ud, bw->block, r.count, (int)E);
-    BE_TRY(m, err, "experts: download", qd_backend_download(m->be, xh, xn, hb));
+    /* out accumulates the experts' weighted outputs, experts in index order. */
+    BE_TRY(m, err, "experts: clear", be->ops->memset0(be, out, hb));
     for (int64_t e = 0; e < E && !rc; e++) {
-        /* The tokens routed to e, in row order, and their weights. */
-        int64_t n = 0;
+        /* The tokens routed to e, in row order, and their weights. A token's top_k experts
+         * are distinct (route_rows), so r.count[e] is their number and the list holds each
+         * row once, as scatter_add_rows requires. */
+        int64_t n = 0, cnt = r.count[e];
         for (int64_t t = 0; t < rows; t++)
             for (int64_t j = 0; j < K; j++)
-                if (r.expert[t * K + j] == e) { sel[n] = t; selw[n] = r.weight[t * K + j]; n++; }
+                if (r.expert[t * K + j] == e) { stage[n] = (int32_t)t; stage_weights(stage, cnt, n, r.weight[t * K + j]); n++; }
         if (n == 0 && !all) continue;
         int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e;
-        const float *x = xn;
+        const int32_t *idx = ix_be;
+        const float *w = (const float *)(ix_be + n);
+        if (n > 0) BE_TRY(m, err, "experts: upload", qd_backend_upload(be, ix_be, stage, (size_t)n * 2 * sizeof(int32_t)));
+        const float *x = xn, *y = ye;
         if (!all) {
-            /* Gather the routed rows (yh is free until the expert's output comes back). */
-            for (int64_t i = 0; i < n; i++) memcpy(yh + i * H, xh + sel[i] * H, (size_t)H * sizeof(float));
-            BE_TRY(m, err, "experts: upload", qd_backend_upload(m->be, xe, yh, (size_t)(n * H) * sizeof(float)));
+            BE_TRY(m, err, "experts: gather", be->ops->gather_rows(be, xe, xn, rows, idx, n, H));
             x = xe;
         }
-        int64_t nr = all ? rows : n;
-        if ((rc = expert_run(m, bw, l0, g0, x, nr, f1, f2, ye, hooks, err))) goto done;
-        BE_TRY(m, err, "experts: download", qd_backend_download(m->be, yh, ye, (size_t)(nr * H) * sizeof(float)));
-        for (int64_t i = 0; i < n; i++) {
-            const float *src = yh + (all ? sel[i] : i) * H;
-            float *dst = acc + sel[i] * H;
-            for (int64_t d = 0; d < H; d++) dst[d] += src[d] * selw[i];
+        if ((rc = expert_run(m, bw, l0, g0, x, all ? rows : n, f1, f2, ye, hooks, err))) goto done;
+        if (all && n > 0) {
+            /* Every token ran; only the routed rows reach the output (xe is free here). */
+            BE_TRY(m, err, "experts: gather", be->ops->gather_rows(be, xe, ye, rows, idx, n, H));
+            y = xe;
         }
+        BE_TRY(m, err, "experts: scatter", be->ops->scatter_add_rows(be, out, rows, y, idx, w, n, H));
     }
     if (c->shared_intermediate > 0) {
-        /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token;
-         * DeepSeek: + shared_experts(xn), ungated. */
+        /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token
+         * (a scatter-add onto rows 0..rows-1 with the gates as weights); DeepSeek:
+         * + shared_experts(xn), ungated. */
         int l0 = m->lin_exp0 + 3 * (int)E, g0 = m->grp_exp0 + 2 * (int)E;
         if ((rc = expert_run(m, bw, l0, g0, xn, rows, f1, f2, ye, hooks, err))) goto done;
-        if (a->shared_gate)
+        if (a->shared_gate) {
             BE_TRY(m, err, "shared expert gate",
-                   m->be->ops->gemm(m->be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
-        BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, yh, ye, hb));
-        if (a->shared_gate)
-            BE_TRY(m, err, "shared expert: download", qd_backend_download(m->be, lg, lg_be, (size_t)rows * sizeof(float)));
-        for (int64_t t = 0; t < rows; t++) {
-            float g = a->shared_gate ? 1.0f / (1.0f + expf(-lg[t])) : 1.0f;
-            for (int64_t d = 0; d < H; d++) acc[t * H + d] += g * yh[t * H + d];
+                   be->ops->gemm(be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
+            BE_TRY(m, err, "shared expert: download", qd_backend_download(be, lg, lg_be, (size_t)rows * sizeof(float)));
+            for (int64_t t = 0; t < rows; t++) {
+                stage[t] = (int32_t)t;
+                stage_weights(stage, rows, t, 1.0f / (1.0f + expf(-lg[t])));
+            }
+            BE_TRY(m, err, "shared expert: upload", qd_backend_upload(be, ix_be, stage, sb));
+            BE_TRY(m, err, "shared expert: scatter",
+                   be->ops->scatter_add_rows(be, out, rows, ye, ix_be, (const float *)(ix_be + rows), rows, H));
+        } else {
+            BE_TRY(m, err, "shared expert: add", be->ops->add(be, out, ye, rows * H));
         }
     }
-    BE_TRY(m, err, "experts: upload", qd_backend_upload(m->be, out, acc, hb));
 done:
     free(r.expert); free(r.weight); free(r.count);
-    free(lg); free(xh); free(yh); free(acc); free(sel); free(selw);
+    free(lg); free(stage);
     return rc;
 }

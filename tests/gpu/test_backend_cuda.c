@@ -3,6 +3,7 @@
  * the scalar reference (the quick self-test). Skips (77) where no CUDA device is visible,
  * which includes every build without CUDA. */
 #include <stdlib.h>
+#include <string.h>
 
 #include "quant/algo/gptq.h"
 #include "quant/backend/backend.h"
@@ -241,6 +242,44 @@ static void test_nn_ops(void)
     free(c);
 }
 
+/* The MoE forward's row ops (gather_rows, scatter_add_rows) against the CPU reference: a
+ * copy, and one product and one sum per element in the same order (no FMA), so the two
+ * backends agree bit for bit; an index out of range is refused (QD_EINVAL, not a device
+ * error) with the rows it names left alone. */
+static void test_gather_scatter(void)
+{
+    const int64_t rows = 300, n = 113, cols = 2049;
+    float *src = rnd((size_t)(rows * cols), 1), *dst0 = rnd((size_t)(rows * cols), 1), *w = rnd((size_t)n, 0.5f);
+    int32_t *idx = malloc((size_t)n * sizeof *idx);
+    for (int64_t i = 0; i < n; i++) idx[i] = (int32_t)((i * 37 + 11) % rows);   /* distinct: 37 is prime to 300 */
+    float *res[2][2];
+    qd_backend *bes[2] = {cpu, gpu};
+    for (int b = 0; b < 2; b++) {
+        qd_backend *be = bes[b];
+        float *s = put(be, src, (size_t)(rows * cols) * sizeof(float)), *d = put(be, dst0, (size_t)(rows * cols) * sizeof(float));
+        float *g = qd_backend_alloc(be, (size_t)(n * cols) * sizeof(float)), *wd = put(be, w, (size_t)n * sizeof(float));
+        int32_t *id = put(be, idx, (size_t)n * sizeof *idx);
+        CHECK_OK(be->ops->gather_rows(be, g, s, rows, id, n, cols));
+        CHECK_OK(be->ops->scatter_add_rows(be, d, rows, g, id, wd, n, cols));
+        res[b][0] = get(be, g, (size_t)(n * cols));
+        res[b][1] = get(be, d, (size_t)(rows * cols));
+        int32_t bad[2] = {0, (int32_t)rows};
+        CHECK_OK(qd_backend_upload(be, id, bad, sizeof bad));
+        CHECK_INT(be->ops->gather_rows(be, g, s, rows, id, 2, cols), QD_EINVAL);
+        CHECK_INT(be->ops->scatter_add_rows(be, d, rows, g, id, wd, 2, cols), QD_EINVAL);
+        CHECK_INT(be->broken, 0);
+        qd_backend_free(be, s); qd_backend_free(be, d); qd_backend_free(be, g); qd_backend_free(be, wd);
+        qd_backend_free(be, id);
+    }
+    CHECK(memcmp(res[0][0], res[1][0], (size_t)(n * cols) * sizeof(float)) == 0);
+    CHECK(memcmp(res[0][1], res[1][1], (size_t)(rows * cols) * sizeof(float)) == 0);
+    if (memcmp(res[0][1], res[1][1], (size_t)(rows * cols) * sizeof(float)))
+        fprintf(stderr, "scatter_add_rows: cpu and cuda differ by %g (relative)\n",
+                rel_diff(res[1][1], res[0][1], (size_t)(rows * cols)));
+    for (int b = 0; b < 2; b++) { free(res[b][0]); free(res[b][1]); }
+    free(src); free(dst0); free(w); free(idx);
+}
+
 /* The attention (cuda_attention.cu: batched GEMMs around a softmax kernel, chunked by
  * quant/backend/attn_plan.h) against the CPU's on the shapes its plan splits: grouped-query
  * heads, several sequences, seq off every row block (256), sliding windows that cut a
@@ -449,6 +488,7 @@ int main(void)
     TEST_RUN(test_nn_ops);
     TEST_RUN(test_attention);
     TEST_RUN(test_fake_quant_refusal);
+    TEST_RUN(test_gather_scatter);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);
     TEST_RUN(test_kernels_selftest);

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/gpu.sh --dry-run, as CI runs it so the script cannot rot before a GPU shows up: it
 # reuses this build (no second build), compiles the CUDA sources for sm_90 with the ptxas
-# report when nvcc is present, runs the CPU half of the 7B-shaped job on one block at a small
-# calibration and the tiny model's perplexity, records every GPU step as skipped with the
+# report when nvcc is present, runs the CPU halves of the MoE-shaped job (one small block of
+# eight experts) and of the 7B-shaped job on one block at a small calibration and the tiny
+# model's perplexity, records every GPU step as skipped with the
 # reason, and writes the results file with its summary table into a temporary directory.
 # Then the lent-machine path: bench/gpu_bundle.sh --from-build packs this build's programs
 # with their libraries, and gpu.sh --lease runs them from the bundle under a stand-in
@@ -15,8 +16,8 @@
 set -u
 . "$(dirname "$0")/cli_common.sh"
 S="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
-steps=build,test,sanitize,selftest,bench,job
-command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,sanitize,selftest,bench,job; }
+steps=build,test,sanitize,selftest,bench,moe,job
+command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,sanitize,selftest,bench,moe,job; }
 
 bash "$S/bench/gpu.sh" --dry-run --steps "$steps" --reuse-build "$QUANTD_BUILD_DIR" --results "$T/results" \
     --agree-samples 4 --agree-seq 256 > "$T/out.log" 2>&1
@@ -36,9 +37,17 @@ has "$md" "model.layers.0.mlp.down_proj | 0.0"
 has "$md" "| float | cpu |"
 has "$md" "| gptq-cpu | cpu |"
 [ -s "$logs/job-cpu-agree-report.json" ] || fail "the CPU job's report was not kept"
+# The MoE step: its CPU half on one block of 256 with 8 experts, every expert's layers in the
+# agreement table, the CUDA side named as not run.
+has "$md" "^| moe | pass (CPU half only) | .* | CUDA half skipped: dry run"
+has "$md" "MoE-shaped, 1 blocks of 256, 8 experts top-2, 4 x 128, cpu: seconds per block"
+has "$md" "block_sparse_moe.experts.7.w2 | 0.0[0-9]* | not run |"
+has "$md" "MoE, CPU vs CUDA: per-layer relative error difference | not measured (no CUDA run)"
+python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"]["blocks"] == 1 and r["totals"]["layers_quantized"] == 28, r["totals"]' \
+    "$logs/job-cpu-moe-report.json" || fail "the CPU MoE job is not one block of 4 attention and 8 x 3 expert layers"
 python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"]["blocks"] == 1 and r["totals"]["layers_quantized"] == 7, r["totals"]' \
     "$logs/job-cpu-agree-report.json" || fail "the CPU job is not one 7B-shaped block of 7 layers"
-if [ "$steps" = build,test,sanitize,selftest,bench,job ]; then
+if [ "$steps" = build,test,sanitize,selftest,bench,moe,job ]; then
     has "$md" "^| build | pass |"
     has "$md" "k_gptq_gemv<4, 1>"
     has "$md" "k_gemm_wmma"
@@ -51,6 +60,8 @@ bash "$S/bench/gpu.sh" --device gpu0 > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "is not cuda:N" "$T/err" || fail "a bad device: exit $rc, $(cat "$T/err")"
 bash "$S/bench/gpu.sh" --bundle "$T/none.tar.gz" > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "gpu_bundle.sh" "$T/err" || fail "a missing bundle: exit $rc, $(cat "$T/err")"
+bash "$S/bench/gpu.sh" --moe-hidden 100 > /dev/null 2> "$T/err"; rc=$?
+[ "$rc" = 2 ] && grep -q "is not a multiple of 256" "$T/err" || fail "a bad --moe-hidden: exit $rc, $(cat "$T/err")"
 bash "$S/bench/gpu.sh" --budget 5m > /dev/null 2> "$T/err"; rc=$?
 [ "$rc" = 2 ] && grep -q "is not a number of seconds" "$T/err" || fail "a bad budget: exit $rc, $(cat "$T/err")"
 bash "$S/bench/gpu_bundle.sh" --arch sm90 > /dev/null 2> "$T/err"; rc=$?
@@ -101,39 +112,48 @@ TIMEOUT
     echo 1000 > "$T/clock"
     : > "$T/timeouts.log"
     # Every GPU step fails at once (one block for the 7B-shaped CUDA job, whose model is made
-    # before it fails); the budget of 60 s cuts the job step short after its first CUDA job
-    # (the CPU agreement run is cut off, not run) and leaves sanitize too little to start.
+    # before it fails); the MoE step's CUDA job fails and its CPU job runs (one block of 256 at
+    # 1 x 64); the budget of 80 s cuts the job step short after its first CUDA job (the CPU
+    # agreement run is cut off, not run) and leaves sanitize too little to start.
     PATH="$T/fake:$PATH" QUANTD_GPU_CLOCK_FILE="$T/clock" FAKE_TIMEOUT_LOG="$T/timeouts.log" \
-        bash "$S/bench/gpu.sh" --lease --bundle "$T/bundle.tar.gz" --budget 60 --results "$T/lease" \
-        --out "$T/out" --job-blocks 1 --job-samples 1 --agree-samples 1 --agree-seq 64 > "$T/lease.log" 2>&1; rc=$?
+        bash "$S/bench/gpu.sh" --lease --bundle "$T/bundle.tar.gz" --budget 80 --results "$T/lease" \
+        --out "$T/out" --job-blocks 1 --job-samples 1 --agree-samples 1 --agree-seq 64 \
+        --moe-hidden 256 --moe-samples 1 --moe-seq 64 > "$T/lease.log" 2>&1; rc=$?
     [ "$rc" = 1 ] || fail "gpu.sh --lease on a stand-in GPU exited $rc, not 1 (every GPU step fails there)"
     # Each bounded command got what was left of the budget less the 20 s the summary keeps
-    # (at least 1 s): started at second 1000 + k, it ends by 1040, and nothing by more than 1060.
+    # (at least 1 s): started at second 1000 + k, it ends by 1060, and nothing by more than 1080.
     n_bounded=$(wc -l < "$T/timeouts.log")
     [ "$n_bounded" -ge 8 ] || fail "only $n_bounded bounded commands in the lease run: $(xargs < "$T/timeouts.log")"
-    grep -q "^1030 10 quantctl$" "$T/timeouts.log" || fail "the first CUDA job did not get the last 10 s: $(xargs < "$T/timeouts.log")"
-    grep -q "^10[34][0-9] 1 quantctl$" "$T/timeouts.log" || fail "no job was cut off by the budget: $(xargs < "$T/timeouts.log")"
+    # The MoE step (before the job step) runs its CUDA job at 30 s and its CPU job at 40 s.
+    grep -q "^1030 30 quantctl$" "$T/timeouts.log" || fail "the MoE CUDA job did not start at 30 s: $(xargs < "$T/timeouts.log")"
+    grep -q "^1040 20 quantctl$" "$T/timeouts.log" || fail "the MoE CPU job did not start at 40 s: $(xargs < "$T/timeouts.log")"
+    grep -q "^1050 10 quantctl$" "$T/timeouts.log" || fail "the first 7B CUDA job did not get the last 10 s: $(xargs < "$T/timeouts.log")"
+    grep -q "^10[56][0-9] 1 quantctl$" "$T/timeouts.log" || fail "no job was cut off by the budget: $(xargs < "$T/timeouts.log")"
     while read -r at limit cmd; do
-        want=$(( 1040 - at )); [ "$want" -ge 1 ] || want=1
+        want=$(( 1060 - at )); [ "$want" -ge 1 ] || want=1
         [ "$limit" = "$want" ] || fail "$cmd started at budget second $((at - 1000)) got timeout $limit, not $want"
-        [ $((at + limit)) -le 1060 ] || fail "$cmd may run past the budget: second $((at - 1000)) + $limit"
+        [ $((at + limit)) -le 1080 ] || fail "$cmd may run past the budget: second $((at - 1000)) + $limit"
     done < "$T/timeouts.log"
-    grep -q "^1000 40 test_backend_cuda$" "$T/timeouts.log" || fail "the test step was not the first bounded command, at 40 s"
+    grep -q "^1000 60 test_backend_cuda$" "$T/timeouts.log" || fail "the test step was not the first bounded command, at 60 s"
     lmd=$(ls "$T"/lease/gpu-*-stand-in.md 2>/dev/null | head -1)
     if [ -z "$lmd" ]; then
         fail "no results file from the lease run"; tail -20 "$T/lease.log" >&2
     else
         llogs="${lmd%.md}"
         has "$lmd" "^bundle:   bundle.tar.gz, built "
-        has "$lmd" "^budget:   60 s"
+        has "$lmd" "^budget:   80 s"
         has "$lmd" "^| build | pass |"
         has "$lmd" "No build here: the programs come from"
         has "$lmd" "^| test | FAIL | .* | a GPU test skipped although cuda:0 is visible"
         has "$lmd" "^| selftest | FAIL |"
         has "$lmd" "^| bench | FAIL |"
         has "$lmd" "^| job | FAIL |"
+        has "$lmd" "^| moe | FAIL | .* | the CUDA MoE job failed"
+        has "$llogs/job-cuda-moe.log" "CUDA device\|no CUDA support"
+        has "$lmd" "MoE-shaped, 1 blocks of 256, 8 experts top-2, 1 x 64, cpu: seconds per block"
+        [ -s "$llogs/job-cpu-moe-report.json" ] || fail "the lease run's CPU MoE job left no report"
         # Started when less than 30 s were left: skipped for the budget, not run.
-        has "$lmd" "^| sanitize | skipped | .* | not started: $((1060 - $(cat "$T/clock"))) s of the --budget of 60 s were left"
+        has "$lmd" "^| sanitize | skipped | .* | not started: $((1080 - $(cat "$T/clock"))) s of the --budget of 80 s were left"
         # Each names what is missing: the device, or (a build without CUDA) the support.
         has "$llogs/selftest.log" "CUDA device\|no CUDA support"
         has "$llogs/job-cuda-7b.log" "CUDA device\|no CUDA support"

@@ -8,7 +8,7 @@
  *   cpu_mem.c      large blocks kept for reuse by alloc/free
  *   cpu_quant.c    fake_quant, scale_cols, sq_diff_sum
  *   cpu_nn.c       rmsnorm, layernorm, rope, attention (and attention_bf16), activations,
- *                  add, nll_rows */
+ *                  add, gather_rows, scatter_add_rows, nll_rows */
 #ifndef QUANT_BACKEND_CPU_INTERNAL_H
 #define QUANT_BACKEND_CPU_INTERNAL_H
 

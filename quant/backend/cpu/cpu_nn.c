@@ -1,5 +1,5 @@
 /* CPU neural-net ops for the model forward: norms, RoPE, causal attention, activations,
- * residual adds and per-row NLL. All operate on plain host F32 memory (the CPU backend's
+ * residual adds, row gather and scatter-add, and per-row NLL. All operate on plain host F32 memory (the CPU backend's
  * memory). Attention runs cblas sgemm per (sequence, head, chunk of query rows) for Q K^T and P V,
  * so OpenBLAS does the heavy lifting; the softmax between them is a scalar loop over the
  * causal (lower) triangle only. Norms, activations and attention's (sequence, head) pairs
@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "quant/backend/cpu/cpu_internal.h"
+#include "quant/backend/backend_args.h"
 #include "quant/backend/cpu/cpu_amx.h"
 #include "quant/backend/cpu/cpu_bf16.h"
 #include "quant/backend/cpu/cpu_exp.h"
@@ -363,6 +364,64 @@ int cpu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows, int6
         float *yr = y + r * cols;
         for (int64_t c = 0; c < cols; c++) yr[c] += bias[c];
     }
+    return 0;
+}
+
+/* Row gather and weighted scatter-add (backend.h): the scalar reference the CUDA kernels are
+ * tested against. The indices are host memory here, so both are checked in full (range, and
+ * for the scatter distinctness) before anything is written. The scatter's rows are split
+ * over the threads; distinct indices make every dst row one thread's, and each element is
+ * dst += src * w as one thread would compute it, so the result does not depend on the
+ * thread count. */
+typedef struct rows_ctx {
+    float *dst;
+    const float *src, *w;
+    const int32_t *idx;
+    int64_t cols;
+} rows_ctx;
+
+static void gather_part(void *ctx, int t, int64_t i0, int64_t i1)
+{
+    const rows_ctx *c = ctx;
+    (void)t;
+    for (int64_t i = i0; i < i1; i++)
+        memcpy(c->dst + i * c->cols, c->src + (int64_t)c->idx[i] * c->cols, (size_t)c->cols * sizeof(float));
+}
+
+static void scatter_part(void *ctx, int t, int64_t i0, int64_t i1)
+{
+    const rows_ctx *c = ctx;
+    (void)t;
+    for (int64_t i = i0; i < i1; i++) {
+        const float *s = c->src + i * c->cols, wi = c->w[i];
+        float *d = c->dst + (int64_t)c->idx[i] * c->cols;
+        for (int64_t j = 0; j < c->cols; j++) d[j] += s[j] * wi;
+    }
+}
+
+int cpu_gather_rows(qd_backend *be, float *dst, const float *src, int64_t src_rows, const int32_t *idx,
+                    int64_t n_idx, int64_t cols)
+{
+    int skip = 0;
+    int rc = qd_backend_rows_args_check("cpu gather_rows", dst, src, src_rows, idx, NULL, 0, n_idx, cols, &skip,
+                                        &be->err);
+    if (rc || skip || (rc = qd_backend_rows_idx_check("cpu gather_rows", idx, n_idx, src_rows, 0, &be->err)))
+        return rc;
+    rows_ctx c = {dst, src, NULL, idx, cols};
+    qd_parallel_for(be->n_threads, n_idx, NN_ROW_GRAIN, gather_part, &c);
+    return 0;
+}
+
+int cpu_scatter_add_rows(qd_backend *be, float *dst, int64_t dst_rows, const float *src, const int32_t *idx,
+                         const float *w, int64_t n_idx, int64_t cols)
+{
+    int skip = 0;
+    int rc = qd_backend_rows_args_check("cpu scatter_add_rows", dst, src, dst_rows, idx, w, 1, n_idx, cols, &skip,
+                                        &be->err);
+    if (rc || skip || (rc = qd_backend_rows_idx_check("cpu scatter_add_rows", idx, n_idx, dst_rows, 1, &be->err)))
+        return rc;
+    rows_ctx c = {dst, src, w, idx, cols};
+    qd_parallel_for(be->n_threads, n_idx, NN_ROW_GRAIN, scatter_part, &c);
     return 0;
 }
 

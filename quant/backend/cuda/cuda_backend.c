@@ -465,6 +465,41 @@ static int cu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows
     return 0;
 }
 
+/* The indices are device memory, so their range is checked by the kernels (a flag read
+ * back here, which waits for the stream) and their distinctness is the caller's
+ * precondition (backend.h); the shapes go through the shared checks first. */
+static int cu_gather_rows(qd_backend *be, float *dst, const float *src, int64_t src_rows, const int32_t *idx,
+                          int64_t n_idx, int64_t cols)
+{
+    int skip = 0, bad = 0;
+    int rc = qd_backend_rows_args_check("cuda gather_rows", dst, src, src_rows, idx, NULL, 0, n_idx, cols, &skip,
+                                        &be->err);
+    if (rc || skip) return rc;
+    LAUNCH(be, "gather_rows kernel",
+           cudaop_gather_rows(cu_impl(be)->stream, dst, src, src_rows, idx, n_idx, cols, cu_impl(be)->flag));
+    if ((rc = cu_flag_take(be, &bad))) return rc;
+    if (bad)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda gather_rows: an index of the %lld is outside the %lld rows",
+                          (long long)n_idx, (long long)src_rows);
+    return 0;
+}
+
+static int cu_scatter_add_rows(qd_backend *be, float *dst, int64_t dst_rows, const float *src, const int32_t *idx,
+                               const float *w, int64_t n_idx, int64_t cols)
+{
+    int skip = 0, bad = 0;
+    int rc = qd_backend_rows_args_check("cuda scatter_add_rows", dst, src, dst_rows, idx, w, 1, n_idx, cols, &skip,
+                                        &be->err);
+    if (rc || skip) return rc;
+    LAUNCH(be, "scatter_add_rows kernel",
+           cudaop_scatter_add_rows(cu_impl(be)->stream, dst, dst_rows, src, idx, w, n_idx, cols, cu_impl(be)->flag));
+    if ((rc = cu_flag_take(be, &bad))) return rc;
+    if (bad)
+        return qd_err_set(&be->err, QD_EINVAL, "cuda scatter_add_rows: an index of the %lld is outside the %lld rows "
+                          "(those rows were skipped)", (long long)n_idx, (long long)dst_rows);
+    return 0;
+}
+
 static int cu_nll_rows(qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
                        double *nll_host)
 {

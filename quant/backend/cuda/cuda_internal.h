@@ -61,6 +61,14 @@ int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);
 int cudaop_add(void *stream, float *y, const float *x, int64_t n);
 int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols);
+/* dst[i] = src[idx[i]] (rows of cols floats); an index outside [0, src_rows) zeroes its row
+ * and sets *flag. */
+int cudaop_gather_rows(void *stream, float *dst, const float *src, int64_t src_rows, const int32_t *idx,
+                       int64_t n_idx, int64_t cols, int *flag);
+/* dst[idx[i]] += w[i] * src[i], indices distinct; one outside [0, dst_rows) is skipped and
+ * sets *flag. */
+int cudaop_scatter_add_rows(void *stream, float *dst, int64_t dst_rows, const float *src, const int32_t *idx,
+                            const float *w, int64_t n_idx, int64_t cols, int *flag);
 int cudaop_nll_rows(void *stream, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
                     double *nll_dev, int *flag);
 

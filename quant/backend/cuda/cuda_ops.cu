@@ -1,6 +1,6 @@
 /* Device kernels of the CUDA backend (launchers declared in cuda_internal.h): the GPTQ
  * block loop, fake quantization, column scaling, reductions, norms, RoPE,
- * activations and per-row NLL. They mirror the CPU backend (the reference) operation by
+ * activations, row gather / scatter-add and per-row NLL. They mirror the CPU backend (the reference) operation by
  * operation: the quantizer uses IEEE division and round-half-even like qd_quant_code, the
  * GPTQ in-block update is written with __fmul_rn/__fsub_rn so nvcc does not contract it into
  * an FMA the reference does not have, and the reductions that decide accuracy accumulate in
@@ -460,6 +460,65 @@ extern "C" int cudaop_add_bias(void *stream, float *y, const float *bias, int64_
 {
     if (rows * cols <= 0) return 0;
     k_add_bias<<<op_blocks(rows * cols), OP_THREADS, 0, (cudaStream_t)stream>>>(y, bias, cols, rows * cols);
+    return op_launched();
+}
+
+/* ---- row gather and scatter-add ---------------------------------------------------- */
+
+/* Rows of both ops are spread over a grid-stride loop of thread blocks, one row per block at
+ * a time, its columns over the block's threads. The scatter's indices are distinct (its
+ * precondition, backend.h), so each dst row is one block's: no atomics, and each element is
+ * dst + src * w in the CPU reference's order (__fmul_rn/__fadd_rn keep nvcc from contracting
+ * it into an FMA the reference does not have). An index outside [0, rows) is skipped (the
+ * gather zeroes its row) and sets *flag. */
+static unsigned rows_blocks(int64_t n) { return (unsigned)(n < 65535 * 32 ? n : 65535 * 32); }
+
+__global__ void k_gather_rows(float *dst, const float *src, int64_t src_rows, const int32_t *idx, int64_t n_idx,
+                              int64_t cols, int *flag)
+{
+    for (int64_t i = blockIdx.x; i < n_idx; i += gridDim.x) {
+        const int64_t r = idx[i];
+        float *d = dst + i * cols;
+        if (r < 0 || r >= src_rows) {
+            if (threadIdx.x == 0) atomicOr(flag, 1);
+            for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) d[j] = 0.0f;
+            continue;
+        }
+        const float *s = src + r * cols;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) d[j] = s[j];
+    }
+}
+
+__global__ void k_scatter_add_rows(float *dst, int64_t dst_rows, const float *src, const int32_t *idx,
+                                   const float *w, int64_t n_idx, int64_t cols, int *flag)
+{
+    for (int64_t i = blockIdx.x; i < n_idx; i += gridDim.x) {
+        const int64_t r = idx[i];
+        if (r < 0 || r >= dst_rows) {
+            if (threadIdx.x == 0) atomicOr(flag, 1);
+            continue;
+        }
+        const float wi = w[i], *s = src + i * cols;
+        float *d = dst + r * cols;
+        for (int64_t j = threadIdx.x; j < cols; j += blockDim.x) d[j] = __fadd_rn(d[j], __fmul_rn(s[j], wi));
+    }
+}
+
+extern "C" int cudaop_gather_rows(void *stream, float *dst, const float *src, int64_t src_rows, const int32_t *idx,
+                                  int64_t n_idx, int64_t cols, int *flag)
+{
+    if (n_idx <= 0) return 0;
+    k_gather_rows<<<rows_blocks(n_idx), OP_THREADS, 0, (cudaStream_t)stream>>>(dst, src, src_rows, idx, n_idx, cols,
+                                                                              flag);
+    return op_launched();
+}
+
+extern "C" int cudaop_scatter_add_rows(void *stream, float *dst, int64_t dst_rows, const float *src,
+                                       const int32_t *idx, const float *w, int64_t n_idx, int64_t cols, int *flag)
+{
+    if (n_idx <= 0) return 0;
+    k_scatter_add_rows<<<rows_blocks(n_idx), OP_THREADS, 0, (cudaStream_t)stream>>>(dst, dst_rows, src, idx, w,
+                                                                                   n_idx, cols, flag);
     return op_launched();
 }
 
