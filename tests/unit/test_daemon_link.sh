@@ -2,7 +2,9 @@
 # quantd links no numeric library (docs/architecture.md, "Admission"): of the library it
 # links libqadmit and what is below it, never libquant, so among the shared libraries it
 # needs (readelf -d) there is no OpenBLAS, LAPACKE, BLAS, LAPACK, gfortran, PCRE2 or CUDA
-# library. (A call of libquant's code from the daemon fails its link before this runs.)
+# library. (A call of libquant's code from the daemon fails its link before this runs.) The
+# test builds are where a libquant link shows: GCC on Debian links with --as-needed, which
+# would drop the unused libraries, except when a sanitizer is on.
 # Usage: test_daemon_link.sh [SOURCE_DIR]; the binary checked is $QUANTD_BUILD_DIR/quantd.
 # Skips (77) where there is none, or no readelf.
 set -u
