@@ -699,7 +699,8 @@ static void reclaim_node(qdd_daemon *d, const char *node, int force, const char 
     qp_key_queue(&d->keys, queue, sizeof queue);
     qp_key_nodes(&d->keys, nodes, sizeof nodes);
     qp_key_failed(&d->keys, failed, sizeof failed);
-    char ret[32], now[32];
+    char ret[32], now[32], chan[QP_KEY_MAX];
+    qp_key_events_channel(&d->keys, chan, sizeof chan);
     snprintf(ret, sizeof ret, "%" PRId64, d->cfg->retention_s);
     snprintf(now, sizeof now, "%" PRId64, qdd_unix_ms());
     const char *keys[5] = {nkey, proc, queue, nodes, failed};
@@ -710,6 +711,7 @@ static void reclaim_node(qdd_daemon *d, const char *node, int force, const char 
     args[na++] = force ? "1" : "0";
     args[na++] = ret;
     args[na++] = now;
+    args[na++] = chan;
     for (int i = 0; i < n_keep && na < ARGS_MAX - 4; i++) args[na++] = keep[i];
     eval(d, qdd_lua_reclaim, 5, keys, na, args, cb, d, NULL);
 }

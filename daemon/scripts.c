@@ -4,6 +4,10 @@
  * would need a NOSCRIPT fallback after a Redis restart for no real gain here). */
 #include "daemon/daemon.h"
 
+/* A number macro as the text Lua reads. */
+#define QDD_STR_(x) #x
+#define QDD_STR(x) QDD_STR_(x)
+
 /* Shared by the take, finish and hand-back scripts: refuse every queued payload that carries
  * id (or is byte-identical to raw, for ids derived from the payload) while that job is live:
  * out of the queue, into the failed list with the reason. The plain substring test keeps
@@ -113,13 +117,14 @@ const char *const qdd_lua_reassert =
  * heartbeat key is gone. Entries go to the right end of the queue (oldest runs first), the
  * node's leases on them are deleted and running hashes say queued again. A job that was
  * running there lost its daemon: the second time that happens it is quarantined (into the
- * failed list KEYS[5] with the reason, its hash failed and kept ARGV[4] seconds; ARGV[5]
- * is now in ms), never handed to another daemon, since a job that kills the daemon that
+ * failed list KEYS[5] with the reason, its hash failed and kept ARGV[4] seconds, its final
+ * state event on its stream and the events channel ARGV[6] as the daemon's own status writes
+ * put it (proto/status.h, version 1); ARGV[5] is now in ms), never handed to another daemon, since a job that kills the daemon that
  * runs it would otherwise walk the cluster. */
 const char *const qdd_lua_reclaim =
     "if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n"
     "local keep = {}\n"
-    "for i = 6, #ARGV do keep[ARGV[i]] = true end\n"
+    "for i = 7, #ARGV do keep[ARGV[i]] = true end\n"
     "local items = redis.call('LRANGE', KEYS[2], 0, -1)\n"
     "local n = 0\n"
     "for i = 1, #items do\n"
@@ -139,8 +144,13 @@ const char *const qdd_lua_reclaim =
     "          quarantine = true\n"
     "          local why = 'quarantined: the job was running when its daemon died, twice (last on node ' .. ARGV[1] .. '); it is not handed to another daemon'\n"
     "          redis.call('LPUSH', KEYS[5], cjson.encode({payload = p, error = why, at_ms = tonumber(ARGV[5])}))\n"
-    "          redis.call('HSET', sk, 'state', 'failed', 'error', why, 'finished_ms', ARGV[5])\n"
+    "          redis.call('HSET', sk, 'state', 'failed', 'error', why, 'finished_ms', ARGV[5], 'updated_ms', ARGV[5])\n"
     "          redis.call('EXPIRE', sk, ARGV[4])\n"
+    "          local ev = cjson.encode({v = 1, type = 'state', id = j.id, state = 'failed', error = why,\n"
+    "                                   finished_ms = tonumber(ARGV[5]), updated_ms = tonumber(ARGV[5])})\n"
+    "          redis.call('XADD', sk .. ':events', 'MAXLEN', '~', '" QDD_STR(QP_STREAM_MAXLEN) "', '*', 'event', ev)\n"
+    "          redis.call('EXPIRE', sk .. ':events', ARGV[4])\n"
+    "          redis.call('PUBLISH', ARGV[6], ev)\n"
     "        else\n"
     "          redis.call('HSET', sk, 'state', 'queued')\n"
     "        end\n"

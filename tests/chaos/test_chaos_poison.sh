@@ -165,6 +165,10 @@ daemon_kill9_twice() {
     wait_for 10 failed_has "\"id\":\"$id\"" || fail "no failed-list record of $id: $(R LRANGE qjobs:failed 0 -1 | cut -c1-400)"
     rec=$(failed_reason "\"id\":\"$id\"")
     [[ $rec == quarantined:* ]] || fail "the failed-list record of $id has error '$rec'"
+    # Its stream ends on the failed state, so watchers (quantctl watch, SSE) see it end.
+    last=$(R XREVRANGE "qjob:$id:events" + - COUNT 1)
+    [[ $last == *'"state":"failed"'* && $last == *quarantined* ]] ||
+        fail "the last event of $id is not the quarantine: $last"
     ! in_queue "$id" || fail "$id was handed back to the queue"
     ! in_processing "$id" n1 || fail "$id left in n1's processing list"
     ! in_processing "$id" n2 || fail "$id in n2's processing list"

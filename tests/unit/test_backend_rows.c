@@ -127,7 +127,7 @@ static void test_refusals(void)
 static void test_shared_checks(void)
 {
     qd_err err = {0};
-    float f[4];
+    float f[4] = {0};
     int32_t idx[3] = {0, 2, 1};
     int skip = -1;
     CHECK_OK(qd_backend_rows_args_check("cuda scatter_add_rows", f, f, 3, idx, f, 1, 3, 4, &skip, &err));
