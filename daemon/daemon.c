@@ -129,6 +129,7 @@ static void cmd_up(qdd_rconn *c)
 {
     qdd_daemon *d = c->ud;
     d->cmd_ready = 0;
+    d->awaiting_recovery = 1;
     d->node_claim_inflight = 0;   /* a claim sent on the previous connection got no reply */
     qdd_node_claim(d);
 }

@@ -171,6 +171,9 @@ struct qdd_daemon {
     qdd_redis_url url;         /* the URL connected to (not reloaded) */
     qdd_rconn cmd, pop, sub;   /* every Redis connection of the daemon */
     int cmd_ready;             /* the start-up/reconnect recovery ran on cmd */
+    int awaiting_recovery;     /* cmd (re)connected, the recovery not run yet: a running job's
+                                  progress is not written (status_write) */
+    int recovering;            /* qdd_jobs_recover is writing: its own status writes go out */
     int pop_inflight;
     /* Redis error replies (rerr.h): logged once per change, retried with backoff. */
     qdd_rerr rerr_queue;       /* BLMOVE and the take script: the pop backs off; /readyz 503 */

@@ -83,6 +83,10 @@ static int eval(qdd_daemon *d, const char *script, int nk, const char **keys, in
 /* Writes the selected status fields, publishes the event and appends it to the stream. */
 static void status_write(qdd_daemon *d, qp_status *st, unsigned which, qp_event_type type)
 {
+    /* After a reconnect and before the recovery (the node claim goes first), a running job's
+     * progress would re-create its hash and hide from the recovery that Redis came back
+     * empty; the recovery's own full write puts it back. Final states always go out. */
+    if (d->awaiting_recovery && !d->recovering && !qp_state_is_final(st->state)) return;
     st->updated_ms = qdd_unix_ms();
     qp_fields f = {0};
     qp_err pe = {0};
@@ -795,6 +799,8 @@ void qdd_jobs_recover(qdd_daemon *d, int force_self)
     qp_key_fence(&d->keys, fence, sizeof fence);
     qp_key_processing(&d->keys, d->node, proc, sizeof proc);
     qp_key_index(&d->keys, idx, sizeof idx);
+    d->recovering = 1;
+    d->awaiting_recovery = 0;
     for (qdd_job *j = d->jobs; j; j = j->next) {
         if (j->lost) continue;
         int unsent_final = j->phase == QDD_JOB_FINAL && !j->final_sent;
@@ -820,6 +826,7 @@ void qdd_jobs_recover(qdd_daemon *d, int force_self)
          * the event and the stream back in step, and progress publishing goes on from it. */
         status_write(d, &j->st, QP_SF_ALL, QP_EVENT_STATE);
     }
+    d->recovering = 0;
 }
 
 static void on_handback(redisAsyncContext *ac, void *r, void *pd)

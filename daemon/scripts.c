@@ -113,14 +113,14 @@ const char *const qdd_lua_reassert =
     "return {1, v and 0 or 1, proc, st, idx, fence}\n";
 
 /* Reclaim a node's processing list: unless forced (our own list at start-up, or entries we
- * do not hold after a reconnect: ARGV[6..] are the payloads to keep), only when its
+ * do not hold after a reconnect: ARGV[7..] are the payloads to keep), only when its
  * heartbeat key is gone. Entries go to the right end of the queue (oldest runs first), the
  * node's leases on them are deleted and running hashes say queued again. A job that was
  * running there lost its daemon: the second time that happens it is quarantined (into the
  * failed list KEYS[5] with the reason, its hash failed and kept ARGV[4] seconds, its final
  * state event on its stream and the events channel ARGV[6] as the daemon's own status writes
- * put it (proto/status.h, version 1); ARGV[5] is now in ms), never handed to another daemon, since a job that kills the daemon that
- * runs it would otherwise walk the cluster. */
+ * put it (proto/status.h, version 1); ARGV[5] is now in ms), never handed to another
+ * daemon, since a job that kills the daemon that runs it would otherwise walk the cluster. */
 const char *const qdd_lua_reclaim =
     "if ARGV[3] ~= '1' and redis.call('EXISTS', KEYS[1]) == 1 then return -1 end\n"
     "local keep = {}\n"
