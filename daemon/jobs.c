@@ -657,6 +657,9 @@ static void on_renew(redisAsyncContext *ac, void *r, void *pd)
 
 void qdd_jobs_renew(qdd_daemon *d)
 {
+    /* Between a reconnect and the recovery a Redis that came back empty has no lease yet:
+     * a renewal then would read "lost"; the recovery re-asserts every lease first. */
+    if (d->awaiting_recovery) return;
     char ttl[32];
     snprintf(ttl, sizeof ttl, "%" PRId64, d->cfg->lease_ttl_ms);
     for (qdd_job *j = d->jobs; j; j = j->next) {
