@@ -60,6 +60,19 @@ typedef struct qd_pipeline_hooks {
     int (*before_commit)(void *ud, int block);
     /* The lease fencing token recorded in state.json at each commit (0: keep the one there). */
     uint64_t fence;
+    /* Fan-out of one step of a block over other workers (docs/parallel.md). The pipeline has
+     * written the inputs of parts 0..n-1 of (block, step) into the job's checkpoint
+     * directory (.quantd/parts/); the hook has them run, each by some worker calling
+     * qd_pipeline_part_run (the caller's own process included), and returns once none is
+     * running any more. Every part's output is then read back and checked; one that is
+     * missing or damaged is computed by the pipeline itself, so a hook that gives up on a
+     * part loses time, never bytes. names[i] is what part i works on, for status. Returns
+     * nonzero to cancel (the run stops with QD_ECANCELLED). NULL: the pipeline runs every
+     * part itself, in memory; the bytes it writes are the same either way. */
+    int (*fanout)(void *ud, int block, const char *step, int n, const char *const *names);
+    /* The name of this worker, recorded in the part outputs it writes (the report's
+     * per-part worker); NULL: "local". */
+    const char *worker;
 } qd_pipeline_hooks;
 
 typedef struct qd_pipeline qd_pipeline;
@@ -129,6 +142,14 @@ qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const 
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
 /* Runs the next block and commits its checkpoint. */
 int qd_pipeline_run_block(qd_pipeline *p, qd_err *err);
+/* Runs part `index` of step `step` ("quantize") of block `block` of the job, as a fan-out
+ * (qd_pipeline_hooks.fanout) announced it: reads the part's input from the job's checkpoint
+ * directory (opened beneath the allowed roots like every job path), computes it on be and
+ * writes its output beside it atomically, with a checksum. worker names this process in the
+ * output (NULL: "local"). *seconds (may be NULL) gets the part's compute time. An input
+ * that is missing or fails its checksum is QD_EFORMAT: the lead computes that part itself. */
+int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const char *step, int index,
+                         const char *worker, double *seconds, qd_err *err);
 /* After the last block: assembles the output directory, runs the eval when asked,
  * writes quantd_report.json and removes .quantd/. */
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err);
