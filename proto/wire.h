@@ -20,10 +20,13 @@
 
 #include "quant/job/perr.h"
 
-#define QP_WIRE_VERSION 1
+/* 2: the parts messages (parts, part, part_done, parts_done) of a step fanned out over workers. */
+#define QP_WIRE_VERSION 2
 #define QP_WIRE_HEADER_BYTES 8
 #define QP_WIRE_MAX_PAYLOAD (1u << 20)   /* 1 MiB: a task carries a job spec of at most 64 KiB */
 #define QP_TASK_WHOLE_JOB (-1)            /* task.block: run every remaining block */
+#define QP_PARTS_MAX 4096                 /* parts.n: the most parts one step is cut into */
+#define QP_PART_NAME_MAX 160              /* parts.names[i]: the longest name of a part */
 
 typedef enum qp_msg_type {
     QP_MSG_NONE = 0,
@@ -36,6 +39,10 @@ typedef enum qp_msg_type {
     QP_MSG_HEARTBEAT,    /* worker -> daemon, every few seconds, busy or not */
     QP_MSG_CANCEL,       /* daemon -> worker: stop the task at the next safe point */
     QP_MSG_SHUTDOWN,     /* daemon -> worker: exit (after the current block when graceful) */
+    QP_MSG_PARTS,        /* worker -> daemon: a lead announces a step cut into parts */
+    QP_MSG_PART,         /* daemon -> worker: run one part */
+    QP_MSG_PART_DONE,    /* worker -> daemon: a part ended (well or not) */
+    QP_MSG_PARTS_DONE,   /* daemon -> worker (the lead): no part of the step runs any more */
     QP_MSG_COUNT_,
 } qp_msg_type;
 
@@ -113,6 +120,53 @@ typedef struct qp_msg_shutdown {
     int graceful;            /* 1: finish and checkpoint the current block first */
 } qp_msg_shutdown;
 
+/* An array of strings: v[0..n-1], owned (each string and v) when decoded. */
+typedef struct qp_strv {
+    char **v;
+    int n;
+} qp_strv;
+
+/* The steps a block may fan out as parts ("quantize"); NULL-terminated. */
+extern const char *const qp_part_steps[];
+
+/* The parts of one step of one block (docs/parallel.md): the lead worker, running the
+ * job's task, has written their inputs into the checkpoint directory. */
+typedef struct qp_msg_parts {
+    char *job_id;            /* required */
+    int block;               /* required, >= 0 */
+    char *step;              /* required: one of qp_part_steps */
+    int n;                   /* required: 1..QP_PARTS_MAX */
+    qp_strv names;           /* optional: at most n names (what part i works on, for status),
+                                each at most QP_PART_NAME_MAX bytes */
+    uint64_t fence;          /* required, >= 1: the lease's token the task runs under */
+} qp_msg_parts;
+
+typedef struct qp_msg_part {
+    char *job_id;            /* required */
+    char *job;               /* required: the job spec JSON object (canonical form, as task) */
+    char *checkpoint_dir;    /* required */
+    int block;               /* required, >= 0 */
+    char *step;              /* required: one of qp_part_steps */
+    int index;               /* required: 0..n-1 of the parts message */
+    uint64_t fence;          /* required, >= 1 */
+} qp_msg_part;
+
+typedef struct qp_msg_part_done {
+    char *job_id;            /* required */
+    int block;               /* required, >= 0 */
+    char *step;              /* required */
+    int index;               /* required, >= 0 */
+    int ok;                  /* required: the part's output is written */
+    char *error;             /* why not, when ok is 0 */
+    double seconds;          /* the part's compute time, >= 0 (0 unknown) */
+} qp_msg_part_done;
+
+typedef struct qp_msg_parts_done {
+    char *job_id;            /* required */
+    int block;               /* required, >= 0 */
+    char *step;              /* required */
+} qp_msg_parts_done;
+
 typedef struct qp_msg {
     qp_msg_type type;
     union {
@@ -125,6 +179,10 @@ typedef struct qp_msg {
         qp_msg_heartbeat heartbeat;
         qp_msg_cancel cancel;
         qp_msg_shutdown shutdown;
+        qp_msg_parts parts;
+        qp_msg_part part;
+        qp_msg_part_done part_done;
+        qp_msg_parts_done parts_done;
     };
 } qp_msg;
 

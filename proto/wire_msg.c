@@ -12,8 +12,10 @@
 
 static const char *const type_names[QP_MSG_COUNT_] = {
     NULL, "hello", "task", "progress", "block_done", "task_done", "task_failed", "heartbeat",
-    "cancel", "shutdown",
+    "cancel", "shutdown", "parts", "part", "part_done", "parts_done",
 };
+
+const char *const qp_part_steps[] = { "quantize", NULL };
 
 const char *qp_msg_type_name(qp_msg_type t)
 {
@@ -29,6 +31,7 @@ enum kind {
     K_DBL,      /* double */
     K_BOOL,     /* int */
     K_BLOCK,    /* int: an index, or QP_TASK_WHOLE_JOB written as "all" */
+    K_STRV,     /* qp_strv: an array of strings */
 };
 
 typedef struct field_def {
@@ -83,6 +86,29 @@ static const field_def fields[] = {
     F(QP_MSG_CANCEL, cancel, job_id, K_STR, 1),
     F(QP_MSG_CANCEL, cancel, reason, K_STR, 0),
     F(QP_MSG_SHUTDOWN, shutdown, graceful, K_BOOL, 1),
+    F(QP_MSG_PARTS, parts, job_id, K_STR, 1),
+    F(QP_MSG_PARTS, parts, block, K_INT, 1),
+    F(QP_MSG_PARTS, parts, step, K_STR, 1),
+    F(QP_MSG_PARTS, parts, n, K_INT, 1),
+    F(QP_MSG_PARTS, parts, names, K_STRV, 0),
+    F(QP_MSG_PARTS, parts, fence, K_U64, 1),
+    F(QP_MSG_PART, part, job_id, K_STR, 1),
+    F(QP_MSG_PART, part, job, K_OBJ, 1),
+    F(QP_MSG_PART, part, checkpoint_dir, K_STR, 1),
+    F(QP_MSG_PART, part, block, K_INT, 1),
+    F(QP_MSG_PART, part, step, K_STR, 1),
+    F(QP_MSG_PART, part, index, K_INT, 1),
+    F(QP_MSG_PART, part, fence, K_U64, 1),
+    F(QP_MSG_PART_DONE, part_done, job_id, K_STR, 1),
+    F(QP_MSG_PART_DONE, part_done, block, K_INT, 1),
+    F(QP_MSG_PART_DONE, part_done, step, K_STR, 1),
+    F(QP_MSG_PART_DONE, part_done, index, K_INT, 1),
+    F(QP_MSG_PART_DONE, part_done, ok, K_BOOL, 1),
+    F(QP_MSG_PART_DONE, part_done, error, K_STR, 0),
+    F(QP_MSG_PART_DONE, part_done, seconds, K_DBL, 0),
+    F(QP_MSG_PARTS_DONE, parts_done, job_id, K_STR, 1),
+    F(QP_MSG_PARTS_DONE, parts_done, block, K_INT, 1),
+    F(QP_MSG_PARTS_DONE, parts_done, step, K_STR, 1),
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
@@ -105,13 +131,47 @@ void qp_msg_init(qp_msg *m, qp_msg_type type)
     }
 }
 
+static void strv_free(qp_strv *sv)
+{
+    for (int i = 0; sv->v && i < sv->n; i++) free(sv->v[i]);
+    free(sv->v);
+    sv->v = NULL;
+    sv->n = 0;
+}
+
 void qp_msg_clear(qp_msg *m)
 {
     if (!m) return;
-    for (size_t i = 0; i < NFIELDS; i++)
-        if (fields[i].type == m->type && (fields[i].kind == K_STR || fields[i].kind == K_OBJ))
-            free(*AT(m, &fields[i], char *));
+    for (size_t i = 0; i < NFIELDS; i++) {
+        if (fields[i].type != m->type) continue;
+        if (fields[i].kind == K_STR || fields[i].kind == K_OBJ) free(*AT(m, &fields[i], char *));
+        if (fields[i].kind == K_STRV) strv_free(AT(m, &fields[i], qp_strv));
+    }
     memset(m, 0, sizeof *m);
+}
+
+static int step_known(const char *s)
+{
+    for (size_t i = 0; s && qp_part_steps[i]; i++)
+        if (!strcmp(s, qp_part_steps[i])) return 1;
+    return 0;
+}
+
+/* The rules the four parts messages share: a block index and a step this build knows. */
+static int validate_part_common(const char *tn, int block, const char *step, qp_err *err)
+{
+    if (block < 0) return qp_err_set(err, QP_EINVAL, "wire.%s.block: must be a block index >= 0, got %d", tn, block);
+    if (!step_known(step))
+        return qp_err_set(err, QP_EINVAL, "wire.%s.step: \"%.40s\" is not a step that runs as parts (quantize)", tn,
+                          step ? step : "");
+    return 0;
+}
+
+static int validate_index(const char *tn, int index, qp_err *err)
+{
+    if (index < 0 || index >= QP_PARTS_MAX)
+        return qp_err_set(err, QP_EINVAL, "wire.%s.index: must be in [0, %d), got %d", tn, QP_PARTS_MAX, index);
+    return 0;
 }
 
 static int is_object_text(const char *s)
@@ -182,6 +242,39 @@ int qp_msg_validate(const qp_msg *m, qp_err *err)
     case QP_MSG_HEARTBEAT:
         if (m->heartbeat.rss_bytes < 0) return qp_err_set(err, QP_EINVAL, "wire.heartbeat.rss_bytes: must not be negative");
         break;
+    case QP_MSG_PARTS: {
+        const qp_msg_parts *p = &m->parts;
+        int rc = validate_part_common(tn, p->block, p->step, err);
+        if (rc) return rc;
+        if (p->n < 1 || p->n > QP_PARTS_MAX)
+            return qp_err_set(err, QP_EINVAL, "wire.parts.n: must be in [1, %d], got %d", QP_PARTS_MAX, p->n);
+        if (p->names.n < 0 || p->names.n > p->n)
+            return qp_err_set(err, QP_EINVAL, "wire.parts.names: %d names for %d parts", p->names.n, p->n);
+        for (int i = 0; i < p->names.n; i++) {
+            if (!p->names.v || !p->names.v[i])
+                return qp_err_set(err, QP_EINVAL, "wire.parts.names[%d]: must be a string", i);
+            if (strlen(p->names.v[i]) > QP_PART_NAME_MAX)
+                return qp_err_set(err, QP_EINVAL, "wire.parts.names[%d]: longer than %d bytes", i, QP_PART_NAME_MAX);
+        }
+        if (p->fence < 1) return qp_err_set(err, QP_EINVAL, "wire.parts.fence: must be a fencing token >= 1");
+        break;
+    }
+    case QP_MSG_PART: {
+        int rc = validate_part_common(tn, m->part.block, m->part.step, err);
+        if (!rc) rc = validate_index(tn, m->part.index, err);
+        if (rc) return rc;
+        if (m->part.fence < 1) return qp_err_set(err, QP_EINVAL, "wire.part.fence: must be a fencing token >= 1");
+        break;
+    }
+    case QP_MSG_PART_DONE: {
+        int rc = validate_part_common(tn, m->part_done.block, m->part_done.step, err);
+        if (!rc) rc = validate_index(tn, m->part_done.index, err);
+        if (rc) return rc;
+        if (m->part_done.seconds < 0) return qp_err_set(err, QP_EINVAL, "wire.part_done.seconds: must not be negative");
+        break;
+    }
+    case QP_MSG_PARTS_DONE:
+        return validate_part_common(tn, m->parts_done.block, m->parts_done.step, err);
     default:
         break;
     }
@@ -215,12 +308,44 @@ char *qp_msg_to_json(const qp_msg *m, qp_err *err)
             rc = *CAT(m, f, int) == QP_TASK_WHOLE_JOB ? qpj_add_str(o, f->name, "all")
                                                       : qpj_add_num(o, f->name, *CAT(m, f, int));
             break;
+        case K_STRV: {
+            const qp_strv *sv = CAT(m, f, qp_strv);
+            if (!sv->n) break;   /* absent and empty mean the same */
+            cJSON *a = cJSON_CreateArray();
+            if (!a || !cJSON_AddItemToObject(o, f->name, a)) { cJSON_Delete(a); rc = QP_ENOMEM; break; }
+            for (int k = 0; k < sv->n && !rc; k++) {
+                cJSON *e = cJSON_CreateString(sv->v[k]);
+                if (!e || !cJSON_AddItemToArray(a, e)) { cJSON_Delete(e); rc = QP_ENOMEM; }
+            }
+            break;
+        }
         }
     }
     char *s = rc ? NULL : qpj_print(o, 0);
     cJSON_Delete(o);
     if (!s) qp_err_set(err, QP_ENOMEM, "wire.%s: out of memory", qp_msg_type_name(m->type));
     return s;
+}
+
+/* An array of at most QP_PARTS_MAX strings; the lengths are qp_msg_validate's. */
+static int decode_strv(qp_strv *sv, const cJSON *v, const char *path, const char *name, qp_err *err)
+{
+    char desc[64];
+    if (!cJSON_IsArray(v))
+        return qp_err_set(err, QP_EFORMAT, "%s.%s: must be an array of strings, got %s", path, name, qpj_describe(v, desc, sizeof desc));
+    int n = cJSON_GetArraySize(v);
+    if (n > QP_PARTS_MAX) return qp_err_set(err, QP_EFORMAT, "%s.%s: more than %d names", path, name, QP_PARTS_MAX);
+    if (n == 0) return 0;
+    if (!(sv->v = calloc((size_t)n, sizeof *sv->v))) return qp_err_set(err, QP_ENOMEM, "%s.%s: out of memory", path, name);
+    const cJSON *e;
+    int i = 0;
+    cJSON_ArrayForEach(e, v) {
+        if (!cJSON_IsString(e))
+            return qp_err_set(err, QP_EFORMAT, "%s.%s[%d]: must be a string, got %s", path, name, i, qpj_describe(e, desc, sizeof desc));
+        if (!(sv->v[i] = strdup(e->valuestring))) return qp_err_set(err, QP_ENOMEM, "%s.%s: out of memory", path, name);
+        sv->n = ++i;
+    }
+    return 0;
 }
 
 static int decode_field(qp_msg *m, const cJSON *o, const field_def *f, const char *path, qp_err *err)
@@ -263,6 +388,8 @@ static int decode_field(qp_msg *m, const cJSON *o, const field_def *f, const cha
         rc = qpj_get_int(o, path, f->name, 0, 2147483647, "must be a block index or \"all\"", &iv, NULL, err);
         if (!rc) *AT(m, f, int) = (int)iv;
         return rc;
+    case K_STRV:
+        return decode_strv(AT(m, f, qp_strv), v, path, f->name, err);
     }
     return 0;
 }

@@ -9,7 +9,7 @@
 
 #include "proto/wire.h"
 
-#define NMSG 11
+#define NMSG 15
 
 /* A sample of every type (two of task and task_done, to cover "all" and a block index). */
 static void make_msgs(qp_msg *m)
@@ -80,6 +80,39 @@ static void make_msgs(qp_msg *m)
 
     qp_msg_init(&m[10], QP_MSG_SHUTDOWN);
     m[10].shutdown.graceful = 1;
+
+    static char *names[] = { "model.layers.3.self_attn.q_proj", "model.layers.3.mlp.experts.7.down_proj", "" };
+    qp_msg_init(&m[11], QP_MSG_PARTS);
+    m[11].parts.job_id = "j2";
+    m[11].parts.block = 3;
+    m[11].parts.step = "quantize";
+    m[11].parts.n = 4;                   /* fewer names than parts is allowed */
+    m[11].parts.names.v = names;
+    m[11].parts.names.n = 3;
+    m[11].parts.fence = 3;
+
+    qp_msg_init(&m[12], QP_MSG_PART);
+    m[12].part.job_id = "j2";
+    m[12].part.job = "{\"version\":1}";
+    m[12].part.checkpoint_dir = "/out/x/.quantd";
+    m[12].part.block = 3;
+    m[12].part.step = "quantize";
+    m[12].part.index = 3;
+    m[12].part.fence = 3;
+
+    qp_msg_init(&m[13], QP_MSG_PART_DONE);
+    m[13].part_done.job_id = "j2";
+    m[13].part_done.block = 3;
+    m[13].part_done.step = "quantize";
+    m[13].part_done.index = 1;
+    m[13].part_done.ok = 0;
+    m[13].part_done.error = "part input .quantd/parts/003-q-0001.bin: checksum mismatch";
+    m[13].part_done.seconds = 0.25;
+
+    qp_msg_init(&m[14], QP_MSG_PARTS_DONE);
+    m[14].parts_done.job_id = "j2";
+    m[14].parts_done.block = 3;
+    m[14].parts_done.step = "quantize";
 }
 
 static int streq(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
@@ -172,6 +205,34 @@ static void test_round_trip_every_type(void)
     j = qp_msg_to_json(&m[10], NULL);
     CHECK_STR(j, "{\"type\":\"shutdown\",\"graceful\":true}");
     free(j);
+    j = qp_msg_to_json(&m[11], NULL);
+    CHECK_STR(j, "{\"type\":\"parts\",\"job_id\":\"j2\",\"block\":3,\"step\":\"quantize\",\"n\":4,\"names\":"
+                 "[\"model.layers.3.self_attn.q_proj\",\"model.layers.3.mlp.experts.7.down_proj\",\"\"],\"fence\":3}");
+    free(j);
+    j = qp_msg_to_json(&m[14], NULL);
+    CHECK_STR(j, "{\"type\":\"parts_done\",\"job_id\":\"j2\",\"block\":3,\"step\":\"quantize\"}");
+    free(j);
+    /* The names come back owned by the decoded message, in order. */
+    j = qp_msg_to_json(&m[11], NULL);
+    qp_msg back;
+    CHECK_OK(qp_msg_from_json(&back, j, strlen(j), NULL));
+    CHECK_INT(back.parts.names.n, 3);
+    if (back.parts.names.n == 3) {
+        CHECK_STR(back.parts.names.v[1], "model.layers.3.mlp.experts.7.down_proj");
+        CHECK_STR(back.parts.names.v[2], "");
+    }
+    qp_msg_clear(&back);
+    free(j);
+    /* Without names: left out of the JSON, none after decoding. */
+    qp_msg nn = m[11];
+    nn.parts.names.v = NULL;
+    nn.parts.names.n = 0;
+    j = qp_msg_to_json(&nn, NULL);
+    CHECK(j && !strstr(j, "names"));
+    CHECK_OK(qp_msg_from_json(&back, j, strlen(j), NULL));
+    CHECK(back.parts.names.n == 0 && back.parts.names.v == NULL);
+    qp_msg_clear(&back);
+    free(j);
     /* The frame header: magic, version, little-endian length. */
     uint8_t *f;
     size_t fl;
@@ -226,10 +287,10 @@ static void test_framing_errors(void)
     /* Another protocol version. */
     uint8_t hdr[8];
     qp_wire_header(hdr, 10);
-    hdr[3] = 2;
+    hdr[3] = 1;   /* a worker from before the parts messages */
     qp_wire_decoder_init(&d, 0);
     CHECK_INT(qp_wire_decoder_feed(&d, hdr, 8, &err), QP_EMISMATCH);
-    CHECK_STR(err.msg, "wire: frame version 2, this side speaks 1");
+    CHECK_STR(err.msg, "wire: frame version 1, this side speaks 2");
     qp_wire_decoder_free(&d);
 
     /* Oversize and zero lengths are refused from the header alone. */
@@ -345,6 +406,85 @@ static void test_bad_bodies(void)
     BAD_BODY("{\"type\":\"heartbeat\",\"t_ms\":1.5}", "wire.heartbeat.t_ms: must be an integer, got 1.5");
     BAD_BODY("{\"type\":\"cancel\"}", "wire.cancel.job_id: missing");
     BAD_BODY("{\"type\":\"shutdown\",\"graceful\":\"yes\"}", "wire.shutdown.graceful: must be true or false");
+    /* parts */
+    BAD_BODY("{\"type\":\"parts\",\"block\":0,\"step\":\"quantize\",\"n\":2,\"fence\":1}", "wire.parts.job_id: missing");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"step\":\"quantize\",\"n\":2,\"fence\":1}", "wire.parts.block: missing");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"n\":2,\"fence\":1}", "wire.parts.step: missing");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"fence\":1}", "wire.parts.n: missing");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":2}", "wire.parts.fence: missing");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":-1,\"step\":\"quantize\",\"n\":2,\"fence\":1}",
+             "wire.parts.block: must be a block index >= 0, got -1");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"forward\",\"n\":2,\"fence\":1}",
+             "wire.parts.step: \"forward\" is not a step that runs as parts (quantize)");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":0,\"fence\":1}",
+             "wire.parts.n: must be in [1, 4096], got 0");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":4097,\"fence\":1}",
+             "wire.parts.n: must be in [1, 4096], got 4097");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":2,\"fence\":0}",
+             "wire.parts.fence: must be a fencing token >= 1");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":1,\"names\":[\"x\",\"y\"],\"fence\":1}",
+             "wire.parts.names: 2 names for 1 parts");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":2,\"names\":\"x\",\"fence\":1}",
+             "wire.parts.names: must be an array of strings, got \"x\"");
+    BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":2,\"names\":[\"x\",3],\"fence\":1}",
+             "wire.parts.names[1]: must be a string, got 3");
+    {
+        char p[512];
+        snprintf(p, sizeof p, "{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":2,\"names\":[\"%0161d\"],"
+                 "\"fence\":1}", 0);
+        BAD_BODY(p, "wire.parts.names[0]: longer than 160 bytes");
+    }
+    /* part */
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":0,\"fence\":1}",
+             "wire.part.job: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":[],\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":0,"
+             "\"fence\":1}", "wire.part.job: must be an object, got an array");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"block\":0,\"step\":\"quantize\",\"index\":0,\"fence\":1}",
+             "wire.part.checkpoint_dir: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"step\":\"quantize\",\"index\":0,\"fence\":1}",
+             "wire.part.block: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"index\":0,\"fence\":1}",
+             "wire.part.step: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"fence\":1}",
+             "wire.part.index: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":0}",
+             "wire.part.fence: missing");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":-1,"
+             "\"fence\":1}", "wire.part.index: must be in [0, 4096), got -1");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":4096,"
+             "\"fence\":1}", "wire.part.index: must be in [0, 4096), got 4096");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":-3,\"step\":\"quantize\",\"index\":0,"
+             "\"fence\":1}", "wire.part.block: must be a block index >= 0, got -3");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"pack\",\"index\":0,"
+             "\"fence\":1}", "wire.part.step: \"pack\" is not a step that runs as parts (quantize)");
+    BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":0,"
+             "\"fence\":0}", "wire.part.fence: must be a fencing token >= 1");
+    /* part_done */
+    BAD_BODY("{\"type\":\"part_done\",\"block\":0,\"step\":\"quantize\",\"index\":0,\"ok\":true}", "wire.part_done.job_id: missing");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"step\":\"quantize\",\"index\":0,\"ok\":true}", "wire.part_done.block: missing");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"index\":0,\"ok\":true}", "wire.part_done.step: missing");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"ok\":true}", "wire.part_done.index: missing");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":0}", "wire.part_done.ok: missing");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":0,\"ok\":1}",
+             "wire.part_done.ok: must be true or false, got 1");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":0,\"ok\":false,\"error\":5}",
+             "wire.part_done.error: must be a string, got 5");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":0,\"ok\":true,\"seconds\":-1}",
+             "wire.part_done.seconds: must not be negative");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":9999,\"ok\":true}",
+             "wire.part_done.index: must be in [0, 4096), got 9999");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":-1,\"step\":\"quantize\",\"index\":0,\"ok\":true}",
+             "wire.part_done.block: must be a block index >= 0, got -1");
+    BAD_BODY("{\"type\":\"part_done\",\"job_id\":\"a\",\"block\":0,\"step\":\"\",\"index\":0,\"ok\":true}",
+             "wire.part_done.step: required");
+    /* parts_done */
+    BAD_BODY("{\"type\":\"parts_done\",\"block\":0,\"step\":\"quantize\"}", "wire.parts_done.job_id: missing");
+    BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"step\":\"quantize\"}", "wire.parts_done.block: missing");
+    BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"block\":0}", "wire.parts_done.step: missing");
+    BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"block\":-1,\"step\":\"quantize\"}",
+             "wire.parts_done.block: must be a block index >= 0, got -1");
+    BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"block\":1,\"step\":\"Quantize\"}",
+             "wire.parts_done.step: \"Quantize\" is not a step that runs as parts (quantize)");
     /* Unknown fields are ignored (a compatible addition), absent optional ones take defaults. */
     const char *ok = "{\"type\":\"progress\",\"job_id\":\"a\",\"stage\":\"load\",\"fraction\":0,\"gpu_temp\":71}";
     qp_msg m;

@@ -17,7 +17,9 @@
 
 static const char *const TOKENS[] = {
     "\"type\":", "\"hello\"", "\"task\"", "\"progress\"", "\"block_done\"", "\"task_done\"", "\"task_failed\"",
-    "\"heartbeat\"", "\"cancel\"", "\"shutdown\"", "\"worker\":", "\"pid\":", "\"backend\":", "\"device\":",
+    "\"heartbeat\"", "\"cancel\"", "\"shutdown\"", "\"parts\"", "\"part\"", "\"part_done\"", "\"parts_done\"",
+    "\"step\":", "\"quantize\"", "\"n\":", "\"names\":", "\"index\":", "\"ok\":", "4096", "4097",
+    "\"worker\":", "\"pid\":", "\"backend\":", "\"device\":",
     "\"protocol\":", "\"selftest_ok\":", "\"selftest\":", "\"job_id\":", "\"job\":", "\"block\":",
     "\"checkpoint_dir\":", "\"fence\":", "\"stage\":", "\"n_blocks\":", "\"layer\":", "\"fraction\":", "\"eta_s\":",
     "\"layer_error\":", "\"seconds\":", "\"job_finished\":", "\"output\":", "\"report\":", "\"error\":", "\"code\":",
