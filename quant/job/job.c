@@ -102,6 +102,7 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->eval.max_windows = 0;
     job->shard_size = QP_JOB_SHARD_DEFAULT;
     job->priority = 0;
+    job->workers = QP_JOB_WORKERS_ALL;
     job->backend = QP_BACKEND_AUTO;
     job->tp = 1;
     job->layout = QP_LAYOUT_PLAIN;
@@ -197,6 +198,9 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         return qp_err_set(err, QP_EINVAL, "job.shard_size: must be a positive number of bytes");
     if (!qp_backend_name(job->backend))
         return qp_err_set(err, QP_EINVAL, "job.backend: invalid value %d", (int)job->backend);
+    if (job->workers < QP_JOB_WORKERS_ALL || job->workers > QP_JOB_WORKERS_MAX)
+        return qp_err_set(err, QP_EINVAL, "job.workers: must be \"all\" or a whole number of workers from 1 to %d, got %d",
+                          QP_JOB_WORKERS_MAX, job->workers);
     if (job->tp < 1)
         return qp_err_set(err, QP_EINVAL, "job.tp: must be an integer >= 1, got %d", job->tp);
     if (!qp_layout_name(job->layout))
@@ -251,6 +255,7 @@ static const qp_job_field job_fields[] = {
     {"shard_size",              "integer or string", "4000000000",   NULL,      NULL,           "\"500MB\""},
     {"overwrite",               "bool",              "false",        NULL,      NULL,           "true"},
     {"priority",                "integer",           "0",            NULL,      NULL,           "5"},
+    {"workers",                 "integer or string", "\"all\"",      NULL,      NULL,           "2"},
     {"backend",                 "string",            "\"auto\"",     NULL,      backend_names,  "\"cpu\""},
     {"tp",                      "integer",           "1",            NULL,      NULL,           "2"},
     {"layout",                  "string",            "\"plain\"",    NULL,      layout_names,   "\"tp_aware\""},
@@ -376,6 +381,24 @@ static int parse_shard_size(const cJSON *root, qp_job *job, qp_err *err)
                           "job.shard_size: must be a positive number of bytes or a size like \"4GB\" or \"500MB\", got %s",
                           qpj_describe(v, desc, sizeof desc));
     job->shard_size = bytes;
+    return 0;
+}
+
+/* "all" (every worker of the node, QP_JOB_WORKERS_ALL) or a count from 1 to QP_JOB_WORKERS_MAX. */
+static int parse_workers(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *v = qpj_field(root, "workers");
+    if (!v) return 0;
+    char desc[64];
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "all")) {
+        job->workers = QP_JOB_WORKERS_ALL;
+        return 0;
+    }
+    double x = cJSON_IsNumber(v) ? v->valuedouble : 0;
+    if (!(x >= 1 && x <= QP_JOB_WORKERS_MAX && x == (double)(int)x))
+        return qp_err_set(err, QP_EINVAL, "job.workers: must be \"all\" or a whole number of workers from 1 to %d, got %s",
+                          QP_JOB_WORKERS_MAX, qpj_describe(v, desc, sizeof desc));
+    job->workers = (int)x;
     return 0;
 }
 
@@ -597,6 +620,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = parse_shard_size(root, job, err)) ||
         (rc = qpj_get_bool(root, p, "overwrite", &job->overwrite, NULL, err)) ||
         (rc = get_int32(root, p, "priority", INT_MIN, INT_MAX, "must be an integer", &job->priority, NULL, err)) ||
+        (rc = parse_workers(root, job, err)) ||
         (rc = get_enum(root, p, "backend", backend_names, 3, &backend, NULL, err)) ||
         (rc = get_int32(root, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->tp, NULL, err)) ||
         (rc = get_enum(root, p, "layout", layout_names, 2, &layout, NULL, err)) ||

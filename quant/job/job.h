@@ -23,6 +23,8 @@
 #define QP_JOB_MAX_BYTES (64 * 1024)   /* largest payload the parser accepts */
 #define QP_JOB_ID_MAX 64               /* longest id (ids go into Redis keys and file names) */
 #define QP_JOB_SHARD_DEFAULT 4000000000ULL   /* "4GB", decimal like transformers' max_shard_size */
+#define QP_JOB_WORKERS_ALL 0           /* job.workers "all" (the default) */
+#define QP_JOB_WORKERS_MAX 4096        /* the largest count job.workers takes */
 
 typedef enum qp_method {
     QP_METHOD_GPTQ = 0,
@@ -145,6 +147,10 @@ typedef struct qp_job {
     uint64_t shard_size;            /* bytes per output shard */
     int overwrite;
     int priority;                   /* higher runs first; FIFO within one priority */
+    int workers;                    /* the most workers one fan-out of a block's step uses, the
+                                       lead included: 1..QP_JOB_WORKERS_MAX, or
+                                       QP_JOB_WORKERS_ALL (every worker of the node); changes
+                                       no output byte (not in the fingerprint) */
     qp_backend_choice backend;
     int tp;                         /* tensor-parallel degree the layout targets, >= 1 */
     qp_layout layout;
@@ -198,12 +204,12 @@ enum {
     QP_JOB_JSON_NO_ID = 2,         /* leave out "id" (what the id itself is derived from) */
     QP_JOB_JSON_OUTPUT_ONLY = 4,   /* only the fields that change the output bytes: for the
                                       checkpoint fingerprint (leaves out id, model, output,
-                                      calibration.path, eval, overwrite, priority, backend,
-                                      kernel_check, kernel_check_rows, error_direct_rows,
-                                      checkpoint and serve) */
+                                      calibration.path, eval, overwrite, priority, workers,
+                                      backend, kernel_check, kernel_check_rows,
+                                      error_direct_rows, checkpoint and serve) */
 };
 /* Canonical JSON: every field in the order of qp_job_fields, defaults filled; the later
- * additions (compute, kernel_check_rows, error_direct_rows, moe, awq, checkpoint, serve)
+ * additions (workers, compute, kernel_check_rows, error_direct_rows, moe, awq, checkpoint, serve)
  * only when not at their defaults, so that older jobs keep their derived ids. malloc'd,
  * caller frees with free(); NULL on allocation failure. */
 char *qp_job_to_json(const qp_job *job, unsigned flags);

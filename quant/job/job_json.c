@@ -76,6 +76,8 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     rc |= qpj_add_num(o, "shard_size", (double)job->shard_size);
     if (all) rc |= qpj_add_bool(o, "overwrite", job->overwrite);
     if (all) rc |= qpj_add_num(o, "priority", job->priority);
+    /* Only when not "all", so that the jobs written before it keep their derived ids. */
+    if (all && job->workers != QP_JOB_WORKERS_ALL) rc |= qpj_add_num(o, "workers", job->workers);
     if (all) rc |= qpj_add_str(o, "backend", qp_backend_name(job->backend));
     rc |= qpj_add_num(o, "tp", job->tp);
     rc |= qpj_add_str(o, "layout", qp_layout_name(job->layout));

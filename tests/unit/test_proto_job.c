@@ -620,6 +620,56 @@ out:
     qp_job_free(a); qp_job_free(c); qp_job_free(t);
 }
 
+/* workers: "all" (0) by default, a count 1..4096 or "all"; kept by the canonical form only when
+ * not "all" (older jobs keep their ids); out of the fingerprint (it changes no output byte). */
+static void test_workers(void)
+{
+    qp_job *a = parse_ok("{" BASE "}");
+    qp_job *all = parse_ok("{" BASE ", \"workers\": \"all\"}");
+    qp_job *one = parse_ok("{" BASE ", \"workers\": 1}");
+    qp_job *max = parse_ok("{" BASE ", \"workers\": 4096}");
+    qp_job *three = parse_ok("{" BASE ", \"workers\": 3.0}");
+    qp_job *nul = parse_ok("{" BASE ", \"workers\": null}");   /* null is absent, as for every field */
+    if (!a || !all || !one || !max || !three || !nul) goto out;
+    CHECK_INT(nul->workers, QP_JOB_WORKERS_ALL);
+    CHECK_INT(a->workers, QP_JOB_WORKERS_ALL);
+    CHECK_INT(all->workers, QP_JOB_WORKERS_ALL);
+    CHECK_INT(one->workers, 1);
+    CHECK_INT(max->workers, 4096);
+    CHECK_INT(three->workers, 3);
+    CHECK_STR(a->id, all->id);             /* "all" is the default: the same job */
+    CHECK(strcmp(a->id, one->id) != 0);    /* another spec, another derived id */
+    char *ja = qp_job_to_json(a, 0), *j1 = qp_job_to_json(one, 0);
+    CHECK(ja && !strstr(ja, "workers"));
+    CHECK_CONTAINS(j1, "\"priority\":0,\"workers\":1,\"backend\"");
+    qp_job *back = j1 ? parse_ok(j1) : NULL;
+    CHECK(back && back->workers == 1);
+    qp_job_free(back);
+    char *fa = qp_job_to_json(a, QP_JOB_JSON_OUTPUT_ONLY), *f1 = qp_job_to_json(one, QP_JOB_JSON_OUTPUT_ONLY);
+    CHECK(fa && f1 && !strcmp(fa, f1));   /* not in the fingerprint */
+    free(ja); free(j1); free(fa); free(f1);
+    qp_job *dup = qp_job_dup(max);
+    CHECK(dup && dup->workers == 4096);
+    qp_job_free(dup);
+    const char *want = "job.workers: must be \"all\" or a whole number of workers from 1 to 4096, got ";
+    EXPECT_ERR("{" BASE ", \"workers\": 0}", "job.workers: must be \"all\" or a whole number of workers from 1 to 4096, got 0");
+    EXPECT_ERR("{" BASE ", \"workers\": -1}", "got -1");
+    EXPECT_ERR("{" BASE ", \"workers\": 4097}", "got 4097");
+    EXPECT_ERR("{" BASE ", \"workers\": 2.5}", "got 2.5");
+    EXPECT_ERR("{" BASE ", \"workers\": 1e300}", want);
+    EXPECT_ERR("{" BASE ", \"workers\": \"ALL\"}", "got \"ALL\"");
+    EXPECT_ERR("{" BASE ", \"workers\": \"2\"}", "got \"2\"");
+    EXPECT_ERR("{" BASE ", \"workers\": true}", "got true");
+    EXPECT_ERR("{" BASE ", \"workers\": [2]}", "got an array");
+    /* A job built in code is checked too. */
+    a->workers = -2;
+    qp_err err = {0};
+    CHECK_ERR(qp_job_validate(a, &err));
+    CHECK_CONTAINS(err.msg, "job.workers: must be \"all\"");
+out:
+    qp_job_free(a); qp_job_free(all); qp_job_free(one); qp_job_free(max); qp_job_free(three); qp_job_free(nul);
+}
+
 static void test_names(void)
 {
     qp_method m;
@@ -746,6 +796,7 @@ int main(void)
     TEST_RUN(test_kernel_check_rows);
     TEST_RUN(test_compute);
     TEST_RUN(test_checkpoint_options);
+    TEST_RUN(test_workers);
     TEST_RUN(test_names);
     TEST_RUN(test_mutations_never_crash);
     return test_finish();
