@@ -6,12 +6,31 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
 #include <hiredis/hiredis.h>
 
 #include "cli/client.h"
 #include "cli/quantctl.h"
 #include "proto/keys.h"
 #include "proto/status.h"
+
+/* The parts in flight, one line each: "part:      cpu-1: block 3 quantize part 5 (mlp.down_proj)". */
+static void print_parts(const char *parts)
+{
+    cJSON *a = cJSON_Parse(parts);
+    const cJSON *list = cJSON_IsArray(a) ? a : NULL, *p;
+    cJSON_ArrayForEach(p, list) {
+        const cJSON *w = cJSON_GetObjectItemCaseSensitive(p, "worker"), *b = cJSON_GetObjectItemCaseSensitive(p, "block"),
+                    *s = cJSON_GetObjectItemCaseSensitive(p, "step"), *i = cJSON_GetObjectItemCaseSensitive(p, "part"),
+                    *l = cJSON_GetObjectItemCaseSensitive(p, "layer");
+        printf("part:      %s: block %d %s part %d", cJSON_IsString(w) ? w->valuestring : "?",
+               cJSON_IsNumber(b) ? b->valueint : -1, cJSON_IsString(s) ? s->valuestring : "?",
+               cJSON_IsNumber(i) ? i->valueint : -1);
+        if (cJSON_IsString(l)) printf(" (%s)", l->valuestring);
+        putchar('\n');
+    }
+    cJSON_Delete(a);
+}
 
 /* The status as "key:  value" lines. */
 static void print_status(const qp_status *st)
@@ -23,6 +42,7 @@ static void print_status(const qp_status *st)
     if (st->eta_s >= 0 && st->state == QP_STATE_RUNNING) printf("eta:       %.0f s\n", st->eta_s);
     if (st->layer) printf("layer:     %s\n", st->layer);
     if (st->node) printf("node:      %s%s%s\n", st->node, st->worker ? " / " : "", st->worker ? st->worker : "");
+    if (st->parts) print_parts(st->parts);
     if (st->attempts) printf("attempts:  %d\n", st->attempts);
     if (st->error) printf("error:     %s\n", st->error);
     if (st->estimate) printf("estimate:  %s\n", st->estimate);

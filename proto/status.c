@@ -55,7 +55,8 @@ void qp_status_init(qp_status *st)
     st->layer_error = -1;
 }
 
-enum kind { K_STR, K_INT, K_I64, K_DBL, K_STATE, K_REPORT };
+/* K_REPORT: JSON text of an object; K_ARRAY: of an array. */
+enum kind { K_STR, K_INT, K_I64, K_DBL, K_STATE, K_REPORT, K_ARRAY };
 
 typedef struct field_def {
     const char *name;
@@ -87,9 +88,13 @@ static const field_def fields[] = {
     F("started_ms", K_I64, started_ms, QP_SF_TIMES),
     F("updated_ms", K_I64, updated_ms, 0),
     F("finished_ms", K_I64, finished_ms, QP_SF_TIMES),
+    F("parts", K_ARRAY, parts, QP_SF_PARTS),
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 _Static_assert(NFIELDS + 1 <= QP_STATUS_MAX_FIELDS, "qp_fields too small for the status table");
+
+/* Fields held as owned strings (plain, or JSON text). */
+static int is_text(const field_def *f) { return f->kind == K_STR || f->kind == K_REPORT || f->kind == K_ARRAY; }
 
 #define MEMBER(st, f, type) ((type *)((char *)(st) + (f)->off))
 #define CMEMBER(st, f, type) ((const type *)((const char *)(st) + (f)->off))
@@ -98,7 +103,7 @@ void qp_status_clear(qp_status *st)
 {
     if (!st) return;
     for (size_t i = 0; i < NFIELDS; i++)
-        if (fields[i].kind == K_STR || fields[i].kind == K_REPORT) free(*MEMBER(st, &fields[i], char *));
+        if (is_text(&fields[i])) free(*MEMBER(st, &fields[i], char *));
     qp_status_init(st);
 }
 
@@ -115,9 +120,9 @@ int qp_status_copy(qp_status *dst, const qp_status *src)
 {
     *dst = *src;
     for (size_t i = 0; i < NFIELDS; i++)
-        if (fields[i].kind == K_STR || fields[i].kind == K_REPORT) *MEMBER(dst, &fields[i], char *) = NULL;
+        if (is_text(&fields[i])) *MEMBER(dst, &fields[i], char *) = NULL;
     for (size_t i = 0; i < NFIELDS; i++) {
-        if (fields[i].kind != K_STR && fields[i].kind != K_REPORT) continue;
+        if (!is_text(&fields[i])) continue;
         const char *s = *CMEMBER(src, &fields[i], char *);
         if (s && !(*MEMBER(dst, &fields[i], char *) = strdup(s))) {
             qp_status_clear(dst);
@@ -127,11 +132,12 @@ int qp_status_copy(qp_status *dst, const qp_status *src)
     return 0;
 }
 
-/* The report must be a JSON object; returns its compact form (malloc'd) or NULL. */
-static char *report_compact(const char *s)
+/* A K_REPORT field must be a JSON object, a K_ARRAY one an array; returns its compact form
+ * (malloc'd) or NULL. */
+static char *json_compact(const char *s, enum kind kind)
 {
     cJSON *o = cJSON_Parse(s);
-    char *out = cJSON_IsObject(o) ? qpj_print(o, 0) : NULL;
+    char *out = (kind == K_ARRAY ? cJSON_IsArray(o) : cJSON_IsObject(o)) ? qpj_print(o, 0) : NULL;
     cJSON_Delete(o);
     return out;
 }
@@ -161,11 +167,13 @@ int qp_status_to_fields(const qp_status *st, unsigned which, qp_fields *out, qp_
         char *v = NULL;
         switch (f->kind) {
         case K_STR: v = strdup(*CMEMBER(st, f, char *) ? *CMEMBER(st, f, char *) : ""); break;
-        case K_REPORT: {
+        case K_REPORT:
+        case K_ARRAY: {
             const char *r = *CMEMBER(st, f, char *);
-            if (r && !(v = report_compact(r))) {
+            if (r && !(v = json_compact(r, f->kind))) {
                 qp_fields_free(out);
-                return qp_err_set(err, QP_EFORMAT, "status.%s: must be a JSON object", f->name);
+                return qp_err_set(err, QP_EFORMAT, "status.%s: must be a JSON %s", f->name,
+                                  f->kind == K_ARRAY ? "array" : "object");
             }
             if (!r) v = strdup("");
             break;
@@ -234,6 +242,7 @@ int qp_status_set_field(qp_status *st, const char *name, const char *value, qp_e
     switch (f->kind) {
     case K_STR:
     case K_REPORT:
+    case K_ARRAY:
         if (qp_status_set_str(MEMBER(st, f, char *), value[0] ? value : NULL))
             return qp_err_set(err, QP_ENOMEM, "status.%s: out of memory", name);
         return 0;
@@ -290,11 +299,13 @@ cJSON *qp_status_to_event_cjson(const qp_status *st, qp_event_type type)
             if (s) rc |= qpj_add_str(o, f->name, s);
             break;
         }
-        case K_REPORT: {
+        case K_REPORT:
+        case K_ARRAY: {
             const char *s = *CMEMBER(st, f, char *);
             if (!s) break;
             cJSON *r = cJSON_Parse(s);
-            if (!cJSON_IsObject(r) || !cJSON_AddItemToObject(o, f->name, r)) { cJSON_Delete(r); rc = QP_EFORMAT; }
+            int ok = f->kind == K_ARRAY ? cJSON_IsArray(r) : cJSON_IsObject(r);
+            if (!ok || !cJSON_AddItemToObject(o, f->name, r)) { cJSON_Delete(r); rc = QP_EFORMAT; }
             break;
         }
         case K_INT: rc |= qpj_add_num(o, f->name, *CMEMBER(st, f, int)); break;
@@ -342,9 +353,11 @@ int qp_status_from_event_cjson(qp_status *st, qp_event_type *type, const cJSON *
         case K_STR:
             rc = qpj_get_str(o, "event", f->name, 1, MEMBER(st, f, char *), NULL, err);
             break;
-        case K_REPORT: {
-            if (!cJSON_IsObject(x)) {
-                rc = qp_err_set(err, QP_EFORMAT, "event.%s: must be an object, got %s", f->name, qpj_describe(x, desc, sizeof desc));
+        case K_REPORT:
+        case K_ARRAY: {
+            if (f->kind == K_ARRAY ? !cJSON_IsArray(x) : !cJSON_IsObject(x)) {
+                rc = qp_err_set(err, QP_EFORMAT, "event.%s: must be an %s, got %s", f->name,
+                                f->kind == K_ARRAY ? "array" : "object", qpj_describe(x, desc, sizeof desc));
                 break;
             }
             char *s = qpj_print_copy(x);

@@ -66,6 +66,10 @@ typedef struct qp_status {
     char *estimate;           /* compact JSON object: the pre-flight estimate the job was admitted
                                  under, {"peak_ram_bytes": .., "disk_bytes": ..}; the report's
                                  resources compare it with the measured peaks */
+    char *parts;              /* compact JSON array: the parts of a block's step in flight on the
+                                 node's workers, [{"worker": "cpu-1", "block": 3, "step":
+                                 "quantize", "part": 5, "layer": "mlp.down_proj"}, ...] ("layer"
+                                 absent when unnamed); NULL when none */
 } qp_status;
 
 /* Sets every field to "unset" (no allocation). */
@@ -84,7 +88,8 @@ enum {
     QP_SF_PLACE = 1u << 2,      /* node, worker */
     QP_SF_RESULT = 1u << 3,     /* error, output, report */
     QP_SF_TIMES = 1u << 4,      /* submitted_ms, started_ms, finished_ms */
-    QP_SF_ALL = 0x1f,           /* "v", "id" and "updated_ms" are always written */
+    QP_SF_PARTS = 1u << 5,      /* parts */
+    QP_SF_ALL = 0x3f,           /* "v", "id" and "updated_ms" are always written */
 };
 
 #define QP_STATUS_MAX_FIELDS 24
@@ -95,7 +100,8 @@ typedef struct qp_fields {
 } qp_fields;
 
 /* Fills out with the selected fields (HSET key name[0] value[0] ...). Fails with
- * QP_EINVAL when id is not a valid name, QP_EFORMAT when report is not a JSON object. */
+ * QP_EINVAL when id is not a valid name, QP_EFORMAT when report (or another object field)
+ * is not a JSON object or parts not a JSON array. */
 int qp_status_to_fields(const qp_status *st, unsigned which, qp_fields *out, qp_err *err);
 void qp_fields_free(qp_fields *f);
 /* Applies one hash field to st: unknown names are ignored, malformed values fail naming

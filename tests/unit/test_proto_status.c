@@ -31,7 +31,13 @@ static void fill(qp_status *st)
     qp_status_set_str(&st->report, "{ \"layers\": 154, \"seconds\": 81.5, \"ppl\": {\"before\": 12.5, \"after\": 12.9} }");
     qp_status_set_str(&st->last_block, "{\"block\": 2, \"seconds\": 41.5, \"stages\": {\"calibrate\": 20.25}}");
     qp_status_set_str(&st->estimate, "{\"peak_ram_bytes\": 180650024, \"disk_bytes\": 4433920}");
+    qp_status_set_str(&st->parts, "[ {\"worker\": \"cpu-1\", \"block\": 3, \"step\": \"quantize\", \"part\": 5, "
+                                  "\"layer\": \"mlp.down_proj\"}, {\"worker\": \"cpu-0\", \"block\": 3, \"step\": "
+                                  "\"quantize\", \"part\": 6} ]");
 }
+
+#define PARTS_COMPACT "[{\"worker\":\"cpu-1\",\"block\":3,\"step\":\"quantize\",\"part\":5,\"layer\":\"mlp.down_proj\"}," \
+                      "{\"worker\":\"cpu-0\",\"block\":3,\"step\":\"quantize\",\"part\":6}]"
 
 static void check_same(const qp_status *a, const qp_status *b)
 {
@@ -55,6 +61,7 @@ static void check_same(const qp_status *a, const qp_status *b)
     CHECK_INT(a->finished_ms, b->finished_ms);
     CHECK_STR(a->last_block ? "set" : "unset", b->last_block ? "set" : "unset");
     CHECK_STR(a->estimate ? "set" : "unset", b->estimate ? "set" : "unset");
+    CHECK_STR(a->parts ? "set" : "unset", b->parts ? "set" : "unset");
 }
 
 static void test_states(void)
@@ -91,7 +98,7 @@ static void test_fields_round_trip(void)
     qp_fields f;
     qp_err err = { 0 };
     CHECK_OK(qp_status_to_fields(&a, QP_SF_ALL, &f, &err));
-    CHECK_INT(f.n, 22);   /* "v" + 21 fields */
+    CHECK_INT(f.n, 23);   /* "v" + 22 fields */
     CHECK_STR(f.name[0], "v");
     CHECK_STR(f.value[0], "1");
     /* Spot-check the text Redis will hold. */
@@ -104,6 +111,7 @@ static void test_fields_round_trip(void)
         if (!strcmp(f.name[i], "report"))
             CHECK_STR(f.value[i], "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
         if (!strcmp(f.name[i], "estimate")) CHECK_STR(f.value[i], "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
+        if (!strcmp(f.name[i], "parts")) CHECK_STR(f.value[i], PARTS_COMPACT);
     }
     /* Back, through the HGETALL-shaped array, with an extra "spec" field that is ignored. */
     const char *kv[2 * QP_STATUS_MAX_FIELDS + 2];
@@ -117,6 +125,7 @@ static void test_fields_round_trip(void)
     CHECK_STR(b.report, "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
     CHECK_STR(b.last_block, "{\"block\":2,\"seconds\":41.5,\"stages\":{\"calibrate\":20.25}}");
     CHECK_STR(b.estimate, "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
+    CHECK_STR(b.parts, PARTS_COMPACT);
     qp_fields_free(&f);
     qp_status_clear(&b);
 
@@ -128,7 +137,7 @@ static void test_fields_round_trip(void)
     qp_status_init(&b);
     qp_status_set_str(&b.error, "stale");
     for (size_t i = 0; i < f.n; i++) CHECK_OK(qp_status_set_field(&b, f.name[i], f.value[i], &err));
-    CHECK(b.error == NULL && b.report == NULL && b.stage == NULL);
+    CHECK(b.error == NULL && b.report == NULL && b.stage == NULL && b.parts == NULL);
     CHECK_INT(b.block, -1);
     CHECK(b.eta_s == -1 && b.layer_error == -1);
     qp_fields_free(&f);
@@ -152,6 +161,11 @@ static void test_fields_round_trip(void)
     int saw_estimate = 0;
     for (size_t i = 0; i < f.n; i++) saw_estimate |= !strcmp(f.name[i], "estimate");
     CHECK(saw_estimate);
+    qp_fields_free(&f);
+    /* The parts in flight go alone when they change. */
+    CHECK_OK(qp_status_to_fields(&a, QP_SF_PARTS, &f, &err));
+    CHECK_INT(f.n, 4);   /* v, id, updated_ms + parts */
+    CHECK_STR(f.name[3], "parts");
     qp_fields_free(&f);
 
     /* Deep copy. */
@@ -194,8 +208,19 @@ static void test_fields_errors(void)
     qp_status_set_str(&st.estimate, "123");
     CHECK_INT(qp_status_to_fields(&st, QP_SF_STATE, &f, &err), QP_EFORMAT);
     CHECK_STR(err.msg, "status.estimate: must be a JSON object");
+    qp_status_set_str(&st.estimate, NULL);
+    qp_status_set_str(&st.parts, "{\"worker\":\"cpu-0\"}");
+    CHECK_INT(qp_status_to_fields(&st, QP_SF_PARTS, &f, &err), QP_EFORMAT);
+    CHECK_STR(err.msg, "status.parts: must be a JSON array");
+    CHECK(qp_status_to_event(&st, QP_EVENT_PROGRESS) == NULL);
+    qp_status_set_str(&st.parts, NULL);
     qp_status_set_str(&st.report, "[1,2]");
     CHECK(qp_status_to_event(&st, QP_EVENT_STATE) == NULL);
+    qp_status_clear(&st);
+    /* An event whose parts is no array is refused, naming the field. */
+    const char *bad = "{\"v\":1,\"type\":\"progress\",\"id\":\"x\",\"parts\":{\"part\":1}}";
+    CHECK_INT(qp_status_from_event(&st, NULL, bad, strlen(bad), &err), QP_EFORMAT);
+    CHECK_STR(err.msg, "event.parts: must be an array, got an object");
     qp_status_clear(&st);
 }
 
@@ -209,6 +234,7 @@ static void test_event_round_trip(void)
     CHECK(strncmp(ev, "{\"v\":1,\"type\":\"layer\",\"id\":\"j-00ff00ff00ff00ff\",\"state\":\"running\"", 64) == 0);
     CHECK_CONTAINS(ev, "\"report\":{\"layers\":154,");
     CHECK_CONTAINS(ev, "\"estimate\":{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
+    CHECK_CONTAINS(ev, "\"parts\":" PARTS_COMPACT);
     qp_event_type t = QP_EVENT_STATE;
     qp_err err = { 0 };
     CHECK_OK(qp_status_from_event(&b, &t, ev, strlen(ev), &err));
@@ -216,6 +242,7 @@ static void test_event_round_trip(void)
     check_same(&a, &b);
     CHECK_STR(b.report, "{\"layers\":154,\"seconds\":81.5,\"ppl\":{\"before\":12.5,\"after\":12.9}}");
     CHECK_STR(b.estimate, "{\"peak_ram_bytes\":180650024,\"disk_bytes\":4433920}");
+    CHECK_STR(b.parts, PARTS_COMPACT);
     /* Encoding what was decoded gives the same bytes. */
     char *ev2 = qp_status_to_event(&b, QP_EVENT_LAYER);
     CHECK_STR(ev2, ev);
@@ -229,7 +256,7 @@ static void test_event_round_trip(void)
     a.state = QP_STATE_QUEUED;
     a.submitted_ms = 5;
     ev = qp_status_to_event(&a, QP_EVENT_STATE);
-    CHECK(ev && !strstr(ev, "\"error\"") && !strstr(ev, "\"report\"") && !strstr(ev, "\"node\""));
+    CHECK(ev && !strstr(ev, "\"error\"") && !strstr(ev, "\"report\"") && !strstr(ev, "\"node\"") && !strstr(ev, "\"parts\""));
     CHECK_OK(qp_status_from_event(&b, NULL, ev, strlen(ev), &err));
     CHECK(b.error == NULL && b.node == NULL);
     CHECK_INT(b.block, -1);
