@@ -214,8 +214,11 @@ static int view_workers(void *ud, qdd_worker_view *out, int cap)
         memset(v, 0, sizeof *v);
         snprintf(v->name, sizeof v->name, "%s", w->name);
         snprintf(v->state, sizeof v->state, "%s", names[w->state]);
-        snprintf(v->job_id, sizeof v->job_id, "%s", w->job ? w->job->id : "");
-        v->block = w->job ? w->block : -1;
+        /* A helper shows the part it runs; the lead its task, and its own part beside it. */
+        const qdd_job *j = w->job ? w->job : w->part_job;
+        snprintf(v->job_id, sizeof v->job_id, "%s", j ? j->id : "");
+        v->block = w->job ? w->block : w->part_job ? w->part_block : -1;
+        v->part = w->part_job ? w->part_index : -1;
         v->pid = w->pid;
         v->restarts = w->restarts;
         v->gpu_mem_used = v->gpu_mem_total = -1;
@@ -274,8 +277,9 @@ static void stop_step(qdd_daemon *d)
     double now = qd_clock_now_s();
     if (d->stopping == QDD_STOP_DRAINING) {
         if (qdd_jobs_tasks_running(d) > 0 && now < d->stop_deadline_s) return;
+        /* Helpers too: a part in flight is recomputed by whoever resumes the block. */
         for (int i = 0; i < d->n_workers; i++)
-            if (d->workers[i].job) qdd_pool_kill(&d->workers[i], "still busy at the stop deadline");
+            if (d->workers[i].job || d->workers[i].part_job) qdd_pool_kill(&d->workers[i], "still busy at the stop deadline");
         d->stopping = QDD_STOP_HANDING_BACK;
         d->handback_deadline_s = now + HANDBACK_WAIT_S;
     }

@@ -26,6 +26,7 @@
 #include "quant/job/job.h"
 
 typedef struct qdd_daemon qdd_daemon;
+typedef struct qdd_fanout qdd_fanout;
 
 /* ---- Redis connections: rconn.h (cmd, pop, sub; the HTTP layer borrows cmd and sub) ---- */
 
@@ -78,6 +79,7 @@ typedef struct qdd_job {
                                   reply decides (dup: rejected with it; cancelled while queued:
                                   finished with it; else dropped) */
     int64_t popped_ms;         /* when this node took it (queue-to-start latency) */
+    qdd_fanout *fanout;        /* the open fan-out of its lead's block step (parts.c; owned), or NULL */
 } qdd_job;
 
 /* The daemon's stop sequence (daemon.c stop_step), one phase after the other. */
@@ -144,18 +146,99 @@ typedef struct qdd_worker {
     char why[256];             /* why it died or was refused */
     double cancel_sent_s;      /* monotonic seconds the task in hand was told to cancel; 0: not */
     int exiting;               /* it said it exits after its last reply (a device error): no tasks */
+    /* The part in hand (parts.c): a helper holding one is busy with job NULL; the lead holds
+     * its own beside its task. part_job is a borrowed reference counted in its refs. */
+    qdd_job *part_job;
+    uint64_t part_fanout;      /* the id of the fan-out it was handed out of */
+    int part_block, part_index;
 } qdd_worker;
 
 int qdd_pool_start(qdd_daemon *d, qd_err *err);
 /* Sends a task for job to worker w. */
 int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block);
 int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason);
+/* Sends part `index` of job j's step `step` of `block` to w and marks w busy with it (w->part_*
+ * set, a reference on j taken). */
+int qdd_pool_send_part(qdd_worker *w, qdd_job *j, int block, const char *step, int index);
+int qdd_pool_send_parts_done(qdd_worker *w, const char *job_id, int block, const char *step);
 /* Graceful shutdown message to every worker, then SIGKILL any still alive after grace. */
 void qdd_pool_shutdown(qdd_daemon *d);
 void qdd_pool_kill(qdd_worker *w, const char *why);
 int qdd_pool_all_down(const qdd_daemon *d);
 void qdd_pool_watchdog(qdd_daemon *d);      /* kills workers silent for 3 heartbeats */
 void qdd_pool_free(qdd_daemon *d);
+
+/* ---- fan-outs of a block's step over workers (parts.c) ----------------------------------------
+ * A job's lead worker (the one running its task) cuts a block's step into n parts and says so
+ * (wire `parts`); the daemon keeps one fan-out per job and hands its parts out: the lead one
+ * whenever it has none in flight, idle workers (helpers) more while the job's helpers stay
+ * below its `workers` - 1. When every part is done (well or not: the lead recomputes what is
+ * missing) the lead gets `parts_done`. A helper that dies puts its part back to pending; the
+ * lead's task ending in any way drops the fan-out (late part_done messages free their worker
+ * and are otherwise ignored).
+ *
+ * The bookkeeping below (qdd_fanout_*) is pure, with no process or Redis behind it, so the
+ * unit test drives it directly; qdd_parts_* are the daemon's side. */
+
+typedef enum qdd_part_state { QDD_PART_PENDING = 0, QDD_PART_INFLIGHT, QDD_PART_DONE } qdd_part_state;
+
+struct qdd_fanout {
+    uint64_t id;               /* unique in the daemon: what a part in flight was handed out of */
+    int lead;                  /* the lead worker's index */
+    int block;
+    char step[16];
+    int n;
+    unsigned char *state;      /* n qdd_part_state (owned) */
+    int *worker;               /* n: the worker a part is in flight on, -1 (owned) */
+    char **names;              /* n: what part i works on, NULL where unnamed (owned) */
+    int n_done, n_inflight;
+};
+
+/* One part for one worker, as qdd_fanout_plan decides. */
+typedef struct qdd_part_grant {
+    int worker;
+    int index;
+} qdd_part_grant;
+
+/* A new fan-out with every part pending; names (n_names <= n, may be NULL) are copied. *out
+ * is owned by the caller (qdd_fanout_free). 0, QD_EINVAL or QD_ENOMEM. */
+int qdd_fanout_open(qdd_fanout **out, uint64_t id, int lead, int block, const char *step, int n,
+                    const char *const *names, int n_names);
+void qdd_fanout_free(qdd_fanout *f);
+/* The part in flight on worker, or -1. */
+int qdd_fanout_held_by(const qdd_fanout *f, int worker);
+/* Workers other than the lead with a part in flight. */
+int qdd_fanout_helpers(const qdd_fanout *f);
+/* Pending part index -> in flight on worker. */
+void qdd_fanout_start(qdd_fanout *f, int index, int worker);
+/* Part index in flight on worker -> done. 1 when it was (and is now done), 0 when that part
+ * is not in flight on that worker (a late or foreign report: nothing changes). */
+int qdd_fanout_finish(qdd_fanout *f, int index, int worker);
+/* The part in flight on worker (if any) back to pending; returns its index, or -1. */
+int qdd_fanout_requeue(qdd_fanout *f, int worker);
+/* 1 when every part is done. */
+int qdd_fanout_complete(const qdd_fanout *f);
+/* Which parts to hand out now, without changing f: the lead first (one part, when
+ * lead_free and it has none in flight), then the idle workers in the order given (the lead
+ * among them is skipped) while the helpers stay below max_workers - 1 (max_workers counts
+ * the lead) and parts are pending. Fills up to cap grants; returns how many. */
+int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const int *idle, int n_idle,
+                    qdd_part_grant *grants, int cap);
+
+/* A `parts` or `part_done` message from w. */
+void qdd_parts_on_msg(qdd_daemon *d, qdd_worker *w, const qp_msg *m);
+/* Hands out parts: jobs (RUNNING ones with a fan-out) in the order given (priority order),
+ * after the tasks were assigned. */
+void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n);
+/* w died or was killed: its part in flight goes back to pending (logged) and w holds none. */
+void qdd_parts_worker_gone(qdd_daemon *d, qdd_worker *w);
+/* The lead's task of j ended (done, failed, died): its fan-out is dropped. lead (may be NULL)
+ * is the worker that ran the task: a part it still held is let go. */
+void qdd_parts_drop(qdd_job *j, qdd_worker *lead);
+/* Sends cancel to the helpers holding a part of j (the lead is told by the caller). */
+void qdd_parts_cancel(qdd_job *j, const char *reason);
+/* Parts of j in flight on any worker (the status field `parts` is made from them). */
+int qdd_parts_in_flight(const qdd_job *j);
 
 /* ---- the daemon ------------------------------------------------------------------------------ */
 
@@ -206,6 +289,7 @@ struct qdd_daemon {
     int handback_pending;
     double handback_deadline_s;
     int64_t start_ms;
+    uint64_t fanout_seq;       /* the last fan-out id given */
     int sd_watchdog;           /* systemd watchdog enabled */
     void *http;                /* qdd_http * when the HTTP API runs */
     uint64_t config_gen;       /* 1 at start, +1 per successful SIGHUP reload */
@@ -231,6 +315,8 @@ int qdd_jobs_held(const qdd_daemon *d);                 /* jobs not yet gone */
 int qdd_jobs_tasks_running(const qdd_daemon *d);
 void qdd_jobs_free_all(qdd_daemon *d);
 void qdd_job_unref(qdd_job *j);
+/* Writes the selected status fields of st, publishes the event and appends it to the stream. */
+void qdd_jobs_status_write(qdd_daemon *d, qp_status *st, unsigned which, qp_event_type type);
 
 /* daemon.c */
 int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp);

@@ -40,6 +40,7 @@ typedef struct qdd_worker_view {
     char state[16];          /* "starting", "idle", "busy", "dead", "failed_selftest" */
     char job_id[72];         /* current job or "" */
     int block;               /* current block or -1 */
+    int part;                /* the part of the block's step it runs (daemon/parts.c) or -1 */
     int pid;
     int restarts;
     int64_t gpu_mem_used, gpu_mem_total;   /* bytes, -1 when not a GPU worker */

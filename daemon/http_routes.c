@@ -492,6 +492,7 @@ static enum MHD_Result get_workers(qh_req *r)
         cJSON_AddStringToObject(o, "state", w[i].state);
         cJSON_AddStringToObject(o, "job", w[i].job_id);
         cJSON_AddNumberToObject(o, "block", w[i].block);
+        if (w[i].part >= 0) cJSON_AddNumberToObject(o, "part", w[i].part);
         cJSON_AddNumberToObject(o, "pid", w[i].pid);
         cJSON_AddNumberToObject(o, "restarts", w[i].restarts);
         if (w[i].gpu_mem_total >= 0) {

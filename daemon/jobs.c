@@ -22,6 +22,7 @@
 
 static void job_free(qdd_job *j)
 {
+    qdd_fanout_free(j->fanout);
     free(j->payload);
     qp_job_free(j->job);
     qp_status_clear(&j->st);
@@ -119,6 +120,11 @@ static void status_write(qdd_daemon *d, qp_status *st, unsigned which, qp_event_
     qp_fields_free(&f);
 }
 
+void qdd_jobs_status_write(qdd_daemon *d, qp_status *st, unsigned which, qp_event_type type)
+{
+    status_write(d, st, which, type);
+}
+
 static void set_str(char **field, const char *v) { qp_status_set_str(field, v); }
 
 /* ---- final states ---------------------------------------------------------------------------- */
@@ -169,6 +175,7 @@ static void job_final(qdd_job *j, qp_state state, const char *error)
     j->phase = QDD_JOB_FINAL;
     j->st.state = state;
     if (error) set_str(&j->st.error, error);
+    set_str(&j->st.parts, NULL);   /* what helpers may still run of it is no longer the job's */
     if (state == QP_STATE_DONE) { j->st.progress = 1; set_str(&j->st.stage, "done"); j->st.eta_s = 0; }
     j->st.finished_ms = qdd_unix_ms();
     QD_LOG(state == QP_STATE_FAILED ? QD_LOG_WARN : QD_LOG_INFO, "job_final", "job=%s state=%s err=\"%s\"", j->id,
@@ -433,7 +440,7 @@ static int next_block(qdd_job *j)
 
 void qdd_jobs_schedule(qdd_daemon *d)
 {
-    if (d->stopping) return;
+    if (d->stopping > QDD_STOP_DRAINING) return;
     qdd_job *list[1024];
     int n = 0, running = 0;
     uint64_t mem = 0;
@@ -442,6 +449,11 @@ void qdd_jobs_schedule(qdd_daemon *d)
         if (j->phase == QDD_JOB_WAITING || j->phase == QDD_JOB_RUNNING) list[n++] = j;
     }
     qsort(list, (size_t)n, sizeof *list, cmp_jobs);
+    if (d->stopping) {
+        /* Draining: no new task, but the blocks running finish, their parts included. */
+        qdd_parts_schedule(d, list, n);
+        return;
+    }
     uint64_t limit = d->cfg->memory_limit_mb > 0 ? (uint64_t)d->cfg->memory_limit_mb << 20 : 0;
     for (int i = 0; i < n; i++) {
         qdd_job *j = list[i];
@@ -474,6 +486,8 @@ void qdd_jobs_schedule(qdd_daemon *d)
         set_str(&j->st.worker, w->name);
         status_write(d, &j->st, QP_SF_PLACE, QP_EVENT_PROGRESS);
     }
+    /* Parts after tasks: a job waiting for a worker gets an idle one before a helper does. */
+    qdd_parts_schedule(d, list, n);
 }
 
 int qdd_jobs_held(const qdd_daemon *d)
@@ -497,6 +511,7 @@ static void cancel_req(qdd_job *j, const char *reason)
     if (j->cancel_req || j->phase == QDD_JOB_FINAL || j->phase == QDD_JOB_GONE || j->phase == QDD_JOB_TAKING) return;
     j->cancel_req = 1;
     QD_LOG(QD_LOG_INFO, "job_cancel", "job=%s", j->id);
+    qdd_parts_cancel(j, reason);   /* its helpers drop the parts they have not started */
     if (j->worker >= 0) qdd_pool_send_cancel(&j->d->workers[j->worker], j->id, reason);
     else job_final(j, QP_STATE_CANCELLED, "cancelled");
 }
@@ -507,10 +522,11 @@ static qdd_job *task_end(qdd_worker *w)
 {
     qdd_job *j = w->job;
     w->job = NULL;
-    if (w->state == QDD_W_BUSY) w->state = QDD_W_IDLE;
+    if (w->state == QDD_W_BUSY && !w->part_job) w->state = QDD_W_IDLE;
     if (j) {
         j->worker = -1;
         j->last_worker = w->index;
+        qdd_parts_drop(j, w);   /* the lead's block step is over, whatever its parts do */
     }
     return j;
 }
@@ -586,6 +602,10 @@ void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m)
         }
         qdd_job_unref(j);
         break;
+    case QP_MSG_PARTS:
+    case QP_MSG_PART_DONE:
+        qdd_parts_on_msg(d, w, m);
+        break;
     case QP_MSG_TASK_FAILED:
         /* A worker whose device context broke exits after this reply; a retry given to it
          * would be lost with it (and spend a second retry), so it gets none. */
@@ -609,6 +629,7 @@ void qdd_jobs_on_msg(qdd_daemon *d, qdd_worker *w, qp_msg *m)
 
 void qdd_jobs_worker_died(qdd_daemon *d, qdd_worker *w, const char *why, int poison)
 {
+    qdd_parts_worker_gone(d, w);   /* a helper's part is pending again */
     qdd_job *j = task_end(w);
     if (!j) return;
     if (poison && !j->cancel_req && !j->lost && j->phase == QDD_JOB_RUNNING && ++j->poison_deaths >= QDD_POISON_DEATHS) {
@@ -646,6 +667,7 @@ static void on_renew(redisAsyncContext *ac, void *r, void *pd)
         if (reply->element[0]->integer == 0) {
             QD_LOG(QD_LOG_WARN, "lease_lost", "job=%s (another node owns it now); stopping without writing", j->id);
             j->lost = 1;
+            qdd_parts_cancel(j, "lease lost");
             if (j->worker >= 0) qdd_pool_send_cancel(&j->d->workers[j->worker], j->id, "lease lost");
             else job_remove(j);
         } else if (reply->element[1]->integer == 1) {
@@ -765,6 +787,7 @@ static void on_reassert(redisAsyncContext *ac, void *r, void *pd)
     if (reply && reply->type == REDIS_REPLY_INTEGER && reply->integer == 0 && j->phase != QDD_JOB_GONE) {
         QD_LOG(QD_LOG_WARN, "lease_lost", "job=%s (held by another node after the reconnect)", j->id);
         j->lost = 1;
+        qdd_parts_cancel(j, "lease lost");
         if (j->worker >= 0) qdd_pool_send_cancel(&j->d->workers[j->worker], j->id, "lease lost");
         else if (j->phase != QDD_JOB_FINAL) job_remove(j);
     } else if (reply && reply->type == REDIS_REPLY_ARRAY && reply->elements >= 6) {
@@ -854,7 +877,8 @@ void qdd_jobs_handback_all(qdd_daemon *d)
         j->st.state = QP_STATE_QUEUED;
         set_str(&j->st.stage, "queued");
         set_str(&j->st.worker, NULL);
-        status_write(d, &j->st, QP_SF_STATE | QP_SF_PLACE | QP_SF_PROGRESS, QP_EVENT_STATE);
+        set_str(&j->st.parts, NULL);
+        status_write(d, &j->st, QP_SF_STATE | QP_SF_PLACE | QP_SF_PROGRESS | QP_SF_PARTS, QP_EVENT_STATE);
         char lease[QP_KEY_MAX];
         qp_key_lease(&d->keys, j->id, lease, sizeof lease);
         const char *keys[4] = {proc, queue, lease, failed};

@@ -207,6 +207,7 @@ static void spawn(qdd_worker *w)
     w->exiting = 0;
     w->why[0] = 0;
     w->job = NULL;
+    w->part_job = NULL;   /* released when the previous process died (qdd_parts_worker_gone) */
     w->open_handles = 3;
     w->started_s = w->last_msg_s = qd_clock_now_s();
     w->oom_kills_at_start = cgroup_oom_kills();
@@ -320,6 +321,39 @@ int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
     QD_LOG(QD_LOG_DEBUG, "task_sent", "worker=%s job=%s block=%d fence=%llu", w->name, j->id, block,
            (unsigned long long)j->fence);
     return 0;
+}
+
+int qdd_pool_send_part(qdd_worker *w, qdd_job *j, int block, const char *step, int index)
+{
+    char ckpt[4200];
+    snprintf(ckpt, sizeof ckpt, "%s/.quantd", j->job->output);
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PART);
+    m.part.job_id = j->id;
+    m.part.job = j->payload;
+    m.part.checkpoint_dir = ckpt;
+    m.part.block = block;
+    m.part.step = (char *)step;
+    m.part.index = index;
+    m.part.fence = j->fence;
+    if (w->part_job || send_msg(w, &m)) return -1;
+    w->state = QDD_W_BUSY;   /* the lead already is, with its task */
+    w->part_job = j;
+    w->part_block = block;
+    w->part_index = index;
+    j->refs++;
+    QD_LOG(QD_LOG_DEBUG, "part_sent", "worker=%s job=%s block=%d step=%s part=%d", w->name, j->id, block, step, index);
+    return 0;
+}
+
+int qdd_pool_send_parts_done(qdd_worker *w, const char *job_id, int block, const char *step)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PARTS_DONE);
+    m.parts_done.job_id = (char *)job_id;
+    m.parts_done.block = block;
+    m.parts_done.step = (char *)step;
+    return send_msg(w, &m);
 }
 
 int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason)

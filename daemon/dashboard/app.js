@@ -96,7 +96,7 @@ async function loadWorkers() {
     const tb = document.querySelector('#workers tbody');
     tb.replaceChildren(...d.workers.map(w => el('tr', {'data-worker': w.name, 'data-state': w.state},
       el('td', {}, w.name), el('td', {}, el('span', {class: 'pill ' + (w.state === 'busy' ? 'running' : '')}, w.state)),
-      el('td', {}, w.job ? `${w.job} / block ${w.block}` : ''), el('td', {}, String(w.pid)),
+      el('td', {}, w.job ? `${w.job} / block ${w.block}` + (w.part >= 0 ? ` / part ${w.part}` : '') : ''), el('td', {}, String(w.pid)),
       el('td', {}, String(w.restarts)),
       el('td', {}, w.gpu_mem_total ? `${(w.gpu_mem_used / 2 ** 30).toFixed(1)} / ${(w.gpu_mem_total / 2 ** 30).toFixed(1)} GiB` : ''))));
   } catch (e) { /* the job list reports the connection state */ }

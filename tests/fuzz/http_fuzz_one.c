@@ -81,6 +81,7 @@ static int view_workers(void *ud, qdd_worker_view *out, int cap)
     strcpy(out[0].name, "cpu-0");
     strcpy(out[0].state, "idle");
     out[0].block = -1;
+    out[0].part = -1;
     out[0].gpu_mem_used = out[0].gpu_mem_total = -1;
     return 1;
 }

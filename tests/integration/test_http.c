@@ -124,8 +124,8 @@ static int fake_workers(void *ud, qdd_worker_view *out, int cap)
     if (cap < 2) return 2;
     memset(out, 0, 2 * sizeof *out);
     strcpy(out[0].name, "cpu-0"); strcpy(out[0].state, "busy"); strcpy(out[0].job_id, "j1");
-    out[0].block = 1; out[0].pid = 4242; out[0].gpu_mem_used = out[0].gpu_mem_total = -1;
-    strcpy(out[1].name, "cuda-0"); strcpy(out[1].state, "idle"); out[1].block = -1; out[1].restarts = 2;
+    out[0].block = 1; out[0].part = 2; out[0].pid = 4242; out[0].gpu_mem_used = out[0].gpu_mem_total = -1;
+    strcpy(out[1].name, "cuda-0"); strcpy(out[1].state, "idle"); out[1].block = -1; out[1].part = -1; out[1].restarts = 2;
     out[1].gpu_mem_used = 1 << 30; out[1].gpu_mem_total = (int64_t)80 << 30;
     return 2;
 }
@@ -250,6 +250,9 @@ static void check_basics(void)
     CHECK_INT(r.status, 200);
     CHECK_CONTAINS(r.body, "\"name\":\"cuda-0\"");
     CHECK_CONTAINS(r.body, "\"node\":\"node-a\"");
+    /* The part a worker runs (daemon/parts.c), left out where it runs none. */
+    CHECK_CONTAINS(r.body, "\"job\":\"j1\",\"block\":1,\"part\":2,\"pid\":4242");
+    CHECK(!strstr(r.body, "\"block\":-1,\"part\""));
 }
 
 static void check_jobs(void)

@@ -1,0 +1,309 @@
+/* Fan-outs of a block's step over the node's workers (daemon.h, "fan-outs"; proto/wire.md, the
+ * parts messages). The first half is the pure bookkeeping of one fan-out (which part is
+ * pending, in flight where, or done, and which parts to hand out next), tested directly by
+ * tests/unit/test_daemon_parts.c; the second is the daemon's side: the messages, the
+ * scheduling after the tasks, a dead helper's part back to pending, and the status field
+ * `parts`.
+ *
+ * Nothing here decides bytes: a part that fails, or whose worker dies, or whose fan-out is
+ * dropped, is recomputed by the lead (the pipeline reads every output back), so the daemon
+ * only has to end every fan-out with parts_done and never lose track of a busy worker. */
+#define _GNU_SOURCE
+#include "daemon/daemon.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cjson/cJSON.h>
+
+#include "quant/core/log.h"
+
+/* ---- one fan-out's bookkeeping (pure) ---------------------------------------------------- */
+
+int qdd_fanout_open(qdd_fanout **out, uint64_t id, int lead, int block, const char *step, int n,
+                    const char *const *names, int n_names)
+{
+    *out = NULL;
+    if (n < 1 || n > QP_PARTS_MAX || n_names < 0 || n_names > n || !step || strlen(step) >= sizeof((qdd_fanout *)0)->step)
+        return QD_EINVAL;
+    qdd_fanout *f = calloc(1, sizeof *f);
+    if (!f) return QD_ENOMEM;
+    f->id = id;
+    f->lead = lead;
+    f->block = block;
+    snprintf(f->step, sizeof f->step, "%s", step);
+    f->n = n;
+    f->state = calloc((size_t)n, sizeof *f->state);
+    f->worker = malloc((size_t)n * sizeof *f->worker);
+    f->names = calloc((size_t)n, sizeof *f->names);
+    int bad = !f->state || !f->worker || !f->names;
+    for (int i = 0; !bad && i < n; i++) f->worker[i] = -1;
+    for (int i = 0; !bad && names && i < n_names; i++)
+        if (names[i] && names[i][0]) bad = !(f->names[i] = strdup(names[i]));
+    if (bad) {
+        qdd_fanout_free(f);
+        return QD_ENOMEM;
+    }
+    *out = f;
+    return 0;
+}
+
+void qdd_fanout_free(qdd_fanout *f)
+{
+    if (!f) return;
+    for (int i = 0; f->names && i < f->n; i++) free(f->names[i]);
+    free(f->names);
+    free(f->worker);
+    free(f->state);
+    free(f);
+}
+
+int qdd_fanout_held_by(const qdd_fanout *f, int worker)
+{
+    for (int i = 0; i < f->n; i++)
+        if (f->state[i] == QDD_PART_INFLIGHT && f->worker[i] == worker) return i;
+    return -1;
+}
+
+int qdd_fanout_helpers(const qdd_fanout *f)
+{
+    /* A worker holds one part at a time, so parts in flight count the workers. */
+    return f->n_inflight - (qdd_fanout_held_by(f, f->lead) >= 0);
+}
+
+void qdd_fanout_start(qdd_fanout *f, int index, int worker)
+{
+    if (index < 0 || index >= f->n || f->state[index] != QDD_PART_PENDING) return;
+    f->state[index] = QDD_PART_INFLIGHT;
+    f->worker[index] = worker;
+    f->n_inflight++;
+}
+
+int qdd_fanout_finish(qdd_fanout *f, int index, int worker)
+{
+    if (index < 0 || index >= f->n || f->state[index] != QDD_PART_INFLIGHT || f->worker[index] != worker) return 0;
+    f->state[index] = QDD_PART_DONE;
+    f->worker[index] = -1;
+    f->n_inflight--;
+    f->n_done++;
+    return 1;
+}
+
+int qdd_fanout_requeue(qdd_fanout *f, int worker)
+{
+    int i = qdd_fanout_held_by(f, worker);
+    if (i < 0) return -1;
+    f->state[i] = QDD_PART_PENDING;
+    f->worker[i] = -1;
+    f->n_inflight--;
+    return i;
+}
+
+int qdd_fanout_complete(const qdd_fanout *f) { return f->n_done == f->n; }
+
+int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const int *idle, int n_idle,
+                    qdd_part_grant *grants, int cap)
+{
+    int n = 0, next = 0, helpers = qdd_fanout_helpers(f);
+    /* The pending parts in index order, so a fan-out runs its parts roughly in the order the
+     * lead listed them (its names, and its status, read best that way). */
+#define NEXT_PENDING() do { while (next < f->n && f->state[next] != QDD_PART_PENDING) next++; } while (0)
+    NEXT_PENDING();
+    /* The lead first: it always makes progress itself, with or without helpers. */
+    if (lead_free && next < f->n && n < cap && qdd_fanout_held_by(f, f->lead) < 0) {
+        grants[n++] = (qdd_part_grant){f->lead, next++};
+        NEXT_PENDING();
+    }
+    for (int k = 0; k < n_idle && next < f->n && n < cap && helpers < max_workers - 1; k++) {
+        if (idle[k] == f->lead || qdd_fanout_held_by(f, idle[k]) >= 0) continue;
+        grants[n++] = (qdd_part_grant){idle[k], next++};
+        helpers++;
+        NEXT_PENDING();
+    }
+#undef NEXT_PENDING
+    return n;
+}
+
+/* ---- the daemon's side ---------------------------------------------------------------------- */
+
+/* The status field: the parts of j in flight on this node's workers, written when it changes. */
+static void parts_status(qdd_job *j)
+{
+    qdd_daemon *d = j->d;
+    cJSON *a = cJSON_CreateArray();
+    for (int k = 0; a && k < d->n_workers; k++) {
+        const qdd_worker *w = &d->workers[k];
+        if (w->part_job != j) continue;
+        const qdd_fanout *f = j->fanout && j->fanout->id == w->part_fanout ? j->fanout : NULL;
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(a, o)) { cJSON_Delete(o); break; }
+        cJSON_AddStringToObject(o, "worker", w->name);
+        cJSON_AddNumberToObject(o, "block", w->part_block);
+        cJSON_AddStringToObject(o, "step", f ? f->step : "quantize");
+        cJSON_AddNumberToObject(o, "part", w->part_index);
+        if (f && w->part_index < f->n && f->names[w->part_index]) cJSON_AddStringToObject(o, "layer", f->names[w->part_index]);
+    }
+    char *s = a && cJSON_GetArraySize(a) ? cJSON_PrintUnformatted(a) : NULL;
+    cJSON_Delete(a);
+    int same = (!s && !j->st.parts) || (s && j->st.parts && !strcmp(s, j->st.parts));
+    if (!same) {
+        qp_status_set_str(&j->st.parts, s);
+        if (j->phase == QDD_JOB_RUNNING && !j->lost) qdd_jobs_status_write(d, &j->st, QP_SF_PARTS, QP_EVENT_PROGRESS);
+    }
+    cJSON_free(s);
+}
+
+/* w no longer holds a part (the caller drops the reference when done with the job). */
+static qdd_job *part_release(qdd_worker *w)
+{
+    qdd_job *j = w->part_job;
+    w->part_job = NULL;
+    w->part_fanout = 0;
+    if (!w->job && w->state == QDD_W_BUSY) w->state = QDD_W_IDLE;
+    return j;
+}
+
+static void fanout_close(qdd_job *j)
+{
+    qdd_fanout_free(j->fanout);
+    j->fanout = NULL;
+}
+
+static void on_parts(qdd_daemon *d, qdd_worker *w, const qp_msg_parts *p)
+{
+    qdd_job *j = w->job;
+    const char *why = NULL;
+    if (!j || strcmp(j->id, p->job_id)) why = "the worker runs no task of that job";
+    else if (j->phase != QDD_JOB_RUNNING || j->lost || j->cancel_req) why = "the job is not running here";
+    else if (p->fence != j->fence) why = "its fence is not the job's lease";
+    else if (d->stopping > QDD_STOP_DRAINING) why = "the daemon is stopping";
+    qdd_fanout *f = NULL;
+    if (!why && qdd_fanout_open(&f, ++d->fanout_seq, w->index, p->block, p->step, p->n,
+                                (const char *const *)p->names.v, p->names.n))
+        why = "out of memory";
+    if (why) {
+        /* The lead then runs every part itself: only time is lost. */
+        QD_LOG(QD_LOG_WARN, "parts_refused", "job=%s block=%d step=%s worker=%s why=\"%s\"", p->job_id, p->block, p->step,
+               w->name, why);
+        qdd_pool_send_parts_done(w, p->job_id, p->block, p->step);
+        return;
+    }
+    if (j->fanout)
+        QD_LOG(QD_LOG_WARN, "parts_replaced", "job=%s block=%d done=%d/%d (a newer fan-out from the lead)", j->id,
+               j->fanout->block, j->fanout->n_done, j->fanout->n);
+    fanout_close(j);
+    j->fanout = f;
+    QD_LOG(QD_LOG_INFO, "parts_open", "job=%s block=%d step=%s parts=%d lead=%s workers=%d", j->id, p->block, p->step,
+           p->n, w->name, j->job->workers);
+}
+
+static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p)
+{
+    qdd_job *j = w->part_job;
+    if (!j || strcmp(j->id, p->job_id) || w->part_block != p->block || w->part_index != p->index) {
+        QD_LOG(QD_LOG_WARN, "part_done_ignored", "job=%s block=%d part=%d worker=%s (not the part it holds)", p->job_id,
+               p->block, p->index, w->name);
+        return;
+    }
+    uint64_t fid = w->part_fanout;
+    part_release(w);
+    qdd_fanout *f = j->fanout;
+    if (f && f->id == fid && qdd_fanout_finish(f, p->index, w->index)) {
+        if (p->ok)
+            QD_LOG(QD_LOG_INFO, "part_done", "job=%s block=%d step=%s part=%d worker=%s lead=%d seconds=%.3f done=%d/%d",
+                   j->id, p->block, p->step, p->index, w->name, w->index == f->lead, p->seconds, f->n_done, f->n);
+        else
+            QD_LOG(QD_LOG_WARN, "part_failed", "job=%s block=%d step=%s part=%d worker=%s err=\"%s\" (the lead computes it)",
+                   j->id, p->block, p->step, p->index, w->name, p->error ? p->error : "");
+        if (qdd_fanout_complete(f)) {
+            qdd_worker *lead = &d->workers[f->lead];
+            if (lead->job == j) qdd_pool_send_parts_done(lead, j->id, f->block, f->step);
+            QD_LOG(QD_LOG_INFO, "parts_done", "job=%s block=%d step=%s parts=%d", j->id, f->block, f->step, f->n);
+            fanout_close(j);
+        }
+    } else {
+        QD_LOG(QD_LOG_INFO, "part_late", "job=%s block=%d part=%d worker=%s ok=%d (its fan-out is gone)", j->id, p->block,
+               p->index, w->name, p->ok);
+    }
+    parts_status(j);
+    qdd_job_unref(j);
+}
+
+void qdd_parts_on_msg(qdd_daemon *d, qdd_worker *w, const qp_msg *m)
+{
+    if (m->type == QP_MSG_PARTS) on_parts(d, w, &m->parts);
+    else if (m->type == QP_MSG_PART_DONE) on_part_done(d, w, &m->part_done);
+}
+
+void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
+{
+    int idle[QDD_MAX_WORKERS];
+    qdd_part_grant g[QDD_MAX_WORKERS + 1];
+    for (int i = 0; i < n; i++) {
+        qdd_job *j = jobs[i];
+        qdd_fanout *f = j->fanout;
+        if (!f || j->phase != QDD_JOB_RUNNING || j->lost || j->cancel_req || j->worker != f->lead) continue;
+        const qdd_worker *lead = &d->workers[f->lead];
+        int lead_free = lead->job == j && !lead->part_job && !lead->exiting && !lead->exited;
+        int n_idle = 0;
+        for (int k = 0; k < d->n_workers && n_idle < QDD_MAX_WORKERS; k++) {
+            const qdd_worker *w = &d->workers[k];
+            if (k != f->lead && w->state == QDD_W_IDLE && !w->exiting && !w->exited && !w->part_job) idle[n_idle++] = k;
+        }
+        int max = j->job->workers == QP_JOB_WORKERS_ALL ? d->n_workers : j->job->workers;
+        int ng = qdd_fanout_plan(f, lead_free, max, idle, n_idle, g, QDD_MAX_WORKERS + 1), sent = 0;
+        for (int k = 0; k < ng; k++) {
+            qdd_worker *w = &d->workers[g[k].worker];
+            if (qdd_pool_send_part(w, j, f->block, f->step, g[k].index)) continue;
+            w->part_fanout = f->id;
+            qdd_fanout_start(f, g[k].index, w->index);
+            sent++;
+        }
+        if (sent) parts_status(j);
+    }
+}
+
+void qdd_parts_worker_gone(qdd_daemon *d, qdd_worker *w)
+{
+    if (!w->part_job) return;
+    uint64_t fid = w->part_fanout;
+    int block = w->part_block;
+    qdd_job *j = part_release(w);
+    if (j->fanout && j->fanout->id == fid) {
+        int i = qdd_fanout_requeue(j->fanout, w->index);
+        if (i >= 0)
+            QD_LOG(QD_LOG_WARN, "part_requeued", "job=%s block=%d part=%d worker=%s (the worker is gone; the part is pending again)",
+                   j->id, block, i, w->name);
+    }
+    parts_status(j);
+    qdd_job_unref(j);
+}
+
+void qdd_parts_drop(qdd_job *j, qdd_worker *lead)
+{
+    qdd_job *held = lead && lead->part_job == j ? part_release(lead) : NULL;
+    if (j->fanout) {
+        if (!qdd_fanout_complete(j->fanout))
+            QD_LOG(QD_LOG_INFO, "parts_dropped", "job=%s block=%d done=%d/%d in_flight=%d (the lead's task ended)", j->id,
+                   j->fanout->block, j->fanout->n_done, j->fanout->n, j->fanout->n_inflight);
+        fanout_close(j);
+    }
+    parts_status(j);
+    if (held) qdd_job_unref(held);   /* the caller holds a reference of its own */
+}
+
+void qdd_parts_cancel(qdd_job *j, const char *reason)
+{
+    qdd_daemon *d = j->d;
+    for (int k = 0; k < d->n_workers; k++) {
+        qdd_worker *w = &d->workers[k];
+        if (w->part_job == j && w->job != j) qdd_pool_send_cancel(w, j->id, reason);
+    }
+}
+
+int qdd_parts_in_flight(const qdd_job *j)
+{
+    int n = 0;
+    for (int k = 0; k < j->d->n_workers; k++) n += j->d->workers[k].part_job == j;
+    return n;
+}

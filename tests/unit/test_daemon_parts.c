@@ -1,0 +1,226 @@
+/* daemon/parts.c's bookkeeping of one fan-out, without processes or Redis:
+ *   - open: every part pending, names copied (fewer than n allowed), bad arguments refused;
+ *   - pending -> in flight -> done, and a report from the wrong worker, a second report, or
+ *     one for a part that is not in flight changing nothing;
+ *   - lead first: the lead gets a part whenever it holds none, before any helper;
+ *   - the helper limit: job.workers - 1 helpers at most ("all": the node's worker count);
+ *   - requeue when a helper dies: its part is pending again and goes to another worker, and
+ *     the dead worker's late report changes nothing;
+ *   - a random run of many fan-outs (finish, fail, die, reschedule) that always completes with
+ *     every part done exactly once and the limits held at every step. */
+#include "test_util.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon/daemon.h"
+
+static int count_state(const qdd_fanout *f, qdd_part_state s)
+{
+    int n = 0;
+    for (int i = 0; i < f->n; i++) n += f->state[i] == s;
+    return n;
+}
+
+static void test_open(void)
+{
+    const char *names[] = {"self_attn.q_proj", "", "mlp.down_proj"};
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 7, 0, 3, "quantize", 5, names, 3));
+    if (!f) return;
+    CHECK_INT(f->id, 7);
+    CHECK_INT(f->lead, 0);
+    CHECK_INT(f->block, 3);
+    CHECK_STR(f->step, "quantize");
+    CHECK_INT(f->n, 5);
+    CHECK_INT(count_state(f, QDD_PART_PENDING), 5);
+    CHECK(f->n_done == 0 && f->n_inflight == 0);
+    CHECK_STR(f->names[0], "self_attn.q_proj");
+    CHECK(f->names[1] == NULL);   /* an empty name is no name */
+    CHECK_STR(f->names[2], "mlp.down_proj");
+    CHECK(f->names[3] == NULL && f->names[4] == NULL);
+    CHECK(names[0] != f->names[0]);   /* a copy */
+    for (int i = 0; i < 5; i++) CHECK_INT(f->worker[i], -1);
+    CHECK(!qdd_fanout_complete(f));
+    CHECK_INT(qdd_fanout_held_by(f, 0), -1);
+    CHECK_INT(qdd_fanout_helpers(f), 0);
+    qdd_fanout_free(f);
+    qdd_fanout_free(NULL);
+
+    qdd_fanout *g = (qdd_fanout *)1;
+    CHECK_INT(qdd_fanout_open(&g, 1, 0, 0, "quantize", 0, NULL, 0), QD_EINVAL);
+    CHECK(g == NULL);
+    CHECK_INT(qdd_fanout_open(&g, 1, 0, 0, "quantize", QP_PARTS_MAX + 1, NULL, 0), QD_EINVAL);
+    CHECK_INT(qdd_fanout_open(&g, 1, 0, 0, "quantize", 2, names, 3), QD_EINVAL);   /* more names than parts */
+    CHECK_INT(qdd_fanout_open(&g, 1, 0, 0, "a-step-name-that-is-too-long", 2, NULL, 0), QD_EINVAL);
+    CHECK_INT(qdd_fanout_open(&g, 1, 0, 0, NULL, 2, NULL, 0), QD_EINVAL);
+    CHECK_OK(qdd_fanout_open(&g, 1, 0, 0, "quantize", QP_PARTS_MAX, NULL, 0));
+    qdd_fanout_free(g);
+}
+
+static void test_transitions(void)
+{
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 1, 0, 0, "quantize", 3, NULL, 0));
+    if (!f) return;
+    qdd_fanout_start(f, 1, 2);
+    CHECK_INT(f->state[1], QDD_PART_INFLIGHT);
+    CHECK_INT(f->worker[1], 2);
+    CHECK_INT(f->n_inflight, 1);
+    CHECK_INT(qdd_fanout_held_by(f, 2), 1);
+    CHECK_INT(qdd_fanout_helpers(f), 1);
+    qdd_fanout_start(f, 1, 3);              /* not pending: nothing changes */
+    CHECK_INT(f->worker[1], 2);
+    CHECK_INT(f->n_inflight, 1);
+    qdd_fanout_start(f, 3, 3);              /* out of range */
+    qdd_fanout_start(f, -1, 3);
+    CHECK_INT(f->n_inflight, 1);
+    CHECK_INT(qdd_fanout_finish(f, 1, 3), 0);   /* the wrong worker */
+    CHECK_INT(qdd_fanout_finish(f, 0, 2), 0);   /* a pending part */
+    CHECK_INT(qdd_fanout_finish(f, 7, 2), 0);
+    CHECK_INT(qdd_fanout_finish(f, 1, 2), 1);
+    CHECK_INT(f->state[1], QDD_PART_DONE);
+    CHECK_INT(f->worker[1], -1);
+    CHECK(f->n_done == 1 && f->n_inflight == 0);
+    CHECK_INT(qdd_fanout_finish(f, 1, 2), 0);   /* twice */
+    CHECK_INT(f->n_done, 1);
+    qdd_fanout_start(f, 1, 2);              /* done stays done */
+    CHECK_INT(f->state[1], QDD_PART_DONE);
+    qdd_fanout_start(f, 0, 0);
+    qdd_fanout_start(f, 2, 1);
+    CHECK_INT(qdd_fanout_helpers(f), 1);    /* the lead (0) is no helper */
+    CHECK(qdd_fanout_finish(f, 0, 0) && qdd_fanout_finish(f, 2, 1));
+    CHECK(qdd_fanout_complete(f));
+    qdd_fanout_free(f);
+}
+
+static void test_lead_first_and_limit(void)
+{
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 1, 2, 0, "quantize", 8, NULL, 0));
+    if (!f) return;
+    int idle[] = {0, 1, 2, 3, 4};   /* the lead (2) among them is skipped */
+    qdd_part_grant g[8];
+    /* workers 1: the lead alone, one part. */
+    int n = qdd_fanout_plan(f, 1, 1, idle, 5, g, 8);
+    CHECK_INT(n, 1);
+    CHECK(g[0].worker == 2 && g[0].index == 0);
+    /* workers 3: the lead first, then two helpers, in the order given, parts in order. */
+    n = qdd_fanout_plan(f, 1, 3, idle, 5, g, 8);
+    CHECK_INT(n, 3);
+    CHECK(g[0].worker == 2 && g[0].index == 0);
+    CHECK(g[1].worker == 0 && g[1].index == 1);
+    CHECK(g[2].worker == 1 && g[2].index == 2);
+    /* "all" of 5 workers: the lead and 4 helpers. */
+    n = qdd_fanout_plan(f, 1, 5, idle, 5, g, 8);
+    CHECK_INT(n, 5);
+    /* The lead busy (lead_free 0): helpers only. */
+    n = qdd_fanout_plan(f, 0, 3, idle, 5, g, 8);
+    CHECK_INT(n, 2);
+    CHECK(g[0].worker == 0 && g[0].index == 0);
+    /* cap */
+    CHECK_INT(qdd_fanout_plan(f, 1, 5, idle, 5, g, 2), 2);
+
+    /* Hand out the lead's part and two helpers'; the limit then holds until one finishes. */
+    qdd_fanout_start(f, 0, 2);
+    qdd_fanout_start(f, 1, 0);
+    qdd_fanout_start(f, 2, 1);
+    int idle2[] = {3, 4};
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, idle2, 2, g, 8), 0);   /* 2 helpers = workers - 1; lead holds one */
+    CHECK(qdd_fanout_finish(f, 1, 0));
+    n = qdd_fanout_plan(f, 1, 3, idle2, 2, g, 8);
+    CHECK_INT(n, 1);
+    CHECK(g[0].worker == 3 && g[0].index == 3);
+    /* The lead finishes its part: it gets the next pending one before anyone else. */
+    CHECK(qdd_fanout_finish(f, 0, 2));
+    n = qdd_fanout_plan(f, 1, 3, idle2, 2, g, 8);
+    CHECK_INT(n, 2);
+    CHECK(g[0].worker == 2 && g[0].index == 3);
+    CHECK(g[1].worker == 3 && g[1].index == 4);
+    /* An idle worker that somehow still holds a part (its report not in yet) gets none. */
+    qdd_fanout_start(f, 3, 3);
+    n = qdd_fanout_plan(f, 0, 8, idle2, 2, g, 8);
+    CHECK_INT(n, 1);
+    CHECK(g[0].worker == 4);
+    qdd_fanout_free(f);
+}
+
+static void test_requeue(void)
+{
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 1, 0, 5, "quantize", 2, NULL, 0));
+    if (!f) return;
+    qdd_fanout_start(f, 0, 0);
+    qdd_fanout_start(f, 1, 1);
+    CHECK_INT(qdd_fanout_requeue(f, 3), -1);   /* holds nothing */
+    CHECK_INT(qdd_fanout_requeue(f, 1), 1);    /* helper 1 died */
+    CHECK_INT(f->state[1], QDD_PART_PENDING);
+    CHECK_INT(f->n_inflight, 1);
+    CHECK_INT(qdd_fanout_helpers(f), 0);
+    int idle[] = {2};
+    qdd_part_grant g[4];
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, idle, 1, g, 4), 1);
+    CHECK(g[0].worker == 2 && g[0].index == 1);
+    qdd_fanout_start(f, 1, 2);
+    CHECK_INT(qdd_fanout_finish(f, 1, 1), 0);  /* the dead worker's late report */
+    CHECK(qdd_fanout_finish(f, 1, 2) && qdd_fanout_finish(f, 0, 0));
+    CHECK(qdd_fanout_complete(f));
+    qdd_fanout_free(f);
+}
+
+/* Many fan-outs driven at random as the daemon would: plan, start, then finish, fail or kill
+ * in-flight parts. Each ends complete with every part done once; the helpers never exceed
+ * the limit; the lead holds a part whenever one is pending after a round. */
+static void test_random_runs(void)
+{
+    test_rng r;
+    test_rng_seed(&r, 4242);
+    for (int run = 0; run < 300; run++) {
+        int n_workers = 1 + (int)(test_rng_u64(&r) % 6), n = 1 + (int)(test_rng_u64(&r) % 40);
+        int lead = (int)(test_rng_u64(&r) % (uint64_t)n_workers);
+        int limit = test_rng_u64(&r) % 3 ? 1 + (int)(test_rng_u64(&r) % 6) : n_workers;   /* job.workers */
+        qdd_fanout *f = NULL;
+        CHECK_OK(qdd_fanout_open(&f, (uint64_t)run + 1, lead, 0, "quantize", n, NULL, 0));
+        if (!f) return;
+        int done_count[40] = {0}, rounds = 0;
+        while (!qdd_fanout_complete(f) && rounds++ < 10000) {
+            int idle[8], n_idle = 0;
+            for (int k = 0; k < n_workers; k++)
+                if (k != lead && qdd_fanout_held_by(f, k) < 0) idle[n_idle++] = k;
+            qdd_part_grant g[8];
+            int ng = qdd_fanout_plan(f, 1, limit, idle, n_idle, g, 8);
+            for (int k = 0; k < ng; k++) qdd_fanout_start(f, g[k].index, g[k].worker);
+            if (qdd_fanout_helpers(f) > limit - 1) TEST_FAIL_("run %d: %d helpers over the limit %d", run, qdd_fanout_helpers(f), limit);
+            test_checks++;
+            int pending = 0;
+            for (int i = 0; i < n; i++) pending += f->state[i] == QDD_PART_PENDING;
+            if (qdd_fanout_held_by(f, lead) < 0 && pending) TEST_FAIL_("run %d: parts pending but the lead holds none", run);
+            test_checks++;
+            /* Something happens to one part in flight. */
+            int in[8], n_in = 0;
+            for (int i = 0; i < n; i++) if (f->state[i] == QDD_PART_INFLIGHT) in[n_in++] = i;
+            if (!n_in) continue;
+            int i = in[test_rng_u64(&r) % (uint64_t)n_in], w = f->worker[i];
+            if (w != lead && test_rng_u64(&r) % 5 == 0) {
+                CHECK_INT(qdd_fanout_requeue(f, w), i);   /* its worker died */
+            } else {
+                CHECK_INT(qdd_fanout_finish(f, i, w), 1);   /* done, ok or failed alike */
+                done_count[i]++;
+            }
+        }
+        CHECK(qdd_fanout_complete(f));
+        for (int i = 0; i < n; i++) CHECK_INT(done_count[i], 1);
+        CHECK_INT(f->n_inflight, 0);
+        qdd_fanout_free(f);
+    }
+}
+
+int main(void)
+{
+    TEST_RUN(test_open);
+    TEST_RUN(test_transitions);
+    TEST_RUN(test_lead_first_and_limit);
+    TEST_RUN(test_requeue);
+    TEST_RUN(test_random_runs);
+    return test_finish();
+}
