@@ -4,6 +4,7 @@
  * progress and resource sampling are pipeline_progress.c's, the output directory's
  * descriptors pipeline_outdir.c's. */
 #include "quant/pipeline/pipeline_internal.h"
+#include "quant/pipeline/part.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -175,13 +176,27 @@ static int check_removable(const char *out_dir, qd_err *err)
                       out_dir);
 }
 
+int qd_pipeline_quant_setup(qd_pipeline *p, qd_err *err)
+{
+    const qp_job *job = p->job;
+    p->fmt = qd_format_at((size_t)job->format);
+    if (!p->fmt) return qd_err_set(err, QD_EINVAL, "format %d is not in the format table", (int)job->format);
+    p->qcfg = qd_quant_cfg_default();
+    p->qcfg.bits = job->bits;
+    p->qcfg.sym = job->sym;
+    p->qcfg.group_size = job->group_size;
+    /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
+    p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
+    return qd_quant_cfg_validate(&p->qcfg, err);
+}
+
 int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks *hooks,
                      qd_pipeline **out, qd_err *err)
 {
     *out = NULL;
     qd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    p->out_fd = p->ckpt_fd = -1;
+    p->out_fd = p->ckpt_fd = p->parts_fd = -1;
     p->job = job;
     p->be = be;
     if (hooks) p->hooks = *hooks;
@@ -197,15 +212,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     int rc = 0;
     int32_t *ids = NULL;
     int created_out = 0, created_ckpt = 0;
-    p->fmt = qd_format_at((size_t)job->format);
-    if (!p->fmt) { rc = qd_err_set(err, QD_EINVAL, "format %d is not in the format table", (int)job->format); goto fail; }
-    p->qcfg = qd_quant_cfg_default();
-    p->qcfg.bits = job->bits;
-    p->qcfg.sym = job->sym;
-    p->qcfg.group_size = job->group_size;
-    /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
-    p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
-    rc = qd_quant_cfg_validate(&p->qcfg, err);
+    rc = qd_pipeline_quant_setup(p, err);
     if (rc) goto fail;
     char state_path[QD_PATH_MAX + 32];
     snprintf(p->out_shown, sizeof p->out_shown, "%s", job->output);
@@ -338,7 +345,8 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         rc = qd_fs_remove_contents_fd(p->out_fd, p->out_shown, err);
         if (rc) goto fail;
         if (p->ckpt_fd >= 0) close(p->ckpt_fd);   /* removed with the rest */
-        p->ckpt_fd = -1;
+        if (p->parts_fd >= 0) close(p->parts_fd);
+        p->ckpt_fd = p->parts_fd = -1;
     }
     rc = qd_pipeline_out_dirs_open(p, 1, &created_out, &created_ckpt, err);
     if (rc) goto fail;
@@ -414,6 +422,7 @@ void qd_pipeline_close(qd_pipeline *p)
     qd_tp_serving_report_free(&p->serving);
     qd_pipeline_folds_clear(p);
     free(p->folds);
+    if (p->parts_fd >= 0) close(p->parts_fd);
     if (p->ckpt_fd >= 0) close(p->ckpt_fd);
     if (p->out_fd >= 0) close(p->out_fd);
     free(p);

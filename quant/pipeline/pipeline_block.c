@@ -26,11 +26,8 @@
 #include "quant/core/log.h"
 #include "quant/kernels/kernels.h"
 #include "quant/pipeline/acts.h"
-
-/* The largest kernel-vs-float error (relative to the output's max) the per-layer kernel
- * check accepts: the CPU kernels accumulate in F32 like the float GEMM; CUDA's tensor-core
- * path rounds x to F16 (~1e-3). */
-#define KCHECK_TOL 1e-2
+#include "quant/pipeline/part.h"
+#include "quant/core/confine.h"
 
 /* Closes the block's cost record: the checkpoint stage up to now (state.json's own write is
  * the last few milliseconds and is in neither), the whole block from t0, and the experts'
@@ -50,164 +47,291 @@ static double cost_finish(qd_pipeline *p, double t, double t0)
     return secs;
 }
 
-/* ---- quantizing one group ---- */
+/* ---- quantizing a run of groups ---- */
 
-static int quantize_group_linears(qd_pipeline *p, qd_block_weights *bw, int block, int g,
-                                  const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                                  const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
-                                  qd_layer_result *results, qd_gptq_shared *shared, qd_err *err)
+/* One linear of a run being quantized (part.h): its part's input as the lead prepared it,
+ * and what came back. */
+typedef struct lin_part {
+    int li, g;                   /* the linear and its input group */
+    float *clipped;              /* AWQ: the clipped weight; owned, or NULL */
+    qd_qpart_in in;
+    uint64_t in_sum;             /* the input file's checksum (fan-out) */
+} lin_part;
+
+/* What the linears of one run share while they are quantized. */
+typedef struct run_ctx {
+    qd_pipeline *p;
+    qd_block_weights *bw;
+    int block;
+    const qd_linear_plan *plans;
+    qd_linear_out *outs;
+    qd_layer_result *results;
+    lin_part *parts;             /* [QD_MAX_LINEARS]: the run's quantized linears, in order */
+    int n_parts;
+    int fan;                     /* the parts go through files and the fan-out hook */
+} run_ctx;
+
+/* A linear's result taken over: the block computes with Q from here on, its packed tensors
+ * are kept for the block file, and the result is recorded. */
+static int part_apply(run_ctx *r, lin_part *lp, qd_qpart_out *o, const char *worker, qd_err *err)
 {
-    const float *kslice = kcheck->x[g];
-    int64_t kslice_rows = kcheck->rows[g];
-    const qd_input_group *G = qd_model_group(p->m, g);
+    qd_pipeline *p = r->p;
+    qd_linear_out *lo = &r->outs[lp->li];
+    const qd_linear_info *L = qd_model_linear(p->m, lp->li);
+    lo->packed = o->packed;
+    memset(&o->packed, 0, sizeof o->packed);
+    lo->quantized = 1;
+    int rc = qd_block_linear_set(p->m, r->bw, lp->li, o->dq.w, NULL, err);
+    free(lo->w_eff);
+    lo->w_eff = NULL;
+    if (rc) return rc;
+    r->results[lp->li] = o->res;
+    snprintf(r->results[lp->li].worker, sizeof r->results[lp->li].worker, "%s", worker ? worker : "");
+    qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)(lp->li + 1) / qd_model_n_linears(p->m),
+                                o->res.rel_error);
+    QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s%s%s", o->res.name,
+           o->res.method, o->res.rel_error, o->res.seconds, worker ? " worker=" : "", worker ? worker : "",
+           o->res.note[0] ? " note=" : "", o->res.note);
+    return 0;
+}
+
+/* Prepares linear li of group g (borrowing the group's Hessian acc and the AWQ input xcap):
+ * its weight, plan, result record and, for AWQ, its clipping. A linear left in float is done
+ * here; a quantized one is added to r->parts (*added = 1). */
+static int part_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const float *xcap,
+                        const qd_row_slices *kcheck, const qd_row_slices *direct, int *added, qd_err *err)
+{
+    qd_pipeline *p = r->p;
     const qp_job *job = p->job;
-    if (plans[G->linears[0]].absent) return 0;   /* a group of linears this block does not have */
+    const qd_linear_info *L = qd_model_linear(p->m, li);
+    qd_linear_out *o = &r->outs[li];
     int use_gptq = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ;
     int use_awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    *added = 0;
+    size_t nk = (size_t)(L->n * L->k);
+    o->w_eff = malloc(nk * sizeof(float));
+    if (L->has_bias) o->bias = malloc((size_t)L->n * sizeof(float));
+    if (!o->w_eff || (L->has_bias && !o->bias)) return qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
+    int rc = qd_block_linear_get(p->m, r->bw, li, o->w_eff, o->bias, err);
+    if (rc) return rc;
+    qd_layer_result res;
+    memset(&res, 0, sizeof res);
+    res.routed_tokens = -1;
+    res.rel_error_direct = -1;
     char prefix[160];
-    qd_model_block_prefix(p->m, block, prefix, sizeof prefix);
-    int rc = 0;
-    for (int j = 0; j < G->n_linears && !rc; j++) {
-        int li = G->linears[j];
-        const qd_linear_info *L = qd_model_linear(p->m, li);
-        qd_linear_out *o = &outs[li];
-        size_t nk = (size_t)(L->n * L->k);
-        o->w_eff = malloc(nk * sizeof(float));
-        if (L->has_bias) o->bias = malloc((size_t)L->n * sizeof(float));
-        if (!o->w_eff || (L->has_bias && !o->bias)) return qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
-        rc = qd_block_linear_get(p->m, bw, li, o->w_eff, o->bias, err);
-        if (rc) return rc;
-        qd_layer_result res;
-        memset(&res, 0, sizeof res);
-        res.routed_tokens = -1;
-        res.rel_error_direct = -1;
-        snprintf(res.name, sizeof res.name, "%s%s", prefix, L->name);
-        res.block = block;
-        res.n = L->n;
-        res.k = L->k;
-        if (!plans[li].quantize) {
-            snprintf(res.method, sizeof res.method, "float");
-            snprintf(res.note, sizeof res.note, "%s", plans[li].why);
-            QD_LOG(QD_LOG_WARN, "layer_left_in_float", "layer=%s reason=\"%s\"", res.name, plans[li].why);
-            o->w_float = o->w_eff;   /* stored as float; the block keeps computing with it */
-            o->weight_modified = use_awq;
-            o->bias_modified = use_awq;
-            results[li] = res;
-            continue;
-        }
-        snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
-        /* An expert's coverage: the calibration tokens its router sent it. Calibrated on
-         * its routed tokens alone and too few of them, it falls back to RTN (never a
-         * Hessian of a handful of rows, or none). */
-        int gptq_here = use_gptq;
-        res.routed_tokens = L->expert >= 0 ? p->moe_routed[L->expert] : -1;
-        if (L->expert >= 0 && !job->moe.calibrate_all_experts &&
-            (res.routed_tokens < job->moe.min_tokens || res.routed_tokens == 0)) {
-            gptq_here = 0;
-            res.fallback = use_gptq;
-            snprintf(res.note, sizeof res.note, "expert %d got %lld routed tokens < moe.min_tokens %lld: RTN",
-                     L->expert, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
-            QD_LOG(QD_LOG_WARN, "moe_expert_starved", "layer=%s routed_tokens=%lld min_tokens=%lld fallback=rtn",
-                   res.name, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
-        }
-        qd_pipeline_report_progress(p, "quantize", block, L->name, (double)li / qd_model_n_linears(p->m), -1);
-        /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
-        float *wq = o->w_eff;
-        float *clipped = NULL;
-        double t = qd_clock_now_s();
-        if (use_awq && xcap && acc->n_seen > 0 && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
-            qd_awq_opts ao = qd_awq_opts_default();
-            qd_awq_clip clip;
-            memset(&clip, 0, sizeof clip);
-            /* xcap holds the acc->n_seen rows the Hessian saw (an expert: its routed tokens
-             * only), and the Hessian gives the clip guard its errors over all of them. */
-            rc = qd_awq_search_clip_h(p->be, &p->qcfg, &ao, bw->w[li], L->n, L->k, xcap, acc->n_seen, L->k, acc,
-                                      NULL, &clip, err);
-            if (!rc) {
-                clipped = malloc(nk * sizeof(float));
-                if (!clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-                else {
-                    memcpy(clipped, o->w_eff, nk * sizeof(float));
-                    rc = qd_awq_apply(NULL, &clip, clipped, L->n, L->k, err);
-                    wq = clipped;
-                }
-            }
-            qd_awq_clip_free(&clip);
-            if (rc) return rc;
-            t = qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
-        }
-        qd_deq dq;
-        qd_qlayer layer;
-        double h_err;
-        rc = qd_pipeline_quantize_weight(p, gptq_here, wq, L->n, L->k, acc, shared, &layer, &dq, &res, &h_err, err);
-        /* The group's last linear: its factor's memory goes back before the error's buffers
-         * are taken (the peak stays one k x k buffer at a time, as unshared). */
-        if (j == G->n_linears - 1) qd_gptq_shared_free(shared);
-        t = qd_pipeline_cost_add(p, QD_STAGE_QUANTIZE, t);
-        free(clipped);
-        if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
-        if (o->bias) {
-            layer.bias = malloc((size_t)L->n * sizeof(float));
-            if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-            else memcpy(layer.bias, o->bias, (size_t)L->n * sizeof(float));
-        }
-        if (!rc) rc = p->fmt->pack(&layer, &o->packed, err);   /* checks the layer first */
-        qd_qlayer_free(&layer);
-        t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
-        if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
-        o->quantized = 1;
-        /* The error is measured against the weight before clipping (clipping is part of
-         * the quantization error); GPTQ's own losses give its numerator when GPTQ saw that
-         * weight (no clipping). */
-        rc = qd_pipeline_rel_error(p, o->w_eff, dq.w, L->n, L->k, acc, wq == o->w_eff ? h_err : -1.0,
-                                   &res.rel_error, err);
-        t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
-        if (rc) { qd_deq_free(&dq); return rc; }
-        if (!isfinite(res.rel_error)) { qd_deq_free(&dq); return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res.name); }
-        if (direct->x[g] && direct->rows[g] > 0) {
-            rc = qd_pipeline_rel_error_direct(p, o->w_eff, dq.w, L->n, L->k, direct->x[g], direct->rows[g],
-                                              &res.rel_error_direct, err);
-            t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
-            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s: direct error", res.name); }
-        }
-        if (job->kernel_check && kslice && kslice_rows > 0) {
-            /* The packed weights through the dequantizing kernel vs the float matmul of
-             * the quantizer's Q (what they must decode to), on real inputs of this layer. */
-            rc = qd_kernel_check_layer(p->be, p->fmt, &o->packed, dq.w, kslice, kslice_rows, &res.kernel_max_err, err);
-            t = qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
-            /* qd_kernel_check_layer's words start with "kernel check: " */
-            if (rc) { qd_deq_free(&dq); return qd_err_prefix(err, "%s", res.name); }
-            res.kernel_checked = 1;
-            if (!(res.kernel_max_err <= KCHECK_TOL)) {
-                qd_deq_free(&dq);
-                return qd_err_set(err, QD_EBACKEND, "%s: kernel check failed: the %s kernel differs from the reference by %.3g (relative), over %.0e",
-                                  res.name, p->be->name, res.kernel_max_err, KCHECK_TOL);
-            }
-        }
-        /* The block computes with Q from here on; neither W nor Q is read again. */
-        rc = qd_block_linear_set(p->m, bw, li, dq.w, NULL, err);
-        qd_deq_free(&dq);
-        free(o->w_eff);
-        o->w_eff = NULL;
-        if (!rc) results[li] = res;
-        qd_pipeline_report_progress(p, "quantize", block, L->name, (double)(li + 1) / qd_model_n_linears(p->m), res.rel_error);
-        QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s", res.name, res.method,
-               res.rel_error, res.seconds, res.note[0] ? " note=" : "", res.note);
+    qd_model_block_prefix(p->m, r->block, prefix, sizeof prefix);
+    snprintf(res.name, sizeof res.name, "%s%s", prefix, L->name);
+    res.block = r->block;
+    res.n = L->n;
+    res.k = L->k;
+    if (!r->plans[li].quantize) {
+        snprintf(res.method, sizeof res.method, "float");
+        snprintf(res.note, sizeof res.note, "%s", r->plans[li].why);
+        QD_LOG(QD_LOG_WARN, "layer_left_in_float", "layer=%s reason=\"%s\"", res.name, r->plans[li].why);
+        o->w_float = o->w_eff;   /* stored as float; the block keeps computing with it */
+        o->weight_modified = use_awq;
+        o->bias_modified = use_awq;
+        r->results[li] = res;
+        return 0;
     }
+    snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
+    /* An expert's coverage: the calibration tokens its router sent it. Calibrated on its
+     * routed tokens alone and too few of them, it falls back to RTN (never a Hessian of a
+     * handful of rows, or none). */
+    int gptq_here = use_gptq;
+    res.routed_tokens = L->expert >= 0 ? p->moe_routed[L->expert] : -1;
+    if (L->expert >= 0 && !job->moe.calibrate_all_experts &&
+        (res.routed_tokens < job->moe.min_tokens || res.routed_tokens == 0)) {
+        gptq_here = 0;
+        res.fallback = use_gptq;
+        snprintf(res.note, sizeof res.note, "expert %d got %lld routed tokens < moe.min_tokens %lld: RTN",
+                 L->expert, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
+        QD_LOG(QD_LOG_WARN, "moe_expert_starved", "layer=%s routed_tokens=%lld min_tokens=%lld fallback=rtn",
+               res.name, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
+    }
+    qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)li / qd_model_n_linears(p->m), -1);
+    lin_part *lp = &r->parts[r->n_parts];
+    memset(lp, 0, sizeof *lp);
+    lp->li = li;
+    lp->g = g;
+    /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
+    const float *wq = o->w_eff;
+    if (use_awq && xcap && acc->n_seen > 0 && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
+        double t = qd_clock_now_s();
+        qd_awq_opts ao = qd_awq_opts_default();
+        qd_awq_clip clip;
+        memset(&clip, 0, sizeof clip);
+        /* xcap holds the acc->n_seen rows the Hessian saw (an expert: its routed tokens
+         * only), and the Hessian gives the clip guard its errors over all of them. */
+        rc = qd_awq_search_clip_h(p->be, &p->qcfg, &ao, r->bw->w[li], L->n, L->k, xcap, acc->n_seen, L->k, acc, NULL,
+                                  &clip, err);
+        if (!rc) {
+            lp->clipped = malloc(nk * sizeof(float));
+            if (!lp->clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            else {
+                memcpy(lp->clipped, o->w_eff, nk * sizeof(float));
+                rc = qd_awq_apply(NULL, &clip, lp->clipped, L->n, L->k, err);
+                wq = lp->clipped;
+            }
+        }
+        qd_awq_clip_free(&clip);
+        qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
+        if (rc) { free(lp->clipped); return rc; }
+    }
+    lp->in.linear = li;
+    lp->in.gptq = gptq_here;
+    lp->in.use_losses = wq == o->w_eff;
+    lp->in.w = wq;
+    lp->in.w_ref = o->w_eff;
+    lp->in.bias = o->bias;
+    lp->in.h = acc;
+    lp->in.kx = kcheck->x[g];
+    lp->in.krows = kcheck->rows[g];
+    lp->in.dx = direct->x[g];
+    lp->in.drows = direct->x[g] ? direct->rows[g] : 0;
+    lp->in.res = res;
+    r->n_parts++;
+    *added = 1;
+    return 0;
+}
+
+/* Adds a part's seconds per stage to the block's cost, scaled by f (the fan-out's wall time
+ * over the parts' sum, so the stages never sum past the block). */
+static void cost_add_part(qd_pipeline *p, const qd_qpart_out *o, double f)
+{
+    for (int s = 0; s < QD_STAGE_COUNT; s++) p->cost.stage[s] += o->stage[s] * f;
+}
+
+/* The parts directory, opened (made) at the first fan-out. */
+static int parts_dir(qd_pipeline *p, qd_err *err)
+{
+    if (p->parts_fd >= 0) return 0;
+    char shown[QD_PATH_MAX + 32];
+    snprintf(shown, sizeof shown, "%s/.quantd/parts", p->out_shown);
+    return qd_confine_subdir_open(p->ckpt_fd, "parts", 1, &p->parts_fd, NULL, shown, err);
+}
+
+/* The fan-out of the run's parts (r->fan): every input written (a group's Hessian once),
+ * the hook called, every output read back in order and taken over; a part whose output is
+ * missing or damaged is computed here. */
+static int run_fanout(run_ctx *r, qd_err *err)
+{
+    qd_pipeline *p = r->p;
+    double t0 = qd_clock_now_s();
+    int rc = parts_dir(p, err);
+    /* Each group's Hessian once, then the inputs (the weights are freed as they go: the
+     * files hold them now). */
+    const qd_gptq_hessian *written[QD_MAX_GROUPS];
+    int n_written = 0;
+    for (int i = 0; i < r->n_parts && !rc; i++) {
+        lin_part *lp = &r->parts[i];
+        int seen = 0;
+        for (int j = 0; j < n_written; j++) seen |= written[j] == lp->in.h;
+        if (!seen) {
+            rc = qd_qpart_write_hessian(p->parts_fd, r->block, lp->g, lp->in.h, err);
+            written[n_written++] = lp->in.h;
+        }
+        if (!rc) rc = qd_qpart_write_in(p->parts_fd, r->block, i, lp->g, &lp->in, lp->in.res.n, lp->in.res.k, &lp->in_sum, err);
+        free(lp->clipped);
+        lp->clipped = NULL;
+        free(r->outs[lp->li].w_eff);
+        r->outs[lp->li].w_eff = NULL;
+        lp->in.w = lp->in.w_ref = NULL;
+    }
+    double t_write = qd_clock_now_s();
+    const char *names[QD_MAX_LINEARS];
+    for (int i = 0; i < r->n_parts; i++) names[i] = qd_model_linear(p->m, r->parts[i].li)->name;
+    if (!rc && p->hooks.fanout(p->hooks.ud, r->block, "quantize", r->n_parts, names))
+        rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    double t_parts = qd_clock_now_s();
+    qd_qpart_out *outs = rc ? NULL : calloc((size_t)r->n_parts, sizeof *outs);
+    char (*workers)[64] = rc ? NULL : calloc((size_t)r->n_parts, 64);
+    if (!rc && (!outs || !workers)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    double sum = 0;
+    for (int i = 0; i < r->n_parts && !rc; i++) {
+        lin_part *lp = &r->parts[i];
+        qd_err e2 = {0};
+        int got = qd_qpart_read_out(p, p->parts_fd, r->block, i, lp->in_sum, lp->in.res.n, lp->in.res.k, &outs[i],
+                                    workers[i], &e2);
+        if (got) {
+            /* Never used: computed again, here. */
+            QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=quantize part=%d layer=%s why=\"%s\"", p->job->id,
+                   r->block, i, lp->in.res.name, e2.msg);
+            rc = qd_qpart_run_file(p, p->parts_fd, r->block, i, p->hooks.worker, err);
+            if (!rc) rc = qd_qpart_read_out(p, p->parts_fd, r->block, i, lp->in_sum, lp->in.res.n, lp->in.res.k, &outs[i],
+                                            workers[i], err);
+        }
+        if (!rc) for (int s = 0; s < QD_STAGE_COUNT; s++) sum += outs[i].stage[s];
+    }
+    double t_read = qd_clock_now_s();
+    /* The stages get the parts' wall time in proportion to the seconds the parts spent in
+     * each; the files' writing and reading are the checkpoint's. */
+    double f = sum > 0 ? (t_parts - t_write) / sum : 0;
+    for (int i = 0; i < r->n_parts && !rc; i++) {
+        cost_add_part(p, &outs[i], f);
+        rc = part_apply(r, &r->parts[i], &outs[i], workers[i], err);
+    }
+    p->cost.stage[QD_STAGE_CHECKPOINT] += (t_write - t0) + (t_read - t_parts);
+    for (int i = 0; outs && i < r->n_parts; i++) qd_qpart_out_free(&outs[i]);
+    free(outs);
+    free(workers);
     return rc;
 }
 
-/* A group's linears, quantized in turn: GPTQ factors the group's Hessian once for all of
- * them (q/k/v, gate/up: qd_gptq_shared). */
-static int quantize_group(qd_pipeline *p, qd_block_weights *bw, int block, int g,
-                          const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *xcap,
-                          const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
-                          qd_layer_result *results, qd_err *err)
+/* The linears of groups order[i .. i+run), each group's Hessian in acc[g] (AWQ: one group,
+ * whose input rows are gx): quantized in memory one after another (GPTQ factors a group's
+ * Hessian once for all of its linears, qd_gptq_shared), or, with a fan-out hook and more
+ * than one to do, spread over the workers as parts. Either way the bytes are the same. */
+static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const int *groups, int n_groups,
+                        const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *gx, const qd_row_slices *kcheck,
+                        const qd_row_slices *direct, qd_linear_out *outs, qd_layer_result *results, qd_err *err)
 {
-    qd_gptq_shared shared;
-    memset(&shared, 0, sizeof shared);
-    int rc = quantize_group_linears(p, bw, block, g, plans, acc, xcap, kcheck, direct, outs, results, &shared, err);
-    qd_gptq_shared_free(&shared);
+    run_ctx r;
+    memset(&r, 0, sizeof r);
+    r.p = p;
+    r.bw = bw;
+    r.block = block;
+    r.plans = plans;
+    r.outs = outs;
+    r.results = results;
+    int n_quant = 0;
+    for (int j = 0; j < n_groups; j++) {
+        const qd_input_group *G = qd_model_group(p->m, groups[j]);
+        if (plans[G->linears[0]].absent) continue;
+        for (int x = 0; x < G->n_linears; x++) n_quant += plans[G->linears[x]].quantize;
+    }
+    r.fan = p->hooks.fanout && n_quant > 1;
+    r.parts = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.parts);
+    if (!r.parts) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    int rc = 0;
+    for (int j = 0; j < n_groups && !rc; j++) {
+        int g = groups[j];
+        const qd_input_group *G = qd_model_group(p->m, g);
+        if (plans[G->linears[0]].absent) continue;   /* a group of linears this block does not have */
+        qd_gptq_shared shared;
+        memset(&shared, 0, sizeof shared);
+        for (int x = 0; x < G->n_linears && !rc; x++) {
+            int added = 0;
+            rc = part_prepare(&r, g, G->linears[x], &acc[g], j == 0 ? gx : NULL, kcheck, direct, &added, err);
+            if (rc || !added || r.fan) continue;
+            /* In memory, at once: the same computation a part runs. */
+            lin_part *lp = &r.parts[r.n_parts - 1];
+            lp->in.shared_last = x == G->n_linears - 1;
+            qd_qpart_out o;
+            rc = qd_qpart_compute(p, &lp->in, &shared, &o, err);
+            free(lp->clipped);
+            lp->clipped = NULL;
+            if (!rc) {
+                cost_add_part(p, &o, 1.0);
+                rc = part_apply(&r, lp, &o, NULL, err);
+            }
+            qd_qpart_out_free(&o);
+        }
+        qd_gptq_shared_free(&shared);
+    }
+    if (!rc && r.fan && r.n_parts) rc = run_fanout(&r, err);
+    for (int i = 0; i < r.n_parts; i++) free(r.parts[i].clipped);
+    free(r.parts);
     return rc;
 }
 
@@ -533,13 +657,10 @@ static int quantize_groups(block_run *b, qd_err *err)
         float *xcap = NULL;
         const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
         if (b->sequential) rc = capture_pass(b, i, run, &xcap, &gx, err);
-        for (int j = i; j < i + run; j++) {
-            int gg = b->order[j];
-            if (!rc) rc = quantize_group(p, b->bw, b->block, gg, b->plans, &b->acc[gg], j == i ? gx : NULL, b->kcheck,
-                                         b->direct, b->outs, b->results, err);
-            qd_gptq_hessian_free(&b->acc[gg]);
-        }
-        b->t = qd_clock_now_s();   /* quantize_group booked its own stages */
+        if (!rc) rc = quantize_run(p, b->bw, b->block, b->order + i, run, b->plans, b->acc, gx, b->kcheck, b->direct,
+                                   b->outs, b->results, err);
+        for (int j = i; j < i + run; j++) qd_gptq_hessian_free(&b->acc[b->order[j]]);
+        b->t = qd_clock_now_s();   /* quantize_run booked its own stages */
         qd_backend_free(p->be, xcap);
         i += run;
     }

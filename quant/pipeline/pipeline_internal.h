@@ -46,6 +46,7 @@ struct qd_pipeline {
     char ckpt_dir[QD_PATH_MAX];
     char out_shown[QD_PATH_MAX];
     int out_fd, ckpt_fd;
+    int parts_fd;                /* .quantd/parts, opened at the first fan-out (part.h); owned, or -1 */
     qd_ckpt_state st;            /* owned */
     int n_blocks;
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */

@@ -125,6 +125,7 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
         copy_str(r.name, sizeof r.name, l, "name");
         copy_str(r.method, sizeof r.method, l, "method");
         copy_str(r.note, sizeof r.note, l, "note");
+        copy_str(r.worker, sizeof r.worker, l, "worker");
         r.block = (int)get_num(l, "block", 0);
         r.n = (int64_t)get_num(l, "n", 0);
         r.k = (int64_t)get_num(l, "k", 0);
@@ -167,6 +168,7 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     qd_json_add_exact(o, "kernel_max_err", r->kernel_max_err);
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
     if (r->routed_tokens >= 0) cJSON_AddNumberToObject(o, "routed_tokens", (double)r->routed_tokens);
+    if (r->worker[0]) cJSON_AddStringToObject(o, "worker", r->worker);
     return o;
 }
 

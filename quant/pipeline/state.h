@@ -35,6 +35,8 @@ typedef struct qd_layer_result {
     double kernel_max_err;   /* its max |kernel - reference| relative to max |reference| */
     char note[160];          /* why left in float, awq alpha, ... */
     int64_t routed_tokens;   /* MoE expert: calibration tokens routed to it; -1 otherwise */
+    char worker[64];         /* the worker that quantized it when the block's parts were spread
+                                over several (docs/parallel.md); "" otherwise */
 } qd_layer_result;
 
 typedef struct qd_fingerprint {

@@ -1,0 +1,116 @@
+/* Private to quant/pipeline: the parts a block's step is split into when it is run over
+ * several workers (docs/parallel.md), and the files they exchange through the job's
+ * checkpoint directory (.quantd/parts/).
+ *
+ * A part file (little-endian):
+ *   "QDPART\0\0" | u32 version | u32 0 | u64 meta_len | u64 data_len | u64 checksum | meta | data
+ * meta is a JSON object (what the part is, its scalars, and "arrays": {name: [offset, bytes]}
+ * into data); data starts 64-byte aligned after the meta (spaces pad the JSON). The
+ * checksum is qd_hash64 over meta and data: a file damaged on disk is refused, and the
+ * part is computed again, never used. Files are written atomically (temp file, rename). An
+ * output file names the checksum of the input it was computed from ("in_checksum"), so an
+ * output left by an earlier attempt is used only for that very input. Bump
+ * QD_PART_VERSION when the layout or a meta key changes. */
+#ifndef QUANT_PIPELINE_PART_H
+#define QUANT_PIPELINE_PART_H
+
+#include <stdint.h>
+
+#include "quant/pipeline/pipeline_internal.h"
+
+#define QD_PART_VERSION 1
+
+/* ---- the container (part_file.c) ---- */
+
+typedef struct qd_part_arr {
+    const char *name;
+    const void *data;            /* borrowed */
+    uint64_t bytes;
+} qd_part_arr;
+
+struct cJSON;
+/* Writes meta (borrowed; its "arrays" member is added here) and the arrays to name in the
+ * directory held as dirfd, atomically. *checksum (may be NULL) gets the file's checksum. */
+int qd_part_file_write(int dirfd, const char *name, struct cJSON *meta, const qd_part_arr *arrs, int n,
+                       uint64_t *checksum, qd_err *err);
+
+typedef struct qd_part_file {
+    struct cJSON *meta;          /* owned */
+    char *data;                  /* owned: the data section */
+    uint64_t data_len;
+    uint64_t checksum;
+} qd_part_file;
+/* Reads name in dirfd (a regular file, no link), checks magic, version, sizes and the
+ * checksum. QD_ENOTFOUND when absent, QD_EFORMAT when damaged (the message says how). */
+int qd_part_file_read(int dirfd, const char *name, qd_part_file *f, qd_err *err);
+/* Reads only the header's checksum (0 when the file is absent or not a part file). */
+uint64_t qd_part_file_checksum(int dirfd, const char *name);
+/* Only the meta of name, unchecked (NULL when absent or unreadable); the caller frees it. */
+struct cJSON *qd_part_file_meta(int dirfd, const char *name);
+/* The array `name` of f, which must hold exactly `bytes`; NULL (and err set) otherwise. */
+const void *qd_part_file_arr(const qd_part_file *f, const char *name, uint64_t bytes, qd_err *err);
+void qd_part_file_free(qd_part_file *f);    /* accepts a zeroed one */
+/* Removes every file in dirfd whose name starts with prefix (NULL: every file). */
+void qd_part_files_remove(int dirfd, const char *prefix);
+
+/* ---- the quantize step's parts: one linear each (part_quant.c) ---- */
+
+/* What one linear's quantization reads. Pointers are borrowed. */
+typedef struct qd_qpart_in {
+    int linear;                  /* the model's linear index */
+    int gptq;                    /* GPTQ (else RTN) */
+    int use_losses;              /* w is the weight GPTQ sees (not clipped): its column losses
+                                    give the error's numerator */
+    const float *w;              /* host [n, k]: the weight to quantize (AWQ: clipped) */
+    const float *w_ref;          /* host [n, k]: the weight the error is measured against */
+    const float *bias;           /* host [n] or NULL */
+    const qd_gptq_hessian *h;    /* the Hessian of the linear's inputs */
+    const float *kx;             /* host [krows, k]: the kernel check's inputs, or NULL */
+    int64_t krows;
+    const float *dx;             /* host [drows, k]: the direct error's inputs, or NULL */
+    int64_t drows;
+    qd_layer_result res;         /* as the lead filled it: name, method, block, shape, routing */
+    int shared_last;             /* the group's last linear: the shared factorisation is freed
+                                    once its quantization is done (not written to files) */
+} qd_qpart_in;
+
+/* What it gives back. */
+typedef struct qd_qpart_out {
+    qd_packed packed;            /* owned */
+    qd_deq dq;                   /* host [n, k]: the dequantized weight the block computes with; owned */
+    qd_layer_result res;         /* in's, completed: damp, fallback, seconds, errors, kernel check */
+    double stage[QD_STAGE_COUNT];/* seconds per stage spent on it */
+} qd_qpart_out;
+
+/* Quantizes, packs, measures and kernel-checks one linear on p->be with p's job, format
+ * and quantizer (p needs nothing else: qd_pipeline_part_run makes such a p). shared (or
+ * NULL) carries GPTQ's factorisation between the linears of one group. */
+int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shared, qd_qpart_out *out,
+                     qd_err *err);
+void qd_qpart_out_free(qd_qpart_out *o);
+
+/* The names of the files of block b's quantize step: a group's Hessian, a part's input and
+ * output. */
+void qd_qpart_name_hessian(char *buf, size_t cap, int block, int group);
+void qd_qpart_name_in(char *buf, size_t cap, int block, int index);
+void qd_qpart_name_out(char *buf, size_t cap, int block, int index);
+
+/* Writes group g's Hessian of block b for the parts that read it. */
+int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err);
+/* Writes part `index`'s input (group: the Hessian file it reads); *checksum gets the file's. */
+int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, int64_t n, int64_t k,
+                      uint64_t *checksum, qd_err *err);
+/* Reads part `index`'s output if it is there, whole and computed from the input whose
+ * checksum is in_checksum: 0 with *out filled; QD_ENOTFOUND or QD_EFORMAT (err says why)
+ * otherwise. *worker (cap >= 64) gets the name of the worker that computed it. */
+int qd_qpart_read_out(qd_pipeline *p, int dirfd, int block, int index, uint64_t in_checksum, int64_t n, int64_t k,
+                      qd_qpart_out *out, char *worker, qd_err *err);
+
+/* Runs part `index` of block b's quantize step from its input file and writes its output
+ * file (worker: the name recorded in it). */
+int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+
+/* The setup every pipeline and every part runner share: p->fmt and p->qcfg from p->job. */
+int qd_pipeline_quant_setup(qd_pipeline *p, qd_err *err);
+
+#endif
