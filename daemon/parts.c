@@ -1,7 +1,7 @@
 /* Fan-outs of a block's step over the node's workers (daemon.h, "fan-outs"; proto/wire.md, the
  * parts messages). The first half is the pure bookkeeping of one fan-out (which part is
  * pending, in flight where, or done, and which parts to hand out next), tested directly by
- * tests/unit/test_daemon_parts.c; the second is the daemon's side: the messages, the
+ * tests/unit/test_daemon_fanout.c; the second is the daemon's side: the messages, the
  * scheduling after the tasks, a dead helper's part back to pending, and the status field
  * `parts`.
  *
