@@ -653,7 +653,10 @@ static int quantize_groups(block_run *b, qd_err *err)
     int rc = 0;
     for (int i = 0; i < b->n_order && !rc;) {
         /* order[i .. i+run) together */
-        int run = wave_run(p->m, b->order, i, b->n_order, b->sequential && !b->use_awq, p->wave_bytes);
+        /* Not true-sequential: every group's Hessian is there from the one capture, and all
+         * the block's linears can go out as parts at once. */
+        int run = !b->sequential && p->hooks.fanout ? b->n_order - i
+                  : wave_run(p->m, b->order, i, b->n_order, b->sequential && !b->use_awq, p->wave_bytes);
         float *xcap = NULL;
         const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
         if (b->sequential) rc = capture_pass(b, i, run, &xcap, &gx, err);
@@ -772,6 +775,8 @@ static int commit_state(block_run *b, qd_err *err)
     if (!rc) {
         snprintf(path, sizeof path, "%s/acts-%03d.bin", p->ckpt_dir, b->old_acts);
         if (b->wrote_acts) remove(path);   /* the state no longer points at it */
+        /* The block's part files are needed no more (they were its resume points). */
+        if (p->parts_fd >= 0) qd_part_files_remove(p->parts_fd, NULL);
         qd_backend_free(p->be, p->acts);
         p->acts = b->y;
         b->y = NULL;

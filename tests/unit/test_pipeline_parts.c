@@ -1,0 +1,206 @@
+/* A block's quantize step run as parts (docs/parallel.md): with a fan-out hook that runs the
+ * parts through qd_pipeline_part_run, as other workers would, in another order, the output
+ * is the same bytes as the in-memory run, for every method and the options that change how
+ * a linear is quantized (act order with static groups, tp_aware, bf16 compute, AWQ's
+ * clipping, MoE experts); a part that nobody ran, or whose output file is damaged or
+ * truncated, is computed by the lead and never used; a cancel inside the fan-out resumes to
+ * the same bytes. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <stdio.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "quant/pipeline/state.h"
+
+#include "pipeline_testlib.h"
+
+static const char *T;
+static const char *tokens;
+static char llama_dir[4096];
+
+typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL } fan_mode;
+
+typedef struct fan_ctx {
+    const qp_job *job;
+    fan_mode mode;
+    int fanouts, parts, failed;
+    int cancel_at;               /* FAN_CANCEL: the fan-out that cancels (0-based) */
+} fan_ctx;
+
+static void out_path(const fan_ctx *c, int block, int index, char *buf, size_t cap)
+{
+    snprintf(buf, cap, "%s/.quantd/parts/b%04d-quantize-%04d.out.part", c->job->output, block, index);
+}
+
+/* Flips a byte in the middle of path, or truncates it by 8 bytes. */
+static void damage(const char *path, int truncate_it)
+{
+    struct stat st;
+    if (stat(path, &st)) { CHECK(0); return; }
+    if (truncate_it) { CHECK(truncate(path, st.st_size - 8) == 0); return; }
+    int fd = open(path, O_RDWR);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    unsigned char b;
+    off_t at = st.st_size / 2;
+    CHECK(pread(fd, &b, 1, at) == 1);
+    b ^= 0x5a;
+    CHECK(pwrite(fd, &b, 1, at) == 1);
+    close(fd);
+}
+
+/* The part files of blocks other than `block` left in the parts directory. */
+static int stale_files(const fan_ctx *c, int block)
+{
+    char dir[4400], mine[32];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    snprintf(mine, sizeof mine, "b%04d-", block);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) n += e->d_name[0] != '.' && strncmp(e->d_name, mine, strlen(mine));
+    if (d) closedir(d);
+    return n;
+}
+
+static int on_fanout(void *ud, int block, const char *step, int n, const char *const *names)
+{
+    fan_ctx *c = ud;
+    CHECK_INT(stale_files(c, block), 0);   /* a committed block's parts are removed */
+    CHECK(!strcmp(step, "quantize"));
+    CHECK(n > 1);
+    for (int i = 0; i < n; i++) CHECK(names[i] && names[i][0]);
+    if (c->mode == FAN_CANCEL && c->fanouts == c->cancel_at) { c->fanouts++; return 1; }
+    c->fanouts++;
+    /* Last part first, as workers finishing in any order would. */
+    for (int i = n - 1; i >= 0; i--) {
+        if (c->mode == FAN_SKIP_ODD && i % 2) continue;
+        char worker[32];
+        snprintf(worker, sizeof worker, "w%d", 1 + i % 2);
+        qd_err err = {0};
+        double secs = -1;
+        int rc = qd_pipeline_part_run(c->job, pt_be, block, step, i, worker, &secs, &err);
+        if (rc) { c->failed++; fprintf(stderr, "part %d: %s\n", i, err.msg); }
+        CHECK(secs >= 0);
+        c->parts++;
+    }
+    if (c->mode == FAN_DAMAGE && n >= 2) {
+        char p[4400];
+        out_path(c, block, 0, p, sizeof p);
+        damage(p, 0);
+        out_path(c, block, 1, p, sizeof p);
+        damage(p, 1);
+    }
+    return 0;
+}
+
+/* The layers of the report: name and rel_error, in order, and how many name a worker. */
+static char *report_layers(const char *out, int *with_worker)
+{
+    cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *l;
+    size_t cap = 1 << 16, len = 0;
+    char *s = calloc(cap, 1);
+    *with_worker = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(j, "layers")) {
+        const cJSON *nm = cJSON_GetObjectItemCaseSensitive(l, "name");
+        const cJSON *re = cJSON_GetObjectItemCaseSensitive(l, "rel_error");
+        const cJSON *ke = cJSON_GetObjectItemCaseSensitive(l, "kernel_max_err");
+        *with_worker += cJSON_HasObjectItem(l, "worker");
+        if (len + 300 < cap)
+            len += (size_t)snprintf(s + len, cap - len, "%s %.17g %.17g\n", cJSON_IsString(nm) ? nm->valuestring : "?",
+                                    cJSON_IsNumber(re) ? re->valuedouble : -1, cJSON_IsNumber(ke) ? ke->valuedouble : -1);
+    }
+    cJSON_Delete(j);
+    return s;
+}
+
+static void check_same(const char *what, const char *ref, const char *out)
+{
+    static const char *files[] = {"model.safetensors", "config.json", "quantize_config.json"};
+    for (int i = 0; i < 3; i++) {
+        test_checks++;
+        if (!pt_same_file(test_path(ref, files[i]), test_path(out, files[i])))
+            TEST_FAIL_("%s: %s differs from the in-memory run", what, files[i]);
+    }
+    int wr = 0, wo = 0;
+    char *a = report_layers(ref, &wr), *b = report_layers(out, &wo);
+    test_checks++;
+    if (!a || !b || strcmp(a, b)) TEST_FAIL_("%s: the report's layer figures differ:\n%s---\n%s", what, a, b);
+    CHECK_INT(wr, 0);
+    CHECK(wo > 0);   /* the parts' workers are recorded */
+    free(a);
+    free(b);
+    CHECK(!qd_fs_exists(test_path(out, ".quantd")));
+}
+
+static void fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
+                     fan_mode mode)
+{
+    char ref[4200], out[4200];
+    snprintf(ref, sizeof ref, "%s/%s-ref", T, tag);
+    snprintf(out, sizeof out, "%s/%s-fan%d", T, tag, (int)mode);
+    qp_job *job = qd_fs_exists(test_path(ref, "model.safetensors")) ? NULL
+                  : pt_run_job(tag, model, ref, method, format, tokens, extra);
+    qp_job_free(job);
+    job = pt_job(model, out, method, format, tokens, extra);
+    CHECK(job != NULL);
+    if (!job) return;
+    fan_ctx c = {.job = job, .mode = mode, .cancel_at = 1};
+    qd_pipeline_hooks hooks = {.ud = &c, .fanout = on_fanout, .worker = "lead"};
+    qd_err err = {0};
+    int rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+    if (mode == FAN_CANCEL) {
+        CHECK_INT(rc, QD_ECANCELLED);
+        c.mode = FAN_ALL;
+        rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+    }
+    if (rc) TEST_FAIL_("%s: %s", tag, err.msg);
+    test_checks++;
+    CHECK(c.fanouts > 0);
+    CHECK(c.parts > 0);
+    CHECK_INT(c.failed, 0);
+    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook\n", tag, (int)mode, c.fanouts, c.parts);
+    check_same(tag, ref, out);
+    qp_job_free(job);
+}
+
+static void test_dense(void)
+{
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_ALL);
+    fan_case("gptq-act-static", llama_dir, "gptq", "gptq", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
+    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", "\"true_sequential\":false,", FAN_ALL);
+    fan_case("rtn", llama_dir, "rtn", "gptq_v2", "\"bits\":3,\"sym\":false,", FAN_ALL);
+    fan_case("awq", llama_dir, "awq", "awq_gemm", NULL, FAN_ALL);
+    fan_case("awq-gptq", llama_dir, "awq+gptq", "compressed-tensors", "\"sym\":false,", FAN_ALL);
+    fan_case("gptq-bf16", llama_dir, "gptq", "gptq_v2", "\"compute\":\"bf16\",", FAN_ALL);
+    fan_case("gptq-tp", llama_dir, "gptq", "gptq", "\"desc_act\":true,\"layout\":\"tp_aware\",\"tp\":2,", FAN_ALL);
+}
+
+static void test_moe(void)
+{
+    char model[4200];
+    snprintf(model, sizeof model, "%s/mixtral", pt_families_dir());
+    fan_case("mixtral-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_ALL);
+    fan_case("mixtral-awq", model, "awq", "gptq", "\"bits\":8,", FAN_ALL);
+}
+
+/* Parts nobody ran, damaged or truncated outputs, a cancel: the lead computes them. */
+static void test_lost_parts(void)
+{
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_SKIP_ODD);
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL);
+}
+
+int main(void)
+{
+    qd_testgen_opts lo = pt_llama_opts(128, 3);
+    lo.dtype = QD_DTYPE_BF16;
+    if (pt_setup(1, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
+    TEST_RUN(test_dense);
+    TEST_RUN(test_moe);
+    TEST_RUN(test_lost_parts);
+    return pt_teardown();
+}
