@@ -53,41 +53,72 @@ void qd_part_file_free(qd_part_file *f);    /* accepts a zeroed one */
 /* Removes every file in dirfd whose name starts with prefix (NULL: every file). */
 void qd_part_files_remove(int dirfd, const char *prefix);
 
-/* ---- the quantize step's parts: one linear each (part_quant.c) ---- */
+/* ---- the quantize step's parts: a row range of one linear each (part_quant.c) ---- */
 
-/* What one linear's quantization reads. Pointers are borrowed. */
+/* GPTQ and RTN quantize a linear's output rows independently once its Hessian is known, so
+ * a linear is cut into row ranges of at most QD_PART_ROWS rows (a multiple of 64 each but
+ * the last): one part each. The cut is a rule of the shape alone, the same whatever runs
+ * it, in memory or over workers; a linear of up to QD_PART_ROWS rows is one part. */
+#define QD_PART_ROWS 2048
+/* Fills starts[0..P] with the ranges' first rows and n (at most max ranges); returns P. */
+int qd_qpart_row_ranges(int64_t n, int64_t *starts, int max);
+#define QD_PART_MAX_RANGES 64
+
+/* What one part reads. Pointers are borrowed. */
 typedef struct qd_qpart_in {
     int linear;                  /* the model's linear index */
     int gptq;                    /* GPTQ (else RTN) */
     int use_losses;              /* w is the weight GPTQ sees (not clipped): its column losses
                                     give the error's numerator */
-    const float *w;              /* host [n, k]: the weight to quantize (AWQ: clipped) */
-    const float *w_ref;          /* host [n, k]: the weight the error is measured against */
-    const float *bias;           /* host [n] or NULL */
+    int64_t r0, r1;              /* the rows of the linear this part quantizes */
+    const float *w;              /* host [r1 - r0, k]: those rows of the weight to quantize (AWQ: clipped) */
+    const float *w_ref;          /* host [r1 - r0, k]: the rows the error is measured against */
     const qd_gptq_hessian *h;    /* the Hessian of the linear's inputs */
-    const float *kx;             /* host [krows, k]: the kernel check's inputs, or NULL */
-    int64_t krows;
-    const float *dx;             /* host [drows, k]: the direct error's inputs, or NULL */
-    int64_t drows;
-    qd_layer_result res;         /* as the lead filled it: name, method, block, shape, routing */
-    int shared_last;             /* the group's last linear: the shared factorisation is freed
-                                    once its quantization is done (not written to files) */
+    qd_layer_result res;         /* as the lead filled it: name, method, block, whole shape, routing */
+    int shared_last;             /* the group's last part: the shared factorisation is freed once
+                                    its quantization is done (not written to files) */
 } qd_qpart_in;
 
 /* What it gives back. */
 typedef struct qd_qpart_out {
-    qd_packed packed;            /* owned */
-    qd_deq dq;                   /* host [n, k]: the dequantized weight the block computes with; owned */
-    qd_layer_result res;         /* in's, completed: damp, fallback, seconds, errors, kernel check */
+    qd_qlayer layer;             /* the rows' codes, scales, zeros and g_idx; owned */
+    qd_deq dq;                   /* host [r1 - r0, k]: the rows dequantized; owned */
+    double trace[2];             /* qd_pipeline_rel_traces of the rows */
+    qd_layer_result res;         /* in's, with damp, fallback, seconds and note */
     double stage[QD_STAGE_COUNT];/* seconds per stage spent on it */
 } qd_qpart_out;
 
-/* Quantizes, packs, measures and kernel-checks one linear on p->be with p's job, format
- * and quantizer (p needs nothing else: qd_pipeline_part_run makes such a p). shared (or
- * NULL) carries GPTQ's factorisation between the linears of one group. */
+/* Quantizes rows r0..r1 of one linear on p->be with p's job and quantizer (p needs nothing
+ * else: qd_pipeline_part_run makes such a p) and measures their error's traces. shared (or
+ * NULL) carries GPTQ's factorisation between the parts of one group. */
 int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shared, qd_qpart_out *out,
                      qd_err *err);
 void qd_qpart_out_free(qd_qpart_out *o);
+
+/* One linear's finished quantization. */
+typedef struct qd_qlinear {
+    qd_packed packed;            /* owned */
+    qd_deq dq;                   /* host [n, k]: the weight the block computes with from now on; owned */
+    qd_layer_result res;
+} qd_qlinear;
+
+/* The inputs of a linear's finish that stay with the lead (borrowed; NULL/0 when unused). */
+typedef struct qd_qlinear_aux {
+    const float *bias;           /* [n] */
+    const float *w_ref;          /* [n, k]: the whole reference weight (the direct error only) */
+    const float *kx;             /* [krows, k]: the kernel check's inputs */
+    int64_t krows;
+    const float *dx;             /* [drows, k]: the direct error's inputs */
+    int64_t drows;
+} qd_qlinear_aux;
+
+/* Takes a linear's P parts over (outs are emptied): their rows merged into one layer (P == 1:
+ * moved), packed in the job's format, the error from their traces (P == 1: the one
+ * linear's traces as they are), then the direct error and the kernel check on the whole.
+ * Seconds go to p's cost. */
+int qd_qpart_finish(qd_pipeline *p, const qd_qpart_in *ins, qd_qpart_out *outs, int P, const qd_qlinear_aux *aux,
+                    qd_qlinear *done, qd_err *err);
+void qd_qlinear_free(qd_qlinear *l);
 
 /* The names of the files of block b's quantize step: a group's Hessian, a part's input and
  * output. */
@@ -98,12 +129,13 @@ void qd_qpart_name_out(char *buf, size_t cap, int block, int index);
 /* Writes group g's Hessian of block b for the parts that read it. */
 int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err);
 /* Writes part `index`'s input (group: the Hessian file it reads); *checksum gets the file's. */
-int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, int64_t n, int64_t k,
-                      uint64_t *checksum, qd_err *err);
+int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, uint64_t *checksum,
+                      qd_err *err);
 /* Reads part `index`'s output if it is there, whole and computed from the input whose
  * checksum is in_checksum: 0 with *out filled; QD_ENOTFOUND or QD_EFORMAT (err says why)
- * otherwise. *worker (cap >= 64) gets the name of the worker that computed it. */
-int qd_qpart_read_out(qd_pipeline *p, int dirfd, int block, int index, uint64_t in_checksum, int64_t n, int64_t k,
+ * otherwise; in is the part's input as the lead knows it (its shape). *worker (cap >= 64)
+ * gets the name of the worker that computed it. */
+int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_qpart_in *in,
                       qd_qpart_out *out, char *worker, qd_err *err);
 
 /* Runs part `index` of block b's quantize step from its input file and writes its output

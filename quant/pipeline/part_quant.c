@@ -21,17 +21,37 @@
  * path rounds x to F16 (~1e-3). */
 #define KCHECK_TOL 1e-2
 
+int qd_qpart_row_ranges(int64_t n, int64_t *starts, int max)
+{
+    int P = (int)((n + QD_PART_ROWS - 1) / QD_PART_ROWS);
+    if (P < 1) P = 1;
+    if (P > max) P = max;
+    int64_t rows = (n + P - 1) / P;
+    if (P > 1) rows = (rows + 63) / 64 * 64;
+    int i = 0;
+    for (int64_t r = 0; r < n && i < P; r += rows) starts[i++] = r;
+    starts[i] = n;
+    return i;
+}
+
 void qd_qpart_out_free(qd_qpart_out *o)
 {
     if (!o) return;
-    qd_packed_free(&o->packed);
+    qd_qlayer_free(&o->layer);
     qd_deq_free(&o->dq);
 }
 
-static double stage_add(qd_qpart_out *o, qd_stage s, double t0)
+void qd_qlinear_free(qd_qlinear *l)
+{
+    if (!l) return;
+    qd_packed_free(&l->packed);
+    qd_deq_free(&l->dq);
+}
+
+static double stage_add(double *stage, qd_stage s, double t0)
 {
     double t = qd_clock_now_s();
-    o->stage[s] += t - t0;
+    stage[s] += t - t0;
     return t;
 }
 
@@ -41,42 +61,106 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
     memset(out, 0, sizeof *out);
     out->res = in->res;
     qd_layer_result *res = &out->res;
-    const qp_job *job = p->job;
-    int64_t n = res->n, k = res->k;
-    qd_qlayer layer;
+    int64_t rows = in->r1 - in->r0, k = res->k;
     double h_err;
     double t = qd_clock_now_s();
-    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->w, n, k, in->h, shared, &layer, &out->dq, res, &h_err, err);
-    /* The group's last linear: its factor's memory goes back before the error's buffers are
+    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->w, rows, k, in->h, shared, &out->layer, &out->dq, res,
+                                         &h_err, err);
+    /* The group's last part: its factor's memory goes back before the error's buffers are
      * taken (the peak stays one k x k buffer at a time, as unshared). */
     if (shared && in->shared_last) qd_gptq_shared_free(shared);
-    t = stage_add(out, QD_STAGE_QUANTIZE, t);
-    if (rc) return qd_err_prefix(err, "%s", res->name);
-    if (in->bias) {
-        layer.bias = malloc((size_t)n * sizeof(float));
-        if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-        else memcpy(layer.bias, in->bias, (size_t)n * sizeof(float));
-    }
-    if (!rc) rc = p->fmt->pack(&layer, &out->packed, err);   /* checks the layer first */
-    qd_qlayer_free(&layer);
-    t = stage_add(out, QD_STAGE_PACK, t);
+    t = stage_add(out->stage, QD_STAGE_QUANTIZE, t);
     if (rc) return qd_err_prefix(err, "%s", res->name);
     /* The error is measured against the weight before clipping (clipping is part of the
      * quantization error); GPTQ's own losses give its numerator when GPTQ saw that weight. */
-    rc = qd_pipeline_rel_error(p, in->w_ref, out->dq.w, n, k, in->h, in->use_losses ? h_err : -1.0, &res->rel_error, err);
-    t = stage_add(out, QD_STAGE_ERROR, t);
-    if (rc) return rc;
+    rc = qd_pipeline_rel_traces(p, in->w_ref, out->dq.w, rows, k, in->h, in->use_losses ? h_err : -1.0, out->trace, err);
+    stage_add(out->stage, QD_STAGE_ERROR, t);
+    return rc;
+}
+
+/* The P parts' rows in one layer and one weight (P > 1). */
+static int merge_rows(const qd_qpart_in *ins, qd_qpart_out *outs, int P, int64_t n, int64_t k, qd_qlayer *l,
+                      float **q, qd_err *err)
+{
+    const qd_qlayer *f = &outs[0].layer;
+    int rc = qd_qlayer_alloc(l, n, k, f->bits, f->sym, f->group_size, 0, err);
+    *q = rc ? NULL : malloc((size_t)(n * k) * sizeof(float));
+    if (!rc && !*q) rc = qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+    if (!rc && l->n_groups != f->n_groups) rc = qd_err_set(err, QD_EINVAL, "parts: %lld groups, expected %lld",
+                                                           (long long)f->n_groups, (long long)l->n_groups);
+    if (rc) { qd_qlayer_free(l); free(*q); *q = NULL; return rc; }
+    memcpy(l->g_idx, f->g_idx, (size_t)k * sizeof *l->g_idx);
+    for (int i = 0; i < P; i++) {
+        const qd_qlayer *s = &outs[i].layer;
+        int64_t r0 = ins[i].r0, rows = ins[i].r1 - ins[i].r0;
+        if (s->n != rows || s->k != k || s->n_groups != l->n_groups || memcmp(s->g_idx, l->g_idx, (size_t)k * sizeof *l->g_idx)) {
+            qd_qlayer_free(l); free(*q); *q = NULL;
+            return qd_err_set(err, QD_EINVAL, "part %d of %s: its rows do not fit the others", i, ins[0].res.name);
+        }
+        memcpy(l->q + r0 * k, s->q, (size_t)(rows * k));
+        memcpy(*q + r0 * k, outs[i].dq.w, (size_t)(rows * k) * sizeof(float));
+        for (int64_t g = 0; g < l->n_groups; g++) {
+            memcpy(l->scales + g * n + r0, s->scales + g * rows, (size_t)rows * sizeof(float));
+            memcpy(l->zeros + g * n + r0, s->zeros + g * rows, (size_t)rows * sizeof(int32_t));
+        }
+    }
+    return 0;
+}
+
+int qd_qpart_finish(qd_pipeline *p, const qd_qpart_in *ins, qd_qpart_out *outs, int P, const qd_qlinear_aux *aux,
+                    qd_qlinear *done, qd_err *err)
+{
+    memset(done, 0, sizeof *done);
+    const qp_job *job = p->job;
+    qd_layer_result *res = &done->res;
+    *res = outs[0].res;
+    int64_t n = res->n, k = res->k;
+    double t = qd_clock_now_s();
+    qd_qlayer layer;
+    memset(&layer, 0, sizeof layer);
+    int rc = 0;
+    double num = outs[0].trace[0], den = outs[0].trace[1];
+    if (P == 1) {
+        layer = outs[0].layer;
+        memset(&outs[0].layer, 0, sizeof outs[0].layer);
+        done->dq = outs[0].dq;
+        memset(&outs[0].dq, 0, sizeof outs[0].dq);
+    } else {
+        /* Each part's traces carry its rows' 2 / rows: back to plain sums before adding. */
+        num = den = 0;
+        res->seconds = 0;
+        for (int i = 0; i < P; i++) {
+            double half = (double)(ins[i].r1 - ins[i].r0) / 2.0;
+            num += outs[i].trace[0] * half;
+            den += outs[i].trace[1] * half;
+            res->seconds += outs[i].res.seconds;
+            if (outs[i].res.damp > res->damp) res->damp = outs[i].res.damp;
+            res->fallback |= outs[i].res.fallback;
+            if (!res->note[0] && outs[i].res.note[0]) snprintf(res->note, sizeof res->note, "%s", outs[i].res.note);
+        }
+        rc = merge_rows(ins, outs, P, n, k, &layer, &done->dq.w, err);
+    }
+    if (!rc && aux->bias) {
+        layer.bias = malloc((size_t)n * sizeof(float));
+        if (!layer.bias) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        else memcpy(layer.bias, aux->bias, (size_t)n * sizeof(float));
+    }
+    if (!rc) rc = p->fmt->pack(&layer, &done->packed, err);   /* checks the layer first */
+    qd_qlayer_free(&layer);
+    t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
+    if (rc) return qd_err_prefix(err, "%s", res->name);
+    res->rel_error = qd_pipeline_rel_ratio(num, den);
     if (!isfinite(res->rel_error)) return qd_err_set(err, QD_ENUMERIC, "%s: quantization error is not finite", res->name);
-    if (in->dx && in->drows > 0) {
-        rc = qd_pipeline_rel_error_direct(p, in->w_ref, out->dq.w, n, k, in->dx, in->drows, &res->rel_error_direct, err);
-        t = stage_add(out, QD_STAGE_ERROR, t);
+    if (aux->dx && aux->drows > 0) {
+        rc = qd_pipeline_rel_error_direct(p, aux->w_ref, done->dq.w, n, k, aux->dx, aux->drows, &res->rel_error_direct, err);
+        t = qd_pipeline_cost_add(p, QD_STAGE_ERROR, t);
         if (rc) return qd_err_prefix(err, "%s: direct error", res->name);
     }
-    if (job->kernel_check && in->kx && in->krows > 0) {
+    if (job->kernel_check && aux->kx && aux->krows > 0) {
         /* The packed weights through the dequantizing kernel vs the float matmul of the
          * quantizer's Q (what they must decode to), on real inputs of this layer. */
-        rc = qd_kernel_check_layer(p->be, p->fmt, &out->packed, out->dq.w, in->kx, in->krows, &res->kernel_max_err, err);
-        t = stage_add(out, QD_STAGE_KERNEL_CHECK, t);
+        rc = qd_kernel_check_layer(p->be, p->fmt, &done->packed, done->dq.w, aux->kx, aux->krows, &res->kernel_max_err, err);
+        qd_pipeline_cost_add(p, QD_STAGE_KERNEL_CHECK, t);
         if (rc) return qd_err_prefix(err, "%s", res->name);   /* its words start with "kernel check: " */
         res->kernel_checked = 1;
         if (!(res->kernel_max_err <= KCHECK_TOL))
@@ -169,8 +253,8 @@ static int64_t meta_int(const cJSON *meta, const char *key, int64_t dflt)
     return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : dflt;
 }
 
-int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, int64_t n, int64_t k,
-                      uint64_t *checksum, qd_err *err)
+int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, uint64_t *checksum,
+                      qd_err *err)
 {
     cJSON *meta = cJSON_CreateObject();
     if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -182,83 +266,20 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
     cJSON_AddNumberToObject(meta, "linear", in->linear);
     cJSON_AddNumberToObject(meta, "gptq", in->gptq);
     cJSON_AddNumberToObject(meta, "use_losses", in->use_losses);
-    cJSON_AddNumberToObject(meta, "krows", (double)(in->kx ? in->krows : 0));
-    cJSON_AddNumberToObject(meta, "drows", (double)(in->dx ? in->drows : 0));
+    cJSON_AddNumberToObject(meta, "r0", (double)in->r0);
+    cJSON_AddNumberToObject(meta, "r1", (double)in->r1);
     cJSON_AddStringToObject(meta, "hessian", hname);
     res_strings_put(meta, &in->res);
     double rv[R_COUNT];
     res_pack(&in->res, rv);
-    size_t nk = (size_t)(n * k) * sizeof(float);
-    qd_part_arr a[6];
+    size_t bytes = (size_t)((in->r1 - in->r0) * in->res.k) * sizeof(float);
+    qd_part_arr a[3];
     int na = 0;
     a[na++] = (qd_part_arr){"res", rv, sizeof rv};
-    a[na++] = (qd_part_arr){"w", in->w, nk};
-    if (in->w_ref != in->w) a[na++] = (qd_part_arr){"w_ref", in->w_ref, nk};
-    if (in->bias) a[na++] = (qd_part_arr){"bias", in->bias, (size_t)n * sizeof(float)};
-    if (in->kx && in->krows > 0) a[na++] = (qd_part_arr){"kx", in->kx, (size_t)(in->krows * k) * sizeof(float)};
-    if (in->dx && in->drows > 0) a[na++] = (qd_part_arr){"dx", in->dx, (size_t)(in->drows * k) * sizeof(float)};
+    a[na++] = (qd_part_arr){"w", in->w, bytes};
+    if (in->w_ref != in->w) a[na++] = (qd_part_arr){"w_ref", in->w_ref, bytes};
     int rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
     cJSON_Delete(meta);
-    return rc;
-}
-
-static int packed_arrays(const qd_packed *pk, qd_part_arr *a)
-{
-    int na = 0;
-    a[na++] = (qd_part_arr){"qweight", pk->qweight, (size_t)(pk->qweight_shape[0] * pk->qweight_shape[1]) * 4};
-    if (pk->qzeros) a[na++] = (qd_part_arr){"qzeros", pk->qzeros, (size_t)(pk->qzeros_shape[0] * pk->qzeros_shape[1]) * 4};
-    a[na++] = (qd_part_arr){"scales", pk->scales, (size_t)(pk->scales_shape[0] * pk->scales_shape[1]) * 2};
-    if (pk->g_idx) a[na++] = (qd_part_arr){"g_idx", pk->g_idx, (size_t)pk->g_idx_len * 4};
-    if (pk->bias) a[na++] = (qd_part_arr){"pbias", pk->bias, (size_t)pk->bias_len * 2};
-    return na;
-}
-
-static void packed_meta_put(cJSON *meta, const qd_packed *pk)
-{
-    double v[] = {(double)pk->n, (double)pk->k, pk->bits, (double)pk->group_size, (double)pk->n_groups, pk->sym,
-                  (double)pk->qweight_shape[0], (double)pk->qweight_shape[1], (double)pk->qzeros_shape[0],
-                  (double)pk->qzeros_shape[1], (double)pk->scales_shape[0], (double)pk->scales_shape[1],
-                  (double)pk->g_idx_len, (double)pk->bias_len, pk->qzeros != NULL, pk->g_idx != NULL, pk->bias != NULL};
-    cJSON_AddItemToObject(meta, "packed", cJSON_CreateDoubleArray(v, (int)(sizeof v / sizeof v[0])));
-}
-
-/* A copy of f's array `name` of `bytes` into a malloc'd buffer. */
-static void *arr_dup(const qd_part_file *f, const char *name, uint64_t bytes, int *rc, qd_err *err)
-{
-    if (*rc) return NULL;
-    const void *src = qd_part_file_arr(f, name, bytes, err);
-    void *dst = src ? malloc(bytes ? bytes : 1) : NULL;
-    if (!src) *rc = QD_EFORMAT;
-    else if (!dst) *rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    else memcpy(dst, src, bytes);
-    return dst;
-}
-
-static int packed_meta_get(const qd_part_file *f, qd_packed *pk, qd_err *err)
-{
-    const cJSON *a = cJSON_GetObjectItemCaseSensitive(f->meta, "packed");
-    double v[17];
-    if (!cJSON_IsArray(a) || cJSON_GetArraySize(a) != 17) return qd_err_set(err, QD_EFORMAT, "part file: no packed layer");
-    for (int i = 0; i < 17; i++) {
-        const cJSON *x = cJSON_GetArrayItem(a, i);
-        if (!cJSON_IsNumber(x) || x->valuedouble < 0 || x->valuedouble > 1e12)
-            return qd_err_set(err, QD_EFORMAT, "part file: packed layer field %d out of range", i);
-        v[i] = x->valuedouble;
-    }
-    memset(pk, 0, sizeof *pk);
-    pk->n = (int64_t)v[0]; pk->k = (int64_t)v[1]; pk->bits = (int)v[2]; pk->group_size = (int64_t)v[3];
-    pk->n_groups = (int64_t)v[4]; pk->sym = (int)v[5];
-    pk->qweight_shape[0] = (int64_t)v[6]; pk->qweight_shape[1] = (int64_t)v[7];
-    pk->qzeros_shape[0] = (int64_t)v[8]; pk->qzeros_shape[1] = (int64_t)v[9];
-    pk->scales_shape[0] = (int64_t)v[10]; pk->scales_shape[1] = (int64_t)v[11];
-    pk->g_idx_len = (int64_t)v[12]; pk->bias_len = (int64_t)v[13];
-    int rc = 0;
-    pk->qweight = arr_dup(f, "qweight", (uint64_t)(pk->qweight_shape[0] * pk->qweight_shape[1]) * 4, &rc, err);
-    if (v[14]) pk->qzeros = arr_dup(f, "qzeros", (uint64_t)(pk->qzeros_shape[0] * pk->qzeros_shape[1]) * 4, &rc, err);
-    pk->scales = arr_dup(f, "scales", (uint64_t)(pk->scales_shape[0] * pk->scales_shape[1]) * 2, &rc, err);
-    if (v[15]) pk->g_idx = arr_dup(f, "g_idx", (uint64_t)pk->g_idx_len * 4, &rc, err);
-    if (v[16]) pk->bias = arr_dup(f, "pbias", (uint64_t)pk->bias_len * 2, &rc, err);
-    if (rc) qd_packed_free(pk);
     return rc;
 }
 
@@ -274,24 +295,39 @@ static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_
     cJSON_AddStringToObject(meta, "in_checksum", sum);
     cJSON_AddStringToObject(meta, "worker", worker ? worker : "local");
     res_strings_put(meta, &o->res);
-    packed_meta_put(meta, &o->packed);
+    const qd_qlayer *l = &o->layer;
+    double lv[] = {(double)l->n, (double)l->k, l->bits, l->sym, (double)l->group_size, (double)l->n_groups};
+    cJSON_AddItemToObject(meta, "layer", cJSON_CreateDoubleArray(lv, 6));
     double rv[R_COUNT];
     res_pack(&o->res, rv);
-    qd_part_arr a[8];
-    int na = 0;
-    a[na++] = (qd_part_arr){"res", rv, sizeof rv};
-    a[na++] = (qd_part_arr){"stage", o->stage, sizeof o->stage};
-    a[na++] = (qd_part_arr){"q", o->dq.w, (size_t)(o->res.n * o->res.k) * sizeof(float)};
-    na += packed_arrays(&o->packed, a + na);
-    int rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
+    size_t nk = (size_t)(l->n * l->k), gn = (size_t)(l->n_groups * l->n);
+    qd_part_arr a[] = {
+        {"res", rv, sizeof rv},
+        {"stage", o->stage, sizeof o->stage},
+        {"trace", o->trace, sizeof o->trace},
+        {"q", l->q, nk},
+        {"scales", l->scales, gn * sizeof(float)},
+        {"zeros", l->zeros, gn * sizeof(int32_t)},
+        {"g_idx", l->g_idx, (size_t)l->k * sizeof(int32_t)},
+        {"dq", o->dq.w, nk * sizeof(float)},
+    };
+    int rc = qd_part_file_write(dirfd, name, meta, a, (int)(sizeof a / sizeof a[0]), NULL, err);
     cJSON_Delete(meta);
     return rc;
 }
 
-int qd_qpart_read_out(qd_pipeline *p, int dirfd, int block, int index, uint64_t in_checksum, int64_t n, int64_t k,
+/* A copy of f's array `name` of `bytes` into dst. */
+static int arr_copy(const qd_part_file *f, const char *name, void *dst, uint64_t bytes, qd_err *err)
+{
+    const void *src = qd_part_file_arr(f, name, bytes, err);
+    if (!src) return QD_EFORMAT;
+    memcpy(dst, src, bytes);
+    return 0;
+}
+
+int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_qpart_in *in,
                       qd_qpart_out *out, char *worker, qd_err *err)
 {
-    (void)p;
     memset(out, 0, sizeof *out);
     char name[64], sum[24];
     qd_qpart_name_out(name, sizeof name, block, index);
@@ -301,23 +337,42 @@ int qd_qpart_read_out(qd_pipeline *p, int dirfd, int block, int index, uint64_t 
     if (rc) return rc;
     const cJSON *ic = cJSON_GetObjectItemCaseSensitive(f.meta, "in_checksum");
     const cJSON *wk = cJSON_GetObjectItemCaseSensitive(f.meta, "worker");
+    const cJSON *lv = cJSON_GetObjectItemCaseSensitive(f.meta, "layer");
+    int64_t rows = in->r1 - in->r0, k = in->res.k;
     if (!cJSON_IsString(ic) || strcmp(ic->valuestring, sum))
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: computed from another input", name);
+    else if (!cJSON_IsArray(lv) || cJSON_GetArraySize(lv) != 6)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: no layer", name);
+    double v[6] = {0};
+    for (int i = 0; !rc && i < 6; i++) {
+        const cJSON *x = cJSON_GetArrayItem(lv, i);
+        if (!cJSON_IsNumber(x)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer field %d", name, i);
+        else v[i] = x->valuedouble;
+    }
+    /* The shape is the lead's, never the file's: a file of another shape is refused. */
+    if (!rc && ((int64_t)v[0] != rows || (int64_t)v[1] != k || v[5] < 1 || v[5] > (double)k))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer [%g, %g], expected [%lld, %lld]", name, v[0], v[1],
+                        (long long)rows, (long long)k);
     if (!rc) rc = res_strings_get(f.meta, &out->res, err);
     const double *rv = rc ? NULL : qd_part_file_arr(&f, "res", R_COUNT * sizeof(double), err);
-    const void *st = rc || !rv ? NULL : qd_part_file_arr(&f, "stage", sizeof out->stage, err);
-    if (!rc && (!rv || !st)) rc = QD_EFORMAT;
+    if (!rc && !rv) rc = QD_EFORMAT;
     if (!rc) {
         res_unpack(&out->res, rv);
-        memcpy(out->stage, st, sizeof out->stage);
-        if (out->res.n != n || out->res.k != k)
-            rc = qd_err_set(err, QD_EFORMAT, "part file %s: shape [%lld, %lld], expected [%lld, %lld]", name,
-                            (long long)out->res.n, (long long)out->res.k, (long long)n, (long long)k);
+        out->res.n = in->res.n;
+        out->res.k = k;
+        rc = qd_qlayer_alloc(&out->layer, rows, k, (int)v[2], (int)v[3], (int64_t)v[4], 0, err);
     }
-    if (!rc) out->dq.w = arr_dup(&f, "q", (uint64_t)(n * k) * sizeof(float), &rc, err);
-    if (!rc) rc = packed_meta_get(&f, &out->packed, err);
-    if (!rc && (out->packed.n != n || out->packed.k != k))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: packed shape differs", name);
+    if (!rc && out->layer.n_groups != (int64_t)v[5])
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: %g groups, expected %lld", name, v[5], (long long)out->layer.n_groups);
+    size_t nk = (size_t)(rows * k), gn = (size_t)(out->layer.n_groups * rows);
+    if (!rc && !(out->dq.w = malloc(nk * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc) rc = arr_copy(&f, "stage", out->stage, sizeof out->stage, err);
+    if (!rc) rc = arr_copy(&f, "trace", out->trace, sizeof out->trace, err);
+    if (!rc) rc = arr_copy(&f, "q", out->layer.q, nk, err);
+    if (!rc) rc = arr_copy(&f, "scales", out->layer.scales, gn * sizeof(float), err);
+    if (!rc) rc = arr_copy(&f, "zeros", out->layer.zeros, gn * sizeof(int32_t), err);
+    if (!rc) rc = arr_copy(&f, "g_idx", out->layer.g_idx, (size_t)k * sizeof(int32_t), err);
+    if (!rc) rc = arr_copy(&f, "dq", out->dq.w, nk * sizeof(float), err);
     if (!rc) snprintf(worker, 64, "%s", cJSON_IsString(wk) ? wk->valuestring : "?");
     qd_part_file_free(&f);
     if (rc) qd_qpart_out_free(out);
@@ -378,23 +433,19 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     rc = rv ? res_strings_get(f.meta, &in.res, err) : QD_EFORMAT;
     if (!rc) {
         res_unpack(&in.res, rv);
-        int64_t n = in.res.n, k = in.res.k;
-        if (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 24)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shape", name);
         in.linear = (int)meta_int(f.meta, "linear", -1);
         in.gptq = (int)meta_int(f.meta, "gptq", 0);
         in.use_losses = (int)meta_int(f.meta, "use_losses", 0);
-        in.krows = meta_int(f.meta, "krows", 0);
-        in.drows = meta_int(f.meta, "drows", 0);
-        size_t nk = (size_t)(n * k) * sizeof(float);
-        if (!rc) in.w = qd_part_file_arr(&f, "w", nk, err);
+        in.r0 = meta_int(f.meta, "r0", -1);
+        in.r1 = meta_int(f.meta, "r1", -1);
+        int64_t n = in.res.n, k = in.res.k;
+        if (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 24) || in.r0 < 0 || in.r1 <= in.r0 || in.r1 > n)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shape or rows", name);
+        size_t bytes = (size_t)((in.r1 - in.r0) * k) * sizeof(float);
+        if (!rc) in.w = qd_part_file_arr(&f, "w", bytes, err);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
-        in.w_ref = cJSON_HasObjectItem(a, "w_ref") ? qd_part_file_arr(&f, "w_ref", nk, err) : in.w;
-        if (cJSON_HasObjectItem(a, "bias")) in.bias = qd_part_file_arr(&f, "bias", (size_t)n * sizeof(float), err);
-        if (in.krows > 0) in.kx = qd_part_file_arr(&f, "kx", (size_t)(in.krows * k) * sizeof(float), err);
-        if (in.drows > 0) in.dx = qd_part_file_arr(&f, "dx", (size_t)(in.drows * k) * sizeof(float), err);
-        if (!rc && (!in.w || !in.w_ref || (cJSON_HasObjectItem(a, "bias") && !in.bias) || (in.krows > 0 && !in.kx) ||
-                    (in.drows > 0 && !in.dx)))
-            rc = QD_EFORMAT;
+        if (!rc) in.w_ref = cJSON_HasObjectItem(a, "w_ref") ? qd_part_file_arr(&f, "w_ref", bytes, err) : in.w;
+        if (!rc && (!in.w || !in.w_ref)) rc = QD_EFORMAT;
         const cJSON *hn = cJSON_GetObjectItemCaseSensitive(f.meta, "hessian");
         if (!rc && (!cJSON_IsString(hn) || strchr(hn->valuestring, '/')))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian named", name);

@@ -49,14 +49,14 @@ static double cost_finish(qd_pipeline *p, double t, double t0)
 
 /* ---- quantizing a run of groups ---- */
 
-/* One linear of a run being quantized (part.h): its part's input as the lead prepared it,
- * and what came back. */
-typedef struct lin_part {
+/* One linear of a run being quantized (part.h): what the lead prepared, and where its
+ * parts (its row ranges) are in the run's part list. */
+typedef struct lin_job {
     int li, g;                   /* the linear and its input group */
     float *clipped;              /* AWQ: the clipped weight; owned, or NULL */
-    qd_qpart_in in;
-    uint64_t in_sum;             /* the input file's checksum (fan-out) */
-} lin_part;
+    int first, n_parts;          /* its parts: run_ctx.parts[first .. first + n_parts) */
+    qd_qlinear_aux aux;          /* what its finish reads (borrowed) */
+} lin_job;
 
 /* What the linears of one run share while they are quantized. */
 typedef struct run_ctx {
@@ -66,40 +66,43 @@ typedef struct run_ctx {
     const qd_linear_plan *plans;
     qd_linear_out *outs;
     qd_layer_result *results;
-    lin_part *parts;             /* [QD_MAX_LINEARS]: the run's quantized linears, in order */
-    int n_parts;
+    lin_job *lins;               /* the run's quantized linears, in order */
+    int n_lins;
+    qd_qpart_in *parts;          /* their parts, in order */
+    uint64_t *in_sums;           /* each part's input file checksum (fan-out) */
+    int n_parts, cap_parts;
     int fan;                     /* the parts go through files and the fan-out hook */
 } run_ctx;
 
 /* A linear's result taken over: the block computes with Q from here on, its packed tensors
  * are kept for the block file, and the result is recorded. */
-static int part_apply(run_ctx *r, lin_part *lp, qd_qpart_out *o, const char *worker, qd_err *err)
+static int lin_apply(run_ctx *r, const lin_job *lj, qd_qlinear *d, const char *worker, qd_err *err)
 {
     qd_pipeline *p = r->p;
-    qd_linear_out *lo = &r->outs[lp->li];
-    const qd_linear_info *L = qd_model_linear(p->m, lp->li);
-    lo->packed = o->packed;
-    memset(&o->packed, 0, sizeof o->packed);
+    qd_linear_out *lo = &r->outs[lj->li];
+    const qd_linear_info *L = qd_model_linear(p->m, lj->li);
+    lo->packed = d->packed;
+    memset(&d->packed, 0, sizeof d->packed);
     lo->quantized = 1;
-    int rc = qd_block_linear_set(p->m, r->bw, lp->li, o->dq.w, NULL, err);
+    int rc = qd_block_linear_set(p->m, r->bw, lj->li, d->dq.w, NULL, err);
     free(lo->w_eff);
     lo->w_eff = NULL;
     if (rc) return rc;
-    r->results[lp->li] = o->res;
-    snprintf(r->results[lp->li].worker, sizeof r->results[lp->li].worker, "%s", worker ? worker : "");
-    qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)(lp->li + 1) / qd_model_n_linears(p->m),
-                                o->res.rel_error);
-    QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s%s%s", o->res.name,
-           o->res.method, o->res.rel_error, o->res.seconds, worker ? " worker=" : "", worker ? worker : "",
-           o->res.note[0] ? " note=" : "", o->res.note);
+    r->results[lj->li] = d->res;
+    snprintf(r->results[lj->li].worker, sizeof r->results[lj->li].worker, "%s", worker ? worker : "");
+    qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)(lj->li + 1) / qd_model_n_linears(p->m),
+                                d->res.rel_error);
+    QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s%s%s", d->res.name,
+           d->res.method, d->res.rel_error, d->res.seconds, worker ? " worker=" : "", worker ? worker : "",
+           d->res.note[0] ? " note=" : "", d->res.note);
     return 0;
 }
 
 /* Prepares linear li of group g (borrowing the group's Hessian acc and the AWQ input xcap):
- * its weight, plan, result record and, for AWQ, its clipping. A linear left in float is done
- * here; a quantized one is added to r->parts (*added = 1). */
-static int part_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const float *xcap,
-                        const qd_row_slices *kcheck, const qd_row_slices *direct, int *added, qd_err *err)
+ * its weight, plan, result record, AWQ clipping, and its parts. A linear left in float is
+ * done here; a quantized one is added to r->lins with its parts (*added = 1). */
+static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const float *xcap,
+                       const qd_row_slices *kcheck, const qd_row_slices *direct, int *added, qd_err *err)
 {
     qd_pipeline *p = r->p;
     const qp_job *job = p->job;
@@ -150,10 +153,10 @@ static int part_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const f
                res.name, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
     }
     qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)li / qd_model_n_linears(p->m), -1);
-    lin_part *lp = &r->parts[r->n_parts];
-    memset(lp, 0, sizeof *lp);
-    lp->li = li;
-    lp->g = g;
+    lin_job *lj = &r->lins[r->n_lins];
+    memset(lj, 0, sizeof *lj);
+    lj->li = li;
+    lj->g = g;
     /* AWQ clipping (AutoAWQ skips q and k, whose outputs meet in the softmax). */
     const float *wq = o->w_eff;
     if (use_awq && xcap && acc->n_seen > 0 && !strstr(L->name, "q_proj") && !strstr(L->name, "k_proj")) {
@@ -166,31 +169,52 @@ static int part_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const f
         rc = qd_awq_search_clip_h(p->be, &p->qcfg, &ao, r->bw->w[li], L->n, L->k, xcap, acc->n_seen, L->k, acc, NULL,
                                   &clip, err);
         if (!rc) {
-            lp->clipped = malloc(nk * sizeof(float));
-            if (!lp->clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            lj->clipped = malloc(nk * sizeof(float));
+            if (!lj->clipped) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
             else {
-                memcpy(lp->clipped, o->w_eff, nk * sizeof(float));
-                rc = qd_awq_apply(NULL, &clip, lp->clipped, L->n, L->k, err);
-                wq = lp->clipped;
+                memcpy(lj->clipped, o->w_eff, nk * sizeof(float));
+                rc = qd_awq_apply(NULL, &clip, lj->clipped, L->n, L->k, err);
+                wq = lj->clipped;
             }
         }
         qd_awq_clip_free(&clip);
         qd_pipeline_cost_add(p, QD_STAGE_AWQ_SEARCH, t);
-        if (rc) { free(lp->clipped); return rc; }
+        if (rc) { free(lj->clipped); return rc; }
     }
-    lp->in.linear = li;
-    lp->in.gptq = gptq_here;
-    lp->in.use_losses = wq == o->w_eff;
-    lp->in.w = wq;
-    lp->in.w_ref = o->w_eff;
-    lp->in.bias = o->bias;
-    lp->in.h = acc;
-    lp->in.kx = kcheck->x[g];
-    lp->in.krows = kcheck->rows[g];
-    lp->in.dx = direct->x[g];
-    lp->in.drows = direct->x[g] ? direct->rows[g] : 0;
-    lp->in.res = res;
-    r->n_parts++;
+    lj->aux.bias = o->bias;
+    lj->aux.w_ref = o->w_eff;
+    lj->aux.kx = kcheck->x[g];
+    lj->aux.krows = kcheck->rows[g];
+    lj->aux.dx = direct->x[g];
+    lj->aux.drows = direct->x[g] ? direct->rows[g] : 0;
+    /* Its parts: row ranges. */
+    int64_t starts[QD_PART_MAX_RANGES + 1];
+    int P = qd_qpart_row_ranges(L->n, starts, QD_PART_MAX_RANGES);
+    if (r->n_parts + P > r->cap_parts) {
+        int cap = (r->n_parts + P) * 2;
+        qd_qpart_in *np = realloc(r->parts, (size_t)cap * sizeof *np);
+        if (np) r->parts = np;
+        uint64_t *ns = np ? realloc(r->in_sums, (size_t)cap * sizeof *ns) : NULL;
+        if (ns) r->in_sums = ns;
+        if (!np || !ns) { free(lj->clipped); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+        r->cap_parts = cap;
+    }
+    lj->first = r->n_parts;
+    lj->n_parts = P;
+    for (int i = 0; i < P; i++) {
+        qd_qpart_in *in = &r->parts[r->n_parts++];
+        memset(in, 0, sizeof *in);
+        in->linear = li;
+        in->gptq = gptq_here;
+        in->use_losses = wq == o->w_eff;
+        in->r0 = starts[i];
+        in->r1 = starts[i + 1];
+        in->w = wq + in->r0 * L->k;
+        in->w_ref = o->w_eff + in->r0 * L->k;
+        in->h = acc;
+        in->res = res;
+    }
+    r->n_lins++;
     *added = 1;
     return 0;
 }
@@ -200,6 +224,18 @@ static int part_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const f
 static void cost_add_part(qd_pipeline *p, const qd_qpart_out *o, double f)
 {
     for (int s = 0; s < QD_STAGE_COUNT; s++) p->cost.stage[s] += o->stage[s] * f;
+}
+
+/* Finishes linear lj from its parts' outputs and takes it over. */
+static int lin_finish(run_ctx *r, lin_job *lj, qd_qpart_out *outs, const char *worker, qd_err *err)
+{
+    qd_qlinear d;
+    int rc = qd_qpart_finish(r->p, r->parts + lj->first, outs, lj->n_parts, &lj->aux, &d, err);
+    if (!rc) rc = lin_apply(r, lj, &d, worker, err);
+    qd_qlinear_free(&d);
+    free(lj->clipped);
+    lj->clipped = NULL;
+    return rc;
 }
 
 /* The parts directory, opened (made) at the first fan-out. */
@@ -212,54 +248,58 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
 }
 
 /* The fan-out of the run's parts (r->fan): every input written (a group's Hessian once),
- * the hook called, every output read back in order and taken over; a part whose output is
- * missing or damaged is computed here. */
+ * the hook called, every output read back and the linears finished in order; a part whose
+ * output is missing or damaged is computed here. */
 static int run_fanout(run_ctx *r, qd_err *err)
 {
     qd_pipeline *p = r->p;
     double t0 = qd_clock_now_s();
     int rc = parts_dir(p, err);
-    /* Each group's Hessian once, then the inputs (the weights are freed as they go: the
-     * files hold them now). */
+    /* Each group's Hessian once, then the inputs; a linear's weights are freed once its
+     * parts hold them (the direct error, a debugging option, keeps its reference). */
     const qd_gptq_hessian *written[QD_MAX_GROUPS];
     int n_written = 0;
-    for (int i = 0; i < r->n_parts && !rc; i++) {
-        lin_part *lp = &r->parts[i];
+    for (int l = 0; l < r->n_lins && !rc; l++) {
+        lin_job *lj = &r->lins[l];
+        const qd_gptq_hessian *h = r->parts[lj->first].h;
         int seen = 0;
-        for (int j = 0; j < n_written; j++) seen |= written[j] == lp->in.h;
+        for (int j = 0; j < n_written; j++) seen |= written[j] == h;
         if (!seen) {
-            rc = qd_qpart_write_hessian(p->parts_fd, r->block, lp->g, lp->in.h, err);
-            written[n_written++] = lp->in.h;
+            rc = qd_qpart_write_hessian(p->parts_fd, r->block, lj->g, h, err);
+            written[n_written++] = h;
         }
-        if (!rc) rc = qd_qpart_write_in(p->parts_fd, r->block, i, lp->g, &lp->in, lp->in.res.n, lp->in.res.k, &lp->in_sum, err);
-        free(lp->clipped);
-        lp->clipped = NULL;
-        free(r->outs[lp->li].w_eff);
-        r->outs[lp->li].w_eff = NULL;
-        lp->in.w = lp->in.w_ref = NULL;
+        for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++)
+            rc = qd_qpart_write_in(p->parts_fd, r->block, i, lj->g, &r->parts[i], &r->in_sums[i], err);
+        free(lj->clipped);
+        lj->clipped = NULL;
+        for (int i = lj->first; i < lj->first + lj->n_parts; i++) r->parts[i].w = r->parts[i].w_ref = NULL;
+        if (!lj->aux.drows) {
+            free(r->outs[lj->li].w_eff);
+            r->outs[lj->li].w_eff = NULL;
+            lj->aux.w_ref = NULL;
+        }
     }
     double t_write = qd_clock_now_s();
-    const char *names[QD_MAX_LINEARS];
-    for (int i = 0; i < r->n_parts; i++) names[i] = qd_model_linear(p->m, r->parts[i].li)->name;
+    const char **names = rc ? NULL : calloc((size_t)r->n_parts, sizeof *names);
+    if (!rc && !names) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (int i = 0; i < r->n_parts && !rc; i++) names[i] = qd_model_linear(p->m, r->parts[i].linear)->name;
     if (!rc && p->hooks.fanout(p->hooks.ud, r->block, "quantize", r->n_parts, names))
         rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    free(names);
     double t_parts = qd_clock_now_s();
     qd_qpart_out *outs = rc ? NULL : calloc((size_t)r->n_parts, sizeof *outs);
     char (*workers)[64] = rc ? NULL : calloc((size_t)r->n_parts, 64);
     if (!rc && (!outs || !workers)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     double sum = 0;
     for (int i = 0; i < r->n_parts && !rc; i++) {
-        lin_part *lp = &r->parts[i];
+        const qd_qpart_in *in = &r->parts[i];
         qd_err e2 = {0};
-        int got = qd_qpart_read_out(p, p->parts_fd, r->block, i, lp->in_sum, lp->in.res.n, lp->in.res.k, &outs[i],
-                                    workers[i], &e2);
-        if (got) {
+        if (qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], in, &outs[i], workers[i], &e2)) {
             /* Never used: computed again, here. */
-            QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=quantize part=%d layer=%s why=\"%s\"", p->job->id,
-                   r->block, i, lp->in.res.name, e2.msg);
+            QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=quantize part=%d layer=%s rows=%lld..%lld why=\"%s\"",
+                   p->job->id, r->block, i, in->res.name, (long long)in->r0, (long long)in->r1, e2.msg);
             rc = qd_qpart_run_file(p, p->parts_fd, r->block, i, p->hooks.worker, err);
-            if (!rc) rc = qd_qpart_read_out(p, p->parts_fd, r->block, i, lp->in_sum, lp->in.res.n, lp->in.res.k, &outs[i],
-                                            workers[i], err);
+            if (!rc) rc = qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], in, &outs[i], workers[i], err);
         }
         if (!rc) for (int s = 0; s < QD_STAGE_COUNT; s++) sum += outs[i].stage[s];
     }
@@ -267,21 +307,23 @@ static int run_fanout(run_ctx *r, qd_err *err)
     /* The stages get the parts' wall time in proportion to the seconds the parts spent in
      * each; the files' writing and reading are the checkpoint's. */
     double f = sum > 0 ? (t_parts - t_write) / sum : 0;
-    for (int i = 0; i < r->n_parts && !rc; i++) {
-        cost_add_part(p, &outs[i], f);
-        rc = part_apply(r, &r->parts[i], &outs[i], workers[i], err);
-    }
+    for (int i = 0; i < r->n_parts && !rc; i++) cost_add_part(p, &outs[i], f);
     p->cost.stage[QD_STAGE_CHECKPOINT] += (t_write - t0) + (t_read - t_parts);
+    for (int l = 0; l < r->n_lins && !rc; l++) {
+        lin_job *lj = &r->lins[l];
+        /* The worker named is the one of its first part (a linear's parts may have had several). */
+        rc = lin_finish(r, lj, outs + lj->first, workers[lj->first], err);
+    }
     for (int i = 0; outs && i < r->n_parts; i++) qd_qpart_out_free(&outs[i]);
     free(outs);
     free(workers);
     return rc;
 }
 
-/* The linears of groups order[i .. i+run), each group's Hessian in acc[g] (AWQ: one group,
- * whose input rows are gx): quantized in memory one after another (GPTQ factors a group's
- * Hessian once for all of its linears, qd_gptq_shared), or, with a fan-out hook and more
- * than one to do, spread over the workers as parts. Either way the bytes are the same. */
+/* The linears of groups `groups` (n_groups of them), each group's Hessian in acc[g] (AWQ:
+ * one group, whose input rows are gx): quantized in memory one after another (GPTQ factors
+ * a group's Hessian once for all of its parts, qd_gptq_shared), or, with a fan-out hook and
+ * more than one part to do, spread over the workers. Either way the bytes are the same. */
 static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const int *groups, int n_groups,
                         const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *gx, const qd_row_slices *kcheck,
                         const qd_row_slices *direct, qd_linear_out *outs, qd_layer_result *results, qd_err *err)
@@ -294,15 +336,20 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
     r.plans = plans;
     r.outs = outs;
     r.results = results;
-    int n_quant = 0;
+    int n_quant = 0, n_parts = 0;
+    int64_t starts[QD_PART_MAX_RANGES + 1];
     for (int j = 0; j < n_groups; j++) {
         const qd_input_group *G = qd_model_group(p->m, groups[j]);
         if (plans[G->linears[0]].absent) continue;
-        for (int x = 0; x < G->n_linears; x++) n_quant += plans[G->linears[x]].quantize;
+        for (int x = 0; x < G->n_linears; x++)
+            if (plans[G->linears[x]].quantize) {
+                n_quant++;
+                n_parts += qd_qpart_row_ranges(qd_model_linear(p->m, G->linears[x])->n, starts, QD_PART_MAX_RANGES);
+            }
     }
-    r.fan = p->hooks.fanout && n_quant > 1;
-    r.parts = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.parts);
-    if (!r.parts) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    r.fan = p->hooks.fanout && n_parts > 1;
+    r.lins = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.lins);
+    if (!r.lins) return qd_err_set(err, QD_ENOMEM, "out of memory");
     int rc = 0;
     for (int j = 0; j < n_groups && !rc; j++) {
         int g = groups[j];
@@ -312,26 +359,29 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
         memset(&shared, 0, sizeof shared);
         for (int x = 0; x < G->n_linears && !rc; x++) {
             int added = 0;
-            rc = part_prepare(&r, g, G->linears[x], &acc[g], j == 0 ? gx : NULL, kcheck, direct, &added, err);
+            rc = lin_prepare(&r, g, G->linears[x], &acc[g], j == 0 ? gx : NULL, kcheck, direct, &added, err);
             if (rc || !added || r.fan) continue;
-            /* In memory, at once: the same computation a part runs. */
-            lin_part *lp = &r.parts[r.n_parts - 1];
-            lp->in.shared_last = x == G->n_linears - 1;
-            qd_qpart_out o;
-            rc = qd_qpart_compute(p, &lp->in, &shared, &o, err);
-            free(lp->clipped);
-            lp->clipped = NULL;
-            if (!rc) {
-                cost_add_part(p, &o, 1.0);
-                rc = part_apply(&r, lp, &o, NULL, err);
+            /* In memory, at once: the same computation the parts run. */
+            lin_job *lj = &r.lins[r.n_lins - 1];
+            qd_qpart_out *po = calloc((size_t)lj->n_parts, sizeof *po);
+            if (!po) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            for (int i = 0; i < lj->n_parts && !rc; i++) {
+                qd_qpart_in *in = &r.parts[lj->first + i];
+                in->shared_last = x == G->n_linears - 1 && i == lj->n_parts - 1;
+                rc = qd_qpart_compute(p, in, &shared, &po[i], err);
+                if (!rc) cost_add_part(p, &po[i], 1.0);
             }
-            qd_qpart_out_free(&o);
+            if (!rc) rc = lin_finish(&r, lj, po, NULL, err);
+            for (int i = 0; po && i < lj->n_parts; i++) qd_qpart_out_free(&po[i]);
+            free(po);
         }
         qd_gptq_shared_free(&shared);
     }
     if (!rc && r.fan && r.n_parts) rc = run_fanout(&r, err);
-    for (int i = 0; i < r.n_parts; i++) free(r.parts[i].clipped);
+    for (int i = 0; i < r.n_lins; i++) free(r.lins[i].clipped);
+    free(r.lins);
     free(r.parts);
+    free(r.in_sums);
     return rc;
 }
 

@@ -156,6 +156,12 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
  * pass over H; d_err < 0 computes both. */
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                           const qd_gptq_hessian *h, double d_err, double *rel, qd_err *err);
+/* The two traces of that ratio, trace[0] = tr(D H D^T) and trace[1] = tr(W H W^T), each
+ * scaled by 2 / n as hessian_accum scales (d_err >= 0: trace[0] = d_err * 2 / n). */
+int qd_pipeline_rel_traces(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                           const qd_gptq_hessian *h, double d_err, double *trace, qd_err *err);
+/* sqrt(max(num, 0) / den), 0 when den <= 0. */
+double qd_pipeline_rel_ratio(double num, double den);
 /* The same ratio computed directly, ||(W - Q) X^T|| / ||W X^T|| over x (host [rows, k]): two
  * GEMMs on the backend (job.error_direct_rows, for debugging the one above). */
 int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,

@@ -128,6 +128,20 @@ static double frob_dot(const float *a, const float *b, size_t kk)
 int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                           const qd_gptq_hessian *h, double d_err, double *rel, qd_err *err)
 {
+    double tr[2];
+    int rc = qd_pipeline_rel_traces(p, w, q, n, k, h, d_err, tr, err);
+    if (!rc) *rel = qd_pipeline_rel_ratio(tr[0], tr[1]);
+    return rc;
+}
+
+double qd_pipeline_rel_ratio(double num, double den)
+{
+    return den > 0 ? sqrt(fmax(num, 0) / den) : 0.0;
+}
+
+int qd_pipeline_rel_traces(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                           const qd_gptq_hessian *h, double d_err, double *trace, qd_err *err)
+{
     /* tr(A H A^T) = <H, A^T A>_F: A^T A by a symmetric rank-n update (the Hessian's own
      * op) costs n k^2 flops, half of the GEMM A H; the 2/n it scales by cancels in the ratio. */
     qd_backend *be = p->be;
@@ -161,7 +175,8 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
         if (!on_host && (rc = qd_backend_download(be, sh, s, kk * sizeof(float)))) goto be_err;
         tr[pass] = frob_dot(hh, sh, kk);
     }
-    *rel = tr[1] > 0 ? sqrt(fmax(tr[0], 0) / tr[1]) : 0.0;
+    trace[0] = tr[0];
+    trace[1] = tr[1];
     goto out;
 be_err:
     rc = qd_err_set(err, rc, "rel error: %s", be->err.msg);

@@ -11,6 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "quant/algo/gptq.h"
+#include "quant/algo/hessian.h"
+#include "quant/formats/qlayer.h"
+#include "quant/formats/quantizer.h"
 #include "quant/pipeline/state.h"
 
 #include "pipeline_testlib.h"
@@ -18,6 +22,7 @@
 static const char *T;
 static const char *tokens;
 static char llama_dir[4096];
+static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two row ranges each */
 
 typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL } fan_mode;
 
@@ -186,6 +191,59 @@ static void test_moe(void)
     fan_case("mixtral-awq", model, "awq", "gptq", "\"bits\":8,", FAN_ALL);
 }
 
+/* Linears wider than QD_PART_ROWS go out as row ranges; the parts of one linear are
+ * merged in the lead to the same bytes. */
+static void test_row_ranges(void)
+{
+    fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_ALL);
+    fan_case("wide-act", wide_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
+    fan_case("wide-awq", wide_dir, "awq", "awq_gemm", NULL, FAN_ALL);
+    fan_case("wide-rtn", wide_dir, "rtn", "compressed-tensors", "\"true_sequential\":false,", FAN_ALL);
+    fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
+}
+
+/* What row ranges rest on: GPTQ and RTN quantize every output row alone once H is known,
+ * so rows quantized in ranges are the rows of the whole, bit for bit. */
+static void test_rows_independent(void)
+{
+    const int64_t n = 300, k = 256, rows = 1024;
+    test_rng rg;
+    test_rng_seed(&rg, 7);
+    float *w = malloc((size_t)(n * k) * sizeof(float)), *x = malloc((size_t)(rows * k) * sizeof(float));
+    for (int64_t i = 0; i < n * k; i++) w[i] = test_rng_normal(&rg);
+    for (int64_t i = 0; i < rows * k; i++) x[i] = test_rng_normal(&rg) * (float)(1 + i % k % 5);
+    qd_err err = {0};
+    qd_gptq_hessian h;
+    CHECK_OK(qd_gptq_hessian_init(&h, pt_be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&h, x, rows, &err));
+    for (int act = 0; act < 2; act++) {
+        qd_gptq_opts o = qd_gptq_opts_default();
+        o.quant.bits = 4;
+        o.quant.group_size = 64;
+        o.desc_act = act;
+        qd_gptq_result whole;
+        memset(&whole, 0, sizeof whole);
+        CHECK_OK(qd_gptq_quantize(pt_be, &o, w, n, k, &h, &whole, &err));
+        int64_t cut[] = {0, 64, 192, n};
+        for (int r = 0; r < 3; r++) {
+            qd_gptq_result part;
+            memset(&part, 0, sizeof part);
+            int64_t r0 = cut[r], m = cut[r + 1] - cut[r];
+            CHECK_OK(qd_gptq_quantize(pt_be, &o, w + r0 * k, m, k, &h, &part, &err));
+            test_checks++;
+            if (!whole.deq || !part.deq || memcmp(whole.deq + r0 * k, part.deq, (size_t)(m * k) * sizeof(float)) ||
+                memcmp(whole.layer.q + r0 * k, part.layer.q, (size_t)(m * k)))
+                TEST_FAIL_("desc_act %d: rows %lld..%lld quantized alone differ from the whole", act, (long long)r0,
+                           (long long)(r0 + m));
+            qd_gptq_result_free(&part);
+        }
+        qd_gptq_result_free(&whole);
+    }
+    qd_gptq_hessian_free(&h);
+    free(w);
+    free(x);
+}
+
 /* Parts nobody ran, damaged or truncated outputs, a cancel: the lead computes them. */
 static void test_lost_parts(void)
 {
@@ -198,8 +256,13 @@ int main(void)
 {
     qd_testgen_opts lo = pt_llama_opts(128, 3);
     lo.dtype = QD_DTYPE_BF16;
-    if (pt_setup(1, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
+    qd_testgen_opts wo = pt_llama_opts(2112, 2);
+    if (pt_setup(1, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir) ||
+        pt_setup_model("wide", &wo, wide_dir, sizeof wide_dir))
+        return 1;
+    TEST_RUN(test_rows_independent);
     TEST_RUN(test_dense);
+    TEST_RUN(test_row_ranges);
     TEST_RUN(test_moe);
     TEST_RUN(test_lost_parts);
     return pt_teardown();
