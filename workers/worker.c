@@ -1,10 +1,12 @@
 /* The worker process's threads and task runner (see worker.h): a reader thread that turns
- * stdin into queued tasks and immediate cancel/shutdown flags, a heartbeat thread, and the
- * main thread running quant/pipeline with progress forwarded to the daemon. */
+ * stdin into queued tasks and parts and immediate cancel/shutdown flags, a heartbeat thread,
+ * and the main thread running quant/pipeline with progress forwarded to the daemon; parts
+ * (a block's step fanned out over workers) are in worker_parts.c. */
 #define _GNU_SOURCE
 #include "quant/core/confine.h"
 #include "quant/core/clock.h"
 #include "workers/worker.h"
+#include "workers/worker_internal.h"
 #include "quant/kernels/selftest.h"
 
 #include <errno.h>
@@ -26,42 +28,7 @@
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
 
-#define QW_MAX_QUEUED 8          /* the daemon sends one task at a time; a few spare slots */
 #define QW_REPORT_MAX (256 * 1024)   /* a report larger than this is not forwarded */
-
-typedef struct qw_task {
-    qp_msg msg;                  /* a decoded QP_MSG_TASK, owned */
-} qw_task;
-
-typedef struct qw_worker {
-    const qw_opts *o;
-    qd_backend *be;
-
-    pthread_mutex_t out_lock;    /* one writer at a time on out_fd */
-    int out_broken;              /* a write failed: the daemon is gone */
-
-    pthread_mutex_t lock;        /* guards everything below */
-    pthread_cond_t cond;         /* signalled on a new task, shutdown, EOF */
-    qw_task queue[QW_MAX_QUEUED];
-    int n_queued;
-    char current[QP_JOB_ID_MAX + 1];   /* job id of the running task, "" when idle */
-    int eof;                     /* stdin closed or broken */
-    int shutdown;                /* a shutdown message arrived */
-    int stop_pipe[2];            /* written by the main thread to wake the reader at exit */
-    int graceful;                /* ... and it asked to finish the current block first */
-    atomic_int cancel;           /* the running task was cancelled */
-    int hb_stop;
-    qd_err reader_err;
-    int device_lost;             /* the backend is broken: finish this task's reply, then exit */
-
-    /* The pipeline kept open between tasks of one job (main thread only). */
-    qd_pipeline *pipe;
-    qp_job *pipe_job;
-    char *pipe_spec;
-    char *pipe_task_job_id;
-    uint64_t pipe_fence;         /* the fencing token the open pipeline commits under */
-    double t_open;
-} qw_worker;
 
 static int64_t unix_ms(void)
 {
@@ -88,8 +55,7 @@ int qw_error_retryable(int code)
     }
 }
 
-/* Encodes and writes one message; a failure marks the pipe broken (the daemon is gone). */
-static int send_msg(qw_worker *w, const qp_msg *m)
+int qw_send_msg(qw_worker *w, const qp_msg *m)
 {
     uint8_t *frame = NULL;
     size_t n = 0;
@@ -123,20 +89,27 @@ static void send_failed(qw_worker *w, const char *job_id, int code, const char *
     m.task_failed.retryable = retryable;
     m.task_failed.cancelled = cancelled;
     m.task_failed.exiting = w->device_lost;   /* set before the reply: the daemon sends no more */
-    send_msg(w, &m);
+    qw_send_msg(w, &m);
 }
 
 /* ---- reader thread -------------------------------------------------------------- */
+
+const char *qw_queued_job_id(const qp_msg *m)
+{
+    return m->type == QP_MSG_PART ? m->part.job_id : m->task.job_id;
+}
 
 static void handle_msg(qw_worker *w, qp_msg *m)
 {
     pthread_mutex_lock(&w->lock);
     switch (m->type) {
     case QP_MSG_TASK:
+    case QP_MSG_PART:
         if (w->n_queued == QW_MAX_QUEUED || w->shutdown) {
+            const char *why = w->shutdown ? "worker is shutting down" : "worker task queue is full";
             pthread_mutex_unlock(&w->lock);
-            send_failed(w, m->task.job_id, QD_ERESOURCE,
-                        w->shutdown ? "worker is shutting down" : "worker task queue is full", 1, 0);
+            if (m->type == QP_MSG_TASK) send_failed(w, m->task.job_id, QD_ERESOURCE, why, 1, 0);
+            else qw_part_refuse(w, &m->part, why);
             qp_msg_clear(m);
             return;
         }
@@ -144,16 +117,21 @@ static void handle_msg(qw_worker *w, qp_msg *m)
         memset(m, 0, sizeof *m);
         pthread_cond_broadcast(&w->cond);
         break;
+    case QP_MSG_PARTS_DONE:
+        qw_parts_done_seen(w, &m->parts_done);
+        break;
     case QP_MSG_CANCEL: {
         if (!strcmp(w->current, m->cancel.job_id)) atomic_store(&w->cancel, 1);
-        /* Queued tasks of that job end at once, each with its own reply. */
+        pthread_cond_broadcast(&w->cond);   /* a task waiting on its fan-out stops waiting */
+        /* Queued tasks and parts of that job end at once, each with its own reply. */
         for (int i = 0; i < w->n_queued;) {
-            if (strcmp(w->queue[i].msg.task.job_id, m->cancel.job_id)) { i++; continue; }
+            if (strcmp(qw_queued_job_id(&w->queue[i].msg), m->cancel.job_id)) { i++; continue; }
             qp_msg t = w->queue[i].msg;
             memmove(&w->queue[i], &w->queue[i + 1], (size_t)(w->n_queued - i - 1) * sizeof w->queue[0]);
             w->n_queued--;
             pthread_mutex_unlock(&w->lock);
-            send_failed(w, t.task.job_id, QD_ECANCELLED, "cancelled before it started", 0, 1);
+            if (t.type == QP_MSG_TASK) send_failed(w, t.task.job_id, QD_ECANCELLED, "cancelled before it started", 0, 1);
+            else qw_part_refuse(w, &t.part, "cancelled before it started");
             qp_msg_clear(&t);
             pthread_mutex_lock(&w->lock);
         }
@@ -240,7 +218,7 @@ static void *heartbeat_main(void *arg)
         m.heartbeat.t_ms = unix_ms();
         m.heartbeat.job_id = job[0] ? job : NULL;
         m.heartbeat.rss_bytes = rss_bytes();
-        send_msg(w, &m);
+        qw_send_msg(w, &m);
         pthread_mutex_lock(&w->lock);
         struct timespec ts;
         clock_gettime(CLOCK_REALTIME, &ts);
@@ -268,7 +246,7 @@ static int on_progress(void *ud, const qd_progress *p)
     m.progress.fraction = p->fraction < 0 ? 0 : p->fraction > 1 ? 1 : p->fraction;
     m.progress.eta_s = p->eta_s;
     m.progress.layer_error = p->layer_error;
-    send_msg(w, &m);
+    qw_send_msg(w, &m);
     return atomic_load(&w->cancel) || w->out_broken;
 }
 
@@ -334,7 +312,7 @@ static void send_block_done(qw_worker *w, const qp_msg_task *t, int block, int n
     m.block_done.seconds = secs;
     m.block_done.fence = t->fence;
     m.block_done.cost = qd_pipeline_last_block_cost(w->pipe);   /* NULL (left out) when out of memory */
-    send_msg(w, &m);
+    qw_send_msg(w, &m);
     free(m.block_done.cost);
 }
 
@@ -364,6 +342,12 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
     }
     qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress, .before_commit = before_commit,
                                .fence = t->fence};
+    /* A job that may use more than this worker fans its blocks' steps out through the daemon
+     * (worker_parts.c); with workers 1 the pipeline runs every part itself, in memory. */
+    if (job->workers != 1) {
+        hooks.fanout = qw_fanout;
+        hooks.worker = w->o->name;
+    }
     qd_pipeline *p = NULL;
     if ((rc = qd_pipeline_open(job, w->be, &hooks, &p, err))) {
         qp_job_free(job);
@@ -388,12 +372,12 @@ static int stop_requested(qw_worker *w)
     return stop;
 }
 
-/* After a failed task: when the backend reports a device error (be->broken, any CUDA
+/* After a failed task or part: when the backend reports a device error (be->broken, any CUDA
  * error, sticky or not), the failure becomes a retryable QD_EBACKEND whose message carries
  * the backend's own (call, file, line, device), and the worker is marked to exit after
  * replying, so the daemon starts a fresh process with a fresh context instead of running
  * the next task on a broken one. Returns the code to report. */
-static int task_device_check(qw_worker *w, int rc, qd_err *err, int *retryable)
+int qw_device_check(qw_worker *w, int rc, qd_err *err, int *retryable)
 {
     if (!w->be || !w->be->broken) return rc;
     if (!w->device_lost)
@@ -443,7 +427,7 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
     if (rc) {
         int cancelled = rc == QD_ECANCELLED && atomic_load(&w->cancel);
         int retryable = cancelled ? 0 : (rc == QD_ECANCELLED || behind) ? 1 : qw_error_retryable(rc);
-        if (!cancelled) rc = task_device_check(w, rc, &err, &retryable);
+        if (!cancelled) rc = qw_device_check(w, rc, &err, &retryable);
         else if (w->be && w->be->broken) w->device_lost = 1;   /* cancelled, but still exit */
         QD_LOG(QD_LOG_WARN, "task_failed", "job=%s block=%d code=%d retryable=%d err=\"%s\"", t->job_id, t->block,
                rc, retryable, err.msg);
@@ -456,12 +440,12 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
     m.task_done.job_id = t->job_id;
     if (qd_pipeline_next_block(w->pipe) < n) {
         m.task_done.job_finished = 0;
-        send_msg(w, &m);
+        qw_send_msg(w, &m);
         return;
     }
     if ((rc = qd_pipeline_finish(w->pipe, &err))) {
         int retryable = qw_error_retryable(rc);
-        rc = task_device_check(w, rc, &err, &retryable);
+        rc = qw_device_check(w, rc, &err, &retryable);
         send_failed(w, t->job_id, rc, err.msg, retryable, 0);
         pipe_drop(w);
         return;
@@ -470,7 +454,7 @@ static void task_run(qw_worker *w, const qp_msg_task *t)
     m.task_done.job_finished = 1;
     m.task_done.output = w->pipe_job->output;
     m.task_done.report = report;
-    send_msg(w, &m);
+    qw_send_msg(w, &m);
     free(report);
     pipe_drop(w);
 }
@@ -491,7 +475,7 @@ static int send_hello(qw_worker *w, int selftest_ok, const char *selftest)
     m.hello.protocol = QP_WIRE_VERSION;
     m.hello.selftest_ok = selftest_ok;
     m.hello.selftest = (char *)selftest;
-    return send_msg(w, &m);
+    return qw_send_msg(w, &m);
 }
 
 int qw_worker_run(const qw_opts *o, qd_err *err)
@@ -553,12 +537,16 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
         qp_msg t = w->queue[0].msg;
         memmove(&w->queue[0], &w->queue[1], (size_t)(w->n_queued - 1) * sizeof w->queue[0]);
         w->n_queued--;
-        snprintf(w->current, sizeof w->current, "%s", t.task.job_id);
+        snprintf(w->current, sizeof w->current, "%s", qw_queued_job_id(&t));
         atomic_store(&w->cancel, 0);
         pthread_mutex_unlock(&w->lock);
 
-        QD_LOG(QD_LOG_INFO, "task_start", "worker=%s job=%s block=%d", o->name, t.task.job_id, t.task.block);
-        task_run(w, &t.task);
+        if (t.type == QP_MSG_PART) {
+            qw_part_run(w, &t.part);   /* a helper's part: one reply, part_done */
+        } else {
+            QD_LOG(QD_LOG_INFO, "task_start", "worker=%s job=%s block=%d", o->name, t.task.job_id, t.task.block);
+            task_run(w, &t.task);
+        }
 
         pthread_mutex_lock(&w->lock);
         w->current[0] = 0;
@@ -589,6 +577,7 @@ out:
         pthread_join(reader, NULL);
     }
     pipe_drop(w);
+    qw_parts_free(w);
     qd_backend_close(w->be);
     for (int i = 0; i < w->n_queued; i++) qp_msg_clear(&w->queue[i].msg);
     close(w->stop_pipe[0]);

@@ -1,7 +1,12 @@
 /* quantd-worker end to end: spawn it with pipes, expect hello, run a tiny generated llama
  * model block by block (progress, block_done, task_done, a complete output directory),
  * refuse an invalid job as not retryable, cancel a queued task, and exit 0 on shutdown; and
- * with an injected device error, fail the task and exit so the daemon starts a fresh one. */
+ * with an injected device error, fail the task and exit so the daemon starts a fresh one.
+ * The test plays the daemon's part in a fan-out (proto/wire.md, the parts messages): a task
+ * of a job with workers other than 1 announces each block's parts, gets them back one at a
+ * time as `part` messages, answers each with part_done, and goes on after parts_done; a job
+ * with workers 1 announces none and writes the same bytes; a part of an invalid job is
+ * answered part_done ok false; a parts_done nobody waits for is ignored. */
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -118,6 +123,67 @@ static void send_task(child *c, const char *id, const char *job, int block)
     send_frame(c, &m);
 }
 
+/* The fan-out the worker announced in *pm (a `parts` message, cleared here): the parts go
+ * back to it one at a time, each answered by part_done, then parts_done. Returns the parts
+ * run; *fanouts counts the fan-outs. */
+static int serve_parts(child *c, qp_msg *pm, const char *job, int *fanouts, int *hb)
+{
+    const qp_msg_parts *p = &pm->parts;
+    int ran = 0;
+    (*fanouts)++;
+    CHECK(p->n >= 1);
+    CHECK_INT(p->fence, 3);
+    CHECK_STR(p->step, "quantize");
+    CHECK(p->names.n == 0 || p->names.n == p->n);
+    for (int i = 0; i < p->n; i++) {
+        qp_msg m;
+        qp_msg_init(&m, QP_MSG_PART);
+        m.part.job_id = p->job_id;
+        m.part.job = (char *)job;
+        m.part.checkpoint_dir = "unused";
+        m.part.block = p->block;
+        m.part.step = p->step;
+        m.part.index = i;
+        m.part.fence = p->fence;
+        send_frame(c, &m);
+        qp_msg r;
+        int got = 0;
+        while (!got && recv_msg(c, &r, hb, 60000)) {
+            if (r.type == QP_MSG_PART_DONE) {
+                got = 1;
+                CHECK_STR(r.part_done.job_id, p->job_id);
+                CHECK_INT(r.part_done.block, p->block);
+                CHECK_INT(r.part_done.index, i);
+                CHECK_INT(r.part_done.ok, 1);
+                if (!r.part_done.ok) fprintf(stderr, "part %d: %s\n", i, r.part_done.error);
+                ran += r.part_done.ok;
+            } else if (r.type != QP_MSG_PROGRESS) {
+                TEST_FAIL_("while a part runs: unexpected message %s", qp_msg_type_name(r.type));
+            }
+            qp_msg_clear(&r);
+        }
+        CHECK_INT(got, 1);
+        if (!got) break;
+    }
+    qp_msg d;
+    qp_msg_init(&d, QP_MSG_PARTS_DONE);
+    d.parts_done.job_id = p->job_id;
+    d.parts_done.block = p->block;
+    d.parts_done.step = p->step;
+    send_frame(c, &d);
+    qp_msg_clear(pm);
+    return ran;
+}
+
+/* The sorted listing of dir's files with their bytes, for comparing two outputs (the report,
+ * with its timings and ids, left out). 1 when every file of a is in b with the same bytes. */
+static int same_files(const char *a, const char *b)
+{
+    char cmd[4200];
+    snprintf(cmd, sizeof cmd, "cd '%s' && for f in $(find . -type f ! -name quantd_report.json | sort); do cmp -s \"$f\" '%s'/\"$f\" || exit 1; done", a, b);
+    return system(cmd) == 0;
+}
+
 static void test_worker(void)
 {
     const char *bdir = getenv("QUANTD_BUILD_DIR");
@@ -149,6 +215,7 @@ static void test_worker(void)
     char *job = make_job(model, out, "");
     char id[64];
     snprintf(id, sizeof id, "wtest-out1");
+    int fanouts = 0, parts_ran = 0;
     for (int b = 0; b < 2; b++) {
         send_task(&c, id, job, b);
         int progress = 0, block_done = 0, done = 0;
@@ -187,6 +254,11 @@ static void test_worker(void)
                 TEST_FAIL_("task_failed: %s", m.task_failed.error);
                 done = 2;
                 break;
+            case QP_MSG_PARTS:
+                CHECK_STR(m.parts.job_id, id);
+                CHECK_INT(m.parts.block, b);
+                parts_ran += serve_parts(&c, &m, job, &fanouts, &hb);
+                break;
             default:
                 TEST_FAIL_("unexpected message %s", qp_msg_type_name(m.type));
             }
@@ -196,12 +268,59 @@ static void test_worker(void)
         CHECK(progress > 0);
         CHECK_INT(block_done, 1);
     }
+    /* Each block's quantize step went out as parts, and every part ran. */
+    CHECK_INT(fanouts, 2);
+    CHECK(parts_ran >= 2);
     CHECK(qd_fs_exists(test_path(out, "config.json")));
     CHECK(qd_fs_exists(test_path(out, "quantd_report.json")));
     CHECK(qd_fs_exists(test_path(out, "model.safetensors")) ||
           qd_fs_exists(test_path(out, "model.safetensors.index.json")));
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
     free(job);
+
+    /* workers 1: no fan-out, and the same bytes. */
+    char out1[1024];
+    snprintf(out1, sizeof out1, "%s/outone", dir);
+    job = make_job(model, out1, ",\"workers\":1");
+    send_task(&c, "wtest-outone", job, QP_TASK_WHOLE_JOB);
+    int one_done = 0;
+    while (!one_done && recv_msg(&c, &m, &hb, 60000)) {
+        if (m.type == QP_MSG_PARTS) TEST_FAIL_("parts announced by a job with workers 1");
+        if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("task_failed: %s", m.task_failed.error); one_done = 2; }
+        if (m.type == QP_MSG_TASK_DONE) one_done = 1;
+        qp_msg_clear(&m);
+    }
+    CHECK_INT(one_done, 1);
+    CHECK(same_files(out, out1));
+    free(job);
+
+    /* A part of a job that does not parse: part_done, not ok, saying why; a parts_done no
+     * fan-out waits for is ignored (the worker answers the next message as usual). */
+    qp_msg pd;
+    qp_msg_init(&pd, QP_MSG_PARTS_DONE);
+    pd.parts_done.job_id = "nobody";
+    pd.parts_done.block = 0;
+    pd.parts_done.step = "quantize";
+    send_frame(&c, &pd);
+    qp_msg bp;
+    qp_msg_init(&bp, QP_MSG_PART);
+    bp.part.job_id = "bad";
+    bp.part.job = "{\"model\":\"m\",\"output\":\"o\",\"method\":\"rtn\",\"bits\":5,\"id\":\"bad\"}";
+    bp.part.checkpoint_dir = "unused";
+    bp.part.block = 0;
+    bp.part.step = "quantize";
+    bp.part.index = 2;
+    bp.part.fence = 3;
+    send_frame(&c, &bp);
+    CHECK(recv_msg(&c, &m, &hb, 10000));
+    CHECK_INT(m.type, QP_MSG_PART_DONE);
+    if (m.type == QP_MSG_PART_DONE) {
+        CHECK_STR(m.part_done.job_id, "bad");
+        CHECK_INT(m.part_done.index, 2);
+        CHECK_INT(m.part_done.ok, 0);
+        CHECK_CONTAINS(m.part_done.error, "job.bits");
+    }
+    qp_msg_clear(&m);
 
     /* A job that fails validation is not retryable. */
     send_task(&c, "bad", "{\"model\":\"m\",\"output\":\"o\",\"method\":\"rtn\",\"bits\":5,\"id\":\"bad\"}", -1);
@@ -228,6 +347,10 @@ static void test_worker(void)
     send_frame(&c, &cm);
     int done2 = 0, cancelled = 0, blocks2 = 0;
     while ((!done2 || !cancelled) && recv_msg(&c, &m, &hb, 60000)) {
+        if (m.type == QP_MSG_PARTS) {
+            serve_parts(&c, &m, !strcmp(m.parts.job_id, "wtest-out2") ? job : job3, &fanouts, &hb);
+            continue;
+        }
         if (m.type == QP_MSG_BLOCK_DONE && !strcmp(m.block_done.job_id, "wtest-out2")) blocks2++;
         if (m.type == QP_MSG_TASK_DONE) {
             CHECK_STR(m.task_done.job_id, "wtest-out2");
@@ -300,8 +423,12 @@ static void test_worker_device_error(void)
     send_task(&c, "wtest-outfault", job, QP_TASK_WHOLE_JOB);
     /* A second task queued behind it must not run on the broken context. */
     send_task(&c, "wtest-outfault", job, QP_TASK_WHOLE_JOB);
-    int failed = 0, others = 0;
+    int failed = 0, others = 0, fanouts = 0;
     while (recv_msg(&c, &m, NULL, 60000)) {
+        if (m.type == QP_MSG_PARTS) {
+            serve_parts(&c, &m, job, &fanouts, NULL);
+            continue;
+        }
         if (m.type == QP_MSG_TASK_FAILED) {
             failed++;
             CHECK_STR(m.task_failed.job_id, "wtest-outfault");

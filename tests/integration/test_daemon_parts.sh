@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# A block's quantize step fanned out as parts over the node's workers (daemon/parts.c,
+# workers/worker_parts.c, the parts messages of proto/wire.md), against a real redis-server
+# on a random loopback port and quantd with --workers cpu:1, cpu:2 and cpu:3:
+#   - a GPTQ job on a dense model and on a MoE model (gen-model --experts) writes the same
+#     bytes whatever the number of workers (every output file compared with cmp; the report
+#     with its run-dependent fields left out), and the same as job.workers 1 (no fan-out);
+#   - with 2 or more workers the logs show parts run by a worker other than the lead, and the
+#     status carried the parts in flight at some point (the stream's events);
+#   - kill -9 of a helper while it holds a part: the part goes back to pending
+#     (part_requeued) and the job still ends with the same bytes.
+# Nothing here asserts a duration: every wait is a bounded poll.
+set -u
+DC_NAME=qdd-parts
+. "$(dirname "$0")/daemon_common.sh"
+redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
+RP=$!
+for _ in $(seq 100); do R PING >/dev/null 2>&1 && break; sleep 0.05; done
+# One thread per process: three workers and the daemon share a small machine.
+export QUANTD_THREADS=1
+state_is() { [ "$(R HGET "qjob:$1" state)" = "$2" ]; }
+final() { local s; s=$(R HGET "qjob:$1" state); [ "$s" = done ] || [ "$s" = failed ] || [ "$s" = cancelled ]; }
+
+# Pre-tokenized calibration ids (the generated models have no tokenizer).
+python3 - "$T/calib.json" <<'PY' || fail "calibration ids"
+import json, random, sys
+r = random.Random(1)
+json.dump([r.randrange(3, 128) for _ in range(4096)], open(sys.argv[1], "w"))
+PY
+"$B/quantctl" gen-model --out "$T/dense" --layers 3 --hidden 128 >/dev/null || fail "gen-model dense"
+"$B/quantctl" gen-model --out "$T/moe" --layers 2 --hidden 64 --experts 4 >/dev/null || fail "gen-model moe"
+# For the kill: a MoE block has enough parts for every worker.
+"$B/quantctl" gen-model --out "$T/slow" --layers 3 --hidden 128 --experts 8 >/dev/null || fail "gen-model slow"
+
+# job ID MODEL [extra JSON]
+job() {
+    echo "{\"id\":\"$1\",\"model\":\"$T/$2\",\"output\":\"$T/out/$1\",\"method\":\"gptq\",\"group_size\":32,\"backend\":\"cpu\",\"calibration\":{\"path\":\"$T/calib.json\",\"samples\":8,\"seq_len\":64}${3:-}}"
+}
+
+# [HEARTBEAT=S] start_daemon N [ARGS]: quantd with N CPU workers, log in $T/d.log (appended)
+start_daemon() {
+    local n=$1; shift
+    echo "=== quantd --workers cpu:$n" >>"$T/d.log"
+    "$B/quantd" --redis "redis://127.0.0.1:$PORT" --node parts --allow-root "$T" --workers "cpu:$n" \
+        --heartbeat "${HEARTBEAT:-1}" --node-ttl-ms 2000 --lease-ttl-ms 3000 "$@" >>"$T/d.log" 2>&1 &
+    DPID=$!
+}
+stop_daemon() {
+    kill -TERM "$DPID"
+    wait_for 60 sh -c "! kill -0 $DPID 2>/dev/null" || fail "quantd did not stop on SIGTERM"
+    wait "$DPID" 2>/dev/null
+    DPID=
+}
+# run_job ID: submits $T/ID.json and waits for it to end done
+run_job() {
+    R LPUSH qjobs "$(cat "$T/$1.json")" >/dev/null
+    wait_for 600 final "$1" || fail "$1 did not end: $(R HGETALL "qjob:$1" | tr '\n' ' ')"
+    state_is "$1" done || fail "$1 ended $(R HGET "qjob:$1" state): $(R HGET "qjob:$1" error)"
+}
+# same_bytes REF DIR: every file of both trees byte-identical (cmp), the report compared
+# without its run-dependent fields (ids, paths, timings, resources: the estimate and the
+# measured peaks, which count the part files a fan-out writes; which worker ran a part).
+same_bytes() {
+    (cd "$1" && find . -type f | sort) >"$T/ref.files"
+    (cd "$2" && find . -type f | sort) >"$T/got.files"
+    cmp -s "$T/ref.files" "$T/got.files" || { diff "$T/ref.files" "$T/got.files" >&2; return 1; }
+    local f
+    while read -r f; do
+        [ "$(basename "$f")" = quantd_report.json ] && continue
+        cmp "$1/$f" "$2/$f" >&2 || return 1
+    done <"$T/ref.files"
+    python3 - "$1/quantd_report.json" "$2/quantd_report.json" <<'PY'
+import json, sys
+def norm(o):
+    if isinstance(o, dict):
+        return {k: norm(v) for k, v in o.items()
+                if k not in ("job_id", "id", "output", "stages", "resources", "worker", "workers", "parts")
+                and "seconds" not in k and not k.endswith("_ms")}
+    if isinstance(o, list):
+        return [norm(v) for v in o]
+    return o
+a, b = (norm(json.load(open(p))) for p in sys.argv[1:3])
+if a != b:
+    for k in sorted(set(a) | set(b)):
+        if a.get(k) != b.get(k):
+            print("report differs at", k, file=sys.stderr)
+    sys.exit(1)
+PY
+}
+# daemon_parts ID: the parts of ID the daemon saw done (its part_done lines carry lead=);
+# helper_parts ID: of them, those a worker other than the lead ran
+daemon_parts() { grep -c "part_done job=$1 .* lead=[01] " "$T/d.log"; }
+helper_parts() { grep -c "part_done job=$1 .* lead=0 " "$T/d.log"; }
+
+for model in dense moe; do
+    for n in 1 2 3; do
+        id="$model-w$n"
+        job "$id" "$model" >"$T/$id.json"
+        echo "== $model: --workers cpu:$n"
+        start_daemon "$n"
+        run_job "$id"
+        [ "$(daemon_parts "$id")" -gt 0 ] || fail "$id: no part ran through the daemon"
+        if [ "$n" -ge 2 ]; then
+            [ "$(helper_parts "$id")" -gt 0 ] || fail "$id: every part ran on the lead with $n workers"
+            grep -q "part_run worker=cpu-[0-9] job=$id " "$T/d.log" || fail "$id: no worker logged a part"
+            R XRANGE "qjob:$id:events" - + | grep -q '"parts":\[{"worker":"cpu-' || fail "$id: the status never listed a part in flight"
+        fi
+        # Once over, no part is listed.
+        [ -z "$(R HGET "qjob:$id" parts)" ] || fail "$id: parts left in the status: $(R HGET "qjob:$id" parts)"
+        stop_daemon
+        if [ "$n" -gt 1 ]; then
+            same_bytes "$T/out/$model-w1" "$T/out/$id" || fail "$id: output differs from one worker's"
+        fi
+    done
+    # job.workers 1: the lead keeps the step (no parts message at all), the same bytes.
+    id="$model-one"
+    job "$id" "$model" ',"workers":1' >"$T/$id.json"
+    echo "== $model: job.workers 1 on cpu:2"
+    start_daemon 2
+    run_job "$id"
+    grep -q "parts_open job=$id " "$T/d.log" && fail "$id: a fan-out with job.workers 1"
+    stop_daemon
+    same_bytes "$T/out/$model-w1" "$T/out/$id" || fail "$id: output differs with job.workers 1"
+done
+
+echo "== kill -9 a helper holding a part: the part is pending again, the bytes the same"
+job slow-ref slow ',"workers":1' >"$T/slow-ref.json"
+"$B/quantctl" quantize "$T/slow-ref.json" >"$T/slow-ref.log" 2>&1 || fail "the reference run of slow"
+job slow-kill slow >"$T/slow-kill.json"
+# A heartbeat of 2 s: the stopped helper below is killed by the test before the watchdog
+# (3 silent heartbeats) would; either way its part must go back to pending.
+HEARTBEAT=2 start_daemon 3
+# since_start: this daemon's lines of the log
+since_start() { awk '/^=== quantd/ { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' "$T/d.log"; }
+all_ready() { [ "$(since_start | grep -c worker_ready)" -ge 3 ]; }
+wait_for 120 all_ready || fail "the 3 workers did not start"
+R LPUSH qjobs "$(cat "$T/slow-kill.json")" >/dev/null
+lead_known() { [ -n "$(R HGET qjob:slow-kill worker)" ]; }
+wait_for 120 lead_known || fail "slow-kill got no worker"
+LEAD=$(R HGET qjob:slow-kill worker)
+H=cpu-0; [ "$LEAD" = cpu-0 ] && H=cpu-1
+HPID=$(since_start | sed -n "s/.*worker_spawn worker=$H pid=\([0-9]*\).*/\1/p" | tail -1)
+[ -n "$HPID" ] || fail "no pid for $H"
+# Frozen before the first fan-out opens, the helper is handed a part it cannot finish.
+kill -STOP "$HPID"
+holds_part() { R HGET qjob:slow-kill parts | grep -q "\"worker\":\"$H\""; }
+wait_for 300 holds_part || { kill -CONT "$HPID"; fail "$H was never handed a part of slow-kill"; }
+kill -9 "$HPID"
+wait_for 600 final slow-kill || fail "slow-kill did not end after the helper's kill"
+state_is slow-kill done || fail "slow-kill ended $(R HGET qjob:slow-kill state): $(R HGET qjob:slow-kill error)"
+grep -q "worker_exit worker=$H pid=$HPID" "$T/d.log" || fail "the helper's death not logged"
+grep -q "part_requeued job=slow-kill .* worker=$H " "$T/d.log" || fail "the killed helper's part was not requeued"
+[ "$(R HGET qjob:slow-kill attempts)" = 1 ] || fail "the helper's death restarted the job: attempts $(R HGET qjob:slow-kill attempts)"
+stop_daemon
+same_bytes "$T/out/slow-ref" "$T/out/slow-kill" || fail "slow-kill's output differs after the helper's kill"
+# The sanitized builds report to the log: nothing may have been reported.
+grep -q "Sanitizer\|runtime error:" "$T/d.log" && fail "a sanitizer report in the log"
+echo "PASS"

@@ -1,0 +1,186 @@
+/* Parts of a block's step fanned out over workers (proto/wire.md, the parts messages).
+ *
+ * Two roles. Any worker runs a `part` message it is given: the job spec is parsed once and
+ * kept while the parts of one job come (a helper gets many in a row), the part runs through
+ * qd_pipeline_part_run, and the reply is one part_done, ok or not; a device error still makes
+ * the worker exit after the reply (worker.c checks device_lost). The lead, running the job's
+ * task, gets the pipeline's fan-out hook: it announces the parts (`parts`), then runs the
+ * `part` messages of its job on the main thread as the daemon sends them, until `parts_done`
+ * says no part runs anywhere any more; a cancel or the end of stdin ends the wait with
+ * nonzero, and the pipeline stops the task. Heartbeats go on meanwhile from their own thread.
+ * A part that fails here, or never runs, costs time only: the pipeline reads every output
+ * back and computes what is missing itself. */
+#include "workers/worker_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "quant/core/log.h"
+
+void qw_parts_free(qw_worker *w)
+{
+    qp_job_free(w->part_job);
+    free(w->part_spec);
+    w->part_job = NULL;
+    w->part_spec = NULL;
+}
+
+/* The parsed job of p, from the cache when the spec is the one of the previous part. */
+static const qp_job *part_job(qw_worker *w, const qp_msg_part *p, qd_err *err)
+{
+    if (w->part_job && w->part_spec && !strcmp(w->part_spec, p->job)) return w->part_job;
+    qw_parts_free(w);
+    qp_err pe = {0};
+    qp_job *job = NULL;
+    if (qp_job_parse(p->job, strlen(p->job), &job, &pe)) {
+        qd_err_set(err, QD_EINVAL, "%s", pe.msg);
+        return NULL;
+    }
+    if (strcmp(job->id, p->job_id)) {
+        qd_err_set(err, QD_EINVAL, "part.job_id '%s' differs from the job spec's id '%s'", p->job_id, job->id);
+        qp_job_free(job);
+        return NULL;
+    }
+    if ((job->backend == QP_BACKEND_CUDA && strcmp(w->be->name, "cuda")) ||
+        (job->backend == QP_BACKEND_CPU && strcmp(w->be->name, "cpu"))) {
+        qd_err_set(err, QD_ERESOURCE, "job asks for backend %s but this worker runs %s", qp_backend_name(job->backend),
+                   w->be->name);
+        qp_job_free(job);
+        return NULL;
+    }
+    if (!(w->part_spec = strdup(p->job))) {
+        qp_job_free(job);
+        qd_err_set(err, QD_ENOMEM, "out of memory");
+        return NULL;
+    }
+    w->part_job = job;
+    return job;
+}
+
+static void send_part_done(qw_worker *w, const qp_msg_part *p, int ok, const char *error, double seconds)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PART_DONE);
+    m.part_done.job_id = p->job_id;
+    m.part_done.block = p->block;
+    m.part_done.step = p->step;
+    m.part_done.index = p->index;
+    m.part_done.ok = ok;
+    m.part_done.error = ok ? NULL : (char *)(error && *error ? error : "failed");
+    m.part_done.seconds = seconds >= 0 ? seconds : 0;
+    qw_send_msg(w, &m);
+}
+
+void qw_part_refuse(qw_worker *w, const qp_msg_part *p, const char *why)
+{
+    send_part_done(w, p, 0, why, 0);
+}
+
+void qw_part_run(qw_worker *w, const qp_msg_part *p)
+{
+    qd_err err = {0};
+    double secs = 0;
+    const qp_job *job = part_job(w, p, &err);
+    int rc = job ? qd_pipeline_part_run(job, w->be, p->block, p->step, p->index, w->o->name, &secs, &err) : err.code;
+    if (rc) {
+        int retryable = 0;
+        rc = qw_device_check(w, rc, &err, &retryable);
+        QD_LOG(QD_LOG_WARN, "part_failed", "worker=%s job=%s block=%d step=%s part=%d code=%d err=\"%s\"", w->o->name,
+               p->job_id, p->block, p->step, p->index, rc, err.msg);
+    } else {
+        QD_LOG(QD_LOG_INFO, "part_run", "worker=%s job=%s block=%d step=%s part=%d seconds=%.3f", w->o->name, p->job_id,
+               p->block, p->step, p->index, secs);
+    }
+    send_part_done(w, p, rc == 0, err.msg, secs);
+}
+
+void qw_parts_done_seen(qw_worker *w, const qp_msg_parts_done *m)
+{
+    if (w->fan_active && !strcmp(w->current, m->job_id) && w->fan_block == m->block && !strcmp(w->fan_step, m->step)) {
+        w->fan_done = 1;
+        pthread_cond_broadcast(&w->cond);
+        return;
+    }
+    QD_LOG(QD_LOG_WARN, "worker_ignored", "name=%s type=parts_done job=%s block=%d (no fan-out of it waits)", w->o->name,
+           m->job_id, m->block);
+}
+
+/* The queue's first part of job (w->lock held), taken out into *out; 0 when there is none. */
+static int take_part(qw_worker *w, const char *job, qp_msg *out)
+{
+    for (int i = 0; i < w->n_queued; i++) {
+        if (w->queue[i].msg.type != QP_MSG_PART || strcmp(w->queue[i].msg.part.job_id, job)) continue;
+        *out = w->queue[i].msg;
+        memmove(&w->queue[i], &w->queue[i + 1], (size_t)(w->n_queued - i - 1) * sizeof w->queue[0]);
+        w->n_queued--;
+        return 1;
+    }
+    return 0;
+}
+
+int qw_fanout(void *ud, int block, const char *step, int n, const char *const *names)
+{
+    qw_worker *w = ud;
+    if (!w->pipe_job || n < 1 || n > QP_PARTS_MAX || strlen(step) >= sizeof w->fan_step) return 0;
+    char job[QP_JOB_ID_MAX + 1];
+    snprintf(job, sizeof job, "%s", w->pipe_job->id);
+    /* The names are for status only: a name over the wire's limit leaves them all out rather
+     * than the fan-out. */
+    int n_names = names ? n : 0;
+    for (int i = 0; i < n_names; i++)
+        if (!names[i] || strlen(names[i]) > QP_PART_NAME_MAX) n_names = 0;
+    pthread_mutex_lock(&w->lock);
+    w->fan_active = 1;   /* before the message: parts_done may come back at once */
+    w->fan_done = 0;
+    w->fan_block = block;
+    snprintf(w->fan_step, sizeof w->fan_step, "%s", step);
+    pthread_mutex_unlock(&w->lock);
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PARTS);
+    m.parts.job_id = job;
+    m.parts.block = block;
+    m.parts.step = (char *)step;
+    m.parts.n = n;
+    m.parts.names.v = (char **)names;
+    m.parts.names.n = n_names;
+    m.parts.fence = w->pipe_fence;
+    int rc = 0, ran = 0;
+    if (qw_send_msg(w, &m)) {
+        /* Not sent: no part runs elsewhere, and the pipeline computes them all here. */
+        rc = w->out_broken;
+        pthread_mutex_lock(&w->lock);
+        w->fan_active = 0;
+        pthread_mutex_unlock(&w->lock);
+        return rc;
+    }
+    QD_LOG(QD_LOG_INFO, "parts_sent", "worker=%s job=%s block=%d step=%s parts=%d", w->o->name, job, block, step, n);
+    for (;;) {
+        qp_msg part;
+        pthread_mutex_lock(&w->lock);
+        int got = 0;
+        while (!w->fan_done && !atomic_load(&w->cancel) && !w->eof && !(got = take_part(w, job, &part)))
+            pthread_cond_wait(&w->cond, &w->lock);
+        if (!got) {
+            rc = w->fan_done ? 0 : 1;   /* cancelled, or the daemon is gone */
+            w->fan_active = 0;
+            pthread_mutex_unlock(&w->lock);
+            break;
+        }
+        pthread_mutex_unlock(&w->lock);
+        qw_part_run(w, &part.part);
+        qp_msg_clear(&part);
+        ran++;
+        if (w->device_lost) {
+            /* The task fails with the device error (worker.c) and the process exits. */
+            pthread_mutex_lock(&w->lock);
+            w->fan_active = 0;
+            pthread_mutex_unlock(&w->lock);
+            rc = 1;
+            break;
+        }
+    }
+    QD_LOG(QD_LOG_INFO, "parts_waited", "worker=%s job=%s block=%d step=%s parts=%d ran_here=%d stopped=%d", w->o->name, job,
+           block, step, n, ran, rc);
+    return rc;
+}
