@@ -11,7 +11,12 @@
  *
  * Every task ends with exactly one task_done or task_failed. Failures caused by the job
  * itself (validation, a model the pipeline cannot handle, a fingerprint mismatch) are not
- * retryable; I/O, memory and backend errors are. */
+ * retryable; I/O, memory and backend errors are.
+ *
+ * Parts (worker_parts.c): a `part` message is queued like a task and answered by exactly one
+ * part_done. A task of a job whose `workers` is not 1 hands the pipeline a fan-out hook: the
+ * worker announces a block's parts to the daemon and runs the parts of its own job that come
+ * back, while idle workers run the others, until the daemon says parts_done. */
 #ifndef QUANTD_WORKERS_WORKER_H
 #define QUANTD_WORKERS_WORKER_H
 
