@@ -6,7 +6,8 @@
 #     bytes whatever the number of workers (every output file compared with cmp; the report
 #     with its run-dependent fields left out), and the same as job.workers 1 (no fan-out);
 #   - with 2 or more workers the logs show parts run by a worker other than the lead, and the
-#     status carried the parts in flight at some point (the stream's events);
+#     status carried the parts in flight at some point (the stream's events; quantctl status
+#     prints them);
 #   - kill -9 of a helper while it holds a part: the part goes back to pending
 #     (part_requeued) and the job still ends with the same bytes.
 # Nothing here asserts a duration: every wait is a bounded poll.
@@ -145,6 +146,10 @@ HPID=$(since_start | sed -n "s/.*worker_spawn worker=$H pid=\([0-9]*\).*/\1/p" |
 kill -STOP "$HPID"
 holds_part() { R HGET qjob:slow-kill parts | grep -q "\"worker\":\"$H\""; }
 wait_for 300 holds_part || { kill -CONT "$HPID"; fail "$H was never handed a part of slow-kill"; }
+# quantctl status prints the parts in flight, one line each.
+"$B/quantctl" status slow-kill --redis "redis://127.0.0.1:$PORT" >"$T/status.txt" 2>&1
+grep -q "^part: *$H: block [0-9]* quantize part [0-9]*" "$T/status.txt" ||
+    { kill -CONT "$HPID"; fail "quantctl status shows no part of $H: $(cat "$T/status.txt")"; }
 kill -9 "$HPID"
 wait_for 600 final slow-kill || fail "slow-kill did not end after the helper's kill"
 state_is slow-kill done || fail "slow-kill ended $(R HGET qjob:slow-kill state): $(R HGET qjob:slow-kill error)"
