@@ -58,10 +58,10 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
     }
     if (as_json) {
         printf("{\"id\":\"%s\",\"peak_ram_bytes\":%llu,\"disk_bytes\":%llu,\"act_bytes\":%llu,"
-               "\"mlp_act_kept_bytes\":%llu,\"n_blocks\":%d}\n", job->id,
-               (unsigned long long)est.peak_ram_bytes, (unsigned long long)est.disk_bytes,
+               "\"mlp_act_kept_bytes\":%llu,\"part_disk_bytes\":%llu,\"part_ram_bytes\":%llu,\"n_blocks\":%d}\n",
+               job->id, (unsigned long long)est.peak_ram_bytes, (unsigned long long)est.disk_bytes,
                (unsigned long long)est.act_bytes, (unsigned long long)(est.keep_mlp_act ? est.mlp_act_bytes : 0),
-               est.n_blocks);
+               (unsigned long long)est.part_disk_bytes, (unsigned long long)est.part_ram_bytes, est.n_blocks);
     } else {
         char ram[32], disk[32], act[32];
         human(est.peak_ram_bytes, ram, sizeof ram);
@@ -79,6 +79,14 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
                    est.keep_mlp_act ? "(kept for each block's final forward: counted in peak RAM)"
                                     : "(not kept: over 1 GiB and over half this machine's memory with the rest; "
                                       "each block runs its MLP half once more)");
+        }
+        if (est.part_disk_bytes) {
+            char pd[32], pr[32];
+            human(est.part_disk_bytes, pd, sizeof pd);
+            human(est.part_ram_bytes, pr, sizeof pr);
+            printf("part files   %s  (the largest fan-out's files beside the checkpoint, under the daemon: "
+                   "job.workers != 1)\n", pd);
+            printf("part peak    %s  (the most one part holds in the worker that runs it)\n", pr);
         }
         printf("blocks       %d\n", est.n_blocks);
     }

@@ -33,6 +33,13 @@ typedef struct qd_pipeline_estimate {
                                     (its clip search holds that input) */
     int keep_mlp_act;            /* 1: the block keeps it for the final forward, which is then the
                                     down projection alone instead of the MLP half again */
+    /* A job whose quantize steps go out as parts (job.workers != 1, under the daemon;
+     * docs/parallel.md); 0 otherwise: */
+    uint64_t part_disk_bytes;    /* the part files of the largest fan-out, present at once beside
+                                    the checkpoint (inputs, Hessians, outputs); counted in the
+                                    pre-flight's disk check of a run that fans out */
+    uint64_t part_ram_bytes;     /* the largest part's peak in the worker that runs it (its input
+                                    and output, the Hessian read and factored, GPTQ's buffers) */
     int n_blocks;
 } qd_pipeline_estimate;
 

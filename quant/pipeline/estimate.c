@@ -68,6 +68,67 @@ static uint64_t eval_bytes(const qp_job *job, const qd_model_config *cfg)
     return hidden + (text + 1) * 4 + text + L * (uint64_t)cfg->vocab * 4 * 2;
 }
 
+/* The part files of the largest fan-out and the largest part's memory (part.h). A part is
+ * a row range of a linear (at most QD_PART_ROWS rows, part.h's rule, mirrored by
+ * part_ranges); its input holds its rows of the weight in F32 (twice with AWQ's clipped
+ * copy), its output the dequantized rows in F32, the codes in a byte and the group scales
+ * and zeros; each group's Hessian is one file; every file has a header of a few KiB at
+ * most. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
+ * when true-sequential (AWQ too), the whole block otherwise; a MoE wave as many experts as
+ * the capture's Hessian budget holds. */
+#define EST_PART_FILE_BYTES (8ull << 10)
+#define EST_PART_ROWS 2048
+
+static uint64_t part_ranges(uint64_t n) { return n <= EST_PART_ROWS ? 1 : (n + EST_PART_ROWS - 1) / EST_PART_ROWS; }
+
+typedef struct part_step {
+    uint64_t bytes, parts;
+} part_step;
+
+/* Adds `count` linears of n rows and k inputs, and `groups` Hessians of k x k, to s. */
+static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint64_t groups, uint64_t per)
+{
+    uint64_t parts = count * part_ranges(n);
+    s->parts += parts;
+    s->bytes += count * n * k * per + groups * k * k * 4 + (2 * parts + groups) * EST_PART_FILE_BYTES;
+}
+
+static uint64_t step_bytes(part_step s) { return s.parts > 1 ? s.bytes : 0; }
+
+static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
+{
+    int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    int seq = awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
+    uint64_t per = awq ? 13 : 9;   /* bytes per weight element: in (+ clipped), out, code */
+    uint64_t h = (uint64_t)cfg->hidden, qd = (uint64_t)(cfg->n_heads * cfg->head_dim);
+    uint64_t kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim), inter = (uint64_t)cfg->intermediate;
+    uint64_t E = (uint64_t)(cfg->n_experts > 0 ? cfg->n_experts : 0), mi = (uint64_t)cfg->moe_intermediate;
+    part_step qkv = {0}, o = {0}, gu = {0}, dn = {0}, all = {0};
+    step_add(&qkv, 1, qd, h, 1, per);
+    step_add(&qkv, 2, kvd, h, 0, per);
+    step_add(&o, 1, h, qd, 1, per);
+    if (E) {
+        /* experts' waves (pipeline_block.c), or every expert at once without waves; AWQ one
+         * expert's gate/up at a time */
+        uint64_t e1 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / (h * h * 4))) : E;
+        uint64_t e2 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / u64max(1, mi * mi * 4))) : E;
+        step_add(&gu, 2 * e1, mi, h, e1, per);
+        step_add(&dn, e2, h, mi, e2, per);
+    } else {
+        step_add(&gu, 2, inter, h, 1, per);
+        step_add(&dn, 1, h, inter, 1, per);
+    }
+    uint64_t big = u64max(u64max(step_bytes(qkv), step_bytes(o)), u64max(step_bytes(gu), step_bytes(dn)));
+    if (!seq) {
+        all.bytes = qkv.bytes + o.bytes + gu.bytes + dn.bytes;
+        all.parts = qkv.parts + o.parts + gu.parts + dn.parts;
+        big = step_bytes(all);
+    }
+    est->part_disk_bytes = big;
+    uint64_t k = u64max(u64max(h, qd), u64max(inter, mi)), rows = u64min(u64max(h, u64max(inter, qd)), EST_PART_ROWS);
+    est->part_ram_bytes = EST_BASE_BYTES + 4 * k * k * 4 + rows * k * (8 + 9 + 9);
+}
+
 int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err)
 {
     qd_model_config cfg;
@@ -225,6 +286,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t ckpt = q_block * (uint64_t)cfg.n_layers + est->acts_disk_bytes;
     uint64_t output = q_block * (uint64_t)cfg.n_layers + rest;
     est->disk_bytes = ckpt + output;
+    if (job->workers != 1) part_terms(job, &cfg, est);
     return 0;
 }
 
@@ -252,7 +314,9 @@ cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est)
     cJSON *o = cJSON_CreateObject();
     if (!o || !cJSON_AddNumberToObject(o, "peak_ram_bytes", (double)est->peak_ram_bytes) ||
         !cJSON_AddNumberToObject(o, "disk_bytes", (double)est->disk_bytes) ||
-        !cJSON_AddNumberToObject(o, "mlp_act_kept_bytes", (double)(est->keep_mlp_act ? est->mlp_act_bytes : 0))) {
+        !cJSON_AddNumberToObject(o, "mlp_act_kept_bytes", (double)(est->keep_mlp_act ? est->mlp_act_bytes : 0)) ||
+        !cJSON_AddNumberToObject(o, "part_disk_bytes", (double)est->part_disk_bytes) ||
+        !cJSON_AddNumberToObject(o, "part_ram_bytes", (double)est->part_ram_bytes)) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -130,18 +130,23 @@ static void existing_ancestor(const char *path, char *out, size_t cap)
  * the bytes already in the output directory that this run reuses or replaces (its own
  * checkpoint and partial output, or a quantd output that overwrite removes), which the
  * estimate counts as still to be written. */
-static int check_resources(const qp_job *job, const char *out_dir, uint64_t held, qd_pipeline_estimate *est,
+static int check_resources(const qp_job *job, const char *out_dir, uint64_t held, int fanout, qd_pipeline_estimate *est,
                            qd_err *err)
 {
     int rc = qd_pipeline_estimate_job(job, est, err);
     if (rc) return rc;
+
     char where[QD_PATH_MAX];
     existing_ancestor(out_dir, where, sizeof where);
     uint64_t free_disk = 0;
     /* Not enough disk is final: the same job on the same file system fails the same way
      * until someone frees space, so it is not retried. */
     char hint[512];
-    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && (rc = qd_pipeline_check_disk(est, free_disk, held, where, err)))
+    /* A run whose quantize steps go out as parts writes their files beside the checkpoint
+     * (the estimate itself stays the one the daemon admitted the job under). */
+    qd_pipeline_estimate need = *est;
+    if (fanout) need.disk_bytes += est->part_disk_bytes;
+    if (qd_fs_free_bytes(where, &free_disk, NULL) == 0 && (rc = qd_pipeline_check_disk(&need, free_disk, held, where, err)))
         return rc;
     qd_mem_limits ml;
     qd_mem_limits_read(NULL, &ml);
@@ -330,7 +335,8 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     snprintf(p->st.compute, sizeof p->st.compute, "%s", qp_compute_name(p->compute));
     QD_LOG(QD_LOG_INFO, "compute", "job=%s compute=%s requested=%s reason=\"%s\"", job->id, qp_compute_name(p->compute),
            qp_compute_name(job->compute), compute_why);
-    rc = check_resources(job, p->out_dir, have_state || remove_old ? qd_pipeline_out_bytes(p) : 0, &p->est, err);
+    rc = check_resources(job, p->out_dir, have_state || remove_old ? qd_pipeline_out_bytes(p) : 0, p->hooks.fanout != NULL,
+                         &p->est, err);
     if (rc) goto fail;
     /* Accepted: the estimate goes to the log here and to the report at the end, beside the
      * peaks measured meanwhile, so its error shows on every run. */

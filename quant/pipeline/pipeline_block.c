@@ -152,7 +152,8 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
         QD_LOG(QD_LOG_WARN, "moe_expert_starved", "layer=%s routed_tokens=%lld min_tokens=%lld fallback=rtn",
                res.name, (long long)res.routed_tokens, (long long)job->moe.min_tokens);
     }
-    qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)li / qd_model_n_linears(p->m), -1);
+    /* Fanned out, the linears are reported as they are taken over (lin_apply), in order. */
+    if (!r->fan) qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)li / qd_model_n_linears(p->m), -1);
     lin_job *lj = &r->lins[r->n_lins];
     memset(lj, 0, sizeof *lj);
     lj->li = li;
@@ -317,6 +318,9 @@ static int run_fanout(run_ctx *r, qd_err *err)
     for (int i = 0; outs && i < r->n_parts; i++) qd_qpart_out_free(&outs[i]);
     free(outs);
     free(workers);
+    /* Taken over: the files go, so a block's fan-outs never hold the disk together (after a
+     * failure they stay: a retry of the block reuses the outputs of the same inputs). */
+    if (!rc) qd_part_files_remove(p->parts_fd, NULL);
     return rc;
 }
 

@@ -15,6 +15,7 @@
 #include "quant/algo/hessian.h"
 #include "quant/formats/qlayer.h"
 #include "quant/formats/quantizer.h"
+#include "quant/pipeline/admission.h"
 #include "quant/pipeline/state.h"
 
 #include "pipeline_testlib.h"
@@ -31,6 +32,7 @@ typedef struct fan_ctx {
     fan_mode mode;
     int fanouts, parts, failed;
     int cancel_at;               /* FAN_CANCEL: the fan-out that cancels (0-based) */
+    uint64_t max_bytes;          /* the most bytes seen in the parts directory (after the parts ran) */
 } fan_ctx;
 
 static void out_path(const fan_ctx *c, int block, int index, char *buf, size_t cap)
@@ -90,6 +92,10 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         CHECK(secs >= 0);
         c->parts++;
     }
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    uint64_t bytes = qd_fs_tree_bytes(dir);
+    if (bytes > c->max_bytes) c->max_bytes = bytes;
     if (c->mode == FAN_DAMAGE && n >= 2) {
         char p[4400];
         out_path(c, block, 0, p, sizeof p);
@@ -166,7 +172,19 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     CHECK(c.fanouts > 0);
     CHECK(c.parts > 0);
     CHECK_INT(c.failed, 0);
-    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook\n", tag, (int)mode, c.fanouts, c.parts);
+    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most\n", tag, (int)mode,
+           c.fanouts, c.parts, (unsigned long long)c.max_bytes);
+    /* The estimate's part files: never below what a fan-out held (checked where the weights,
+     * not the files' headers, make the bytes). */
+    qd_pipeline_estimate est;
+    qd_err e2 = {0};
+    CHECK_OK(qd_pipeline_estimate_job(job, &est, &e2));
+    if (!strncmp(tag, "wide", 4)) {
+        test_checks++;
+        if (!(est.part_disk_bytes >= c.max_bytes && est.part_disk_bytes <= 4 * c.max_bytes))
+            TEST_FAIL_("%s: the estimate's part files %llu against %llu held", tag, (unsigned long long)est.part_disk_bytes,
+                       (unsigned long long)c.max_bytes);
+    }
     check_same(tag, ref, out);
     qp_job_free(job);
 }
