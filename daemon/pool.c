@@ -312,6 +312,8 @@ int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
     m.task.block = block;
     m.task.checkpoint_dir = ckpt;
     m.task.fence = j->fence;
+    /* Parts need another worker to go to: with one, the lead keeps them in memory. */
+    m.task.fanout = j->job->workers != 1 && w->d->n_workers > 1;
     if (send_msg(w, &m)) return -1;
     w->state = QDD_W_BUSY;
     w->job = j;

@@ -65,6 +65,8 @@ typedef struct qp_msg_task {
     int block;               /* block index, or QP_TASK_WHOLE_JOB */
     char *checkpoint_dir;    /* required: where the job's checkpoint lives */
     uint64_t fence;          /* required, >= 1: the lease's fencing token */
+    int fanout;              /* optional, default 0: the job's steps may go out as parts (the
+                                daemon sets it where job.workers != 1 and it has other workers) */
 } qp_msg_task;
 
 typedef struct qp_msg_progress {

@@ -56,6 +56,7 @@ static const field_def fields[] = {
     F(QP_MSG_TASK, task, block, K_BLOCK, 1),
     F(QP_MSG_TASK, task, checkpoint_dir, K_STR, 1),
     F(QP_MSG_TASK, task, fence, K_U64, 1),
+    F(QP_MSG_TASK, task, fanout, K_BOOL, 0),
     F(QP_MSG_PROGRESS, progress, job_id, K_STR, 1),
     F(QP_MSG_PROGRESS, progress, stage, K_STR, 1),
     F(QP_MSG_PROGRESS, progress, block, K_INT, 0),

@@ -343,8 +343,9 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
     qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress, .before_commit = before_commit,
                                .fence = t->fence};
     /* A job that may use more than this worker fans its blocks' steps out through the daemon
-     * (worker_parts.c); with workers 1 the pipeline runs every part itself, in memory. */
-    if (job->workers != 1) {
+     * (worker_parts.c) when the daemon says there are others (task.fanout); with workers 1,
+     * or alone, the pipeline runs every part itself, in memory. */
+    if (t->fanout && job->workers != 1) {
         hooks.fanout = qw_fanout;
         hooks.worker = w->o->name;
     }

@@ -5,6 +5,7 @@
 #   - a GPTQ job on a dense model and on a MoE model (gen-model --experts) writes the same
 #     bytes whatever the number of workers (every output file compared with cmp; the report
 #     with its run-dependent fields left out), and the same as job.workers 1 (no fan-out);
+#     with one worker the lead keeps its parts in memory (no fan-out either);
 #   - with 2 or more workers the logs show parts run by a worker other than the lead, and the
 #     status carried the parts in flight at some point (the stream's events; quantctl status
 #     prints them);
@@ -100,7 +101,12 @@ for model in dense moe; do
         echo "== $model: --workers cpu:$n"
         start_daemon "$n"
         run_job "$id"
-        [ "$(daemon_parts "$id")" -gt 0 ] || fail "$id: no part ran through the daemon"
+        if [ "$n" -eq 1 ]; then
+            # Alone, the lead keeps its parts in memory: no fan-out at all (task.fanout false).
+            grep -q "parts_open job=$id " "$T/d.log" && fail "$id: a fan-out on a daemon with one worker"
+        else
+            [ "$(daemon_parts "$id")" -gt 0 ] || fail "$id: no part ran through the daemon"
+        fi
         if [ "$n" -ge 2 ]; then
             [ "$(helper_parts "$id")" -gt 0 ] || fail "$id: every part ran on the lead with $n workers"
             grep -q "part_run worker=cpu-[0-9] job=$id " "$T/d.log" || fail "$id: no worker logged a part"

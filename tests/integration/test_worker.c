@@ -111,7 +111,7 @@ static char *make_job(const char *model, const char *out, const char *extra)
     return s;
 }
 
-static void send_task(child *c, const char *id, const char *job, int block)
+static void send_task_fan(child *c, const char *id, const char *job, int block, int fanout)
 {
     qp_msg m;
     qp_msg_init(&m, QP_MSG_TASK);
@@ -120,7 +120,14 @@ static void send_task(child *c, const char *id, const char *job, int block)
     m.task.block = block;
     m.task.checkpoint_dir = "unused";
     m.task.fence = 3;
+    m.task.fanout = fanout;
     send_frame(c, &m);
+}
+
+/* A task as a daemon with other workers sends it (task.fanout). */
+static void send_task(child *c, const char *id, const char *job, int block)
+{
+    send_task_fan(c, id, job, block, 1);
 }
 
 /* The fan-out the worker announced in *pm (a `parts` message, cleared here): the parts go
@@ -292,6 +299,22 @@ static void test_worker(void)
     }
     CHECK_INT(one_done, 1);
     CHECK(same_files(out, out1));
+    free(job);
+
+    /* workers "all" on a daemon with no other worker (task.fanout false): no fan-out either. */
+    char outn[1024];
+    snprintf(outn, sizeof outn, "%s/outnofan", dir);
+    job = make_job(model, outn, "");
+    send_task_fan(&c, "wtest-outnofan", job, QP_TASK_WHOLE_JOB, 0);
+    one_done = 0;
+    while (!one_done && recv_msg(&c, &m, &hb, 60000)) {
+        if (m.type == QP_MSG_PARTS) TEST_FAIL_("parts announced by a task without fanout");
+        if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("task_failed: %s", m.task_failed.error); one_done = 2; }
+        if (m.type == QP_MSG_TASK_DONE) one_done = 1;
+        qp_msg_clear(&m);
+    }
+    CHECK_INT(one_done, 1);
+    CHECK(same_files(out, outn));
     free(job);
 
     /* A part of a job that does not parse: part_done, not ok, saying why; a parts_done no

@@ -34,6 +34,7 @@ static void make_msgs(qp_msg *m)
     m[2].task.block = 7;
     m[2].task.checkpoint_dir = "/c";
     m[2].task.fence = 3;
+    m[2].task.fanout = 1;
 
     qp_msg_init(&m[3], QP_MSG_PROGRESS);
     m[3].progress.job_id = "j2";
@@ -128,6 +129,7 @@ static void check_same_msg(const qp_msg *a, const qp_msg *b)
     if (a->type == QP_MSG_TASK) {
         CHECK_INT(a->task.block, b->task.block);
         CHECK(a->task.fence == b->task.fence);
+        CHECK_INT(a->task.fanout, b->task.fanout);   /* m[1] leaves it out: false */
     }
     if (a->type == QP_MSG_PROGRESS) {
         CHECK(a->progress.fraction == b->progress.fraction);
@@ -200,7 +202,7 @@ static void test_round_trip_every_type(void)
     /* The JSON itself, for two types, so the field names are pinned down. */
     char *j = qp_msg_to_json(&m[1], NULL);
     CHECK_CONTAINS(j, "\"type\":\"task\",\"job_id\":\"j-0011223344556677\",\"job\":{\"version\":1,");
-    CHECK_CONTAINS(j, "\"block\":\"all\",\"checkpoint_dir\":\"/out/x/.quantd\",\"fence\":9007199254740991}");
+    CHECK_CONTAINS(j, "\"block\":\"all\",\"checkpoint_dir\":\"/out/x/.quantd\",\"fence\":9007199254740991,\"fanout\":false}");
     free(j);
     j = qp_msg_to_json(&m[10], NULL);
     CHECK_STR(j, "{\"type\":\"shutdown\",\"graceful\":true}");
