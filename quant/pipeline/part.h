@@ -52,6 +52,8 @@ const void *qd_part_file_arr(const qd_part_file *f, const char *name, uint64_t b
 void qd_part_file_free(qd_part_file *f);    /* accepts a zeroed one */
 /* Removes every file in dirfd whose name starts with prefix (NULL: every file). */
 void qd_part_files_remove(int dirfd, const char *prefix);
+/* Removes the file name in dirfd (absent is fine). */
+void qd_part_file_remove(int dirfd, const char *name);
 
 /* ---- the quantize step's parts: a row range of one linear each (part_quant.c) ---- */
 
@@ -63,6 +65,9 @@ void qd_part_files_remove(int dirfd, const char *prefix);
 /* Fills starts[0..P] with the ranges' first rows and n (at most max ranges); returns P. */
 int qd_qpart_row_ranges(int64_t n, int64_t *starts, int max);
 #define QD_PART_MAX_RANGES 64
+/* The most parts one fan-out announces (the wire's parts.n limit, proto/wire.md): a run of
+ * more stays in the lead, in memory. */
+#define QD_PART_MAX_FANOUT 4096
 
 /* What one part reads. Pointers are borrowed. */
 typedef struct qd_qpart_in {
@@ -121,10 +126,12 @@ int qd_qpart_finish(qd_pipeline *p, const qd_qpart_in *ins, qd_qpart_out *outs, 
 void qd_qlinear_free(qd_qlinear *l);
 
 /* The names of the files of block b's quantize step: a group's Hessian, a part's input and
- * output. */
+ * its output. An output is named by its input's checksum too: the fan-outs of a block reuse
+ * the part indices, and an output left by a failed attempt is found again (and kept) only
+ * when the retry writes that very input (cap >= 80). */
 void qd_qpart_name_hessian(char *buf, size_t cap, int block, int group);
 void qd_qpart_name_in(char *buf, size_t cap, int block, int index);
-void qd_qpart_name_out(char *buf, size_t cap, int block, int index);
+void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum);
 
 /* Writes group g's Hessian of block b for the parts that read it. */
 int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err);

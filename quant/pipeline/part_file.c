@@ -228,6 +228,11 @@ void qd_part_file_free(qd_part_file *f)
     memset(f, 0, sizeof *f);
 }
 
+void qd_part_file_remove(int dirfd, const char *name)
+{
+    unlinkat(dirfd, name, 0);
+}
+
 void qd_part_files_remove(int dirfd, const char *prefix)
 {
     int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);

@@ -182,9 +182,9 @@ void qd_qpart_name_in(char *buf, size_t cap, int block, int index)
     snprintf(buf, cap, "b%04d-quantize-%04d.in.part", block, index);
 }
 
-void qd_qpart_name_out(char *buf, size_t cap, int block, int index)
+void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum)
 {
-    snprintf(buf, cap, "b%04d-quantize-%04d.out.part", block, index);
+    snprintf(buf, cap, "b%04d-quantize-%04d-%016llx.out.part", block, index, (unsigned long long)in_checksum);
 }
 
 int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err)
@@ -289,8 +289,8 @@ static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_
 {
     cJSON *meta = cJSON_CreateObject();
     if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    char name[64], sum[24];
-    qd_qpart_name_out(name, sizeof name, block, index);
+    char name[80], sum[24];
+    qd_qpart_name_out(name, sizeof name, block, index, in_sum);
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
     cJSON_AddStringToObject(meta, "in_checksum", sum);
     cJSON_AddStringToObject(meta, "worker", worker ? worker : "local");
@@ -329,8 +329,8 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
                       qd_qpart_out *out, char *worker, qd_err *err)
 {
     memset(out, 0, sizeof *out);
-    char name[64], sum[24];
-    qd_qpart_name_out(name, sizeof name, block, index);
+    char name[80], sum[24];
+    qd_qpart_name_out(name, sizeof name, block, index, in_checksum);
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_checksum);
     qd_part_file f;
     int rc = qd_part_file_read(dirfd, name, &f, err);
@@ -477,13 +477,15 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
     int rc = qd_pipeline_quant_setup(p, err);
     if (!rc) rc = parts_dir_open(job, &dirfd, err);
     if (!rc) {
-        /* An output already there for this very input (an earlier attempt's) is kept; the
-         * lead checks it whole when it reads it, and computes it itself if it is damaged. */
-        char in_name[64], out_name[64], sum[24];
+        /* An output already there for this very input (an earlier attempt's: outputs are
+         * named by their input's checksum) is kept; the lead checks it whole when it reads
+         * it, and computes it itself if it is damaged. */
+        char in_name[64], out_name[80], sum[24];
         qd_qpart_name_in(in_name, sizeof in_name, block, index);
-        qd_qpart_name_out(out_name, sizeof out_name, block, index);
-        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)qd_part_file_checksum(dirfd, in_name));
-        cJSON *meta = qd_part_file_meta(dirfd, out_name);
+        uint64_t in_sum = qd_part_file_checksum(dirfd, in_name);
+        qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum);
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
+        cJSON *meta = in_sum ? qd_part_file_meta(dirfd, out_name) : NULL;
         const cJSON *ic = cJSON_GetObjectItemCaseSensitive(meta, "in_checksum");
         int have = cJSON_IsString(ic) && !strcmp(ic->valuestring, sum);
         cJSON_Delete(meta);

@@ -318,9 +318,21 @@ static int run_fanout(run_ctx *r, qd_err *err)
     for (int i = 0; outs && i < r->n_parts; i++) qd_qpart_out_free(&outs[i]);
     free(outs);
     free(workers);
-    /* Taken over: the files go, so a block's fan-outs never hold the disk together (after a
-     * failure they stay: a retry of the block reuses the outputs of the same inputs). */
-    if (!rc) qd_part_files_remove(p->parts_fd, NULL);
+    /* Taken over: this fan-out's files go, so a block's fan-outs never hold the disk
+     * together. After a failure they stay until the block commits: a retry of the block
+     * keeps the outputs of the inputs it writes again (part_kept). */
+    for (int i = 0; !rc && i < r->n_parts; i++) {
+        char name[80];
+        qd_qpart_name_in(name, sizeof name, r->block, i);
+        qd_part_file_remove(p->parts_fd, name);
+        qd_qpart_name_out(name, sizeof name, r->block, i, r->in_sums[i]);
+        qd_part_file_remove(p->parts_fd, name);
+    }
+    for (int l = 0; !rc && l < r->n_lins; l++) {
+        char name[80];
+        qd_qpart_name_hessian(name, sizeof name, r->block, r->lins[l].g);
+        qd_part_file_remove(p->parts_fd, name);
+    }
     return rc;
 }
 
@@ -351,7 +363,7 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
                 n_parts += qd_qpart_row_ranges(qd_model_linear(p->m, G->linears[x])->n, starts, QD_PART_MAX_RANGES);
             }
     }
-    r.fan = p->hooks.fanout && n_parts > 1;
+    r.fan = p->hooks.fanout && n_parts > 1 && n_parts <= QD_PART_MAX_FANOUT;
     r.lins = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.lins);
     if (!r.lins) return qd_err_set(err, QD_ENOMEM, "out of memory");
     int rc = 0;

@@ -16,6 +16,7 @@
 #include "quant/formats/qlayer.h"
 #include "quant/formats/quantizer.h"
 #include "quant/pipeline/admission.h"
+#include "quant/pipeline/part.h"
 #include "quant/pipeline/state.h"
 
 #include "pipeline_testlib.h"
@@ -25,7 +26,9 @@ static const char *tokens;
 static char llama_dir[4096];
 static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two row ranges each */
 
-typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL } fan_mode;
+/* FAN_CANCEL: a cancel at a fan-out before any part ran; FAN_CANCEL_AFTER: after every part
+ * ran (the resumed run must keep their outputs, not compute them again). */
+typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER } fan_mode;
 
 typedef struct fan_ctx {
     const qp_job *job;
@@ -33,11 +36,22 @@ typedef struct fan_ctx {
     int fanouts, parts, failed;
     int cancel_at;               /* FAN_CANCEL: the fan-out that cancels (0-based) */
     uint64_t max_bytes;          /* the most bytes seen in the parts directory (after the parts ran) */
+    int kept_block, kept_n;      /* FAN_CANCEL_AFTER: the block whose parts' outputs were left */
+    char kept_first[160];        /* the first part's name of that fan-out */
+    ino_t kept_ino[64];          /* and their inodes (a rewrite makes a new one) */
+    int kept;                    /* outputs the resumed run found and kept */
 } fan_ctx;
 
+/* The path of part `index`'s output: named by its input's checksum (part.h). */
 static void out_path(const fan_ctx *c, int block, int index, char *buf, size_t cap)
 {
-    snprintf(buf, cap, "%s/.quantd/parts/b%04d-quantize-%04d.out.part", c->job->output, block, index);
+    char dir[4300], in[64], out[80];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    qd_qpart_name_in(in, sizeof in, block, index);
+    qd_qpart_name_out(out, sizeof out, block, index, fd >= 0 ? qd_part_file_checksum(fd, in) : 0);
+    if (fd >= 0) close(fd);
+    snprintf(buf, cap, "%s/%s", dir, out);
 }
 
 /* Flips a byte in the middle of path, or truncates it by 8 bytes. */
@@ -92,6 +106,23 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         CHECK(secs >= 0);
         c->parts++;
     }
+    for (int i = 0; i < n && i < 64; i++) {
+        char p[4400];
+        struct stat st;
+        out_path(c, block, i, p, sizeof p);
+        if (c->mode == FAN_CANCEL_AFTER && c->fanouts == c->cancel_at + 1) {
+            CHECK(stat(p, &st) == 0);
+            c->kept_ino[i] = st.st_ino;
+            c->kept_block = block;
+            c->kept_n = n < 64 ? n : 64;
+            snprintf(c->kept_first, sizeof c->kept_first, "%s", names[0]);
+        } else if (c->kept_n && block == c->kept_block && !strcmp(names[0], c->kept_first) && i < c->kept_n &&
+                   stat(p, &st) == 0 && st.st_ino == c->kept_ino[i]) {
+            c->kept++;
+        }
+    }
+    if (c->mode == FAN_CANCEL_AFTER && c->fanouts == c->cancel_at + 1) return 1;
+    if (c->kept_n && block == c->kept_block && !strcmp(names[0], c->kept_first)) c->kept_n = 0;   /* compared once */
     char dir[4400];
     snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
     uint64_t bytes = qd_fs_tree_bytes(dir);
@@ -162,10 +193,14 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     qd_pipeline_hooks hooks = {.ud = &c, .fanout = on_fanout, .worker = "lead"};
     qd_err err = {0};
     int rc = qd_pipeline_run(job, pt_be, &hooks, &err);
-    if (mode == FAN_CANCEL) {
+    if (mode == FAN_CANCEL || mode == FAN_CANCEL_AFTER) {
         CHECK_INT(rc, QD_ECANCELLED);
         c.mode = FAN_ALL;
+        int n_kept = c.kept_n;
         rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+        CHECK_INT(c.kept_n, 0);   /* the fan-out came again */
+        /* The block is run again from its start; the fan-out it had finished is not. */
+        if (mode == FAN_CANCEL_AFTER) CHECK(n_kept > 1 && c.kept == n_kept);
     }
     if (rc) TEST_FAIL_("%s: %s", tag, err.msg);
     test_checks++;
@@ -268,6 +303,8 @@ static void test_lost_parts(void)
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_SKIP_ODD);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL);
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
+    fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
 }
 
 int main(void)
