@@ -78,6 +78,9 @@ int qp_key_cancel_channel(const qp_keys *k, char *buf, size_t cap) { return buil
 int qp_key_nodes(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:nodes", k->queue); }
 int qp_key_fence(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:fence", k->queue); }
 int qp_key_index(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:index", k->queue); }
+int qp_key_fanouts(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:fanouts", k->queue); }
+int qp_key_parts_nodes(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:parts_nodes", k->queue); }
+int qp_key_parts_channel(const qp_keys *k, char *buf, size_t cap) { return build(buf, cap, "%s:parts", k->queue); }
 
 int qp_key_processing(const qp_keys *k, const char *node, char *buf, size_t cap)
 {
@@ -107,6 +110,11 @@ int qp_key_lease(const qp_keys *k, const char *id, char *buf, size_t cap)
 int qp_key_cancel(const qp_keys *k, const char *id, char *buf, size_t cap)
 {
     return named(id, buf, cap) ? QP_EINVAL : build(buf, cap, "%s:%s:cancel", k->job, id);
+}
+
+int qp_key_fanout(const qp_keys *k, const char *id, char *buf, size_t cap)
+{
+    return named(id, buf, cap) ? QP_EINVAL : build(buf, cap, "%s:%s:fanout", k->job, id);
 }
 
 int qp_lease_value_format(uint64_t token, const char *node, char *buf, size_t cap)

@@ -62,6 +62,13 @@ int qp_key_status(const qp_keys *k, const char *id, char *buf, size_t cap);
 int qp_key_job_events(const qp_keys *k, const char *id, char *buf, size_t cap);
 int qp_key_lease(const qp_keys *k, const char *id, char *buf, size_t cap);
 int qp_key_cancel(const qp_keys *k, const char *id, char *buf, size_t cap);
+/* Fan-outs of a block's step that other nodes may take parts of (redis.md, "Parts over
+ * several nodes"): the open fan-out of a job (hash), the set of jobs with one, the set of
+ * nodes that offer their workers (remote-parts), and the channel that wakes them. */
+int qp_key_fanout(const qp_keys *k, const char *id, char *buf, size_t cap);
+int qp_key_fanouts(const qp_keys *k, char *buf, size_t cap);
+int qp_key_parts_nodes(const qp_keys *k, char *buf, size_t cap);
+int qp_key_parts_channel(const qp_keys *k, char *buf, size_t cap);
 
 /* Lease value "<token> <node>": the fencing token (from INCR on the fence key) and the
  * holder, compared as a whole string by the renew/release scripts. */

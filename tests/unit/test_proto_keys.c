@@ -24,6 +24,10 @@ static void test_default_keys(void)
     CHECK_OK(qp_key_job_events(&k, "job1", b, sizeof b)); CHECK_STR(b, "qjob:job1:events");
     CHECK_OK(qp_key_lease(&k, "job1", b, sizeof b)); CHECK_STR(b, "qjob:job1:lease");
     CHECK_OK(qp_key_cancel(&k, "job1", b, sizeof b)); CHECK_STR(b, "qjob:job1:cancel");
+    CHECK_OK(qp_key_fanout(&k, "job1", b, sizeof b)); CHECK_STR(b, "qjob:job1:fanout");
+    CHECK_OK(qp_key_fanouts(&k, b, sizeof b)); CHECK_STR(b, "qjobs:fanouts");
+    CHECK_OK(qp_key_parts_nodes(&k, b, sizeof b)); CHECK_STR(b, "qjobs:parts_nodes");
+    CHECK_OK(qp_key_parts_channel(&k, b, sizeof b)); CHECK_STR(b, "qjobs:parts");
     CHECK_OK(qp_keys_init(&k, "", "", NULL));
     CHECK_OK(qp_key_queue(&k, b, sizeof b)); CHECK_STR(b, "qjobs");
 }
@@ -71,6 +75,7 @@ static void test_names_and_limits(void)
     CHECK_ERR(qp_key_processing(&k, "bad node", b, sizeof b));
     CHECK_ERR(qp_key_node(&k, "", b, sizeof b));
     CHECK_ERR(qp_key_cancel(&k, NULL, b, sizeof b));
+    CHECK_ERR(qp_key_fanout(&k, "a:b", b, sizeof b));
     /* Too small a buffer fails rather than truncating into another key's name. */
     char small[10];   /* "qjob:job1" and its NUL, exactly */
     CHECK_ERR(qp_key_status(&k, "job12345", small, sizeof small));
