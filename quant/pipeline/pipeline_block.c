@@ -76,7 +76,7 @@ typedef struct run_ctx {
 
 /* A linear's result taken over: the block computes with Q from here on, its packed tensors
  * are kept for the block file, and the result is recorded. */
-static int lin_apply(run_ctx *r, const lin_job *lj, qd_qlinear *d, const char *worker, qd_err *err)
+static int lin_apply(run_ctx *r, const lin_job *lj, qd_qlinear *d, qd_err *err)
 {
     qd_pipeline *p = r->p;
     qd_linear_out *lo = &r->outs[lj->li];
@@ -89,12 +89,12 @@ static int lin_apply(run_ctx *r, const lin_job *lj, qd_qlinear *d, const char *w
     lo->w_eff = NULL;
     if (rc) return rc;
     r->results[lj->li] = d->res;
-    snprintf(r->results[lj->li].worker, sizeof r->results[lj->li].worker, "%s", worker ? worker : "");
     qd_pipeline_report_progress(p, "quantize", r->block, L->name, (double)(lj->li + 1) / qd_model_n_linears(p->m),
                                 d->res.rel_error);
+    const char *wk = d->res.worker;
     QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s%s%s", d->res.name,
-           d->res.method, d->res.rel_error, d->res.seconds, worker ? " worker=" : "", worker ? worker : "",
-           d->res.note[0] ? " note=" : "", d->res.note);
+           d->res.method, d->res.rel_error, d->res.seconds, wk[0] ? " workers=" : "", wk, d->res.note[0] ? " note=" : "",
+           d->res.note);
     return 0;
 }
 
@@ -227,12 +227,40 @@ static void cost_add_part(qd_pipeline *p, const qd_qpart_out *o, double f)
     for (int s = 0; s < QD_STAGE_COUNT; s++) p->cost.stage[s] += o->stage[s] * f;
 }
 
-/* Finishes linear lj from its parts' outputs and takes it over. */
-static int lin_finish(run_ctx *r, lin_job *lj, qd_qpart_out *outs, const char *worker, qd_err *err)
+/* The distinct names of workers[0..n) joined by commas into buf (cap bytes); "+" ends a
+ * list that does not fit. */
+static void workers_join(char (*workers)[64], int n, char *buf, size_t cap)
 {
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n; i++) {
+        int seen = 0;
+        for (int j = 0; j < i && !seen; j++) seen = !strcmp(workers[i], workers[j]);
+        if (seen || !workers[i][0]) continue;
+        size_t w = strlen(workers[i]);
+        if (len + w + 2 + 1 >= cap) {
+            if (len + 2 < cap) { buf[len++] = '+'; buf[len] = 0; }
+            return;
+        }
+        len += (size_t)snprintf(buf + len, cap - len, "%s%s", len ? "," : "", workers[i]);
+    }
+}
+
+/* Finishes linear lj from its parts' outputs and takes it over; workers (or NULL: in
+ * memory) names the worker of each part. */
+static int lin_finish(run_ctx *r, lin_job *lj, qd_qpart_out *outs, char (*workers)[64], qd_err *err)
+{
+    double slowest = 0;
+    for (int i = 0; i < lj->n_parts; i++)
+        if (outs[i].res.seconds > slowest) slowest = outs[i].res.seconds;
     qd_qlinear d;
     int rc = qd_qpart_finish(r->p, r->parts + lj->first, outs, lj->n_parts, &lj->aux, &d, err);
-    if (!rc) rc = lin_apply(r, lj, &d, worker, err);
+    if (!rc) {
+        d.res.n_parts = lj->n_parts;
+        d.res.part_seconds_max = lj->n_parts > 1 ? slowest : 0;
+        if (workers) workers_join(workers, lj->n_parts, d.res.worker, sizeof d.res.worker);
+        rc = lin_apply(r, lj, &d, err);
+    }
     qd_qlinear_free(&d);
     free(lj->clipped);
     lj->clipped = NULL;
@@ -312,8 +340,7 @@ static int run_fanout(run_ctx *r, qd_err *err)
     p->cost.stage[QD_STAGE_CHECKPOINT] += (t_write - t0) + (t_read - t_parts);
     for (int l = 0; l < r->n_lins && !rc; l++) {
         lin_job *lj = &r->lins[l];
-        /* The worker named is the one of its first part (a linear's parts may have had several). */
-        rc = lin_finish(r, lj, outs + lj->first, workers[lj->first], err);
+        rc = lin_finish(r, lj, outs + lj->first, workers + lj->first, err);
     }
     for (int i = 0; outs && i < r->n_parts; i++) qd_qpart_out_free(&outs[i]);
     free(outs);

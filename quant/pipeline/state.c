@@ -126,6 +126,8 @@ int qd_state_load(const char *path, qd_ckpt_state *s, qd_err *err)
         copy_str(r.method, sizeof r.method, l, "method");
         copy_str(r.note, sizeof r.note, l, "note");
         copy_str(r.worker, sizeof r.worker, l, "worker");
+        r.n_parts = (int)get_num(l, "parts", 0);
+        r.part_seconds_max = get_num(l, "part_seconds_max", 0);
         r.block = (int)get_num(l, "block", 0);
         r.n = (int64_t)get_num(l, "n", 0);
         r.k = (int64_t)get_num(l, "k", 0);
@@ -169,6 +171,10 @@ cJSON *qd_layer_result_to_json(const qd_layer_result *r)
     if (r->note[0]) cJSON_AddStringToObject(o, "note", r->note);
     if (r->routed_tokens >= 0) cJSON_AddNumberToObject(o, "routed_tokens", (double)r->routed_tokens);
     if (r->worker[0]) cJSON_AddStringToObject(o, "worker", r->worker);
+    if (r->n_parts > 1) {
+        cJSON_AddNumberToObject(o, "parts", r->n_parts);
+        cJSON_AddNumberToObject(o, "part_seconds_max", r->part_seconds_max);
+    }
     return o;
 }
 

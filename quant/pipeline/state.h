@@ -35,8 +35,10 @@ typedef struct qd_layer_result {
     double kernel_max_err;   /* its max |kernel - reference| relative to max |reference| */
     char note[160];          /* why left in float, awq alpha, ... */
     int64_t routed_tokens;   /* MoE expert: calibration tokens routed to it; -1 otherwise */
-    char worker[64];         /* the worker that quantized it when the block's parts were spread
-                                over several (docs/parallel.md); "" otherwise */
+    char worker[64];         /* the workers that ran its parts when the block's parts were
+                                spread over several ("cpu-0,cpu-1", docs/parallel.md); "" otherwise */
+    int n_parts;             /* the row ranges it was quantized in (0 or 1: one) */
+    double part_seconds_max; /* with several: the slowest part's GPTQ seconds (seconds is their sum) */
 } qd_layer_result;
 
 typedef struct qd_fingerprint {
