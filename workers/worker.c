@@ -316,6 +316,29 @@ static void send_block_done(qw_worker *w, const qp_msg_task *t, int block, int n
     free(m.block_done.cost);
 }
 
+int qw_job_parse(qw_worker *w, const char *spec, const char *job_id, const char *what, qp_job **out, qd_err *err)
+{
+    *out = NULL;
+    qp_err pe = {0};
+    qp_job *job = NULL;
+    if (qp_job_parse(spec, strlen(spec), &job, &pe)) return qd_err_set(err, QD_EINVAL, "%s", pe.msg);
+    if (strcmp(job->id, job_id)) {
+        qd_err_set(err, QD_EINVAL, "%s.job_id '%s' differs from the job spec's id '%s'", what, job_id, job->id);
+        qp_job_free(job);
+        return QD_EINVAL;
+    }
+    if ((job->backend == QP_BACKEND_CUDA && strcmp(w->be->name, "cuda")) ||
+        (job->backend == QP_BACKEND_CPU && strcmp(w->be->name, "cpu"))) {
+        /* Another worker can run it, so the scheduler may retry it there. */
+        qd_err_set(err, QD_ERESOURCE, "job asks for backend %s but this worker runs %s", qp_backend_name(job->backend),
+                   w->be->name);
+        qp_job_free(job);
+        return QD_ERESOURCE;
+    }
+    *out = job;
+    return 0;
+}
+
 /* Opens the pipeline for t, or keeps the one already open when t continues its job. */
 static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
 {
@@ -323,23 +346,9 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
         (t->block == QP_TASK_WHOLE_JOB || t->block == qd_pipeline_next_block(w->pipe)))
         return 0;
     pipe_drop(w);
-    qp_err pe = {0};
     qp_job *job = NULL;
-    int rc = qp_job_parse(t->job, strlen(t->job), &job, &pe);
-    if (rc) return qd_err_set(err, QD_EINVAL, "%s", pe.msg);
-    if (strcmp(job->id, t->job_id)) {
-        qd_err_set(err, QD_EINVAL, "task.job_id '%s' differs from the job spec's id '%s'", t->job_id, job->id);
-        qp_job_free(job);
-        return QD_EINVAL;
-    }
-    if ((job->backend == QP_BACKEND_CUDA && strcmp(w->be->name, "cuda")) ||
-        (job->backend == QP_BACKEND_CPU && strcmp(w->be->name, "cpu"))) {
-        /* Another worker can run it, so the scheduler may retry it there. */
-        qd_err_set(err, QD_ERESOURCE, "job asks for backend %s but this worker runs %s",
-                   qp_backend_name(job->backend), w->be->name);
-        qp_job_free(job);
-        return QD_ERESOURCE;
-    }
+    int rc = qw_job_parse(w, t->job, t->job_id, "task", &job, err);
+    if (rc) return rc;
     qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress, .before_commit = before_commit,
                                .fence = t->fence};
     /* A job that may use more than this worker fans its blocks' steps out through the daemon

@@ -60,6 +60,10 @@ typedef struct qw_worker {
 } qw_worker;
 
 /* Encodes and writes one message; a failure marks the pipe broken (the daemon is gone). */
+/* Parses the job spec a task or part (what: "task", "part") carries into *out (the caller
+ * frees it): its id must be job_id and its backend this worker's (QD_ERESOURCE otherwise,
+ * so another worker may take it). */
+int qw_job_parse(qw_worker *w, const char *spec, const char *job_id, const char *what, qp_job **out, qd_err *err);
 int qw_send_msg(qw_worker *w, const qp_msg *m);
 /* After a failure: a device error (be->broken) becomes a retryable QD_EBACKEND carrying the
  * backend's message, and marks the worker to exit after its reply. Returns the code to report. */

@@ -31,24 +31,8 @@ static const qp_job *part_job(qw_worker *w, const qp_msg_part *p, qd_err *err)
 {
     if (w->part_job && w->part_spec && !strcmp(w->part_spec, p->job)) return w->part_job;
     qw_parts_free(w);
-    qp_err pe = {0};
     qp_job *job = NULL;
-    if (qp_job_parse(p->job, strlen(p->job), &job, &pe)) {
-        qd_err_set(err, QD_EINVAL, "%s", pe.msg);
-        return NULL;
-    }
-    if (strcmp(job->id, p->job_id)) {
-        qd_err_set(err, QD_EINVAL, "part.job_id '%s' differs from the job spec's id '%s'", p->job_id, job->id);
-        qp_job_free(job);
-        return NULL;
-    }
-    if ((job->backend == QP_BACKEND_CUDA && strcmp(w->be->name, "cuda")) ||
-        (job->backend == QP_BACKEND_CPU && strcmp(w->be->name, "cpu"))) {
-        qd_err_set(err, QD_ERESOURCE, "job asks for backend %s but this worker runs %s", qp_backend_name(job->backend),
-                   w->be->name);
-        qp_job_free(job);
-        return NULL;
-    }
+    if (qw_job_parse(w, p->job, p->job_id, "part", &job, err)) return NULL;
     if (!(w->part_spec = strdup(p->job))) {
         qp_job_free(job);
         qd_err_set(err, QD_ENOMEM, "out of memory");

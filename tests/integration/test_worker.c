@@ -191,6 +191,29 @@ static int same_files(const char *a, const char *b)
     return system(cmd) == 0;
 }
 
+/* Runs a whole job (output DIR/NAME, more job keys in extra, task.fanout as given) that must
+ * announce no parts, to the same bytes as the output ref. */
+static void whole_without_parts(child *c, int *hb, const char *model, const char *dir, const char *name,
+                                const char *extra, int fanout, const char *ref)
+{
+    char out[1024], id[128];
+    snprintf(out, sizeof out, "%s/%s", dir, name);
+    snprintf(id, sizeof id, "wtest-%s", name);
+    char *job = make_job(model, out, extra);
+    send_task_fan(c, id, job, QP_TASK_WHOLE_JOB, fanout);
+    int done = 0;
+    qp_msg m;
+    while (!done && recv_msg(c, &m, hb, 60000)) {
+        if (m.type == QP_MSG_PARTS) TEST_FAIL_("%s: parts announced", name);
+        if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("%s: task_failed: %s", name, m.task_failed.error); done = 2; }
+        if (m.type == QP_MSG_TASK_DONE) done = 1;
+        qp_msg_clear(&m);
+    }
+    CHECK_INT(done, 1);
+    CHECK(same_files(ref, out));
+    free(job);
+}
+
 static void test_worker(void)
 {
     const char *bdir = getenv("QUANTD_BUILD_DIR");
@@ -285,37 +308,10 @@ static void test_worker(void)
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
     free(job);
 
-    /* workers 1: no fan-out, and the same bytes. */
-    char out1[1024];
-    snprintf(out1, sizeof out1, "%s/outone", dir);
-    job = make_job(model, out1, ",\"workers\":1");
-    send_task(&c, "wtest-outone", job, QP_TASK_WHOLE_JOB);
-    int one_done = 0;
-    while (!one_done && recv_msg(&c, &m, &hb, 60000)) {
-        if (m.type == QP_MSG_PARTS) TEST_FAIL_("parts announced by a job with workers 1");
-        if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("task_failed: %s", m.task_failed.error); one_done = 2; }
-        if (m.type == QP_MSG_TASK_DONE) one_done = 1;
-        qp_msg_clear(&m);
-    }
-    CHECK_INT(one_done, 1);
-    CHECK(same_files(out, out1));
-    free(job);
-
-    /* workers "all" on a daemon with no other worker (task.fanout false): no fan-out either. */
-    char outn[1024];
-    snprintf(outn, sizeof outn, "%s/outnofan", dir);
-    job = make_job(model, outn, "");
-    send_task_fan(&c, "wtest-outnofan", job, QP_TASK_WHOLE_JOB, 0);
-    one_done = 0;
-    while (!one_done && recv_msg(&c, &m, &hb, 60000)) {
-        if (m.type == QP_MSG_PARTS) TEST_FAIL_("parts announced by a task without fanout");
-        if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("task_failed: %s", m.task_failed.error); one_done = 2; }
-        if (m.type == QP_MSG_TASK_DONE) one_done = 1;
-        qp_msg_clear(&m);
-    }
-    CHECK_INT(one_done, 1);
-    CHECK(same_files(out, outn));
-    free(job);
+    /* workers 1: no fan-out, and the same bytes; workers "all" on a daemon with no other
+     * worker (task.fanout false): no fan-out either. */
+    whole_without_parts(&c, &hb, model, dir, "outone", ",\"workers\":1", 1, out);
+    whole_without_parts(&c, &hb, model, dir, "outnofan", "", 0, out);
 
     /* A part of a job that does not parse: part_done, not ok, saying why; a parts_done no
      * fan-out waits for is ignored (the worker answers the next message as usual). */
