@@ -117,6 +117,9 @@ static const qdd_option options[] = {
      "prefix of per-job keys", RELOAD_RESTART},
     {"max-jobs", OPT_INT, OFF(max_jobs), "0", 0, 100000, NULL, "N",
      "jobs running at once (0: one per worker)", RELOAD_APPLY},
+    {"remote-parts", OPT_INT, OFF(remote_parts), "0", 0, 1, NULL, "0|1",
+     "1: idle workers take parts of other nodes' jobs whose checkpoint lies under an allow-root (a shared "
+     "filesystem; docs/parallel.md)", RELOAD_APPLY},
     {"retention", OPT_INT, OFF(retention_s), "604800", 1, INT64_C(315360000), NULL, "S",
      "seconds finished jobs' keys are kept", RELOAD_APPLY},
     {"log-level", OPT_STR, OFF(log_level), "info", 0, 0, check_log_level, "L",

@@ -69,6 +69,7 @@ typedef struct qdd_config {
     int64_t node_ttl_ms;    /* node heartbeat key TTL; a node silent this long is reclaimed */
     int64_t lease_ttl_ms;   /* job lease TTL; renewed every third of it */
     int64_t stop_timeout_s; /* SIGTERM: how long running blocks may take to finish */
+    int64_t remote_parts;   /* 1: idle workers take parts of other nodes' fan-outs (parts_nodes.c) */
     char *http_token;       /* bearer token for the HTTP API's mutating endpoints; "" = they are off */
     char *http_cors;        /* comma-separated origins allowed by CORS ("*" = any); "" = none */
     int64_t http_max_conns; /* HTTP connections served at once; past it 503 (restart to change) */

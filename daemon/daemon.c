@@ -393,6 +393,7 @@ static void on_tick(uv_timer_t *t)
         if (d->cmd_ready) qdd_jobs_reclaim_scan(d);
     }
     qdd_node_tick(d);
+    qdd_nparts_tick(d);
     qdd_jobs_schedule(d);
     queue_retry(d);
 }
@@ -485,6 +486,7 @@ int qdd_daemon_run(qdd_config *cfg, int argc, char **argv, char **envp)
     char cancel_chan[QP_KEY_MAX];
     qp_key_cancel_channel(&d->keys, cancel_chan, sizeof cancel_chan);
     qdd_rconn_subscribe(&d->sub, cancel_chan, on_cancel_msg, d);
+    qdd_nparts_start(d);
 
     if (qdd_pool_start(d, &err)) {
         QD_LOG(QD_LOG_ERROR, "workers", "err=\"%s\"", err.msg);

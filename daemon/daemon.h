@@ -42,6 +42,14 @@ extern const char *const qdd_lua_reclaim;   /* KEYS node proc queue nodes; ARGV 
 extern const char *const qdd_lua_reject;    /* KEYS proc failed; ARGV raw record */
 extern const char *const qdd_lua_node_claim;   /* KEYS node nodes; ARGV token ttl_ms node -> {1, existed} | {0, holder, pttl} */
 extern const char *const qdd_lua_node_release; /* KEYS node; ARGV token -> 1 released, 0 not ours */
+/* Parts over several nodes (parts_nodes.c); a part's holder is "<node>/<worker>". */
+extern const char *const qdd_lua_fanout_open;  /* KEYS fanout fanouts; ARGV channel id ttl_ms f v ... */
+extern const char *const qdd_lua_fanout_close; /* KEYS fanout fanouts; ARGV fid id */
+extern const char *const qdd_lua_part_claim;   /* KEYS fanout lease; ARGV fid holder ttl_ms index|-1 fence -> {index|-1|-2, state} */
+extern const char *const qdd_lua_part_renew;   /* KEYS fanout; ARGV fid index holder ttl_ms -> 1 | 0 */
+extern const char *const qdd_lua_part_done;    /* KEYS fanout; ARGV fid index holder ok channel id -> 1 | 0 */
+extern const char *const qdd_lua_fanout_sync;  /* KEYS fanout; ARGV fid ttl_ms -> {state of each part} | {} */
+extern const char *const qdd_lua_parts_nodes;  /* KEYS parts_nodes; ARGV nodekeyprefix self -> live others */
 
 /* ---- jobs (jobs.c) -------------------------------------------------------------------------- */
 
@@ -151,6 +159,9 @@ typedef struct qdd_worker {
     qdd_job *part_job;
     uint64_t part_fanout;      /* the id of the fan-out it was handed out of */
     int part_block, part_index;
+    int part_claiming;         /* reserved for that part, its claim in Redis not answered yet
+                                  (a fan-out shared with other nodes; parts_nodes.c) */
+    struct qdd_rpart *rpart;   /* a part of another node's job it runs (owned; parts_nodes.c) */
 } qdd_worker;
 
 int qdd_pool_start(qdd_daemon *d, qd_err *err);
@@ -160,6 +171,9 @@ int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason);
 /* Sends part `index` of job j's step `step` of `block` to w and marks w busy with it (w->part_*
  * set, a reference on j taken). */
 int qdd_pool_send_part(qdd_worker *w, qdd_job *j, int block, const char *step, int index);
+/* The part message alone (w's bookkeeping is the caller's). */
+int qdd_pool_send_part_msg(qdd_worker *w, const char *job_id, const char *spec, const char *ckpt, int block,
+                           const char *step, int index, uint64_t fence);
 int qdd_pool_send_parts_done(qdd_worker *w, const char *job_id, int block, const char *step);
 /* Graceful shutdown message to every worker, then SIGKILL any still alive after grace. */
 void qdd_pool_shutdown(qdd_daemon *d);
@@ -192,7 +206,26 @@ struct qdd_fanout {
     int *worker;               /* n: the worker a part is in flight on, -1 (owned) */
     char **names;              /* n: what part i works on, NULL where unnamed (owned) */
     int n_done, n_inflight;
+    /* Shared with other nodes (parts_nodes.c): published in Redis, every claim through it. A
+     * part in flight on another node has worker QDD_PART_REMOTE and its holder
+     * ("<node>/<worker>") in holder. */
+    int shared;
+    int n_remote;              /* parts in flight on other nodes */
+    int sync_inflight;         /* the owner's read of the hash is in flight */
+    char **holder;             /* n (owned, allocated by the first remote part) */
 };
+
+#define QDD_PART_REMOTE (-2)
+
+/* What qdd_fanout_apply did with a part's state read from Redis. */
+typedef enum qdd_apply_result {
+    QDD_APPLY_NONE = 0,
+    QDD_APPLY_REMOTE,          /* pending -> in flight on another node (or its holder changed) */
+    QDD_APPLY_DONE,            /* another node's part -> done, its output written */
+    QDD_APPLY_FAILED,          /* another node's part -> done, not written (the lead computes it) */
+    QDD_APPLY_REQUEUED,        /* another node's claim lapsed -> pending */
+    QDD_APPLY_ENOMEM
+} qdd_apply_result;
 
 /* One part for one worker, as qdd_fanout_plan decides. */
 typedef struct qdd_part_grant {
@@ -218,6 +251,10 @@ int qdd_fanout_finish(qdd_fanout *f, int index, int worker);
 int qdd_fanout_requeue(qdd_fanout *f, int worker);
 /* 1 when every part is done. */
 int qdd_fanout_complete(const qdd_fanout *f);
+/* Part index's state as Redis says ("pending", "run H DEADLINE", "expired H", "done H",
+ * "failed H"; H = "<node>/<worker>") applied to f, for parts of other nodes only: a holder
+ * under self_node is this node's own worker, whose messages decide. */
+qdd_apply_result qdd_fanout_apply(qdd_fanout *f, int index, const char *state, const char *self_node);
 /* Which parts to hand out now, without changing f: the lead first (one part, when
  * lead_free and it has none in flight), then the idle workers in the order given (the lead
  * among them is skipped) while the helpers stay below max_workers - 1 (max_workers counts
@@ -239,6 +276,34 @@ void qdd_parts_drop(qdd_job *j, qdd_worker *lead);
 void qdd_parts_cancel(qdd_job *j, const char *reason);
 /* Parts of j in flight on any worker (the status field `parts` is made from them). */
 int qdd_parts_in_flight(const qdd_job *j);
+/* The status field `parts` of j, rewritten when it changed. */
+void qdd_parts_status(qdd_job *j);
+/* A fan-out complete: parts_done to the lead, then closed. */
+void qdd_parts_complete(qdd_job *j);
+/* w lets go of its part (w idle again unless it runs a task); returns the job it held. */
+qdd_job *qdd_parts_release(qdd_worker *w);
+
+/* ---- parts over several nodes (parts_nodes.c) ---------------------------------------------
+ * The owner publishes a fan-out in Redis when another live node offers its workers
+ * (remote-parts), and then claims each part there before it hands it to its own worker; a
+ * daemon with remote-parts on claims parts of other nodes' fan-outs for its idle workers. */
+/* f of j opened: published (f->shared) when another node offers its workers. */
+void qdd_nparts_open(qdd_job *j, qdd_fanout *f);
+/* f of j closes: its hash goes. */
+void qdd_nparts_close(qdd_job *j, qdd_fanout *f);
+/* Hands part index of j's shared fan-out to w through a claim (w reserved meanwhile). */
+int qdd_nparts_grant(qdd_job *j, qdd_worker *w, int index);
+/* This node's worker w finished part index of j's shared fan-out: done in Redis too, so
+ * that no other node claims it once the claim would lapse. */
+void qdd_nparts_local_done(qdd_job *j, qdd_worker *w, int index, int ok);
+/* A part_done from a worker running another node's part (w->rpart). */
+void qdd_nparts_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p);
+/* w died holding another node's part: its claim lapses, the owner requeues it. */
+void qdd_nparts_worker_gone(qdd_daemon *d, qdd_worker *w);
+/* The tick: claims renewed, the owner's fan-outs synced, other nodes' fan-outs scanned. */
+void qdd_nparts_tick(qdd_daemon *d);
+/* Subscribes to the parts channel (start-up). */
+void qdd_nparts_start(qdd_daemon *d);
 
 /* ---- the daemon ------------------------------------------------------------------------------ */
 
@@ -290,6 +355,12 @@ struct qdd_daemon {
     double handback_deadline_s;
     int64_t start_ms;
     uint64_t fanout_seq;       /* the last fan-out id given */
+    /* Parts over several nodes (parts_nodes.c). */
+    int remote_nodes;          /* live other nodes offering their workers, as last counted */
+    double next_nodes_s, next_parts_renew_s, next_scan_s, scan_backoff_s;
+    int scan_inflight;         /* replies of a scan still to come */
+    char refused[8][QP_JOB_ID_MAX + 1];   /* jobs whose parts this node cannot reach (logged once) */
+    int n_refused;
     int sd_watchdog;           /* systemd watchdog enabled */
     void *http;                /* qdd_http * when the HTTP API runs */
     uint64_t config_gen;       /* 1 at start, +1 per successful SIGHUP reload */

@@ -52,6 +52,8 @@ void qdd_fanout_free(qdd_fanout *f)
 {
     if (!f) return;
     for (int i = 0; f->names && i < f->n; i++) free(f->names[i]);
+    for (int i = 0; f->holder && i < f->n; i++) free(f->holder[i]);
+    free(f->holder);
     free(f->names);
     free(f->worker);
     free(f->state);
@@ -68,7 +70,7 @@ int qdd_fanout_held_by(const qdd_fanout *f, int worker)
 int qdd_fanout_helpers(const qdd_fanout *f)
 {
     /* A worker holds one part at a time, so parts in flight count the workers. */
-    return f->n_inflight - (qdd_fanout_held_by(f, f->lead) >= 0);
+    return f->n_inflight - f->n_remote - (qdd_fanout_held_by(f, f->lead) >= 0);
 }
 
 void qdd_fanout_start(qdd_fanout *f, int index, int worker)
@@ -101,6 +103,63 @@ int qdd_fanout_requeue(qdd_fanout *f, int worker)
 
 int qdd_fanout_complete(const qdd_fanout *f) { return f->n_done == f->n; }
 
+qdd_apply_result qdd_fanout_apply(qdd_fanout *f, int index, const char *state, const char *self_node)
+{
+    if (index < 0 || index >= f->n || !state) return QDD_APPLY_NONE;
+    const char *sp = strchr(state, ' ');
+    size_t kw = sp ? (size_t)(sp - state) : strlen(state);
+    char holder[160] = "";
+    if (sp) {
+        const char *h = sp + 1, *e = strchr(h, ' ');
+        size_t hl = e ? (size_t)(e - h) : strlen(h);
+        if (hl >= sizeof holder) return QDD_APPLY_NONE;
+        memcpy(holder, h, hl);
+        holder[hl] = 0;
+    }
+    size_t sl = strlen(self_node);
+    int remote = f->state[index] == QDD_PART_INFLIGHT && f->worker[index] == QDD_PART_REMOTE;
+    int pending = f->state[index] == QDD_PART_PENDING;
+    /* A part in flight on this node's own worker: its messages (part_done, a death) decide,
+     * not Redis. (A claim of a worker of ours that died is another holder until it lapses.) */
+    if (holder[0] && !strncmp(holder, self_node, sl) && holder[sl] == '/' && f->state[index] == QDD_PART_INFLIGHT &&
+        !remote)
+        return QDD_APPLY_NONE;
+#define KW(s) (kw == sizeof(s) - 1 && !strncmp(state, s, kw))
+    if (KW("pending") || KW("expired")) {
+        if (!remote) return QDD_APPLY_NONE;
+        f->state[index] = QDD_PART_PENDING;
+        f->worker[index] = -1;
+        f->n_inflight--;
+        f->n_remote--;
+        return KW("expired") ? QDD_APPLY_REQUEUED : QDD_APPLY_NONE;
+    }
+    if (!holder[0] || (!pending && !remote)) return QDD_APPLY_NONE;
+    if (!f->holder && !(f->holder = calloc((size_t)f->n, sizeof *f->holder))) return QDD_APPLY_ENOMEM;
+    if (!f->holder[index] || strcmp(f->holder[index], holder)) {
+        char *c = strdup(holder);
+        if (!c) return QDD_APPLY_ENOMEM;
+        free(f->holder[index]);
+        f->holder[index] = c;
+    }
+    if (KW("run")) {
+        if (remote) return QDD_APPLY_NONE;
+        f->state[index] = QDD_PART_INFLIGHT;
+        f->worker[index] = QDD_PART_REMOTE;
+        f->n_inflight++;
+        f->n_remote++;
+        return QDD_APPLY_REMOTE;
+    }
+    if (KW("done") || KW("failed")) {
+        if (remote) { f->n_inflight--; f->n_remote--; }
+        f->state[index] = QDD_PART_DONE;
+        f->worker[index] = -1;
+        f->n_done++;
+        return KW("done") ? QDD_APPLY_DONE : QDD_APPLY_FAILED;
+    }
+#undef KW
+    return QDD_APPLY_NONE;
+}
+
 int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const int *idle, int n_idle,
                     qdd_part_grant *grants, int cap)
 {
@@ -126,8 +185,9 @@ int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const i
 
 /* ---- the daemon's side ---------------------------------------------------------------------- */
 
-/* The status field: the parts of j in flight on this node's workers, written when it changes. */
-static void parts_status(qdd_job *j)
+/* The status field: the parts of j in flight on this node's workers and on other nodes
+ * (worker "<node>/<worker>"), written when it changes. */
+void qdd_parts_status(qdd_job *j)
 {
     qdd_daemon *d = j->d;
     cJSON *a = cJSON_CreateArray();
@@ -143,6 +203,17 @@ static void parts_status(qdd_job *j)
         cJSON_AddNumberToObject(o, "part", w->part_index);
         if (f && w->part_index < f->n && f->names[w->part_index]) cJSON_AddStringToObject(o, "layer", f->names[w->part_index]);
     }
+    const qdd_fanout *f = j->fanout;
+    for (int i = 0; a && f && f->n_remote && i < f->n; i++) {
+        if (f->state[i] != QDD_PART_INFLIGHT || f->worker[i] != QDD_PART_REMOTE) continue;
+        cJSON *o = cJSON_CreateObject();
+        if (!o || !cJSON_AddItemToArray(a, o)) { cJSON_Delete(o); break; }
+        cJSON_AddStringToObject(o, "worker", f->holder && f->holder[i] ? f->holder[i] : "?");
+        cJSON_AddNumberToObject(o, "block", f->block);
+        cJSON_AddStringToObject(o, "step", f->step);
+        cJSON_AddNumberToObject(o, "part", i);
+        if (f->names[i]) cJSON_AddStringToObject(o, "layer", f->names[i]);
+    }
     char *s = a && cJSON_GetArraySize(a) ? cJSON_PrintUnformatted(a) : NULL;
     cJSON_Delete(a);
     int same = (!s && !j->st.parts) || (s && j->st.parts && !strcmp(s, j->st.parts));
@@ -154,17 +225,19 @@ static void parts_status(qdd_job *j)
 }
 
 /* w no longer holds a part (the caller drops the reference when done with the job). */
-static qdd_job *part_release(qdd_worker *w)
+qdd_job *qdd_parts_release(qdd_worker *w)
 {
     qdd_job *j = w->part_job;
     w->part_job = NULL;
     w->part_fanout = 0;
+    w->part_claiming = 0;
     if (!w->job && w->state == QDD_W_BUSY) w->state = QDD_W_IDLE;
     return j;
 }
 
 static void fanout_close(qdd_job *j)
 {
+    if (j->fanout && j->fanout->shared) qdd_nparts_close(j, j->fanout);
     qdd_fanout_free(j->fanout);
     j->fanout = NULL;
 }
@@ -193,12 +266,26 @@ static void on_parts(qdd_daemon *d, qdd_worker *w, const qp_msg_parts *p)
                j->fanout->block, j->fanout->n_done, j->fanout->n);
     fanout_close(j);
     j->fanout = f;
-    QD_LOG(QD_LOG_INFO, "parts_open", "job=%s block=%d step=%s parts=%d lead=%s workers=%d", j->id, p->block, p->step,
-           p->n, w->name, j->job->workers);
+    qdd_nparts_open(j, f);
+    QD_LOG(QD_LOG_INFO, "parts_open", "job=%s block=%d step=%s parts=%d lead=%s workers=%d shared=%d", j->id, p->block,
+           p->step, p->n, w->name, j->job->workers, f->shared);
+}
+
+void qdd_parts_complete(qdd_job *j)
+{
+    qdd_fanout *f = j->fanout;
+    qdd_worker *lead = &j->d->workers[f->lead];
+    if (lead->job == j) qdd_pool_send_parts_done(lead, j->id, f->block, f->step);
+    QD_LOG(QD_LOG_INFO, "parts_done", "job=%s block=%d step=%s parts=%d", j->id, f->block, f->step, f->n);
+    fanout_close(j);
 }
 
 static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p)
 {
+    if (w->rpart) {
+        qdd_nparts_done(d, w, p);
+        return;
+    }
     qdd_job *j = w->part_job;
     if (!j || strcmp(j->id, p->job_id) || w->part_block != p->block || w->part_index != p->index) {
         QD_LOG(QD_LOG_WARN, "part_done_ignored", "job=%s block=%d part=%d worker=%s (not the part it holds)", p->job_id,
@@ -206,7 +293,8 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
         return;
     }
     uint64_t fid = w->part_fanout;
-    part_release(w);
+    if (j->fanout && j->fanout->id == fid && j->fanout->shared) qdd_nparts_local_done(j, w, p->index, p->ok);
+    qdd_parts_release(w);
     qdd_fanout *f = j->fanout;
     if (f && f->id == fid && qdd_fanout_finish(f, p->index, w->index)) {
         if (p->ok)
@@ -215,17 +303,12 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
         else
             QD_LOG(QD_LOG_WARN, "part_failed", "job=%s block=%d step=%s part=%d worker=%s err=\"%s\" (the lead computes it)",
                    j->id, p->block, p->step, p->index, w->name, p->error ? p->error : "");
-        if (qdd_fanout_complete(f)) {
-            qdd_worker *lead = &d->workers[f->lead];
-            if (lead->job == j) qdd_pool_send_parts_done(lead, j->id, f->block, f->step);
-            QD_LOG(QD_LOG_INFO, "parts_done", "job=%s block=%d step=%s parts=%d", j->id, f->block, f->step, f->n);
-            fanout_close(j);
-        }
+        if (qdd_fanout_complete(f)) qdd_parts_complete(j);
     } else {
         QD_LOG(QD_LOG_INFO, "part_late", "job=%s block=%d part=%d worker=%s ok=%d (its fan-out is gone)", j->id, p->block,
                p->index, w->name, p->ok);
     }
-    parts_status(j);
+    qdd_parts_status(j);
     qdd_job_unref(j);
 }
 
@@ -254,41 +337,47 @@ void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
         int ng = qdd_fanout_plan(f, lead_free, max, idle, n_idle, g, QDD_MAX_WORKERS + 1), sent = 0;
         for (int k = 0; k < ng; k++) {
             qdd_worker *w = &d->workers[g[k].worker];
+            if (f->shared) {
+                /* Redis decides: another node may hold it (parts_nodes.c). */
+                sent += qdd_nparts_grant(j, w, g[k].index) == 0;
+                continue;
+            }
             if (qdd_pool_send_part(w, j, f->block, f->step, g[k].index)) continue;
             w->part_fanout = f->id;
             qdd_fanout_start(f, g[k].index, w->index);
             sent++;
         }
-        if (sent) parts_status(j);
+        if (sent) qdd_parts_status(j);
     }
 }
 
 void qdd_parts_worker_gone(qdd_daemon *d, qdd_worker *w)
 {
+    if (w->rpart) qdd_nparts_worker_gone(d, w);
     if (!w->part_job) return;
     uint64_t fid = w->part_fanout;
     int block = w->part_block;
-    qdd_job *j = part_release(w);
+    qdd_job *j = qdd_parts_release(w);
     if (j->fanout && j->fanout->id == fid) {
         int i = qdd_fanout_requeue(j->fanout, w->index);
         if (i >= 0)
             QD_LOG(QD_LOG_WARN, "part_requeued", "job=%s block=%d part=%d worker=%s (the worker is gone; the part is pending again)",
                    j->id, block, i, w->name);
     }
-    parts_status(j);
+    qdd_parts_status(j);
     qdd_job_unref(j);
 }
 
 void qdd_parts_drop(qdd_job *j, qdd_worker *lead)
 {
-    qdd_job *held = lead && lead->part_job == j ? part_release(lead) : NULL;
+    qdd_job *held = lead && lead->part_job == j ? qdd_parts_release(lead) : NULL;
     if (j->fanout) {
         if (!qdd_fanout_complete(j->fanout))
             QD_LOG(QD_LOG_INFO, "parts_dropped", "job=%s block=%d done=%d/%d in_flight=%d (the lead's task ended)", j->id,
                    j->fanout->block, j->fanout->n_done, j->fanout->n, j->fanout->n_inflight);
         fanout_close(j);
     }
-    parts_status(j);
+    qdd_parts_status(j);
     if (held) qdd_job_unref(held);   /* the caller holds a reference of its own */
 }
 

@@ -312,8 +312,9 @@ int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
     m.task.block = block;
     m.task.checkpoint_dir = ckpt;
     m.task.fence = j->fence;
-    /* Parts need another worker to go to: with one, the lead keeps them in memory. */
-    m.task.fanout = j->job->workers != 1 && w->d->n_workers > 1;
+    /* Parts need another worker to go to, here or on a node that offers its workers
+     * (remote-parts): with none, the lead keeps them in memory. */
+    m.task.fanout = j->job->workers != 1 && (w->d->n_workers > 1 || w->d->remote_nodes > 0);
     if (send_msg(w, &m)) return -1;
     w->state = QDD_W_BUSY;
     w->job = j;
@@ -322,6 +323,23 @@ int qdd_pool_send_task(qdd_worker *w, qdd_job *j, int block)
     j->refs++;
     QD_LOG(QD_LOG_DEBUG, "task_sent", "worker=%s job=%s block=%d fence=%llu", w->name, j->id, block,
            (unsigned long long)j->fence);
+    return 0;
+}
+
+int qdd_pool_send_part_msg(qdd_worker *w, const char *job_id, const char *spec, const char *ckpt, int block,
+                           const char *step, int index, uint64_t fence)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PART);
+    m.part.job_id = (char *)job_id;
+    m.part.job = (char *)spec;
+    m.part.checkpoint_dir = (char *)ckpt;
+    m.part.block = block;
+    m.part.step = (char *)step;
+    m.part.index = index;
+    m.part.fence = fence;
+    if (send_msg(w, &m)) return -1;
+    QD_LOG(QD_LOG_DEBUG, "part_sent", "worker=%s job=%s block=%d step=%s part=%d", w->name, job_id, block, step, index);
     return 0;
 }
 
@@ -410,6 +428,8 @@ void qdd_pool_watchdog(qdd_daemon *d)
 
 void qdd_pool_free(qdd_daemon *d)
 {
+    for (int i = 0; i < d->n_workers; i++)
+        if (d->workers[i].rpart) qdd_nparts_worker_gone(d, &d->workers[i]);   /* its claim lapses */
     free(d->workers);
     d->workers = NULL;
     d->n_workers = 0;

@@ -189,3 +189,126 @@ const char *const qdd_lua_node_claim =
 const char *const qdd_lua_node_release =
     "if redis.call('GET', KEYS[1]) == ARGV[1] then redis.call('DEL', KEYS[1]); return 1 end\n"
     "return 0\n";
+
+/* ---- parts over several nodes (parts_nodes.c; proto/redis.md, "Parts over several nodes") ----
+ * A part's state in the fan-out hash is the field p<i>: "pending", "run <holder> <deadline_ms>"
+ * (holder "<node>/<worker>", the deadline from Redis's own clock, so the nodes' clocks do not
+ * matter), "done <holder>" or "failed <holder>". A claim whose deadline passed counts as
+ * pending. Every script first checks the fan-out id (fid), so a step on a fan-out that was
+ * closed or replaced changes nothing. */
+
+#define LUA_NOW \
+    "local t = redis.call('TIME')\n" \
+    "local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)\n"
+
+#define LUA_FREE \
+    "local function free(s)\n" \
+    "  if s == 'pending' then return true end\n" \
+    "  local h, dl = string.match(s or '', '^run (%S+) (%d+)$')\n" \
+    "  return h ~= nil and tonumber(dl) < now\n" \
+    "end\n"
+
+/* Publish a fan-out: the hash (fields in pairs after the first three arguments) with a TTL,
+ * the job in the set of fan-outs, and a wake-up on the parts channel. */
+const char *const qdd_lua_fanout_open =
+    "redis.call('DEL', KEYS[1])\n"
+    "for i = 4, #ARGV, 2 do redis.call('HSET', KEYS[1], ARGV[i], ARGV[i + 1]) end\n"
+    "redis.call('PEXPIRE', KEYS[1], ARGV[3])\n"
+    "redis.call('SADD', KEYS[2], ARGV[2])\n"
+    "redis.call('PUBLISH', ARGV[1], ARGV[2])\n"
+    "return 1\n";
+
+/* Close it: only the fan-out named (a newer one of the job, or another node's after a
+ * reclaim, stays); the job leaves the set when its hash is gone either way. */
+const char *const qdd_lua_fanout_close =
+    "if redis.call('HGET', KEYS[1], 'fid') == ARGV[1] then redis.call('DEL', KEYS[1]) end\n"
+    "if redis.call('EXISTS', KEYS[1]) == 0 then redis.call('SREM', KEYS[2], ARGV[2]) end\n"
+    "return 1\n";
+
+/* Claim a part for holder: part ARGV[4] (the owner, for its own worker), or with -1 the first
+ * free one (another node), while the helpers other than the lead stay below the fan-out's max
+ * - 1 (max 0: no limit). Checks the fan-out id and that the job's lease still carries the
+ * fan-out's fence. {index, ""} claimed; {-1, state} not free (its state) or none free;
+ * {-2, ""} the fan-out is gone or fenced out. */
+const char *const qdd_lua_part_claim =
+    "local f = KEYS[1]\n"
+    "if redis.call('HGET', f, 'fid') ~= ARGV[1] then return {-2, ''} end\n"
+    "local lv = redis.call('GET', KEYS[2])\n"
+    "if not lv or string.sub(lv, 1, #ARGV[5] + 1) ~= ARGV[5] .. ' ' then return {-2, ''} end\n"
+    LUA_NOW LUA_FREE
+    "local run = 'run ' .. ARGV[2] .. ' ' .. (now + tonumber(ARGV[3]))\n"
+    "local want = tonumber(ARGV[4])\n"
+    "if want >= 0 then\n"
+    "  local s = redis.call('HGET', f, 'p' .. want)\n"
+    "  if not s then return {-2, ''} end\n"
+    "  if not free(s) then return {-1, s} end\n"
+    "  redis.call('HSET', f, 'p' .. want, run)\n"
+    "  return {want, ''}\n"
+    "end\n"
+    "local n = tonumber(redis.call('HGET', f, 'n') or '0')\n"
+    "local max = tonumber(redis.call('HGET', f, 'max') or '0')\n"
+    "local lead = redis.call('HGET', f, 'lead') or ''\n"
+    "local helpers, pick = 0, -1\n"
+    "for i = 0, n - 1 do\n"
+    "  local s = redis.call('HGET', f, 'p' .. i)\n"
+    "  local h = string.match(s or '', '^run (%S+) ')\n"
+    "  if free(s) then\n"
+    "    if pick < 0 then pick = i end\n"
+    "  elseif h and h ~= lead then helpers = helpers + 1 end\n"
+    "end\n"
+    "if pick < 0 then return {-1, ''} end\n"
+    "if max > 0 and helpers >= max - 1 then return {-1, 'limit'} end\n"
+    "redis.call('HSET', f, 'p' .. pick, run)\n"
+    "return {pick, ''}\n";
+
+/* Extend holder's claim of part ARGV[2]: 1, or 0 when it is not holder's any more. */
+const char *const qdd_lua_part_renew =
+    "if redis.call('HGET', KEYS[1], 'fid') ~= ARGV[1] then return 0 end\n"
+    "local k = 'p' .. ARGV[2]\n"
+    "local pre = 'run ' .. ARGV[3] .. ' '\n"
+    "if string.sub(redis.call('HGET', KEYS[1], k) or '', 1, #pre) ~= pre then return 0 end\n"
+    LUA_NOW
+    "redis.call('HSET', KEYS[1], k, pre .. (now + tonumber(ARGV[4])))\n"
+    "return 1\n";
+
+/* Holder's part ARGV[2] is over (ARGV[4] "1": its output is written): done or failed, and a
+ * wake-up for the owner. 1, or 0 when the part is not holder's any more (its claim lapsed and
+ * it went back to pending or to another holder: the report is ignored). */
+const char *const qdd_lua_part_done =
+    "if redis.call('HGET', KEYS[1], 'fid') ~= ARGV[1] then return 0 end\n"
+    "local k = 'p' .. ARGV[2]\n"
+    "local pre = 'run ' .. ARGV[3] .. ' '\n"
+    "if string.sub(redis.call('HGET', KEYS[1], k) or '', 1, #pre) ~= pre then return 0 end\n"
+    "redis.call('HSET', KEYS[1], k, (ARGV[4] == '1' and 'done ' or 'failed ') .. ARGV[3])\n"
+    "redis.call('PUBLISH', ARGV[5], ARGV[6])\n"
+    "return 1\n";
+
+/* The owner's view of its fan-out: every part's state, a claim whose deadline passed put back
+ * to pending and reported as "expired <holder>"; the hash's TTL extended. {} when the
+ * fan-out is gone (another id, or no hash). */
+const char *const qdd_lua_fanout_sync =
+    "if redis.call('HGET', KEYS[1], 'fid') ~= ARGV[1] then return {} end\n"
+    LUA_NOW
+    "redis.call('PEXPIRE', KEYS[1], ARGV[2])\n"
+    "local n = tonumber(redis.call('HGET', KEYS[1], 'n') or '0')\n"
+    "local out = {}\n"
+    "for i = 0, n - 1 do\n"
+    "  local s = redis.call('HGET', KEYS[1], 'p' .. i) or 'pending'\n"
+    "  local h, dl = string.match(s, '^run (%S+) (%d+)$')\n"
+    "  if h and tonumber(dl) < now then\n"
+    "    redis.call('HSET', KEYS[1], 'p' .. i, 'pending')\n"
+    "    s = 'expired ' .. h\n"
+    "  end\n"
+    "  out[#out + 1] = s\n"
+    "end\n"
+    "return out\n";
+
+/* How many live nodes other than ARGV[2] offer their workers (their node key ARGV[1]..name
+ * exists); dead ones leave the set. */
+const char *const qdd_lua_parts_nodes =
+    "local n = 0\n"
+    "for _, m in ipairs(redis.call('SMEMBERS', KEYS[1])) do\n"
+    "  if redis.call('EXISTS', ARGV[1] .. m) == 0 then redis.call('SREM', KEYS[1], m)\n"
+    "  elseif m ~= ARGV[2] then n = n + 1 end\n"
+    "end\n"
+    "return n\n";

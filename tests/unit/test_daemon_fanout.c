@@ -7,7 +7,12 @@
  *   - requeue when a helper dies: its part is pending again and goes to another worker, and
  *     the dead worker's late report changes nothing;
  *   - a random run of many fan-outs (finish, fail, die, reschedule) that always completes with
- *     every part done exactly once and the limits held at every step. */
+ *     every part done exactly once and the limits held at every step;
+ *   - a fan-out shared with other nodes (qdd_fanout_apply): Redis's state of a part moves it to
+ *     in flight on another node, done or failed there, or back to pending when the claim
+ *     lapsed; a part in flight on this node's own worker is decided by its messages, not by
+ *     Redis; other nodes' parts are not helpers of this node (the limit), and the lead
+ *     still gets the pending ones. */
 #include "test_util.h"
 
 #include <stdlib.h>
@@ -215,6 +220,71 @@ static void test_random_runs(void)
     }
 }
 
+static void test_apply(void)
+{
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 1, 0, 2, "quantize", 4, NULL, 0));
+    /* Another node claims part 1: in flight there, with its holder; not a helper here. */
+    CHECK_INT(qdd_fanout_apply(f, 1, "run n2/cpu-0 1700000000000", "n1"), QDD_APPLY_REMOTE);
+    CHECK_INT(f->state[1], QDD_PART_INFLIGHT);
+    CHECK_INT(f->worker[1], QDD_PART_REMOTE);
+    CHECK_STR(f->holder[1], "n2/cpu-0");
+    CHECK_INT(f->n_inflight, 1);
+    CHECK_INT(f->n_remote, 1);
+    CHECK_INT(qdd_fanout_helpers(f), 0);
+    /* The same state again changes nothing. */
+    CHECK_INT(qdd_fanout_apply(f, 1, "run n2/cpu-0 1700000000500", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(f->n_inflight, 1);
+    /* The plan skips it: the lead gets part 0, a helper part 2 (limit 2: one helper). */
+    int idle[2] = {1, 2};
+    qdd_part_grant g[4];
+    CHECK_INT(qdd_fanout_plan(f, 1, 2, idle, 2, g, 4), 2);
+    CHECK_INT(g[0].worker, 0); CHECK_INT(g[0].index, 0);
+    CHECK_INT(g[1].worker, 1); CHECK_INT(g[1].index, 2);
+    qdd_fanout_start(f, 0, 0);
+    qdd_fanout_start(f, 2, 1);
+    /* A part in flight on this node's own worker: Redis's view of it changes nothing. */
+    CHECK_INT(qdd_fanout_apply(f, 2, "run n1/cpu-1 1700000000000", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(qdd_fanout_apply(f, 2, "expired n1/cpu-1", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(f->worker[2], 1);
+    /* A node named like a prefix of ours is another node. */
+    CHECK_INT(qdd_fanout_apply(f, 3, "run n1x/cpu-0 1", "n1"), QDD_APPLY_REMOTE);
+    CHECK_INT(f->n_remote, 2);
+    /* Its claim lapsed: pending again, then done by another node. */
+    CHECK_INT(qdd_fanout_apply(f, 3, "expired n1x/cpu-0", "n1"), QDD_APPLY_REQUEUED);
+    CHECK_INT(f->state[3], QDD_PART_PENDING);
+    CHECK_INT(f->n_remote, 1);
+    CHECK_INT(qdd_fanout_apply(f, 3, "expired n1x/cpu-0", "n1"), QDD_APPLY_NONE);   /* already pending */
+    CHECK_INT(qdd_fanout_apply(f, 3, "done n3/cpu-4", "n1"), QDD_APPLY_DONE);        /* pending -> done */
+    CHECK_STR(f->holder[3], "n3/cpu-4");
+    CHECK_INT(qdd_fanout_apply(f, 1, "failed n2/cpu-0", "n1"), QDD_APPLY_FAILED);
+    CHECK_INT(f->n_remote, 0);
+    CHECK_INT(f->n_done, 2);
+    /* Done is final: nothing moves it back. */
+    CHECK_INT(qdd_fanout_apply(f, 1, "run n2/cpu-1 1", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(qdd_fanout_apply(f, 1, "expired n2/cpu-1", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(f->state[1], QDD_PART_DONE);
+    /* Nonsense and out-of-range parts change nothing. */
+    CHECK_INT(qdd_fanout_apply(f, 9, "done n2/cpu-0", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(qdd_fanout_apply(f, -1, "done n2/cpu-0", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(qdd_fanout_apply(f, 0, "bogus", "n1"), QDD_APPLY_NONE);
+    CHECK_INT(qdd_fanout_apply(f, 0, "done", "n1"), QDD_APPLY_NONE);
+    CHECK(qdd_fanout_finish(f, 0, 0));
+    CHECK(qdd_fanout_finish(f, 2, 1));
+    CHECK(qdd_fanout_complete(f));
+    CHECK_INT(f->n_inflight, 0);
+    qdd_fanout_free(f);
+
+    /* A claim of a worker of ours that died (the part pending here, Redis still says ours) is
+     * another holder until it lapses. */
+    CHECK_OK(qdd_fanout_open(&f, 2, 0, 0, "quantize", 2, NULL, 0));
+    CHECK_INT(qdd_fanout_apply(f, 1, "run n1/cpu-3 1", "n1"), QDD_APPLY_REMOTE);
+    CHECK_INT(qdd_fanout_apply(f, 1, "expired n1/cpu-3", "n1"), QDD_APPLY_REQUEUED);
+    CHECK_INT(f->state[1], QDD_PART_PENDING);
+    CHECK_INT(f->n_inflight, 0);
+    qdd_fanout_free(f);
+}
+
 int main(void)
 {
     TEST_RUN(test_open);
@@ -222,5 +292,6 @@ int main(void)
     TEST_RUN(test_lead_first_and_limit);
     TEST_RUN(test_requeue);
     TEST_RUN(test_random_runs);
+    TEST_RUN(test_apply);
     return test_finish();
 }
