@@ -97,7 +97,7 @@ static const qdd_option options[] = {
     {"node", OPT_STR, OFF(node), NULL, 0, 0, check_node, "NAME",
      "this node's name in Redis keys (default: the host name)", RELOAD_RESTART},
     {"workers", OPT_STR, OFF(workers), "cpu:1", 0, 0, check_workers, "cpu:N|cuda:all|cuda:0,1",
-     "worker processes to run", RELOAD_RESTART},
+     "worker processes to run (cuda:0*2, cuda:all*2: two on each of those devices)", RELOAD_RESTART},
     {"allow-root", OPT_LIST, OFF(allow_roots), "", 0, 0, check_abs_path, "DIR",
      "a directory jobs may read and write under (repeatable); none = every job is refused. The daemon and its "
      "workers open every file a job names beneath these", RELOAD_RESTART},
@@ -663,12 +663,28 @@ nomem:
     return qd_err_set(err, QD_ENOMEM, "out of memory");
 }
 
+/* The "*N" after a CUDA device, at p: returns how many workers it runs (1 without "*N"),
+ * with *endp past it; -1 when a '*' is not followed by N in 1..QDD_MAX_WORKERS. */
+static int parse_copies(const char *p, const char **endp)
+{
+    *endp = p;
+    if (*p != '*') return 1;
+    char *end;
+    if (p[1] < '0' || p[1] > '9') return -1;   /* strtol would take "+2", " 2" */
+    long n = strtol(p + 1, &end, 10);
+    if (n < 1 || n > QDD_MAX_WORKERS) return -1;
+    *endp = end;
+    return (int)n;
+}
+
 int qdd_workers_parse(const char *s, qdd_workers *w, qd_err *err)
 {
     memset(w, 0, sizeof *w);
     char *end;
     if (!strncmp(s, "cpu:", 4)) {
         long n = strtol(s + 4, &end, 10);
+        if (*end == '*')
+            return qd_err_set(err, QD_EINVAL, "'%s': cpu:N already counts the workers (\"*N\" is for a CUDA device)", s);
         if (!s[4] || *end || n < 1 || n > QDD_MAX_WORKERS)
             return qd_err_set(err, QD_EINVAL, "'%s': cpu:N needs N in 1..%d", s, QDD_MAX_WORKERS);
         w->kind = QDD_WORKERS_CPU;
@@ -677,21 +693,42 @@ int qdd_workers_parse(const char *s, qdd_workers *w, qd_err *err)
     }
     if (!strncmp(s, "cuda:", 5)) {
         w->kind = QDD_WORKERS_CUDA;
-        if (!strcmp(s + 5, "all")) { w->n_devices = QDD_CUDA_ALL; return 0; }
+        const char *after;
+        if (!strncmp(s + 5, "all", 3)) {
+            int k = parse_copies(s + 8, &after);
+            if (k < 0 || *after)
+                return qd_err_set(err, QD_EINVAL, "'%s': expected cuda:all or cuda:all*N, N workers per device in 1..%d", s,
+                                  QDD_MAX_WORKERS);
+            w->n_devices = QDD_CUDA_ALL;
+            w->all_per_device = k;
+            return 0;
+        }
         const char *p = s + 5;
+        int total = 0;
         while (1) {
             long d = strtol(p, &end, 10);
-            if (end == p || d < 0 || d > 1023 || (*end && *end != ','))
-                return qd_err_set(err, QD_EINVAL, "'%s': expected cuda:all or cuda:0,1,...", s);
+            if (end == p || *p < '0' || *p > '9' || d > 1023)
+                return qd_err_set(err, QD_EINVAL, "'%s': expected cuda:all or cuda:0,1,... (a device may end in *N)", s);
+            int k = parse_copies(end, &after);
+            if (k < 0)
+                return qd_err_set(err, QD_EINVAL, "'%s': device %ld: '*' needs a number of workers in 1..%d", s, d,
+                                  QDD_MAX_WORKERS);
+            if (*after && *after != ',')
+                return qd_err_set(err, QD_EINVAL, "'%s': expected cuda:all or cuda:0,1,... (a device may end in *N)", s);
             for (int i = 0; i < w->n_devices; i++)
-                if (w->devices[i] == d) return qd_err_set(err, QD_EINVAL, "'%s': device %ld listed twice", s, d);
-            if (w->n_devices == QDD_MAX_WORKERS) return qd_err_set(err, QD_EINVAL, "'%s': too many devices", s);
+                if (w->devices[i] == d)
+                    return qd_err_set(err, QD_EINVAL, "'%s': device %ld listed twice (for several workers on it: %ld*N)", s, d,
+                                      d);
+            total += k;
+            if (w->n_devices == QDD_MAX_WORKERS || total > QDD_MAX_WORKERS)
+                return qd_err_set(err, QD_EINVAL, "'%s': more than %d workers", s, QDD_MAX_WORKERS);
+            w->per_device[w->n_devices] = k;
             w->devices[w->n_devices++] = (int)d;
-            if (!*end) return 0;
-            p = end + 1;
+            if (!*after) return 0;
+            p = after + 1;
         }
     }
-    return qd_err_set(err, QD_EINVAL, "'%s' is not cpu:N, cuda:all or cuda:0,1", s);
+    return qd_err_set(err, QD_EINVAL, "'%s' is not cpu:N, cuda:all or cuda:0,1 (cuda:0*2: two workers on device 0)", s);
 }
 
 /* ---- the output allow-list ---------------------------------------------------------- */

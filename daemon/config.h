@@ -25,12 +25,16 @@
 
 typedef enum qdd_worker_kind { QDD_WORKERS_CPU = 0, QDD_WORKERS_CUDA } qdd_worker_kind;
 
-/* The parsed --workers value: "cpu:N", "cuda:all" or "cuda:0,1". */
+/* The parsed --workers value: "cpu:N", "cuda:all" or "cuda:0,1"; a device may carry "*N",
+ * N worker processes on it ("cuda:0*2", "cuda:all*2": each a context of its own, so one GPU's
+ * idle time between one worker's kernels goes to another's parts). */
 typedef struct qdd_workers {
     qdd_worker_kind kind;
     int n_cpu;                          /* CPU workers (kind CPU) */
     int n_devices;                      /* CUDA devices listed, or QDD_CUDA_ALL */
     int devices[QDD_MAX_WORKERS];       /* CUDA ordinals (kind CUDA, n_devices > 0) */
+    int per_device[QDD_MAX_WORKERS];    /* workers on devices[i]: 1 unless "*N" */
+    int all_per_device;                 /* cuda:all: workers on each visible device (1 unless "*N") */
 } qdd_workers;
 
 /* The parsed --redis value: redis://[user:pass@]HOST:PORT[/db]. Strings are owned. */

@@ -1,8 +1,8 @@
 /* The worker pool: quantd-worker processes spawned with uv_spawn (one per GPU for
- * cuda:..., N for cpu:N), framed messages over their stdin/stdout (proto/wire.h), the hello
- * check, the heartbeat watchdog, and restarts. A worker that exits, is killed (OOM killer
- * included) or falls silent is killed and restarted after a backoff; the task it held is
- * retried from the checkpoint by jobs.c. */
+ * cuda:..., N on each for cuda:0*N, N for cpu:N), framed messages over their stdin/stdout
+ * (proto/wire.h), the hello check, the heartbeat watchdog, and restarts. A worker that
+ * exits, is killed (OOM killer included) or falls silent is killed and restarted after a
+ * backoff; the task it held is retried from the checkpoint by jobs.c. */
 #define _GNU_SOURCE
 #include "daemon/daemon.h"
 
@@ -230,22 +230,31 @@ static void spawn(qdd_worker *w)
 int qdd_pool_start(qdd_daemon *d, qd_err *err)
 {
     const qdd_workers *ws = &d->cfg->worker_spec;
-    int n = 0, devs[QDD_MAX_WORKERS];
+    /* devs[i]: worker i's device; copy[i]: which of that device's workers it is (0 first). */
+    int n = 0, devs[QDD_MAX_WORKERS], copy[QDD_MAX_WORKERS];
     if (ws->kind == QDD_WORKERS_CPU) {
         n = ws->n_cpu;
-    } else if (ws->n_devices == QDD_CUDA_ALL) {
-        /* One per visible device; without the CUDA runtime in the daemon, count them from
-         * CUDA_VISIBLE_DEVICES, else assume one (a worker on a missing device refuses in hello). */
-        const char *vis = getenv("CUDA_VISIBLE_DEVICES");
-        n = 1;
-        if (vis && *vis) {
-            n = 1;
-            for (const char *p = vis; *p; p++) n += *p == ',';
-        }
-        for (int i = 0; i < n; i++) devs[i] = i;
     } else {
-        n = ws->n_devices;
-        for (int i = 0; i < n; i++) devs[i] = ws->devices[i];
+        int n_dev, per_all = ws->all_per_device > 0 ? ws->all_per_device : 1;
+        if (ws->n_devices == QDD_CUDA_ALL) {
+            /* Every visible device; without the CUDA runtime in the daemon, count them from
+             * CUDA_VISIBLE_DEVICES, else assume one (a worker on a missing device refuses in hello). */
+            const char *vis = getenv("CUDA_VISIBLE_DEVICES");
+            n_dev = 1;
+            if (vis && *vis)
+                for (const char *p = vis; *p; p++) n_dev += *p == ',';
+        } else {
+            n_dev = ws->n_devices;
+        }
+        for (int i = 0; i < n_dev; i++) {
+            int dev = ws->n_devices == QDD_CUDA_ALL ? i : ws->devices[i];
+            int k = ws->n_devices == QDD_CUDA_ALL ? per_all : (ws->per_device[i] > 0 ? ws->per_device[i] : 1);
+            for (int c = 0; c < k; c++) {
+                if (n == QDD_MAX_WORKERS) return qd_err_set(err, QD_EINVAL, "--workers: more than %d workers", QDD_MAX_WORKERS);
+                devs[n] = dev;
+                copy[n++] = c;
+            }
+        }
     }
     if (n <= 0 || n > QDD_MAX_WORKERS) return qd_err_set(err, QD_EINVAL, "--workers: no workers to run");
     d->workers = calloc((size_t)n, sizeof *d->workers);
@@ -259,7 +268,10 @@ int qdd_pool_start(qdd_daemon *d, qd_err *err)
             snprintf(w->name, sizeof w->name, "cpu-%d", i);
             snprintf(w->backend, sizeof w->backend, "cpu");
         } else {
-            snprintf(w->name, sizeof w->name, "cuda-%d", devs[i]);
+            /* The first on a device keeps the name it had alone (cuda-0); the others are
+             * cuda-0.1, cuda-0.2, ... */
+            if (copy[i]) snprintf(w->name, sizeof w->name, "cuda-%d.%d", devs[i], copy[i]);
+            else snprintf(w->name, sizeof w->name, "cuda-%d", devs[i]);
             snprintf(w->backend, sizeof w->backend, "cuda:%d", devs[i]);
         }
         uv_timer_init(d->loop, &w->restart);

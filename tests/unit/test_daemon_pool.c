@@ -71,6 +71,31 @@ static void test_start(void)
     pool_end();
 }
 
+/* Several workers on one GPU: each its own process, named apart, on the same device. The
+ * fake workers answer hello as CPU workers, so only the spawn is checked. */
+static void test_cuda_copies(void)
+{
+    CHECK_OK(pool_begin("ok", "cuda:3*2,1"));
+    CHECK_INT(d.n_workers, 3);
+    CHECK_STR(d.workers[0].name, "cuda-3");
+    CHECK_STR(d.workers[0].backend, "cuda:3");
+    CHECK_STR(d.workers[1].name, "cuda-3.1");
+    CHECK_STR(d.workers[1].backend, "cuda:3");
+    CHECK_STR(d.workers[2].name, "cuda-1");
+    CHECK_STR(d.workers[2].backend, "cuda:1");
+    CHECK(d.workers[0].pid > 0 && d.workers[1].pid > 0 && d.workers[0].pid != d.workers[1].pid);
+    pool_end();
+    setenv("CUDA_VISIBLE_DEVICES", "4,5", 1);
+    CHECK_OK(pool_begin("ok", "cuda:all*2"));
+    unsetenv("CUDA_VISIBLE_DEVICES");
+    CHECK_INT(d.n_workers, 4);
+    CHECK_STR(d.workers[1].name, "cuda-0.1");
+    CHECK_STR(d.workers[1].backend, "cuda:0");
+    CHECK_STR(d.workers[3].name, "cuda-1.1");
+    CHECK_STR(d.workers[3].backend, "cuda:1");
+    pool_end();
+}
+
 static void test_crash_restart(void)
 {
     CHECK_OK(pool_begin("ok", "cpu:1"));
@@ -179,6 +204,7 @@ int main(int argc, char **argv)
     qd_log_set_level(QD_LOG_ERROR);
     uv_loop_init(&loop);
     TEST_RUN(test_start);
+    TEST_RUN(test_cuda_copies);
     TEST_RUN(test_crash_restart);
     TEST_RUN(test_crash_loop_backoff);
     TEST_RUN(test_selftest_refused);
