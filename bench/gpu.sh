@@ -1,19 +1,20 @@
 #!/usr/bin/env bash
 # bench/gpu.sh: everything the first GPU minutes should run, as one command (issue #20).
 #
-#   bench/gpu.sh [--lease] [--dry-run] [--steps build,test,sanitize,selftest,bench,moe,job]
+#   bench/gpu.sh [--lease] [--dry-run] [--steps build,test,sanitize,selftest,bench,moe,job,parts]
 #                [--bundle FILE] [--budget SECONDS] [--build DIR] [--reuse-build DIR]
 #                [--results DIR] [--out DIR] [--device cuda:N] [--job-blocks N]
 #                [--job-samples N] [--agree-blocks N] [--agree-samples N] [--agree-seq N]
 #                [--moe-blocks N] [--moe-hidden N] [--moe-samples N] [--moe-seq N] [--reps N]
+#                [--parts-samples N] [--parts-seq N]
 #
 # On a lent machine of the device tool, one command (made for its 15 minutes of device time,
 # machine start included, and its 8 files back from $OUT):
 #   bench/gpu_bundle.sh                        # here, first: build/gpu-bundle.tar.gz
 #   bench/gpu.sh --lease --out "$OUT"          # there, carrying build/gpu-bundle.tar.gz
 # --lease is --bundle build/gpu-bundle.tar.gz --budget 480 --steps
-# build,test,selftest,bench,moe,job,sanitize --job-blocks 2 --agree-blocks 1 --agree-samples 8
-# --moe-blocks 1 --moe-samples 8 --reps 50; options after it override it.
+# build,test,selftest,bench,moe,job,parts,sanitize --job-blocks 2 --agree-blocks 1 --agree-samples 8
+# --moe-blocks 1 --moe-samples 8 --parts-samples 8 --reps 50; options after it override it.
 #
 # Steps (each timed; a failure is recorded and the later steps still run; they run in the
 # order --steps names them):
@@ -40,6 +41,12 @@
 #             the report's compute says which ran); then CPU vs CUDA
 #             agreement: --agree-blocks blocks at --agree-samples x --agree-seq on both
 #             backends (per-layer error difference) and perplexity of a tiny model on both
+#   parts     the parallel path (docs/parallel.md): one 7B-shaped block (GPTQ w4 g128,
+#             calibration --parts-samples x --parts-seq, default 16 x 512) through quantd
+#             on a throwaway redis-server (the bundle's with --bundle), with one worker on
+#             the device (--workers cuda:N) and with two on it (cuda:N*2): the block's
+#             seconds per stage from each report, the parts each worker ran, peak GPU
+#             memory, and that both model.safetensors are the same bytes
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
 # RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
 # the same day and device add to the same file (a step run again replaces its section), so
@@ -61,7 +68,8 @@
 #
 # --dry-run (or no GPU visible) runs what needs no GPU: the sm_90 compile with the ptxas
 # report and the CPU halves of the moe step (one block of 256 at 4 x 128) and the job step
-# (default: one block at 8 x 256 tokens), and
+# (default: one block at 8 x 256 tokens), the parts step's comparison on CPU workers
+# (cpu:1 vs cpu:2 of one thread each, one block of hidden 256 and MLP 2304 at 4 x 128), and
 # records every GPU step as skipped with the reason. With --reuse-build DIR the dry run
 # takes quantctl from DIR (an existing build) and compiles only the CUDA sources for the
 # report, which is what CI does (tests/integration/test_gpu_dry_run.sh).
@@ -73,17 +81,17 @@ here="$root/bench"
 
 usage() { awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" | sed 's/^# \{0,1\}//'; }
 
-all_steps="build test sanitize selftest bench moe job"
-dry=0 steps="build,test,sanitize,selftest,bench,moe,job" build="" reuse="" results="$root/bench/results" outdir=""
+all_steps="build test sanitize selftest bench moe job parts"
+dry=0 steps="build,test,sanitize,selftest,bench,moe,job,parts" build="" reuse="" results="$root/bench/results" outdir=""
 device="cuda:0" job_blocks=4 job_samples=128 agree_blocks="" agree_samples="" agree_seq="" reps=100
-moe_blocks="" moe_hidden="" moe_samples="" moe_seq=""
+moe_blocks="" moe_hidden="" moe_samples="" moe_seq="" parts_samples="" parts_seq=""
 bundle="" budget=0 lease=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --dry-run) dry=1; shift; continue ;;
         --lease)
-            lease=1 steps="build,test,selftest,bench,moe,job,sanitize" budget=480 job_blocks=2 agree_blocks=1 agree_samples=8 reps=50
-            moe_blocks=1 moe_samples=8
+            lease=1 steps="build,test,selftest,bench,moe,job,parts,sanitize" budget=480 job_blocks=2 agree_blocks=1 agree_samples=8 reps=50
+            moe_blocks=1 moe_samples=8 parts_samples=8
             shift; continue ;;
         -h|--help) usage; exit 0 ;;
     esac
@@ -105,6 +113,8 @@ while [ $# -gt 0 ]; do
         --moe-hidden) moe_hidden=$2 ;;
         --moe-samples) moe_samples=$2 ;;
         --moe-seq) moe_seq=$2 ;;
+        --parts-samples) parts_samples=$2 ;;
+        --parts-seq) parts_seq=$2 ;;
         --bundle) bundle=$2 ;;
         --budget) budget=$2 ;;
         *) echo "gpu.sh: unknown option '$1' (see --help)" >&2; exit 2 ;;
@@ -128,8 +138,11 @@ agree_blocks=${agree_blocks:-$d_blocks} agree_samples=${agree_samples:-$d_sample
 # The MoE step's: 2 blocks of hidden 1024 at 16 x 512 on a GPU machine, one of 256 at 4 x 128 without.
 if [ "$dry" = 1 ]; then d_blocks=1 d_hidden=256 d_samples=4 d_seq=128; else d_blocks=2 d_hidden=1024 d_samples=16 d_seq=512; fi
 moe_blocks=${moe_blocks:-$d_blocks} moe_hidden=${moe_hidden:-$d_hidden} moe_samples=${moe_samples:-$d_samples} moe_seq=${moe_seq:-$d_seq}
+# The parts step's: 16 x 512 on a GPU machine, 4 x 128 without (its CPU half, on a tiny block).
+if [ "$dry" = 1 ]; then d_samples=4 d_seq=128; else d_samples=16 d_seq=512; fi
+parts_samples=${parts_samples:-$d_samples} parts_seq=${parts_seq:-$d_seq}
 for v in "$job_blocks" "$job_samples" "$agree_blocks" "$agree_samples" "$agree_seq" "$reps" \
-         "$moe_blocks" "$moe_hidden" "$moe_samples" "$moe_seq"; do
+         "$moe_blocks" "$moe_hidden" "$moe_samples" "$moe_seq" "$parts_samples" "$parts_seq"; do
     case "$v" in ''|*[!0-9]*) echo "gpu.sh: '$v' is not a positive number" >&2; exit 2 ;; esac
     [ "$v" -gt 0 ] || { echo "gpu.sh: counts must be positive" >&2; exit 2; }
 done
@@ -183,7 +196,10 @@ export OPENBLAS_NUM_THREADS=${OPENBLAS_NUM_THREADS:-$ncpu}
 bundle_note=""
 if [ -n "$bundle" ]; then
     mkdir -p "$W/bundle" && tar -xzf "$bundle" -C "$W/bundle" || { echo "gpu.sh: cannot unpack $bundle" >&2; exit 2; }
-    missing() { ldd "$W"/bundle/bin/* 2>/dev/null | awk '/not found/{print $1}' | sort -u | xargs; }
+    missing() {
+        { ldd "$W"/bundle/bin/*; [ ! -d "$W/bundle/redis" ] || LD_LIBRARY_PATH="$W/bundle/lib" ldd "$W"/bundle/redis/*; } 2>/dev/null \
+            | awk '/not found/{print $1}' | sort -u | xargs
+    }
     miss=$(missing)
     if [ -n "$miss" ]; then
         extra=""
@@ -525,6 +541,132 @@ step_job() {
     python3 "$here/gpu_report.py" agree "$L/job-cpu-agree-report.json" "$cuda_report" "$L/job-ppl.jsonl" \
         "$L/job-4-agreement.md" "$L/headline-job.tsv" || rc=1
     [ "$gpu" = 1 ] || { [ $rc = 0 ] && exit 78; }
+    return $rc
+}
+
+# ---- one block's quantize step over one and two workers of the device ---------------------------
+# docs/parallel.md: the daemon spreads a block's quantize step over its workers as parts. The
+# same job through quantd twice, on a throwaway redis-server: one worker on the device, then
+# two on the same device (--workers cuda:N*2; each its own process and context, so the GPU
+# works on one worker's part while the other's host side runs). The outputs must be the same
+# bytes. Without a GPU, the same comparison on CPU workers (cpu:1 vs cpu:2, one thread each)
+# at a tiny size, so this code runs on every CI run.
+# predis NAME ARGS...: runs redis-server or redis-cli: the bundle's when it carries them (packed
+# without an RPATH: their libraries through LD_LIBRARY_PATH, for them alone), else the system's.
+predis() {
+    local n=$1; shift
+    if [ -n "$bundle" ] && [ -x "$W/bundle/redis/$n" ]; then
+        env LD_LIBRARY_PATH="$W/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$W/bundle/redis/$n" "$@"
+    else
+        env "$n" "$@"
+    fi
+}
+parts_stop() {   # ends the run's quantd and memory sampler (those it started, by pid)
+    [ -z "${pmon:-}" ] || kill "$pmon" 2>/dev/null
+    [ -z "${pdp:-}" ] || { kill -TERM "$pdp" 2>/dev/null; wait "$pdp" 2>/dev/null; }
+    pmon="" pdp=""
+}
+parts_end() {    # the step's exit: that, and its redis-server
+    parts_stop
+    [ -z "${prp:-}" ] || { kill "$prp" 2>/dev/null; wait "$prp" 2>/dev/null; }
+    prp=""
+}
+# parts_run LABEL WORKERS BACKEND MODEL IDS SAMPLES SEQ: one GPTQ w4 g128 job through a fresh
+# quantd with --workers WORKERS; its output in $W/out-parts-LABEL, its daemon log, job,
+# report and GPU memory samples in $L/parts-LABEL*. Waits (polling, bounded by the budget)
+# for the job to end; a worker that refuses (no device, a failed self-test) ends it at once.
+parts_run() {
+    local label=$1 workers=$2 bk=$3 model=$4 ids=$5 samples=$6 seq=$7 out="$W/out-parts-$1" lim i=0 state="" why
+    echo "{\"id\": \"gpu-parts-$label\", \"model\": \"$model\", \"output\": \"$out\", \"method\": \"gptq\", \"bits\": 4," \
+         "\"group_size\": 128, \"backend\": \"$bk\", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq}}" \
+        > "$L/parts-$label-job.json"
+    : > "$L/parts-$label-gpumem.log"
+    if [ "$bk" = cuda ]; then
+        ( while :; do nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i "$devnum" 2>/dev/null; sleep 0.5; done ) \
+            > "$L/parts-$label-gpumem.log" & pmon=$!
+    fi
+    "$(qbin)/quantd" --redis "redis://127.0.0.1:$pport" --workers "$workers" --allow-root "$W" --node "gpu-parts-$label" \
+        > "$L/parts-$label-daemon.log" 2>&1 & pdp=$!
+    predis redis-cli -p "$pport" LPUSH qjobs "$(cat "$L/parts-$label-job.json")" > /dev/null \
+        || { parts_stop; note "the $workers job: redis-cli LPUSH failed"; return 1; }
+    lim=$(( $(tlimit 900) * 2 ))   # polls of 0.5 s
+    while [ $i -lt "$lim" ]; do
+        state=$(predis redis-cli -p "$pport" HGET "qjob:gpu-parts-$label" state 2>/dev/null)
+        case "$state" in done|failed|cancelled) break ;; esac
+        kill -0 "$pdp" 2>/dev/null || { state="quantd exited"; break; }
+        why=$(sed -n 's/.*worker_refused.*why="\([^"]*\)".*/\1/p' "$L/parts-$label-daemon.log" | head -1)
+        [ -z "$why" ] || { state="a worker refused: $why"; break; }
+        sleep 0.5; i=$((i + 1))
+    done
+    [ $i -lt "$lim" ] || state="not finished within $((lim / 2)) s"
+    [ "$state" = done ] || [ "$state" != failed ] || state="failed: $(predis redis-cli -p "$pport" HGET "qjob:gpu-parts-$label" error 2>/dev/null)"
+    parts_stop
+    cp "$out/quantd_report.json" "$L/parts-$label-report.json" 2>/dev/null
+    [ "$state" = done ] || { note "the $workers job: $state (parts-$label-daemon.log)"; return 1; }
+}
+# parts_pair WHAT LABEL1 WORKERS1 LABEL2 WORKERS2 BACKEND MODEL IDS SAMPLES SEQ OUT.md: both
+# runs, the bytes compared, the section written.
+parts_pair() {
+    local what=$1 l1=$2 w1=$3 l2=$4 w2=$5 bk=$6 model=$7 ids=$8 samples=$9 seq=${10} md=${11} rc=0 same=-
+    parts_run "$l1" "$w1" "$bk" "$model" "$ids" "$samples" "$seq" || rc=1
+    parts_run "$l2" "$w2" "$bk" "$model" "$ids" "$samples" "$seq" || rc=1
+    if [ -f "$W/out-parts-$l1/model.safetensors" ] && [ -f "$W/out-parts-$l2/model.safetensors" ]; then
+        if cmp "$W/out-parts-$l1/model.safetensors" "$W/out-parts-$l2/model.safetensors" > "$L/parts-$l2-cmp.log" 2>&1; then
+            same=yes
+        else
+            same=no rc=1; note "$w1 and $w2 wrote different bytes (parts-$l2-cmp.log)"
+        fi
+    fi
+    python3 "$here/gpu_report.py" parts "$what" "$w1" "$L/parts-$l1-report.json" "$L/parts-$l1-gpumem.log" \
+        "$w2" "$L/parts-$l2-report.json" "$L/parts-$l2-gpumem.log" "$same" "$md" "$L/headline-parts.tsv" || rc=1
+    rm -rf "$W/out-parts-$l1" "$W/out-parts-$l2"
+    return $rc
+}
+step_parts() {
+    if [ "$gpu" = 1 ]; then ensure_build; fi
+    Q="$(qbin)/quantctl"
+    local x rc=0
+    for x in quantctl quantd quantd-worker; do
+        [ -x "$(qbin)/$x" ] || fail "no $x in $(qbin) (run the build step, or pass --reuse-build or --bundle)"
+    done
+    if ! { [ -n "$bundle" ] && [ -x "$W/bundle/redis/redis-server" ]; } && ! { command -v redis-server && command -v redis-cli; } > /dev/null; then
+        [ "$gpu" = 1 ] || skip "no redis-server or redis-cli here (bench/gpu_bundle.sh packs them)"
+        fail "no redis-server or redis-cli in the bundle or on PATH (a bundle of bench/gpu_bundle.sh carries them)"
+    fi
+    pmon="" pdp="" prp=""
+    trap parts_end EXIT
+    pport=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    mkdir -p "$W/redis"
+    # Not through predis: a function in the background is a subshell, whose pid is not the server's.
+    if [ -n "$bundle" ] && [ -x "$W/bundle/redis/redis-server" ]; then
+        env LD_LIBRARY_PATH="$W/bundle/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$W/bundle/redis/redis-server" \
+            --port "$pport" --bind 127.0.0.1 --dir "$W/redis" --save '' --appendonly no > "$L/parts-redis.log" 2>&1 & prp=$!
+    else
+        redis-server --port "$pport" --bind 127.0.0.1 --dir "$W/redis" --save '' --appendonly no > "$L/parts-redis.log" 2>&1 & prp=$!
+    fi
+    for x in $(seq 50); do predis redis-cli -p "$pport" ping 2>/dev/null | grep -q PONG && break; sleep 0.2; done
+    predis redis-cli -p "$pport" ping 2>/dev/null | grep -q PONG || fail "redis-server did not answer on port $pport (parts-redis.log)"
+    if [ "$gpu" = 1 ]; then
+        gen_7b "$W/mparts" 1 || fail "gen-model of the 7B-shaped block failed"
+        gen_ids "$W/ids-parts.json" $((parts_samples * parts_seq + 4096)) 512
+        parts_pair "7B-shaped block, GPTQ w4 g128, $parts_samples x $parts_seq, one vs two workers on $device" \
+            cuda-1 "$device" cuda-2 "$device*2" cuda "$W/mparts" "$W/ids-parts.json" "$parts_samples" "$parts_seq" \
+            "$L/parts-1-cuda.md" || rc=1
+        rm -rf "$W/mparts"
+        return $rc
+    fi
+    # The CPU half: gate/up of 2304 rows are 2 parts each (at most 2048 rows a part), so
+    # the second worker has parts to take; one thread a worker.
+    "$Q" gen-model --out "$W/mparts" --layers 1 --hidden 256 --intermediate 2304 --heads 4 --kv-heads 4 \
+        --vocab 256 --max-pos 256 --seed 5 > /dev/null || fail "gen-model of the tiny model failed"
+    gen_ids "$W/ids-parts.json" $((parts_samples * parts_seq + 4096)) 256
+    QUANTD_THREADS=1 OPENBLAS_NUM_THREADS=1 parts_pair \
+        "tiny block (hidden 256, MLP 2304), GPTQ w4 g128, $parts_samples x $parts_seq, CPU workers of one thread" \
+        cpu-1 cpu:1 cpu-2 cpu:2 cpu "$W/mparts" "$W/ids-parts.json" "$parts_samples" "$parts_seq" "$L/parts-2-cpu.md" || rc=1
+    rm -rf "$W/mparts"
+    echo "The GPU comparison (one vs two workers on $device, a 7B-shaped block) was skipped: $why_skip." > "$L/parts-1-cuda.md"
+    note "GPU half skipped: $why_skip"
+    [ $rc = 0 ] && exit 78
     return $rc
 }
 

@@ -7,6 +7,7 @@ results file. Standard library only (the GPU machine may have nothing else).
     gpu_report.py job     TIMED_LOG REPORT.json GPUMEM.log LABEL OUT.md HEAD.tsv
     gpu_report.py agree   CPU_REPORT CUDA_REPORT|- PPL.jsonl OUT.md HEAD.tsv
     gpu_report.py moe     CPU_REPORT CUDA_REPORT|- OUT.md HEAD.tsv
+    gpu_report.py parts   WHAT WORKERS1 REPORT1 GPUMEM1 WORKERS2 REPORT2 GPUMEM2 SAME OUT.md HEAD.tsv
     gpu_report.py summary LOGDIR TITLE OUT.md
 
 Every fragment says what it measured; a figure that could not be measured is written as
@@ -19,7 +20,7 @@ import statistics
 import subprocess
 import sys
 
-STEPS = ["build", "test", "sanitize", "selftest", "bench", "moe", "job"]
+STEPS = ["build", "test", "sanitize", "selftest", "bench", "moe", "job", "parts"]
 
 
 def write(path, text):
@@ -317,6 +318,95 @@ def cmd_agree(cpu_report, cuda_report, ppl_jsonl, out_md, head_tsv):
     return 0 if ok else 1
 
 
+# ---- one block over one and two workers ------------------------------------------------
+
+QUANTIZE_STEP = ("quantize", "pack", "error", "kernel_check")
+
+
+def peak_mib(gpumem):
+    try:
+        vals = [int(x.split()[0]) for x in open(gpumem) if x.strip() and x.split()[0].isdigit()]
+    except OSError:
+        return None
+    return max(vals) if vals else None
+
+
+def cmd_parts(what, w1, report1, gpumem1, w2, report2, gpumem2, same, out_md, head_tsv):
+    """The same one-block job through quantd with WORKERS1 and WORKERS2: the block's seconds
+    per stage from each report, the parts each worker ran, peak GPU memory, the bytes."""
+    runs = []
+    for w, rp, gm in ((w1, report1, gpumem1), (w2, report2, gpumem2)):
+        try:
+            rep = json.load(open(rp))
+        except (OSError, ValueError):
+            rep = None
+        runs.append((w, rep, peak_mib(gm)))
+    out = ["**%s**\n" % what]
+    for w, rep, _ in runs:
+        if rep is None:
+            out.append("`--workers %s`: no report (the job failed or ran out of time; see its daemon log).\n" % w)
+    ok = [r for r in runs if r[1] and r[1].get("blocks")]
+    if ok:
+        stages = []
+        for _, rep, _ in ok:
+            for st in rep["blocks"][0].get("stages", {}):
+                if st not in stages:
+                    stages.append(st)
+        cols = [("`%s`" % w) if rep and rep.get("blocks") else "`%s` (not run)" % w for w, rep, _ in runs]
+        out.append("Seconds of the block, per stage (the report's `blocks[0].stages`); the quantize step is quantize + "
+                   "pack + error + kernel_check, the stages the parts spread over the workers:\n")
+        out.append("| stage | %s | %s |\n|---|---|---|" % tuple(cols))
+
+        def cell(rep, f):
+            return "%.2f" % f(rep) if rep and rep.get("blocks") else "-"
+        out.append("| **block** | %s | %s |" % tuple(cell(r, lambda x: x["blocks"][0]["seconds"]) for _, r, _ in runs))
+        out.append("| **quantize step** | %s | %s |" % tuple(
+            cell(r, lambda x: sum(x["blocks"][0]["stages"].get(k, 0) for k in QUANTIZE_STEP)) for _, r, _ in runs))
+        for st in stages:
+            out.append("| %s | %s | %s |" % ((st,) + tuple(cell(r, lambda x, st=st: x["blocks"][0]["stages"].get(st, 0))
+                                                          for _, r, _ in runs)))
+        out.append("\nThe workers that ran each linear's parts (the report's `layers[].worker`; \"in the lead\": its "
+                   "parts were computed in memory, not handed out):\n")
+        out.append("| layer | `%s` | `%s` |\n|---|---|---|" % (w1, w2))
+        names = []
+        for _, rep, _ in ok:
+            for l in rep.get("layers", []):
+                if l["name"] not in names:
+                    names.append(l["name"])
+        by = [{l["name"]: l for l in (rep or {}).get("layers", [])} for _, rep, _ in runs]
+
+        def who(l):
+            if l is None:
+                return "-"
+            n = l.get("parts", 1)
+            return "%s%s" % (l.get("worker", "in the lead"), " (%d parts)" % n if n > 1 else "")
+        for n in names:
+            out.append("| %s | %s | %s |" % (n, who(by[0].get(n)), who(by[1].get(n))))
+    if any(p is not None for _, _, p in runs):
+        out.append("\nPeak GPU memory (nvidia-smi memory.used, the whole device, sampled every 0.5 s): %s.\n" % ", ".join(
+            "`%s` %s" % (w, "%d MiB" % p if p is not None else "not measured") for w, _, p in runs))
+    else:
+        out.append("\nPeak GPU memory: not measured (no nvidia-smi samples).\n")
+    out.append("Outputs (`model.safetensors`) byte-identical: %s.\n" % {
+        "yes": "yes, identical bytes", "no": "**no, they differ**"}.get(same, "not compared (a run left no output)"))
+    write(out_md, "\n".join(out) + "\n")
+    with open(head_tsv, "a") as f:
+        if len(ok) == 2:
+            q = [sum(r["blocks"][0]["stages"].get(k, 0) for k in QUANTIZE_STEP) for _, r, _ in runs]
+            b = [r["blocks"][0]["seconds"] for _, r, _ in runs]
+            head_line(f, "%s: quantize step seconds, %s / %s" % (what, w1, w2), "%.2f / %.2f (%.2fx)" % (
+                q[0], q[1], q[0] / q[1] if q[1] > 0 else 0))
+            head_line(f, "%s: block seconds, %s / %s" % (what, w1, w2), "%.2f / %.2f" % (b[0], b[1]))
+        else:
+            head_line(f, "%s: quantize step seconds, %s / %s" % (what, w1, w2), "not measured (a job failed)", "-", "no")
+        head_line(f, "%s: outputs byte-identical" % what, {"yes": "identical bytes", "no": "different bytes"}.get(
+            same, "not compared"), "identical", "yes" if same == "yes" else "no")
+        if any(p is not None for _, _, p in runs):
+            head_line(f, "%s: peak GPU memory, %s / %s" % (what, w1, w2), " / ".join(
+                "%d MiB" % p if p is not None else "-" for _, _, p in runs))
+    return 0 if len(ok) == 2 and same == "yes" else 1
+
+
 # ---- the results file ----------------------------------------------------------------
 
 def cmd_summary(logdir, title, out_md):
@@ -371,7 +461,7 @@ def cmd_summary(logdir, title, out_md):
 
 def main(argv):
     cmds = {"ptxas": (cmd_ptxas, 2), "kernels": (cmd_kernels, 3), "job": (cmd_job, 6), "agree": (cmd_agree, 5),
-            "moe": (cmd_moe, 4), "summary": (cmd_summary, 3)}
+            "moe": (cmd_moe, 4), "parts": (cmd_parts, 10), "summary": (cmd_summary, 3)}
     if len(argv) < 2 or argv[1] not in cmds or len(argv) - 2 != cmds[argv[1]][1]:
         sys.stderr.write(__doc__)
         return 2

@@ -3,7 +3,8 @@
 # reuses this build (no second build), compiles the CUDA sources for sm_90 with the ptxas
 # report when nvcc is present, runs the CPU halves of the MoE-shaped job (one small block of
 # eight experts) and of the 7B-shaped job on one block at a small calibration and the tiny
-# model's perplexity, records every GPU step as skipped with the
+# model's perplexity, and of the parts step (one tiny block through quantd on a throwaway
+# redis-server with cpu:1 and cpu:2: the same bytes), records every GPU step as skipped with the
 # reason, and writes the results file with its summary table into a temporary directory.
 # Then the lent-machine path: bench/gpu_bundle.sh --from-build packs this build's programs
 # with their libraries, and gpu.sh --lease runs them from the bundle under a stand-in
@@ -16,8 +17,8 @@
 set -u
 . "$(dirname "$0")/cli_common.sh"
 S="${QUANTD_SOURCE_DIR:?QUANTD_SOURCE_DIR must point at the source tree}"
-steps=build,test,sanitize,selftest,bench,moe,job
-command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,sanitize,selftest,bench,moe,job; }
+steps=build,test,sanitize,selftest,bench,moe,job,parts
+command -v nvcc >/dev/null || { echo "note: no nvcc, the build step is left out"; steps=test,sanitize,selftest,bench,moe,job,parts; }
 
 bash "$S/bench/gpu.sh" --dry-run --steps "$steps" --reuse-build "$QUANTD_BUILD_DIR" --results "$T/results" \
     --agree-samples 4 --agree-seq 256 > "$T/out.log" 2>&1
@@ -47,7 +48,24 @@ python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"
     "$logs/job-cpu-moe-report.json" || fail "the CPU MoE job is not one block of 4 attention and 8 x 3 expert layers"
 python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"]["blocks"] == 1 and r["totals"]["layers_quantized"] == 7, r["totals"]' \
     "$logs/job-cpu-agree-report.json" || fail "the CPU job is not one 7B-shaped block of 7 layers"
-if [ "$steps" = build,test,sanitize,selftest,bench,moe,job ]; then
+# The parts step: one tiny block through quantd with one CPU worker and with two, the same
+# bytes, the second worker running parts; the GPU half named as skipped.
+if command -v redis-server > /dev/null && command -v redis-cli > /dev/null; then
+    has "$md" "^| parts | pass (CPU half only) | .* | GPU half skipped: dry run"
+    [ -s "$logs/parts-2-cpu.md" ] || fail "the parts step wrote no section for its CPU half"
+    has "$logs/parts-2-cpu.md" "byte-identical: yes, identical bytes"
+    has "$logs/parts-2-cpu.md" "| \*\*quantize step\*\* | [0-9.]* | [0-9.]* |"
+    has "$logs/parts-1-cuda.md" "was skipped: dry run"
+    has "$md" "CPU workers of one thread: outputs byte-identical | identical bytes | identical | yes |"
+    python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert r["totals"]["blocks"] == 1 and r["totals"]["layers_quantized"] == 7, r["totals"]' \
+        "$logs/parts-cpu-2-report.json" || fail "the parts step's cpu:2 job is not one block of 7 layers"
+    python3 -c 'import json,sys; r = json.load(open(sys.argv[1])); assert any("cpu-1" in l.get("worker", "") for l in r["layers"]), [l.get("worker") for l in r["layers"]]' \
+        "$logs/parts-cpu-2-report.json" || fail "no part of the cpu:2 job ran in the second worker"
+else
+    echo "note: no redis-server, the parts step is skipped"
+    has "$md" "^| parts | skipped | .* | no redis-server"
+fi
+if [ "$steps" = build,test,sanitize,selftest,bench,moe,job,parts ]; then
     has "$md" "^| build | pass |"
     has "$md" "k_gptq_gemv<4, 1>"
     has "$md" "k_gemm_wmma"
@@ -79,9 +97,15 @@ if [ -x "$QUANTD_BUILD_DIR/tests/test_backend_cuda" ]; then
     bash "$S/bench/gpu_bundle.sh" --from-build "$QUANTD_BUILD_DIR" --out "$T/bundle.tar.gz" > "$T/bundle.log" 2>&1 \
         || { fail "gpu_bundle.sh --from-build failed"; cat "$T/bundle.log" >&2; }
     tar -tzf "$T/bundle.tar.gz" > "$T/bundle.list" 2>/dev/null
-    for f in ./MANIFEST ./bin/quantctl ./bin/test_backend_cuda ./lib/libcjson.so.1 ./lib/libopenblas.so.0; do
+    for f in ./MANIFEST ./bin/quantctl ./bin/test_backend_cuda ./lib/libcjson.so.1 ./lib/libopenblas.so.0 \
+             ./bin/quantd ./bin/quantd-worker ./redis/redis-server ./redis/redis-cli; do
         grep -qx -- "$f" "$T/bundle.list" || fail "the bundle lacks $f"
     done
+    # The bundle's Redis runs on its own libraries (as gpu.sh runs it: LD_LIBRARY_PATH=lib).
+    mkdir -p "$T/unpacked" && tar -xzf "$T/bundle.tar.gz" -C "$T/unpacked"
+    grep -q "^redis:   Redis server v=" "$T/unpacked/MANIFEST" || fail "the bundle's MANIFEST names no Redis version"
+    LD_LIBRARY_PATH="$T/unpacked/lib" "$T/unpacked/redis/redis-server" --version | grep -q "^Redis server v=" \
+        || fail "the bundle's redis-server does not run as a server"
     grep -qE '/lib(c\.so|cudart|stdc\+\+)' "$T/bundle.list" && fail "the bundle carries glibc, CUDA or libstdc++"
     mkdir -p "$T/fake"
     cat > "$T/fake/nvidia-smi" <<'SMI'
@@ -153,6 +177,7 @@ TIMEOUT
         has "$lmd" "MoE-shaped, 1 blocks of 256, 8 experts top-2, 1 x 64, cpu: seconds per block"
         [ -s "$llogs/job-cpu-moe-report.json" ] || fail "the lease run's CPU MoE job left no report"
         # Started when less than 30 s were left: skipped for the budget, not run.
+        has "$lmd" "^| parts | skipped | .* | not started: $((1080 - $(cat "$T/clock"))) s of the --budget of 80 s were left"
         has "$lmd" "^| sanitize | skipped | .* | not started: $((1080 - $(cat "$T/clock"))) s of the --budget of 80 s were left"
         # Each names what is missing: the device, or (a build without CUDA) the support.
         has "$llogs/selftest.log" "CUDA device\|no CUDA support"
