@@ -343,8 +343,13 @@ int qw_job_parse(qw_worker *w, const char *spec, const char *job_id, const char 
 static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
 {
     if (w->pipe && w->pipe_spec && !strcmp(w->pipe_spec, t->job) && w->pipe_fence == t->fence &&
-        (t->block == QP_TASK_WHOLE_JOB || t->block == qd_pipeline_next_block(w->pipe)))
+        (t->block == QP_TASK_WHOLE_JOB || t->block == qd_pipeline_next_block(w->pipe))) {
+        /* Whether this block may fan out is the task's to say (workers of other nodes may
+         * have come or gone since the last one). */
+        int fan = t->fanout && w->pipe_job->workers != 1;
+        qd_pipeline_set_fanout(w->pipe, fan ? qw_fanout : NULL, w->o->name);
         return 0;
+    }
     pipe_drop(w);
     qp_job *job = NULL;
     int rc = qw_job_parse(w, t->job, t->job_id, "task", &job, err);
@@ -352,8 +357,9 @@ static int task_open(qw_worker *w, const qp_msg_task *t, qd_err *err)
     qd_pipeline_hooks hooks = {.ud = w, .progress = on_progress, .before_commit = before_commit,
                                .fence = t->fence};
     /* A job that may use more than this worker fans its blocks' steps out through the daemon
-     * (worker_parts.c) when the daemon says there are others (task.fanout); with workers 1,
-     * or alone, the pipeline runs every part itself, in memory. */
+     * (worker_parts.c) when the daemon says there are others (task.fanout, the node's own
+     * workers or another node's); with workers 1, or alone, the pipeline runs every part
+     * itself, in memory. */
     if (t->fanout && job->workers != 1) {
         hooks.fanout = qw_fanout;
         hooks.worker = w->o->name;

@@ -39,6 +39,14 @@ int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep) { p->no_mlp_keep = !keep; }
 
+void qd_pipeline_set_fanout(qd_pipeline *p, int (*fanout)(void *ud, int block, const char *step, int n,
+                                                         const char *const *names),
+                            const char *worker)
+{
+    p->hooks.fanout = fanout;
+    p->hooks.worker = worker;
+}
+
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p) { return p->resumed_cross_backend; }
 
 /* 1 when the output holds nothing but, at most, a .quantd without a state.json: what an

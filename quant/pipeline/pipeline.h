@@ -128,6 +128,12 @@ void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
  * pass over the MLP per block, and for GPTQ less memory. keep 1 restores the default. The
  * output does not depend on it. */
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep);
+/* Replaces the fan-out hook (NULL: the parts run in memory) and the worker's name for the
+ * blocks run from now on, the hook's ud staying the open's. The bytes do not change; the
+ * open's disk check counted the part files only when it had a hook. */
+void qd_pipeline_set_fanout(qd_pipeline *p, int (*fanout)(void *ud, int block, const char *step, int n,
+                                                         const char *const *names),
+                            const char *worker);
 /* The last committed block's cost record (cost.h) as compact JSON, malloc'd and owned by the
  * caller; NULL when no block was committed in this run, or out of memory. */
 char *qd_pipeline_last_block_cost(const qd_pipeline *p);

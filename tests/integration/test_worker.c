@@ -313,6 +313,33 @@ static void test_worker(void)
     whole_without_parts(&c, &hb, model, dir, "outone", ",\"workers\":1", 1, out);
     whole_without_parts(&c, &hb, model, dir, "outnofan", "", 0, out);
 
+    /* The pipeline kept open from block 0 to block 1 follows each task's fanout: none for
+     * block 0, parts for block 1 (another node began to offer its workers). */
+    char outs[1024];
+    snprintf(outs, sizeof outs, "%s/outswitch", dir);
+    char *js = make_job(model, outs, "");
+    int sw_fanouts = 0, sw_parts = 0;
+    for (int b = 0; b < 2; b++) {
+        send_task_fan(&c, "wtest-outswitch", js, b, b);
+        int done = 0;
+        while (!done && recv_msg(&c, &m, &hb, 60000)) {
+            if (m.type == QP_MSG_PARTS) {
+                if (b == 0) TEST_FAIL_("parts announced by block 0 without fanout");
+                CHECK_INT(m.parts.block, b);
+                sw_parts += serve_parts(&c, &m, js, &sw_fanouts, &hb);
+                continue;
+            }
+            if (m.type == QP_MSG_TASK_FAILED) { TEST_FAIL_("switch: task_failed: %s", m.task_failed.error); done = 2; }
+            if (m.type == QP_MSG_TASK_DONE) done = 1;
+            qp_msg_clear(&m);
+        }
+        CHECK_INT(done, 1);
+    }
+    CHECK_INT(sw_fanouts, 1);
+    CHECK(sw_parts >= 2);
+    CHECK(same_files(out, outs));
+    free(js);
+
     /* A part of a job that does not parse: part_done, not ok, saying why; a parts_done no
      * fan-out waits for is ignored (the worker answers the next message as usual). */
     qp_msg pd;
