@@ -73,6 +73,8 @@ typedef struct qdd_job {
     char lease[QP_KEY_MAX];    /* "<token> <node>" */
     uint64_t fence;
     uint64_t mem;              /* the pipeline's peak memory estimate, bytes */
+    uint64_t part_mem;         /* one of its parts' peak in the worker that runs it (the estimate's
+                                  part_ram_bytes): counted for each helper under memory-limit-mb */
     uint64_t seq;              /* admission order (FIFO within a priority) */
     int worker;                /* worker running its task, -1 none */
     int last_worker;           /* worker that ran its previous block (holds its activations) */
@@ -211,6 +213,7 @@ struct qdd_fanout {
      * ("<node>/<worker>") in holder. */
     int shared;
     int n_remote;              /* parts in flight on other nodes */
+    int mem_held;              /* a helper was held back for memory-limit-mb (logged once) */
     int sync_inflight;         /* the owner's read of the hash is in flight */
     char **holder;             /* n (owned, allocated by the first remote part) */
 };

@@ -389,6 +389,7 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     qd_err err = {0};
     if (qd_pipeline_estimate_job(job, &est, &err) == 0) {
         j->mem = est.peak_ram_bytes;
+        j->part_mem = est.part_ram_bytes;
         j->n_blocks = est.n_blocks;
         /* Published with the state from the take on, so the status shows what the job was
          * admitted under; the report's resources later set it beside the measured peaks. */

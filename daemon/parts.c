@@ -318,10 +318,26 @@ void qdd_parts_on_msg(qdd_daemon *d, qdd_worker *w, const qp_msg *m)
     else if (m->type == QP_MSG_PART_DONE) on_part_done(d, w, &m->part_done);
 }
 
+/* The memory the node's estimates hold now: every running job's, and each part a helper
+ * runs (its job's part_mem). */
+static uint64_t mem_in_use(const qdd_daemon *d)
+{
+    uint64_t used = 0;
+    for (const qdd_job *j = d->jobs; j; j = j->next)
+        if (j->phase == QDD_JOB_RUNNING) used += j->mem;
+    for (int k = 0; k < d->n_workers; k++) {
+        const qdd_worker *w = &d->workers[k];
+        if (w->part_job && w->part_job->worker != k) used += w->part_job->part_mem;
+    }
+    return used;
+}
+
 void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
 {
     int idle[QDD_MAX_WORKERS];
     qdd_part_grant g[QDD_MAX_WORKERS + 1];
+    uint64_t limit = d->cfg->memory_limit_mb > 0 ? (uint64_t)d->cfg->memory_limit_mb << 20 : 0;
+    uint64_t used = limit ? mem_in_use(d) : 0;
     for (int i = 0; i < n; i++) {
         qdd_job *j = jobs[i];
         qdd_fanout *f = j->fanout;
@@ -335,6 +351,18 @@ void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
         }
         int max = j->job->workers == QP_JOB_WORKERS_ALL ? d->n_workers : j->job->workers;
         int ng = qdd_fanout_plan(f, lead_free, max, idle, n_idle, g, QDD_MAX_WORKERS + 1), sent = 0;
+        /* Under memory-limit-mb a helper takes a part only while the node's estimates, its
+         * part's included, stay within the limit; the lead's own part is in its job's. */
+        for (int k = 0; limit && k < ng; k++) {
+            if (g[k].worker == f->lead) continue;
+            if (used + j->part_mem <= limit) { used += j->part_mem; continue; }
+            if (!f->mem_held) QD_LOG(QD_LOG_INFO, "parts_held_back", "job=%s block=%d reason=memory part_mem_mb=%llu limit_mb=%lld",
+                                     j->id, f->block, (unsigned long long)(j->part_mem >> 20), (long long)d->cfg->memory_limit_mb);
+            f->mem_held = 1;
+            memmove(&g[k], &g[k + 1], (size_t)(ng - k - 1) * sizeof g[0]);
+            ng--;
+            k--;
+        }
         for (int k = 0; k < ng; k++) {
             qdd_worker *w = &d->workers[g[k].worker];
             if (f->shared) {

@@ -9,6 +9,8 @@
 #   - with 2 or more workers the logs show parts run by a worker other than the lead, and the
 #     status carried the parts in flight at some point (the stream's events; quantctl status
 #     prints them);
+#   - with memory-limit-mb holding the job's estimate but not one more part, no helper takes a
+#     part (parts_held_back) and the bytes are the same;
 #   - kill -9 of a helper while it holds a part: the part goes back to pending
 #     (part_requeued) and the job still ends with the same bytes.
 # Nothing here asserts a duration: every wait is a bounded poll.
@@ -129,6 +131,19 @@ for model in dense moe; do
     stop_daemon
     same_bytes "$T/out/$model-w1" "$T/out/$id" || fail "$id: output differs with job.workers 1"
 done
+
+echo "== memory-limit-mb that holds the job but no helper's part: the lead runs every part"
+id=dense-mem
+job "$id" dense >"$T/$id.json"
+"$B/quantctl" estimate --json "$T/$id.json" >"$T/$id-est.json" || fail "quantctl estimate of $id"
+# The limit: the job's peak and half a part, in MiB, rounded up.
+LIMIT=$(python3 -c 'import json,sys; e=json.load(open(sys.argv[1])); print(-(-(e["peak_ram_bytes"] + e["part_ram_bytes"] // 2) >> 20))' "$T/$id-est.json")
+start_daemon 2 --memory-limit-mb "$LIMIT"
+run_job "$id"
+grep -q "parts_held_back job=$id .*reason=memory" "$T/d.log" || fail "$id: no helper held back for memory (limit $LIMIT MiB)"
+[ "$(helper_parts "$id")" -eq 0 ] || fail "$id: a helper ran a part over memory-limit-mb"
+stop_daemon
+same_bytes "$T/out/dense-w1" "$T/out/$id" || fail "$id: output differs under memory-limit-mb"
 
 echo "== kill -9 a helper holding a part: the part is pending again, the bytes the same"
 job slow-ref slow ',"workers":1' >"$T/slow-ref.json"
