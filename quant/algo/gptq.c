@@ -275,6 +275,23 @@ static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const 
     return 0;
 }
 
+/* hdiag (H's diagonal, a dead column's 0 set to 1; dead[] gets those columns, *n_dead their
+ * count) and the processing order perm (act order: by that diagonal). Only H decides them,
+ * so the factorisation a shared factor holds is the one a run of any weight computes. */
+static void gptq_diag_order(gptq_run *g, int64_t *dead, int64_t *n_dead)
+{
+    const int64_t k = g->k;
+    for (int64_t i = 0; i < k; i++) {
+        g->hdiag[i] = g->h[i * k + i];
+        if (g->hdiag[i] == 0.0f) {
+            g->hdiag[i] = 1.0f;
+            dead[(*n_dead)++] = i;
+        }
+    }
+    if (g->o->desc_act) qd_gptq_act_order_perm(g->hdiag, k, g->perm);
+    else for (int64_t i = 0; i < k; i++) g->perm[i] = i;
+}
+
 /* Columns: dead ones (H[i][i] == 0: H[i][i] = 1 and W[:, i] = 0; hdiag keeps the fixed
  * diagonal in the original order), the act-order permutation, W in processing order, static
  * groups' parameters and each column's group. */
@@ -288,15 +305,7 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
         for (int64_t r = 0; r < n; r++) qd_quant_params(c, g->w + r * k, k, 1, &g->scales[r], &g->zeros[r]);
     int64_t *dead = malloc((size_t)k * sizeof *dead);
     if (!dead) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
-    for (int64_t i = 0; i < k; i++) {
-        g->hdiag[i] = g->h[i * k + i];
-        if (g->hdiag[i] == 0.0f) {
-            g->hdiag[i] = 1.0f;
-            dead[out->dead_columns++] = i;
-        }
-    }
-    if (g->o->desc_act) qd_gptq_act_order_perm(g->hdiag, k, g->perm);
-    else for (int64_t i = 0; i < k; i++) g->perm[i] = i;
+    gptq_diag_order(g, dead, &out->dead_columns);
 
     /* The LDL form only reads the original weights, so on the CPU without act-order or dead
      * columns the block op reads the caller's w directly and writes Q into out->deq: no
@@ -597,6 +606,85 @@ static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, 
     gptq_run_free(&g, out);
     if (rc) qd_gptq_result_free(out);
     return rc;
+}
+
+/* The factor of host H [k, k] for o on be, as gptq_factor_shared makes it for its first
+ * linear, into *sh keyed to key. */
+static int gptq_shared_make_h(qd_backend *be, const qd_gptq_opts *o, const float *h, int64_t k, const void *key,
+                              int64_t n_seen, qd_gptq_shared *sh, qd_err *err)
+{
+    int rc = qd_gptq_opts_validate(o, err);
+    if (rc) return rc;
+    int64_t i = qd_f32_first_nonfinite(h, k * k);
+    if (i >= 0)
+        return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
+                          (long long)(i / k), (long long)(i % k), (double)h[i]);
+    gptq_run g;
+    memset(&g, 0, sizeof g);
+    g.be = be;
+    g.o = o;
+    g.h = h;
+    g.k = k;
+    g.host = be->device < 0;
+    g.ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;   /* as gptq_setup */
+    g.hbytes = (size_t)(k * k) * sizeof(float);
+    g.hdiag = malloc((size_t)k * sizeof *g.hdiag);
+    g.perm = malloc((size_t)k * sizeof *g.perm);
+    int64_t *dead = malloc((size_t)k * sizeof *dead), n_dead = 0;
+    qd_gptq_result out;
+    memset(&out, 0, sizeof out);
+    int factored = 0;
+    if (!g.hdiag || !g.perm || !dead) rc = qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
+    if (!rc) {
+        gptq_diag_order(&g, dead, &n_dead);
+        rc = gptq_factor(&g, &out, &factored, err);
+    }
+    if (!rc) {
+        qd_gptq_shared_free(sh);
+        *sh = (qd_gptq_shared){.key = key, .k = k, .n_seen = n_seen, .desc_act = o->desc_act,
+                               .max_damp_retries = o->max_damp_retries, .damp_opt = o->damp_percent, .be = be,
+                               .fac = g.d.h, .ldl = g.ldl, .factored = factored, .damp_percent = out.damp_percent,
+                               .damp = out.damp, .damp_retries = out.damp_retries};
+        g.d.h = NULL;
+    }
+    if (g.d.h) qd_backend_free(be, g.d.h);
+    free(g.hp);
+    free(g.hdiag);
+    free(g.perm);
+    free(dead);
+    return rc;
+}
+
+int qd_gptq_shared_make(qd_backend *be, const qd_gptq_opts *o, const qd_gptq_hessian *acc, qd_gptq_shared *sh,
+                        qd_err *err)
+{
+    if (!be || !acc || !acc->h || acc->n_seen <= 0) return qd_err_set(err, QD_EINVAL, "gptq: no Hessian to factor");
+    int64_t k = acc->k;
+    if (acc->be->device < 0) return gptq_shared_make_h(be, o, acc->h, k, acc, acc->n_seen, sh, err);
+    float *h = malloc((size_t)(k * k) * sizeof *h);
+    if (!h) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a host copy of H");
+    int rc = qd_gptq_hessian_download(acc, h, err);
+    if (!rc) rc = gptq_shared_make_h(be, o, h, k, acc, acc->n_seen, sh, err);
+    free(h);
+    return rc;
+}
+
+int qd_gptq_shared_adopt(qd_backend *be, const qd_gptq_hessian *acc, const qd_gptq_shared *rec, const float *fac_host,
+                         qd_gptq_shared *sh, qd_err *err)
+{
+    size_t bytes = (size_t)(rec->k * rec->k) * sizeof(float);
+    if (!acc || acc->k != rec->k) return qd_err_set(err, QD_ESHAPE, "gptq: a shared factor of another width");
+    float *fac = qd_backend_alloc(be, bytes);
+    if (!fac) return qd_err_set(err, QD_ERESOURCE, "gptq: %s", be->err.msg);
+    int rc = qd_backend_upload(be, fac, fac_host, bytes);
+    if (rc) { qd_backend_free(be, fac); return qd_err_set(err, rc, "gptq: %s", be->err.msg); }
+    qd_gptq_shared_free(sh);
+    *sh = *rec;
+    sh->key = acc;
+    sh->n_seen = acc->n_seen;
+    sh->be = be;
+    sh->fac = fac;
+    return 0;
 }
 
 int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,

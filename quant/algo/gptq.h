@@ -78,6 +78,17 @@ typedef struct qd_gptq_shared {
     int damp_retries;
 } qd_gptq_shared;
 void qd_gptq_shared_free(qd_gptq_shared *s);   /* accepts NULL; leaves s empty */
+/* Makes into *sh (emptied first) the factorisation of acc's H that qd_gptq_quantize_shared
+ * computes for the first linear it quantizes with options o on be (act order, damping and
+ * its retries, the form), keyed to acc; a non-finite H is QD_ENUMERIC. So a factor can be
+ * made once and handed to the parts of a group run elsewhere (quant/pipeline/part.h). */
+int qd_gptq_shared_make(qd_backend *be, const qd_gptq_opts *o, const qd_gptq_hessian *acc, qd_gptq_shared *sh,
+                        qd_err *err);
+/* Takes a factorisation made elsewhere: rec's record (its fac and be ignored) and its factor
+ * fac_host (host [k, k]), copied to be's memory and keyed to acc (which must hold the H it
+ * was made from, as many rows folded in). */
+int qd_gptq_shared_adopt(qd_backend *be, const qd_gptq_hessian *acc, const qd_gptq_shared *rec, const float *fac_host,
+                         qd_gptq_shared *sh, qd_err *err);
 
 /* Quantizes W [n, k] (row-major nn.Linear weight, host memory, borrowed) given the Hessian
  * in acc (left unchanged, so the same acc can serve several layers sharing an input). On

@@ -181,6 +181,23 @@ int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt
     return qd_fs_atomic_commit(a, err);
 }
 
+int qd_fs_write_scratch_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err)
+{
+    qd_fs_atomic *a = NULL;
+    int rc = qd_fs_atomic_open(path, &a, err);
+    if (rc) return rc;
+    if ((rc = qd_fs_atomic_writev(a, iov, iovcnt, err))) { qd_fs_atomic_abort(a); return rc; }
+    if (close(a->fd) != 0) rc = qd_err_set(err, io_code(errno), "%s: close failed: %s", a->tmp, strerror(errno));
+    a->fd = -1;
+    if (rc == 0 && rename(a->tmp, a->path) != 0)
+        rc = qd_err_set(err, io_code(errno), "%s: cannot rename %s over it: %s", a->path, a->tmp, strerror(errno));
+    if (rc != 0) { qd_fs_atomic_abort(a); return rc; }
+    free(a->tmp);
+    free(a->path);
+    free(a);
+    return 0;
+}
+
 int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err)
 {
     struct iovec iov = { (void *)buf, n };

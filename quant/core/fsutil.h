@@ -15,6 +15,11 @@
 int qd_fs_write_atomic(const char *path, const void *buf, size_t n, qd_err *err);
 /* Same with several buffers written in order. */
 int qd_fs_write_atomic_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err);
+/* The same without any fsync: for scratch files a crash may lose or leave torn under their
+ * final name because their readers check them (the part files' checksums) and recompute
+ * them; the rename still keeps a half-written file from appearing under the name while the
+ * system runs. */
+int qd_fs_write_scratch_iov(const char *path, const struct iovec *iov, int iovcnt, qd_err *err);
 /* The same, streamed: qd_fs_atomic_open creates the temp file, the writes append to it, and
  * qd_fs_atomic_commit fsyncs, renames it over path and fsyncs the directory; on any failure,
  * and in qd_fs_atomic_abort, the temp file is removed and path is left as it was. For files

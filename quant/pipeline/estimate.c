@@ -72,8 +72,8 @@ static uint64_t eval_bytes(const qp_job *job, const qd_model_config *cfg)
  * a row range of a linear (at most QD_PART_ROWS rows, part.h's rule, mirrored by
  * part_ranges); its input holds its rows of the weight in F32 (twice with AWQ's clipped
  * copy), its output the dequantized rows in F32, the codes in a byte and the group scales
- * and zeros; each group's Hessian is one file; every file has a header of a few KiB at
- * most. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
+ * and zeros; each group's Hessian is one file, with GPTQ's factorisation of it beside it;
+ * every file has a header of a few KiB at most. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
  * when true-sequential (AWQ too), the whole block otherwise; a MoE wave as many experts as
  * the capture's Hessian budget holds. */
 #define EST_PART_FILE_BYTES (8ull << 10)
@@ -85,12 +85,13 @@ typedef struct part_step {
     uint64_t bytes, parts;
 } part_step;
 
-/* Adds `count` linears of n rows and k inputs, and `groups` Hessians of k x k, to s. */
-static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint64_t groups, uint64_t per)
+/* Adds `count` linears of n rows and k inputs, and `groups` Hessians of k x k (hb bytes an
+ * entry: 4, or 8 with GPTQ's factorisation beside it), to s. */
+static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint64_t groups, uint64_t per, uint64_t hb)
 {
     uint64_t parts = count * part_ranges(n);
     s->parts += parts;
-    s->bytes += count * n * k * per + groups * k * k * 4 + (2 * parts + groups) * EST_PART_FILE_BYTES;
+    s->bytes += count * n * k * per + groups * k * k * hb + (2 * parts + groups) * EST_PART_FILE_BYTES;
 }
 
 static uint64_t step_bytes(part_step s) { return s.parts > 1 ? s.bytes : 0; }
@@ -100,23 +101,24 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int seq = awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
     uint64_t per = awq ? 13 : 9;   /* bytes per weight element: in (+ clipped), out, code */
+    uint64_t hb = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ ? 8 : 4;
     uint64_t h = (uint64_t)cfg->hidden, qd = (uint64_t)(cfg->n_heads * cfg->head_dim);
     uint64_t kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim), inter = (uint64_t)cfg->intermediate;
     uint64_t E = (uint64_t)(cfg->n_experts > 0 ? cfg->n_experts : 0), mi = (uint64_t)cfg->moe_intermediate;
     part_step qkv = {0}, o = {0}, gu = {0}, dn = {0}, all = {0};
-    step_add(&qkv, 1, qd, h, 1, per);
-    step_add(&qkv, 2, kvd, h, 0, per);
-    step_add(&o, 1, h, qd, 1, per);
+    step_add(&qkv, 1, qd, h, 1, per, hb);
+    step_add(&qkv, 2, kvd, h, 0, per, hb);
+    step_add(&o, 1, h, qd, 1, per, hb);
     if (E) {
         /* experts' waves (pipeline_block.c), or every expert at once without waves; AWQ one
          * expert's gate/up at a time */
         uint64_t e1 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / (h * h * 4))) : E;
         uint64_t e2 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / u64max(1, mi * mi * 4))) : E;
-        step_add(&gu, 2 * e1, mi, h, e1, per);
-        step_add(&dn, e2, h, mi, e2, per);
+        step_add(&gu, 2 * e1, mi, h, e1, per, hb);
+        step_add(&dn, e2, h, mi, e2, per, hb);
     } else {
-        step_add(&gu, 2, inter, h, 1, per);
-        step_add(&dn, 1, h, inter, 1, per);
+        step_add(&gu, 2, inter, h, 1, per, hb);
+        step_add(&dn, 1, h, inter, 1, per, hb);
     }
     uint64_t big = u64max(u64max(step_bytes(qkv), step_bytes(o)), u64max(step_bytes(gu), step_bytes(dn)));
     if (!seq) {

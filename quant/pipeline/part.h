@@ -7,7 +7,8 @@
  * meta is a JSON object (what the part is, its scalars, and "arrays": {name: [offset, bytes]}
  * into data); data starts 64-byte aligned after the meta (spaces pad the JSON). The
  * checksum is qd_hash64 over meta and data: a file damaged on disk is refused, and the
- * part is computed again, never used. Files are written atomically (temp file, rename). An
+ * part is computed again, never used. Files are written to a temp name and renamed, without
+ * fsync (qd_fs_write_scratch_iov): a crash can only cost a recomputation. An
  * output file names the checksum of the input it was computed from ("in_checksum"), so an
  * output left by an earlier attempt is used only for that very input. Bump
  * QD_PART_VERSION when the layout or a meta key changes. */
@@ -133,8 +134,10 @@ void qd_qpart_name_hessian(char *buf, size_t cap, int block, int group);
 void qd_qpart_name_in(char *buf, size_t cap, int block, int index);
 void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum);
 
-/* Writes group g's Hessian of block b for the parts that read it. */
-int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err);
+/* Writes group g's Hessian of block b for the parts that read it, with GPTQ's factorisation
+ * of it when sh is not NULL (qd_gptq_shared_make: the parts then skip factoring it again). */
+int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, const qd_gptq_shared *sh,
+                           qd_err *err);
 /* Writes part `index`'s input (group: the Hessian file it reads); *checksum gets the file's. */
 int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, uint64_t *checksum,
                       qd_err *err);

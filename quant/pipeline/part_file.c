@@ -91,7 +91,9 @@ int qd_part_file_write(int dirfd, const char *name, cJSON *meta, const qd_part_a
     qd_confine_fd_path(dirfd, path, sizeof path);
     char full[128 + 256];
     snprintf(full, sizeof full, "%s/%s", path, name);
-    int rc = qd_fs_write_atomic_iov(full, iov, ni, err);
+    /* No fsync: a part file lost or torn by a crash fails its checksum and is computed again,
+     * and syncing gigabytes of scratch a block would cost more than the parts gain. */
+    int rc = qd_fs_write_scratch_iov(full, iov, ni, err);
     free(mbuf);
     free(iov);
     if (!rc && checksum) *checksum = h;

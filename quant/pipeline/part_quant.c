@@ -187,26 +187,53 @@ void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_
     snprintf(buf, cap, "b%04d-quantize-%04d-%016llx.out.part", block, index, (unsigned long long)in_checksum);
 }
 
-int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, qd_err *err)
+/* A backend buffer of `bytes` as host memory: itself on the CPU, else a malloc'd copy (*own
+ * set: the caller frees it). NULL when out of memory or the copy failed. */
+static const float *host_view(qd_backend *be, const float *buf, size_t bytes, float **own)
 {
-    size_t kk = (size_t)(h->k * h->k);
-    float *host = h->be->device < 0 ? h->h : malloc(kk * sizeof(float));
-    if (!host) return qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] Hessian", (long long)h->k, (long long)h->k);
-    int rc = host == h->h ? 0 : qd_backend_download(h->be, host, h->h, kk * sizeof(float));
-    if (rc) rc = qd_err_set(err, rc, "Hessian: %s", h->be->err.msg);
+    *own = NULL;
+    if (be->device < 0) return buf;
+    *own = malloc(bytes);
+    if (*own && qd_backend_download(be, *own, buf, bytes)) { free(*own); *own = NULL; }
+    return *own;
+}
+
+int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessian *h, const qd_gptq_shared *sh,
+                           qd_err *err)
+{
+    size_t kk = (size_t)(h->k * h->k) * sizeof(float);
+    float *own_h = NULL, *own_f = NULL;
+    const float *hh = host_view(h->be, h->h, kk, &own_h);
+    const float *fh = sh && sh->fac ? host_view(sh->be, sh->fac, kk, &own_f) : NULL;
     cJSON *meta = cJSON_CreateObject();
-    if (!rc && !meta) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    int rc = 0;
+    if (!hh || (sh && sh->fac && !fh) || !meta)
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] Hessian", (long long)h->k, (long long)h->k);
     if (!rc) {
         cJSON_AddNumberToObject(meta, "k", (double)h->k);
         cJSON_AddNumberToObject(meta, "n_seen", (double)h->n_seen);
         cJSON_AddBoolToObject(meta, "bf16", h->bf16);
-        char name[64];
-        qd_qpart_name_hessian(name, sizeof name, block, group);
-        qd_part_arr a = {"h", host, kk * sizeof(float)};
-        rc = qd_part_file_write(dirfd, name, meta, &a, 1, NULL, err);
+        qd_part_arr a[3] = {{"h", hh, kk}};
+        int na = 1;
+        if (sh) {
+            /* The factorisation's record; its doubles exactly, as an array. */
+            double rec[] = {sh->damp_opt, sh->damp_percent, sh->damp, sh->desc_act, sh->max_damp_retries, sh->ldl,
+                            sh->factored, sh->damp_retries};
+            cJSON_AddItemToObject(meta, "factor", cJSON_CreateTrue());
+            a[na++] = (qd_part_arr){"factor_rec", rec, sizeof rec};
+            if (fh) a[na++] = (qd_part_arr){"fac", fh, kk};
+            char name[64];
+            qd_qpart_name_hessian(name, sizeof name, block, group);
+            rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
+        } else {
+            char name[64];
+            qd_qpart_name_hessian(name, sizeof name, block, group);
+            rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
+        }
     }
     cJSON_Delete(meta);
-    if (host != h->h) free(host);
+    free(own_h);
+    free(own_f);
     return rc;
 }
 
@@ -381,8 +408,10 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 
 /* ---- a part run by any worker ---- */
 
-/* Reads the Hessian file `name` into a fresh accumulator on be. */
-static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_err *err)
+/* Reads the Hessian file `name` into a fresh accumulator on be, and its factorisation, when
+ * the file has one, into *sh keyed to it. */
+static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_gptq_shared *sh,
+                        qd_err *err)
 {
     qd_part_file f;
     int rc = qd_part_file_read(dirfd, name, &f, err);
@@ -396,6 +425,19 @@ static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, 
         h->bf16 = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "bf16"));
         if (be->device < 0) memcpy(h->h, src, kk);
         else if (qd_backend_upload(be, h->h, src, kk)) rc = qd_err_set(err, QD_EBACKEND, "Hessian: %s", be->err.msg);
+    }
+    if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "factor"))) {
+        const double *rec = qd_part_file_arr(&f, "factor_rec", 8 * sizeof(double), err);
+        const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
+        const float *fac = cJSON_HasObjectItem(arrs, "fac") ? qd_part_file_arr(&f, "fac", kk, err) : NULL;
+        if (!rec || (cJSON_HasObjectItem(arrs, "fac") && !fac)) rc = QD_EFORMAT;
+        else {
+            qd_gptq_shared r = {.k = k, .damp_opt = rec[0], .damp_percent = rec[1], .damp = rec[2], .desc_act = (int)rec[3],
+                                .max_damp_retries = (int)rec[4], .ldl = (int)rec[5], .factored = (int)rec[6],
+                                .damp_retries = (int)rec[7]};
+            if (fac) rc = qd_gptq_shared_adopt(be, h, &r, fac, sh, err);
+            else if (!r.factored) { *sh = r; sh->key = h; sh->n_seen = h->n_seen; sh->be = be; }   /* every damping failed: RTN */
+        }
     }
     qd_part_file_free(&f);
     return rc;
@@ -427,6 +469,8 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     memset(&in, 0, sizeof in);
     qd_gptq_hessian h;
     memset(&h, 0, sizeof h);
+    qd_gptq_shared shared;
+    memset(&shared, 0, sizeof shared);
     qd_qpart_out out;
     memset(&out, 0, sizeof out);
     const double *rv = qd_part_file_arr(&f, "res", R_COUNT * sizeof(double), err);
@@ -449,10 +493,12 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         const cJSON *hn = cJSON_GetObjectItemCaseSensitive(f.meta, "hessian");
         if (!rc && (!cJSON_IsString(hn) || strchr(hn->valuestring, '/')))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian named", name);
-        if (!rc) rc = read_hessian(dirfd, hn->valuestring, p->be, k, &h, err);
+        if (!rc) rc = read_hessian(dirfd, hn->valuestring, p->be, k, &h, &shared, err);
     }
     in.h = &h;
-    if (!rc) rc = qd_qpart_compute(p, &in, NULL, &out, err);
+    in.shared_last = 1;
+    if (!rc) rc = qd_qpart_compute(p, &in, &shared, &out, err);
+    qd_gptq_shared_free(&shared);
     if (!rc) rc = write_out(dirfd, block, index, f.checksum, &out, worker, err);
     qd_qpart_out_free(&out);
     qd_gptq_hessian_free(&h);

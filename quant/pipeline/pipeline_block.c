@@ -282,7 +282,7 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
 static int run_fanout(run_ctx *r, qd_err *err)
 {
     qd_pipeline *p = r->p;
-    double t0 = qd_clock_now_s();
+    double t0 = qd_clock_now_s(), t_factor = 0;
     int rc = parts_dir(p, err);
     /* Each group's Hessian once, then the inputs; a linear's weights are freed once its
      * parts hold them (the direct error, a debugging option, keeps its reference). */
@@ -294,7 +294,21 @@ static int run_fanout(run_ctx *r, qd_err *err)
         int seen = 0;
         for (int j = 0; j < n_written; j++) seen |= written[j] == h;
         if (!seen) {
-            rc = qd_qpart_write_hessian(p->parts_fd, r->block, lj->g, h, err);
+            /* GPTQ's factorisation of it once, here, rather than once per part: the parts of
+             * a group (q/k/v, every row range) start from it, as the in-memory run's do. */
+            int gptq = 0;
+            for (int m = l; m < r->n_lins; m++)
+                if (r->parts[r->lins[m].first].h == h) gptq |= r->parts[r->lins[m].first].gptq;
+            qd_gptq_shared sh;
+            memset(&sh, 0, sizeof sh);
+            double tf = qd_clock_now_s();
+            if (gptq) {
+                qd_gptq_opts go = qd_pipeline_gptq_opts(p);
+                rc = qd_gptq_shared_make(p->be, &go, h, &sh, err);
+                t_factor += qd_clock_now_s() - tf;
+            }
+            if (!rc) rc = qd_qpart_write_hessian(p->parts_fd, r->block, lj->g, h, gptq ? &sh : NULL, err);
+            qd_gptq_shared_free(&sh);
             written[n_written++] = h;
         }
         for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++)
@@ -337,7 +351,8 @@ static int run_fanout(run_ctx *r, qd_err *err)
      * each; the files' writing and reading are the checkpoint's. */
     double f = sum > 0 ? (t_parts - t_write) / sum : 0;
     for (int i = 0; i < r->n_parts && !rc; i++) cost_add_part(p, &outs[i], f);
-    p->cost.stage[QD_STAGE_CHECKPOINT] += (t_write - t0) + (t_read - t_parts);
+    p->cost.stage[QD_STAGE_QUANTIZE] += t_factor;   /* the factorisations, made before the files */
+    p->cost.stage[QD_STAGE_CHECKPOINT] += (t_write - t0 - t_factor) + (t_read - t_parts);
     for (int l = 0; l < r->n_lins && !rc; l++) {
         lin_job *lj = &r->lins[l];
         rc = lin_finish(r, lj, outs + lj->first, workers + lj->first, err);

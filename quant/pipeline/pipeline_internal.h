@@ -146,6 +146,8 @@ void qd_deq_free(qd_deq *d);
  * awq). *h_err gets tr((w - Q) H (w - Q)^T) where GPTQ kept its column losses
  * (qd_gptq_result.h_err), else -1. shared (or NULL) carries GPTQ's factorisation of h
  * between the linears of one input group (qd_gptq_shared). */
+/* The GPTQ options of the job (its quantizer, damping, act order, static groups). */
+qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p);
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
                                 int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);

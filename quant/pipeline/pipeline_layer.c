@@ -74,6 +74,16 @@ void qd_deq_free(qd_deq *d)
     d->be = NULL;
 }
 
+qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p)
+{
+    qd_gptq_opts o = qd_gptq_opts_default();
+    o.quant = p->qcfg;
+    o.damp_percent = p->job->damp_percent;
+    o.desc_act = p->job->desc_act;
+    o.static_groups = p->job->static_groups;
+    return o;
+}
+
 int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,
                                 const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, qd_deq *deq,
                                 qd_layer_result *res, double *h_err, qd_err *err)
@@ -90,11 +100,7 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
         if (rc) qd_deq_free(deq);
         return rc;
     }
-    qd_gptq_opts o = qd_gptq_opts_default();
-    o.quant = p->qcfg;
-    o.damp_percent = p->job->damp_percent;
-    o.desc_act = p->job->desc_act;
-    o.static_groups = p->job->static_groups;
+    qd_gptq_opts o = qd_pipeline_gptq_opts(p);
     qd_gptq_result r;
     memset(&r, 0, sizeof r);
     int rc = qd_gptq_quantize_shared(p->be, &o, w, n, k, h, shared, &r, err);
