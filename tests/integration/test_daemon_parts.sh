@@ -48,7 +48,12 @@ start_daemon() {
     "$B/quantd" --redis "redis://127.0.0.1:$PORT" --node parts --allow-root "$T" --workers "cpu:$n" \
         --heartbeat "${HEARTBEAT:-1}" --node-ttl-ms 2000 --lease-ttl-ms 3000 "$@" >>"$T/d.log" 2>&1 &
     DPID=$!
+    # Every worker ready before a job comes: a job finished before its helpers had started
+    # would show no part run by them.
+    wait_for 120 workers_ready "$n" || fail "the $n workers of quantd did not start"
 }
+# workers_ready N: the last started daemon's log has N worker_ready lines
+workers_ready() { [ "$(awk '/^=== quantd/ { c = 0 } /worker_ready/ { c++ } END { print c + 0 }' "$T/d.log")" -ge "$1" ]; }
 stop_daemon() {
     kill -TERM "$DPID"
     wait_for 60 sh -c "! kill -0 $DPID 2>/dev/null" || fail "quantd did not stop on SIGTERM"
@@ -154,8 +159,6 @@ job slow-kill slow >"$T/slow-kill.json"
 HEARTBEAT=2 start_daemon 3
 # since_start: this daemon's lines of the log
 since_start() { awk '/^=== quantd/ { buf = "" } { buf = buf $0 "\n" } END { printf "%s", buf }' "$T/d.log"; }
-all_ready() { [ "$(since_start | grep -c worker_ready)" -ge 3 ]; }
-wait_for 120 all_ready || fail "the 3 workers did not start"
 R LPUSH qjobs "$(cat "$T/slow-kill.json")" >/dev/null
 lead_known() { [ -n "$(R HGET qjob:slow-kill worker)" ]; }
 wait_for 120 lead_known || fail "slow-kill got no worker"
