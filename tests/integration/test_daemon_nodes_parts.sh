@@ -19,18 +19,8 @@ N2PID=; N2W=
 cleanup_nodes() { [ -n "$N2W" ] && kill -9 $N2W 2>/dev/null; [ -n "$N2PID" ] && kill -9 "$N2PID" 2>/dev/null; cleanup; }
 trap cleanup_nodes EXIT
 nfail() { echo "--- n2's log:" >&2; tail -30 "$T/n2.log" >&2; fail "$@"; }
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
-RP=$!
-for _ in $(seq 100); do R PING >/dev/null 2>&1 && break; sleep 0.05; done
-export QUANTD_THREADS=1
-state_is() { [ "$(R HGET "qjob:$1" state)" = "$2" ]; }
-final() { local s; s=$(R HGET "qjob:$1" state); [ "$s" = done ] || [ "$s" = failed ] || [ "$s" = cancelled ]; }
+. "$(dirname "$0")/parts_common.sh"
 
-python3 - "$T/calib.json" <<'PY' || fail "calibration ids"
-import json, random, sys
-r = random.Random(1)
-json.dump([r.randrange(3, 128) for _ in range(4096)], open(sys.argv[1], "w"))
-PY
 # gate/up of 2112 rows: two row ranges each, so their step has 4 parts.
 "$B/quantctl" gen-model --out "$T/m" --layers 4 --hidden 512 --intermediate 2112 >/dev/null || fail "gen-model"
 job() {

@@ -17,20 +17,7 @@
 set -u
 DC_NAME=qdd-parts
 . "$(dirname "$0")/daemon_common.sh"
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$T" >"$T/redis.log" 2>&1 &
-RP=$!
-for _ in $(seq 100); do R PING >/dev/null 2>&1 && break; sleep 0.05; done
-# One thread per process: three workers and the daemon share a small machine.
-export QUANTD_THREADS=1
-state_is() { [ "$(R HGET "qjob:$1" state)" = "$2" ]; }
-final() { local s; s=$(R HGET "qjob:$1" state); [ "$s" = done ] || [ "$s" = failed ] || [ "$s" = cancelled ]; }
-
-# Pre-tokenized calibration ids (the generated models have no tokenizer).
-python3 - "$T/calib.json" <<'PY' || fail "calibration ids"
-import json, random, sys
-r = random.Random(1)
-json.dump([r.randrange(3, 128) for _ in range(4096)], open(sys.argv[1], "w"))
-PY
+. "$(dirname "$0")/parts_common.sh"
 "$B/quantctl" gen-model --out "$T/dense" --layers 3 --hidden 128 >/dev/null || fail "gen-model dense"
 "$B/quantctl" gen-model --out "$T/moe" --layers 2 --hidden 64 --experts 4 >/dev/null || fail "gen-model moe"
 # For the kill: a MoE block has enough parts for every worker.
