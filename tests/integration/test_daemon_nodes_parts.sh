@@ -50,16 +50,6 @@ stop_n2() {
 }
 # on_n1 ID: the job runs on n1 (n2 starts only then, so that it does not take the job itself)
 on_n1() { state_is "$1" running && [ "$(R HGET "qjob:$1" node)" = n1 ]; }
-same_bytes() {
-    (cd "$1" && find . -type f | sort) >"$T/ref.files"
-    (cd "$2" && find . -type f | sort) >"$T/got.files"
-    cmp -s "$T/ref.files" "$T/got.files" || { diff "$T/ref.files" "$T/got.files" >&2; return 1; }
-    local f
-    while read -r f; do
-        [ "$(basename "$f")" = quantd_report.json ] && continue
-        cmp "$1/$f" "$2/$f" >&2 || return 1
-    done <"$T/ref.files"
-}
 
 echo "== n2 takes parts of n1's job"
 start_n1

@@ -53,36 +53,6 @@ run_job() {
     wait_for 600 final "$1" || fail "$1 did not end: $(R HGETALL "qjob:$1" | tr '\n' ' ')"
     state_is "$1" done || fail "$1 ended $(R HGET "qjob:$1" state): $(R HGET "qjob:$1" error)"
 }
-# same_bytes REF DIR: every file of both trees byte-identical (cmp), the report compared
-# without its run-dependent fields (ids, paths, timings, resources: the estimate and the
-# measured peaks, which count the part files a fan-out writes; which worker ran a part).
-same_bytes() {
-    (cd "$1" && find . -type f | sort) >"$T/ref.files"
-    (cd "$2" && find . -type f | sort) >"$T/got.files"
-    cmp -s "$T/ref.files" "$T/got.files" || { diff "$T/ref.files" "$T/got.files" >&2; return 1; }
-    local f
-    while read -r f; do
-        [ "$(basename "$f")" = quantd_report.json ] && continue
-        cmp "$1/$f" "$2/$f" >&2 || return 1
-    done <"$T/ref.files"
-    python3 - "$1/quantd_report.json" "$2/quantd_report.json" <<'PY'
-import json, sys
-def norm(o):
-    if isinstance(o, dict):
-        return {k: norm(v) for k, v in o.items()
-                if k not in ("job_id", "id", "output", "stages", "resources", "worker", "workers", "parts")
-                and "seconds" not in k and not k.endswith("_ms")}
-    if isinstance(o, list):
-        return [norm(v) for v in o]
-    return o
-a, b = (norm(json.load(open(p))) for p in sys.argv[1:3])
-if a != b:
-    for k in sorted(set(a) | set(b)):
-        if a.get(k) != b.get(k):
-            print("report differs at", k, file=sys.stderr)
-    sys.exit(1)
-PY
-}
 # daemon_parts ID: the parts of ID the daemon saw done (its part_done lines carry lead=);
 # helper_parts ID: of them, those a worker other than the lead ran
 daemon_parts() { grep -c "part_done job=$1 .* lead=[01] " "$T/d.log"; }
