@@ -576,7 +576,7 @@ parts_end() {    # the step's exit: that, and its redis-server
 # report and GPU memory samples in $L/parts-LABEL*. Waits (polling, bounded by the budget)
 # for the job to end; a worker that refuses (no device, a failed self-test) ends it at once.
 parts_run() {
-    local label=$1 workers=$2 bk=$3 model=$4 ids=$5 samples=$6 seq=$7 out="$W/out-parts-$1" lim i=0 state="" why
+    local label=$1 workers=$2 bk=$3 model=$4 ids=$5 samples=$6 seq=$7 out="$W/out-parts-$1" lim i=0 state="" why nw
     echo "{\"id\": \"gpu-parts-$label\", \"model\": \"$model\", \"output\": \"$out\", \"method\": \"gptq\", \"bits\": 4," \
          "\"group_size\": 128, \"backend\": \"$bk\", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq}}" \
         > "$L/parts-$label-job.json"
@@ -587,6 +587,16 @@ parts_run() {
     fi
     "$(qbin)/quantd" --redis "redis://127.0.0.1:$pport" --workers "$workers" --allow-root "$W" --node "gpu-parts-$label" \
         > "$L/parts-$label-daemon.log" 2>&1 & pdp=$!
+    # Every worker ready before the job comes: a job that ends before its helpers have
+    # started runs every part on the lead, and the comparison shows nothing.
+    case "$workers" in *\*[0-9]*) nw=${workers##*\*} ;; cpu:[0-9]*) nw=${workers#cpu:} ;; *) nw=1 ;; esac
+    lim=$(( $(tlimit 120) * 2 ))
+    while [ "$(grep -c worker_ready "$L/parts-$label-daemon.log")" -lt "$nw" ] \
+          && ! grep -q worker_refused "$L/parts-$label-daemon.log"; do   # a refusal: the loop below says why
+        kill -0 "$pdp" 2>/dev/null && [ $i -lt "$lim" ] || { parts_stop; note "the $workers job: its $nw workers did not start (parts-$label-daemon.log)"; return 1; }
+        sleep 0.5; i=$((i + 1))
+    done
+    i=0
     predis redis-cli -p "$pport" LPUSH qjobs "$(cat "$L/parts-$label-job.json")" > /dev/null \
         || { parts_stop; note "the $workers job: redis-cli LPUSH failed"; return 1; }
     lim=$(( $(tlimit 900) * 2 ))   # polls of 0.5 s
