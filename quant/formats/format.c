@@ -162,6 +162,8 @@ void qd_packed_free(qd_packed *p)
     free(p->scales);
     free(p->g_idx);
     free(p->bias);
+    free(p->fcodes);
+    free(p->fscales);
     memset(p, 0, sizeof *p);
 }
 

@@ -29,6 +29,7 @@
 
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
+#include "quant/formats/grid.h"
 #include "quant/formats/qlayer.h"
 
 typedef struct qd_packed {
@@ -44,12 +45,30 @@ typedef struct qd_packed {
     int sym;                                       /* zeros are all 2^(bits-1) and formats that
                                                       store no zero points for symmetric layers
                                                       (compressed-tensors) leave them out */
+    /* Float grids (grid != QD_GRID_INT, formats whose kernel is QD_FMT_KERNEL_FLOAT; the
+     * integer arrays above are then NULL):
+     *   fcodes   FP8: [N, K] E4M3 bytes; FP4: [N, K/2], two E2M1 codes a byte, the even k
+     *            in the low nibble (compressed-tensors' weight_packed)
+     *   fscales  [R, G] F32: the value of each stored scale, R = N / row_block rows of
+     *            scales (1 when row_block is -1), G = K / group_size groups (1 for -1)
+     *   W[n][k] = value(code) * s, s = fscales[(n / row_block) * G + k / group_size], and
+     *   s / global_scale instead of s under QD_SCALE_FP8_GLOBAL (NVFP4), as grid.h says. */
+    qd_grid grid;
+    qd_scale_rule scale_rule;
+    float global_scale;                            /* FP8_GLOBAL only */
+    int64_t row_block;                             /* 1, 128 or -1 (one scale row for all) */
+    uint8_t *fcodes;   int64_t fcodes_shape[2];
+    float *fscales;    int64_t fscales_shape[2];
+    /* Static activation scales the format writes beside the weight (FP8 "input_scale",
+     * NVFP4 "input_global_scale"), from the calibration data: 0 = none. */
+    float input_scale;
 } qd_packed;
 
 /* The in-memory layout a descriptor packs into (what the kernels read). */
 typedef enum qd_fmt_kernel {
     QD_FMT_KERNEL_GPTQ = 0,
     QD_FMT_KERNEL_AWQ,
+    QD_FMT_KERNEL_FLOAT,       /* fcodes + fscales (the float grids) */
 } qd_fmt_kernel;
 
 /* How a format can hold act-order (desc_act) weights. */

@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/formats/quantizer.h"
+
 int qd_qlayer_alloc(qd_qlayer *l, int64_t n, int64_t k, int bits, int sym, int64_t group_size,
                     int with_bias, qd_err *err)
 {
@@ -48,8 +50,26 @@ void qd_qlayer_free(qd_qlayer *l)
     memset(l, 0, sizeof *l);
 }
 
+void qd_qlayer_set_grid(qd_qlayer *l, const qd_quant_cfg *c)
+{
+    l->grid = c->grid;
+    l->scale_rule = c->scale_rule;
+    l->global_scale = c->global_scale;
+    l->row_block = c->row_block;
+}
+
 void qd_qlayer_dequant_ref(const qd_qlayer *l, float *w)
 {
+    if (l->grid != QD_GRID_INT) {
+        qd_quant_cfg c = qd_quant_cfg_default();
+        c.grid = l->grid;
+        c.scale_rule = l->scale_rule;
+        c.global_scale = l->global_scale;
+        for (int64_t r = 0; r < l->n; r++)
+            for (int64_t i = 0; i < l->k; i++)
+                w[r * l->k + i] = qd_quant_dequant_cfg(&c, l->q[r * l->k + i], l->scales[l->g_idx[i] * l->n + r], 0.0f);
+        return;
+    }
     for (int64_t r = 0; r < l->n; r++)
         for (int64_t c = 0; c < l->k; c++) {
             int64_t g = l->g_idx[c];

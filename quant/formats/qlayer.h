@@ -14,6 +14,7 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
+#include "quant/formats/grid.h"
 
 typedef struct qd_qlayer {
     int64_t n, k;
@@ -26,12 +27,22 @@ typedef struct qd_qlayer {
     int32_t *zeros;          /* [G*N] */
     int32_t *g_idx;          /* [K] */
     float *bias;             /* [N] or NULL */
+    /* The grid (grid.h; zeroed = the integer grid). Float grids: q holds E4M3 bytes or E2M1
+     * nibbles, scales the stored group scales as floats, zeros 0, and
+     * W[n][k] = value(q) * scale' with scale' = scale / global_scale under FP8_GLOBAL. */
+    qd_grid grid;
+    qd_scale_rule scale_rule;
+    float global_scale;      /* FP8_GLOBAL only */
+    int64_t row_block;       /* rows sharing a scale: 1 (or 0), 128, or -1 (all) */
 } qd_qlayer;
 
 /* Allocates all arrays (bias only when with_bias) and fills g_idx with k / group_size. */
 int qd_qlayer_alloc(qd_qlayer *l, int64_t n, int64_t k, int bits, int sym, int64_t group_size,
                     int with_bias, qd_err *err);
 void qd_qlayer_free(qd_qlayer *l);                      /* accepts zeroed/partial structs */
+struct qd_quant_cfg;
+/* Records c's grid, scale rule, global scale and row block in l (after qd_qlayer_alloc). */
+void qd_qlayer_set_grid(qd_qlayer *l, const struct qd_quant_cfg *c);
 /* Dequantizes to W [N, K] (the scalar reference of every format's decode). */
 void qd_qlayer_dequant_ref(const qd_qlayer *l, float *w);
 

@@ -18,7 +18,8 @@
 qd_quant_cfg qd_quant_cfg_default(void)
 {
     qd_quant_cfg c = {.bits = 4, .sym = 1, .group_size = 128, .clip_ratio = 1.0f,
-                      .f16_scales = 1, .zero_min1 = 0};
+                      .f16_scales = 1, .zero_min1 = 0, .grid = QD_GRID_INT, .scale_rule = QD_SCALE_F16,
+                      .global_scale = 0.0f, .row_block = 1};
     return c;
 }
 
@@ -32,7 +33,85 @@ int qd_quant_cfg_validate(const qd_quant_cfg *c, qd_err *err)
                           (long long)c->group_size);
     if (!(c->clip_ratio > 0.0f && c->clip_ratio <= 1.0f))
         return qd_err_set(err, QD_EINVAL, "clip_ratio: %g must be in (0, 1]", (double)c->clip_ratio);
-    return 0;
+    if (c->row_block == 0 || c->row_block < -1)
+        return qd_err_set(err, QD_EINVAL, "row_block: %lld must be -1 or positive", (long long)c->row_block);
+    switch (c->grid) {
+    case QD_GRID_INT:
+        if (c->scale_rule != QD_SCALE_F16 || c->row_block != 1)
+            return qd_err_set(err, QD_EINVAL, "grid int: scales are min-max per row and group (scale rule f16, row_block 1)");
+        return 0;
+    case QD_GRID_FP8_E4M3:
+        if (c->bits != 8 || !c->sym || c->scale_rule != QD_SCALE_F32)
+            return qd_err_set(err, QD_EINVAL, "grid fp8_e4m3: 8 bits, symmetric, F32 scales");
+        return 0;
+    case QD_GRID_FP4_E2M1:
+        if (c->bits != 4 || !c->sym || (c->scale_rule != QD_SCALE_FP8_GLOBAL && c->scale_rule != QD_SCALE_E8M0) ||
+            c->row_block != 1)
+            return qd_err_set(err, QD_EINVAL, "grid fp4_e2m1: 4 bits, symmetric, FP8 or E8M0 group scales, one row each");
+        if (c->scale_rule == QD_SCALE_FP8_GLOBAL && c->global_scale != 0.0f &&
+            !(c->global_scale > 0.0f && isfinite(c->global_scale)))
+            return qd_err_set(err, QD_EINVAL, "global_scale: %g must be positive and finite", (double)c->global_scale);
+        return 0;
+    }
+    return qd_err_set(err, QD_EINVAL, "grid: %d is not a grid", (int)c->grid);
+}
+
+const char *qd_grid_name(qd_grid g)
+{
+    switch (g) {
+    case QD_GRID_INT: return "int";
+    case QD_GRID_FP8_E4M3: return "fp8_e4m3";
+    case QD_GRID_FP4_E2M1: return "fp4_e2m1";
+    }
+    return "?";
+}
+
+float qd_quant_global_scale(float amax)
+{
+    if (!(amax > 0.0f)) return 1.0f;
+    float g = QD_FP8_E4M3_MAX * QD_FP4_E2M1_MAX / amax;
+    return isfinite(g) ? g : 1.0f;
+}
+
+void qd_quant_params_rows(const qd_quant_cfg *c, float *scales, int64_t n, int64_t groups)
+{
+    const int64_t rb = c->row_block < 0 ? n : c->row_block;
+    if (rb <= 1) return;
+    for (int64_t g = 0; g < groups; g++)
+        for (int64_t r0 = 0; r0 < n; r0 += rb) {
+            int64_t r1 = r0 + rb < n ? r0 + rb : n;
+            float m = 0.0f;
+            for (int64_t r = r0; r < r1; r++)
+                if (scales[g * n + r] > m) m = scales[g * n + r];
+            for (int64_t r = r0; r < r1; r++) scales[g * n + r] = m;
+        }
+}
+
+/* A float grid's scale from the group's largest magnitude a (grid.h has the rules). */
+static float float_grid_scale(const qd_quant_cfg *c, float a)
+{
+    switch (c->scale_rule) {
+    case QD_SCALE_FP8_GLOBAL: {
+        float gs = c->global_scale > 0.0f ? c->global_scale : 1.0f;
+        float s = qd_f32_round_fp8_e4m3(gs * (a / QD_FP4_E2M1_MAX));
+        return s > 0.0f ? s : qd_fp8_e4m3_to_f32(0x01);       /* never 0: 2^-9 */
+    }
+    case QD_SCALE_E8M0: {
+        if (!(a > 0.0f)) return qd_e8m0_to_f32(0);
+        int e;
+        float m = frexpf(a, &e);                              /* a = m * 2^e, m in [0.5, 1) */
+        e -= 1;                                               /* a = 2m * 2^e, 2m in [1, 2) */
+        if (2.0f * m >= 1.75f) e += 1;                        /* round_to_power_2 */
+        e -= 2;                                               /* floor(log2(6)) */
+        if (e < -127) e = -127;
+        if (e > 127) e = 127;
+        return qd_e8m0_to_f32((uint8_t)(e + 127));
+    }
+    default: {
+        float s = a / QD_FP8_E4M3_MAX;
+        return s > 0.0f ? s : 0x1p-126f;
+    }
+    }
 }
 
 int64_t qd_quant_n_groups(const qd_quant_cfg *c, int64_t k)
@@ -70,6 +149,13 @@ void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t s
 
 void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float *scale, float *zero)
 {
+    if (c->grid != QD_GRID_INT) {
+        float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
+        if (c->clip_ratio > 0.0f && c->clip_ratio < 1.0f) a *= c->clip_ratio;
+        *scale = float_grid_scale(c, a);
+        *zero = 0.0f;
+        return;
+    }
     const int maxq = qd_quant_maxq(c);
     if (c->sym) {
         float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
@@ -117,6 +203,51 @@ static int all_finite(const float *w, int64_t count)
     return qd_f32_first_nonfinite(w, count) < 0;
 }
 
+/* The largest magnitude of count values (finite, checked by the caller). */
+static float amax_of(const float *w, int64_t count)
+{
+    float a = 0.0f;
+    for (int64_t i = 0; i < count; i++) {
+        float v = fabsf(w[i]);
+        if (v > a) a = v;
+    }
+    return a;
+}
+
+/* c with the global scale of w [n, k] filled in where c's rule needs one and has none. */
+static qd_quant_cfg cfg_for(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k)
+{
+    qd_quant_cfg cc = *c;
+    if (cc.scale_rule == QD_SCALE_FP8_GLOBAL && cc.global_scale == 0.0f)
+        cc.global_scale = qd_quant_global_scale(amax_of(w, n * k));
+    return cc;
+}
+
+/* Round-to-nearest of w [n, k] into any of q, deq (may alias w), with the parameters of
+ * every group found first (scales/zeros [G, n], caller-allocated) so that the rows sharing
+ * a scale (row_block) can take their block's. */
+static void rtn_rows(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k, uint8_t *q, float *scales,
+                     float *zeros, float *deq)
+{
+    const int64_t gl = qd_quant_group_len(c, k), ng = qd_quant_n_groups(c, k);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
+            qd_quant_params(c, w + r * k + k0, len, 1, &scales[g * n + r], &zeros[g * n + r]);
+        }
+    qd_quant_params_rows(c, scales, n, ng);
+    for (int64_t r = 0; r < n; r++)
+        for (int64_t g = 0; g < ng; g++) {
+            int64_t k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
+            float s = scales[g * n + r], z = zeros[g * n + r];
+            for (int64_t i = r * k + k0; i < r * k + k0 + len; i++) {
+                int code = qd_quant_code_cfg(c, w[i], s, z);
+                if (q) q[i] = (uint8_t)code;
+                if (deq) deq[i] = qd_quant_dequant_cfg(c, code, s, z);
+            }
+        }
+}
+
 int qd_rtn_quantize(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
                     uint8_t *q, float *scales, float *zeros, float *deq, qd_err *err)
 {
@@ -128,23 +259,18 @@ int qd_rtn_quantize(const qd_quant_cfg *c, const float *w, int64_t n, int64_t k,
     if (!all_finite(w, n * k))
         return qd_err_set(err, QD_ENUMERIC, "rtn: weights [%lld, %lld] hold a NaN or Inf",
                           (long long)n, (long long)k);
-    const int maxq = qd_quant_maxq(c);
-    const int64_t gl = qd_quant_group_len(c, k), ng = qd_quant_n_groups(c, k);
-    for (int64_t r = 0; r < n; r++) {
-        const float *row = w + r * k;
-        for (int64_t g = 0; g < ng; g++) {
-            int64_t k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
-            float s, z;
-            qd_quant_params(c, row + k0, len, 1, &s, &z);
-            if (scales) scales[g * n + r] = s;
-            if (zeros) zeros[g * n + r] = z;
-            for (int64_t i = k0; i < k0 + len; i++) {
-                int code = qd_quant_code(row[i], s, z, maxq);
-                if (q) q[r * k + i] = (uint8_t)code;
-                if (deq) deq[r * k + i] = qd_quant_dequant(code, s, z);
-            }
-        }
+    const qd_quant_cfg cc = cfg_for(c, w, n, k);
+    const int64_t ng = qd_quant_n_groups(c, k);
+    float *ts = scales ? NULL : malloc((size_t)(ng * n) * sizeof *ts);
+    float *tz = zeros ? NULL : malloc((size_t)(ng * n) * sizeof *tz);
+    if ((!scales && !ts) || (!zeros && !tz)) {
+        free(ts);
+        free(tz);
+        return qd_err_set(err, QD_ENOMEM, "rtn: out of memory for [%lld, %lld]", (long long)n, (long long)k);
     }
+    rtn_rows(&cc, w, n, k, q, scales ? scales : ts, zeros ? zeros : tz, deq);
+    free(ts);
+    free(tz);
     return 0;
 }
 
@@ -153,18 +279,13 @@ int qd_quant_fake_ref(const qd_quant_cfg *c, float *w, int64_t n, int64_t k)
     if (qd_quant_cfg_validate(c, NULL)) return QD_EINVAL;
     if (!w || n < 0 || k < 0) return QD_EINVAL;
     if (!all_finite(w, n * k)) return QD_ENUMERIC;
-    const int maxq = qd_quant_maxq(c);
-    const int64_t gl = qd_quant_group_len(c, k), ng = qd_quant_n_groups(c, k);
-    for (int64_t r = 0; r < n; r++) {
-        float *row = w + r * k;
-        for (int64_t g = 0; g < ng; g++) {
-            int64_t k0 = g * gl, len = k - k0 < gl ? k - k0 : gl;
-            float s, z;
-            qd_quant_params(c, row + k0, len, 1, &s, &z);
-            for (int64_t i = k0; i < k0 + len; i++)
-                row[i] = qd_quant_dequant(qd_quant_code(row[i], s, z, maxq), s, z);
-        }
-    }
+    if (n == 0 || k == 0) return 0;
+    const qd_quant_cfg cc = cfg_for(c, w, n, k);
+    const int64_t ng = qd_quant_n_groups(c, k);
+    float *ts = malloc((size_t)(ng * n) * 2 * sizeof *ts);
+    if (!ts) return QD_ENOMEM;
+    rtn_rows(&cc, w, n, k, NULL, ts, ts + ng * n, w);
+    free(ts);
     return 0;
 }
 
@@ -180,7 +301,10 @@ int qd_rtn_quantize_qlayer(const qd_quant_cfg *c, const float *w, int64_t n, int
         qd_qlayer_free(out);
         return qd_err_set(err, QD_ENOMEM, "rtn: out of memory for zeros");
     }
-    rc = qd_rtn_quantize(c, w, n, k, out->q, out->scales, zf, deq, err);
+    /* The global scale is fixed here so that the layer records the one its codes used. */
+    const qd_quant_cfg cc = w && all_finite(w, n * k) ? cfg_for(c, w, n, k) : *c;
+    qd_qlayer_set_grid(out, &cc);
+    rc = qd_rtn_quantize(&cc, w, n, k, out->q, out->scales, zf, deq, err);
     if (!rc)
         for (int64_t i = 0; i < out->n_groups * n; i++) out->zeros[i] = (int32_t)zf[i];
     free(zf);

@@ -18,6 +18,8 @@
 #include <stdint.h>
 
 #include "quant/core/error.h"
+#include "quant/core/minifloat.h"
+#include "quant/formats/grid.h"
 
 typedef struct qd_quant_cfg {
     int bits;               /* 2, 3, 4 or 8 */
@@ -26,6 +28,14 @@ typedef struct qd_quant_cfg {
     float clip_ratio;       /* (0, 1]; 1 = no clipping */
     int f16_scales;         /* round scales to F16 (default 1) */
     int zero_min1;          /* asymmetric zeros kept >= 1 (GPTQ v1) */
+    /* Float grids (grid.h); the defaults are the integer grid above. */
+    qd_grid grid;           /* QD_GRID_INT, or FP8 (bits 8) / FP4 (bits 4), both sym */
+    qd_scale_rule scale_rule;   /* QD_SCALE_F16 for INT; F32 (FP8), FP8_GLOBAL or E8M0 (FP4) */
+    float global_scale;     /* FP8_GLOBAL: the tensor's gs (qd_quant_global_scale); 0 = unset
+                               (qd_rtn_quantize then takes the weight's own) */
+    int64_t row_block;      /* rows that share one scale: 1 (default), 128 (FP8 128x128
+                               blocks) or -1 (all rows: one scale per tensor); only with
+                               scale rule F32, whose scale grows with amax */
 } qd_quant_cfg;
 
 qd_quant_cfg qd_quant_cfg_default(void);   /* 4 bits, sym, group 128, clip 1, f16 scales */
@@ -44,12 +54,42 @@ void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t s
  * qd_quant_params does (x < xmin / x > xmax replaces, so NaNs and a -0 never enter). SIMD
  * kernels find the ranges of many groups at once and finish here. */
 void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float *scale, float *zero);
+/* NVFP4's global scale of a tensor (or of the tensors that must share one: fused q/k/v,
+ * gate/up) from its largest magnitude: 448 * 6 / amax in F32, 1 when amax is 0. */
+float qd_quant_global_scale(float amax);
+/* The rows of a group that share a scale (cfg.row_block) all take the largest: scales
+ * [G, n] group-major, as every quantizer holds them. No-op for row_block 1. */
+void qd_quant_params_rows(const qd_quant_cfg *c, float *scales, int64_t n, int64_t groups);
 static inline int qd_quant_code(float w, float scale, float zero, int maxq)
 {
     float v = __builtin_rintf(w / scale) + zero;   /* round half to even, as torch.round */
     return v < 0.0f ? 0 : v > (float)maxq ? maxq : (int)v;
 }
 static inline float qd_quant_dequant(int q, float scale, float zero) { return scale * ((float)q - zero); }
+/* The same on c's grid: an integer code and its value for INT (exactly the two above), the
+ * E4M3 byte or E2M1 nibble of w / s' for the float grids, where s' = s / global_scale for
+ * FP8_GLOBAL and s otherwise (compressed-tensors divides the group scale by the global
+ * scale before it quantizes and before it dequantizes, and so do these). */
+static inline float qd_quant_scale_eff(const qd_quant_cfg *c, float scale)
+{
+    return c->scale_rule == QD_SCALE_FP8_GLOBAL ? scale / c->global_scale : scale;
+}
+static inline int qd_quant_code_cfg(const qd_quant_cfg *c, float w, float scale, float zero)
+{
+    switch (c->grid) {
+    case QD_GRID_FP8_E4M3: return qd_f32_to_fp8_e4m3(w / qd_quant_scale_eff(c, scale));
+    case QD_GRID_FP4_E2M1: return qd_f32_to_fp4_e2m1(w / qd_quant_scale_eff(c, scale));
+    default: return qd_quant_code(w, scale, zero, (1 << c->bits) - 1);
+    }
+}
+static inline float qd_quant_dequant_cfg(const qd_quant_cfg *c, int q, float scale, float zero)
+{
+    switch (c->grid) {
+    case QD_GRID_FP8_E4M3: return qd_fp8_e4m3_to_f32((uint8_t)q) * qd_quant_scale_eff(c, scale);
+    case QD_GRID_FP4_E2M1: return qd_fp4_e2m1_to_f32((uint8_t)q) * qd_quant_scale_eff(c, scale);
+    default: return qd_quant_dequant(q, scale, zero);
+    }
+}
 
 /* Round-to-nearest of a whole [N, K] row-major weight (nn.Linear layout) with groups along
  * K. Outputs (caller-allocated, any may be NULL): q [N*K] codes, scales/zeros [G*N] laid out
