@@ -18,7 +18,12 @@
  *   - Group of storage row i: g_idx[i] with act-order, else i / group_size (0 for one
  *     group). In the reordered (exllama) layout rows are sorted by group, so the group is
  *     i / group_size and the input feature is perm[i]; elsewhere the feature is i.
- *   - W[c][feature] = scale[g][c] * (q - zero), the scale an F16 widened to F32. */
+ *   - W[c][feature] = scale[g][c] * (q - zero), the scale an F16 widened to F32.
+ *   - Float grids (QD_KMAT_FLOAT, format.h's fcodes/fscales): codes [N, K] E4M3 bytes, or
+ *     [N, K/2] bytes of two E2M1 nibbles, the even k in the low nibble; scales [R, G] F32;
+ *     W[n][k] = value(code) * s, s = fscales[(n / row_block) * G + k / group_size] (row 0
+ *     for row_block -1, group 0 for group_size -1), s / global_scale instead under NVFP4's
+ *     rule, that division done first and in F32, as the quantizer's qd_quant_dequant_cfg. */
 #ifndef QUANT_KERNELS_KDECODE_H
 #define QUANT_KERNELS_KDECODE_H
 
@@ -136,6 +141,84 @@ KD_FN float kd_weight(const kd_wdesc *d, int64_t i, int64_t c)
     if (d->awq) return kd_dequant(s, kd_awq_code(d->qweight, d->n, i, c), kd_awq_zero(d->qzeros, d->n, g, c));
     return kd_dequant(s, kd_gptq_code(d->qweight, d->n, d->bits, i, c),
                       kd_gptq_zero(d->qzeros, d->n, d->bits, d->zero_offset, g, c));
+}
+
+/* ---- Float grids ------------------------------------------------------------------- */
+
+/* The F32 whose bits are u. */
+KD_FN float kd_bits_to_float(uint32_t u)
+{
+#if defined(__CUDA_ARCH__)
+    return __uint_as_float(u);
+#else
+    union { uint32_t u; float f; } cv;
+    cv.u = u;
+    return cv.f;
+#endif
+}
+
+/* FP8 E4M3 byte to F32, exact: the same value as quant/core/minifloat.h's
+ * qd_fp8_e4m3_to_f32, bits included (a NaN code, 0x7f or 0xff, is the positive quiet NaN
+ * 0x7fc00000, as NAN there; 0x80 is -0). Normals move their exponent and mantissa into F32
+ * position and rescale by 2^(127 - 7), which is exact; subnormals (exponent 0) are
+ * mant * 2^-9, computed without F32 subnormals so a flush-to-zero mode cannot change them. */
+KD_FN float kd_fp8_e4m3_value(uint32_t b)
+{
+    const uint32_t mag = b & 0x7fu;
+    if (mag == 0x7fu) return kd_bits_to_float(0x7fc00000u);
+    const float v = mag < 8u ? (float)mag * 0x1p-9f : kd_bits_to_float(mag << 20) * 0x1p120f;
+    return (b & 0x80u) ? -v : v;
+}
+
+/* FP4 E2M1 code (low 4 bits) to F32, exact, as qd_fp4_e2m1_to_f32 (code 8 is -0): the
+ * same move to F32 position, rescaled by 2^(127 - 1); codes 0 and 1 (exponent 0) are
+ * mant * 0.5. */
+KD_FN float kd_fp4_e2m1_value(uint32_t code)
+{
+    const uint32_t mag = code & 7u;
+    const float v = mag < 2u ? (float)mag * 0.5f : kd_bits_to_float(mag << 22) * 0x1p126f;
+    return (code & 8u) ? -v : v;
+}
+
+/* One float-grid weight as the kernels see it (device or host pointers alike). */
+typedef struct kd_fdesc {
+    const uint8_t *fcodes;         /* FP8 [N, K]; FP4 [N, K/2] */
+    const float *fscales;          /* [R, G] */
+    int64_t n, k;
+    int64_t gs;                    /* > 0, or -1: one group */
+    int64_t n_groups;              /* G */
+    int64_t row_block;             /* > 0, or -1: one scale row */
+    float global_scale;            /* divides every scale when global (NVFP4) */
+    int fp4, global;
+} kd_fdesc;
+
+/* Code of W[n][k]: the E4M3 byte, or the E2M1 nibble (even k low, odd k high). */
+KD_FN uint32_t kd_float_code(const kd_fdesc *d, int64_t n, int64_t k)
+{
+    if (d->fp4) return ((uint32_t)d->fcodes[n * (d->k / 2) + k / 2] >> (4 * (int)(k & 1))) & 15u;
+    return d->fcodes[n * d->k + k];
+}
+
+KD_FN float kd_float_value(int fp4, uint32_t code) { return fp4 ? kd_fp4_e2m1_value(code) : kd_fp8_e4m3_value(code); }
+
+/* The scale of row n, group g, global scale applied (the division in F32). */
+KD_FN float kd_float_scale_g(const kd_fdesc *d, int64_t n, int64_t g)
+{
+    const int64_t r = d->row_block > 0 ? n / d->row_block : 0;
+    const float s = d->fscales[r * d->n_groups + g];
+    return d->global ? s / d->global_scale : s;
+}
+
+/* The scale W[n][k] is multiplied by. */
+KD_FN float kd_float_scale(const kd_fdesc *d, int64_t n, int64_t k)
+{
+    return kd_float_scale_g(d, n, d->gs > 0 ? k / d->gs : 0);
+}
+
+/* Dequantized W[n][k]. */
+KD_FN float kd_float_weight(const kd_fdesc *d, int64_t n, int64_t k)
+{
+    return kd_float_value(d->fp4, kd_float_code(d, n, k)) * kd_float_scale(d, n, k);
 }
 
 #endif

@@ -7,7 +7,10 @@
  *                   by every row of x, accumulating into y.
  * Scales and zeros are widened once per call to F32 tables [G, N] (1/group_size of the
  * weight's work), which makes the act-order case (a group lookup per K-row) cheap to read.
- * For the reordered layout x is permuted once per call into a scratch copy.
+ * For the reordered layout x is permuted once per call into a scratch copy. The float
+ * grids (QD_KMAT_FLOAT) have their own tile decoders (kernel_float.c) and no tables: their
+ * scales are read where a tile needs them; their N need not be a multiple of 8, so the
+ * last tile stores only the columns that exist.
  * The AVX2 path is chosen at run time (__builtin_cpu_supports), never by -march. */
 #include <immintrin.h>
 #include <stdlib.h>
@@ -129,9 +132,10 @@ static void kcpu_accum_avx2(const float *x, int64_t ldx, int mr, const float *T,
 
 /* ---- drivers ------------------------------------------------------------------------- */
 
-static void kcpu_store(float *y, int64_t n, int64_t r0, int mr, int64_t n0, const float *acc)
+/* Stores columns [n0, n0 + nc) of rows [r0, r0 + mr) from acc [mr][8]. */
+static void kcpu_store(float *y, int64_t n, int64_t r0, int mr, int64_t n0, int nc, const float *acc)
 {
-    for (int r = 0; r < mr; r++) memcpy(y + (r0 + r) * n + n0, acc + r * 8, 8 * sizeof(float));
+    for (int r = 0; r < mr; r++) memcpy(y + (r0 + r) * n + n0, acc + r * 8, (size_t)nc * sizeof(float));
 }
 
 static void kcpu_gemv(const kcpu_ctx *c, kcpu_decode_fn dec, kcpu_accum_fn acc_fn, const float *x,
@@ -150,7 +154,7 @@ static void kcpu_gemv(const kcpu_ctx *c, kcpu_decode_fn dec, kcpu_accum_fn acc_f
                 dec(c, i0, len, n0, T);
                 acc_fn(x + r0 * k + i0, k, mr, T, len, acc);
             }
-            kcpu_store(y, n, r0, mr, n0, acc);
+            kcpu_store(y, n, r0, mr, n0, kcpu_tile_cols(m, n0), acc);
         }
     }
 }
@@ -163,17 +167,18 @@ static void kcpu_gemm(const kcpu_ctx *c, kcpu_decode_fn dec, kcpu_accum_fn acc_f
     float T[KCPU_PANEL * 8] __attribute__((aligned(32)));
     float acc[4 * 8] __attribute__((aligned(32)));
     for (int64_t n0 = 0; n0 < n; n0 += 8) {
+        const int nc = kcpu_tile_cols(m, n0);
         for (int64_t p0 = 0; p0 < k; p0 += KCPU_PANEL) {
             int plen = (int)(k - p0 < KCPU_PANEL ? k - p0 : KCPU_PANEL);
             for (int t = 0; t < plen; t += KCPU_TILE)
                 dec(c, p0 + t, plen - t < KCPU_TILE ? plen - t : KCPU_TILE, n0, T + t * 8);
             for (int64_t r0 = 0; r0 < rows; r0 += 4) {
                 int mr = (int)(rows - r0 < 4 ? rows - r0 : 4);
-                if (p0 == 0) memset(acc, 0, sizeof acc);
-                else
-                    for (int r = 0; r < mr; r++) memcpy(acc + r * 8, y + (r0 + r) * n + n0, 8 * sizeof(float));
+                memset(acc, 0, sizeof acc);
+                if (p0)
+                    for (int r = 0; r < mr; r++) memcpy(acc + r * 8, y + (r0 + r) * n + n0, (size_t)nc * sizeof(float));
                 acc_fn(x + r0 * k + p0, k, mr, T, plen, acc);
-                kcpu_store(y, n, r0, mr, n0, acc);
+                kcpu_store(y, n, r0, mr, n0, nc, acc);
             }
         }
     }
@@ -193,10 +198,15 @@ int kcpu_isa_pick(qd_kcpu_isa isa, int *avx2, qd_err *err)
     return 0;
 }
 
-kcpu_decode_fn kcpu_decode_pick(int avx2) { return avx2 ? kcpu_decode_avx2 : kcpu_decode_portable; }
+kcpu_decode_fn kcpu_decode_pick(const qd_kmat *m, int avx2)
+{
+    if (m->layout == QD_KMAT_FLOAT) return avx2 ? kcpu_decode_float_avx2 : kcpu_decode_float_portable;
+    return avx2 ? kcpu_decode_avx2 : kcpu_decode_portable;
+}
 
 void kcpu_tables_fill(const qd_kmat *m, float *S, float *Z, int64_t c0, int64_t c1)
 {
+    if (m->layout == QD_KMAT_FLOAT) return;             /* no tables: see kernel_float.c */
     const int64_t n = m->n;
     for (int64_t g = 0; g < m->n_groups; g++)
         for (int64_t c = c0; c < c1; c++) {
@@ -218,11 +228,12 @@ int qd_kernel_matmul_cpu(const qd_kmat *m, const float *x, int64_t rows, float *
     int avx2;
     if ((rc = kcpu_isa_pick(isa, &avx2, err))) return rc;
     const int64_t n = m->n, k = m->k, G = m->n_groups;
-    float *S = malloc((size_t)(G * n) * sizeof *S);
-    float *Z = malloc((size_t)(G * n) * sizeof *Z);
+    const int tables = m->layout != QD_KMAT_FLOAT;
+    float *S = tables ? malloc((size_t)(G * n) * sizeof *S) : NULL;
+    float *Z = tables ? malloc((size_t)(G * n) * sizeof *Z) : NULL;
     float *xp = NULL;
     if (m->layout == QD_KMAT_GPTQ_REORDERED) xp = malloc((size_t)(rows * k) * sizeof *xp);
-    if (!S || !Z || (m->layout == QD_KMAT_GPTQ_REORDERED && !xp)) {
+    if ((tables && (!S || !Z)) || (m->layout == QD_KMAT_GPTQ_REORDERED && !xp)) {
         free(S);
         free(Z);
         free(xp);
@@ -234,7 +245,7 @@ int qd_kernel_matmul_cpu(const qd_kmat *m, const float *x, int64_t rows, float *
         for (int64_t r = 0; r < rows; r++)
             for (int64_t i = 0; i < k; i++) xp[r * k + i] = x[r * k + m->perm[i]];
     kcpu_ctx c = {m, S, Z};
-    kcpu_decode_fn dec = kcpu_decode_pick(avx2);
+    kcpu_decode_fn dec = kcpu_decode_pick(m, avx2);
     kcpu_accum_fn acc = avx2 ? kcpu_accum_avx2 : kcpu_accum_portable;
     int gemv = path == QD_KPATH_GEMV || (path == QD_KPATH_AUTO && rows <= QD_KERNEL_GEMV_MAX_ROWS);
     if (gemv) kcpu_gemv(&c, dec, acc, xp ? xp : x, rows, y);

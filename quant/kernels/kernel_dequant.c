@@ -9,7 +9,10 @@
  * the decoder computes scale * ((float)q - zero), whose difference is the reference's
  * exact integer q - zero, and formats whose reference rounds each product to F16
  * (f16_products) get the same rounding (qd_f32_round_f16, or F16C's round-to-nearest-even
- * conversion, which is the same function). */
+ * conversion, which is the same function). The float grids (QD_KMAT_FLOAT) go through the
+ * same tiles with their own decoder (kernel_float.c), whose weights are kdecode.h's
+ * kd_float_weight to the bit; their N need not be a multiple of 8, so the last tile stores
+ * only its rows of W. */
 #include <cpuid.h>
 #include <immintrin.h>
 #include <stdlib.h>
@@ -29,9 +32,9 @@ static int cpu_has_f16c(void)
 /* Below this many weights per thread the thread start-up costs more than it saves. */
 #define KDEQ_MIN_WEIGHTS_PER_THREAD (1 << 16)
 
-/* Writes tile T [len][8] (K-rows x columns) to w[l * k + j] for l < 8, j < len: w points
+/* Writes tile T [len][8] (K-rows x columns) to w[l * k + j] for l < nc, j < len: w points
  * at row n0, column i0 of W. f16: each value rounded to F16 on the way. */
-typedef void (*kdeq_store_fn)(const float *T, int len, float *w, int64_t k, int f16);
+typedef void (*kdeq_store_fn)(const float *T, int len, int nc, float *w, int64_t k, int f16);
 
 typedef struct kdeq_job {
     kcpu_ctx c;
@@ -42,9 +45,9 @@ typedef struct kdeq_job {
     float *w;
 } kdeq_job;
 
-static void kdeq_store_portable(const float *T, int len, float *w, int64_t k, int f16)
+static void kdeq_store_portable(const float *T, int len, int nc, float *w, int64_t k, int f16)
 {
-    for (int l = 0; l < 8; l++)
+    for (int l = 0; l < nc; l++)
         for (int j = 0; j < len; j++) {
             float v = T[j * 8 + l];
             w[l * k + j] = f16 ? qd_f32_round_f16(v) : v;
@@ -75,8 +78,12 @@ static void kdeq_transpose8(__m256 r[8])
 }
 
 __attribute__((target("avx2,fma,f16c")))
-static void kdeq_store_avx2(const float *T, int len, float *w, int64_t k, int f16)
+static void kdeq_store_avx2(const float *T, int len, int nc, float *w, int64_t k, int f16)
 {
+    if (nc < 8) {
+        kdeq_store_portable(T, len, nc, w, k, f16);
+        return;
+    }
     int j0 = 0;
     for (; j0 + 8 <= len; j0 += 8) {
         __m256 r[8];
@@ -88,7 +95,7 @@ static void kdeq_store_avx2(const float *T, int len, float *w, int64_t k, int f1
             _mm256_storeu_ps(w + l * k + j0, v);
         }
     }
-    if (j0 < len) kdeq_store_portable(T + j0 * 8, len - j0, w + j0, k, f16);
+    if (j0 < len) kdeq_store_portable(T + j0 * 8, len - j0, 8, w + j0, k, f16);
 }
 
 /* Output columns (rows of W) [c0, c1), multiples of 8. */
@@ -104,7 +111,7 @@ static void kdeq_cols(void *arg, int t, int64_t c0, int64_t c1)
         for (int64_t i0 = 0; i0 < k; i0 += KCPU_TILE) {
             int len = (int)(k - i0 < KCPU_TILE ? k - i0 : KCPU_TILE);
             j->dec(&j->c, i0, len, n0, T);
-            j->store(T, len, j->w + n0 * k + i0, k, j->f16);
+            j->store(T, len, kcpu_tile_cols(m, n0), j->w + n0 * k + i0, k, j->f16);
         }
 }
 
@@ -113,6 +120,12 @@ static void kdeq_cols(void *arg, int t, int64_t c0, int64_t c1)
  * One check more: a K beyond its groups, which the gptq reference would read past. */
 static int kdeq_check(const qd_format *fmt, const qd_packed *p, const qd_kmat *m, qd_err *err)
 {
+    /* A float weight's arrays were checked against its shape by qd_kmat_from_float. */
+    if (m->layout == QD_KMAT_FLOAT) {
+        if (!(fmt->bits_mask & (1u << m->bits)))
+            return qd_err_set(err, QD_EUNSUPPORTED, "dequant: %d-bit tensors are not in format %s", m->bits, fmt->name);
+        return 0;
+    }
     if (!(fmt->bits_mask & (1u << p->bits)))
         return qd_err_set(err, QD_EUNSUPPORTED, "dequant: %d-bit tensors are not in format %s", p->bits, fmt->name);
     const int awq = m->layout == QD_KMAT_AWQ;
@@ -144,9 +157,11 @@ int qd_kernel_dequant_cpu(const qd_format *fmt, const qd_packed *p, float *w, in
     if (rc) return rc;
     /* F16C comes with every AVX2 CPU in practice, but is its own CPUID bit. */
     if (avx2 && fmt->f16_products && !cpu_has_f16c()) avx2 = 0;
-    const int64_t n = m.n, k = m.k, G = m.n_groups, tiles = n / 8;
-    float *S = malloc((size_t)(G * n) * sizeof *S), *Z = malloc((size_t)(G * n) * sizeof *Z);
-    if (!S || !Z) {
+    const int64_t n = m.n, k = m.k, G = m.n_groups, tiles = (n + 7) / 8;
+    const int tables = m.layout != QD_KMAT_FLOAT;       /* the float decoder reads fscales */
+    float *S = tables ? malloc((size_t)(G * n) * sizeof *S) : NULL;
+    float *Z = tables ? malloc((size_t)(G * n) * sizeof *Z) : NULL;
+    if (tables && (!S || !Z)) {
         free(S);
         free(Z);
         return qd_err_set(err, QD_ENOMEM, "dequant: out of memory for [%lld, %lld] tables", (long long)G,
@@ -156,7 +171,7 @@ int qd_kernel_dequant_cpu(const qd_format *fmt, const qd_packed *p, float *w, in
     if (n * k < (int64_t)nt * KDEQ_MIN_WEIGHTS_PER_THREAD) nt = (int)(n * k / KDEQ_MIN_WEIGHTS_PER_THREAD);
     if (nt > tiles) nt = (int)tiles;
     if (nt < 1) nt = 1;
-    kdeq_job job = {{&m, S, Z}, kcpu_decode_pick(avx2), avx2 ? kdeq_store_avx2 : kdeq_store_portable,
+    kdeq_job job = {{&m, S, Z}, kcpu_decode_pick(&m, avx2), avx2 ? kdeq_store_avx2 : kdeq_store_portable,
                     fmt->f16_products, S, Z, w};
     qd_parallel_for(nt, n, 8, kdeq_cols, &job);
     free(S);

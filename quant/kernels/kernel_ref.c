@@ -1,16 +1,53 @@
 /* qd_kmat plumbing (views of packed tensors, the exllama reorder, uploads) and the scalar
  * reference dequantizing matmul every faster kernel is tested against. The reference
  * decodes each weight exactly as the format table's dequant_ref does (scale * (q - zero),
- * the scale an F16 widened to F32) and sums in double, so its own rounding is far below
- * any kernel's. */
+ * the scale an F16 widened to F32; on the float grids the minifloat value times the scale,
+ * divided by the global scale first under NVFP4's rule) and sums in double, so its own
+ * rounding is far below any kernel's. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/minifloat.h"
 #include "quant/kernels/kernel_internal.h"
+
+/* The float layout's own rules: grid and scale rule as grid.h pairs them, whole groups and
+ * scale rows covering K and N. */
+static int kmat_validate_float(const qd_kmat *m, qd_err *err)
+{
+    if (!m->fcodes || !m->fscales) return qd_err_set(err, QD_EINVAL, "kernel: float weight arrays missing");
+    if (m->n <= 0 || m->k <= 0 || m->n_groups <= 0 || m->n_scale_rows <= 0)
+        return qd_err_set(err, QD_ESHAPE, "kernel: bad float weight shape [%lld, %lld] with %lld x %lld scales",
+                          (long long)m->n, (long long)m->k, (long long)m->n_scale_rows, (long long)m->n_groups);
+    if (m->grid == QD_GRID_FP8_E4M3) {
+        if (m->bits != 8 || m->scale_rule != QD_SCALE_F32)
+            return qd_err_set(err, QD_EUNSUPPORTED, "kernel: fp8_e4m3 weights are 8-bit with F32 scales "
+                              "(got %d bits, scale rule %d)", m->bits, (int)m->scale_rule);
+    } else if (m->grid == QD_GRID_FP4_E2M1) {
+        if (m->bits != 4 || (m->scale_rule != QD_SCALE_FP8_GLOBAL && m->scale_rule != QD_SCALE_E8M0))
+            return qd_err_set(err, QD_EUNSUPPORTED, "kernel: fp4_e2m1 weights are 4-bit with FP8 (global) or E8M0 "
+                              "scales (got %d bits, scale rule %d)", m->bits, (int)m->scale_rule);
+        if (m->k % 2)
+            return qd_err_set(err, QD_ESHAPE, "kernel: fp4 weight K %lld is odd (two codes a byte)", (long long)m->k);
+    } else {
+        return qd_err_set(err, QD_EUNSUPPORTED, "kernel: float layout with grid %d (%s)", (int)m->grid,
+                          qd_grid_name(m->grid));
+    }
+    if (m->scale_rule == QD_SCALE_FP8_GLOBAL && !(m->global_scale > 0.0f && isfinite(m->global_scale)))
+        return qd_err_set(err, QD_EINVAL, "kernel: nvfp4 global scale %g must be positive and finite",
+                          (double)m->global_scale);
+    if (m->group_size > 0 ? m->group_size * m->n_groups < m->k : (m->group_size != -1 || m->n_groups != 1))
+        return qd_err_set(err, QD_ESHAPE, "kernel: %lld groups of %lld do not cover K %lld", (long long)m->n_groups,
+                          (long long)m->group_size, (long long)m->k);
+    if (m->row_block > 0 ? m->row_block * m->n_scale_rows < m->n : (m->row_block != -1 || m->n_scale_rows != 1))
+        return qd_err_set(err, QD_ESHAPE, "kernel: %lld scale rows of %lld do not cover N %lld",
+                          (long long)m->n_scale_rows, (long long)m->row_block, (long long)m->n);
+    return 0;
+}
 
 int kmat_validate(const qd_kmat *m, qd_err *err)
 {
+    if (m && m->layout == QD_KMAT_FLOAT) return kmat_validate_float(m, err);
     if (!m || !m->qweight || !m->qzeros || !m->scales)
         return qd_err_set(err, QD_EINVAL, "kernel: packed weight arrays missing");
     if (m->n <= 0 || m->k <= 0 || m->n_groups <= 0)
@@ -68,10 +105,48 @@ int qd_kmat_from_packed(const qd_format *fmt, const qd_packed *p, qd_kmat *out, 
             }
             if (out->act_order) out->g_idx = p->g_idx;
         }
+    } else if (fmt->kernel == QD_FMT_KERNEL_FLOAT) {
+        return qd_kmat_from_float(p, out, err);
     } else {
         return qd_err_set(err, QD_EUNSUPPORTED, "kernel: no kernel reads format '%s'", fmt->name);
     }
     return kmat_validate(out, err);
+}
+
+int qd_kmat_from_float(const qd_packed *p, qd_kmat *out, qd_err *err)
+{
+    if (!p || !out) return qd_err_set(err, QD_EINVAL, "kernel: NULL tensors or output");
+    memset(out, 0, sizeof *out);
+    out->layout = QD_KMAT_FLOAT;
+    out->bits = p->grid == QD_GRID_FP4_E2M1 ? 4 : p->grid == QD_GRID_FP8_E4M3 ? 8 : p->bits;
+    out->n = p->n;
+    out->k = p->k;
+    out->group_size = p->group_size;
+    out->n_groups = p->fscales_shape[1];
+    out->n_scale_rows = p->fscales_shape[0];
+    out->grid = p->grid;
+    out->scale_rule = p->scale_rule;
+    out->global_scale = p->global_scale;
+    out->row_block = p->row_block ? p->row_block : 1;      /* qlayer's 0 means 1 */
+    out->fcodes = p->fcodes;
+    out->fscales = p->fscales;
+    int rc = kmat_validate(out, err);
+    if (rc) return rc;
+    /* The arrays must be exactly what the rule reads: a mismatch is a packing error. */
+    const int64_t cols = out->grid == QD_GRID_FP4_E2M1 ? p->k / 2 : p->k;
+    if (p->bits != out->bits)
+        return qd_err_set(err, QD_EFORMAT, "kernel: %s weight says %d bits", qd_grid_name(p->grid), p->bits);
+    if (p->fcodes_shape[0] != p->n || p->fcodes_shape[1] != cols)
+        return qd_err_set(err, QD_ESHAPE, "kernel: %s codes are [%lld, %lld], expected [%lld, %lld]",
+                          qd_grid_name(p->grid), (long long)p->fcodes_shape[0], (long long)p->fcodes_shape[1],
+                          (long long)p->n, (long long)cols);
+    const int64_t G = p->group_size > 0 ? (p->k + p->group_size - 1) / p->group_size : 1;
+    const int64_t R = out->row_block > 0 ? (p->n + out->row_block - 1) / out->row_block : 1;
+    if (out->n_groups != G || out->n_scale_rows != R || (p->n_groups && p->n_groups != G))
+        return qd_err_set(err, QD_ESHAPE, "kernel: %s scales are [%lld, %lld] (n_groups %lld), expected [%lld, %lld]",
+                          qd_grid_name(p->grid), (long long)out->n_scale_rows, (long long)out->n_groups,
+                          (long long)p->n_groups, (long long)R, (long long)G);
+    return 0;
 }
 
 /* Stable order of K rows by group: perm[i] = the i-th feature in (group, k) order. */
@@ -144,6 +219,13 @@ fail:
     return rc;
 }
 
+/* Bytes of a float weight's codes and scales. */
+static int64_t kmat_fcodes_bytes(const qd_kmat *m)
+{
+    return m->grid == QD_GRID_FP4_E2M1 ? m->n * (m->k / 2) : m->n * m->k;
+}
+static int64_t kmat_fscales_bytes(const qd_kmat *m) { return m->n_scale_rows * m->n_groups * 4; }
+
 static int64_t kmat_qweight_words(const qd_kmat *m)
 {
     return m->layout == QD_KMAT_AWQ ? m->k * (m->n / 8) : m->k * m->bits / 32 * m->n;
@@ -156,6 +238,7 @@ static int64_t kmat_qzeros_words(const qd_kmat *m)
 
 int64_t qd_kmat_bytes(const qd_kmat *m)
 {
+    if (m->layout == QD_KMAT_FLOAT) return kmat_fcodes_bytes(m) + kmat_fscales_bytes(m);
     int64_t b = (kmat_qweight_words(m) + kmat_qzeros_words(m)) * 4 + m->n_groups * m->n * 2;
     if (m->g_idx) b += m->k * 4;
     if (m->perm) b += m->k * 4;
@@ -165,6 +248,8 @@ int64_t qd_kmat_bytes(const qd_kmat *m)
 const char *qd_kmat_layout_name(const qd_kmat *m)
 {
     if (m->layout == QD_KMAT_AWQ) return "awq";
+    if (m->layout == QD_KMAT_FLOAT)
+        return m->grid == QD_GRID_FP8_E4M3 ? "fp8" : m->scale_rule == QD_SCALE_E8M0 ? "mxfp4" : "nvfp4";
     if (m->layout == QD_KMAT_GPTQ_REORDERED) return "gptq-reordered";
     return m->act_order ? "gptq-actorder" : "gptq";
 }
@@ -191,8 +276,19 @@ int qd_kmat_upload(qd_backend *be, const qd_kmat *host, qd_kmat *dev, qd_err *er
     *dev = *host;
     dev->qweight = dev->qzeros = dev->g_idx = dev->perm = NULL;
     dev->scales = NULL;
+    dev->fcodes = NULL;
+    dev->fscales = NULL;
     dev->owns_host = 0;
     dev->owner = be;
+    if (host->layout == QD_KMAT_FLOAT) {
+        const void *fc = NULL, *fs = NULL;
+        if (!(rc = kmat_put(be, host->fcodes, (size_t)kmat_fcodes_bytes(host), &fc, err)))
+            rc = kmat_put(be, host->fscales, (size_t)kmat_fscales_bytes(host), &fs, err);
+        dev->fcodes = fc;
+        dev->fscales = fs;
+        if (rc) qd_kmat_free(dev);
+        return rc;
+    }
     const void *p[5] = {0};
     if (!(rc = kmat_put(be, host->qweight, (size_t)kmat_qweight_words(host) * 4, &p[0], err)) &&
         !(rc = kmat_put(be, host->qzeros, (size_t)kmat_qzeros_words(host) * 4, &p[1], err)) &&
@@ -212,12 +308,32 @@ int qd_kmat_upload(qd_backend *be, const qd_kmat *host, qd_kmat *dev, qd_err *er
 void qd_kmat_free(qd_kmat *m)
 {
     if (!m) return;
-    const void *arr[5] = {m->qweight, m->qzeros, m->scales, m->g_idx, m->perm};
-    for (int i = 0; i < 5; i++) {
+    const void *arr[7] = {m->qweight, m->qzeros, m->scales, m->g_idx, m->perm, m->fcodes, m->fscales};
+    for (int i = 0; i < 7; i++) {
         if (m->owner) qd_backend_free(m->owner, (void *)arr[i]);
         else if (m->owns_host) free((void *)arr[i]);
     }
     memset(m, 0, sizeof *m);
+}
+
+/* Row c of a float weight, W[c][0..K), by the rule itself with the minifloat decoders of
+ * quant/core (not kdecode.h's, which the kernels run and which are tested against these):
+ * value(code) * s, where s is the stored scale divided by the global scale (F32) first
+ * under NVFP4's rule, as qd_quant_dequant_cfg computes it. */
+static void kref_float_row(const qd_kmat *m, int64_t c, float *w)
+{
+    const int64_t k = m->k, G = m->n_groups;
+    const int64_t r = m->row_block > 0 ? c / m->row_block : 0;
+    for (int64_t i = 0; i < k; i++) {
+        float s = m->fscales[r * G + (m->group_size > 0 ? i / m->group_size : 0)];
+        if (m->scale_rule == QD_SCALE_FP8_GLOBAL) s = s / m->global_scale;
+        if (m->grid == QD_GRID_FP4_E2M1) {
+            const uint8_t byte = m->fcodes[c * (k / 2) + i / 2];
+            w[i] = qd_fp4_e2m1_to_f32((uint8_t)(i & 1 ? byte >> 4 : byte & 15)) * s;
+        } else {
+            w[i] = qd_fp8_e4m3_to_f32(m->fcodes[c * k + i]) * s;
+        }
+    }
 }
 
 int qd_kernel_matmul_ref(const qd_kmat *m, const float *x, int64_t rows, float *y, double *mag,
@@ -235,13 +351,16 @@ int qd_kernel_matmul_ref(const qd_kmat *m, const float *x, int64_t rows, float *
         free(feat);
         return qd_err_set(err, QD_ENOMEM, "kernel ref: out of memory");
     }
-    for (int64_t i = 0; i < k; i++) feat[i] = kmat_feature(m, i);
+    const int fl = m->layout == QD_KMAT_FLOAT;
+    for (int64_t i = 0; i < k; i++) feat[i] = fl ? i : kmat_feature(m, i);
     for (int64_t c = 0; c < n; c++) {
-        for (int64_t i = 0; i < k; i++) {
-            int64_t g = kmat_group(m, i);
-            float s = qd_f16_to_f32(m->scales[g * n + c]);
-            wcol[i] = s * (float)(kmat_code(m, i, c) - kmat_zero(m, g, c));
-        }
+        if (fl) kref_float_row(m, c, wcol);
+        else
+            for (int64_t i = 0; i < k; i++) {
+                int64_t g = kmat_group(m, i);
+                float s = qd_f16_to_f32(m->scales[g * n + c]);
+                wcol[i] = s * (float)(kmat_code(m, i, c) - kmat_zero(m, g, c));
+            }
         for (int64_t r = 0; r < rows; r++) {
             const float *xr = x + r * k;
             double acc = 0.0, a = 0.0;
