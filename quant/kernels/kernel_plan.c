@@ -7,6 +7,11 @@
 
 int kmat_validate(const qd_kmat *m, qd_err *err);   /* kernel_ref.c */
 
+int qd_kplan_float_gemv_ok(const qd_kmat *m)
+{
+    return m->layout == QD_KMAT_FLOAT && m->k % 32 == 0 && (m->group_size == -1 || (m->group_size > 0 && m->group_size % 8 == 0));
+}
+
 int qd_kplan_gemv_mr(int64_t mr)
 {
     return mr <= 1 ? 1 : mr == 2 ? 2 : mr <= 4 ? 4 : 8;
@@ -23,6 +28,7 @@ int qd_kplan_make(const qd_kmat *m, int64_t rows, qd_kpath path, qd_kplan *out, 
         return qd_err_set(err, QD_EINVAL, "kernel plan: unknown path %d", (int)path);
     const int64_t n = m->n, k = m->k;
     out->gemv = path == QD_KPATH_GEMV || (path == QD_KPATH_AUTO && rows <= QD_KERNEL_GEMV_MAX_ROWS);
+    if (m->layout == QD_KMAT_FLOAT && !qd_kplan_float_gemv_ok(m)) out->gemv = 0;
     if (!out->gemv) {
         const int64_t gx = (n + KPLAN_GM_BN - 1) / KPLAN_GM_BN, gy = (rows + KPLAN_GM_BM - 1) / KPLAN_GM_BM;
         if (gy > KPLAN_GRID_Y_MAX)
@@ -35,6 +41,18 @@ int qd_kplan_make(const qd_kmat *m, int64_t rows, qd_kpath path, qd_kplan *out, 
         out->grid_x = (unsigned)gx;
         out->grid_y = (unsigned)gy;
         out->launches = 1;
+        return 0;
+    }
+    if (m->layout == QD_KMAT_FLOAT) {
+        const int64_t gx = (n + KPLAN_FV_ROWS - 1) / KPLAN_FV_ROWS;
+        if (gx > KPLAN_GRID_X_MAX)
+            return qd_err_set(err, QD_EUNSUPPORTED, "kernel plan: N %lld is too large for the GEMV grid", (long long)n);
+        out->threads = KPLAN_FV_THREADS;
+        out->ksplit = 1;
+        out->cols_per_block = KPLAN_FV_ROWS;
+        out->grid_x = (unsigned)gx;
+        out->grid_y = 1;
+        out->launches = (rows + QD_KERNEL_GEMV_MAX_ROWS - 1) / QD_KERNEL_GEMV_MAX_ROWS;
         return 0;
     }
     out->threads = KPLAN_GV_THREADS;

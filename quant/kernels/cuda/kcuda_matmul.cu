@@ -12,6 +12,12 @@
  * F32 accumulators; each K step of 32 stages x and the decoded weight in shared memory as
  * half. x and W are rounded to half, hence the looser tolerance the self-test names.
  *
+ * Float grids (QD_KMAT_FLOAT: FP8 E4M3 bytes or FP4 E2M1 nibble pairs along K, F32 scales):
+ * the GEMV gives each output row to a warp whose lanes stream the row's codes in 16-byte
+ * chunks (16 FP8 or 32 FP4 codes), decode 8 at a time with the scale of their group, read x
+ * through the read-only cache and reduce across the warp with a fixed shuffle tree (no K
+ * split, deterministic); the GEMM is the same WMMA kernel with a float-grid tile decoder.
+ *
  * Index arithmetic and decoding are kdecode.h's host/device functions (checked on the host
  * against the format table by tests/unit/test_kernel_decode.c) and the launch shapes come
  * from kernel_plan.c (tests/unit/test_kernel_plan.c). The kernels themselves have been
@@ -176,7 +182,18 @@ __global__ void k_gemv_reduce(const float *partial, int ksplit, int64_t rows, in
 #define GM_BK KPLAN_GM_BK
 #define GM_THREADS KPLAN_GM_THREADS
 
-__global__ void __launch_bounds__(GM_THREADS) k_gemm_wmma(kd_wdesc d, const float *x, int64_t rows, float *y)
+/* The weight tile of either kind of layout: B[kk][nn] = W[n][k] decoded, the input feature
+ * a K-row multiplies, and which index adjacent threads should take (the one the codes run
+ * along: N for the integer layouts, whose words are [K/32, N], K for the float grids). */
+__device__ __forceinline__ float kc_weight(const kd_wdesc &d, int64_t k, int64_t n) { return kd_weight(&d, k, n); }
+__device__ __forceinline__ float kc_weight(const kd_fdesc &d, int64_t k, int64_t n) { return kd_float_weight(&d, n, k); }
+__device__ __forceinline__ const int32_t *kc_perm(const kd_wdesc &d) { return d.perm; }
+__device__ __forceinline__ const int32_t *kc_perm(const kd_fdesc &) { return NULL; }
+template <class D> struct kc_k_major { static const bool value = false; };
+template <> struct kc_k_major<kd_fdesc> { static const bool value = true; };
+
+template <class D>
+__global__ void __launch_bounds__(GM_THREADS) k_gemm_wmma(D d, const float *x, int64_t rows, float *y)
 {
     using namespace nvcuda;
     /* WMMA loads and stores need 256-bit aligned fragment pointers. */
@@ -195,13 +212,14 @@ __global__ void __launch_bounds__(GM_THREADS) k_gemm_wmma(kd_wdesc d, const floa
             const int r = idx / GM_BK, kk = idx % GM_BK;
             const int64_t m = m0 + r, k = k0 + kk;
             float v = 0.0f;
-            if (m < rows && k < d.k) v = x[m * d.k + kd_feature(d.perm, k)];
+            if (m < rows && k < d.k) v = x[m * d.k + kd_feature(kc_perm(d), k)];
             As[r][kk] = __float2half_rn(v);
         }
         for (int idx = tid; idx < GM_BK * GM_BN; idx += GM_THREADS) {
-            const int kk = idx / GM_BN, nn = idx % GM_BN;     /* adjacent threads: adjacent columns */
+            const bool km = kc_k_major<D>::value;
+            const int kk = km ? idx % GM_BK : idx / GM_BN, nn = km ? idx / GM_BK : idx % GM_BN;
             const int64_t k = k0 + kk, n = n0 + nn;
-            Bs[kk][nn] = __float2half_rn(k < d.k && n < d.n ? kd_weight(&d, k, n) : 0.0f);
+            Bs[kk][nn] = __float2half_rn(k < d.k && n < d.n ? kc_weight(d, k, n) : 0.0f);
         }
         __syncthreads();
 #pragma unroll
@@ -232,6 +250,78 @@ __global__ void __launch_bounds__(GM_THREADS) k_gemm_wmma(kd_wdesc d, const floa
     }
 }
 
+/* ---- float-grid GEMV ------------------------------------------------------------------ */
+
+/* Group of K-index k: a shift for power-of-two group sizes (gs_shift >= 0), else a division;
+ * 0 for one group (gs -1). */
+__device__ __forceinline__ int64_t kc_fgroup(int64_t k, int64_t gs, int gs_shift)
+{
+    return gs_shift >= 0 ? (k >> gs_shift) : gs > 0 ? k / gs : 0;
+}
+
+/* y[m][n] = sum_k x[m][k] W[n][k] for rows m < rows <= MR, one warp per n. Needs K % 32 == 0
+ * and a group size of -1 or a multiple of 8 (kernel_plan.c sends other weights to the
+ * GEMM), so every 16-byte chunk is aligned and every 8 codes share one scale. */
+template <int MR, bool FP4>
+__global__ void __launch_bounds__(KPLAN_FV_THREADS) k_float_gemv(kd_fdesc d, int gs_shift, const float *x,
+                                                                 int64_t rows, float *y)
+{
+    constexpr int VALS = FP4 ? 32 : 16;       /* codes per 16-byte chunk */
+    const int lane = threadIdx.x & 31;
+    const int64_t n = (int64_t)blockIdx.x * KPLAN_FV_ROWS + (threadIdx.x >> 5);
+    if (n >= d.n) return;                     /* the whole warp: n is the warp's */
+    const int64_t K = d.k, rowbytes = FP4 ? K / 2 : K, chunks = rowbytes / 16;
+    const uint4 *codes = reinterpret_cast<const uint4 *>(d.fcodes + n * rowbytes);
+    float acc[MR];
+#pragma unroll
+    for (int m = 0; m < MR; m++) acc[m] = 0.0f;
+    int64_t gcur = -1;
+    float s = 0.0f;
+    for (int64_t c = lane; c < chunks; c += 32) {
+        const uint4 q = __ldg(codes + c);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+        for (int sub = 0; sub < VALS / 8; sub++) {
+            const int64_t k8 = c * VALS + sub * 8;
+            const int64_t g = kc_fgroup(k8, d.gs, gs_shift);
+            if (g != gcur) {
+                s = kd_float_scale_g(&d, n, g);
+                gcur = g;
+            }
+            float v[8];
+#pragma unroll
+            for (int j = 0; j < 8; j++) {
+                const uint32_t code = FP4 ? (w[sub] >> (4 * j)) & 15u : (w[sub * 2 + j / 4] >> (8 * (j % 4))) & 255u;
+                v[j] = kd_float_value(FP4, code) * s;
+            }
+#pragma unroll
+            for (int m = 0; m < MR; m++) {
+                if (m >= rows) break;
+                const float4 a = __ldg(reinterpret_cast<const float4 *>(x + m * K + k8));
+                const float4 b = __ldg(reinterpret_cast<const float4 *>(x + m * K + k8 + 4));
+                float t = acc[m];
+                t = fmaf(a.x, v[0], t);
+                t = fmaf(a.y, v[1], t);
+                t = fmaf(a.z, v[2], t);
+                t = fmaf(a.w, v[3], t);
+                t = fmaf(b.x, v[4], t);
+                t = fmaf(b.y, v[5], t);
+                t = fmaf(b.z, v[6], t);
+                t = fmaf(b.w, v[7], t);
+                acc[m] = t;
+            }
+        }
+    }
+#pragma unroll
+    for (int m = 0; m < MR; m++)
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc[m] += __shfl_xor_sync(0xffffffffu, acc[m], o);
+    if (lane == 0)
+#pragma unroll
+        for (int m = 0; m < MR; m++)
+            if (m < rows) y[m * d.n + n] = acc[m];
+}
+
 /* ---- dispatch ------------------------------------------------------------------------ */
 
 /* A failed launch: QD_EBACKEND naming the launch, file, line and device, and the backend
@@ -260,6 +350,46 @@ static void kc_launch_gemv(const qd_kmat *m, const float *x, int64_t rows, float
 #undef KC_GPTQ
 }
 
+template <int MR>
+static void kc_launch_float_gemv(const kd_fdesc &d, int gs_shift, const float *x, int64_t rows, float *y, dim3 grid,
+                                 cudaStream_t st)
+{
+    if (d.fp4) k_float_gemv<MR, true><<<grid, KPLAN_FV_THREADS, 0, st>>>(d, gs_shift, x, rows, y);
+    else k_float_gemv<MR, false><<<grid, KPLAN_FV_THREADS, 0, st>>>(d, gs_shift, x, rows, y);
+}
+
+/* The float-grid matmul on the plan's path. */
+static int kc_float_matmul(qd_backend *be, const qd_kmat *m, const qd_kplan *plan, const float *x, int64_t rows,
+                           float *y, cudaStream_t st, qd_err *err)
+{
+    const kd_fdesc d = {m->fcodes, m->fscales, m->n, m->k, m->group_size, m->n_groups, m->row_block,
+                        m->global_scale, m->grid == QD_GRID_FP4_E2M1, m->scale_rule == QD_SCALE_FP8_GLOBAL};
+    if (!plan->gemv) {
+        k_gemm_wmma<kd_fdesc><<<dim3(plan->grid_x, plan->grid_y), plan->threads, 0, st>>>(d, x, rows, y);
+        if (cudaPeekAtLastError() != cudaSuccess) return KC_FAIL(be, err, "k_gemm_wmma (float) launch");
+        return 0;
+    }
+    int gs_shift = -1;                        /* log2 of a power-of-two group size */
+    if (m->group_size > 0 && !(m->group_size & (m->group_size - 1))) {
+        gs_shift = 0;
+        while (((int64_t)1 << gs_shift) < m->group_size) gs_shift++;
+    }
+    const dim3 grid(plan->grid_x, plan->grid_y);
+    for (int64_t r0 = 0; r0 < rows; r0 += QD_KERNEL_GEMV_MAX_ROWS) {
+        const int64_t mr = rows - r0 < QD_KERNEL_GEMV_MAX_ROWS ? rows - r0 : QD_KERNEL_GEMV_MAX_ROWS;
+        const float *xr = x + r0 * m->k;
+        float *yr = y + r0 * m->n;
+        switch (qd_kplan_gemv_mr(mr)) {
+        case 1: kc_launch_float_gemv<1>(d, gs_shift, xr, mr, yr, grid, st); break;
+        case 2: kc_launch_float_gemv<2>(d, gs_shift, xr, mr, yr, grid, st); break;
+        case 4: kc_launch_float_gemv<4>(d, gs_shift, xr, mr, yr, grid, st); break;
+        default: kc_launch_float_gemv<8>(d, gs_shift, xr, mr, yr, grid, st); break;
+        }
+        if (cudaPeekAtLastError() != cudaSuccess) return KC_FAIL(be, err, "float GEMV launch");
+    }
+    return 0;
+}
+
 extern "C" int qd_kcuda_matmul(qd_backend *be, const qd_kmat *m, const float *x, int64_t rows, float *y,
                                qd_kpath path, qd_err *err)
 {
@@ -270,12 +400,13 @@ extern "C" int qd_kcuda_matmul(qd_backend *be, const qd_kmat *m, const float *x,
     int rc = qd_kplan_make(m, rows, path, &plan, err);
     if (rc) return rc;
     cudaStream_t st = (cudaStream_t)qd_backend_cuda_stream(be);
+    if (m->layout == QD_KMAT_FLOAT) return kc_float_matmul(be, m, &plan, x, rows, y, st, err);
     const int64_t N = m->n, K = m->k;
     if (!plan.gemv) {
         kd_wdesc d = {m->qweight, m->qzeros, m->scales, m->act_order ? m->g_idx : NULL,
                       m->layout == QD_KMAT_GPTQ_REORDERED ? m->perm : NULL, N, K, m->group_size, m->bits,
                       m->zero_offset, m->layout == QD_KMAT_AWQ};
-        k_gemm_wmma<<<dim3(plan.grid_x, plan.grid_y), plan.threads, 0, st>>>(d, x, rows, y);
+        k_gemm_wmma<kd_wdesc><<<dim3(plan.grid_x, plan.grid_y), plan.threads, 0, st>>>(d, x, rows, y);
         if (cudaPeekAtLastError() != cudaSuccess) return KC_FAIL(be, err, "k_gemm_wmma launch");
         return 0;
     }
