@@ -12,6 +12,8 @@
 
 #include "quant/core/clock.h"
 #include "quant/core/dtype.h"
+#include "quant/core/minifloat.h"
+#include "quant/formats/quantizer.h"
 #include "quant/kernels/kernels.h"
 
 typedef struct st_rng { uint64_t s; } st_rng;
@@ -33,11 +35,150 @@ static float st_value(st_rng *r)
     return (float)(u >= 0 ? u + 0.05 : u - 0.05);
 }
 
+/* ---- float layers -------------------------------------------------------------------- */
+
+/* The variants of the float layout; fmt is filled per case. */
+static const qd_selftest_fcase st_fvariants[] = {
+    {NULL, "fp8-tensor", QD_GRID_FP8_E4M3, QD_SCALE_F32, -1, -1},
+    {NULL, "fp8-channel", QD_GRID_FP8_E4M3, QD_SCALE_F32, -1, 1},
+    {NULL, "fp8-block128", QD_GRID_FP8_E4M3, QD_SCALE_F32, 128, 128},
+    {NULL, "fp8-g128", QD_GRID_FP8_E4M3, QD_SCALE_F32, 128, 1},
+    {NULL, "nvfp4-g16", QD_GRID_FP4_E2M1, QD_SCALE_FP8_GLOBAL, 16, 1},
+    {NULL, "mxfp4-g32", QD_GRID_FP4_E2M1, QD_SCALE_E8M0, 32, 1},
+};
+#define ST_N_FVARIANTS (int)(sizeof st_fvariants / sizeof st_fvariants[0])
+
+/* A random code of the grid that is not NaN (E4M3 0x7f / 0xff). */
+static uint8_t st_fcode(st_rng *r, qd_grid grid)
+{
+    if (grid == QD_GRID_FP4_E2M1) return (uint8_t)(st_next(r) & 15u);
+    uint8_t b = (uint8_t)(st_next(r) & 0xffu);
+    return (b & 0x7f) == 0x7f ? (uint8_t)(b - 1) : b;
+}
+
+/* A random stored scale of the rule (what fscales and a float qd_qlayer hold). */
+static float st_fscale(st_rng *r, qd_scale_rule rule)
+{
+    switch (rule) {
+    case QD_SCALE_FP8_GLOBAL:     /* a positive normal E4M3 value, 2^-6 .. 448 */
+        return qd_fp8_e4m3_to_f32((uint8_t)(0x08 + st_next(r) % (0x7e - 0x08 + 1)));
+    case QD_SCALE_E8M0:           /* 2^-12 .. 2^-4 */
+        return qd_e8m0_to_f32((uint8_t)(127 - 12 + (int)(st_next(r) % 9)));
+    default:
+        return (float)(1e-3 + 2e-2 * st_unit(r));
+    }
+}
+
+int qd_selftest_make_float_layer(const qd_selftest_fcase *c, int64_t n, int64_t k, uint64_t seed,
+                                 qd_packed *out, qd_err *err)
+{
+    if (!c || !out) return qd_err_set(err, QD_EINVAL, "selftest: NULL case or output");
+    memset(out, 0, sizeof *out);
+    const int fp4 = c->grid == QD_GRID_FP4_E2M1;
+    if (n <= 0 || k <= 0 || (fp4 && k % 2))
+        return qd_err_set(err, QD_ESHAPE, "selftest: no %s layer [%lld, %lld]", c->name, (long long)n, (long long)k);
+    st_rng r = {seed * 0x9E3779B97F4A7C15ull + 0x51ull};
+    const int64_t G = c->group_size > 0 ? (k + c->group_size - 1) / c->group_size : 1;
+    const int64_t R = c->row_block > 0 ? (n + c->row_block - 1) / c->row_block : 1;
+    /* NVFP4's global scale as the quantizer makes it, from a tensor amax in [0.5, 4]. */
+    const float gscale = c->scale_rule == QD_SCALE_FP8_GLOBAL ? qd_quant_global_scale((float)(0.5 + 3.5 * st_unit(&r))) : 0.0f;
+    float *sc = malloc((size_t)(R * G) * sizeof *sc);
+    if (!sc) return qd_err_set(err, QD_ENOMEM, "selftest: out of memory");
+    for (int64_t i = 0; i < R * G; i++) sc[i] = st_fscale(&r, c->scale_rule);
+    int rc = 0;
+    if (!c->fmt) {
+        /* By hand: format.h's float fields. */
+        const int64_t cols = fp4 ? k / 2 : k;
+        out->fcodes = malloc((size_t)(n * cols));
+        if (!out->fcodes) {
+            free(sc);
+            return qd_err_set(err, QD_ENOMEM, "selftest: out of memory");
+        }
+        for (int64_t i = 0; i < n * cols; i++)
+            out->fcodes[i] = fp4 ? (uint8_t)(st_fcode(&r, c->grid) | st_fcode(&r, c->grid) << 4) : st_fcode(&r, c->grid);
+        out->n = n;
+        out->k = k;
+        out->bits = fp4 ? 4 : 8;
+        out->sym = 1;
+        out->group_size = c->group_size;
+        out->n_groups = G;
+        out->grid = c->grid;
+        out->scale_rule = c->scale_rule;
+        out->global_scale = gscale;
+        out->row_block = c->row_block;
+        out->fcodes_shape[0] = n;
+        out->fcodes_shape[1] = cols;
+        out->fscales = sc;
+        out->fscales_shape[0] = R;
+        out->fscales_shape[1] = G;
+        return 0;
+    }
+    /* Through the format: a float qd_qlayer (codes, stored scales [G, N], zeros 0). */
+    qd_qlayer l;
+    if ((rc = qd_qlayer_alloc(&l, n, k, fp4 ? 4 : 8, 1, c->group_size, 0, err))) {
+        free(sc);
+        return rc;
+    }
+    l.grid = c->grid;
+    l.scale_rule = c->scale_rule;
+    l.global_scale = gscale;
+    l.row_block = c->row_block;
+    for (int64_t i = 0; i < n * k; i++) l.q[i] = st_fcode(&r, c->grid);
+    for (int64_t g = 0; g < l.n_groups; g++)
+        for (int64_t row = 0; row < n; row++) {
+            l.scales[g * n + row] = sc[(c->row_block > 0 ? row / c->row_block : 0) * G + g];
+            l.zeros[g * n + row] = 0;
+        }
+    free(sc);
+    rc = c->fmt->pack(&l, out, err);
+    qd_qlayer_free(&l);
+    return rc;
+}
+
+int qd_selftest_float_cases(qd_selftest_fcase *out, int cap)
+{
+    int n = 0;
+    for (int v = 0; v < ST_N_FVARIANTS; v++) {
+        if (n < cap) out[n] = st_fvariants[v];
+        n++;
+    }
+    for (size_t f = 0; f < qd_format_count(); f++) {
+        const qd_format *fmt = qd_format_at(f);
+        if (fmt->kernel != QD_FMT_KERNEL_FLOAT) continue;
+        for (int v = 0; v < ST_N_FVARIANTS; v++) {
+            qd_selftest_fcase c = st_fvariants[v];
+            c.fmt = fmt;
+            if (!(fmt->bits_mask & (1u << (c.grid == QD_GRID_FP4_E2M1 ? 4 : 8)))) continue;
+            /* The format's pack says whether it holds the variant. */
+            qd_packed p;
+            if (qd_selftest_make_float_layer(&c, 128, 256, 1, &p, NULL) == 0) {
+                if (n < cap) out[n] = c;
+                n++;
+            }
+            qd_packed_free(&p);
+        }
+    }
+    return n < cap ? n : cap;
+}
+
 int qd_selftest_make_layer(const qd_format *fmt, int bits, int64_t group_size, int act_order,
                            int64_t n, int64_t k, uint64_t seed, qd_packed *out, qd_err *err)
 {
     if (!fmt || !out) return qd_err_set(err, QD_EINVAL, "selftest: NULL format or output");
     memset(out, 0, sizeof *out);
+    if (fmt->kernel == QD_FMT_KERNEL_FLOAT) {
+        qd_selftest_fcase fc[QD_SELFTEST_MAX_FCASES];
+        const int nf = qd_selftest_float_cases(fc, QD_SELFTEST_MAX_FCASES);
+        const qd_selftest_fcase *pick = NULL;
+        for (int i = 0; i < nf; i++) {
+            if (fc[i].fmt != fmt || (fc[i].grid == QD_GRID_FP4_E2M1 ? 4 : 8) != bits) continue;
+            if (fc[i].group_size == group_size) { pick = &fc[i]; break; }
+            if (!pick) pick = &fc[i];
+        }
+        if (!pick)
+            return qd_err_set(err, QD_EUNSUPPORTED, "selftest: format %s packs no %d-bit float layer", fmt->name, bits);
+        return qd_selftest_make_float_layer(pick, n, k, seed, out, err);
+    }
     qd_qlayer l;
     int rc = qd_qlayer_alloc(&l, n, k, bits, 0, group_size, 0, err);
     if (rc) return rc;
@@ -79,6 +220,7 @@ int qd_selftest_cases(qd_selftest_case *out, int cap)
     int n = 0;
     for (size_t f = 0; f < qd_format_count(); f++) {
         const qd_format *fmt = qd_format_at(f);
+        if (fmt->kernel == QD_FMT_KERNEL_FLOAT) continue;     /* qd_selftest_float_cases */
         for (int bi = 0; bi < 4; bi++) {
             if (!(fmt->bits_mask & (1u << bits_all[bi]))) continue;
             for (int gi = 0; gi < 4; gi++)
@@ -161,22 +303,14 @@ static void st_compare(st_ctx *c, const char *what, const qd_selftest_tol *tol, 
     if (c->log) fprintf(c->log, "%-4s %-62s max|diff|/mag %.2e\n", bad ? "FAIL" : "ok", what, worst);
 }
 
-/* All kernel variants on one layer for the given batch sizes. */
-static int st_layer(st_ctx *c, const qd_format *fmt, int bits, int64_t gs, int act, int reorder,
-                    int64_t n, int64_t k, const int *batches, int nb, uint64_t seed)
+/* All kernel variants on the host weight m for the given batch sizes; label names it in
+ * the log ("gptq 4-bit g128 gptq", "by-hand fp8-block128 fp8"). */
+static int st_weight(st_ctx *c, const qd_kmat *m, const char *label, const int *batches, int nb, uint64_t seed)
 {
-    qd_packed p;
-    qd_kmat view, re, dev;
-    memset(&re, 0, sizeof re);
+    const int64_t n = m->n, k = m->k;
+    qd_kmat dev;
     memset(&dev, 0, sizeof dev);
-    int rc = qd_selftest_make_layer(fmt, bits, gs, act, n, k, seed, &p, c->err);
-    if (rc) return rc;
-    if ((rc = qd_kmat_from_packed(fmt, &p, &view, c->err))) goto done;
-    const qd_kmat *m = &view;
-    if (reorder) {
-        if ((rc = qd_kmat_reorder(&view, &re, c->err))) goto done;
-        m = &re;
-    }
+    int rc = 0;
     int64_t maxb = 0;
     for (int i = 0; i < nb; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
     float *x = malloc((size_t)(maxb * k) * sizeof *x);
@@ -186,15 +320,15 @@ static int st_layer(st_ctx *c, const qd_format *fmt, int bits, int64_t gs, int a
     float *dx = NULL, *dy = NULL;
     if (!x || !y || !ref || !mag) {
         rc = qd_err_set(c->err, QD_ENOMEM, "selftest: out of memory");
-        goto done2;
+        goto done;
     }
     if (c->be->device >= 0) {
-        if ((rc = qd_kmat_upload(c->be, m, &dev, c->err))) goto done2;
+        if ((rc = qd_kmat_upload(c->be, m, &dev, c->err))) goto done;
         dx = qd_backend_alloc(c->be, (size_t)(maxb * k) * sizeof(float));
         dy = dx ? qd_backend_alloc(c->be, (size_t)(maxb * n) * sizeof(float)) : NULL;
         if (!dy) {
             rc = qd_err_set(c->err, QD_ENOMEM, "selftest: %s", c->be->err.msg);
-            goto done2;
+            goto done;
         }
     }
     st_rng r = {seed + 77};
@@ -207,13 +341,13 @@ static int st_layer(st_ctx *c, const qd_format *fmt, int bits, int64_t gs, int a
             /* Poison y so an unwritten output cannot pass. */
             for (int64_t i = 0; i < rows * n; i++) y[i] = NAN;
             if ((rc = st_run_kernel(c, kv, m, &dev, x, dx, rows, y, dy))) break;
-            char what[160];
-            snprintf(what, sizeof what, "%s %s %d-bit g%lld %s [%lldx%lld] M=%lld", kv->name, fmt->name, bits,
-                     (long long)gs, qd_kmat_layout_name(m), (long long)n, (long long)k, (long long)rows);
+            char what[200];
+            snprintf(what, sizeof what, "%s %s [%lldx%lld] M=%lld", kv->name, label, (long long)n, (long long)k,
+                     (long long)rows);
             st_compare(c, what, &kv->tol, y, ref, mag, rows, n);
         }
     }
-done2:
+done:
     if (c->be->device >= 0) {
         qd_backend_free(c->be, dx);
         qd_backend_free(c->be, dy);
@@ -222,9 +356,48 @@ done2:
     free(y);
     free(ref);
     free(mag);
-done:
     qd_kmat_free(&dev);
+    return rc;
+}
+
+/* An integer-grid layer of the table (optionally in the exllama layout) through st_weight. */
+static int st_layer(st_ctx *c, const qd_format *fmt, int bits, int64_t gs, int act, int reorder,
+                    int64_t n, int64_t k, const int *batches, int nb, uint64_t seed)
+{
+    qd_packed p;
+    qd_kmat view, re;
+    memset(&re, 0, sizeof re);
+    int rc = qd_selftest_make_layer(fmt, bits, gs, act, n, k, seed, &p, c->err);
+    if (rc) return rc;
+    if ((rc = qd_kmat_from_packed(fmt, &p, &view, c->err))) goto done;
+    const qd_kmat *m = &view;
+    if (reorder) {
+        if ((rc = qd_kmat_reorder(&view, &re, c->err))) goto done;
+        m = &re;
+    }
+    char label[128];
+    snprintf(label, sizeof label, "%s %d-bit g%lld %s", fmt->name, bits, (long long)gs, qd_kmat_layout_name(m));
+    rc = st_weight(c, m, label, batches, nb, seed);
+done:
     qd_kmat_free(&re);
+    qd_packed_free(&p);
+    return rc;
+}
+
+/* A float-grid layer (by hand or packed by its format) through st_weight. */
+static int st_float_layer(st_ctx *c, const qd_selftest_fcase *fc, int64_t n, int64_t k, const int *batches, int nb,
+                          uint64_t seed)
+{
+    qd_packed p;
+    qd_kmat view;
+    int rc = qd_selftest_make_float_layer(fc, n, k, seed, &p, c->err);
+    if (!rc) rc = fc->fmt ? qd_kmat_from_packed(fc->fmt, &p, &view, c->err) : qd_kmat_from_float(&p, &view, c->err);
+    if (!rc) {
+        char label[128];
+        snprintf(label, sizeof label, "%s %s %s", fc->fmt ? fc->fmt->name : "by-hand", fc->name,
+                 qd_kmat_layout_name(&view));
+        rc = st_weight(c, &view, label, batches, nb, seed);
+    }
     qd_packed_free(&p);
     return rc;
 }
@@ -345,6 +518,11 @@ int qd_selftest_run(qd_backend *be, int quick, FILE *log, qd_selftest_report *re
         rc = st_layer(&c, t->fmt, t->bits, t->group_size, t->act_order, 0, n, k, batches, nb, seed++);
         if (!rc && t->act_order) rc = st_layer(&c, t->fmt, t->bits, t->group_size, 1, 1, n, k, batches, nb, seed++);
     }
+    /* The float grids, every case even in quick mode (they are few), on an N that is not a
+     * multiple of 8 so that the tiles' and warps' edges are crossed too. */
+    qd_selftest_fcase fcases[QD_SELFTEST_MAX_FCASES];
+    const int n_fcases = qd_selftest_float_cases(fcases, QD_SELFTEST_MAX_FCASES);
+    for (int ci = 0; ci < n_fcases && !rc; ci++) rc = st_float_layer(&c, &fcases[ci], n + 3, k, batches, nb, seed++);
     if (!rc) rc = st_copy_bw(&c, (size_t)(quick ? 32 : 128) << 20, &rep->copy_gbps);
     if (!rc) {
         int64_t d = be->device >= 0 ? (quick ? 4096 : 8192) : (quick ? 1024 : 4096);
