@@ -246,10 +246,14 @@ static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const 
     g->k = k;
     g->gs = qd_quant_group_len(c, k);
     g->grouped = c->group_size > 0;
-    g->static_groups = g->grouped && o->static_groups;
+    /* Rows that share a scale (FP8 blocks, one scale per tensor) take it from the original
+     * weights before the first column, as static groups do: a scale found later from one
+     * row's updated weights could not be the block's. */
+    g->static_groups = g->grouped && (o->static_groups || (c->row_block != 1 && c->row_block != 0));
     g->find_params = g->grouped && !g->static_groups;
     int rc = qd_qlayer_alloc(&out->layer, n, k, c->bits, c->sym, c->group_size, 0, err);
     if (rc) return rc;
+    qd_qlayer_set_grid(&out->layer, c);
     g->G = out->layer.n_groups;
     g->t0 = qd_clock_now_s();
     g->host = be->device < 0;
@@ -301,8 +305,10 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
     const int64_t n = g->n, k = g->k, gs = g->gs;
     /* One group spanning K: the reference finds its parameters on the weights as given,
      * before dead columns are zeroed. */
-    if (!g->grouped)
+    if (!g->grouped) {
         for (int64_t r = 0; r < n; r++) qd_quant_params(c, g->w + r * k, k, 1, &g->scales[r], &g->zeros[r]);
+        qd_quant_params_rows(c, g->scales, n, 1);
+    }
     int64_t *dead = malloc((size_t)k * sizeof *dead);
     if (!dead) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
     gptq_diag_order(g, dead, &out->dead_columns);
@@ -329,6 +335,7 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
             }
         }
         free(row);
+        qd_quant_params_rows(c, g->scales, n, g->G);
     }
     if (out->dead_columns) {
         int64_t *pos = malloc((size_t)k * sizeof *pos);      /* original column -> processing position */
@@ -574,6 +581,13 @@ static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, 
      * checked then. */
     int rc = gptq_check(be, o, w, n, k, h, !(sh && key && sh->key == key && sh->n_seen == n_seen), err);
     if (rc) return rc;
+    /* NVFP4 without a global scale from the caller: the weight's own (one layer alone). */
+    qd_gptq_opts own;
+    if (o->quant.scale_rule == QD_SCALE_FP8_GLOBAL && o->quant.global_scale == 0.0f) {
+        own = *o;
+        own.quant.global_scale = qd_quant_global_scale(qd_quant_amax(w, n * k));
+        o = &own;
+    }
     gptq_run g;
     memset(&g, 0, sizeof g);
     int factored = 0;

@@ -18,9 +18,9 @@
 #include <string.h>
 
 #include "quant/formats/fmt_internal.h"
+#include "quant/formats/scheme.h"
 
 #define CT_FMT "compressed-tensors"
-#define CT_VERSION "0.20.0"   /* the compressed-tensors layout version followed */
 
 static int ct_misfit(int64_t n, int64_t k, char *why, size_t cap)
 {
@@ -169,19 +169,8 @@ static int ct_read(qd_fmt_find_fn find, void *ud, int64_t n, int64_t k, const qd
 
 static cJSON *ct_quant_config(const qd_fmt_config_in *in)
 {
-    /* The keys and values compressed-tensors' ModelCompressor writes, in its (sorted) order. */
-    cJSON *q = cJSON_CreateObject();
-    if (!q) return NULL;
-    cJSON *groups = cJSON_AddObjectToObject(q, "config_groups");
-    cJSON *g0 = groups ? cJSON_AddObjectToObject(groups, "group_0") : NULL;
-    if (!g0) { cJSON_Delete(q); return NULL; }
-    cJSON_AddStringToObject(g0, "format", "pack-quantized");
-    cJSON_AddNullToObject(g0, "input_activations");
-    cJSON_AddNullToObject(g0, "output_activations");
-    static const char *const linear[] = {"Linear"};
-    cJSON_AddItemToObject(g0, "targets", fmt_json_strings(linear, 1));
-    cJSON *w = cJSON_AddObjectToObject(g0, "weights");
-    if (!w) { cJSON_Delete(q); return NULL; }
+    cJSON *w = cJSON_CreateObject();
+    if (!w) return NULL;
     if (in->s.desc_act) cJSON_AddStringToObject(w, "actorder", "weight");
     else cJSON_AddNullToObject(w, "actorder");
     cJSON_AddBoolToObject(w, "dynamic", 0);
@@ -191,19 +180,8 @@ static cJSON *ct_quant_config(const qd_fmt_config_in *in)
     cJSON_AddStringToObject(w, "strategy", in->s.group_size > 0 ? "group" : "channel");
     cJSON_AddBoolToObject(w, "symmetric", in->s.sym);
     cJSON_AddStringToObject(w, "type", "int");
-    cJSON_AddStringToObject(q, "format", "pack-quantized");
-    cJSON_AddNullToObject(q, "global_compression_ratio");
-    cJSON *ign = cJSON_AddArrayToObject(q, "ignore");
-    if (!ign) { cJSON_Delete(q); return NULL; }
-    cJSON_AddItemToArray(ign, cJSON_CreateString("lm_head"));
-    for (size_t i = 0; i < in->n_float; i++) cJSON_AddItemToArray(ign, cJSON_CreateString(in->float_modules[i]));
-    cJSON_AddNullToObject(q, "kv_cache_scheme");
-    cJSON_AddStringToObject(q, "quant_method", "compressed-tensors");
-    cJSON_AddStringToObject(q, "quantization_status", "compressed");
-    cJSON_AddItemToObject(q, "sparsity_config", cJSON_CreateObject());
-    cJSON_AddItemToObject(q, "transform_config", cJSON_CreateObject());
-    cJSON_AddStringToObject(q, "version", CT_VERSION);
-    return q;
+    /* W4AFP8 declares FP8 activations, dynamic per token (CutlassW4A8 on Hopper). */
+    return fmt_ct_config("pack-quantized", w, fmt_ct_acts(in->scheme), in);
 }
 
 static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_err *err)
@@ -229,15 +207,32 @@ static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_er
     if (!cJSON_IsObject(w))
         return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.config_groups.%s.weights must be an object", what,
                           g0->string ? g0->string : "?");
-    const cJSON *ia = cJSON_GetObjectItemCaseSensitive(g0, "input_activations");
-    if (ia && !cJSON_IsNull(ia))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config: input_activations are quantized; quantd reads "
-                          "weight-only (W4A16/W8A16) checkpoints", what);
     if ((rc = fmt_json_str(g0, "format", gfmt, sizeof gfmt, what, err))) return rc;
     const char *eff = gfmt[0] ? gfmt : fmt;
+    /* The float formats are other descriptors' (fmt_fp8.c, fmt_fp4.c). */
+    for (size_t i = 0; i < qd_format_count(); i++)
+        if (qd_format_at(i)->grid != QD_GRID_INT && !strcmp(qd_format_at(i)->name, eff)) return 0;
     if (strcmp(eff, "pack-quantized"))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.format \"%s\" is not read (only "
-                          "\"pack-quantized\")", what, eff);
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.format \"%s\" is not read (pack-quantized, "
+                          "float-quantized, nvfp4-pack-quantized or mxfp4-pack-quantized)", what, eff);
+    /* Activations are the server's to quantize; the weights read the same with or without
+     * them, as long as they are what a scheme declares (W4AFP8: FP8, dynamic per token). */
+    const cJSON *ia = cJSON_GetObjectItemCaseSensitive(g0, "input_activations");
+    if (ia && !cJSON_IsNull(ia)) {
+        char atype[16] = "", astrat[16] = "";
+        int64_t abits = 0;
+        int adyn = 0;
+        if ((rc = fmt_json_str(ia, "type", atype, sizeof atype, what, err)) ||
+            (rc = fmt_json_str(ia, "strategy", astrat, sizeof astrat, what, err)) ||
+            (rc = fmt_json_int(ia, "num_bits", &abits, what, err)))
+            return rc;
+        const cJSON *dv = cJSON_GetObjectItemCaseSensitive(ia, "dynamic");
+        adyn = cJSON_IsTrue(dv);
+        if (strcmp(atype, "float") || abits != 8 || strcmp(astrat, "token") || !adyn)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config: input_activations %s %lld-bit %s%s are not "
+                              "read with pack-quantized weights (weight-only, or W4AFP8's FP8 dynamic per token)", what,
+                              atype, (long long)abits, astrat, adyn ? " dynamic" : " static");
+    }
     int64_t bits = 0;
     int dynamic = 0;
     const cJSON *ao = cJSON_GetObjectItemCaseSensitive(w, "actorder");

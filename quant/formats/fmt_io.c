@@ -2,10 +2,12 @@
  * quantization_config values, shared by the descriptors' read() and detect(). */
 #include "quant/formats/fmt_internal.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/core/minifloat.h"
 #include "quant/core/safetensors.h"
 
 void qd_fmt_tensor_view(const st_tensor *t, const char *suffix, qd_fmt_tensor *out)
@@ -98,6 +100,50 @@ int fmt_read_f16(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suf
     qd_convert_to_f32(t.dtype, t.data, f, count);
     for (size_t i = 0; i < count; i++) (*out)[i] = qd_f32_to_f16(f[i]);
     free(f);
+    return 0;
+}
+
+int fmt_read_bytes(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, qd_dtype want,
+                   int64_t r, int64_t c, uint8_t **out, qd_err *err)
+{
+    *out = NULL;
+    qd_fmt_tensor t;
+    int rc = find_checked(find, ud, fmt, suffix, 1, want, r, c, &t, err);
+    if (rc) return rc;
+    size_t count = (size_t)(r * (c ? c : 1));
+    *out = malloc(count + 1);
+    if (!*out) return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading '%s'", fmt, suffix);
+    memcpy(*out, t.data, count);
+    return 0;
+}
+
+int fmt_read_f32(qd_fmt_find_fn find, void *ud, const char *fmt, const char *suffix, int64_t r,
+                 int64_t c, float **out, qd_err *err)
+{
+    *out = NULL;
+    qd_fmt_tensor t;
+    int rc = find_checked(find, ud, fmt, suffix, 1, QD_DTYPE_INVALID, r, c, &t, err);
+    if (rc) return rc;
+    size_t count = (size_t)(r * (c ? c : 1));
+    if (t.dtype != QD_DTYPE_F32 && t.dtype != QD_DTYPE_BF16 && t.dtype != QD_DTYPE_F16 && t.dtype != QD_DTYPE_F8_E4M3)
+        return qd_err_set(err, QD_EFORMAT, "%s: tensor '%s' has dtype %s, expected F32, BF16, F16 or F8_E4M3", fmt,
+                          suffix, qd_dtype_name(t.dtype));
+    *out = malloc(count * sizeof **out + 1);
+    if (!*out) return qd_err_set(err, QD_ENOMEM, "%s: out of memory reading '%s'", fmt, suffix);
+    if (t.dtype == QD_DTYPE_F8_E4M3) {
+        const uint8_t *b = t.data;
+        for (size_t i = 0; i < count; i++) (*out)[i] = qd_fp8_e4m3_to_f32(b[i]);
+    } else {
+        qd_convert_to_f32(t.dtype, t.data, *out, count);
+    }
+    for (size_t i = 0; i < count; i++)
+        if (!isfinite((*out)[i])) {
+            float v = (*out)[i];
+            free(*out);
+            *out = NULL;
+            return qd_err_set(err, QD_ENUMERIC, "%s: tensor '%s' holds %g at element %zu (not finite)", fmt, suffix,
+                              (double)v, i);
+        }
     return 0;
 }
 

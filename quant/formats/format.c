@@ -12,7 +12,8 @@
 
 /* The order is part of the job spec's in-memory enum (qp_format: gptq 0, gptq_v2 1,
  * awq_gemm 2): append new formats at the end. */
-static const qd_format *const table[] = {&qd_fmt_gptq, &qd_fmt_gptq_v2, &qd_fmt_awq_gemm, &qd_fmt_ct};
+static const qd_format *const table[] = {&qd_fmt_gptq, &qd_fmt_gptq_v2, &qd_fmt_awq_gemm, &qd_fmt_ct,
+                                         &qd_fmt_fp8, &qd_fmt_nvfp4, &qd_fmt_mxfp4};
 
 size_t qd_format_count(void) { return sizeof table / sizeof table[0]; }
 const qd_format *qd_format_at(size_t i) { return i < qd_format_count() ? table[i] : NULL; }
@@ -39,7 +40,8 @@ static void alternatives(const qd_format *not, int bits, char *out, size_t cap)
     size_t n = 0;
     for (size_t i = 0; i < qd_format_count() && n < 16; i++) {
         const qd_format *f = table[i];
-        if (f == not || !(f->bits_mask & (1u << bits))) continue;
+        /* The float formats are chosen through a scheme, never as the way out of a bits rule. */
+        if (f == not || !(f->bits_mask & (1u << bits)) || f->grid != QD_GRID_INT) continue;
         names[n++] = f->name;
     }
     out[0] = 0;

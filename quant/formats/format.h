@@ -105,6 +105,8 @@ typedef struct qd_fmt_config_in {
     size_t n_float;
     const char *const *trivial_g_idx;   /* regexes of layers whose g_idx is k / group_size */
     size_t n_trivial;
+    const struct qd_scheme *scheme;     /* the job's scheme (scheme.h), or NULL: the weights'
+                                           grid and the activations it declares */
 } qd_fmt_config_in;
 
 /* One checkpoint tensor of a packed linear. In tensors(): data points into the qd_packed or
@@ -142,6 +144,10 @@ typedef struct qd_fmt_detected {
     int64_t group_size;
     int sym;
     int desc_act;
+    /* Float formats: the grid and how scales are shared (zeroed for integer formats). */
+    qd_grid grid;
+    qd_scale_rule scale_rule;
+    int64_t row_block;          /* 0 or 1: one scale row per row */
 } qd_fmt_detected;
 
 typedef struct qd_format {
@@ -160,6 +166,8 @@ typedef struct qd_format {
     qd_fmt_kernel kernel;
     int f16_products;           /* dequant_ref rounds each scale * (q - z) to F16, as the
                                    format's own reference decoder does (compressed-tensors) */
+    qd_grid grid;               /* the grid its layers are on; a float grid's format is
+                                   written only through a job's scheme (scheme.h) */
     unsigned default_methods;   /* QD_FMT_METHOD_* bits this format is a default for */
     int default_rank;           /* among defaults that hold the bits, the highest rank wins */
     /* Layer shape rules beyond "K splits into whole groups": 0, or 1 with why filled. */

@@ -203,8 +203,7 @@ static int all_finite(const float *w, int64_t count)
     return qd_f32_first_nonfinite(w, count) < 0;
 }
 
-/* The largest magnitude of count values (finite, checked by the caller). */
-static float amax_of(const float *w, int64_t count)
+float qd_quant_amax(const float *w, int64_t count)
 {
     float a = 0.0f;
     for (int64_t i = 0; i < count; i++) {
@@ -219,7 +218,7 @@ static qd_quant_cfg cfg_for(const qd_quant_cfg *c, const float *w, int64_t n, in
 {
     qd_quant_cfg cc = *c;
     if (cc.scale_rule == QD_SCALE_FP8_GLOBAL && cc.global_scale == 0.0f)
-        cc.global_scale = qd_quant_global_scale(amax_of(w, n * k));
+        cc.global_scale = qd_quant_global_scale(qd_quant_amax(w, n * k));
     return cc;
 }
 

@@ -57,6 +57,8 @@ void qd_quant_params_range(const qd_quant_cfg *c, float xmin, float xmax, float 
 /* NVFP4's global scale of a tensor (or of the tensors that must share one: fused q/k/v,
  * gate/up) from its largest magnitude: 448 * 6 / amax in F32, 1 when amax is 0. */
 float qd_quant_global_scale(float amax);
+/* The largest |w[i]| of count finite values (0 for none). */
+float qd_quant_amax(const float *w, int64_t count);
 /* The rows of a group that share a scale (cfg.row_block) all take the largest: scales
  * [G, n] group-major, as every quantizer holds them. No-op for row_block 1. */
 void qd_quant_params_rows(const qd_quant_cfg *c, float *scales, int64_t n, int64_t groups);

@@ -4,6 +4,7 @@
 #include "quant/job/job.h"
 #include "quant/job/jsonutil.h"
 #include "quant/formats/format.h"
+#include "quant/formats/scheme.h"
 #include "quant/formats/serving.h"
 
 #include <ctype.h>
@@ -148,6 +149,27 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                           job->damp_percent);
     if (!qp_format_name(job->format))
         return qp_err_set(err, QP_EINVAL, "job.format: invalid value %d", (int)job->format);
+    if (job->scheme < 0 || (size_t)job->scheme > qd_scheme_count())
+        return qp_err_set(err, QP_EINVAL, "job.scheme: invalid value %d", job->scheme);
+    {
+        const qd_scheme *sc = qp_job_scheme(job);
+        const qd_format *fd = qd_format_at((size_t)job->format);
+        if (!sc && fd->grid != QD_GRID_INT) {
+            char names[160] = "";
+            size_t o = 0;
+            for (size_t i = 0; i < qd_scheme_count() && o < sizeof names; i++)
+                if (!strcmp(qd_scheme_at(i)->format, fd->name))
+                    o += (size_t)snprintf(names + o, sizeof names - o, "%s%s", o ? ", " : "", qd_scheme_at(i)->name);
+            return qp_err_set(err, QP_EINVAL, "job.format: %s is written through a scheme (%s); set job.scheme instead "
+                              "of job.format", fd->name, names);
+        }
+        if (sc && (strcmp(sc->format, fd->name) || sc->bits != job->bits || sc->group_size != job->group_size ||
+                   sc->sym != job->sym))
+            return qp_err_set(err, QP_EINVAL, "job.scheme: %s means format %s, %d bits, group_size %lld, sym %s; the job "
+                              "says format %s, %d bits, group_size %d, sym %s", sc->name, sc->format, sc->bits,
+                              (long long)sc->group_size, sc->sym ? "true" : "false", fd->name, job->bits,
+                              job->group_size, job->sym ? "true" : "false");
+    }
     if (job->desc_act && !method_uses_gptq(job->method))
         return qp_err_set(err, QP_EINVAL,
                           "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; "
@@ -240,6 +262,7 @@ static const qp_job_field job_fields[] = {
     {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false"},
     {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1"},
     {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\""},
+    {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\""},
     {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}"},
     {"calibration.path",        "string",            "required",     NULL,      NULL,           "\"other.jsonl\""},
     {"calibration.field",       "string",            "\"text\"",     NULL,      NULL,           "\"content\""},
@@ -300,6 +323,11 @@ const char *qp_job_field_value(const qp_job_field *f, size_t i)
     }
     /* The format names live in the format table, which grows without this file. */
     if (f && !strcmp(f->name, "format")) return i < qd_format_count() ? qd_format_at(i)->name : NULL;
+    /* The schemes a job can name: those with static activation scales are refused (parse_scheme). */
+    if (f && !strcmp(f->name, "scheme"))
+        for (size_t s = 0, seen = 0; s < qd_scheme_count(); s++)
+            if (!qd_scheme_act_static(qd_scheme_at(s)) && seen++ == i) return qd_scheme_at(s)->name;
+    if (f && !strcmp(f->name, "scheme")) return NULL;
     return NULL;
 }
 
@@ -562,6 +590,57 @@ static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+const qd_scheme *qp_job_scheme(const qp_job *job)
+{
+    return job && job->scheme > 0 ? qd_scheme_at((size_t)job->scheme - 1) : NULL;
+}
+
+/* job.scheme: a preset name (quant/formats/scheme.h) that sets bits, group_size, sym and
+ * format. A field the job also gives must say the same, else it is refused with the reason:
+ * a recipe that says "W4A16" and "bits": 8 is a mistake, not a choice. format is the
+ * format index the job named (-1: none). */
+static int parse_scheme(const cJSON *root, qp_job *job, int format, int has_sym, qp_err *err)
+{
+    const cJSON *v = qpj_field(root, "scheme");
+    if (!v || cJSON_IsNull(v)) return 0;
+    /* Named but not written yet: said so, with what to use instead. */
+    const qd_scheme *st = cJSON_IsString(v) ? qd_scheme_find(v->valuestring) : NULL;
+    if (qd_scheme_act_static(st))
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.scheme: %s declares static activation scales measured on the "
+                          "calibration data, which quantd does not write yet; use %s (the same weights, %s)", st->name,
+                          st->act == QD_ACT_NVFP4 ? "NVFP4A16" : "FP8_DYNAMIC",
+                          st->act == QD_ACT_NVFP4 ? "activations left to the server" : "activations scaled per token");
+    const char *names[32];
+    size_t n = 0;
+    const qp_job_field *fs = qp_job_field_find("scheme");
+    for (const char *nm; n < 32 && (nm = qp_job_field_value(fs, n)); n++) names[n] = nm;
+    int idx = 0;
+    int rc = get_enum(root, "job", "scheme", names, n, &idx, NULL, err);
+    if (rc) return rc;
+    const qd_scheme *sc = qd_scheme_find(names[idx]);
+    const cJSON *bits = qpj_field(root, "bits"), *gs = qpj_field(root, "group_size");
+    if (bits && job->bits != sc->bits)
+        return qp_err_set(err, QP_EINVAL, "job.bits: %d contradicts scheme %s (%d-bit weights: %s); remove bits or the "
+                          "scheme", job->bits, sc->name, sc->bits, sc->summary);
+    if (gs && job->group_size != sc->group_size)
+        return qp_err_set(err, QP_EINVAL, "job.group_size: %d contradicts scheme %s (group_size %lld); remove group_size "
+                          "or the scheme", job->group_size, sc->name, (long long)sc->group_size);
+    if (has_sym && job->sym != sc->sym)
+        return qp_err_set(err, QP_EINVAL, "job.sym: %s contradicts scheme %s (%s); remove sym or the scheme",
+                          job->sym ? "true" : "false", sc->name, sc->sym ? "symmetric" : "with zero points");
+    int want = qd_format_index(qd_format_find(sc->format));
+    if (want < 0) return qp_err_set(err, QP_EINVAL, "job.scheme: %s names format %s, which is not in the table", sc->name, sc->format);
+    if (format >= 0 && format != want)
+        return qp_err_set(err, QP_EINVAL, "job.format: %s contradicts scheme %s (which writes %s); remove format or the "
+                          "scheme", qp_format_name((qp_format)format), sc->name, sc->format);
+    job->scheme = qd_scheme_index(sc) + 1;
+    job->bits = sc->bits;
+    job->group_size = (int)sc->group_size;
+    job->sym = sc->sym;
+    job->format = (qp_format)want;
+    return 0;
+}
+
 /* Version 1 of the spec. A version 2 would get parse_v2, or parse_v1 plus an upgrade step. */
 static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
 {
@@ -631,6 +710,8 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_int32(root, p, "error_direct_rows", 0, 1 << 24, "must be an integer from 0 (off) to 16777216",
                         &job->error_direct_rows, NULL, err)))
         return rc;
+    if ((rc = parse_scheme(root, job, has_format ? format : -1, has_sym, err))) return rc;
+    if (job->scheme) has_format = 1, format = job->format;
     if (has_kcheck_rows && !job->kernel_check)
         return qp_err_set(err, QP_EINVAL, "job.kernel_check_rows: given while kernel_check is false (remove one of them)");
     job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);

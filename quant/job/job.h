@@ -140,6 +140,10 @@ typedef struct qp_job {
     int true_sequential;
     double damp_percent;            /* 0 < x < 1 */
     qp_format format;
+    int scheme;                     /* 0: none; else 1 + an index into the scheme table
+                                       (quant/formats/scheme.h, qd_scheme_at): the preset
+                                       that set bits, group_size, sym and format (and the
+                                       grid and activations they cannot say) */
     qp_job_calib calibration;
     qp_job_eval eval;
     char **modules_to_not_convert;  /* owned array of owned strings; module-name substrings */
@@ -176,6 +180,8 @@ const char *qp_calib_style_name(qp_calib_style s);
 const char *qp_backend_name(qp_backend_choice b);
 const char *qp_layout_name(qp_layout l);
 const char *qp_compute_name(qp_compute c);
+/* The job's scheme (quant/formats/scheme.h), or NULL when it names none. */
+const struct qd_scheme *qp_job_scheme(const qp_job *job);
 /* Reverse lookups: 0 and *out set, or QP_EINVAL for an unknown name. */
 int qp_method_parse(const char *s, qp_method *out);
 int qp_format_parse(const char *s, qp_format *out);

@@ -93,6 +93,9 @@ static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_
     c->quant_group_size = d.group_size;
     c->quant_sym = d.sym;
     c->quant_desc_act = d.desc_act;
+    c->quant_grid = (int)d.grid;
+    c->quant_scale_rule = (int)d.scale_rule;
+    c->quant_row_block = d.row_block;
     return 0;
 }
 

@@ -134,6 +134,9 @@ typedef struct qd_model_config {
     int64_t quant_group_size;  /* -1 for one group */
     int quant_sym;
     int quant_desc_act;
+    int quant_grid;                 /* qd_grid of a float format (quant/formats/grid.h), 0 int */
+    int quant_scale_rule;           /* qd_scale_rule */
+    int64_t quant_row_block;        /* rows sharing a scale (FP8 blocks: 128; -1 per tensor) */
 } qd_model_config;
 
 /* Parses config.json text (`what` names the source in errors). */

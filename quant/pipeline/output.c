@@ -82,6 +82,7 @@ cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_module
               .static_groups = job->static_groups},
         .damp_percent = job->damp_percent, .true_sequential = job->true_sequential,
         .float_modules = float_modules, .n_float = n_float, .trivial_g_idx = trivial_g_idx, .n_trivial = n_trivial,
+        .scheme = qp_job_scheme(job),
     };
     cJSON *q = fmt->quant_config(&in);
     if (!q) return NULL;

@@ -83,6 +83,8 @@ typedef struct qd_qpart_in {
     qd_layer_result res;         /* as the lead filled it: name, method, block, whole shape, routing */
     int shared_last;             /* the group's last part: the shared factorisation is freed once
                                     its quantization is done (not written to files) */
+    float global_scale;          /* NVFP4: the global scale of the linear's input group (fused
+                                    q/k/v, gate/up share one, as vLLM needs); 0 otherwise */
 } qd_qpart_in;
 
 /* What it gives back. */

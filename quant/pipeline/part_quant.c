@@ -64,8 +64,8 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
     int64_t rows = in->r1 - in->r0, k = res->k;
     double h_err;
     double t = qd_clock_now_s();
-    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->w, rows, k, in->h, shared, &out->layer, &out->dq, res,
-                                         &h_err, err);
+    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->global_scale, in->w, rows, k, in->h, shared, &out->layer,
+                                         &out->dq, res, &h_err, err);
     /* The group's last part: its factor's memory goes back before the error's buffers are
      * taken (the peak stays one k x k buffer at a time, as unshared). */
     if (shared && in->shared_last) qd_gptq_shared_free(shared);
@@ -90,6 +90,10 @@ static int merge_rows(const qd_qpart_in *ins, qd_qpart_out *outs, int P, int64_t
                                                            (long long)f->n_groups, (long long)l->n_groups);
     if (rc) { qd_qlayer_free(l); free(*q); *q = NULL; return rc; }
     memcpy(l->g_idx, f->g_idx, (size_t)k * sizeof *l->g_idx);
+    l->grid = f->grid;
+    l->scale_rule = f->scale_rule;
+    l->global_scale = f->global_scale;
+    l->row_block = f->row_block;
     for (int i = 0; i < P; i++) {
         const qd_qlayer *s = &outs[i].layer;
         int64_t r0 = ins[i].r0, rows = ins[i].r1 - ins[i].r0;
@@ -295,6 +299,7 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
     cJSON_AddNumberToObject(meta, "use_losses", in->use_losses);
     cJSON_AddNumberToObject(meta, "r0", (double)in->r0);
     cJSON_AddNumberToObject(meta, "r1", (double)in->r1);
+    if (in->global_scale != 0.0f) cJSON_AddNumberToObject(meta, "global_scale", (double)in->global_scale);
     cJSON_AddStringToObject(meta, "hessian", hname);
     res_strings_put(meta, &in->res);
     double rv[R_COUNT];
@@ -482,8 +487,12 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         in.use_losses = (int)meta_int(f.meta, "use_losses", 0);
         in.r0 = meta_int(f.meta, "r0", -1);
         in.r1 = meta_int(f.meta, "r1", -1);
+        const cJSON *gsj = cJSON_GetObjectItemCaseSensitive(f.meta, "global_scale");
+        in.global_scale = cJSON_IsNumber(gsj) ? (float)gsj->valuedouble : 0.0f;
+        if (gsj && !(in.global_scale > 0.0f && isfinite(in.global_scale)))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: global_scale is not a positive number", name);
         int64_t n = in.res.n, k = in.res.k;
-        if (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 24) || in.r0 < 0 || in.r1 <= in.r0 || in.r1 > n)
+        if (!rc && (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 24) || in.r0 < 0 || in.r1 <= in.r0 || in.r1 > n))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shape or rows", name);
         size_t bytes = (size_t)((in.r1 - in.r0) * k) * sizeof(float);
         if (!rc) in.w = qd_part_file_arr(&f, "w", bytes, err);

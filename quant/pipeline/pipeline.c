@@ -5,6 +5,7 @@
  * descriptors pipeline_outdir.c's. */
 #include "quant/pipeline/pipeline_internal.h"
 #include "quant/pipeline/part.h"
+#include "quant/formats/scheme.h"
 
 #include <errno.h>
 #include <dirent.h>
@@ -200,6 +201,14 @@ int qd_pipeline_quant_setup(qd_pipeline *p, qd_err *err)
     p->qcfg.group_size = job->group_size;
     /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
     p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
+    /* A scheme's grid and scale rule (the job spec checked that bits, group and format
+     * agree with it). */
+    const qd_scheme *sc = qp_job_scheme(job);
+    if (sc) {
+        p->qcfg.grid = sc->grid;
+        p->qcfg.scale_rule = sc->scale_rule;
+        p->qcfg.row_block = sc->row_block;
+    }
     return qd_quant_cfg_validate(&p->qcfg, err);
 }
 

@@ -72,6 +72,7 @@ typedef struct run_ctx {
     uint64_t *in_sums;           /* each part's input file checksum (fan-out) */
     int n_parts, cap_parts;
     int fan;                     /* the parts go through files and the fan-out hook */
+    float global_scale;          /* NVFP4: the input group being prepared's (group_global_scale) */
 } run_ctx;
 
 /* A linear's result taken over: the block computes with Q from here on, its packed tensors
@@ -95,6 +96,43 @@ static int lin_apply(run_ctx *r, const lin_job *lj, qd_qlinear *d, qd_err *err)
     QD_LOG(QD_LOG_INFO, "layer_done", "layer=%s method=%s rel_error=%.5f seconds=%.3f%s%s%s%s", d->res.name,
            d->res.method, d->res.rel_error, d->res.seconds, wk[0] ? " workers=" : "", wk, d->res.note[0] ? " note=" : "",
            d->res.note);
+    return 0;
+}
+
+/* A linear's row ranges (qd_qpart_row_ranges), or one range when a single scale spans
+ * every row (FP8 per tensor): rows quantized apart could not share it. */
+static int part_ranges(const qd_pipeline *p, int64_t n, int64_t *starts)
+{
+    if (p->qcfg.row_block < 0) {
+        starts[0] = 0;
+        starts[1] = n;
+        return 1;
+    }
+    return qd_qpart_row_ranges(n, starts, QD_PART_MAX_RANGES);
+}
+
+/* NVFP4's global scale of input group G: the largest magnitude over the weights of its
+ * quantized linears (fused q/k/v, gate/up: vLLM serves them with one global scale), 0
+ * for the other scale rules. */
+static int group_global_scale(run_ctx *r, const qd_input_group *G, float *out, qd_err *err)
+{
+    qd_pipeline *p = r->p;
+    *out = 0.0f;
+    if (p->qcfg.scale_rule != QD_SCALE_FP8_GLOBAL) return 0;
+    float amax = 0.0f;
+    for (int x = 0; x < G->n_linears; x++) {
+        int li = G->linears[x];
+        if (!r->plans[li].quantize) continue;
+        const qd_linear_info *L = qd_model_linear(p->m, li);
+        float *w = malloc((size_t)(L->n * L->k) * sizeof *w);
+        if (!w) return qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
+        int rc = qd_block_linear_get(p->m, r->bw, li, w, NULL, err);
+        float a = rc ? 0.0f : qd_quant_amax(w, L->n * L->k);
+        free(w);
+        if (rc) return rc;
+        if (a > amax) amax = a;
+    }
+    *out = qd_quant_global_scale(amax);
     return 0;
 }
 
@@ -190,7 +228,7 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
     lj->aux.drows = direct->x[g] ? direct->rows[g] : 0;
     /* Its parts: row ranges. */
     int64_t starts[QD_PART_MAX_RANGES + 1];
-    int P = qd_qpart_row_ranges(L->n, starts, QD_PART_MAX_RANGES);
+    int P = part_ranges(p, L->n, starts);
     if (r->n_parts + P > r->cap_parts) {
         int cap = (r->n_parts + P) * 2;
         qd_qpart_in *np = realloc(r->parts, (size_t)cap * sizeof *np);
@@ -214,6 +252,7 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
         in->w_ref = o->w_eff + in->r0 * L->k;
         in->h = acc;
         in->res = res;
+        in->global_scale = r->global_scale;
     }
     r->n_lins++;
     *added = 1;
@@ -345,6 +384,10 @@ static int run_fanout(run_ctx *r, qd_err *err)
             if (!rc) rc = qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], in, &outs[i], workers[i], err);
         }
         if (!rc) for (int s = 0; s < QD_STAGE_COUNT; s++) sum += outs[i].stage[s];
+        /* The grid is the job's and the global scale the lead's: neither comes from the file. */
+        qd_quant_cfg gc = p->qcfg;
+        gc.global_scale = in->global_scale;
+        if (!rc) qd_qlayer_set_grid(&outs[i].layer, &gc);
     }
     double t_read = qd_clock_now_s();
     /* The stages get the parts' wall time in proportion to the seconds the parts spent in
@@ -402,7 +445,7 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
         for (int x = 0; x < G->n_linears; x++)
             if (plans[G->linears[x]].quantize) {
                 n_quant++;
-                n_parts += qd_qpart_row_ranges(qd_model_linear(p->m, G->linears[x])->n, starts, QD_PART_MAX_RANGES);
+                n_parts += part_ranges(p, qd_model_linear(p->m, G->linears[x])->n, starts);
             }
     }
     r.fan = p->hooks.fanout && n_parts > 1 && n_parts <= QD_PART_MAX_FANOUT;
@@ -415,6 +458,7 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
         if (plans[G->linears[0]].absent) continue;   /* a group of linears this block does not have */
         qd_gptq_shared shared;
         memset(&shared, 0, sizeof shared);
+        rc = group_global_scale(&r, G, &r.global_scale, err);
         for (int x = 0; x < G->n_linears && !rc; x++) {
             int added = 0;
             rc = lin_prepare(&r, g, G->linears[x], &acc[g], j == 0 ? gx : NULL, kcheck, direct, &added, err);

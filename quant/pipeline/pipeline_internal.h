@@ -148,7 +148,9 @@ void qd_deq_free(qd_deq *d);
  * between the linears of one input group (qd_gptq_shared). */
 /* The GPTQ options of the job (its quantizer, damping, act order, static groups). */
 qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p);
-int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n,
+/* global_scale > 0 replaces the quantizer's (NVFP4: the input group's, fixed by the lead
+ * so that every part and every linear of a fused group share it). */
+int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, float global_scale, const float *w, int64_t n,
                                 int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 

@@ -84,10 +84,12 @@ qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p)
     return o;
 }
 
-int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, int64_t n, int64_t k,
+int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, float global_scale, const float *w, int64_t n, int64_t k,
                                 const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, qd_deq *deq,
                                 qd_layer_result *res, double *h_err, qd_err *err)
 {
+    qd_quant_cfg qc = p->qcfg;
+    if (global_scale > 0.0f) qc.global_scale = global_scale;
     memset(layer, 0, sizeof *layer);
     memset(deq, 0, sizeof *deq);
     *h_err = -1.0;
@@ -95,12 +97,13 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, const float *w, in
         double t0 = qd_clock_now_s();
         deq->w = malloc((size_t)(n * k) * sizeof(float));
         if (!deq->w) return qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
-        int rc = qd_rtn_quantize_qlayer(&p->qcfg, w, n, k, layer, deq->w, err);
+        int rc = qd_rtn_quantize_qlayer(&qc, w, n, k, layer, deq->w, err);
         res->seconds = qd_clock_now_s() - t0;
         if (rc) qd_deq_free(deq);
         return rc;
     }
     qd_gptq_opts o = qd_pipeline_gptq_opts(p);
+    o.quant = qc;
     qd_gptq_result r;
     memset(&r, 0, sizeof r);
     int rc = qd_gptq_quantize_shared(p->be, &o, w, n, k, h, shared, &r, err);

@@ -39,7 +39,8 @@ static int load_packed(const qd_model *m, const qd_format *f, const char *prefix
     char full[300];
     snprintf(full, sizeof full, "%s%s", prefix, L->name);
     qd_fmt_detected d = {.bits = c->quant_bits, .group_size = c->quant_group_size, .sym = c->quant_sym,
-                         .desc_act = c->quant_desc_act};
+                         .desc_act = c->quant_desc_act, .grid = (qd_grid)c->quant_grid,
+                         .scale_rule = (qd_scale_rule)c->quant_scale_rule, .row_block = c->quant_row_block};
     qd_fmt_named ctx = {tp_lookup, sm, full};
     int rc = f->read(qd_fmt_find_named, &ctx, L->n, L->k, &d, p, err);
     if (rc) {

@@ -44,20 +44,22 @@ static int layers_equal(const qd_qlayer *a, const qd_qlayer *b)
 
 static void test_table(void)
 {
-    CHECK_INT(qd_format_count(), 4);
+    CHECK_INT(qd_format_count(), 7);
     /* The job spec's enum names the first three entries by position. */
     CHECK(qd_format_at(0) == qd_format_find("gptq"));
     CHECK(qd_format_at(1) == qd_format_find("gptq_v2"));
     CHECK(qd_format_at(2) == qd_format_find("awq_gemm"));
     CHECK(qd_format_find("compressed-tensors") != NULL);
     CHECK(qd_format_find("exl2") == NULL);
-    CHECK(qd_format_at(4) == NULL);
+    CHECK(qd_format_find("float-quantized") && qd_format_find("nvfp4-pack-quantized") &&
+          qd_format_find("mxfp4-pack-quantized"));
+    CHECK(qd_format_at(7) == NULL);
     /* Every descriptor is complete: each piece of format knowledge has its entry. */
     for (size_t i = 0; i < qd_format_count(); i++) {
         const qd_format *f = qd_format_at(i);
         CHECK(f->name && f->summary && f->quant_method && f->main_tensor && f->bits_mask);
         CHECK(f->check && f->pack && f->unpack && f->dequant_ref && f->tensors && f->read && f->quant_config &&
-              f->detect && f->misfit);
+              f->detect && (f->misfit || f->grid != QD_GRID_INT));
         CHECK(f->channel_groups || f->channel_why);
         CHECK(f->act_order != QD_FMT_ACT_ORDER_STATIC || f->act_order_why);
         CHECK_INT(qd_format_index(f), (long long)i);
@@ -142,6 +144,7 @@ static void test_roundtrip_all(void)
     int bitsv[4] = {2, 3, 4, 8};
     for (size_t fi = 0; fi < qd_format_count(); fi++) {
         const qd_format *f = qd_format_at(fi);
+        if (f->grid != QD_GRID_INT) continue;   /* test_formats_float.c */
         for (int bi = 0; bi < 4; bi++) {
             int b = bitsv[bi];
             if (!(f->bits_mask & (1u << b))) continue;

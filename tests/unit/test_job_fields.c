@@ -24,6 +24,8 @@
 
 #include <cjson/cJSON.h>
 
+#include "quant/formats/format.h"
+#include "quant/formats/scheme.h"
 #include "quant/job/job.h"
 
 /* ---- JSON helpers ----------------------------------------------------------------- */
@@ -328,6 +330,16 @@ static void test_enums(void)
             for (size_t b = 0; b < N_BASES && !accepted; b++) {
                 cJSON *spec = make_base(b, needs_full(f));
                 set_path(spec, f->name, cJSON_CreateString(v));
+                /* A float format is written through a scheme: the job names both. */
+                const qd_format *fd = !strcmp(f->name, "format") ? qd_format_find(v) : NULL;
+                for (size_t s = 0; fd && fd->grid != QD_GRID_INT && s < qd_scheme_count(); s++)
+                    if (!strcmp(qd_scheme_at(s)->format, v) && !qd_scheme_act_static(qd_scheme_at(s))) {
+                        set_path(spec, "scheme", cJSON_CreateString(qd_scheme_at(s)->name));
+                        cJSON_DeleteItemFromObject(spec, "bits");
+                        cJSON_DeleteItemFromObject(spec, "group_size");
+                        cJSON_DeleteItemFromObject(spec, "sym");
+                        break;
+                    }
                 char *c = NULL;
                 qp_err err;
                 accepted = canon_of(spec, &c, &err) == 0;

@@ -114,7 +114,6 @@ static inline void cpu_gptq_loss_add(const qd_gptq_block_args *a, int64_t rb, in
 /* Portable kernel: rows [r0, r1) in batches, each row's slice of the block in scratch. */
 static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r1, float *scratch)
 {
-    const int maxq = qd_quant_maxq(a->cfg);
     const int64_t n = a->n, i1 = a->i1, B = a->i2 - a->i1;
     float *w1 = scratch;                                     /* [16][B] */
     float *tmp = scratch + 6 * CPU_GPTQ_ROWS * B;
@@ -133,8 +132,8 @@ static void cpu_gptq_rows_ref(const qd_gptq_block_args *a, int64_t r0, int64_t r
                 float s = a->scales[g * n + r], z = a->zeros[g * n + r];
                 float *y = w1 + rr * B;
                 float x = y[i];
-                int code = qd_quant_code(x, s, z, maxq);
-                float qv = qd_quant_dequant(code, s, z);
+                int code = qd_quant_code_cfg(a->cfg, x, s, z);
+                float qv = qd_quant_dequant_cfg(a->cfg, code, s, z);
                 /* LDL form: the original weight's error, added (see gptq_block.h). */
                 float e = a->ldl ? a->w[r * a->ldw + j] - qv : (x - qv) / hrow[j];
                 loss[rr] += cpu_gptq_col_loss(a->ldl, x - qv, e, hrow[j]);
@@ -573,7 +572,9 @@ int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     float *scratch = qd_backend_alloc(be, (size_t)nt * per_thread * sizeof(float));
     if (!scratch) return QD_ENOMEM;
     /* Whole batches of rows per thread. */
-    cpu_gptq_share share = {a, impl->gptq_rows, scratch, per_thread};
+    /* The SIMD kernels round on the integer grid; the float grids (FP8, FP4) take the
+     * portable kernel, whose rounding is qd_quant_code_cfg's. */
+    cpu_gptq_share share = {a, a->cfg->grid == QD_GRID_INT ? impl->gptq_rows : cpu_gptq_rows_ref, scratch, per_thread};
     qd_parallel_for(nt, n, CPU_GPTQ_ROWS, cpu_gptq_rows_run, &share);
     qd_backend_free(be, scratch);
     return 0;

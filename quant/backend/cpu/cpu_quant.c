@@ -52,7 +52,13 @@ int cpu_fake_quant(qd_backend *be, const struct qd_quant_cfg *cfg, float *w, int
     if (fake_quant_rc(&c))
         return qd_err_set(&be->err, QD_ENUMERIC, "cpu fake_quant: weights [%lld, %lld] hold a non-finite value",
                           (long long)n, (long long)k);
-    qd_parallel_for(be->n_threads, n, QUANT_ROW_GRAIN, fake_quant_rows, &c);
+    /* NVFP4's global scale is the whole weight's, found once here; rows sharing a scale
+     * (row_block) are quantized by one thread. */
+    qd_quant_cfg cc = *cfg;
+    if (cc.scale_rule == QD_SCALE_FP8_GLOBAL && cc.global_scale == 0.0f)
+        cc.global_scale = qd_quant_global_scale(qd_quant_amax(w, n * k));
+    c.cfg = &cc;
+    qd_parallel_for(cc.row_block == 1 ? be->n_threads : 1, n, QUANT_ROW_GRAIN, fake_quant_rows, &c);
     rc = fake_quant_rc(&c);
     if (rc) return qd_err_set(&be->err, rc, "cpu fake_quant: rows of [%lld, %lld] refused", (long long)n, (long long)k);
     return 0;

@@ -333,13 +333,28 @@ static int cu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 
 static cudaop_qcfg cu_qcfg(const qd_quant_cfg *c)
 {
-    cudaop_qcfg q = {c->bits, c->sym, c->f16_scales, c->zero_min1, c->group_size, c->clip_ratio};
+    cudaop_qcfg q = {c->bits, c->sym, c->f16_scales, c->zero_min1, c->group_size, c->clip_ratio,
+                     (int)c->grid, (int)c->scale_rule, c->global_scale};
     return q;
+}
+
+/* What the device quantizer cannot do on its own: NVFP4 without its global scale (the
+ * whole tensor's amax, which a per-group kernel cannot see) and rows sharing a scale in
+ * fake quantization (one thread a row and group). */
+static int cu_qcfg_check(qd_backend *be, const char *op, const qd_quant_cfg *c, int fake)
+{
+    if (c->scale_rule == QD_SCALE_FP8_GLOBAL && !(c->global_scale > 0.0f))
+        return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda %s: NVFP4 needs the tensor's global scale set", op);
+    if (fake && c->row_block != 1)
+        return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda %s: rows sharing a scale (row_block %lld) are not "
+                          "fake-quantized on the GPU", op, (long long)c->row_block);
+    return 0;
 }
 
 static int cu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
 {
     int rc = qd_backend_gptq_block_args_check("cuda gptq_block", a, &be->err);
+    if (!rc) rc = cu_qcfg_check(be, "gptq_block", a->cfg, 0);
     if (rc) return rc;
     LAUNCH(be, "gptq_block kernel",
            cudaop_gptq_block(cu_impl(be)->stream, cu_qcfg(a->cfg), a->n, a->k, a->i1, a->i2, a->w, a->ldw, a->hinv,
@@ -353,6 +368,7 @@ static int cu_fake_quant(qd_backend *be, const qd_quant_cfg *cfg, float *w, int6
     if (!cfg || !w || n < 0 || k < 0)
         return qd_err_set(&be->err, QD_EINVAL, "cuda fake_quant: null argument or negative shape");
     int rc = qd_quant_cfg_validate(cfg, &be->err), bad = 0;
+    if (!rc) rc = cu_qcfg_check(be, "fake_quant", cfg, 1);
     if (rc) return rc;
     LAUNCH(be, "fake_quant kernel", cudaop_fake_quant(cu_impl(be)->stream, cu_qcfg(cfg), w, n, k, cu_impl(be)->flag));
     if ((rc = cu_flag_take(be, &bad))) return rc;

@@ -30,6 +30,8 @@ typedef struct cudaop_qcfg {
     int bits, sym, f16_scales, zero_min1;
     int64_t group_size;
     float clip_ratio;
+    int grid, scale_rule;      /* qd_grid, qd_scale_rule (quant/formats/grid.h) */
+    float global_scale;        /* QD_SCALE_FP8_GLOBAL: set (the host refuses 0) */
 } cudaop_qcfg;
 
 int cudaop_symmetrize_upper(void *stream, float *h, int64_t k);

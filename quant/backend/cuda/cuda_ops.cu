@@ -16,6 +16,8 @@ extern "C" {
 #include "quant/backend/backend.h"
 #include "quant/backend/backend_args.h"
 }
+#include "quant/core/minifloat.h"
+#include "quant/formats/grid.h"
 #include "quant/backend/cuda/cuda_internal.h"
 
 #define OP_THREADS 256
@@ -38,6 +40,27 @@ __device__ static float dq_scale_to_f16(float s)
     return r;
 }
 
+/* A float grid's scale from the group's largest magnitude (quantizer.c float_grid_scale). */
+__device__ static float dq_float_scale(const cudaop_qcfg &c, float a)
+{
+    if (c.scale_rule == QD_SCALE_FP8_GLOBAL) {
+        float s = qd_f32_round_fp8_e4m3(__fmul_rn(c.global_scale, __fdiv_rn(a, QD_FP4_E2M1_MAX)));
+        return s > 0.0f ? s : qd_fp8_e4m3_to_f32(0x01);
+    }
+    if (c.scale_rule == QD_SCALE_E8M0) {
+        if (!(a > 0.0f)) return qd_e8m0_to_f32(0);
+        int e;
+        float m = frexpf(a, &e);
+        e -= 1;
+        if (2.0f * m >= 1.75f) e += 1;
+        e -= 2;
+        e = e < -127 ? -127 : e > 127 ? 127 : e;
+        return qd_e8m0_to_f32((uint8_t)(e + 127));
+    }
+    float s = __fdiv_rn(a, QD_FP8_E4M3_MAX);
+    return s > 0.0f ? s : 0x1p-126f;
+}
+
 __device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n, float *scale, float *zero)
 {
     const int maxq = (1 << c.bits) - 1;
@@ -46,6 +69,13 @@ __device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n
         float v = w[i];
         if (v < xmin) xmin = v;
         if (v > xmax) xmax = v;
+    }
+    if (c.grid != QD_GRID_INT) {
+        float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
+        if (c.clip_ratio > 0.0f && c.clip_ratio < 1.0f) a *= c.clip_ratio;
+        *scale = dq_float_scale(c, a);
+        *zero = 0.0f;
+        return;
     }
     if (c.sym) {
         float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
@@ -92,6 +122,24 @@ __device__ static int dq_code(float w, float s, float z, int maxq)
 
 __device__ static float dq_dequant(int q, float s, float z) { return __fmul_rn(s, (float)q - z); }
 
+/* The same on the configured grid (quantizer.h qd_quant_code_cfg / qd_quant_dequant_cfg). */
+__device__ static float dq_scale_eff(const cudaop_qcfg &c, float s)
+{
+    return c.scale_rule == QD_SCALE_FP8_GLOBAL ? __fdiv_rn(s, c.global_scale) : s;
+}
+__device__ static int dq_code_g(const cudaop_qcfg &c, float w, float s, float z, int maxq)
+{
+    if (c.grid == QD_GRID_FP8_E4M3) return qd_f32_to_fp8_e4m3(__fdiv_rn(w, dq_scale_eff(c, s)));
+    if (c.grid == QD_GRID_FP4_E2M1) return qd_f32_to_fp4_e2m1(__fdiv_rn(w, dq_scale_eff(c, s)));
+    return dq_code(w, s, z, maxq);
+}
+__device__ static float dq_dequant_g(const cudaop_qcfg &c, int q, float s, float z)
+{
+    if (c.grid == QD_GRID_FP8_E4M3) return __fmul_rn(qd_fp8_e4m3_to_f32((uint8_t)q), dq_scale_eff(c, s));
+    if (c.grid == QD_GRID_FP4_E2M1) return __fmul_rn(qd_fp4_e2m1_to_f32((uint8_t)q), dq_scale_eff(c, s));
+    return dq_dequant(q, s, z);
+}
+
 /* ---- GPTQ block --------------------------------------------------------------------- */
 
 /* One thread per row, RB rows per thread block; the block copy lives in shared memory as
@@ -122,8 +170,8 @@ __global__ void k_gptq_block(cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, 
         const float *hrow = hinv + j * ldh;
         const float s = scales[g * n + r], z = zeros[g * n + r];
         const float x = w1[i * rb + t];
-        const int code = dq_code(x, s, z, maxq);
-        const float qv = dq_dequant(code, s, z);
+        const int code = dq_code_g(cfg, x, s, z, maxq);
+        const float qv = dq_dequant_g(cfg, code, s, z);
         const float e = __fdiv_rn(x - qv, hrow[j]);
         for (int64_t c = i + 1; c < B; c++) w1[c * rb + t] = __fsub_rn(w1[c * rb + t], __fmul_rn(e, hrow[i1 + c]));
         err[r * lde + i] = e;
@@ -170,7 +218,7 @@ __global__ void k_fake_quant(cudaop_qcfg cfg, float *w, int64_t n, int64_t k, in
         float *p = w + r * k + k0;
         float s, z;
         dq_params(cfg, p, len, &s, &z);
-        for (int64_t i = 0; i < len; i++) p[i] = dq_dequant(dq_code(p[i], s, z, maxq), s, z);
+        for (int64_t i = 0; i < len; i++) p[i] = dq_dequant_g(cfg, dq_code_g(cfg, p[i], s, z, maxq), s, z);
     }
 }
 

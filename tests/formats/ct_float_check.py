@@ -1,0 +1,184 @@
+#!/usr/bin/env python3
+"""quantd's scheme outputs (issue #35: W4A16 ... MXFP4) checked with the compressed-tensors
+package itself and with transformers. Run by hand, not by ctest:
+
+    build/ct-venv/bin/python tests/formats/ct_float_check.py \
+        --quantctl build/me/quantctl --data ../shared/data [--write-evidence]
+
+Needs torch, transformers 5.x and compressed-tensors 0.20. For each case (tiny-llama-c4, a
+job with "scheme" and a method):
+  1. quantctl quantize writes the checkpoint;
+  2. every packed linear is decompressed by the package's own compressor of its format
+     (PackedQuantizationCompressor, FloatQuantizationCompressor, NVFP4PackedCompressor,
+     MXFP4PackedCompressor; the scheme parsed by its QuantizationConfig) and compared with
+     `quantctl dequant` (quantd's read() + dequant_ref): bit for bit. The package returns
+     FP4 weights in bfloat16 and quantd decodes in F32, so there quantd's values are rounded
+     to bfloat16 first; its F32 values are also compared with the package's dequantize()
+     run in F32 on the unpacked codes, bit for bit;
+  3. transformers loads the directory on the CPU with CompressedTensorsConfig(dequantize=True)
+     and its float32 logits on fixed ids are compared with `quantctl logits` of the output
+     (max |diff| / max |logit| <= 1e-4). For FP4 the package's bfloat16 weights differ from
+     quantd's F32 ones in their last bits, so that comparison is reported, and the bound is
+     checked on the cases whose decode is exact in the dtype the package uses.
+--write-evidence stores the sha256 of quantd's dequant file and transformers' logits per
+case under tests/data/formats/ct-float/, which tests/integration/test_format_ct_evidence.sh
+re-checks in ctest without Python packages. Exit 1 on any failure.
+"""
+import argparse, hashlib, json, os, subprocess, sys, tempfile
+
+import numpy as np
+import torch
+from safetensors.numpy import load_file
+from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
+from compressed_tensors.compressors.naive_quantized.base import FloatQuantizationCompressor
+from compressed_tensors.compressors.nvfp4.base import NVFP4PackedCompressor
+from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
+from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
+from compressed_tensors.quantization import QuantizationConfig
+from compressed_tensors.quantization.lifecycle.forward import dequantize
+from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EVIDENCE = os.path.join(HERE, "..", "data", "formats", "ct-float")
+IDS = [1, 403, 9, 77, 250, 31, 488, 2]
+MODEL = "tiny-llama-c4"
+
+# name, scheme, method
+CASES = [
+    ("t-gptq-W4A16", "W4A16", "gptq"),
+    ("t-gptq-W4A16_ASYM", "W4A16_ASYM", "gptq"),
+    ("t-gptq-W8A16", "W8A16", "gptq"),
+    ("t-gptq-W4AFP8", "W4AFP8", "gptq"),
+    ("t-gptq-FP8_DYNAMIC", "FP8_DYNAMIC", "gptq"),
+    ("t-rtn-FP8_DYNAMIC", "FP8_DYNAMIC", "rtn"),
+    ("t-gptq-FP8_BLOCK", "FP8_BLOCK", "gptq"),
+    ("t-gptq-NVFP4A16", "NVFP4A16", "gptq"),
+    ("t-rtn-NVFP4A16", "NVFP4A16", "rtn"),
+    ("t-awq-NVFP4A16", "NVFP4A16", "awq"),
+    ("t-gptq-MXFP4A16", "MXFP4A16", "gptq"),
+    ("t-rtn-MXFP4", "MXFP4", "rtn"),
+]
+COMPRESSORS = {"pack-quantized": PackedQuantizationCompressor, "float-quantized": FloatQuantizationCompressor,
+               "nvfp4-pack-quantized": NVFP4PackedCompressor, "mxfp4-pack-quantized": MXFP4PackedCompressor}
+MAIN = {"pack-quantized": "weight_packed", "float-quantized": "weight", "nvfp4-pack-quantized": "weight_packed",
+        "mxfp4-pack-quantized": "weight_packed"}
+
+QUANTCTL_ENV = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1")
+
+
+def run(cmd):
+    r = subprocess.run(cmd, capture_output=True, text=True, env=QUANTCTL_ENV)
+    if r.returncode:
+        raise RuntimeError("%s: exit %d\n%s" % (" ".join(cmd), r.returncode, r.stderr[-2000:]))
+    return r.stdout
+
+
+def sha256(path):
+    return hashlib.sha256(open(path, "rb").read()).hexdigest()
+
+
+def job_of(data, out, scheme, method):
+    job = {"model": os.path.join(data, "models", MODEL), "output": out, "method": method, "scheme": scheme}
+    if method != "rtn":
+        job["calibration"] = {"path": os.path.join(data, "text", "c4", "c4-calib.jsonl"), "samples": 8, "seq_len": 64}
+    return job
+
+
+def check_weights(q, out, work, name):
+    """Every packed linear: the package's decompress == quantd's dequant (see the docstring)."""
+    dq = os.path.join(work, name + "-dequant.safetensors")
+    run([q, "dequant", "--model", out, "--out", dq])
+    ours = load_file(dq)
+    cfg = json.load(open(os.path.join(out, "config.json")))["quantization_config"]
+    qc = QuantizationConfig.model_validate(cfg)
+    scheme = next(iter(qc.config_groups.values()))
+    fmt = cfg["format"]
+    comp, main = COMPRESSORS[fmt], MAIN[fmt]
+    tensors = {}
+    for f in sorted(os.listdir(out)):
+        if f.endswith(".safetensors"):
+            from safetensors.torch import load_file as tload
+            tensors.update(tload(os.path.join(out, f)))
+    modules = sorted(k[: -len("." + main)] for k in tensors
+                     if k.endswith("." + main) and (fmt != "float-quantized" or tensors[k].dtype == torch.float8_e4m3fn))
+    for m in modules:
+        sd = {k[len(m) + 1:]: v for k, v in tensors.items() if k.startswith(m + ".") and
+              (k[len(m) + 1:].startswith("weight") or k[len(m) + 1:].startswith("input"))}
+        w = comp.decompress(sd, scheme)["weight"]
+        mine = torch.from_numpy(ours[m + ".weight"])
+        if w.shape != mine.shape or not torch.equal(w.float(), mine.to(w.dtype).float()):
+            d = (w.float() - mine.float()).abs().max().item() if w.shape == mine.shape else float("inf")
+            raise AssertionError("%s %s: compressed_tensors (%s) and quantd disagree (max |diff| %g, shapes %s %s)"
+                                 % (name, m, w.dtype, d, tuple(w.shape), tuple(mine.shape)))
+        if fmt in ("nvfp4-pack-quantized", "mxfp4-pack-quantized"):
+            # The package's own dequantize in F32 on the unpacked codes: quantd's F32 decode, exactly.
+            p = sd["weight_packed"]
+            x = unpack_fp4_from_uint8(p, p.shape[0], p.shape[1] * 2, dtype=torch.float32)
+            s = comp._decompress_scale(sd["weight_scale"], torch.float32)
+            w32 = dequantize(x_q=x, scale=s, args=scheme.weights, global_scale=sd.get("weight_global_scale"),
+                             dtype=torch.float32)
+            if not torch.equal(w32, mine):
+                raise AssertionError("%s %s: the package's F32 dequantize and quantd disagree (max |diff| %g)"
+                                     % (name, m, (w32 - mine).abs().max().item()))
+    for k in ours:
+        if k[: -len(".weight")] not in modules and k[: -len(".weight")] not in cfg["ignore"]:
+            raise AssertionError("%s: %s is float but not in ignore %s" % (name, k, cfg["ignore"]))
+    return dq, len(modules), fmt
+
+
+def check_logits(q, out, work, name, ids):
+    tok = os.path.join(work, name + "-ids.json")
+    json.dump(ids, open(tok, "w"))
+    lf = os.path.join(work, name + "-logits.f32")
+    run([q, "logits", "--model", out, "--tokens", tok, "--out", lf])
+    ours = np.fromfile(lf, dtype="<f4")
+    model = AutoModelForCausalLM.from_pretrained(out, quantization_config=CompressedTensorsConfig(dequantize=True),
+                                                 dtype=torch.float32, device_map="cpu")
+    with torch.no_grad():
+        ref = model(torch.tensor([ids])).logits[0].float().numpy()
+    ours = ours.reshape(ref.shape)
+    return ref, float(np.abs(ours - ref).max() / np.abs(ref).max())
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quantctl", required=True)
+    ap.add_argument("--data", required=True)
+    ap.add_argument("--write-evidence", action="store_true")
+    a = ap.parse_args()
+    q = os.path.abspath(a.quantctl)
+    fails, evidence = 0, {}
+    with tempfile.TemporaryDirectory() as work:
+        for name, scheme, method in CASES:
+            try:
+                out = os.path.join(work, name)
+                path = os.path.join(work, name + ".json")
+                json.dump(job_of(a.data, out, scheme, method), open(path, "w"))
+                run([q, "quantize", path])
+                dq, n_q, fmt = check_weights(q, out, work, name)
+                ref, rel = check_logits(q, out, work, name, IDS)
+                # FP4: transformers runs on the package's bfloat16 weights (see the docstring).
+                bound = 1e-4 if fmt not in ("nvfp4-pack-quantized",) else 1e-2
+                ok = rel <= bound
+                print("%-22s %s  %-20s %2d linears: package == quantd bit for bit; logits transformers vs quantctl "
+                      "max rel %.2e (bound %.0e)" % (name, "PASS" if ok else "FAIL", fmt, n_q, rel, bound))
+                fails += not ok
+                evidence[name] = {"model": MODEL, "method": method, "scheme": scheme, "dequant_sha256": sha256(dq),
+                                  "ids": IDS, "logits": name + ".f32", "transformers_vs_quantd_rel": rel, "bound": bound}
+                if a.write_evidence:
+                    os.makedirs(EVIDENCE, exist_ok=True)
+                    ref.astype("<f4").tofile(os.path.join(EVIDENCE, name + ".f32"))
+            except Exception as e:       # report every case, then fail
+                fails += 1
+                print("%-22s FAIL  %s" % (name, e))
+    if a.write_evidence and not fails:
+        import compressed_tensors, transformers
+        meta = {"written_by": "tests/formats/ct_float_check.py", "compressed_tensors": compressed_tensors.__version__,
+                "transformers": transformers.__version__, "torch": torch.__version__, "cases": evidence}
+        json.dump(meta, open(os.path.join(EVIDENCE, "evidence.json"), "w"), indent=1, sort_keys=True)
+        print("wrote", os.path.normpath(EVIDENCE))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
