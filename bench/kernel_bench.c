@@ -6,7 +6,8 @@
  * For each weight shape K x N (Llama-2-7B: 4096x4096, 4096x11008, 11008x4096; Llama-2-70B
  * MLP: 8192x28672, 28672x8192) and batch 1..B, times the 4-bit g128 kernels on the plain
  * gptq layout, the naive act-order layout (g_idx read per row), the exllama-reordered
- * act-order layout and awq_gemm; on CUDA also cuBLAS FP16 (GemmEx, F32 accumulation) on
+ * act-order layout and awq_gemm, and the float grids (fp8 per channel, nvfp4 group 16,
+ * mxfp4 group 32, built by hand in the float layout); on CUDA also cuBLAS FP16 (GemmEx, F32 accumulation) on
  * the same shape, with CUDA events after warm-up, median of R, and L2 flushed before every
  * repetition (a memset of twice the L2 size, outside the timed region) so no repetition
  * reads a weight the previous one left in the cache. First it measures the device's copy
@@ -182,23 +183,41 @@ static double time_cublas_f16(bench_ctx *c, int64_t n, int64_t k, int64_t rows)
 }
 #endif
 
+/* The float layouts the benchmark times: self-test cases built by hand. */
+static const char *const bench_float_cases[] = {"fp8-channel", "nvfp4-g16", "mxfp4-g32"};
+#define BENCH_N_FLOAT 3
+#define BENCH_N_KMAT (4 + BENCH_N_FLOAT)
+
 static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
 {
     qd_err err = {0};
-    qd_packed plain, act, awq;
+    qd_packed plain, act, awq, fl[BENCH_N_FLOAT];
+    memset(fl, 0, sizeof fl);
     if (qd_selftest_make_layer(qd_format_find("gptq_v2"), 4, 128, 0, n, k, 1, &plain, &err) ||
         qd_selftest_make_layer(qd_format_find("gptq_v2"), 4, 128, 1, n, k, 2, &act, &err) ||
         qd_selftest_make_layer(qd_format_find("awq_gemm"), 4, 128, 0, n, k, 3, &awq, &err)) {
         fprintf(stderr, "kernel_bench: %s\n", err.msg);
         return 1;
     }
-    qd_kmat h[4], d[4];
+    qd_kmat h[BENCH_N_KMAT], d[BENCH_N_KMAT];
     memset(d, 0, sizeof d);
     qd_kmat_from_packed(qd_format_find("gptq_v2"), &plain, &h[0], &err);
     qd_kmat_from_packed(qd_format_find("gptq_v2"), &act, &h[1], &err);
     qd_kmat_reorder(&h[1], &h[2], &err);
     qd_kmat_from_packed(qd_format_find("awq_gemm"), &awq, &h[3], &err);
-    for (int i = 0; i < 4; i++)
+    qd_selftest_fcase fc[QD_SELFTEST_MAX_FCASES];
+    const int nfc = qd_selftest_float_cases(fc, QD_SELFTEST_MAX_FCASES);
+    for (int f = 0; f < BENCH_N_FLOAT; f++) {
+        const qd_selftest_fcase *pick = NULL;
+        for (int i = 0; i < nfc && !pick; i++)
+            if (!fc[i].fmt && !strcmp(fc[i].name, bench_float_cases[f])) pick = &fc[i];
+        if (!pick || qd_selftest_make_float_layer(pick, n, k, 4 + (uint64_t)f, &fl[f], &err) ||
+            qd_kmat_from_float(&fl[f], &h[4 + f], &err)) {
+            fprintf(stderr, "kernel_bench: %s: %s\n", bench_float_cases[f], pick ? err.msg : "no such case");
+            return 1;
+        }
+    }
+    for (int i = 0; i < BENCH_N_KMAT; i++)
         if (qd_kmat_upload(c->be, &h[i], &d[i], &err)) {
             fprintf(stderr, "kernel_bench: %s\n", err.msg);
             return 1;
@@ -217,7 +236,7 @@ static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
                    "\"frac_copy\":%.3f}\n", (long long)k, (long long)n, b, base * 1e6, (double)(n * k * 2) / base / 1e9,
                    c->copy_gbps > 0 ? (double)(n * k * 2) / base / 1e9 / c->copy_gbps : 0.0);
 #endif
-        for (int i = 0; i < 4; i++) {
+        for (int i = 0; i < BENCH_N_KMAT; i++) {
             double t = time_kernel(c, &d[i], x, b, y);
             if (t < 0) return 1;
             printf("{\"shape\":\"%lldx%lld\",\"batch\":%d,\"kernel\":\"%s\",\"us\":%.2f,\"gbps\":%.2f",
@@ -232,11 +251,12 @@ static int bench_shape(bench_ctx *c, int64_t k, int64_t n, int max_batch)
     qd_backend_free(c->be, x);
     qd_backend_free(c->be, y);
     free(xh);
-    for (int i = 0; i < 4; i++) qd_kmat_free(&d[i]);
+    for (int i = 0; i < BENCH_N_KMAT; i++) qd_kmat_free(&d[i]);
     qd_kmat_free(&h[2]);
     qd_packed_free(&plain);
     qd_packed_free(&act);
     qd_packed_free(&awq);
+    for (int f = 0; f < BENCH_N_FLOAT; f++) qd_packed_free(&fl[f]);
     return 0;
 }
 
