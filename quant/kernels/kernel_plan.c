@@ -9,7 +9,8 @@ int kmat_validate(const qd_kmat *m, qd_err *err);   /* kernel_ref.c */
 
 int qd_kplan_float_gemv_ok(const qd_kmat *m)
 {
-    return m->layout == QD_KMAT_FLOAT && m->k % 32 == 0 && (m->group_size == -1 || (m->group_size > 0 && m->group_size % 8 == 0));
+    return m->layout == QD_KMAT_FLOAT && m->k % 32 == 0 &&
+           (m->group_size == -1 || (m->group_size > 0 && m->group_size % 8 == 0));
 }
 
 int qd_kplan_gemv_mr(int64_t mr)

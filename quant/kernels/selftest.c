@@ -81,7 +81,8 @@ int qd_selftest_make_float_layer(const qd_selftest_fcase *c, int64_t n, int64_t 
     const int64_t G = c->group_size > 0 ? (k + c->group_size - 1) / c->group_size : 1;
     const int64_t R = c->row_block > 0 ? (n + c->row_block - 1) / c->row_block : 1;
     /* NVFP4's global scale as the quantizer makes it, from a tensor amax in [0.5, 4]. */
-    const float gscale = c->scale_rule == QD_SCALE_FP8_GLOBAL ? qd_quant_global_scale((float)(0.5 + 3.5 * st_unit(&r))) : 0.0f;
+    const float amax = (float)(0.5 + 3.5 * st_unit(&r));
+    const float gscale = c->scale_rule == QD_SCALE_FP8_GLOBAL ? qd_quant_global_scale(amax) : 0.0f;
     float *sc = malloc((size_t)(R * G) * sizeof *sc);
     if (!sc) return qd_err_set(err, QD_ENOMEM, "selftest: out of memory");
     for (int64_t i = 0; i < R * G; i++) sc[i] = st_fscale(&r, c->scale_rule);

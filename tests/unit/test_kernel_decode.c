@@ -226,7 +226,8 @@ static void test_float_every_format(void)
             c.global_scale = p.global_scale;
             for (int64_t r = 0; r < n; r++)
                 for (int64_t j = 0; j < k; j++) {
-                    const int64_t row = p.row_block > 0 ? r / p.row_block : 0, g = p.group_size > 0 ? j / p.group_size : 0;
+                    const int64_t row = p.row_block > 0 ? r / p.row_block : 0;
+                    const int64_t g = p.group_size > 0 ? j / p.group_size : 0;
                     w[r * k + j] = qd_quant_dequant_cfg(&c, (int)kd_float_code(&d, r, j),
                                                         p.fscales[row * p.fscales_shape[1] + g], 0.0f);
                 }

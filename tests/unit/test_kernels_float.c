@@ -50,7 +50,8 @@ static void decode_spec(const qd_packed *p, float *w)
     const int64_t n = p->n, k = p->k, G = p->fscales_shape[1];
     for (int64_t r = 0; r < n; r++)
         for (int64_t i = 0; i < k; i++) {
-            float s = p->fscales[(p->row_block > 0 ? r / p->row_block : 0) * G + (p->group_size > 0 ? i / p->group_size : 0)];
+            const int64_t row = p->row_block > 0 ? r / p->row_block : 0, g = p->group_size > 0 ? i / p->group_size : 0;
+            float s = p->fscales[row * G + g];
             if (p->scale_rule == QD_SCALE_FP8_GLOBAL) s = s / p->global_scale;
             float v;
             if (p->grid == QD_GRID_FP4_E2M1) {
