@@ -46,6 +46,16 @@ int qd_gptq_hessian_add_dev(qd_gptq_hessian *acc, const float *x, int64_t rows, 
     int rc = acc->bf16 ? be->ops->hessian_accum_bf16(be, acc->h, acc->k, x, rows, ldx, acc->n_seen)
                        : be->ops->hessian_accum(be, acc->h, acc->k, x, rows, ldx, acc->n_seen);
     if (rc) return qd_err_set(err, rc, "hessian: %s", be->err.msg);
+    float m = 0.0f;
+    /* Rows of ldx > k: the gaps between rows are read too only when ldx == k. */
+    for (int64_t r = 0; r < rows && !rc; r += ldx == acc->k ? rows : 1) {
+        int64_t cnt = ldx == acc->k ? rows * acc->k : acc->k;
+        float mr = 0.0f;
+        rc = be->ops->abs_max(be, x + r * ldx, cnt, &mr);
+        if (mr > m) m = mr;
+    }
+    if (rc) return qd_err_set(err, rc, "hessian: %s", be->err.msg);
+    if (m > acc->x_amax) acc->x_amax = m;
     acc->n_seen += rows;
     return 0;
 }

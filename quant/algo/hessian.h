@@ -19,6 +19,8 @@ typedef struct qd_gptq_hessian {
     float *h;              /* backend memory [k, k], full symmetric; owned */
     float *stage;          /* backend staging rows for host input (non-CPU backends); owned */
     int64_t stage_rows;
+    float x_amax;          /* max |x| over the rows folded in (the static activation scales
+                            * of schemes FP8 and NVFP4 are made from it) */
     int bf16;              /* set after init: rows folded in as bfloat16 (the backend's
                             * hessian_accum_bf16, the job's "compute": "bf16"); default 0 */
 } qd_gptq_hessian;

@@ -79,6 +79,9 @@ typedef struct qd_rope_freqs {
                         int inverse)) \
     /* Returns sum((a-b)^2) over n elements in *out (double, host). */ \
     X(int, sq_diff_sum, (qd_backend *be, const float *a, const float *b, int64_t n, double *out)) \
+    /* max |x[i]| over n elements into *out (host): the calibration inputs' range that the \
+     * static activation scales of FP8 and NVFP4 are made from. NaN never wins. */ \
+    X(int, abs_max, (qd_backend *be, const float *x, int64_t n, float *out)) \
     \
     /* ---- neural net (quant/model) ---- */ \
     X(int, rmsnorm, (qd_backend *be, float *y, const float *x, const float *w, int64_t rows, \

@@ -14,6 +14,7 @@
 #include "quant/formats/scheme.h"
 
 static int fp4(const qd_format *f) { return f->grid == QD_GRID_FP4_E2M1; }
+static int packed_shapes_ok(const qd_format *f, const qd_packed *p, qd_err *err);
 
 int64_t fmt_float_scale_rows(int64_t n, int64_t row_block)
 {
@@ -135,7 +136,10 @@ int fmt_float_pack(const qd_format *f, const qd_qlayer *l, qd_packed *o, qd_err 
 
 int fmt_float_unpack(const qd_format *f, const qd_packed *p, qd_qlayer *out, qd_err *err)
 {
-    int rc = qd_qlayer_alloc(out, p->n, p->k, p->bits, 1, p->group_size, p->bias != NULL, err);
+    memset(out, 0, sizeof *out);
+    int rc = packed_shapes_ok(f, p, err);
+    if (rc) return rc;
+    rc = qd_qlayer_alloc(out, p->n, p->k, p->bits, 1, p->group_size, p->bias != NULL, err);
     if (rc) return rc;
     out->grid = p->grid;
     out->scale_rule = p->scale_rule;
@@ -155,10 +159,29 @@ int fmt_float_unpack(const qd_format *f, const qd_packed *p, qd_qlayer *out, qd_
     return 0;
 }
 
-int fmt_float_dequant(const qd_format *f, const qd_packed *p, float *w, qd_err *err)
+/* The packed layer's arrays have the shapes its header says (a damaged or hand-made
+ * qd_packed is refused before anything is read through it). */
+static int packed_shapes_ok(const qd_format *f, const qd_packed *p, qd_err *err)
 {
     if (!p->fcodes || !p->fscales || p->grid != f->grid)
         return qd_err_set(err, QD_EINVAL, "%s: the packed layer holds no %s weights", f->name, qd_grid_name(f->grid));
+    const int64_t gl = p->group_size > 0 ? p->group_size : p->k;
+    const int64_t G = p->group_size > 0 ? p->k / gl : 1, R = fmt_float_scale_rows(p->n, p->row_block);
+    const int64_t cols = fp4(f) ? p->k / 2 : p->k;
+    if (p->n <= 0 || p->k <= 0 || (p->group_size > 0 && p->k % gl) || (fp4(f) && p->k % 2) || p->n_groups != G ||
+        p->fscales_shape[0] != R || p->fscales_shape[1] != G || p->fcodes_shape[0] != p->n || p->fcodes_shape[1] != cols)
+        return qd_err_set(err, QD_ESHAPE, "%s: packed layer [%lld, %lld] has codes [%lld, %lld] and scales [%lld, %lld] "
+                          "for %lld groups, expected [%lld, %lld] and [%lld, %lld]", f->name, (long long)p->n,
+                          (long long)p->k, (long long)p->fcodes_shape[0], (long long)p->fcodes_shape[1],
+                          (long long)p->fscales_shape[0], (long long)p->fscales_shape[1], (long long)p->n_groups,
+                          (long long)p->n, (long long)cols, (long long)R, (long long)G);
+    return 0;
+}
+
+int fmt_float_dequant(const qd_format *f, const qd_packed *p, float *w, qd_err *err)
+{
+    int rc = packed_shapes_ok(f, p, err);
+    if (rc) return rc;
     qd_quant_cfg c = qd_quant_cfg_default();
     c.grid = p->grid;
     c.scale_rule = p->scale_rule;

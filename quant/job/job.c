@@ -323,11 +323,7 @@ const char *qp_job_field_value(const qp_job_field *f, size_t i)
     }
     /* The format names live in the format table, which grows without this file. */
     if (f && !strcmp(f->name, "format")) return i < qd_format_count() ? qd_format_at(i)->name : NULL;
-    /* The schemes a job can name: those with static activation scales are refused (parse_scheme). */
-    if (f && !strcmp(f->name, "scheme"))
-        for (size_t s = 0, seen = 0; s < qd_scheme_count(); s++)
-            if (!qd_scheme_act_static(qd_scheme_at(s)) && seen++ == i) return qd_scheme_at(s)->name;
-    if (f && !strcmp(f->name, "scheme")) return NULL;
+    if (f && !strcmp(f->name, "scheme")) return i < qd_scheme_count() ? qd_scheme_at(i)->name : NULL;
     return NULL;
 }
 
@@ -603,13 +599,6 @@ static int parse_scheme(const cJSON *root, qp_job *job, int format, int has_sym,
 {
     const cJSON *v = qpj_field(root, "scheme");
     if (!v || cJSON_IsNull(v)) return 0;
-    /* Named but not written yet: said so, with what to use instead. */
-    const qd_scheme *st = cJSON_IsString(v) ? qd_scheme_find(v->valuestring) : NULL;
-    if (qd_scheme_act_static(st))
-        return qp_err_set(err, QP_EUNSUPPORTED, "job.scheme: %s declares static activation scales measured on the "
-                          "calibration data, which quantd does not write yet; use %s (the same weights, %s)", st->name,
-                          st->act == QD_ACT_NVFP4 ? "NVFP4A16" : "FP8_DYNAMIC",
-                          st->act == QD_ACT_NVFP4 ? "activations left to the server" : "activations scaled per token");
     const char *names[32];
     size_t n = 0;
     const qp_job_field *fs = qp_job_field_find("scheme");
@@ -618,6 +607,11 @@ static int parse_scheme(const cJSON *root, qp_job *job, int format, int has_sym,
     int rc = get_enum(root, "job", "scheme", names, n, &idx, NULL, err);
     if (rc) return rc;
     const qd_scheme *sc = qd_scheme_find(names[idx]);
+    if (qd_scheme_act_static(sc) && job->method == QP_METHOD_RTN)
+        return qp_err_set(err, QP_EINVAL, "job.scheme: %s declares a static activation scale measured on the "
+                          "calibration data, and method rtn reads none; use method gptq or awq, or scheme %s (%s)",
+                          sc->name, sc->act == QD_ACT_NVFP4 ? "NVFP4A16" : "FP8_DYNAMIC",
+                          sc->act == QD_ACT_NVFP4 ? "activations left to the server" : "activations scaled per token");
     const cJSON *bits = qpj_field(root, "bits"), *gs = qpj_field(root, "group_size");
     if (bits && job->bits != sc->bits)
         return qp_err_set(err, QP_EINVAL, "job.bits: %d contradicts scheme %s (%d-bit weights: %s); remove bits or the "

@@ -118,6 +118,9 @@ typedef struct qd_qlinear_aux {
     int64_t krows;
     const float *dx;             /* [drows, k]: the direct error's inputs */
     int64_t drows;
+    float act_amax;              /* max |x| of the linear's calibration inputs (its Hessian's
+                                    x_amax): the static activation scale of schemes FP8 and
+                                    NVFP4 is made from it */
 } qd_qlinear_aux;
 
 /* Takes a linear's P parts over (outs are emptied): their rows merged into one layer (P == 1:

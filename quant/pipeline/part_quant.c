@@ -2,6 +2,8 @@
  * check, computed where the lead is or in another worker from the files the lead wrote. */
 #define _GNU_SOURCE
 #include "quant/pipeline/part.h"
+#include "quant/formats/scheme.h"
+#include "quant/formats/quantizer.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -150,6 +152,13 @@ int qd_qpart_finish(qd_pipeline *p, const qd_qpart_in *ins, qd_qpart_out *outs, 
         else memcpy(layer.bias, aux->bias, (size_t)n * sizeof(float));
     }
     if (!rc) rc = p->fmt->pack(&layer, &done->packed, err);   /* checks the layer first */
+    /* A scheme's static activation scale, from the calibration inputs' range, as
+     * compressed-tensors' static_minmax observer makes it: FP8 input_scale = amax / 448,
+     * NVFP4 input_global_scale = 448 * 6 / amax. */
+    const qd_scheme *sc = qp_job_scheme(job);
+    if (!rc && sc && sc->act == QD_ACT_FP8_TENSOR)
+        done->packed.input_scale = aux->act_amax > 0.0f ? aux->act_amax / QD_FP8_E4M3_MAX : 1.0f;
+    if (!rc && sc && sc->act == QD_ACT_NVFP4) done->packed.input_scale = qd_quant_global_scale(aux->act_amax);
     qd_qlayer_free(&layer);
     t = qd_pipeline_cost_add(p, QD_STAGE_PACK, t);
     if (rc) return qd_err_prefix(err, "%s", res->name);

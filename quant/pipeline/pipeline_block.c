@@ -224,6 +224,7 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
     lj->aux.w_ref = o->w_eff;
     lj->aux.kx = kcheck->x[g];
     lj->aux.krows = kcheck->rows[g];
+    lj->aux.act_amax = acc->x_amax;
     lj->aux.dx = direct->x[g];
     lj->aux.drows = direct->x[g] ? direct->rows[g] : 0;
     /* Its parts: row ranges. */

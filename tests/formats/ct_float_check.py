@@ -57,6 +57,8 @@ CASES = [
     ("t-awq-NVFP4A16", "NVFP4A16", "awq"),
     ("t-gptq-MXFP4A16", "MXFP4A16", "gptq"),
     ("t-rtn-MXFP4", "MXFP4", "rtn"),
+    ("t-gptq-FP8", "FP8", "gptq"),
+    ("t-gptq-NVFP4", "NVFP4", "gptq"),
 ]
 COMPRESSORS = {"pack-quantized": PackedQuantizationCompressor, "float-quantized": FloatQuantizationCompressor,
                "nvfp4-pack-quantized": NVFP4PackedCompressor, "mxfp4-pack-quantized": MXFP4PackedCompressor}
@@ -77,11 +79,45 @@ def sha256(path):
     return hashlib.sha256(open(path, "rb").read()).hexdigest()
 
 
-def job_of(data, out, scheme, method):
+# The static-activation cases read fixed ids in file order (style "awq"), so that the first
+# block's input scale can be recomputed here from transformers' forward on the same rows.
+CALIB_IDS = [[(i * 37 + r * 101 + 7) % 512 for i in range(64)] for r in range(8)]
+
+
+def job_of(data, out, scheme, method, work):
     job = {"model": os.path.join(data, "models", MODEL), "output": out, "method": method, "scheme": scheme}
     if method != "rtn":
         job["calibration"] = {"path": os.path.join(data, "text", "c4", "c4-calib.jsonl"), "samples": 8, "seq_len": 64}
+    if scheme in ("FP8", "NVFP4"):
+        ids = os.path.join(work, "calib-ids.json")
+        json.dump([t for row in CALIB_IDS for t in row], open(ids, "w"))
+        job["calibration"] = {"path": ids, "samples": 8, "seq_len": 64, "style": "awq"}
     return job
+
+
+def check_input_scale(out, data, scheme):
+    """Block 0's q_proj input scale == what its calibration inputs give in transformers'
+    float forward of the same rows (block 0's input does not depend on the quantization)."""
+    from safetensors.torch import load_file as tload
+    from transformers import AutoModelForCausalLM as M
+    model = M.from_pretrained(os.path.join(data, "models", MODEL), dtype=torch.float32)
+    amax = [0.0]
+    lin = model.model.layers[0].self_attn.q_proj
+    h = lin.register_forward_pre_hook(lambda m, a: amax.__setitem__(0, max(amax[0], a[0].abs().max().item())))
+    with torch.no_grad():
+        for row in CALIB_IDS:
+            model(torch.tensor([row]))
+    h.remove()
+    t = {}
+    for f in os.listdir(out):
+        if f.endswith(".safetensors"):
+            t.update(tload(os.path.join(out, f)))
+    key = "model.layers.0.self_attn.q_proj." + ("input_scale" if scheme == "FP8" else "input_global_scale")
+    got = t[key].item()
+    want = amax[0] / 448.0 if scheme == "FP8" else 448.0 * 6.0 / amax[0]
+    if abs(got - want) > 1e-5 * abs(want):
+        raise AssertionError("%s: %s = %g, the calibration inputs give %g" % (scheme, key, got, want))
+    return got
 
 
 def check_weights(q, out, work, name):
@@ -120,6 +156,14 @@ def check_weights(q, out, work, name):
             if not torch.equal(w32, mine):
                 raise AssertionError("%s %s: the package's F32 dequantize and quantd disagree (max |diff| %g)"
                                      % (name, m, (w32 - mine).abs().max().item()))
+    # Static activation scales (schemes FP8, NVFP4): one positive finite F32 per linear.
+    acts = (qc.config_groups and scheme.input_activations)
+    if acts is not None and not acts.dynamic or (acts is not None and acts.dynamic == "local"):
+        key = "input_scale" if fmt == "float-quantized" else "input_global_scale"
+        for m in modules:
+            t = tensors.get(m + "." + key)
+            if t is None or t.dtype != torch.float32 or t.numel() != 1 or not (t.item() > 0 and t.isfinite().all()):
+                raise AssertionError("%s %s: %s missing or not a positive F32 [1]" % (name, m, key))
     for k in ours:
         if k[: -len(".weight")] not in modules and k[: -len(".weight")] not in cfg["ignore"]:
             raise AssertionError("%s: %s is float but not in ignore %s" % (name, k, cfg["ignore"]))
@@ -153,10 +197,13 @@ def main():
             try:
                 out = os.path.join(work, name)
                 path = os.path.join(work, name + ".json")
-                json.dump(job_of(a.data, out, scheme, method), open(path, "w"))
+                json.dump(job_of(a.data, out, scheme, method, work), open(path, "w"))
                 run([q, "quantize", path])
                 dq, n_q, fmt = check_weights(q, out, work, name)
                 ref, rel = check_logits(q, out, work, name, IDS)
+                if scheme in ("FP8", "NVFP4"):
+                    print("%-22s input scale of block 0's q_proj %.6g == transformers' calibration inputs"
+                          % (name, check_input_scale(out, a.data, scheme)))
                 # FP4: transformers runs on the package's bfloat16 weights (see the docstring).
                 bound = 1e-4 if fmt not in ("nvfp4-pack-quantized",) else 1e-2
                 ok = rel <= bound

@@ -424,6 +424,52 @@ static void test_gptq_layer(void)
     free(h);
 }
 
+/* GPTQ on the float grids (FP8 per channel and in 128-row blocks, NVFP4 with its global
+ * scale, MXFP4) on both backends: the CUDA op rounds with the very functions the CPU's does
+ * (quant/core/minifloat.h), so the codes agree up to rare rounding-boundary flips and the
+ * dequantized weights within a step. */
+static void test_gptq_float_grids(void)
+{
+    const int64_t n = 256, k = 256, rows = 512;
+    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1);
+    float *h = malloc(k * k * sizeof *h);
+    for (int64_t i = 0; i < k; i++)
+        for (int64_t j = 0; j < k; j++) {
+            double s = 0;
+            for (int64_t r = 0; r < rows; r++) s += (double)x[r * k + i] * x[r * k + j];
+            h[i * k + j] = (float)(2 * s / rows);
+        }
+    static const struct { qd_grid grid; qd_scale_rule rule; int bits; int64_t gs, rb; } cases[] = {
+        {QD_GRID_FP8_E4M3, QD_SCALE_F32, 8, -1, 1},
+        {QD_GRID_FP8_E4M3, QD_SCALE_F32, 8, 128, 128},
+        {QD_GRID_FP4_E2M1, QD_SCALE_FP8_GLOBAL, 4, 16, 1},
+        {QD_GRID_FP4_E2M1, QD_SCALE_E8M0, 4, 32, 1},
+    };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        qd_gptq_opts o = qd_gptq_opts_default();
+        o.quant.grid = cases[c].grid;
+        o.quant.scale_rule = cases[c].rule;
+        o.quant.bits = cases[c].bits;
+        o.quant.group_size = cases[c].gs;
+        o.quant.row_block = cases[c].rb;
+        qd_gptq_result rc_cpu, rc_gpu;
+        qd_err err = {0};
+        CHECK_OK(qd_gptq_quantize_h(cpu, &o, w, n, k, h, &rc_cpu, &err));
+        int rc = qd_gptq_quantize_h(gpu, &o, w, n, k, h, &rc_gpu, &err);
+        CHECK_OK(rc);
+        if (rc) { fprintf(stderr, "gpu gptq (%s): %s\n", qd_grid_name(cases[c].grid), err.msg); qd_gptq_result_free(&rc_cpu); continue; }
+        int64_t diff = 0;
+        for (int64_t i = 0; i < n * k; i++) diff += rc_cpu.layer.q[i] != rc_gpu.layer.q[i];
+        CHECK(diff <= n * k / 200);
+        CHECK(rel_diff(rc_gpu.deq, rc_cpu.deq, n * k) < 0.05);
+        qd_gptq_result_free(&rc_cpu);
+        qd_gptq_result_free(&rc_gpu);
+    }
+    free(w);
+    free(x);
+    free(h);
+}
+
 /* The CUDA dequantizing kernels against the scalar reference, and the per-layer check. */
 static void test_kernels_selftest(void)
 {
@@ -488,6 +534,7 @@ int main(void)
     TEST_RUN(test_nn_ops);
     TEST_RUN(test_attention);
     TEST_RUN(test_fake_quant_refusal);
+    TEST_RUN(test_gptq_float_grids);
     TEST_RUN(test_gather_scatter);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);

@@ -28,6 +28,7 @@ static void test_sets_fields(void)
         {"W8A16", "compressed-tensors", 8, 128, 1},    {"W4AFP8", "compressed-tensors", 4, 128, 1},
         {"FP8_DYNAMIC", "float-quantized", 8, -1, 1},  {"FP8_BLOCK", "float-quantized", 8, 128, 1},
         {"NVFP4A16", "nvfp4-pack-quantized", 4, 16, 1}, {"MXFP4A16", "mxfp4-pack-quantized", 4, 32, 1},
+        {"FP8", "float-quantized", 8, -1, 1},          {"NVFP4", "nvfp4-pack-quantized", 4, 16, 1},
         {"MXFP4", "mxfp4-pack-quantized", 4, 32, 1},
     };
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) {
@@ -63,8 +64,8 @@ static void test_refusals(void)
         {"\"scheme\": \"NVFP4A16\", \"group_size\": 32", "job.group_size: 32 contradicts scheme NVFP4A16"},
         {"\"scheme\": \"W4A16\", \"sym\": false", "job.sym: false contradicts scheme W4A16"},
         {"\"scheme\": \"FP8_DYNAMIC\", \"format\": \"gptq\"", "job.format: gptq contradicts scheme FP8_DYNAMIC"},
-        {"\"scheme\": \"FP8\"", "job.scheme: FP8 declares static activation scales"},
-        {"\"scheme\": \"NVFP4\"", "use NVFP4A16"},
+        {"\"scheme\": \"FP8\", \"method\": \"rtn\"", "job.scheme: FP8 declares a static activation scale"},
+        {"\"scheme\": \"NVFP4\", \"method\": \"rtn\"", "or scheme NVFP4A16"},
         {"\"scheme\": \"W3A16\"", "job.scheme: \"W3A16\" is not one of W4A16"},
         {"\"format\": \"nvfp4-pack-quantized\", \"bits\": 4, \"group_size\": 16",
          "job.format: nvfp4-pack-quantized is written through a scheme (NVFP4A16"},

@@ -114,6 +114,7 @@ static void test_refusals(void)
 {
     for (size_t f = 0; f < qd_format_count(); f++) {
         const qd_format *fmt = qd_format_at(f);
+        if (fmt->kernel == QD_FMT_KERNEL_FLOAT) continue;   /* test_kernels_float covers their refusals */
         qd_packed p;
         qd_err err = {0};
         CHECK_OK(qd_selftest_make_layer(fmt, 4, 128, 0, 64, 256, 7, &p, &err));

@@ -93,6 +93,18 @@ int cpu_scale_cols(qd_backend *be, float *w, int64_t rows, int64_t cols, const f
     return 0;
 }
 
+int cpu_abs_max(qd_backend *be, const float *x, int64_t n, float *out)
+{
+    if (!x || !out || n < 0) return qd_err_set(&be->err, QD_EINVAL, "cpu abs_max: null argument or negative length");
+    float m = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float a = fabsf(x[i]);
+        if (a > m) m = a;
+    }
+    *out = m;
+    return 0;
+}
+
 int cpu_sq_diff_sum(qd_backend *be, const float *a, const float *b, int64_t n, double *out)
 {
     if (!a || !b || !out || n < 0)

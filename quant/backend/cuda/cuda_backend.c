@@ -395,6 +395,20 @@ static int cu_sq_diff_sum(qd_backend *be, const float *a, const float *b, int64_
     return cu_download(be, out, im->red + CUDAOP_REDUCE_BLOCKS, sizeof *out);
 }
 
+static int cu_abs_max(qd_backend *be, const float *x, int64_t n, float *out)
+{
+    if (!x || !out || n < 0) return qd_err_set(&be->err, QD_EINVAL, "cuda abs_max: null argument or negative length");
+    cuda_impl *im = cu_impl(be);
+    /* The reduction buffer's first word holds the bits of the maximum: non-negative floats
+     * order as their unsigned bits do, so an atomic integer max is the float max. */
+    LAUNCH(be, "abs_max kernel", cudaop_abs_max(im->stream, x, n, (unsigned *)im->red));
+    unsigned bits = 0;
+    int rc = cu_download(be, &bits, im->red, sizeof bits);
+    if (rc) return rc;
+    memcpy(out, &bits, sizeof *out);
+    return 0;
+}
+
 /* ---- neural net ---------------------------------------------------------------------- */
 
 static int cu_rmsnorm(qd_backend *be, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps)

@@ -48,6 +48,8 @@ int cudaop_fake_quant(void *stream, cudaop_qcfg cfg, float *w, int64_t n, int64_
 int cudaop_scale_cols(void *stream, float *w, int64_t rows, int64_t cols, const float *s, int inverse);
 /* Writes sum((a-b)^2) as a double to *out_dev; partial holds CUDAOP_REDUCE_BLOCKS doubles. */
 #define CUDAOP_REDUCE_BLOCKS 256
+/* *out_dev (zeroed first) = the bits of max |x[i]| over n floats. */
+int cudaop_abs_max(void *stream, const float *x, int64_t n, unsigned *out_dev);
 int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, double *partial, double *out_dev);
 int cudaop_rmsnorm(void *stream, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
 int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,

@@ -296,6 +296,23 @@ __global__ void k_sum_partials(const double *partial, int count, double *out)
     if (threadIdx.x == 0) *out = s;
 }
 
+__global__ void k_abs_max(const float *x, int64_t n, unsigned *out)
+{
+    float m = 0.0f;
+    for (int64_t i = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
+        m = fmaxf(m, fabsf(x[i]));                        /* fmaxf drops a NaN */
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_down_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0) atomicMax(out, __float_as_uint(m));
+}
+
+extern "C" int cudaop_abs_max(void *stream, const float *x, int64_t n, unsigned *out_dev)
+{
+    cudaStream_t st = (cudaStream_t)stream;
+    if (cudaMemsetAsync(out_dev, 0, sizeof *out_dev, st) != cudaSuccess) return op_launched();
+    k_abs_max<<<CUDAOP_REDUCE_BLOCKS, OP_THREADS, 0, st>>>(x, n, out_dev);
+    return op_launched();
+}
+
 extern "C" int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, double *partial,
                                   double *out_dev)
 {
