@@ -1,8 +1,10 @@
-/* quantctl check-serving DIR --engine vllm --gpu hopper|ampere --tp N [--json]: which vLLM
+/* quantctl check-serving DIR --engine vllm --gpu hopper|ampere|blackwell --tp N [--json]: which vLLM
  * kernel will serve each linear of a quantized checkpoint (quantd's or another tool's, any
  * format the format table reads) at that tensor-parallel degree, and why
  * (quant/formats/serving.c holds the rules with their vLLM sources). Exit 0 when every
- * quantized layer gets a fast kernel (Machete or Marlin), 1 otherwise, 2 on bad usage. */
+ * quantized layer gets a fast kernel (Machete, Marlin, or an FP8 / W4A8 / FP4 GEMM), 1 otherwise,
+ * 2 on bad usage. The activations a checkpoint declares are not read here yet: the rules take
+ * them as quantd writes each format (serving.c act_of). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,22 +18,30 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: quantctl check-serving DIR --engine vllm --gpu hopper|ampere --tp N [--json]\n"
+    fprintf(f, "usage: quantctl check-serving DIR --engine vllm --gpu hopper|ampere|blackwell --tp N [--json]\n"
                "Reports, per linear of the quantized checkpoint DIR as vLLM fuses and shards it at TP N, the\n"
-               "kernel that will serve it (Machete, Marlin, Exllama, fallback, will not load) and why.\n"
-               "Exit: 0 every quantized layer gets Machete or Marlin, 1 otherwise, 2 bad usage or input.\n");
+               "kernel that will serve it (Machete, Marlin, CUTLASS FP8, block FP8, CutlassW4A8, FP4 GEMM,\n"
+               "Exllama, fallback, will not load) and why. --gpu: hopper (H100/H200, sm90), ampere (A100,\n"
+               "sm80), blackwell (B200, sm100).\n"
+               "Exit: 0 every quantized layer gets a fast kernel (all but Exllama, fallback and will not load),\n"
+               "1 otherwise, 2 bad usage or input.\n");
 }
 
 typedef struct float_ctx { const qd_model *m; } float_ctx;
 
-/* A linear stored as "<name>.weight" is unquantized in the checkpoint. */
+/* A linear stored as "<name>.weight" is unquantized in the checkpoint, unless a
+ * "<name>.weight_scale" goes with it: compressed-tensors float-quantized (FP8) keeps the
+ * quantized weight under the plain name. */
 static int ckpt_is_float(void *ud, int block, int li)
 {
     const float_ctx *c = ud;
     char prefix[160], name[400];
     qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
-    snprintf(name, sizeof name, "%s%s.weight", prefix, qd_model_linear(c->m, li)->name);
-    return st_model_find(qd_model_tensors(c->m), name) != NULL;
+    int o = snprintf(name, sizeof name, "%s%s.weight", prefix, qd_model_linear(c->m, li)->name);
+    if (!st_model_find(qd_model_tensors(c->m), name)) return 0;
+    if (o < 0 || (size_t)o + sizeof "_scale" > sizeof name) return 1;
+    strcat(name, "_scale");
+    return st_model_find(qd_model_tensors(c->m), name) == NULL;
 }
 
 int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
@@ -74,7 +84,7 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
         return QCTL_USAGE;
     }
     int cc = qd_srv_gpu_cc(gpu);
-    if (!cc) { fprintf(stderr, "quantctl check-serving: --gpu: '%s' is not one of hopper, ampere\n", gpu); return QCTL_USAGE; }
+    if (!cc) { fprintf(stderr, "quantctl check-serving: --gpu: '%s' is not one of hopper, ampere, blackwell\n", gpu); return QCTL_USAGE; }
     qd_err err = {0};
     qd_backend *be = NULL;
     qd_model *m = NULL;

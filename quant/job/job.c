@@ -20,7 +20,7 @@ static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const layout_names[] = { "plain", "tp_aware", NULL };
 static const char *const compute_names[] = { "f32", "bf16", "auto", NULL };
 static const char *const serve_engine_names[] = { "vllm", NULL };
-static const char *const serve_gpu_names[] = { "hopper", "ampere", NULL };
+static const char *const serve_gpu_names[] = { "hopper", "ampere", "blackwell", NULL };
 
 #define NAME_OF(tbl, v) ((unsigned)(v) < sizeof(tbl) / sizeof(tbl[0]) ? tbl[v] : NULL)
 
@@ -184,8 +184,8 @@ int qp_job_validate(const qp_job *job, qp_err *err)
             return qp_err_set(err, QP_EINVAL, "job.%s: %s", field, why);
     }
     if (job->serve.enabled && (strcmp(job->serve.engine, "vllm") || !qd_srv_gpu_cc(job->serve.gpu) || job->serve.tp < 1))
-        return qp_err_set(err, QP_EINVAL, "job.serve: engine \"%s\", gpu \"%s\", tp %d: needs engine vllm, gpu hopper "
-                          "or ampere and tp >= 1", job->serve.engine, job->serve.gpu, job->serve.tp);
+        return qp_err_set(err, QP_EINVAL, "job.serve: engine \"%s\", gpu \"%s\", tp %d: needs engine vllm, gpu hopper, "
+                          "ampere or blackwell and tp >= 1", job->serve.engine, job->serve.gpu, job->serve.tp);
     const qp_job_calib *c = &job->calibration;
     if (job->method != QP_METHOD_RTN && (!c->path || !c->path[0]))
         return qp_err_set(err, QP_ENOTFOUND,
@@ -561,7 +561,7 @@ static int parse_checkpoint(const cJSON *root, qp_job *job, int *has_every, qp_e
     return 0;
 }
 
-/* job.serve: {"engine": "vllm", "gpu": "hopper"|"ampere", "tp": N}. */
+/* job.serve: {"engine": "vllm", "gpu": "hopper"|"ampere"|"blackwell", "tp": N}. */
 static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
 {
     const cJSON *e = qpj_field(root, "serve");
@@ -576,11 +576,11 @@ static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
     job->serve.tp = 1;
     if ((rc = check_keys(e, p, err)) ||
         (rc = get_enum(e, p, "engine", serve_engine_names, 1, &engine, NULL, err)) ||
-        (rc = get_enum(e, p, "gpu", serve_gpu_names, 2, &gpu, NULL, err)) ||
+        (rc = get_enum(e, p, "gpu", serve_gpu_names, 3, &gpu, NULL, err)) ||
         (rc = get_int32(e, p, "tp", 1, 1024, "must be an integer >= 1 (at most 1024)", &job->serve.tp, NULL, err)))
         return rc;
     if (engine < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.engine: required (vllm)");
-    if (gpu < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.gpu: required (hopper or ampere)");
+    if (gpu < 0) return qp_err_set(err, QP_ENOTFOUND, "job.serve.gpu: required (hopper, ampere or blackwell)");
     snprintf(job->serve.engine, sizeof job->serve.engine, "%s", serve_engine_names[engine]);
     snprintf(job->serve.gpu, sizeof job->serve.gpu, "%s", serve_gpu_names[gpu]);
     return 0;

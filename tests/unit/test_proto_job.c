@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "quant/formats/scheme.h"
 #include "quant/job/hash.h"
 #include "quant/job/job.h"
 
@@ -751,7 +752,10 @@ static void test_serve_and_profile(void)
     CHECK(j && j->serve.tp == 1);
     qp_job_free(j);
     EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"volta\"}}",
-               "job.serve.gpu: \"volta\" is not one of hopper, ampere");
+               "job.serve.gpu: \"volta\" is not one of hopper, ampere, blackwell");
+    j = parse_ok("{" BASE ", \"serve\": {\"engine\": \"vllm\", \"gpu\": \"blackwell\", \"tp\": 2}}");
+    CHECK(j && !strcmp(j->serve.gpu, "blackwell") && j->serve.tp == 2);
+    qp_job_free(j);
     EXPECT_ERR("{" BASE ", \"serve\": {\"engine\": \"sglang\", \"gpu\": \"hopper\"}}",
                "job.serve.engine: \"sglang\" is not one of vllm");
     EXPECT_ERR("{" BASE ", \"serve\": {\"gpu\": \"hopper\"}}", "job.serve.engine: required");
@@ -774,6 +778,29 @@ static void test_serve_and_profile(void)
               j->sym && j->serve.enabled);
         qp_job_free(j);
     }
+    /* The issue #35 profiles: a scheme and a serve block, nothing the scheme sets (a job's own
+     * bits or format must agree with the scheme, as they must without a profile). */
+    static const struct { const char *name, *scheme, *gpu; int bits; int64_t group; } fl[] = {
+        {"vllm-hopper-fp8", "FP8_DYNAMIC", "hopper", 8, -1},
+        {"vllm-blackwell", "NVFP4A16", "blackwell", 4, 16},
+    };
+    for (size_t i = 0; i < sizeof fl / sizeof fl[0]; i++) {
+        pj = qp_job_profile(fl[i].name, &what);
+        CHECK(pj && what);
+        CHECK_STR(qp_job_profile_name(i + 1), fl[i].name);
+        if (!pj) continue;
+        char buf[1024];
+        snprintf(buf, sizeof buf, "{" BASE ", %s", pj + 1);
+        j = parse_ok(buf);
+        CHECK(j && qp_job_scheme(j) && !strcmp(qp_job_scheme(j)->name, fl[i].scheme) && j->bits == fl[i].bits &&
+              j->group_size == fl[i].group && j->method == QP_METHOD_GPTQ && j->serve.enabled &&
+              !strcmp(j->serve.gpu, fl[i].gpu) && j->serve.tp == 1);
+        qp_job_free(j);
+        /* A job's bits that disagree with the profile's scheme are refused with the reason. */
+        snprintf(buf, sizeof buf, "{" BASE ", \"bits\": 2, %s", pj + 1);
+        EXPECT_ERR(buf, "contradicts scheme");
+    }
+    CHECK(qp_job_profile_name(3) == NULL);
 }
 
 int main(void)
