@@ -212,6 +212,8 @@ def main():
                 fails += not ok
                 evidence[name] = {"model": MODEL, "method": method, "scheme": scheme, "dequant_sha256": sha256(dq),
                                   "ids": IDS, "logits": name + ".f32", "transformers_vs_quantd_rel": rel, "bound": bound}
+                if scheme in ("FP8", "NVFP4"):
+                    evidence[name]["calib_ids"] = CALIB_IDS
                 if a.write_evidence:
                     os.makedirs(EVIDENCE, exist_ok=True)
                     ref.astype("<f4").tofile(os.path.join(EVIDENCE, name + ".f32"))
