@@ -100,8 +100,10 @@ qp_job *pt_job(const char *model, const char *out, const char *method, const cha
     char buf[8192];
     char cal[4400] = "";
     if (calib) snprintf(cal, sizeof cal, "\"calibration\":{\"path\":\"%s\",\"samples\":8,\"seq_len\":32},", calib);
-    snprintf(buf, sizeof buf, "{%s%s\"model\":\"%s\",\"output\":\"%s\",\"method\":\"%s\",\"format\":\"%s\",\"group_size\":32}",
-             cal, extra ? extra : "", model, out, method, format);
+    /* A scheme sets its own group size (a different one would contradict it). */
+    const char *gs = extra && strstr(extra, "\"scheme\"") ? "" : ",\"group_size\":32";
+    snprintf(buf, sizeof buf, "{%s%s\"model\":\"%s\",\"output\":\"%s\",\"method\":\"%s\",\"format\":\"%s\"%s}",
+             cal, extra ? extra : "", model, out, method, format, gs);
     qp_job *job = NULL;
     qp_err perr;
     memset(&perr, 0, sizeof perr);

@@ -234,6 +234,11 @@ static void test_dense(void)
     fan_case("awq-gptq", llama_dir, "awq+gptq", "compressed-tensors", "\"sym\":false,", FAN_ALL);
     fan_case("gptq-bf16", llama_dir, "gptq", "gptq_v2", "\"compute\":\"bf16\",", FAN_ALL);
     fan_case("gptq-tp", llama_dir, "gptq", "gptq", "\"desc_act\":true,\"layout\":\"tp_aware\",\"tp\":2,", FAN_ALL);
+    /* The float schemes: NVFP4's global scale travels with each part, FP8 per tensor is one
+     * part a linear (one scale spans its rows), FP8's static input scale is the lead's. */
+    fan_case("nvfp4", llama_dir, "gptq", "nvfp4-pack-quantized", "\"scheme\":\"NVFP4A16\",", FAN_ALL);
+    fan_case("fp8-static", llama_dir, "gptq", "float-quantized", "\"scheme\":\"FP8\",", FAN_ALL);
+    fan_case("mxfp4-awq", llama_dir, "awq", "mxfp4-pack-quantized", "\"scheme\":\"MXFP4A16\",", FAN_ALL);
 }
 
 static void test_moe(void)
