@@ -73,11 +73,13 @@ static srv_grid grid_of(const char *format)
 }
 
 /* The activations a checkpoint of this format declares when the caller does not know them:
- * what quantd writes. float-quantized: FP8_DYNAMIC / FP8_BLOCK (dynamic FP8; the static FP8
- * preset is refused by the job spec). nvfp4-pack-quantized: NVFP4A16 (NVFP4 with activations is
- * refused). mxfp4-pack-quantized: MXFP4A16 and MXFP4 look alike in the format, and the older
- * trees serve both weight-only, so weight-only. compressed-tensors: W4A16 / W8A16 (a W4AFP8
- * checkpoint has to say so in act). */
+ * what quantd writes most. float-quantized: FP8_DYNAMIC / FP8_BLOCK, dynamic FP8 (the static
+ * per-tensor FP8 preset gets the same kernel). nvfp4-pack-quantized: NVFP4A16; an NVFP4 (W4A4)
+ * output, which quantd writes since the static-scale schemes, is then checked as NVFP4A16 (FP4
+ * Marlin rather than the FP4 GEMM on Blackwell) until the caller passes act.
+ * mxfp4-pack-quantized: MXFP4A16 and MXFP4 look alike in the format, and the older trees serve
+ * both weight-only, so weight-only. compressed-tensors: W4A16 / W8A16 (a W4AFP8 checkpoint is
+ * checked as W4A16 until act says otherwise). */
 static int act_of(const qd_srv_layer *l, srv_grid g)
 {
     if (l->act != QD_SRV_ACT_AS_WRITTEN) return l->act;
