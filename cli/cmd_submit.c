@@ -20,11 +20,13 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: quantctl submit [FILE.json|-] [--model DIR --output DIR --method gptq|awq|rtn|awq+gptq\n"
-               "                       --bits N --group-size N --calib FILE --format F --id ID --priority N]\n"
+               "                       --bits N --group-size N --calib FILE --format F --scheme S --id ID --priority N]\n"
                "                       [--profile NAME] [--print]\n"
                "  Validates the job and queues it; prints its id. --profile applies a named set of fields\n"
                "  under the file's and the flags' (vllm-hopper: compressed-tensors, symmetric 4-bit, group\n"
-               "  128, serve vllm/hopper/tp 1); --print prints the canonical job instead of queueing it.\n%s"
+               "  128, serve vllm/hopper/tp 1); a job with a scheme (--scheme FP8_DYNAMIC, docs/schemes.md) takes\n"
+               "  no bits, group size, symmetry or format from a profile. --print prints the canonical job\n"
+               "  instead of queueing it.\n%s"
                "exit status: 0 queued, 1 the queue refused it or is unreachable, 2 invalid job or usage\n",
                qctl_conn_help);
 }
@@ -46,12 +48,13 @@ int cmd_submit(int argc, char **argv, const qd_runtime_opts *rt)
 {
     qctl_conn c;
     qctl_conn_defaults(&c);
-    enum { O_MODEL = 1, O_OUTPUT, O_METHOD, O_BITS, O_GROUP, O_CALIB, O_FORMAT, O_ID, O_PRIO, O_PROFILE, O_PRINT };
+    enum { O_MODEL = 1, O_OUTPUT, O_METHOD, O_BITS, O_GROUP, O_CALIB, O_FORMAT, O_SCHEME, O_ID, O_PRIO, O_PROFILE, O_PRINT };
     static const struct option opts[] = {QCTL_CONN_OPTIONS,
         {"model", required_argument, 0, O_MODEL}, {"output", required_argument, 0, O_OUTPUT},
         {"method", required_argument, 0, O_METHOD}, {"bits", required_argument, 0, O_BITS},
         {"group-size", required_argument, 0, O_GROUP}, {"calib", required_argument, 0, O_CALIB},
-        {"format", required_argument, 0, O_FORMAT}, {"id", required_argument, 0, O_ID},
+        {"format", required_argument, 0, O_FORMAT}, {"scheme", required_argument, 0, O_SCHEME},
+        {"id", required_argument, 0, O_ID},
         {"priority", required_argument, 0, O_PRIO}, {"profile", required_argument, 0, O_PROFILE},
         {"print", no_argument, 0, O_PRINT}, {"help", no_argument, 0, 'h'}, {0}};
     const char *val[O_PRIO + 1] = {0};
@@ -97,13 +100,21 @@ int cmd_submit(int argc, char **argv, const qd_runtime_opts *rt)
             return QCTL_USAGE;
         }
         cJSON *pobj = cJSON_Parse(pj);
-        for (cJSON *it = pobj ? pobj->child : NULL; it; it = it->next)
-            if (!cJSON_GetObjectItemCaseSensitive(spec, it->string))
+        /* A scheme (the file's or --scheme) sets bits, group size, symmetry and format itself:
+         * a profile's would contradict it. */
+        int has_scheme = val[O_SCHEME] || cJSON_GetObjectItemCaseSensitive(spec, "scheme");
+        static const char *const by_scheme[] = {"bits", "group_size", "sym", "format"};
+        for (cJSON *it = pobj ? pobj->child : NULL; it; it = it->next) {
+            int implied = 0;
+            for (size_t k = 0; has_scheme && k < sizeof by_scheme / sizeof by_scheme[0]; k++)
+                implied |= !strcmp(it->string, by_scheme[k]);
+            if (!implied && !cJSON_GetObjectItemCaseSensitive(spec, it->string))
                 cJSON_AddItemToObject(spec, it->string, cJSON_Duplicate(it, 1));
+        }
         cJSON_Delete(pobj);
     }
     static const char *const names[] = {NULL, "model", "output", "method", "bits", "group_size",
-                                        NULL, "format", "id", "priority"};
+                                        NULL, "format", "scheme", "id", "priority"};
     for (int i = O_MODEL; i <= O_PRIO; i++) {
         if (!val[i]) continue;
         if (i == O_CALIB) {
