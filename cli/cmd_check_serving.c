@@ -104,7 +104,7 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
     /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); compressed-tensors'
      * actorder "weight" has none. */
     qd_serving_quant q = {cfg->quant_format, cfg->quant_bits, cfg->quant_sym, cfg->quant_group_size,
-                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act};
+                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act};
     float_ctx fc = {m};
     qd_serving_report rep;
     int rc = qd_tp_serving_check(m, &q, ckpt_is_float, &fc, (int)tp, cc, &rep, &err);

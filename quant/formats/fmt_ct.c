@@ -263,6 +263,7 @@ static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_er
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config: actorder \"%s\" (weight_g_idx) is not read; "
                           "only null or \"weight\" (static groups)", what, actorder);
     }
+    d->act = fmt_ct_acts_declared(q);
     d->bits = bits >= 0 && bits <= 64 ? (int)bits : -1;
     return 1;
 }

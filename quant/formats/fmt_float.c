@@ -12,6 +12,7 @@
 #include "quant/formats/fmt_internal.h"
 #include "quant/formats/quantizer.h"
 #include "quant/formats/scheme.h"
+#include "quant/formats/serving.h"
 
 static int fp4(const qd_format *f) { return f->grid == QD_GRID_FP4_E2M1; }
 static int packed_shapes_ok(const qd_format *f, const qd_packed *p, qd_err *err);
@@ -275,6 +276,17 @@ cJSON *fmt_ct_config(const char *format, cJSON *weights, cJSON *acts, const qd_f
     cJSON_AddItemToObject(q, "transform_config", cJSON_CreateObject());
     cJSON_AddStringToObject(q, "version", "0.20.0");
     return q;
+}
+
+int fmt_ct_acts_declared(const cJSON *q)
+{
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+    const cJSON *g0 = cJSON_IsObject(groups) ? groups->child : NULL;
+    const cJSON *ia = cJSON_IsObject(g0) ? cJSON_GetObjectItemCaseSensitive(g0, "input_activations") : NULL;
+    if (!cJSON_IsObject(ia)) return QD_SRV_ACT_NONE;
+    const cJSON *t = cJSON_GetObjectItemCaseSensitive(ia, "type"), *b = cJSON_GetObjectItemCaseSensitive(ia, "num_bits");
+    if (!cJSON_IsString(t) || strcmp(t->valuestring, "float") || !cJSON_IsNumber(b)) return QD_SRV_ACT_NONE;
+    return b->valuedouble == 8 ? QD_SRV_ACT_FP8 : b->valuedouble == 4 ? QD_SRV_ACT_FP4 : QD_SRV_ACT_NONE;
 }
 
 int fmt_ct_group(const cJSON *q, const char *format, const char *what, const cJSON **w, qd_err *err)

@@ -127,6 +127,7 @@ static int fp4_detect_for(const qd_format *f, const cJSON *q, const char *what, 
                           "of %lld (found %lld bits, group_size %lld%s)", what, f->name, (long long)want,
                           (long long)bits, (long long)gs, sym ? "" : ", asymmetric");
     d->bits = 4;
+    d->act = fmt_ct_acts_declared(q);
     d->group_size = gs;
     d->sym = 1;
     d->grid = QD_GRID_FP4_E2M1;

@@ -99,6 +99,7 @@ static int fp8_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_e
                           "(FP8 E4M3 only)", what, (long long)bits);
     d->bits = 8;
     d->sym = 1;
+    d->act = fmt_ct_acts_declared(q);
     d->grid = QD_GRID_FP8_E4M3;
     d->scale_rule = QD_SCALE_F32;
     d->group_size = -1;

@@ -57,6 +57,9 @@ cJSON *fmt_ct_acts(const struct qd_scheme *s);
  * compressed-tensors with format `format` (nothing set), 1 with *w (the weights object,
  * borrowed) set, negative with err set when it is that format but unreadable. */
 int fmt_ct_group(const cJSON *q, const char *format, const char *what, const cJSON **w, qd_err *err);
+/* The input activations compressed-tensors' config group 0 declares, as serving.h's
+ * qd_srv_act: NONE (null or absent), FP8 (float, 8 bits) or FP4 (float, 4 bits). */
+int fmt_ct_acts_declared(const cJSON *q);
 
 /* ---- fmt_io.c ---- */
 /* Copies a 1-byte tensor <suffix> (dtype `want`: U8 or F8_E4M3) of shape [r, c] into a new

@@ -148,6 +148,8 @@ typedef struct qd_fmt_detected {
     qd_grid grid;
     qd_scale_rule scale_rule;
     int64_t row_block;          /* 0 or 1: one scale row per row */
+    int act;                    /* the input activations declared, as serving.h's qd_srv_act
+                                   (0: unknown / not a compressed-tensors config) */
 } qd_fmt_detected;
 
 typedef struct qd_format {

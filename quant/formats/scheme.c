@@ -5,6 +5,8 @@
 
 #include <string.h>
 
+#include "quant/formats/serving.h"
+
 /* The order is part of the job spec's in-memory value (qp_job.scheme is an index + 1):
  * append new schemes at the end. */
 static const qd_scheme table[] = {
@@ -54,6 +56,16 @@ const qd_scheme *qd_scheme_find(const char *name)
 int qd_scheme_index(const qd_scheme *s)
 {
     return s >= table && s < table + qd_scheme_count() ? (int)(s - table) : -1;
+}
+
+int qd_scheme_srv_act(const qd_scheme *s)
+{
+    if (!s) return QD_SRV_ACT_AS_WRITTEN;
+    switch (s->act) {
+    case QD_ACT_NONE: return QD_SRV_ACT_NONE;
+    case QD_ACT_NVFP4: case QD_ACT_MXFP4: return QD_SRV_ACT_FP4;
+    default: return QD_SRV_ACT_FP8;
+    }
 }
 
 int qd_scheme_act_static(const qd_scheme *s)

@@ -44,6 +44,9 @@ const qd_scheme *qd_scheme_at(size_t i);        /* NULL past the end */
 const qd_scheme *qd_scheme_find(const char *name);   /* exact name; NULL when unknown */
 /* Index of s in the table, or -1. */
 int qd_scheme_index(const qd_scheme *s);
+/* The activations a scheme declares as the serving rules name them (serving.h qd_srv_act):
+ * QD_SRV_ACT_NONE, _FP8 or _FP4; 0 (as the format is written) for NULL. */
+int qd_scheme_srv_act(const qd_scheme *s);
 /* 1 when the activation declaration needs a scale measured on calibration inputs. */
 int qd_scheme_act_static(const qd_scheme *s);
 

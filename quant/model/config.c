@@ -96,6 +96,7 @@ static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_
     c->quant_grid = (int)d.grid;
     c->quant_scale_rule = (int)d.scale_rule;
     c->quant_row_block = d.row_block;
+    c->quant_act = d.act;
     return 0;
 }
 

@@ -137,6 +137,7 @@ typedef struct qd_model_config {
     int quant_grid;                 /* qd_grid of a float format (quant/formats/grid.h), 0 int */
     int quant_scale_rule;           /* qd_scale_rule */
     int64_t quant_row_block;        /* rows sharing a scale (FP8 blocks: 128; -1 per tensor) */
+    int quant_act;                  /* the input activations it declares (serving.h qd_srv_act) */
 } qd_model_config;
 
 /* Parses config.json text (`what` names the source in errors). */

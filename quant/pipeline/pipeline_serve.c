@@ -1,6 +1,7 @@
 /* The "serve" pre-flight of a job (issue #17 part 3): the layers as this job will write them
  * (format, bits, symmetry, group size, act-order; the ones its plan leaves in float) through
  * the vLLM rule table at the job's serving TP degree, before any work. */
+#include "quant/formats/scheme.h"
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <stdio.h>
@@ -19,7 +20,8 @@ int qd_pipeline_check_serving(qd_pipeline *p, qd_err *err)
     /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); formats that store
      * act-order without one (compressed-tensors' actorder "weight") have none. */
     qd_serving_quant q = {p->fmt->name, job->bits, job->sym, job->group_size,
-                          p->fmt->act_order == QD_FMT_ACT_ORDER_G_IDX && job->desc_act};
+                          p->fmt->act_order == QD_FMT_ACT_ORDER_G_IDX && job->desc_act,
+                          qd_scheme_srv_act(qp_job_scheme(job))};
     int cc = qd_srv_gpu_cc(job->serve.gpu);
     qd_tp_serving_report_free(&p->serving);
     int rc = qd_tp_serving_check(p->m, &q, plan_is_float, p, job->serve.tp, cc, &p->serving, err);

@@ -102,7 +102,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     if (kvh >= tp && kvh % tp) per_shard = 0;
                 }
                 qd_srv_layer sl = {.format = q->format, .bits = q->bits, .sym = q->sym, .group_size = q->group_size,
-                                   .g_idx = q->g_idx, .in_features = k, .out_features = n_sum,
+                                   .g_idx = q->g_idx, .act = q->act, .in_features = k, .out_features = n_sum,
                                    .out_per_shard = per_shard, .row_parallel = row_parallel, .tp = tp, .gpu_cc = gpu_cc};
                 qd_srv_choose(&sl, &row->choice);
                 if (!row->choice.fast) out->n_slow++;

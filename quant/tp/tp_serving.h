@@ -16,6 +16,8 @@ typedef struct qd_serving_quant {
     int bits, sym;
     int64_t group_size;
     int g_idx;                   /* act-order stored as a g_idx */
+    int act;                     /* qd_srv_act: the activations declared (0: as quantd writes
+                                    the format) */
 } qd_serving_quant;
 
 /* 1 when linear li of block b stays in float (not quantized). */

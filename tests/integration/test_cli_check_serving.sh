@@ -101,6 +101,17 @@ if [ -f "$TL/config.json" ]; then
     [ "$rc" = 1 ] || fail "fp8 block hopper tp 4: exit $rc, expected 1"
     grep 'o_proj' "$T/of" | head -1 | grep -q 'will not load: load.fp8_block_k: a shard of 64 input features' ||
         fail "fp8 block tp 4: o_proj reason: $(grep o_proj "$T/of" | head -1)"
+    # The activations a checkpoint declares: W4AFP8 is CutlassW4A8 on Hopper and does not
+    # load elsewhere; its job's pre-flight on Ampere refuses it before any work.
+    fjob w48 W4AFP8 ''
+    "$Q" check-serving "$T/w48" --engine vllm --gpu hopper --tp 1 > "$T/ow"; rc=$?
+    [ "$rc" = 0 ] && [ "$(grep -c ' CutlassW4A8 ' "$T/ow")" = 16 ] || fail "w4afp8 hopper: exit $rc: $(head -3 "$T/ow")"
+    "$Q" check-serving "$T/w48" --engine vllm --gpu ampere --tp 1 > "$T/ow"; rc=$?
+    [ "$rc" = 1 ] && [ "$(grep -c 'will not load: no compressed-tensors scheme matches int4 weights with FP8 activations' "$T/ow")" = 16 ] ||
+        fail "w4afp8 ampere: exit $rc: $(head -3 "$T/ow")"
+    echo "{\"model\":\"$TL\",\"output\":\"$T/w48a\",\"method\":\"rtn\",\"scheme\":\"W4AFP8\",\"serve\":{\"engine\":\"vllm\",\"gpu\":\"ampere\",\"tp\":1}}" > "$T/w48a.json"
+    "$Q" quantize "$T/w48a.json" > "$T/w48a.log" 2>&1 && fail "w4afp8 serve ampere: the job ran"
+    grep -q 'int4 weights with FP8 activations' "$T/w48a.log" || fail "w4afp8 serve ampere: $(tail -2 "$T/w48a.log")"
 else
     echo "note: shared data absent, the float-scheme checks on tiny-llama-c4 skipped"
 fi
