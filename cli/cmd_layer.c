@@ -27,6 +27,7 @@
 #include "quant/core/rng.h"
 #include "quant/core/safetensors.h"
 #include "quant/formats/format.h"
+#include "quant/formats/scheme.h"
 #include "quant/formats/qlayer.h"
 #include "quant/formats/quantizer.h"
 
@@ -205,6 +206,7 @@ static void layer_help(FILE *f)
         "                      --method gptq|awq|rtn --bits B --group-size G --out OUT.safetensors\n"
         "                      [--sym] [--desc-act] [--static-groups] [--damp 0.01]\n"
         "                      [--format NAME] [--block-size 128] [--backend cpu]\n"
+        "       quantctl layer --weight ... --inputs ... --method M --scheme NAME --out OUT.safetensors\n"
         "\n"
         "Quantizes one nn.Linear weight W [N, K] with calibration activations X [T, K] (F32, F16\n"
         "or BF16), writes the packed tensors as the format names them (gptq: qweight, qzeros,\n"
@@ -223,13 +225,15 @@ static void layer_help(FILE *f)
         "  --damp          GPTQ damping fraction of mean(diag H), in (0, 1); default 0.01\n"
         "  --format        a name of the format table (gptq, gptq_v2, awq_gemm, compressed-tensors);\n"
         "                  default as a job's: awq_gemm for awq at 4 bits, else gptq\n"
+        "  --scheme        a scheme (W4A16, FP8_DYNAMIC, FP8_BLOCK, NVFP4A16, MXFP4A16, ...): sets bits,\n"
+        "                  group size, symmetry, the grid and the format; the float formats need it\n"
         "  --block-size    GPTQ lazy-update block (default 128)\n"
         "  --backend       cpu (default) or cuda:N\n"
         "\nexit status: 0 success, 1 the work failed, 2 bad usage or bad input\n");
 }
 
 typedef struct layer_args {
-    const char *weight, *inputs, *method, *format, *out, *backend;
+    const char *weight, *inputs, *method, *format, *out, *backend, *scheme;
     int bits;
     int64_t group_size;
     int have_bits, have_group;
@@ -256,6 +260,7 @@ static int layer_parse(int argc, char **argv, layer_args *a)
         if ((v = layer_opt(argc, argv, &i, "--inputs", &missing))) { a->inputs = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--method", &missing))) { a->method = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--format", &missing))) { a->format = v; continue; }
+        if ((v = layer_opt(argc, argv, &i, "--scheme", &missing))) { a->scheme = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--out", &missing))) { a->out = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--backend", &missing))) { a->backend = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--bits", &missing))) {
@@ -286,6 +291,19 @@ static int layer_parse(int argc, char **argv, layer_args *a)
         }
         if (missing) return -layer_err(QCTL_USAGE, "layer", "%s needs a value", arg);
         return -layer_err(QCTL_USAGE, "layer", "unknown option '%s' (see quantctl layer --help)", arg);
+    }
+    if (a->scheme) {
+        /* A scheme is the whole recipe: the fields it sets may not also be given. */
+        const qd_scheme *sc = qd_scheme_find(a->scheme);
+        if (!sc) return -layer_err(QCTL_USAGE, "layer", "--scheme: '%s' is not a scheme (see docs/schemes.md)", a->scheme);
+        if (a->have_bits || a->have_group || a->sym || a->format)
+            return -layer_err(QCTL_USAGE, "layer", "--scheme %s sets --bits, --group-size, --sym and --format; give "
+                              "none of them with it", sc->name);
+        a->bits = sc->bits;
+        a->group_size = sc->group_size;
+        a->sym = sc->sym;
+        a->format = sc->format;
+        a->have_bits = a->have_group = 1;
     }
     if (!a->weight) return -layer_err(QCTL_USAGE, "layer", "--weight is required");
     if (!a->inputs) return -layer_err(QCTL_USAGE, "layer", "--inputs is required");
@@ -413,7 +431,7 @@ awq_out:
 
 /* A placeholder layer with valid codes and zeros, so the format's own check can reject
  * shapes, bits and group sizes before any compute is spent. */
-static int layer_precheck_format(const qd_format *f, int64_t n, int64_t k, int bits, int sym,
+static int layer_precheck_format(const qd_format *f, const qd_quant_cfg *qc, int64_t n, int64_t k, int bits, int sym,
                                  int64_t gs, char *msg, size_t msz)
 {
     qd_qlayer l;
@@ -422,9 +440,11 @@ static int layer_precheck_format(const qd_format *f, int64_t n, int64_t k, int b
         snprintf(msg, msz, "%s", err.msg);
         return -1;
     }
+    qd_qlayer_set_grid(&l, qc);
+    l.global_scale = 1.0f;
     for (int64_t i = 0; i < l.n_groups * n; i++) {
         l.scales[i] = 1.0f;
-        l.zeros[i] = 1 << (bits - 1);
+        l.zeros[i] = qc->grid == QD_GRID_INT ? 1 << (bits - 1) : 0;
     }
     int rc = f->check(&l, &err);
     qd_qlayer_free(&l);
@@ -448,6 +468,8 @@ int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
     }
     if (!(fmt->bits_mask & (1u << a.bits)))
         return layer_err(QCTL_USAGE, "layer", "--format %s cannot hold %d-bit weights", fmt->name, a.bits);
+    if (fmt->grid != QD_GRID_INT && !a.scheme)
+        return layer_err(QCTL_USAGE, "layer", "--format %s is written through a scheme: use --scheme", fmt->name);
     if (a.desc_act && !a.static_groups && fmt->act_order != QD_FMT_ACT_ORDER_G_IDX && a.group_size > 0)
         return layer_err(QCTL_USAGE, "layer", "--format %s has no g_idx, so --desc-act needs --static-groups", fmt->name);
 
@@ -481,7 +503,13 @@ int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
     qc.sym = a.sym;
     qc.group_size = a.group_size;
     qc.zero_min1 = !a.sym && fmt->zero_offset == 1;
-    if (layer_precheck_format(fmt, n, k, a.bits, a.sym, a.group_size, msg, sizeof msg)) goto done;
+    const qd_scheme *sc = a.scheme ? qd_scheme_find(a.scheme) : NULL;
+    if (sc) {
+        qc.grid = sc->grid;
+        qc.scale_rule = sc->scale_rule;
+        qc.row_block = sc->row_block;
+    }
+    if (layer_precheck_format(fmt, &qc, n, k, a.bits, a.sym, a.group_size, msg, sizeof msg)) goto done;
 
     qd_err err = {0};
     status = QCTL_FAIL;

@@ -75,6 +75,17 @@ python3 -c "import sys; a,b,c,d=map(float,sys.argv[1:]); sys.exit(0 if b < 0.8*a
 [ "$(json fallback <"$T/gptq.json")" = False ] || fail "gptq fell back"
 python3 -c "import sys; sys.exit(0 if abs(float(sys.argv[1]) - 0.05) < 1e-12 else 1)" "$(json damp_percent <"$T/gptq_8.json")" \
     || fail "gptq_8: damp_percent not 0.05"
+# The float schemes: GPTQ and AWQ below RTN on every grid, the scheme's format written.
+for s in FP8_DYNAMIC FP8_BLOCK NVFP4A16 MXFP4A16; do
+    run "rtn_$s" --method rtn --scheme "$s"
+    run "gptq_$s" --method gptq --scheme "$s"
+    run "awq_$s" --method awq --scheme "$s"
+    python3 -c "import sys; a,b,c=map(float,sys.argv[1:]); sys.exit(0 if 0 < b < 0.8*a and c < a else 1)" \
+        "$(json rel_output_error <"$T/rtn_$s.json")" "$(json rel_output_error <"$T/gptq_$s.json")" \
+        "$(json rel_output_error <"$T/awq_$s.json")" || fail "$s: errors not ordered: $(cat "$T/rtn_$s.json" "$T/gptq_$s.json")"
+done
+[ "$(json format <"$T/gptq_NVFP4A16.json")" = nvfp4-pack-quantized ] || fail "NVFP4A16 format"
+[ "$(tensors "$T/gptq_FP8_DYNAMIC.safetensors" | grep -c 'weight:F8_E4M3:128x256')" = 1 ] || fail "FP8 weight tensor: $(tensors "$T/gptq_FP8_DYNAMIC.safetensors")"
 [ "$(json format <"$T/awq.json")" = awq_gemm ] || fail "awq default format"
 [ "$(json format <"$T/gptq.json")" = gptq ] || fail "gptq default format"
 
@@ -120,6 +131,9 @@ expect_usage "awq_gemm 3 bits" "awq_gemm" -- layer "${B[@]}" --method awq --bits
 expect_usage "compressed-tensors act-order" "needs --static-groups" -- layer "${B[@]}" --desc-act --format compressed-tensors
 expect_usage "unknown format" "compressed-tensors" -- layer "${B[@]}" --format gguf
 expect_usage "damp 2" "damp" -- layer "${B[@]}" --damp 2
+expect_usage "float format without scheme" "use --scheme" -- layer "${B[@]}" --format nvfp4-pack-quantized
+expect_usage "scheme with bits" "sets --bits" -- layer "${B[@]}" --scheme FP8_DYNAMIC
+expect_usage "unknown scheme" "'W3A16' is not a scheme" -- layer --weight "$W" --inputs "$X" --method rtn --scheme W3A16 --out "$T/x.st"
 "$Q" gen-layer --n 128 --k 192 --rows 64 --out "$T/k" >/dev/null
 expect_usage "K mismatch" "192 features" -- layer --weight "$W" --inputs "$T/k/X.safetensors" --method gptq --bits 4 --group-size 64 --out "$T/x.st"
 write_st "$T/rank1.safetensors" weight F32 256 "[0.5]*256"
