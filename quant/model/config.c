@@ -100,6 +100,71 @@ static int parse_quant(const cJSON *q, const char *what, qd_model_config *c, qd_
     return 0;
 }
 
+/* quant_method "fp8" (transformers' fine-grained FP8, as DeepSeek-V3/R1, Kimi-K2, Qwen3-*-FP8,
+ * GLM-4.5-FP8 and MiniMax-M2 ship): a source format the loader reads, dequantizing each FP8
+ * linear block by block (model_fp8.c), not one of the format table's outputs, so
+ * qd_format_detect is never asked. fmt is "e4m3" (Qwen3's configs leave it out, as
+ * transformers' default does); weight_block_size [bn, bk] is required: without it there are
+ * no weight_scale_inv blocks to read. activation_scheme concerns the serving kernels, and
+ * modules_to_not_convert names linears whose weights are stored in float, which the loader
+ * sees from their dtype: neither changes what is read. */
+static int parse_source_fp8(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
+{
+    const cJSON *fmt = cJSON_GetObjectItemCaseSensitive(q, "fmt");
+    if (fmt && !cJSON_IsNull(fmt) && (!cJSON_IsString(fmt) || strcmp(fmt->valuestring, "e4m3")))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.fmt %s%.40s%s is not supported: FP8 checkpoints "
+                          "are read in \"e4m3\" (F8_E4M3 weights)", what, cJSON_IsString(fmt) ? "\"" : "",
+                          cJSON_IsString(fmt) ? fmt->valuestring : "(not a string)", cJSON_IsString(fmt) ? "\"" : "");
+    const cJSON *bs = cJSON_GetObjectItemCaseSensitive(q, "weight_block_size");
+    if (!bs || cJSON_IsNull(bs))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.weight_block_size is missing: quantd reads FP8 "
+                          "checkpoints whose linears carry weight_scale_inv blocks (weight_block_size [128, 128] as "
+                          "DeepSeek-V3 ships), not one scale per tensor", what);
+    int64_t b[2] = {0, 0};
+    int ok = cJSON_IsArray(bs) && cJSON_GetArraySize(bs) == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        const cJSON *v = cJSON_GetArrayItem(bs, i);
+        ok = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble <= (double)(1 << 30) &&
+             v->valuedouble == (double)(int64_t)v->valuedouble;
+        if (ok) b[i] = (int64_t)v->valuedouble;
+    }
+    if (!ok)
+        return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.weight_block_size must be two positive integers "
+                          "[rows, columns] (e.g. [128, 128])", what);
+    c->source_fp8 = 1;
+    c->fp8_block_n = b[0];
+    c->fp8_block_k = b[1];
+    return 0;
+}
+
+/* quantization_config: a source format quantd reads as it ships (FP8 blocks), a family's
+ * own (gpt-oss's MXFP4, refused until the family exists), or a quantd output format. */
+static int parse_quant_config(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
+{
+    const cJSON *m = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
+    const char *method = cJSON_IsString(m) ? m->valuestring : "";
+    if (!strcmp(method, "fp8")) return parse_source_fp8(q, what, c, err);
+    if (!strcmp(method, "mxfp4"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"mxfp4\" is gpt-oss's (MXFP4 "
+                          "experts in *_blocks and *_scales tensors), read only with the gpt-oss family "
+                          "(GptOssForCausalLM), which is not supported yet; this checkpoint is a %s", what, c->architecture);
+    return parse_quant(q, what, c, err);
+}
+
+/* Architectures quantd knows of but does not read yet, refused with what stands in the way
+ * rather than as an unknown name. */
+static int refuse_known_arch(const cJSON *root, const char *arch, const char *what, qd_err *err)
+{
+    if (strcmp(arch, "GptOssForCausalLM")) return 0;
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    const cJSON *m = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
+    int mx = cJSON_IsString(m) && !strcmp(m->valuestring, "mxfp4");
+    return qd_err_set(err, QD_EUNSUPPORTED, "%s: gpt-oss (GptOssForCausalLM) is not a supported family yet%s", what,
+                      mx ? "; its MXFP4 experts (quant_method \"mxfp4\": mlp.experts.*_blocks and *_scales) would be "
+                           "read as they ship once it is, with no BF16 copy needed"
+                         : "");
+}
+
 int qd_model_config_parse(const char *json, const char *what, qd_model_config *out, qd_err *err)
 {
     qd_model_config c;
@@ -115,6 +180,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     if (!cJSON_IsString(a0)) { rc = qd_err_set(err, QD_EFORMAT, "%s: architectures is missing or not a list of strings", what); goto done; }
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
+    if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
         rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
@@ -226,7 +292,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         goto done;
     }
     const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    if (q && !cJSON_IsNull(q) && (rc = parse_quant(q, what, &c, err))) goto done;
+    if (q && !cJSON_IsNull(q) && (rc = parse_quant_config(q, what, &c, err))) goto done;
     *out = c;
 done:
     cJSON_Delete(root);

@@ -2,7 +2,8 @@
  * need, with HF's defaults filled in and cross-checked (heads divide hidden, kv heads
  * divide heads, ...). The architecture string selects the family; an unknown one is an
  * error naming it. A `quantization_config` object (GPTQ / AWQ output directories) is parsed
- * into the quant_* fields so the loader can dequantize packed linears.
+ * into the quant_* fields so the loader can dequantize packed linears; an FP8-block source
+ * checkpoint's (quant_method "fp8") into source_fp8 and its block sizes.
  *
  * All strings are fixed-size arrays inside the struct: a qd_model_config is a value with
  * no ownership to track. */
@@ -138,6 +139,13 @@ typedef struct qd_model_config {
     int quant_scale_rule;           /* qd_scale_rule */
     int64_t quant_row_block;        /* rows sharing a scale (FP8 blocks: 128; -1 per tensor) */
     int quant_act;                  /* the input activations it declares (serving.h qd_srv_act) */
+    /* A source checkpoint in FP8 blocks (quantization_config quant_method "fp8", fmt e4m3:
+     * DeepSeek-V3/R1, Kimi-K2, Qwen3-*-FP8, GLM-4.5-FP8, MiniMax-M2): a linear whose weight
+     * is F8_E4M3 [N, K] carries weight_scale_inv [ceil(N/bn), ceil(K/bk)] and is dequantized
+     * as its block is loaded (model_fp8.c). It is a format quantd reads, never one it writes:
+     * `quantized` stays 0, so nothing takes such a checkpoint for a quantd output. */
+    int source_fp8;
+    int64_t fp8_block_n, fp8_block_k;  /* weight_block_size [bn, bk] */
 } qd_model_config;
 
 /* Parses config.json text (`what` names the source in errors). */

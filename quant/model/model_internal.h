@@ -122,6 +122,21 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d);
 int qd_model_load_f32(qd_model *m, const char *canonical, int ndim, const int64_t *shape,
                       float **out, qd_err *err);
 
+/* The refusal of a loaded tensor (name, of shape[ndim]) whose element `at` (flat) is v, not
+ * finite (model_load.c): QD_ENUMERIC, naming the tensor and the element's index. */
+int qd_model_refuse_nonfinite(const char *name, int ndim, const int64_t *shape, int64_t at, float v, qd_err *err);
+
+/* FP8-block source checkpoints (cfg.source_fp8; model_fp8.c, decoding in model_fp8.h). A
+ * linear whose weight tensor w (canonical name weight_canonical, "<base>.weight") is
+ * F8_E4M3: qd_fp8_check checks w against [n, k] and finds its "<base>.weight_scale_inv" (F32
+ * or BF16, [ceil(n/bn), ceil(k/bk)]), the error naming the tensor at fault; qd_fp8_load also
+ * dequantizes it into dst (n * k floats of host memory, or the CPU backend's), refusing a
+ * scale that is not finite (naming the scale tensor) or a NaN code (naming the weight). */
+int qd_fp8_check(const qd_model *m, const char *weight_canonical, const st_tensor *w, int64_t n, int64_t k,
+                 const st_tensor **scale, qd_err *err);
+int qd_fp8_load(qd_model *m, const char *weight_canonical, const st_tensor *w, int64_t n, int64_t k, float *dst,
+                qd_err *err);
+
 /* Pieces of the block forward (model_forward.c) shared with the MoE MLP (model_moe.c):
  * output rows [r0, r0 + n) of linear li (override hook applied) on x [rows, k] into y, and
  * the input hook of group g. */

@@ -1,8 +1,9 @@
 /* Opening a checkpoint and materialising weights: config + architecture lookup, up-front
  * validation of every tensor the forward needs (presence and shape, named in the error),
  * and loading one block's linears and norms as F32 backend memory — converting F16/BF16
- * from the mmapped files, or dequantizing packed GPTQ/AWQ linears read through the format
- * table with the CPU kernel's decoder. Every float value loaded is scanned for NaN and
+ * from the mmapped files, dequantizing packed GPTQ/AWQ linears read through the format
+ * table with the CPU kernel's decoder, or an FP8-block source checkpoint's F8_E4M3 linears
+ * with their weight_scale_inv blocks (model_fp8.c). Every float value loaded is scanned for NaN and
  * infinity as it is converted (quant/core/finite.h), the embeddings, positions and a large
  * lm_head at open: a non-finite value fails the load naming the tensor and the element. */
 #include <math.h>
@@ -18,6 +19,7 @@
 #include "quant/core/parallel.h"
 #include "quant/formats/format.h"
 #include "quant/kernels/kernels.h"
+#include "quant/model/model_fp8.h"
 #include "quant/model/model_internal.h"
 
 /* lm_head is kept converted in backend memory when it is at most this big; larger ones
@@ -93,6 +95,10 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
     const char *name = qd_model_tname(m, canonical);
     const st_tensor *t = st_model_find(m->st, name);
     if (!t) return qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, name);
+    if (t->dtype == QD_DTYPE_F8_E4M3 && !m->cfg.source_fp8 && !m->cfg.quantized)
+        return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype F8_E4M3, but config.json's quantization_config does not "
+                          "say how it is scaled (quant_method \"fp8\" with weight_block_size, as DeepSeek-V3 ships, or "
+                          "a compressed-tensors format)", name);
     if (!is_float(t->dtype))
         return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype %s is not F32, F16 or BF16", name, qd_dtype_name(t->dtype));
     int rc = check_shape(t, name, ndim, shape, err);
@@ -105,7 +111,7 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
  * finite. A NaN or infinity in any weight (a norm, a bias, an embedding, a router) makes
  * every output it reaches NaN; found where it is read, it is named, rather than surfacing as
  * a kernel check's mismatch or a quantized model that produces NaN. */
-static int refuse_nonfinite(const char *name, int ndim, const int64_t *shape, int64_t at, float v, qd_err *err)
+int qd_model_refuse_nonfinite(const char *name, int ndim, const int64_t *shape, int64_t at, float v, qd_err *err)
 {
     char idx[96] = "";
     int64_t rest = at;
@@ -126,7 +132,7 @@ static int refuse_nonfinite(const char *name, int ndim, const int64_t *shape, in
 static int check_finite(const st_tensor *t, const float *x, qd_err *err)
 {
     int64_t i = qd_f32_first_nonfinite(x, (int64_t)t->numel);
-    return i < 0 ? 0 : refuse_nonfinite(t->name, t->ndim, t->shape, i, x[i], err);
+    return i < 0 ? 0 : qd_model_refuse_nonfinite(t->name, t->ndim, t->shape, i, x[i], err);
 }
 
 /* A large tensor converted (and scanned) on the backend's CPU threads, each share a
@@ -209,7 +215,7 @@ static int scan_tensor(qd_model *m, const st_tensor *t, qd_err *err)
     if (bad < 0) return 0;
     float v = 0;
     qd_convert_to_f32(t->dtype, (const unsigned char *)t->data + (size_t)bad * qd_dtype_size(t->dtype), &v, 1);
-    return refuse_nonfinite(t->name, t->ndim, t->shape, bad, v, err);
+    return qd_model_refuse_nonfinite(t->name, t->ndim, t->shape, bad, v, err);
 }
 
 /* Converts t into backend memory dst (numel floats), refusing a non-finite value: directly
@@ -218,7 +224,7 @@ static int tensor_to_backend(qd_model *m, const st_tensor *t, float *dst, qd_err
 {
     int64_t bad = -1;
     if (m->be->device < 0 && convert_parallel(m, t, dst, &bad))
-        return bad < 0 ? 0 : refuse_nonfinite(t->name, t->ndim, t->shape, bad, dst[bad], err);
+        return bad < 0 ? 0 : qd_model_refuse_nonfinite(t->name, t->ndim, t->shape, bad, dst[bad], err);
     if (m->be->device < 0) {
         int rc = st_tensor_read_f32(t, dst, err);
         return rc ? rc : check_finite(t, dst, err);
@@ -297,7 +303,7 @@ static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, floa
     int64_t i = qd_f32_first_nonfinite(w, n * k), shape[2] = {n, k};
     char name[600];
     snprintf(name, sizeof name, "%s (%s, dequantized)", qd_model_tname(m, base), fmt->name);
-    return i < 0 ? 0 : refuse_nonfinite(name, 2, shape, i, w[i], err);
+    return i < 0 ? 0 : qd_model_refuse_nonfinite(name, 2, shape, i, w[i], err);
 }
 
 /* Loads linear li of block `block` into new backend memory w (and bias b when present). */
@@ -312,13 +318,28 @@ static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_
     int rc;
     float *w = qd_backend_alloc(m->be, (size_t)(L->n * L->k) * sizeof(float)), *b = NULL;
     if (!w) return qd_err_set(err, QD_ENOMEM, "%s: cannot allocate its F32 weight", name);
-    if (qd_model_tfind(m, name)) {
+    const st_tensor *wt = qd_model_tfind(m, name);
+    if (wt && wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.source_fp8) {
+        /* An FP8-block source linear: dequantized here, block scale by block scale. */
+        float *host = w;
+        if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {
+            rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+            goto fail;
+        }
+        rc = qd_fp8_load(m, name, wt, L->n, L->k, host, err);
+        if (!rc && host != w && (rc = qd_backend_upload(m->be, w, host, (size_t)(L->n * L->k) * sizeof *host)))
+            qd_err_set(err, rc, "tensor '%s': upload failed: %s", wt->name, m->be->err.msg);
+        if (host != w) free(host);
+        if (rc) goto fail;
+    } else if (wt && !(wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.quantized)) {
         const st_tensor *t;
         if ((rc = find_float(m, name, 2, shape, &t, err)) || (rc = tensor_to_backend(m, t, w, err))) goto fail;
         /* Converted: its mapped pages need not stay resident (a job maps the whole model
          * and reads each block once; the page cache keeps the bytes). */
         st_tensor_release(t);
     } else if (m->cfg.quantized) {
+        /* Packed, or an F8_E4M3 `weight` of a quantized checkpoint: a float-quantized format
+         * (compressed-tensors FP8, whose main tensor is "weight") reads it with its scales. */
         float *host = w;
         if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {
             rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
@@ -497,7 +518,14 @@ static int validate_blocks(qd_model *m, qd_err *err)
             int rc;
             if (!qd_model_block_has_linear(m, b, i)) continue;
             snprintf(name + n, sizeof name - n, "%s.weight", L->name);
-            if (qd_model_tfind(m, name)) {
+            const st_tensor *wt = qd_model_tfind(m, name);
+            if (wt && wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.source_fp8) {
+                const st_tensor *sc;
+                if ((rc = qd_fp8_check(m, name, wt, L->n, L->k, &sc, err))) return rc;
+            } else if (wt && wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.quantized) {
+                /* The quantized format's own tensors: its read() checks them at load. */
+                if ((rc = check_shape(wt, wt->name, 2, shape, err))) return rc;
+            } else if (wt) {
                 if ((rc = find_float(m, name, 2, shape, &t, err))) return rc;
             } else {
                 /* Packed: the format's main tensor names the linear (format descriptor). */

@@ -181,7 +181,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     if (cfg.n_experts == 0 && (awq_method || (job->method == QP_METHOD_GPTQ && job->true_sequential)))
         est->mlp_act_bytes = rows * (uint64_t)cfg.intermediate * 4;
     /* One block's F32 weights and an override's, and the linear being quantized: its loaded
-     * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). The
+     * copy and its Q (pipeline_block.c frees both once Q is in the block's weights). These
+     * count the parameters config.json gives, as F32, whatever the file stores: an FP8-block
+     * source (DeepSeek-V3's F8_E4M3 weights, a quarter of these bytes on disk) is dequantized
+     * into the same F32 block when it is loaded (model_fp8.c), its scales read one linear at
+     * a time (a few KiB: not counted). The
      * widest linear: an MLP one (a MoE model's dense layers too: DeepSeek's first) or q/o. */
     uint64_t widest_linear = h * u64max(u64max(inter, (uint64_t)cfg.intermediate), qd);
     uint64_t weights = block_params * 4 * 2 + 2 * widest_linear * 4;

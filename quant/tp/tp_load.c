@@ -60,7 +60,7 @@ int qd_tp_mlp_load(qd_model *m, int block, int tp, qd_tp_mlp *as_stored, qd_tp_m
     const qd_format *f = c->quantized ? qd_format_find(c->quant_format) : NULL;
     if (!f || !f->has_g_idx)
         return qd_err_set(err, QD_EINVAL, "tp sim: %s is not a GPTQ checkpoint (quantization_config format %s)",
-                          qd_model_dir(m), c->quantized ? c->quant_format : "none");
+                          qd_model_dir(m), c->quantized ? c->quant_format : c->source_fp8 ? "fp8, a source checkpoint" : "none");
     if (block < 0 || block >= c->n_layers)
         return qd_err_set(err, QD_EINVAL, "tp sim: layer %d is not in 0..%lld", block, (long long)c->n_layers - 1);
     const qd_input_group *col = NULL;
