@@ -36,8 +36,72 @@ static int write_one_shard(const char *path, const qd_out_tensor *t, size_t a, s
     return rc;
 }
 
-int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n, uint64_t shard_size, qd_err *err)
+/* An FP8-block source checkpoint (DeepSeek-V3 and the like, quantization_config quant_method
+ * "fp8") stores each FP8 linear's scales as "<linear>.weight_scale_inv". The block checkpoints
+ * copy every tensor of a block that the job does not replace, so those scales reach the
+ * output list, where they mean nothing: the linear was quantized (its weight replaced by the
+ * format's tensors) or written in float, and the output's quantization_config is the job's.
+ * They are left out here. One whose F8_E4M3 weight is still beside it is a linear the job
+ * left in float that was copied as it was stored: refused by name, since written as it is
+ * it would be read as FP8 codes without their scales. */
+static int name_cmp(const void *a, const void *b)
 {
+    return strcmp((*(const qd_out_tensor *const *)a)->name, (*(const qd_out_tensor *const *)b)->name);
+}
+
+static int drop_fp8_scales(const qd_out_tensor *t, size_t n, qd_out_tensor **kept, size_t *n_kept, qd_err *err)
+{
+    static const char suffix[] = ".weight_scale_inv";
+    const size_t sl = sizeof suffix - 1;
+    size_t n_scales = 0;
+    for (size_t i = 0; i < n; i++) {
+        size_t l = strlen(t[i].name);
+        n_scales += l > sl && !strcmp(t[i].name + l - sl, suffix);
+    }
+    *kept = NULL;
+    *n_kept = n;
+    if (!n_scales) return 0;
+    const qd_out_tensor **order = malloc(n * sizeof *order);
+    qd_out_tensor *out = malloc(n * sizeof *out);
+    if (!order || !out) { free((void *)order); free(out); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    for (size_t i = 0; i < n; i++) order[i] = &t[i];
+    qsort(order, n, sizeof *order, name_cmp);
+    size_t m = 0;
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t l = strlen(t[i].name);
+        if (!(l > sl && !strcmp(t[i].name + l - sl, suffix))) { out[m++] = t[i]; continue; }
+        /* "<linear>.weight": the scale's name without its last 10 characters ("_scale_inv"). */
+        char w[1024];
+        if (l - 10 >= sizeof w) { out[m++] = t[i]; continue; }
+        memcpy(w, t[i].name, l - 10);
+        w[l - 10] = 0;
+        size_t lo = 0, hi = n;
+        while (lo < hi) {
+            size_t mid = lo + (hi - lo) / 2;
+            int c = strcmp(order[mid]->name, w);
+            if (c == 0) { lo = mid; break; }
+            if (c < 0) lo = mid + 1; else hi = mid;
+        }
+        if (lo < n && !strcmp(order[lo]->name, w) && order[lo]->dtype == QD_DTYPE_F8_E4M3)
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "tensor '%s': a linear left in float whose source weight is FP8 "
+                            "(F8_E4M3 with weight_scale_inv) would be written as FP8 codes without their scales; "
+                            "quantize it (take it out of modules_to_not_convert)", w);
+    }
+    free((void *)order);
+    if (rc) { free(out); return rc; }
+    *kept = out;
+    *n_kept = m;
+    return 0;
+}
+
+int qd_output_write_shards(const char *dir, const qd_out_tensor *t_in, size_t n_in, uint64_t shard_size, qd_err *err)
+{
+    qd_out_tensor *kept = NULL;
+    size_t n = n_in;
+    int drc = drop_fp8_scales(t_in, n_in, &kept, &n, err);
+    if (drc) return drc;
+    const qd_out_tensor *t = kept ? kept : t_in;
     uint64_t *bytes = malloc((n ? n : 1) * sizeof *bytes);
     const char **names = malloc((n ? n : 1) * sizeof *names);
     st_shard_plan plan = {0};
@@ -57,6 +121,7 @@ int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n, ui
     st_shard_plan_free(&plan);
     free(names);
     free(bytes);
+    free(kept);
     return rc;
 }
 
