@@ -2,7 +2,10 @@
  * tests on a machine without real models. The weights are seeded, so the same options
  * always give the same files. The files are written tensor by tensor, so a model of any
  * size (70B-shaped included) needs only a few MiB of memory; --shard-size splits it into
- * shards with an index as transformers does. */
+ * shards with an index as transformers does. --fp8-block BNxBK writes it (or, with --fp8-from,
+ * a float checkpoint already on disk, such as tests/data/families/deepseek_v3) as the FP8
+ * block checkpoints DeepSeek-V3 and Qwen3-*-FP8 ship (qd_testgen_fp8), and --dequant-out its
+ * twin with those linears dequantized to F32, what torch computes from the FP8 one. */
 #include <ctype.h>
 #include <errno.h>
 #include <getopt.h>
@@ -11,6 +14,7 @@
 #include <string.h>
 
 #include "cli/quantctl.h"
+#include "quant/backend/backend.h"
 #include "quant/job/job.h"
 #include "quant/model/testgen.h"
 
@@ -29,7 +33,8 @@ static void usage(FILE *f)
     fprintf(f, "usage: quantctl gen-model --out DIR [--arch llama|opt] [--layers N] [--hidden H] [--seed S]\n"
                "                         [--intermediate I] [--heads N] [--kv-heads N] [--vocab V]\n"
                "                         [--max-pos P] [--dtype f32|f16|bf16] [--experts E [--top-k K]]\n"
-               "                         [--shard-size BYTES]\n"
+               "                         [--shard-size BYTES] [--fp8-block BNxBK [--fp8-from SRC]\n"
+               "                         [--dequant-out DIR2]]\n"
                "Writes config.json + model.safetensors of a random model (default: llama, 2 layers,\n"
                "hidden 64). A 7B-shaped block: --layers 1 --hidden 4096 --intermediate 11008 --heads 32\n"
                "--kv-heads 32 --max-pos 4096 --dtype f16. --experts makes a Mixtral (llama only) of E\n"
@@ -45,7 +50,13 @@ static void usage(FILE *f)
                "or a number with a unit: KB, MB, GB, TB (powers of 1000; K, M, G, T mean the same) or\n"
                "KiB, MiB, GiB, TiB (powers of 1024): 2GB, 500M, 1.5GiB. Without it: one file.\n"
                "Tensors are made and written one at a time, in chunks, each file to a temporary name\n"
-               "renamed into place when complete: memory stays at a few MiB whatever the model's size.\n",
+               "renamed into place when complete: memory stays at a few MiB whatever the model's size.\n"
+               "--fp8-block BNxBK (e.g. 128x128) then rewrites every block linear as DeepSeek-V3's FP8\n"
+               "checkpoints hold it: F8_E4M3 weight and F32 weight_scale_inv per BN x BK block, with\n"
+               "quantization_config quant_method \"fp8\" (made in memory: for small models).\n"
+               "--fp8-from SRC converts the float checkpoint SRC instead of generating one (no shape\n"
+               "options then). --dequant-out DIR2 also writes the same checkpoint with those linears\n"
+               "dequantized to F32 (code x scale), as torch's weight.to(float32) * scale gives.\n",
             GM_MAX_LAYERS, GM_MAX_HIDDEN, GM_MAX_INTER, GM_MAX_VOCAB, GM_MAX_POS, GM_MAX_EXPERTS);
 }
 
@@ -79,10 +90,26 @@ static int opt_size(const char *s, uint64_t *out)
     return 0;
 }
 
+/* The FP8-block copy of src in out (and its dequantized twin), qd_testgen_fp8. */
+static int gen_fp8(const char *src, const char *out, long long bn, long long bk, const char *twin,
+                   const qd_runtime_opts *rt)
+{
+    qd_err err = {0};
+    qd_backend *be = NULL;
+    int rc = qd_backend_cpu_open(1, rt, &be, &err);
+    if (!rc) rc = qd_testgen_fp8(src, out, bn, bk, twin, be, &err);
+    qd_backend_close(be);
+    if (rc) {
+        fprintf(stderr, "quantctl gen-model: %s\n", err.msg);
+        return QCTL_FAIL;
+    }
+    printf("%s\n", out);
+    return QCTL_OK;
+}
+
 int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
 {
-    (void)rt;
-    enum { OPT_SHARD_SIZE = 1000 };
+    enum { OPT_SHARD_SIZE = 1000, OPT_FP8_BLOCK, OPT_FP8_FROM, OPT_DEQUANT_OUT };
     static const struct option opts[] = {
         {"out", required_argument, 0, 'o'}, {"arch", required_argument, 0, 'a'},
         {"layers", required_argument, 0, 'l'}, {"hidden", required_argument, 0, 'H'},
@@ -91,14 +118,17 @@ int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
         {"kv-heads", required_argument, 0, 'K'}, {"vocab", required_argument, 0, 'V'},
         {"max-pos", required_argument, 0, 'P'}, {"dtype", required_argument, 0, 'D'},
         {"experts", required_argument, 0, 'E'}, {"top-k", required_argument, 0, 'k'},
-        {"shard-size", required_argument, 0, OPT_SHARD_SIZE}, {0, 0, 0, 0},
+        {"shard-size", required_argument, 0, OPT_SHARD_SIZE}, {"fp8-block", required_argument, 0, OPT_FP8_BLOCK},
+        {"fp8-from", required_argument, 0, OPT_FP8_FROM}, {"dequant-out", required_argument, 0, OPT_DEQUANT_OUT},
+        {0, 0, 0, 0},
     };
     /* 0: not given (the family's default). */
     long long layers = 0, hidden = 0, inter = 0, heads = 0, kv = 0, vocab = 0, max_pos = 0;
     long long experts = 0, top_k = 0, seed = -1;
     uint64_t shard_size = 0;
-    const char *dtype = NULL, *out = NULL, *arch = "llama";
-    int c, bad = 0;
+    const char *dtype = NULL, *out = NULL, *arch = "llama", *fp8_from = NULL, *dequant_out = NULL;
+    long long bn = 0, bk = 0;
+    int c, bad = 0, shaped = 0;
     optind = 1;
     while (!bad && (c = getopt_long(argc, argv, "o:a:l:H:s:hI:N:K:V:P:D:E:k:", opts, NULL)) != -1) {
         switch (c) {
@@ -113,15 +143,36 @@ int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
         case 'k': bad = opt_int("--top-k", optarg, 1, GM_MAX_EXPERTS, &top_k); break;
         case 's': bad = opt_int("--seed", optarg, 0, INT64_MAX, &seed); break;
         case OPT_SHARD_SIZE: bad = opt_size(optarg, &shard_size); break;
+        case OPT_FP8_BLOCK: {
+            int end = 0;
+            if (sscanf(optarg, "%lldx%lld%n", &bn, &bk, &end) != 2 || optarg[end] || bn < 1 || bk < 1 || bn > 65536 ||
+                bk > 65536) {
+                fprintf(stderr, "quantctl gen-model: --fp8-block must be ROWSxCOLUMNS, each 1..65536 (got '%s')\n", optarg);
+                bad = 1;
+            }
+            break;
+        }
+        case OPT_FP8_FROM: fp8_from = optarg; break;
+        case OPT_DEQUANT_OUT: dequant_out = optarg; break;
         case 'D': dtype = optarg; break;
         case 'o': out = optarg; break;
         case 'a': arch = optarg; break;
         case 'h': usage(stdout); return QCTL_OK;
         default: usage(stderr); return QCTL_USAGE;
         }
+        shaped |= c != 'o' && c < OPT_FP8_BLOCK;   /* a shape, seed, dtype or shard option */
     }
     if (bad) return QCTL_USAGE;
     if (!out || optind != argc) { usage(stderr); return QCTL_USAGE; }
+    if ((fp8_from || dequant_out) && !bn) {
+        fprintf(stderr, "quantctl gen-model: --fp8-from and --dequant-out go with --fp8-block\n");
+        return QCTL_USAGE;
+    }
+    if (fp8_from && shaped) {
+        fprintf(stderr, "quantctl gen-model: --fp8-from converts a checkpoint as it is: no shape, seed or dtype options\n");
+        return QCTL_USAGE;
+    }
+    if (fp8_from) return gen_fp8(fp8_from, out, bn, bk, dequant_out, rt);
     qd_arch_family fam;
     if (!strcmp(arch, "llama")) fam = QD_ARCH_LLAMA;
     else if (!strcmp(arch, "opt")) fam = QD_ARCH_OPT;
@@ -173,6 +224,8 @@ int cmd_gen_model(int argc, char **argv, const qd_runtime_opts *rt)
         fprintf(stderr, "quantctl gen-model: %s\n", err.msg);
         return QCTL_FAIL;
     }
+    /* In place: the model is read through its mapping, which outlives the rename. */
+    if (bn) return gen_fp8(out, out, bn, bk, dequant_out, rt);
     printf("%s\n", out);
     return QCTL_OK;
 }

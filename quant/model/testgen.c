@@ -20,8 +20,12 @@
 #include <unistd.h>
 
 #include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
+#include "quant/core/minifloat.h"
 #include "quant/core/rng.h"
 #include "quant/core/safetensors.h"
+#include "quant/model/model.h"
+#include "quant/model/model_fp8.h"
 #include "quant/model/testgen.h"
 
 qd_testgen_opts qd_testgen_defaults(qd_arch_family family)
@@ -359,5 +363,124 @@ done:
     free(bytes);
     free(l.t);
     free(config);
+    return rc;
+}
+
+/* ---- FP8-block copies (qd_testgen_fp8) ---- */
+
+/* Whether name is the weight of one of m's block linears. */
+static int fp8_is_linear(const qd_model *m, const char *name)
+{
+    const qd_model_config *c = qd_model_cfg(m);
+    char w[400], prefix[200];
+    for (int b = 0; b < c->n_layers; b++) {
+        if (qd_model_block_prefix(m, b, prefix, sizeof prefix)) continue;
+        size_t pl = strlen(prefix);
+        if (strncmp(name, prefix, pl)) continue;
+        for (int li = 0; li < qd_model_n_linears(m); li++) {
+            if (!qd_model_block_has_linear(m, b, li)) continue;
+            snprintf(w, sizeof w, "%s.weight", qd_model_linear(m, li)->name);
+            if (!strcmp(name + pl, w)) return 1;
+        }
+    }
+    return 0;
+}
+
+/* w [n, k] → codes [n, k] and scales [sn, sk], and the dequantized weight into dq. */
+static void fp8_encode(const float *w, int64_t n, int64_t k, int64_t bn, int64_t bk, uint8_t *codes, float *scales,
+                       float *dq)
+{
+    int64_t sn = (n + bn - 1) / bn, sk = (k + bk - 1) / bk;
+    for (int64_t bi = 0; bi < sn; bi++)
+        for (int64_t bj = 0; bj < sk; bj++) {
+            int64_t i1 = (bi + 1) * bn < n ? (bi + 1) * bn : n, j1 = (bj + 1) * bk < k ? (bj + 1) * bk : k;
+            float amax = 0.0f;
+            for (int64_t i = bi * bn; i < i1; i++)
+                for (int64_t j = bj * bk; j < j1; j++) amax = fmaxf(amax, fabsf(w[i * k + j]));
+            float s = amax > 0.0f ? amax / QD_FP8_E4M3_MAX : 1.0f;
+            scales[bi * sk + bj] = s;
+            for (int64_t i = bi * bn; i < i1; i++)
+                for (int64_t j = bj * bk; j < j1; j++) codes[i * k + j] = qd_f32_to_fp8_e4m3(w[i * k + j] / s);
+        }
+    qd_fp8_block_dequant(codes, n, k, scales, bn, bk, 0, n, dq);
+}
+
+/* config.json of src with quantization_config (fp8 != 0) or without, written to dir. */
+static int fp8_write_config(const char *src, const char *dir, int fp8, int64_t bn, int64_t bk, qd_err *err)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s/config.json", src);
+    cJSON *cfg = NULL;
+    int rc = qd_json_read_object_literal(path, QD_INPUT_JSON, &cfg, err);
+    if (rc) return rc;
+    cJSON_DeleteItemFromObjectCaseSensitive(cfg, "quantization_config");
+    if (fp8) {
+        cJSON *q = cJSON_AddObjectToObject(cfg, "quantization_config");
+        cJSON_AddStringToObject(q, "activation_scheme", "dynamic");
+        cJSON_AddStringToObject(q, "fmt", "e4m3");
+        cJSON_AddStringToObject(q, "quant_method", "fp8");
+        cJSON *bs = cJSON_AddArrayToObject(q, "weight_block_size");
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber((double)bn));
+        cJSON_AddItemToArray(bs, cJSON_CreateNumber((double)bk));
+    }
+    char *text = cJSON_Print(cfg);
+    cJSON_Delete(cfg);
+    if (!text) return qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    rc = qd_fs_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+int qd_testgen_fp8(const char *src, const char *out, int64_t bn, int64_t bk, const char *twin, qd_backend *be,
+                   qd_err *err)
+{
+    if (bn < 1 || bk < 1) return qd_err_set(err, QD_EINVAL, "testgen: FP8 blocks of %lld x %lld", (long long)bn, (long long)bk);
+    qd_model *m = NULL;
+    int rc = qd_model_open(src, be, &m, err);
+    if (rc) return rc;
+    const st_model *sm = qd_model_tensors(m);
+    st_writer *w8 = NULL, *wt = NULL;
+    if (st_writer_init(&w8) || (twin && st_writer_init(&wt))) { rc = qd_err_set(err, QD_ENOMEM, "testgen: out of memory"); goto done; }
+    for (size_t i = 0; i < st_model_count(sm) && !rc; i++) {
+        const st_tensor *t = st_model_tensor(sm, i);
+        if (t->ndim != 2 || !fp8_is_linear(m, t->name)) {
+            rc = st_writer_add(w8, t->name, t->dtype, t->ndim, t->shape, t->data, err);
+            if (!rc && wt) rc = st_writer_add(wt, t->name, t->dtype, t->ndim, t->shape, t->data, err);
+            continue;
+        }
+        int64_t n = t->shape[0], k = t->shape[1], ss[2] = {(n + bn - 1) / bn, (k + bk - 1) / bk};
+        char sname[400];
+        snprintf(sname, sizeof sname, "%.*s_scale_inv", (int)(sizeof sname - 16), t->name);
+        float *f = malloc((size_t)(n * k) * sizeof *f), *dq = malloc((size_t)(n * k) * sizeof *dq);
+        float *sc = malloc((size_t)(ss[0] * ss[1]) * sizeof *sc);
+        uint8_t *codes = malloc((size_t)(n * k));
+        if (!f || !dq || !sc || !codes) rc = qd_err_set(err, QD_ENOMEM, "testgen: out of memory");
+        if (!rc) rc = st_tensor_read_f32(t, f, err);
+        if (!rc) {
+            fp8_encode(f, n, k, bn, bk, codes, sc, dq);
+            rc = st_writer_add_copy(w8, t->name, QD_DTYPE_F8_E4M3, 2, t->shape, codes, err);
+        }
+        if (!rc) rc = st_writer_add_copy(w8, sname, QD_DTYPE_F32, 2, ss, sc, err);
+        if (!rc && wt) rc = st_writer_add_copy(wt, t->name, QD_DTYPE_F32, 2, t->shape, dq, err);
+        free(f);
+        free(dq);
+        free(sc);
+        free(codes);
+    }
+    char path[4096];
+    if (!rc) rc = qd_fs_mkdir_p(out, err);
+    if (!rc) rc = fp8_write_config(src, out, 1, bn, bk, err);
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    if (!rc) rc = st_writer_write(w8, path, err);
+    if (!rc && wt) {
+        if (!(rc = qd_fs_mkdir_p(twin, err))) rc = fp8_write_config(src, twin, 0, bn, bk, err);
+        snprintf(path, sizeof path, "%s/model.safetensors", twin);
+        if (!rc) rc = st_writer_write(wt, path, err);
+    }
+done:
+    st_writer_free(w8);
+    st_writer_free(wt);
+    qd_model_close(m);
     return rc;
 }

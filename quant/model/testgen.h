@@ -11,6 +11,7 @@
 
 #include <stdint.h>
 
+#include "quant/backend/backend.h"
 #include "quant/core/dtype.h"
 #include "quant/core/error.h"
 #include "quant/model/config.h"
@@ -50,5 +51,19 @@ qd_testgen_opts qd_testgen_defaults(qd_arch_family family);
  * an earlier model there that the new one does not replace (model.safetensors, the index,
  * shards of another count) are removed afterwards, so the directory loads as the new one. */
 int qd_testgen_write(const char *dir, const qd_testgen_opts *o, qd_err *err);
+
+/* An FP8-block copy, as DeepSeek-V3/R1, Kimi-K2 and Qwen3-*-FP8 ship, of the float checkpoint
+ * in src (opened on be to list its linears): every block linear's weight becomes F8_E4M3 [N,
+ * K] with weight_scale_inv F32 [ceil(N/bn), ceil(K/bk)], the scale of a block its largest
+ * |w| / 448 in F32 (1 for an all-zero block) and each code e4m3(w / scale) rounded to nearest
+ * even, as torch's `(w / scale).to(torch.float8_e4m3fn)`; every other tensor (embeddings,
+ * norms, routers, lm_head) is copied as it is, and config.json gains quantization_config
+ * {"quant_method": "fp8", "fmt": "e4m3", "activation_scheme": "dynamic",
+ * "weight_block_size": [bn, bk]}. With twin not NULL, the same checkpoint with those linears
+ * dequantized to F32 (code * scale in F32, what torch's `weight.to(torch.float32) * scale`
+ * gives) and no quantization_config is written to twin. One model.safetensors each, made in
+ * memory: for the tiny test models. */
+int qd_testgen_fp8(const char *src, const char *out, int64_t bn, int64_t bk, const char *twin, qd_backend *be,
+                   qd_err *err);
 
 #endif
