@@ -24,9 +24,8 @@ job with "scheme" and a method):
 case under tests/data/formats/ct-float/, which tests/integration/test_format_ct_evidence.sh
 re-checks in ctest without Python packages. Exit 1 on any failure.
 """
-import argparse, hashlib, json, os, subprocess, sys, tempfile
+import argparse, json, os, sys, tempfile
 
-import numpy as np
 import torch
 from safetensors.numpy import load_file
 from compressed_tensors.compressors.mxfp4.base import MXFP4PackedCompressor
@@ -36,7 +35,9 @@ from compressed_tensors.compressors.nvfp4.helpers import unpack_fp4_from_uint8
 from compressed_tensors.compressors.pack_quantized.base import PackedQuantizationCompressor
 from compressed_tensors.quantization import QuantizationConfig
 from compressed_tensors.quantization.lifecycle.forward import dequantize
-from transformers import AutoModelForCausalLM, CompressedTensorsConfig
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from ct_check import check_logits, run, sha256   # the same quantctl runs and logits check
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 EVIDENCE = os.path.join(HERE, "..", "data", "formats", "ct-float")
@@ -64,25 +65,6 @@ COMPRESSORS = {"pack-quantized": PackedQuantizationCompressor, "float-quantized"
                "nvfp4-pack-quantized": NVFP4PackedCompressor, "mxfp4-pack-quantized": MXFP4PackedCompressor}
 MAIN = {"pack-quantized": "weight_packed", "float-quantized": "weight", "nvfp4-pack-quantized": "weight_packed",
         "mxfp4-pack-quantized": "weight_packed"}
-
-QUANTCTL_ENV = dict(os.environ, OPENBLAS_CORETYPE="Haswell", OPENBLAS_NUM_THREADS="1")
-
-
-def run(cmd):
-    r = subprocess.run(cmd, capture_output=True, text=True, env=QUANTCTL_ENV)
-    if r.returncode:
-        raise RuntimeError("%s: exit %d\n%s" % (" ".join(cmd), r.returncode, r.stderr[-2000:]))
-    return r.stdout
-
-
-def sha256(path):
-    return hashlib.sha256(open(path, "rb").read()).hexdigest()
-
-
-# The static-activation cases read fixed ids in file order (style "awq"), so that the first
-# block's input scale can be recomputed here from transformers' forward on the same rows.
-CALIB_IDS = [[(i * 37 + r * 101 + 7) % 512 for i in range(64)] for r in range(8)]
-
 
 def job_of(data, out, scheme, method, work):
     job = {"model": os.path.join(data, "models", MODEL), "output": out, "method": method, "scheme": scheme}
@@ -168,20 +150,6 @@ def check_weights(q, out, work, name):
         if k[: -len(".weight")] not in modules and k[: -len(".weight")] not in cfg["ignore"]:
             raise AssertionError("%s: %s is float but not in ignore %s" % (name, k, cfg["ignore"]))
     return dq, len(modules), fmt
-
-
-def check_logits(q, out, work, name, ids):
-    tok = os.path.join(work, name + "-ids.json")
-    json.dump(ids, open(tok, "w"))
-    lf = os.path.join(work, name + "-logits.f32")
-    run([q, "logits", "--model", out, "--tokens", tok, "--out", lf])
-    ours = np.fromfile(lf, dtype="<f4")
-    model = AutoModelForCausalLM.from_pretrained(out, quantization_config=CompressedTensorsConfig(dequantize=True),
-                                                 dtype=torch.float32, device_map="cpu")
-    with torch.no_grad():
-        ref = model(torch.tensor([ids])).logits[0].float().numpy()
-    ours = ours.reshape(ref.shape)
-    return ref, float(np.abs(ours - ref).max() / np.abs(ref).max())
 
 
 def main():

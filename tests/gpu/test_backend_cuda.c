@@ -389,10 +389,9 @@ static void test_reductions(void)
 
 /* A GPTQ layer quantized on both backends: the same codes up to rare rounding-boundary
  * flips, and the same dequantized weights within a quantization step. */
-static void test_gptq_layer(void)
+/* H = 2/rows X^T X of x [rows, k] (host, malloc'd). */
+static float *hessian_of(const float *x, int64_t rows, int64_t k)
 {
-    const int64_t n = 96, k = 256, rows = 512;
-    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1);
     float *h = malloc(k * k * sizeof *h);
     for (int64_t i = 0; i < k; i++)
         for (int64_t j = 0; j < k; j++) {
@@ -400,6 +399,13 @@ static void test_gptq_layer(void)
             for (int64_t r = 0; r < rows; r++) s += (double)x[r * k + i] * x[r * k + j];
             h[i * k + j] = (float)(2 * s / rows);
         }
+    return h;
+}
+
+static void test_gptq_layer(void)
+{
+    const int64_t n = 96, k = 256, rows = 512;
+    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1), *h = hessian_of(x, rows, k);
     for (int act = 0; act < 2; act++) {
         qd_gptq_opts o = qd_gptq_opts_default();
         o.desc_act = act;
@@ -431,14 +437,7 @@ static void test_gptq_layer(void)
 static void test_gptq_float_grids(void)
 {
     const int64_t n = 256, k = 256, rows = 512;
-    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1);
-    float *h = malloc(k * k * sizeof *h);
-    for (int64_t i = 0; i < k; i++)
-        for (int64_t j = 0; j < k; j++) {
-            double s = 0;
-            for (int64_t r = 0; r < rows; r++) s += (double)x[r * k + i] * x[r * k + j];
-            h[i * k + j] = (float)(2 * s / rows);
-        }
+    float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1), *h = hessian_of(x, rows, k);
     static const struct { qd_grid grid; qd_scale_rule rule; int bits; int64_t gs, rb; } cases[] = {
         {QD_GRID_FP8_E4M3, QD_SCALE_F32, 8, -1, 1},
         {QD_GRID_FP8_E4M3, QD_SCALE_F32, 8, 128, 128},
