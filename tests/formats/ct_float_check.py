@@ -66,6 +66,11 @@ COMPRESSORS = {"pack-quantized": PackedQuantizationCompressor, "float-quantized"
 MAIN = {"pack-quantized": "weight_packed", "float-quantized": "weight", "nvfp4-pack-quantized": "weight_packed",
         "mxfp4-pack-quantized": "weight_packed"}
 
+# The static-activation cases read fixed ids in file order (style "awq"), so that the first
+# block's input scale can be recomputed here from transformers' forward on the same rows.
+CALIB_IDS = [[(i * 37 + r * 101 + 7) % 512 for i in range(64)] for r in range(8)]
+
+
 def job_of(data, out, scheme, method, work):
     job = {"model": os.path.join(data, "models", MODEL), "output": out, "method": method, "scheme": scheme}
     if method != "rtn":
