@@ -41,9 +41,10 @@ static int write_one_shard(const char *path, const qd_out_tensor *t, size_t a, s
  * copy every tensor of a block that the job does not replace, so those scales reach the
  * output list, where they mean nothing: the linear was quantized (its weight replaced by the
  * format's tensors) or written in float, and the output's quantization_config is the job's.
- * They are left out here. One whose F8_E4M3 weight is still beside it is a linear the job
- * left in float that was copied as it was stored: refused by name, since written as it is
- * it would be read as FP8 codes without their scales. */
+ * They are left out here. A linear the job leaves in float is written dequantized
+ * (pipeline_blockfile.c), so an F8_E4M3 weight still beside its scales means a block file
+ * written otherwise: refused by name, since written as it is it would be read as FP8 codes
+ * without their scales. */
 static int name_cmp(const void *a, const void *b)
 {
     return strcmp((*(const qd_out_tensor *const *)a)->name, (*(const qd_out_tensor *const *)b)->name);

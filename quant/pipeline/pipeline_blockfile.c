@@ -1,5 +1,6 @@
 /* The block checkpoint file: every tensor of a finished block as the output will hold it. */
 #include "quant/pipeline/pipeline_internal.h"
+#include "quant/pipeline/output.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -90,9 +91,13 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
             snprintf(name, sizeof name, "%s%s.weight", prefix, L->name);
             const st_tensor *src = st_model_find(sm, name);
             if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
-            if (o->weight_modified) {
+            if (o->weight_modified || (src->dtype == QD_DTYPE_F8_E4M3 && o->w_float)) {
+                /* An FP8 source's linear kept in float is written in the model's float dtype,
+                 * dequantized: its codes mean nothing without the source's scales, which the
+                 * output does not carry (output.c leaves them out). */
                 int64_t shape[2] = {L->n, L->k};
-                rc = bf_add_f32(&b, name, src->dtype, 2, shape, o->w_float, (size_t)(L->n * L->k), err);
+                qd_dtype dt = src->dtype == QD_DTYPE_F8_E4M3 ? qd_output_float_dtype(sm) : src->dtype;
+                rc = bf_add_f32(&b, name, dt, 2, shape, o->w_float, (size_t)(L->n * L->k), err);
             } else {
                 rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
             }
