@@ -12,7 +12,9 @@ the layer's input before any of them is quantized) or "linear" (sequential_targe
 quantized ones before it: quantd's true_sequential), or "awq": llm-compressor's AWQ instead
 of GPTQ, for AWQ's cost beside quantd's (bench/results/awq-speed.md): AWQModifier (duo
 scaling, grid 20, its default mappings) then QuantizationModifier, W4A16 int, asymmetric,
-group 64. DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
+group 64; or "scheme:NAME:rtn" / "scheme:NAME:gptq": a compressed-tensors preset (FP8_DYNAMIC,
+NVFP4A16, MXFP4A16, ...) through QuantizationModifier or GPTQModifier (actorder None,
+dampening 0.01), every Linear but lm_head (bench/schemes.sh). DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
 (torch runs bf16 matrix products on AMX where the CPU has it; GPTQ's Hessian is still
 accumulated in float32 from the bf16 activations). Output: compressed-tensors
 pack-quantized, plus the model's tokenizer files.
@@ -68,6 +70,13 @@ elif targets == "awq":
     recipe = [AWQModifier(duo_scaling=True),
               QuantizationModifier(config_groups={"group_0": {"targets": ["Linear"], "weights": weights(False)}},
                                    ignore=["lm_head"])]
+elif targets.startswith("scheme:"):
+    _, preset, how = targets.split(":")
+    if how == "rtn":
+        recipe = QuantizationModifier(targets=["Linear"], scheme=preset, ignore=["lm_head"])
+    else:
+        recipe = GPTQModifier(targets=["Linear"], scheme=preset, ignore=["lm_head"], dampening_frac=0.01,
+                              block_size=128, actorder=None)
 elif targets != "layer":
     sys.exit("TARGETS must be layer, linear or awq")
 oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seq_len,

@@ -34,10 +34,22 @@ def wiki_prompts(data):
     return [ids[i * step:i * step + PROMPT_LEN] for i in range(N_PROMPTS)]
 
 
-def quantize(q, data, work, name, sym):
+# name, the job's quantization fields, whether vLLM must serve it (a refusal of the others is
+# reported as the finding: vLLM's CPU build has no kernel for every scheme)
+CASES = [
+    ("ct-sym", {"format": "compressed-tensors", "bits": 4, "group_size": 128, "sym": True}, True),
+    ("ct-asym", {"format": "compressed-tensors", "bits": 4, "group_size": 128, "sym": False}, False),
+]
+# --schemes adds one checkpoint per scheme (issue #35's "which does vLLM's CPU build serve").
+SCHEME_CASES = [(f"scheme-{s}", {"scheme": s}, False)
+                for s in ("W4A16", "W8A16", "W4AFP8", "FP8", "FP8_DYNAMIC", "FP8_BLOCK", "NVFP4A16", "NVFP4",
+                          "MXFP4A16", "MXFP4")]
+
+
+def quantize(q, data, work, name, fields):
     out = os.path.join(work, name)
     job = {"id": f"ct-vllm-{name}", "model": os.path.join(data, "models/tiny-llama-c4"), "output": out,
-           "method": "gptq", "format": "compressed-tensors", "bits": 4, "group_size": 128, "sym": sym,
+           "method": "gptq", **fields,
            "calibration": {"path": os.path.join(data, "text/c4/c4-calib.jsonl"), "samples": 16, "seq_len": 256},
            "overwrite": True, "backend": "cpu"}
     path = os.path.join(work, f"job-{name}.json")
@@ -86,11 +98,13 @@ def main():
     ap.add_argument("shared_data")
     ap.add_argument("work")
     ap.add_argument("--md")
+    ap.add_argument("--schemes", action="store_true")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     rows, bad = [], 0
-    dirs = {name: quantize(a.quantctl, a.shared_data, a.work, name, sym) for name, sym in (("ct-sym", True), ("ct-asym", False))}
-    for name, sym in (("ct-sym", True), ("ct-asym", False)):
+    cases = CASES + (SCHEME_CASES if a.schemes else [])
+    dirs = {name: quantize(a.quantctl, a.shared_data, a.work, name, fields) for name, fields, _ in cases}
+    for name, _, required in cases:
         d = dirs[name]
         prompts = vocab_ok(wiki_prompts(a.shared_data), d)
         t0 = time.time()
@@ -100,7 +114,7 @@ def main():
             msg = " ".join(str(e).split())[:300]
             rows.append(f"| {name} | vLLM REFUSED: {msg} | - | - |")
             print(rows[-1])
-            bad += sym
+            bad += required
             continue
         want = hf_generate(d, prompts)
         first8 = all(g[:8] == w[:8] for g, w in zip(got, want))
@@ -123,7 +137,8 @@ def main():
             f.write("# compressed-tensors served by vLLM's CPU build vs transformers\n\n")
             f.write(f"Date {time.strftime('%Y-%m-%d')}; {json.dumps(vers)}.\n\n")
             f.write("Command: `build/interop/venv-vllm/bin/python tests/formats/ct_vllm.py build/test/quantctl "
-                    "../shared/data build/ct-vllm --md bench/results/ct-vllm.md` (tiny-llama-c4, GPTQ w4 g128, "
+                    f"../shared/data build/ct-vllm --md bench/results/ct-vllm.md{' --schemes' if a.schemes else ''}` "
+                    "(tiny-llama-c4, GPTQ, the checkpoints below, "
                     f"{N_PROMPTS} WikiText-2 prompts of {PROMPT_LEN} ids x {N_NEW} greedy tokens; vLLM float16, transformers float32 through "
                     "CompressedTensorsConfig(dequantize=True)).\n\n")
             f.write("| checkpoint | served by | agreement | result |\n|---|---|---|---|\n")
