@@ -90,13 +90,17 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
         } else {
             snprintf(name, sizeof name, "%s%s.weight", prefix, L->name);
             const st_tensor *src = st_model_find(sm, name);
-            if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
-            if (o->weight_modified || (src->dtype == QD_DTYPE_F8_E4M3 && o->w_float)) {
-                /* An FP8 source's linear kept in float is written in the model's float dtype,
-                 * dequantized: its codes mean nothing without the source's scales, which the
-                 * output does not carry (output.c leaves them out). */
+            /* A quantized source's linear kept in float (FP8 codes, or a packed layer with no
+             * .weight at all) is written dequantized in the model's float dtype: its codes mean
+             * nothing without the source's scales, which the output does not carry. */
+            int src_float = src && (src->dtype == QD_DTYPE_F32 || src->dtype == QD_DTYPE_F16 || src->dtype == QD_DTYPE_BF16);
+            if (!src_float && !o->w_float) {
+                rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name);
+                break;
+            }
+            if (o->weight_modified || !src_float) {
                 int64_t shape[2] = {L->n, L->k};
-                qd_dtype dt = src->dtype == QD_DTYPE_F8_E4M3 ? qd_output_float_dtype(sm) : src->dtype;
+                qd_dtype dt = src_float ? src->dtype : qd_output_float_dtype(sm);
                 rc = bf_add_f32(&b, name, dt, 2, shape, o->w_float, (size_t)(L->n * L->k), err);
             } else {
                 rc = st_writer_add(b.w, name, src->dtype, src->ndim, src->shape, src->data, err);
@@ -161,7 +165,10 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
         for (int li = 0; li < nl && !taken; li++) {
             const char *ln = qd_model_linear(p->m, li)->name;
             size_t l = strlen(ln);
-            if (strncmp(rest, ln, l) == 0 && (!strcmp(rest + l, ".weight") || !strcmp(rest + l, ".bias"))) taken = 1;
+            /* Every parameter of a linear (weight and bias, and a quantized source's qweight,
+             * weight_packed, weight_scale, input_scale, weight_scale_inv, ...): the output
+             * writes the linear's own tensors above. */
+            if (strncmp(rest, ln, l) == 0 && rest[l] == '.' && !strchr(rest + l + 1, '.')) taken = 1;
         }
         for (int ni = 0; ni < QD_MAX_NORMS && !taken; ni++) {
             if (!norm_modified[ni]) continue;

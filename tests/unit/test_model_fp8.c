@@ -289,6 +289,39 @@ static void test_qwen3(void)
     run_source("qwen3", 48, 40, 0, 1);
 }
 
+static const char *open_and_load(const char *dir, qd_err *err);
+
+/* A compressed-tensors FP8 checkpoint (quantd's FP8_DYNAMIC output) as a source: quantized
+ * again to GPTQ with o_proj kept in float, the output holds no tensor of the source's format
+ * (weight_scale and the F8 weights) and its float linear dequantized, and it loads. */
+static void test_ct_fp8_source(void)
+{
+    char src[4400], o1[4400], o2[4400];
+    snprintf(src, sizeof src, "%s/qwen3", pt_families_dir());
+    snprintf(o1, sizeof o1, "%.4000s/qwen3-ct-fp8", T);
+    snprintf(o2, sizeof o2, "%.4000s/qwen3-ct-fp8-w4", T);
+    qp_job *j1 = pt_run_job("qwen3 FP8_DYNAMIC", src, o1, "rtn", "float-quantized", NULL, "\"scheme\":\"FP8_DYNAMIC\",");
+    qp_job *j2 = j1 ? pt_run_job("qwen3 FP8 -> w4", o1, o2, "rtn", "gptq", NULL,
+                                 "\"bits\":4,\"modules_to_not_convert\":[\"o_proj\"],") : NULL;
+    CHECK(j1 && j2);
+    qd_err err = {0};
+    st_model *om = NULL;
+    if (j2) CHECK_OK(st_model_open(o2, &om, &err));
+    int n_float_o = 0;
+    for (size_t i = 0; om && i < st_model_count(om); i++) {
+        const st_tensor *t = st_model_tensor(om, i);
+        if (t->dtype == QD_DTYPE_F8_E4M3 || strstr(t->name, "weight_scale") || strstr(t->name, "input_scale"))
+            TEST_FAIL_("ct fp8 source: the output holds %s", t->name);
+        if (strstr(t->name, "o_proj.weight")) n_float_o += t->dtype == QD_DTYPE_F32 || t->dtype == QD_DTYPE_BF16 ||
+                                                          t->dtype == QD_DTYPE_F16;
+    }
+    st_model_close(om);
+    CHECK(n_float_o > 0);
+    if (j2) CHECK_STR(open_and_load(o2, &err), "");
+    qp_job_free(j1);
+    qp_job_free(j2);
+}
+
 /* ---- damaged checkpoints ---- */
 
 enum damage { D_RESHAPE, D_DROP, D_F16, D_NAN_SCALE, D_NAN_CODE, D_NO_CONFIG };
@@ -427,5 +460,6 @@ int main(void)
     TEST_RUN(test_deepseek_v3);
     TEST_RUN(test_qwen3);
     TEST_RUN(test_damaged);
+    TEST_RUN(test_ct_fp8_source);
     return pt_teardown();
 }
