@@ -9,6 +9,7 @@
  *
  * The figures assume the CPU backend, where every buffer is host memory; on a GPU most of the
  * RAM terms live in device memory instead, so the host estimate is high there. */
+#include "quant/formats/scheme.h"
 #include <stdint.h>
 #include <stdio.h>
 #include <string.h>
@@ -277,7 +278,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * scale and a zero (up to 4 bytes in the formats' storage); g_idx (4 bytes per input
      * column of each linear); the block's norms in float. */
     uint64_t gs = job->group_size > 0 ? (uint64_t)job->group_size : h;
-    uint64_t q_block = block_params * (uint64_t)job->bits / 8 + block_params / gs * 6 + n_linears * widest * 4 + 4 * h * 4;
+    /* The float schemes store one scale per group and no zero: E4M3 or E8M0 (1 byte) for
+     * FP4, F32 for FP8 (at most: blocks and tensors share theirs). */
+    const qd_scheme *sc = qp_job_scheme(job);
+    uint64_t per_group = !sc || sc->grid == QD_GRID_INT ? 6 : sc->grid == QD_GRID_FP4_E2M1 ? 1 : 4;
+    uint64_t q_block = block_params * (uint64_t)job->bits / 8 + block_params / gs * per_group + n_linears * widest * 4 + 4 * h * 4;
     /* The float rest of the output: embeddings, lm_head when untied, learned positions where
      * the architecture has them (OPT; a RoPE model stores none, whatever its
      * max_position_embeddings), final norm. */
