@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The float schemes' quality on a real trained model, SmolLM2-135M (issue #35): WikiText-2
-# perplexity and KL to the float model of each scheme that fits it (FP8_DYNAMIC, NVFP4A16,
+# perplexity and KL to the float model of each scheme that fits it (FP8_DYNAMIC, FP8, NVFP4A16,
 # MXFP4A16: hidden 576 is no multiple of 128, so W4A16, W4AFP8 and FP8_BLOCK, whose groups
-# or blocks are 128, do not fit) with RTN and GPTQ, and AWQ for the FP4 ones; and, when
+# or blocks are 128, do not fit) with RTN and GPTQ (FP8's static activation scale needs
+# calibration: GPTQ only), and AWQ for the FP4 ones; and, when
 # LLMC_VENV holds llm-compressor, the same presets through llm-compressor (its
 # QuantizationModifier for RTN, GPTQModifier for GPTQ) on the same calibration ids,
 # evaluated by the same quantctl eval. Written to bench/results/schemes.md.
@@ -51,7 +52,7 @@ evaluate() {   # evaluate DIR TAG: eval against the float model into $work/eval-
 kept "$work/eval-fp.json" || "$qctl" eval --model "$model" --tokens "$work/wiki.ids.json" --seq-len 512 \
     --max-windows "$windows" --threads "$threads" 2>/dev/null | tail -1 > "$work/eval-fp.json"
 
-variants="${SCHEMES_VARIANTS:-FP8_DYNAMIC:rtn FP8_DYNAMIC:gptq NVFP4A16:rtn NVFP4A16:gptq NVFP4A16:awq MXFP4A16:rtn MXFP4A16:gptq MXFP4A16:awq FP8_DYNAMIC:llmc-rtn FP8_DYNAMIC:llmc-gptq NVFP4A16:llmc-rtn NVFP4A16:llmc-gptq MXFP4A16:llmc-rtn MXFP4A16:llmc-gptq}"
+variants="${SCHEMES_VARIANTS:-FP8_DYNAMIC:rtn FP8_DYNAMIC:gptq FP8:gptq NVFP4A16:rtn NVFP4A16:gptq NVFP4A16:awq MXFP4A16:rtn MXFP4A16:gptq MXFP4A16:awq FP8_DYNAMIC:llmc-rtn FP8_DYNAMIC:llmc-gptq FP8:llmc-rtn FP8:llmc-gptq NVFP4A16:llmc-rtn NVFP4A16:llmc-gptq MXFP4A16:llmc-rtn MXFP4A16:llmc-gptq}"
 for v in $variants; do
     scheme=${v%%:*} meth=${v#*:} tag="${v/:/-}"
     dir="$work/out-$tag"
