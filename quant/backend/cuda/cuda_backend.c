@@ -339,8 +339,9 @@ static cudaop_qcfg cu_qcfg(const qd_quant_cfg *c)
 }
 
 /* What the device quantizer cannot do on its own: NVFP4 without its global scale (the
- * whole tensor's amax, which a per-group kernel cannot see) and rows sharing a scale in
- * fake quantization (one thread a row and group). */
+ * whole tensor's amax, which a per-group kernel cannot see: fake_quant finds it first with
+ * abs_max, the GPTQ op is always given one) and rows sharing a scale in fake quantization
+ * (one thread a row and group). */
 static int cu_qcfg_check(qd_backend *be, const char *op, const qd_quant_cfg *c, int fake)
 {
     if (c->scale_rule == QD_SCALE_FP8_GLOBAL && !(c->global_scale > 0.0f))
@@ -368,9 +369,16 @@ static int cu_fake_quant(qd_backend *be, const qd_quant_cfg *cfg, float *w, int6
     if (!cfg || !w || n < 0 || k < 0)
         return qd_err_set(&be->err, QD_EINVAL, "cuda fake_quant: null argument or negative shape");
     int rc = qd_quant_cfg_validate(cfg, &be->err), bad = 0;
-    if (!rc) rc = cu_qcfg_check(be, "fake_quant", cfg, 1);
     if (rc) return rc;
-    LAUNCH(be, "fake_quant kernel", cudaop_fake_quant(cu_impl(be)->stream, cu_qcfg(cfg), w, n, k, cu_impl(be)->flag));
+    /* NVFP4 without a global scale: the whole weight's, as the CPU's fake_quant finds it. */
+    qd_quant_cfg cc = *cfg;
+    if (cc.scale_rule == QD_SCALE_FP8_GLOBAL && cc.global_scale == 0.0f) {
+        float amax = 0.0f;
+        if ((rc = cu_abs_max(be, w, n * k, &amax))) return rc;
+        cc.global_scale = qd_quant_global_scale(amax);
+    }
+    if ((rc = cu_qcfg_check(be, "fake_quant", &cc, 1))) return rc;
+    LAUNCH(be, "fake_quant kernel", cudaop_fake_quant(cu_impl(be)->stream, cu_qcfg(&cc), w, n, k, cu_impl(be)->flag));
     if ((rc = cu_flag_take(be, &bad))) return rc;
     if (bad)
         return qd_err_set(&be->err, QD_ENUMERIC, "cuda fake_quant: weights [%lld, %lld] hold a non-finite value",
