@@ -56,8 +56,8 @@ static void kdeq_store_portable(const float *T, int len, int nc, float *w, int64
 
 /* The classic 8x8 transpose in three shuffle stages: r[j] (row j = K-row) in, r[l]
  * (column l = output row of W) out. */
-__attribute__((target("avx2,fma,f16c")))
-static void kdeq_transpose8(__m256 r[8])
+__attribute__((target("avx2,fma")))
+void kd_transpose8_avx2(__m256 r[8])
 {
     __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
     __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
@@ -88,7 +88,7 @@ static void kdeq_store_avx2(const float *T, int len, int nc, float *w, int64_t k
     for (; j0 + 8 <= len; j0 += 8) {
         __m256 r[8];
         for (int j = 0; j < 8; j++) r[j] = _mm256_loadu_ps(T + (j0 + j) * 8);
-        kdeq_transpose8(r);
+        kd_transpose8_avx2(r);
         for (int l = 0; l < 8; l++) {
             __m256 v = r[l];
             if (f16) v = _mm256_cvtph_ps(_mm256_cvtps_ph(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));

@@ -71,29 +71,6 @@ static __m256 kfl_fp4x8(uint32_t w)
     return _mm256_xor_ps(v, _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_and_si256(c, _mm256_set1_epi32(8)), 28)));
 }
 
-/* r[j] (K-row j) in, r[l] (output column l) out, or the reverse: the 8 x 8 transpose in
- * three shuffle stages (kernel_dequant.c has the same one for its stores). */
-__attribute__((target("avx2,fma")))
-static void kfl_transpose8(__m256 r[8])
-{
-    __m256 t0 = _mm256_unpacklo_ps(r[0], r[1]), t1 = _mm256_unpackhi_ps(r[0], r[1]);
-    __m256 t2 = _mm256_unpacklo_ps(r[2], r[3]), t3 = _mm256_unpackhi_ps(r[2], r[3]);
-    __m256 t4 = _mm256_unpacklo_ps(r[4], r[5]), t5 = _mm256_unpackhi_ps(r[4], r[5]);
-    __m256 t6 = _mm256_unpacklo_ps(r[6], r[7]), t7 = _mm256_unpackhi_ps(r[6], r[7]);
-    __m256 u0 = _mm256_shuffle_ps(t0, t2, 0x44), u1 = _mm256_shuffle_ps(t0, t2, 0xEE);
-    __m256 u2 = _mm256_shuffle_ps(t1, t3, 0x44), u3 = _mm256_shuffle_ps(t1, t3, 0xEE);
-    __m256 u4 = _mm256_shuffle_ps(t4, t6, 0x44), u5 = _mm256_shuffle_ps(t4, t6, 0xEE);
-    __m256 u6 = _mm256_shuffle_ps(t5, t7, 0x44), u7 = _mm256_shuffle_ps(t5, t7, 0xEE);
-    r[0] = _mm256_permute2f128_ps(u0, u4, 0x20);
-    r[1] = _mm256_permute2f128_ps(u1, u5, 0x20);
-    r[2] = _mm256_permute2f128_ps(u2, u6, 0x20);
-    r[3] = _mm256_permute2f128_ps(u3, u7, 0x20);
-    r[4] = _mm256_permute2f128_ps(u0, u4, 0x31);
-    r[5] = _mm256_permute2f128_ps(u1, u5, 0x31);
-    r[6] = _mm256_permute2f128_ps(u2, u6, 0x31);
-    r[7] = _mm256_permute2f128_ps(u3, u7, 0x31);
-}
-
 /* The scales of group g for the tile's rows (0 past N), into sv. */
 static void kfl_scales(const kd_fdesc *d, int64_t n0, int nc, int64_t g, float *sv)
 {
@@ -126,7 +103,7 @@ void kcpu_decode_float_avx2(const kcpu_ctx *c, int64_t i0, int len, int64_t n0, 
                 r[l] = kfl_fp8x8(_mm_loadl_epi64((const __m128i *)(d.fcodes + (n0 + l) * d.k + i)));
             }
         }
-        kfl_transpose8(r);
+        kd_transpose8_avx2(r);
         const int64_t ga = d.gs > 0 ? i / d.gs : 0, gb = d.gs > 0 ? (i + 7) / d.gs : 0;
         if (ga == gb) {
             /* The 8 K-rows share a group (always, for group sizes that are multiples of 8). */

@@ -93,4 +93,9 @@ static inline int kcpu_tile_cols(const qd_kmat *m, int64_t n0) { return m->n - n
  * the zeros decoded (offset applied), once per group and column. */
 void kcpu_tables_fill(const qd_kmat *m, float *S, float *Z, int64_t c0, int64_t c1);
 
+/* The 8 x 8 float transpose in three shuffle stages (kernel_dequant.c): r[j] in, r[l] out,
+ * so K-rows become output columns or the reverse. AVX2 callers only. */
+#include <immintrin.h>
+__attribute__((target("avx2,fma"))) void kd_transpose8_avx2(__m256 r[8]);
+
 #endif
