@@ -112,9 +112,9 @@ static int check_window(const char *what, qd_model_config *c, qd_err *err)
 }
 
 /* OLMo 3: layer_types (default: every 4th layer full, the others sliding) and one RoPE per
- * layer type. transformers 5 writes rope_parameters per type; an older file's rope_scaling
- * applies to the full layers only (Olmo3Config.convert_rope_params_to_dict), the sliding
- * ones keeping plain RoPE with the same rope_theta. */
+ * layer type. transformers 5 writes rope_parameters per type; an older file's rope_theta
+ * and rope_scaling apply to the full layers only (Olmo3Config.convert_rope_params_to_dict
+ * pops rope_theta for them), the sliding ones keeping plain RoPE with default_theta. */
 static int parse_olmo3(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     int rc = read_window(root, 4096, what, c, err);
@@ -138,7 +138,7 @@ static int parse_olmo3(const cJSON *root, const char *what, qd_model_config *c, 
         c->rope_local.has_factor = 0;
         c->rope_local.attention_factor = 0.0f;
         c->rope_local.n_factors = 0;
-        c->rope_theta_local = c->rope_theta;
+        c->rope_theta_local = 500000.0f;
     }
     return check_window(what, c, err);
 }

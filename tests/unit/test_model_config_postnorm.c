@@ -80,14 +80,16 @@ static void test_defaults(void)
     CHECK_NEAR(c.rope.partial_rotary_factor, 1.0, 0);
 }
 
-/* OLMo 3's older rope_scaling applies to the full layers only. */
+/* OLMo 3's older rope_theta and rope_scaling apply to the full layers only: the sliding
+ * ones keep plain RoPE at default_theta 500000, as Olmo3Config reads such a file. */
 static void test_olmo3_rope(void)
 {
     qd_model_config c;
     qd_err err;
-    CHECK_OK(parse("Olmo3ForCausalLM", "\"rope_theta\":500000,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8,"
+    CHECK_OK(parse("Olmo3ForCausalLM", "\"rope_theta\":1e6,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":8,"
                    "\"original_max_position_embeddings\":32}", &c, &err));
     CHECK_INT(c.rope.type, QD_ROPE_YARN);
+    CHECK_NEAR(c.rope_theta, 1e6, 0);
     CHECK_INT(c.rope_local.type, QD_ROPE_DEFAULT);
     CHECK_NEAR(c.rope_theta_local, 500000.0, 0);
     CHECK_OK(parse("Olmo3ForCausalLM", "\"rope_parameters\":{\"full_attention\":{\"rope_type\":\"linear\",\"factor\":2,"
