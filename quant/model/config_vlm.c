@@ -179,7 +179,19 @@ int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJ
         }
         cJSON_AddItemToObject(text, e->string, cJSON_Duplicate(e, 1));
     }
-    if (!strcmp(arch, "Gemma3ForConditionalGeneration")) gemma_rope_defaults(text);
+    if (!strcmp(arch, "Gemma3ForConditionalGeneration")) {
+        gemma_rope_defaults(text);
+        /* Gemma3ForConditionalGeneration's forward never applies it (Gemma3ForCausalLM's
+         * does, and so does vLLM's gemma3_mm through its language model): the two
+         * references differ, so neither is computed. */
+        const cJSON *cap = cJSON_GetObjectItemCaseSensitive(text, "final_logit_softcapping");
+        if (cap && !cJSON_IsNull(cap)) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: text_config.final_logit_softcapping is set, which transformers' "
+                            "Gemma3ForConditionalGeneration does not apply (its CausalLM and vLLM do); not supported",
+                            what);
+            goto fail;
+        }
+    }
     /* The dtype the weights are stored in: the outer config's (the text one when only it
      * has one). */
     static const char *const dkeys[] = {"dtype", "torch_dtype"};
