@@ -892,6 +892,17 @@ int qd_model_linear_find(const qd_model *m, const char *name)
     return -1;
 }
 
+int qd_model_outside_text(const qd_model *m, const char *name, char *root, size_t cap)
+{
+    if (!m->text_prefix || !strncmp(name, m->text_prefix, strlen(m->text_prefix))) return 0;
+    size_t lp = strlen(m->lm_prefix);
+    if (!strncmp(name, m->lm_prefix, lp) && !strncmp(name + lp, "lm_head.", 8)) return 0;
+    const char *s = !strncmp(name, "model.", 6) ? name + 6 : name;
+    size_t n = strcspn(s, ".");
+    snprintf(root, cap, "%.*s", (int)n, s);
+    return 1;
+}
+
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap)
 {
     int n = snprintf(buf, cap, m->arch->block_fmt, block);
