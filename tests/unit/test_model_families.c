@@ -60,6 +60,11 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
