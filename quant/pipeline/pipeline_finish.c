@@ -63,8 +63,8 @@ static void remove_outputs(const char *dir, const char *job_id)
 
 /* A vision-language model's vision tower and projector: their top modules, declared in
  * float in the quantization config (their tensors are copied unchanged with the rest). */
-#define MAX_FLOAT_ROOTS 8
-static int float_roots(qd_pipeline *p, cJSON *qcfg)
+#define MAX_FLOAT_ROOTS 16
+static int float_roots(qd_pipeline *p, cJSON *qcfg, qd_err *err)
 {
     const st_model *sm = qd_model_tensors(p->m);
     char roots[MAX_FLOAT_ROOTS][64];
@@ -75,13 +75,16 @@ static int float_roots(qd_pipeline *p, cJSON *qcfg)
         if (!qd_model_outside_text(p->m, st_model_tensor(sm, i)->name, r, sizeof r)) continue;
         size_t j = 0;
         while (j < n && strcmp(roots[j], r)) j++;
-        if (j == n && n < MAX_FLOAT_ROOTS) {
+        if (j == n && n == MAX_FLOAT_ROOTS)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: more than %d modules outside the text tower ('%s')",
+                              qd_model_dir(p->m), MAX_FLOAT_ROOTS, r);
+        if (j == n) {
             snprintf(roots[n], sizeof roots[n], "%s", r);
             names[n] = roots[n];
             n++;
         }
     }
-    return qd_output_declare_float_roots(qcfg, names, n);
+    return qd_output_declare_float_roots(qcfg, names, n) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
 }
 
 /* The output directory's files, written from the checkpoint (see qd_pipeline_finish). */
@@ -166,8 +169,8 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     cJSON *qcfg = qd_output_quant_config(p->job, float_names, n_float, &tp_regex, (size_t)tps->n_regex, p->st.awq_note);
     free(float_names);
     free(moe_names);
-    if (qcfg && float_roots(p, qcfg)) { cJSON_Delete(qcfg); qcfg = NULL; }
     if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    if ((rc = float_roots(p, qcfg, err))) { cJSON_Delete(qcfg); free(tps); return rc; }
     rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, qd_output_float_dtype(sm), err);
     cJSON_Delete(qcfg);
     if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);

@@ -346,7 +346,9 @@ FAMILIES = {
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
-ALL_NAMES = list(FAMILIES) + [LEGACY]
+# mistral3_tie_default is mistral3's checkpoint with the outer tie_word_embeddings removed (see write_tie_default).
+TIE_DEFAULT = "mistral3_tie_default"
+ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT]
 
 
 def build(spec):
@@ -566,6 +568,40 @@ def write_legacy(out_dir, dtype):
     print(f"  rope keys: {json.dumps(rope_view(cfg))}")
 
 
+def write_tie_default(out_dir):
+    """mistral3's checkpoint with config.json's outer tie_word_embeddings left out, as the
+    Hub's Mistral-Small-3.1 config does: Mistral3Config's default is true, but the
+    checkpoint stores language_model.lm_head, which transformers then does not tie (it
+    differs from the embeddings). Hand-edited; transformers must reproduce mistral3's logits."""
+    src, d = os.path.join(out_dir, "mistral3"), os.path.join(out_dir, TIE_DEFAULT)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copyfile(os.path.join(src, "model.safetensors"), os.path.join(d, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.pop("tie_word_embeddings")
+    cfg["text_config"].pop("tie_word_embeddings", None)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(src, "ids.json")) as f:
+        ids = json.load(f)["tokens"]
+    ref = np.fromfile(os.path.join(src, "logits.f32"), dtype="<f4").reshape(len(ids), -1)
+    again = reload_logits(d, ids, AutoModelForImageTextToText)
+    if not np.array_equal(again, ref):
+        raise SystemExit(f"{TIE_DEFAULT}: transformers ties the stored lm_head (max |d| {np.max(np.abs(again - ref)):.3g})")
+    with open(os.path.join(src, "meta.json")) as f:
+        meta = json.load(f)
+    meta.pop("sensitivity", None)
+    meta.update(family=TIE_DEFAULT,
+                what="mistral3's weights and logits with config.json HAND-EDITED: tie_word_embeddings left out "
+                     "(Mistral3Config's default true, as the Hub's Mistral-Small-3.1 has it) while "
+                     "language_model.lm_head is stored: transformers uses the stored lm_head",
+                hand_edited=True, transformers_differences=[])
+    save_goldens(d, ids, ref, meta)
+    print(f"{TIE_DEFAULT}: hand-edited config of mistral3; transformers reproduces its logits")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -584,6 +620,8 @@ def main():
     for n in names:
         if n in FAMILIES:
             write_family(a.out, n, FAMILIES[n], dtype)
+    if TIE_DEFAULT in names:
+        write_tie_default(a.out)
     if LEGACY in names:
         write_legacy(a.out, dtype)
 

@@ -65,6 +65,7 @@ static const family_expect families[] = {
     {"qwen3_vl", EXPECT_MATCH, NULL},
     {"gemma3_vl", EXPECT_MATCH, NULL},
     {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
