@@ -161,9 +161,9 @@ int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJ
     int rc = 0;
     char mt[32] = "";
     if ((rc = qd_cfg_get_str(text, "model_type", mt, sizeof mt, what, err))) goto fail;
-    if (tc && !in_words(f->text_types, mt)) {
+    if (tc && mt[0] && !in_words(f->text_types, mt)) {   /* absent: the class's own, as transformers reads it */
         rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: text_config.model_type \"%s\" is not supported for %s (%s)", what,
-                        mt[0] ? mt : "(absent)", arch, f->text_types);
+                        mt, arch, f->text_types);
         goto fail;
     }
     /* Keys the text config class defaults and the file leaves out. RoPE's base goes where the
