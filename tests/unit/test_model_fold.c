@@ -150,6 +150,10 @@ static void test_fold(void)
     check_family("olmo3", 2);
     check_family("exaone4", 2);
     check_family("glm4", 4);
+    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen3_vl", 4);
+    check_family("gemma3_vl", 4);
+    check_family("mistral3", 4);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
