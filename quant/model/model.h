@@ -25,10 +25,11 @@
 #include "quant/model/config.h"
 
 /* A block's linears and input groups: up to 5 attention projections (DeepSeek's latent
- * attention), a dense MLP's 3 (DeepSeek's dense layers), and 3 per expert (up to
+ * attention; a hybrid's attention and recurrent layers' projections, up to 9, Qwen3.5), a
+ * dense MLP's 3 (DeepSeek's dense layers), and 3 per expert (up to
  * QD_MAX_EXPERTS, plus a shared expert); up to 4 groups for attention, 2 for the dense MLP
  * and 2 per expert. */
-#define QD_MAX_LINEARS (8 + 3 * (QD_MAX_EXPERTS + 1))
+#define QD_MAX_LINEARS (12 + 3 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_GROUP_LINEARS 4
 #define QD_MAX_GROUPS (6 + 2 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_NORMS 4
