@@ -120,6 +120,10 @@ float qd_model_norm_offset(const qd_model *m);
  * model has none. */
 const char *qd_model_moe_router(const qd_model *m);
 const char *qd_model_moe_shared_gate(const qd_model *m);
+/* A hybrid's recurrent layer's conv module, linear-shaped and never quantized (vLLM builds
+ * it without the quantization config): "linear_attn.conv1d" on block's Gated DeltaNet layer,
+ * relative to the block; NULL on other layers and models. */
+const char *qd_model_block_conv(const qd_model *m, int block);
 
 /* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
  * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's

@@ -311,6 +311,10 @@ static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err)
 {
+    /* A hybrid's recurrent layer has no o_proj: its half ends in its own projection. */
+    if (!qd_model_block_has_linear(m, bw->block, m->arch->lin_o))
+        return qd_err_set(err, QD_EINVAL, "attention finish: block %d has no %s (a recurrent layer)", bw->block,
+                          m->lin[m->arch->lin_o].name);
     return half_finish(m, bw, 0, m->arch->lin_o, ctx, x, y, rows, err);
 }
 

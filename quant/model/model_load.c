@@ -898,6 +898,11 @@ const char *qd_model_moe_shared_gate(const qd_model *m)
     return m->cfg.n_experts > 0 && m->cfg.shared_intermediate > 0 ? m->arch->shared_gate : NULL;
 }
 
+const char *qd_model_block_conv(const qd_model *m, int block)
+{
+    return qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET ? "linear_attn.conv1d" : NULL;
+}
+
 int qd_model_linear_find(const qd_model *m, const char *name)
 {
     for (int i = 0; i < m->n_lin; i++) if (!strcmp(m->lin[i].name, name)) return i;

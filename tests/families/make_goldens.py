@@ -106,10 +106,11 @@ def slow_decay(model, g):
                 p.copy_(torch.empty(p.shape).uniform_(0.02, 0.2, generator=g).log())
 
 
-# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 2 key heads of 16 shared by 4 value heads of
-# 16 (grouped), a 4-tap causal conv; the gated full attention layers have head_dim 32 with
-# partial_rotary_factor 0.25 (8 rotated dims) and a sigmoid gate from q_proj.
-GDN = dict(linear_num_key_heads=2, linear_num_value_heads=4, linear_key_head_dim=16, linear_value_head_dim=16,
+# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 2 key heads of 16 shared by 32 value heads of
+# 4 (16 per key head), a 4-tap causal conv; the gated full attention layers have head_dim 32
+# with partial_rotary_factor 0.25 (8 rotated dims) and a sigmoid gate from q_proj. 32 value
+# heads make in_proj_b / in_proj_a (and in_proj_ba) 32 or 64 rows, which GPTQ's packing needs.
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=32, linear_key_head_dim=16, linear_value_head_dim=4,
            linear_conv_kernel_dim=4, head_dim=32, num_hidden_layers=4,
            layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
            rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
