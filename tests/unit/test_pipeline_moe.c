@@ -408,6 +408,13 @@ static void test_qwen_next(void)
             if (st_model_find(om, absent[j])) TEST_FAIL_("qwen3_next %s: %s should not exist", methods[i][1], absent[j]);
         test_checks += 3;
         st_model_close(om);
+        /* conv1d is declared float (vLLM builds it without the quantization config anyway). */
+        char *qc = pt_read(test_path(out, "quantize_config.json"), NULL);
+        if (!(qc && strstr(qc, "-:model\\\\.layers\\\\.2\\\\.linear_attn\\\\.conv1d$") &&
+              !strstr(qc, "layers\\\\.1\\\\.linear_attn")))
+            TEST_FAIL_("qwen3_next %s: quantize_config.json does not declare layer 2's conv1d (only)", methods[i][1]);
+        test_checks++;
+        free(qc);
         /* Layers 0 and 2: 3 DeltaNet linears; 1 and 3: 4 attention linears; 3 dense in layer 2,
          * 3 x (8 + 1) experts in the others. */
         CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 3 + 4 + 3 + 4 + 3 + 3 * 27);
