@@ -7,13 +7,14 @@
  * gated shared expert, a layer at a time.
  *
  * The quantized linears are those vLLM loads with the quantization config (vLLM 0.32,
- * model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py: in_proj_qkvz and in_proj_ba are
- * MergedColumnParallelLinear(quant_config=...) — Qwen3.5's in_proj_qkv/in_proj_z and
- * in_proj_b/in_proj_a packed into them, models/qwen3_5.py — and out_proj a
- * RowParallelLinear(quant_config=...); conv1d is a ColumnParallelLinear without one, so it
- * stays float, as do A_log, dt_bias and the norms, which are parameters, not linears). The
- * router and shared_expert_gate stay float (models/qwen3_next.py: GateLinear, and
- * ReplicatedLinear(quant_config=None)).
+ * model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py lines 516-531: in_proj_qkvz and
+ * in_proj_ba are MergedColumnParallelLinear(quant_config=...) — Qwen3.5's in_proj_qkv /
+ * in_proj_z and in_proj_b / in_proj_a packed into them, models/qwen3_5.py lines 307-317 —
+ * and lines 581-589 out_proj a RowParallelLinear(quant_config=...); lines 503-508 conv1d a
+ * ColumnParallelLinear without one, so it stays float, as do A_log, dt_bias and the norms,
+ * which are parameters, not linears; models/qwen3_next.py lines 825-834 packed_modules_mapping).
+ * The router and shared_expert_gate stay float (models/qwen3_next.py lines 191-202: GateLinear,
+ * and ReplicatedLinear(quant_config=None)).
  *
  * AWQ folds: the attention's and the DeltaNet's input projections read input_layernorm's
  * output (a (1 + w) norm: the multipliers fold as a whole, as Gemma's). Neither output

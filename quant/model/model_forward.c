@@ -1,7 +1,9 @@
 /* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
  * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
  * RoPE, GQA attention with optional window and soft-cap (DeepSeek's latent attention in
- * model_mla.c; Gated DeltaNet layers in model_gdn.c; Qwen3-Next's output gate), SwiGLU or GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
+ * model_mla.c; Gated DeltaNet layers in model_gdn.c; Qwen3-Next's output gate), SwiGLU or
+ * GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU
+ * MLP, biases), and
  * final norm + lm_head (+ Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
@@ -394,10 +396,13 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
         if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-        rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
-           : qd_model_block_mixer(m, bw->block) == QD_MIXER_GATED_DELTANET ? qd_gdn_forward(m, bw, ain, tmp, batch, seq, hooks, err)
-                          : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL,
-                                      window, hooks, err);
+        if (m->arch->mla)
+            rc = qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err);
+        else if (qd_model_block_mixer(m, bw->block) == QD_MIXER_GATED_DELTANET)   /* Qwen3-Next, Qwen3.5 */
+            rc = qd_gdn_forward(m, bw, ain, tmp, batch, seq, hooks, err);
+        else
+            rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL, window,
+                           hooks, err);
         if (rc || (rc = half_tail(m, bw, 0, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;
