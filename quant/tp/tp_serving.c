@@ -30,6 +30,16 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
+/* Architectures vLLM serves through its Transformers backend (vllm/model_executor/models/
+ * registry.py, _TRANSFORMERS_BACKEND_MODELS): each nn.Linear becomes its own vLLM linear by
+ * the model's base_model_tp_plan (models/transformers/utils.py: colwise and
+ * colwise_gather_output -> ColumnParallelLinear, rowwise and rowwise_split_input ->
+ * RowParallelLinear), so q/k/v and gate/up are not fused. */
+static int transformers_backend(const qd_model_config *cfg)
+{
+    return !strcmp(cfg->architecture, "Olmo2ForCausalLM") || !strcmp(cfg->architecture, "Olmo3ForCausalLM");
+}
+
 int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
                         int tp, int gpu_cc, qd_serving_report *out, qd_err *err)
 {
@@ -52,16 +62,18 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
             /* A hybrid's layer holds its own mixer's linears only. */
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
-            /* Row-parallel groups: each linear alone; column groups: one fused linear, but a
-             * Gated DeltaNet's input is two (vllm/model_executor/layers/mamba/gdn/
-             * qwen_gdn_linear_attn.py: in_proj_qkvz, in_proj_ba, each a
-             * MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z and in_proj_b +
-             * in_proj_a packed into them, models/qwen3_5.py packed_modules_mapping). */
-            int gdn_in = !strcmp(G->name, "gdn_in"), split = G->n_linears / 2;
-            int parts = row_parallel ? G->n_linears : gdn_in ? 2 : 1;
+            /* Row-parallel groups: each linear alone; column groups: one fused linear (each
+             * alone under the Transformers backend), but a Gated DeltaNet's input is two
+             * (vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py: in_proj_qkvz,
+             * in_proj_ba, each a MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z
+             * and in_proj_b + in_proj_a packed into them, models/qwen3_5.py
+             * packed_modules_mapping). */
+            int fused = !row_parallel && !transformers_backend(cfg);
+            int gdn_in = fused && !strcmp(G->name, "gdn_in"), split = G->n_linears / 2;
+            int parts = fused ? (gdn_in ? 2 : 1) : G->n_linears;
             for (int p = 0; p < parts; p++) {
-                int first = row_parallel ? p : gdn_in ? (p ? split : 0) : 0;
-                int last = row_parallel ? p + 1 : gdn_in ? (p ? G->n_linears : split) : G->n_linears;
+                int first = fused ? (gdn_in && p ? split : 0) : p;
+                int last = fused ? (gdn_in && !p ? split : G->n_linears) : p + 1;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -105,7 +117,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 }
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
-                if (!row_parallel && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
+                if (fused && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
                     /* Gated attention (Qwen3-Next, Qwen3.5): q_proj's rows hold each head's gate too. */
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads, qm = cfg->attn_gate ? 2 : 1;
                     per_shard = (qh % tp) ? 0 : (qm * qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;

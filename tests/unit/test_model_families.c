@@ -63,6 +63,10 @@ static const family_expect families[] = {
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
     {"qwen3_5", EXPECT_MATCH, NULL},
     {"qwen3_5_moe", EXPECT_MATCH, NULL},
+    {"olmo2", EXPECT_MATCH, NULL},
+    {"olmo3", EXPECT_MATCH, NULL},
+    {"exaone4", EXPECT_MATCH, NULL},
+    {"glm4", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
