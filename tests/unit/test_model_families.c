@@ -60,6 +60,9 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
+    {"qwen3_5", EXPECT_MATCH, NULL},
+    {"qwen3_5_moe", EXPECT_MATCH, NULL},
     {"olmo2", EXPECT_MATCH, NULL},
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
