@@ -26,6 +26,9 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Qwen3MoeForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV2ForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
+    {"Starcoder2ForCausalLM", QD_ARCH_LLAMA},
+    {"PhiForCausalLM", QD_ARCH_LLAMA},
+    {"GPTNeoXForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -182,7 +185,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Starcoder2ForCausalLM, PhiForCausalLM, GPTNeoXForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }
@@ -223,7 +226,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         c.rope_theta_local = c.rope_theta;
         /* RoPE, windows, and what each family changes in the Llama block. */
         if ((rc = qd_config_family_parse(root, what, &c, err))) goto done;
-        if (strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
+        if (!c.mlp_plain && strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
             goto done;
         }

@@ -16,7 +16,7 @@
 
 typedef enum qd_arch_family {
     QD_ARCH_UNKNOWN = 0,
-    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3 */
+    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, StarCoder2, Phi, GPT-NeoX */
     QD_ARCH_OPT,         /* OPTForCausalLM */
 } qd_arch_family;
 
@@ -54,6 +54,10 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
+    QD_LAYOUT_STARCODER2,  /* llama attention with biases; LayerNorms; mlp.c_fc -> act -> mlp.c_proj */
+    QD_LAYOUT_PHI,         /* parallel block from one input_layernorm; q/k/v/dense; mlp.fc1 -> act -> mlp.fc2 */
+    QD_LAYOUT_NEOX,        /* gpt_neox.layers.N.: attention.query_key_value per head [q; k; v], attention.dense,
+                            * mlp.dense_h_to_4h -> act -> mlp.dense_4h_to_h; parallel or sequential residual */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -118,6 +122,12 @@ typedef struct qd_model_config {
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
     int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default) */
     int tie_word_embeddings;
+    /* StarCoder2, Phi, GPT-NeoX (config_parallel.c) */
+    int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,
+                                * gelu_pytorch_tanh) */
+    int parallel_block;        /* attention and MLP both read the block's input: y = x + attn(n0(x)) + mlp(n(x)),
+                                * n the shared norm 0 (Phi) or norm 1 (GPT-NeoX use_parallel_residual) */
+    int lm_head_bias;          /* lm_head carries a bias (Phi) */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
     int mlp_bias;              /* mlp biases (llama mlp_bias, OPT) */

@@ -719,6 +719,8 @@ static int open_globals(qd_model *m, qd_err *err)
     } else if ((rc = find_float(m, a->lm_head, 2, shape, &m->t_lm_head, err))) {
         return rc;
     }
+    if (c->lm_head_bias && a->lm_head_bias && (rc = qd_model_load_f32(m, a->lm_head_bias, 1, &c->vocab, &m->lm_bias, err)))
+        return rc;
     uint64_t lm_bytes = (uint64_t)c->vocab * pd * sizeof(float);
     if (lm_bytes <= QD_LM_HEAD_KEEP_BYTES) {
         m->lm_head = qd_backend_alloc(m->be, lm_bytes);
@@ -796,6 +798,7 @@ void qd_model_close(qd_model *m)
         qd_backend_free(m->be, m->proj_in);
         qd_backend_free(m->be, m->proj_out);
         qd_backend_free(m->be, m->lm_head);
+        qd_backend_free(m->be, m->lm_bias);
     }
     st_model_close(m->st);
     free(m->lin_names);

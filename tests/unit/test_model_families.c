@@ -60,6 +60,10 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"starcoder2", EXPECT_MATCH, NULL},
+    {"phi2", EXPECT_MATCH, NULL},
+    {"gpt_neox", EXPECT_MATCH, NULL},
+    {"gpt_neox_seq", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
