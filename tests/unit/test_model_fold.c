@@ -132,6 +132,14 @@ static void test_fold(void)
     check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
     check_family("gemma3", 4);
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
+    /* LayerNorm families: weight and bias divided. StarCoder2: input_layernorm, v_proj,
+     * post_attention_layernorm (c_proj follows GELU: no fold). Phi's parallel block: q/k/v and
+     * fc1 one group into input_layernorm, dense into v_proj. GPT-NeoX: the two norms only
+     * (dense's v rows are spread over query_key_value's heads). */
+    check_family("starcoder2", 3);
+    check_family("phi2", 2);
+    check_family("gpt_neox", 2);
+    check_family("gpt_neox_seq", 2);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
