@@ -5,6 +5,8 @@
  * are replicated when there are fewer than ranks). */
 #include "quant/tp/tp_serving.h"
 
+#include "quant/model/block.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -43,6 +45,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
         return qd_err_set(err, QD_EUNSUPPORTED, "serving check: %s (multi-head latent attention) is not in the serving "
                           "rule table", cfg->architecture);
     size_t cap = 0;
+    int o_li = qd_model_group(m, qd_model_attn_out_group(m))->linears[0];   /* attention linears come before it */
     for (int b = 0; b < (int)cfg->n_layers; b++) {
         char prefix[160];
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
@@ -50,10 +53,19 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             const qd_input_group *G = qd_model_group(m, g);
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
-            /* Row-parallel groups: each linear alone; column groups: one fused linear. */
-            int parts = row_parallel ? G->n_linears : 1;
+            /* Row-parallel groups: each linear alone; column groups: one fused linear, except
+             * where a parallel block's one input group holds attention and MLP linears (Phi's
+             * q/k/v and fc1): vLLM serves PhiForCausalLM through its Transformers backend,
+             * which fuses q/k/v into QKVParallelLinear (transformers/fusers/qkv.py) and builds
+             * fc1 alone from the tp plan's "colwise" (transformers/utils.py,
+             * replace_linear_class): two column-parallel linears. */
+            int n_attn = 0;
+            for (int j = 0; j < G->n_linears; j++) n_attn += G->linears[j] < o_li;
+            int split = !row_parallel && n_attn > 0 && n_attn < G->n_linears;
+            int parts = row_parallel ? G->n_linears : split ? 2 : 1;
             for (int p = 0; p < parts; p++) {
-                int first = row_parallel ? p : 0, last = row_parallel ? p + 1 : G->n_linears;
+                int first = row_parallel ? p : split && p ? n_attn : 0;
+                int last = row_parallel ? p + 1 : split && !p ? n_attn : G->n_linears;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -96,7 +108,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 }
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
-                if (!row_parallel && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
+                if (!row_parallel && !strcmp(G->name, "attn_in") && last - first == 3) {
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads;
                     per_shard = (qh % tp) ? 0 : (qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
                     if (kvh >= tp && kvh % tp) per_shard = 0;
