@@ -1,8 +1,10 @@
 /* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
- * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
+ * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm or LayerNorm,
  * RoPE, GQA attention with optional window and soft-cap (DeepSeek's latent attention in
- * model_mla.c), SwiGLU or GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
- * final norm + lm_head (+ Gemma 2's logit soft-cap).
+ * model_mla.c), SwiGLU or GeGLU or a plain GELU MLP (StarCoder2, Phi, GPT-NeoX), Phi-3's fused
+ * projections, GPT-NeoX's per-head query_key_value, Gemma's extra norms, the parallel block
+ * (Phi, GPT-NeoX); OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and final norm +
+ * lm_head (+ its bias, Phi; + Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
 #include <stdio.h>
