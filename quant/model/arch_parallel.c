@@ -105,12 +105,46 @@ static const qd_arch arch_neox = {
     .lm_head = "embed_out.weight",
 };
 
+/* Cohere2 (Command R7B): one mean-centred LayerNorm without bias feeds q/k/v and gate/up
+ * (one input group of five linears, folded into its weight); o_proj folds into v_proj's
+ * rows, down_proj into up_proj's (SwiGLU: silu(g) * (u / s) = (silu(g) * u) / s). */
+static const qd_arch arch_cohere2 = {
+    .name = "cohere2",
+    .family = QD_ARCH_LLAMA,
+    .block_fmt = "model.layers.%d.",
+    .lin_o = 3,
+    .lin_mlp0 = 4,
+    .n_linears = 7,
+    .linears = {
+        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        {"mlp.gate_proj", 0, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.up_proj", 0, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 2, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 3,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+    },
+    .norms = {"input_layernorm"},
+    .layernorm = 1,
+    .norm_no_bias = 1,
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm",
+    .lm_head = "lm_head.weight",
+};
+
 const qd_arch *qd_arch_plain_for(const qd_model_config *c)
 {
     switch (c->layout) {
     case QD_LAYOUT_STARCODER2: return &arch_starcoder2;
     case QD_LAYOUT_PHI: return &arch_phi;
     case QD_LAYOUT_NEOX: return &arch_neox;
+    case QD_LAYOUT_COHERE2: return &arch_cohere2;
     default: return NULL;
     }
 }

@@ -16,7 +16,8 @@
 
 typedef enum qd_arch_family {
     QD_ARCH_UNKNOWN = 0,
-    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, StarCoder2, Phi, GPT-NeoX */
+    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, StarCoder2, Phi, GPT-NeoX,
+                          * Cohere2 */
     QD_ARCH_OPT,         /* OPTForCausalLM */
 } qd_arch_family;
 
@@ -58,6 +59,7 @@ typedef enum qd_block_layout {
     QD_LAYOUT_PHI,         /* parallel block from one input_layernorm; q/k/v/dense; mlp.fc1 -> act -> mlp.fc2 */
     QD_LAYOUT_NEOX,        /* gpt_neox.layers.N.: attention.query_key_value per head [q; k; v], attention.dense,
                             * mlp.dense_h_to_4h -> act -> mlp.dense_4h_to_h; parallel or sequential residual */
+    QD_LAYOUT_COHERE2,     /* parallel block from one mean-centred LayerNorm without bias; llama q/k/v/o and SwiGLU */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -136,7 +138,7 @@ typedef struct qd_model_config {
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
-    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default) */
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, Cohere2) */
     int tie_word_embeddings;
     /* StarCoder2, Phi, GPT-NeoX (config_parallel.c) */
     int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,

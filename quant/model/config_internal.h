@@ -22,7 +22,7 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * layout; and the refusal of such keys where the family does not have them. Runs after
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
-/* StarCoder2, Phi, GPT-NeoX (config_parallel.c): the LayerNorm families with a plain MLP,
+/* StarCoder2, Phi, GPT-NeoX, Cohere2 (config_parallel.c): the LayerNorm families,
  * their defaults, RoPE spellings and refusals; qd_config_family_parse hands them over. */
 int qd_config_is_plain_family(const char *architecture);
 int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);

@@ -1,6 +1,6 @@
 /* The config keys of the LayerNorm rotary families with a plain (ungated) MLP: StarCoder2,
  * Phi (phi-1/1.5/2) and GPT-NeoX (Pythia), the last two with the parallel block (attention
- * and MLP both read the block's input). Defaults are those of Starcoder2Config, PhiConfig
+ * and MLP both read the block's input); and Cohere2, a parallel block with SwiGLU. Defaults are those of Starcoder2Config, PhiConfig
  * and GPTNeoXConfig in transformers 5, read again here over the Llama defaults config.c
  * filled in (the families' names and values differ: norm_epsilon, layer_norm_eps, rotary_pct,
  * rotary_emb_base). A key that changes the math and that the forward does not compute
@@ -32,6 +32,91 @@ int qd_config_is_plain_family(const char *arch)
 {
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (!strcmp(families[i].arch, arch)) return 1;
+    return !strcmp(arch, "Cohere2ForCausalLM");
+}
+
+/* Cohere2 (Command R7B; Cohere2Config's defaults): the parallel block from one mean-centred
+ * LayerNorm without bias (Cohere2LayerNorm), llama attention and SwiGLU, interleaved RoPE
+ * pairs (repeat_interleave of the frequencies) on the sliding layers only (the full ones
+ * have none), layer_types or the older
+ * sliding_window_pattern (4), the head size always hidden / heads (__post_init__ sets it),
+ * logits times logit_scale. */
+static int parse_cohere2(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    c->layout = QD_LAYOUT_COHERE2;
+    c->vocab = 256000; c->hidden = 8192; c->intermediate = 22528; c->n_layers = 40; c->n_heads = 64;
+    c->n_kv_heads = 0; c->max_pos = 8192; c->norm_eps = 1e-5f; c->tie_word_embeddings = 1;
+    c->qkv_bias = 0; c->logit_scale = 0.0625f; c->sliding_window = 4096;
+    strcpy(c->activation, "silu");
+    if ((rc = qd_cfg_get_int(root, "vocab_size", &c->vocab, what, err)) ||
+        (rc = qd_cfg_get_int(root, "hidden_size", &c->hidden, what, err)) ||
+        (rc = qd_cfg_get_int(root, "intermediate_size", &c->intermediate, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_hidden_layers", &c->n_layers, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_attention_heads", &c->n_heads, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_key_value_heads", &c->n_kv_heads, what, err)) ||
+        (rc = qd_cfg_get_int(root, "max_position_embeddings", &c->max_pos, what, err)) ||
+        (rc = qd_cfg_get_float(root, "layer_norm_eps", &c->norm_eps, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "tie_word_embeddings", &c->tie_word_embeddings, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "attention_bias", &c->qkv_bias, what, err)) ||
+        (rc = qd_cfg_get_float(root, "logit_scale", &c->logit_scale, what, err)) ||
+        (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err)) ||
+        (rc = qd_cfg_get_str(root, "hidden_act", c->activation, sizeof c->activation, what, err)))
+        return rc;
+    c->o_bias = c->qkv_bias;
+    c->mlp_bias = 0;
+    c->parallel_block = 1;
+    c->rope_interleave = 1;
+    c->head_dim = 0;   /* hidden / heads (config.c), whatever head_dim says */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && cJSON_IsNull(sw)) c->sliding_window = 0;
+    if (c->sliding_window < 0) return qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
+    if (strcmp(c->activation, "silu"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c->activation,
+                          c->architecture);
+    if (!(c->logit_scale > 0)) return qd_err_set(err, QD_EUNSUPPORTED, "%s: logit_scale must be positive", what);
+    if ((rc = qd_config_rope_parse(root, what, 0, c, err))) return rc;
+    /* Cohere2's RoPE turns the whole head (compute_default_rope_parameters reads no
+     * partial_rotary_factor). */
+    if (c->rope.partial_rotary_factor != 1.0f)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (the whole head "
+                          "turns)", what, (double)c->rope.partial_rotary_factor, c->architecture);
+    if (c->rope.type == QD_ROPE_LONGROPE)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
+                          what, c->architecture);
+    if (c->n_layers > QD_CFG_MAX_LAYERS)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                          (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (lt && !cJSON_IsNull(lt)) {
+        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
+            return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
+                              (long long)c->n_layers);
+        int i = 0;
+        const cJSON *e;
+        cJSON_ArrayForEach(e, lt) {
+            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
+            else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+                return qd_err_set(err, QD_EUNSUPPORTED,
+                                  "%s: layer_types[%d] \"%s\" is not supported (sliding_attention, full_attention)", what, i,
+                                  cJSON_IsString(e) ? e->valuestring : "?");
+            i++;
+        }
+    } else {
+        int64_t pattern = 4;
+        if ((rc = qd_cfg_get_int(root, "sliding_window_pattern", &pattern, what, err))) return rc;
+        if (pattern <= 0) return qd_err_set(err, QD_EFORMAT, "%s: sliding_window_pattern must be positive", what);
+        for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = (i + 1) % pattern != 0;
+    }
+    /* RoPE only where the layer has a window (Cohere2Attention applies it when its
+     * sliding_window is not None); transformers cannot build the sliding layers' mask
+     * without a window, so neither is guessed here. */
+    for (int64_t i = 0; i < c->n_layers; i++) {
+        if (c->layer_sliding[i] && c->sliding_window == 0)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: sliding_window null with sliding_attention layers is not "
+                              "supported for %s (transformers has no window for their mask)", what, c->architecture);
+        c->layer_nope[i] = !c->layer_sliding[i];
+    }
     return 0;
 }
 
@@ -66,6 +151,7 @@ static int neox_rope(const cJSON *root, const char *what, qd_model_config *c, qd
 
 int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
+    if (!strcmp(c->architecture, "Cohere2ForCausalLM")) return parse_cohere2(root, what, c, err);
     const plain_family *f = NULL;
     for (size_t i = 0; i < sizeof families / sizeof families[0]; i++)
         if (!strcmp(families[i].arch, c->architecture)) f = &families[i];

@@ -155,6 +155,18 @@ static int norm(qd_model *m, float *y, const float *x, const float *w, const flo
     return m->be->ops->rmsnorm(m->be, y, x, w, rows, m->cfg.hidden, m->cfg.norm_eps);
 }
 
+/* x [n_rows, hd] (n_rows = tokens * heads) in place to [evens | odds] per row; tmp holds
+ * n_rows * hd floats. Four strided copies, on the device. */
+static int deinterleave_heads(qd_model *m, float *x, float *tmp, int64_t n_rows, int64_t hd, qd_err *err)
+{
+    int64_t half = n_rows * hd / 2, h2 = hd / 2;
+    BE_CALL(m, err, m->be->ops->copy_2d(m->be, tmp, 1, x, 2, half, 1));
+    BE_CALL(m, err, m->be->ops->copy_2d(m->be, tmp + half, 1, x + 1, 2, half, 1));
+    BE_CALL(m, err, m->be->ops->copy_2d(m->be, x, hd, tmp, h2, n_rows, h2));
+    BE_CALL(m, err, m->be->ops->copy_2d(m->be, x + h2, hd, tmp + half, h2, n_rows, h2));
+    return 0;
+}
+
 /* Attention sub-block: xn (normed input) → out (o_proj output). rf: this layer's RoPE
  * (NULL for OPT); window: this layer's sliding window (0 = none). */
 static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
@@ -198,6 +210,14 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    }
+    if (rf && c->rope_interleave) {
+        /* Cohere2 turns the pairs (x0, x1), (x2, x3), ...: rotate-half RoPE on each head
+         * de-interleaved to [evens | odds] is the same rotation with the dims permuted, and
+         * q and k permuted alike leave every score q . k unchanged (v is not touched). */
+        if ((rc = deinterleave_heads(m, q, att, rows * c->n_heads, c->head_dim, err)) ||
+            (rc = deinterleave_heads(m, k, att, rows * c->n_kv_heads, c->head_dim, err)))
+            return rc;
     }
     if (rf) {
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));

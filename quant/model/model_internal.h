@@ -66,6 +66,7 @@ typedef struct qd_arch {
     const char *mla_norms[2];  /* its q_a_layernorm and kv_a_layernorm (NULL where absent) */
     const char *norms[QD_MAX_NORMS];   /* see qd_model_norm_name; NULL where absent */
     int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
+    int norm_no_bias;          /* layernorm without a bias (Cohere's mean-centred LayerNorm, weight only) */
     const char *embed;         /* token embedding [vocab, proj_dim] */
     const char *embed_pos;     /* learned positions [max_pos + offset, hidden] or NULL */
     const char *final_norm;    /* without ".weight" */
@@ -84,7 +85,7 @@ typedef struct qd_arch {
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
-/* StarCoder2, Phi, GPT-NeoX (arch_parallel.c); NULL for another layout. */
+/* StarCoder2, Phi, GPT-NeoX, Cohere2 (arch_parallel.c); NULL for another layout. */
 const qd_arch *qd_arch_plain_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,

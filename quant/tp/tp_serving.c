@@ -80,7 +80,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     const char *dot = strrchr(base, '.');
                     size_t plen = dot ? (size_t)(dot - base + 1) : 0;
                     o += (size_t)snprintf(row->name + o, sizeof row->name - o, "%.*s%s (", (int)plen, base,
-                                          !strcmp(G->name, "attn_in") ? "qkv_proj" : "gate_up_proj");
+                                          !strcmp(G->name, "attn_in") && first < n_attn ? "qkv_proj" : "gate_up_proj");
                 }
                 for (int j = first; j < last; j++) {
                     const qd_linear_info *L = qd_model_linear(m, G->linears[j]);

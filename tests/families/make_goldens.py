@@ -39,6 +39,7 @@ import torch
 import transformers
 from transformers import (
     AutoModelForCausalLM,
+    Cohere2Config,
     DeepseekV2Config,
     DeepseekV3Config,
     Gemma2Config,
@@ -300,6 +301,17 @@ FAMILIES = {
                         attention_bias=True,
                         rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5},
                         ablate=[("parallel residual", {"use_parallel_residual": True})]),
+    # Cohere2 (Command R7B): the parallel block with SwiGLU from one mean-centred LayerNorm
+    # (weight only); RoPE with interleaved pairs on the sliding layers, none on the full ones.
+    "cohere2": fam(Cohere2Config, 1034,
+                   "Cohere2: parallel attention and SwiGLU from one mean-centred LayerNorm without bias, layer_types "
+                   "sliding(16, interleaved RoPE)/full (no RoPE), logit_scale 0.25, GQA 4/2",
+                   drop=("rms_norm_eps",), layer_norm_eps=1e-5, sliding_window=16,
+                   layer_types=["sliding_attention", "full_attention"], logit_scale=0.25,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=0,
+                   ablate=[("logit_scale 1", {"logit_scale": 1.0}),
+                           ("RoPE on both layers", {"layer_types": ["sliding_attention", "sliding_attention"],
+                                                    "sliding_window": 64})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

@@ -107,10 +107,40 @@ static void test_neox(void)
     refused("GPTNeoXForCausalLM", "\"hidden_act\":\"gelu_fast\"", "hidden_act \"gelu_fast\"");
 }
 
+static void test_cohere2(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse("Cohere2ForCausalLM", "\"num_key_value_heads\":2,\"head_dim\":32", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_COHERE2);
+    CHECK_INT(c.parallel_block, 1);
+    CHECK_INT(c.mlp_plain, 0);
+    CHECK_INT(c.rope_interleave, 1);
+    CHECK_INT(c.head_dim, 16);                             /* hidden / heads, as Cohere2Config sets it */
+    CHECK_NEAR(c.logit_scale, 0.0625, 0);
+    CHECK_INT(c.sliding_window, 4096);
+    CHECK_INT(c.tie_word_embeddings, 1);
+    CHECK_INT(c.qkv_bias || c.o_bias || c.mlp_bias, 0);
+    /* sliding_window_pattern 4 by default: with 2 layers both slide and both turn. */
+    CHECK_INT(c.layer_sliding[0] && c.layer_sliding[1], 1);
+    CHECK_INT(c.layer_nope[0] || c.layer_nope[1], 0);
+    CHECK_OK(parse("Cohere2ForCausalLM", "\"layer_types\":[\"sliding_attention\",\"full_attention\"],\"logit_scale\":0.5",
+                   &c, &err));
+    CHECK_INT(c.layer_nope[0], 0);
+    CHECK_INT(c.layer_nope[1], 1);                          /* the full layer has no RoPE */
+    CHECK_NEAR(c.logit_scale, 0.5, 0);
+    CHECK_OK(parse("Cohere2ForCausalLM", "\"sliding_window_pattern\":2", &c, &err));
+    CHECK_INT(c.layer_sliding[0] && !c.layer_sliding[1] && c.layer_nope[1], 1);
+    refused("Cohere2ForCausalLM", "\"sliding_window\":null", "sliding_window null");
+    refused("Cohere2ForCausalLM", "\"partial_rotary_factor\":0.5", "partial_rotary_factor");
+    refused("Cohere2ForCausalLM", "\"hidden_act\":\"gelu\"", "hidden_act");
+}
+
 int main(void)
 {
     TEST_RUN(test_starcoder2);
     TEST_RUN(test_phi);
     TEST_RUN(test_neox);
+    TEST_RUN(test_cohere2);
     return test_finish();
 }

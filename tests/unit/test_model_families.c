@@ -64,6 +64,7 @@ static const family_expect families[] = {
     {"phi2", EXPECT_MATCH, NULL},
     {"gpt_neox", EXPECT_MATCH, NULL},
     {"gpt_neox_seq", EXPECT_MATCH, NULL},
+    {"cohere2", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -140,6 +140,9 @@ static void test_fold(void)
     check_family("phi2", 2);
     check_family("gpt_neox", 2);
     check_family("gpt_neox_seq", 2);
+    /* Cohere2's parallel block: q/k/v and gate/up one group into the bias-less LayerNorm's
+     * weight, o_proj into v_proj, down_proj into up_proj. */
+    check_family("cohere2", 3);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
