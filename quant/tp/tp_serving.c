@@ -58,7 +58,8 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
              * q/k/v and fc1): vLLM serves PhiForCausalLM through its Transformers backend,
              * which fuses q/k/v into QKVParallelLinear (transformers/fusers/qkv.py) and builds
              * fc1 alone from the tp plan's "colwise" (transformers/utils.py,
-             * replace_linear_class): two column-parallel linears. */
+             * replace_linear_class): two column-parallel linears. Cohere2's q/k/v and
+             * gate/up likewise: qkv_proj and gate_up_proj (vllm/model_executor/models/commandr.py). */
             int n_attn = 0;
             for (int j = 0; j < G->n_linears; j++) n_attn += G->linears[j] < o_li;
             int split = !row_parallel && n_attn > 0 && n_attn < G->n_linears;

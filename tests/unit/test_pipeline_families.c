@@ -82,7 +82,7 @@ static void test_plain_mlp_families(void)
 {
     static const struct { const char *family, *linear; double tol8; } fams[] = {
         {"starcoder2", "mlp.c_fc", 0.06}, {"phi2", "mlp.fc1", 0.06}, {"gpt_neox", "attention.query_key_value", 0.06},
-        {"gpt_neox_seq", "mlp.dense_4h_to_h", 0.07}, {"cohere2", "mlp.up_proj", 0.1},
+        {"gpt_neox_seq", "mlp.dense_4h_to_h", 0.07}, {"cohere2", "mlp.up_proj", 0.06},
     };
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
         run_family(fams[i].family, "rtn", "gptq", 8, fams[i].linear, fams[i].tol8);
