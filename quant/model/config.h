@@ -60,6 +60,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_NEOX,        /* gpt_neox.layers.N.: attention.query_key_value per head [q; k; v], attention.dense,
                             * mlp.dense_h_to_4h -> act -> mlp.dense_4h_to_h; parallel or sequential residual */
     QD_LAYOUT_COHERE2,     /* parallel block from one mean-centred LayerNorm without bias; llama q/k/v/o and SwiGLU */
+    QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
+                            * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
+    QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -78,6 +81,9 @@ typedef enum qd_layer_mixer {
     QD_MIXER_MAMBA2,           /* Granite-4, Falcon-H1 */
     QD_MIXER_SHORT_CONV,       /* LFM2 */
 } qd_layer_mixer;
+
+/* qd_model_config.qk_norm: what q_norm and k_norm normalise (0: there are none). */
+enum { QD_QK_NORM_HEAD = 1, QD_QK_NORM_WHOLE = 2 };
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
@@ -106,7 +112,8 @@ typedef struct qd_model_config {
     unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
     unsigned char layer_nope[QD_CFG_MAX_LAYERS];  /* 1: layer i applies no RoPE (SmolLM3, Cohere2's global layers) */
     unsigned char layer_mixer[QD_CFG_MAX_LAYERS]; /* qd_layer_mixer of layer i (hybrids); 0: attention */
-    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
+    int qk_norm;               /* RMSNorm of q and k before RoPE: QD_QK_NORM_HEAD per head (Qwen3, Gemma 3,
+                                * EXAONE 4), QD_QK_NORM_WHOLE over the whole projection (OLMo 2/3); 0 none */
     qd_block_layout layout;
     float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
     float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */
@@ -138,7 +145,7 @@ typedef struct qd_model_config {
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
-    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, Cohere2) */
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4, Cohere2) */
     int tie_word_embeddings;
     /* StarCoder2, Phi, GPT-NeoX (config_parallel.c) */
     int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,

@@ -26,5 +26,9 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
  * their defaults, RoPE spellings and refusals; qd_config_family_parse hands them over. */
 int qd_config_is_plain_family(const char *architecture);
 int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The post-norm families (config_postnorm.c: OLMo 2/3, EXAONE 4, GLM-4): whether
+ * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
+int qd_config_postnorm_is(const char *architecture);
+int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 #endif

@@ -32,6 +32,16 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
+/* Architectures vLLM serves through its Transformers backend (vllm/model_executor/models/
+ * registry.py, _TRANSFORMERS_BACKEND_MODELS): each nn.Linear becomes its own vLLM linear by
+ * the model's base_model_tp_plan (models/transformers/utils.py: colwise and
+ * colwise_gather_output -> ColumnParallelLinear, rowwise and rowwise_split_input ->
+ * RowParallelLinear), so q/k/v and gate/up are not fused. */
+static int transformers_backend(const qd_model_config *cfg)
+{
+    return !strcmp(cfg->architecture, "Olmo2ForCausalLM") || !strcmp(cfg->architecture, "Olmo3ForCausalLM");
+}
+
 int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
                         int tp, int gpu_cc, qd_serving_report *out, qd_err *err)
 {
@@ -53,20 +63,22 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             const qd_input_group *G = qd_model_group(m, g);
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
-            /* Row-parallel groups: each linear alone; column groups: one fused linear, except
-             * where a parallel block's one input group holds attention and MLP linears (Phi's
-             * q/k/v and fc1): vLLM serves PhiForCausalLM through its Transformers backend,
-             * which fuses q/k/v into QKVParallelLinear (transformers/fusers/qkv.py) and builds
-             * fc1 alone from the tp plan's "colwise" (transformers/utils.py,
-             * replace_linear_class): two column-parallel linears. Cohere2's q/k/v and
-             * gate/up likewise: qkv_proj and gate_up_proj (vllm/model_executor/models/commandr.py). */
+            /* Row-parallel groups: each linear alone; column groups: one fused linear (each
+             * alone under the Transformers backend, transformers_backend), except where a
+             * parallel block's one input group holds attention and MLP linears (Phi's q/k/v and
+             * fc1): vLLM serves PhiForCausalLM through its Transformers backend, whose QKVFuser
+             * fuses q/k/v into QKVParallelLinear (models/transformers/fusers/qkv.py) and whose
+             * tp plan builds fc1 alone ("colwise", models/transformers/utils.py,
+             * replace_linear_class): two column-parallel linears. Cohere2's q/k/v and gate/up
+             * likewise: qkv_proj and gate_up_proj (vllm/model_executor/models/commandr.py). */
+            int fused = !row_parallel && !transformers_backend(cfg);
             int n_attn = 0;
             for (int j = 0; j < G->n_linears; j++) n_attn += G->linears[j] < o_li;
-            int split = !row_parallel && n_attn > 0 && n_attn < G->n_linears;
-            int parts = row_parallel ? G->n_linears : split ? 2 : 1;
+            int split = fused && n_attn > 0 && n_attn < G->n_linears;
+            int parts = !fused ? G->n_linears : split ? 2 : 1;
             for (int p = 0; p < parts; p++) {
-                int first = row_parallel ? p : split && p ? n_attn : 0;
-                int last = row_parallel ? p + 1 : split && !p ? n_attn : G->n_linears;
+                int first = !fused ? p : split && p ? n_attn : 0;
+                int last = !fused ? p + 1 : split && !p ? n_attn : G->n_linears;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -109,7 +121,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 }
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
-                if (!row_parallel && !strcmp(G->name, "attn_in") && last - first == 3) {
+                if (fused && !strcmp(G->name, "attn_in") && last - first == 3) {
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads;
                     per_shard = (qh % tp) ? 0 : (qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
                     if (kvh >= tp && kvh % tp) per_shard = 0;
