@@ -147,6 +147,9 @@ typedef struct qd_model_config {
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
     int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4, Cohere2) */
     int tie_word_embeddings;
+    int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
+                                * config, read from text_config; the vision tower and projector
+                                * are other tensors, copied to an output unchanged */
     /* StarCoder2, Phi, GPT-NeoX (config_parallel.c) */
     int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,
                                 * gelu_pytorch_tanh) */

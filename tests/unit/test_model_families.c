@@ -64,6 +64,12 @@ static const family_expect families[] = {
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
     {"glm4", EXPECT_MATCH, NULL},
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
     {"starcoder2", EXPECT_MATCH, NULL},
     {"phi2", EXPECT_MATCH, NULL},
     {"gpt_neox", EXPECT_MATCH, NULL},

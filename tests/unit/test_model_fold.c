@@ -150,6 +150,10 @@ static void test_fold(void)
     check_family("olmo3", 2);
     check_family("exaone4", 2);
     check_family("glm4", 4);
+    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen3_vl", 4);
+    check_family("gemma3_vl", 4);
+    check_family("mistral3", 4);
     /* LayerNorm families: weight and bias divided. StarCoder2: input_layernorm, v_proj,
      * post_attention_layernorm (c_proj follows GELU: no fold). Phi's parallel block: q/k/v and
      * fc1 one group into input_layernorm, dense into v_proj. GPT-NeoX: the two norms only
