@@ -185,6 +185,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
     }
+    if (rf && c->rope_interleave && (rc = qd_fwd_rope_deinterleave(m, q, k, rows, err))) return rc;
     if (rf) {
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));

@@ -154,6 +154,10 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
+/* RoPE on interleaved pairs (model_rope_pairs.c, cfg.rope_interleave outside latent
+ * attention): q [rows, n_heads * head_dim] and k [rows, n_kv_heads * head_dim] de-interleaved
+ * per head, in place, before the rotate-half op. */
+int qd_fwd_rope_deinterleave(qd_model *m, float *q, float *k, int64_t rows, qd_err *err);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

@@ -41,9 +41,12 @@ from transformers import (
     AutoModelForCausalLM,
     DeepseekV2Config,
     DeepseekV3Config,
+    Ernie4_5Config,
     Gemma2Config,
     Gemma3TextConfig,
+    GraniteConfig,
     LlamaConfig,
+    MinistralConfig,
     MistralConfig,
     MixtralConfig,
     Phi3Config,
@@ -51,6 +54,8 @@ from transformers import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    SeedOssConfig,
+    SmolLM3Config,
 )
 
 VOCAB = 256
@@ -260,6 +265,45 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # Dense families with one change to the Llama block each.
+    # SmolLM3: layer 1 is NoPE (no_rope_layers [1, 0]); with use_sliding_window and
+    # sliding_window 16 the derived layer_types slide that NoPE layer only.
+    "smollm3": fam(SmolLM3Config, 1101,
+                   "SmolLM3: no_rope_layers [1, 0] (layer 1 without RoPE), use_sliding_window with window 16 on the "
+                   "NoPE layer (derived layer_types), rope_theta 2000000",
+                   no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=16,
+                   rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+                   ablate=[("RoPE on every layer", {"no_rope_layers": [1, 1],
+                                                    "layer_types": ["full_attention", "sliding_attention"]}),
+                           ("no window", {"use_sliding_window": False})]),
+    # Granite 3.x's multipliers (8B: embedding 12, attention 1/128, residual 0.22, logits 16).
+    "granite": fam(GraniteConfig, 1102,
+                   "Granite: embedding_multiplier 12, attention_multiplier 0.125 (the softmax scale; head_dim^-1/2 "
+                   "is 0.25), residual_multiplier 0.22, logits_scaling 8, untied lm_head",
+                   embedding_multiplier=12.0, attention_multiplier=0.125, residual_multiplier=0.22,
+                   logits_scaling=8.0, tie_word_embeddings=False,
+                   ablate=[("embedding_multiplier 1", {"embedding_multiplier": 1.0}),
+                           ("attention_multiplier = head_dim^-1/2", {"attention_multiplier": 0.25}),
+                           ("residual_multiplier 1", {"residual_multiplier": 1.0}),
+                           ("logits_scaling 1", {"logits_scaling": 1.0})]),
+    "ministral": fam(MinistralConfig, 1103,
+                     "Ministral: layer_types sliding(16)/full per layer, explicit head_dim 16",
+                     head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                     tie_word_embeddings=False,
+                     ablate=[("no window", {"layer_types": ["full_attention", "full_attention"]}),
+                             ("every layer slides", {"layer_types": ["sliding_attention", "sliding_attention"]})]),
+    # Seed-OSS: biases on q/k/v (attention_bias) and, here, on o_proj (attention_out_bias)
+    # and the MLP too, so that every bias path is exercised.
+    "seed_oss": fam(SeedOssConfig, 1104,
+                    "Seed-OSS: attention_bias (q/k/v), attention_out_bias (o_proj) and mlp_bias, head_dim 32",
+                    head_dim=32, attention_bias=True, attention_out_bias=True, mlp_bias=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # ERNIE 4.5: RoPE on interleaved pairs (x0, x1), (x2, x3), ...; use_bias on every linear.
+    "ernie4_5": fam(Ernie4_5Config, 1105,
+                    "ERNIE 4.5 (dense): interleaved-pair RoPE over the whole head (head_dim 16), use_bias on "
+                    "q/k/v/o and the MLP, rope_theta 500000, tied",
+                    head_dim=16, use_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                    ablate=[("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

@@ -60,6 +60,11 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"smollm3", EXPECT_MATCH, NULL},     /* NoPE layer 1, windowed */
+    {"granite", EXPECT_MATCH, NULL},     /* embedding, attention, residual, logit multipliers */
+    {"ministral", EXPECT_MATCH, NULL},   /* window per layer_types */
+    {"seed_oss", EXPECT_MATCH, NULL},    /* q/k/v, o_proj and MLP biases */
+    {"ernie4_5", EXPECT_MATCH, NULL},    /* interleaved-pair RoPE, use_bias */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
