@@ -115,7 +115,7 @@ static void test_families_quant(void)
     DIR *d = opendir(root);
     CHECK(d != NULL);
     if (!d) return;
-    char names[64][256];
+    char names[256][256];
     size_t n_names = 0;
     struct dirent *e;
     while ((e = readdir(d)) && n_names < sizeof names / sizeof names[0])

@@ -132,6 +132,15 @@ static void test_fold(void)
     check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
     check_family("gemma3", 4);
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
+    /* Granite's residual_multiplier scales o_proj's and down_proj's outputs: folding their
+     * inputs into v_proj's and up_proj's rows stays exact. ERNIE's RoPE permutes q and k
+     * only, Seed-OSS's biases are divided with their rows. */
+    check_family("smollm3", 4);
+    check_family_block("smollm3", 1, 4);   /* the NoPE, windowed layer */
+    check_family("granite", 4);
+    check_family("ministral", 4);
+    check_family("seed_oss", 4);
+    check_family("ernie4_5", 4);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
