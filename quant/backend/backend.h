@@ -112,6 +112,10 @@ typedef struct qd_rope_freqs {
     X(int, scale, (qd_backend *be, float *x, int64_t n, float s)) \
     X(int, relu, (qd_backend *be, float *x, int64_t n)) \
     X(int, gelu, (qd_backend *be, float *x, int64_t n)) \
+    /* xIELU in place (Apertus; transformers' XIELUActivation): x > 0: ap x^2 + beta x, else \
+     * (expm1(min(x, eps)) - x) an + beta x, where the caller passes the effective \
+     * coefficients ap = softplus(alpha_p) and an = beta + softplus(alpha_n). */ \
+    X(int, xielu, (qd_backend *be, float *x, int64_t n, float ap, float an, float beta, float eps)) \
     /* y += x */ \
     X(int, add, (qd_backend *be, float *y, const float *x, int64_t n)) \
     X(int, add_bias, (qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)) \

@@ -31,6 +31,7 @@ typedef struct qd_block_weights {
     float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
     float *router_bias;                /* DeepSeek-V3: [n_experts] e_score_correction_bias; else NULL */
     float *mla_norm_w[2];              /* DeepSeek: q_a_layernorm [q_lora_rank] (or NULL), kv_a_layernorm [kv_lora_rank] */
+    float xielu[4];                    /* Apertus: xIELU's softplus(alpha_p), beta + softplus(alpha_n), beta, eps (host) */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

@@ -31,6 +31,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"MinistralForCausalLM", QD_ARCH_LLAMA},
     {"SeedOssForCausalLM", QD_ARCH_LLAMA},
     {"Ernie4_5ForCausalLM", QD_ARCH_LLAMA},
+    {"ApertusForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -187,7 +188,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, MinistralForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, SmolLM3ForCausalLM, GraniteForCausalLM, MinistralForCausalLM, SeedOssForCausalLM, Ernie4_5ForCausalLM, ApertusForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }
@@ -228,8 +229,12 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         c.rope_theta_local = c.rope_theta;
         /* RoPE, windows, and what each family changes in the Llama block. */
         if ((rc = qd_config_family_parse(root, what, &c, err))) goto done;
-        if (strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
-            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
+        /* Apertus's MLP is xIELU's (config_dense.c), Gemma's GeGLU, every other SwiGLU. */
+        const char *act = c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh"
+                          : !strcmp(c.architecture, "ApertusForCausalLM") ? "xielu" : "silu";
+        if (strcmp(c.activation, act)) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (%s)", what, c.activation,
+                            c.architecture, act);
             goto done;
         }
         c.word_embed_proj_dim = c.hidden;

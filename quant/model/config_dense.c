@@ -1,9 +1,10 @@
 /* The config keys of the dense families whose block is Llama's with one thing changed:
  * SmolLM3 (layers without RoPE, windows on some of them), Granite (embedding, attention,
  * residual and logit multipliers), Ministral (a window per layer), Seed-OSS (q/k/v biases
- * apart from o_proj's) and ERNIE 4.5 (interleaved RoPE, one use_bias for every linear).
+ * apart from o_proj's), ERNIE 4.5 (interleaved RoPE, one use_bias for every linear) and
+ * Apertus (xIELU in a non-gated MLP, q/k norms; its table entry is in arch_dense.c).
  * Defaults are those of the transformers config classes (SmolLM3Config, GraniteConfig,
- * MinistralConfig, SeedOssConfig, Ernie4_5Config), including the ones where a family departs
+ * MinistralConfig, SeedOssConfig, Ernie4_5Config, ApertusConfig), including the ones where a family departs
  * from LlamaConfig's (config.c reads those first): a config.json that leaves a key out means
  * what it means to transformers. A key that changes the math and is not implemented is
  * refused by name. */
@@ -14,7 +15,9 @@
 
 #include "quant/model/config_internal.h"
 
-typedef enum dense_kind { DENSE_NONE = 0, DENSE_SMOLLM3, DENSE_GRANITE, DENSE_MINISTRAL, DENSE_SEED_OSS, DENSE_ERNIE } dense_kind;
+typedef enum dense_kind {
+    DENSE_NONE = 0, DENSE_SMOLLM3, DENSE_GRANITE, DENSE_MINISTRAL, DENSE_SEED_OSS, DENSE_ERNIE, DENSE_APERTUS,
+} dense_kind;
 
 /* Where a family's config class departs from LlamaConfig on a key config.c has read. */
 typedef struct dense_family {
@@ -33,6 +36,7 @@ static const dense_family families[] = {
     {"MinistralForCausalLM", DENSE_MINISTRAL, 10000.0f, 8, 0, 0, 1e-6f},
     {"SeedOssForCausalLM", DENSE_SEED_OSS, 10000.0f, 8, 128, 0, 1e-6f},
     {"Ernie4_5ForCausalLM", DENSE_ERNIE, 500000.0f, 2, 128, 1, 1e-5f},
+    {"ApertusForCausalLM", DENSE_APERTUS, 12000000.0f, 0, 0, 0, 1e-5f},
 };
 
 static const dense_family *family_of(const char *arch)
@@ -200,6 +204,26 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
         if (c->rope.partial_rotary_factor != 1.0f)
             return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (its RoPE turns "
                               "the whole head)", what, (double)c->rope.partial_rotary_factor, c->architecture);
+        break;
+    }
+    case DENSE_APERTUS: {
+        /* ApertusConfig: xIELU (its parameters are the block's tensors), q/k norms before
+         * RoPE, no MLP biases; without rope_parameters and rope_scaling, llama3 RoPE with
+         * theta 1.2e7, factor 8, original 8192 (a top-level rope_theta is then ignored). */
+        c->qk_norm = 1;
+        c->mlp_bias = 0;
+        if (absent(root, "hidden_act")) strcpy(c->activation, "xielu");
+        const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+        const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+        if ((!rp || cJSON_IsNull(rp)) && (!rs || cJSON_IsNull(rs))) {
+            c->rope.type = QD_ROPE_LLAMA3;
+            c->rope.factor = 8.0f;
+            c->rope.has_factor = 1;
+            c->rope.low_freq_factor = 1.0f;
+            c->rope.high_freq_factor = 4.0f;
+            c->rope.orig_max_pos = 8192;
+            c->rope_theta = 12000000.0f;
+        }
         break;
     }
     default:

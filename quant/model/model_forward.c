@@ -212,7 +212,7 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     if (!f1) return QD_ENOMEM;
     int rc, l0 = a->lin_mlp0;
     if ((rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
-    if (c->family == QD_ARCH_LLAMA) {
+    if (c->family == QD_ARCH_LLAMA && !a->mlp_ungated) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
         int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
@@ -232,7 +232,8 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
             return rc;
     } else {
         if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
-        if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
+        if (a->xielu) { if ((rc = qd_fwd_xielu(m, bw, f1, rows * ff, err))) return rc; }
+        else if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
         else BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
         if ((rc = qd_fwd_call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
             (rc = run_linear(m, bw, l0 + 1, f1, rows, out, hooks, err)))
@@ -302,7 +303,8 @@ static int mlp_out_linear(const qd_model *m)
 {
     if (m->cfg.n_experts > 0) return -1;
     const qd_arch *a = m->arch;
-    return m->cfg.family == QD_ARCH_LLAMA ? (a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2) : a->lin_mlp0 + 1;
+    if (m->cfg.family != QD_ARCH_LLAMA || a->mlp_ungated) return a->lin_mlp0 + 1;
+    return a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2;
 }
 
 int qd_model_mlp_out_group(const qd_model *m)

@@ -79,6 +79,8 @@ typedef struct qd_arch {
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
+    int mlp_ungated;           /* rotary family with up_proj -> activation -> down_proj (Apertus): no gate */
+    const char *xielu;         /* "mlp.act_fn": the xIELU parameters' module (model_xielu.c); NULL: none */
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
@@ -158,6 +160,11 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
  * attention): q [rows, n_heads * head_dim] and k [rows, n_kv_heads * head_dim] de-interleaved
  * per head, in place, before the rotate-half op. */
 int qd_fwd_rope_deinterleave(qd_model *m, float *q, float *k, int64_t rows, qd_err *err);
+/* Apertus's xIELU (model_xielu.c): the block's parameters into bw->xielu, and the op on x [n]. */
+int qd_xielu_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
+int qd_fwd_xielu(qd_model *m, const qd_block_weights *bw, float *x, int64_t n, qd_err *err);
+/* The dense families' own table entries (arch_dense.c), or NULL for the others. */
+const qd_arch *qd_arch_dense_for(const qd_model_config *c);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

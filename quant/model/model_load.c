@@ -446,6 +446,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
+    if (!rc && m->arch->xielu) rc = qd_xielu_load(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (
+    ApertusConfig,
     AutoModelForCausalLM,
     DeepseekV2Config,
     DeepseekV3Config,
@@ -304,6 +305,17 @@ FAMILIES = {
                     "q/k/v/o and the MLP, rope_theta 500000, tied",
                     head_dim=16, use_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
                     ablate=[("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    # Apertus: xIELU (learned alpha_p, alpha_n per layer, noised here; beta and eps buffers)
+    # in a non-gated MLP, q/k norms, llama3 RoPE as Apertus ships it (here with an original
+    # context of 64 so that the bands differ on 64 tokens).
+    "apertus": fam(ApertusConfig, 1106,
+                   "Apertus: xIELU activation with per-layer alpha_p/alpha_n, non-gated MLP (up_proj, down_proj), "
+                   "q_norm/k_norm, attention_layernorm/feedforward_layernorm, llama3 RoPE (factor 8, original 64)",
+                   tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 64},
+                   ablate=[("plain RoPE", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

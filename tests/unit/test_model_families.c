@@ -65,6 +65,7 @@ static const family_expect families[] = {
     {"ministral", EXPECT_MATCH, NULL},   /* window per layer_types */
     {"seed_oss", EXPECT_MATCH, NULL},    /* q/k/v, o_proj and MLP biases */
     {"ernie4_5", EXPECT_MATCH, NULL},    /* interleaved-pair RoPE, use_bias */
+    {"apertus", EXPECT_MATCH, NULL},     /* xIELU in a non-gated MLP, q/k norms */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
