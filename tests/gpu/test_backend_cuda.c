@@ -223,6 +223,8 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
     case 12: return be->ops->gelu_tanh_mul(be, out, in[0], in[1], rows * dim);
     case 13: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->softcap(be, out, rows * dim, 0.7f);
     case 15: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->scale(be, out, rows * dim, -0.3f);
+    case 16: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
+        return be->ops->xielu(be, out, rows * dim, 0.8f, 0.8f, 0.5f, -1e-6f);
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -242,7 +244,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 15; which++) {
+    for (int which = 0; which <= 16; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

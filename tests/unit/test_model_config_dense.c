@@ -1,6 +1,6 @@
 /* config.json of the dense families with one change to the Llama block (config_dense.c):
  * SmolLM3's NoPE layers and windows, Granite's multipliers, Ministral's per-layer windows,
- * Seed-OSS's biases, ERNIE 4.5's use_bias and RoPE. The config classes' defaults where they
+ * Seed-OSS's biases, ERNIE 4.5's use_bias and RoPE, Apertus's xIELU and default RoPE. The config classes' defaults where they
  * depart from LlamaConfig's, and what is refused by name. The forward parity itself is
  * test_model_families. */
 #include <math.h>
@@ -156,6 +156,27 @@ static void test_ernie(void)
     refused("Ernie4_5ForCausalLM", "\"partial_rotary_factor\":0.5", QD_EUNSUPPORTED, "partial_rotary_factor");
 }
 
+static void test_apertus(void)
+{
+    qd_model_config c;
+    qd_err err;
+    /* ApertusConfig: xIELU, q/k norms, eps 1e-5, and without rope_parameters or rope_scaling
+     * llama3 RoPE with theta 1.2e7 (a top-level rope_theta then changes nothing). */
+    CHECK_OK(parse("ApertusForCausalLM", 2, "\"rope_theta\":10000", &c, &err));
+    CHECK(!strcmp(c.activation, "xielu"));
+    CHECK_INT(c.qk_norm, 1);
+    CHECK(c.norm_eps == 1e-5f);
+    CHECK_INT(c.rope.type, QD_ROPE_LLAMA3);
+    CHECK(c.rope_theta == 12000000.0f);
+    CHECK(c.rope.factor == 8.0f && c.rope.low_freq_factor == 1.0f && c.rope.high_freq_factor == 4.0f);
+    CHECK_INT(c.rope.orig_max_pos, 8192);
+    CHECK_OK(parse("ApertusForCausalLM", 2, "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1e6}", &c, &err));
+    CHECK_INT(c.rope.type, QD_ROPE_DEFAULT);
+    CHECK(c.rope_theta == 1e6f);
+    refused("ApertusForCausalLM", "\"hidden_act\":\"silu\"", QD_EUNSUPPORTED, "hidden_act \"silu\"");
+    refused("LlamaForCausalLM", "\"hidden_act\":\"xielu\"", QD_EUNSUPPORTED, "hidden_act \"xielu\"");
+}
+
 int main(void)
 {
     TEST_RUN(test_smollm3);
@@ -163,5 +184,6 @@ int main(void)
     TEST_RUN(test_ministral);
     TEST_RUN(test_seed_oss);
     TEST_RUN(test_ernie);
+    TEST_RUN(test_apertus);
     return test_finish();
 }
