@@ -2,9 +2,10 @@
  * SmolLM3 (layers without RoPE, windows on some of them), Granite (embedding, attention,
  * residual and logit multipliers), Ministral (a window per layer), Seed-OSS (q/k/v biases
  * apart from o_proj's), ERNIE 4.5 (interleaved RoPE, one use_bias for every linear) and
- * Apertus (xIELU in a non-gated MLP, q/k norms; its table entry is in arch_dense.c).
+ * Apertus (xIELU in a non-gated MLP, q/k norms) and Hunyuan dense (q/k norms after RoPE,
+ * NTK-alpha RoPE); the last two have their table entries in arch_dense.c.
  * Defaults are those of the transformers config classes (SmolLM3Config, GraniteConfig,
- * MinistralConfig, SeedOssConfig, Ernie4_5Config, ApertusConfig), including the ones where a family departs
+ * MinistralConfig, SeedOssConfig, Ernie4_5Config, ApertusConfig, HunYuanDenseV1Config), including the ones where a family departs
  * from LlamaConfig's (config.c reads those first): a config.json that leaves a key out means
  * what it means to transformers. A key that changes the math and is not implemented is
  * refused by name. */
@@ -16,7 +17,7 @@
 #include "quant/model/config_internal.h"
 
 typedef enum dense_kind {
-    DENSE_NONE = 0, DENSE_SMOLLM3, DENSE_GRANITE, DENSE_MINISTRAL, DENSE_SEED_OSS, DENSE_ERNIE, DENSE_APERTUS,
+    DENSE_NONE = 0, DENSE_SMOLLM3, DENSE_GRANITE, DENSE_MINISTRAL, DENSE_SEED_OSS, DENSE_ERNIE, DENSE_APERTUS, DENSE_HUNYUAN,
 } dense_kind;
 
 /* Where a family's config class departs from LlamaConfig on a key config.c has read. */
@@ -37,6 +38,7 @@ static const dense_family families[] = {
     {"SeedOssForCausalLM", DENSE_SEED_OSS, 10000.0f, 8, 128, 0, 1e-6f},
     {"Ernie4_5ForCausalLM", DENSE_ERNIE, 500000.0f, 2, 128, 1, 1e-5f},
     {"ApertusForCausalLM", DENSE_APERTUS, 12000000.0f, 0, 0, 0, 1e-5f},
+    {"HunYuanDenseV1ForCausalLM", DENSE_HUNYUAN, 10000.0f, 0, 0, 0, 1e-5f},
 };
 
 static const dense_family *family_of(const char *arch)
@@ -149,6 +151,48 @@ static int parse_granite(const cJSON *root, const char *what, qd_model_config *c
     return 0;
 }
 
+/* Hunyuan's RoPE: rope_type "dynamic" with an `alpha` is, in transformers'
+ * HunYuanDenseV1RotaryEmbedding, a static NTK base theta * alpha^(d / (d - 2)) over the
+ * head_dim d (the other keys of the object — factor, beta_fast, mscale... as the checkpoints
+ * write them — are not read there). That is plain RoPE with that base; the RoPE parser sees
+ * a copy of the config where the object says so. Without alpha, RoPE is read as for Llama. */
+static int parse_hunyuan_rope(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    const char *key = "rope_parameters";
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, key = "rope_scaling");
+    const cJSON *alpha = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "alpha") : NULL;
+    const cJSON *t = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "rope_type") : NULL;
+    if (!t && cJSON_IsObject(rp)) t = cJSON_GetObjectItemCaseSensitive(rp, "type");
+    if (!alpha || cJSON_IsNull(alpha) || (cJSON_IsNumber(alpha) && alpha->valuedouble == 0) || !cJSON_IsString(t) ||
+        strcmp(t->valuestring, "dynamic"))
+        return qd_config_rope_parse(root, what, 0, c, err);
+    int rc;
+    if (!cJSON_IsNumber(alpha) || !(alpha->valuedouble > 0))
+        return qd_err_set(err, QD_EFORMAT, "%s: %s.alpha must be a positive number", what, key);
+    /* theta: inside the object (transformers 5), else the top-level key. */
+    float theta = c->rope_theta;
+    if ((rc = qd_cfg_get_float(root, "rope_theta", &theta, what, err)) || (rc = qd_cfg_get_float(rp, "rope_theta", &theta, what, err)))
+        return rc;
+    int64_t d = c->head_dim ? c->head_dim : (c->n_heads > 0 ? c->hidden / c->n_heads : 0);
+    if (d <= 2) return qd_err_set(err, QD_EFORMAT, "%s: head_dim %lld is too small for NTK-alpha RoPE", what, (long long)d);
+    double base = (double)theta * pow(alpha->valuedouble, (double)d / (double)(d - 2));
+    cJSON *copy = cJSON_Duplicate(root, 1);
+    cJSON *obj = cJSON_CreateObject();
+    if (!copy || !obj || !cJSON_AddStringToObject(obj, "rope_type", "default") || !cJSON_AddNumberToObject(obj, "rope_theta", base)) {
+        cJSON_Delete(copy);
+        cJSON_Delete(obj);
+        return qd_err_set(err, QD_ENOMEM, "%s: out of memory", what);
+    }
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_scaling");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_theta");
+    cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_parameters");
+    cJSON_AddItemToObject(copy, "rope_parameters", obj);
+    rc = qd_config_rope_parse(copy, what, 0, c, err);
+    cJSON_Delete(copy);
+    return rc;
+}
+
 int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     const dense_family *f = family_of(c->architecture);
@@ -160,7 +204,9 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
     if (absent(root, "tie_word_embeddings")) c->tie_word_embeddings = f->tie;
     if (absent(root, "rms_norm_eps")) c->norm_eps = f->eps;
     c->rope_theta = f->theta;
-    if ((rc = qd_config_rope_parse(root, what, 0, c, err))) return rc;
+    if (f->kind == DENSE_HUNYUAN) rc = parse_hunyuan_rope(root, what, c, err);
+    else rc = qd_config_rope_parse(root, what, 0, c, err);
+    if (rc) return rc;
     if (c->rope.type == QD_ROPE_LONGROPE)
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
                           what, c->architecture);
@@ -226,6 +272,12 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
         }
         break;
     }
+    case DENSE_HUNYUAN:
+        /* query_layernorm and key_layernorm on every layer (after RoPE, arch_dense.c); the
+         * MLP has no biases whatever mlp_bias says. */
+        c->qk_norm = 1;
+        c->mlp_bias = 0;
+        break;
     default:
         break;
     }

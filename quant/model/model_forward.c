@@ -153,6 +153,15 @@ static int norm(qd_model *m, float *y, const float *x, const float *w, const flo
     return m->be->ops->rmsnorm(m->be, y, x, w, rows, m->cfg.hidden, m->cfg.norm_eps);
 }
 
+/* The per-head RMSNorms of q [rows, n_heads * head_dim] and k [rows, n_kv_heads * head_dim]. */
+static int qk_norm(qd_model *m, const qd_block_weights *bw, float *q, float *k, int64_t rows, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
+    BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    return 0;
+}
+
 /* Attention sub-block: xn (normed input) → out (o_proj output). rf: this layer's RoPE
  * (NULL for OPT); window: this layer's sliding window (0 = none). */
 static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
@@ -180,16 +189,15 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
                (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err))) {
         return rc;
     }
-    if (c->qk_norm) {
-        /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
-        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
-        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
-    }
+    /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE; Hunyuan's
+     * query_layernorm and key_layernorm come after it. */
+    if (c->qk_norm && !a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
     if (rf && c->rope_interleave && (rc = qd_fwd_rope_deinterleave(m, q, k, rows, err))) return rc;
     if (rf) {
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
+    if (c->qk_norm && a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));

@@ -81,6 +81,8 @@ typedef struct qd_arch {
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
     int mlp_ungated;           /* rotary family with up_proj -> activation -> down_proj (Apertus): no gate */
     const char *xielu;         /* "mlp.act_fn": the xIELU parameters' module (model_xielu.c); NULL: none */
+    const char *qk_norms[2];   /* the per-head q/k norms' weights (cfg.qk_norm); NULL: self_attn.q_norm/k_norm.weight */
+    int qk_norm_post_rope;     /* the q/k norms act on RoPE's output (Hunyuan), not its input (Qwen3) */
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);

@@ -435,7 +435,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     for (int i = 0; i < 2 && m->cfg.qk_norm && !rc; i++) {
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
-        snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
+        snprintf(name + n, sizeof name - n, "%s", m->arch->qk_norms[i] ? m->arch->qk_norms[i] : qk_names[i]);
         rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
     for (int i = 0; i < 2 && !rc; i++) {

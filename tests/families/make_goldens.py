@@ -46,6 +46,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     GraniteConfig,
+    HunYuanDenseV1Config,
     LlamaConfig,
     MinistralConfig,
     MistralConfig,
@@ -316,6 +317,14 @@ FAMILIES = {
                                     "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                                     "original_max_position_embeddings": 64},
                    ablate=[("plain RoPE", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
+    # Hunyuan dense: query_layernorm/key_layernorm per head AFTER RoPE; RoPE labelled "dynamic"
+    # with a fixed alpha, which transformers turns into a static NTK base theta * alpha^(d/(d-2)).
+    "hunyuan_dense": fam(HunYuanDenseV1Config, 1107,
+                         "Hunyuan dense: query_layernorm/key_layernorm after RoPE, rope_type dynamic with alpha 1000 "
+                         "(static NTK base), head_dim 16",
+                         head_dim=16, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+                         ablate=[("no alpha (plain RoPE)", {"rope_parameters": dict(DEFAULT_ROPE)})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

@@ -1,6 +1,7 @@
 /* config.json of the dense families with one change to the Llama block (config_dense.c):
  * SmolLM3's NoPE layers and windows, Granite's multipliers, Ministral's per-layer windows,
- * Seed-OSS's biases, ERNIE 4.5's use_bias and RoPE, Apertus's xIELU and default RoPE. The config classes' defaults where they
+ * Seed-OSS's biases, ERNIE 4.5's use_bias and RoPE, Apertus's xIELU and default RoPE,
+ * Hunyuan's NTK-alpha RoPE. The config classes' defaults where they
  * depart from LlamaConfig's, and what is refused by name. The forward parity itself is
  * test_model_families. */
 #include <math.h>
@@ -177,6 +178,29 @@ static void test_apertus(void)
     refused("LlamaForCausalLM", "\"hidden_act\":\"xielu\"", QD_EUNSUPPORTED, "hidden_act \"xielu\"");
 }
 
+static void test_hunyuan(void)
+{
+    qd_model_config c;
+    qd_err err;
+    /* HunYuanDenseV1Config: eps 1e-5, q/k norms, no MLP biases. "dynamic" with alpha is a
+     * static NTK base theta * alpha^(d / (d - 2)) (d = head_dim 8 here), other keys unread. */
+    CHECK_OK(parse("HunYuanDenseV1ForCausalLM", 2, "\"mlp_bias\":true,\"rope_scaling\":{\"type\":\"dynamic\",\"alpha\":1000.0,"
+                   "\"factor\":1.0,\"beta_fast\":32,\"mscale\":1.0},\"rope_theta\":10000.0", &c, &err));
+    CHECK(c.norm_eps == 1e-5f);
+    CHECK_INT(c.qk_norm, 1);
+    CHECK_INT(c.mlp_bias, 0);
+    CHECK_INT(c.rope.type, QD_ROPE_DEFAULT);
+    CHECK(fabs(c.rope_theta / (10000.0 * pow(1000.0, 8.0 / 6.0)) - 1) < 1e-6);
+    /* Without alpha, dynamic NTK as Llama's. */
+    CHECK_OK(parse("HunYuanDenseV1ForCausalLM", 2, "\"rope_parameters\":{\"rope_type\":\"dynamic\",\"factor\":2.0,"
+                   "\"rope_theta\":10000.0}", &c, &err));
+    CHECK_INT(c.rope.type, QD_ROPE_DYNAMIC);
+    refused("HunYuanDenseV1ForCausalLM", "\"rope_parameters\":{\"rope_type\":\"dynamic\",\"alpha\":-1}", QD_EFORMAT,
+            "alpha");
+    refused("HunYuanDenseV1ForCausalLM", "\"rope_parameters\":{\"rope_type\":\"linear\",\"factor\":2,\"alpha\":3}",
+            QD_EUNSUPPORTED, "alpha");
+}
+
 int main(void)
 {
     TEST_RUN(test_smollm3);
@@ -185,5 +209,6 @@ int main(void)
     TEST_RUN(test_seed_oss);
     TEST_RUN(test_ernie);
     TEST_RUN(test_apertus);
+    TEST_RUN(test_hunyuan);
     return test_finish();
 }

@@ -66,6 +66,7 @@ static const family_expect families[] = {
     {"seed_oss", EXPECT_MATCH, NULL},    /* q/k/v, o_proj and MLP biases */
     {"ernie4_5", EXPECT_MATCH, NULL},    /* interleaved-pair RoPE, use_bias */
     {"apertus", EXPECT_MATCH, NULL},     /* xIELU in a non-gated MLP, q/k norms */
+    {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
