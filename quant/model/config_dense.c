@@ -2,10 +2,11 @@
  * SmolLM3 (layers without RoPE, windows on some of them), Granite (embedding, attention,
  * residual and logit multipliers), Ministral (a window per layer), Seed-OSS (q/k/v biases
  * apart from o_proj's), ERNIE 4.5 (interleaved RoPE, one use_bias for every linear) and
- * Apertus (xIELU in a non-gated MLP, q/k norms) and Hunyuan dense (q/k norms after RoPE,
- * NTK-alpha RoPE); the last two have their table entries in arch_dense.c.
+ * Apertus (xIELU in a non-gated MLP, q/k norms), Hunyuan dense (q/k norms after RoPE,
+ * NTK-alpha RoPE; these two have their table entries in arch_dense.c) and Ministral 3
+ * (YaRN with Llama 4's position-dependent query scale).
  * Defaults are those of the transformers config classes (SmolLM3Config, GraniteConfig,
- * MinistralConfig, SeedOssConfig, Ernie4_5Config, ApertusConfig, HunYuanDenseV1Config), including the ones where a family departs
+ * MinistralConfig, SeedOssConfig, Ernie4_5Config, ApertusConfig, HunYuanDenseV1Config, Ministral3Config), including the ones where a family departs
  * from LlamaConfig's (config.c reads those first): a config.json that leaves a key out means
  * what it means to transformers. A key that changes the math and is not implemented is
  * refused by name. */
@@ -18,6 +19,7 @@
 
 typedef enum dense_kind {
     DENSE_NONE = 0, DENSE_SMOLLM3, DENSE_GRANITE, DENSE_MINISTRAL, DENSE_SEED_OSS, DENSE_ERNIE, DENSE_APERTUS, DENSE_HUNYUAN,
+    DENSE_MINISTRAL3,
 } dense_kind;
 
 /* Where a family's config class departs from LlamaConfig on a key config.c has read. */
@@ -39,6 +41,7 @@ static const dense_family families[] = {
     {"Ernie4_5ForCausalLM", DENSE_ERNIE, 500000.0f, 2, 128, 1, 1e-5f},
     {"ApertusForCausalLM", DENSE_APERTUS, 12000000.0f, 0, 0, 0, 1e-5f},
     {"HunYuanDenseV1ForCausalLM", DENSE_HUNYUAN, 10000.0f, 0, 0, 0, 1e-5f},
+    {"Ministral3ForCausalLM", DENSE_MINISTRAL3, 1000000.0f, 8, 128, 0, 1e-5f},
 };
 
 static const dense_family *family_of(const char *arch)
@@ -193,6 +196,55 @@ static int parse_hunyuan_rope(const cJSON *root, const char *what, qd_model_conf
     return rc;
 }
 
+/* Ministral 3's RoPE object (rope_parameters, else rope_scaling; absent: Ministral3Config's
+ * YaRN, factor 16, original 16384, theta 1e6, whatever a top-level rope_theta says) carries
+ * llama_4_scaling_beta, which Ministral3Attention reads to scale the queries after RoPE by
+ * 1 + beta ln(1 + floor(pos / original_max_position_embeddings)): required there (transformers
+ * fails without it). It and the object's max_position_embeddings (which YaRN does not read)
+ * are taken out of a copy before the RoPE parser sees it. */
+static int parse_ministral3_rope(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    const char *key = "rope_parameters";
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!rp || cJSON_IsNull(rp)) rp = cJSON_GetObjectItemCaseSensitive(root, key = "rope_scaling");
+    if (rp && !cJSON_IsNull(rp) && !cJSON_IsObject(rp)) return qd_err_set(err, QD_EFORMAT, "%s: %s must be an object", what, key);
+    cJSON *copy = cJSON_Duplicate(root, 1);
+    cJSON *obj = rp && !cJSON_IsNull(rp) ? cJSON_Duplicate(rp, 1)
+                                         : cJSON_Parse("{\"rope_type\":\"yarn\",\"rope_theta\":1000000.0,\"factor\":16.0,"
+                                                       "\"original_max_position_embeddings\":16384,\"beta_fast\":32.0,"
+                                                       "\"beta_slow\":1.0,\"mscale_all_dim\":1.0,\"mscale\":1.0,"
+                                                       "\"llama_4_scaling_beta\":0.1}");
+    if (!copy || !obj) {
+        cJSON_Delete(copy);
+        cJSON_Delete(obj);
+        return qd_err_set(err, QD_ENOMEM, "%s: out of memory", what);
+    }
+    if (!rp || cJSON_IsNull(rp)) cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_theta");
+    int64_t orig = 0;
+    float beta = 0;
+    const cJSON *b = cJSON_GetObjectItemCaseSensitive(obj, "llama_4_scaling_beta");
+    int rc = qd_cfg_get_int(obj, "original_max_position_embeddings", &orig, what, err);
+    if (!rc && (!cJSON_IsNumber(b) || !(b->valuedouble >= 0) || orig <= 0))
+        rc = qd_err_set(err, QD_EFORMAT, "%s: %s needs llama_4_scaling_beta (a number >= 0) and "
+                        "original_max_position_embeddings for %s's query scale", what, key, c->architecture);
+    if (!rc) {
+        beta = (float)b->valuedouble;
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, "llama_4_scaling_beta");
+        cJSON_DeleteItemFromObjectCaseSensitive(obj, "max_position_embeddings");
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_scaling");
+        cJSON_DeleteItemFromObjectCaseSensitive(copy, "rope_parameters");
+        cJSON_AddItemToObject(copy, "rope_parameters", obj);
+        obj = NULL;
+        rc = qd_config_rope_parse(copy, what, 0, c, err);
+    }
+    cJSON_Delete(obj);
+    cJSON_Delete(copy);
+    if (rc) return rc;
+    c->q_pos_scale_beta = beta;
+    c->q_pos_scale_orig = orig;
+    return 0;
+}
+
 int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     const dense_family *f = family_of(c->architecture);
@@ -205,6 +257,7 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
     if (absent(root, "rms_norm_eps")) c->norm_eps = f->eps;
     c->rope_theta = f->theta;
     if (f->kind == DENSE_HUNYUAN) rc = parse_hunyuan_rope(root, what, c, err);
+    else if (f->kind == DENSE_MINISTRAL3) rc = parse_ministral3_rope(root, what, c, err);
     else rc = qd_config_rope_parse(root, what, 0, c, err);
     if (rc) return rc;
     if (c->rope.type == QD_ROPE_LONGROPE)
@@ -272,6 +325,13 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
         }
         break;
     }
+    case DENSE_MINISTRAL3:
+        /* No biases (Ministral3Attention and its MLP are built without); sliding_window, when
+         * set, windows every layer; layer_types is not read by transformers here (it warns). */
+        c->qkv_bias = c->o_bias = c->mlp_bias = 0;
+        if ((rc = read_window(root, what, 0, c, err))) return rc;
+        for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = c->sliding_window > 0;
+        break;
     case DENSE_HUNYUAN:
         /* query_layernorm and key_layernorm on every layer (after RoPE, arch_dense.c); the
          * MLP has no biases whatever mlp_bias says. */
@@ -282,7 +342,7 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
         break;
     }
     /* Families without windows: a sliding layer or a window key is refused by name. */
-    if (f->kind != DENSE_SMOLLM3 && f->kind != DENSE_MINISTRAL) {
+    if (f->kind != DENSE_SMOLLM3 && f->kind != DENSE_MINISTRAL && f->kind != DENSE_MINISTRAL3) {
         int use_sw = 0;
         if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err)) ||
             (rc = read_layer_types(root, what, c, &given, err)))

@@ -198,6 +198,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
     if (c->qk_norm && a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
+    if (rf && c->q_pos_scale_beta > 0 && (rc = qd_fwd_q_pos_scale(m, q, rows, pos_be, err))) return rc;
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));

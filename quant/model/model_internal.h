@@ -165,6 +165,9 @@ int qd_fwd_rope_deinterleave(qd_model *m, float *q, float *k, int64_t rows, qd_e
 /* Apertus's xIELU (model_xielu.c): the block's parameters into bw->xielu, and the op on x [n]. */
 int qd_xielu_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
 int qd_fwd_xielu(qd_model *m, const qd_block_weights *bw, float *x, int64_t n, qd_err *err);
+/* Ministral 3's query scale after RoPE (model_qscale.c, cfg.q_pos_scale_beta > 0) on
+ * q [rows, n_heads * head_dim], pos_be the tokens' positions (backend memory). */
+int qd_fwd_q_pos_scale(qd_model *m, float *q, int64_t rows, const int32_t *pos_be, qd_err *err);
 /* The dense families' own table entries (arch_dense.c), or NULL for the others. */
 const qd_arch *qd_arch_dense_for(const qd_model_config *c);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */

@@ -48,6 +48,7 @@ from transformers import (
     GraniteConfig,
     HunYuanDenseV1Config,
     LlamaConfig,
+    Ministral3Config,
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
@@ -325,6 +326,19 @@ FAMILIES = {
                          head_dim=16, tie_word_embeddings=False,
                          rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
                          ablate=[("no alpha (plain RoPE)", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    # Ministral 3: YaRN plus Llama 4's query scale 1 + beta ln(1 + floor(pos / original)):
+    # with an original context of 16, positions 16..63 are scaled (beta 0.5 to show it).
+    "ministral3": fam(Ministral3Config, 1108,
+                      "Ministral 3: YaRN factor 4, original 16, mscale 1/1, llama_4_scaling_beta 0.5 (queries past "
+                      "position 16 scaled), head_dim 16",
+                      head_dim=16, tie_word_embeddings=False,
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                       "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                       "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5},
+                      ablate=[("llama_4_scaling_beta 0", {"rope_parameters": {
+                          "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                          "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                          "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.0}})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

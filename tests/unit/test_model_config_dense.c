@@ -1,7 +1,7 @@
 /* config.json of the dense families with one change to the Llama block (config_dense.c):
  * SmolLM3's NoPE layers and windows, Granite's multipliers, Ministral's per-layer windows,
  * Seed-OSS's biases, ERNIE 4.5's use_bias and RoPE, Apertus's xIELU and default RoPE,
- * Hunyuan's NTK-alpha RoPE. The config classes' defaults where they
+ * Hunyuan's NTK-alpha RoPE, Ministral 3's RoPE and query scale. The config classes' defaults where they
  * depart from LlamaConfig's, and what is refused by name. The forward parity itself is
  * test_model_families. */
 #include <math.h>
@@ -201,6 +201,38 @@ static void test_hunyuan(void)
             QD_EUNSUPPORTED, "alpha");
 }
 
+static void test_ministral3(void)
+{
+    qd_model_config c;
+    qd_err err;
+    /* Ministral3Config without rope_parameters: YaRN factor 16, original 16384, theta 1e6 (a
+     * top-level rope_theta changes nothing), llama_4_scaling_beta 0.1; head_dim 128, no window,
+     * no biases. */
+    CHECK_OK(parse("Ministral3ForCausalLM", 2, "\"rope_theta\":10000,\"attention_bias\":true", &c, &err));
+    CHECK_INT(c.rope.type, QD_ROPE_YARN);
+    CHECK(c.rope_theta == 1e6f);
+    CHECK(c.rope.factor == 16.0f);
+    CHECK_INT(c.rope.orig_max_pos, 16384);
+    CHECK(c.q_pos_scale_beta == 0.1f);
+    CHECK_INT(c.q_pos_scale_orig, 16384);
+    CHECK_INT(c.head_dim, 128);
+    CHECK_INT(c.sliding_window, 0);
+    CHECK_INT(c.qkv_bias | c.o_bias, 0);
+    CHECK(c.norm_eps == 1e-5f);
+    /* As written, with the object's max_position_embeddings (not read by YaRN). */
+    CHECK_OK(parse("Ministral3ForCausalLM", 2, "\"sliding_window\":32,\"rope_parameters\":{\"type\":\"yarn\","
+                   "\"rope_type\":\"yarn\",\"rope_theta\":1e6,\"factor\":4.0,\"original_max_position_embeddings\":16,"
+                   "\"max_position_embeddings\":64,\"llama_4_scaling_beta\":0.5}", &c, &err));
+    CHECK(c.q_pos_scale_beta == 0.5f);
+    CHECK_INT(c.q_pos_scale_orig, 16);
+    CHECK_INT(c.layer_sliding[0] & c.layer_sliding[1], 1);
+    CHECK_INT(c.sliding_window, 32);
+    refused("Ministral3ForCausalLM", "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":1e6}", QD_EFORMAT,
+            "llama_4_scaling_beta");
+    refused("Ministral3ForCausalLM", "\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0,"
+            "\"original_max_position_embeddings\":16,\"llama_4_scaling_beta\":0.1,\"made_up\":1}", QD_EUNSUPPORTED, "made_up");
+}
+
 int main(void)
 {
     TEST_RUN(test_smollm3);
@@ -210,5 +242,6 @@ int main(void)
     TEST_RUN(test_ernie);
     TEST_RUN(test_apertus);
     TEST_RUN(test_hunyuan);
+    TEST_RUN(test_ministral3);
     return test_finish();
 }

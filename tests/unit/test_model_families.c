@@ -67,6 +67,7 @@ static const family_expect families[] = {
     {"ernie4_5", EXPECT_MATCH, NULL},    /* interleaved-pair RoPE, use_bias */
     {"apertus", EXPECT_MATCH, NULL},     /* xIELU in a non-gated MLP, q/k norms */
     {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
+    {"ministral3", EXPECT_MATCH, NULL},  /* YaRN, Llama 4 query scale past the original context */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -68,7 +68,7 @@ static void test_families(void)
          * per-layer windows; every bias; interleaved RoPE. */
         {"smollm3", "self_attn.q_proj", 0.12}, {"granite", "mlp.down_proj", 0.03}, {"ministral", "mlp.gate_proj", 0.1},
         {"seed_oss", "self_attn.o_proj", 0.13}, {"ernie4_5", "self_attn.k_proj", 0.13}, {"apertus", "mlp.up_proj", 0.04},
-        {"hunyuan_dense", "self_attn.v_proj", 0.07},
+        {"hunyuan_dense", "self_attn.v_proj", 0.07}, {"ministral3", "mlp.down_proj", 0.18},
     };
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
         run_family(fams[i].family, "gptq", "gptq", 8, fams[i].linear, fams[i].tol8);
