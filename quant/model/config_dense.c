@@ -309,7 +309,7 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
         /* ApertusConfig: xIELU (its parameters are the block's tensors), q/k norms before
          * RoPE, no MLP biases; without rope_parameters and rope_scaling, llama3 RoPE with
          * theta 1.2e7, factor 8, original 8192 (a top-level rope_theta is then ignored). */
-        c->qk_norm = 1;
+        c->qk_norm = QD_QK_NORM_HEAD;
         c->mlp_bias = 0;
         if (absent(root, "hidden_act")) strcpy(c->activation, "xielu");
         const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
@@ -335,7 +335,7 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
     case DENSE_HUNYUAN:
         /* query_layernorm and key_layernorm on every layer (after RoPE, arch_dense.c); the
          * MLP has no biases whatever mlp_bias says. */
-        c->qk_norm = 1;
+        c->qk_norm = QD_QK_NORM_HEAD;
         c->mlp_bias = 0;
         break;
     default:

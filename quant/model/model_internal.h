@@ -86,6 +86,8 @@ typedef struct qd_arch {
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
+/* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
+const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
@@ -158,10 +160,6 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
-/* RoPE on interleaved pairs (model_rope_pairs.c, cfg.rope_interleave outside latent
- * attention): q [rows, n_heads * head_dim] and k [rows, n_kv_heads * head_dim] de-interleaved
- * per head, in place, before the rotate-half op. */
-int qd_fwd_rope_deinterleave(qd_model *m, float *q, float *k, int64_t rows, qd_err *err);
 /* Apertus's xIELU (model_xielu.c): the block's parameters into bw->xielu, and the op on x [n]. */
 int qd_xielu_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
 int qd_fwd_xielu(qd_model *m, const qd_block_weights *bw, float *x, int64_t n, qd_err *err);

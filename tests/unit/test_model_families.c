@@ -60,6 +60,10 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"olmo2", EXPECT_MATCH, NULL},
+    {"olmo3", EXPECT_MATCH, NULL},
+    {"exaone4", EXPECT_MATCH, NULL},
+    {"glm4", EXPECT_MATCH, NULL},
     {"smollm3", EXPECT_MATCH, NULL},     /* NoPE layer 1, windowed */
     {"granite", EXPECT_MATCH, NULL},     /* embedding, attention, residual, logit multipliers */
     {"ministral", EXPECT_MATCH, NULL},   /* window per layer_types */
