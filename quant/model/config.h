@@ -144,6 +144,9 @@ typedef struct qd_model_config {
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
     int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4) */
     int tie_word_embeddings;
+    int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
+                                * config, read from text_config; the vision tower and projector
+                                * are other tensors, copied to an output unchanged */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
     int mlp_bias;              /* mlp biases (llama mlp_bias, OPT) */

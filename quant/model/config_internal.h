@@ -31,5 +31,13 @@ int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_confi
  * qd_config_family_parse's. */
 int qd_config_dense_owns(const char *arch);
 int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* Vision-language architectures (config_vlm.c): 1 when arch is a ConditionalGeneration class
+ * whose text tower quantd reads. */
+int qd_config_vlm_is(const char *arch);
+/* For such an arch, *out is a new object (the caller deletes it): the text decoder's keys
+ * (text_config, or the flat top-level ones) with the text config class's defaults, the tie
+ * the outer config decides and the multimodal RoPE written as the 1-D RoPE it is for text
+ * ids. Any other arch: *out is NULL, 0 returned. */
+int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJSON **out, qd_err *err);
 
 #endif

@@ -101,6 +101,8 @@ struct qd_model {
     st_model *st;
     qd_backend *be;
     int strip_prefix;          /* tensors saved without the leading "model." */
+    const char *text_prefix;   /* multimodal: what stands for "model." in the text tower's names */
+    const char *lm_prefix;     /* multimodal: before "lm_head." ("" or "language_model.") */
     int n_lin, n_grp;
     qd_linear_info lin[QD_MAX_LINEARS];
     qd_input_group grp[QD_MAX_GROUPS];

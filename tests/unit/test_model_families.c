@@ -72,6 +72,12 @@ static const family_expect families[] = {
     {"apertus", EXPECT_MATCH, NULL},     /* xIELU in a non-gated MLP, q/k norms */
     {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
     {"ministral3", EXPECT_MATCH, NULL},  /* YaRN, Llama 4 query scale past the original context */
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

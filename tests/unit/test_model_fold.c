@@ -162,6 +162,10 @@ static void test_fold(void)
     check_family("apertus", 3);          /* down_proj's input follows xIELU: not scaled */
     check_family("hunyuan_dense", 4);    /* q/k norms after RoPE leave v_proj's fold alone */
     check_family("ministral3", 4);
+    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen3_vl", 4);
+    check_family("gemma3_vl", 4);
+    check_family("mistral3", 4);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
