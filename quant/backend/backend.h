@@ -121,6 +121,10 @@ typedef struct qd_rope_freqs {
      * dst and src do not overlap. */ \
     X(int, copy_2d, (qd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, \
                      int64_t cols)) \
+    /* xIELU in place (Apertus; transformers' XIELUActivation): x > 0: ap x^2 + beta x, else \
+     * (expm1(min(x, eps)) - x) an + beta x, where the caller passes the effective \
+     * coefficients ap = softplus(alpha_p) and an = beta + softplus(alpha_n). */ \
+    X(int, xielu, (qd_backend *be, float *x, int64_t n, float ap, float an, float beta, float eps)) \
     /* y += x */ \
     X(int, add, (qd_backend *be, float *y, const float *x, int64_t n)) \
     X(int, add_bias, (qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)) \

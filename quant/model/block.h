@@ -34,6 +34,7 @@ typedef struct qd_block_weights {
     /* Gated DeltaNet layers: linear_attn.conv1d [conv channels, 1, taps], A_log [v_heads],
      * dt_bias [v_heads], norm [v_dim] (the gated norm multiplies by w as stored); else NULL. */
     float *gdn_conv_w, *gdn_a_log, *gdn_dt_bias, *gdn_norm_w;
+    float xielu[4];                    /* Apertus: xIELU's softplus(alpha_p), beta + softplus(alpha_n), beta, eps (host) */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

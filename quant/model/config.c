@@ -37,6 +37,14 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Olmo3ForCausalLM", QD_ARCH_LLAMA},
     {"Exaone4ForCausalLM", QD_ARCH_LLAMA},
     {"Glm4ForCausalLM", QD_ARCH_LLAMA},
+    {"SmolLM3ForCausalLM", QD_ARCH_LLAMA},
+    {"GraniteForCausalLM", QD_ARCH_LLAMA},
+    {"MinistralForCausalLM", QD_ARCH_LLAMA},
+    {"SeedOssForCausalLM", QD_ARCH_LLAMA},
+    {"Ernie4_5ForCausalLM", QD_ARCH_LLAMA},
+    {"ApertusForCausalLM", QD_ARCH_LLAMA},
+    {"HunYuanDenseV1ForCausalLM", QD_ARCH_LLAMA},
+    {"Ministral3ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
     /* Vision-language models: their text tower (config_vlm.c) */
     {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
@@ -246,8 +254,12 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         c.rope_theta_local = c.rope_theta;
         /* RoPE, windows, and what each family changes in the Llama block. */
         if ((rc = qd_config_family_parse(root, what, &c, err))) goto done;
-        if (!c.mlp_plain && strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
-            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
+        /* Apertus's MLP is xIELU's (config_dense.c), Gemma's GeGLU, every other gated one SwiGLU. */
+        const char *act = c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh"
+                          : !strcmp(c.architecture, "ApertusForCausalLM") ? "xielu" : "silu";
+        if (!c.mlp_plain && strcmp(c.activation, act)) {
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (%s)", what, c.activation,
+                            c.architecture, act);
             goto done;
         }
         c.word_embed_proj_dim = c.hidden;

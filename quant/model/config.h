@@ -125,6 +125,9 @@ typedef struct qd_model_config {
                                 * query_pre_attn_scalar or head_dim */
     float residual_scale;      /* each sub-block's output times this before the residual add
                                 * (Granite's residual_multiplier); 0 = none */
+    float q_pos_scale_beta;    /* queries after RoPE times 1 + beta ln(1 + floor(pos / q_pos_scale_orig)) (Ministral 3's
+                                * llama_4_scaling_beta); 0 = none */
+    int64_t q_pos_scale_orig;
     float logit_scale;         /* logits times this (Cohere's logit_scale, Granite's 1 / logits_scaling),
                                 * before any soft-cap; 0 = none */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */

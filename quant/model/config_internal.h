@@ -34,6 +34,11 @@ int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *
  * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
 int qd_config_postnorm_is(const char *architecture);
 int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The dense Llama-shaped families with one change each (config_dense.c: SmolLM3, Granite,
+ * Ministral, Ministral 3, Seed-OSS, ERNIE 4.5, Apertus, Hunyuan dense): whether arch is one, and its keys, in place of
+ * qd_config_family_parse's. */
+int qd_config_dense_owns(const char *arch);
+int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* Vision-language architectures (config_vlm.c): 1 when arch is a ConditionalGeneration class
  * whose text tower quantd reads. */
 int qd_config_vlm_is(const char *arch);

@@ -156,6 +156,15 @@ static int norm(qd_model *m, float *y, const float *x, const float *w, const flo
     return m->be->ops->rmsnorm(m->be, y, x, w, rows, m->cfg.hidden, m->cfg.norm_eps);
 }
 
+/* The per-head RMSNorms of q [rows, n_heads * head_dim] and k [rows, n_kv_heads * head_dim]. */
+static int qk_norm(qd_model *m, const qd_block_weights *bw, float *q, float *k, int64_t rows, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
+    BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    return 0;
+}
+
 /* Attention sub-block: xn (normed input) → out (o_proj output). rf: this layer's RoPE
  * (NULL for OPT); window: this layer's sliding window (0 = none). */
 static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch,
@@ -211,22 +220,23 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
                (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err))) {
         return rc;
     }
-    if (c->qk_norm == QD_QK_NORM_HEAD) {
-        /* Qwen3, Gemma 3, EXAONE 4: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
-        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
-        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
-    } else if (c->qk_norm == QD_QK_NORM_WHOLE) {
+    /* Qwen3, Gemma 3, EXAONE 4: RMSNorm over each head's dims (q_norm, k_norm), before RoPE;
+     * Hunyuan's query_layernorm and key_layernorm come after it (qk_norm_post_rope). */
+    if (c->qk_norm == QD_QK_NORM_HEAD && !a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
+    if (c->qk_norm == QD_QK_NORM_WHOLE) {
         /* OLMo 2/3: over each token's whole q and k projections, before the heads split. */
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows, qd, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows, kvd, c->norm_eps));
     }
     if (rf) {
-        /* GLM-4 and Cohere2 turn interleaved pairs (DeepSeek's interleave is model_mla.c's own). */
+        /* GLM-4, ERNIE 4.5 and Cohere2 turn interleaved pairs (DeepSeek's interleave is model_mla.c's own). */
         qd_rope_freqs rfi;
         if (c->rope_interleave) { rfi = *rf; rfi.interleaved = 1; rf = &rfi; }
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
+    if (c->qk_norm == QD_QK_NORM_HEAD && a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
+    if (rf && c->q_pos_scale_beta > 0 && (rc = qd_fwd_q_pos_scale(m, q, rows, pos_be, err))) return rc;
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));
@@ -252,7 +262,7 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     /* Phi's fc1 reads the input q/k/v read (one group, whose hook the attention called). */
     if (m->lin[l0].group != m->lin[QD_LIN_Q].group && (rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err)))
         return rc;
-    if (c->family == QD_ARCH_LLAMA && !c->mlp_plain) {
+    if (c->family == QD_ARCH_LLAMA && !c->mlp_plain && !a->mlp_ungated) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
         int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
@@ -272,7 +282,8 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
             return rc;
     } else {
         if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
-        if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
+        if (a->xielu) { if ((rc = qd_fwd_xielu(m, bw, f1, rows * ff, err))) return rc; }
+        else if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
         else if (!strcmp(c->activation, "gelu")) BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
         else BE_CALL(m, err, m->be->ops->gelu_tanh(m->be, f1, rows * ff));   /* gelu_new, gelu_pytorch_tanh */
         if ((rc = qd_fwd_call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
@@ -355,8 +366,8 @@ static int mlp_out_linear(const qd_model *m)
 {
     if (m->cfg.n_experts > 0) return -1;
     const qd_arch *a = m->arch;
-    return m->cfg.family == QD_ARCH_LLAMA && !m->cfg.mlp_plain ? (a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2)
-                                                              : a->lin_mlp0 + 1;
+    if (m->cfg.family != QD_ARCH_LLAMA || m->cfg.mlp_plain || a->mlp_ungated) return a->lin_mlp0 + 1;
+    return a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2;
 }
 
 int qd_model_mlp_out_group(const qd_model *m)

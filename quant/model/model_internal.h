@@ -99,6 +99,10 @@ typedef struct qd_arch {
      * in_proj_b, in_proj_a (Qwen3.5) — then out_proj; 0: none. */
     int gdn;
     int lin_gdn0;
+    int mlp_ungated;           /* rotary family with up_proj -> activation -> down_proj (Apertus): no gate */
+    const char *xielu;         /* "mlp.act_fn": the xIELU parameters' module (model_xielu.c); NULL: none */
+    const char *qk_norms[2];   /* the per-head q/k norms' weights (cfg.qk_norm); NULL: self_attn.q_norm/k_norm.weight */
+    int qk_norm_post_rope;     /* the q/k norms act on RoPE's output (Hunyuan), not its input (Qwen3) */
 } qd_arch;
 
 extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
@@ -198,6 +202,14 @@ int qd_gdn_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
  * projections (Qwen3-Next's in_proj_qkvz, a gated q_proj) are split into contiguous parts. */
 int qd_fwd_gather_units(qd_model *m, float *dst, const float *src, int64_t rows, int64_t src_units, int64_t unit,
                         const int32_t *map, int64_t n_map, qd_err *err);
+/* Apertus's xIELU (model_xielu.c): the block's parameters into bw->xielu, and the op on x [n]. */
+int qd_xielu_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
+int qd_fwd_xielu(qd_model *m, const qd_block_weights *bw, float *x, int64_t n, qd_err *err);
+/* Ministral 3's query scale after RoPE (model_qscale.c, cfg.q_pos_scale_beta > 0) on
+ * q [rows, n_heads * head_dim], pos_be the tokens' positions (backend memory). */
+int qd_fwd_q_pos_scale(qd_model *m, float *q, int64_t rows, const int32_t *pos_be, qd_err *err);
+/* The dense families' own table entries (arch_dense.c), or NULL for the others. */
+const qd_arch *qd_arch_dense_for(const qd_model_config *c);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

@@ -486,7 +486,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     for (int i = 0; i < 2 && m->cfg.qk_norm && attn_layer && !rc; i++) {
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
-        snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
+        snprintf(name + n, sizeof name - n, "%s", m->arch->qk_norms[i] ? m->arch->qk_norms[i] : qk_names[i]);
         /* Per head [head_dim], or OLMo 2's over the whole projection [n_heads (q) or n_kv (k) * head_dim]. */
         int64_t len = m->cfg.qk_norm == QD_QK_NORM_WHOLE ? (i ? m->cfg.n_kv_heads : m->cfg.n_heads) * m->cfg.head_dim
                                                          : m->cfg.head_dim;
@@ -501,6 +501,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
     if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
+    if (!rc && m->arch->xielu) rc = qd_xielu_load(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;

@@ -38,6 +38,7 @@ import numpy as np
 import torch
 import transformers
 from transformers import (
+    ApertusConfig,
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
     Cohere2Config,
@@ -47,12 +48,17 @@ from transformers import (
     Qwen3VLConfig,
     DeepseekV2Config,
     DeepseekV3Config,
+    Ernie4_5Config,
     Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
     Glm4Config,
     GPTNeoXConfig,
+    GraniteConfig,
+    HunYuanDenseV1Config,
     LlamaConfig,
+    Ministral3Config,
+    MinistralConfig,
     MistralConfig,
     MixtralConfig,
     Olmo2Config,
@@ -65,6 +71,8 @@ from transformers import (
     Qwen3MoeConfig,
     Qwen3NextConfig,
     Starcoder2Config,
+    SeedOssConfig,
+    SmolLM3Config,
 )
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
@@ -379,6 +387,77 @@ FAMILIES = {
                 tie_word_embeddings=False, pad_token_id=None,
                 ablate=[("partial_rotary_factor 1", {"partial_rotary_factor": 1.0, "rope_parameters": {
                     "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}})]),
+    # Dense families with one change to the Llama block each.
+    # SmolLM3: layer 1 is NoPE (no_rope_layers [1, 0]); with use_sliding_window and
+    # sliding_window 16 the derived layer_types slide that NoPE layer only.
+    "smollm3": fam(SmolLM3Config, 1101,
+                   "SmolLM3: no_rope_layers [1, 0] (layer 1 without RoPE), use_sliding_window with window 16 on the "
+                   "NoPE layer (derived layer_types), rope_theta 2000000",
+                   no_rope_layers=[1, 0], use_sliding_window=True, sliding_window=16,
+                   rope_parameters={"rope_type": "default", "rope_theta": 2000000.0},
+                   ablate=[("RoPE on every layer", {"no_rope_layers": [1, 1],
+                                                    "layer_types": ["full_attention", "sliding_attention"]}),
+                           ("no window", {"use_sliding_window": False})]),
+    # Granite 3.x's multipliers (8B: embedding 12, attention 1/128, residual 0.22, logits 16).
+    "granite": fam(GraniteConfig, 1102,
+                   "Granite: embedding_multiplier 12, attention_multiplier 0.125 (the softmax scale; head_dim^-1/2 "
+                   "is 0.25), residual_multiplier 0.22, logits_scaling 8, untied lm_head",
+                   embedding_multiplier=12.0, attention_multiplier=0.125, residual_multiplier=0.22,
+                   logits_scaling=8.0, tie_word_embeddings=False,
+                   ablate=[("embedding_multiplier 1", {"embedding_multiplier": 1.0}),
+                           ("attention_multiplier = head_dim^-1/2", {"attention_multiplier": 0.25}),
+                           ("residual_multiplier 1", {"residual_multiplier": 1.0}),
+                           ("logits_scaling 1", {"logits_scaling": 1.0})]),
+    "ministral": fam(MinistralConfig, 1103,
+                     "Ministral: layer_types sliding(16)/full per layer, explicit head_dim 16",
+                     head_dim=16, sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                     tie_word_embeddings=False,
+                     ablate=[("no window", {"layer_types": ["full_attention", "full_attention"]}),
+                             ("every layer slides", {"layer_types": ["sliding_attention", "sliding_attention"]})]),
+    # Seed-OSS: biases on q/k/v (attention_bias) and, here, on o_proj (attention_out_bias)
+    # and the MLP too, so that every bias path is exercised.
+    "seed_oss": fam(SeedOssConfig, 1104,
+                    "Seed-OSS: attention_bias (q/k/v), attention_out_bias (o_proj) and mlp_bias, head_dim 32",
+                    head_dim=32, attention_bias=True, attention_out_bias=True, mlp_bias=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0}),
+    # ERNIE 4.5: RoPE on interleaved pairs (x0, x1), (x2, x3), ...; use_bias on every linear.
+    "ernie4_5": fam(Ernie4_5Config, 1105,
+                    "ERNIE 4.5 (dense): interleaved-pair RoPE over the whole head (head_dim 16), use_bias on "
+                    "q/k/v/o and the MLP, rope_theta 500000, tied",
+                    head_dim=16, use_bias=True, rope_parameters={"rope_type": "default", "rope_theta": 500000.0},
+                    ablate=[("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    # Apertus: xIELU (learned alpha_p, alpha_n per layer, noised here; beta and eps buffers)
+    # in a non-gated MLP, q/k norms, llama3 RoPE as Apertus ships it (here with an original
+    # context of 64 so that the bands differ on 64 tokens).
+    "apertus": fam(ApertusConfig, 1106,
+                   "Apertus: xIELU activation with per-layer alpha_p/alpha_n, non-gated MLP (up_proj, down_proj), "
+                   "q_norm/k_norm, attention_layernorm/feedforward_layernorm, llama3 RoPE (factor 8, original 64)",
+                   tie_word_embeddings=False,
+                   rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                    "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                    "original_max_position_embeddings": 64},
+                   ablate=[("plain RoPE", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
+    # Hunyuan dense: query_layernorm/key_layernorm per head AFTER RoPE; RoPE labelled "dynamic"
+    # with a fixed alpha, which transformers turns into a static NTK base theta * alpha^(d/(d-2)).
+    "hunyuan_dense": fam(HunYuanDenseV1Config, 1107,
+                         "Hunyuan dense: query_layernorm/key_layernorm after RoPE, rope_type dynamic with alpha 1000 "
+                         "(static NTK base), head_dim 16",
+                         head_dim=16, tie_word_embeddings=False,
+                         rope_parameters={"rope_type": "dynamic", "rope_theta": 10000.0, "alpha": 1000.0, "factor": 1.0},
+                         ablate=[("no alpha (plain RoPE)", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    # Ministral 3: YaRN plus Llama 4's query scale 1 + beta ln(1 + floor(pos / original)):
+    # with an original context of 16, positions 16..63 are scaled (beta 0.5 to show it).
+    "ministral3": fam(Ministral3Config, 1108,
+                      "Ministral 3: YaRN factor 4, original 16, mscale 1/1, llama_4_scaling_beta 0.5 (queries past "
+                      "position 16 scaled), head_dim 16",
+                      head_dim=16, tie_word_embeddings=False,
+                      rope_parameters={"rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                                       "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                                       "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.5},
+                      ablate=[("llama_4_scaling_beta 0", {"rope_parameters": {
+                          "rope_type": "yarn", "rope_theta": 1000000.0, "factor": 4.0,
+                          "original_max_position_embeddings": 16, "beta_fast": 32.0, "beta_slow": 1.0,
+                          "mscale": 1.0, "mscale_all_dim": 1.0, "llama_4_scaling_beta": 0.0}})]),
     # Vision-language models: the text tower is the quantized part; the golden is text-only.
     "qwen2_5_vl": vlm(Qwen2_5_VLConfig, 1040,
                       "Qwen2.5-VL text tower (Qwen2: q/k/v biases) through Qwen2_5_VLForConditionalGeneration on "

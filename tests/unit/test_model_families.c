@@ -67,6 +67,14 @@ static const family_expect families[] = {
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
     {"glm4", EXPECT_MATCH, NULL},
+    {"smollm3", EXPECT_MATCH, NULL},     /* NoPE layer 1, windowed */
+    {"granite", EXPECT_MATCH, NULL},     /* embedding, attention, residual, logit multipliers */
+    {"ministral", EXPECT_MATCH, NULL},   /* window per layer_types */
+    {"seed_oss", EXPECT_MATCH, NULL},    /* q/k/v, o_proj and MLP biases */
+    {"ernie4_5", EXPECT_MATCH, NULL},    /* interleaved-pair RoPE, use_bias */
+    {"apertus", EXPECT_MATCH, NULL},     /* xIELU in a non-gated MLP, q/k norms */
+    {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
+    {"ministral3", EXPECT_MATCH, NULL},  /* YaRN, Llama 4 query scale past the original context */
     /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
     {"qwen2_5_vl", EXPECT_MATCH, NULL},
     {"qwen3_vl", EXPECT_MATCH, NULL},

@@ -159,6 +159,18 @@ static void test_fold(void)
     check_family("olmo3", 2);
     check_family("exaone4", 2);
     check_family("glm4", 4);
+    /* Granite's residual_multiplier scales o_proj's and down_proj's outputs: folding their
+     * inputs into v_proj's and up_proj's rows stays exact. ERNIE's RoPE turns q and k
+     * only, Seed-OSS's biases are divided with their rows. */
+    check_family("smollm3", 4);
+    check_family_block("smollm3", 1, 4);   /* the NoPE, windowed layer */
+    check_family("granite", 4);
+    check_family("ministral", 4);
+    check_family("seed_oss", 4);
+    check_family("ernie4_5", 4);
+    check_family("apertus", 3);          /* down_proj's input follows xIELU: not scaled */
+    check_family("hunyuan_dense", 4);    /* q/k norms after RoPE leave v_proj's fold alone */
+    check_family("ministral3", 4);
     check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
     check_family("qwen3_vl", 4);
     check_family("gemma3_vl", 4);

@@ -515,6 +515,12 @@ static int cu_scale(qd_backend *be, float *x, int64_t n, float s)
     return 0;
 }
 
+static int cu_xielu(qd_backend *be, float *x, int64_t n, float ap, float an, float beta, float eps)
+{
+    LAUNCH(be, "xielu kernel", cudaop_xielu(cu_impl(be)->stream, x, n, ap, an, beta, eps));
+    return 0;
+}
+
 static int cu_relu(qd_backend *be, float *x, int64_t n)
 {
     LAUNCH(be, "relu kernel", cudaop_relu(cu_impl(be)->stream, x, n));

@@ -73,6 +73,7 @@ int cudaop_scale(void *stream, float *x, int64_t n, float s);
 int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);
 int cudaop_gelu_tanh(void *stream, float *x, int64_t n);
+int cudaop_xielu(void *stream, float *x, int64_t n, float ap, float an, float beta, float eps);
 int cudaop_add(void *stream, float *y, const float *x, int64_t n);
 int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols);
 /* dst[i] = src[idx[i]] (rows of cols floats); an index outside [0, src_rows) zeroes its row

@@ -483,6 +483,11 @@ ELEMENTWISE(gelu, (float *x, int64_t n), { x[i] = 0.5f * x[i] * (1.0f + erff(x[i
 ELEMENTWISE(gelu_tanh, (float *x, int64_t n),
             { float g = x[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
               x[i] = 0.5f * g * (1.0f + tanhf(t)); })
+/* The order of transformers' float32 expression (activations.py, XIELUActivation._xielu_python). */
+ELEMENTWISE(xielu, (float *x, int64_t n, float ap, float an, float beta, float eps),
+            { float v = x[i];
+              x[i] = v > 0.0f ? __fadd_rn(__fmul_rn(__fmul_rn(ap, v), v), __fmul_rn(beta, v))
+                              : __fadd_rn(__fmul_rn(__fsub_rn(expm1f(fminf(v, eps)), v), an), __fmul_rn(beta, v)); })
 ELEMENTWISE(add, (float *y, const float *x, int64_t n), { y[i] += x[i]; })
 ELEMENTWISE(add_bias, (float *y, const float *bias, int64_t cols, int64_t n), { y[i] += bias[i % cols]; })
 
@@ -511,6 +516,13 @@ extern "C" int cudaop_scale(void *stream, float *x, int64_t n, float s)
 {
     if (n <= 0) return 0;
     k_scale<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n, s);
+    return op_launched();
+}
+
+extern "C" int cudaop_xielu(void *stream, float *x, int64_t n, float ap, float an, float beta, float eps)
+{
+    if (n <= 0) return 0;
+    k_xielu<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n, ap, an, beta, eps);
     return op_launched();
 }
 
