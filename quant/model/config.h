@@ -54,6 +54,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
+    QD_LAYOUT_GPT_OSS,     /* llama attention with biases and sinks; mlp.router (with bias) + mlp.experts' fused
+                            * 3-D gate_up_proj / down_proj (model_gptoss.c), read as per-expert gate, up, down */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -63,6 +65,8 @@ typedef enum qd_moe_scoring {
                             * best of n_group groups (a group scores its largest) */
     QD_MOE_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid; the choice adds e_score_correction_bias and keeps the
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
+    QD_MOE_TOPK_SOFTMAX,   /* gpt-oss: the top_k largest logits (the router's bias added), then a softmax
+                            * over those k alone */
 } qd_moe_scoring;
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
@@ -111,6 +115,11 @@ typedef struct qd_model_config {
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
+    /* gpt-oss: attention sinks (a learned per-head logit in each softmax's denominator), and
+     * the experts' clamped SwiGLU: gate <= limit, -limit <= up <= limit,
+     * out = (up + 1) * gate * sigmoid(alpha * gate). swiglu_limit 0: the plain SwiGLU. */
+    int attn_sinks;
+    float swiglu_alpha, swiglu_limit;
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */

@@ -23,4 +23,8 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
+/* gpt-oss (config_gptoss.c): every key of GptOssConfig, its defaults where config.json
+ * leaves one out; called by qd_config_family_parse for GptOssForCausalLM. */
+int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+
 #endif

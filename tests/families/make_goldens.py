@@ -43,6 +43,7 @@ from transformers import (
     DeepseekV3Config,
     Gemma2Config,
     Gemma3TextConfig,
+    GptOssConfig,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
@@ -260,6 +261,29 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # gpt-oss: q/k/v/o biases, a learned sink per head, sliding (16) and full layers
+    # alternating (layer_types' default), YaRN with truncate false, 8 experts top-2 by the
+    # router's logits (with its bias) softmaxed over the two, experts with biases and the
+    # clamped SwiGLU (swiglu_limit 1.5 so that the clamps bite at this scale). The experts'
+    # 2-D biases are noised too (build), so a dropped or misread bias shows.
+    "gpt_oss": fam(GptOssConfig, 1022,
+                   "gpt-oss: attention sinks, q/k/v/o biases, sliding window 16 on even layers, YaRN (factor 4, "
+                   "truncate false); 8 experts top-2 (router with bias, softmax over the chosen logits), fused "
+                   "interleaved gate_up_proj with biases, clamped SwiGLU (alpha 1.702, limit 1.5)",
+                   num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, head_dim=16,
+                   sliding_window=16, attention_bias=True, swiglu_limit=1.5, tie_word_embeddings=False,
+                   rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32},
+                   ablate=[("no sinks", {"_params": ("self_attn.sinks", -1e30)}),
+                           ("every layer full", {"layer_types": ["full_attention", "full_attention"]}),
+                           ("swiglu_limit 7", {"swiglu_limit": 7.0}),
+                           ("truncate true", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
+                                                                  "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                                                  "truncate": True,
+                                                                  "original_max_position_embeddings": 32}}),
+                           ("no expert biases", {"_params": ("experts.", 0.0, "_bias")}),
+                           ("no router bias", {"_params": ("router.bias", 0.0)})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
@@ -274,7 +298,8 @@ def build(spec):
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            # 2-D biases: gpt-oss's experts' ([E, 2 FF] and [E, H]).
+            if p.dim() == 1 or name.endswith("_bias"):
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
     model.eval()
     return model
@@ -302,9 +327,18 @@ def ablations(model, spec, ids, logits):
     out = {}
     for label, change in spec["ablate"]:
         kw = dict(spec["kwargs"])
+        change = dict(change)
+        # "_params": (substring, value[, suffix]): the same config, those parameters set to
+        # value (a feature that is weights, not a key: gpt-oss's sinks and biases).
+        params = change.pop("_params", None)
         kw.update(change)
         m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
+        if params:
+            with torch.no_grad():
+                for name, p in m.named_parameters():
+                    if params[0] in name and name.endswith(params[2] if len(params) > 2 else ""):
+                        p.fill_(params[1])
         m.eval()
         out[label] = rel_err(forward(m, ids), logits)
     return out

@@ -60,6 +60,7 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"gpt_oss", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
