@@ -90,6 +90,8 @@ int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config 
                           what, c->architecture);
     if (!(c->rope_theta > 0)) return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);
     c->layout = QD_LAYOUT_GPT_OSS;
+    /* GptOssExperts never reads hidden_act (its activation is the clamped SwiGLU below). */
+    strcpy(c->activation, "silu");
     c->o_bias = c->qkv_bias;   /* attention_bias covers o_proj too */
     c->attn_sinks = 1;
     c->sliding_window = 128;
