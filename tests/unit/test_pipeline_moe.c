@@ -420,6 +420,26 @@ static void test_gpt_oss(void)
     }
 }
 
+/* gpt-oss's serving check: vLLM (gpt_oss.py _load_weights_other) loads no per-expert
+ * gate_proj/up_proj/down_proj tensors, so a job that asks for vLLM serving is refused before
+ * any work, naming the experts (the attention kept in float so an expert is the first row). */
+static void test_gpt_oss_serving(void)
+{
+    char model[4200], out[4400];
+    snprintf(model, sizeof model, "%s/gpt_oss", pt_families_dir());
+    snprintf(out, sizeof out, "%s/gpt_oss-serve", T);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens,
+                         "\"modules_to_not_convert\":[\"self_attn\"],\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},");
+    CHECK(job != NULL);
+    if (!job) return;
+    qd_err err = {0};
+    CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
+    CHECK_CONTAINS(err.msg, "mlp.experts.0.gate_up_proj (gate_proj+up_proj): will not load: vLLM loads gpt-oss's experts only");
+    CHECK_CONTAINS(err.msg, "vllm/model_executor/models/gpt_oss.py");
+    CHECK(access(out, F_OK) != 0);   /* nothing created */
+    qp_job_free(job);
+}
+
 /* What DeepSeek does not have yet is refused before any work, by name: the vLLM serving
  * check (latent attention is not in its rule table) and the tp_aware layout (any MoE). */
 static void test_deepseek_refused(void)
@@ -485,5 +505,6 @@ int main(void)
     TEST_RUN(test_deepseek_v2);
     TEST_RUN(test_deepseek_refused);
     TEST_RUN(test_gpt_oss);
+    TEST_RUN(test_gpt_oss_serving);
     return pt_teardown();
 }
