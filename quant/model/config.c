@@ -138,18 +138,29 @@ static int parse_source_fp8(const cJSON *q, const char *what, qd_model_config *c
     return 0;
 }
 
-/* quantization_config: a source format quantd reads as it ships (FP8 blocks), gpt-oss's
- * MXFP4 experts (refused: not read yet), or a quantd output format. */
+/* quantization_config: a source format quantd reads as it ships (FP8 blocks, gpt-oss's
+ * MXFP4 experts), or a quantd output format. */
 static int parse_quant_config(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
 {
     const cJSON *m = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
     const char *method = cJSON_IsString(m) ? m->valuestring : "";
     if (!strcmp(method, "fp8")) return parse_source_fp8(q, what, c, err);
-    if (!strcmp(method, "mxfp4"))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"mxfp4\" (gpt-oss's MXFP4 experts in "
-                          "mlp.experts.*_blocks and *_scales tensors) is not read as a source yet; this checkpoint is a "
-                          "%s: give quantd its BF16 copy (transformers' Mxfp4Config(dequantize=True) writes one)", what,
-                          c->architecture);
+    if (!strcmp(method, "mxfp4")) {
+        if (c->layout != QD_LAYOUT_GPT_OSS)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"mxfp4\" (gpt-oss's MXFP4 "
+                              "experts in mlp.experts.*_blocks and *_scales tensors) is read for GptOssForCausalLM only; "
+                              "this checkpoint is a %s", what, c->architecture);
+        /* modules_to_not_convert names what is stored in float, which the loader sees from
+         * the tensors; dequantize concerns transformers' loading. Anything else is refused. */
+        const cJSON *e;
+        cJSON_ArrayForEach(e, q)
+            if (strcmp(e->string, "quant_method") && strcmp(e->string, "modules_to_not_convert") &&
+                strcmp(e->string, "dequantize"))
+                return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.%s is not supported for an MXFP4 "
+                                  "source (quant_method, modules_to_not_convert)", what, e->string);
+        c->source_mxfp4 = 1;
+        return 0;
+    }
     return parse_quant(q, what, c, err);
 }
 

@@ -171,6 +171,11 @@ typedef struct qd_model_config {
      * `quantized` stays 0, so nothing takes such a checkpoint for a quantd output. */
     int source_fp8;
     int64_t fp8_block_n, fp8_block_k;  /* weight_block_size [bn, bk] */
+    /* gpt-oss's MXFP4 experts (quantization_config quant_method "mxfp4", as the Hub ships
+     * gpt-oss): mlp.experts.{gate_up,down}_proj_blocks (U8, two FP4 e2m1 codes a byte) and
+     * _scales (U8, E8M0, one per 32 values), decoded as they are loaded (model_gptoss.c);
+     * read, never written, like source_fp8. */
+    int source_mxfp4;
 } qd_model_config;
 
 /* Parses config.json text (`what` names the source in errors). */

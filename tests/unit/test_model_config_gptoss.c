@@ -92,7 +92,8 @@ static void test_refused(void)
         {"\"routed_scaling_factor\":2.0", "routed_scaling_factor is set"},
         {"\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":32,"
          "\"short_factor\":[1.0]}", "short_factor is not supported"},
-        {"\"quantization_config\":{\"quant_method\":\"mxfp4\"}", "quant_method \"mxfp4\" (gpt-oss's MXFP4 experts"},
+        {"\"quantization_config\":{\"quant_method\":\"mxfp4\",\"group_size\":64}",
+         "quantization_config.group_size is not supported for an MXFP4 source"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         qd_model_config c;

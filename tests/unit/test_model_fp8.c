@@ -64,15 +64,14 @@ static void test_config(void)
         CHECK_ERR(parse_cfg(q, "LlamaForCausalLM", &c, &err));
         CHECK_CONTAINS(err.msg, "weight_block_size must be two positive integers");
     }
-    /* gpt-oss is a family now; its MXFP4 source experts are refused by name (not read yet),
-     * on gpt-oss and on any other architecture. */
-    CHECK_ERR(parse_cfg("{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":[\"model.layers.*.self_attn\"]}",
-                        "GptOssForCausalLM", &c, &err));
-    CHECK_CONTAINS(err.msg, "quant_method \"mxfp4\" (gpt-oss's MXFP4 experts");
-    CHECK_CONTAINS(err.msg, "this checkpoint is a GptOssForCausalLM");
+    /* gpt-oss's MXFP4 experts are a source format of the gpt-oss family only. */
+    CHECK_OK(parse_cfg("{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":[\"model.layers.*.self_attn\"]}",
+                       "GptOssForCausalLM", &c, &err));
+    CHECK_INT(c.source_mxfp4, 1);
+    CHECK_INT(c.quantized, 0);
     CHECK_OK(parse_cfg(NULL, "GptOssForCausalLM", &c, &err));
     CHECK_ERR(parse_cfg("{\"quant_method\":\"mxfp4\"}", "LlamaForCausalLM", &c, &err));
-    CHECK_CONTAINS(err.msg, "this checkpoint is a LlamaForCausalLM");
+    CHECK_CONTAINS(err.msg, "is read for GptOssForCausalLM only; this checkpoint is a LlamaForCausalLM");
 }
 
 /* ---- the decoding ---- */

@@ -384,13 +384,16 @@ static void test_gpt_oss(void)
         {"awq", "awq-w8", "0.2", "\"bits\":8,"},
         {"awq+gptq", "awqgptq-w8", "0.2", "\"bits\":8,"},
         {"rtn", "rtn-w8-experts", "0.02", "\"bits\":8,\"modules_to_not_convert\":[\"self_attn\"],"},
+        /* The MXFP4 source (the Hub's layout): the experts decoded from their blocks. */
+        {"gptq", "mxfp4-gptq-w8", "0.2", "\"bits\":8,"},
     };
     for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
-        cJSON *r = run("gpt_oss", methods[i][0], methods[i][3], methods[i][1], atof(methods[i][2]),
+        const char *fam = strncmp(methods[i][1], "mxfp4", 5) ? "gpt_oss" : "gpt_oss_mxfp4";
+        cJSON *r = run(fam, methods[i][0], methods[i][3], methods[i][1], atof(methods[i][2]),
                        "mlp.experts.5.down_proj", "mlp.router");
         if (!r) continue;
         char out[4400];
-        snprintf(out, sizeof out, "%s/gpt_oss-%s", T, methods[i][1]);
+        snprintf(out, sizeof out, "%s/%s-%s", T, fam, methods[i][1]);
         st_model *om = NULL;
         qd_err err = {0};
         CHECK_OK(st_model_open(out, &om, &err));
@@ -402,7 +405,9 @@ static void test_gpt_oss(void)
                                            "model.layers.1.mlp.experts.3.down_proj.bias", "model.layers.0.self_attn.o_proj.bias"};
         static const char *const absent[] = {"model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj",
                                              "model.layers.0.mlp.experts.gate_up_proj_bias",
-                                             "model.layers.1.mlp.experts.down_proj_bias"};
+                                             "model.layers.1.mlp.experts.down_proj_bias",
+                                             "model.layers.0.mlp.experts.gate_up_proj_blocks",
+                                             "model.layers.1.mlp.experts.down_proj_scales"};
         int whole = !strstr(methods[i][1], "experts");
         for (size_t j = 0; om && j < sizeof packed / sizeof packed[0] - !whole; j++)
             if (!st_model_find(om, packed[j])) TEST_FAIL_("gpt-oss %s: %s is missing", methods[i][1], packed[j]);
@@ -414,6 +419,10 @@ static void test_gpt_oss(void)
             if (st_model_find(om, absent[j])) TEST_FAIL_("gpt-oss %s: %s should not exist", methods[i][1], absent[j]);
         test_checks += 3;
         st_model_close(om);
+        /* The output is a GPTQ checkpoint: no trace of the source's MXFP4 config. */
+        char *cfg = pt_read(test_path(out, "config.json"), NULL);
+        CHECK(cfg && !strstr(cfg, "mxfp4") && strstr(cfg, "\"gptq\""));
+        free(cfg);
         /* 4 attention linears and 3 x 8 experts per layer. */
         CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 2 * (4 + 24));
         cJSON_Delete(r);
