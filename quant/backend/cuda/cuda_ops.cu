@@ -474,7 +474,8 @@ ELEMENTWISE(gelu_tanh_mul, (float *out, const float *gate, const float *up, int6
             { float g = gate[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
               out[i] = 0.5f * g * (1.0f + tanhf(t)) * up[i]; })
 ELEMENTWISE(swiglu_clamp_mul, (float *out, const float *gate, const float *up, int64_t n, float alpha, float limit),
-            { float g = gate[i], u = up[i];
+            { float g = gate[i];
+              float u = up[i];
               g = g > limit ? limit : g;
               u = u > limit ? limit : u < -limit ? -limit : u;
               float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
