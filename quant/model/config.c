@@ -26,6 +26,10 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Qwen3MoeForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV2ForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
+    {"Olmo2ForCausalLM", QD_ARCH_LLAMA},
+    {"Olmo3ForCausalLM", QD_ARCH_LLAMA},
+    {"Exaone4ForCausalLM", QD_ARCH_LLAMA},
+    {"Glm4ForCausalLM", QD_ARCH_LLAMA},
     {"GptOssForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
@@ -180,7 +184,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, GptOssForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, GptOssForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }

@@ -89,6 +89,8 @@ typedef struct qd_arch {
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
+/* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
+const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 extern const qd_arch qd_arch_gpt_oss;   /* arch_gptoss.c */
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,

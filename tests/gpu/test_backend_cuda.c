@@ -223,8 +223,23 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
     case 12: return be->ops->gelu_tanh_mul(be, out, in[0], in[1], rows * dim);
     case 13: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->softcap(be, out, rows * dim, 0.7f);
     case 15: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->scale(be, out, rows * dim, -0.3f);
-    case 16: return be->ops->swiglu_clamp_mul(be, out, in[0], in[1], rows * dim, 1.702f, 0.8f);   /* gpt-oss, clamps bite */
-    case 17: { /* attention with gpt-oss's sinks, per head below, near and above the scores */
+    case 16: {
+        /* GLM-4's RoPE: interleaved pairs (2i, 2i + 1) on the first 16 of 32 dims */
+        int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
+        int32_t *dp = put(be, pos, sizeof pos);
+        if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
+        qd_rope_freqs f;
+        memset(&f, 0, sizeof f);
+        f.rot_dim = 16;
+        f.interleaved = 1;
+        f.attn_scale = 1.0f;
+        for (int i = 0; i < 8; i++) f.inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 16.0f);
+        rc = be->ops->rope(be, out, rows, 2, 32, dp, &f);
+        qd_backend_free(be, dp);
+        return rc;
+    }
+    case 17: return be->ops->swiglu_clamp_mul(be, out, in[0], in[1], rows * dim, 1.702f, 0.8f);   /* gpt-oss, clamps bite */
+    case 18: { /* attention with gpt-oss's sinks, per head below, near and above the scores */
         float sinks[4] = {-2.0f, 0.0f, 0.7f, 4.0f};
         float *ds = put(be, sinks, sizeof sinks);
         rc = be->ops->attention_sink(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f, 2, ds);
@@ -250,7 +265,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 17; which++) {
+    for (int which = 0; which <= 18; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

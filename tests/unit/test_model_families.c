@@ -60,6 +60,10 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"olmo2", EXPECT_MATCH, NULL},
+    {"olmo3", EXPECT_MATCH, NULL},
+    {"exaone4", EXPECT_MATCH, NULL},
+    {"glm4", EXPECT_MATCH, NULL},
     {"gpt_oss", EXPECT_MATCH, NULL},
     {"gpt_oss_mxfp4", EXPECT_MATCH, NULL},   /* the experts in MXFP4 blocks and E8M0 scales, as the Hub ships them */
 };
