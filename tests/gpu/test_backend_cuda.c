@@ -342,14 +342,14 @@ static int op_attn(qd_backend *be, float *out, float **in, void *ud)
 static void test_attention(void)
 {
     static const attn_case cases[] = {
-        {3, 300, 8, 2, 64, 0, 0.0f},      /* GQA 4:1, two row blocks, the second of 44 rows */
-        {2, 517, 4, 4, 32, 100, 0.0f},    /* sliding window inside a block and across blocks */
-        {2, 333, 6, 3, 48, 0, 1.5f},      /* soft-cap that bites (scores ~ N(0, 1)) */
-        {2, 700, 8, 4, 64, 257, 5.0f},    /* window, soft-cap and GQA at once */
-        {1, 5, 2, 1, 16, 1, 0.0f},        /* a window of one: each row its own value */
-        {130, 2048, 2, 1, 8, 0, 0.0f},    /* two chunks of sequences */
-        {1, 2048, 32, 8, 128, 0, 0.0f},   /* Llama-sized, GQA 4:1 */
-        {1, 2048, 32, 32, 128, 4096, 0.0f},
+        {3, 300, 8, 2, 64, 0, 0.0f, 0},      /* GQA 4:1, two row blocks, the second of 44 rows */
+        {2, 517, 4, 4, 32, 100, 0.0f, 0},    /* sliding window inside a block and across blocks */
+        {2, 333, 6, 3, 48, 0, 1.5f, 0},      /* soft-cap that bites (scores ~ N(0, 1)) */
+        {2, 700, 8, 4, 64, 257, 5.0f, 0},    /* window, soft-cap and GQA at once */
+        {1, 5, 2, 1, 16, 1, 0.0f, 0},        /* a window of one: each row its own value */
+        {130, 2048, 2, 1, 8, 0, 0.0f, 0},    /* two chunks of sequences */
+        {1, 2048, 32, 8, 128, 0, 0.0f, 0},   /* Llama-sized, GQA 4:1 */
+        {1, 2048, 32, 32, 128, 4096, 0.0f, 0},
         {2, 517, 8, 2, 64, 128, 0.0f, 1},  /* gpt-oss: sinks, GQA 4:1, window 128 across blocks */
         {130, 2048, 4, 2, 64, 0, 0.0f, 1}, /* sinks over two chunks of sequences (the head index per matrix) */
     };
