@@ -60,10 +60,19 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
+    {"qwen3_5", EXPECT_MATCH, NULL},
+    {"qwen3_5_moe", EXPECT_MATCH, NULL},
     {"olmo2", EXPECT_MATCH, NULL},
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
     {"glm4", EXPECT_MATCH, NULL},
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
     {"gpt_oss", EXPECT_MATCH, NULL},
     {"gpt_oss_mxfp4", EXPECT_MATCH, NULL},   /* the experts in MXFP4 blocks and E8M0 scales, as the Hub ships them */
 };
