@@ -103,7 +103,19 @@ typedef struct qd_rope_freqs {
     X(int, attention, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
                        int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
                        float scale, int64_t window, float softcap)) \
+    /* attention (softcap none) with a learned sink per query head (gpt-oss): sinks [n_heads] \
+     * (backend memory) joins each row's softmax as one more logit whose probability is \
+     * dropped, p_j = exp(s_j - m) / (sum_i exp(s_i - m) + exp(sinks[h] - m)), m the max of \
+     * the row's scores and the sink, as transformers' eager_attention_forward computes it. */ \
+    X(int, attention_sink, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
+                            int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
+                            float scale, int64_t window, const float *sinks)) \
     X(int, silu_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \
+    /* gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), \
+     * out = (u + 1) * (g * sigmoid(alpha * g)), sigmoid(x) = 1 / (1 + exp(-x)). out may alias \
+     * gate or up. */ \
+    X(int, swiglu_clamp_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n, \
+                              float alpha, float limit)) \
     /* GeGLU with the tanh GELU (torch's gelu(approximate="tanh"), HF "gelu_pytorch_tanh"): \
      * out = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))) * up. out may alias gate. */ \
     X(int, gelu_tanh_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \

@@ -29,12 +29,13 @@ typedef struct qd_block_weights {
     float *qk_norm_w[2];               /* [head_dim]: self_attn.q_norm, k_norm (Qwen3), else NULL */
     float *router_w;                   /* MoE: [n_experts, hidden], in float; else NULL */
     float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
-    float *router_bias;                /* DeepSeek-V3: [n_experts] e_score_correction_bias; else NULL */
+    float *router_bias;                /* [n_experts]: DeepSeek-V3's e_score_correction_bias, gpt-oss's router bias; else NULL */
     float *mla_norm_w[2];              /* DeepSeek: q_a_layernorm [q_lora_rank] (or NULL), kv_a_layernorm [kv_lora_rank] */
     /* Gated DeltaNet layers: linear_attn.conv1d [conv channels, 1, taps], A_log [v_heads],
      * dt_bias [v_heads], norm [v_dim] (the gated norm multiplies by w as stored); else NULL. */
     float *gdn_conv_w, *gdn_a_log, *gdn_dt_bias, *gdn_norm_w;
     float xielu[4];                    /* Apertus: xIELU's softplus(alpha_p), beta + softplus(alpha_n), beta, eps (host) */
+    float *sinks;                      /* gpt-oss: self_attn.sinks [n_heads]; else NULL */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

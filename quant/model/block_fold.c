@@ -86,7 +86,7 @@ int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, q
     for (int li = 0; li < m->n_lin && !rc; li++) {
         const qd_linear_info *L = &m->lin[li];
         if (L->expert == -1 || !qd_model_block_has_linear(m, bw->block, li)) continue;
-        if (m->grp[L->group].prev_kind != QD_PREV_NONE) continue;   /* down: folds into its own up */
+        if (m->grp[L->group].n_linears != 2) continue;   /* down (its group's only linear): reads act(gate) * up */
         if ((rc = be->ops->scale_cols(be, bw->w[li], L->n, K, s, 0)))
             rc = qd_err_set(err, rc, "fold: %s: %s", L->name, be->err.msg);
     }

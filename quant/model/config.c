@@ -45,6 +45,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"ApertusForCausalLM", QD_ARCH_LLAMA},
     {"HunYuanDenseV1ForCausalLM", QD_ARCH_LLAMA},
     {"Ministral3ForCausalLM", QD_ARCH_LLAMA},
+    {"GptOssForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
     /* Vision-language models: their text tower (config_vlm.c) */
     {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
@@ -161,32 +162,30 @@ static int parse_source_fp8(const cJSON *q, const char *what, qd_model_config *c
     return 0;
 }
 
-/* quantization_config: a source format quantd reads as it ships (FP8 blocks), a family's
- * own (gpt-oss's MXFP4, refused until the family exists), or a quantd output format. */
+/* quantization_config: a source format quantd reads as it ships (FP8 blocks, gpt-oss's
+ * MXFP4 experts), or a quantd output format. */
 static int parse_quant_config(const cJSON *q, const char *what, qd_model_config *c, qd_err *err)
 {
     const cJSON *m = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
     const char *method = cJSON_IsString(m) ? m->valuestring : "";
     if (!strcmp(method, "fp8")) return parse_source_fp8(q, what, c, err);
-    if (!strcmp(method, "mxfp4"))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"mxfp4\" is gpt-oss's (MXFP4 "
-                          "experts in *_blocks and *_scales tensors), read only with the gpt-oss family "
-                          "(GptOssForCausalLM), which is not supported yet; this checkpoint is a %s", what, c->architecture);
+    if (!strcmp(method, "mxfp4")) {
+        if (c->layout != QD_LAYOUT_GPT_OSS)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quant_method \"mxfp4\" (gpt-oss's MXFP4 "
+                              "experts in mlp.experts.*_blocks and *_scales tensors) is read for GptOssForCausalLM only; "
+                              "this checkpoint is a %s", what, c->architecture);
+        /* modules_to_not_convert names what is stored in float, which the loader sees from
+         * the tensors; dequantize concerns transformers' loading. Anything else is refused. */
+        const cJSON *e;
+        cJSON_ArrayForEach(e, q)
+            if (strcmp(e->string, "quant_method") && strcmp(e->string, "modules_to_not_convert") &&
+                strcmp(e->string, "dequantize"))
+                return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.%s is not supported for an MXFP4 "
+                                  "source (quant_method, modules_to_not_convert)", what, e->string);
+        c->source_mxfp4 = 1;
+        return 0;
+    }
     return parse_quant(q, what, c, err);
-}
-
-/* Architectures quantd knows of but does not read yet, refused with what stands in the way
- * rather than as an unknown name. */
-static int refuse_known_arch(const cJSON *root, const char *arch, const char *what, qd_err *err)
-{
-    if (strcmp(arch, "GptOssForCausalLM")) return 0;
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    const cJSON *m = cJSON_IsObject(q) ? cJSON_GetObjectItemCaseSensitive(q, "quant_method") : NULL;
-    int mx = cJSON_IsString(m) && !strcmp(m->valuestring, "mxfp4");
-    return qd_err_set(err, QD_EUNSUPPORTED, "%s: gpt-oss (GptOssForCausalLM) is not a supported family yet%s", what,
-                      mx ? "; its MXFP4 experts (quant_method \"mxfp4\": mlp.experts.*_blocks and *_scales) would be "
-                           "read as they ship once it is, with no BF16 copy needed"
-                         : "");
 }
 
 int qd_model_config_parse(const char *json, const char *what, qd_model_config *out, qd_err *err)
@@ -204,7 +203,6 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     if (!cJSON_IsString(a0)) { rc = qd_err_set(err, QD_EFORMAT, "%s: architectures is missing or not a list of strings", what); goto done; }
     snprintf(c.architecture, sizeof c.architecture, "%s", a0->valuestring);
     c.family = qd_arch_family_of(c.architecture);
-    if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
         /* The supported list has outgrown one error message: the docs keep it. */
         rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (the supported architectures "

@@ -66,6 +66,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
                             * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
     QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
+    QD_LAYOUT_GPT_OSS,     /* llama attention with biases and sinks; mlp.router (with bias) + mlp.experts' fused
+                            * 3-D gate_up_proj / down_proj (model_gptoss.c), read as per-expert gate, up, down */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -75,6 +77,8 @@ typedef enum qd_moe_scoring {
                             * best of n_group groups (a group scores its largest) */
     QD_MOE_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid; the choice adds e_score_correction_bias and keeps the
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
+    QD_MOE_TOPK_SOFTMAX,   /* gpt-oss: the top_k largest logits (the router's bias added), then a softmax
+                            * over those k alone */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
@@ -155,6 +159,11 @@ typedef struct qd_model_config {
     int64_t gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim, gdn_conv;
     int attn_gate;             /* q_proj emits each head's query then its gate; the attention's output
                                 * times sigmoid(gate) feeds o_proj (Qwen3-Next, Qwen3.5) */
+    /* gpt-oss: attention sinks (a learned per-head logit in each softmax's denominator), and
+     * the experts' clamped SwiGLU: gate <= limit, -limit <= up <= limit,
+     * out = (up + 1) * gate * sigmoid(alpha * gate). swiglu_limit 0: the plain SwiGLU. */
+    int attn_sinks;
+    float swiglu_alpha, swiglu_limit;
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
@@ -199,6 +208,11 @@ typedef struct qd_model_config {
      * `quantized` stays 0, so nothing takes such a checkpoint for a quantd output. */
     int source_fp8;
     int64_t fp8_block_n, fp8_block_k;  /* weight_block_size [bn, bk] */
+    /* gpt-oss's MXFP4 experts (quantization_config quant_method "mxfp4", as the Hub ships
+     * gpt-oss): mlp.experts.{gate_up,down}_proj_blocks (U8, two FP4 e2m1 codes a byte) and
+     * _scales (U8, E8M0, one per 32 values), decoded as they are loaded (model_gptoss.c);
+     * read, never written, like source_fp8. */
+    int source_mxfp4;
 } qd_model_config;
 
 /* Parses config.json text (`what` names the source in errors). */

@@ -15,7 +15,7 @@
 
 typedef enum fam_kind {
     FAM_LLAMA = 0, FAM_MISTRAL, FAM_QWEN2, FAM_QWEN3, FAM_GEMMA2, FAM_GEMMA3, FAM_PHI3,
-    FAM_MIXTRAL, FAM_QWEN2_MOE, FAM_QWEN3_MOE, FAM_DEEPSEEK_V2, FAM_DEEPSEEK_V3,
+    FAM_MIXTRAL, FAM_QWEN2_MOE, FAM_QWEN3_MOE, FAM_DEEPSEEK_V2, FAM_DEEPSEEK_V3, FAM_GPT_OSS,
 } fam_kind;
 
 static fam_kind kind_of(const char *arch)
@@ -25,7 +25,7 @@ static fam_kind kind_of(const char *arch)
         {"Gemma2ForCausalLM", FAM_GEMMA2},   {"Gemma3ForCausalLM", FAM_GEMMA3}, {"Phi3ForCausalLM", FAM_PHI3},
         {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
         {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
-        {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3},
+        {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3}, {"GptOssForCausalLM", FAM_GPT_OSS},
         /* Vision-language models: the family of their text tower (config_vlm.c). */
         {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2}, {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
         {"Gemma3ForConditionalGeneration", FAM_GEMMA3},     {"Mistral3ForConditionalGeneration", FAM_MISTRAL},
@@ -294,6 +294,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     fam_kind k = kind_of(c->architecture);
     int gemma = k == FAM_GEMMA2 || k == FAM_GEMMA3;
     int rc;
+    if (k == FAM_GPT_OSS) return qd_config_gptoss_parse(root, what, c, err);
     /* RoPE: theta and the scaling in either spelling; per layer type where layers differ. */
     if ((rc = qd_config_rope_parse(root, what, gemma, c, err))) return rc;
     if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3)

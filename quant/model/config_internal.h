@@ -48,4 +48,8 @@ int qd_config_vlm_is(const char *arch);
  * ids. Any other arch: *out is NULL, 0 returned. */
 int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJSON **out, qd_err *err);
 
+/* gpt-oss (config_gptoss.c): every key of GptOssConfig, its defaults where config.json
+ * leaves one out; called by qd_config_family_parse for GptOssForCausalLM. */
+int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+
 #endif

@@ -106,6 +106,11 @@ int qd_model_n_linears(const qd_model *m);
 int qd_model_block_is_moe(const qd_model *m, int block);
 int qd_model_block_has_linear(const qd_model *m, int block, int li);
 const qd_linear_info *qd_model_linear(const qd_model *m, int i);
+/* 1 when the block tensor rel (its name after the block prefix) is the source form of
+ * linears the output writes one by one — gpt-oss's fused mlp.experts.gate_up_proj,
+ * down_proj and their biases, which an output holds as mlp.experts.N.gate_proj, ... — so
+ * the output does not also copy it. */
+int qd_model_tensor_replaced(const qd_model *m, const char *rel);
 /* Index of the linear with this relative name, or -1. */
 int qd_model_linear_find(const qd_model *m, const char *name);
 int qd_model_n_groups(const qd_model *m);

@@ -240,8 +240,12 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));
-    BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
-                                             c->head_dim, scale, window, c->attn_softcap));
+    if (bw->sinks)   /* gpt-oss: a learned sink logit per head (F32 also under compute bf16) */
+        BE_CALL(m, err, m->be->ops->attention_sink(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
+                                                   c->head_dim, scale, window, bw->sinks));
+    else
+        BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
+                                                 c->head_dim, scale, window, c->attn_softcap));
     if (gate) BE_CALL(m, err, m->be->ops->sigmoid_mul(m->be, att, gate, att, rows * qd));
     if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))

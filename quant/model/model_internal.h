@@ -93,7 +93,14 @@ typedef struct qd_arch {
     const char *expert_lin[3]; /* gate, up, down: "w1", "w3", "w2" */
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
-    const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
+    const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float;
+                                * gpt-oss: "mlp.router.bias", added to the logits */
+    /* gpt-oss: the experts' biases, their fused 3-D source tensors (model_gptoss.c) and the
+     * attention's sinks. */
+    int expert_bias;           /* each expert's gate, up and down carry a bias */
+    const char *experts_fused; /* "mlp.experts.": gate_up_proj [E, H, 2 FF] (gate, up interleaved), _bias, down_proj
+                                * [E, FF, H], _bias, read as per-expert linears */
+    const char *sinks;         /* "self_attn.sinks" [n_heads] */
     /* Gated DeltaNet layers (model_gdn.c): their linears from lin_gdn0 — 1: in_proj_qkvz and
      * in_proj_ba interleaved per key-head group (Qwen3-Next), 2: in_proj_qkv, in_proj_z,
      * in_proj_b, in_proj_a (Qwen3.5) — then out_proj; 0: none. */
@@ -112,6 +119,7 @@ const qd_arch *qd_arch_for(const qd_model_config *c);
 const qd_arch *qd_arch_plain_for(const qd_model_config *c);
 /* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
 const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
+extern const qd_arch qd_arch_gpt_oss;   /* arch_gptoss.c */
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
@@ -170,6 +178,16 @@ int qd_fp8_check(const qd_model *m, const char *weight_canonical, const st_tenso
                  const st_tensor **scale, qd_err *err);
 int qd_fp8_load(qd_model *m, const char *weight_canonical, const st_tensor *w, int64_t n, int64_t k, float *dst,
                 qd_err *err);
+
+/* gpt-oss's fused expert tensors (model_gptoss.c). qd_gptoss_fused_present: block holds the
+ * 3-D float mlp.experts.gate_up_proj (a source checkpoint; a quantd output has per-expert
+ * linears instead). qd_gptoss_check: its four tensors exist with their shapes, float.
+ * qd_gptoss_load_expert: linear li (an expert's gate, up or down) as [n, k] into w and its
+ * bias [n] into b (host memory). qd_gptoss_is_fused_tensor: rel (a name relative to the
+ * block prefix) is one of the fused tensors, which per-expert linears replace in an output. */
+int qd_gptoss_fused_present(const qd_model *m, int block);
+int qd_gptoss_check(const qd_model *m, int block, qd_err *err);
+int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd_err *err);
 
 /* Pieces of the block forward (model_forward.c) shared with the MoE MLP (model_moe.c):
  * output rows [r0, r0 + n) of linear li (override hook applied) on x [rows, k] into y, and

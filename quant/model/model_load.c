@@ -337,6 +337,29 @@ static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_
     float *w = qd_backend_alloc(m->be, (size_t)(L->n * L->k) * sizeof(float)), *b = NULL;
     if (!w) return qd_err_set(err, QD_ENOMEM, "%s: cannot allocate its F32 weight", name);
     const st_tensor *wt = qd_model_tfind(m, name);
+    if (!wt && L->expert >= 0 && qd_gptoss_fused_present(m, block)) {
+        /* gpt-oss: a slice of the block's fused 3-D expert tensors, with its bias. */
+        float *host = w, *hb = NULL;
+        rc = 0;
+        if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {
+            rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+            goto fail;
+        }
+        b = qd_backend_alloc(m->be, (size_t)L->n * sizeof(float));
+        hb = !b ? NULL : m->be->device >= 0 ? malloc((size_t)L->n * sizeof *hb) : b;
+        if (!hb) rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+        if (!rc) rc = qd_gptoss_load_expert(m, block, li, host, hb, err);
+        if (!rc && host != w && (rc = qd_backend_upload(m->be, w, host, (size_t)(L->n * L->k) * sizeof *host)))
+            qd_err_set(err, rc, "%s: upload failed: %s", base, m->be->err.msg);
+        if (!rc && hb != b && (rc = qd_backend_upload(m->be, b, hb, (size_t)L->n * sizeof *hb)))
+            qd_err_set(err, rc, "%s: upload failed: %s", base, m->be->err.msg);
+        if (host != w) free(host);
+        if (hb != b) free(hb);
+        if (rc) { qd_backend_free(m->be, b); goto fail; }
+        *w_out = w;
+        *b_out = b;
+        return 0;
+    }
     if (wt && wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.source_fp8) {
         /* An FP8-block source linear: dequantized here, block scale by block scale. */
         float *host = w;
@@ -396,7 +419,8 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
         rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
     }
-    if (!rc && m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED) {
+    if (!rc && m->arch->router_bias &&
+        (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_TOPK_SOFTMAX)) {
         snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias);
         rc = qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
     }
@@ -440,6 +464,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
     if (m->arch->gdn)
         n += (uint64_t)(qd_model_dim(m, QD_DIM_GDN_QKV) * m->cfg.gdn_conv + 2 * m->cfg.gdn_v_heads + m->cfg.gdn_v_dim);
+    if (m->arch->sinks) n += (uint64_t)m->cfg.n_heads;
     return n * sizeof(float);
 }
 
@@ -452,6 +477,7 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->router_w);
     qd_backend_free(m->be, bw->shared_gate_w);
     qd_backend_free(m->be, bw->router_bias);
+    qd_backend_free(m->be, bw->sinks);
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
     qd_backend_free(m->be, bw->gdn_conv_w);
     qd_backend_free(m->be, bw->gdn_a_log);
@@ -498,6 +524,12 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->mla_norms[i]);
         rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
+    }
+    if (!rc && m->arch->sinks) {
+        char name[512];
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+        snprintf(name + n, sizeof name - n, "%s", m->arch->sinks);
+        rc = qd_model_load_f32(m, name, 1, &m->cfg.n_heads, &bw->sinks, err);
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
     if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
@@ -567,12 +599,24 @@ static int validate_blocks(qd_model *m, qd_err *err)
     char name[600];
     for (int b = 0; b < m->cfg.n_layers; b++) {
         int n = snprintf(name, sizeof name, m->arch->block_fmt, b);
+        int fused = qd_model_block_is_moe(m, b) && qd_gptoss_fused_present(m, b);
+        if (fused) {
+            int rc = qd_gptoss_check(m, b, err);
+            if (rc) return rc;
+        }
+        if (m->arch->sinks) {
+            const st_tensor *t;
+            snprintf(name + n, sizeof name - n, "%s", m->arch->sinks);
+            int rc = find_float(m, name, 1, &m->cfg.n_heads, &t, err);
+            if (rc) return rc;
+        }
         for (int i = 0; i < m->n_lin; i++) {
             const qd_linear_info *L = &m->lin[i];
             int64_t shape[2] = {L->n, L->k};
             const st_tensor *t;
             int rc;
             if (!qd_model_block_has_linear(m, b, i)) continue;
+            if (fused && L->expert >= 0) continue;   /* checked as the fused tensors */
             snprintf(name + n, sizeof name - n, "%s.weight", L->name);
             const st_tensor *wt = qd_model_tfind(m, name);
             if (wt && wt->dtype == QD_DTYPE_F8_E4M3 && m->cfg.source_fp8) {
@@ -607,7 +651,8 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (m->cfg.shared_intermediate > 0 && m->arch->shared_gate && (rc = find_float(m, name, 2, gs, &t, err)))
                 return rc;
             snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias ? m->arch->router_bias : "");
-            if (m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED &&
+            if (m->arch->router_bias &&
+                (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_TOPK_SOFTMAX) &&
                 (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
@@ -654,7 +699,7 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         L->name = m->lin_names[l0 + j];
         L->n = j < 2 ? ff : m->cfg.hidden;
         L->k = j < 2 ? m->cfg.hidden : ff;
-        L->has_bias = 0;
+        L->has_bias = expert != QD_SHARED_EXPERT && a->expert_bias;
         L->group = g0 + (j == 2);
         L->expert = expert;
         L->dense_mlp = 0;
@@ -668,11 +713,14 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         G->linears[0] = j ? l0 + 2 : l0;
         G->linears[1] = l0 + 1;
         G->k = j ? ff : m->cfg.hidden;
-        G->prev_kind = j ? QD_PREV_LINEAR : QD_PREV_NONE;
-        G->prev = j ? m->lin[l0 + 1].name : NULL;
-        G->prev_index = j ? l0 + 1 : -1;
+        /* down's input folds into up's rows where it is act(gate) * up; gpt-oss's clamped
+         * (up + 1) * glu(gate) is not linear in up: no fold. */
+        int fold = j && m->cfg.swiglu_limit == 0.0f;
+        G->prev_kind = fold ? QD_PREV_LINEAR : QD_PREV_NONE;
+        G->prev = fold ? m->lin[l0 + 1].name : NULL;
+        G->prev_index = fold ? l0 + 1 : -1;
         G->prev_row0 = 0;
-        G->prev_rows = j ? ff : 0;
+        G->prev_rows = fold ? ff : 0;
         G->wave = a->n_groups + j;   /* after the attention's waves: every expert's in, then out */
     }
     m->n_lin += 3;
@@ -947,6 +995,13 @@ const char *qd_model_moe_shared_gate(const qd_model *m)
 const char *qd_model_block_conv(const qd_model *m, int block)
 {
     return qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET ? "linear_attn.conv1d" : NULL;
+}
+
+int qd_model_tensor_replaced(const qd_model *m, const char *rel)
+{
+    const char *f = m->arch->experts_fused;
+    size_t l = f ? strlen(f) : 0;
+    return f && !strncmp(rel, f, l) && !(rel[l] >= '0' && rel[l] <= '9');
 }
 
 int qd_model_linear_find(const qd_model *m, const char *name)

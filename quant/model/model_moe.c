@@ -61,6 +61,28 @@ static void mask_groups(const qd_model_config *c, float *choice)
         for (int64_t i = 0; !keep[g] && i < per; i++) choice[g * per + i] = -INFINITY;
 }
 
+/* gpt-oss's router on token t's logits l: the top_k largest of l + bias (F.linear's bias;
+ * ties to the lower index), then the softmax over those k alone (max first, as torch). */
+static void topk_softmax_row(const qd_model_config *c, const float *l, const float *bias, int64_t t, moe_route *r)
+{
+    int64_t E = c->n_experts, K = c->top_k;
+    float v[QD_MAX_EXPERTS], mx = -INFINITY, sum = 0.0f;
+    for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < E; e++) {
+            int taken = 0;
+            for (int64_t i = 0; i < j && !taken; i++) taken = r->expert[t * K + i] == e;
+            float x = l[e] + (bias ? bias[e] : 0.0f);
+            if (!taken && (best < 0 || x > v[j])) { best = e; v[j] = x; }
+        }
+        r->expert[t * K + j] = (int32_t)best;
+        r->count[best]++;
+        mx = v[j] > mx ? v[j] : mx;
+    }
+    for (int64_t j = 0; j < K; j++) { v[j] = expf(v[j] - mx); sum += v[j]; }
+    for (int64_t j = 0; j < K; j++) r->weight[t * K + j] = v[j] / sum;
+}
+
 /* The router's weights per token: softmax over the logits (float32, as torch's
  * softmax(dtype=float)) or DeepSeek-V3's sigmoid with the biased grouped choice; the
  * top_k largest choice scores (ties to the lower index), renormalised when asked, times
@@ -74,6 +96,10 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
     memset(r->count, 0, (size_t)E * sizeof *r->count);
     for (int64_t t = 0; t < rows; t++) {
         const float *l = lg + t * E;
+        if (c->moe_scoring == QD_MOE_TOPK_SOFTMAX) {
+            topk_softmax_row(c, l, bias, t, r);
+            continue;
+        }
         if (sig) {
             for (int64_t e = 0; e < E; e++) {
                 p[e] = 1.0f / (1.0f + expf(-l[e]));
@@ -122,8 +148,12 @@ static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, c
         (rc = qd_fwd_linear_part(m, bw, l0, 0, ff, x, n, f1, hooks, err)) ||
         (rc = qd_fwd_linear_part(m, bw, l0 + 1, 0, ff, x, n, f2, hooks, err)))
         return rc;
-    if ((rc = m->be->ops->silu_mul(m->be, f1, f1, f2, n * ff)))
-        return qd_err_set(err, rc, "block %d %s: silu_mul: %s", bw->block, m->lin[l0].name, m->be->err.msg);
+    const qd_model_config *c = &m->cfg;
+    if (c->swiglu_limit > 0.0f)   /* gpt-oss's clamped SwiGLU */
+        rc = m->be->ops->swiglu_clamp_mul(m->be, f1, f1, f2, n * ff, c->swiglu_alpha, c->swiglu_limit);
+    else
+        rc = m->be->ops->silu_mul(m->be, f1, f1, f2, n * ff);
+    if (rc) return qd_err_set(err, rc, "block %d %s: activation: %s", bw->block, m->lin[l0].name, m->be->err.msg);
     if ((rc = qd_fwd_call_input(m, bw, g0 + 1, f1, n, hooks, err)) ||
         (rc = qd_fwd_linear_part(m, bw, l0 + 2, 0, m->cfg.hidden, f1, n, y, hooks, err)))
         return rc;

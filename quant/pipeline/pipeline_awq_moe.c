@@ -116,11 +116,12 @@ int qd_pipeline_awq_moe_input(qd_pipeline *p, qd_block_weights *bw, int block, q
         rc = qd_err_set(err, QD_ENOMEM, "awq: out of memory for the MoE input search");
         goto out;
     }
-    /* Every expert's gate and up: the linears of the expert input groups (prev NONE). */
+    /* Every expert's gate and up: the linears of the expert input groups (two each; down's
+     * group has one, whose fold is its own or, gpt-oss's, none). */
     for (int li = 0; li < nl; li++) {
         const qd_linear_info *L = qd_model_linear(m, li);
         const qd_input_group *G = qd_model_group(m, L->group);
-        if (L->expert == -1 || G->prev_kind != QD_PREV_NONE || !qd_model_block_has_linear(m, block, li)) continue;
+        if (L->expert == -1 || G->n_linears != 2 || !qd_model_block_has_linear(m, block, li)) continue;
         if (a.g_in < 0 && L->expert >= 0) a.g_in = L->group;
         a.lis[a.n_lin] = li;
         ws[a.n_lin] = bw->w[li];

@@ -108,6 +108,11 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
             if (!rc && L->has_bias) {
                 snprintf(name, sizeof name, "%s%s.bias", prefix, L->name);
                 src = st_model_find(sm, name);
+                /* gpt-oss's experts: read from the fused tensors, written one by one. */
+                if (!src && !src_float && o->bias) {
+                    rc = bf_add_f32(&b, name, qd_output_float_dtype(sm), 1, &L->n, o->bias, (size_t)L->n, err);
+                    continue;
+                }
                 if (!src) { rc = qd_err_set(err, QD_ENOTFOUND, "%s: missing from the source model", name); break; }
                 if (o->bias_modified && o->bias)
                     rc = bf_add_f32(&b, name, src->dtype, 1, &L->n, o->bias, (size_t)L->n, err);
@@ -161,7 +166,7 @@ int qd_pipeline_write_block_file(qd_pipeline *p, qd_block_weights *bw, int block
         const st_tensor *t = st_model_tensor(sm, i);
         if (strncmp(t->name, prefix, plen) != 0) continue;
         const char *rest = t->name + plen;
-        int taken = 0;
+        int taken = qd_model_tensor_replaced(p->m, rest);
         for (int li = 0; li < nl && !taken; li++) {
             const char *ln = qd_model_linear(p->m, li)->name;
             size_t l = strlen(ln);

@@ -56,6 +56,7 @@ from transformers import (
     GPTNeoXConfig,
     GraniteConfig,
     HunYuanDenseV1Config,
+    GptOssConfig,
     LlamaConfig,
     Ministral3Config,
     MinistralConfig,
@@ -570,6 +571,36 @@ LEGACY = "llama31_legacy"
 # mistral3_tie_default is mistral3's checkpoint with the outer tie_word_embeddings removed (see write_tie_default).
 TIE_DEFAULT = "mistral3_tie_default"
 ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT]
+    # gpt-oss: q/k/v/o biases, a learned sink per head, sliding (16) and full layers
+    # alternating (layer_types' default), YaRN with truncate false, 8 experts top-2 by the
+    # router's logits (with its bias) softmaxed over the two, experts with biases and the
+    # clamped SwiGLU (swiglu_limit 1.5 so that the clamps bite at this scale). The experts'
+    # 2-D biases are noised too (build), so a dropped or misread bias shows.
+    "gpt_oss": fam(GptOssConfig, 1022,
+                   "gpt-oss: attention sinks, q/k/v/o biases, sliding window 16 on even layers, YaRN (factor 4, "
+                   "truncate false); 8 experts top-2 (router with bias, softmax over the chosen logits), fused "
+                   "interleaved gate_up_proj with biases, clamped SwiGLU (alpha 1.702, limit 1.5)",
+                   num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, head_dim=16,
+                   sliding_window=16, attention_bias=True, swiglu_limit=1.5, tie_word_embeddings=False,
+                   rms_norm_eps=1e-5,
+                   rope_parameters={"rope_type": "yarn", "rope_theta": 150000.0, "factor": 4.0, "beta_fast": 32.0,
+                                    "beta_slow": 1.0, "truncate": False, "original_max_position_embeddings": 32},
+                   ablate=[("no sinks", {"_params": ("self_attn.sinks", -1e30)}),
+                           ("every layer full", {"layer_types": ["full_attention", "full_attention"]}),
+                           ("swiglu_limit 7", {"swiglu_limit": 7.0}),
+                           ("truncate true", {"rope_parameters": {"rope_type": "yarn", "rope_theta": 150000.0,
+                                                                  "factor": 4.0, "beta_fast": 32.0, "beta_slow": 1.0,
+                                                                  "truncate": True,
+                                                                  "original_max_position_embeddings": 32}}),
+                           ("no expert biases", {"_params": ("experts.", 0.0, "_bias")}),
+                           ("no router bias", {"_params": ("router.bias", 0.0)})]),
+}
+# llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
+LEGACY = "llama31_legacy"
+# gpt_oss_mxfp4 is gpt_oss's checkpoint with the experts in MXFP4, as the Hub ships gpt-oss
+# (see write_mxfp4).
+MXFP4 = "gpt_oss_mxfp4"
+ALL_NAMES = list(FAMILIES) + [LEGACY, MXFP4]
 
 
 def build(spec):
@@ -580,7 +611,8 @@ def build(spec):
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            # 2-D biases: gpt-oss's experts' ([E, 2 FF] and [E, H]).
+            if p.dim() == 1 or name.endswith("_bias"):
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
         if spec.get("init"):
             spec["init"](model, g)
@@ -652,7 +684,19 @@ def ablations(model, spec, ids, logits):
     for label, change in spec["ablate"]:
         kw = changed_kwargs(spec, change)
         m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        kw = dict(spec["kwargs"])
+        change = dict(change)
+        # "_params": (substring, value[, suffix]): the same config, those parameters set to
+        # value (a feature that is weights, not a key: gpt-oss's sinks and biases).
+        params = change.pop("_params", None)
+        kw.update(change)
+        m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
+        if params:
+            with torch.no_grad():
+                for name, p in m.named_parameters():
+                    if params[0] in name and name.endswith(params[2] if len(params) > 2 else ""):
+                        p.fill_(params[1])
         m.eval()
         out[label] = rel_err(forward(m, ids), logits)
     return out
@@ -804,6 +848,56 @@ def write_tie_default(out_dir):
         cfg = json.load(f)
     cfg.pop("tie_word_embeddings")
     cfg["text_config"].pop("tie_word_embeddings", None)
+FP4_VALUES = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, -0.0, -0.5, -1.0, -1.5, -2.0, -3.0, -4.0, -6.0]
+
+
+def mxfp4_pack(w):
+    """w [E, N, K] float32 -> (blocks uint8 [E, N, K/32, 16], scales uint8 [E, N, K/32]) as the
+    Hub's gpt-oss stores its experts: per 32 values along K one E8M0 scale 2^(s - 127), each
+    value an FP4 (e2m1) code, two a byte, the even element in the low nibble. The scale is the
+    smallest power of two that brings the group's largest magnitude within 6; each value takes
+    the nearest code (a tie to the lower index). transformers' own dequantization
+    (integrations/mxfp4.py, _convert_moe_packed_tensors) is the reference reader."""
+    E, N, K = w.shape
+    g = w.reshape(E, N, K // 32, 32)
+    amax = g.abs().amax(-1).clamp_min(2.0 ** -126)
+    e = torch.ceil(torch.log2(amax / 6.0)).clamp(-127, 127)
+    q = g / torch.ldexp(torch.ones_like(e), e.to(torch.int32))[..., None]
+    lut = torch.tensor(FP4_VALUES)
+    codes = (q[..., None] - lut).abs().argmin(-1).to(torch.uint8)                # [E, N, K/32, 32]
+    blocks = codes[..., 0::2] | (codes[..., 1::2] << 4)
+    return blocks.contiguous(), (e + 127).to(torch.uint8).contiguous()
+
+
+def write_mxfp4(out_dir):
+    """gpt_oss's checkpoint with every expert weight stored as MXFP4 (mlp.experts.*_blocks and
+    *_scales, quantization_config quant_method "mxfp4", as openai/gpt-oss-20b ships) and the
+    rest (attention, router, biases, embeddings) as written by save_pretrained. The goldens
+    are transformers' forward of this directory, loaded by from_pretrained, which dequantizes
+    MXFP4 on a CPU; they must equal the forward of gpt_oss's model with the decoded values put
+    in by hand (so the packing above is read as transformers reads it)."""
+    from safetensors.torch import load_file, save_file
+    src, d = os.path.join(out_dir, "gpt_oss"), os.path.join(out_dir, MXFP4)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    sd = load_file(os.path.join(src, "model.safetensors"))
+    out, decoded = {}, {}
+    lut = torch.tensor(FP4_VALUES)
+    for k, v in sd.items():
+        if k.endswith(("experts.gate_up_proj", "experts.down_proj")):
+            wt = v.float().transpose(1, 2).contiguous()                            # [E, N, K]
+            blocks, scales = mxfp4_pack(wt)
+            out[k + "_blocks"], out[k + "_scales"] = blocks, scales
+            codes = torch.stack([blocks & 15, blocks >> 4], -1).reshape(*blocks.shape[:-1], 32).long()
+            vals = torch.ldexp(lut[codes], (scales.to(torch.int32) - 127)[..., None])
+            decoded[k] = vals.reshape(wt.shape).transpose(1, 2).contiguous()
+        else:
+            out[k] = v
+    save_file(out, os.path.join(d, "model.safetensors"), metadata={"format": "pt"})
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
     with open(os.path.join(d, "config.json"), "w") as f:
         json.dump(cfg, f, indent=2, sort_keys=True)
         f.write("\n")
@@ -823,6 +917,37 @@ def write_tie_default(out_dir):
                 hand_edited=True, transformers_differences=[])
     save_goldens(d, ids, ref, meta)
     print(f"{TIE_DEFAULT}: hand-edited config of mistral3; transformers reproduces its logits")
+    # Mxfp4Config(dequantize=True): what from_pretrained does on a CPU without the kernels
+    # package (said explicitly, so it needs no accelerate either): the experts are decoded by
+    # integrations/mxfp4.py into float32 parameters on load.
+    mq = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager",
+                                              quantization_config=transformers.Mxfp4Config(dequantize=True))
+    mq.eval()
+    logits = forward(mq, ids)
+    m = AutoModelForCausalLM.from_pretrained(src, dtype=torch.float32, attn_implementation="eager")
+    with torch.no_grad():
+        for name, p in m.named_parameters():
+            if name in decoded:
+                p.copy_(decoded[name])
+    m.eval()
+    by_hand = forward(m, ids)
+    if not np.array_equal(by_hand, logits):
+        raise SystemExit(f"{MXFP4}: transformers decodes the MXFP4 experts differently from write_mxfp4 (max |d| "
+                         f"{np.max(np.abs(by_hand - logits)):.3g})")
+    ref = np.fromfile(os.path.join(src, "logits.f32"), dtype="<f4").reshape(len(ids), -1)
+    with open(os.path.join(src, "meta.json")) as f:
+        meta = json.load(f)
+    meta.pop("sensitivity", None)
+    meta.update(family=MXFP4,
+                what="gpt_oss's weights with every expert's gate_up_proj and down_proj stored in MXFP4 "
+                     "(mlp.experts.*_blocks uint8, *_scales E8M0, quant_method mxfp4) as the Hub's gpt-oss; "
+                     "logits are transformers' forward of this directory (it dequantizes MXFP4 on load)",
+                weights="bfloat16 except the experts (MXFP4); logits are the float32 eager forward",
+                transformers_differences=[],
+                sensitivity={"bf16 experts instead (gpt_oss's logits)": round(rel_err(ref, logits), 4)})
+    save_goldens(d, ids, logits, meta)
+    print(f"{MXFP4}: gpt_oss with MXFP4 experts; transformers' decoding equals write_mxfp4's; "
+          f"rel diff from the bf16 experts' logits {rel_err(ref, logits):.3g}")
 
 
 def main():
@@ -847,6 +972,8 @@ def main():
         write_tie_default(a.out)
     if LEGACY in names:
         write_legacy(a.out, dtype)
+    if MXFP4 in names:
+        write_mxfp4(a.out)
 
 
 if __name__ == "__main__":

@@ -155,6 +155,33 @@ def rename_keys(sd, want):
     for old, new in (("embed_out.", "lm_head."),):
         for key in [k for k in sd if k.startswith(old) and k not in want]:
             sd[new + key[len(old):]] = sd.pop(key)
+def fuse_gpt_oss(sd, want):
+    """gpt-oss's experts are 3-D parameters with the input dimension first: gate_up_proj
+    [E, H, 2I] with the gate and up columns interleaved (gate = [..., ::2], up = [..., 1::2]),
+    gate_up_proj_bias [E, 2I] interleaved the same way, down_proj [E, I, H], down_proj_bias
+    [E, H]. quantd writes each expert's gate_proj, up_proj, down_proj as linears [N, K] with
+    biases; this puts them back."""
+    for key in sorted(want):
+        if not key.endswith("experts.gate_up_proj_bias") or key in sd:
+            continue
+        base = key[: -len("gate_up_proj_bias")]
+        gu, gub, dn, dnb = [], [], [], []
+        e = 0
+        while f"{base}{e}.down_proj.weight" in sd:
+            g, u = sd.pop(f"{base}{e}.gate_proj.weight"), sd.pop(f"{base}{e}.up_proj.weight")     # [I, H]
+            w = torch.empty(g.shape[1], 2 * g.shape[0])
+            w[:, 0::2], w[:, 1::2] = g.t(), u.t()
+            gu.append(w)
+            gb, ub = sd.pop(f"{base}{e}.gate_proj.bias"), sd.pop(f"{base}{e}.up_proj.bias")
+            b = torch.empty(2 * gb.shape[0])
+            b[0::2], b[1::2] = gb, ub
+            gub.append(b)
+            dn.append(sd.pop(f"{base}{e}.down_proj.weight").t())                                 # [I, H]
+            dnb.append(sd.pop(f"{base}{e}.down_proj.bias"))
+            e += 1
+        if e:
+            sd[base + "gate_up_proj"], sd[base + "gate_up_proj_bias"] = torch.stack(gu), torch.stack(gub)
+            sd[base + "down_proj"], sd[base + "down_proj_bias"] = torch.stack(dn), torch.stack(dnb)
 
 
 def hf_logits(out_dir, ids):
@@ -195,6 +222,7 @@ def hf_logits(out_dir, ids):
     config._attn_implementation = "eager"
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     model.eval()
+    fuse_gpt_oss(sd, set(model.state_dict()))
     fuse_experts(sd, set(model.state_dict()))
     rename_keys(sd, set(model.state_dict()))
     missing, unexpected = model.load_state_dict(sd, strict=False)

@@ -244,6 +244,14 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         return be->ops->copy_2d(be, out + 40, dim, in[0] + 8, dim, rows, 16);
     case 19: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         return be->ops->xielu(be, out, rows * dim, 0.8f, 0.8f, 0.5f, -1e-6f);
+    case 20: return be->ops->swiglu_clamp_mul(be, out, in[0], in[1], rows * dim, 1.702f, 0.8f);   /* gpt-oss, clamps bite */
+    case 21: { /* attention with gpt-oss's sinks, per head below, near and above the scores */
+        float sinks[4] = {-2.0f, 0.0f, 0.7f, 4.0f};
+        float *ds = put(be, sinks, sizeof sinks);
+        rc = be->ops->attention_sink(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f, 2, ds);
+        qd_backend_free(be, ds);
+        return rc;
+    }
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -263,7 +271,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 19; which++) {
+    for (int which = 0; which <= 21; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;
@@ -360,11 +368,21 @@ static void test_recurrent(void)
  * 128 + 2), and a Llama-sized 2048 x 32 heads of 128. A wrong mask, window or kv head moves
  * an output by O(0.1); the F32 products and the exp differ by ~1e-6, so 1e-4 (relative to
  * the largest output, at least 1) separates the two. */
-typedef struct attn_case { int64_t batch, seq, n_heads, n_kv, hd, window; float softcap; } attn_case;
+typedef struct attn_case { int64_t batch, seq, n_heads, n_kv, hd, window; float softcap; int sinks; } attn_case;
 
 static int op_attn(qd_backend *be, float *out, float **in, void *ud)
 {
     const attn_case *a = ud;
+    if (a->sinks) {   /* gpt-oss: a sink per head, spread from below to above the scores */
+        float *h = malloc((size_t)a->n_heads * sizeof *h);
+        for (int64_t i = 0; i < a->n_heads; i++) h[i] = -3.0f + 6.0f * (float)i / (float)a->n_heads;
+        float *ds = put(be, h, (size_t)a->n_heads * sizeof *h);
+        int rc = be->ops->attention_sink(be, out, in[0], in[1], in[2], a->batch, a->seq, a->n_heads, a->n_kv, a->hd,
+                                         1.0f / sqrtf((float)a->hd), a->window, ds);
+        qd_backend_free(be, ds);
+        free(h);
+        return rc;
+    }
     return be->ops->attention(be, out, in[0], in[1], in[2], a->batch, a->seq, a->n_heads, a->n_kv, a->hd,
                               1.0f / sqrtf((float)a->hd), a->window, a->softcap);
 }
@@ -372,14 +390,16 @@ static int op_attn(qd_backend *be, float *out, float **in, void *ud)
 static void test_attention(void)
 {
     static const attn_case cases[] = {
-        {3, 300, 8, 2, 64, 0, 0.0f},      /* GQA 4:1, two row blocks, the second of 44 rows */
-        {2, 517, 4, 4, 32, 100, 0.0f},    /* sliding window inside a block and across blocks */
-        {2, 333, 6, 3, 48, 0, 1.5f},      /* soft-cap that bites (scores ~ N(0, 1)) */
-        {2, 700, 8, 4, 64, 257, 5.0f},    /* window, soft-cap and GQA at once */
-        {1, 5, 2, 1, 16, 1, 0.0f},        /* a window of one: each row its own value */
-        {130, 2048, 2, 1, 8, 0, 0.0f},    /* two chunks of sequences */
-        {1, 2048, 32, 8, 128, 0, 0.0f},   /* Llama-sized, GQA 4:1 */
-        {1, 2048, 32, 32, 128, 4096, 0.0f},
+        {3, 300, 8, 2, 64, 0, 0.0f, 0},      /* GQA 4:1, two row blocks, the second of 44 rows */
+        {2, 517, 4, 4, 32, 100, 0.0f, 0},    /* sliding window inside a block and across blocks */
+        {2, 333, 6, 3, 48, 0, 1.5f, 0},      /* soft-cap that bites (scores ~ N(0, 1)) */
+        {2, 700, 8, 4, 64, 257, 5.0f, 0},    /* window, soft-cap and GQA at once */
+        {1, 5, 2, 1, 16, 1, 0.0f, 0},        /* a window of one: each row its own value */
+        {130, 2048, 2, 1, 8, 0, 0.0f, 0},    /* two chunks of sequences */
+        {1, 2048, 32, 8, 128, 0, 0.0f, 0},   /* Llama-sized, GQA 4:1 */
+        {1, 2048, 32, 32, 128, 4096, 0.0f, 0},
+        {2, 517, 8, 2, 64, 128, 0.0f, 1},  /* gpt-oss: sinks, GQA 4:1, window 128 across blocks */
+        {130, 2048, 4, 2, 64, 0, 0.0f, 1}, /* sinks over two chunks of sequences (the head index per matrix) */
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         const attn_case *a = &cases[i];

@@ -137,14 +137,16 @@ static void test_rope_interleaved(void)
 
 /* S = 300 spans three chunks of query rows (128, 128, 44) in cpu_attention; W > 0 limits
  * each query to the W most recent keys (sliding window). */
-static void check_attention(int S, int W, float cap)
+/* sinks (attention_sink, gpt-oss): a logit per head in each row's max and denominator. */
+static void check_attention_sinks(int S, int W, float cap, const float *sinks)
 {
     int B = 2, NH = 6, NKV = 2, HD = 8;
     float sc = 1.0f / sqrtf((float)HD);
     size_t nq = (size_t)B * S * NH * HD, nk = (size_t)B * S * NKV * HD;
     float *q = randn(nq, 1.0f), *k = randn(nk, 1.0f), *v = randn(nk, 1.0f);
     float *o = malloc(nq * 4), *r = malloc(nq * 4);
-    CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc, W, cap));
+    if (sinks) CHECK_OK(be->ops->attention_sink(be, o, q, k, v, B, S, NH, NKV, HD, sc, W, sinks));
+    else CHECK_OK(be->ops->attention(be, o, q, k, v, B, S, NH, NKV, HD, sc, W, cap));
     for (int b = 0; b < B; b++)
         for (int h = 0; h < NH; h++) {
             int kh = h / (NH / NKV);
@@ -161,6 +163,8 @@ static void check_attention(int S, int W, float cap)
                     if (cap > 0) s[j] = tanh(s[j] / cap) * cap;
                     if (s[j] > mx) mx = s[j];
                 }
+                if (sinks && sinks[h] > mx) mx = sinks[h];
+                if (sinks) sum += exp(sinks[h] - mx);
                 for (int j = lo; j <= t; j++) { s[j] = exp(s[j] - mx); sum += s[j]; }
                 for (int i = 0; i < HD; i++) {
                     double a = 0;
@@ -170,9 +174,12 @@ static void check_attention(int S, int W, float cap)
             }
         }
     CHECK(test_max_abs_diff(o, r, nq) < 1e-5);
-    CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc, W, cap));   /* 6 heads, 4 kv */
+    if (sinks) CHECK_ERR(be->ops->attention_sink(be, o, q, k, v, B, S, NH, 4, HD, sc, W, sinks));
+    else CHECK_ERR(be->ops->attention(be, o, q, k, v, B, S, NH, 4, HD, sc, W, cap));   /* 6 heads, 4 kv */
     free(q); free(k); free(v); free(o); free(r);
 }
+
+static void check_attention(int S, int W, float cap) { check_attention_sinks(S, W, cap, NULL); }
 
 static void test_attention(void)
 {
@@ -184,6 +191,32 @@ static void test_attention(void)
     check_attention(40, 64, 0);
     check_attention(33, 0, 1.5f);   /* Gemma 2's soft-cap (scores of |s| ~ 3 are capped hard) */
     check_attention(300, 100, 1.5f);
+    /* Sinks below, around and above the scores (a sink of 5 takes most of each row). */
+    static const float sinks[6] = {-3.0f, 0.0f, 0.5f, 1.0f, 5.0f, -30.0f};
+    check_attention_sinks(1, 0, 0, sinks);
+    check_attention_sinks(33, 8, 0, sinks);
+    check_attention_sinks(300, 100, 0, sinks);
+    check_attention_sinks(300, 0, 0, sinks);
+}
+
+/* gpt-oss's clamped SwiGLU against its formula in double, across both clamps. */
+static void test_swiglu_clamp(void)
+{
+    int n = 301;
+    float *g = randn((size_t)n, 4.0f), *u = randn((size_t)n, 4.0f), *o = malloc((size_t)n * 4);
+    float alpha = 1.702f, limit = 3.0f;
+    CHECK_OK(be->ops->swiglu_clamp_mul(be, o, g, u, n, alpha, limit));
+    int clamped = 0;
+    for (int i = 0; i < n; i++) {
+        double gg = g[i] > limit ? limit : g[i], uu = u[i] > limit ? limit : u[i] < -limit ? -limit : u[i];
+        clamped += g[i] > limit || fabsf(u[i]) > limit;
+        double want = (uu + 1.0) * gg / (1.0 + exp(-alpha * gg));
+        CHECK_NEAR(o[i], want, 1e-5 * (1 + fabs(want)));
+    }
+    CHECK(clamped > 20);
+    CHECK_OK(be->ops->swiglu_clamp_mul(be, g, g, u, n, alpha, limit));   /* in place */
+    CHECK(test_max_abs_diff(g, o, (size_t)n) == 0);
+    free(g); free(u); free(o);
 }
 
 static void test_activations(void)
@@ -350,6 +383,7 @@ int main(void)
     TEST_RUN(test_rope_interleaved);
     TEST_RUN(test_attention);
     TEST_RUN(test_activations);
+    TEST_RUN(test_swiglu_clamp);
     TEST_RUN(test_nll);
     TEST_RUN(test_recurrent);
     qd_backend_close(be);

@@ -208,6 +208,12 @@ static void test_fold(void)
     check_family_block("qwen3_5", 0, 1 + 2);
     check_family_block("qwen3_5", 1, 1 + 2);
     check_family_block("qwen3_5_moe", 0, 1 + 8 + 1 + 1);
+    /* gpt-oss: input_layernorm, v_proj's rows and bias (sinks or not, the output is linear in
+     * v), and the experts' shared input with the router's columns (its bias unchanged); the
+     * experts' down_proj reads the clamped (up + 1) * glu(gate): no fold. Both layer kinds
+     * (block 0 slides, block 1 is full). */
+    check_family_block("gpt_oss", 0, 2 + 1);
+    check_family_block("gpt_oss", 1, 2 + 1);
 }
 
 int main(void)

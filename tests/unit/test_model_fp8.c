@@ -30,7 +30,7 @@ static int parse_cfg(const char *quant, const char *arch, qd_model_config *c, qd
     char json[2048];
     snprintf(json, sizeof json,
              "{\"architectures\":[\"%s\"],\"hidden_size\":64,\"intermediate_size\":128,\"num_hidden_layers\":2,"
-             "\"num_attention_heads\":4,\"vocab_size\":256%s%s}",
+             "\"num_attention_heads\":4,\"num_key_value_heads\":4,\"vocab_size\":256%s%s}",
              arch, quant ? ",\"quantization_config\":" : "", quant ? quant : "");
     memset(err, 0, sizeof *err);
     return qd_model_config_parse(json, "config.json", c, err);
@@ -64,15 +64,14 @@ static void test_config(void)
         CHECK_ERR(parse_cfg(q, "LlamaForCausalLM", &c, &err));
         CHECK_CONTAINS(err.msg, "weight_block_size must be two positive integers");
     }
-    /* gpt-oss: the family is what stands in the way, not the format. */
-    CHECK_ERR(parse_cfg("{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":[\"model.layers.*.self_attn\"]}",
-                        "GptOssForCausalLM", &c, &err));
-    CHECK_CONTAINS(err.msg, "gpt-oss (GptOssForCausalLM) is not a supported family yet; its MXFP4 experts");
-    CHECK(strstr(err.msg, "quant_method \"mxfp4\" is not supported") == NULL);
-    CHECK_ERR(parse_cfg(NULL, "GptOssForCausalLM", &c, &err));
-    CHECK_CONTAINS(err.msg, "gpt-oss (GptOssForCausalLM) is not a supported family yet");
+    /* gpt-oss's MXFP4 experts are a source format of the gpt-oss family only. */
+    CHECK_OK(parse_cfg("{\"quant_method\":\"mxfp4\",\"modules_to_not_convert\":[\"model.layers.*.self_attn\"]}",
+                       "GptOssForCausalLM", &c, &err));
+    CHECK_INT(c.source_mxfp4, 1);
+    CHECK_INT(c.quantized, 0);
+    CHECK_OK(parse_cfg(NULL, "GptOssForCausalLM", &c, &err));
     CHECK_ERR(parse_cfg("{\"quant_method\":\"mxfp4\"}", "LlamaForCausalLM", &c, &err));
-    CHECK_CONTAINS(err.msg, "gpt-oss family (GptOssForCausalLM), which is not supported yet");
+    CHECK_CONTAINS(err.msg, "is read for GptOssForCausalLM only; this checkpoint is a LlamaForCausalLM");
 }
 
 /* ---- the decoding ---- */

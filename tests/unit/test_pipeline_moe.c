@@ -428,6 +428,88 @@ static void test_qwen_next(void)
     }
 }
 
+/* gpt-oss (tests/data/families/gpt_oss): every method. The experts, stored fused in the
+ * checkpoint (mlp.experts.gate_up_proj [E, H, 2 FF] and down_proj, with biases), come out
+ * one by one as GPTQ linears with their biases (mlp.experts.N.gate_proj, up_proj,
+ * down_proj), and the fused tensors are gone; the router (weight and bias) and the sinks
+ * stay in float, the router declared so; the output reads back (pt_logits_rel).
+ * Tolerances: whole-model 8-bit runs move this tiny model's logits by 0.03-0.10 (measured:
+ * RTN 0.092, GPTQ 0.101, AWQ 0.103, AWQ+GPTQ 0.035) as near-tied routing choices flip,
+ * bounded at 0.2 as DeepSeek's; the experts alone (attention kept in float) move them by
+ * 0.0085, bounded at 0.02: a misread expert, interleave or bias is order 1. */
+static void test_gpt_oss(void)
+{
+    static const char *const methods[][4] = {
+        {"rtn", "rtn-w8", "0.2", "\"bits\":8,"},
+        {"gptq", "gptq-w8", "0.2", "\"bits\":8,"},
+        {"awq", "awq-w8", "0.2", "\"bits\":8,"},
+        {"awq+gptq", "awqgptq-w8", "0.2", "\"bits\":8,"},
+        {"rtn", "rtn-w8-experts", "0.02", "\"bits\":8,\"modules_to_not_convert\":[\"self_attn\"],"},
+        /* The MXFP4 source (the Hub's layout): the experts decoded from their blocks. */
+        {"gptq", "mxfp4-gptq-w8", "0.2", "\"bits\":8,"},
+    };
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        const char *fam = strncmp(methods[i][1], "mxfp4", 5) ? "gpt_oss" : "gpt_oss_mxfp4";
+        cJSON *r = run(fam, methods[i][0], methods[i][3], methods[i][1], atof(methods[i][2]),
+                       "mlp.experts.5.down_proj", "mlp.router");
+        if (!r) continue;
+        char out[4400];
+        snprintf(out, sizeof out, "%s/%s-%s", T, fam, methods[i][1]);
+        st_model *om = NULL;
+        qd_err err = {0};
+        CHECK_OK(st_model_open(out, &om, &err));
+        static const char *const packed[] = {"model.layers.0.mlp.experts.0.gate_proj.qweight",
+                                             "model.layers.1.mlp.experts.7.up_proj.qweight",
+                                             "model.layers.0.self_attn.o_proj.qweight"};
+        static const char *const kept[] = {"model.layers.0.mlp.router.weight", "model.layers.0.mlp.router.bias",
+                                           "model.layers.1.self_attn.sinks", "model.layers.0.mlp.experts.3.gate_proj.bias",
+                                           "model.layers.1.mlp.experts.3.down_proj.bias", "model.layers.0.self_attn.o_proj.bias"};
+        static const char *const absent[] = {"model.layers.0.mlp.experts.gate_up_proj", "model.layers.1.mlp.experts.down_proj",
+                                             "model.layers.0.mlp.experts.gate_up_proj_bias",
+                                             "model.layers.1.mlp.experts.down_proj_bias",
+                                             "model.layers.0.mlp.experts.gate_up_proj_blocks",
+                                             "model.layers.1.mlp.experts.down_proj_scales"};
+        int whole = !strstr(methods[i][1], "experts");
+        for (size_t j = 0; om && j < sizeof packed / sizeof packed[0] - !whole; j++)
+            if (!st_model_find(om, packed[j])) TEST_FAIL_("gpt-oss %s: %s is missing", methods[i][1], packed[j]);
+        for (size_t j = 0; om && j < sizeof kept / sizeof kept[0]; j++) {
+            const st_tensor *t = st_model_find(om, kept[j]);
+            if (!t || t->dtype == QD_DTYPE_I32) TEST_FAIL_("gpt-oss %s: %s is not kept in float", methods[i][1], kept[j]);
+        }
+        for (size_t j = 0; om && j < sizeof absent / sizeof absent[0]; j++)
+            if (st_model_find(om, absent[j])) TEST_FAIL_("gpt-oss %s: %s should not exist", methods[i][1], absent[j]);
+        test_checks += 3;
+        st_model_close(om);
+        /* The output is a GPTQ checkpoint: no trace of the source's MXFP4 config. */
+        char *cfg = pt_read(test_path(out, "config.json"), NULL);
+        CHECK(cfg && !strstr(cfg, "mxfp4") && strstr(cfg, "\"gptq\""));
+        free(cfg);
+        /* 4 attention linears and 3 x 8 experts per layer. */
+        CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 2 * (4 + 24));
+        cJSON_Delete(r);
+    }
+}
+
+/* gpt-oss's serving check: vLLM (gpt_oss.py _load_weights_other) loads no per-expert
+ * gate_proj/up_proj/down_proj tensors, so a job that asks for vLLM serving is refused before
+ * any work, naming the experts (the attention kept in float so an expert is the first row). */
+static void test_gpt_oss_serving(void)
+{
+    char model[4200], out[4400];
+    snprintf(model, sizeof model, "%s/gpt_oss", pt_families_dir());
+    snprintf(out, sizeof out, "%s/gpt_oss-serve", T);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens,
+                         "\"modules_to_not_convert\":[\"self_attn\"],\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},");
+    CHECK(job != NULL);
+    if (!job) return;
+    qd_err err = {0};
+    CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
+    CHECK_CONTAINS(err.msg, "mlp.experts.0.gate_up_proj (gate_proj+up_proj): will not load: vLLM loads gpt-oss's experts only");
+    CHECK_CONTAINS(err.msg, "vllm/model_executor/models/gpt_oss.py");
+    CHECK(access(out, F_OK) != 0);   /* nothing created */
+    qp_job_free(job);
+}
+
 /* What DeepSeek does not have yet is refused before any work, by name: the vLLM serving
  * check (latent attention is not in its rule table) and the tp_aware layout (any MoE). */
 static void test_deepseek_refused(void)
@@ -493,5 +575,7 @@ int main(void)
     TEST_RUN(test_deepseek_v2);
     TEST_RUN(test_deepseek_refused);
     TEST_RUN(test_qwen_next);
+    TEST_RUN(test_gpt_oss);
+    TEST_RUN(test_gpt_oss_serving);
     return pt_teardown();
 }

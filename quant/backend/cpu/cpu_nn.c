@@ -143,6 +143,25 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
     for (j = len; j < width; j++) row[j] = 0.0f;
 }
 
+/* The softmax of a row with a sink (gpt-oss): as softmax_causal_row, with one more logit,
+ * `sink`, in the max and the sum, whose own probability is dropped. */
+static void softmax_sink_row(float *row, int64_t lo, int64_t len, int64_t width, float sink)
+{
+    for (int64_t j = 0; j < lo; j++) row[j] = 0.0f;
+    row += lo;
+    len -= lo;
+    width -= lo;
+    float mx = sink;
+    for (int64_t j = 0; j < len; j++) mx = row[j] > mx ? row[j] : mx;
+    for (int64_t j = 0; j < len; j++) row[j] -= mx;
+    cpu_exp_f32(row, row, len);
+    double sum = (double)expf(sink - mx);
+    for (int64_t j = 0; j < len; j++) sum += row[j];
+    float inv = (float)(1.0 / sum);
+    for (int64_t j = 0; j < len; j++) row[j] *= inv;
+    for (int64_t j = len; j < width; j++) row[j] = 0.0f;
+}
+
 /* Query rows are taken in chunks so that a chunk ending at row r1 only multiplies against
  * keys [0, r1): the causal mask then costs about half the flops of the full square. */
 #define ATTN_CHUNK 128
@@ -160,6 +179,7 @@ typedef struct attn_ctx {
     int mode;                  /* ATTN_* */
     void *bf;                  /* bf16 modes: [shares][bf_bytes] scratch */
     size_t bf_bytes;
+    const float *sinks;        /* [n_heads] or NULL (attention_sink) */
 } attn_ctx;
 
 /* bf16 scratch per share: AMX: K and V packed, and 32 rows of A; portable: rounded copies
@@ -222,7 +242,8 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
                 int64_t qi = r0 + i, lo = c->window > 0 && qi + 1 > c->window ? qi + 1 - c->window : 0;
                 if (c->softcap > 0.0f)
                     for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / c->softcap) * c->softcap;
-                softmax_causal_row(s + i * keys, lo, qi + 1, keys);
+                if (c->sinks) softmax_sink_row(s + i * keys, lo, qi + 1, keys, c->sinks[h]);
+                else softmax_causal_row(s + i * keys, lo, qi + 1, keys);
             }
             if (c->mode == ATTN_BF16_AMX) {
                 cpu_amx_gemm_packed(rows, hd, keys, s, keys, vp, seq, 1.0f, oh, ldq, as);
@@ -238,7 +259,7 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
 
 static int attention_run(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                          int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                         int64_t window, float softcap, int mode)
+                         int64_t window, float softcap, int mode, const float *sinks)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -254,7 +275,7 @@ static int attention_run(qd_backend *be, float *out, const float *q, const float
     if (!scores) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %lld x %lld scores",
                                    nt, (long long)chunk, (long long)seq);
     attn_ctx c = {out, q, k, v, seq, n_heads, n_heads / n_kv, hd, n_heads * hd, n_kv * hd, chunk, window,
-                  scale, softcap, scores, mode, NULL, attn_bf_bytes(mode, seq, hd, chunk)};
+                  scale, softcap, scores, mode, NULL, attn_bf_bytes(mode, seq, hd, chunk), sinks};
     if (c.bf_bytes && !(c.bf = malloc((size_t)nt * c.bf_bytes))) {
         free(scores);
         return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %zu bytes of bf16 scratch", nt,
@@ -272,7 +293,15 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                   int64_t window, float softcap)
 {
-    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32);
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32, NULL);
+}
+
+int cpu_attention_sink(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                       int64_t window, const float *sinks)
+{
+    if (!sinks) return qd_err_set(&be->err, QD_EINVAL, "attention_sink: no sinks");
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, ATTN_F32, sinks);
 }
 
 /* Both products on bf16-rounded inputs (Q, K; P, V), F32 sums: the AMX tiles where
@@ -282,7 +311,7 @@ int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *
                        int64_t window, float softcap)
 {
     return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap,
-                         cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE);
+                         cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE, NULL);
 }
 
 typedef struct glu_ctx {
@@ -311,6 +340,34 @@ int cpu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up,
 {
     glu_ctx c = {out, gate, up};
     qd_parallel_for(be->n_threads, n, NN_ELEM_GRAIN, silu_mul_range, &c);
+    return 0;
+}
+
+typedef struct swiglu_clamp_ctx {
+    float *out;
+    const float *gate, *up;
+    float alpha, limit;
+} swiglu_clamp_ctx;
+
+static void swiglu_clamp_range(void *ctx, int t, int64_t i0, int64_t i1)
+{
+    const swiglu_clamp_ctx *c = ctx;
+    (void)t;
+    /* transformers' GptOssExperts._apply_gate, term for term (torch.clamp, torch.sigmoid). */
+    for (int64_t i = i0; i < i1; i++) {
+        float g = c->gate[i], u = c->up[i];
+        g = g > c->limit ? c->limit : g;
+        u = u > c->limit ? c->limit : u < -c->limit ? -c->limit : u;
+        float glu = g * (1.0f / (1.0f + expf(-(g * c->alpha))));
+        c->out[i] = (u + 1.0f) * glu;
+    }
+}
+
+int cpu_swiglu_clamp_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n, float alpha,
+                         float limit)
+{
+    swiglu_clamp_ctx c = {out, gate, up, alpha, limit};
+    qd_parallel_for(be->n_threads, n, NN_ELEM_GRAIN, swiglu_clamp_range, &c);
     return 0;
 }
 

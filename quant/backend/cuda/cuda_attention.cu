@@ -50,7 +50,7 @@ __device__ static double attn_block_sum(double v, double *sh)
  * qi + 1 - k0) of its row; the others become 0, so P V ignores them. Every row sees at
  * least its own key, so no row is fully masked. */
 __global__ void k_attn_softmax(float *s, int64_t rows, int64_t keys, int64_t r0, int64_t k0, int64_t window,
-                               float softcap)
+                               float softcap, const float *sinks, int64_t h0, int64_t nb)
 {
     __shared__ float shf[ATTN_WARPS];
     __shared__ double shd[ATTN_WARPS];
@@ -58,7 +58,9 @@ __global__ void k_attn_softmax(float *s, int64_t rows, int64_t keys, int64_t r0,
     float *row = s + t * keys;
     const int64_t lo = window > 0 && qi + 1 > window ? qi + 1 - window : 0;   /* qd_attn_key_range */
     const int64_t c0 = lo - k0, c1 = qi + 1 - k0;
-    float mx = -INFINITY;
+    /* gpt-oss: the head's sink joins the max and the sum (matrix t / rows is head h0 + it / nb). */
+    const float sink = sinks ? sinks[h0 + (t / rows) / nb] : -INFINITY;
+    float mx = sink;
     for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
         float x = row[c];
         if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;   /* Gemma 2 */
@@ -73,6 +75,7 @@ __global__ void k_attn_softmax(float *s, int64_t rows, int64_t keys, int64_t r0,
         sum += e;
     }
     sum = attn_block_sum(sum, shd);                         /* also orders the row writes */
+    if (sinks) sum += (double)expf(sink - mx);
     const float inv = (float)(1.0 / sum);
     for (int64_t c = threadIdx.x; c < keys; c += blockDim.x) row[c] = c >= c0 && c < c1 ? row[c] * inv : 0.0f;
 }
@@ -99,7 +102,7 @@ static cublasStatus_t attn_gemm(cublasHandle_t blas, const qd_attn_gemm *g, floa
 /* One chunk: its Q K^T GEMMs, the softmax, its P V GEMMs. */
 static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, const qd_attn_plan *p,
                       const qd_attn_chunk *c, float *ws, float *out, const float *q, const float *k, const float *v,
-                      float scale, float softcap)
+                      float scale, float softcap, const float *sinks)
 {
     qd_attn_gemm g;
     for (int64_t hh = 0; hh < c->nh; hh++) {
@@ -109,7 +112,8 @@ static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, 
             return attn_fail(be, "cublasSgemmStridedBatched (Q K^T)", cublasGetStatusString(st), __LINE__);
     }
     k_attn_softmax<<<(unsigned)(c->nh * c->nb * c->rows), ATTN_THREADS, 0, stream>>>(ws, c->rows, c->keys, c->r0,
-                                                                                      c->k0, p->window, softcap);
+                                                                                      c->k0, p->window, softcap,
+                                                                                      sinks, c->h0, c->nb);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return attn_fail(be, "attention softmax kernel", cudaGetErrorString(e), __LINE__);
     for (int64_t hh = 0; hh < c->nh; hh++) {
@@ -121,9 +125,9 @@ static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, 
     return 0;
 }
 
-extern "C" int qd_backend_cuda_attention(qd_backend *be, void *blas, float *out, const float *q, const float *k,
-                                         const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
-                                         int64_t hd, float scale, int64_t window, float softcap)
+static int attn_run(qd_backend *be, void *blas, float *out, const float *q, const float *k, const float *v,
+                    int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window,
+                    float softcap, const float *sinks)
 {
     qd_attn_plan p;
     const char *why = NULL;
@@ -139,8 +143,23 @@ extern "C" int qd_backend_cuda_attention(qd_backend *be, void *blas, float *out,
     for (int64_t i = 0; i < n && !rc; i++) {
         qd_attn_chunk c;
         qd_attn_plan_chunk(&p, i, &c);
-        rc = attn_chunk(be, (cublasHandle_t)blas, stream, &p, &c, ws, out, q, k, v, scale, softcap);
+        rc = attn_chunk(be, (cublasHandle_t)blas, stream, &p, &c, ws, out, q, k, v, scale, softcap, sinks);
     }
     (void)cudaFreeAsync(ws, stream);
     return rc;
+}
+
+extern "C" int qd_backend_cuda_attention(qd_backend *be, void *blas, float *out, const float *q, const float *k,
+                                         const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
+                                         int64_t hd, float scale, int64_t window, float softcap)
+{
+    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, NULL);
+}
+
+extern "C" int qd_backend_cuda_attention_sink(qd_backend *be, void *blas, float *out, const float *q, const float *k,
+                                              const float *v, int64_t batch, int64_t seq, int64_t n_heads,
+                                              int64_t n_kv, int64_t hd, float scale, int64_t window,
+                                              const float *sinks)
+{
+    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, sinks);
 }

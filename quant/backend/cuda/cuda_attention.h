@@ -19,6 +19,12 @@ int qd_backend_cuda_attention(qd_backend *be, void *blas, float *out, const floa
                               const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
                               int64_t hd, float scale, int64_t window, float softcap);
 
+/* The same with a sink logit per query head (backend.h's attention_sink; softcap none):
+ * sinks [n_heads] device memory. */
+int qd_backend_cuda_attention_sink(qd_backend *be, void *blas, float *out, const float *q, const float *k,
+                                   const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
+                                   int64_t hd, float scale, int64_t window, const float *sinks);
+
 #ifdef __cplusplus
 }
 #endif

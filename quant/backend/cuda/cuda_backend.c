@@ -460,6 +460,26 @@ static int cu_attention(qd_backend *be, float *out, const float *q, const float 
                                      softcap);
 }
 
+static int cu_attention_sink(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                             int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                             int64_t window, const float *sinks)
+{
+    if (n_kv <= 0 || n_heads % n_kv != 0)
+        return qd_err_set(&be->err, QD_EINVAL, "attention_sink: n_heads %lld is not a multiple of n_kv %lld",
+                          (long long)n_heads, (long long)n_kv);
+    if (!sinks) return qd_err_set(&be->err, QD_EINVAL, "attention_sink: no sinks");
+    if (seq <= 0 || batch <= 0) return 0;
+    return qd_backend_cuda_attention_sink(be, cu_impl(be)->blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale,
+                                          window, sinks);
+}
+
+static int cu_swiglu_clamp_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n, float alpha,
+                               float limit)
+{
+    LAUNCH(be, "swiglu_clamp_mul kernel", cudaop_swiglu_clamp_mul(cu_impl(be)->stream, out, gate, up, n, alpha, limit));
+    return 0;
+}
+
 static int cu_silu_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
     LAUNCH(be, "silu_mul kernel", cudaop_silu_mul(cu_impl(be)->stream, out, gate, up, n));

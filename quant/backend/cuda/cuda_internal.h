@@ -67,6 +67,8 @@ int cudaop_causal_conv1d(void *stream, float *y, const float *x, const float *w,
 int cudaop_gated_delta_rule(void *stream, float *out, const float *qkv, int64_t ld_qkv, const float *b, const float *a,
                             int64_t ld_ba, const float *a_log, const float *dt_bias, int64_t batch, int64_t seq,
                             int64_t nk, int64_t nv, int64_t dk, int64_t dv);
+int cudaop_swiglu_clamp_mul(void *stream, float *out, const float *gate, const float *up, int64_t n, float alpha,
+                            float limit);
 int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
 int cudaop_scale(void *stream, float *x, int64_t n, float s);

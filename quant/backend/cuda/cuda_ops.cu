@@ -476,6 +476,13 @@ ELEMENTWISE(silu_mul, (float *out, const float *gate, const float *up, int64_t n
 ELEMENTWISE(gelu_tanh_mul, (float *out, const float *gate, const float *up, int64_t n),
             { float g = gate[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
               out[i] = 0.5f * g * (1.0f + tanhf(t)) * up[i]; })
+ELEMENTWISE(swiglu_clamp_mul, (float *out, const float *gate, const float *up, int64_t n, float alpha, float limit),
+            { float g = gate[i];
+              float u = up[i];
+              g = g > limit ? limit : g;
+              u = u > limit ? limit : u < -limit ? -limit : u;
+              float glu = g * (1.0f / (1.0f + expf(-(g * alpha))));
+              out[i] = (u + 1.0f) * glu; })
 ELEMENTWISE(softcap, (float *x, int64_t n, float cap), { x[i] = tanhf(x[i] / cap) * cap; })
 ELEMENTWISE(scale, (float *x, int64_t n, float s), { x[i] *= s; })
 ELEMENTWISE(relu, (float *x, int64_t n), { if (!(x[i] > 0.0f)) x[i] = 0.0f; })
@@ -495,6 +502,14 @@ extern "C" int cudaop_silu_mul(void *stream, float *out, const float *gate, cons
 {
     if (n <= 0) return 0;
     k_silu_mul<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_swiglu_clamp_mul(void *stream, float *out, const float *gate, const float *up, int64_t n,
+                                       float alpha, float limit)
+{
+    if (n <= 0) return 0;
+    k_swiglu_clamp_mul<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(out, gate, up, n, alpha, limit);
     return op_launched();
 }
 
