@@ -54,6 +54,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
+    QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
+    QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -90,7 +92,8 @@ typedef struct qd_model_config {
     qd_rope_config rope_local; /* rope_theta / rope where the config gives one RoPE for all */
     int64_t sliding_window;    /* window of the sliding layers (keys seen at most); 0 = none */
     unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
-    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
+    int qk_norm;               /* RMSNorm of q and k before RoPE: 1 per head (Qwen3, Gemma 3), 2 over the
+                                * whole projection before the head split (OLMoE, MiniMax-M2) */
     qd_block_layout layout;
     float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
     float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */

@@ -180,10 +180,14 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
                (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err))) {
         return rc;
     }
-    if (c->qk_norm) {
+    if (c->qk_norm == 1) {
         /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    } else if (c->qk_norm == 2) {
+        /* OLMoE, MiniMax-M2: RMSNorm over each token's whole q (k) projection, all heads at once. */
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows, qd, c->norm_eps));
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows, kvd, c->norm_eps));
     }
     if (rf) {
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));

@@ -52,6 +52,10 @@ from transformers import (
     Qwen3Config,
     Qwen3MoeConfig,
 )
+from transformers.models.dots1 import Dots1Config
+from transformers.models.glm4_moe import Glm4MoeConfig
+from transformers.models.minimax_m2 import MiniMaxM2Config
+from transformers.models.olmoe import OlmoeConfig
 
 VOCAB = 256
 N_TOKENS = 64
@@ -80,7 +84,7 @@ BASE = dict(
 VECTOR_NOISE = 0.2
 
 
-def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), **kw):
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), buffers=False, **kw):
     """One family: its config class, seed, one line on what it exercises, and `ablate`:
     (label, config changes) pairs. Each is the same weights under the changed config; the
     generator records how far its logits are from the golden, so that a case which would
@@ -88,7 +92,7 @@ def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), **kw):
     shows up as a small number in meta.json."""
     cfg = dict(BASE)
     cfg.update(kw)
-    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate))
+    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), buffers=buffers)
 
 
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
@@ -260,6 +264,48 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # GLM-4.5/4.6: Llama attention with q/k/v biases (o_proj without), per-head q/k norms,
+    # RoPE on half of head_dim (partial_rotary_factor 0.5, GLM's default); one dense layer
+    # then DeepSeek-V3's routing (sigmoid + e_score_correction_bias, 4 groups, 2 kept,
+    # renormalised, times 2.5) over 8 experts plus a shared expert. The correction bias is
+    # a buffer, noised and rounded like the parameters (buffers=True) so it matters.
+    "glm4_moe": fam(Glm4MoeConfig, 1022,
+                    "GLM-4.5 MoE: attention_bias (q/k/v), use_qk_norm, partial_rotary_factor 0.5; "
+                    "first_k_dense_replace 1, 8 experts in 4 groups (topk_group 2), top-2 sigmoid routing with "
+                    "e_score_correction_bias, routed_scaling_factor 2.5, 1 shared expert",
+                    buffers=True, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+                    moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                    routed_scaling_factor=2.5, norm_topk_prob=True, attention_bias=True, use_qk_norm=True,
+                    partial_rotary_factor=0.5,
+                    ablate=[("full rotary", {"partial_rotary_factor": 1.0}),
+                            ("one expert group", {"n_group": 1, "topk_group": 1}),
+                            ("not renormalised", {"norm_topk_prob": False})]),
+    # dots.llm1: Qwen3 attention (per-head q/k norms), DeepSeek-V3 routing with shared
+    # experts after one dense layer; layer 1 slides (sliding_window 16 from max_window_layers 1).
+    "dots1": fam(Dots1Config, 1023,
+                 "dots.llm1: per-head q/k norms, sliding window 16 on layer 1 (max_window_layers 1); "
+                 "first_k_dense_replace 1, 8 experts in 2 groups (1 kept), top-2 sigmoid routing with "
+                 "e_score_correction_bias, renormalised, routed_scaling_factor 2.5, 2 shared experts",
+                 buffers=True, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                 moe_intermediate_size=32, n_shared_experts=2, first_k_dense_replace=1,
+                 routed_scaling_factor=2.5, norm_topk_prob=True, sliding_window=16, max_window_layers=1,
+                 ablate=[("no window", {"sliding_window": None}),
+                         ("one expert group", {"n_group": 1, "topk_group": 1})]),
+    # OLMoE: RMSNorm over the whole q and k projections (before the head split), softmax
+    # top-2 of 8 experts, not renormalised (OlmoeConfig's default).
+    "olmoe": fam(OlmoeConfig, 1024,
+                 "OLMoE: q_norm/k_norm over the whole q/k projections, 8 experts top-2 softmax not renormalised",
+                 num_experts=8, num_experts_per_tok=2, intermediate_size=32, norm_topk_prob=False,
+                 ablate=[("top-k renormalised", {"norm_topk_prob": True})]),
+    # MiniMax-M2: block_sparse_moe.experts.N.w1/w2/w3, sigmoid routing with
+    # e_score_correction_bias (no groups), always renormalised; q/k norms over all heads;
+    # rotary_dim 8 of head_dim 16 (partial RoPE).
+    "minimax_m2": fam(MiniMaxM2Config, 1025,
+                      "MiniMax-M2: q/k norms over all heads, rotary_dim 8 of head_dim 16; 8 experts top-2 sigmoid "
+                      "routing with e_score_correction_bias, renormalised",
+                      buffers=True, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, head_dim=16,
+                      rotary_dim=8,
+                      ablate=[("full rotary", {"rotary_dim": 16, "partial_rotary_factor": 1.0})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
@@ -276,15 +322,24 @@ def build(spec):
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
+        # Routers' e_score_correction_bias is a saved buffer (zeros at init): noised too
+        # where the family has one (buffers=True), or the biased choice would go untested.
+        for name, b in model.named_buffers():
+            if spec["buffers"] and name.endswith("e_score_correction_bias"):
+                b.add_(VECTOR_NOISE * torch.randn(b.shape, generator=g))
     model.eval()
     return model
 
 
 def round_to(model, dtype):
-    """Rounds every parameter to `dtype`-representable values, kept in float32."""
+    """Rounds every parameter (and saved router bias buffer) to `dtype`-representable
+    values, kept in float32."""
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(dtype).to(torch.float32))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(b.to(dtype).to(torch.float32))
 
 
 def forward(model, ids):

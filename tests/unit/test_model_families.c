@@ -60,6 +60,10 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"glm4_moe", EXPECT_MATCH, NULL},
+    {"dots1", EXPECT_MATCH, NULL},
+    {"olmoe", EXPECT_MATCH, NULL},
+    {"minimax_m2", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
