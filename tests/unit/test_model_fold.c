@@ -143,6 +143,15 @@ static void test_fold(void)
     check_family_block("deepseek_v3", 1, 1 + 8 + 1 + 1);
     check_family_block("deepseek_v2", 0, 3);
     check_family_block("deepseek_v2", 1, 1 + 8 + 1 + 1);
+    /* GLM-4.5 and dots.llm1: Llama attention; a dense layer as Llama's, a MoE layer's
+     * experts and shared expert as DeepSeek's. OLMoE and MiniMax-M2 (q/k norms over the
+     * whole projections, which the scales do not reach) as Qwen3-MoE. */
+    check_family_block("glm4_moe", 0, 4);
+    check_family_block("glm4_moe", 1, 2 + 8 + 1 + 1);
+    check_family_block("dots1", 0, 4);
+    check_family_block("dots1", 1, 2 + 8 + 1 + 1);
+    check_family("olmoe", 2 + 8 + 1);
+    check_family("minimax_m2", 2 + 8 + 1);
 }
 
 int main(void)
