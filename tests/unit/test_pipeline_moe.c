@@ -390,6 +390,64 @@ static void test_deepseek_refused(void)
     }
 }
 
+/* GLM-4.5 (glm4_moe), dots.llm1 (dots1), OLMoE (olmoe), MiniMax-M2 (minimax_m2): every
+ * method at 8 bits, each expert packed under the checkpoint's own name in the MoE layer,
+ * the router (and its e_score_correction_bias) in float; GLM's and dots' layer 0 keeps its
+ * dense MLP packed and no experts. Tolerances are about 2x the errors measured on these
+ * tiny peaked models (their worst: glm4_moe 0.10, dots1 0.10, olmoe 0.05, minimax_m2 0.14,
+ * as test_model_families_quant); a broken expert or fold is order 1. */
+static void test_moe_families(void)
+{
+    static const struct { const char *family, *expert, *router, *bias; double tol; } fams[] = {
+        {"glm4_moe", "mlp.experts.5.down_proj", "mlp.gate", "mlp.gate.e_score_correction_bias", 0.25},
+        {"dots1", "mlp.experts.3.gate_proj", "mlp.gate", "mlp.gate.e_score_correction_bias", 0.25},
+        {"olmoe", "mlp.experts.6.up_proj", "mlp.gate", NULL, 0.15},
+        {"minimax_m2", "block_sparse_moe.experts.2.w2", "block_sparse_moe.gate", "block_sparse_moe.e_score_correction_bias",
+         0.3},
+    };
+    static const char *const methods[][2] = {{"rtn", "rtn-w8"}, {"gptq", "gptq-w8"}, {"awq", "awq-w8"},
+                                             {"awq+gptq", "awq-gptq-w8"}};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        for (size_t j = 0; j < sizeof methods / sizeof methods[0]; j++) {
+            cJSON *r = run(fams[i].family, methods[j][0], "\"bits\":8,", methods[j][1], fams[i].tol, fams[i].expert,
+                           fams[i].router);
+            cJSON_Delete(r);
+            char out[4400], name[256];
+            snprintf(out, sizeof out, "%s/%s-%s", T, fams[i].family, methods[j][1]);
+            st_model *om = NULL;
+            qd_err err = {0};
+            if (st_model_open(out, &om, &err)) { TEST_FAIL_("%s: %s", out, err.msg); continue; }
+            if (fams[i].bias) {
+                snprintf(name, sizeof name, "model.layers.1.%s", fams[i].bias);
+                const st_tensor *t = st_model_find(om, name);
+                if (!t || t->dtype == QD_DTYPE_I32) TEST_FAIL_("%s: %s is not kept in float", out, name);
+                test_checks++;
+            }
+            int dense0 = !strcmp(fams[i].family, "glm4_moe") || !strcmp(fams[i].family, "dots1");
+            CHECK((st_model_find(om, "model.layers.0.mlp.down_proj.qweight") != NULL) == dense0);
+            snprintf(name, sizeof name, "model.layers.0.%s.qweight", fams[i].expert);
+            CHECK((st_model_find(om, name) != NULL) == !dense0);
+            st_model_close(om);
+        }
+    }
+}
+
+/* The serving check refuses dots.llm1 by name: vLLM (0.32) has no Dots1ForCausalLM. */
+static void test_dots1_serving_refused(void)
+{
+    char model[4200], out[4400];
+    snprintf(model, sizeof model, "%s/dots1", pt_families_dir());
+    snprintf(out, sizeof out, "%s/dots1-serve", T);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, "\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},");
+    CHECK(job != NULL);
+    if (!job) return;
+    qd_err err = {0};
+    CHECK_INT(qd_pipeline_run(job, pt_be, NULL, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "Dots1ForCausalLM");
+    CHECK(access(out, F_OK) != 0);
+    qp_job_free(job);
+}
+
 /* A checkpoint whose config asks for an expert its files lack is refused at open, naming the
  * tensor (here: num_local_experts 9 over Mixtral's 8 experts). */
 static void test_missing_expert(void)
@@ -431,5 +489,7 @@ int main(void)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_deepseek_v2);
     TEST_RUN(test_deepseek_refused);
+    TEST_RUN(test_moe_families);
+    TEST_RUN(test_dots1_serving_refused);
     return pt_teardown();
 }
