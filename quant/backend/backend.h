@@ -37,6 +37,7 @@ typedef struct qd_rope_freqs {
     int64_t rot_dim;                    /* even, <= head_dim */
     float attn_scale;
     float inv_freq[QD_ROPE_MAX_HALF];   /* [rot_dim / 2] */
+    int interleave;                     /* 0: rotate halves (x_i, x_{i+rot/2}); 1: rotate pairs (x_2i, x_2i+1) (ERNIE 4.5) */
 } qd_rope_freqs;
 
 /* Every op of the interface, listed once as X(return type, name, parameters): the ops table

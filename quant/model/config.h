@@ -56,6 +56,7 @@ typedef enum qd_block_layout {
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
+    QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -65,6 +66,7 @@ typedef enum qd_moe_scoring {
                             * best of n_group groups (a group scores its largest) */
     QD_MOE_SIGMOID_GROUPED,/* DeepSeek-V3: sigmoid; the choice adds e_score_correction_bias and keeps the
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
+    QD_MOE_SOFTMAX_BIAS,   /* ERNIE 4.5: softmax; the choice adds e_score_correction_bias, no groups */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
@@ -130,6 +132,8 @@ typedef struct qd_model_config {
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
+    int64_t moe_end;           /* ERNIE moe_layer_end_index + 1: layers from it on are dense; 0 = none are */
+    int64_t moe_interval;      /* ERNIE moe_layer_interval: MoE only where (i + 1) % it == 0; 0 or 1 = every layer */
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */

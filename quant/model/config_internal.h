@@ -22,7 +22,7 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * layout; and the refusal of such keys where the family does not have them. Runs after
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
-/* GLM-4.5, dots.llm1, OLMoE, MiniMax-M2 (config_moe.c): whether the architecture is one of
+/* GLM-4.5, dots.llm1, OLMoE, MiniMax-M2, ERNIE 4.5 MoE (config_moe.c): whether the architecture is one of
  * them, and the whole family parse for one, after RoPE is read. */
 int qd_config_moe_owns(const char *architecture);
 int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);

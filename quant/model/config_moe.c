@@ -1,6 +1,6 @@
 /* The config keys of the MoE families with standard attention added after DeepSeek:
- * GLM-4.5/4.6 (Glm4MoeConfig), dots.llm1 (Dots1Config), OLMoE (OlmoeConfig) and MiniMax-M2
- * (MiniMaxM2Config). Defaults are those config classes' in transformers 5.23; keys the
+ * GLM-4.5/4.6 (Glm4MoeConfig), dots.llm1 (Dots1Config), OLMoE (OlmoeConfig), MiniMax-M2
+ * (MiniMaxM2Config) and ERNIE 4.5 MoE (Ernie4_5_MoeConfig). Defaults are those config classes' in transformers 5.23; keys the
  * forward does not compute are refused by name. Called from qd_config_family_parse once
  * RoPE is read; the family's whole parse is here, so the generic Llama checks there
  * (layer_types, sliding windows) do not apply to these families. */
@@ -11,7 +11,7 @@
 
 #include "quant/model/config_internal.h"
 
-typedef enum moe_kind { MK_NONE = 0, MK_GLM4_MOE, MK_DOTS1, MK_OLMOE, MK_MINIMAX_M2 } moe_kind;
+typedef enum moe_kind { MK_NONE = 0, MK_GLM4_MOE, MK_DOTS1, MK_OLMOE, MK_MINIMAX_M2, MK_ERNIE_MOE } moe_kind;
 
 static moe_kind kind_of(const char *arch)
 {
@@ -19,6 +19,7 @@ static moe_kind kind_of(const char *arch)
     if (!strcmp(arch, "Dots1ForCausalLM")) return MK_DOTS1;
     if (!strcmp(arch, "OlmoeForCausalLM")) return MK_OLMOE;
     if (!strcmp(arch, "MiniMaxM2ForCausalLM")) return MK_MINIMAX_M2;
+    if (!strcmp(arch, "Ernie4_5_MoeForCausalLM")) return MK_ERNIE_MOE;
     return MK_NONE;
 }
 
@@ -258,6 +259,60 @@ static int parse_minimax_m2(const cJSON *root, const char *what, qd_model_config
     return check_routing(c, 0, what, err);
 }
 
+/* ERNIE 4.5 MoE: layer i is MoE when (i + 1) % moe_layer_interval == 0 and it lies in
+ * [moe_layer_start_index, moe_layer_end_index] (-1: the last layer), else a dense SwiGLU;
+ * softmax routing whose choice adds mlp.moe_statics.e_score_correction_bias, the chosen
+ * probabilities renormalised; moe_num_shared_experts ungated; RoPE on interleaved pairs. */
+static int parse_ernie_moe(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    int64_t n_shared = 2, start = 1, end = -1, interval = 1;
+    int use_bias = 0;
+    c->layout = QD_LAYOUT_ERNIE_MOE;
+    c->moe_scoring = QD_MOE_SOFTMAX_BIAS;
+    c->norm_topk_prob = 1;
+    c->routed_scale = 1.0f;
+    c->n_experts = 64;
+    c->top_k = 6;
+    c->moe_intermediate = 1536;
+    c->rope_interleave = 1;
+    /* num_experts and num_experts_per_tok are Ernie4_5_MoeConfig's aliases (attribute_map). */
+    if ((rc = qd_cfg_get_int(root, "num_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_num_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_experts_per_tok", &c->top_k, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_k", &c->top_k, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_intermediate_size", &c->moe_intermediate, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_num_shared_experts", &n_shared, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_layer_start_index", &start, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_layer_end_index", &end, what, err)) ||
+        (rc = qd_cfg_get_int(root, "moe_layer_interval", &interval, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "use_bias", &use_bias, what, err)))
+        return rc;
+    /* use_bias puts a bias on every linear, lm_head included, which the forward has not. */
+    if (use_bias)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_bias true is not supported for %s (biases on every linear and "
+                          "lm_head)", what, c->architecture);
+    if (end == -1) end = c->n_layers - 1;
+    if (interval < 1 || start < 0 || end < start)
+        return qd_err_set(err, QD_EFORMAT, "%s: moe_layer_interval %lld must be positive and moe_layer_start_index %lld "
+                          "at most moe_layer_end_index %lld", what, (long long)interval, (long long)start, (long long)end);
+    c->first_dense = start;
+    c->moe_end = end + 1 >= c->n_layers ? 0 : end + 1;
+    c->moe_interval = interval;
+    /* Ernie4_5_MoeRotaryEmbedding turns all of head_dim whatever partial_rotary_factor says. */
+    if (rope_key_given(root, "partial_rotary_factor") && c->rope.partial_rotary_factor != 1.0f)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (its RoPE turns all "
+                          "of head_dim)", what, (double)c->rope.partial_rotary_factor, c->architecture);
+    if (!rope_key_given(root, "rope_theta")) c->rope_theta = c->rope_theta_local = 500000.0f;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings")) c->tie_word_embeddings = 1;
+    c->qkv_bias = c->o_bias = c->mlp_bias = 0;
+    c->qk_norm = 0;
+    if ((rc = check_routing(c, n_shared, what, err))) return rc;
+    c->shared_intermediate = n_shared * c->moe_intermediate;
+    return 0;
+}
+
 int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     moe_kind k = kind_of(c->architecture);
@@ -269,6 +324,7 @@ int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c,
     case MK_DOTS1: return parse_deepseek_like(root, what, k, c, err);
     case MK_OLMOE: return parse_olmoe(root, what, c, err);
     case MK_MINIMAX_M2: return parse_minimax_m2(root, what, c, err);
+    case MK_ERNIE_MOE: return parse_ernie_moe(root, what, c, err);
     default: return qd_err_set(err, QD_EINVAL, "%s: %s is not a MoE family of config_moe.c", what, c->architecture);
     }
 }

@@ -190,8 +190,12 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows, kvd, c->norm_eps));
     }
     if (rf) {
-        BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
-        BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
+        /* ERNIE 4.5 turns interleaved pairs (rope_interleave; DeepSeek's latent attention
+         * de-interleaves on its own, model_mla.c). */
+        qd_rope_freqs ri = *rf;
+        ri.interleave = c->rope_interleave;
+        BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, &ri));
+        BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, &ri));
     }
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;

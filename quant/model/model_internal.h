@@ -79,10 +79,11 @@ typedef struct qd_arch {
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
+    int router_bias_2d;        /* router_bias is stored [1, n_experts] (ERNIE's mlp.moe_statics) */
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
-/* The entries of arch_moe.c (GLM-4.5, dots.llm1, MiniMax-M2); NULL for another layout. */
+/* The entries of arch_moe.c (GLM-4.5, dots.llm1, MiniMax-M2, ERNIE 4.5 MoE); NULL for another layout. */
 const qd_arch *qd_arch_moe_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,

@@ -365,6 +365,14 @@ fail:
     return rc;
 }
 
+/* The routings that choose with e_score_correction_bias (DeepSeek-V3's, ERNIE's) where the
+ * architecture stores one. */
+static int router_bias_used(const qd_model *m)
+{
+    return m->arch->router_bias &&
+           (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_SOFTMAX_BIAS);
+}
+
 /* MoE: the router [n_experts, hidden] and Qwen2-MoE's shared-expert gate [1, hidden], in
  * float (loaders never quantize them). */
 static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
@@ -378,9 +386,11 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
         rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
     }
-    if (!rc && m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED) {
+    if (!rc && router_bias_used(m)) {
+        int64_t bs[2] = {1, m->cfg.n_experts};
         snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias);
-        rc = qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
+        rc = m->arch->router_bias_2d ? qd_model_load_f32(m, name, 2, bs, &bw->router_bias, err)
+                                     : qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
     }
     return rc;
 }
@@ -553,8 +563,9 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (m->cfg.shared_intermediate > 0 && m->arch->shared_gate && (rc = find_float(m, name, 2, gs, &t, err)))
                 return rc;
             snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias ? m->arch->router_bias : "");
-            if (m->arch->router_bias && m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED &&
-                (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
+            int64_t bs[2] = {1, m->cfg.n_experts};
+            if (router_bias_used(m) && (rc = m->arch->router_bias_2d ? find_float(m, name, 2, bs, &t, err)
+                                                                     : find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
         for (int i = 0; i < 2; i++) {
@@ -832,7 +843,12 @@ const char *qd_model_arch_name(const qd_model *m) { return m->arch->name; }
 int qd_model_n_linears(const qd_model *m) { return m->n_lin; }
 const qd_linear_info *qd_model_linear(const qd_model *m, int i) { return i >= 0 && i < m->n_lin ? &m->lin[i] : NULL; }
 int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
-int qd_model_block_is_moe(const qd_model *m, int block) { return m->cfg.n_experts > 0 && block >= m->cfg.first_dense; }
+int qd_model_block_is_moe(const qd_model *m, int block)
+{
+    const qd_model_config *c = &m->cfg;
+    return c->n_experts > 0 && block >= c->first_dense && (c->moe_end <= 0 || block < c->moe_end) &&
+           (c->moe_interval <= 1 || (block + 1) % c->moe_interval == 0);
+}
 int qd_model_block_has_linear(const qd_model *m, int block, int li)
 {
     if (li < 0 || li >= m->n_lin) return 0;

@@ -53,6 +53,7 @@ from transformers import (
     Qwen3MoeConfig,
 )
 from transformers.models.dots1 import Dots1Config
+from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
 from transformers.models.glm4_moe import Glm4MoeConfig
 from transformers.models.minimax_m2 import MiniMaxM2Config
 from transformers.models.olmoe import OlmoeConfig
@@ -306,6 +307,20 @@ FAMILIES = {
                       buffers=True, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, head_dim=16,
                       rotary_dim=8,
                       ablate=[("full rotary", {"rotary_dim": 16, "partial_rotary_factor": 1.0})]),
+    # ERNIE 4.5 MoE: 3 layers, MoE only in layer 1 (moe_layer_start_index = end_index = 1),
+    # so a dense layer follows a sparse one; softmax routing whose choice adds the [1, 8]
+    # mlp.moe_statics.e_score_correction_bias (a parameter: noised with buffers=True),
+    # renormalised; a shared expert; RoPE on interleaved pairs.
+    "ernie4_5_moe": fam(Ernie4_5_MoeConfig, 1026,
+                        "ERNIE 4.5 MoE: 3 layers, dense-MoE-dense (moe_layer_start/end_index 1), 8 experts top-2 "
+                        "softmax with e_score_correction_bias in the choice, renormalised, 1 shared expert, "
+                        "interleaved RoPE",
+                        buffers=True, num_hidden_layers=3, moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                        moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=1,
+                        moe_layer_interval=1, use_bias=False,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        ablate=[("top-1", {"moe_k": 1}),
+                                ("rope_theta 1e6", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
@@ -320,7 +335,7 @@ def build(spec):
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1:
+            if p.dim() == 1 or (spec["buffers"] and name.endswith("e_score_correction_bias")):
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
         # Routers' e_score_correction_bias is a saved buffer (zeros at init): noised too
         # where the family has one (buffers=True), or the biased choice would go untested.

@@ -202,8 +202,9 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
             c.sym = 0;
             return be->ops->fake_quant(be, &c, out, rows, dim);
         }
-    case 9: {
-        /* RoPE on [6 tokens, 2 heads x 32]: pos is int32 in backend memory */
+    case 9:
+    case 16: {
+        /* RoPE on [6 tokens, 2 heads x 32]: pos is int32 in backend memory; 16: pairs interleaved (ERNIE 4.5) */
         int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
         int32_t *dp = put(be, pos, sizeof pos);
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
@@ -211,6 +212,7 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         memset(&f, 0, sizeof f);
         f.rot_dim = 32;
         f.attn_scale = 1.0f;
+        f.interleave = which == 16;
         for (int i = 0; i < 16; i++) f.inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 32.0f);
         rc = be->ops->rope(be, out, rows, 2, 32, dp, &f);
         qd_backend_free(be, dp);
@@ -242,7 +244,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 15; which++) {
+    for (int which = 0; which <= 16; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

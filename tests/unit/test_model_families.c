@@ -64,6 +64,7 @@ static const family_expect families[] = {
     {"dots1", EXPECT_MATCH, NULL},
     {"olmoe", EXPECT_MATCH, NULL},
     {"minimax_m2", EXPECT_MATCH, NULL},
+    {"ernie4_5_moe", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
