@@ -1,4 +1,4 @@
-/* config.json of GLM-4.5 MoE, dots.llm1, OLMoE and MiniMax-M2 (quant/model/config_moe.c):
+/* config.json of GLM-4.5 MoE, dots.llm1, OLMoE, MiniMax-M2 and ERNIE 4.5 MoE (config_moe.c):
  * the config classes' defaults where a key is absent (GLM's partial_rotary_factor 0.5,
  * MiniMax-M2's head_dim 128, rope_theta 5e6 and rotary_dim), and the keys the forward does
  * not compute refused by name. The forward parity itself is test_model_families. */
@@ -140,11 +140,44 @@ static void test_minimax_m2(void)
     }
 }
 
+static void test_ernie_moe(void)
+{
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse("Ernie4_5_MoeForCausalLM", "", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_ERNIE_MOE);
+    CHECK_INT(c.moe_scoring, QD_MOE_SOFTMAX_BIAS);
+    CHECK_INT(c.n_experts, 64);                  /* Ernie4_5_MoeConfig's defaults */
+    CHECK_INT(c.top_k, 6);
+    CHECK_INT(c.shared_intermediate, 2 * 1536);
+    CHECK_INT(c.first_dense, 1);
+    CHECK_INT(c.moe_end, 0);                     /* end index -1: the last layer */
+    CHECK_INT(c.rope_interleave, 1);
+    CHECK_INT(c.tie_word_embeddings, 1);
+    CHECK_NEAR(c.rope_theta, 5e5, 0);
+    CHECK_OK(parse("Ernie4_5_MoeForCausalLM", "\"num_experts\":8,\"moe_k\":2,\"moe_layer_start_index\":0,"
+                   "\"moe_layer_end_index\":1,\"moe_layer_interval\":2,\"tie_word_embeddings\":false", &c, &err));
+    CHECK_INT(c.n_experts, 8);
+    CHECK_INT(c.top_k, 2);
+    CHECK_INT(c.first_dense, 0);
+    CHECK_INT(c.moe_end, 2);
+    CHECK_INT(c.moe_interval, 2);
+    CHECK_INT(c.tie_word_embeddings, 0);
+    CHECK_INT(parse("Ernie4_5_MoeForCausalLM", "\"use_bias\":true", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "use_bias");
+    CHECK_INT(parse("Ernie4_5_MoeForCausalLM", "\"partial_rotary_factor\":0.5", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "partial_rotary_factor");
+    CHECK_INT(parse("Ernie4_5_MoeForCausalLM", "\"moe_layer_interval\":0", &c, &err), QD_EFORMAT);
+    CHECK_INT(parse("Ernie4_5_MoeForCausalLM", "\"moe_layer_start_index\":2,\"moe_layer_end_index\":1", &c, &err),
+              QD_EFORMAT);
+}
+
 int main(void)
 {
     TEST_RUN(test_glm4_moe);
     TEST_RUN(test_dots1);
     TEST_RUN(test_olmoe);
     TEST_RUN(test_minimax_m2);
+    TEST_RUN(test_ernie_moe);
     return test_finish();
 }

@@ -390,12 +390,16 @@ static void test_deepseek_refused(void)
     }
 }
 
-/* GLM-4.5 (glm4_moe), dots.llm1 (dots1), OLMoE (olmoe), MiniMax-M2 (minimax_m2): every
+/* GLM-4.5 (glm4_moe), dots.llm1 (dots1), OLMoE (olmoe), MiniMax-M2 (minimax_m2), ERNIE 4.5
+ * MoE (ernie4_5_moe, dense-MoE-dense): every
  * method at 8 bits, each expert packed under the checkpoint's own name in the MoE layer,
  * the router (and its e_score_correction_bias) in float; GLM's and dots' layer 0 keeps its
  * dense MLP packed and no experts. Tolerances are about 2x the errors measured on these
- * tiny peaked models (their worst: glm4_moe 0.10, dots1 0.10, olmoe 0.05, minimax_m2 0.14,
- * as test_model_families_quant); a broken expert or fold is order 1. */
+ * tiny peaked models (measured here: glm4_moe 0.018-0.021, dots1 0.023-0.156, olmoe
+ * 0.020-0.028, minimax_m2 0.021-0.022, ernie4_5_moe 0.059-0.169); a broken expert or fold is
+ * order 1. ERNIE's dense layer 0 steers layer 1's routing as DeepSeek's does: its dense
+ * layers and layer 1's attention alone, quantized, move the logits by 0.085 (RTN) and 0.096
+ * (GPTQ), the experts alone by 0.008-0.009. */
 static void test_moe_families(void)
 {
     static const struct { const char *family, *expert, *router, *bias; double tol; } fams[] = {
@@ -404,6 +408,7 @@ static void test_moe_families(void)
         {"olmoe", "mlp.experts.6.up_proj", "mlp.gate", NULL, 0.15},
         {"minimax_m2", "block_sparse_moe.experts.2.w2", "block_sparse_moe.gate", "block_sparse_moe.e_score_correction_bias",
          0.3},
+        {"ernie4_5_moe", "mlp.shared_experts.down_proj", "mlp.gate", "mlp.moe_statics.e_score_correction_bias", 0.3},
     };
     static const char *const methods[][2] = {{"rtn", "rtn-w8"}, {"gptq", "gptq-w8"}, {"awq", "awq-w8"},
                                              {"awq+gptq", "awq-gptq-w8"}};
@@ -423,10 +428,17 @@ static void test_moe_families(void)
                 if (!t || t->dtype == QD_DTYPE_I32) TEST_FAIL_("%s: %s is not kept in float", out, name);
                 test_checks++;
             }
-            int dense0 = !strcmp(fams[i].family, "glm4_moe") || !strcmp(fams[i].family, "dots1");
+            int ernie = !strcmp(fams[i].family, "ernie4_5_moe");
+            int dense0 = !strcmp(fams[i].family, "glm4_moe") || !strcmp(fams[i].family, "dots1") || ernie;
             CHECK((st_model_find(om, "model.layers.0.mlp.down_proj.qweight") != NULL) == dense0);
             snprintf(name, sizeof name, "model.layers.0.%s.qweight", fams[i].expert);
             CHECK((st_model_find(om, name) != NULL) == !dense0);
+            /* ERNIE's layer 2 is dense again after the MoE layer 1. */
+            if (ernie) {
+                CHECK(st_model_find(om, "model.layers.2.mlp.down_proj.qweight") != NULL);
+                CHECK(st_model_find(om, "model.layers.2.mlp.gate.weight") == NULL);
+                CHECK(st_model_find(om, "model.layers.1.mlp.experts.7.gate_proj.qweight") != NULL);
+            }
             st_model_close(om);
         }
     }
