@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "pipeline_testlib.h"
+#include "quant/tp/tp_serving.h"
 
 static const char *T;
 static const char *tokens;
@@ -460,6 +461,36 @@ static void test_dots1_serving_refused(void)
     qp_job_free(job);
 }
 
+/* The serving check lists what each layer holds: GLM-4.5's layer 0 its dense MLP and no
+ * experts, layer 1 its experts and shared expert and no dense MLP (4 + 2 + 2 x 9 rows). */
+static void test_glm4_moe_serving_rows(void)
+{
+    char model[4200];
+    snprintf(model, sizeof model, "%s/glm4_moe", pt_families_dir());
+    qd_model *m = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_model_open(model, pt_be, &m, &err));
+    if (!m) return;
+    qd_serving_quant q = {.format = "gptq", .bits = 4, .sym = 1, .group_size = 128};
+    qd_serving_report rep = {0};
+    CHECK_OK(qd_tp_serving_check(m, &q, NULL, NULL, 1, qd_srv_gpu_cc("hopper"), &rep, &err));
+    CHECK_INT((int)rep.n, 4 + 2 + 2 * 9);
+    int dense0 = 0, dense1 = 0, experts0 = 0, experts1 = 0;
+    for (size_t i = 0; i < rep.n; i++) {
+        const char *nm = rep.rows[i].name;
+        dense0 += !strcmp(nm, "model.layers.0.mlp.down_proj");
+        dense1 += !strcmp(nm, "model.layers.1.mlp.down_proj");
+        experts0 += !strncmp(nm, "model.layers.0.mlp.experts.", 27) || !strncmp(nm, "model.layers.0.mlp.shared_experts.", 34);
+        experts1 += !strncmp(nm, "model.layers.1.mlp.experts.", 27) || !strncmp(nm, "model.layers.1.mlp.shared_experts.", 34);
+    }
+    CHECK_INT(dense0, 1);
+    CHECK_INT(dense1, 0);
+    CHECK_INT(experts0, 0);
+    CHECK_INT(experts1, 2 * 9);
+    qd_tp_serving_report_free(&rep);
+    qd_model_close(m);
+}
+
 /* A checkpoint whose config asks for an expert its files lack is refused at open, naming the
  * tensor (here: num_local_experts 9 over Mixtral's 8 experts). */
 static void test_missing_expert(void)
@@ -503,5 +534,6 @@ int main(void)
     TEST_RUN(test_deepseek_refused);
     TEST_RUN(test_moe_families);
     TEST_RUN(test_dots1_serving_refused);
+    TEST_RUN(test_glm4_moe_serving_rows);
     return pt_teardown();
 }
