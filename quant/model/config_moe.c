@@ -1,7 +1,7 @@
 /* The config keys of the MoE families with standard attention added after DeepSeek:
  * GLM-4.5/4.6 (Glm4MoeConfig), dots.llm1 (Dots1Config), OLMoE (OlmoeConfig), MiniMax-M2
- * (MiniMaxM2Config) and ERNIE 4.5 MoE (Ernie4_5_MoeConfig). Defaults are those config classes' in transformers 5.23; keys the
- * forward does not compute are refused by name. Called from qd_config_family_parse once
+ * (MiniMaxM2Config) and ERNIE 4.5 MoE (Ernie4_5_MoeConfig). Defaults are those config
+ * classes' in transformers 5.23; keys the forward does not compute are refused by name. Called from qd_config_family_parse once
  * RoPE is read; the family's whole parse is here, so the generic Llama checks there
  * (layer_types, sliding windows) do not apply to these families. */
 #include <cjson/cJSON.h>
@@ -318,7 +318,9 @@ int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c,
     moe_kind k = kind_of(c->architecture);
     int use_sw = 0, rc;
     if ((rc = qd_cfg_get_bool(root, "use_sliding_window", &use_sw, what, err))) return rc;
-    if (use_sw) return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what, c->architecture);
+    if (use_sw)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: use_sliding_window true is not supported for %s", what,
+                          c->architecture);
     switch (k) {
     case MK_GLM4_MOE:
     case MK_DOTS1: return parse_deepseek_like(root, what, k, c, err);
