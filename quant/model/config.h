@@ -57,6 +57,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
     QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
+    QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
+                            * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
+    QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -76,6 +79,9 @@ typedef enum qd_layer_mixer {
     QD_MIXER_MAMBA2,           /* Granite-4, Falcon-H1 */
     QD_MIXER_SHORT_CONV,       /* LFM2 */
 } qd_layer_mixer;
+
+/* qd_model_config.qk_norm: what q_norm and k_norm normalise (0: there are none). */
+enum { QD_QK_NORM_HEAD = 1, QD_QK_NORM_WHOLE = 2 };
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
@@ -104,8 +110,8 @@ typedef struct qd_model_config {
     unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
     unsigned char layer_nope[QD_CFG_MAX_LAYERS];  /* 1: layer i applies no RoPE (SmolLM3, Cohere2's global layers) */
     unsigned char layer_mixer[QD_CFG_MAX_LAYERS]; /* qd_layer_mixer of layer i (hybrids); 0: attention */
-    int qk_norm;               /* RMSNorm of q and k before RoPE: 1 per head (Qwen3, Gemma 3), 2 over the
-                                * whole projection before the head split (OLMoE, MiniMax-M2) */
+    int qk_norm;               /* RMSNorm of q and k before RoPE: QD_QK_NORM_HEAD per head (Qwen3, Gemma 3,
+                                * EXAONE 4), QD_QK_NORM_WHOLE over the whole projection (OLMo 2/3); 0 none */
     qd_block_layout layout;
     float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
     float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */
@@ -139,8 +145,11 @@ typedef struct qd_model_config {
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
-    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default) */
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4) */
     int tie_word_embeddings;
+    int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
+                                * config, read from text_config; the vision tower and projector
+                                * are other tensors, copied to an output unchanged */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
     int mlp_bias;              /* mlp biases (llama mlp_bias, OPT) */

@@ -158,14 +158,14 @@ static int parse_deepseek_like(const cJSON *root, const char *what, moe_kind k, 
          * partial_rotary_factor of head_dim, 0.5 unless given (Glm4MoeConfig). */
         int qk = 0;
         if ((rc = qd_cfg_get_bool(root, "use_qk_norm", &qk, what, err))) return rc;
-        c->qk_norm = qk;
+        c->qk_norm = qk ? QD_QK_NORM_HEAD : 0;
         c->o_bias = 0;
         if (!cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
         if (!rope_key_given(root, "partial_rotary_factor")) set_partial_rotary(c, 0.5f);
         return 0;
     }
     /* dots.llm1: Qwen3's attention, o_proj biased with attention_bias too. */
-    c->qk_norm = 1;
+    c->qk_norm = QD_QK_NORM_HEAD;
     c->o_bias = c->qkv_bias;
     return dots1_layers(root, what, c, err);
 }
@@ -196,7 +196,7 @@ static int parse_olmoe(const cJSON *root, const char *what, qd_model_config *c, 
                           "norms span hidden_size", what, (long long)c->head_dim, (long long)c->n_heads,
                           (long long)c->hidden);
     if (!cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
-    c->qk_norm = 2;
+    c->qk_norm = QD_QK_NORM_WHOLE;
     c->mlp_bias = 0;
     return check_routing(c, 0, what, err);
 }
@@ -254,7 +254,7 @@ static int parse_minimax_m2(const cJSON *root, const char *what, qd_model_config
                               (long long)c->head_dim);
         set_partial_rotary(c, (float)rotary / (float)c->head_dim);
     }
-    c->qk_norm = 2;
+    c->qk_norm = QD_QK_NORM_WHOLE;
     c->qkv_bias = c->o_bias = c->mlp_bias = 0;
     return check_routing(c, 0, what, err);
 }

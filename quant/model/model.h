@@ -90,6 +90,11 @@ const char *qd_model_arch_name(const qd_model *m);
  * positions are computed (RoPE) or the architecture is not supported. Needs config.json
  * alone, for the pre-flight estimate before a weight is read. */
 int64_t qd_model_config_pos_rows(const qd_model_config *c);
+/* A vision-language checkpoint's tensor outside its text tower (the vision tower, the
+ * projector): 1 with root the module it lies in, as vLLM and transformers name its top
+ * ("visual", "vision_tower", "multi_modal_projector": the leading "model." left out); 0 for
+ * the text tower's tensors and any tensor of a text-only model. */
+int qd_model_outside_text(const qd_model *m, const char *name, char *root, size_t cap);
 /* Full tensor name prefix of block i, e.g. "model.layers.3." (static per model). */
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
 

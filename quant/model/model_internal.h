@@ -85,6 +85,8 @@ typedef struct qd_arch {
 const qd_arch *qd_arch_for(const qd_model_config *c);
 /* The entries of arch_moe.c (GLM-4.5, dots.llm1, MiniMax-M2, ERNIE 4.5 MoE); NULL for another layout. */
 const qd_arch *qd_arch_moe_for(const qd_model_config *c);
+/* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
+const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
@@ -98,6 +100,8 @@ struct qd_model {
     st_model *st;
     qd_backend *be;
     int strip_prefix;          /* tensors saved without the leading "model." */
+    const char *text_prefix;   /* multimodal: what stands for "model." in the text tower's names */
+    const char *lm_prefix;     /* multimodal: before "lm_head." ("" or "language_model.") */
     int n_lin, n_grp;
     qd_linear_info lin[QD_MAX_LINEARS];
     qd_input_group grp[QD_MAX_GROUPS];

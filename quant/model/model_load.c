@@ -30,6 +30,18 @@
 const char *qd_model_tname(const qd_model *m, const char *canonical)
 {
     if (m->strip_prefix && !strncmp(canonical, "model.", 6)) return canonical + 6;
+    if (m->text_prefix) {
+        /* A vision-language checkpoint's text tower (see find_text_tower): the name is
+         * built in one of a few buffers of the thread's, each used until it comes round
+         * again (a caller uses the name at once or copies it). */
+        static _Thread_local char ring[8][320];
+        static _Thread_local unsigned next;
+        char *b = ring[next++ % 8];
+        if (!strncmp(canonical, "model.", 6)) snprintf(b, sizeof ring[0], "%s%s", m->text_prefix, canonical + 6);
+        else if (!strncmp(canonical, "lm_head.", 8)) snprintf(b, sizeof ring[0], "%s%s", m->lm_prefix, canonical);
+        else return canonical;
+        return b;
+    }
     return canonical;
 }
 
@@ -401,7 +413,8 @@ uint64_t qd_block_bytes(const qd_model *m)
     for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
     for (int i = 0; i < QD_MAX_NORMS; i++)
         if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
-    if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * (m->cfg.qk_norm == 2 ? m->cfg.n_heads + m->cfg.n_kv_heads : 2);
+    if (m->cfg.qk_norm == QD_QK_NORM_WHOLE) n += (uint64_t)((m->cfg.n_heads + m->cfg.n_kv_heads) * m->cfg.head_dim);
+    else if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
     return n * sizeof(float);
@@ -446,9 +459,10 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
-        /* Per head: [head_dim]; over the whole projection: [heads * head_dim]. */
-        int64_t width = m->cfg.qk_norm == 2 ? (i ? m->cfg.n_kv_heads : m->cfg.n_heads) * m->cfg.head_dim : m->cfg.head_dim;
-        rc = load_norm(m, name, width, &bw->qk_norm_w[i], err);
+        /* Per head [head_dim], or OLMo 2's over the whole projection [n_heads (q) or n_kv (k) * head_dim]. */
+        int64_t len = m->cfg.qk_norm == QD_QK_NORM_WHOLE ? (i ? m->cfg.n_kv_heads : m->cfg.n_heads) * m->cfg.head_dim
+                                                         : m->cfg.head_dim;
+        rc = load_norm(m, name, len, &bw->qk_norm_w[i], err);
     }
     for (int i = 0; i < 2 && !rc; i++) {
         if (!m->arch->mla_norms[i]) continue;
@@ -696,6 +710,30 @@ static void describe_block(qd_model *m)
     if (c->n_experts > 0) describe_moe(m);
 }
 
+/* A vision-language checkpoint's text tower: where its decoder's tensors are, as
+ * transformers 5 saves them (model.language_model.*, lm_head), as the Hub's Qwen2.5-VL
+ * files have them (model.*, beside visual.*), or as Gemma 3's and Mistral-3's do
+ * (language_model.model.*, language_model.lm_head). The vision tower and projector are
+ * never read. The lm_head: transformers ties it to the embeddings where the config says so
+ * and the checkpoint has none; one the checkpoint has is used (transformers does not tie
+ * one that differs from the embeddings), so a tie the config claims changes nothing then. */
+static int find_text_tower(qd_model *m, qd_err *err)
+{
+    static const char *const prefixes[] = {"model.language_model.", "language_model.model.", "model."};
+    char name[320];
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !m->text_prefix; i++) {
+        snprintf(name, sizeof name, "%s%s", prefixes[i], m->arch->embed + 6);
+        if (st_model_find(m->st, name)) m->text_prefix = prefixes[i];
+    }
+    if (!m->text_prefix)
+        return qd_err_set(err, QD_ENOTFOUND, "%s: %s: the text tower's embeddings are missing (model.language_model.%s, "
+                          "language_model.model.%s or model.%s)", m->dir, m->cfg.architecture, m->arch->embed + 6,
+                          m->arch->embed + 6, m->arch->embed + 6);
+    m->lm_prefix = !strcmp(m->text_prefix, "language_model.model.") ? "language_model." : "";
+    if (m->cfg.tie_word_embeddings && qd_model_tfind(m, m->arch->lm_head)) m->cfg.tie_word_embeddings = 0;
+    return 0;
+}
+
 /* Embedding, positions, final norm, projections and lm_head. */
 static int open_globals(qd_model *m, qd_err *err)
 {
@@ -772,7 +810,9 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     }
     if ((rc = st_model_open(dir, &m->st, err))) goto fail;
     /* Some OPT checkpoints were saved from the base model and lack the "model." prefix. */
-    if (!st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6)) m->strip_prefix = 1;
+    if (!m->cfg.multimodal && !st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6))
+        m->strip_prefix = 1;
+    if (m->cfg.multimodal && (rc = find_text_tower(m, err))) goto fail;
     if (m->cfg.n_experts > 0) {
         m->lin_names = calloc(QD_MAX_LINEARS, sizeof *m->lin_names);
         m->grp_names = calloc(QD_MAX_GROUPS, sizeof *m->grp_names);
@@ -870,6 +910,17 @@ int qd_model_linear_find(const qd_model *m, const char *name)
 {
     for (int i = 0; i < m->n_lin; i++) if (!strcmp(m->lin[i].name, name)) return i;
     return -1;
+}
+
+int qd_model_outside_text(const qd_model *m, const char *name, char *root, size_t cap)
+{
+    if (!m->text_prefix || !strncmp(name, m->text_prefix, strlen(m->text_prefix))) return 0;
+    size_t lp = strlen(m->lm_prefix);
+    if (!strncmp(name, m->lm_prefix, lp) && !strncmp(name + lp, "lm_head.", 8)) return 0;
+    const char *s = !strncmp(name, "model.", 6) ? name + 6 : name;
+    size_t n = strcspn(s, ".");
+    snprintf(root, cap, "%.*s", (int)n, s);
+    return 1;
 }
 
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap)

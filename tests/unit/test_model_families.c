@@ -65,6 +65,16 @@ static const family_expect families[] = {
     {"olmoe", EXPECT_MATCH, NULL},
     {"minimax_m2", EXPECT_MATCH, NULL},
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
+    {"olmo2", EXPECT_MATCH, NULL},
+    {"olmo3", EXPECT_MATCH, NULL},
+    {"exaone4", EXPECT_MATCH, NULL},
+    {"glm4", EXPECT_MATCH, NULL},
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -106,13 +106,12 @@ int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t 
         float *xt = x + t * n_heads * head_dim;
         for (int64_t h = 0; h < n_heads; h++) {
             float *xh = xt + h * head_dim;
-            /* Pair i: (i, i + half), or (2i, 2i + 1) interleaved; the same angle either way. */
-            int64_t a = f->interleave ? 2 : 1, b = f->interleave ? 1 : half;
             for (int64_t i = 0; i < half; i++) {
                 float c = cs[2 * i], s = cs[2 * i + 1];
-                float x0 = xh[a * i], x1 = xh[a * i + b];
-                xh[a * i] = x0 * c - x1 * s;
-                xh[a * i + b] = x1 * c + x0 * s;
+                int64_t i0 = f->interleaved ? 2 * i : i, i1 = f->interleaved ? 2 * i + 1 : i + half;
+                float x0 = xh[i0], x1 = xh[i1];
+                xh[i0] = x0 * c - x1 * s;
+                xh[i1] = x1 * c + x0 * s;
             }
         }
     }
