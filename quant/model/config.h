@@ -57,6 +57,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
     QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
+    QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
+                            * per layer; Qwen2-MoE's experts, dense layers among them */
+    QD_LAYOUT_QWEN35,      /* as Qwen3-Next with linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; dense MLP */
     QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
                             * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
     QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
@@ -138,8 +141,15 @@ typedef struct qd_model_config {
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
-    int64_t moe_end;           /* ERNIE moe_layer_end_index + 1: layers from it on are dense; 0 = none are */
-    int64_t moe_interval;      /* ERNIE moe_layer_interval: MoE only where (i + 1) % it == 0; 0 or 1 = every layer */
+    unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width
+                                * intermediate (Qwen3-Next's mlp_only_layers, decoder_sparse_step) */
+    /* Gated DeltaNet layers (layer_mixer QD_MIXER_GATED_DELTANET; model_gdn.c): gdn_k_heads key
+     * (and query) heads of gdn_k_dim, gdn_v_heads value heads of gdn_v_dim (a multiple: each key
+     * head serves gdn_v_heads / gdn_k_heads consecutive value heads), a causal conv of gdn_conv
+     * taps over q, k and v. */
+    int64_t gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim, gdn_conv;
+    int attn_gate;             /* q_proj emits each head's query then its gate; the attention's output
+                                * times sigmoid(gate) feeds o_proj (Qwen3-Next, Qwen3.5) */
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */

@@ -26,6 +26,10 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
  * them, and the whole family parse for one, after RoPE is read. */
 int qd_config_moe_owns(const char *architecture);
 int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The Gated DeltaNet hybrids (config_qwen_next.c): Qwen3-Next and Qwen3.5's keys, in place of
+ * qd_config_family_parse's, for the architectures qd_config_is_qwen_next names. */
+int qd_config_is_qwen_next(const qd_model_config *c);
+int qd_config_qwen_next_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* The post-norm families (config_postnorm.c: OLMo 2/3, EXAONE 4, GLM-4): whether
  * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
 int qd_config_postnorm_is(const char *architecture);

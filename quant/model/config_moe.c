@@ -296,9 +296,10 @@ static int parse_ernie_moe(const cJSON *root, const char *what, qd_model_config 
     if (interval < 1 || start < 0 || end < start)
         return qd_err_set(err, QD_EFORMAT, "%s: moe_layer_interval %lld must be positive and moe_layer_start_index %lld "
                           "at most moe_layer_end_index %lld", what, (long long)interval, (long long)start, (long long)end);
-    c->first_dense = start;
-    c->moe_end = end + 1 >= c->n_layers ? 0 : end + 1;
-    c->moe_interval = interval;
+    if (c->n_layers > QD_CFG_MAX_LAYERS)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                          (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_dense[i] = !((i + 1) % interval == 0 && i >= start && i <= end);
     /* Ernie4_5_MoeRotaryEmbedding turns all of head_dim whatever partial_rotary_factor says. */
     if (rope_key_given(root, "partial_rotary_factor") && c->rope.partial_rotary_factor != 1.0f)
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (its RoPE turns all "

@@ -21,16 +21,28 @@ typedef enum qd_dim {
     QD_DIM_KVLORA,       /* kv_lora_rank */
     QD_DIM_KVB,          /* n_heads * (qk_nope + v_head_dim): kv_b_proj's rows */
     QD_DIM_VO,           /* n_heads * v_head_dim: o_proj's input */
+    /* Gated attention and Gated DeltaNet (Qwen3-Next, Qwen3.5) */
+    QD_DIM_Q2,           /* 2 Q: a q_proj that also emits each head's output gate */
+    QD_DIM_GDN_QKVZ,     /* 2 k_heads k_dim + 2 v_heads v_dim: in_proj_qkvz */
+    QD_DIM_GDN_BA,       /* 2 v_heads: in_proj_ba */
+    QD_DIM_GDN_QKV,      /* 2 k_heads k_dim + v_heads v_dim: in_proj_qkv, the conv's channels */
+    QD_DIM_GDN_V,        /* v_heads v_dim: in_proj_z's rows, out_proj's input */
+    QD_DIM_GDN_H,        /* v_heads: in_proj_b's and in_proj_a's rows */
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
-typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP } qd_bias_kind;
+typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_NONE } qd_bias_kind;
+
+/* qd_arch_linear.mixer: the layers that hold a linear, in hybrids (layer_mixer). */
+#define QD_ON_EVERY_LAYER 0
+#define QD_ON_MIXER(k) ((k) + 1)   /* only the layers whose mixer is k (qd_layer_mixer) */
 
 typedef struct qd_arch_linear {
     const char *name;          /* relative to the block prefix, without ".weight" */
     int group;
     qd_dim n_dim, k_dim;
     qd_bias_kind bias;
+    int mixer;                 /* QD_ON_EVERY_LAYER, or QD_ON_MIXER(kind) */
 } qd_arch_linear;
 
 typedef struct qd_arch_group {
@@ -47,7 +59,7 @@ typedef struct qd_arch_group {
 enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
 /* The architecture table's own capacity (experts are generated from a template). */
-#define QD_ARCH_MAX_LINEARS 8
+#define QD_ARCH_MAX_LINEARS 12
 #define QD_ARCH_MAX_GROUPS 6
 
 typedef struct qd_arch {
@@ -80,7 +92,14 @@ typedef struct qd_arch {
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
     int router_bias_2d;        /* router_bias is stored [1, n_experts] (ERNIE's mlp.moe_statics) */
+    /* Gated DeltaNet layers (model_gdn.c): their linears from lin_gdn0 — 1: in_proj_qkvz and
+     * in_proj_ba interleaved per key-head group (Qwen3-Next), 2: in_proj_qkv, in_proj_z,
+     * in_proj_b, in_proj_a (Qwen3.5) — then out_proj; 0: none. */
+    int gdn;
+    int lin_gdn0;
 } qd_arch;
+
+extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
 /* The entries of arch_moe.c (GLM-4.5, dots.llm1, MiniMax-M2, ERNIE 4.5 MoE); NULL for another layout. */
@@ -91,7 +110,8 @@ const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
        QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
-       QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_COUNT };
+       QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_QG, QD_SCRATCH_GATE, QD_SCRATCH_GDN_IN, QD_SCRATCH_GDN_MIX,
+       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -161,6 +181,20 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
+/* The mixer of block b (layer_mixer; attention past the config's table). */
+static inline int qd_model_block_mixer(const qd_model *m, int b)
+{
+    return b >= 0 && b < QD_CFG_MAX_LAYERS ? m->cfg.layer_mixer[b] : QD_MIXER_ATTENTION;
+}
+/* Gated DeltaNet (model_gdn.c): xn [batch*seq, hidden] → out, the out_proj output. */
+int qd_gdn_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
+                   const qd_block_hooks *hooks, qd_err *err);
+/* Column units of rows (model_gdn.c): dst [rows, n_map * unit] takes, for each row r and
+ * j < n_map, the unit map[j] (of `unit` floats) of src's row r [src_units * unit], through
+ * the backend's gather_rows (an index list built and uploaded here). How interleaved
+ * projections (Qwen3-Next's in_proj_qkvz, a gated q_proj) are split into contiguous parts. */
+int qd_fwd_gather_units(qd_model *m, float *dst, const float *src, int64_t rows, int64_t src_units, int64_t unit,
+                        const int32_t *map, int64_t n_map, qd_err *err);
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

@@ -65,6 +65,12 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_KVLORA: return m->cfg.kv_lora_rank;
     case QD_DIM_KVB: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.v_head_dim);
     case QD_DIM_VO: return m->cfg.n_heads * m->cfg.v_head_dim;
+    case QD_DIM_Q2: return 2 * m->cfg.n_heads * m->cfg.head_dim;
+    case QD_DIM_GDN_QKVZ: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + 2 * m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_BA: return 2 * m->cfg.gdn_v_heads;
+    case QD_DIM_GDN_QKV: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_V: return m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_H: return m->cfg.gdn_v_heads;
     }
     return 0;
 }
@@ -407,6 +413,31 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
     return rc;
 }
 
+/* A Gated DeltaNet layer's float parameters (block.h): into bw, or when bw is NULL only
+ * found and checked (validate_blocks). The gated norm's weight is used as stored (the
+ * model's norm_offset is its other norms'). */
+static int gdn_params(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    char name[512];
+    int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+    int64_t conv[3] = {qd_model_dim(m, QD_DIM_GDN_QKV), 1, c->gdn_conv}, nv = c->gdn_v_heads, dv = c->gdn_v_dim;
+    static const char *const names[4] = {"linear_attn.conv1d.weight", "linear_attn.A_log", "linear_attn.dt_bias",
+                                         "linear_attn.norm.weight"};
+    const int64_t *shapes[4] = {conv, &nv, &nv, &dv};
+    float *tmp[4] = {0};
+    float **dst[4] = {bw ? &bw->gdn_conv_w : &tmp[0], bw ? &bw->gdn_a_log : &tmp[1], bw ? &bw->gdn_dt_bias : &tmp[2],
+                      bw ? &bw->gdn_norm_w : &tmp[3]};
+    for (int i = 0; i < 4; i++) {
+        snprintf(name + n, sizeof name - n, "%s", names[i]);
+        const st_tensor *t;
+        int rc = bw ? qd_model_load_f32(m, name, i ? 1 : 3, shapes[i], dst[i], err)
+                    : find_float(m, name, i ? 1 : 3, shapes[i], &t, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 uint64_t qd_block_bytes(const qd_model *m)
 {
     uint64_t n = 0;
@@ -417,6 +448,8 @@ uint64_t qd_block_bytes(const qd_model *m)
     else if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
+    if (m->arch->gdn)
+        n += (uint64_t)(qd_model_dim(m, QD_DIM_GDN_QKV) * m->cfg.gdn_conv + 2 * m->cfg.gdn_v_heads + m->cfg.gdn_v_dim);
     return n * sizeof(float);
 }
 
@@ -430,6 +463,10 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->shared_gate_w);
     qd_backend_free(m->be, bw->router_bias);
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
+    qd_backend_free(m->be, bw->gdn_conv_w);
+    qd_backend_free(m->be, bw->gdn_a_log);
+    qd_backend_free(m->be, bw->gdn_dt_bias);
+    qd_backend_free(m->be, bw->gdn_norm_w);
     free(bw);
 }
 
@@ -455,7 +492,8 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         }
     }
     static const char *const qk_names[2] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
-    for (int i = 0; i < 2 && m->cfg.qk_norm && !rc; i++) {
+    int attn_layer = qd_model_block_mixer(m, block) == QD_MIXER_ATTENTION;
+    for (int i = 0; i < 2 && m->cfg.qk_norm && attn_layer && !rc; i++) {
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
@@ -472,6 +510,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
+    if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;
@@ -582,6 +621,10 @@ static int validate_blocks(qd_model *m, qd_err *err)
                                                                      : find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
+        if (qd_model_block_mixer(m, b) == QD_MIXER_GATED_DELTANET) {
+            int rc = gdn_params(m, b, NULL, err);
+            if (rc) return rc;
+        }
         for (int i = 0; i < 2; i++) {
             const st_tensor *t;
             int64_t len = i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank;
@@ -669,7 +712,8 @@ static void describe_block(qd_model *m)
         L->name = al->name;
         L->n = qd_model_dim(m, al->n_dim);
         L->k = qd_model_dim(m, al->k_dim);
-        L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias : c->mlp_bias;
+        L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias
+                    : al->bias == QD_BIAS_MLP ? c->mlp_bias : 0;
         L->group = al->group;
         L->expert = -1;
         /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
@@ -885,13 +929,14 @@ const qd_linear_info *qd_model_linear(const qd_model *m, int i) { return i >= 0 
 int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
 int qd_model_block_is_moe(const qd_model *m, int block)
 {
-    const qd_model_config *c = &m->cfg;
-    return c->n_experts > 0 && block >= c->first_dense && (c->moe_end <= 0 || block < c->moe_end) &&
-           (c->moe_interval <= 1 || (block + 1) % c->moe_interval == 0);
+    return m->cfg.n_experts > 0 && block >= m->cfg.first_dense && !(block < QD_CFG_MAX_LAYERS && m->cfg.layer_dense[block]);
 }
 int qd_model_block_has_linear(const qd_model *m, int block, int li)
 {
     if (li < 0 || li >= m->n_lin) return 0;
+    /* A hybrid's attention and recurrent projections: the layers of their mixer only. */
+    if (li < m->arch->n_linears && m->arch->linears[li].mixer != QD_ON_EVERY_LAYER)
+        return m->arch->linears[li].mixer == QD_ON_MIXER(qd_model_block_mixer(m, block));
     if (m->lin[li].expert != -1) return qd_model_block_is_moe(m, block);
     if (m->lin[li].dense_mlp) return !qd_model_block_is_moe(m, block);
     return 1;
@@ -904,6 +949,11 @@ const char *qd_model_moe_router(const qd_model *m) { return m->cfg.n_experts > 0
 const char *qd_model_moe_shared_gate(const qd_model *m)
 {
     return m->cfg.n_experts > 0 && m->cfg.shared_intermediate > 0 ? m->arch->shared_gate : NULL;
+}
+
+const char *qd_model_block_conv(const qd_model *m, int block)
+{
+    return qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET ? "linear_attn.conv1d" : NULL;
 }
 
 int qd_model_linear_find(const qd_model *m, const char *name)

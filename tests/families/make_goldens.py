@@ -60,12 +60,15 @@ from transformers import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    Qwen3NextConfig,
 )
 from transformers.models.dots1 import Dots1Config
 from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
 from transformers.models.glm4_moe import Glm4MoeConfig
 from transformers.models.minimax_m2 import MiniMaxM2Config
 from transformers.models.olmoe import OlmoeConfig
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
 
 VOCAB = 256
 N_TOKENS = 64
@@ -94,15 +97,38 @@ BASE = dict(
 VECTOR_NOISE = 0.2
 
 
-def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), buffers=False, **kw):
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, buffers=False, **kw):
     """One family: its config class, seed, one line on what it exercises, and `ablate`:
     (label, config changes) pairs. Each is the same weights under the changed config; the
     generator records how far its logits are from the golden, so that a case which would
     not notice the feature missing (too short a sequence, a factor that changes nothing)
-    shows up as a small number in meta.json."""
+    shows up as a small number in meta.json. `init(model, generator)`, when given, changes
+    the weights after the random initialisation (e.g. a decay the default one makes too
+    fast for a 64-token sequence to show)."""
     cfg = dict(BASE)
     cfg.update(kw)
-    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), buffers=buffers)
+    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), init=init,
+                buffers=buffers)
+
+
+def slow_decay(model, g):
+    """Gated DeltaNet layers: A = exp(A_log) in [0.02, 0.2] instead of [0.01, 16], so the
+    recurrent state decays by a factor of about 0.5 to 0.95 a token rather than forgetting
+    everything at once: the 64 tokens then exercise the recurrence, not only its last step."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.02, 0.2, generator=g).log())
+
+
+# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 2 key heads of 16 shared by 32 value heads of
+# 4 (16 per key head), a 4-tap causal conv; the gated full attention layers have head_dim 32
+# with partial_rotary_factor 0.25 (8 rotated dims) and a sigmoid gate from q_proj. 32 value
+# heads make in_proj_b / in_proj_a (and in_proj_ba) 32 or 64 rows, which GPTQ's packing needs.
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=32, linear_key_head_dim=16, linear_value_head_dim=4,
+           linear_conv_kernel_dim=4, head_dim=32, num_hidden_layers=4,
+           layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
 
 
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
@@ -349,6 +375,30 @@ FAMILIES = {
                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
                         ablate=[("top-1", {"moe_k": 1}),
                                 ("rope_theta 1e6", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})]),
+    "qwen3_next": fam(Qwen3NextConfig, 1030,
+                      "Qwen3-Next: Gated DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba, 4-tap conv, "
+                      "2 key heads for 4 value heads, gated RMSNorm) and gated full attention (q_proj's sigmoid gate, "
+                      "q/k norms, partial RoPE 0.25) alternating; (1 + w) norms; 8 experts top-2 with a gated shared "
+                      "expert, layer 2 dense (mlp_only_layers)",
+                      **GDN, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=1,
+                      mlp_only_layers=[2], init=slow_decay,
+                      ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                   "partial_rotary_factor": 1.0}}),
+                              ("top-k not renormalised", {"norm_topk_prob": False})]),
+    "qwen3_5": fam(Qwen3_5TextConfig, 1031,
+                   "Qwen3.5 text: Gated DeltaNet layers with separate in_proj_qkv / in_proj_z / in_proj_b / "
+                   "in_proj_a, gated full attention (partial RoPE 0.25), dense SwiGLU MLP",
+                   **GDN, init=slow_decay,
+                   ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                "partial_rotary_factor": 1.0}})]),
+    "qwen3_5_moe": fam(Qwen3_5MoeTextConfig, 1032,
+                       "Qwen3.5-MoE text: Qwen3.5's layers with 8 experts top-2 and a gated shared expert on "
+                       "every layer",
+                       **GDN, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=64, init=slow_decay,
+                       ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                    "partial_rotary_factor": 1.0}})]),
     # Post-norm blocks: no norm in front of attention or the MLP, an RMSNorm on each
     # sub-block's output before the residual add (OLMo 2/3, EXAONE 4), or both (GLM-4).
     "olmo2": fam(Olmo2Config, 1030,
@@ -458,13 +508,15 @@ def build(spec):
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            if p.dim() == 1 or (spec["buffers"] and name.endswith("e_score_correction_bias")):
+            if p.dim() == 1 or (spec.get("buffers") and name.endswith("e_score_correction_bias")):
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
         # Routers' e_score_correction_bias is a saved buffer (zeros at init): noised too
         # where the family has one (buffers=True), or the biased choice would go untested.
         for name, b in model.named_buffers():
-            if spec["buffers"] and name.endswith("e_score_correction_bias"):
+            if spec.get("buffers") and name.endswith("e_score_correction_bias"):
                 b.add_(VECTOR_NOISE * torch.randn(b.shape, generator=g))
+        if spec.get("init"):
+            spec["init"](model, g)
     model.eval()
     return model
 

@@ -150,8 +150,8 @@ static void test_ernie_moe(void)
     CHECK_INT(c.n_experts, 64);                  /* Ernie4_5_MoeConfig's defaults */
     CHECK_INT(c.top_k, 6);
     CHECK_INT(c.shared_intermediate, 2 * 1536);
-    CHECK_INT(c.first_dense, 1);
-    CHECK_INT(c.moe_end, 0);                     /* end index -1: the last layer */
+    CHECK_INT(c.layer_dense[0], 1);              /* moe_layer_start_index 1 */
+    CHECK_INT(c.layer_dense[2], 0);              /* end index -1: the last layer */
     CHECK_INT(c.rope_interleave, 1);
     CHECK_INT(c.tie_word_embeddings, 1);
     CHECK_NEAR(c.rope_theta, 5e5, 0);
@@ -159,9 +159,9 @@ static void test_ernie_moe(void)
                    "\"moe_layer_end_index\":1,\"moe_layer_interval\":2,\"tie_word_embeddings\":false", &c, &err));
     CHECK_INT(c.n_experts, 8);
     CHECK_INT(c.top_k, 2);
-    CHECK_INT(c.first_dense, 0);
-    CHECK_INT(c.moe_end, 2);
-    CHECK_INT(c.moe_interval, 2);
+    CHECK_INT(c.layer_dense[0], 1);              /* (0 + 1) % 2 */
+    CHECK_INT(c.layer_dense[1], 0);
+    CHECK_INT(c.layer_dense[2], 1);              /* past moe_layer_end_index 1 */
     CHECK_INT(c.tie_word_embeddings, 0);
     CHECK_INT(parse("Ernie4_5_MoeForCausalLM", "\"use_bias\":true", &c, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "use_bias");

@@ -65,6 +65,9 @@ static const family_expect families[] = {
     {"olmoe", EXPECT_MATCH, NULL},
     {"minimax_m2", EXPECT_MATCH, NULL},
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
+    {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
+    {"qwen3_5", EXPECT_MATCH, NULL},
+    {"qwen3_5_moe", EXPECT_MATCH, NULL},
     {"olmo2", EXPECT_MATCH, NULL},
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
