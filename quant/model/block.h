@@ -26,7 +26,7 @@ typedef struct qd_block_weights {
     float *b[QD_MAX_LINEARS];          /* [n] or NULL */
     float *norm_w[QD_MAX_NORMS];       /* [hidden] */
     float *norm_b[QD_MAX_NORMS];       /* [hidden] (LayerNorm) or NULL */
-    float *qk_norm_w[2];               /* [head_dim]: self_attn.q_norm, k_norm (Qwen3), else NULL */
+    float *qk_norm_w[2];               /* self_attn.q_norm, k_norm: [head_dim] (Qwen3), [heads * head_dim] (qk_norm 2), else NULL */
     float *router_w;                   /* MoE: [n_experts, hidden], in float; else NULL */
     float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
     float *router_bias;                /* [n_experts]: DeepSeek-V3's e_score_correction_bias, gpt-oss's router bias; else NULL */

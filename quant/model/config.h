@@ -55,6 +55,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
+    QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
+    QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
+    QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
     QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
                             * per layer; Qwen2-MoE's experts, dense layers among them */
     QD_LAYOUT_QWEN35,      /* as Qwen3-Next with linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; dense MLP */
@@ -79,6 +82,7 @@ typedef enum qd_moe_scoring {
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
     QD_MOE_TOPK_SOFTMAX,   /* gpt-oss: the top_k largest logits (the router's bias added), then a softmax
                             * over those k alone */
+    QD_MOE_SOFTMAX_BIAS,   /* ERNIE 4.5: softmax; the choice adds e_score_correction_bias, no groups */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */

@@ -302,6 +302,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
                           what, c->architecture);
     if (!(c->rope_theta > 0) || !(c->rope_theta_local > 0))
         return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);
+    if (qd_config_moe_owns(c->architecture)) return qd_config_moe_parse(root, what, c, err);   /* config_moe.c */
     if (k == FAM_QWEN2) { c->qkv_bias = 1; c->o_bias = 0; c->mlp_bias = 0; }
     if (k == FAM_QWEN3 || k == FAM_QWEN3_MOE) { c->qkv_bias = 0; c->o_bias = 0; c->qk_norm = 1; }
     if (k == FAM_QWEN2_MOE) { c->o_bias = 0; c->mlp_bias = 0; }

@@ -22,6 +22,10 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * layout; and the refusal of such keys where the family does not have them. Runs after
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* GLM-4.5, dots.llm1, OLMoE, MiniMax-M2, ERNIE 4.5 MoE (config_moe.c): whether the architecture is one of
+ * them, and the whole family parse for one, after RoPE is read. */
+int qd_config_moe_owns(const char *architecture);
+int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* The Gated DeltaNet hybrids (config_qwen_next.c): Qwen3-Next and Qwen3.5's keys, in place of
  * qd_config_family_parse's, for the architectures qd_config_is_qwen_next names. */
 int qd_config_is_qwen_next(const qd_model_config *c);

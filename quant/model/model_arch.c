@@ -257,6 +257,8 @@ static const qd_arch arch_deepseek_q = {
 
 const qd_arch *qd_arch_for(const qd_model_config *c)
 {
+    const qd_arch *moe = qd_arch_moe_for(c);   /* arch_moe.c */
+    if (moe) return moe;
     switch (c->family) {
     case QD_ARCH_LLAMA:
         switch (c->layout) {

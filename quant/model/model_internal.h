@@ -95,6 +95,7 @@ typedef struct qd_arch {
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float;
                                 * gpt-oss: "mlp.router.bias", added to the logits */
+    int router_bias_2d;        /* router_bias is stored [1, n_experts] (ERNIE's mlp.moe_statics) */
     /* gpt-oss: the experts' biases, their fused 3-D source tensors (model_gptoss.c) and the
      * attention's sinks. */
     int expert_bias;           /* each expert's gate, up and down carry a bias */
@@ -117,6 +118,8 @@ extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
 const qd_arch *qd_arch_for(const qd_model_config *c);
 /* StarCoder2, Phi, GPT-NeoX, Cohere2 (arch_parallel.c); NULL for another layout. */
 const qd_arch *qd_arch_plain_for(const qd_model_config *c);
+/* The entries of arch_moe.c (GLM-4.5, dots.llm1, MiniMax-M2, ERNIE 4.5 MoE); NULL for another layout. */
+const qd_arch *qd_arch_moe_for(const qd_model_config *c);
 /* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
 const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 extern const qd_arch qd_arch_gpt_oss;   /* arch_gptoss.c */

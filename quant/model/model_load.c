@@ -406,6 +406,14 @@ fail:
     return rc;
 }
 
+/* The routings that read a router bias (DeepSeek-V3's and ERNIE's e_score_correction_bias,
+ * gpt-oss's router.bias) where the architecture stores one. */
+static int router_bias_used(const qd_model *m)
+{
+    return m->arch->router_bias && (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_SOFTMAX_BIAS ||
+                                    m->cfg.moe_scoring == QD_MOE_TOPK_SOFTMAX);
+}
+
 /* MoE: the router [n_experts, hidden] and Qwen2-MoE's shared-expert gate [1, hidden], in
  * float (loaders never quantize them). */
 static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
@@ -419,10 +427,11 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->shared_gate);
         rc = qd_model_load_f32(m, name, 2, gs, &bw->shared_gate_w, err);
     }
-    if (!rc && m->arch->router_bias &&
-        (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_TOPK_SOFTMAX)) {
+    if (!rc && router_bias_used(m)) {
+        int64_t bs[2] = {1, m->cfg.n_experts};
         snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias);
-        rc = qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
+        rc = m->arch->router_bias_2d ? qd_model_load_f32(m, name, 2, bs, &bw->router_bias, err)
+                                     : qd_model_load_f32(m, name, 1, &m->cfg.n_experts, &bw->router_bias, err);
     }
     return rc;
 }
@@ -651,9 +660,9 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (m->cfg.shared_intermediate > 0 && m->arch->shared_gate && (rc = find_float(m, name, 2, gs, &t, err)))
                 return rc;
             snprintf(name + n, sizeof name - n, "%s", m->arch->router_bias ? m->arch->router_bias : "");
-            if (m->arch->router_bias &&
-                (m->cfg.moe_scoring == QD_MOE_SIGMOID_GROUPED || m->cfg.moe_scoring == QD_MOE_TOPK_SOFTMAX) &&
-                (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
+            int64_t bs[2] = {1, m->cfg.n_experts};
+            if (router_bias_used(m) && (rc = m->arch->router_bias_2d ? find_float(m, name, 2, bs, &t, err)
+                                                                     : find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
         if (qd_model_block_mixer(m, b) == QD_MIXER_GATED_DELTANET) {

@@ -112,6 +112,8 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
             for (int64_t e = 0; e < E; e++) { p[e] = expf(l[e] - mx); sum += p[e]; }
             for (int64_t e = 0; e < E; e++) choice[e] = p[e] /= sum;
             if (c->moe_scoring == QD_MOE_SOFTMAX_GROUPED) mask_groups(c, choice);
+            /* ERNIE: the bias moves the choice only, as V3's does. */
+            for (int64_t e = 0; bias && c->moe_scoring == QD_MOE_SOFTMAX_BIAS && e < E; e++) choice[e] = p[e] + bias[e];
         }
         float tsum = 0.0f;
         for (int64_t j = 0; j < K; j++) {

@@ -54,6 +54,10 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
     if (cfg->kv_lora_rank > 0)
         return qd_err_set(err, QD_EUNSUPPORTED, "serving check: %s (multi-head latent attention) is not in the serving "
                           "rule table", cfg->architecture);
+    /* vLLM 0.32 registers no Dots1ForCausalLM (vllm/model_executor/models/registry.py): it cannot load it. */
+    if (!strcmp(cfg->architecture, "Dots1ForCausalLM"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "serving check: vLLM has no %s model (not in vllm/model_executor/models/"
+                          "registry.py), so it cannot serve this checkpoint", cfg->architecture);
     size_t cap = 0;
     int o_li = qd_model_group(m, qd_model_attn_out_group(m))->linears[0];   /* attention linears come before it */
     for (int b = 0; b < (int)cfg->n_layers; b++) {
@@ -61,6 +65,8 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
         for (int g = 0; g < qd_model_n_groups(m); g++) {
             const qd_input_group *G = qd_model_group(m, g);
+            /* A layer holds either its dense MLP or its experts (first_k_dense_replace). */
+            if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
             /* A hybrid's layer holds its own mixer's linears only. */

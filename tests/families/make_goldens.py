@@ -75,6 +75,11 @@ from transformers import (
     SeedOssConfig,
     SmolLM3Config,
 )
+from transformers.models.dots1 import Dots1Config
+from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
+from transformers.models.glm4_moe import Glm4MoeConfig
+from transformers.models.minimax_m2 import MiniMaxM2Config
+from transformers.models.olmoe import OlmoeConfig
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
 
@@ -105,21 +110,20 @@ BASE = dict(
 VECTOR_NOISE = 0.2
 
 
-def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, **kw):
-def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), drop=(), **kw):
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, drop=(), buffers=False, **kw):
     """One family: its config class, seed, one line on what it exercises, and `ablate`:
     (label, config changes) pairs. Each is the same weights under the changed config; the
     generator records how far its logits are from the golden, so that a case which would
     not notice the feature missing (too short a sequence, a factor that changes nothing)
     shows up as a small number in meta.json. `init(model, generator)`, when given, changes
     the weights after the random initialisation (e.g. a decay the default one makes too
-    fast for a 64-token sequence to show)."""
-    cfg = dict(BASE)
-    shows up as a small number in meta.json. `drop`: BASE keys the config class does not
-    have (transformers would write them into config.json as unknown extras)."""
+    fast for a 64-token sequence to show). `drop`: BASE keys the config class does not
+    have (transformers would write them into config.json as unknown extras). `buffers`:
+    the router's e_score_correction_bias buffers get noise too."""
     cfg = {k: v for k, v in BASE.items() if k not in drop}
     cfg.update(kw)
-    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), init=init)
+    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), init=init,
+                buffers=buffers)
 
 
 def slow_decay(model, g):
@@ -330,6 +334,62 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # GLM-4.5/4.6: Llama attention with q/k/v biases (o_proj without), per-head q/k norms,
+    # RoPE on half of head_dim (partial_rotary_factor 0.5, GLM's default); one dense layer
+    # then DeepSeek-V3's routing (sigmoid + e_score_correction_bias, 4 groups, 2 kept,
+    # renormalised, times 2.5) over 8 experts plus a shared expert. The correction bias is
+    # a buffer, noised and rounded like the parameters (buffers=True) so it matters.
+    "glm4_moe": fam(Glm4MoeConfig, 1022,
+                    "GLM-4.5 MoE: attention_bias (q/k/v), use_qk_norm, partial_rotary_factor 0.5; "
+                    "first_k_dense_replace 1, 8 experts in 4 groups (topk_group 2), top-2 sigmoid routing with "
+                    "e_score_correction_bias, routed_scaling_factor 2.5, 1 shared expert",
+                    buffers=True, n_routed_experts=8, num_experts_per_tok=2, n_group=4, topk_group=2,
+                    moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                    routed_scaling_factor=2.5, norm_topk_prob=True, attention_bias=True, use_qk_norm=True,
+                    partial_rotary_factor=0.5,
+                    ablate=[("full rotary", {"partial_rotary_factor": 1.0}),
+                            ("one expert group", {"n_group": 1, "topk_group": 1}),
+                            ("not renormalised", {"norm_topk_prob": False})]),
+    # dots.llm1: Qwen3 attention (per-head q/k norms), DeepSeek-V3 routing with shared
+    # experts after one dense layer; layer 1 slides (sliding_window 16 from max_window_layers 1).
+    "dots1": fam(Dots1Config, 1023,
+                 "dots.llm1: per-head q/k norms, sliding window 16 on layer 1 (max_window_layers 1); "
+                 "first_k_dense_replace 1, 8 experts in 2 groups (1 kept), top-2 sigmoid routing with "
+                 "e_score_correction_bias, renormalised, routed_scaling_factor 2.5, 2 shared experts",
+                 buffers=True, n_routed_experts=8, num_experts_per_tok=2, n_group=2, topk_group=1,
+                 moe_intermediate_size=32, n_shared_experts=2, first_k_dense_replace=1,
+                 routed_scaling_factor=2.5, norm_topk_prob=True, sliding_window=16, max_window_layers=1,
+                 ablate=[("no window", {"sliding_window": None}),
+                         ("one expert group", {"n_group": 1, "topk_group": 1})]),
+    # OLMoE: RMSNorm over the whole q and k projections (before the head split), softmax
+    # top-2 of 8 experts, not renormalised (OlmoeConfig's default).
+    "olmoe": fam(OlmoeConfig, 1024,
+                 "OLMoE: q_norm/k_norm over the whole q/k projections, 8 experts top-2 softmax not renormalised",
+                 num_experts=8, num_experts_per_tok=2, intermediate_size=32, norm_topk_prob=False,
+                 ablate=[("top-k renormalised", {"norm_topk_prob": True})]),
+    # MiniMax-M2: block_sparse_moe.experts.N.w1/w2/w3, sigmoid routing with
+    # e_score_correction_bias (no groups), always renormalised; q/k norms over all heads;
+    # rotary_dim 8 of head_dim 16 (partial RoPE).
+    "minimax_m2": fam(MiniMaxM2Config, 1025,
+                      "MiniMax-M2: q/k norms over all heads, rotary_dim 8 of head_dim 16; 8 experts top-2 sigmoid "
+                      "routing with e_score_correction_bias, renormalised",
+                      buffers=True, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, head_dim=16,
+                      rotary_dim=8,
+                      ablate=[("full rotary", {"rotary_dim": 16, "partial_rotary_factor": 1.0})]),
+    # ERNIE 4.5 MoE: 3 layers, MoE only in layer 1 (moe_layer_start_index = end_index = 1),
+    # so a dense layer follows a sparse one; softmax routing whose choice adds the [1, 8]
+    # mlp.moe_statics.e_score_correction_bias (a parameter: noised with buffers=True),
+    # renormalised; a shared expert; RoPE on interleaved pairs.
+    "ernie4_5_moe": fam(Ernie4_5_MoeConfig, 1026,
+                        "ERNIE 4.5 MoE: 3 layers, dense-MoE-dense (moe_layer_start/end_index 1), 8 experts top-2 "
+                        "softmax with e_score_correction_bias in the choice, renormalised, 1 shared expert, "
+                        "interleaved RoPE",
+                        buffers=True, num_hidden_layers=3, moe_num_experts=8, moe_k=2, moe_intermediate_size=32,
+                        moe_num_shared_experts=1, moe_layer_start_index=1, moe_layer_end_index=1,
+                        moe_layer_interval=1, use_bias=False,
+                        rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                        ablate=[("top-1", {"moe_k": 1}),
+                                ("rope_theta 1e6", {"rope_parameters": {"rope_type": "default", "rope_theta": 1e6}})]),
     "qwen3_next": fam(Qwen3NextConfig, 1030,
                       "Qwen3-Next: Gated DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba, 4-tap conv, "
                       "2 key heads for 4 value heads, gated RMSNorm) and gated full attention (q_proj's sigmoid gate, "
@@ -565,12 +625,6 @@ FAMILIES = {
                    ablate=[("logit_scale 1", {"logit_scale": 1.0}),
                            ("RoPE on both layers", {"layer_types": ["sliding_attention", "sliding_attention"],
                                                     "sliding_window": 64})]),
-}
-# llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
-LEGACY = "llama31_legacy"
-# mistral3_tie_default is mistral3's checkpoint with the outer tie_word_embeddings removed (see write_tie_default).
-TIE_DEFAULT = "mistral3_tie_default"
-ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT]
     # gpt-oss: q/k/v/o biases, a learned sink per head, sliding (16) and full layers
     # alternating (layer_types' default), YaRN with truncate false, 8 experts top-2 by the
     # router's logits (with its bias) softmaxed over the two, experts with biases and the
@@ -597,10 +651,12 @@ ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT]
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
+# mistral3_tie_default is mistral3's checkpoint with the outer tie_word_embeddings removed (see write_tie_default).
+TIE_DEFAULT = "mistral3_tie_default"
 # gpt_oss_mxfp4 is gpt_oss's checkpoint with the experts in MXFP4, as the Hub ships gpt-oss
 # (see write_mxfp4).
 MXFP4 = "gpt_oss_mxfp4"
-ALL_NAMES = list(FAMILIES) + [LEGACY, MXFP4]
+ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT, MXFP4]
 
 
 def build(spec):
@@ -611,9 +667,16 @@ def build(spec):
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
-            # 2-D biases: gpt-oss's experts' ([E, 2 FF] and [E, H]).
-            if p.dim() == 1 or name.endswith("_bias"):
+            # 2-D biases: gpt-oss's experts' (gate_up_proj_bias [E, 2 FF], down_proj_bias [E, H]);
+            # a router's e_score_correction_bias parameter where the family asks (buffers).
+            if p.dim() == 1 or name.endswith("_proj_bias") or \
+                    (spec.get("buffers") and name.endswith("e_score_correction_bias")):
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
+        # Routers' e_score_correction_bias is a saved buffer (zeros at init): noised too
+        # where the family has one (buffers=True), or the biased choice would go untested.
+        for name, b in model.named_buffers():
+            if spec.get("buffers") and name.endswith("e_score_correction_bias"):
+                b.add_(VECTOR_NOISE * torch.randn(b.shape, generator=g))
         if spec.get("init"):
             spec["init"](model, g)
     model.eval()
@@ -661,10 +724,14 @@ def text_causal_lm(model, spec, ids, logits):
 
 
 def round_to(model, dtype):
-    """Rounds every parameter to `dtype`-representable values, kept in float32."""
+    """Rounds every parameter (and saved router bias buffer) to `dtype`-representable
+    values, kept in float32."""
     with torch.no_grad():
         for p in model.parameters():
             p.copy_(p.to(dtype).to(torch.float32))
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):
+                b.copy_(b.to(dtype).to(torch.float32))
 
 
 def forward(model, ids):

@@ -123,12 +123,16 @@ def fuse_experts(sd, want):
     [E, H, I], and converts the checkpoint's per-expert linears when it loads a directory;
     load_state_dict does not, so this does the same stacking. Mixtral's checkpoint names
     (block_sparse_moe.gate, experts.N.w1/w3/w2 = gate/up/down) become the module's names
-    (mlp.gate, experts.N.gate_proj/up_proj/down_proj) first."""
+    (mlp.gate, experts.N.gate_proj/up_proj/down_proj) first, and ERNIE 4.5's
+    mlp.moe_statics.e_score_correction_bias its module's mlp.gate.moe_statics (as
+    transformers' conversion_mapping renames them)."""
     for key in [k for k in sd if ".block_sparse_moe." in k]:
         new = key.replace(".block_sparse_moe.", ".mlp.")
         for old, name in ((".w1.", ".gate_proj."), (".w3.", ".up_proj."), (".w2.", ".down_proj.")):
             new = new.replace(old, name)
         sd[new] = sd.pop(key)
+    for key in [k for k in sd if ".mlp.moe_statics." in k]:
+        sd[key.replace(".mlp.moe_statics.", ".mlp.gate.moe_statics.")] = sd.pop(key)
     for key in sorted(want):
         if key in sd or not key.endswith(("experts.gate_up_proj", "experts.down_proj")):
             continue

@@ -100,9 +100,25 @@ static void test_rope(void)
     /* The angle is a float32 product (as in transformers): at position 2047 that is within
      * about 1e-4 rad of the exact angle. */
     CHECK(test_max_abs_diff(x, r, (size_t)T * NH * HD) < 5e-4);
+    /* Interleaved pairs (x_2i, x_2i+1) turned by the same angles (ERNIE 4.5). */
+    float *y = randn((size_t)T * NH * HD, 1.0f);
+    memcpy(r, y, (size_t)T * NH * HD * 4);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            float *p = r + (t * NH + h) * HD;
+            for (int i = 0; i < ROT / 2; i++) {
+                double a = pos[t] * pow(theta, -2.0 * i / ROT);
+                double x0 = p[2 * i], x1 = p[2 * i + 1];
+                p[2 * i] = (float)(x0 * cos(a) - x1 * sin(a));
+                p[2 * i + 1] = (float)(x1 * cos(a) + x0 * sin(a));
+            }
+        }
+    f.interleaved = 1;
+    CHECK_OK(be->ops->rope(be, y, T, NH, HD, pos, &f));
+    CHECK(test_max_abs_diff(y, r, (size_t)T * NH * HD) < 5e-4);
     f.rot_dim = 7;
     CHECK_ERR(be->ops->rope(be, x, T, NH, HD, pos, &f));
-    free(x); free(r);
+    free(x); free(y); free(r);
 }
 
 /* GLM-4's RoPE: the pairs are dims (2i, 2i + 1) of the rotated part (rotate_half on

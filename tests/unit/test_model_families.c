@@ -60,6 +60,11 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"glm4_moe", EXPECT_MATCH, NULL},
+    {"dots1", EXPECT_MATCH, NULL},
+    {"olmoe", EXPECT_MATCH, NULL},
+    {"minimax_m2", EXPECT_MATCH, NULL},
+    {"ernie4_5_moe", EXPECT_MATCH, NULL},
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
     {"qwen3_5", EXPECT_MATCH, NULL},
     {"qwen3_5_moe", EXPECT_MATCH, NULL},

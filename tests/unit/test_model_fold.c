@@ -197,6 +197,19 @@ static void test_fold(void)
     check_family_block("deepseek_v3", 1, 1 + 8 + 1 + 1);
     check_family_block("deepseek_v2", 0, 3);
     check_family_block("deepseek_v2", 1, 1 + 8 + 1 + 1);
+    /* GLM-4.5 and dots.llm1: Llama attention; a dense layer as Llama's, a MoE layer's
+     * experts and shared expert as DeepSeek's. OLMoE and MiniMax-M2 (q/k norms over the
+     * whole projections, which the scales do not reach) as Qwen3-MoE. */
+    check_family_block("glm4_moe", 0, 4);
+    check_family_block("glm4_moe", 1, 2 + 8 + 1 + 1);
+    check_family_block("dots1", 0, 4);
+    check_family_block("dots1", 1, 2 + 8 + 1 + 1);
+    check_family("olmoe", 2 + 8 + 1);
+    check_family("minimax_m2", 2 + 8 + 1);
+    /* ERNIE 4.5 MoE: dense, MoE, dense. */
+    check_family_block("ernie4_5_moe", 0, 4);
+    check_family_block("ernie4_5_moe", 1, 2 + 8 + 1 + 1);
+    check_family_block("ernie4_5_moe", 2, 4);
     /* Qwen3-Next, Qwen3.5: the Gated DeltaNet's projections and the gated attention's fold
      * into input_layernorm ((1 + w)); neither out_proj (behind the gated norm) nor o_proj
      * (behind the sigmoid gate) folds. Block 0 is a DeltaNet layer with experts, 1 gated
