@@ -19,6 +19,10 @@
 
 #include "quant/model/model.h"
 
+/* A recurrent mixer's float parameters: the convolution's weight [ch, kernel] and bias, and
+ * Mamba-2's A (-exp(A_log)), D, dt_bias [heads] and gated norm [inner]. */
+#define QD_MIXER_PARAMS 6
+
 /* One block's float weights, all backend memory owned by the struct (qd_block_free). */
 typedef struct qd_block_weights {
     int block;
@@ -31,6 +35,7 @@ typedef struct qd_block_weights {
     float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
     float *router_bias;                /* DeepSeek-V3: [n_experts] e_score_correction_bias; else NULL */
     float *mla_norm_w[2];              /* DeepSeek: q_a_layernorm [q_lora_rank] (or NULL), kv_a_layernorm [kv_lora_rank] */
+    float *mixer_w[QD_MIXER_PARAMS];   /* a recurrent layer's float parameters (model_mixer.c), else NULL */
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

@@ -54,6 +54,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MIXTRAL,     /* llama attention; block_sparse_moe.gate + experts.N.w1/w3/w2 */
     QD_LAYOUT_QWEN_MOE,    /* llama attention; mlp.gate + mlp.experts.N.gate/up/down_proj (+ shared expert) */
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
+    QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
+    QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -67,6 +69,18 @@ typedef enum qd_moe_scoring {
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
+
+/* The recurrent mixers' sizes (QD_MIXER_SHORT_CONV, QD_MIXER_MAMBA2 layers; model_mixer.c). */
+typedef struct qd_mixer_config {
+    int64_t conv_kernel;       /* the causal convolution's taps: LFM2 conv_L_cache, mamba_d_conv */
+    int conv_bias;             /* the convolution has a bias (LFM2 conv_bias, mamba_conv_bias) */
+    int proj_bias;             /* in_proj and out_proj have biases (LFM2 conv_bias, mamba_proj_bias) */
+    int64_t ssm_heads;         /* Mamba-2: mamba_n_heads, */
+    int64_t ssm_head_dim;      /* mamba_d_head (inner = heads * head_dim = mamba_expand * hidden), */
+    int64_t ssm_groups;        /* mamba_n_groups (sharing B and C, and the gated norm's groups), */
+    int64_t ssm_state;         /* mamba_d_state, */
+    float dt_min, dt_max;      /* time_step_limit */
+} qd_mixer_config;
 
 /* Most layers a config may describe per layer (layer_types). */
 #define QD_CFG_MAX_LAYERS 1024
@@ -111,6 +125,7 @@ typedef struct qd_model_config {
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
+    qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */

@@ -23,4 +23,9 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
+/* The hybrids of attention with a recurrent mixer (config_hybrid.c): LFM2 and Granite-4.
+ * qd_config_family_parse hands them over whole (RoPE included). */
+int qd_config_is_hybrid(const char *architecture);
+int qd_config_hybrid_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+
 #endif

@@ -245,7 +245,8 @@ qd_block_part qd_model_group_part(const qd_model *m, int g)
      * attention's residual add (MLP, router, experts) belongs to the second half. */
     const qd_input_group *G = qd_model_group(m, g);
     const qd_linear_info *L = G && G->n_linears > 0 ? qd_model_linear(m, G->linears[0]) : NULL;
-    return L && !strncmp(L->name, "self_attn.", 10) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
+    /* A hybrid's recurrent mixer (conv.*, mamba.*) stands where attention does. */
+    return L && (!strncmp(L->name, "self_attn.", 10) || L->layer_mixer >= 0) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
 }
 
 int qd_model_attn_out_group(const qd_model *m)
@@ -367,8 +368,11 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
         if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-        rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
-                          : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
+        if (qd_model_layer_mixer(m, bw->block) != QD_MIXER_ATTENTION)   /* a hybrid's recurrent layer */
+            rc = qd_mixer_forward(m, bw, ain, tmp, batch, seq, hooks, err);
+        else
+            rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
+                              : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
         if (rc || (rc = half_tail(m, bw, 0, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;

@@ -21,16 +21,21 @@ typedef enum qd_dim {
     QD_DIM_KVLORA,       /* kv_lora_rank */
     QD_DIM_KVB,          /* n_heads * (qk_nope + v_head_dim): kv_b_proj's rows */
     QD_DIM_VO,           /* n_heads * v_head_dim: o_proj's input */
+    /* Recurrent mixers (model_mixer.c) */
+    QD_DIM_HIDDEN3,      /* 3 hidden: LFM2's conv.in_proj rows (B, C, x) */
+    QD_DIM_SSM_INNER,    /* Mamba-2's inner width, mamba heads * head dim: out_proj's input */
+    QD_DIM_SSM_IN,       /* Mamba-2's in_proj rows: z (inner), x B C (inner + 2 groups * state), dt (heads) */
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
-typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP } qd_bias_kind;
+typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_MIXER } qd_bias_kind;
 
 typedef struct qd_arch_linear {
     const char *name;          /* relative to the block prefix, without ".weight" */
     int group;
     qd_dim n_dim, k_dim;
     qd_bias_kind bias;
+    int layer_mixer;           /* hybrids: 1 + the qd_layer_mixer of the layers holding it; 0: every layer */
 } qd_arch_linear;
 
 typedef struct qd_arch_group {
@@ -39,6 +44,7 @@ typedef struct qd_arch_group {
     const char *prev;          /* norm or linear name */
     int prev_tail;             /* the input comes from the last dim(prev_tail_dim) rows of a */
     qd_dim prev_tail_dim;      /* fused previous linear (v of qkv_proj, up of gate_up_proj) */
+    int prev_part;             /* or, nonzero, from rows [(prev_part - 1) d, prev_part d), d = dim(prev_tail_dim) */
 } qd_arch_group;
 
 /* Linear roles the forward code relies on. Separate projections list q, k, v, o, then the
@@ -47,7 +53,7 @@ typedef struct qd_arch_group {
 enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
 /* The architecture table's own capacity (experts are generated from a template). */
-#define QD_ARCH_MAX_LINEARS 8
+#define QD_ARCH_MAX_LINEARS 10
 #define QD_ARCH_MAX_GROUPS 6
 
 typedef struct qd_arch {
@@ -79,6 +85,10 @@ typedef struct qd_arch {
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
+    /* Hybrids (model_mixer.c): the mixer's in_proj and out_proj, and the q/k norms' names
+     * where they are not self_attn.q_norm / k_norm. */
+    int lin_mix_in, lin_mix_out;
+    const char *qk_norms[2];
 } qd_arch;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
@@ -154,6 +164,21 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
+/* Hybrids (model_mixer.c): the tables of LFM2 and Granite-4; a recurrent layer's mixer,
+ * xn [batch*seq, hidden] → out (out_proj's output, backend memory); its float parameters
+ * (convolution, A, D, dt_bias, gated norm), loaded into bw->mixer_w, checked at open, and
+ * their size. */
+const qd_arch *qd_arch_hybrid(const qd_model_config *c);
+int qd_model_layer_mixer(const qd_model *m, int block);
+int qd_mixer_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
+                     const qd_block_hooks *hooks, qd_err *err);
+int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
+int qd_mixer_validate(const qd_model *m, int block, qd_err *err);
+uint64_t qd_mixer_bytes(const qd_model *m);
+/* find_float of model_load.c: a float tensor checked against shape (named in the error). */
+int qd_model_find_float(const qd_model *m, const char *canonical, int ndim, const int64_t *shape, const st_tensor **out,
+                        qd_err *err);
+
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

@@ -53,6 +53,13 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_KVLORA: return m->cfg.kv_lora_rank;
     case QD_DIM_KVB: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.v_head_dim);
     case QD_DIM_VO: return m->cfg.n_heads * m->cfg.v_head_dim;
+    case QD_DIM_HIDDEN3: return 3 * m->cfg.hidden;
+    case QD_DIM_SSM_INNER: return m->cfg.mixer.ssm_heads * m->cfg.mixer.ssm_head_dim;
+    case QD_DIM_SSM_IN: {
+        const qd_mixer_config *x = &m->cfg.mixer;
+        int64_t inner = x->ssm_heads * x->ssm_head_dim;
+        return 2 * inner + 2 * x->ssm_groups * x->ssm_state + x->ssm_heads;
+    }
     }
     return 0;
 }
@@ -105,6 +112,12 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
     if (rc) return rc;
     *out = t;
     return 0;
+}
+
+int qd_model_find_float(const qd_model *m, const char *canonical, int ndim, const int64_t *shape, const st_tensor **out,
+                        qd_err *err)
+{
+    return find_float(m, canonical, ndim, shape, out, err);
 }
 
 /* The refusal of a loaded tensor (name, of shape[ndim]) whose element `at` (flat) is v, not
@@ -394,7 +407,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
-    return n * sizeof(float);
+    return n * sizeof(float) + qd_mixer_bytes(m);
 }
 
 void qd_block_free(qd_model *m, qd_block_weights *bw)
@@ -407,6 +420,7 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->shared_gate_w);
     qd_backend_free(m->be, bw->router_bias);
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
+    for (int i = 0; i < QD_MIXER_PARAMS; i++) qd_backend_free(m->be, bw->mixer_w[i]);
     free(bw);
 }
 
@@ -431,11 +445,12 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
             rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_b[i], err);
         }
     }
-    static const char *const qk_names[2] = {"self_attn.q_norm.weight", "self_attn.k_norm.weight"};
-    for (int i = 0; i < 2 && m->cfg.qk_norm && !rc; i++) {
+    static const char *const qk_names[2] = {"self_attn.q_norm", "self_attn.k_norm"};
+    int attends = qd_model_layer_mixer(m, block) == QD_MIXER_ATTENTION;
+    for (int i = 0; i < 2 && m->cfg.qk_norm && attends && !rc; i++) {
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
-        snprintf(name + n, sizeof name - n, "%s", qk_names[i]);
+        snprintf(name + n, sizeof name - n, "%s.weight", m->arch->qk_norms[i] ? m->arch->qk_norms[i] : qk_names[i]);
         rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
     }
     for (int i = 0; i < 2 && !rc; i++) {
@@ -446,6 +461,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
+    if (!rc && !attends) rc = qd_mixer_load(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;
@@ -555,6 +571,10 @@ static int validate_blocks(qd_model *m, qd_err *err)
                 (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
+        if (qd_model_layer_mixer(m, b) != QD_MIXER_ATTENTION) {
+            int rc = qd_mixer_validate(m, b, err);
+            if (rc) return rc;
+        }
         for (int i = 0; i < 2; i++) {
             const st_tensor *t;
             int64_t len = i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank;
@@ -598,6 +618,7 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         L->group = g0 + (j == 2);
         L->expert = expert;
         L->dense_mlp = 0;
+        L->layer_mixer = -1;
     }
     for (int j = 0; j < 2; j++) {
         qd_input_group *G = &m->grp[g0 + j];
@@ -642,11 +663,13 @@ static void describe_block(qd_model *m)
         L->name = al->name;
         L->n = qd_model_dim(m, al->n_dim);
         L->k = qd_model_dim(m, al->k_dim);
-        L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias : c->mlp_bias;
+        L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias
+                    : al->bias == QD_BIAS_MIXER ? c->mixer.proj_bias : c->mlp_bias;
         L->group = al->group;
         L->expert = -1;
         /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
         L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0;
+        L->layer_mixer = al->layer_mixer - 1;
     }
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
@@ -676,6 +699,10 @@ static void describe_block(qd_model *m)
         if (G->prev_kind == QD_PREV_LINEAR && a->groups[g].prev_tail) {
             G->prev_rows = qd_model_dim(m, a->groups[g].prev_tail_dim);
             G->prev_row0 = m->lin[G->prev_index].n - G->prev_rows;
+        }
+        if (G->prev_kind == QD_PREV_LINEAR && a->groups[g].prev_part) {   /* LFM2: C, in_proj's second third */
+            G->prev_rows = qd_model_dim(m, a->groups[g].prev_tail_dim);
+            G->prev_row0 = (a->groups[g].prev_part - 1) * G->prev_rows;
         }
     }
     m->lin_exp0 = m->n_lin;
@@ -834,6 +861,7 @@ int qd_model_block_is_moe(const qd_model *m, int block) { return m->cfg.n_expert
 int qd_model_block_has_linear(const qd_model *m, int block, int li)
 {
     if (li < 0 || li >= m->n_lin) return 0;
+    if (m->lin[li].layer_mixer >= 0 && m->lin[li].layer_mixer != qd_model_layer_mixer(m, block)) return 0;
     if (m->lin[li].expert != -1) return qd_model_block_is_moe(m, block);
     if (m->lin[li].dense_mlp) return !qd_model_block_is_moe(m, block);
     return 1;
