@@ -108,6 +108,8 @@ typedef struct qd_rope_freqs {
     X(int, gelu_tanh_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \
     /* x = cap * tanh(x / cap) in place (Gemma 2's final logit soft-cap); cap > 0. */ \
     X(int, softcap, (qd_backend *be, float *x, int64_t n, float cap)) \
+    /* x *= s in place (Granite's residual and logit multipliers, Cohere's logit scale). */ \
+    X(int, scale, (qd_backend *be, float *x, int64_t n, float s)) \
     X(int, relu, (qd_backend *be, float *x, int64_t n)) \
     X(int, gelu, (qd_backend *be, float *x, int64_t n)) \
     /* y += x */ \

@@ -67,6 +67,14 @@ typedef enum qd_moe_scoring {
                             * topk_group best of n_group groups (a group scores the sum of its top 2) */
 } qd_moe_scoring;
 
+/* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
+typedef enum qd_layer_mixer {
+    QD_MIXER_ATTENTION = 0,
+    QD_MIXER_GATED_DELTANET,   /* Qwen3-Next / Qwen3.5 linear attention */
+    QD_MIXER_MAMBA2,           /* Granite-4, Falcon-H1 */
+    QD_MIXER_SHORT_CONV,       /* LFM2 */
+} qd_layer_mixer;
+
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
 
@@ -104,11 +112,19 @@ typedef struct qd_model_config {
     qd_rope_config rope_local; /* rope_theta / rope where the config gives one RoPE for all */
     int64_t sliding_window;    /* window of the sliding layers (keys seen at most); 0 = none */
     unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
+    unsigned char layer_nope[QD_CFG_MAX_LAYERS];  /* 1: layer i applies no RoPE (SmolLM3, Cohere2's global layers) */
+    unsigned char layer_mixer[QD_CFG_MAX_LAYERS]; /* qd_layer_mixer of layer i (hybrids); 0: attention */
     int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
     qd_block_layout layout;
     float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
     float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */
     float query_pre_attn_scalar; /* attention scale is its -1/2 power (Gemma); 0 = head_dim */
+    float attn_scale;          /* the softmax scale itself (Granite's attention_multiplier); 0 = from
+                                * query_pre_attn_scalar or head_dim */
+    float residual_scale;      /* each sub-block's output times this before the residual add
+                                * (Granite's residual_multiplier); 0 = none */
+    float logit_scale;         /* logits times this (Cohere's logit_scale, Granite's 1 / logits_scaling),
+                                * before any soft-cap; 0 = none */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */
     float final_softcap;       /* Gemma 2 final logit soft-cap; 0 = none */
     /* Mixture of experts (QD_LAYOUT_MIXTRAL, QD_LAYOUT_QWEN_MOE, QD_LAYOUT_DEEPSEEK): every

@@ -191,8 +191,9 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     }
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
+    float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));
     BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
-                                             c->head_dim, (float)(1.0 / sqrt(qs)), window, c->attn_softcap));
+                                             c->head_dim, scale, window, c->attn_softcap));
     if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))
         return rc;
@@ -255,13 +256,15 @@ int qd_model_attn_out_group(const qd_model *m)
 }
 
 /* A half's tail after its last projection (tmp holds that projection's output): Gemma's norm
- * on the sub-block's output (norm 2 after the attention, 3 after the MLP), the residual add,
+ * on the sub-block's output (norm 2 after the attention, 3 after the MLP), Granite's residual
+ * multiplier, the residual add,
  * post-LN's norm (0, 1). One copy for qd_block_forward_part and the finish functions below,
  * so they compute the same floats. half: 0 attention, 1 MLP. */
 static int half_tail(qd_model *m, const qd_block_weights *bw, int half, float *y, float *tmp, int64_t rows,
                      int pre, qd_err *err)
 {
     if (bw->norm_w[2 + half]) BE_CALL(m, err, norm(m, tmp, tmp, bw->norm_w[2 + half], NULL, rows));
+    if (m->cfg.residual_scale > 0) BE_CALL(m, err, m->be->ops->scale(m->be, tmp, rows * m->cfg.hidden, m->cfg.residual_scale));
     BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, rows * m->cfg.hidden));
     if (!pre) BE_CALL(m, err, norm(m, y, y, bw->norm_w[half], bw->norm_b[half], rows));
     return 0;
@@ -350,6 +353,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     /* This layer's attention window and RoPE's frequencies for this forward (dynamic and
      * LongRoPE depend on its length; Gemma 3's sliding layers have their own base). */
     int sliding = c->sliding_window > 0 && bw->block < QD_CFG_MAX_LAYERS && c->layer_sliding[bw->block];
+    int nope = bw->block < QD_CFG_MAX_LAYERS && c->layer_nope[bw->block];
     int64_t window = sliding ? c->sliding_window : 0;
     qd_rope_freqs rf;
     int rc0 = c->family == QD_ARCH_LLAMA ? qd_rope_freqs_compute(c, sliding, (int64_t)max_p + 1, &rf, err) : 0;
@@ -372,7 +376,8 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
             rc = qd_mixer_forward(m, bw, ain, tmp, batch, seq, hooks, err);
         else
             rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
-                              : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA ? &rf : NULL, window, hooks, err);
+                              : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL,
+                                          window, hooks, err);
         if (rc || (rc = half_tail(m, bw, 0, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;
@@ -404,6 +409,7 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
     }
     if (m->lm_head) {
         BE_CALL(m, err, m->be->ops->gemm(m->be, 0, 1, rows, V, pd, 1.0f, hn, pd, m->lm_head, pd, 0.0f, logits, V));
+        if (c->logit_scale > 0) BE_CALL(m, err, m->be->ops->scale(m->be, logits, rows * V, c->logit_scale));
         if (c->final_softcap > 0) BE_CALL(m, err, m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap));
         return 0;
     }
@@ -424,6 +430,8 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
         if (rc) qd_err_set(err, rc, "lm_head rows [%lld, %lld): %s", (long long)v0, (long long)(v0 + n), m->be->err.msg);
     }
     if (host != dev) free(host);
+    if (!rc && c->logit_scale > 0 && (rc = m->be->ops->scale(m->be, logits, rows * V, c->logit_scale)))
+        qd_err_set(err, rc, "logit scale: %s", m->be->err.msg);
     if (!rc && c->final_softcap > 0 && (rc = m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap)))
         qd_err_set(err, rc, "final logit soft-cap: %s", m->be->err.msg);
     return rc;

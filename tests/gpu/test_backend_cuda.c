@@ -222,6 +222,7 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         return be->ops->attention(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f, 0, 0.5f);
     case 12: return be->ops->gelu_tanh_mul(be, out, in[0], in[1], rows * dim);
     case 13: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->softcap(be, out, rows * dim, 0.7f);
+    case 15: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->scale(be, out, rows * dim, -0.3f);
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -241,7 +242,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 14; which++) {
+    for (int which = 0; which <= 15; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

@@ -339,6 +339,13 @@ int cpu_softcap(qd_backend *be, float *x, int64_t n, float cap)
     return 0;
 }
 
+int cpu_scale(qd_backend *be, float *x, int64_t n, float s)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++) x[i] *= s;
+    return 0;
+}
+
 int cpu_relu(qd_backend *be, float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) if (!(x[i] > 0.0f)) x[i] = 0.0f;

@@ -479,6 +479,12 @@ static int cu_softcap(qd_backend *be, float *x, int64_t n, float cap)
     return 0;
 }
 
+static int cu_scale(qd_backend *be, float *x, int64_t n, float s)
+{
+    LAUNCH(be, "scale kernel", cudaop_scale(cu_impl(be)->stream, x, n, s));
+    return 0;
+}
+
 static int cu_relu(qd_backend *be, float *x, int64_t n)
 {
     LAUNCH(be, "relu kernel", cudaop_relu(cu_impl(be)->stream, x, n));

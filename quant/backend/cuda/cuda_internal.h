@@ -61,6 +61,7 @@ int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
+int cudaop_scale(void *stream, float *x, int64_t n, float s);
 int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);
 int cudaop_add(void *stream, float *y, const float *x, int64_t n);

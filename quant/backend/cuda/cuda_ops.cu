@@ -474,6 +474,7 @@ ELEMENTWISE(gelu_tanh_mul, (float *out, const float *gate, const float *up, int6
             { float g = gate[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
               out[i] = 0.5f * g * (1.0f + tanhf(t)) * up[i]; })
 ELEMENTWISE(softcap, (float *x, int64_t n, float cap), { x[i] = tanhf(x[i] / cap) * cap; })
+ELEMENTWISE(scale, (float *x, int64_t n, float s), { x[i] *= s; })
 ELEMENTWISE(relu, (float *x, int64_t n), { if (!(x[i] > 0.0f)) x[i] = 0.0f; })
 ELEMENTWISE(gelu, (float *x, int64_t n), { x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f)); })
 ELEMENTWISE(add, (float *y, const float *x, int64_t n), { y[i] += x[i]; })
@@ -497,6 +498,13 @@ extern "C" int cudaop_softcap(void *stream, float *x, int64_t n, float cap)
 {
     if (n <= 0) return 0;
     k_softcap<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n, cap);
+    return op_launched();
+}
+
+extern "C" int cudaop_scale(void *stream, float *x, int64_t n, float s)
+{
+    if (n <= 0) return 0;
+    k_scale<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n, s);
     return op_launched();
 }
 
