@@ -60,6 +60,8 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"lfm2", EXPECT_MATCH, NULL},
+    {"granite4_h", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 
