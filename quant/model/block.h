@@ -93,6 +93,10 @@ qd_block_part qd_model_group_part(const qd_model *m, int g);
 /* The input group of the attention's output projection (o_proj / dense): its input is the
  * attention's context, the last thing QD_BLOCK_ATTN computes before o_proj. */
 int qd_model_attn_out_group(const qd_model *m);
+/* The same for block `block`: in a hybrid's recurrent layer, the mixer's out_proj (whose
+ * input is the mixer's output before its projection); qd_block_attn_finish ends that half
+ * from it alike. */
+int qd_model_block_attn_out_group(const qd_model *m, int block);
 /* The end of QD_BLOCK_ATTN from that context: y [rows, hidden] = the residual stream after
  * the attention sub-block, given the block's input x (y may equal x) and ctx [rows, K of the
  * output projection], the input the attention gave its output projection on the same rows

@@ -255,6 +255,17 @@ int qd_model_attn_out_group(const qd_model *m)
     return m->lin[m->arch->lin_o].group;
 }
 
+/* The first half's output projection in block `block`: o_proj, or a recurrent layer's out_proj. */
+static int attn_out_linear(const qd_model *m, int block)
+{
+    return qd_model_layer_mixer(m, block) != QD_MIXER_ATTENTION ? m->arch->lin_mix_out : m->arch->lin_o;
+}
+
+int qd_model_block_attn_out_group(const qd_model *m, int block)
+{
+    return m->lin[attn_out_linear(m, block)].group;
+}
+
 /* A half's tail after its last projection (tmp holds that projection's output): Gemma's norm
  * on the sub-block's output (norm 2 after the attention, 3 after the MLP), Granite's residual
  * multiplier, the residual add,
@@ -293,7 +304,7 @@ static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err)
 {
-    return half_finish(m, bw, 0, m->arch->lin_o, ctx, x, y, rows, err);
+    return half_finish(m, bw, 0, attn_out_linear(m, bw->block), ctx, x, y, rows, err);
 }
 
 /* The dense MLP's last linear (down_proj, fc2) as mlp() runs it; -1 for a model with

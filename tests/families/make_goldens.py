@@ -273,15 +273,16 @@ FAMILIES = {
                 layer_types=["conv", "full_attention", "conv"], norm_eps=1e-5, conv_L_cache=3,
                 rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
                 ablate=[("rope theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
-    # Granite-4.0-H (dense, Micro's shape): Mamba-2 layers (8 heads of 16 in 2 groups, state
-    # 16, 4 taps, chunks of 16 so the scan crosses chunk boundaries, dt clamped to [0, 1.5])
+    # Granite-4.0-H (dense, Micro's shape): Mamba-2 layers (32 heads of 4 in 2 groups, state
+    # 16, 4 taps, chunks of 16 so the scan crosses chunk boundaries, dt clamped to [0, 1.5];
+    # in_proj's 352 rows a multiple of 32 as GPTQ packing needs)
     # and one attention layer without RoPE; shared_mlp; Granite's four multipliers.
     "granite4_h": fam(GraniteMoeHybridConfig, 1031,
-                      "Granite-4.0-H dense: mamba / attention / mamba layers (Mamba-2: 8 heads x 16, 2 groups, "
+                      "Granite-4.0-H dense: mamba / attention / mamba layers (Mamba-2: 32 heads x 4, 2 groups, "
                       "d_state 16, d_conv 4, chunk 16, time_step_limit [0, 1.5], gated RMSNorm), attention without "
-                      "RoPE (nope), shared_mlp 48 wide, embedding 2, attention 0.2, residual 0.5, logits_scaling 4",
-                      num_hidden_layers=3, num_local_experts=0, shared_intermediate_size=48,
-                      layer_types=["mamba", "attention", "mamba"], mamba_n_heads=8, mamba_n_groups=2,
+                      "RoPE (nope), shared_mlp 96 wide (intermediate_size 32 unused), embedding 2, attention 0.2, residual 0.5, logits_scaling 4",
+                      num_hidden_layers=3, num_local_experts=0, shared_intermediate_size=96, intermediate_size=32,
+                      layer_types=["mamba", "attention", "mamba"], mamba_n_heads=32, mamba_n_groups=2,
                       mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16,
                       time_step_limit=[0.0, 1.5], position_embedding_type="nope", embedding_multiplier=2.0,
                       attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=4.0,
