@@ -143,6 +143,13 @@ static void test_fold(void)
     check_family_block("deepseek_v3", 1, 1 + 8 + 1 + 1);
     check_family_block("deepseek_v2", 0, 3);
     check_family_block("deepseek_v2", 1, 1 + 8 + 1 + 1);
+    /* Hybrids: LFM2's short convolution folds in_proj into operator_norm and out_proj into
+     * C's rows of in_proj (its second third); Granite's Mamba-2 in_proj into input_layernorm,
+     * out_proj (behind the gated norm) not at all. Block 1 attends. */
+    check_family_block("lfm2", 0, 4);
+    check_family_block("lfm2", 1, 4);
+    check_family_block("granite4_h", 0, 3);
+    check_family_block("granite4_h", 1, 4);
 }
 
 int main(void)
