@@ -141,6 +141,19 @@ static int parse_lfm2(const cJSON *root, const char *what, qd_model_config *c, q
     return qd_config_rope_parse(root, what, 0, c, err);
 }
 
+/* A number of time_step_limit: JSON's, or transformers 5's spelling of a non-finite one,
+ * {"__float__": "Infinity"} (JSON has no inf). 0 when it is neither. */
+static int limit_value(const cJSON *v, double *out)
+{
+    if (cJSON_IsNumber(v)) { *out = v->valuedouble; return 1; }
+    const cJSON *f = cJSON_IsObject(v) && cJSON_GetArraySize(v) == 1 ? cJSON_GetObjectItemCaseSensitive(v, "__float__") : NULL;
+    if (!cJSON_IsString(f)) return 0;
+    if (!strcmp(f->valuestring, "Infinity")) *out = INFINITY;
+    else if (!strcmp(f->valuestring, "-Infinity")) *out = -INFINITY;
+    else return 0;
+    return 1;
+}
+
 /* Granite-4 hybrids: Mamba-2 layers and attention layers (RoPE or none: position_embedding_type),
  * each followed by the dense shared_mlp (input_linear holds gate and up); Granite's
  * multipliers on the embeddings, the attention scores, the residual branches and the
@@ -202,13 +215,13 @@ static int parse_granite_hybrid(const cJSON *root, const char *what, qd_model_co
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: time_step_limit null is not supported (transformers' scan needs "
                           "its bounds)", what);
     if (tl) {
-        const cJSON *lo = cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 2 ? cJSON_GetArrayItem(tl, 0) : NULL;
-        const cJSON *hi = lo ? cJSON_GetArrayItem(tl, 1) : NULL;
-        if (!cJSON_IsNumber(lo) || !cJSON_IsNumber(hi) || isnan(lo->valuedouble) || isnan(hi->valuedouble) ||
-            !(lo->valuedouble <= hi->valuedouble))
+        double lo = 0, hi = 0;
+        int two = cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 2;
+        if (!two || !limit_value(cJSON_GetArrayItem(tl, 0), &lo) || !limit_value(cJSON_GetArrayItem(tl, 1), &hi) ||
+            isnan(lo) || isnan(hi) || !(lo <= hi))
             return qd_err_set(err, QD_EFORMAT, "%s: time_step_limit must be [min, max] with min <= max", what);
-        c->mixer.dt_min = (float)lo->valuedouble;
-        c->mixer.dt_max = (float)hi->valuedouble;
+        c->mixer.dt_min = (float)lo;
+        c->mixer.dt_max = (float)hi;
     }
     /* transformers builds a rotary embedding for "rope" only; null and "nope" have none. */
     int rope = !strcmp(pos, "rope");

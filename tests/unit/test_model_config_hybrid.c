@@ -113,6 +113,12 @@ static void test_granite(void)
     CHECK_NEAR(c.logit_scale, 0.125, 0);
     CHECK_NEAR(c.mixer.dt_min, 0.001f, 0);
     CHECK_NEAR(c.mixer.dt_max, 100.0, 0);
+    /* transformers 5 writes the default's inf as {"__float__": "Infinity"}. */
+    snprintf(buf, sizeof buf, "%s,\"time_step_limit\":[0.0,{\"__float__\":\"Infinity\"}]", dense);
+    CHECK_OK(parse(GRANITE, buf, &c, &err));
+    CHECK(c.mixer.dt_min == 0.0f && isinf(c.mixer.dt_max) && c.mixer.dt_max > 0);
+    snprintf(buf, sizeof buf, "%s,\"time_step_limit\":[0.0,{\"__float__\":\"NaN\"}]", dense);
+    CHECK_INT(parse(GRANITE, buf, &c, &err), QD_EFORMAT);
     snprintf(buf, sizeof buf, "%s,\"position_embedding_type\":\"alibi\"", dense);
     refused(GRANITE, buf, "position_embedding_type \"alibi\"");
     snprintf(buf, sizeof buf, "%s,\"time_step_limit\":null", dense);
