@@ -57,27 +57,27 @@ __global__ static void k_ssd_scan(float *y, const float *x, const float *b, cons
 {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < batch * n_heads * p;
          e += (int64_t)gridDim.x * blockDim.x) {
-    int64_t i = e % p, h = (e / p) % n_heads, bi = e / (p * n_heads), g = h / (n_heads / n_groups);
-    float st[CUDAOP_SSD_MAX_STATE];
-    for (int64_t k = 0; k < n; k++) st[k] = 0.0f;
-    for (int64_t t = 0; t < seq; t++) {
-        int64_t r = bi * seq + t;
-        float dv = ssm_softplus(__fadd_rn(dt[r * ld_dt + h], dt_bias[h]));
-        dv = dv < dt_min ? dt_min : dv > dt_max ? dt_max : dv;
-        float decay = expf(__fmul_rn(dv, a[h]));
-        float xv = x[r * ld + h * p + i], xd = __fmul_rn(xv, dv), acc = 0.0f;
-        const float *br = b + r * ld + g * n, *cr = c + r * ld + g * n;
-        for (int64_t k = 0; k < n; k++) {
-            st[k] = __fadd_rn(__fmul_rn(st[k], decay), __fmul_rn(xd, br[k]));
-            acc = __fadd_rn(acc, __fmul_rn(st[k], cr[k]));
+        int64_t i = e % p, h = (e / p) % n_heads, bi = e / (p * n_heads), g = h / (n_heads / n_groups);
+        float st[CUDAOP_SSD_MAX_STATE];
+        for (int64_t k = 0; k < n; k++) st[k] = 0.0f;
+        for (int64_t t = 0; t < seq; t++) {
+            int64_t r = bi * seq + t;
+            float dv = ssm_softplus(__fadd_rn(dt[r * ld_dt + h], dt_bias[h]));
+            dv = dv < dt_min ? dt_min : dv > dt_max ? dt_max : dv;
+            float decay = expf(__fmul_rn(dv, a[h]));
+            float xv = x[r * ld + h * p + i], xd = __fmul_rn(xv, dv), acc = 0.0f;
+            const float *br = b + r * ld + g * n, *cr = c + r * ld + g * n;
+            for (int64_t k = 0; k < n; k++) {
+                st[k] = __fadd_rn(__fmul_rn(st[k], decay), __fmul_rn(xd, br[k]));
+                acc = __fadd_rn(acc, __fmul_rn(st[k], cr[k]));
+            }
+            float v = __fadd_rn(acc, __fmul_rn(d[h], xv));
+            if (z) {
+                float zv = z[r * ld_z + h * p + i];
+                v = __fmul_rn(v, zv / (1.0f + expf(-zv)));
+            }
+            y[r * (n_heads * p) + h * p + i] = v;
         }
-        float v = __fadd_rn(acc, __fmul_rn(d[h], xv));
-        if (z) {
-            float zv = z[r * ld_z + h * p + i];
-            v = __fmul_rn(v, zv / (1.0f + expf(-zv)));
-        }
-        y[r * (n_heads * p) + h * p + i] = v;
-    }
     }
 }
 
