@@ -7,7 +7,15 @@
  * out_proj reads C * conv(B * x), whose channel c is C's channel c times a product that
  * does not involve C, so its scales fold exactly into C's rows of in_proj (the second
  * third); Mamba-2's out_proj reads a gated RMSNorm over groups of channels whose weight is
- * not one of the block's norms: not folded (QD_PREV_NONE). */
+ * not one of the block's norms: not folded (QD_PREV_NONE).
+ *
+ * The quantized linears are those vLLM 0.32 builds with the quant_config: LFM2's conv.in_proj
+ * and conv.out_proj (vllm/model_executor/layers/mamba/short_conv.py lines 69-80; its conv,
+ * lines 57-61, takes none, and is no linear here), Mamba-2's in_proj and out_proj
+ * (layers/mamba/mamba_mixer2.py lines 368, 387, 502; conv1d has quant_config=None, lines 354,
+ * 379), and the attention and MLP linears (models/lfm2.py and models/granitemoehybrid.py
+ * packed_modules_mapping: qkv_proj, w13 / input_linear, in_proj). The convolution, A_log, D,
+ * dt_bias and the gated norm stay float (model_mixer.c). */
 #include <stddef.h>
 
 #include "quant/model/model_internal.h"
