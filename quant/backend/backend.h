@@ -28,13 +28,14 @@ struct qd_gptq_block_args;     /* quant/backend/gptq_block.h */
 
 typedef struct qd_backend qd_backend;
 
-/* RoPE's rotation for one forward: token at position p turns dims i and i + rot_dim/2 of
+/* RoPE's rotation for one forward: token at position p turns dims i and i + rot_dim/2 (or 2i and 2i + 1) of
  * each head by the angle p * inv_freq[i], and multiplies both by attn_scale (YaRN's and
  * LongRoPE's attention factor; 1 for the other types). inv_freq is float32 as transformers
  * computes it; the angle's product is taken in float32 too, as transformers does. */
 #define QD_ROPE_MAX_HALF 512
 typedef struct qd_rope_freqs {
     int64_t rot_dim;                    /* even, <= head_dim */
+    int interleaved;                    /* 1: pair i is dims 2i and 2i + 1 instead (GLM-4's RoPE) */
     float attn_scale;
     float inv_freq[QD_ROPE_MAX_HALF];   /* [rot_dim / 2] */
 } qd_rope_freqs;

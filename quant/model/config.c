@@ -28,6 +28,10 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
     {"Lfm2ForCausalLM", QD_ARCH_LLAMA},
     {"GraniteMoeHybridForCausalLM", QD_ARCH_LLAMA},
+    {"Olmo2ForCausalLM", QD_ARCH_LLAMA},
+    {"Olmo3ForCausalLM", QD_ARCH_LLAMA},
+    {"Exaone4ForCausalLM", QD_ARCH_LLAMA},
+    {"Glm4ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
 };
 
@@ -184,7 +188,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Lfm2ForCausalLM, GraniteMoeHybridForCausalLM, OPTForCausalLM)",
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, Lfm2ForCausalLM, GraniteMoeHybridForCausalLM, OPTForCausalLM)",
                         what, a0->valuestring);
         goto done;
     }

@@ -56,6 +56,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
     QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
     QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
+    QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
+                            * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
+    QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -74,6 +77,9 @@ typedef enum qd_layer_mixer {
     QD_MIXER_MAMBA2,           /* Granite-4, Falcon-H1 */
     QD_MIXER_SHORT_CONV,       /* LFM2 */
 } qd_layer_mixer;
+
+/* qd_model_config.qk_norm: what q_norm and k_norm normalise (0: there are none). */
+enum { QD_QK_NORM_HEAD = 1, QD_QK_NORM_WHOLE = 2 };
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
@@ -114,7 +120,8 @@ typedef struct qd_model_config {
     unsigned char layer_sliding[QD_CFG_MAX_LAYERS]; /* 1: layer i uses the window (layer_types) */
     unsigned char layer_nope[QD_CFG_MAX_LAYERS];  /* 1: layer i applies no RoPE (SmolLM3, Cohere2's global layers) */
     unsigned char layer_mixer[QD_CFG_MAX_LAYERS]; /* qd_layer_mixer of layer i (hybrids); 0: attention */
-    int qk_norm;               /* per-head RMSNorm of q and k before RoPE (Qwen3, Gemma 3) */
+    int qk_norm;               /* RMSNorm of q and k before RoPE: QD_QK_NORM_HEAD per head (Qwen3, Gemma 3,
+                                * EXAONE 4), QD_QK_NORM_WHOLE over the whole projection (OLMo 2/3); 0 none */
     qd_block_layout layout;
     float norm_offset;         /* RMSNorm multiplies by (norm_offset + w): 1 for Gemma, else 0 */
     float embed_scale;         /* embeddings times this (Gemma: sqrt(hidden) in the model's dtype); 0 = none */
@@ -147,7 +154,7 @@ typedef struct qd_model_config {
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
-    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default) */
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4) */
     int tie_word_embeddings;
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */

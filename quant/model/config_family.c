@@ -285,6 +285,7 @@ static int parse_deepseek(const cJSON *root, const char *what, int v3, qd_model_
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     if (qd_config_is_hybrid(c->architecture)) return qd_config_hybrid_parse(root, what, c, err);
+    if (qd_config_postnorm_is(c->architecture)) return qd_config_postnorm_parse(root, what, c, err);
     fam_kind k = kind_of(c->architecture);
     int gemma = k == FAM_GEMMA2 || k == FAM_GEMMA3;
     int rc;

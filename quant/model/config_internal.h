@@ -22,6 +22,10 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * layout; and the refusal of such keys where the family does not have them. Runs after
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The post-norm families (config_postnorm.c: OLMo 2/3, EXAONE 4, GLM-4): whether
+ * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
+int qd_config_postnorm_is(const char *architecture);
+int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 /* The hybrids of attention with a recurrent mixer (config_hybrid.c): LFM2 and Granite-4.
  * qd_config_family_parse hands them over whole (RoPE included). */

@@ -180,12 +180,19 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
                (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err))) {
         return rc;
     }
-    if (c->qk_norm) {
-        /* Qwen3, Gemma 3: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
+    if (c->qk_norm == QD_QK_NORM_HEAD) {
+        /* Qwen3, Gemma 3, EXAONE 4: RMSNorm over each head's dims (q_norm, k_norm), before RoPE. */
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows * c->n_heads, c->head_dim, c->norm_eps));
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    } else if (c->qk_norm == QD_QK_NORM_WHOLE) {
+        /* OLMo 2/3: over each token's whole q and k projections, before the heads split. */
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, bw->qk_norm_w[0], rows, qd, c->norm_eps));
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows, kvd, c->norm_eps));
     }
     if (rf) {
+        /* GLM-4 turns interleaved pairs (DeepSeek's interleave is model_mla.c's own). */
+        qd_rope_freqs rfi;
+        if (c->rope_interleave) { rfi = *rf; rfi.interleaved = 1; rf = &rfi; }
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
@@ -377,12 +384,13 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     int pre = pre_ln(m);
     /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
      * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)).
-     * Gemma adds norm2 and norm3 on each sub-block's output before the residual add.
+     * Gemma and GLM-4 add norm2 and norm3 on each sub-block's output before the residual
+     * add; OLMo 2/3 and EXAONE 4 have only those (no norm0, norm1: the stream itself goes in).
      * The residual stream between the two halves is what QD_BLOCK_ATTN returns and
      * QD_BLOCK_MLP takes. */
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
-        if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
+        if (pre && bw->norm_w[0]) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
         if (qd_model_layer_mixer(m, bw->block) != QD_MIXER_ATTENTION)   /* a hybrid's recurrent layer */
             rc = qd_mixer_forward(m, bw, ain, tmp, batch, seq, hooks, err);
         else
@@ -394,7 +402,7 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part == QD_BLOCK_ATTN) return 0;
 
     const float *min = y;
-    if (pre) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
+    if (pre && bw->norm_w[1]) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows)); min = xn; }
     rc = qd_model_block_is_moe(m, bw->block) ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err)
                                              : mlp(m, bw, min, tmp, rows, hooks, err);
     if (rc) return rc;

@@ -404,7 +404,8 @@ uint64_t qd_block_bytes(const qd_model *m)
     for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
     for (int i = 0; i < QD_MAX_NORMS; i++)
         if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
-    if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
+    if (m->cfg.qk_norm == QD_QK_NORM_WHOLE) n += (uint64_t)((m->cfg.n_heads + m->cfg.n_kv_heads) * m->cfg.head_dim);
+    else if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
     return n * sizeof(float) + qd_mixer_bytes(m);
@@ -451,7 +452,10 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->qk_norms[i] ? m->arch->qk_norms[i] : qk_names[i]);
-        rc = load_norm(m, name, m->cfg.head_dim, &bw->qk_norm_w[i], err);
+        /* Per head [head_dim], or OLMo 2's over the whole projection [n_heads (q) or n_kv (k) * head_dim]. */
+        int64_t len = m->cfg.qk_norm == QD_QK_NORM_WHOLE ? (i ? m->cfg.n_kv_heads : m->cfg.n_heads) * m->cfg.head_dim
+                                                         : m->cfg.head_dim;
+        rc = load_norm(m, name, len, &bw->qk_norm_w[i], err);
     }
     for (int i = 0; i < 2 && !rc; i++) {
         if (!m->arch->mla_norms[i]) continue;

@@ -30,6 +30,16 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
+/* Architectures vLLM serves through its Transformers backend (vllm/model_executor/models/
+ * registry.py, _TRANSFORMERS_BACKEND_MODELS): each nn.Linear becomes its own vLLM linear by
+ * the model's base_model_tp_plan (models/transformers/utils.py: colwise and
+ * colwise_gather_output -> ColumnParallelLinear, rowwise and rowwise_split_input ->
+ * RowParallelLinear), so q/k/v and gate/up are not fused. */
+static int transformers_backend(const qd_model_config *cfg)
+{
+    return !strcmp(cfg->architecture, "Olmo2ForCausalLM") || !strcmp(cfg->architecture, "Olmo3ForCausalLM");
+}
+
 int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
                         int tp, int gpu_cc, qd_serving_report *out, qd_err *err)
 {
@@ -53,10 +63,12 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
-            /* Row-parallel groups: each linear alone; column groups: one fused linear. */
-            int parts = row_parallel ? G->n_linears : 1;
+            /* Row-parallel groups: each linear alone; column groups: one fused linear (each
+             * alone under the Transformers backend). */
+            int fused = !row_parallel && !transformers_backend(cfg);
+            int parts = fused ? 1 : G->n_linears;
             for (int p = 0; p < parts; p++) {
-                int first = row_parallel ? p : 0, last = row_parallel ? p + 1 : G->n_linears;
+                int first = fused ? 0 : p, last = fused ? G->n_linears : p + 1;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -99,7 +111,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 }
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
-                if (!row_parallel && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
+                if (fused && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads;
                     per_shard = (qh % tp) ? 0 : (qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
                     if (kvh >= tp && kvh % tp) per_shard = 0;

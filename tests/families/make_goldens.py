@@ -41,13 +41,17 @@ from transformers import (
     AutoModelForCausalLM,
     DeepseekV2Config,
     DeepseekV3Config,
+    Exaone4Config,
     Gemma2Config,
     Gemma3TextConfig,
+    Glm4Config,
     GraniteMoeHybridConfig,
     Lfm2Config,
     LlamaConfig,
     MistralConfig,
     MixtralConfig,
+    Olmo2Config,
+    Olmo3Config,
     Phi3Config,
     Qwen2Config,
     Qwen2MoeConfig,
@@ -262,6 +266,40 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # Post-norm blocks: no norm in front of attention or the MLP, an RMSNorm on each
+    # sub-block's output before the residual add (OLMo 2/3, EXAONE 4), or both (GLM-4).
+    "olmo2": fam(Olmo2Config, 1030,
+                 "OLMo 2: no pre-norms, post_attention_layernorm / post_feedforward_layernorm on the sub-block "
+                 "outputs, q_norm/k_norm over the whole q (64) and k (32) projections before RoPE, untied lm_head",
+                 rope_parameters={"rope_type": "default", "rope_theta": 500000.0}, tie_word_embeddings=False,
+                 ablate=[("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    "olmo3": fam(Olmo3Config, 1031,
+                 "OLMo 3: OLMo 2's block with layer_types sliding(16)/full and a RoPE per layer type "
+                 "(YaRN factor 4, original 32 on the full layers, plain on the sliding ones)",
+                 sliding_window=16, layer_types=["sliding_attention", "full_attention"],
+                 rope_parameters={"full_attention": {"rope_type": "yarn", "rope_theta": 500000.0, "factor": 4.0,
+                                                     "original_max_position_embeddings": 32},
+                                  "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}},
+                 ablate=[("no window", {"layer_types": ["full_attention", "full_attention"]}),
+                         ("no YaRN on full layers", {"rope_parameters": {
+                             "full_attention": {"rope_type": "default", "rope_theta": 500000.0},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": 500000.0}}})]),
+    "exaone4": fam(Exaone4Config, 1032,
+                   "EXAONE 4: post-norms as OLMo 2, per-head q_norm/k_norm, layer_types sliding(16) with RoPE / "
+                   "full without RoPE (NoPE)",
+                   num_hidden_layers=3, sliding_window=16,
+                   layer_types=["sliding_attention", "full_attention", "sliding_attention"],
+                   rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                   ablate=[("every layer sliding (RoPE everywhere)", {"layer_types": ["sliding_attention"] * 3}),
+                           ("every layer full (NoPE, no window)", {"layer_types": ["full_attention"] * 3})]),
+    "glm4": fam(Glm4Config, 1033,
+                "GLM-4 (0414): input/post_self_attn/post_attention/post_mlp RMSNorms, fused gate_up_proj, "
+                "q/k/v biases, RoPE on the first half of head_dim (partial_rotary_factor 0.5) by interleaved pairs",
+                head_dim=16, attention_bias=True, partial_rotary_factor=0.5,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+                tie_word_embeddings=False, pad_token_id=None,
+                ablate=[("partial_rotary_factor 1", {"partial_rotary_factor": 1.0, "rope_parameters": {
+                    "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}})]),
     # LFM2: short-convolution layers around one attention layer (q/k layernorms per head,
     # RoPE theta 1e6); feed_forward width from intermediate_size 96 by the config class's
     # rule (int(2 * 96 / 3) = 64, times 1.5 = 96, a multiple of 16); embedding_norm last.

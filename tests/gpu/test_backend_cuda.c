@@ -223,6 +223,21 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
     case 12: return be->ops->gelu_tanh_mul(be, out, in[0], in[1], rows * dim);
     case 13: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->softcap(be, out, rows * dim, 0.7f);
     case 15: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->scale(be, out, rows * dim, -0.3f);
+    case 16: {
+        /* GLM-4's RoPE: interleaved pairs (2i, 2i + 1) on the first 16 of 32 dims */
+        int32_t pos[6] = {0, 1, 2, 7, 100, 4095};
+        int32_t *dp = put(be, pos, sizeof pos);
+        if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
+        qd_rope_freqs f;
+        memset(&f, 0, sizeof f);
+        f.rot_dim = 16;
+        f.interleaved = 1;
+        f.attn_scale = 1.0f;
+        for (int i = 0; i < 8; i++) f.inv_freq[i] = 1.0f / powf(10000.0f, (float)(2 * i) / 16.0f);
+        rc = be->ops->rope(be, out, rows, 2, 32, dp, &f);
+        qd_backend_free(be, dp);
+        return rc;
+    }
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -242,7 +257,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 15; which++) {
+    for (int which = 0; which <= 16; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

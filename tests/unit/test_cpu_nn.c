@@ -104,6 +104,36 @@ static void test_rope(void)
     free(x); free(r);
 }
 
+/* GLM-4's RoPE: the pairs are dims (2i, 2i + 1) of the rotated part (rotate_half on
+ * x[..., 0::2], x[..., 1::2] with cos/sin repeat_interleave'd); the dims past rot_dim stay. */
+static void test_rope_interleaved(void)
+{
+    int T = 5, NH = 2, HD = 16, ROT = 8;
+    float theta = 10000.0f;
+    int32_t pos[5] = {0, 1, 3, 77, 1023};
+    float *x = randn((size_t)T * NH * HD, 1.0f), *r = malloc((size_t)T * NH * HD * 4);
+    memcpy(r, x, (size_t)T * NH * HD * 4);
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < NH; h++) {
+            float *p = r + (t * NH + h) * HD;
+            for (int i = 0; i < ROT / 2; i++) {
+                double a = pos[t] * pow(theta, -2.0 * i / ROT);
+                double x0 = p[2 * i], x1 = p[2 * i + 1];
+                p[2 * i] = (float)(x0 * cos(a) - x1 * sin(a));
+                p[2 * i + 1] = (float)(x1 * cos(a) + x0 * sin(a));
+            }
+        }
+    qd_rope_freqs f;
+    memset(&f, 0, sizeof f);
+    f.rot_dim = ROT;
+    f.interleaved = 1;
+    f.attn_scale = 1.0f;
+    for (int i = 0; i < ROT / 2; i++) f.inv_freq[i] = 1.0f / powf(theta, (float)(2 * i) / (float)ROT);
+    CHECK_OK(be->ops->rope(be, x, T, NH, HD, pos, &f));
+    CHECK(test_max_abs_diff(x, r, (size_t)T * NH * HD) < 5e-4);
+    free(x); free(r);
+}
+
 /* S = 300 spans three chunks of query rows (128, 128, 44) in cpu_attention; W > 0 limits
  * each query to the W most recent keys (sliding window). */
 static void check_attention(int S, int W, float cap)
@@ -231,6 +261,7 @@ int main(void)
     TEST_RUN(test_rmsnorm_bits);
     TEST_RUN(test_norms);
     TEST_RUN(test_rope);
+    TEST_RUN(test_rope_interleaved);
     TEST_RUN(test_attention);
     TEST_RUN(test_activations);
     TEST_RUN(test_nll);

@@ -62,6 +62,10 @@ static const family_expect families[] = {
     {"deepseek_v3", EXPECT_MATCH, NULL},
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
+    {"olmo2", EXPECT_MATCH, NULL},
+    {"olmo3", EXPECT_MATCH, NULL},
+    {"exaone4", EXPECT_MATCH, NULL},
+    {"glm4", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -83,11 +83,22 @@ static void check_family_block(const char *name, int block, int groups_expected)
     float w0 = 0, w1 = 0;
     qd_block_weights *orig = NULL;
     CHECK_OK(qd_block_load(m, block, &orig, &err));
-    if (orig) {
+    if (orig && qd_model_norm_name(m, 0)) {
         /* The fold moved the weights: input_layernorm's multipliers differ. */
         float *a = malloc((size_t)hid * sizeof *a), *b = malloc((size_t)hid * sizeof *b);
         CHECK_OK(qd_block_norm_get(m, orig, 0, a, NULL, &err));
         CHECK_OK(qd_block_norm_get(m, bw, 0, b, NULL, &err));
+        w0 = a[0];
+        w1 = b[0];
+        free(a);
+        free(b);
+    } else if (orig) {
+        /* No norm before attention (OLMo 2, EXAONE 4): o_proj's scales moved v_proj's rows. */
+        const qd_input_group *G = qd_model_group(m, qd_model_attn_out_group(m));
+        const qd_linear_info *L = qd_model_linear(m, G->prev_index);
+        float *a = malloc((size_t)(L->n * L->k) * sizeof *a), *b = malloc((size_t)(L->n * L->k) * sizeof *b);
+        CHECK_OK(qd_block_linear_get(m, orig, G->prev_index, a, NULL, &err));
+        CHECK_OK(qd_block_linear_get(m, bw, G->prev_index, b, NULL, &err));
         w0 = a[0];
         w1 = b[0];
         free(a);
@@ -132,6 +143,13 @@ static void test_fold(void)
     check_family("gemma2", 4);           /* (1 + w), pre_feedforward_layernorm */
     check_family("gemma3", 4);
     check_family("phi3", 4);             /* v rows of qkv_proj, up rows of gate_up_proj */
+    /* Post-norm blocks: q/k/v and gate/up read the residual stream (nothing to fold into),
+     * o_proj folds into v_proj, down_proj into up_proj (GLM-4: the up rows of gate_up_proj,
+     * and its pre-norms as Llama's). */
+    check_family("olmo2", 2);
+    check_family("olmo3", 2);
+    check_family("exaone4", 2);
+    check_family("glm4", 4);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);

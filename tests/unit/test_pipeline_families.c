@@ -63,8 +63,12 @@ static void test_families(void)
     static const struct { const char *family, *linear; double tol8; } fams[] = {
         {"gemma2", "mlp.down_proj", 0.03}, {"gemma3", "self_attn.q_proj", 0.03}, {"phi3", "self_attn.qkv_proj", 0.1},
         {"phi3_longrope", "mlp.gate_up_proj", 0.15}, {"qwen3", "self_attn.k_proj", 0.06}, {"mistral_window", "mlp.up_proj", 0.1},
+        /* Post-norm blocks: AWQ scales only o_proj and down_proj (q/k/v, gate/up read the stream). */
+        {"olmo2", "self_attn.k_proj", 0.06}, {"olmo3", "mlp.up_proj", 0.06}, {"exaone4", "self_attn.v_proj", 0.06},
+        {"glm4", "mlp.gate_up_proj", 0.1},
     };
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        run_family(fams[i].family, "rtn", "gptq", 8, fams[i].linear, fams[i].tol8);
         run_family(fams[i].family, "gptq", "gptq", 8, fams[i].linear, fams[i].tol8);
         run_family(fams[i].family, "awq", "gptq", 8, fams[i].linear, fams[i].tol8);
         run_family(fams[i].family, "awq+gptq", "awq_gemm", 4, fams[i].linear, 0.8);

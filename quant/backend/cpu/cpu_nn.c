@@ -108,9 +108,10 @@ int cpu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, int64_t 
             float *xh = xt + h * head_dim;
             for (int64_t i = 0; i < half; i++) {
                 float c = cs[2 * i], s = cs[2 * i + 1];
-                float x0 = xh[i], x1 = xh[i + half];
-                xh[i] = x0 * c - x1 * s;
-                xh[i + half] = x1 * c + x0 * s;
+                int64_t i0 = f->interleaved ? 2 * i : i, i1 = f->interleaved ? 2 * i + 1 : i + half;
+                float x0 = xh[i0], x1 = xh[i1];
+                xh[i0] = x0 * c - x1 * s;
+                xh[i1] = x1 * c + x0 * s;
             }
         }
     }

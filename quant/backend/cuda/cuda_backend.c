@@ -444,7 +444,7 @@ static int cu_rope(qd_backend *be, float *x, int64_t tokens, int64_t n_heads, in
         return qd_err_set(&be->err, QD_EINVAL, "rope: rot_dim %lld must be even and in (0, head_dim %lld]",
                           (long long)rot_dim, (long long)head_dim);
     LAUNCH(be, "rope kernel", cudaop_rope(cu_impl(be)->stream, x, tokens, n_heads, head_dim, rot_dim, pos, f->inv_freq,
-                                          f->attn_scale));
+                                          f->attn_scale, f->interleaved));
     return 0;
 }
 

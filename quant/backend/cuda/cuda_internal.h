@@ -54,10 +54,11 @@ int cudaop_sq_diff_sum(void *stream, const float *a, const float *b, int64_t n, 
 int cudaop_rmsnorm(void *stream, float *y, const float *x, const float *w, int64_t rows, int64_t dim, float eps);
 int cudaop_layernorm(void *stream, float *y, const float *x, const float *w, const float *b, int64_t rows,
                      int64_t dim, float eps);
-/* inv_freq: host array of rot_dim / 2 <= CUDAOP_ROPE_MAX_HALF floats (passed by value). */
+/* inv_freq: host array of rot_dim / 2 <= CUDAOP_ROPE_MAX_HALF floats (passed by value);
+ * interleaved: pairs (2i, 2i + 1) instead of (i, i + rot_dim / 2). */
 #define CUDAOP_ROPE_MAX_HALF 512
 int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t rot_dim,
-                const int32_t *pos, const float *inv_freq, float attn_scale);
+                const int32_t *pos, const float *inv_freq, float attn_scale, int interleaved);
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 int cudaop_softcap(void *stream, float *x, int64_t n, float cap);

@@ -430,7 +430,7 @@ extern "C" int cudaop_layernorm(void *stream, float *y, const float *x, const fl
 struct rope_tab { float inv_freq[CUDAOP_ROPE_MAX_HALF]; };
 
 __global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_dim, int64_t half,
-                       const int32_t *pos, rope_tab tab, float attn_scale)
+                       const int32_t *pos, rope_tab tab, float attn_scale, int interleaved)
 {
     int64_t total = tokens * n_heads * half;
     for (int64_t id = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; id < total; id += (int64_t)gridDim.x * blockDim.x) {
@@ -438,14 +438,16 @@ __global__ void k_rope(float *x, int64_t tokens, int64_t n_heads, int64_t head_d
         float a = (float)pos[t] * tab.inv_freq[i];   /* float32, as transformers and the CPU backend */
         float c = (float)cos((double)a) * attn_scale, s = (float)sin((double)a) * attn_scale;
         float *xh = x + t * n_heads * head_dim + h * head_dim;
-        float x0 = xh[i], x1 = xh[i + half];
-        xh[i] = x0 * c - x1 * s;
-        xh[i + half] = x1 * c + x0 * s;
+        int64_t i0 = interleaved ? 2 * i : i, i1 = interleaved ? 2 * i + 1 : i + half;
+        float x0 = xh[i0], x1 = xh[i1];
+        xh[i0] = x0 * c - x1 * s;
+        xh[i1] = x1 * c + x0 * s;
     }
 }
 
 extern "C" int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t head_dim,
-                           int64_t rot_dim, const int32_t *pos, const float *inv_freq, float attn_scale)
+                           int64_t rot_dim, const int32_t *pos, const float *inv_freq, float attn_scale,
+                           int interleaved)
 {
     int64_t half = rot_dim / 2;
     if (tokens * n_heads * half == 0) return 0;
@@ -454,7 +456,8 @@ extern "C" int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_hea
     memset(&tab, 0, sizeof tab);
     memcpy(tab.inv_freq, inv_freq, (size_t)half * sizeof(float));
     k_rope<<<op_blocks(tokens * n_heads * half), OP_THREADS, 0, (cudaStream_t)stream>>>(x, tokens, n_heads, head_dim,
-                                                                                       half, pos, tab, attn_scale);
+                                                                                       half, pos, tab, attn_scale,
+                                                                                       interleaved);
     return op_launched();
 }
 
