@@ -157,7 +157,32 @@ typedef struct qd_rope_freqs {
     X(int, ssd_scan, (qd_backend *be, float *y, const float *x, const float *b, const float *c, int64_t ld, \
                       const float *dt, int64_t ld_dt, const float *z, int64_t ld_z, const float *a, \
                       const float *d, const float *dt_bias, float dt_min, float dt_max, int64_t batch, \
-                      int64_t seq, int64_t n_heads, int64_t head_dim, int64_t n_groups, int64_t d_state))
+                      int64_t seq, int64_t n_heads, int64_t head_dim, int64_t n_groups, int64_t d_state)) \
+    /* ---- recurrent mixers and gated attention (quant/model/model_gdn.c) ---- */ \
+    /* out = sigmoid(gate) * x elementwise (a gated attention's output gate: Qwen3-Next, \
+     * Qwen3.5); out may alias x or gate. */ \
+    X(int, sigmoid_mul, (qd_backend *be, float *out, const float *gate, const float *x, int64_t n)) \
+    /* Causal depthwise conv1d over `batch` sequences of `seq` tokens (the short conv of Gated \
+     * DeltaNet and Mamba): y[t, c] = act(bias[c] + sum_{j<kernel} w[c, j] x[t - kernel + 1 + j, c]), \
+     * x before its sequence's first token being 0; x, y [batch*seq, ch], w [ch, kernel], bias \
+     * [ch] or NULL; act SiLU when silu, else none. y must not alias x. As torch's conv1d with \
+     * padding kernel - 1 and the output cut to seq (the sum in double, rounded once). */ \
+    X(int, causal_conv1d, (qd_backend *be, float *y, const float *x, const float *w, const float *bias, \
+                           int64_t batch, int64_t seq, int64_t ch, int64_t kernel, int silu)) \
+    /* The gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5) over `batch` sequences of \
+     * `seq` tokens, the state zero at each start. Per token t and value head h, on key head \
+     * h / (nv / nk): q and k (dk each) L2-normalised (x / sqrt(sum x^2 + 1e-6)), q also times \
+     * dk^-1/2; beta = sigmoid(b[t, h]), g = -exp(a_log[h]) softplus(a[t, h] + dt_bias[h]); the \
+     * state S [dk, dv] becomes S exp(g), then S + k ((v - S^T k) beta)^T, and out[t, h] = S^T q. \
+     * qkv [rows, ld_qkv] holds q (nk*dk), k (nk*dk), v (nv*dv) from column 0; b and a [rows, \
+     * ld_ba]; out [rows, nv*dv]. What transformers' recurrent form computes (its chunked one \
+     * agrees to float rounding); the CPU keeps S in double, dk <= QD_GDN_MAX_DK. */ \
+    X(int, gated_delta_rule, (qd_backend *be, float *out, const float *qkv, int64_t ld_qkv, const float *b, \
+                              const float *a, int64_t ld_ba, const float *a_log, const float *dt_bias, \
+                              int64_t batch, int64_t seq, int64_t nk, int64_t nv, int64_t dk, int64_t dv))
+
+/* Largest key head the gated delta rule takes (Qwen3-Next, Qwen3.5: 128). */
+#define QD_GDN_MAX_DK 256
 
 /* The optional ops (NULL where the backend lacks them). */
 #define QD_BACKEND_OPS_OPTIONAL(X) \

@@ -20,7 +20,7 @@
 
 #include "quant/model/model_internal.h"
 
-#define ATTN_LAYER (1 + QD_MIXER_ATTENTION)
+#define ATTN_LAYER QD_ON_MIXER(QD_MIXER_ATTENTION)
 
 /* LFM2: operator_norm before the mixer (attention with per-head q_layernorm / k_layernorm,
  * or the short convolution), ffn_norm before feed_forward; embedding_norm at the end. */
@@ -38,8 +38,8 @@ static const qd_arch arch_lfm2 = {
         {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
         {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
         {"self_attn.out_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},
-        {"conv.in_proj", 2, QD_DIM_HIDDEN3, QD_DIM_HIDDEN, QD_BIAS_MIXER, 1 + QD_MIXER_SHORT_CONV},
-        {"conv.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_HIDDEN, QD_BIAS_MIXER, 1 + QD_MIXER_SHORT_CONV},
+        {"conv.in_proj", 2, QD_DIM_HIDDEN3, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_SHORT_CONV)},
+        {"conv.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_SHORT_CONV)},
         {"feed_forward.w1", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
         {"feed_forward.w3", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
         {"feed_forward.w2", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},
@@ -78,8 +78,8 @@ static const qd_arch arch_granite_hybrid = {
         {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
         {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
         {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},
-        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, 1 + QD_MIXER_MAMBA2},
-        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, 1 + QD_MIXER_MAMBA2},
+        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
+        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
         {"shared_mlp.input_linear", 4, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
         {"shared_mlp.output_linear", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},
     },

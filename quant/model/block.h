@@ -36,6 +36,9 @@ typedef struct qd_block_weights {
     float *router_bias;                /* DeepSeek-V3: [n_experts] e_score_correction_bias; else NULL */
     float *mla_norm_w[2];              /* DeepSeek: q_a_layernorm [q_lora_rank] (or NULL), kv_a_layernorm [kv_lora_rank] */
     float *mixer_w[QD_MIXER_PARAMS];   /* a recurrent layer's float parameters (model_mixer.c), else NULL */
+    /* Gated DeltaNet layers: linear_attn.conv1d [conv channels, 1, taps], A_log [v_heads],
+     * dt_bias [v_heads], norm [v_dim] (the gated norm multiplies by w as stored); else NULL. */
+    float *gdn_conv_w, *gdn_a_log, *gdn_dt_bias, *gdn_norm_w;
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

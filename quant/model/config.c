@@ -28,11 +28,19 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
     {"Lfm2ForCausalLM", QD_ARCH_LLAMA},
     {"GraniteMoeHybridForCausalLM", QD_ARCH_LLAMA},
+    {"Qwen3NextForCausalLM", QD_ARCH_LLAMA},
+    {"Qwen3_5ForCausalLM", QD_ARCH_LLAMA},
+    {"Qwen3_5MoeForCausalLM", QD_ARCH_LLAMA},
     {"Olmo2ForCausalLM", QD_ARCH_LLAMA},
     {"Olmo3ForCausalLM", QD_ARCH_LLAMA},
     {"Exaone4ForCausalLM", QD_ARCH_LLAMA},
     {"Glm4ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
+    /* Vision-language models: their text tower (config_vlm.c) */
+    {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
+    {"Qwen3VLForConditionalGeneration", QD_ARCH_LLAMA},
+    {"Gemma3ForConditionalGeneration", QD_ARCH_LLAMA},
+    {"Mistral3ForConditionalGeneration", QD_ARCH_LLAMA},
 };
 
 qd_arch_family qd_arch_family_of(const char *architecture)
@@ -176,7 +184,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     qd_model_config c;
     memset(&c, 0, sizeof c);
     int rc = 0;
-    cJSON *root = cJSON_Parse(json);
+    cJSON *root = cJSON_Parse(json), *outer = root, *text = NULL;
     if (!root || !cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return qd_err_set(err, QD_EFORMAT, "%s: not a JSON object", what);
@@ -188,11 +196,18 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
     c.family = qd_arch_family_of(c.architecture);
     if (c.family == QD_ARCH_UNKNOWN && (rc = refuse_known_arch(root, c.architecture, what, err))) goto done;
     if (c.family == QD_ARCH_UNKNOWN) {
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma2ForCausalLM, Gemma3ForCausalLM, Phi3ForCausalLM, MixtralForCausalLM, Qwen2MoeForCausalLM, Qwen3MoeForCausalLM, DeepseekV2ForCausalLM, DeepseekV3ForCausalLM, Olmo2ForCausalLM, Olmo3ForCausalLM, Exaone4ForCausalLM, Glm4ForCausalLM, Lfm2ForCausalLM, GraniteMoeHybridForCausalLM, OPTForCausalLM)",
+        /* The supported list has outgrown one error message: the docs keep it. */
+        rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture \"%s\" is not supported (the supported architectures "
+                        "are listed in docs/methods.md, Architectures)",
                         what, a0->valuestring);
         goto done;
     }
     if ((rc = qd_cfg_get_str(root, "model_type", c.model_type, sizeof c.model_type, what, err))) goto done;
+    /* A vision-language checkpoint: the keys below are its text tower's (quantization_config
+     * stays the outer config's). */
+    if ((rc = qd_config_vlm_text(outer, what, c.architecture, &text, err))) goto done;
+    c.multimodal = text != NULL;
+    if (text) root = text;
     /* transformers 5 writes `dtype`, older versions `torch_dtype`. */
     if ((rc = qd_cfg_get_str(root, "dtype", c.torch_dtype, sizeof c.torch_dtype, what, err)) ||
         (rc = qd_cfg_get_str(root, "torch_dtype", c.torch_dtype, sizeof c.torch_dtype, what, err)))
@@ -297,11 +312,12 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         rc = qd_err_set(err, QD_EFORMAT, "%s: rms_norm_eps and rope_theta must be positive", what);
         goto done;
     }
-    const cJSON *q = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    const cJSON *q = cJSON_GetObjectItemCaseSensitive(outer, "quantization_config");
     if (q && !cJSON_IsNull(q) && (rc = parse_quant_config(q, what, &c, err))) goto done;
     *out = c;
 done:
-    cJSON_Delete(root);
+    cJSON_Delete(text);
+    cJSON_Delete(outer);
     return rc;
 }
 

@@ -56,6 +56,9 @@ typedef enum qd_block_layout {
     QD_LAYOUT_DEEPSEEK,    /* multi-head latent attention; dense MLP layers, then mlp.gate + mlp.experts.N.* + mlp.shared_experts */
     QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
     QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
+    QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
+                            * per layer; Qwen2-MoE's experts, dense layers among them */
+    QD_LAYOUT_QWEN35,      /* as Qwen3-Next with linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; dense MLP */
     QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
                             * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
     QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
@@ -149,6 +152,15 @@ typedef struct qd_model_config {
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
     qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
+    unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width
+                                * intermediate (Qwen3-Next's mlp_only_layers, decoder_sparse_step) */
+    /* Gated DeltaNet layers (layer_mixer QD_MIXER_GATED_DELTANET; model_gdn.c): gdn_k_heads key
+     * (and query) heads of gdn_k_dim, gdn_v_heads value heads of gdn_v_dim (a multiple: each key
+     * head serves gdn_v_heads / gdn_k_heads consecutive value heads), a causal conv of gdn_conv
+     * taps over q, k and v. */
+    int64_t gdn_k_heads, gdn_v_heads, gdn_k_dim, gdn_v_dim, gdn_conv;
+    int attn_gate;             /* q_proj emits each head's query then its gate; the attention's output
+                                * times sigmoid(gate) feeds o_proj (Qwen3-Next, Qwen3.5) */
     /* Multi-head latent attention (QD_LAYOUT_DEEPSEEK; kv_lora_rank 0 elsewhere). head_dim
      * is qk_rope_dim there (RoPE's dims, as transformers sets it); n_kv_heads = n_heads. */
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
@@ -156,6 +168,9 @@ typedef struct qd_model_config {
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
     int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4) */
     int tie_word_embeddings;
+    int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
+                                * config, read from text_config; the vision tower and projector
+                                * are other tensors, copied to an output unchanged */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
     int mlp_bias;              /* mlp biases (llama mlp_bias, OPT) */

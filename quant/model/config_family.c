@@ -26,6 +26,9 @@ static fam_kind kind_of(const char *arch)
         {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
         {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
         {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3},
+        /* Vision-language models: the family of their text tower (config_vlm.c). */
+        {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2}, {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
+        {"Gemma3ForConditionalGeneration", FAM_GEMMA3},     {"Mistral3ForConditionalGeneration", FAM_MISTRAL},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].arch, arch)) return t[i].kind;
@@ -285,6 +288,7 @@ static int parse_deepseek(const cJSON *root, const char *what, int v3, qd_model_
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     if (qd_config_is_hybrid(c->architecture)) return qd_config_hybrid_parse(root, what, c, err);
+    if (qd_config_is_qwen_next(c)) return qd_config_qwen_next_parse(root, what, c, err);
     if (qd_config_postnorm_is(c->architecture)) return qd_config_postnorm_parse(root, what, c, err);
     fam_kind k = kind_of(c->architecture);
     int gemma = k == FAM_GEMMA2 || k == FAM_GEMMA3;

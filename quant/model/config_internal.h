@@ -22,10 +22,22 @@ int qd_config_rope_parse(const cJSON *root, const char *what, int layer_types, q
  * layout; and the refusal of such keys where the family does not have them. Runs after
  * the shared keys (sizes, activation) are read. */
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The Gated DeltaNet hybrids (config_qwen_next.c): Qwen3-Next and Qwen3.5's keys, in place of
+ * qd_config_family_parse's, for the architectures qd_config_is_qwen_next names. */
+int qd_config_is_qwen_next(const qd_model_config *c);
+int qd_config_qwen_next_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* The post-norm families (config_postnorm.c: OLMo 2/3, EXAONE 4, GLM-4): whether
  * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
 int qd_config_postnorm_is(const char *architecture);
 int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* Vision-language architectures (config_vlm.c): 1 when arch is a ConditionalGeneration class
+ * whose text tower quantd reads. */
+int qd_config_vlm_is(const char *arch);
+/* For such an arch, *out is a new object (the caller deletes it): the text decoder's keys
+ * (text_config, or the flat top-level ones) with the text config class's defaults, the tie
+ * the outer config decides and the multimodal RoPE written as the 1-D RoPE it is for text
+ * ids. Any other arch: *out is NULL, 0 returned. */
+int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJSON **out, qd_err *err);
 
 /* The hybrids of attention with a recurrent mixer (config_hybrid.c): LFM2 and Granite-4.
  * qd_config_family_parse hands them over whole (RoPE included). */

@@ -25,10 +25,11 @@
 #include "quant/model/config.h"
 
 /* A block's linears and input groups: up to 5 attention projections (DeepSeek's latent
- * attention), a dense MLP's 3 (DeepSeek's dense layers), and 3 per expert (up to
+ * attention; a hybrid's attention and recurrent layers' projections, up to 9, Qwen3.5), a
+ * dense MLP's 3 (DeepSeek's dense layers), and 3 per expert (up to
  * QD_MAX_EXPERTS, plus a shared expert); up to 4 groups for attention, 2 for the dense MLP
  * and 2 per expert. */
-#define QD_MAX_LINEARS (8 + 3 * (QD_MAX_EXPERTS + 1))
+#define QD_MAX_LINEARS (12 + 3 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_GROUP_LINEARS 4
 #define QD_MAX_GROUPS (6 + 2 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_NORMS 4
@@ -91,6 +92,11 @@ const char *qd_model_arch_name(const qd_model *m);
  * positions are computed (RoPE) or the architecture is not supported. Needs config.json
  * alone, for the pre-flight estimate before a weight is read. */
 int64_t qd_model_config_pos_rows(const qd_model_config *c);
+/* A vision-language checkpoint's tensor outside its text tower (the vision tower, the
+ * projector): 1 with root the module it lies in, as vLLM and transformers name its top
+ * ("visual", "vision_tower", "multi_modal_projector": the leading "model." left out); 0 for
+ * the text tower's tensors and any tensor of a text-only model. */
+int qd_model_outside_text(const qd_model *m, const char *name, char *root, size_t cap);
 /* Full tensor name prefix of block i, e.g. "model.layers.3." (static per model). */
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
 
@@ -120,6 +126,10 @@ float qd_model_norm_offset(const qd_model *m);
  * model has none. */
 const char *qd_model_moe_router(const qd_model *m);
 const char *qd_model_moe_shared_gate(const qd_model *m);
+/* A hybrid's recurrent layer's conv module, linear-shaped and never quantized (vLLM builds
+ * it without the quantization config): "linear_attn.conv1d" on block's Gated DeltaNet layer,
+ * relative to the block; NULL on other layers and models. */
+const char *qd_model_block_conv(const qd_model *m, int block);
 
 /* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
  * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's

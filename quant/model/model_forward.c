@@ -1,7 +1,9 @@
 /* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
  * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
  * RoPE, GQA attention with optional window and soft-cap (DeepSeek's latent attention in
- * model_mla.c), SwiGLU or GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and
+ * model_mla.c; Gated DeltaNet layers in model_gdn.c; Qwen3-Next's output gate), SwiGLU or
+ * GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU
+ * MLP, biases), and
  * final norm + lm_head (+ Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
@@ -168,12 +170,28 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     float *att = v ? qd_model_scratch(m, QD_SCRATCH_ATT, (size_t)(rows * qd) * sizeof(float), err) : NULL;
     if (!att) return QD_ENOMEM;
     int rc;
+    float *gate = NULL;
     if ((rc = qd_fwd_call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err))) return rc;
     if (a->fused_qkv) {
         /* Phi-3's qkv_proj: rows [0, Q) are q, then k, then v. */
         if ((rc = qd_fwd_linear_part(m, bw, 0, 0, qd, xn, rows, q, hooks, err)) ||
             (rc = qd_fwd_linear_part(m, bw, 0, qd, kvd, xn, rows, k, hooks, err)) ||
             (rc = qd_fwd_linear_part(m, bw, 0, qd + kvd, kvd, xn, rows, v, hooks, err)))
+            return rc;
+    } else if (c->attn_gate) {
+        /* Qwen3-Next, Qwen3.5: q_proj's rows are, per head, its query then its output gate;
+         * gathered (in head_dim units) into q and gate. */
+        float *qg = qd_model_scratch(m, QD_SCRATCH_QG, (size_t)(rows * 2 * qd) * sizeof(float), err);
+        gate = qg ? qd_model_scratch(m, QD_SCRATCH_GATE, (size_t)(rows * qd) * sizeof(float), err) : NULL;
+        int32_t map[2 * 1024];
+        if (!gate) return QD_ENOMEM;
+        if (c->n_heads > 1024) return qd_err_set(err, QD_EUNSUPPORTED, "gated attention: %lld heads (at most 1024)", (long long)c->n_heads);
+        for (int64_t h = 0; h < c->n_heads; h++) { map[h] = (int32_t)(2 * h); map[c->n_heads + h] = (int32_t)(2 * h + 1); }
+        if ((rc = run_linear(m, bw, QD_LIN_Q, xn, rows, qg, hooks, err)) ||
+            (rc = qd_fwd_gather_units(m, q, qg, rows, 2 * c->n_heads, c->head_dim, map, c->n_heads, err)) ||
+            (rc = qd_fwd_gather_units(m, gate, qg, rows, 2 * c->n_heads, c->head_dim, map + c->n_heads, c->n_heads, err)) ||
+            (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
+            (rc = run_linear(m, bw, QD_LIN_V, xn, rows, v, hooks, err)))
             return rc;
     } else if ((rc = run_linear(m, bw, QD_LIN_Q, xn, rows, q, hooks, err)) ||
                (rc = run_linear(m, bw, QD_LIN_K, xn, rows, k, hooks, err)) ||
@@ -201,6 +219,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));
     BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
                                              c->head_dim, scale, window, c->attn_softcap));
+    if (gate) BE_CALL(m, err, m->be->ops->sigmoid_mul(m->be, att, gate, att, rows * qd));
     if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_o].group, att, rows, hooks, err)) ||
         (rc = run_linear(m, bw, a->lin_o, att, rows, out, hooks, err)))
         return rc;
@@ -249,12 +268,14 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
 
 qd_block_part qd_model_group_part(const qd_model *m, int g)
 {
-    /* Every family names its attention linears self_attn.*; everything after the
+    /* Every family names its attention linears self_attn.* (a hybrid's recurrent layers
+     * linear_attn.*); everything after the
      * attention's residual add (MLP, router, experts) belongs to the second half. */
     const qd_input_group *G = qd_model_group(m, g);
     const qd_linear_info *L = G && G->n_linears > 0 ? qd_model_linear(m, G->linears[0]) : NULL;
-    /* A hybrid's recurrent mixer (conv.*, mamba.*) stands where attention does. */
-    return L && (!strncmp(L->name, "self_attn.", 10) || L->layer_mixer >= 0) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
+    /* A hybrid's recurrent mixer (conv.*, mamba.*, linear_attn.*) stands where attention does. */
+    return L && (!strncmp(L->name, "self_attn.", 10) || !strncmp(L->name, "linear_attn.", 12) || L->layer_mixer >= 0)
+               ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
 }
 
 int qd_model_attn_out_group(const qd_model *m)
@@ -265,7 +286,8 @@ int qd_model_attn_out_group(const qd_model *m)
 /* The first half's output projection in block `block`: o_proj, or a recurrent layer's out_proj. */
 static int attn_out_linear(const qd_model *m, int block)
 {
-    return qd_model_layer_mixer(m, block) != QD_MIXER_ATTENTION ? m->arch->lin_mix_out : m->arch->lin_o;
+    int k = qd_model_block_mixer(m, block);
+    return k == QD_MIXER_MAMBA2 || k == QD_MIXER_SHORT_CONV ? m->arch->lin_mix_out : m->arch->lin_o;
 }
 
 int qd_model_block_attn_out_group(const qd_model *m, int block)
@@ -311,7 +333,13 @@ static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err)
 {
-    return half_finish(m, bw, 0, attn_out_linear(m, bw->block), ctx, x, y, rows, err);
+    /* A hybrid's recurrent layer ends its half in its own projection (LFM2's and Mamba-2's
+     * out_proj); a Gated DeltaNet layer's is not finished from its context. */
+    int li = attn_out_linear(m, bw->block);
+    if (!qd_model_block_has_linear(m, bw->block, li))
+        return qd_err_set(err, QD_EINVAL, "attention finish: block %d has no %s (a recurrent layer)", bw->block,
+                          m->lin[li].name);
+    return half_finish(m, bw, 0, li, ctx, x, y, rows, err);
 }
 
 /* The dense MLP's last linear (down_proj, fc2) as mlp() runs it; -1 for a model with
@@ -391,12 +419,16 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
         if (pre && bw->norm_w[0]) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
-        if (qd_model_layer_mixer(m, bw->block) != QD_MIXER_ATTENTION)   /* a hybrid's recurrent layer */
+        int kind = qd_model_block_mixer(m, bw->block);
+        if (m->arch->mla)
+            rc = qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err);
+        else if (kind == QD_MIXER_GATED_DELTANET)   /* Qwen3-Next, Qwen3.5 */
+            rc = qd_gdn_forward(m, bw, ain, tmp, batch, seq, hooks, err);
+        else if (kind == QD_MIXER_MAMBA2 || kind == QD_MIXER_SHORT_CONV)   /* Granite-4.0-H, LFM2 */
             rc = qd_mixer_forward(m, bw, ain, tmp, batch, seq, hooks, err);
         else
-            rc = m->arch->mla ? qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err)
-                              : attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL,
-                                          window, hooks, err);
+            rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL, window,
+                           hooks, err);
         if (rc || (rc = half_tail(m, bw, 0, y, tmp, rows, pre, err))) return rc;
     }
     if (part == QD_BLOCK_ATTN) return 0;

@@ -21,6 +21,13 @@ typedef enum qd_dim {
     QD_DIM_KVLORA,       /* kv_lora_rank */
     QD_DIM_KVB,          /* n_heads * (qk_nope + v_head_dim): kv_b_proj's rows */
     QD_DIM_VO,           /* n_heads * v_head_dim: o_proj's input */
+    /* Gated attention and Gated DeltaNet (Qwen3-Next, Qwen3.5) */
+    QD_DIM_Q2,           /* 2 Q: a q_proj that also emits each head's output gate */
+    QD_DIM_GDN_QKVZ,     /* 2 k_heads k_dim + 2 v_heads v_dim: in_proj_qkvz */
+    QD_DIM_GDN_BA,       /* 2 v_heads: in_proj_ba */
+    QD_DIM_GDN_QKV,      /* 2 k_heads k_dim + v_heads v_dim: in_proj_qkv, the conv's channels */
+    QD_DIM_GDN_V,        /* v_heads v_dim: in_proj_z's rows, out_proj's input */
+    QD_DIM_GDN_H,        /* v_heads: in_proj_b's and in_proj_a's rows */
     /* Recurrent mixers (model_mixer.c) */
     QD_DIM_HIDDEN3,      /* 3 hidden: LFM2's conv.in_proj rows (B, C, x) */
     QD_DIM_SSM_INNER,    /* Mamba-2's inner width, mamba heads * head dim: out_proj's input */
@@ -28,14 +35,18 @@ typedef enum qd_dim {
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
-typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_MIXER } qd_bias_kind;
+typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_NONE, QD_BIAS_MIXER } qd_bias_kind;
+
+/* qd_arch_linear.mixer: the layers that hold a linear, in hybrids (layer_mixer). */
+#define QD_ON_EVERY_LAYER 0
+#define QD_ON_MIXER(k) ((k) + 1)   /* only the layers whose mixer is k (qd_layer_mixer) */
 
 typedef struct qd_arch_linear {
     const char *name;          /* relative to the block prefix, without ".weight" */
     int group;
     qd_dim n_dim, k_dim;
     qd_bias_kind bias;
-    int layer_mixer;           /* hybrids: 1 + the qd_layer_mixer of the layers holding it; 0: every layer */
+    int mixer;                 /* QD_ON_EVERY_LAYER, or QD_ON_MIXER(kind) */
 } qd_arch_linear;
 
 typedef struct qd_arch_group {
@@ -53,7 +64,7 @@ typedef struct qd_arch_group {
 enum { QD_LIN_Q = 0, QD_LIN_K, QD_LIN_V };
 
 /* The architecture table's own capacity (experts are generated from a template). */
-#define QD_ARCH_MAX_LINEARS 10
+#define QD_ARCH_MAX_LINEARS 12
 #define QD_ARCH_MAX_GROUPS 6
 
 typedef struct qd_arch {
@@ -85,11 +96,18 @@ typedef struct qd_arch {
     const char *shared_prefix; /* "mlp.shared_expert." (Qwen2-MoE) */
     const char *shared_gate;   /* "mlp.shared_expert_gate" [1, hidden], kept in float; NULL: ungated */
     const char *router_bias;   /* "mlp.gate.e_score_correction_bias" [n_experts] (DeepSeek-V3), in float */
+    /* Gated DeltaNet layers (model_gdn.c): their linears from lin_gdn0 — 1: in_proj_qkvz and
+     * in_proj_ba interleaved per key-head group (Qwen3-Next), 2: in_proj_qkv, in_proj_z,
+     * in_proj_b, in_proj_a (Qwen3.5) — then out_proj; 0: none. */
+    int gdn;
+    int lin_gdn0;
     /* Hybrids (model_mixer.c): the mixer's in_proj and out_proj, and the q/k norms' names
      * where they are not self_attn.q_norm / k_norm. */
     int lin_mix_in, lin_mix_out;
     const char *qk_norms[2];
 } qd_arch;
+
+extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
 /* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
@@ -98,7 +116,8 @@ const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
        QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
-       QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_COUNT };
+       QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_QG, QD_SCRATCH_GATE, QD_SCRATCH_GDN_IN, QD_SCRATCH_GDN_MIX,
+       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -107,6 +126,8 @@ struct qd_model {
     st_model *st;
     qd_backend *be;
     int strip_prefix;          /* tensors saved without the leading "model." */
+    const char *text_prefix;   /* multimodal: what stands for "model." in the text tower's names */
+    const char *lm_prefix;     /* multimodal: before "lm_head." ("" or "language_model.") */
     int n_lin, n_grp;
     qd_linear_info lin[QD_MAX_LINEARS];
     qd_input_group grp[QD_MAX_GROUPS];
@@ -166,12 +187,25 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
+/* The mixer of block b (layer_mixer; attention past the config's table). */
+static inline int qd_model_block_mixer(const qd_model *m, int b)
+{
+    return b >= 0 && b < QD_CFG_MAX_LAYERS ? m->cfg.layer_mixer[b] : QD_MIXER_ATTENTION;
+}
+/* Gated DeltaNet (model_gdn.c): xn [batch*seq, hidden] → out, the out_proj output. */
+int qd_gdn_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
+                   const qd_block_hooks *hooks, qd_err *err);
+/* Column units of rows (model_gdn.c): dst [rows, n_map * unit] takes, for each row r and
+ * j < n_map, the unit map[j] (of `unit` floats) of src's row r [src_units * unit], through
+ * the backend's gather_rows (an index list built and uploaded here). How interleaved
+ * projections (Qwen3-Next's in_proj_qkvz, a gated q_proj) are split into contiguous parts. */
+int qd_fwd_gather_units(qd_model *m, float *dst, const float *src, int64_t rows, int64_t src_units, int64_t unit,
+                        const int32_t *map, int64_t n_map, qd_err *err);
 /* Hybrids (model_mixer.c): the tables of LFM2 and Granite-4; a recurrent layer's mixer,
  * xn [batch*seq, hidden] → out (out_proj's output, backend memory); its float parameters
  * (convolution, A, D, dt_bias, gated norm), loaded into bw->mixer_w, checked at open, and
  * their size. */
 const qd_arch *qd_arch_hybrid(const qd_model_config *c);
-int qd_model_layer_mixer(const qd_model *m, int block);
 int qd_mixer_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                      const qd_block_hooks *hooks, qd_err *err);
 int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);

@@ -30,6 +30,18 @@
 const char *qd_model_tname(const qd_model *m, const char *canonical)
 {
     if (m->strip_prefix && !strncmp(canonical, "model.", 6)) return canonical + 6;
+    if (m->text_prefix) {
+        /* A vision-language checkpoint's text tower (see find_text_tower): the name is
+         * built in one of a few buffers of the thread's, each used until it comes round
+         * again (a caller uses the name at once or copies it). */
+        static _Thread_local char ring[8][320];
+        static _Thread_local unsigned next;
+        char *b = ring[next++ % 8];
+        if (!strncmp(canonical, "model.", 6)) snprintf(b, sizeof ring[0], "%s%s", m->text_prefix, canonical + 6);
+        else if (!strncmp(canonical, "lm_head.", 8)) snprintf(b, sizeof ring[0], "%s%s", m->lm_prefix, canonical);
+        else return canonical;
+        return b;
+    }
     return canonical;
 }
 
@@ -53,6 +65,12 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_KVLORA: return m->cfg.kv_lora_rank;
     case QD_DIM_KVB: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.v_head_dim);
     case QD_DIM_VO: return m->cfg.n_heads * m->cfg.v_head_dim;
+    case QD_DIM_Q2: return 2 * m->cfg.n_heads * m->cfg.head_dim;
+    case QD_DIM_GDN_QKVZ: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + 2 * m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_BA: return 2 * m->cfg.gdn_v_heads;
+    case QD_DIM_GDN_QKV: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_V: return m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
+    case QD_DIM_GDN_H: return m->cfg.gdn_v_heads;
     case QD_DIM_HIDDEN3: return 3 * m->cfg.hidden;
     case QD_DIM_SSM_INNER: return m->cfg.mixer.ssm_heads * m->cfg.mixer.ssm_head_dim;
     case QD_DIM_SSM_IN: {
@@ -398,6 +416,31 @@ static int load_router(qd_model *m, int block, qd_block_weights *bw, qd_err *err
     return rc;
 }
 
+/* A Gated DeltaNet layer's float parameters (block.h): into bw, or when bw is NULL only
+ * found and checked (validate_blocks). The gated norm's weight is used as stored (the
+ * model's norm_offset is its other norms'). */
+static int gdn_params(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
+{
+    const qd_model_config *c = &m->cfg;
+    char name[512];
+    int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+    int64_t conv[3] = {qd_model_dim(m, QD_DIM_GDN_QKV), 1, c->gdn_conv}, nv = c->gdn_v_heads, dv = c->gdn_v_dim;
+    static const char *const names[4] = {"linear_attn.conv1d.weight", "linear_attn.A_log", "linear_attn.dt_bias",
+                                         "linear_attn.norm.weight"};
+    const int64_t *shapes[4] = {conv, &nv, &nv, &dv};
+    float *tmp[4] = {0};
+    float **dst[4] = {bw ? &bw->gdn_conv_w : &tmp[0], bw ? &bw->gdn_a_log : &tmp[1], bw ? &bw->gdn_dt_bias : &tmp[2],
+                      bw ? &bw->gdn_norm_w : &tmp[3]};
+    for (int i = 0; i < 4; i++) {
+        snprintf(name + n, sizeof name - n, "%s", names[i]);
+        const st_tensor *t;
+        int rc = bw ? qd_model_load_f32(m, name, i ? 1 : 3, shapes[i], dst[i], err)
+                    : find_float(m, name, i ? 1 : 3, shapes[i], &t, err);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
 uint64_t qd_block_bytes(const qd_model *m)
 {
     uint64_t n = 0;
@@ -408,6 +451,8 @@ uint64_t qd_block_bytes(const qd_model *m)
     else if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
     n += (uint64_t)m->cfg.n_experts * (m->cfg.hidden + 1) + (m->cfg.shared_intermediate > 0 ? m->cfg.hidden : 0);
+    if (m->arch->gdn)
+        n += (uint64_t)(qd_model_dim(m, QD_DIM_GDN_QKV) * m->cfg.gdn_conv + 2 * m->cfg.gdn_v_heads + m->cfg.gdn_v_dim);
     return n * sizeof(float) + qd_mixer_bytes(m);
 }
 
@@ -421,6 +466,10 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->shared_gate_w);
     qd_backend_free(m->be, bw->router_bias);
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
+    qd_backend_free(m->be, bw->gdn_conv_w);
+    qd_backend_free(m->be, bw->gdn_a_log);
+    qd_backend_free(m->be, bw->gdn_dt_bias);
+    qd_backend_free(m->be, bw->gdn_norm_w);
     for (int i = 0; i < QD_MIXER_PARAMS; i++) qd_backend_free(m->be, bw->mixer_w[i]);
     free(bw);
 }
@@ -447,8 +496,8 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         }
     }
     static const char *const qk_names[2] = {"self_attn.q_norm", "self_attn.k_norm"};
-    int attends = qd_model_layer_mixer(m, block) == QD_MIXER_ATTENTION;
-    for (int i = 0; i < 2 && m->cfg.qk_norm && attends && !rc; i++) {
+    int attn_layer = qd_model_block_mixer(m, block) == QD_MIXER_ATTENTION;
+    for (int i = 0; i < 2 && m->cfg.qk_norm && attn_layer && !rc; i++) {
         char name[512];
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->qk_norms[i] ? m->arch->qk_norms[i] : qk_names[i]);
@@ -465,7 +514,8 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         rc = load_norm(m, name, i ? m->cfg.kv_lora_rank : m->cfg.q_lora_rank, &bw->mla_norm_w[i], err);
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
-    if (!rc && !attends) rc = qd_mixer_load(m, block, bw, err);
+    if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
+    else if (!rc && !attn_layer) rc = qd_mixer_load(m, block, bw, err);   /* LFM2, Granite-4.0-H */
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
     return 0;
@@ -575,8 +625,9 @@ static int validate_blocks(qd_model *m, qd_err *err)
                 (rc = find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
-        if (qd_model_layer_mixer(m, b) != QD_MIXER_ATTENTION) {
-            int rc = qd_mixer_validate(m, b, err);
+        if (qd_model_block_mixer(m, b) != QD_MIXER_ATTENTION) {
+            int rc = qd_model_block_mixer(m, b) == QD_MIXER_GATED_DELTANET ? gdn_params(m, b, NULL, err)
+                                                                            : qd_mixer_validate(m, b, err);
             if (rc) return rc;
         }
         for (int i = 0; i < 2; i++) {
@@ -668,12 +719,12 @@ static void describe_block(qd_model *m)
         L->n = qd_model_dim(m, al->n_dim);
         L->k = qd_model_dim(m, al->k_dim);
         L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias
-                    : al->bias == QD_BIAS_MIXER ? c->mixer.proj_bias : c->mlp_bias;
+                    : al->bias == QD_BIAS_MIXER ? c->mixer.proj_bias : al->bias == QD_BIAS_MLP ? c->mlp_bias : 0;
         L->group = al->group;
         L->expert = -1;
         /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
         L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0;
-        L->layer_mixer = al->layer_mixer - 1;
+        L->layer_mixer = al->mixer - 1;
     }
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
@@ -712,6 +763,30 @@ static void describe_block(qd_model *m)
     m->lin_exp0 = m->n_lin;
     m->grp_exp0 = m->n_grp;
     if (c->n_experts > 0) describe_moe(m);
+}
+
+/* A vision-language checkpoint's text tower: where its decoder's tensors are, as
+ * transformers 5 saves them (model.language_model.*, lm_head), as the Hub's Qwen2.5-VL
+ * files have them (model.*, beside visual.*), or as Gemma 3's and Mistral-3's do
+ * (language_model.model.*, language_model.lm_head). The vision tower and projector are
+ * never read. The lm_head: transformers ties it to the embeddings where the config says so
+ * and the checkpoint has none; one the checkpoint has is used (transformers does not tie
+ * one that differs from the embeddings), so a tie the config claims changes nothing then. */
+static int find_text_tower(qd_model *m, qd_err *err)
+{
+    static const char *const prefixes[] = {"model.language_model.", "language_model.model.", "model."};
+    char name[320];
+    for (size_t i = 0; i < sizeof prefixes / sizeof prefixes[0] && !m->text_prefix; i++) {
+        snprintf(name, sizeof name, "%s%s", prefixes[i], m->arch->embed + 6);
+        if (st_model_find(m->st, name)) m->text_prefix = prefixes[i];
+    }
+    if (!m->text_prefix)
+        return qd_err_set(err, QD_ENOTFOUND, "%s: %s: the text tower's embeddings are missing (model.language_model.%s, "
+                          "language_model.model.%s or model.%s)", m->dir, m->cfg.architecture, m->arch->embed + 6,
+                          m->arch->embed + 6, m->arch->embed + 6);
+    m->lm_prefix = !strcmp(m->text_prefix, "language_model.model.") ? "language_model." : "";
+    if (m->cfg.tie_word_embeddings && qd_model_tfind(m, m->arch->lm_head)) m->cfg.tie_word_embeddings = 0;
+    return 0;
 }
 
 /* Embedding, positions, final norm, projections and lm_head. */
@@ -790,7 +865,9 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     }
     if ((rc = st_model_open(dir, &m->st, err))) goto fail;
     /* Some OPT checkpoints were saved from the base model and lack the "model." prefix. */
-    if (!st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6)) m->strip_prefix = 1;
+    if (!m->cfg.multimodal && !st_model_find(m->st, m->arch->embed) && st_model_find(m->st, m->arch->embed + 6))
+        m->strip_prefix = 1;
+    if (m->cfg.multimodal && (rc = find_text_tower(m, err))) goto fail;
     if (m->cfg.n_experts > 0) {
         m->lin_names = calloc(QD_MAX_LINEARS, sizeof *m->lin_names);
         m->grp_names = calloc(QD_MAX_GROUPS, sizeof *m->grp_names);
@@ -861,11 +938,16 @@ const char *qd_model_arch_name(const qd_model *m) { return m->arch->name; }
 int qd_model_n_linears(const qd_model *m) { return m->n_lin; }
 const qd_linear_info *qd_model_linear(const qd_model *m, int i) { return i >= 0 && i < m->n_lin ? &m->lin[i] : NULL; }
 int qd_model_n_groups(const qd_model *m) { return m->n_grp; }
-int qd_model_block_is_moe(const qd_model *m, int block) { return m->cfg.n_experts > 0 && block >= m->cfg.first_dense; }
+int qd_model_block_is_moe(const qd_model *m, int block)
+{
+    return m->cfg.n_experts > 0 && block >= m->cfg.first_dense && !(block < QD_CFG_MAX_LAYERS && m->cfg.layer_dense[block]);
+}
 int qd_model_block_has_linear(const qd_model *m, int block, int li)
 {
     if (li < 0 || li >= m->n_lin) return 0;
-    if (m->lin[li].layer_mixer >= 0 && m->lin[li].layer_mixer != qd_model_layer_mixer(m, block)) return 0;
+    /* A hybrid's attention and recurrent projections: the layers of their mixer only. */
+    if (li < m->arch->n_linears && m->arch->linears[li].mixer != QD_ON_EVERY_LAYER)
+        return m->arch->linears[li].mixer == QD_ON_MIXER(qd_model_block_mixer(m, block));
     if (m->lin[li].expert != -1) return qd_model_block_is_moe(m, block);
     if (m->lin[li].dense_mlp) return !qd_model_block_is_moe(m, block);
     return 1;
@@ -880,10 +962,26 @@ const char *qd_model_moe_shared_gate(const qd_model *m)
     return m->cfg.n_experts > 0 && m->cfg.shared_intermediate > 0 ? m->arch->shared_gate : NULL;
 }
 
+const char *qd_model_block_conv(const qd_model *m, int block)
+{
+    return qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET ? "linear_attn.conv1d" : NULL;
+}
+
 int qd_model_linear_find(const qd_model *m, const char *name)
 {
     for (int i = 0; i < m->n_lin; i++) if (!strcmp(m->lin[i].name, name)) return i;
     return -1;
+}
+
+int qd_model_outside_text(const qd_model *m, const char *name, char *root, size_t cap)
+{
+    if (!m->text_prefix || !strncmp(name, m->text_prefix, strlen(m->text_prefix))) return 0;
+    size_t lp = strlen(m->lm_prefix);
+    if (!strncmp(name, m->lm_prefix, lp) && !strncmp(name + lp, "lm_head.", 8)) return 0;
+    const char *s = !strncmp(name, "model.", 6) ? name + 6 : name;
+    size_t n = strcspn(s, ".");
+    snprintf(root, cap, "%.*s", (int)n, s);
+    return 1;
 }
 
 int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap)

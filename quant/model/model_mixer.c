@@ -24,11 +24,6 @@
 
 enum { MIX_CONV_W = 0, MIX_CONV_B, MIX_A, MIX_D, MIX_DT_BIAS, MIX_NORM };
 
-int qd_model_layer_mixer(const qd_model *m, int block)
-{
-    return block >= 0 && block < QD_CFG_MAX_LAYERS ? (int)m->cfg.layer_mixer[block] : QD_MIXER_ATTENTION;
-}
-
 /* The parameters of a layer of kind `mixer`: names (relative to the block) and shapes. The
  * convolution weight is stored as Conv1d's [ch, 1, kernel]. Returns how many; NULL name:
  * absent (no bias). */
@@ -83,7 +78,7 @@ static int check_kind(const qd_model *m, int block, int kind, qd_err *err)
 
 int qd_mixer_validate(const qd_model *m, int block, qd_err *err)
 {
-    int kind = qd_model_layer_mixer(m, block), rc = check_kind(m, block, kind, err);
+    int kind = qd_model_block_mixer(m, block), rc = check_kind(m, block, kind, err);
     if (rc) return rc;
     mix_param p[QD_MIXER_PARAMS];
     int np = mixer_params(m, kind, p);
@@ -100,7 +95,7 @@ int qd_mixer_validate(const qd_model *m, int block, qd_err *err)
 
 int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
 {
-    int kind = qd_model_layer_mixer(m, block), rc = check_kind(m, block, kind, err);
+    int kind = qd_model_block_mixer(m, block), rc = check_kind(m, block, kind, err);
     if (rc) return rc;
     mix_param p[QD_MIXER_PARAMS];
     int np = mixer_params(m, kind, p);
@@ -187,7 +182,7 @@ static int mamba2(qd_model *m, const qd_block_weights *bw, const float *xn, floa
 int qd_mixer_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                      const qd_block_hooks *hooks, qd_err *err)
 {
-    int kind = qd_model_layer_mixer(m, bw->block);
+    int kind = qd_model_block_mixer(m, bw->block);
     if (kind == QD_MIXER_SHORT_CONV) return short_conv(m, bw, xn, out, batch, seq, hooks, err);
     if (kind == QD_MIXER_MAMBA2) return mamba2(m, bw, xn, out, batch, seq, hooks, err);
     return check_kind(m, bw->block, kind, err);

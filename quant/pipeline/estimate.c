@@ -19,6 +19,7 @@
 #include "quant/algo/awq.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/meminfo.h"
+#include "quant/core/safetensors.h"
 #include "quant/model/eval.h"
 #include "quant/model/model.h"
 #include "quant/pipeline/acts.h"
@@ -130,6 +131,27 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
     est->part_disk_bytes = big;
     uint64_t k = u64max(u64max(h, qd), u64max(inter, mi)), rows = u64min(u64max(h, u64max(inter, qd)), EST_PART_ROWS);
     est->part_ram_bytes = EST_BASE_BYTES + 4 * k * k * 4 + rows * k * (8 + 9 + 9);
+}
+
+/* A vision-language model's tensors outside the text tower's blocks (vision tower,
+ * projector, embeddings, lm_head), copied to the output as they are: their bytes, from the
+ * safetensors headers (no weight is read). 0 when they cannot be opened: the job's own
+ * open reports that. */
+static uint64_t vlm_rest_bytes(const char *dir)
+{
+    static const char *const blocks[] = {"model.layers.", "model.language_model.layers.", "language_model.model.layers."};
+    st_model *m = NULL;
+    qd_err e = {0};
+    if (st_model_open(dir, &m, &e)) return 0;
+    uint64_t n = 0;
+    for (size_t i = 0; i < st_model_count(m); i++) {
+        const st_tensor *t = st_model_tensor(m, i);
+        int in_block = 0;
+        for (size_t b = 0; b < sizeof blocks / sizeof blocks[0]; b++) in_block |= !strncmp(t->name, blocks[b], strlen(blocks[b]));
+        if (!in_block) n += (uint64_t)t->numel * qd_dtype_size(t->dtype);
+    }
+    st_model_close(m);
+    return n;
 }
 
 int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_err *err)
@@ -306,6 +328,8 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t fb = float_bytes(&cfg);
     uint64_t rest = V * h * fb * (cfg.tie_word_embeddings ? 1 : 2) + (uint64_t)qd_model_config_pos_rows(&cfg) * h * fb +
                     4 * h * fb;
+    uint64_t vlm_rest = cfg.multimodal ? vlm_rest_bytes(job->model) : 0;
+    if (vlm_rest) rest = vlm_rest;
     /* Checkpoint: every block file, and the activation files: one after every
      * checkpoint.acts_every-th block but the last, two of them for an instant once there is
      * an older one (acts-i is removed after acts-(i + every) is written); the output is

@@ -136,6 +136,42 @@ void qd_output_regex_escape(const char *in, char *out, size_t cap)
     out[o] = 0;
 }
 
+int qd_output_declare_float_roots(cJSON *q, const char *const *roots, size_t n_roots)
+{
+    if (!n_roots) return 0;
+    cJSON *ign = cJSON_GetObjectItemCaseSensitive(q, "ignore");
+    cJSON *mnc = cJSON_GetObjectItemCaseSensitive(q, "modules_to_not_convert");
+    const cJSON *method = cJSON_GetObjectItemCaseSensitive(q, "quant_method");
+    cJSON *dyn = NULL;
+    if (mnc && !cJSON_IsArray(mnc)) {
+        cJSON_DeleteItemFromObjectCaseSensitive(q, "modules_to_not_convert");
+        mnc = cJSON_AddArrayToObject(q, "modules_to_not_convert");
+        if (!mnc) return QD_ENOMEM;
+    }
+    if (cJSON_IsString(method) && !strcmp(method->valuestring, "gptq")) {
+        dyn = cJSON_GetObjectItemCaseSensitive(q, "dynamic");
+        if (!dyn && !(dyn = cJSON_AddObjectToObject(q, "dynamic"))) return QD_ENOMEM;
+    }
+    char esc[200], buf[300];
+    for (size_t i = 0; i < n_roots; i++) {
+        qd_output_regex_escape(roots[i], esc, sizeof esc);
+        if (cJSON_IsArray(ign)) {
+            snprintf(buf, sizeof buf, "re:(model\\.)?%s\\..*", esc);
+            cJSON_AddItemToArray(ign, cJSON_CreateString(buf));
+        }
+        if (mnc) {
+            cJSON_AddItemToArray(mnc, cJSON_CreateString(roots[i]));
+            snprintf(buf, sizeof buf, "model.%s", roots[i]);
+            cJSON_AddItemToArray(mnc, cJSON_CreateString(buf));
+        }
+        if (dyn) {
+            snprintf(buf, sizeof buf, "-:(model\\.)?%s\\..*", esc);
+            cJSON_AddItemToObject(dyn, buf, cJSON_CreateObject());
+        }
+    }
+    return 0;
+}
+
 cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_modules, size_t n_float,
                               const char *const *trivial_g_idx, size_t n_trivial, const char *awq_note)
 {

@@ -26,7 +26,7 @@ typedef struct qd_out_tensor {
     const char *name;          /* borrowed */
     qd_dtype dtype;
     int ndim;
-    int64_t shape[4];
+    int64_t shape[ST_MAX_DIMS];   /* every dimension a source tensor has (Qwen-VL's Conv3d patch embedding: 5) */
     const void *data;          /* borrowed until qd_output_write_shards returns */
 } qd_out_tensor;
 
@@ -43,6 +43,15 @@ int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n,
 struct cJSON *qd_output_quant_config(const qp_job *job, const char *const *float_modules,
                                      size_t n_float, const char *const *trivial_g_idx,
                                      size_t n_trivial, const char *awq_note);
+
+/* Declares in q (a format's quantization_config) the top modules of a vision-language
+ * model's vision tower and projector (roots: "visual", "vision_tower", ...), kept in float,
+ * the way the format's loaders read it, for transformers' in-memory names
+ * ("model.visual.blocks.0.attn.qkv") and vLLM's ("visual.blocks.0.attn.qkv") alike:
+ * compressed-tensors `ignore` gets "re:(model\.)?ROOT\..*"; AWQ's modules_to_not_convert
+ * gets ROOT (vLLM matches substrings) and "model.ROOT" (transformers matches from the
+ * start); GPTQ's `dynamic` gets "-:(model\.)?ROOT\..*" (a skip). 0, or QD_ENOMEM. */
+int qd_output_declare_float_roots(struct cJSON *q, const char *const *roots, size_t n_roots);
 
 /* "float32", "float16", "bfloat16" (the names config.json uses); NULL for other dtypes. */
 const char *qd_output_dtype_name(qd_dtype t);

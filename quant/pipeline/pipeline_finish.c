@@ -61,6 +61,32 @@ static void remove_outputs(const char *dir, const char *job_id)
     closedir(d);
 }
 
+/* A vision-language model's vision tower and projector: their top modules, declared in
+ * float in the quantization config (their tensors are copied unchanged with the rest). */
+#define MAX_FLOAT_ROOTS 16
+static int float_roots(qd_pipeline *p, cJSON *qcfg, qd_err *err)
+{
+    const st_model *sm = qd_model_tensors(p->m);
+    char roots[MAX_FLOAT_ROOTS][64];
+    const char *names[MAX_FLOAT_ROOTS];
+    size_t n = 0;
+    for (size_t i = 0; i < st_model_count(sm); i++) {
+        char r[64];
+        if (!qd_model_outside_text(p->m, st_model_tensor(sm, i)->name, r, sizeof r)) continue;
+        size_t j = 0;
+        while (j < n && strcmp(roots[j], r)) j++;
+        if (j == n && n == MAX_FLOAT_ROOTS)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: more than %d modules outside the text tower ('%s')",
+                              qd_model_dir(p->m), MAX_FLOAT_ROOTS, r);
+        if (j == n) {
+            snprintf(roots[n], sizeof roots[n], "%s", r);
+            names[n] = roots[n];
+            n++;
+        }
+    }
+    return qd_output_declare_float_roots(qcfg, names, n) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+}
+
 /* The output directory's files, written from the checkpoint (see qd_pipeline_finish). */
 static int finish_write(qd_pipeline *p, qd_err *err)
 {
@@ -85,7 +111,7 @@ static int finish_write(qd_pipeline *p, qd_err *err)
         qd_out_tensor *o = &t[n++];
         o->name = s->name;
         o->dtype = s->dtype;
-        o->ndim = s->ndim > 4 ? 4 : s->ndim;
+        o->ndim = s->ndim;
         memcpy(o->shape, s->shape, sizeof(int64_t) * (size_t)o->ndim);
         o->data = s->data;
     }
@@ -105,7 +131,7 @@ static int finish_write(qd_pipeline *p, qd_err *err)
             qd_out_tensor *o = &t[n++];
             o->name = s->name;
             o->dtype = s->dtype;
-            o->ndim = s->ndim > 4 ? 4 : s->ndim;
+            o->ndim = s->ndim;
             memcpy(o->shape, s->shape, sizeof(int64_t) * (size_t)o->ndim);
             o->data = s->data;
         }
@@ -118,19 +144,19 @@ static int finish_write(qd_pipeline *p, qd_err *err)
 
     /* Configs. */
     size_t n_float = 0;
-    const char **float_names = calloc(p->st.n_layers + 2 * (size_t)p->n_blocks + 1, sizeof *float_names);
-    char (*moe_names)[160] = calloc(2 * (size_t)p->n_blocks + 1, sizeof *moe_names);
+    const char **float_names = calloc(p->st.n_layers + 3 * (size_t)p->n_blocks + 1, sizeof *float_names);
+    char (*moe_names)[160] = calloc(3 * (size_t)p->n_blocks + 1, sizeof *moe_names);
     if (!float_names || !moe_names) { free(float_names); free(moe_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     for (size_t i = 0; i < p->st.n_layers; i++)
         if (!strcmp(p->st.layers[i].method, "float")) float_names[n_float++] = p->st.layers[i].name;
     /* MoE: the routers (and Qwen2-MoE's shared-expert gates) are linear-shaped and stay in
      * float; declared so, a loader that quantizes every Linear it is not told about leaves
-     * them alone (vLLM never quantizes them anyway). */
+     * them alone (vLLM never quantizes them anyway). So does a Gated DeltaNet layer's conv1d. */
     for (int b = 0, k = 0; b < p->n_blocks; b++)
-        for (int j = 0; j < 2; j++) {
-            const char *rel = j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
+        for (int j = 0; j < 3; j++) {
+            const char *rel = j == 2 ? qd_model_block_conv(p->m, b) : j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
             char bp[160];
-            if (!rel || !qd_model_block_is_moe(p->m, b) || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
+            if (!rel || (j < 2 && !qd_model_block_is_moe(p->m, b)) || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
             snprintf(moe_names[k], sizeof moe_names[k], "%s%s", bp, rel);
             float_names[n_float++] = moe_names[k++];
         }
@@ -144,6 +170,7 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     free(float_names);
     free(moe_names);
     if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+    if ((rc = float_roots(p, qcfg, err))) { cJSON_Delete(qcfg); free(tps); return rc; }
     rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, qd_output_float_dtype(sm), err);
     cJSON_Delete(qcfg);
     if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);

@@ -63,12 +63,20 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
+            /* A hybrid's layer holds its own mixer's linears only. */
+            if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             /* Row-parallel groups: each linear alone; column groups: one fused linear (each
-             * alone under the Transformers backend). */
+             * alone under the Transformers backend), but a Gated DeltaNet's input is two
+             * (vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py: in_proj_qkvz,
+             * in_proj_ba, each a MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z
+             * and in_proj_b + in_proj_a packed into them, models/qwen3_5.py
+             * packed_modules_mapping). */
             int fused = !row_parallel && !transformers_backend(cfg);
-            int parts = fused ? 1 : G->n_linears;
+            int gdn_in = fused && !strcmp(G->name, "gdn_in"), split = G->n_linears / 2;
+            int parts = fused ? (gdn_in ? 2 : 1) : G->n_linears;
             for (int p = 0; p < parts; p++) {
-                int first = fused ? 0 : p, last = fused ? G->n_linears : p + 1;
+                int first = fused ? (gdn_in && p ? split : 0) : p;
+                int last = fused ? (gdn_in && !p ? split : G->n_linears) : p + 1;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -83,7 +91,8 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     const char *dot = strrchr(base, '.');
                     size_t plen = dot ? (size_t)(dot - base + 1) : 0;
                     o += (size_t)snprintf(row->name + o, sizeof row->name - o, "%.*s%s (", (int)plen, base,
-                                          !strcmp(G->name, "attn_in") ? "qkv_proj" : "gate_up_proj");
+                                          !strcmp(G->name, "attn_in") ? "qkv_proj"
+                                          : gdn_in ? (p ? "in_proj_ba" : "in_proj_qkvz") : "gate_up_proj");
                 }
                 for (int j = first; j < last; j++) {
                     const qd_linear_info *L = qd_model_linear(m, G->linears[j]);
@@ -112,8 +121,9 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
                 if (fused && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
-                    int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads;
-                    per_shard = (qh % tp) ? 0 : (qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
+                    /* Gated attention (Qwen3-Next, Qwen3.5): q_proj's rows hold each head's gate too. */
+                    int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads, qm = cfg->attn_gate ? 2 : 1;
+                    per_shard = (qh % tp) ? 0 : (qm * qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
                     if (kvh >= tp && kvh % tp) per_shard = 0;
                 }
                 if (!row_parallel && !strcmp(G->name, "mamba_in")) {

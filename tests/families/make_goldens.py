@@ -39,6 +39,11 @@ import torch
 import transformers
 from transformers import (
     AutoModelForCausalLM,
+    AutoModelForImageTextToText,
+    Gemma3Config,
+    Mistral3Config,
+    Qwen2_5_VLConfig,
+    Qwen3VLConfig,
     DeepseekV2Config,
     DeepseekV3Config,
     Exaone4Config,
@@ -57,7 +62,10 @@ from transformers import (
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
+    Qwen3NextConfig,
 )
+from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
+from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
 
 VOCAB = 256
 N_TOKENS = 64
@@ -86,18 +94,59 @@ BASE = dict(
 VECTOR_NOISE = 0.2
 
 
-def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), **kw):
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, **kw):
     """One family: its config class, seed, one line on what it exercises, and `ablate`:
     (label, config changes) pairs. Each is the same weights under the changed config; the
     generator records how far its logits are from the golden, so that a case which would
     not notice the feature missing (too short a sequence, a factor that changes nothing)
-    shows up as a small number in meta.json."""
+    shows up as a small number in meta.json. `init(model, generator)`, when given, changes
+    the weights after the random initialisation (e.g. a decay the default one makes too
+    fast for a 64-token sequence to show)."""
     cfg = dict(BASE)
     cfg.update(kw)
-    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate))
+    return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), init=init)
+
+
+def slow_decay(model, g):
+    """Gated DeltaNet layers: A = exp(A_log) in [0.02, 0.2] instead of [0.01, 16], so the
+    recurrent state decays by a factor of about 0.5 to 0.95 a token rather than forgetting
+    everything at once: the 64 tokens then exercise the recurrence, not only its last step."""
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("linear_attn.A_log"):
+                p.copy_(torch.empty(p.shape).uniform_(0.02, 0.2, generator=g).log())
+
+
+# Gated DeltaNet hybrids (Qwen3-Next, Qwen3.5): 2 key heads of 16 shared by 32 value heads of
+# 4 (16 per key head), a 4-tap causal conv; the gated full attention layers have head_dim 32
+# with partial_rotary_factor 0.25 (8 rotated dims) and a sigmoid gate from q_proj. 32 value
+# heads make in_proj_b / in_proj_a (and in_proj_ba) 32 or 64 rows, which GPTQ's packing needs.
+GDN = dict(linear_num_key_heads=2, linear_num_value_heads=32, linear_key_head_dim=16, linear_value_head_dim=4,
+           linear_conv_kernel_dim=4, head_dim=32, num_hidden_layers=4,
+           layer_types=["linear_attention", "full_attention", "linear_attention", "full_attention"],
+           rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25})
 
 
 DEFAULT_ROPE = {"rope_type": "default", "rope_theta": 10000.0}
+
+
+def vlm(cls, seed, what, text, vision, ablate=(), **outer):
+    """A vision-language family: its composite config class, the text tower's keys (on top
+    of BASE) and a tiny vision tower's. The golden is the ConditionalGeneration class's
+    forward on text-only ids (no position_ids: the model derives them as it does for text,
+    Qwen's three M-RoPE streams included); `ablate` changes are merged into text_config.
+    meta.json also records the text-only CausalLM of the text tower on the same weights
+    (`text_causal_lm`: rel diff to the golden), which for Qwen proves M-RoPE on text ids is
+    the 1-D RoPE."""
+    t = dict(BASE)
+    t.update(text)
+    kw = dict(outer, text_config=t, vision_config=vision)
+    return dict(cls=cls, seed=seed, what=what, n_tokens=N_TOKENS, kwargs=kw, ablate=list(ablate), vlm=True)
+
+
+# The text-only CausalLM classes of the text towers (the vlm cases' text_causal_lm check).
+TEXT_CAUSAL = {"qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
 
 
 # Sequences are 64 tokens: 4x the 16-token sliding windows, longer than the dynamic-NTK
@@ -266,6 +315,30 @@ FAMILIES = {
                                         "mscale_all_dim": 0.707, "beta_fast": 32.0, "beta_slow": 1.0},
                        ablate=[("greedy", {"topk_method": "greedy"}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    "qwen3_next": fam(Qwen3NextConfig, 1030,
+                      "Qwen3-Next: Gated DeltaNet layers (interleaved in_proj_qkvz / in_proj_ba, 4-tap conv, "
+                      "2 key heads for 4 value heads, gated RMSNorm) and gated full attention (q_proj's sigmoid gate, "
+                      "q/k norms, partial RoPE 0.25) alternating; (1 + w) norms; 8 experts top-2 with a gated shared "
+                      "expert, layer 2 dense (mlp_only_layers)",
+                      **GDN, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                      shared_expert_intermediate_size=64, norm_topk_prob=True, decoder_sparse_step=1,
+                      mlp_only_layers=[2], init=slow_decay,
+                      ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                   "partial_rotary_factor": 1.0}}),
+                              ("top-k not renormalised", {"norm_topk_prob": False})]),
+    "qwen3_5": fam(Qwen3_5TextConfig, 1031,
+                   "Qwen3.5 text: Gated DeltaNet layers with separate in_proj_qkv / in_proj_z / in_proj_b / "
+                   "in_proj_a, gated full attention (partial RoPE 0.25), dense SwiGLU MLP",
+                   **GDN, init=slow_decay,
+                   ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                "partial_rotary_factor": 1.0}})]),
+    "qwen3_5_moe": fam(Qwen3_5MoeTextConfig, 1032,
+                       "Qwen3.5-MoE text: Qwen3.5's layers with 8 experts top-2 and a gated shared expert on "
+                       "every layer",
+                       **GDN, num_experts=8, num_experts_per_tok=2, moe_intermediate_size=32,
+                       shared_expert_intermediate_size=64, init=slow_decay,
+                       ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                    "partial_rotary_factor": 1.0}})]),
     # Post-norm blocks: no norm in front of attention or the MLP, an RMSNorm on each
     # sub-block's output before the residual add (OLMo 2/3, EXAONE 4), or both (GLM-4).
     "olmo2": fam(Olmo2Config, 1030,
@@ -300,6 +373,65 @@ FAMILIES = {
                 tie_word_embeddings=False, pad_token_id=None,
                 ablate=[("partial_rotary_factor 1", {"partial_rotary_factor": 1.0, "rope_parameters": {
                     "rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 1.0}})]),
+    # Vision-language models: the text tower is the quantized part; the golden is text-only.
+    "qwen2_5_vl": vlm(Qwen2_5_VLConfig, 1040,
+                      "Qwen2.5-VL text tower (Qwen2: q/k/v biases) through Qwen2_5_VLForConditionalGeneration on "
+                      "text ids: M-RoPE mrope_section [2, 3, 3] with three equal position streams, untied lm_head, "
+                      "a 2-block vision tower + merger copied unchanged",
+                      text=dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                                 "mrope_section": [2, 3, 3]}, tie_word_embeddings=False),
+                      vision=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                                  patch_size=14, spatial_merge_size=2, temporal_patch_size=2, window_size=56,
+                                  fullatt_block_indexes=[1]),
+                      tie_word_embeddings=False,
+                      ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                        "mrope_section": [2, 3, 3]}}),
+                              ("mrope_section [8, 0, 0] (no effect on text: streams equal)",
+                               {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                    "mrope_section": [8, 0, 0]}})]),
+    "qwen3_vl": vlm(Qwen3VLConfig, 1041,
+                    "Qwen3-VL text tower (Qwen3: q/k norms, head_dim 32) through Qwen3VLForConditionalGeneration on "
+                    "text ids: interleaved M-RoPE mrope_section [8, 4, 4], tied embeddings, vision tower with a "
+                    "deepstack merger (images only) copied unchanged",
+                    text=dict(head_dim=32, rope_parameters={"rope_type": "default", "rope_theta": 5000000.0,
+                                                            "mrope_section": [8, 4, 4], "mrope_interleaved": True}),
+                    vision=dict(depth=2, hidden_size=32, intermediate_size=64, num_heads=2, out_hidden_size=64,
+                                patch_size=16, spatial_merge_size=2, temporal_patch_size=2, num_position_embeddings=16,
+                                deepstack_visual_indexes=[0]),
+                    tie_word_embeddings=True,
+                    ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                      "mrope_section": [8, 4, 4],
+                                                                      "mrope_interleaved": True}}),
+                            ("not interleaved (no effect on text: streams equal)",
+                             {"rope_parameters": {"rope_type": "default", "rope_theta": 5000000.0,
+                                                  "mrope_section": [8, 4, 4], "mrope_interleaved": False}})]),
+    "gemma3_vl": vlm(Gemma3Config, 1042,
+                     "Gemma 3 text tower through Gemma3ForConditionalGeneration on text ids: sliding(16)/full layers, "
+                     "local RoPE base 10000 vs global 1000000, q/k norms, query_pre_attn_scalar 32, sqrt(hidden) "
+                     "embedding scale, tied lm_head; SigLIP tower + projector copied unchanged",
+                     text=dict(head_dim=16, sliding_window=16, query_pre_attn_scalar=32,
+                               layer_types=["sliding_attention", "full_attention"],
+                               rope_parameters={"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                                "sliding_attention": {"rope_type": "default", "rope_theta": 10000.0}},
+                               hidden_activation="gelu_pytorch_tanh", pad_token_id=0),
+                     vision=dict(model_type="siglip_vision_model", hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=1, num_attention_heads=2, image_size=32, patch_size=8),
+                     mm_tokens_per_image=4, tie_word_embeddings=True,
+                     ablate=[("local base = global", {"rope_parameters": {
+                                 "full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                                 "sliding_attention": {"rope_type": "default", "rope_theta": 1000000.0}}}),
+                             ("no window", {"layer_types": ["full_attention", "full_attention"]})]),
+    "mistral3": vlm(Mistral3Config, 1043,
+                    "Mistral-3 (Mistral-Small-3.1) text tower (Mistral, no window, rope_theta 1e9) through "
+                    "Mistral3ForConditionalGeneration on text ids, untied lm_head; Pixtral tower + projector copied "
+                    "unchanged",
+                    text=dict(model_type="mistral", sliding_window=None, head_dim=16,
+                              rope_parameters={"rope_type": "default", "rope_theta": 1000000000.0},
+                              tie_word_embeddings=False),
+                    vision=dict(model_type="pixtral", hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                num_attention_heads=2, head_dim=16, image_size=64, patch_size=8),
+                    tie_word_embeddings=False, spatial_merge_size=2,
+                    ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
     # LFM2: short-convolution layers around one attention layer (q/k layernorms per head,
     # RoPE theta 1e6); feed_forward width from intermediate_size 96 by the config class's
     # rule (int(2 * 96 / 3) = 64, times 1.5 = 96, a multiple of 16); embedding_norm last.
@@ -331,21 +463,65 @@ FAMILIES = {
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
-ALL_NAMES = list(FAMILIES) + [LEGACY]
+# mistral3_tie_default is mistral3's checkpoint with the outer tie_word_embeddings removed (see write_tie_default).
+TIE_DEFAULT = "mistral3_tie_default"
+ALL_NAMES = list(FAMILIES) + [LEGACY, TIE_DEFAULT]
 
 
 def build(spec):
     """The float32 model for one family, deterministic in spec['seed']."""
     torch.manual_seed(spec["seed"])
     config = spec["cls"](**spec["kwargs"])
-    model = AutoModelForCausalLM.from_config(config, attn_implementation="eager", dtype=torch.float32)
+    model = auto_of(spec).from_config(config, attn_implementation="eager", dtype=torch.float32)
     g = torch.Generator().manual_seed(spec["seed"] + 7)
     with torch.no_grad():
         for name, p in model.named_parameters():
             if p.dim() == 1:
                 p.add_(VECTOR_NOISE * torch.randn(p.shape, generator=g))
+        if spec.get("init"):
+            spec["init"](model, g)
     model.eval()
     return model
+
+
+def auto_of(spec):
+    return AutoModelForImageTextToText if spec.get("vlm") else AutoModelForCausalLM
+
+
+def changed_kwargs(spec, change):
+    kw = dict(spec["kwargs"])
+    if spec.get("vlm"):
+        kw["text_config"] = dict(kw["text_config"], **change)
+    else:
+        kw.update(change)
+    return kw
+
+
+def text_causal_lm(model, spec, ids, logits):
+    """The text tower as its own CausalLM (same weights, the text config alone): rel diff of
+    its logits to the golden. For Qwen-VL it proves M-RoPE on text ids is the 1-D RoPE."""
+    tcfg = model.config.get_text_config().to_dict()
+    ccls, mcls = TEXT_CAUSAL[tcfg["model_type"]]
+    tcfg.pop("model_type")
+    rp = tcfg.get("rope_parameters")
+    if isinstance(rp, dict) and "mrope_section" in rp:
+        tcfg["rope_parameters"] = {k: v for k, v in rp.items() if k not in ("mrope_section", "mrope_interleaved")}
+    tcfg["tie_word_embeddings"] = model.config.tie_word_embeddings
+    cfg = getattr(transformers, ccls)(**tcfg)
+    m = getattr(transformers, mcls)._from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    sd = {}
+    for k, v in model.state_dict().items():
+        if k.startswith("model.language_model."):
+            sd["model." + k[len("model.language_model."):]] = v
+        elif k.startswith("lm_head."):
+            sd[k] = v
+    missing, unexpected = m.load_state_dict(sd, strict=False)
+    if unexpected or missing:
+        raise SystemExit(f"text_causal_lm: missing {missing} unexpected {unexpected}")
+    m.eval()
+    with torch.no_grad():
+        out = m(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False)
+    return rel_err(out.logits[0].to(torch.float32).numpy(), logits)
 
 
 def round_to(model, dtype):
@@ -356,9 +532,10 @@ def round_to(model, dtype):
 
 
 def forward(model, ids):
+    # Vision-language models derive their (M-RoPE) positions from the ids, as for any text.
+    pos = {} if hasattr(model.config, "text_config") else {"position_ids": torch.arange(len(ids)).unsqueeze(0)}
     with torch.no_grad():
-        out = model(input_ids=torch.tensor([ids], dtype=torch.long),
-                    position_ids=torch.arange(len(ids)).unsqueeze(0), use_cache=False)
+        out = model(input_ids=torch.tensor([ids], dtype=torch.long), use_cache=False, **pos)
     return out.logits[0].to(torch.float32).contiguous().numpy()
 
 
@@ -369,17 +546,16 @@ def rel_err(a, b):
 def ablations(model, spec, ids, logits):
     out = {}
     for label, change in spec["ablate"]:
-        kw = dict(spec["kwargs"])
-        kw.update(change)
-        m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        kw = changed_kwargs(spec, change)
+        m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
         m.eval()
         out[label] = rel_err(forward(m, ids), logits)
     return out
 
 
-def reload_logits(d, ids):
-    m = AutoModelForCausalLM.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
+def reload_logits(d, ids, auto=AutoModelForCausalLM):
+    m = auto.from_pretrained(d, dtype=torch.float32, attn_implementation="eager")
     m.eval()
     return forward(m, ids)
 
@@ -400,6 +576,8 @@ def differences(spec, written):
             notes.append(f"{k} is not a config.json key in transformers {transformers.__version__} "
                          f"(given {json.dumps(v)}; see rope_parameters)" if "rope" in k else
                          f"{k} is not a config.json key in transformers {transformers.__version__}")
+        elif isinstance(v, dict) and isinstance(written[k], dict):   # a nested config: the keys given
+            notes += differences(dict(kwargs=v), written[k])
         elif written[k] != v:
             notes.append(f"{k}: given {json.dumps(v)}, written {json.dumps(written[k])}")
     return notes
@@ -413,6 +591,7 @@ def write_family(out_dir, name, spec, dtype):
     ids = [int(x) for x in rng.randint(3, VOCAB, size=spec["n_tokens"])]
     logits = forward(model, ids)
     sens = ablations(model, spec, ids, logits)
+    text_lm = text_causal_lm(model, spec, ids, logits) if spec.get("vlm") else None
     if not np.all(np.isfinite(logits)):
         raise SystemExit(f"{name}: non-finite logits")
     shutil.rmtree(d, ignore_errors=True)
@@ -420,7 +599,7 @@ def write_family(out_dir, name, spec, dtype):
     for extra in os.listdir(d):   # generation_config.json is not part of the forward
         if extra not in ("config.json", "model.safetensors"):
             os.remove(os.path.join(d, extra))
-    again = reload_logits(d, ids)
+    again = reload_logits(d, ids, auto_of(spec))
     if not np.array_equal(again, logits):
         raise SystemExit(f"{name}: reloaded checkpoint gives different logits (max |d| "
                          f"{np.max(np.abs(again - logits)):.3g})")
@@ -443,6 +622,11 @@ def write_family(out_dir, name, spec, dtype):
         "transformers_differences": notes,
         "sensitivity": {k: round(v, 4) for k, v in sens.items()},
     }
+    if text_lm is not None:
+        meta["text_causal_lm"] = text_lm
+        print(f"  text tower as its own CausalLM: rel diff {text_lm:.3g}")
+        if text_lm > 1e-5:
+            raise SystemExit(f"{name}: the text-only CausalLM differs from the ConditionalGeneration forward")
     save_goldens(d, ids, logits, meta)
     print(f"{name}: {meta['architecture']} n={len(ids)} vocab={meta['vocab']} max|logit|={meta['max_abs_logit']:.2f} "
           f"top1-top2={meta['mean_top1_top2_gap']:.2f}")
@@ -503,6 +687,40 @@ def write_legacy(out_dir, dtype):
     print(f"  rope keys: {json.dumps(rope_view(cfg))}")
 
 
+def write_tie_default(out_dir):
+    """mistral3's checkpoint with config.json's outer tie_word_embeddings left out, as the
+    Hub's Mistral-Small-3.1 config does: Mistral3Config's default is true, but the
+    checkpoint stores language_model.lm_head, which transformers then does not tie (it
+    differs from the embeddings). Hand-edited; transformers must reproduce mistral3's logits."""
+    src, d = os.path.join(out_dir, "mistral3"), os.path.join(out_dir, TIE_DEFAULT)
+    shutil.rmtree(d, ignore_errors=True)
+    os.makedirs(d)
+    shutil.copyfile(os.path.join(src, "model.safetensors"), os.path.join(d, "model.safetensors"))
+    with open(os.path.join(src, "config.json")) as f:
+        cfg = json.load(f)
+    cfg.pop("tie_word_embeddings")
+    cfg["text_config"].pop("tie_word_embeddings", None)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2, sort_keys=True)
+        f.write("\n")
+    with open(os.path.join(src, "ids.json")) as f:
+        ids = json.load(f)["tokens"]
+    ref = np.fromfile(os.path.join(src, "logits.f32"), dtype="<f4").reshape(len(ids), -1)
+    again = reload_logits(d, ids, AutoModelForImageTextToText)
+    if not np.array_equal(again, ref):
+        raise SystemExit(f"{TIE_DEFAULT}: transformers ties the stored lm_head (max |d| {np.max(np.abs(again - ref)):.3g})")
+    with open(os.path.join(src, "meta.json")) as f:
+        meta = json.load(f)
+    meta.pop("sensitivity", None)
+    meta.update(family=TIE_DEFAULT,
+                what="mistral3's weights and logits with config.json HAND-EDITED: tie_word_embeddings left out "
+                     "(Mistral3Config's default true, as the Hub's Mistral-Small-3.1 has it) while "
+                     "language_model.lm_head is stored: transformers uses the stored lm_head",
+                hand_edited=True, transformers_differences=[])
+    save_goldens(d, ids, ref, meta)
+    print(f"{TIE_DEFAULT}: hand-edited config of mistral3; transformers reproduces its logits")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("out")
@@ -521,6 +739,8 @@ def main():
     for n in names:
         if n in FAMILIES:
             write_family(a.out, n, FAMILIES[n], dtype)
+    if TIE_DEFAULT in names:
+        write_tie_default(a.out)
     if LEGACY in names:
         write_legacy(a.out, dtype)
 

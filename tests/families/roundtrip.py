@@ -45,7 +45,8 @@ import numpy as np
 import torch
 import transformers
 from safetensors import safe_open
-from transformers import AutoConfig, AutoModelForCausalLM
+from safetensors.torch import save_file
+from transformers import AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText
 
 TOL = 1e-4
 AWQ_ORDER = [0, 2, 4, 6, 1, 3, 5, 7]
@@ -176,6 +177,8 @@ def hf_logits(out_dir, ids):
     for k, v in t.items():
         if k not in packed:
             sd[k] = torch.from_numpy(np.ascontiguousarray(v)).float()
+    if "text_config" in cfg:
+        return vlm_logits(cfg, sd, ids) + (len(prefixes), qc)
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(cfg, f)
@@ -194,6 +197,29 @@ def hf_logits(out_dir, ids):
     with torch.no_grad():
         logits = model(torch.tensor([ids])).logits[0].float().numpy()
     return logits, len(prefixes), qc
+
+
+def vlm_logits(cfg, sd, ids):
+    """A vision-language output: the dequantized state dict under the names it is stored
+    with (the Hub's layouts: model.layers + visual, language_model.model + vision_tower, ...)
+    is saved with the config and read by the ConditionalGeneration class's from_pretrained,
+    which maps those names as it maps any checkpoint's; every tensor must be used and none
+    missing (but a tied lm_head)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        with open(os.path.join(tmp, "config.json"), "w") as f:
+            json.dump(cfg, f)
+        save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(tmp, "model.safetensors"))
+        model, info = AutoModelForImageTextToText.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager",
+                                                                  output_loading_info=True)
+    tied = getattr(model.config, "tie_word_embeddings", False)
+    bad_missing = [m for m in info["missing_keys"] if not (tied and m == "lm_head.weight")]
+    if info["unexpected_keys"] or bad_missing or info.get("mismatched_keys"):
+        raise ValueError(f"state dict: unexpected {info['unexpected_keys']}, missing {bad_missing}, "
+                         f"mismatched {info.get('mismatched_keys')}")
+    model.eval()
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float().numpy()
+    return (logits,)
 
 
 def cpu_name():
@@ -225,7 +251,8 @@ def main():
         src = os.path.join(a.families, name)
         with open(os.path.join(src, "config.json")) as f:
             cfg = json.load(f)
-        vocab = cfg["vocab_size"]
+        tcfg = cfg.get("text_config") or cfg   # vision-language models: the text tower's
+        vocab = tcfg["vocab_size"]
         ids_path = os.path.join(src, "ids.json")
         with open(ids_path) as f:
             d = json.load(f)
@@ -240,7 +267,7 @@ def main():
             print(f"{name:16s} SKIP  {line}", flush=True)
             continue
         fl = read_f32(os.path.join(fdir, "float.f32"), vocab)
-        seq = min(32, cfg.get("max_position_embeddings", 32))
+        seq = min(32, tcfg.get("max_position_embeddings", 32))
         calib = np.random.default_rng(0).integers(0, vocab, size=16 * seq * 2).tolist()
         with open(os.path.join(fdir, "calib.json"), "w") as f:
             json.dump(calib, f)

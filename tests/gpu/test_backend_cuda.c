@@ -305,6 +305,48 @@ static void test_gather_scatter(void)
     free(src); free(dst0); free(w); free(idx);
 }
 
+/* The recurrent mixers' ops (cuda_recurrent.cu) against the CPU's: the causal conv with and
+ * without bias and SiLU, the sigmoid gate, and the gated delta rule on Qwen3-Next's head
+ * shape (key heads of 128 serving two value heads each) over two sequences of 70 tokens.
+ * The CUDA state is float, the CPU's double: 1e-4 relative to the largest output. */
+static void test_recurrent(void)
+{
+    const int64_t B = 2, T = 70, C = 300, K = 4, nk = 2, nv = 4, dk = 128, dv = 128;
+    const int64_t ld = 2 * nk * dk + nv * dv;
+    float *x = rnd((size_t)(B * T * C), 1), *w = rnd((size_t)(C * K), 0.5f), *bias = rnd((size_t)C, 0.2f);
+    float *qkv = rnd((size_t)(B * T * ld), 1), *ba = rnd((size_t)(B * T * 2 * nv), 1);
+    float *al = rnd((size_t)nv, 0.3f), *dt = rnd((size_t)nv, 0.3f);
+    float *res[2][4];
+    qd_backend *bes[2] = {cpu, gpu};
+    for (int b = 0; b < 2; b++) {
+        qd_backend *be = bes[b];
+        float *xd = put(be, x, (size_t)(B * T * C) * 4), *wd = put(be, w, (size_t)(C * K) * 4), *bd = put(be, bias, (size_t)C * 4);
+        float *y = qd_backend_alloc(be, (size_t)(B * T * C) * 4), *y2 = qd_backend_alloc(be, (size_t)(B * T * C) * 4);
+        float *qd = put(be, qkv, (size_t)(B * T * ld) * 4), *bad = put(be, ba, (size_t)(B * T * 2 * nv) * 4);
+        float *ald = put(be, al, (size_t)nv * 4), *dtd = put(be, dt, (size_t)nv * 4);
+        float *o = qd_backend_alloc(be, (size_t)(B * T * nv * dv) * 4);
+        CHECK_OK(be->ops->causal_conv1d(be, y, xd, wd, bd, B, T, C, K, 0));
+        CHECK_OK(be->ops->causal_conv1d(be, y2, xd, wd, NULL, B, T, C, K, 1));
+        CHECK_OK(be->ops->gated_delta_rule(be, o, qd, ld, bad, bad + nv, 2 * nv, ald, dtd, B, T, nk, nv, dk, dv));
+        res[b][0] = get(be, y, (size_t)(B * T * C));
+        res[b][1] = get(be, y2, (size_t)(B * T * C));
+        res[b][2] = get(be, o, (size_t)(B * T * nv * dv));
+        CHECK_OK(be->ops->sigmoid_mul(be, y2, xd, y2, B * T * C));
+        res[b][3] = get(be, y2, (size_t)(B * T * C));
+        CHECK_INT(be->broken, 0);
+        qd_backend_free(be, xd); qd_backend_free(be, wd); qd_backend_free(be, bd); qd_backend_free(be, y);
+        qd_backend_free(be, y2); qd_backend_free(be, qd); qd_backend_free(be, bad); qd_backend_free(be, ald);
+        qd_backend_free(be, dtd); qd_backend_free(be, o);
+    }
+    CHECK(rel_diff(res[1][0], res[0][0], (size_t)(B * T * C)) < 1e-6);
+    CHECK(rel_diff(res[1][1], res[0][1], (size_t)(B * T * C)) < 1e-6);
+    CHECK(rel_diff(res[1][2], res[0][2], (size_t)(B * T * nv * dv)) < 1e-4);
+    CHECK(rel_diff(res[1][3], res[0][3], (size_t)(B * T * C)) < 1e-6);
+    for (int b = 0; b < 2; b++)
+        for (int i = 0; i < 4; i++) free(res[b][i]);
+    free(x); free(w); free(bias); free(qkv); free(ba); free(al); free(dt);
+}
+
 /* The attention (cuda_attention.cu: batched GEMMs around a softmax kernel, chunked by
  * quant/backend/attn_plan.h) against the CPU's on the shapes its plan splits: grouped-query
  * heads, several sequences, seq off every row block (256), sliding windows that cut a
@@ -560,6 +602,7 @@ int main(void)
     TEST_RUN(test_fake_quant_refusal);
     TEST_RUN(test_gptq_float_grids);
     TEST_RUN(test_gather_scatter);
+    TEST_RUN(test_recurrent);
     TEST_RUN(test_reductions);
     TEST_RUN(test_gptq_layer);
     TEST_RUN(test_kernels_selftest);

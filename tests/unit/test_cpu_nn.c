@@ -1,6 +1,7 @@
 /* The CPU backend's neural-net ops (cpu_nn.c, through be->ops) against scalar double
  * references written here: rmsnorm, layernorm, rotate-half RoPE with partial rot_dim,
- * causal grouped-query attention over a batch, the activations, adds and per-row NLL. */
+ * causal grouped-query attention over a batch, the activations, adds and per-row NLL; the
+ * recurrent mixers' causal conv and gated delta rule, and the sigmoid gate. */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -253,6 +254,73 @@ static void test_nll(void)
     free(lg);
 }
 
+/* The recurrent mixers' ops against direct references: the causal depthwise conv (bias,
+ * SiLU, two sequences that must not leak into each other), the sigmoid gate, and the gated
+ * delta rule written as the plain recurrence in double (per value head on key head
+ * h / (nv / nk); q, k L2-normalised, q scaled; beta = sigmoid(b), g = -exp(A_log)
+ * softplus(a + dt_bias); S = S e^g + k ((v - S^T k) beta)^T; o = S^T q). */
+static void test_recurrent(void)
+{
+    const int64_t B = 2, T = 9, C = 6, K = 4;
+    float *x = randn((size_t)(B * T * C), 1.0f), *w = randn((size_t)(C * K), 0.7f), *bias = randn(C, 0.3f);
+    float *y = malloc((size_t)(B * T * C) * 4);
+    for (int silu = 0; silu < 2; silu++) {
+        CHECK_OK(be->ops->causal_conv1d(be, y, x, w, silu ? NULL : bias, B, T, C, K, silu));
+        double worst = 0;
+        for (int64_t s = 0; s < B; s++)
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t c = 0; c < C; c++) {
+                    double acc = silu ? 0.0 : bias[c];
+                    for (int64_t j = 0; j < K; j++)
+                        if (t - K + 1 + j >= 0) acc += (double)w[c * K + j] * x[(s * T + t - K + 1 + j) * C + c];
+                    if (silu) acc = acc / (1.0 + exp(-acc));
+                    double d = fabs(acc - y[(s * T + t) * C + c]);
+                    if (d > worst) worst = d;
+                }
+        CHECK(worst < 1e-6);
+    }
+    CHECK(be->ops->causal_conv1d(be, x, x, w, NULL, B, T, C, K, 1) == QD_EINVAL);   /* y aliases x */
+    float *g = randn(50, 2.0f), *v = randn(50, 1.0f), *o = malloc(50 * 4);
+    CHECK_OK(be->ops->sigmoid_mul(be, o, g, v, 50));
+    for (int i = 0; i < 50; i++) CHECK(fabs(o[i] - v[i] / (1.0 + exp(-(double)g[i]))) < 1e-6);
+    free(g); free(v); free(o);
+
+    const int64_t nk = 2, nv = 4, dk = 8, dv = 5, ld = 2 * nk * dk + nv * dv + 3, ldba = 2 * nv;
+    float *qkv = randn((size_t)(B * T * ld), 1.0f), *ba = randn((size_t)(B * T * ldba), 1.0f);
+    float *alog = randn(nv, 0.5f), *dtb = randn(nv, 0.5f), *out = malloc((size_t)(B * T * nv * dv) * 4);
+    CHECK_OK(be->ops->gated_delta_rule(be, out, qkv, ld, ba, ba + nv, ldba, alog, dtb, B, T, nk, nv, dk, dv));
+    double worst = 0;
+    for (int64_t s = 0; s < B; s++)
+        for (int64_t h = 0; h < nv; h++) {
+            double S[8][5] = {{0}};
+            int64_t kh = h / (nv / nk);
+            for (int64_t t = 0; t < T; t++) {
+                const float *row = qkv + (s * T + t) * ld;
+                double q[8], k[8], nq = 0, nkk = 0;
+                for (int64_t j = 0; j < dk; j++) {
+                    q[j] = row[kh * dk + j];
+                    k[j] = row[nk * dk + kh * dk + j];
+                    nq += q[j] * q[j];
+                    nkk += k[j] * k[j];
+                }
+                for (int64_t j = 0; j < dk; j++) { q[j] /= sqrt(nq + 1e-6) * sqrt((double)dk); k[j] /= sqrt(nkk + 1e-6); }
+                double bt = ba[(s * T + t) * ldba + h], at = ba[(s * T + t) * ldba + nv + h] + (double)dtb[h];
+                double beta = 1.0 / (1.0 + exp(-bt)), decay = exp(-exp((double)alog[h]) * log1p(exp(at)));
+                for (int64_t e = 0; e < dv; e++) {
+                    double kv = 0, acc = 0;
+                    for (int64_t j = 0; j < dk; j++) { S[j][e] *= decay; kv += S[j][e] * k[j]; }
+                    double delta = (row[2 * nk * dk + h * dv + e] - kv) * beta;
+                    for (int64_t j = 0; j < dk; j++) { S[j][e] += k[j] * delta; acc += S[j][e] * q[j]; }
+                    double d = fabs(acc - out[(s * T + t) * nv * dv + h * dv + e]);
+                    if (d > worst) worst = d;
+                }
+            }
+        }
+    CHECK(worst < 1e-5);
+    CHECK(be->ops->gated_delta_rule(be, out, qkv, ld, ba, ba + nv, ldba, alog, dtb, B, T, nk, 3, dk, dv) == QD_EINVAL);
+    free(x); free(w); free(bias); free(y); free(qkv); free(ba); free(alog); free(dtb); free(out);
+}
+
 int main(void)
 {
     qd_err err = {0};
@@ -265,6 +333,7 @@ int main(void)
     TEST_RUN(test_attention);
     TEST_RUN(test_activations);
     TEST_RUN(test_nll);
+    TEST_RUN(test_recurrent);
     qd_backend_close(be);
     return test_finish();
 }

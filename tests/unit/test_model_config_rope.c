@@ -54,7 +54,7 @@ static void test_refusals(void)
     refused("MistralForCausalLM", "\"final_logit_softcapping\":30", "final_logit_softcapping");
     refused("Qwen2ForCausalLM", "\"layer_types\":[\"full_attention\",\"sliding_attention\"]", "sliding_attention");
     refused("Qwen2ForCausalLM", "\"use_sliding_window\":true,\"sliding_window\":16", "use_sliding_window");
-    refused("Gemma3ForConditionalGeneration", "", "Gemma3ForCausalLM");   /* the list of supported ones */
+    refused("Gemma3ForConditionalGeneration", "", "text_config");   /* the text keys are read from text_config */
     refused("Gemma2ForCausalLM", "\"hidden_activation\":\"gelu\"", "hidden_activation \"gelu\"");
     refused("Gemma3ForCausalLM", "\"use_bidirectional_attention\":true", "use_bidirectional_attention");
     refused("Gemma3ForCausalLM", "\"layer_types\":[\"sliding_attention\",\"chunked_attention\"]", "chunked_attention");

@@ -62,10 +62,19 @@ static const family_expect families[] = {
     {"deepseek_v3", EXPECT_MATCH, NULL},
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
+    {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
+    {"qwen3_5", EXPECT_MATCH, NULL},
+    {"qwen3_5_moe", EXPECT_MATCH, NULL},
     {"olmo2", EXPECT_MATCH, NULL},
     {"olmo3", EXPECT_MATCH, NULL},
     {"exaone4", EXPECT_MATCH, NULL},
     {"glm4", EXPECT_MATCH, NULL},
+    /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_5_vl", EXPECT_MATCH, NULL},
+    {"qwen3_vl", EXPECT_MATCH, NULL},
+    {"gemma3_vl", EXPECT_MATCH, NULL},
+    {"mistral3", EXPECT_MATCH, NULL},
+    {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

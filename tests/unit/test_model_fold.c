@@ -113,7 +113,16 @@ static void check_family_block(const char *name, int block, int groups_expected)
     }
     /* Gemma: dividing the stored w (multiplier - 1) instead of the multiplier is wrong. */
     if (orig && qd_model_norm_offset(m) != 0.0f) {
+        /* The group behind input_layernorm this block holds (a hybrid's recurrent layer has
+         * its own projections there, not the attention's). */
         const qd_input_group *G = qd_model_group(m, 0);
+        for (int g = 0; g < qd_model_n_groups(m); g++) {
+            const qd_input_group *H = qd_model_group(m, g);
+            if (H->prev_kind == QD_PREV_NORM && H->prev_index == 0 && qd_model_block_has_linear(m, block, H->linears[0])) {
+                G = H;
+                break;
+            }
+        }
         float *nw = malloc((size_t)hid * sizeof *nw);
         scales_for(m, G, &rng, s);
         CHECK_OK(qd_block_norm_get(m, orig, 0, nw, NULL, &err));
@@ -150,6 +159,10 @@ static void test_fold(void)
     check_family("olmo3", 2);
     check_family("exaone4", 2);
     check_family("glm4", 4);
+    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen3_vl", 4);
+    check_family("gemma3_vl", 4);
+    check_family("mistral3", 4);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);
@@ -168,6 +181,17 @@ static void test_fold(void)
     check_family_block("lfm2", 1, 4);
     check_family_block("granite4_h", 0, 3);
     check_family_block("granite4_h", 1, 4);
+    /* Qwen3-Next, Qwen3.5: the Gated DeltaNet's projections and the gated attention's fold
+     * into input_layernorm ((1 + w)); neither out_proj (behind the gated norm) nor o_proj
+     * (behind the sigmoid gate) folds. Block 0 is a DeltaNet layer with experts, 1 gated
+     * attention with experts, 2 (Qwen3-Next's mlp_only_layers) a DeltaNet layer with a dense
+     * MLP. */
+    check_family_block("qwen3_next", 0, 1 + 8 + 1 + 1);
+    check_family_block("qwen3_next", 1, 1 + 8 + 1 + 1);
+    check_family_block("qwen3_next", 2, 1 + 2);
+    check_family_block("qwen3_5", 0, 1 + 2);
+    check_family_block("qwen3_5", 1, 1 + 2);
+    check_family_block("qwen3_5_moe", 0, 1 + 8 + 1 + 1);
 }
 
 int main(void)

@@ -63,6 +63,8 @@ static void test_families(void)
     static const struct { const char *family, *linear; double tol8; } fams[] = {
         {"gemma2", "mlp.down_proj", 0.03}, {"gemma3", "self_attn.q_proj", 0.03}, {"phi3", "self_attn.qkv_proj", 0.1},
         {"phi3_longrope", "mlp.gate_up_proj", 0.15}, {"qwen3", "self_attn.k_proj", 0.06}, {"mistral_window", "mlp.up_proj", 0.1},
+        /* Qwen3.5: layer 1 is gated attention (q_proj with the output gate), layer 0 a Gated DeltaNet */
+        {"qwen3_5", "self_attn.q_proj", 0.1},
         /* Post-norm blocks: AWQ scales only o_proj and down_proj (q/k/v, gate/up read the stream). */
         {"olmo2", "self_attn.k_proj", 0.06}, {"olmo3", "mlp.up_proj", 0.06}, {"exaone4", "self_attn.v_proj", 0.06},
         {"glm4", "mlp.gate_up_proj", 0.1},
@@ -118,10 +120,87 @@ static void test_hybrids(void)
         }
 }
 
+/* Vision-language models: the text tower is quantized under its own names, every other
+ * tensor (vision tower, projector; Qwen-VL's 5-dimensional Conv3d) is in the output with the
+ * source's dtype, shape and bytes, and the quantization config declares those modules in
+ * float as the format's loaders read it. */
+static void run_vlm(const char *family, const char *text_prefix, const char *root, const char *method,
+                    const char *format, int bits, double tol)
+{
+    char model[4200], out[4400], ex[128], name[256];
+    snprintf(model, sizeof model, "%s/%s", pt_families_dir(), family);
+    snprintf(out, sizeof out, "%s/%s-%s-%s-%d", T, family, method, format, bits);
+    snprintf(ex, sizeof ex, "\"bits\":%d,", bits);
+    qp_job *job = pt_run_job(family, model, out, method, format, strcmp(method, "rtn") ? tokens : NULL, ex);
+    if (!job) return;
+    qd_err err = {0};
+    st_model *om = NULL, *sm = NULL;
+    CHECK_OK(st_model_open(out, &om, &err));
+    CHECK_OK(st_model_open(model, &sm, &err));
+    if (om && sm) {
+        int ct = !strcmp(format, "compressed-tensors");
+        snprintf(name, sizeof name, "%slayers.1.self_attn.q_proj.%s", text_prefix, ct ? "weight_packed" : "qweight");
+        CHECK(st_model_find(om, name) != NULL);
+        size_t n_same = 0;
+        for (size_t i = 0; i < st_model_count(sm); i++) {
+            const st_tensor *a = st_model_tensor(sm, i);
+            if (!strncmp(a->name, text_prefix, strlen(text_prefix)) || strstr(a->name, "lm_head.")) continue;
+            const st_tensor *b = st_model_find(om, a->name);
+            int same = b && a->dtype == b->dtype && a->ndim == b->ndim && a->numel == b->numel &&
+                       !memcmp(a->shape, b->shape, sizeof(int64_t) * (size_t)a->ndim) &&
+                       !memcmp(a->data, b->data, a->numel * qd_dtype_size(a->dtype));
+            if (!same) TEST_FAIL_("%s %s: '%s' is not copied unchanged", family, method, a->name);
+            test_checks++;
+            n_same += same;
+        }
+        CHECK(n_same > 0);
+    }
+    st_model_close(om);
+    st_model_close(sm);
+    /* The float modules as the format declares them. */
+    cJSON *cfg = pt_read_json(test_path(out, "config.json"));
+    char *q = cfg ? cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(cfg, "quantization_config")) : NULL;
+    CHECK(q != NULL);
+    if (q) {
+        char want[160];
+        if (!strcmp(format, "compressed-tensors")) snprintf(want, sizeof want, "\"re:(model\\\\.)?%s\\\\..*\"", root);
+        else if (!strcmp(format, "awq_gemm")) snprintf(want, sizeof want, "\"%s\",\"model.%s\"", root, root);
+        else snprintf(want, sizeof want, "\"-:(model\\\\.)?%s\\\\..*\":{}", root);
+        CHECK_CONTAINS(q, want);
+    }
+    free(q);
+    cJSON_Delete(cfg);
+    double rel = pt_logits_rel(model, out);
+    CHECK(rel >= 0);
+    if (rel >= 0) {
+        printf("%-10s %-8s %-18s w%d  logits rel error %.4f\n", family, method, format, bits, rel);
+        if (!(rel < tol)) TEST_FAIL_("%s %s/%s w%d: logits rel error %.4g >= %.4g", family, method, format, bits, rel, tol);
+        test_checks++;
+    }
+    qp_job_free(job);
+}
+
+static void test_vlm(void)
+{
+    static const struct { const char *family, *prefix, *root; } fams[] = {
+        {"qwen2_5_vl", "model.", "visual"},                          /* the Hub's layout, as transformers 5 saves it */
+        {"qwen3_vl", "model.language_model.", "visual"},
+        {"gemma3_vl", "language_model.model.", "vision_tower"},
+        {"mistral3", "language_model.model.", "multi_modal_projector"},
+    };
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "rtn", "compressed-tensors", 8, 0.1);
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "gptq", "gptq", 8, 0.1);
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "awq", "awq_gemm", 4, 0.8);   /* awq_gemm is 4-bit */
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "awq+gptq", "gptq_v2", 8, 0.1);
+    }
+}
+
 int main(void)
 {
     if (pt_setup(2, 4000, 256, 3, &T, &tokens)) return 1;
     TEST_RUN(test_families);
     TEST_RUN(test_hybrids);
+    TEST_RUN(test_vlm);
     return pt_teardown();
 }

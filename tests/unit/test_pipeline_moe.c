@@ -367,6 +367,67 @@ static void test_deepseek_v2(void)
     cJSON_Delete(r);
 }
 
+/* Qwen3-Next (tests/data/families/qwen3_next): layer 0 a Gated DeltaNet with experts, 1 gated
+ * attention with experts, 2 a DeltaNet with a dense MLP (mlp_only_layers), 3 attention with
+ * experts. Each layer packs its own mixer's projections (in_proj_qkvz, in_proj_ba, out_proj;
+ * or q/k/v/o_proj) and its MLP's, and holds nothing of the other kind; conv1d, A_log, dt_bias,
+ * the gated norm, the routers and shared-expert gates stay in float; every method reads
+ * back close to the float logits (measured at 8 bits: see the printed errors; bounded as the
+ * other MoE families). Qwen3.5-MoE: its four separate projections likewise. */
+static void test_qwen_next(void)
+{
+    static const char *const methods[][2] = {{"rtn", "rtn-w8"}, {"gptq", "gptq-w8"}, {"awq", "awq-w8"},
+                                             {"awq+gptq", "awq-gptq-w8"}};
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        cJSON *r = run("qwen3_next", methods[i][0], "\"bits\":8,", methods[i][1], 0.3, "self_attn.o_proj",
+                       "mlp.shared_expert_gate");
+        if (!r) continue;
+        char out[4400];
+        snprintf(out, sizeof out, "%s/qwen3_next-%s", T, methods[i][1]);
+        st_model *om = NULL;
+        qd_err err = {0};
+        CHECK_OK(st_model_open(out, &om, &err));
+        static const char *const packed[] = {
+            "model.layers.0.linear_attn.in_proj_qkvz.qweight", "model.layers.0.linear_attn.in_proj_ba.qweight",
+            "model.layers.0.linear_attn.out_proj.qweight", "model.layers.1.self_attn.q_proj.qweight",
+            "model.layers.2.mlp.down_proj.qweight", "model.layers.3.mlp.experts.7.up_proj.qweight",
+            "model.layers.0.mlp.shared_expert.down_proj.qweight"};
+        static const char *const kept[] = {
+            "model.layers.0.linear_attn.conv1d.weight", "model.layers.0.linear_attn.A_log",
+            "model.layers.0.linear_attn.dt_bias", "model.layers.0.linear_attn.norm.weight", "model.layers.0.mlp.gate.weight",
+            "model.layers.1.self_attn.q_norm.weight"};
+        static const char *const absent[] = {"model.layers.0.self_attn.q_proj.qweight", "model.layers.1.linear_attn.out_proj.qweight",
+                                             "model.layers.2.mlp.experts.0.up_proj.qweight", "model.layers.0.mlp.down_proj.qweight"};
+        for (size_t j = 0; om && j < sizeof packed / sizeof packed[0]; j++)
+            if (!st_model_find(om, packed[j])) TEST_FAIL_("qwen3_next %s: %s is missing", methods[i][1], packed[j]);
+        for (size_t j = 0; om && j < sizeof kept / sizeof kept[0]; j++) {
+            const st_tensor *t = st_model_find(om, kept[j]);
+            if (!t || t->dtype == QD_DTYPE_I32) TEST_FAIL_("qwen3_next %s: %s is not kept in float", methods[i][1], kept[j]);
+        }
+        for (size_t j = 0; om && j < sizeof absent / sizeof absent[0]; j++)
+            if (st_model_find(om, absent[j])) TEST_FAIL_("qwen3_next %s: %s should not exist", methods[i][1], absent[j]);
+        test_checks += 3;
+        st_model_close(om);
+        /* conv1d is declared float (vLLM builds it without the quantization config anyway). */
+        char *qc = pt_read(test_path(out, "quantize_config.json"), NULL);
+        if (!(qc && strstr(qc, "-:model\\\\.layers\\\\.2\\\\.linear_attn\\\\.conv1d$") &&
+              !strstr(qc, "layers\\\\.1\\\\.linear_attn")))
+            TEST_FAIL_("qwen3_next %s: quantize_config.json does not declare layer 2's conv1d (only)", methods[i][1]);
+        test_checks++;
+        free(qc);
+        /* Layers 0 and 2: 3 DeltaNet linears; 1 and 3: 4 attention linears; 3 dense in layer 2,
+         * 3 x (8 + 1) experts in the others. */
+        CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 3 + 4 + 3 + 4 + 3 + 3 * 27);
+        cJSON_Delete(r);
+    }
+    cJSON *r = run("qwen3_5_moe", "gptq", "\"bits\":8,", "gptq-w8", 0.3, "self_attn.v_proj", "mlp.gate");
+    if (r) {
+        /* 5 DeltaNet linears in layers 0 and 2, 4 attention ones in 1 and 3, 3 x (8 + 1) experts each. */
+        CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 5 + 4 + 5 + 4 + 4 * 27);
+        cJSON_Delete(r);
+    }
+}
+
 /* What DeepSeek does not have yet is refused before any work, by name: the vLLM serving
  * check (latent attention is not in its rule table) and the tp_aware layout (any MoE). */
 static void test_deepseek_refused(void)
@@ -431,5 +492,6 @@ int main(void)
     TEST_RUN(test_deepseek);
     TEST_RUN(test_deepseek_v2);
     TEST_RUN(test_deepseek_refused);
+    TEST_RUN(test_qwen_next);
     return pt_teardown();
 }

@@ -466,6 +466,36 @@ static int cu_silu_mul(qd_backend *be, float *out, const float *gate, const floa
     return 0;
 }
 
+static int cu_sigmoid_mul(qd_backend *be, float *out, const float *gate, const float *x, int64_t n)
+{
+    LAUNCH(be, "sigmoid_mul kernel", cudaop_sigmoid_mul(cu_impl(be)->stream, out, gate, x, n));
+    return 0;
+}
+
+static int cu_causal_conv1d(qd_backend *be, float *y, const float *x, const float *w, const float *bias, int64_t batch,
+                            int64_t seq, int64_t ch, int64_t kernel, int silu)
+{
+    if (batch < 0 || seq < 0 || ch <= 0 || kernel <= 0 || y == x)
+        return qd_err_set(&be->err, QD_EINVAL, "causal_conv1d: bad shape batch %lld seq %lld channels %lld kernel %lld "
+                          "(or y aliases x)", (long long)batch, (long long)seq, (long long)ch, (long long)kernel);
+    LAUNCH(be, "causal_conv1d kernel", cudaop_causal_conv1d(cu_impl(be)->stream, y, x, w, bias, batch, seq, ch, kernel, silu));
+    return 0;
+}
+
+static int cu_gated_delta_rule(qd_backend *be, float *out, const float *qkv, int64_t ld_qkv, const float *b,
+                               const float *a, int64_t ld_ba, const float *a_log, const float *dt_bias, int64_t batch,
+                               int64_t seq, int64_t nk, int64_t nv, int64_t dk, int64_t dv)
+{
+    if (batch < 0 || seq < 0 || nk <= 0 || nv <= 0 || nv % nk || dk <= 0 || dk > QD_GDN_MAX_DK || dv <= 0 || dv > 1024 ||
+        ld_qkv < 2 * nk * dk + nv * dv || ld_ba < nv)
+        return qd_err_set(&be->err, QD_EINVAL, "gated_delta_rule: bad shape (key heads %lld of %lld, value heads %lld of "
+                          "%lld (at most 1024), row strides %lld and %lld)", (long long)nk, (long long)dk, (long long)nv,
+                          (long long)dv, (long long)ld_qkv, (long long)ld_ba);
+    LAUNCH(be, "gated_delta_rule kernel", cudaop_gated_delta_rule(cu_impl(be)->stream, out, qkv, ld_qkv, b, a, ld_ba, a_log,
+                                                                  dt_bias, batch, seq, nk, nv, dk, dv));
+    return 0;
+}
+
 static int cu_gelu_tanh_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n)
 {
     LAUNCH(be, "gelu_tanh_mul kernel", cudaop_gelu_tanh_mul(cu_impl(be)->stream, out, gate, up, n));
