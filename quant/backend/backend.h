@@ -113,6 +113,14 @@ typedef struct qd_rope_freqs {
     X(int, scale, (qd_backend *be, float *x, int64_t n, float s)) \
     X(int, relu, (qd_backend *be, float *x, int64_t n)) \
     X(int, gelu, (qd_backend *be, float *x, int64_t n)) \
+    /* The tanh GELU in place, x = 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): HF's \
+     * "gelu_pytorch_tanh" and "gelu_new" (StarCoder2's and Phi's plain MLPs). */ \
+    X(int, gelu_tanh, (qd_backend *be, float *x, int64_t n)) \
+    /* dst[r * ldd + c] = src[r * lds + c] for r < rows, c < cols: a block of columns copied \
+     * between row-pitched matrices (GPT-NeoX's per-head [q; k; v] rows split into q, k, v). \
+     * dst and src do not overlap. */ \
+    X(int, copy_2d, (qd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, \
+                     int64_t cols)) \
     /* y += x */ \
     X(int, add, (qd_backend *be, float *y, const float *x, int64_t n)) \
     X(int, add_bias, (qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)) \

@@ -43,7 +43,7 @@ int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *
     if (rc) return rc;
     if (G->prev_kind == QD_PREV_NORM) {
         /* The norm's multipliers (Gemma: 1 + w) and bias divide by s. */
-        int has_b = m->arch->layernorm;
+        int has_b = qd_model_norm_has_bias(m);
         float *nw = malloc((size_t)K * sizeof(float) * 2), *nb = nw ? nw + K : NULL;
         if (!nw) return qd_err_set(err, QD_ENOMEM, "fold: out of memory");
         rc = qd_block_norm_get(m, bw, G->prev_index, nw, has_b ? nb : NULL, err);

@@ -31,6 +31,10 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Qwen3NextForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3_5ForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3_5MoeForCausalLM", QD_ARCH_LLAMA},
+    {"Starcoder2ForCausalLM", QD_ARCH_LLAMA},
+    {"PhiForCausalLM", QD_ARCH_LLAMA},
+    {"GPTNeoXForCausalLM", QD_ARCH_LLAMA},
+    {"Cohere2ForCausalLM", QD_ARCH_LLAMA},
     {"Olmo2ForCausalLM", QD_ARCH_LLAMA},
     {"Olmo3ForCausalLM", QD_ARCH_LLAMA},
     {"Exaone4ForCausalLM", QD_ARCH_LLAMA},
@@ -244,7 +248,7 @@ int qd_model_config_parse(const char *json, const char *what, qd_model_config *o
         c.rope_theta_local = c.rope_theta;
         /* RoPE, windows, and what each family changes in the Llama block. */
         if ((rc = qd_config_family_parse(root, what, &c, err))) goto done;
-        if (strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
+        if (!c.mlp_plain && strcmp(c.activation, c.layout == QD_LAYOUT_GEMMA ? "gelu_pytorch_tanh" : "silu")) {
             rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s (silu)", what, c.activation, c.architecture);
             goto done;
         }

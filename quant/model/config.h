@@ -16,7 +16,8 @@
 
 typedef enum qd_arch_family {
     QD_ARCH_UNKNOWN = 0,
-    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3 */
+    QD_ARCH_LLAMA,       /* rotary pre-norm decoders: Llama, Mistral, Qwen2/3, Gemma 2/3, Phi-3, StarCoder2, Phi, GPT-NeoX,
+                          * Cohere2 */
     QD_ARCH_OPT,         /* OPTForCausalLM */
 } qd_arch_family;
 
@@ -59,6 +60,11 @@ typedef enum qd_block_layout {
     QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
                             * per layer; Qwen2-MoE's experts, dense layers among them */
     QD_LAYOUT_QWEN35,      /* as Qwen3-Next with linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; dense MLP */
+    QD_LAYOUT_STARCODER2,  /* llama attention with biases; LayerNorms; mlp.c_fc -> act -> mlp.c_proj */
+    QD_LAYOUT_PHI,         /* parallel block from one input_layernorm; q/k/v/dense; mlp.fc1 -> act -> mlp.fc2 */
+    QD_LAYOUT_NEOX,        /* gpt_neox.layers.N.: attention.query_key_value per head [q; k; v], attention.dense,
+                            * mlp.dense_h_to_4h -> act -> mlp.dense_4h_to_h; parallel or sequential residual */
+    QD_LAYOUT_COHERE2,     /* parallel block from one mean-centred LayerNorm without bias; llama q/k/v/o and SwiGLU */
     QD_LAYOUT_POSTNORM,    /* llama projections, no norm before attention or the MLP, one on each's output
                             * (OLMo 2/3, EXAONE 4: post_attention_layernorm, post_feedforward_layernorm) */
     QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
@@ -166,11 +172,17 @@ typedef struct qd_model_config {
     int64_t q_lora_rank;       /* 0: one q_proj; else q_a_proj -> q_a_layernorm -> q_b_proj */
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
-    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4) */
+    int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4, Cohere2) */
     int tie_word_embeddings;
     int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
                                 * config, read from text_config; the vision tower and projector
                                 * are other tensors, copied to an output unchanged */
+    /* StarCoder2, Phi, GPT-NeoX (config_parallel.c) */
+    int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,
+                                * gelu_pytorch_tanh) */
+    int parallel_block;        /* attention and MLP both read the block's input: y = x + attn(n0(x)) + mlp(n(x)),
+                                * n the shared norm 0 (Phi) or norm 1 (GPT-NeoX use_parallel_residual) */
+    int lm_head_bias;          /* lm_head carries a bias (Phi) */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */
     int mlp_bias;              /* mlp biases (llama mlp_bias, OPT) */

@@ -26,6 +26,10 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
  * qd_config_family_parse's, for the architectures qd_config_is_qwen_next names. */
 int qd_config_is_qwen_next(const qd_model_config *c);
 int qd_config_qwen_next_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* StarCoder2, Phi, GPT-NeoX, Cohere2 (config_parallel.c): the LayerNorm families,
+ * their defaults, RoPE spellings and refusals; qd_config_family_parse hands them over. */
+int qd_config_is_plain_family(const char *architecture);
+int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* The post-norm families (config_postnorm.c: OLMo 2/3, EXAONE 4, GLM-4): whether
  * `architecture` is one, and its keys (RoPE included), called by qd_config_family_parse. */
 int qd_config_postnorm_is(const char *architecture);

@@ -30,7 +30,7 @@
  * QD_MAX_EXPERTS, plus a shared expert); up to 4 groups for attention, 2 for the dense MLP
  * and 2 per expert. */
 #define QD_MAX_LINEARS (12 + 3 * (QD_MAX_EXPERTS + 1))
-#define QD_MAX_GROUP_LINEARS 4
+#define QD_MAX_GROUP_LINEARS 5   /* Cohere2's parallel block: q, k, v, gate, up */
 #define QD_MAX_GROUPS (6 + 2 * (QD_MAX_EXPERTS + 1))
 #define QD_MAX_NORMS 4
 

@@ -268,6 +268,8 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
         case QD_LAYOUT_LFM2: case QD_LAYOUT_GRANITE_HYBRID: return qd_arch_hybrid(c);
         case QD_LAYOUT_QWEN_NEXT: return &qd_arch_qwen_next;
         case QD_LAYOUT_QWEN35: return c->n_experts > 0 ? &qd_arch_qwen35_moe : &qd_arch_qwen35;
+        case QD_LAYOUT_STARCODER2: case QD_LAYOUT_PHI: case QD_LAYOUT_NEOX: case QD_LAYOUT_COHERE2:
+            return qd_arch_plain_for(c);
         case QD_LAYOUT_POSTNORM:
         case QD_LAYOUT_GLM4: return qd_arch_postnorm_for(c);
         default: return &arch_llama;

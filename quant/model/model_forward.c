@@ -1,10 +1,11 @@
 /* The forward pass through be->ops: token embedding (+ OPT positions and project_in, Gemma's
- * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm,
+ * scale), one decoder block with input hooks and weight overrides (llama family: RMSNorm or LayerNorm,
  * RoPE, GQA attention with optional window and soft-cap (DeepSeek's latent attention in
  * model_mla.c; Gated DeltaNet layers in model_gdn.c; Qwen3-Next's output gate), SwiGLU or
- * GeGLU, Phi-3's fused projections, Gemma's extra norms; OPT: pre- or post-LayerNorm, ReLU/GELU
- * MLP, biases), and
- * final norm + lm_head (+ Gemma 2's logit soft-cap).
+ * GeGLU or a plain GELU MLP (StarCoder2, Phi, GPT-NeoX), Phi-3's fused projections, GPT-NeoX's
+ * per-head query_key_value, Gemma's extra norms, the parallel block (Phi, GPT-NeoX, Cohere2);
+ * OPT: pre- or post-LayerNorm, ReLU/GELU MLP, biases), and final norm + lm_head (+ its bias,
+ * Phi; + Gemma 2's logit soft-cap).
  * Activations live in the model's backend scratch buffers, reused between calls. */
 #include <math.h>
 #include <stdio.h>
@@ -172,7 +173,19 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     int rc;
     float *gate = NULL;
     if ((rc = qd_fwd_call_input(m, bw, m->lin[QD_LIN_Q].group, xn, rows, hooks, err))) return rc;
-    if (a->fused_qkv) {
+    if (a->qkv_per_head) {
+        /* GPT-NeoX's query_key_value: head h's rows are [q_h; k_h; v_h]. The whole
+         * projection, then each head's three parts into q, k and v. */
+        int64_t hd = c->head_dim, w = qd + 2 * kvd;
+        float *f = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * w) * sizeof(float), err);
+        if (!f) return QD_ENOMEM;
+        if ((rc = run_linear(m, bw, 0, xn, rows, f, hooks, err))) return rc;
+        for (int64_t h = 0; h < c->n_heads; h++) {
+            BE_CALL(m, err, m->be->ops->copy_2d(m->be, q + h * hd, qd, f + h * 3 * hd, w, rows, hd));
+            BE_CALL(m, err, m->be->ops->copy_2d(m->be, k + h * hd, kvd, f + h * 3 * hd + hd, w, rows, hd));
+            BE_CALL(m, err, m->be->ops->copy_2d(m->be, v + h * hd, kvd, f + h * 3 * hd + 2 * hd, w, rows, hd));
+        }
+    } else if (a->fused_qkv) {
         /* Phi-3's qkv_proj: rows [0, Q) are q, then k, then v. */
         if ((rc = qd_fwd_linear_part(m, bw, 0, 0, qd, xn, rows, q, hooks, err)) ||
             (rc = qd_fwd_linear_part(m, bw, 0, qd, kvd, xn, rows, k, hooks, err)) ||
@@ -208,7 +221,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, bw->qk_norm_w[1], rows, kvd, c->norm_eps));
     }
     if (rf) {
-        /* GLM-4 turns interleaved pairs (DeepSeek's interleave is model_mla.c's own). */
+        /* GLM-4 and Cohere2 turn interleaved pairs (DeepSeek's interleave is model_mla.c's own). */
         qd_rope_freqs rfi;
         if (c->rope_interleave) { rfi = *rf; rfi.interleaved = 1; rf = &rfi; }
         BE_CALL(m, err, m->be->ops->rope(m->be, q, rows, c->n_heads, c->head_dim, pos_be, rf));
@@ -236,8 +249,10 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     float *f1 = qd_model_scratch(m, QD_SCRATCH_F1, (size_t)(rows * ff) * sizeof(float), err);
     if (!f1) return QD_ENOMEM;
     int rc, l0 = a->lin_mlp0;
-    if ((rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err))) return rc;
-    if (c->family == QD_ARCH_LLAMA) {
+    /* Phi's fc1 reads the input q/k/v read (one group, whose hook the attention called). */
+    if (m->lin[l0].group != m->lin[QD_LIN_Q].group && (rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err)))
+        return rc;
+    if (c->family == QD_ARCH_LLAMA && !c->mlp_plain) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
         int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
@@ -258,7 +273,8 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     } else {
         if ((rc = run_linear(m, bw, l0, xn, rows, f1, hooks, err))) return rc;   /* fc1 */
         if (!strcmp(c->activation, "relu")) BE_CALL(m, err, m->be->ops->relu(m->be, f1, rows * ff));
-        else BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
+        else if (!strcmp(c->activation, "gelu")) BE_CALL(m, err, m->be->ops->gelu(m->be, f1, rows * ff));
+        else BE_CALL(m, err, m->be->ops->gelu_tanh(m->be, f1, rows * ff));   /* gelu_new, gelu_pytorch_tanh */
         if ((rc = qd_fwd_call_input(m, bw, m->lin[l0 + 1].group, f1, rows, hooks, err)) ||
             (rc = run_linear(m, bw, l0 + 1, f1, rows, out, hooks, err)))
             return rc;
@@ -268,13 +284,17 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
 
 qd_block_part qd_model_group_part(const qd_model *m, int g)
 {
-    /* Every family names its attention linears self_attn.* (a hybrid's recurrent layers
-     * linear_attn.*); everything after the
-     * attention's residual add (MLP, router, experts) belongs to the second half. */
+    /* Every family lists its attention linears first, up to the output projection (a
+     * hybrid's recurrent layers name theirs linear_attn.*); everything after the attention's
+     * residual add (MLP, router, experts) belongs to the second half. A parallel block has
+     * no halves: its MLP reads the block's input, which the residual stream between halves
+     * no longer holds, so it runs whole (QD_BLOCK_ALL). */
     const qd_input_group *G = qd_model_group(m, g);
+    if (m->cfg.parallel_block) return QD_BLOCK_ALL;
     const qd_linear_info *L = G && G->n_linears > 0 ? qd_model_linear(m, G->linears[0]) : NULL;
+    if (!L) return QD_BLOCK_MLP;
     /* A hybrid's recurrent mixer (conv.*, mamba.*, linear_attn.*) stands where attention does. */
-    return L && (!strncmp(L->name, "self_attn.", 10) || !strncmp(L->name, "linear_attn.", 12) || L->layer_mixer >= 0)
+    return G->linears[0] <= m->arch->lin_o || !strncmp(L->name, "linear_attn.", 12) || L->layer_mixer >= 0
                ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
 }
 
@@ -320,6 +340,9 @@ static int pre_ln(const qd_model *m)
 static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li, const float *in, const float *x,
                        float *y, int64_t rows, qd_err *err)
 {
+    if (m->cfg.parallel_block)
+        return qd_err_set(err, QD_EINVAL, "block %d: a parallel block runs whole, it has no %s half to finish", bw->block,
+                          half ? "MLP" : "attention");
     if (rows <= 0) return qd_err_set(err, QD_EINVAL, "block %d: finishing a half on %lld rows", bw->block, (long long)rows);
     size_t hbytes = (size_t)(rows * m->cfg.hidden) * sizeof(float);
     float *tmp = qd_model_scratch(m, QD_SCRATCH_TMP, hbytes, err);
@@ -348,7 +371,8 @@ static int mlp_out_linear(const qd_model *m)
 {
     if (m->cfg.n_experts > 0) return -1;
     const qd_arch *a = m->arch;
-    return m->cfg.family == QD_ARCH_LLAMA ? (a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2) : a->lin_mlp0 + 1;
+    return m->cfg.family == QD_ARCH_LLAMA && !m->cfg.mlp_plain ? (a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2)
+                                                              : a->lin_mlp0 + 1;
 }
 
 int qd_model_mlp_out_group(const qd_model *m)
@@ -364,6 +388,28 @@ int qd_block_mlp_finish(qd_model *m, const qd_block_weights *bw, const float *ac
     if (li < 0 || qd_model_block_is_moe(m, bw->block))
         return qd_err_set(err, QD_EINVAL, "MLP finish: block %d has experts, not one MLP", bw->block);
     return half_finish(m, bw, 1, li, act, x, y, rows, err);
+}
+
+/* The parallel block (Phi, GPT-NeoX with use_parallel_residual): attention and MLP both read
+ * the block's input y, through the one shared norm 0 (Phi) or norms 0 and 1 (GPT-NeoX):
+ * y = y + (attn + mlp), the order transformers adds them in (attn + mlp + residual). The
+ * MLP's input is the norm of the block's input, not of the stream after attention, which is
+ * why such a block has no halves for the pipeline to split (qd_model_group_part). */
+static int parallel_forward(qd_model *m, const qd_block_weights *bw, float *y, float *xn, float *tmp, int64_t batch,
+                            int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, int64_t window,
+                            const qd_block_hooks *hooks, qd_err *err)
+{
+    int64_t rows = batch * seq, n = rows * m->cfg.hidden;
+    float *par = qd_model_scratch(m, QD_SCRATCH_PAR, (size_t)n * sizeof(float), err);
+    if (!par) return QD_ENOMEM;
+    BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows));
+    int rc = attention(m, bw, xn, tmp, batch, seq, pos_be, rf, window, hooks, err);
+    if (rc) return rc;
+    if (bw->norm_w[1]) BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], bw->norm_b[1], rows));
+    if ((rc = mlp(m, bw, xn, par, rows, hooks, err))) return rc;
+    BE_CALL(m, err, m->be->ops->add(m->be, tmp, par, n));
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, n));
+    return 0;
 }
 
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
@@ -409,6 +455,12 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (rc) return qd_err_set(err, rc, "block forward: upload: %s", m->be->err.msg);
     if (y != x) BE_CALL(m, err, m->be->ops->copy(m->be, y, x, hbytes));
 
+    if (c->parallel_block) {
+        if (part != QD_BLOCK_ALL)
+            return qd_err_set(err, QD_EINVAL, "block %d: a parallel block (attention and MLP both read the block's input) "
+                              "runs whole, not in halves", bw->block);
+        return parallel_forward(m, bw, y, xn, tmp, batch, seq, pos_be, nope ? NULL : &rf, window, hooks, err);
+    }
     int pre = pre_ln(m);
     /* Pre-LN: y = x + attn(norm0(x)); y = y + mlp(norm1(y)).
      * Post-LN: y = norm0(x + attn(x)); y = norm1(y + mlp(y)).
@@ -460,6 +512,7 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
     }
     if (m->lm_head) {
         BE_CALL(m, err, m->be->ops->gemm(m->be, 0, 1, rows, V, pd, 1.0f, hn, pd, m->lm_head, pd, 0.0f, logits, V));
+        if (m->lm_bias) BE_CALL(m, err, m->be->ops->add_bias(m->be, logits, m->lm_bias, rows, V));
         if (c->logit_scale > 0) BE_CALL(m, err, m->be->ops->scale(m->be, logits, rows * V, c->logit_scale));
         if (c->final_softcap > 0) BE_CALL(m, err, m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap));
         return 0;
@@ -481,6 +534,8 @@ int qd_model_logits(qd_model *m, const float *h, int64_t rows, float *logits, qd
         if (rc) qd_err_set(err, rc, "lm_head rows [%lld, %lld): %s", (long long)v0, (long long)(v0 + n), m->be->err.msg);
     }
     if (host != dev) free(host);
+    if (!rc && m->lm_bias && (rc = m->be->ops->add_bias(m->be, logits, m->lm_bias, rows, V)))
+        qd_err_set(err, rc, "lm_head bias: %s", m->be->err.msg);
     if (!rc && c->logit_scale > 0 && (rc = m->be->ops->scale(m->be, logits, rows * V, c->logit_scale)))
         qd_err_set(err, rc, "logit scale: %s", m->be->err.msg);
     if (!rc && c->final_softcap > 0 && (rc = m->be->ops->softcap(m->be, logits, rows * V, c->final_softcap)))

@@ -77,15 +77,18 @@ typedef struct qd_arch {
     qd_arch_group groups[QD_ARCH_MAX_GROUPS];
     int fused_qkv;             /* linear 0 is [q; k; v] (rows Q, KV, KV) */
     int fused_gate_up;         /* the first MLP linear is [gate; up] (rows FF, FF) */
+    int qkv_per_head;          /* fused_qkv laid out per head, [q_h; k_h; v_h] for each head h (GPT-NeoX) */
     int lin_o, lin_mlp0;       /* indices of o_proj and of the first MLP linear */
     int mla;                   /* multi-head latent attention (model_mla.c), q LoRA when q_lora_rank > 0 */
     const char *mla_norms[2];  /* its q_a_layernorm and kv_a_layernorm (NULL where absent) */
     const char *norms[QD_MAX_NORMS];   /* see qd_model_norm_name; NULL where absent */
     int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
+    int norm_no_bias;          /* layernorm without a bias (Cohere's mean-centred LayerNorm, weight only) */
     const char *embed;         /* token embedding [vocab, proj_dim] */
     const char *embed_pos;     /* learned positions [max_pos + offset, hidden] or NULL */
     const char *final_norm;    /* without ".weight" */
     const char *lm_head;
+    const char *lm_head_bias;  /* its bias [vocab] where the config has one (Phi), else NULL */
     const char *project_in;    /* [hidden, proj_dim] when proj_dim != hidden */
     const char *project_out;   /* [proj_dim, hidden] */
     /* Mixture of experts: the MLP is a router and experts generated from these names, the
@@ -110,6 +113,8 @@ typedef struct qd_arch {
 extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
 
 const qd_arch *qd_arch_for(const qd_model_config *c);
+/* StarCoder2, Phi, GPT-NeoX, Cohere2 (arch_parallel.c); NULL for another layout. */
+const qd_arch *qd_arch_plain_for(const qd_model_config *c);
 /* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
 const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 
@@ -117,7 +122,7 @@ enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_A
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
        QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
        QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_QG, QD_SCRATCH_GATE, QD_SCRATCH_GDN_IN, QD_SCRATCH_GDN_MIX,
-       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_COUNT };
+       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_PAR, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -140,6 +145,7 @@ struct qd_model {
     float *final_w, *final_b;  /* backend [hidden]; NULL without a final norm */
     float *proj_in, *proj_out; /* backend; NULL unless proj_dim != hidden */
     float *lm_head;            /* backend [vocab, proj_dim] when small enough to keep */
+    float *lm_bias;            /* backend [vocab]: lm_head's bias (Phi); else NULL */
     int64_t lm_chunk;          /* rows of lm_head converted at a time */
     void *scratch[QD_SCRATCH_COUNT];
     size_t scratch_cap[QD_SCRATCH_COUNT];

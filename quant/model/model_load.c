@@ -446,7 +446,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     uint64_t n = 0;
     for (int i = 0; i < m->n_lin; i++) n += (uint64_t)(m->lin[i].n * m->lin[i].k + (m->lin[i].has_bias ? m->lin[i].n : 0));
     for (int i = 0; i < QD_MAX_NORMS; i++)
-        if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (m->arch->layernorm ? 2 : 1);
+        if (m->arch->norms[i]) n += (uint64_t)m->cfg.hidden * (qd_model_norm_has_bias(m) ? 2 : 1);
     if (m->cfg.qk_norm == QD_QK_NORM_WHOLE) n += (uint64_t)((m->cfg.n_heads + m->cfg.n_kv_heads) * m->cfg.head_dim);
     else if (m->cfg.qk_norm) n += (uint64_t)m->cfg.head_dim * 2;
     n += (uint64_t)(m->cfg.q_lora_rank + m->cfg.kv_lora_rank);
@@ -490,7 +490,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
         snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
         rc = load_norm(m, name, m->cfg.hidden, &bw->norm_w[i], err);
-        if (!rc && m->arch->layernorm) {
+        if (!rc && qd_model_norm_has_bias(m)) {
             snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
             rc = qd_model_load_f32(m, name, 1, &m->cfg.hidden, &bw->norm_b[i], err);
         }
@@ -644,7 +644,7 @@ static int validate_blocks(qd_model *m, qd_err *err)
             if (!m->arch->norms[i]) continue;
             snprintf(name + n, sizeof name - n, "%s.weight", m->arch->norms[i]);
             if ((rc = find_float(m, name, 1, &m->cfg.hidden, &t, err))) return rc;
-            if (m->arch->layernorm) {
+            if (qd_model_norm_has_bias(m)) {
                 snprintf(name + n, sizeof name - n, "%s.bias", m->arch->norms[i]);
                 if ((rc = find_float(m, name, 1, &m->cfg.hidden, &t, err))) return rc;
             }
@@ -807,7 +807,7 @@ static int open_globals(qd_model *m, qd_err *err)
         char name[256];
         snprintf(name, sizeof name, "%s.weight", a->final_norm);
         if ((rc = load_norm(m, name, c->hidden, &m->final_w, err))) return rc;
-        if (a->layernorm) {
+        if (qd_model_norm_has_bias(m)) {
             snprintf(name, sizeof name, "%s.bias", a->final_norm);
             if ((rc = qd_model_load_f32(m, name, 1, &c->hidden, &m->final_b, err))) return rc;
         }
@@ -825,6 +825,8 @@ static int open_globals(qd_model *m, qd_err *err)
     } else if ((rc = find_float(m, a->lm_head, 2, shape, &m->t_lm_head, err))) {
         return rc;
     }
+    if (c->lm_head_bias && a->lm_head_bias && (rc = qd_model_load_f32(m, a->lm_head_bias, 1, &c->vocab, &m->lm_bias, err)))
+        return rc;
     uint64_t lm_bytes = (uint64_t)c->vocab * pd * sizeof(float);
     if (lm_bytes <= QD_LM_HEAD_KEEP_BYTES) {
         m->lm_head = qd_backend_alloc(m->be, lm_bytes);
@@ -904,6 +906,7 @@ void qd_model_close(qd_model *m)
         qd_backend_free(m->be, m->proj_in);
         qd_backend_free(m->be, m->proj_out);
         qd_backend_free(m->be, m->lm_head);
+        qd_backend_free(m->be, m->lm_bias);
     }
     st_model_close(m->st);
     free(m->lin_names);
@@ -954,7 +957,7 @@ int qd_model_block_has_linear(const qd_model *m, int block, int li)
 }
 const qd_input_group *qd_model_group(const qd_model *m, int g) { return g >= 0 && g < m->n_grp ? &m->grp[g] : NULL; }
 const char *qd_model_norm_name(const qd_model *m, int i) { return i >= 0 && i < QD_MAX_NORMS ? m->arch->norms[i] : NULL; }
-int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm; }
+int qd_model_norm_has_bias(const qd_model *m) { return m->arch->layernorm && !m->arch->norm_no_bias; }
 float qd_model_norm_offset(const qd_model *m) { return m->cfg.norm_offset; }
 const char *qd_model_moe_router(const qd_model *m) { return m->cfg.n_experts > 0 ? m->arch->router : NULL; }
 const char *qd_model_moe_shared_gate(const qd_model *m)

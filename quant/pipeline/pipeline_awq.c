@@ -175,6 +175,10 @@ static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, 
         for (int g = 0; g < qd_model_n_groups(p->m); g++) {
             const qd_input_group *O = qd_model_group(p->m, g);
             if (!strcmp(O->name, "attn_out") && O->n_linears == 1) {
+                /* Phi's parallel block: fc1 shares q/k/v's input group, and the attention
+                 * output would not score it; such a group keeps its own outputs' error. */
+                for (int j = 0; j < G->n_linears; j++)
+                    if (G->linears[j] > O->linears[0]) return 0;
                 *g_out = g;
                 *li_out = O->linears[0];
                 return 1;
@@ -183,9 +187,10 @@ static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, 
         return 0;
     }
     /* The gated MLP of the llama family: gate and up (or Phi-3's fused gate_up), then down
-     * (the mlp_out group's linear), with SwiGLU or Gemma's tanh-GeGLU. */
+     * (the mlp_out group's linear), with SwiGLU or Gemma's tanh-GeGLU. A plain MLP's fc1
+     * (StarCoder2, GPT-NeoX), as OPT's, keeps its own outputs' error. */
     const qd_model_config *mc = qd_model_cfg(p->m);
-    if (!strcmp(G->name, "mlp_in") && mc->family == QD_ARCH_LLAMA && (G->n_linears == 2 || G->n_linears == 1) &&
+    if (!strcmp(G->name, "mlp_in") && mc->family == QD_ARCH_LLAMA && !mc->mlp_plain && (G->n_linears == 2 || G->n_linears == 1) &&
         (!strcmp(mc->activation, "silu") || !strcmp(mc->activation, "gelu_pytorch_tanh"))) {
         for (int g = 0; g < qd_model_n_groups(p->m); g++) {
             const qd_input_group *O = qd_model_group(p->m, g);

@@ -5,6 +5,8 @@
  * are replicated when there are fewer than ranks). */
 #include "quant/tp/tp_serving.h"
 
+#include "quant/model/block.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,6 +55,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
         return qd_err_set(err, QD_EUNSUPPORTED, "serving check: %s (multi-head latent attention) is not in the serving "
                           "rule table", cfg->architecture);
     size_t cap = 0;
+    int o_li = qd_model_group(m, qd_model_attn_out_group(m))->linears[0];   /* attention linears come before it */
     for (int b = 0; b < (int)cfg->n_layers; b++) {
         char prefix[160];
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
@@ -66,17 +69,27 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             /* A hybrid's layer holds its own mixer's linears only. */
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             /* Row-parallel groups: each linear alone; column groups: one fused linear (each
-             * alone under the Transformers backend), but a Gated DeltaNet's input is two
-             * (vllm/model_executor/layers/mamba/gdn/qwen_gdn_linear_attn.py: in_proj_qkvz,
-             * in_proj_ba, each a MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z
-             * and in_proj_b + in_proj_a packed into them, models/qwen3_5.py
-             * packed_modules_mapping). */
+             * alone under the Transformers backend, transformers_backend), with two exceptions.
+             * A Gated DeltaNet's input is two (vllm/model_executor/layers/mamba/gdn/
+             * qwen_gdn_linear_attn.py: in_proj_qkvz, in_proj_ba, each a
+             * MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z and in_proj_b +
+             * in_proj_a packed into them, models/qwen3_5.py packed_modules_mapping). And a
+             * parallel block's one input group holding attention and MLP linears (Phi's q/k/v and
+             * fc1) is two: vLLM serves PhiForCausalLM through its Transformers backend, whose
+             * QKVFuser fuses q/k/v into QKVParallelLinear (models/transformers/fusers/qkv.py) and
+             * whose tp plan builds fc1 alone ("colwise", models/transformers/utils.py,
+             * replace_linear_class); Cohere2's q/k/v and gate/up likewise: qkv_proj and
+             * gate_up_proj (vllm/model_executor/models/commandr.py). */
             int fused = !row_parallel && !transformers_backend(cfg);
-            int gdn_in = fused && !strcmp(G->name, "gdn_in"), split = G->n_linears / 2;
-            int parts = fused ? (gdn_in ? 2 : 1) : G->n_linears;
+            int gdn_in = fused && !strcmp(G->name, "gdn_in");
+            int n_attn = 0;
+            for (int j = 0; j < G->n_linears; j++) n_attn += G->linears[j] < o_li;
+            int split = fused && (gdn_in || (n_attn > 0 && n_attn < G->n_linears));
+            int cut = gdn_in ? G->n_linears / 2 : n_attn;
+            int parts = !fused ? G->n_linears : split ? 2 : 1;
             for (int p = 0; p < parts; p++) {
-                int first = fused ? (gdn_in && p ? split : 0) : p;
-                int last = fused ? (gdn_in && !p ? split : G->n_linears) : p + 1;
+                int first = !fused ? p : split && p ? cut : 0;
+                int last = !fused ? p + 1 : split && !p ? cut : G->n_linears;
                 qd_serving_row *row;
                 if (add_row(out, &cap, &row)) {
                     qd_tp_serving_report_free(out);
@@ -91,8 +104,8 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     const char *dot = strrchr(base, '.');
                     size_t plen = dot ? (size_t)(dot - base + 1) : 0;
                     o += (size_t)snprintf(row->name + o, sizeof row->name - o, "%.*s%s (", (int)plen, base,
-                                          !strcmp(G->name, "attn_in") ? "qkv_proj"
-                                          : gdn_in ? (p ? "in_proj_ba" : "in_proj_qkvz") : "gate_up_proj");
+                                          gdn_in ? (p ? "in_proj_ba" : "in_proj_qkvz")
+                                          : !strcmp(G->name, "attn_in") && first < n_attn ? "qkv_proj" : "gate_up_proj");
                 }
                 for (int j = first; j < last; j++) {
                     const qd_linear_info *L = qd_model_linear(m, G->linears[j]);
@@ -120,7 +133,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 }
                 int64_t per_shard = n_sum / tp;
                 if (!row_parallel && n_sum % tp) per_shard = 0;
-                if (fused && !strcmp(G->name, "attn_in") && G->n_linears == 3) {
+                if (fused && !strcmp(G->name, "attn_in") && first == 0 && last - first == 3) {
                     /* Gated attention (Qwen3-Next, Qwen3.5): q_proj's rows hold each head's gate too. */
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads, qm = cfg->attn_gate ? 2 : 1;
                     per_shard = (qh % tp) ? 0 : (qm * qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;

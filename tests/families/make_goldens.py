@@ -40,6 +40,7 @@ import transformers
 from transformers import (
     AutoModelForCausalLM,
     AutoModelForImageTextToText,
+    Cohere2Config,
     Gemma3Config,
     Mistral3Config,
     Qwen2_5_VLConfig,
@@ -50,6 +51,7 @@ from transformers import (
     Gemma2Config,
     Gemma3TextConfig,
     Glm4Config,
+    GPTNeoXConfig,
     GraniteMoeHybridConfig,
     Lfm2Config,
     LlamaConfig,
@@ -58,11 +60,13 @@ from transformers import (
     Olmo2Config,
     Olmo3Config,
     Phi3Config,
+    PhiConfig,
     Qwen2Config,
     Qwen2MoeConfig,
     Qwen3Config,
     Qwen3MoeConfig,
     Qwen3NextConfig,
+    Starcoder2Config,
 )
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
@@ -95,6 +99,7 @@ VECTOR_NOISE = 0.2
 
 
 def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, **kw):
+def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), drop=(), **kw):
     """One family: its config class, seed, one line on what it exercises, and `ablate`:
     (label, config changes) pairs. Each is the same weights under the changed config; the
     generator records how far its logits are from the golden, so that a case which would
@@ -103,6 +108,9 @@ def fam(cls, seed, what, n_tokens=N_TOKENS, ablate=(), init=None, **kw):
     the weights after the random initialisation (e.g. a decay the default one makes too
     fast for a 64-token sequence to show)."""
     cfg = dict(BASE)
+    shows up as a small number in meta.json. `drop`: BASE keys the config class does not
+    have (transformers would write them into config.json as unknown extras)."""
+    cfg = {k: v for k, v in BASE.items() if k not in drop}
     cfg.update(kw)
     return dict(cls=cls, seed=seed, what=what, n_tokens=n_tokens, kwargs=cfg, ablate=list(ablate), init=init)
 
@@ -432,6 +440,53 @@ FAMILIES = {
                                 num_attention_heads=2, head_dim=16, image_size=64, patch_size=8),
                     tie_word_embeddings=False, spatial_merge_size=2,
                     ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # The LayerNorm families with a plain MLP (fc1 -> GELU -> fc2, biases everywhere).
+    "starcoder2": fam(Starcoder2Config, 1030,
+                      "StarCoder2: LayerNorms with bias, q/k/v/o and c_fc/c_proj biases (use_bias), GQA 4/2, "
+                      "c_fc -> gelu_pytorch_tanh -> c_proj, sliding_window 16 on every layer, rope_theta 100000",
+                      drop=("rms_norm_eps",), norm_epsilon=1e-5, use_bias=True, sliding_window=16,
+                      hidden_act="gelu_pytorch_tanh", intermediate_size=128,
+                      rope_parameters={"rope_type": "default", "rope_theta": 100000.0},
+                      ablate=[("no window", {"sliding_window": None}),
+                              ("rope_theta 10000", {"rope_parameters": dict(DEFAULT_ROPE)})]),
+    "phi2": fam(PhiConfig, 1031,
+                "Phi-2: parallel attention and MLP from one input_layernorm (LayerNorm with bias), q/k/v/dense and "
+                "fc1/fc2 biases, fc1 -> gelu_new -> fc2, partial_rotary_factor 0.5, final_layernorm, lm_head bias",
+                drop=("rms_norm_eps",), num_key_value_heads=4, layer_norm_eps=1e-5, hidden_act="gelu_new",
+                intermediate_size=128, tie_word_embeddings=False, qk_layernorm=False,
+                rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.5},
+                ablate=[("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                              "partial_rotary_factor": 1.0}})]),
+    "gpt_neox": fam(GPTNeoXConfig, 1032,
+                    "GPT-NeoX (Pythia): use_parallel_residual (attention from input_layernorm, MLP from "
+                    "post_attention_layernorm, both of the block input), query_key_value per head [heads, 3, "
+                    "head_dim], rotary 0.25 of head_dim 16, gelu, embed_in / final_layer_norm / embed_out",
+                    drop=("rms_norm_eps", "num_key_value_heads"), layer_norm_eps=1e-5, hidden_act="gelu",
+                    intermediate_size=128, tie_word_embeddings=False, use_parallel_residual=True,
+                    attention_bias=True,
+                    rope_parameters={"rope_type": "default", "rope_theta": 10000.0, "partial_rotary_factor": 0.25},
+                    ablate=[("sequential residual", {"use_parallel_residual": False}),
+                            ("full rotary", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                  "partial_rotary_factor": 1.0}})]),
+    "gpt_neox_seq": fam(GPTNeoXConfig, 1033,
+                        "GPT-NeoX with use_parallel_residual false: the MLP reads post_attention_layernorm of the "
+                        "stream after attention; rotary 0.5, rope_theta 1000",
+                        drop=("rms_norm_eps", "num_key_value_heads"), layer_norm_eps=1e-5, hidden_act="gelu",
+                        intermediate_size=128, tie_word_embeddings=False, use_parallel_residual=False,
+                        attention_bias=True,
+                        rope_parameters={"rope_type": "default", "rope_theta": 1000.0, "partial_rotary_factor": 0.5},
+                        ablate=[("parallel residual", {"use_parallel_residual": True})]),
+    # Cohere2 (Command R7B): the parallel block with SwiGLU from one mean-centred LayerNorm
+    # (weight only); RoPE with interleaved pairs on the sliding layers, none on the full ones.
+    "cohere2": fam(Cohere2Config, 1034,
+                   "Cohere2: parallel attention and SwiGLU from one mean-centred LayerNorm without bias, layer_types "
+                   "sliding(16, interleaved RoPE)/full (no RoPE), logit_scale 0.25, GQA 4/2",
+                   drop=("rms_norm_eps",), layer_norm_eps=1e-5, sliding_window=16,
+                   layer_types=["sliding_attention", "full_attention"], logit_scale=0.25,
+                   rope_parameters={"rope_type": "default", "rope_theta": 10000.0}, pad_token_id=0,
+                   ablate=[("logit_scale 1", {"logit_scale": 1.0}),
+                           ("RoPE on both layers", {"layer_types": ["sliding_attention", "sliding_attention"],
+                                                    "sliding_window": 64})]),
     # LFM2: short-convolution layers around one attention layer (q/k layernorms per head,
     # RoPE theta 1e6); feed_forward width from intermediate_size 96 by the config class's
     # rule (int(2 * 96 / 3) = 64, times 1.5 = 96, a multiple of 16); embedding_norm last.

@@ -148,6 +148,15 @@ def fuse_experts(sd, want):
             del sd[key]
 
 
+def rename_keys(sd, want):
+    """transformers 5 renames some checkpoint keys as it loads a directory
+    (conversion_mapping.py's WeightRenaming), which load_state_dict does not: GPT-NeoX's
+    embed_out is the module's lm_head."""
+    for old, new in (("embed_out.", "lm_head."),):
+        for key in [k for k in sd if k.startswith(old) and k not in want]:
+            sd[new + key[len(old):]] = sd.pop(key)
+
+
 def hf_logits(out_dir, ids):
     with open(os.path.join(out_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -187,6 +196,7 @@ def hf_logits(out_dir, ids):
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     fuse_experts(sd, set(model.state_dict()))
+    rename_keys(sd, set(model.state_dict()))
     missing, unexpected = model.load_state_dict(sd, strict=False)
     tied = getattr(config, "tie_word_embeddings", False)
     bad_missing = [m for m in missing if not (tied and m == "lm_head.weight")]

@@ -238,6 +238,10 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         qd_backend_free(be, dp);
         return rc;
     }
+    case 17: if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc; return be->ops->gelu_tanh(be, out, rows * dim);
+    case 18: /* copy_2d: columns [8, 24) of in[0] [6, 64] into columns [40, 56) of a copy of in[1] */
+        if ((rc = be->ops->copy(be, out, in[1], rows * dim * 4))) return rc;
+        return be->ops->copy_2d(be, out + 40, dim, in[0] + 8, dim, rows, 16);
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -257,7 +261,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 16; which++) {
+    for (int which = 0; which <= 18; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

@@ -138,5 +138,22 @@ grep -q "'volta' is not one of hopper, ampere, blackwell" "$T/err" || fail "--gp
 expect2 "$T/ct" --engine vllm --gpu hopper --tp 0
 expect2 "$T/m" --engine vllm --gpu hopper --tp 1
 grep -q 'not a quantized checkpoint' "$T/err" || fail "float model: $(cat "$T/err")"
+# Phi's parallel block: q/k/v and fc1 are one input group (one norm, one Hessian), but vLLM's
+# Transformers backend serves them as two column-parallel linears (fused qkv_proj, fc1 alone).
+PHI="$(cd "$(dirname "$0")/../data/families/phi2" && pwd)"
+echo "{\"model\":\"$PHI\",\"output\":\"$T/phi\",\"method\":\"rtn\",\"format\":\"gptq\",\"bits\":4,\"group_size\":32}" > "$T/phi.json"
+"$Q" quantize "$T/phi.json" > "$T/phi.log" 2>&1 || fail "quantize phi2: $(tail -2 "$T/phi.log")"
+"$Q" check-serving "$T/phi" --engine vllm --gpu ampere --tp 1 > "$T/op"
+grep -q '^model.layers.0.self_attn.qkv_proj (q_proj+k_proj+v_proj) ' "$T/op" || fail "phi2: q/k/v not one fused linear: $(cat "$T/op")"
+grep -q '^model.layers.0.mlp.fc1 ' "$T/op" || fail "phi2: fc1 not its own linear: $(cat "$T/op")"
+[ "$(grep -c '^model.layers.0.' "$T/op")" = 4 ] || fail "phi2: 4 linears per layer expected: $(cat "$T/op")"
+# Cohere2's parallel block likewise: q/k/v and gate/up one group, served as qkv_proj and
+# gate_up_proj (vllm/model_executor/models/commandr.py).
+CO="$(cd "$(dirname "$0")/../data/families/cohere2" && pwd)"
+echo "{\"model\":\"$CO\",\"output\":\"$T/co\",\"method\":\"rtn\",\"format\":\"gptq\",\"bits\":4,\"group_size\":32}" > "$T/co.json"
+"$Q" quantize "$T/co.json" > "$T/co.log" 2>&1 || fail "quantize cohere2: $(tail -2 "$T/co.log")"
+"$Q" check-serving "$T/co" --engine vllm --gpu ampere --tp 1 > "$T/oc"
+grep -q '^model.layers.0.self_attn.qkv_proj (q_proj+k_proj+v_proj) ' "$T/oc" || fail "cohere2: qkv_proj: $(cat "$T/oc")"
+grep -q '^model.layers.0.mlp.gate_up_proj (gate_proj+up_proj) ' "$T/oc" || fail "cohere2: gate_up_proj: $(cat "$T/oc")"
 [ "$fails" = 0 ] && echo PASS
 exit $((fails > 0))

@@ -215,6 +215,24 @@ static void test_activations(void)
         if (fabs(y[i] - want) > worst) worst = fabs(y[i] - want);
     }
     CHECK(worst < 1e-5);
+    /* The plain tanh GELU (gelu_new, gelu_pytorch_tanh): the GeGLU above without the up factor. */
+    memcpy(x, g, n * 4);
+    CHECK_OK(be->ops->gelu_tanh(be, x, n));
+    worst = 0;
+    for (int i = 0; i < n; i++) {
+        double gi = g[i], want = 0.5 * gi * (1.0 + tanh(sqrt(2.0 / 3.14159265358979323846) * (gi + 0.044715 * gi * gi * gi)));
+        if (fabs(x[i] - want) > worst) worst = fabs(x[i] - want);
+    }
+    CHECK(worst < 1e-5);
+    /* copy_2d: a [3, 4] block between pitched matrices, the rest untouched; a stride
+     * narrower than the block is refused. */
+    float src[5 * 7], dst[3 * 9];
+    for (int i = 0; i < 35; i++) src[i] = (float)i;
+    for (int i = 0; i < 27; i++) dst[i] = -1.0f;
+    CHECK_OK(be->ops->copy_2d(be, dst + 2, 9, src + 1, 7, 3, 4));
+    for (int r = 0; r < 3; r++)
+        for (int c = 0; c < 9; c++) CHECK_NEAR(dst[r * 9 + c], c >= 2 && c < 6 ? src[r * 7 + 1 + c - 2] : -1.0f, 0);
+    CHECK_ERR(be->ops->copy_2d(be, dst, 3, src, 7, 3, 4));
     memcpy(x, g, n * 4);
     CHECK_OK(be->ops->softcap(be, x, n, 2.5f));
     worst = 0;

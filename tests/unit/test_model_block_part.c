@@ -5,7 +5,8 @@
  * on it (byte-identical output to the whole-block passes), and so on the attention half's
  * end computed from its output projection's input alone (qd_block_attn_finish), and the MLP
  * half's end from its last projection's input (qd_block_mlp_finish, dense models). Also: every
- * family's input groups are its attention groups followed by its MLP groups. */
+ * family's input groups are its attention groups followed by its MLP groups. A parallel block
+ * (Phi, GPT-NeoX) has no halves and refuses them (check_parallel). */
 #include <dirent.h>
 #include <stdlib.h>
 #include <string.h>
@@ -35,12 +36,48 @@ static int keep_ctx(void *ud, int block, int group, const qd_input_group *g, con
     return 0;
 }
 
+/* A parallel block (Phi, GPT-NeoX use_parallel_residual): its MLP reads the block's input,
+ * which the residual stream between halves does not hold, so it has no halves: every group
+ * is QD_BLOCK_ALL (the pipeline then runs it whole), and asking for a half or a half's end
+ * is refused rather than computed wrong. */
+static void check_parallel(qd_model *m, const char *dir)
+{
+    qd_err err = {0};
+    for (int g = 0; g < qd_model_n_groups(m); g++) CHECK(qd_model_group_part(m, g) == QD_BLOCK_ALL);
+    const qd_model_config *c = qd_model_cfg(m);
+    int64_t batch = 2, seq = 12, rows = batch * seq;
+    size_t n = (size_t)(rows * c->hidden);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *x), *y2 = malloc(n * sizeof *x);
+    test_rng r;
+    test_rng_seed(&r, 7);
+    test_fill_normal(&r, x, n, 1.0f);
+    qd_block_weights *bw = NULL;
+    CHECK_OK(qd_block_load(m, 0, &bw, &err));
+    if (bw) {
+        CHECK_OK(qd_block_forward(m, bw, x, y, batch, seq, NULL, NULL, &err));
+        CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_ALL, x, y2, batch, seq, NULL, NULL, &err));
+        if (memcmp(y, y2, n * sizeof *y) != 0) TEST_FAIL_("%s: QD_BLOCK_ALL differs from the block forward", dir);
+        else test_checks++;
+        CHECK_INT(qd_block_forward_part(m, bw, QD_BLOCK_ATTN, x, y2, batch, seq, NULL, NULL, &err), QD_EINVAL);
+        CHECK_INT(qd_block_forward_part(m, bw, QD_BLOCK_MLP, x, y2, batch, seq, NULL, NULL, &err), QD_EINVAL);
+        CHECK_INT(qd_block_attn_finish(m, bw, x, x, y2, rows, &err), QD_EINVAL);
+        CHECK_INT(qd_block_mlp_finish(m, bw, x, x, y2, rows, &err), QD_EINVAL);
+    }
+    qd_block_free(m, bw);
+    free(x); free(y); free(y2);
+}
+
 static void check_model(const char *dir, qd_backend *be)
 {
     qd_err err = {0};
     qd_model *m = NULL;
     int rc = qd_model_open(dir, be, &m, &err);
     if (rc) { TEST_FAIL_("%s: %s", dir, err.msg); return; }
+    if (qd_model_cfg(m)->parallel_block) {
+        check_parallel(m, dir);
+        qd_model_close(m);
+        return;
+    }
     /* Groups: attention first, then MLP, both present. */
     int ng = qd_model_n_groups(m), switches = 0;
     for (int g = 1; g < ng; g++) switches += qd_model_group_part(m, g) != qd_model_group_part(m, g - 1);

@@ -75,6 +75,11 @@ static const family_expect families[] = {
     {"gemma3_vl", EXPECT_MATCH, NULL},
     {"mistral3", EXPECT_MATCH, NULL},
     {"mistral3_tie_default", EXPECT_MATCH, NULL},   /* tie flag true (the default), lm_head stored: used */
+    {"starcoder2", EXPECT_MATCH, NULL},
+    {"phi2", EXPECT_MATCH, NULL},
+    {"gpt_neox", EXPECT_MATCH, NULL},
+    {"gpt_neox_seq", EXPECT_MATCH, NULL},
+    {"cohere2", EXPECT_MATCH, NULL},
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])
 

@@ -163,6 +163,17 @@ static void test_fold(void)
     check_family("qwen3_vl", 4);
     check_family("gemma3_vl", 4);
     check_family("mistral3", 4);
+    /* LayerNorm families: weight and bias divided. StarCoder2: input_layernorm, v_proj,
+     * post_attention_layernorm (c_proj follows GELU: no fold). Phi's parallel block: q/k/v and
+     * fc1 one group into input_layernorm, dense into v_proj. GPT-NeoX: the two norms only
+     * (dense's v rows are spread over query_key_value's heads). */
+    check_family("starcoder2", 3);
+    check_family("phi2", 2);
+    check_family("gpt_neox", 2);
+    check_family("gpt_neox_seq", 2);
+    /* Cohere2's parallel block: q/k/v and gate/up one group into the bias-less LayerNorm's
+     * weight, o_proj into v_proj, down_proj into up_proj. */
+    check_family("cohere2", 3);
     /* MoE: each expert's w2 into its own w3, and (+1) the experts' shared input into
      * post_attention_layernorm; Qwen2-MoE also the shared expert's down into its up. */
     check_family("mixtral", 2 + 8 + 1);

@@ -360,6 +360,27 @@ int cpu_gelu(qd_backend *be, float *x, int64_t n)
     return 0;
 }
 
+/* torch's tanh approximation, term for term, as gelu_tanh_mul's gate. */
+int cpu_gelu_tanh(qd_backend *be, float *x, int64_t n)
+{
+    (void)be;
+    for (int64_t i = 0; i < n; i++) {
+        float g = x[i];
+        float inner = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+        x[i] = 0.5f * g * (1.0f + tanhf(inner));
+    }
+    return 0;
+}
+
+int cpu_copy_2d(qd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
+{
+    if (rows < 0 || cols < 0 || ldd < cols || lds < cols)
+        return qd_err_set(&be->err, QD_EINVAL, "copy_2d: bad shape [%lld, %lld] with strides %lld, %lld", (long long)rows,
+                          (long long)cols, (long long)ldd, (long long)lds);
+    for (int64_t r = 0; r < rows; r++) memcpy(dst + r * ldd, src + r * lds, (size_t)cols * sizeof *dst);
+    return 0;
+}
+
 int cpu_add(qd_backend *be, float *y, const float *x, int64_t n)
 {
     for (int64_t i = 0; i < n; i++) y[i] += x[i];

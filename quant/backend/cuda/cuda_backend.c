@@ -527,6 +527,23 @@ static int cu_gelu(qd_backend *be, float *x, int64_t n)
     return 0;
 }
 
+static int cu_gelu_tanh(qd_backend *be, float *x, int64_t n)
+{
+    LAUNCH(be, "gelu_tanh kernel", cudaop_gelu_tanh(cu_impl(be)->stream, x, n));
+    return 0;
+}
+
+static int cu_copy_2d(qd_backend *be, float *dst, int64_t ldd, const float *src, int64_t lds, int64_t rows, int64_t cols)
+{
+    if (rows < 0 || cols < 0 || ldd < cols || lds < cols)
+        return qd_err_set(&be->err, QD_EINVAL, "copy_2d: bad shape [%lld, %lld] with strides %lld, %lld", (long long)rows,
+                          (long long)cols, (long long)ldd, (long long)lds);
+    if (!rows || !cols) return 0;
+    CU_TRY(be, cudaMemcpy2DAsync(dst, (size_t)ldd * sizeof *dst, src, (size_t)lds * sizeof *src, (size_t)cols * sizeof *src,
+                                 (size_t)rows, cudaMemcpyDeviceToDevice, cu_impl(be)->stream));
+    return 0;
+}
+
 static int cu_add(qd_backend *be, float *y, const float *x, int64_t n)
 {
     LAUNCH(be, "add kernel", cudaop_add(cu_impl(be)->stream, y, x, n));

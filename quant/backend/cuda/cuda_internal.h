@@ -72,6 +72,7 @@ int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
 int cudaop_scale(void *stream, float *x, int64_t n, float s);
 int cudaop_relu(void *stream, float *x, int64_t n);
 int cudaop_gelu(void *stream, float *x, int64_t n);
+int cudaop_gelu_tanh(void *stream, float *x, int64_t n);
 int cudaop_add(void *stream, float *y, const float *x, int64_t n);
 int cudaop_add_bias(void *stream, float *y, const float *bias, int64_t rows, int64_t cols);
 /* dst[i] = src[idx[i]] (rows of cols floats); an index outside [0, src_rows) zeroes its row

@@ -480,6 +480,9 @@ ELEMENTWISE(softcap, (float *x, int64_t n, float cap), { x[i] = tanhf(x[i] / cap
 ELEMENTWISE(scale, (float *x, int64_t n, float s), { x[i] *= s; })
 ELEMENTWISE(relu, (float *x, int64_t n), { if (!(x[i] > 0.0f)) x[i] = 0.0f; })
 ELEMENTWISE(gelu, (float *x, int64_t n), { x[i] = 0.5f * x[i] * (1.0f + erff(x[i] * 0.70710678118654752f)); })
+ELEMENTWISE(gelu_tanh, (float *x, int64_t n),
+            { float g = x[i]; float t = 0.79788456080286536f * (g + 0.044715f * g * g * g);
+              x[i] = 0.5f * g * (1.0f + tanhf(t)); })
 ELEMENTWISE(add, (float *y, const float *x, int64_t n), { y[i] += x[i]; })
 ELEMENTWISE(add_bias, (float *y, const float *bias, int64_t cols, int64_t n), { y[i] += bias[i % cols]; })
 
@@ -522,6 +525,13 @@ extern "C" int cudaop_gelu(void *stream, float *x, int64_t n)
 {
     if (n <= 0) return 0;
     k_gelu<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n);
+    return op_launched();
+}
+
+extern "C" int cudaop_gelu_tanh(void *stream, float *x, int64_t n)
+{
+    if (n <= 0) return 0;
+    k_gelu_tanh<<<op_blocks(n), OP_THREADS, 0, (cudaStream_t)stream>>>(x, n);
     return op_launched();
 }
 
