@@ -158,6 +158,30 @@ typedef struct qd_rope_freqs {
     /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */ \
     X(int, nll_rows, (qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, \
                       int64_t vocab, double *nll_host)) \
+    /* ---- recurrent mixers (quant/model/model_mixer.c) ---- */ \
+    /* Causal depthwise convolution over each of `batch` sequences of `seq` tokens, as \
+     * torch's Conv1d(groups=ch, padding=kernel-1) cut to the first seq outputs: \
+     * u[t, c] = x[t, c] * (gate_in ? gate_in[t, c] : 1), \
+     * y[t, c] = act(bias[c] + sum_j w[c, j] u[t - kernel + 1 + j, c]) * (gate_out ? gate_out[t, c] : 1), \
+     * u zero before a sequence's first token; act is SiLU when silu, else none. x, gate_in \
+     * and gate_out are rows of stride ld (columns [0, ch) used), y [batch*seq, ch] dense (not \
+     * aliasing the inputs); w [ch, kernel]; bias may be NULL. LFM2's short convolution is \
+     * C * conv(B * x); Mamba-2's is silu(conv(xBC) + bias). */ \
+    X(int, conv1d_causal, (qd_backend *be, float *y, const float *x, const float *gate_in, const float *gate_out, \
+                           int64_t ld, int64_t batch, int64_t seq, int64_t ch, const float *w, const float *bias, \
+                           int64_t kernel, int silu)) \
+    /* Mamba-2's selective state-space scan (SSD) as its recurrence, per sequence and head h \
+     * (of n_heads, head_dim p each, in n_groups groups sharing B and C, d_state n), state \
+     * S [p, n] = 0 at each sequence's start: dt' = clamp(softplus(dt[t, h] + dt_bias[h]), dt_min, \
+     * dt_max) (torch's softplus: x above 20 is kept), S = S exp(dt' a[h]) + dt' x[t, h, :] \
+     * B[t, g(h), :]^T, y[t, h, :] = S C[t, g(h), :] + d[h] x[t, h, :]; then with z, y *= \
+     * silu(z[t, h, :]) (the gate of the gated RMSNorm that follows). x, B and C are rows of \
+     * stride ld (x [n_heads * p] wide, B and C [n_groups * n]); dt rows of stride ld_dt, z \
+     * rows of stride ld_z (or NULL); y [batch*seq, n_heads * p] dense. a = -exp(A_log). */ \
+    X(int, ssd_scan, (qd_backend *be, float *y, const float *x, const float *b, const float *c, int64_t ld, \
+                      const float *dt, int64_t ld_dt, const float *z, int64_t ld_z, const float *a, \
+                      const float *d, const float *dt_bias, float dt_min, float dt_max, int64_t batch, \
+                      int64_t seq, int64_t n_heads, int64_t head_dim, int64_t n_groups, int64_t d_state)) \
     /* ---- recurrent mixers and gated attention (quant/model/model_gdn.c) ---- */ \
     /* out = sigmoid(gate) * x elementwise (a gated attention's output gate: Qwen3-Next, \
      * Qwen3.5); out may alias x or gate. */ \

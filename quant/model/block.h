@@ -19,6 +19,10 @@
 
 #include "quant/model/model.h"
 
+/* A recurrent mixer's float parameters: the convolution's weight [ch, kernel] and bias, and
+ * Mamba-2's A (-exp(A_log)), D, dt_bias [heads] and gated norm [inner]. */
+#define QD_MIXER_PARAMS 6
+
 /* One block's float weights, all backend memory owned by the struct (qd_block_free). */
 typedef struct qd_block_weights {
     int block;
@@ -31,6 +35,7 @@ typedef struct qd_block_weights {
     float *shared_gate_w;              /* Qwen2-MoE: [1, hidden] shared_expert_gate; else NULL */
     float *router_bias;                /* [n_experts]: DeepSeek-V3's e_score_correction_bias, gpt-oss's router bias; else NULL */
     float *mla_norm_w[2];              /* DeepSeek: q_a_layernorm [q_lora_rank] (or NULL), kv_a_layernorm [kv_lora_rank] */
+    float *mixer_w[QD_MIXER_PARAMS];   /* a recurrent layer's float parameters (model_mixer.c), else NULL */
     /* Gated DeltaNet layers: linear_attn.conv1d [conv channels, 1, taps], A_log [v_heads],
      * dt_bias [v_heads], norm [v_dim] (the gated norm multiplies by w as stored); else NULL. */
     float *gdn_conv_w, *gdn_a_log, *gdn_dt_bias, *gdn_norm_w;
@@ -93,6 +98,10 @@ qd_block_part qd_model_group_part(const qd_model *m, int g);
 /* The input group of the attention's output projection (o_proj / dense): its input is the
  * attention's context, the last thing QD_BLOCK_ATTN computes before o_proj. */
 int qd_model_attn_out_group(const qd_model *m);
+/* The same for block `block`: in a hybrid's recurrent layer, the mixer's out_proj (whose
+ * input is the mixer's output before its projection); qd_block_attn_finish ends that half
+ * from it alike. */
+int qd_model_block_attn_out_group(const qd_model *m, int block);
 /* The end of QD_BLOCK_ATTN from that context: y [rows, hidden] = the residual stream after
  * the attention sub-block, given the block's input x (y may equal x) and ctx [rows, K of the
  * output projection], the input the attention gave its output projection on the same rows

@@ -58,6 +58,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
     QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
+    QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
+    QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
     QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
                             * per layer; Qwen2-MoE's experts, dense layers among them */
     QD_LAYOUT_QWEN35,      /* as Qwen3-Next with linear_attn.in_proj_qkv, in_proj_z, in_proj_b, in_proj_a; dense MLP */
@@ -98,6 +100,18 @@ enum { QD_QK_NORM_HEAD = 1, QD_QK_NORM_WHOLE = 2 };
 
 /* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
 #define QD_MAX_EXPERTS 256
+
+/* The recurrent mixers' sizes (QD_MIXER_SHORT_CONV, QD_MIXER_MAMBA2 layers; model_mixer.c). */
+typedef struct qd_mixer_config {
+    int64_t conv_kernel;       /* the causal convolution's taps: LFM2 conv_L_cache, mamba_d_conv */
+    int conv_bias;             /* the convolution has a bias (LFM2 conv_bias, mamba_conv_bias) */
+    int proj_bias;             /* in_proj and out_proj have biases (LFM2 conv_bias, mamba_proj_bias) */
+    int64_t ssm_heads;         /* Mamba-2: mamba_n_heads, */
+    int64_t ssm_head_dim;      /* mamba_d_head (inner = heads * head_dim = mamba_expand * hidden), */
+    int64_t ssm_groups;        /* mamba_n_groups (sharing B and C, and the gated norm's groups), */
+    int64_t ssm_state;         /* mamba_d_state, */
+    float dt_min, dt_max;      /* time_step_limit */
+} qd_mixer_config;
 
 /* Most layers a config may describe per layer (layer_types). */
 #define QD_CFG_MAX_LAYERS 1024
@@ -154,6 +168,7 @@ typedef struct qd_model_config {
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
+    qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
     unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width
                                 * intermediate (Qwen3-Next's mlp_only_layers, decoder_sparse_step) */
     /* Gated DeltaNet layers (layer_mixer QD_MIXER_GATED_DELTANET; model_gdn.c): gdn_k_heads key

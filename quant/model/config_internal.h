@@ -55,5 +55,9 @@ int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJ
 /* gpt-oss (config_gptoss.c): every key of GptOssConfig, its defaults where config.json
  * leaves one out; called by qd_config_family_parse for GptOssForCausalLM. */
 int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* The hybrids of attention with a recurrent mixer (config_hybrid.c): LFM2 and Granite-4.
+ * qd_config_family_parse hands them over whole (RoPE included). */
+int qd_config_is_hybrid(const char *architecture);
+int qd_config_hybrid_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 #endif

@@ -51,6 +51,7 @@ typedef struct qd_linear_info {
     int group;              /* index of its input group */
     int expert;             /* MoE: the expert it belongs to, QD_SHARED_EXPERT, or -1 */
     int dense_mlp;          /* the dense MLP of a model whose other layers are MoE (DeepSeek) */
+    int layer_mixer;        /* hybrids: the qd_layer_mixer of the layers that hold it; -1: every layer */
 } qd_linear_info;
 
 #define QD_SHARED_EXPERT (-2)

@@ -267,6 +267,7 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
         case QD_LAYOUT_MIXTRAL: return &arch_mixtral;
         case QD_LAYOUT_QWEN_MOE: return &arch_qwen_moe;
         case QD_LAYOUT_DEEPSEEK: return c->q_lora_rank > 0 ? &arch_deepseek_qlora : &arch_deepseek_q;
+        case QD_LAYOUT_LFM2: case QD_LAYOUT_GRANITE_HYBRID: return qd_arch_hybrid(c);
         case QD_LAYOUT_QWEN_NEXT: return &qd_arch_qwen_next;
         case QD_LAYOUT_QWEN35: return c->n_experts > 0 ? &qd_arch_qwen35_moe : &qd_arch_qwen35;
         case QD_LAYOUT_STARCODER2: case QD_LAYOUT_PHI: case QD_LAYOUT_NEOX: case QD_LAYOUT_COHERE2:

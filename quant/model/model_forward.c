@@ -308,12 +308,26 @@ qd_block_part qd_model_group_part(const qd_model *m, int g)
     if (m->cfg.parallel_block) return QD_BLOCK_ALL;
     const qd_linear_info *L = G && G->n_linears > 0 ? qd_model_linear(m, G->linears[0]) : NULL;
     if (!L) return QD_BLOCK_MLP;
-    return G->linears[0] <= m->arch->lin_o || !strncmp(L->name, "linear_attn.", 12) ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
+    /* A hybrid's recurrent mixer (conv.*, mamba.*, linear_attn.*) stands where attention does. */
+    return G->linears[0] <= m->arch->lin_o || !strncmp(L->name, "linear_attn.", 12) || L->layer_mixer >= 0
+               ? QD_BLOCK_ATTN : QD_BLOCK_MLP;
 }
 
 int qd_model_attn_out_group(const qd_model *m)
 {
     return m->lin[m->arch->lin_o].group;
+}
+
+/* The first half's output projection in block `block`: o_proj, or a recurrent layer's out_proj. */
+static int attn_out_linear(const qd_model *m, int block)
+{
+    int k = qd_model_block_mixer(m, block);
+    return k == QD_MIXER_MAMBA2 || k == QD_MIXER_SHORT_CONV ? m->arch->lin_mix_out : m->arch->lin_o;
+}
+
+int qd_model_block_attn_out_group(const qd_model *m, int block)
+{
+    return m->lin[attn_out_linear(m, block)].group;
 }
 
 /* A half's tail after its last projection (tmp holds that projection's output): Gemma's norm
@@ -357,11 +371,13 @@ static int half_finish(qd_model *m, const qd_block_weights *bw, int half, int li
 int qd_block_attn_finish(qd_model *m, const qd_block_weights *bw, const float *ctx, const float *x, float *y,
                          int64_t rows, qd_err *err)
 {
-    /* A hybrid's recurrent layer has no o_proj: its half ends in its own projection. */
-    if (!qd_model_block_has_linear(m, bw->block, m->arch->lin_o))
+    /* A hybrid's recurrent layer ends its half in its own projection (LFM2's and Mamba-2's
+     * out_proj); a Gated DeltaNet layer's is not finished from its context. */
+    int li = attn_out_linear(m, bw->block);
+    if (!qd_model_block_has_linear(m, bw->block, li))
         return qd_err_set(err, QD_EINVAL, "attention finish: block %d has no %s (a recurrent layer)", bw->block,
-                          m->lin[m->arch->lin_o].name);
-    return half_finish(m, bw, 0, m->arch->lin_o, ctx, x, y, rows, err);
+                          m->lin[li].name);
+    return half_finish(m, bw, 0, li, ctx, x, y, rows, err);
 }
 
 /* The dense MLP's last linear (down_proj, fc2) as mlp() runs it; -1 for a model with
@@ -470,10 +486,13 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (part != QD_BLOCK_MLP) {
         const float *ain = y;
         if (pre && bw->norm_w[0]) { BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], bw->norm_b[0], rows)); ain = xn; }
+        int kind = qd_model_block_mixer(m, bw->block);
         if (m->arch->mla)
             rc = qd_mla_forward(m, bw, ain, tmp, batch, seq, pos_be, &rf, hooks, err);
-        else if (qd_model_block_mixer(m, bw->block) == QD_MIXER_GATED_DELTANET)   /* Qwen3-Next, Qwen3.5 */
+        else if (kind == QD_MIXER_GATED_DELTANET)   /* Qwen3-Next, Qwen3.5 */
             rc = qd_gdn_forward(m, bw, ain, tmp, batch, seq, hooks, err);
+        else if (kind == QD_MIXER_MAMBA2 || kind == QD_MIXER_SHORT_CONV)   /* Granite-4.0-H, LFM2 */
+            rc = qd_mixer_forward(m, bw, ain, tmp, batch, seq, hooks, err);
         else
             rc = attention(m, bw, ain, tmp, batch, seq, pos_be, c->family == QD_ARCH_LLAMA && !nope ? &rf : NULL, window,
                            hooks, err);

@@ -28,10 +28,14 @@ typedef enum qd_dim {
     QD_DIM_GDN_QKV,      /* 2 k_heads k_dim + v_heads v_dim: in_proj_qkv, the conv's channels */
     QD_DIM_GDN_V,        /* v_heads v_dim: in_proj_z's rows, out_proj's input */
     QD_DIM_GDN_H,        /* v_heads: in_proj_b's and in_proj_a's rows */
+    /* Recurrent mixers (model_mixer.c) */
+    QD_DIM_HIDDEN3,      /* 3 hidden: LFM2's conv.in_proj rows (B, C, x) */
+    QD_DIM_SSM_INNER,    /* Mamba-2's inner width, mamba heads * head dim: out_proj's input */
+    QD_DIM_SSM_IN,       /* Mamba-2's in_proj rows: z (inner), x B C (inner + 2 groups * state), dt (heads) */
 } qd_dim;
 
 /* Which config flag says the linear has a bias. */
-typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_NONE } qd_bias_kind;
+typedef enum qd_bias_kind { QD_BIAS_QKV = 0, QD_BIAS_O, QD_BIAS_MLP, QD_BIAS_NONE, QD_BIAS_MIXER } qd_bias_kind;
 
 /* qd_arch_linear.mixer: the layers that hold a linear, in hybrids (layer_mixer). */
 #define QD_ON_EVERY_LAYER 0
@@ -51,6 +55,7 @@ typedef struct qd_arch_group {
     const char *prev;          /* norm or linear name */
     int prev_tail;             /* the input comes from the last dim(prev_tail_dim) rows of a */
     qd_dim prev_tail_dim;      /* fused previous linear (v of qkv_proj, up of gate_up_proj) */
+    int prev_part;             /* or, nonzero, from rows [(prev_part - 1) d, prev_part d), d = dim(prev_tail_dim) */
 } qd_arch_group;
 
 /* Linear roles the forward code relies on. Separate projections list q, k, v, o, then the
@@ -109,8 +114,10 @@ typedef struct qd_arch {
     int lin_gdn0;
     int mlp_ungated;           /* rotary family with up_proj -> activation -> down_proj (Apertus): no gate */
     const char *xielu;         /* "mlp.act_fn": the xIELU parameters' module (model_xielu.c); NULL: none */
-    const char *qk_norms[2];   /* the per-head q/k norms' weights (cfg.qk_norm); NULL: self_attn.q_norm/k_norm.weight */
+    const char *qk_norms[2];   /* the q/k norms' weights (cfg.qk_norm); NULL: self_attn.q_norm/k_norm.weight */
     int qk_norm_post_rope;     /* the q/k norms act on RoPE's output (Hunyuan), not its input (Qwen3) */
+    /* Hybrids (model_mixer.c): the mixer's in_proj and out_proj. */
+    int lin_mix_in, lin_mix_out;
 } qd_arch;
 
 extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
@@ -231,6 +238,20 @@ int qd_fwd_xielu(qd_model *m, const qd_block_weights *bw, float *x, int64_t n, q
 int qd_fwd_q_pos_scale(qd_model *m, float *q, int64_t rows, const int32_t *pos_be, qd_err *err);
 /* The dense families' own table entries (arch_dense.c), or NULL for the others. */
 const qd_arch *qd_arch_dense_for(const qd_model_config *c);
+/* Hybrids (model_mixer.c): the tables of LFM2 and Granite-4; a recurrent layer's mixer,
+ * xn [batch*seq, hidden] → out (out_proj's output, backend memory); its float parameters
+ * (convolution, A, D, dt_bias, gated norm), loaded into bw->mixer_w, checked at open, and
+ * their size. */
+const qd_arch *qd_arch_hybrid(const qd_model_config *c);
+int qd_mixer_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
+                     const qd_block_hooks *hooks, qd_err *err);
+int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
+int qd_mixer_validate(const qd_model *m, int block, qd_err *err);
+uint64_t qd_mixer_bytes(const qd_model *m);
+/* find_float of model_load.c: a float tensor checked against shape (named in the error). */
+int qd_model_find_float(const qd_model *m, const char *canonical, int ndim, const int64_t *shape, const st_tensor **out,
+                        qd_err *err);
+
 /* The MoE MLP: xn [rows, hidden] → out [rows, hidden] (backend memory). */
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err);

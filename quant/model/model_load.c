@@ -71,6 +71,13 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_GDN_QKV: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
     case QD_DIM_GDN_V: return m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
     case QD_DIM_GDN_H: return m->cfg.gdn_v_heads;
+    case QD_DIM_HIDDEN3: return 3 * m->cfg.hidden;
+    case QD_DIM_SSM_INNER: return m->cfg.mixer.ssm_heads * m->cfg.mixer.ssm_head_dim;
+    case QD_DIM_SSM_IN: {
+        const qd_mixer_config *x = &m->cfg.mixer;
+        int64_t inner = x->ssm_heads * x->ssm_head_dim;
+        return 2 * inner + 2 * x->ssm_groups * x->ssm_state + x->ssm_heads;
+    }
     }
     return 0;
 }
@@ -123,6 +130,12 @@ static int find_float(const qd_model *m, const char *canonical, int ndim, const 
     if (rc) return rc;
     *out = t;
     return 0;
+}
+
+int qd_model_find_float(const qd_model *m, const char *canonical, int ndim, const int64_t *shape, const st_tensor **out,
+                        qd_err *err)
+{
+    return find_float(m, canonical, ndim, shape, out, err);
 }
 
 /* The refusal of a loaded tensor (name, of shape[ndim]) whose element `at` (flat) is v, not
@@ -474,7 +487,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     if (m->arch->gdn)
         n += (uint64_t)(qd_model_dim(m, QD_DIM_GDN_QKV) * m->cfg.gdn_conv + 2 * m->cfg.gdn_v_heads + m->cfg.gdn_v_dim);
     if (m->arch->sinks) n += (uint64_t)m->cfg.n_heads;
-    return n * sizeof(float);
+    return n * sizeof(float) + qd_mixer_bytes(m);
 }
 
 void qd_block_free(qd_model *m, qd_block_weights *bw)
@@ -492,6 +505,7 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->gdn_a_log);
     qd_backend_free(m->be, bw->gdn_dt_bias);
     qd_backend_free(m->be, bw->gdn_norm_w);
+    for (int i = 0; i < QD_MIXER_PARAMS; i++) qd_backend_free(m->be, bw->mixer_w[i]);
     free(bw);
 }
 
@@ -542,6 +556,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
     }
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
     if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
+    else if (!rc && !attn_layer) rc = qd_mixer_load(m, block, bw, err);   /* LFM2, Granite-4.0-H */
     if (!rc && m->arch->xielu) rc = qd_xielu_load(m, block, bw, err);
     if (rc) { qd_block_free(m, bw); return rc; }
     *out = bw;
@@ -665,8 +680,9 @@ static int validate_blocks(qd_model *m, qd_err *err)
                                                                      : find_float(m, name, 1, &m->cfg.n_experts, &t, err)))
                 return rc;
         }
-        if (qd_model_block_mixer(m, b) == QD_MIXER_GATED_DELTANET) {
-            int rc = gdn_params(m, b, NULL, err);
+        if (qd_model_block_mixer(m, b) != QD_MIXER_ATTENTION) {
+            int rc = qd_model_block_mixer(m, b) == QD_MIXER_GATED_DELTANET ? gdn_params(m, b, NULL, err)
+                                                                            : qd_mixer_validate(m, b, err);
             if (rc) return rc;
         }
         for (int i = 0; i < 2; i++) {
@@ -712,6 +728,7 @@ static void describe_expert(qd_model *m, int expert, const char *prefix, int64_t
         L->group = g0 + (j == 2);
         L->expert = expert;
         L->dense_mlp = 0;
+        L->layer_mixer = -1;
     }
     for (int j = 0; j < 2; j++) {
         qd_input_group *G = &m->grp[g0 + j];
@@ -760,11 +777,12 @@ static void describe_block(qd_model *m)
         L->n = qd_model_dim(m, al->n_dim);
         L->k = qd_model_dim(m, al->k_dim);
         L->has_bias = al->bias == QD_BIAS_QKV ? c->qkv_bias : al->bias == QD_BIAS_O ? c->o_bias
-                    : al->bias == QD_BIAS_MLP ? c->mlp_bias : 0;
+                    : al->bias == QD_BIAS_MIXER ? c->mixer.proj_bias : al->bias == QD_BIAS_MLP ? c->mlp_bias : 0;
         L->group = al->group;
         L->expert = -1;
         /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
         L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0;
+        L->layer_mixer = al->mixer - 1;
     }
     for (int g = 0; g < a->n_groups; g++) {
         qd_input_group *G = &m->grp[g];
@@ -794,6 +812,10 @@ static void describe_block(qd_model *m)
         if (G->prev_kind == QD_PREV_LINEAR && a->groups[g].prev_tail) {
             G->prev_rows = qd_model_dim(m, a->groups[g].prev_tail_dim);
             G->prev_row0 = m->lin[G->prev_index].n - G->prev_rows;
+        }
+        if (G->prev_kind == QD_PREV_LINEAR && a->groups[g].prev_part) {   /* LFM2: C, in_proj's second third */
+            G->prev_rows = qd_model_dim(m, a->groups[g].prev_tail_dim);
+            G->prev_row0 = (a->groups[g].prev_part - 1) * G->prev_rows;
         }
     }
     m->lin_exp0 = m->n_lin;

@@ -171,6 +171,22 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
                       kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
     }
+    /* A hybrid's recurrent layer holds its mixer instead of attention (model_mixer.c): the
+     * block is the larger kind; mix_rows is the mixer's forward scratch per row (in_proj's
+     * output, the convolution's, the scan's) and mix_wide its widest linear's rows. */
+    uint64_t mix_rows = 0, mix_wide = 0, mix_in = 0;
+    if (cfg.layout == QD_LAYOUT_LFM2) {
+        mix_wide = 3 * h;
+        mix_rows = 4 * h;
+        attn_params = u64max(attn_params, 4 * h * h + h * (uint64_t)cfg.mixer.conv_kernel);
+    } else if (cfg.layout == QD_LAYOUT_GRANITE_HYBRID) {
+        uint64_t in = (uint64_t)(cfg.mixer.ssm_heads * cfg.mixer.ssm_head_dim), gn = (uint64_t)(cfg.mixer.ssm_groups * cfg.mixer.ssm_state);
+        uint64_t conv = in + 2 * gn;
+        mix_wide = in + conv + (uint64_t)cfg.mixer.ssm_heads;
+        mix_rows = mix_wide + conv + in;
+        mix_in = in;
+        attn_params = u64max(attn_params, h * mix_wide + in * h + conv * (uint64_t)cfg.mixer.conv_kernel + in);
+    }
     uint64_t block_params = attn_params + (cfg.family == QD_ARCH_OPT ? 2 : 3) * h * inter;
     uint64_t n_linears = cfg.family == QD_ARCH_OPT ? 6 : 7;
     if (cfg.n_experts > 0) {
@@ -180,7 +196,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
                        3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
         n_linears = 4 + 3 * (uint64_t)cfg.n_experts + (cfg.shared_intermediate > 0 ? 3 : 0);
     }
-    uint64_t widest = u64max(inter, h);
+    uint64_t widest = u64max(u64max(inter, h), mix_in);   /* Mamba-2's out_proj reads its inner width */
     est->n_blocks = (int)cfg.n_layers;
 
     /* ---- memory ---- */
@@ -210,7 +226,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
      * into the same F32 block when it is loaded (model_fp8.c), its scales read one linear at
      * a time (a few KiB: not counted). The
      * widest linear: an MLP one (a MoE model's dense layers too: DeepSeek's first) or q/o. */
-    uint64_t widest_linear = h * u64max(u64max(inter, (uint64_t)cfg.intermediate), qd);
+    uint64_t widest_linear = h * u64max(u64max(u64max(inter, (uint64_t)cfg.intermediate), qd), mix_wide);
     uint64_t weights = block_params * 4 * 2 + 2 * widest_linear * 4;
     /* One forward batch: batch_seqs * seq_len rows, 4096 or one sequence when longer. */
     uint64_t batch_rows = u64max(4096, (uint64_t)job->calibration.seq_len);
@@ -226,6 +242,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
         scratch += batch_rows * (uint64_t)cfg.n_heads * u64max(qk, v) * 4 * 13;
     }
+    scratch += batch_rows * mix_rows * 4;
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
     if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
         /* One calibration pass fills every group's Hessian at once: every expert's two. */

@@ -703,7 +703,7 @@ static int plan_halves(block_run *b, int rc, qd_err *err)
      * which re-run it), so no buffer is added to the memory peak. AWQ too: its scales are
      * all folded before the first pass, and the kept context is also the input its clip
      * search reads for the output projection (no copy of its own). */
-    b->o_group = qd_model_attn_out_group(p->m);
+    b->o_group = qd_model_block_attn_out_group(p->m, b->block);   /* a hybrid's recurrent layer: its out_proj */
     b->ko = qd_model_group(p->m, b->o_group)->k;
     b->calib_rows = p->n_seq * p->seq_len;
     b->keep_ctx = b->halves && b->ko == p->hidden;

@@ -31,7 +31,12 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
     if (!qd_model_block_has_linear(p->m, block, li)) {
         plan->quantize = 0;
         plan->absent = 1;
-        snprintf(plan->why, sizeof plan->why, "not in this layer (%s)", L->expert != -1 ? "a dense layer" : "a MoE layer");
+        /* A hybrid's layer holds one mixer's linears (attention, or a recurrent mixer's). */
+        static const char *const kinds[] = {"an attention layer", "a Gated DeltaNet layer", "a Mamba-2 layer",
+                                            "a short-convolution layer"};
+        int kind = qd_model_cfg(p->m)->layer_mixer[block < QD_CFG_MAX_LAYERS ? block : 0];
+        snprintf(plan->why, sizeof plan->why, "not in this layer (%s)",
+                 L->layer_mixer >= 0 && kind < 4 ? kinds[kind] : L->expert != -1 ? "a dense layer" : "a MoE layer");
         return;
     }
     for (size_t i = 0; i < job->n_modules_to_not_convert; i++) {

@@ -65,12 +65,12 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
         qd_model_block_prefix(m, b, prefix, sizeof prefix);
         for (int g = 0; g < qd_model_n_groups(m); g++) {
             const qd_input_group *G = qd_model_group(m, g);
-            /* A layer holds either its dense MLP or its experts (first_k_dense_replace). */
+            /* Linears this layer does not hold: its dense MLP or its experts
+             * (first_k_dense_replace), a hybrid's attention in its recurrent layers and its
+             * mixer in its attention layers. */
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
-            /* A hybrid's layer holds its own mixer's linears only. */
-            if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             /* Row-parallel groups: each linear alone; column groups: one fused linear (each
              * alone under the Transformers backend, transformers_backend), with two exceptions.
              * A Gated DeltaNet's input is two (vllm/model_executor/layers/mamba/gdn/
@@ -157,6 +157,16 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     int64_t hd = cfg->head_dim, qh = cfg->n_heads, kvh = cfg->n_kv_heads, qm = cfg->attn_gate ? 2 : 1;
                     per_shard = (qh % tp) ? 0 : (qm * qh / tp + 2 * (kvh >= tp ? (kvh % tp ? 0 : kvh / tp) : 1)) * hd;
                     if (kvh >= tp && kvh % tp) per_shard = 0;
+                }
+                if (!row_parallel && !strcmp(G->name, "mamba_in")) {
+                    /* Mamba-2's in_proj [z, x, B, C, dt] (vllm/model_executor/layers/mamba/mamba_mixer2.py,
+                     * MambaMixer2.__init__): the heads are sharded (tp must divide them), the
+                     * groups too when tp divides them; one group is copied to every rank (any
+                     * other count asserts). */
+                    const qd_mixer_config *x = &cfg->mixer;
+                    int64_t grp = x->ssm_groups % tp == 0 ? x->ssm_groups / tp : x->ssm_groups == 1 ? 1 : -1;
+                    per_shard = x->ssm_heads % tp || grp < 0 ? 0
+                              : 2 * x->ssm_heads / tp * x->ssm_head_dim + 2 * grp * x->ssm_state + x->ssm_heads / tp;
                 }
                 qd_srv_layer sl = {.format = q->format, .bits = q->bits, .sym = q->sym, .group_size = q->group_size,
                                    .g_idx = q->g_idx, .act = q->act, .in_features = k, .out_features = n_sum,

@@ -57,6 +57,8 @@ from transformers import (
     GraniteConfig,
     HunYuanDenseV1Config,
     GptOssConfig,
+    GraniteMoeHybridConfig,
+    Lfm2Config,
     LlamaConfig,
     Ministral3Config,
     MinistralConfig,
@@ -648,6 +650,34 @@ FAMILIES = {
                                                                   "original_max_position_embeddings": 32}}),
                            ("no expert biases", {"_params": ("experts.", 0.0, "_bias")}),
                            ("no router bias", {"_params": ("router.bias", 0.0)})]),
+    # LFM2: short-convolution layers around one attention layer (q/k layernorms per head,
+    # RoPE theta 1e6); feed_forward width from intermediate_size 96 by the config class's
+    # rule (int(2 * 96 / 3) = 64, times 1.5 = 96, a multiple of 16); embedding_norm last.
+    "lfm2": fam(Lfm2Config, 1030,
+                "LFM2: conv / full_attention / conv layers (short convolution C * conv(B * x), 3 taps), "
+                "q/k layernorms, feed_forward 96 wide from block_auto_adjust_ff_dim, block_ffn_dim_multiplier 1.5, "
+                "block_multiple_of 16",
+                num_hidden_layers=3, intermediate_size=96, block_multiple_of=16, block_ffn_dim_multiplier=1.5,
+                layer_types=["conv", "full_attention", "conv"], norm_eps=1e-5, conv_L_cache=3,
+                rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                ablate=[("rope theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # Granite-4.0-H (dense, Micro's shape): Mamba-2 layers (32 heads of 4 in 2 groups, state
+    # 16, 4 taps, chunks of 16 so the scan crosses chunk boundaries, dt clamped to [0, 1.5];
+    # in_proj's 352 rows a multiple of 32 as GPTQ packing needs)
+    # and one attention layer without RoPE; shared_mlp; Granite's four multipliers.
+    "granite4_h": fam(GraniteMoeHybridConfig, 1031,
+                      "Granite-4.0-H dense: mamba / attention / mamba layers (Mamba-2: 32 heads x 4, 2 groups, "
+                      "d_state 16, d_conv 4, chunk 16, time_step_limit [0, 1.5], gated RMSNorm), attention without "
+                      "RoPE (nope), shared_mlp 96 wide (intermediate_size 32 unused), embedding 2, attention 0.2, residual 0.5, logits_scaling 4",
+                      num_hidden_layers=3, num_local_experts=0, shared_intermediate_size=96, intermediate_size=32,
+                      layer_types=["mamba", "attention", "mamba"], mamba_n_heads=32, mamba_n_groups=2,
+                      mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16,
+                      time_step_limit=[0.0, 1.5], position_embedding_type="nope", embedding_multiplier=2.0,
+                      attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=4.0,
+                      ablate=[("rope", {"position_embedding_type": "rope"}),
+                              ("residual_multiplier 1", {"residual_multiplier": 1.0}),
+                              ("attention_multiplier 1", {"attention_multiplier": 1.0}),
+                              ("no dt limit", {"time_step_limit": [0.0, float("inf")]})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

@@ -105,7 +105,7 @@ static void check_model(const char *dir, qd_backend *be)
         CHECK(memcmp(mid, x, n * sizeof *x) != 0 && memcmp(mid, y_all, n * sizeof *x) != 0);
         /* The attention half's end from the output projection's input alone (the pipeline's
          * true-sequential passes): the same residual stream, bit for bit. */
-        ctx_keep k = {.group = qd_model_attn_out_group(m)};
+        ctx_keep k = {.group = qd_model_block_attn_out_group(m, b)};   /* a hybrid's mixer: its out_proj */
         qd_block_hooks hooks = {.ud = &k, .input = keep_ctx};
         CHECK_OK(qd_block_forward_part(m, bw, QD_BLOCK_ATTN, x, y, batch, seq, NULL, &hooks, &err));
         int has_o = qd_model_block_has_linear(m, b, qd_model_group(m, k.group)->linears[0]);

@@ -210,6 +210,13 @@ static void test_fold(void)
     check_family_block("ernie4_5_moe", 0, 4);
     check_family_block("ernie4_5_moe", 1, 2 + 8 + 1 + 1);
     check_family_block("ernie4_5_moe", 2, 4);
+    /* Hybrids: LFM2's short convolution folds in_proj into operator_norm and out_proj into
+     * C's rows of in_proj (its second third); Granite's Mamba-2 in_proj into input_layernorm,
+     * out_proj (behind the gated norm) not at all. Block 1 attends. */
+    check_family_block("lfm2", 0, 4);
+    check_family_block("lfm2", 1, 4);
+    check_family_block("granite4_h", 0, 3);
+    check_family_block("granite4_h", 1, 4);
     /* Qwen3-Next, Qwen3.5: the Gated DeltaNet's projections and the gated attention's fold
      * into input_layernorm ((1 + w)); neither out_proj (behind the gated norm) nor o_proj
      * (behind the sigmoid gate) folds. Block 0 is a DeltaNet layer with experts, 1 gated

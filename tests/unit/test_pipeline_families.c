@@ -85,6 +85,49 @@ static void test_families(void)
     }
 }
 
+/* The hybrids: layer 0 is a recurrent layer whose in_proj and out_proj are quantized linears
+ * (as vLLM loads them) and whose convolution and SSM parameters stay in float; layer 1 attends.
+ * Every method, at 8 bits (AWQ+GPTQ at 4); tolerances about 3x the errors measured (Granite's
+ * logits, divided by logits_scaling 4, are the least peaked: 0.05-0.06 at 8 bits). */
+static void test_hybrids(void)
+{
+    static const struct { const char *family, *linear, *mixer, *const floats[4]; double tol8; } fams[] = {
+        {"lfm2", "self_attn.out_proj", "conv", {"conv.conv.weight", NULL}, 0.1},
+        {"granite4_h", "self_attn.o_proj", "mamba",
+         {"mamba.conv1d.weight", "mamba.A_log", "mamba.dt_bias", "mamba.norm.weight"}, 0.18},
+    };
+    static const char *const methods[][2] = {{"rtn", "gptq"}, {"gptq", "gptq"}, {"awq", "gptq"}, {"awq+gptq", "awq_gemm"}};
+    for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++)
+        for (size_t j = 0; j < sizeof methods / sizeof methods[0]; j++) {
+            int bits = j == 3 ? 4 : 8;
+            run_family(fams[i].family, methods[j][0], methods[j][1], bits, fams[i].linear, j == 3 ? 0.8 : fams[i].tol8);
+            char out[4400], name[256];
+            snprintf(out, sizeof out, "%s/%s-%s-%s-%d", T, fams[i].family, methods[j][0], methods[j][1], bits);
+            qd_err err = {0};
+            st_model *om = NULL;
+            CHECK_OK(st_model_open(out, &om, &err));
+            if (!om) continue;
+            for (int k = 0; k < 2; k++) {
+                snprintf(name, sizeof name, "model.layers.0.%s.%s.qweight", fams[i].mixer, k ? "out_proj" : "in_proj");
+                if (!st_model_find(om, name)) TEST_FAIL_("%s %s: %s is not packed", fams[i].family, methods[j][0], name);
+                else test_checks++;
+            }
+            for (int k = 0; k < 4 && fams[i].floats[k]; k++) {
+                snprintf(name, sizeof name, "model.layers.0.%s", fams[i].floats[k]);
+                const st_tensor *t = st_model_find(om, name);
+                if (!t || (t->dtype != QD_DTYPE_BF16 && t->dtype != QD_DTYPE_F32))
+                    TEST_FAIL_("%s %s: %s is not kept in float", fams[i].family, methods[j][0], name);
+                else test_checks++;
+            }
+            /* An attention layer has no mixer, a recurrent one no attention. */
+            snprintf(name, sizeof name, "model.layers.1.%s.in_proj.qweight", fams[i].mixer);
+            CHECK(st_model_find(om, name) == NULL);
+            snprintf(name, sizeof name, "model.layers.0.%s.qweight", fams[i].linear);
+            CHECK(st_model_find(om, name) == NULL);
+            st_model_close(om);
+        }
+}
+
 /* The LayerNorm families with a plain MLP, every method: StarCoder2 (LayerNorm folds with
  * bias), Phi's parallel block (q/k/v and fc1 one input group, run whole by the pipeline),
  * GPT-NeoX's per-head query_key_value, with and without the parallel residual; and Cohere2's
@@ -184,6 +227,7 @@ int main(void)
 {
     if (pt_setup(2, 4000, 256, 3, &T, &tokens)) return 1;
     TEST_RUN(test_families);
+    TEST_RUN(test_hybrids);
     TEST_RUN(test_plain_mlp_families);
     TEST_RUN(test_vlm);
     return pt_teardown();

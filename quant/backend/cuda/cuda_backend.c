@@ -576,6 +576,35 @@ static int cu_add(qd_backend *be, float *y, const float *x, int64_t n)
     return 0;
 }
 
+static int cu_conv1d_causal(qd_backend *be, float *y, const float *x, const float *gate_in, const float *gate_out,
+                            int64_t ld, int64_t batch, int64_t seq, int64_t ch, const float *w, const float *bias,
+                            int64_t kernel, int silu)
+{
+    if (batch < 0 || seq < 0 || ch < 0 || kernel < 1 || ld < ch)
+        return qd_err_set(&be->err, QD_EINVAL, "conv1d_causal: batch %lld, seq %lld, ch %lld, kernel %lld, ld %lld",
+                          (long long)batch, (long long)seq, (long long)ch, (long long)kernel, (long long)ld);
+    LAUNCH(be, "conv1d_causal kernel", cudaop_conv1d_causal(cu_impl(be)->stream, y, x, gate_in, gate_out, ld, batch, seq,
+                                                            ch, w, bias, kernel, silu));
+    return 0;
+}
+
+static int cu_ssd_scan(qd_backend *be, float *y, const float *x, const float *b, const float *c, int64_t ld,
+                       const float *dt, int64_t ld_dt, const float *z, int64_t ld_z, const float *a, const float *d,
+                       const float *dt_bias, float dt_min, float dt_max, int64_t batch, int64_t seq, int64_t n_heads,
+                       int64_t head_dim, int64_t n_groups, int64_t d_state)
+{
+    if (batch < 0 || seq < 0 || n_heads < 1 || head_dim < 1 || n_groups < 1 || n_heads % n_groups || d_state < 1 ||
+        ld < n_heads * head_dim || ld_dt < n_heads || (z && ld_z < n_heads * head_dim))
+        return qd_err_set(&be->err, QD_EINVAL, "ssd_scan: %lld heads of %lld in %lld groups, d_state %lld, ld %lld",
+                          (long long)n_heads, (long long)head_dim, (long long)n_groups, (long long)d_state, (long long)ld);
+    if (d_state > CUDAOP_SSD_MAX_STATE)
+        return qd_err_set(&be->err, QD_EUNSUPPORTED, "ssd_scan: d_state %lld is more than the CUDA kernel's %d",
+                          (long long)d_state, CUDAOP_SSD_MAX_STATE);
+    LAUNCH(be, "ssd_scan kernel", cudaop_ssd_scan(cu_impl(be)->stream, y, x, b, c, ld, dt, ld_dt, z, ld_z, a, d, dt_bias,
+                                                  dt_min, dt_max, batch, seq, n_heads, head_dim, n_groups, d_state));
+    return 0;
+}
+
 static int cu_add_bias(qd_backend *be, float *y, const float *bias, int64_t rows, int64_t cols)
 {
     LAUNCH(be, "add_bias kernel", cudaop_add_bias(cu_impl(be)->stream, y, bias, rows, cols));

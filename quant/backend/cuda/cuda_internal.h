@@ -88,6 +88,17 @@ int cudaop_scatter_add_rows(void *stream, float *dst, int64_t dst_rows, const fl
                             const float *w, int64_t n_idx, int64_t cols, int *flag);
 int cudaop_nll_rows(void *stream, const float *logits, const int32_t *targets, int64_t rows, int64_t vocab,
                     double *nll_dev, int *flag);
+/* The recurrent mixers' ops (cuda_ssm.cu; backend.h's conv1d_causal and ssd_scan). The scan
+ * keeps a head's [head_dim, d_state] state one row a thread, d_state at most
+ * CUDAOP_SSD_MAX_STATE. */
+#define CUDAOP_SSD_MAX_STATE 256
+int cudaop_conv1d_causal(void *stream, float *y, const float *x, const float *gate_in, const float *gate_out, int64_t ld,
+                         int64_t batch, int64_t seq, int64_t ch, const float *w, const float *bias, int64_t kernel,
+                         int silu);
+int cudaop_ssd_scan(void *stream, float *y, const float *x, const float *b, const float *c, int64_t ld, const float *dt,
+                    int64_t ld_dt, const float *z, int64_t ld_z, const float *a, const float *d, const float *dt_bias,
+                    float dt_min, float dt_max, int64_t batch, int64_t seq, int64_t n_heads, int64_t head_dim,
+                    int64_t n_groups, int64_t d_state);
 
 #ifdef __cplusplus
 }
