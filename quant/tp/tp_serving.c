@@ -32,16 +32,12 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
-/* Architectures vLLM serves through its Transformers backend (vllm/model_executor/models/
- * registry.py, _TRANSFORMERS_BACKEND_MODELS): each nn.Linear becomes its own vLLM linear by
- * the model's base_model_tp_plan (models/transformers/utils.py: colwise and
- * colwise_gather_output -> ColumnParallelLinear, rowwise and rowwise_split_input ->
- * RowParallelLinear), so q/k/v and gate/up are not fused. */
-static int transformers_backend(const qd_model_config *cfg)
-{
-    return !strcmp(cfg->architecture, "Olmo2ForCausalLM") || !strcmp(cfg->architecture, "Olmo3ForCausalLM");
-}
-
+/* Column groups are fused as vLLM fuses them. Its own model files say so in
+ * packed_modules_mapping; the architectures it serves through its Transformers backend
+ * (vllm/model_executor/models/registry.py: OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan, StarCoder2,
+ * Phi, GPT-NeoX) are fused there too: the QKVFuser turns q(x), k(x), v(x) on one input into
+ * one QKVParallelLinear (models/transformers/fusers/qkv.py) and the GLU fuser gate/up into one
+ * MergedColumnParallelLinear (fusers/glu.py). */
 int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving_is_float_fn is_float, void *ud,
                         int tp, int gpu_cc, qd_serving_report *out, qd_err *err)
 {
@@ -71,8 +67,8 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             if (!qd_model_block_has_linear(m, b, G->linears[0])) continue;
             size_t nl = strlen(G->name);
             int row_parallel = nl > 4 && !strcmp(G->name + nl - 4, "_out");
-            /* Row-parallel groups: each linear alone; column groups: one fused linear (each
-             * alone under the Transformers backend, transformers_backend), with two exceptions.
+            /* Row-parallel groups: each linear alone; column groups: one fused linear, with two
+             * exceptions.
              * A Gated DeltaNet's input is two (vllm/model_executor/layers/mamba/gdn/
              * qwen_gdn_linear_attn.py: in_proj_qkvz, in_proj_ba, each a
              * MergedColumnParallelLinear; Qwen3.5's in_proj_qkv + in_proj_z and in_proj_b +
@@ -83,7 +79,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
              * whose tp plan builds fc1 alone ("colwise", models/transformers/utils.py,
              * replace_linear_class); Cohere2's q/k/v and gate/up likewise: qkv_proj and
              * gate_up_proj (vllm/model_executor/models/commandr.py). */
-            int fused = !row_parallel && !transformers_backend(cfg);
+            int fused = !row_parallel;
             int gdn_in = fused && !strcmp(G->name, "gdn_in");
             int n_attn = 0;
             for (int j = 0; j < G->n_linears; j++) n_attn += G->linears[j] < o_li;
