@@ -98,8 +98,8 @@ typedef enum qd_layer_mixer {
 /* qd_model_config.qk_norm: what q_norm and k_norm normalise (0: there are none). */
 enum { QD_QK_NORM_HEAD = 1, QD_QK_NORM_WHOLE = 2 };
 
-/* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256). */
-#define QD_MAX_EXPERTS 256
+/* Most experts a mixture-of-experts layer may have (DeepSeek-V3: 256; Qwen3-Next, Qwen3.5-MoE: 512). */
+#define QD_MAX_EXPERTS 512
 
 /* The recurrent mixers' sizes (QD_MIXER_SHORT_CONV, QD_MIXER_MAMBA2 layers; model_mixer.c). */
 typedef struct qd_mixer_config {

@@ -803,6 +803,13 @@ static void describe_block(qd_model *m)
             G->prev_kind = QD_PREV_NONE;
             G->prev = NULL;
         }
+        /* OPT's fc2 reads fc1 through its activation: ReLU is positively homogeneous
+         * (relu(s x) = s relu(x) for s > 0), so the fold into fc1's rows is exact; GELU is not. */
+        if (c->family == QD_ARCH_OPT && G->prev_kind == QD_PREV_LINEAR && !strcmp(G->prev, "fc1") &&
+            strcmp(c->activation, "relu")) {
+            G->prev_kind = QD_PREV_NONE;
+            G->prev = NULL;
+        }
         if (G->prev_kind == QD_PREV_NORM)
             for (int i = 0; i < QD_MAX_NORMS; i++) if (a->norms[i] && !strcmp(a->norms[i], G->prev)) G->prev_index = i;
         if (G->prev_kind == QD_PREV_LINEAR)

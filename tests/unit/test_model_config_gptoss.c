@@ -87,7 +87,7 @@ static void test_refused(void)
         {"\"swiglu_limit\":0", "swiglu_alpha and swiglu_limit must be positive"},
         {"\"swiglu_alpha\":-1", "swiglu_alpha and swiglu_limit must be positive"},
         {"\"num_experts_per_tok\":200", "num_experts_per_tok 200"},
-        {"\"num_local_experts\":300", "300 experts"},
+        {"\"num_local_experts\":600", "600 experts"},
         {"\"attn_logit_softcapping\":50.0", "attn_logit_softcapping is set"},
         {"\"routed_scaling_factor\":2.0", "routed_scaling_factor is set"},
         {"\"rope_parameters\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":32,"

@@ -35,10 +35,12 @@ static void test_defaults(void)
 {
     qd_model_config c;
     qd_err err;
-    /* Qwen3NextConfig's 512 experts are more than the MoE forward takes (QD_MAX_EXPERTS):
-     * refused by count, not truncated. */
-    CHECK_INT(parse("Qwen3NextForCausalLM", 8, "", &c, &err), QD_EFORMAT);
-    CHECK_CONTAINS(err.msg, "512 experts");
+    /* Qwen3NextConfig's 512 experts are the most the MoE forward takes (QD_MAX_EXPERTS);
+     * more are refused by count, not truncated. */
+    CHECK_OK(parse("Qwen3NextForCausalLM", 8, "", &c, &err));
+    CHECK_INT(c.n_experts, 512);
+    CHECK_INT(parse("Qwen3NextForCausalLM", 8, "\"num_experts\":513", &c, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "513 experts");
     CHECK_OK(parse("Qwen3NextForCausalLM", 8, "\"num_experts\":64", &c, &err));
     CHECK_INT(c.layout, QD_LAYOUT_QWEN_NEXT);
     /* Qwen3NextConfig: every 4th layer full attention; the linear attention's shape. */

@@ -202,7 +202,7 @@ static void test_moe(void)
     refused("Qwen2MoeForCausalLM", "\"mlp_only_layers\":[0]", "mlp_only_layers");
     refused("MixtralForCausalLM", "\"n_group\":8", "n_group");
     refused("DeepseekV2ForCausalLM", "", "num_key_value_heads");   /* MLA: one key per head */
-    CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":257", &c, &err), QD_EFORMAT);
+    CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":513", &c, &err), QD_EFORMAT);
     CHECK_CONTAINS(err.msg, "experts");
     CHECK_INT(parse("MixtralForCausalLM", "\"num_local_experts\":4,\"num_experts_per_tok\":5", &c, &err), QD_EFORMAT);
 }
