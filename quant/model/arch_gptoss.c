@@ -22,10 +22,7 @@ const qd_arch qd_arch_gpt_oss = {
     .lin_mlp0 = 4,
     .n_linears = 4,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        LLAMA_ATTN_LINEARS,
     },
     .n_groups = 2,
     .groups = {

@@ -21,10 +21,7 @@ static const qd_arch arch_starcoder2 = {
     .lin_mlp0 = 4,
     .n_linears = 6,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        LLAMA_ATTN_LINEARS,
         {"mlp.c_fc", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
         {"mlp.c_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
     },
@@ -116,10 +113,7 @@ static const qd_arch arch_cohere2 = {
     .lin_mlp0 = 4,
     .n_linears = 7,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        LLAMA_ATTN_LINEARS,
         {"mlp.gate_proj", 0, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
         {"mlp.up_proj", 0, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
         {"mlp.down_proj", 2, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},

@@ -18,13 +18,8 @@ static const qd_arch arch_postnorm = {
     .lin_mlp0 = 4,
     .n_linears = 7,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
-        {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+        LLAMA_ATTN_LINEARS,
+        LLAMA_MLP_LINEARS,
     },
     .n_groups = 4,
     .groups = {
@@ -54,10 +49,7 @@ static const qd_arch arch_glm4 = {
     .lin_mlp0 = 4,
     .n_linears = 6,
     .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O},
+        LLAMA_ATTN_LINEARS,
         {"mlp.gate_up_proj", 2, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP},
         {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
     },

@@ -6,17 +6,6 @@
 
 #include "quant/model/model_internal.h"
 
-/* The Llama block's projections, shared by the layouts that keep them separate. */
-#define LLAMA_ATTN_LINEARS                                                \
-    {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},        \
-    {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
-    {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
-    {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O}
-#define LLAMA_MLP_LINEARS                                                 \
-    {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},          \
-    {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},            \
-    {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP}
-
 static const qd_arch arch_llama = {
     .name = "llama",
     .family = QD_ARCH_LLAMA,
@@ -30,10 +19,7 @@ static const qd_arch arch_llama = {
     },
     .n_groups = 4,
     .groups = {
-        {"attn_in", QD_PREV_NORM, "input_layernorm"},
-        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},
-        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
-        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+        LLAMA_GROUPS,
     },
     .norms = {"input_layernorm", "post_attention_layernorm"},
     .layernorm = 0,

@@ -122,6 +122,23 @@ typedef struct qd_arch {
 
 extern const qd_arch qd_arch_qwen_next, qd_arch_qwen35, qd_arch_qwen35_moe;
 
+/* The Llama block's projections and input groups, shared by the table entries (model_arch.c,
+ * arch_*.c) of the layouts that keep them separate. */
+#define LLAMA_ATTN_LINEARS                                                \
+    {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV},        \
+    {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
+    {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV},       \
+    {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O}
+#define LLAMA_MLP_LINEARS                                                 \
+    {"mlp.gate_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},          \
+    {"mlp.up_proj", 2, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},            \
+    {"mlp.down_proj", 3, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP}
+#define LLAMA_GROUPS                                                      \
+    {"attn_in", QD_PREV_NORM, "input_layernorm"},                         \
+    {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},                     \
+    {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},                 \
+    {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"}
+
 const qd_arch *qd_arch_for(const qd_model_config *c);
 /* StarCoder2, Phi, GPT-NeoX, Cohere2 (arch_parallel.c); NULL for another layout. */
 const qd_arch *qd_arch_plain_for(const qd_model_config *c);
