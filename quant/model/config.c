@@ -69,6 +69,28 @@ qd_arch_family qd_arch_family_of(const char *architecture)
     return QD_ARCH_UNKNOWN;
 }
 
+int qd_cfg_layer_types_sliding(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
+    if (!lt || cJSON_IsNull(lt)) return 0;
+    if (c->n_layers > QD_CFG_MAX_LAYERS)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                          (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
+        return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
+                          (long long)c->n_layers);
+    int i = 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, lt) {
+        if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
+        else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types[%d] \"%s\" is not supported for %s (sliding_attention, "
+                              "full_attention)", what, i, cJSON_IsString(e) ? e->valuestring : "?", c->architecture);
+        i++;
+    }
+    return 1;
+}
+
 /* Reads an integer field; absent or null keeps *out (the default). */
 int qd_cfg_get_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err)
 {

@@ -68,22 +68,9 @@ static int get_positive(const cJSON *root, const char *key, float dflt, float *o
  * absent or null (the family derives it). */
 static int read_layer_types(const cJSON *root, const char *what, qd_model_config *c, int *given, qd_err *err)
 {
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    *given = lt && !cJSON_IsNull(lt);
-    if (!*given) return 0;
-    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
-        return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
-                          (long long)c->n_layers);
-    int i = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, lt) {
-        if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
-        else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types[%d] \"%s\" is not supported for %s (sliding_attention, "
-                              "full_attention)", what, i, cJSON_IsString(e) ? e->valuestring : "?", c->architecture);
-        i++;
-    }
-    return 0;
+    int r = qd_cfg_layer_types_sliding(root, what, c, err);
+    *given = r > 0;
+    return r < 0 ? r : 0;
 }
 
 /* sliding_window: absent means `dflt`, null means none (0). */

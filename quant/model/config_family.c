@@ -53,23 +53,8 @@ static int parse_layer_types(const cJSON *root, const char *what, fam_kind k, qd
     if (c->n_layers > QD_CFG_MAX_LAYERS)
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
                           (long long)c->n_layers, QD_CFG_MAX_LAYERS);
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
-            return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
-                              (long long)c->n_layers);
-        int i = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, lt) {
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
-            else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
-                return qd_err_set(err, QD_EUNSUPPORTED,
-                                  "%s: layer_types[%d] \"%s\" is not supported (sliding_attention, full_attention)", what, i,
-                                  cJSON_IsString(e) ? e->valuestring : "?");
-            i++;
-        }
-        return 0;
-    }
+    int given = qd_cfg_layer_types_sliding(root, what, c, err);
+    if (given) return given < 0 ? given : 0;
     int64_t pattern = k == FAM_GEMMA2 ? 2 : 6;
     int rc;
     if ((rc = qd_cfg_get_int(root, "sliding_window_pattern", &pattern, what, err)) ||

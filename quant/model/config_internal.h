@@ -12,6 +12,11 @@
 int qd_cfg_get_int(const cJSON *o, const char *key, int64_t *out, const char *what, qd_err *err);
 int qd_cfg_get_float(const cJSON *o, const char *key, float *out, const char *what, qd_err *err);
 int qd_cfg_get_bool(const cJSON *o, const char *key, int *out, const char *what, qd_err *err);
+/* layer_types of sliding_attention / full_attention layers into c->layer_sliding: 1 when the
+ * key is given, 0 when it is absent or null (layer_sliding untouched), or the refusal of a
+ * list of another length (or more layers than QD_CFG_MAX_LAYERS) or of another kind, naming
+ * the entry and c->architecture. */
+int qd_cfg_layer_types_sliding(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err);
 /* The RoPE keys (config_rope.c): sets c->rope_theta, c->rope and the sliding layers'
  * c->rope_theta_local, c->rope_local (a copy unless the config gives them apart, which it

@@ -90,22 +90,9 @@ static int dots1_layers(const cJSON *root, const char *what, qd_model_config *c,
     if (c->n_layers > QD_CFG_MAX_LAYERS)
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
                           (long long)c->n_layers, QD_CFG_MAX_LAYERS);
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (lt && !cJSON_IsNull(lt)) {
-        if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
-            return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
-                              (long long)c->n_layers);
-        int i = 0;
-        const cJSON *e;
-        cJSON_ArrayForEach(e, lt) {
-            if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
-            else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
-                return qd_err_set(err, QD_EUNSUPPORTED,
-                                  "%s: layer_types[%d] \"%s\" is not supported (sliding_attention, full_attention)", what, i,
-                                  cJSON_IsString(e) ? e->valuestring : "?");
-            i++;
-        }
-    } else {
+    int given = qd_cfg_layer_types_sliding(root, what, c, err);
+    if (given < 0) return given;
+    if (!given) {
         for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = c->sliding_window > 0 && i >= max_window;
     }
     /* A window on no layer changes nothing; one on a layer with sliding_window null is

@@ -71,21 +71,7 @@ static int refuse_keys(const cJSON *root, const char *what, const char *arch, co
 /* layer_types as written (sliding_attention / full_attention); 1 when given. */
 static int read_layer_types(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
-    const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types");
-    if (!lt || cJSON_IsNull(lt)) return 0;
-    if (!cJSON_IsArray(lt) || cJSON_GetArraySize(lt) != c->n_layers)
-        return qd_err_set(err, QD_EFORMAT, "%s: layer_types must be a list of num_hidden_layers (%lld) strings", what,
-                          (long long)c->n_layers);
-    int i = 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, lt) {
-        if (cJSON_IsString(e) && !strcmp(e->valuestring, "sliding_attention")) c->layer_sliding[i] = 1;
-        else if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types[%d] \"%s\" is not supported (sliding_attention, "
-                              "full_attention)", what, i, cJSON_IsString(e) ? e->valuestring : "?");
-        i++;
-    }
-    return 1;
+    return qd_cfg_layer_types_sliding(root, what, c, err);
 }
 
 /* sliding_window: the class default, an integer, or null (none). */
