@@ -2,14 +2,14 @@
 # Installs the Debian packages quantd needs, only those missing. Idempotent; needs root
 # or sudo when something is missing. Debian packages only (nothing downloaded at build time).
 #   scripts/deps.sh          what building and running quantd needs
-#   scripts/deps.sh --test   plus what the tests use (chromium for the dashboard tests,
-#                            systemd for systemd-analyze verify)
+#   scripts/deps.sh --test   plus what the tests use (chromium for the dashboard tests and
+#                            iproute2's ss to see it connect, systemd for systemd-analyze verify)
 set -euo pipefail
 PKGS=(build-essential cmake pkg-config libopenblas-dev liblapacke-dev libcjson-dev
       libpcre2-dev libuv1-dev libhiredis-dev libmicrohttpd-dev libsystemd-dev
       redis-server redis-tools python3 curl)
 if [ "${1:-}" = "--test" ]; then
-  PKGS+=(chromium systemd)
+  PKGS+=(chromium iproute2 systemd)
 fi
 missing=()
 for p in "${PKGS[@]}"; do

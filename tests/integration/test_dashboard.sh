@@ -31,7 +31,12 @@ step() {  # state progress block
   $R xadd qjob:dash1:events '*' event "$ev" >/dev/null
   $R publish qjobs:events "$ev" >/dev/null
 }
-( sleep 3; for i in 1 2 3 4 5 6 7; do step running "0.$((i * 125 / 10))" "$i"; sleep 0.6; done; step done 1 7 ) &
+# The steps start once the page is connected (an established connection to the server, polled
+# up to 600 times), not after a fixed time: a slow Chromium start on a loaded machine must not
+# miss them.
+connected() { [ "$(ss -Htn state established "( sport = :$HP )" 2>/dev/null | wc -l)" -ge 1 ]; }
+( for _ in $(seq 600); do connected && break; sleep 0.1; done; sleep 1
+  for i in 1 2 3 4 5 6 7; do step running "0.$((i * 125 / 10))" "$i"; sleep 0.6; done; step done 1 7 ) &
 FPID=$!
 
 # --dump-dom prints the DOM once the virtual-time budget is spent; the page keeps its event
