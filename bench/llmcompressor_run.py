@@ -14,7 +14,10 @@ of GPTQ, for AWQ's cost beside quantd's (bench/results/awq-speed.md): AWQModifie
 scaling, grid 20, its default mappings) then QuantizationModifier, W4A16 int, asymmetric,
 group 64; or "scheme:NAME:rtn" / "scheme:NAME:gptq": a compressed-tensors preset (FP8_DYNAMIC,
 NVFP4A16, MXFP4A16, ...) through QuantizationModifier or GPTQModifier (actorder None,
-dampening 0.01), every Linear but lm_head (bench/schemes.sh). DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
+dampening 0.01), every Linear but lm_head (bench/schemes.sh); or "gptq:BITS:GROUP:SYM:ACTORDER" /
+"rtn:BITS:GROUP:SYM" (SYM sym or asym, ACTORDER none, static, group, weight, or default: not
+named, as a user's recipe leaves it): int weights
+of any width and group, GPTQ true-sequential (bench/quality_table.sh). DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
 (torch runs bf16 matrix products on AMX where the CPU has it; GPTQ's Hessian is still
 accumulated in float32 from the bf16 activations). Output: compressed-tensors
 pack-quantized, plus the model's tokenizer files.
@@ -77,8 +80,26 @@ elif targets.startswith("scheme:"):
     else:
         recipe = GPTQModifier(targets=["Linear"], scheme=preset, ignore=["lm_head"], dampening_frac=0.01,
                               block_size=128, actorder=None)
+elif targets.startswith("gptq:") or targets.startswith("rtn:"):
+    # "gptq:BITS:GROUP:sym|asym:ACTORDER" (ACTORDER none, static, group, weight) or
+    # "rtn:BITS:GROUP:sym|asym": the quality table's rows (bench/quality_table.sh); GPTQ as
+    # above (dampening 0.01, block 128), each linear its own subgraph (true-sequential).
+    f = targets.split(":")
+    how, bits, group, sym = f[0], int(f[1]), int(f[2]), f[3] == "sym"
+    w = dict(weights(sym), num_bits=bits, group_size=group)
+    if how == "rtn":
+        recipe = QuantizationModifier(config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
+                                      ignore=["lm_head"])
+    else:
+        # "default": actorder left unset, as a user who does not name it gets it (0.14's
+        # GPTQModifier then resolves it to static)
+        extra = {} if f[4] == "default" else {"actorder": None if f[4] == "none" else f[4]}
+        if f[4] != "default": w["actorder"] = extra["actorder"]
+        recipe = GPTQModifier(config_groups={"group_0": {"targets": ["Linear"], "weights": w}},
+                              ignore=["lm_head"], dampening_frac=0.01, block_size=128, **extra)
+        kw["sequential_targets"] = ["Linear"]
 elif targets != "layer":
-    sys.exit("TARGETS must be layer, linear or awq")
+    sys.exit("TARGETS must be layer, linear, awq, scheme:NAME:rtn|gptq, gptq:BITS:GROUP:SYM:ACTORDER or rtn:BITS:GROUP:SYM")
 oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seq_len,
         num_calibration_samples=samples, shuffle_calibration_samples=False,
         batch_size=1, pipeline="sequential", **kw)

@@ -233,7 +233,10 @@ static cJSON *gptq_quant_config(const qd_format *f, const qd_fmt_config_in *in)
     cJSON_AddStringToObject(q, "quant_method", "gptq");
     cJSON_AddNumberToObject(q, "bits", in->s.bits);
     cJSON_AddNumberToObject(q, "group_size", (double)in->s.group_size);
-    cJSON_AddBoolToObject(q, "desc_act", in->s.desc_act);
+    /* With static groups g_idx is k / group_size: the plain layout, which a loader reads fastest
+     * when told desc_act false (vLLM's has_g_idx = desc_act keeps Machete and Marlin's
+     * un-permuted path); static_groups records how the weights were made. */
+    cJSON_AddBoolToObject(q, "desc_act", in->s.desc_act && !in->s.static_groups);
     cJSON_AddBoolToObject(q, "sym", in->s.sym);
     cJSON_AddNumberToObject(q, "damp_percent", in->damp_percent);
     cJSON_AddBoolToObject(q, "static_groups", in->s.static_groups);

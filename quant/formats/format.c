@@ -71,10 +71,12 @@ int qd_format_check_settings(const qd_format *f, const qd_fmt_settings *s, const
                  s->bits, alt);
         return QD_EINVAL;
     }
-    if (s->desc_act && f->act_order == QD_FMT_ACT_ORDER_NONE) {
+    /* Static groups keep the plain layout (g_idx k / group_size), which every format holds. */
+    if (s->desc_act && !s->static_groups && f->act_order == QD_FMT_ACT_ORDER_NONE) {
         *field = "format";
-        snprintf(msg, cap, "%s has no g_idx, so it cannot hold act-order (desc_act) weights; set desc_act false "
-                 "or use format %s", f->name, table[0]->name);
+        snprintf(msg, cap, "%s has no g_idx, so it cannot hold act-order (desc_act) weights without static groups; "
+                 "set static_groups true (the plain layout), or desc_act false, or use format %s", f->name,
+                 table[0]->name);
         return QD_EINVAL;
     }
     if (s->desc_act && !s->static_groups && f->act_order == QD_FMT_ACT_ORDER_STATIC) {

@@ -90,8 +90,11 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->bits = 4;
     job->group_size = 128;
     job->sym = !method_uses_awq(method);   /* AutoAWQ quantizes with a zero point */
-    job->desc_act = 0;
-    job->static_groups = 0;
+    /* Act-order with static groups: GPTQ's most accurate columns order, stored in the plain
+     * layout (groups contiguous, g_idx k / group_size), so every format and kernel takes it.
+     * llm-compressor's GPTQModifier defaults to the same (actorder "static"). */
+    job->desc_act = method_uses_gptq(method);
+    job->static_groups = job->desc_act;
     job->true_sequential = 1;
     job->damp_percent = 0.01;
     job->format = default_format(method, job->bits);
@@ -248,56 +251,56 @@ int qp_job_validate(const qp_job *job, qp_err *err)
  * defaults and examples are not used by the parser (qp_job_init_defaults fills the defaults):
  * tests/unit/test_job_fields.c checks them against it, and docs/jobs.md against the table. */
 static const qp_job_field job_fields[] = {
-    /* name                     type                 default         awq's      values          example */
-    {"version",                 "integer",           "1",            NULL,      NULL,           NULL},
-    {"id",                      "string",            "derived",      NULL,      NULL,           "\"my-job-1\""},
-    {"model",                   "string",            "required",     NULL,      NULL,           "\"/models/other\""},
-    {"output",                  "string",            "required",     NULL,      NULL,           "\"/out/other\""},
-    {"method",                  "string",            "\"gptq\"",     NULL,      method_names,   "\"rtn\""},
-    {"bits",                    "integer",           "4",            NULL,      NULL,           "8"},
-    {"group_size",              "integer",           "128",          NULL,      NULL,           "32"},
-    {"sym",                     "bool",              "true",         "false",   NULL,           "false"},
-    {"desc_act",                "bool",              "false",        NULL,      NULL,           "true"},
-    {"static_groups",           "bool",              "false",        NULL,      NULL,           "true"},
-    {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false"},
-    {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1"},
-    {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\""},
-    {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\""},
-    {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}"},
-    {"calibration.path",        "string",            "required",     NULL,      NULL,           "\"other.jsonl\""},
-    {"calibration.field",       "string",            "\"text\"",     NULL,      NULL,           "\"content\""},
-    {"calibration.samples",     "integer",           "128",          NULL,      NULL,           "64"},
-    {"calibration.seq_len",     "integer",           "2048",         "512",     NULL,           "1024"},
-    {"calibration.seed",        "integer",           "0",            NULL,      NULL,           "7"},
-    {"calibration.style",       "string",            "\"gptq\"",     "\"awq\"",  style_names,    "\"awq\""},
-    {"eval",                    "object",            "null",         NULL,      NULL,           "{\"path\":\"wiki.test.raw\"}"},
-    {"eval.path",               "string",            "required",     NULL,      NULL,           "\"other.raw\""},
-    {"eval.seq_len",            "integer",           "2048",         NULL,      NULL,           "512"},
-    {"eval.max_windows",        "integer",           "0",            NULL,      NULL,           "8"},
-    {"modules_to_not_convert",  "array of strings",  "[]",           NULL,      NULL,           "[\"lm_head\"]"},
-    {"shard_size",              "integer or string", "4000000000",   NULL,      NULL,           "\"500MB\""},
-    {"overwrite",               "bool",              "false",        NULL,      NULL,           "true"},
-    {"priority",                "integer",           "0",            NULL,      NULL,           "5"},
-    {"workers",                 "integer or string", "\"all\"",      NULL,      NULL,           "2"},
-    {"backend",                 "string",            "\"auto\"",     NULL,      backend_names,  "\"cpu\""},
-    {"tp",                      "integer",           "1",            NULL,      NULL,           "2"},
-    {"layout",                  "string",            "\"plain\"",    NULL,      layout_names,   "\"tp_aware\""},
-    {"compute",                 "string",            "\"auto\"",     NULL,      compute_names,  "\"bf16\""},
-    {"kernel_check",            "bool",              "true",         NULL,      NULL,           "false"},
-    {"kernel_check_rows",       "integer",           "64",           NULL,      NULL,           "256"},
-    {"error_direct_rows",       "integer",           "0",            NULL,      NULL,           "16"},
-    {"moe",                     "object",            "{}",           NULL,      NULL,           "{\"min_tokens\":8}"},
-    {"moe.calibrate_all_experts", "bool",            "true",         NULL,      NULL,           "false"},
-    {"moe.min_tokens",          "integer",           "32",           NULL,      NULL,           "8"},
-    {"moe.awq_shared_input",    "bool",              "false",        NULL,      NULL,           "true"},
-    {"awq",                     "object",            "{}",           NULL,      NULL,           "{\"stats_tokens\":0}"},
-    {"awq.stats_tokens",        "integer",           "8192",         NULL,      NULL,           "0"},
-    {"checkpoint",              "object",            "{}",           NULL,      NULL,           "{\"acts_every\":1}"},
-    {"checkpoint.acts_every",   "integer",           "4",            NULL,      NULL,           "1"},
-    {"serve",                   "object",            "null",         NULL,      NULL,           "{\"engine\":\"vllm\",\"gpu\":\"hopper\"}"},
-    {"serve.engine",            "string",            "required",     NULL,      serve_engine_names, NULL},
-    {"serve.gpu",               "string",            "required",     NULL,      serve_gpu_names, "\"ampere\""},
-    {"serve.tp",                "integer",           "1",            NULL,      NULL,           "2"},
+    /* name                     type                 default         awq's      values          example  rtn/awq's */
+    {"version",                 "integer",           "1",            NULL,      NULL,           NULL, NULL},
+    {"id",                      "string",            "derived",      NULL,      NULL,           "\"my-job-1\"", NULL},
+    {"model",                   "string",            "required",     NULL,      NULL,           "\"/models/other\"", NULL},
+    {"output",                  "string",            "required",     NULL,      NULL,           "\"/out/other\"", NULL},
+    {"method",                  "string",            "\"gptq\"",     NULL,      method_names,   "\"rtn\"", NULL},
+    {"bits",                    "integer",           "4",            NULL,      NULL,           "8", NULL},
+    {"group_size",              "integer",           "128",          NULL,      NULL,           "32", NULL},
+    {"sym",                     "bool",              "true",         "false",   NULL,           "false", NULL},
+    {"desc_act",                "bool",              "true",         NULL,      NULL,           "false", "false"},
+    {"static_groups",           "bool",              "true",         NULL,      NULL,           "false", "false"},
+    {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false", NULL},
+    {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1", NULL},
+    {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\"", NULL},
+    {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\"", NULL},
+    {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}", NULL},
+    {"calibration.path",        "string",            "required",     NULL,      NULL,           "\"other.jsonl\"", NULL},
+    {"calibration.field",       "string",            "\"text\"",     NULL,      NULL,           "\"content\"", NULL},
+    {"calibration.samples",     "integer",           "128",          NULL,      NULL,           "64", NULL},
+    {"calibration.seq_len",     "integer",           "2048",         "512",     NULL,           "1024", NULL},
+    {"calibration.seed",        "integer",           "0",            NULL,      NULL,           "7", NULL},
+    {"calibration.style",       "string",            "\"gptq\"",     "\"awq\"",  style_names,    "\"awq\"", NULL},
+    {"eval",                    "object",            "null",         NULL,      NULL,           "{\"path\":\"wiki.test.raw\"}", NULL},
+    {"eval.path",               "string",            "required",     NULL,      NULL,           "\"other.raw\"", NULL},
+    {"eval.seq_len",            "integer",           "2048",         NULL,      NULL,           "512", NULL},
+    {"eval.max_windows",        "integer",           "0",            NULL,      NULL,           "8", NULL},
+    {"modules_to_not_convert",  "array of strings",  "[]",           NULL,      NULL,           "[\"lm_head\"]", NULL},
+    {"shard_size",              "integer or string", "4000000000",   NULL,      NULL,           "\"500MB\"", NULL},
+    {"overwrite",               "bool",              "false",        NULL,      NULL,           "true", NULL},
+    {"priority",                "integer",           "0",            NULL,      NULL,           "5", NULL},
+    {"workers",                 "integer or string", "\"all\"",      NULL,      NULL,           "2", NULL},
+    {"backend",                 "string",            "\"auto\"",     NULL,      backend_names,  "\"cpu\"", NULL},
+    {"tp",                      "integer",           "1",            NULL,      NULL,           "2", NULL},
+    {"layout",                  "string",            "\"plain\"",    NULL,      layout_names,   "\"tp_aware\"", NULL},
+    {"compute",                 "string",            "\"auto\"",     NULL,      compute_names,  "\"bf16\"", NULL},
+    {"kernel_check",            "bool",              "true",         NULL,      NULL,           "false", NULL},
+    {"kernel_check_rows",       "integer",           "64",           NULL,      NULL,           "256", NULL},
+    {"error_direct_rows",       "integer",           "0",            NULL,      NULL,           "16", NULL},
+    {"moe",                     "object",            "{}",           NULL,      NULL,           "{\"min_tokens\":8}", NULL},
+    {"moe.calibrate_all_experts", "bool",            "true",         NULL,      NULL,           "false", NULL},
+    {"moe.min_tokens",          "integer",           "32",           NULL,      NULL,           "8", NULL},
+    {"moe.awq_shared_input",    "bool",              "false",        NULL,      NULL,           "true", NULL},
+    {"awq",                     "object",            "{}",           NULL,      NULL,           "{\"stats_tokens\":0}", NULL},
+    {"awq.stats_tokens",        "integer",           "8192",         NULL,      NULL,           "0", NULL},
+    {"checkpoint",              "object",            "{}",           NULL,      NULL,           "{\"acts_every\":1}", NULL},
+    {"checkpoint.acts_every",   "integer",           "4",            NULL,      NULL,           "1", NULL},
+    {"serve",                   "object",            "null",         NULL,      NULL,           "{\"engine\":\"vllm\",\"gpu\":\"hopper\"}", NULL},
+    {"serve.engine",            "string",            "required",     NULL,      serve_engine_names, NULL, NULL},
+    {"serve.gpu",               "string",            "required",     NULL,      serve_gpu_names, "\"ampere\"", NULL},
+    {"serve.tp",                "integer",           "1",            NULL,      NULL,           "2", NULL},
 };
 #define N_JOB_FIELDS (sizeof job_fields / sizeof job_fields[0])
 
@@ -675,10 +678,10 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return rc;
     if (job->group_size == 0)
         return qp_err_set(err, QP_EINVAL, "job.group_size: must be -1 (one group per column) or a positive integer, got 0");
-    int has_kcheck_rows = 0, has_acts_every = 0;
+    int has_kcheck_rows = 0, has_acts_every = 0, has_static = 0;
     if ((rc = qpj_get_bool(root, p, "sym", &job->sym, &has_sym, err)) ||
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
-        (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, &has_static, err)) ||
         (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
@@ -712,6 +715,9 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
     job->backend = (qp_backend_choice)backend;
     job->layout = (qp_layout)layout;
     job->compute = (qp_compute)compute;
+    /* static_groups follows desc_act unless given; tp_aware reorders a scattered g_idx, which
+     * static groups never make. */
+    if (!has_static) job->static_groups = job->desc_act && job->layout != QP_LAYOUT_TP_AWARE;
     /* tp_aware reorders the MLP pair in the block file, so a block's forward cannot be redone
      * from it: its activations are kept after every block (qp_job_acts_every). */
     if (job->layout == QP_LAYOUT_TP_AWARE) {

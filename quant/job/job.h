@@ -245,6 +245,8 @@ typedef struct qp_job_field {
                                   come from the format table: use qp_job_field_value) */
     const char *example;       /* a valid value other than the default, as JSON, for tests;
                                   NULL where there is none (version, serve.engine) */
+    const char *def_no_gptq;   /* the default for methods rtn and awq (no GPTQ) where it
+                                  differs, else NULL; it wins over def_awq */
 } qp_job_field;
 /* The table, in the order of the canonical form; *n gets its length. Static, never freed. */
 const qp_job_field *qp_job_fields(size_t *n);

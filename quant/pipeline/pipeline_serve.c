@@ -17,10 +17,11 @@ static int plan_is_float(void *ud, int block, int li)
 int qd_pipeline_check_serving(qd_pipeline *p, qd_err *err)
 {
     const qp_job *job = p->job;
-    /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); formats that store
-     * act-order without one (compressed-tensors' actorder "weight") have none. */
+    /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); static groups are written
+     * desc_act false (fmt_gptq.c), and formats that store act-order without one
+     * (compressed-tensors' actorder "weight") have none. */
     qd_serving_quant q = {p->fmt->name, job->bits, job->sym, job->group_size,
-                          p->fmt->act_order == QD_FMT_ACT_ORDER_G_IDX && job->desc_act,
+                          p->fmt->act_order == QD_FMT_ACT_ORDER_G_IDX && job->desc_act && !job->static_groups,
                           qd_scheme_srv_act(qp_job_scheme(job))};
     int cc = qd_srv_gpu_cc(job->serve.gpu);
     qd_tp_serving_report_free(&p->serving);

@@ -367,7 +367,7 @@ static void test_jobs(void)
     qp_job *j = NULL;
     char buf[1024];
     snprintf(buf, sizeof buf, "{\"model\":\"m\",\"output\":\"o\",\"method\":\"gptq\",\"format\":\"compressed-tensors\","
-             "\"desc_act\":true,\"calibration\":{\"path\":\"c\"}}");
+             "\"desc_act\":true,\"static_groups\":false,\"calibration\":{\"path\":\"c\"}}");
     CHECK_ERR(qp_job_parse(buf, strlen(buf), &j, &perr));
     CHECK_CONTAINS(perr.msg, "job.static_groups: compressed-tensors holds act-order (desc_act) weights only with static groups");
 }

@@ -90,9 +90,12 @@ static int canon_of(const cJSON *spec, char **canon, qp_err *err)
 
 static int is_awq_method(const char *m) { return m && (!strcmp(m, "awq") || !strcmp(m, "awq+gptq")); }
 
+static int is_gptq_method(const char *m) { return m && (!strcmp(m, "gptq") || !strcmp(m, "awq+gptq")); }
+
 /* The field's default for a method as JSON text ("required" and "derived" are no JSON). */
 static const char *default_for(const qp_job_field *f, const char *method)
 {
+    if (!is_gptq_method(method) && f->def_no_gptq) return f->def_no_gptq;
     return is_awq_method(method) && f->def_awq ? f->def_awq : f->def;
 }
 
@@ -154,8 +157,8 @@ static void test_table_shape(void)
                 TEST_FAIL_("%s: its parent %s is not an object field of the table", f->name, parent);
             if (p && p > f) TEST_FAIL_("%s: listed before its object %s", f->name, parent);
         }
-        const char *json[] = { def_is_json(f->def) ? f->def : NULL, f->def_awq, f->example };
-        for (size_t k = 0; k < 3; k++) {
+        const char *json[] = { def_is_json(f->def) ? f->def : NULL, f->def_awq, f->example, f->def_no_gptq };
+        for (size_t k = 0; k < 4; k++) {
             if (!json[k]) continue;
             cJSON *v = cJSON_Parse(json[k]);
             if (!v) TEST_FAIL_("%s: \"%s\" is not JSON", f->name, json[k]);
@@ -403,6 +406,7 @@ static char *read_doc(const char *path)
 static void render_default(const qp_job_field *f, char *out, size_t cap)
 {
     if (!def_is_json(f->def)) snprintf(out, cap, "%s", f->def);
+    else if (f->def_no_gptq) snprintf(out, cap, "`%s`; rtn, awq: `%s`", f->def, f->def_no_gptq);
     else if (f->def_awq) snprintf(out, cap, "`%s`; awq, awq+gptq: `%s`", f->def, f->def_awq);
     else snprintf(out, cap, "`%s`", f->def);
 }

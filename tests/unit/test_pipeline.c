@@ -148,7 +148,8 @@ static void validate_output(const qp_job *job, const char *src, const char *out,
         const cJSON *sym = cJSON_GetObjectItemCaseSensitive(q, "sym");
         CHECK(cJSON_IsBool(sym) && cJSON_IsTrue(sym) == job->sym);
         const cJSON *da = cJSON_GetObjectItemCaseSensitive(q, "desc_act");
-        CHECK(cJSON_IsBool(da) && cJSON_IsTrue(da) == job->desc_act);
+        /* static groups keep the plain layout, written desc_act false (fmt_gptq.c) */
+        CHECK(cJSON_IsBool(da) && cJSON_IsTrue(da) == (job->desc_act && !job->static_groups));
         const cJSON *cf = cJSON_GetObjectItemCaseSensitive(q, "checkpoint_format");
         CHECK(cJSON_IsString(cf) && !strcmp(cf->valuestring, job->format == QP_FORMAT_GPTQ_V2 ? "gptq_v2" : "gptq"));
         const cJSON *dyn = cJSON_GetObjectItemCaseSensitive(q, "dynamic");

@@ -260,23 +260,32 @@ static void test_cross_field_rules(void)
 {
     EXPECT_ERR("{" BASE ", \"format\": \"awq_gemm\", \"bits\": 3}",
                "job.format: awq_gemm holds 4-bit weights only, but job.bits is 3; use format gptq or gptq_v2");
-    EXPECT_ERR("{" BASE ", \"format\": \"awq_gemm\", \"desc_act\": true}",
-               "job.format: awq_gemm has no g_idx, so it cannot hold act-order (desc_act) weights");
+    EXPECT_ERR("{" BASE ", \"format\": \"awq_gemm\", \"desc_act\": true, \"static_groups\": false}",
+               "job.format: awq_gemm has no g_idx, so it cannot hold act-order (desc_act) weights without static groups");
     EXPECT_ERR("{" BASE ", \"format\": \"awq_gemm\", \"group_size\": -1}",
                "job.group_size: awq_gemm needs a positive group size");
     EXPECT_ERR("{" BASE ", \"method\": \"awq\", \"desc_act\": true}",
                "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; method awq has no act-order");
     EXPECT_ERR("{" BASE ", \"method\": \"rtn\", \"desc_act\": true}", "method rtn has no act-order");
-    EXPECT_ERR("{" BASE ", \"layout\": \"tp_aware\"}",
+    EXPECT_ERR("{" BASE ", \"layout\": \"tp_aware\", \"desc_act\": false}",
                "job.layout: tp_aware reorders act-order GPTQ weights, so it needs method gptq or awq+gptq with desc_act true "
                "(this job has method gptq, desc_act false)");
     EXPECT_ERR("{" BASE ", \"method\": \"rtn\", \"layout\": \"tp_aware\"}", "this job has method rtn");
     /* Allowed combinations. */
     qp_job *j = parse_ok("{" BASE ", \"layout\": \"tp_aware\", \"desc_act\": true, \"tp\": 4}");
-    if (j) { CHECK_INT(j->layout, QP_LAYOUT_TP_AWARE); CHECK_INT(j->tp, 4); }
+    if (j) { CHECK_INT(j->layout, QP_LAYOUT_TP_AWARE); CHECK_INT(j->tp, 4); CHECK_INT(j->static_groups, 0); }
     qp_job_free(j);
-    j = parse_ok("{" BASE ", \"static_groups\": true}");   /* pointless without desc_act, but harmless */
+    j = parse_ok("{" BASE ", \"layout\": \"tp_aware\", \"tp\": 2}");   /* act-order by default, no static groups */
+    if (j) { CHECK_INT(j->desc_act, 1); CHECK_INT(j->static_groups, 0); }
+    qp_job_free(j);
+    j = parse_ok("{" BASE ", \"desc_act\": false}");   /* static_groups follows desc_act */
+    if (j) CHECK_INT(j->static_groups, 0);
+    qp_job_free(j);
+    j = parse_ok("{" BASE ", \"desc_act\": false, \"static_groups\": true}");   /* pointless, but harmless */
     if (j) CHECK_INT(j->static_groups, 1);
+    qp_job_free(j);
+    j = parse_ok("{" BASE ", \"format\": \"awq_gemm\", \"sym\": false}");   /* the plain layout: any format */
+    if (j) { CHECK_INT(j->desc_act, 1); CHECK_INT(j->static_groups, 1); }
     qp_job_free(j);
     j = parse_ok("{" BASE ", \"method\": \"awq+gptq\", \"desc_act\": true, \"bits\": 3}");
     if (j) { CHECK_INT(j->desc_act, 1); CHECK_INT(j->format, QP_FORMAT_GPTQ); }
@@ -290,12 +299,12 @@ static void test_defaults_per_method(void)
 {
     static const struct {
         const char *method;
-        int sym, format, style, seq_len;
+        int sym, format, style, seq_len, act_order;
     } cases[] = {
-        { "gptq", 1, QP_FORMAT_GPTQ, QP_CALIB_GPTQ, 2048 },
-        { "rtn", 1, QP_FORMAT_GPTQ, QP_CALIB_GPTQ, 2048 },
-        { "awq", 0, QP_FORMAT_AWQ_GEMM, QP_CALIB_AWQ, 512 },
-        { "awq+gptq", 0, QP_FORMAT_AWQ_GEMM, QP_CALIB_AWQ, 512 },
+        { "gptq", 1, QP_FORMAT_GPTQ, QP_CALIB_GPTQ, 2048, 1 },
+        { "rtn", 1, QP_FORMAT_GPTQ, QP_CALIB_GPTQ, 2048, 0 },
+        { "awq", 0, QP_FORMAT_AWQ_GEMM, QP_CALIB_AWQ, 512, 0 },
+        { "awq+gptq", 0, QP_FORMAT_AWQ_GEMM, QP_CALIB_AWQ, 512, 1 },
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char buf[256];
@@ -307,8 +316,8 @@ static void test_defaults_per_method(void)
         CHECK_INT(j->group_size, 128);
         CHECK_NEAR(j->damp_percent, 0.01, 0);
         CHECK_INT(j->sym, cases[i].sym);
-        CHECK_INT(j->desc_act, 0);
-        CHECK_INT(j->static_groups, 0);
+        CHECK_INT(j->desc_act, cases[i].act_order);        /* act-order with static groups */
+        CHECK_INT(j->static_groups, cases[i].act_order);
         CHECK_INT(j->true_sequential, 1);
         CHECK_INT(j->format, cases[i].format);
         CHECK_INT(j->calibration.samples, 128);
@@ -359,7 +368,7 @@ static void test_defaults_per_method(void)
 
 static const char *const canonical_min =
     "{\"version\":1,\"id\":\"ID\",\"model\":\"/models/llama\",\"output\":\"/out/llama-w4\",\"method\":\"gptq\",\"bits\":4,"
-    "\"group_size\":128,\"sym\":true,\"desc_act\":false,\"static_groups\":false,\"true_sequential\":true,"
+    "\"group_size\":128,\"sym\":true,\"desc_act\":true,\"static_groups\":true,\"true_sequential\":true,"
     "\"damp_percent\":0.01,\"format\":\"gptq\",\"calibration\":{\"path\":\"c4.jsonl\",\"field\":\"text\",\"samples\":128,"
     "\"seq_len\":2048,\"seed\":0,\"style\":\"gptq\"},\"eval\":null,\"modules_to_not_convert\":[],\"shard_size\":4000000000,"
     "\"overwrite\":false,\"priority\":0,\"backend\":\"auto\",\"tp\":1,\"layout\":\"plain\",\"kernel_check\":true}";
