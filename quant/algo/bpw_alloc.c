@@ -34,8 +34,20 @@ int qd_bpw_allocate(const qd_bpw_item *items, int n, double budget_bits, int uni
     if (min_sum > budget_bits)
         return qd_err_set(err, QD_EINVAL, "bit allocation: the smallest candidates need %.6g bits, over the budget of %.6g "
                           "(%.4g%% more)", min_sum, budget_bits, 100.0 * (min_sum / budget_bits - 1.0));
-    /* Steps of one bit where that is exact, else budget / units. */
-    double unit = whole && budget_bits <= units ? 1.0 : budget_bits / units;
+    /* Whole-bit sizes: steps of their greatest common divisor where the budget holds at most
+     * `units` of them (then nothing is rounded and the answer is exact), else budget / units. */
+    double unit = budget_bits / units;
+    if (whole) {
+        uint64_t gcd = 0;
+        for (int i = 0; i < n; i++)
+            for (int c = 0; c < items[i].n_cand; c++) {
+                if (!cand_ok(&items[i], c)) continue;
+                uint64_t a = (uint64_t)items[i].size_bits[c], b = gcd;
+                while (b) { uint64_t t = a % b; a = b; b = t; }
+                gcd = a;
+            }
+        if (gcd > 0 && budget_bits / (double)gcd <= units) unit = (double)gcd;
+    }
     int64_t cap = (int64_t)floor(budget_bits / unit + 1e-9);
     size_t W = (size_t)cap + 1;
     double *best = malloc(W * sizeof *best), *next = malloc(W * sizeof *next);
@@ -71,9 +83,23 @@ int qd_bpw_allocate(const qd_bpw_item *items, int n, double budget_bits, int uni
     }
     int rc = 0;
     if (!isfinite(best[cap])) {
-        /* The rounded-up sizes no longer fit: the budget is within n steps of the minimum. */
-        rc = qd_err_set(err, QD_EINVAL, "bit allocation: the budget of %.6g bits is too close to the smallest candidates' "
-                        "%.6g to allocate in steps of %.3g bits", budget_bits, min_sum, unit);
+        /* The rounded-up sizes no longer fit (the budget is within n steps of the minimum):
+         * every item's smallest allowed candidate fits, the least error among equals. */
+        double es = 0, ss = 0;
+        for (int i = 0; i < n; i++) {
+            int bc = -1;
+            for (int c = 0; c < items[i].n_cand; c++) {
+                if (!cand_ok(&items[i], c)) continue;
+                if (bc < 0 || items[i].size_bits[c] < items[i].size_bits[bc] ||
+                    (items[i].size_bits[c] == items[i].size_bits[bc] && items[i].err[c] < items[i].err[bc]))
+                    bc = c;
+            }
+            choice[i] = bc;
+            es += items[i].err[bc];
+            ss += items[i].size_bits[bc];
+        }
+        if (err_sum) *err_sum = es;
+        if (size_sum) *size_sum = ss;
     } else {
         double es = 0, ss = 0;
         size_t j = (size_t)cap;

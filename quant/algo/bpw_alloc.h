@@ -4,9 +4,10 @@
  * multiple-choice knapsack; it is solved by dynamic programming over the budget cut into
  * at most `units` equal steps, each candidate's size rounded up to whole steps (so the
  * result always fits the budget). Where every size is a whole number of bits and the budget
- * is at most `units` bits, the steps are single bits and the answer is the exact optimum
- * (tests/unit/test_bpw_alloc.c holds it to an exhaustive search); otherwise it is the
- * optimum of the rounded-up sizes, which can lose at most one step per linear. */
+ * is at most `units` times their greatest common divisor, the steps are that divisor and the
+ * answer is the exact optimum (tests/unit/test_bpw_alloc.c holds it to an exhaustive
+ * search); otherwise it is the optimum of the rounded-up sizes, which can lose at most one
+ * step per linear (and where the rounding leaves no fit, every linear's smallest candidate). */
 #ifndef QUANT_ALGO_BPW_ALLOC_H
 #define QUANT_ALGO_BPW_ALLOC_H
 

@@ -380,6 +380,8 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         p->st.next_block = 0;
         rc = embed_calibration(p, ids, err);
         if (!rc) rc = qd_state_save(state_path, &p->st, err);
+        /* target_bpw's plan, from block 0's inputs, before block 0 (pipeline_bpw.c). */
+        if (!rc) rc = qd_pipeline_bpw_prepare(p, err);
         if (rc) goto fail;
     } else if (p->st.next_block < p->n_blocks) {
         char path[QD_PATH_MAX + 32];
@@ -398,10 +400,14 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             }
             free(host);
         }
+        /* The plan the blocks done followed (made here only when none was done). */
+        if (!rc) rc = qd_pipeline_bpw_prepare(p, err);
         if (!rc && p->st.acts_block < p->st.next_block) rc = qd_pipeline_replay(p, p->st.acts_block, p->st.next_block, err);
         if (rc) goto fail;
         QD_LOG(QD_LOG_INFO, "resume", "job=%s next_block=%d of=%d acts_block=%d", job->id, p->st.next_block, p->n_blocks,
                p->st.acts_block);
+    } else if ((rc = qd_pipeline_bpw_prepare(p, err))) {
+        goto fail;   /* every block done: the finish still writes the plan's config groups */
     }
     free(ids);
     *out = p;
@@ -445,6 +451,7 @@ void qd_pipeline_close(qd_pipeline *p)
     qd_tp_serving_report_free(&p->serving);
     qd_pipeline_folds_clear(p);
     free(p->folds);
+    qd_bpw_plan_free(&p->bpw);
     if (p->parts_fd >= 0) close(p->parts_fd);
     if (p->ckpt_fd >= 0) close(p->ckpt_fd);
     if (p->out_fd >= 0) close(p->out_fd);
