@@ -360,7 +360,8 @@ int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
     }
     if (rc) { qd_bpw_plan_free(&b); return rc; }
     p->bpw = b;
-    return 0;
+    /* job.serve: the report's kernel per layer, now as the plan writes them. */
+    return job->serve.enabled ? qd_pipeline_check_serving(p, err) : 0;
 }
 
 /* The full module name of linear li in block b. */
