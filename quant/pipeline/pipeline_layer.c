@@ -53,7 +53,7 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
         if (qd_format_misfit(p->fmt, L->n, L->k, job->group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
         return;
     }
-    if (p->bpw.n_cand) {
+    if (p->bpw.n_cand && block >= 0 && block < p->bpw.n_blocks && p->bpw.choice[(size_t)block * p->bpw.n_lin + li] >= 0) {
         qd_quant_cfg c = qd_pipeline_linear_qcfg(p, block, li);
         if (qd_format_misfit(p->fmt, L->n, L->k, c.group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
         return;
