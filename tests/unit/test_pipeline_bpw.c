@@ -66,6 +66,7 @@ static void test_mixed(void)
     /* Every quantized linear is named by exactly one group, whose bits and group size its
      * tensors have. */
     int named = 0, bits8 = 0;
+    double file_bits = 0, weights = 0;
     for (const cJSON *g = groups ? groups->child : NULL; g; g = g->next) {
         const cJSON *w = cJSON_GetObjectItem(g, "weights");
         int bits = cJSON_GetObjectItem(w, "num_bits")->valueint;
@@ -84,6 +85,9 @@ static void test_mixed(void)
             /* [n, k * bits / 32] codes and [n, k / gs] scales; k from the packed width. */
             int64_t k = sp[1] * 32 / bits;
             CHECK_INT(ss[1], k / gs);
+            /* The stored bits, as the file holds them: I32 codes and F16 scales (symmetric). */
+            file_bits += 8.0 * (double)(sp[0] * sp[1] * 4 + ss[0] * ss[1] * 2);
+            weights += (double)(sp[0] * k);
             named++;
             bits8 += bits == 8;
         }
@@ -95,6 +99,7 @@ static void test_mixed(void)
     CHECK(bpw != NULL);
     double got = cJSON_GetObjectItem(bpw, "bpw")->valuedouble;
     CHECK(got <= 5.0 && got > 4.25);
+    CHECK_NEAR(got, file_bits / weights, 1e-12);   /* the plan's count is the file's */
     const cJSON *layers = cJSON_GetObjectItem(bpw, "layers");
     CHECK_INT(cJSON_GetArraySize(layers), 3 * 7);
     int qb = -1, kb = -1, vb = -1;
