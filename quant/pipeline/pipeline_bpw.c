@@ -323,6 +323,40 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
     return rc;
 }
 
+int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err)
+{
+    const qp_job *job = p->job;
+    if (job->target_bpw == 0) return 0;
+    qd_bpw_plan b;
+    memset(&b, 0, sizeof b);
+    int rc = plan_candidates(p, &b, err);
+    if (rc) return rc;
+    /* The least each quantized linear can store (its smallest candidate that fits): a target
+     * below that is refused before any work. */
+    double least = 0, weights = 0;
+    int nl = qd_model_n_linears(p->m);
+    for (int blk = 0; blk < p->n_blocks; blk++)
+        for (int li = 0; li < nl; li++) {
+            qd_linear_plan plan;
+            qd_pipeline_plan_linear(p, blk, li, &plan);
+            if (!plan.quantize) continue;
+            const qd_linear_info *L = qd_model_linear(p->m, li);
+            double lo = INFINITY;
+            for (int c = 0; c < b.n_cand; c++) {
+                char why[160];
+                if (qd_format_misfit(p->fmt, L->n, L->k, b.cand_group[c], why, sizeof why)) continue;
+                lo = fmin(lo, qd_pipeline_bpw_size_bits(p, L->n, L->k, b.cand_bits[c], b.cand_group[c]));
+            }
+            least += lo;
+            weights += (double)(L->n * L->k);
+        }
+    if (weights > 0 && least > job->target_bpw * weights)
+        return qd_err_set(err, QD_EINVAL, "target_bpw %g: the smallest candidates need %.4f bits per weight on this model "
+                          "(%s holds %s bits); raise target_bpw or add smaller candidates", job->target_bpw,
+                          least / weights, p->fmt->name, p->fmt->bits_mask == ((1u << 4) | (1u << 8)) ? "4 and 8" : "its");
+    return 0;
+}
+
 int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
 {
     const qp_job *job = p->job;

@@ -200,6 +200,9 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
  * the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
  * without target_bpw. */
 int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err);
+/* The pre-flight of target_bpw (before any work): QD_EINVAL when even every linear's smallest
+ * candidate stores more than the target. */
+int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err);
 void qd_bpw_plan_free(qd_bpw_plan *b);
 /* The quantizer of linear li in block: p->qcfg with the plan's bits and group size. */
 qd_quant_cfg qd_pipeline_linear_qcfg(const qd_pipeline *p, int block, int li);

@@ -169,7 +169,8 @@ static void test_single_candidate(void)
                          "\"target_bpw\":4.4,\"bpw_bits\":[4],");
     qd_err err = {0};
     if (job) CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
-    CHECK_CONTAINS(err.msg, "smallest candidates need");
+    CHECK_CONTAINS(err.msg, "target_bpw 4.4: the smallest candidates need 4.5000 bits per weight");
+    CHECK(!qd_fs_exists(b));   /* refused before any work: nothing created */
     qp_job_free(job);
 }
 
