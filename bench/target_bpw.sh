@@ -3,8 +3,9 @@
 # size of the quantized linears for uniform GPTQ W4 (symmetric, compressed-tensors) at group
 # 192 (the largest group that fits every layer: hidden 576 is 64 x 9, no multiple of 128),
 # 64 and 32, against mixed-bit jobs at target_bpw 4.25 and 4.5 (candidates 4 and 8 bits x
-# groups 32, 64, 192), and target 3.5 (below every candidate compressed-tensors holds: the
-# refusal is recorded). Written to bench/results/target-bpw.md.
+# groups 32, 64, 192; t-4.25c adds the channel group, -1), and target 3.5 (below every
+# candidate compressed-tensors holds: the refusal is recorded). Written to
+# bench/results/target-bpw.md.
 #
 #   bench/target_bpw.sh BUILD_DIR MODEL_DIR [WINDOWS] [SAMPLES] [SEQ_LEN]   (defaults 8, 16, 256)
 #
@@ -38,13 +39,14 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$t
 kept() { [ -s "$1" ] && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['windows'])" "$1")" = "$windows" ]; }
 
 cands='"bpw_bits": [4, 8], "bpw_group_sizes": [32, 64, 192]'
-variants="${BPW_VARIANTS:-u-g192 u-g64 u-g32 t-4.25 t-4.5 t-3.5}"
+variants="${BPW_VARIANTS:-u-g192 u-g64 u-g32 t-4.25 t-4.25c t-4.5 t-3.5}"
 for tag in $variants; do
     dir="$work/out-$tag"
     if kept "$work/eval-$tag.json"; then echo "$tag: kept" >&2; continue; fi
     rm -rf "$dir"
     case $tag in
     u-g*) extra="\"group_size\": ${tag#u-g}" ;;
+    t-*c) t=${tag#t-}; extra="\"group_size\": 64, \"target_bpw\": ${t%c}, \"bpw_bits\": [4, 8], \"bpw_group_sizes\": [32, 64, 192, -1]" ;;
     t-*) extra="\"group_size\": 64, \"target_bpw\": ${tag#t-}, $cands" ;;
     esac
     echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"gptq\", \"format\": \"compressed-tensors\", \"bits\": 4, $extra, \"calibration\": {\"path\": \"$work/calib.ids.json\", \"samples\": $samples, \"seq_len\": $seq, \"style\": \"awq\"}}" > "$work/job-$tag.json"
@@ -115,12 +117,12 @@ with open(out, "w") as f:
     f.write("Every row: GPTQ, 4-bit symmetric, compressed-tensors pack-quantized, the same %s x %s calibration ids of "
             "c4-calib.jsonl (bench/calib_windows.py, seed 0); KL is mean KL(P_float || P_quant) per token in nats over "
             "the first %s windows of 512 tokens of wiki.test.raw (`quantctl eval --ref-model`). u-gN: uniform group N; "
-            "t-X: `target_bpw` X with candidates 4 and 8 bits x groups 32, 64, 192. Bytes: the quantized linears' "
+            "t-X: `target_bpw` X with candidates 4 and 8 bits x groups 32, 64, 192 (t-Xc: and -1, one group per row). Bytes: the quantized linears' "
             "weight_packed + weight_scale (F16) tensors; bpw: those bits over the linears' weights.\n\n" % (samples, seq, windows))
     f.write("| job | KL to float | PPL | top-1 | linear bytes | bpw | layers (seconds) |\n|---|---|---|---|---|---|---|\n")
     f.write("\n".join(rows) + "\n\n")
     if "u-g192" in base_kl:
-        for t in ("t-4.25", "t-4.5"):
+        for t in ("t-4.25", "t-4.25c", "t-4.5"):
             if t in base_kl:
                 f.write("- %s: KL %.1f%% below uniform g192's.\n" % (t, 100 * (1 - base_kl[t] / base_kl["u-g192"])))
     f.write("\nRaw `quantctl eval` lines:\n\n```\n" + "\n".join(raw) + "\n```\n")
