@@ -280,7 +280,7 @@ static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *pat
     return rc;
 }
 
-static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_err *err)
+static int plan_load(qd_bpw_plan *b, const char *path, qd_err *err)
 {
     cJSON *o = NULL;
     int rc = qd_json_read_object(path, QD_INPUT_JSON, &o, err);
@@ -321,7 +321,6 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
         b->bpw = bp->valuedouble;
         b->seconds = cJSON_IsNumber(sec) ? sec->valuedouble : 0;
     }
-    (void)p;
     cJSON_Delete(o);
     return rc;
 }
@@ -381,7 +380,7 @@ int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
     char path[QD_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/bpw-plan.json", p->ckpt_dir);
     if (!rc && qd_fs_exists(path)) {
-        rc = plan_load(p, &b, path, err);
+        rc = plan_load(&b, path, err);
     } else if (!rc && p->st.next_block > 0) {
         rc = qd_err_set(err, QD_EFORMAT, "the checkpoint has %d blocks done but no bpw-plan.json (target_bpw's plan)",
                         p->st.next_block);
