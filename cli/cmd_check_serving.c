@@ -44,6 +44,24 @@ static int ckpt_is_float(void *ud, int block, int li)
     return st_model_find(qd_model_tensors(c->m), name) == NULL;
 }
 
+/* A mixed compressed-tensors checkpoint (job.target_bpw): a layer's bits from its
+ * weight_packed's width and its group size from weight_scale's groups, as the reader takes them. */
+static int ckpt_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
+{
+    const float_ctx *c = ud;
+    const qd_linear_info *L = qd_model_linear(c->m, li);
+    char prefix[160], name[400];
+    qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
+    snprintf(name, sizeof name, "%s%s.weight_packed", prefix, L->name);
+    const st_tensor *wp = st_model_find(qd_model_tensors(c->m), name);
+    snprintf(name, sizeof name, "%s%s.weight_scale", prefix, L->name);
+    const st_tensor *ws = st_model_find(qd_model_tensors(c->m), name);
+    if (!wp || !ws || wp->ndim != 2 || ws->ndim != 2 || L->k <= 0 || ws->shape[1] < 1) return -1;
+    *bits = (int)(wp->shape[1] * 32 / L->k);
+    *gs = ws->shape[1] == 1 ? -1 : L->k / ws->shape[1];
+    return 0;
+}
+
 int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
 {
     const char *dir = NULL, *engine = NULL, *gpu = NULL;
@@ -104,8 +122,12 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
     /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); compressed-tensors'
      * actorder "weight" has none. */
     qd_serving_quant q = {cfg->quant_format, cfg->quant_bits, cfg->quant_sym, cfg->quant_group_size,
-                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act};
+                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act, NULL, NULL};
     float_ctx fc = {m};
+    if (cfg->quant_bits == 0) {   /* mixed bits per layer (qd_fmt_detected.mixed) */
+        q.layer_quant = ckpt_layer_quant;
+        q.layer_ud = &fc;
+    }
     qd_serving_report rep;
     int rc = qd_tp_serving_check(m, &q, ckpt_is_float, &fc, (int)tp, cc, &rep, &err);
     if (rc) {
@@ -123,9 +145,14 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
         else
             printf("%-60s %-14s %s\n", r->name, k, r->is_float ? "left in float, served unquantized" : r->choice.why);
     }
-    printf("%s: format %s, %d-bit, %s, group %lld%s; vllm on %s at tp %ld: %zu of %zu layers without a fast kernel\n",
-           rep.n_slow ? "FAIL" : "OK", cfg->quant_format, cfg->quant_bits, cfg->quant_sym ? "symmetric" : "asymmetric",
-           (long long)cfg->quant_group_size, q.g_idx ? ", act-order g_idx" : "", gpu, tp, rep.n_slow, rep.n);
+    if (cfg->quant_bits == 0)
+        printf("%s: format %s, mixed bits and group sizes per layer, %s%s; vllm on %s at tp %ld: %zu of %zu layers without "
+               "a fast kernel\n", rep.n_slow ? "FAIL" : "OK", cfg->quant_format, cfg->quant_sym ? "symmetric" : "asymmetric",
+               q.g_idx ? ", act-order g_idx" : "", gpu, tp, rep.n_slow, rep.n);
+    else
+        printf("%s: format %s, %d-bit, %s, group %lld%s; vllm on %s at tp %ld: %zu of %zu layers without a fast kernel\n",
+               rep.n_slow ? "FAIL" : "OK", cfg->quant_format, cfg->quant_bits, cfg->quant_sym ? "symmetric" : "asymmetric",
+               (long long)cfg->quant_group_size, q.g_idx ? ", act-order g_idx" : "", gpu, tp, rep.n_slow, rep.n);
     int status = rep.n_slow ? QCTL_FAIL : QCTL_OK;
     qd_tp_serving_report_free(&rep);
     qd_model_close(m);

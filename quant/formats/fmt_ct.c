@@ -108,10 +108,34 @@ static int ct_tensors(const qd_packed *p, qd_fmt_tensor *t, int *n_out, qd_err *
     return 0;
 }
 
-static int ct_read(qd_fmt_find_fn find, void *ud, int64_t n, int64_t k, const qd_fmt_detected *d,
+/* A mixed checkpoint's layer (d->bits 0): its bits from weight_packed's width (K * b / 32
+ * words a row) and its group size from weight_scale's groups (K / G; one group: the channel
+ * strategy, which decodes as a group of K). */
+static int ct_layer_shape(qd_fmt_find_fn find, void *ud, int64_t n, int64_t k, qd_fmt_detected *d, qd_err *err)
+{
+    qd_fmt_tensor wp, ws;
+    if (!find(ud, "weight_packed", &wp) || !find(ud, "weight_scale", &ws))
+        return qd_err_set(err, QD_ENOTFOUND, CT_FMT ": weight_packed or weight_scale is missing");
+    if (wp.ndim != 2 || ws.ndim != 2 || wp.shape[0] != n || ws.shape[0] != n || k <= 0 || (wp.shape[1] * 32) % k ||
+        ws.shape[1] < 1 || k % ws.shape[1])
+        return qd_err_set(err, QD_ESHAPE, CT_FMT ": weight_packed [%lld, %lld] and weight_scale [%lld, %lld] do not say the "
+                          "bits and group size of a [%lld, %lld] layer", (long long)wp.shape[0], (long long)wp.shape[1],
+                          (long long)ws.shape[0], (long long)ws.shape[1], (long long)n, (long long)k);
+    d->bits = (int)(wp.shape[1] * 32 / k);
+    d->group_size = ws.shape[1] == 1 ? -1 : k / ws.shape[1];
+    return 0;
+}
+
+static int ct_read(qd_fmt_find_fn find, void *ud, int64_t n, int64_t k, const qd_fmt_detected *din,
                    qd_packed *out, qd_err *err)
 {
     memset(out, 0, sizeof *out);
+    qd_fmt_detected dd = *din;
+    const qd_fmt_detected *d = &dd;
+    if (dd.bits == 0) {
+        int rc = ct_layer_shape(find, ud, n, k, &dd, err);
+        if (rc) return rc;
+    }
     const int b = d->bits;
     if (b < 1 || b > 8 || !(qd_fmt_ct.bits_mask & (1u << b)))
         return qd_err_set(err, QD_EUNSUPPORTED, CT_FMT ": %d-bit weights are not read (4 or 8)", b);
@@ -184,25 +208,14 @@ static cJSON *ct_quant_config(const qd_fmt_config_in *in)
     return fmt_ct_config("pack-quantized", w, fmt_ct_acts(in->scheme), in);
 }
 
-static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_err *err)
+/* One config group g0 of q (fmt: q's format): 1 with d filled when it is pack-quantized
+ * integer weights quantd reads, 0 when it is another descriptor's (a float format), or an
+ * error. */
+static int ct_group_detect(const cJSON *q, const cJSON *g0, const char *fmt, const char *what, qd_fmt_detected *d,
+                           qd_err *err)
 {
-    char method[32] = "", status[32] = "compressed", fmt[32] = "", gfmt[32] = "", type[16] = "int",
-         strategy[16] = "", actorder[16] = "";
-    int rc = fmt_json_str(q, "quant_method", method, sizeof method, what, err);
-    if (rc) return rc;
-    if (strcmp(method, "compressed-tensors")) return 0;
-    if ((rc = fmt_json_str(q, "quantization_status", status, sizeof status, what, err)) ||
-        (rc = fmt_json_str(q, "format", fmt, sizeof fmt, what, err)))
-        return rc;
-    if (strcmp(status, "compressed"))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quantization_status \"%s\" is not read (only "
-                          "\"compressed\" checkpoints hold packed weights)", what, status);
-    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
-    int ng = cJSON_IsObject(groups) ? cJSON_GetArraySize(groups) : 0;
-    if (ng != 1)
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.config_groups holds %d schemes; quantd reads "
-                          "checkpoints with exactly one", what, ng);
-    const cJSON *g0 = groups->child;
+    char gfmt[32] = "", type[16] = "int", strategy[16] = "", actorder[16] = "";
+    int rc;
     const cJSON *w = cJSON_IsObject(g0) ? cJSON_GetObjectItemCaseSensitive(g0, "weights") : NULL;
     if (!cJSON_IsObject(w))
         return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.config_groups.%s.weights must be an object", what,
@@ -268,6 +281,45 @@ static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_er
     return 1;
 }
 
+static int ct_detect(const cJSON *q, const char *what, qd_fmt_detected *d, qd_err *err)
+{
+    char method[32] = "", status[32] = "compressed", fmt[32] = "";
+    int rc = fmt_json_str(q, "quant_method", method, sizeof method, what, err);
+    if (rc) return rc;
+    if (strcmp(method, "compressed-tensors")) return 0;
+    if ((rc = fmt_json_str(q, "quantization_status", status, sizeof status, what, err)) ||
+        (rc = fmt_json_str(q, "format", fmt, sizeof fmt, what, err)))
+        return rc;
+    if (strcmp(status, "compressed"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.quantization_status \"%s\" is not read (only "
+                          "\"compressed\" checkpoints hold packed weights)", what, status);
+    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+    int ng = cJSON_IsObject(groups) ? cJSON_GetArraySize(groups) : 0;
+    if (ng < 1)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.config_groups holds no scheme", what);
+    rc = ct_group_detect(q, groups->child, fmt, what, d, err);
+    if (rc != 1 || ng == 1) return rc;
+    /* Several groups (job.target_bpw writes one per bits and group size, each naming its
+     * modules): read when they differ only in bits and group size, which each layer's
+     * tensors then say (ct_read, d->bits 0). */
+    for (const cJSON *g = groups->child->next; g; g = g->next) {
+        qd_fmt_detected o;
+        memset(&o, 0, sizeof o);
+        rc = ct_group_detect(q, g, fmt, what, &o, err);
+        if (rc < 0) return rc;
+        if (rc == 0 || o.sym != d->sym || o.desc_act != d->desc_act)
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.config_groups: group %s differs from %s in more "
+                              "than bits and group size (quantd reads mixed pack-quantized checkpoints whose groups share "
+                              "format, symmetry and act-order)", what, g->string ? g->string : "?",
+                              groups->child->string ? groups->child->string : "?");
+        if (o.bits != d->bits || o.group_size != d->group_size) d->mixed = 1;
+    }
+    if (d->mixed) {
+        d->bits = 0;
+        d->group_size = 0;
+    }
+    return 1;
+}
 const qd_format qd_fmt_ct = {
     .name = CT_FMT, .quant_method = "compressed-tensors", .main_tensor = "weight_packed",
     .summary = "compressed-tensors pack-quantized (llm-compressor's W4A16/W8A16): weight_packed/weight_scale/"

@@ -126,9 +126,10 @@ int qd_format_detect(const cJSON *q, const char *what, const qd_format **fmt, qd
         int rc = f->detect(q, what, &d, err);
         if (rc < 0) return rc;
         if (rc == 0) continue;
-        if (d.bits != 2 && d.bits != 3 && d.bits != 4 && d.bits != 8)
+        /* A mixed checkpoint's bits and group sizes are each layer's (qd_fmt_detected.mixed). */
+        if (!d.mixed && d.bits != 2 && d.bits != 3 && d.bits != 4 && d.bits != 8)
             return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.bits %d is not one of 2, 3, 4, 8", what, d.bits);
-        if (d.group_size == 0 || d.group_size < -1)
+        if (!d.mixed && (d.group_size == 0 || d.group_size < -1))
             return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.group_size %lld must be -1 or positive", what,
                               (long long)d.group_size);
         *out = d;

@@ -150,6 +150,9 @@ typedef struct qd_fmt_detected {
     int64_t row_block;          /* 0 or 1: one scale row per row */
     int act;                    /* the input activations declared, as serving.h's qd_srv_act
                                    (0: unknown / not a compressed-tensors config) */
+    int mixed;                  /* compressed-tensors with config groups of different bits or
+                                   group sizes (job.target_bpw): bits and group_size are 0, and
+                                   read() takes each layer's from its tensors' shapes */
 } qd_fmt_detected;
 
 typedef struct qd_format {

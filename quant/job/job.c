@@ -126,6 +126,41 @@ int qp_job_acts_every(const qp_job *job)
     return job->layout == QP_LAYOUT_TP_AWARE ? 1 : job->checkpoint.acts_every;
 }
 
+/* The combinations a mixed-bit job (target_bpw) is refused with, by name, and each
+ * candidate against the format's rules. */
+static int bpw_validate(const qp_job *job, qp_err *err)
+{
+    const qd_format *fd = qd_format_at((size_t)job->format);
+    if (!(job->target_bpw > 1.0 && job->target_bpw <= 16.0))
+        return qp_err_set(err, QP_EINVAL, "job.target_bpw: must be above 1 and at most 16, got %g", job->target_bpw);
+    if (strcmp(fd->name, "compressed-tensors"))
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: format %s cannot hold mixed bits per layer in quantd (its "
+                          "per-module overrides are not written); use format compressed-tensors", fd->name);
+    if (method_uses_awq(job->method))
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: method %s searches one scale per input group for one bit "
+                          "width; use method gptq or rtn", qp_method_name(job->method));
+    if (job->scheme)
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with a scheme (%s); give format compressed-tensors "
+                          "and bpw_bits instead", qd_scheme_at((size_t)job->scheme - 1)->name);
+    if (job->desc_act && !job->static_groups)
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with desc_act true and static_groups false (a "
+                          "scattered g_idx per layer group size is not implemented); leave static_groups true");
+    if (job->layout != QP_LAYOUT_PLAIN)
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with layout %s", qp_layout_name(job->layout));
+    int nb = job->n_bpw_bits, ng = job->n_bpw_group_sizes;
+    for (int i = 0; i < nb + ng; i++) {
+        qd_fmt_settings fs = {.bits = i < nb ? job->bpw_bits[i] : job->bits,
+                              .group_size = i < nb ? job->group_size : job->bpw_group_sizes[i - nb], .sym = job->sym,
+                              .desc_act = 0, .static_groups = job->static_groups};
+        const char *field = "format";
+        char why[QP_ERR_MSG_MAX];
+        if (qd_format_check_settings(fd, &fs, &field, why, sizeof why))
+            return qp_err_set(err, QP_EINVAL, "job.%s[%d]: %s", i < nb ? "bpw_bits" : "bpw_group_sizes", i < nb ? i : i - nb,
+                              why);
+    }
+    return 0;
+}
+
 int qp_job_validate(const qp_job *job, qp_err *err)
 {
     if (job->version < 1 || job->version > QP_JOB_VERSION)
@@ -185,6 +220,13 @@ int qp_job_validate(const qp_job *job, qp_err *err)
         char why[QP_ERR_MSG_MAX];
         if (qd_format_check_settings(qd_format_at((size_t)job->format), &fs, &field, why, sizeof why))
             return qp_err_set(err, QP_EINVAL, "job.%s: %s", field, why);
+    }
+    if (job->target_bpw == 0 && (job->n_bpw_bits || job->n_bpw_group_sizes))
+        return qp_err_set(err, QP_EINVAL, "job.%s: given without target_bpw (the candidates of a mixed-bit job)",
+                          job->n_bpw_bits ? "bpw_bits" : "bpw_group_sizes");
+    if (job->target_bpw != 0) {
+        int rc = bpw_validate(job, err);
+        if (rc) return rc;
     }
     if (job->serve.enabled && (strcmp(job->serve.engine, "vllm") || !qd_srv_gpu_cc(job->serve.gpu) || job->serve.tp < 1))
         return qp_err_set(err, QP_EINVAL, "job.serve: engine \"%s\", gpu \"%s\", tp %d: needs engine vllm, gpu hopper, "
@@ -301,6 +343,9 @@ static const qp_job_field job_fields[] = {
     {"serve.engine",            "string",            "required",     NULL,      serve_engine_names, NULL, NULL},
     {"serve.gpu",               "string",            "required",     NULL,      serve_gpu_names, "\"ampere\"", NULL},
     {"serve.tp",                "integer",           "1",            NULL,      NULL,           "2", NULL},
+    {"target_bpw",              "number",            "null",         NULL,      NULL,           "4.25", NULL},
+    {"bpw_bits",                "array of integers", "null",         NULL,      NULL,           "[4]", NULL},
+    {"bpw_group_sizes",         "array of integers", "null",         NULL,      NULL,           "[64, 128]", NULL},
 };
 #define N_JOB_FIELDS (sizeof job_fields / sizeof job_fields[0])
 
@@ -589,6 +634,46 @@ static int parse_serve(const cJSON *root, qp_job *job, qp_err *err)
     return 0;
 }
 
+/* An array of 1 to QP_JOB_BPW_MAX distinct integers, each in [lo, hi] and not 0. */
+static int parse_int_list(const cJSON *root, const char *key, int lo, int hi, int *out, int *n, qp_err *err)
+{
+    const cJSON *v = qpj_field(root, key);
+    if (!v) return 0;
+    char desc[64];
+    if (!cJSON_IsArray(v) || cJSON_GetArraySize(v) < 1 || cJSON_GetArraySize(v) > QP_JOB_BPW_MAX)
+        return qp_err_set(err, QP_EINVAL, "job.%s: must be an array of 1 to %d integers, got %s", key, QP_JOB_BPW_MAX,
+                          qpj_describe(v, desc, sizeof desc));
+    int i = 0;
+    for (const cJSON *e = v->child; e; e = e->next, i++) {
+        double d = cJSON_IsNumber(e) ? e->valuedouble : 0;
+        if (!cJSON_IsNumber(e) || d != (int)d || d < lo || d > hi || d == 0)
+            return qp_err_set(err, QP_EINVAL, "job.%s[%d]: %s is not an integer from %d to %d (and not 0)", key, i,
+                              qpj_describe(e, desc, sizeof desc), lo, hi);
+        for (int j = 0; j < i; j++)
+            if (out[j] == (int)d) return qp_err_set(err, QP_EINVAL, "job.%s: %d is listed twice", key, (int)d);
+        out[i] = (int)d;
+    }
+    *n = i;
+    return 0;
+}
+
+/* job.target_bpw, job.bpw_bits, job.bpw_group_sizes (the rules between them and the rest of
+ * the job are qp_job_validate's). */
+static int parse_bpw(const cJSON *root, qp_job *job, qp_err *err)
+{
+    const cJSON *t = qpj_field(root, "target_bpw");
+    char desc[64];
+    if (t) {
+        if (!cJSON_IsNumber(t) || !(t->valuedouble > 1.0 && t->valuedouble <= 16.0))
+            return qp_err_set(err, QP_EINVAL, "job.target_bpw: must be a number of bits per weight above 1 and at most 16, "
+                              "got %s", qpj_describe(t, desc, sizeof desc));
+        job->target_bpw = t->valuedouble;
+    }
+    int rc = parse_int_list(root, "bpw_bits", 2, 8, job->bpw_bits, &job->n_bpw_bits, err);
+    if (!rc) rc = parse_int_list(root, "bpw_group_sizes", -1, 1 << 30, job->bpw_group_sizes, &job->n_bpw_group_sizes, err);
+    return rc;
+}
+
 const qd_scheme *qp_job_scheme(const qp_job *job)
 {
     return job && job->scheme > 0 ? qd_scheme_at((size_t)job->scheme - 1) : NULL;
@@ -705,7 +790,8 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = get_int32(root, p, "kernel_check_rows", 1, 65536, "must be an integer from 1 to 65536",
                         &job->kernel_check_rows, &has_kcheck_rows, err)) ||
         (rc = get_int32(root, p, "error_direct_rows", 0, 1 << 24, "must be an integer from 0 (off) to 16777216",
-                        &job->error_direct_rows, NULL, err)))
+                        &job->error_direct_rows, NULL, err)) ||
+        (rc = parse_bpw(root, job, err)))
         return rc;
     if ((rc = parse_scheme(root, job, has_format ? format : -1, has_sym, err))) return rc;
     if (job->scheme) has_format = 1, format = job->format;

@@ -125,6 +125,9 @@ typedef struct qp_job_serve {
  * Changes the output, so part of the fingerprint; absent from the canonical form at auto. */
 typedef enum qp_compute { QP_COMPUTE_F32 = 0, QP_COMPUTE_BF16 = 1, QP_COMPUTE_AUTO = 2 } qp_compute;
 
+/* The most entries job.bpw_bits and job.bpw_group_sizes each hold. */
+#define QP_JOB_BPW_MAX 8
+
 typedef struct qp_job {
     int version;                    /* QP_JOB_VERSION after parsing */
     char id[QP_JOB_ID_MAX + 1];
@@ -167,6 +170,16 @@ typedef struct qp_job {
     qp_job_awq awq;                 /* AWQ's scale-search statistics (see qp_job_awq) */
     qp_job_ckpt checkpoint;         /* how often activations are kept (see qp_job_ckpt) */
     qp_job_serve serve;             /* optional serving target (see qp_job_serve) */
+    /* Mixed bits per linear (docs/methods.md, "Bits per weight"): target_bpw > 0 asks for
+     * that average of stored bits per weight over the quantized linears (scales and zero
+     * points counted); 0 = off (the default: every linear takes bits and group_size). The
+     * candidates are every (bpw_bits[i], bpw_group_sizes[j]); n = 0 means the format's bit
+     * widths, and the job's group_size. Changes the output (fingerprinted). */
+    double target_bpw;
+    int bpw_bits[QP_JOB_BPW_MAX];
+    int n_bpw_bits;
+    int bpw_group_sizes[QP_JOB_BPW_MAX];
+    int n_bpw_group_sizes;
 } qp_job;
 
 /* The blocks between two kept activation files: checkpoint.acts_every, or 1 for layout

@@ -119,6 +119,13 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
         }
         rc |= add_item(o, "serve", sv);
     }
+    /* Only when given: specs without it keep their canonical form and derived id. */
+    if (job->target_bpw != 0) {
+        rc |= qpj_add_num(o, "target_bpw", job->target_bpw);
+        if (job->n_bpw_bits) rc |= add_item(o, "bpw_bits", cJSON_CreateIntArray(job->bpw_bits, job->n_bpw_bits));
+        if (job->n_bpw_group_sizes)
+            rc |= add_item(o, "bpw_group_sizes", cJSON_CreateIntArray(job->bpw_group_sizes, job->n_bpw_group_sizes));
+    }
     if (rc) { cJSON_Delete(o); return NULL; }
     return o;
 }

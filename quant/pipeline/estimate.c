@@ -322,6 +322,9 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     const qd_scheme *sc = qp_job_scheme(job);
     uint64_t per_group = !sc || sc->grid == QD_GRID_INT ? 6 : sc->grid == QD_GRID_FP4_E2M1 ? 1 : 4;
     uint64_t q_block = block_params * (uint64_t)job->bits / 8 + block_params / gs * per_group + n_linears * widest * 4 + 4 * h * 4;
+    /* target_bpw: at most that many bits per weight, scales and zeros counted. */
+    if (job->target_bpw > 0)
+        q_block = (uint64_t)((double)block_params * job->target_bpw / 8.0) + n_linears * widest * 4 + 4 * h * 4;
     /* The float rest of the output: embeddings, lm_head when untied, learned positions where
      * the architecture has them (OPT; a RoPE model stores none, whatever its
      * max_position_embeddings), final norm. */

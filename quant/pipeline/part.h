@@ -85,6 +85,8 @@ typedef struct qd_qpart_in {
                                     its quantization is done (not written to files) */
     float global_scale;          /* NVFP4: the global scale of the linear's input group (fused
                                     q/k/v, gate/up share one, as vLLM needs); 0 otherwise */
+    int bits;                    /* job.target_bpw: the linear's bits and group size from the */
+    int64_t group_size;          /* plan (qd_pipeline_linear_qcfg); bits 0: the job's */
 } qd_qpart_in;
 
 /* What it gives back. */

@@ -66,7 +66,12 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
     int64_t rows = in->r1 - in->r0, k = res->k;
     double h_err;
     double t = qd_clock_now_s();
-    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->global_scale, in->w, rows, k, in->h, shared, &out->layer,
+    qd_quant_cfg qc = p->qcfg;
+    if (in->bits > 0) {
+        qc.bits = in->bits;
+        qc.group_size = in->group_size;
+    }
+    int rc = qd_pipeline_quantize_weight(p, &qc, in->gptq, in->global_scale, in->w, rows, k, in->h, shared, &out->layer,
                                          &out->dq, res, &h_err, err);
     /* The group's last part: its factor's memory goes back before the error's buffers are
      * taken (the peak stays one k x k buffer at a time, as unshared). */
@@ -309,6 +314,10 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
     cJSON_AddNumberToObject(meta, "r0", (double)in->r0);
     cJSON_AddNumberToObject(meta, "r1", (double)in->r1);
     if (in->global_scale != 0.0f) cJSON_AddNumberToObject(meta, "global_scale", (double)in->global_scale);
+    if (in->bits > 0) {   /* job.target_bpw's choice for the linear */
+        cJSON_AddNumberToObject(meta, "bits", in->bits);
+        cJSON_AddNumberToObject(meta, "group_size", (double)in->group_size);
+    }
     cJSON_AddStringToObject(meta, "hessian", hname);
     res_strings_put(meta, &in->res);
     double rv[R_COUNT];
@@ -496,6 +505,10 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         in.use_losses = (int)meta_int(f.meta, "use_losses", 0);
         in.r0 = meta_int(f.meta, "r0", -1);
         in.r1 = meta_int(f.meta, "r1", -1);
+        in.bits = (int)meta_int(f.meta, "bits", 0);
+        in.group_size = meta_int(f.meta, "group_size", 0);
+        if (in.bits < 0 || in.bits > 8 || (in.bits > 0 && (in.group_size == 0 || in.group_size < -1)))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: bits %d, group_size %lld", name, in.bits, (long long)in.group_size);
         const cJSON *gsj = cJSON_GetObjectItemCaseSensitive(f.meta, "global_scale");
         in.global_scale = cJSON_IsNumber(gsj) ? (float)gsj->valuedouble : 0.0f;
         if (gsj && !(in.global_scale > 0.0f && isfinite(in.global_scale)))

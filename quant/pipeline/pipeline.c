@@ -260,6 +260,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->compute = qd_pipeline_compute_resolve(job->compute, qd_output_float_dtype(qd_model_tensors(p->m)), be, &compute_why);
     rc = qd_model_set_compute_bf16(p->m, p->compute == QP_COMPUTE_BF16, err);
     if (!rc) rc = qd_pipeline_check_plans(p, err);
+    if (!rc) rc = qd_pipeline_bpw_preflight(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
@@ -380,6 +381,8 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
         p->st.next_block = 0;
         rc = embed_calibration(p, ids, err);
         if (!rc) rc = qd_state_save(state_path, &p->st, err);
+        /* target_bpw's plan, from block 0's inputs, before block 0 (pipeline_bpw.c). */
+        if (!rc) rc = qd_pipeline_bpw_prepare(p, err);
         if (rc) goto fail;
     } else if (p->st.next_block < p->n_blocks) {
         char path[QD_PATH_MAX + 32];
@@ -398,10 +401,14 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
             }
             free(host);
         }
+        /* The plan the blocks done followed (made here only when none was done). */
+        if (!rc) rc = qd_pipeline_bpw_prepare(p, err);
         if (!rc && p->st.acts_block < p->st.next_block) rc = qd_pipeline_replay(p, p->st.acts_block, p->st.next_block, err);
         if (rc) goto fail;
         QD_LOG(QD_LOG_INFO, "resume", "job=%s next_block=%d of=%d acts_block=%d", job->id, p->st.next_block, p->n_blocks,
                p->st.acts_block);
+    } else if ((rc = qd_pipeline_bpw_prepare(p, err))) {
+        goto fail;   /* every block done: the finish still writes the plan's config groups */
     }
     free(ids);
     *out = p;
@@ -445,6 +452,7 @@ void qd_pipeline_close(qd_pipeline *p)
     qd_tp_serving_report_free(&p->serving);
     qd_pipeline_folds_clear(p);
     free(p->folds);
+    qd_bpw_plan_free(&p->bpw);
     if (p->parts_fd >= 0) close(p->parts_fd);
     if (p->ckpt_fd >= 0) close(p->ckpt_fd);
     if (p->out_fd >= 0) close(p->out_fd);

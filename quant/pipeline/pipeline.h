@@ -41,7 +41,8 @@
 typedef struct qd_progress {
     const char *job_id;
     const char *stage;       /* "load", "calibrate", "quantize", "forward", "checkpoint",
-                                "write", "eval", "done" */
+                                "write", "eval", "done"; "bpw_plan": target_bpw's pass over
+                                every block, before block 0 (fraction 0) */
     int block, n_blocks;     /* the block being worked on (0-based; -1 before the first) and the total */
     const char *layer;       /* the linear being quantized ("self_attn.q_proj") or NULL */
     double fraction;         /* of the whole job, 0..1 */

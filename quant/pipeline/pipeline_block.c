@@ -254,6 +254,11 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
         in->h = acc;
         in->res = res;
         in->global_scale = r->global_scale;
+        if (p->bpw.n_cand) {
+            qd_quant_cfg c = qd_pipeline_linear_qcfg(p, r->block, li);
+            in->bits = c.bits;
+            in->group_size = c.group_size;
+        }
     }
     r->n_lins++;
     *added = 1;

@@ -170,7 +170,11 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     free(float_names);
     free(moe_names);
     if (!qcfg) { free(tps); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
-    if ((rc = float_roots(p, qcfg, err))) { cJSON_Delete(qcfg); free(tps); return rc; }
+    if ((rc = float_roots(p, qcfg, err)) || (rc = qd_pipeline_bpw_config_groups(p, qcfg, err))) {
+        cJSON_Delete(qcfg);
+        free(tps);
+        return rc;
+    }
     rc = qd_output_write_config(p->job->model, p->out_dir, qcfg, qd_output_float_dtype(sm), err);
     cJSON_Delete(qcfg);
     if (!rc) rc = qd_output_copy_aux(p->job->model, p->out_dir, err);
@@ -208,7 +212,10 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     QD_LOG(QD_LOG_INFO, "resources", "job=%s peak_ram_bytes=%llu peak_rss_bytes=%llu disk_bytes=%llu peak_disk_bytes=%llu",
            p->job->id, (unsigned long long)p->est.peak_ram_bytes, (unsigned long long)p->st.peak_rss_bytes,
            (unsigned long long)p->est.disk_bytes, (unsigned long long)p->st.peak_disk_bytes);
-    rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
+    x.bpw = qd_pipeline_bpw_report(p);
+    if (p->bpw.n_cand && !x.bpw) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc) rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
+    cJSON_Delete(x.bpw);
     free(tps);
     /* The checkpoint goes through the descriptors the job holds (never by name). */
     if (!rc) rc = qd_fs_remove_contents_fd(p->ckpt_fd, p->ckpt_dir, err);

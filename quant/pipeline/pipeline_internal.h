@@ -30,6 +30,23 @@ typedef struct qd_fold_rec {
     float *s;                    /* host [k]; owned */
 } qd_fold_rec;
 
+/* job.target_bpw's plan (pipeline_bpw.c): the candidates, each linear's estimated error per
+ * candidate and the one chosen; saved as .quantd/bpw-plan.json before block 0, read back on
+ * every resume, never made again once saved. */
+#define QD_BPW_MAX_CAND (QP_JOB_BPW_MAX * QP_JOB_BPW_MAX)
+typedef struct qd_bpw_plan {
+    int n_cand;
+    int cand_bits[QD_BPW_MAX_CAND];
+    int64_t cand_group[QD_BPW_MAX_CAND];
+    int n_blocks, n_lin;
+    int *choice;                 /* [n_blocks * n_lin]: candidate index, or -1 (not quantized); owned */
+    double *err;                 /* [n_blocks * n_lin * n_cand]: RTN's tr(D H D^T) / tr(W H W^T), NaN
+                                    where the candidate does not fit the linear; owned */
+    double target;               /* job.target_bpw */
+    double bpw;                  /* what the choice stores per weight */
+    double seconds;              /* the plan's pass */
+} qd_bpw_plan;
+
 struct qd_pipeline {
     const qp_job *job;           /* borrowed */
     qd_backend *be;              /* borrowed */
@@ -73,6 +90,7 @@ struct qd_pipeline {
     int no_mlp_keep;             /* qd_pipeline_set_keep_mlp_act(p, 0): the estimate's kept MLP activation refused */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
+    qd_bpw_plan bpw;             /* job.target_bpw's plan (n_cand 0: none) */
     qd_fold_rec *folds;          /* the current block's AWQ folds, in order; owned */
     int n_folds, cap_folds;
 };
@@ -150,8 +168,9 @@ void qd_deq_free(qd_deq *d);
 qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p);
 /* global_scale > 0 replaces the quantizer's (NVFP4: the input group's, fixed by the lead
  * so that every part and every linear of a fused group share it). */
-int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, float global_scale, const float *w, int64_t n,
-                                int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
+/* cfg: the linear's quantizer (p->qcfg, or the target_bpw plan's, qd_pipeline_linear_qcfg). */
+int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use_gptq, float global_scale, const float *w,
+                                int64_t n, int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
@@ -172,6 +191,32 @@ int qd_pipeline_rel_error_direct(qd_pipeline *p, const float *w, const float *q,
                                  const float *x, int64_t rows, double *rel, qd_err *err);
 
 int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
+
+/* ---- job.target_bpw (pipeline_bpw.c) ---- */
+
+/* For a job with target_bpw: reads .quantd/bpw-plan.json, or (at block 0 only) makes it: one
+ * pass of the calibration through the float model, block by block, each linear's Hessian,
+ * each candidate's RTN error under it, then the allocation (quant/algo/bpw_alloc.h) within
+ * the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
+ * without target_bpw. */
+int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err);
+/* The pre-flight of target_bpw (before any work): QD_EINVAL when even every linear's smallest
+ * candidate stores more than the target. */
+int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err);
+void qd_bpw_plan_free(qd_bpw_plan *b);
+/* The quantizer of linear li in block: p->qcfg with the plan's bits and group size. */
+qd_quant_cfg qd_pipeline_linear_qcfg(const qd_pipeline *p, int block, int li);
+/* The stored bits of an [n, k] linear with bits and group size gs in p's format: codes,
+ * F16 scales and (asymmetric) packed zero points. */
+double qd_pipeline_bpw_size_bits(const qd_pipeline *p, int64_t n, int64_t k, int bits, int64_t gs);
+struct cJSON;
+/* The output's quantization_config q (the format's, one config group): its group replaced by
+ * one per candidate in use, targeting the modules by name, and meta.target_bpw / meta.bpw.
+ * No-op without a plan. */
+int qd_pipeline_bpw_config_groups(const qd_pipeline *p, struct cJSON *q, qd_err *err);
+/* The report's "bpw": the candidates, and per quantized layer its bits, group size, bpw, each
+ * candidate's estimated error and why (owned by the caller; NULL without a plan or memory). */
+struct cJSON *qd_pipeline_bpw_report(const qd_pipeline *p);
 
 /* ---- the output directory (pipeline_outdir.c) ---- */
 

@@ -47,8 +47,26 @@ void qd_pipeline_plan_linear(const qd_pipeline *p, int block, int li, qd_linear_
             return;
         }
     }
-    /* Group divisibility and the format's own shape rules (its descriptor). */
-    if (qd_format_misfit(p->fmt, L->n, L->k, job->group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
+    /* Group divisibility and the format's own shape rules (its descriptor). With target_bpw:
+     * the plan's group once there is a plan, before it any candidate's that fits. */
+    if (job->target_bpw == 0) {
+        if (qd_format_misfit(p->fmt, L->n, L->k, job->group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
+        return;
+    }
+    if (p->bpw.n_cand && block >= 0 && block < p->bpw.n_blocks && p->bpw.choice[(size_t)block * p->bpw.n_lin + li] >= 0) {
+        qd_quant_cfg c = qd_pipeline_linear_qcfg(p, block, li);
+        if (qd_format_misfit(p->fmt, L->n, L->k, c.group_size, plan->why, sizeof plan->why)) plan->quantize = 0;
+        return;
+    }
+    int n_gs = job->n_bpw_group_sizes ? job->n_bpw_group_sizes : 1;
+    for (int i = 0; i < n_gs; i++) {
+        int64_t gs = job->n_bpw_group_sizes ? job->bpw_group_sizes[i] : job->group_size;
+        if (!qd_format_misfit(p->fmt, L->n, L->k, gs, plan->why, sizeof plan->why)) {
+            plan->why[0] = 0;
+            return;
+        }
+    }
+    plan->quantize = 0;
 }
 
 int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err)
@@ -89,11 +107,11 @@ qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p)
     return o;
 }
 
-int qd_pipeline_quantize_weight(qd_pipeline *p, int use_gptq, float global_scale, const float *w, int64_t n, int64_t k,
-                                const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer, qd_deq *deq,
-                                qd_layer_result *res, double *h_err, qd_err *err)
+int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use_gptq, float global_scale, const float *w,
+                                int64_t n, int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
+                                qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err)
 {
-    qd_quant_cfg qc = p->qcfg;
+    qd_quant_cfg qc = *cfg;
     if (global_scale > 0.0f) qc.global_scale = global_scale;
     memset(layer, 0, sizeof *layer);
     memset(deq, 0, sizeof *deq);

@@ -28,6 +28,9 @@ int qd_pipeline_report_progress(qd_pipeline *p, const char *stage, int block, co
     /* The blocks are nearly all of the work; writing and eval take the last 2%. */
     pr.fraction = p->n_blocks && block >= 0 ? 0.98 * (block + within_block) / p->n_blocks : 0;
     if (!strcmp(stage, "write") || !strcmp(stage, "eval")) pr.fraction = 0.98;
+    /* target_bpw's plan passes over every block before block 0: the job has not begun its
+     * blocks (block counts the plan's). */
+    if (!strcmp(stage, "bpw_plan")) pr.fraction = 0;
     if (!strcmp(stage, "done")) pr.fraction = 1.0;
     pr.eta_s = -1;
     if (p->blocks_this_run > 0) {

@@ -121,6 +121,9 @@ static int replay_linears(qd_pipeline *p, qd_block_weights *bw, int block, qd_er
         if (!w) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", base); break; }
         qd_qlayer ql;
         memset(&ql, 0, sizeof ql);
+        qd_quant_cfg lc = qd_pipeline_linear_qcfg(p, block, li);   /* target_bpw: the plan's */
+        d.bits = lc.bits;
+        d.group_size = lc.group_size;
         rc = p->fmt->read(qd_fmt_find_named, &ctx, L->n, L->k, &d, &pk, err);
         if (!rc) rc = p->fmt->unpack(&pk, &ql, err);
         if (!rc) qd_qlayer_dequant_ref(&ql, w);

@@ -158,6 +158,7 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
             cJSON_AddItemToArray(sl, o);
         }
     }
+    if (x->bpw) cJSON_AddItemToObject(r, "bpw", cJSON_Duplicate(x->bpw, 1));
     cJSON_AddItemToObject(r, "blocks", blocks);
     cJSON_AddItemToObject(r, "layers", layers);
     char *text = cJSON_Print(r);

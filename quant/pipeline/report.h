@@ -21,6 +21,7 @@ typedef struct qd_report_extra {
     const qd_serving_report *serving;   /* job.serve: the vLLM kernel per layer, or NULL */
     const qd_pipeline_estimate *estimate;   /* the pre-flight estimate of the final run, or NULL:
                                                "resources" compares it with st's measured peaks */
+    struct cJSON *bpw;           /* job.target_bpw: each layer's bits and why (borrowed), or NULL */
 } qd_report_extra;
 
 /* Writes <out_dir>/quantd_report.json atomically. */

@@ -164,7 +164,26 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     per_shard = x->ssm_heads % tp || grp < 0 ? 0
                               : 2 * x->ssm_heads / tp * x->ssm_head_dim + 2 * grp * x->ssm_state + x->ssm_heads / tp;
                 }
-                qd_srv_layer sl = {.format = q->format, .bits = q->bits, .sym = q->sym, .group_size = q->group_size,
+                int bits = q->bits;
+                int64_t gs = q->group_size;
+                int mixed = 0;
+                for (int j = first; q->layer_quant && j < last; j++) {
+                    int bj = 0;
+                    int64_t gj = 0;
+                    if (q->layer_quant(q->layer_ud, b, G->linears[j], &bj, &gj)) continue;
+                    if (j > first && (bj != bits || gj != gs)) mixed = 1;
+                    bits = bj;
+                    gs = gj;
+                }
+                if (mixed) {
+                    row->choice.kernel = QD_SRV_NO_LOAD;
+                    snprintf(row->choice.why, sizeof row->choice.why, "will not load: the fused layer's members have "
+                             "different bits or group sizes (vLLM requires one scheme for all shards of a fused layer; "
+                             "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py)");
+                    out->n_slow++;
+                    continue;
+                }
+                qd_srv_layer sl = {.format = q->format, .bits = bits, .sym = q->sym, .group_size = gs,
                                    .g_idx = q->g_idx, .act = q->act, .in_features = k, .out_features = n_sum,
                                    .out_per_shard = per_shard, .row_parallel = row_parallel, .tp = tp, .gpu_cc = gpu_cc};
                 qd_srv_choose(&sl, &row->choice);

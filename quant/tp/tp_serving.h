@@ -18,6 +18,11 @@ typedef struct qd_serving_quant {
     int g_idx;                   /* act-order stored as a g_idx */
     int act;                     /* qd_srv_act: the activations declared (0: as quantd writes
                                     the format) */
+    /* Mixed bits per layer (job.target_bpw): when set, each quantized linear's bits and group
+     * size come from it (0 when found) instead of bits and group_size above; a fused layer
+     * whose members differ is reported as not loading. */
+    int (*layer_quant)(void *ud, int block, int li, int *bits, int64_t *group_size);
+    void *layer_ud;
 } qd_serving_quant;
 
 /* 1 when linear li of block b stays in float (not quantized). */

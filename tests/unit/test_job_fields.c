@@ -101,11 +101,12 @@ static const char *default_for(const qp_job_field *f, const char *method)
 
 static int def_is_json(const char *d) { return strcmp(d, "required") && strcmp(d, "derived"); }
 
-/* The jobs every check starts from: each method, and gptq with act-order (which layout
- * tp_aware needs). "full" adds an eval and a serve object, so that their fields have an
+/* The jobs every check starts from: each method, gptq with act-order (which layout
+ * tp_aware needs), and gptq in compressed-tensors with target_bpw (which bpw_bits and
+ * bpw_group_sizes need). "full" adds an eval and a serve object, so that their fields have an
  * object to sit in. An explicit id keeps derived ids out of the comparisons. */
-static const char *const base_methods[] = { "gptq", "awq", "rtn", "awq+gptq", "gptq" };
-#define N_BASES 5
+static const char *const base_methods[] = { "gptq", "awq", "rtn", "awq+gptq", "gptq", "gptq" };
+#define N_BASES 6
 
 static cJSON *make_base(size_t b, int full)
 {
@@ -115,6 +116,10 @@ static cJSON *make_base(size_t b, int full)
     cJSON_AddStringToObject(o, "output", "/out/o");
     cJSON_AddStringToObject(o, "method", base_methods[b]);
     if (b == 4) cJSON_AddTrueToObject(o, "desc_act");
+    if (b == 5) {
+        cJSON_AddStringToObject(o, "format", "compressed-tensors");
+        cJSON_AddNumberToObject(o, "target_bpw", 4.5);
+    }
     cJSON *c = cJSON_AddObjectToObject(o, "calibration");
     cJSON_AddStringToObject(c, "path", "c4.jsonl");
     if (full) {
@@ -141,7 +146,7 @@ static void test_table_shape(void)
     const qp_job_field *t = qp_job_fields(&n);
     CHECK(n > 30);
     static const char *const types[] = { "integer", "number", "bool", "string", "object", "array of strings",
-                                         "integer or string", NULL };
+                                         "integer or string", "array of integers", NULL };
     for (size_t i = 0; i < n; i++) {
         const qp_job_field *f = &t[i];
         CHECK(qp_job_field_find(f->name) == f);   /* unique */

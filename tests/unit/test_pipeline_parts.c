@@ -239,6 +239,9 @@ static void test_dense(void)
     fan_case("nvfp4", llama_dir, "gptq", "nvfp4-pack-quantized", "\"scheme\":\"NVFP4A16\",", FAN_ALL);
     fan_case("fp8-static", llama_dir, "gptq", "float-quantized", "\"scheme\":\"FP8\",", FAN_ALL);
     fan_case("mxfp4-awq", llama_dir, "awq", "mxfp4-pack-quantized", "\"scheme\":\"MXFP4A16\",", FAN_ALL);
+    /* target_bpw: each part's file carries its linear's bits and group size. */
+    fan_case("gptq-bpw", llama_dir, "gptq", "compressed-tensors",
+             "\"target_bpw\":5.0,\"bpw_bits\":[4,8],\"bpw_group_sizes\":[32,64],", FAN_ALL);
 }
 
 static void test_moe(void)
@@ -257,6 +260,8 @@ static void test_row_ranges(void)
     fan_case("wide-act", wide_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
     fan_case("wide-awq", wide_dir, "awq", "awq_gemm", NULL, FAN_ALL);
     fan_case("wide-rtn", wide_dir, "rtn", "compressed-tensors", "\"true_sequential\":false,", FAN_ALL);
+    fan_case("wide-bpw", wide_dir, "gptq", "compressed-tensors",
+             "\"target_bpw\":5.0,\"bpw_bits\":[4,8],\"bpw_group_sizes\":[32,64],", FAN_ALL);
     fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
 }
 

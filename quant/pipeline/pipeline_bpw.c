@@ -1,0 +1,511 @@
+/* job.target_bpw: the plan of bits and group size per linear, made once before block 0.
+ *
+ * Why a first pass and not a choice per block as blocks are done: the target is an average
+ * over the whole model, and a choice made block by block cannot know how sensitive the later
+ * blocks are, so it would either miss the target or spend it unevenly. The pass is cheap next
+ * to GPTQ: one forward of the calibration through the float model (no quantization, no
+ * true-sequential passes), each block's Hessians of every input group as the non-sequential
+ * capture makes them, and per linear and candidate one RTN and one trace tr(D H D^T) (a
+ * rank-n update and a dot product, qd_pipeline_rel_traces). The plan is saved atomically in
+ * the checkpoint directory beside state.json and read back on every resume, so the blocks
+ * quantized before and after an interruption follow the same plan.
+ *
+ * What makes the errors of different linears comparable: each is the relative output error
+ * squared, tr(D H D^T) / tr(W H W^T), the noise-to-signal ratio the layer adds to what it
+ * writes, times its output features n: the noise summed over its outputs, each output
+ * taken as of equal weight. An absolute error would weigh layers by their output scale
+ * (down projections write into the residual stream at very different scales across depth),
+ * which says little about the loss; the ratio alone (every linear alike) spent the bits on
+ * the small q/k/v and lost to uniform g64 on SmolLM2-135M (KL 0.408 against 0.402 at 4.25
+ * bpw), with n it beat it (0.399; bench/results/target-bpw.md).
+ * RTN's error stands in for GPTQ's: GPTQ lowers every candidate's error, roughly in
+ * proportion, and the pass stays one forward. */
+#include "quant/pipeline/pipeline_internal.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cJSON.h"
+#include "quant/algo/bpw_alloc.h"
+#include "quant/core/clock.h"
+#include "quant/core/fsutil.h"
+#include "quant/core/jsonfile.h"
+#include "quant/core/log.h"
+
+/* Bump when the file's keys or their meaning change; a plan of another version is refused
+ * (the checkpoint then cannot be resumed, as its blocks followed that plan). */
+#define BPW_PLAN_VERSION 1
+
+void qd_bpw_plan_free(qd_bpw_plan *b)
+{
+    if (!b) return;
+    free(b->choice);
+    free(b->err);
+    memset(b, 0, sizeof *b);
+}
+
+double qd_pipeline_bpw_size_bits(const qd_pipeline *p, int64_t n, int64_t k, int bits, int64_t gs)
+{
+    int64_t groups = gs > 0 ? (k + gs - 1) / gs : 1;
+    /* compressed-tensors: F16 scales; asymmetric zero points packed at the code width. */
+    double per_group = 16.0 + (p->job->sym ? 0.0 : (double)bits);
+    return (double)n * ((double)k * bits + (double)groups * per_group);
+}
+
+qd_quant_cfg qd_pipeline_linear_qcfg(const qd_pipeline *p, int block, int li)
+{
+    qd_quant_cfg c = p->qcfg;
+    const qd_bpw_plan *b = &p->bpw;
+    if (b->n_cand > 0 && block >= 0 && block < b->n_blocks && li >= 0 && li < b->n_lin) {
+        int ch = b->choice[(size_t)block * b->n_lin + li];
+        if (ch >= 0) {
+            c.bits = b->cand_bits[ch];
+            c.group_size = b->cand_group[ch];
+        }
+    }
+    return c;
+}
+
+/* The candidates: every listed bit width (or the format's) with every listed group size
+ * (or the job's), smallest first. */
+static int plan_candidates(qd_pipeline *p, qd_bpw_plan *b, qd_err *err)
+{
+    const qp_job *job = p->job;
+    int bits[QP_JOB_BPW_MAX], nb = 0;
+    if (job->n_bpw_bits) {
+        for (int i = 0; i < job->n_bpw_bits; i++) bits[nb++] = job->bpw_bits[i];
+    } else {
+        for (int x = 2; x <= 8 && nb < QP_JOB_BPW_MAX; x++)
+            if (p->fmt->bits_mask & (1u << x)) bits[nb++] = x;
+    }
+    int64_t groups[QP_JOB_BPW_MAX];
+    int ng = 0;
+    if (job->n_bpw_group_sizes) {
+        for (int i = 0; i < job->n_bpw_group_sizes; i++) groups[ng++] = job->bpw_group_sizes[i];
+    } else {
+        groups[ng++] = job->group_size;
+    }
+    b->n_cand = 0;
+    for (int i = 0; i < nb; i++)
+        for (int j = 0; j < ng; j++) {
+            b->cand_bits[b->n_cand] = bits[i];
+            b->cand_group[b->n_cand] = groups[j];
+            b->n_cand++;
+        }
+    return b->n_cand ? 0 : qd_err_set(err, QD_EINVAL, "target_bpw: no candidate bit width for format %s", p->fmt->name);
+}
+
+/* The group a linear reads (its Hessian's). */
+static int linear_group(const qd_model *m, int li)
+{
+    for (int g = 0; g < qd_model_n_groups(m); g++) {
+        const qd_input_group *G = qd_model_group(m, g);
+        for (int j = 0; j < G->n_linears; j++)
+            if (G->linears[j] == li) return g;
+    }
+    return -1;
+}
+
+/* One block of the pass: the Hessians of its inputs (x: the block's inputs, in p->acts),
+ * each candidate's error, and the block's outputs into y. */
+static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_err *err)
+{
+    int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
+    qd_block_weights *bw = NULL;
+    qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
+    qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
+    float *w = NULL, *dq = NULL;
+    int rc = !acc || !plans ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = qd_block_load(p->m, block, &bw, err);
+    if (rc) goto out;
+    for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
+    qd_capture_ctx c;
+    qd_capture_init(&c, p, err);
+    for (int g = 0; g < ng && !rc; g++) {
+        if (plans[qd_model_group(p->m, g)->linears[0]].absent) continue;
+        rc = qd_gptq_hessian_init(&acc[g], p->be, qd_model_group(p->m, g)->k, err);
+        acc[g].bf16 = p->compute == QP_COMPUTE_BF16;
+        c.want[g] = 1;
+        c.acc[g] = &acc[g];
+    }
+    if (!rc) rc = qd_capture_run(p, bw, QD_BLOCK_ALL, y, &c, err);
+    for (int li = 0; li < nl && !rc; li++) {
+        double *e = b->err + ((size_t)block * nl + li) * b->n_cand;
+        for (int ci = 0; ci < b->n_cand; ci++) e[ci] = NAN;
+        b->choice[(size_t)block * nl + li] = -1;
+        if (!plans[li].quantize) continue;
+        const qd_linear_info *L = qd_model_linear(p->m, li);
+        int g = linear_group(p->m, li);
+        if (g < 0) { rc = qd_err_set(err, QD_EINVAL, "target_bpw: linear %s has no input group", L->name); break; }
+        size_t nk = (size_t)(L->n * L->k);
+        free(w);
+        free(dq);
+        w = malloc(nk * sizeof *w);
+        dq = malloc(nk * sizeof *dq);
+        if (!w || !dq) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
+        rc = qd_block_linear_get(p->m, bw, li, w, NULL, err);
+        b->choice[(size_t)block * nl + li] = 0;   /* quantized; the allocation picks which */
+        for (int ci = 0; ci < b->n_cand && !rc; ci++) {
+            char why[160];
+            if (qd_format_misfit(p->fmt, L->n, L->k, b->cand_group[ci], why, sizeof why)) continue;
+            qd_quant_cfg qc = p->qcfg;
+            qc.bits = b->cand_bits[ci];
+            qc.group_size = b->cand_group[ci];
+            double tr[2];
+            rc = qd_rtn_quantize(&qc, w, L->n, L->k, NULL, NULL, NULL, dq, err);
+            if (!rc) rc = qd_pipeline_rel_traces(p, w, dq, L->n, L->k, &acc[g], -1.0, tr, err);
+            if (!rc) e[ci] = tr[1] > 0 ? fmax(tr[0], 0) / tr[1] : 0.0;
+        }
+    }
+out:
+    free(w);
+    free(dq);
+    for (int g = 0; acc && g < ng; g++) qd_gptq_hessian_free(&acc[g]);
+    free(acc);
+    free(plans);
+    qd_block_free(p->m, bw);
+    return rc ? qd_err_prefix(err, "target_bpw: block %d", block) : 0;
+}
+
+/* The pass over every block from p->acts (block 0's inputs, left as they were). */
+static int probe(qd_pipeline *p, qd_bpw_plan *b, qd_err *err)
+{
+    size_t bytes = (size_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float);
+    float *x0 = p->acts, *buf[2] = {qd_backend_alloc(p->be, bytes), qd_backend_alloc(p->be, bytes)};
+    int rc = !buf[0] || !buf[1] ? qd_err_set(err, QD_ENOMEM, "target_bpw: out of memory for two activation buffers") : 0;
+    for (int blk = 0; blk < p->n_blocks && !rc; blk++) {
+        if (qd_pipeline_report_progress(p, "bpw_plan", blk, NULL, 0.0, -1)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+        float *y = buf[blk % 2];
+        if (!rc) rc = probe_block(p, b, blk, y, err);
+        p->acts = y;
+    }
+    p->acts = x0;
+    qd_backend_free(p->be, buf[0]);
+    qd_backend_free(p->be, buf[1]);
+    return rc;
+}
+
+/* The allocation over the linears the pass marked quantized, one choice per input group of
+ * a block: the linears that read one input (q/k/v, gate/up) take the same bits and group
+ * size, because vLLM fuses them into one layer and refuses shards of different schemes
+ * (compressed_tensors.py, _get_scheme_from_parts / find_matched_target). */
+static int allocate(qd_pipeline *p, qd_bpw_plan *b, qd_err *err)
+{
+    int nl = b->n_lin, ng = qd_model_n_groups(p->m), total = b->n_blocks * ng, n = 0;
+    qd_bpw_item *items = calloc((size_t)total, sizeof *items);
+    double *sizes = calloc((size_t)total * b->n_cand, sizeof *sizes);
+    double *errs = calloc((size_t)total * b->n_cand, sizeof *errs);
+    int *idx = calloc((size_t)total, sizeof *idx), *pick = calloc((size_t)total, sizeof *pick);
+    int rc = !items || !sizes || !errs || !idx || !pick ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    double weights = 0;
+    for (int i = 0; i < total && !rc; i++) {
+        const qd_input_group *G = qd_model_group(p->m, i % ng);
+        int blk = i / ng, any = 0;
+        double *sz = sizes + (size_t)i * b->n_cand, *er = errs + (size_t)i * b->n_cand;
+        for (int j = 0; j < G->n_linears; j++) {
+            int at = blk * nl + G->linears[j];
+            if (b->choice[at] < 0) continue;
+            const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
+            for (int c = 0; c < b->n_cand; c++) {
+                sz[c] += qd_pipeline_bpw_size_bits(p, L->n, L->k, b->cand_bits[c], b->cand_group[c]);
+                er[c] += (double)L->n * b->err[(size_t)at * b->n_cand + c];   /* NaN (does not fit) stays NaN */
+            }
+            weights += (double)(L->n * L->k);
+            any = 1;
+        }
+        if (!any) continue;
+        items[n] = (qd_bpw_item){b->n_cand, sz, er};
+        idx[n++] = i;
+    }
+    double es = 0, ss = 0;
+    if (!rc && n == 0) rc = qd_err_set(err, QD_EINVAL, "target_bpw: no linear is quantized");
+    if (!rc) rc = qd_bpw_allocate(items, n, b->target * weights, QD_BPW_UNITS_DEFAULT, pick, &es, &ss, err);
+    if (rc) qd_err_prefix(err, "target_bpw %g", b->target);
+    for (int j = 0; j < n && !rc; j++) {
+        const qd_input_group *G = qd_model_group(p->m, idx[j] % ng);
+        for (int x = 0; x < G->n_linears; x++) {
+            int at = idx[j] / ng * nl + G->linears[x];
+            if (b->choice[at] >= 0) b->choice[at] = pick[j];
+        }
+    }
+    if (!rc) b->bpw = ss / weights;
+    free(items); free(sizes); free(errs); free(idx); free(pick);
+    return rc;
+}
+
+static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *path, qd_err *err)
+{
+    cJSON *o = cJSON_CreateObject(), *cands = cJSON_AddArrayToObject(o, "candidates"),
+          *layers = cJSON_AddArrayToObject(o, "layers");
+    int bad = !o || !cands || !layers;
+    if (!bad) {
+        cJSON_AddNumberToObject(o, "version", BPW_PLAN_VERSION);
+        bad |= !qd_json_add_exact(o, "target_bpw", b->target);
+        bad |= !qd_json_add_exact(o, "bpw", b->bpw);
+        bad |= !qd_json_add_exact(o, "seconds", b->seconds);
+        cJSON_AddNumberToObject(o, "n_blocks", b->n_blocks);
+        cJSON_AddNumberToObject(o, "n_linears", b->n_lin);
+    }
+    for (int c = 0; !bad && c < b->n_cand; c++) {
+        double v[2] = {b->cand_bits[c], (double)b->cand_group[c]};
+        bad |= !cJSON_AddItemToArray(cands, cJSON_CreateDoubleArray(v, 2));
+    }
+    for (int i = 0; !bad && i < b->n_blocks * b->n_lin; i++) {
+        if (b->choice[i] < 0) continue;
+        cJSON *l = cJSON_CreateObject(), *e = cJSON_CreateArray();
+        if (!l || !e || !cJSON_AddItemToArray(layers, l)) { cJSON_Delete(l); cJSON_Delete(e); bad = 1; break; }
+        if (!cJSON_AddItemToObject(l, "rel_err2", e)) { cJSON_Delete(e); bad = 1; break; }
+        char prefix[160], name[400];
+        qd_model_block_prefix(p->m, i / b->n_lin, prefix, sizeof prefix);
+        snprintf(name, sizeof name, "%s%s", prefix, qd_model_linear(p->m, i % b->n_lin)->name);
+        cJSON_AddStringToObject(l, "name", name);
+        cJSON_AddNumberToObject(l, "block", i / b->n_lin);
+        cJSON_AddNumberToObject(l, "linear", i % b->n_lin);
+        cJSON_AddNumberToObject(l, "choice", b->choice[i]);
+        for (int c = 0; c < b->n_cand && !bad; c++) {
+            /* Exact doubles (qd_json_add_exact writes into an object; the node is moved). */
+            cJSON *h = cJSON_CreateObject();
+            cJSON *node = h && qd_json_add_exact(h, "v", b->err[(size_t)i * b->n_cand + c]) ? cJSON_DetachItemFromObject(h, "v") : NULL;
+            cJSON_Delete(h);
+            if (!node || !cJSON_AddItemToArray(e, node)) { cJSON_Delete(node); bad = 1; }
+        }
+    }
+    char *text = bad ? NULL : cJSON_PrintUnformatted(o);
+    cJSON_Delete(o);
+    if (!text) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    int rc = qd_fs_write_atomic(path, text, strlen(text), err);
+    free(text);
+    return rc;
+}
+
+static int plan_load(qd_bpw_plan *b, const char *path, qd_err *err)
+{
+    cJSON *o = NULL;
+    int rc = qd_json_read_object(path, QD_INPUT_JSON, &o, err);
+    if (rc) return rc;
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "version");
+    const cJSON *cands = cJSON_GetObjectItemCaseSensitive(o, "candidates");
+    const cJSON *layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
+    const cJSON *tb = cJSON_GetObjectItemCaseSensitive(o, "target_bpw");
+    const cJSON *bp = cJSON_GetObjectItemCaseSensitive(o, "bpw");
+    const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, "seconds");
+    if (!cJSON_IsNumber(v) || v->valueint != BPW_PLAN_VERSION || !cJSON_IsArray(cands) || !cJSON_IsArray(layers) ||
+        !cJSON_IsNumber(tb) || tb->valuedouble != b->target || !cJSON_IsNumber(bp))
+        rc = qd_err_set(err, QD_EFORMAT, "%s: not a version %d plan for target_bpw %g", path, BPW_PLAN_VERSION, b->target);
+    int i = 0;
+    for (const cJSON *c = cands ? cands->child : NULL; !rc && c; c = c->next, i++) {
+        if (i >= b->n_cand || !cJSON_IsArray(c) || cJSON_GetArraySize(c) != 2 ||
+            cJSON_GetArrayItem(c, 0)->valuedouble != b->cand_bits[i] ||
+            cJSON_GetArrayItem(c, 1)->valuedouble != (double)b->cand_group[i])
+            rc = qd_err_set(err, QD_EFORMAT, "%s: its candidates are not the job's", path);
+    }
+    if (!rc && i != b->n_cand) rc = qd_err_set(err, QD_EFORMAT, "%s: its candidates are not the job's", path);
+    for (const cJSON *l = layers ? layers->child : NULL; !rc && l; l = l->next) {
+        const cJSON *bl = cJSON_GetObjectItemCaseSensitive(l, "block"), *li = cJSON_GetObjectItemCaseSensitive(l, "linear"),
+                    *ch = cJSON_GetObjectItemCaseSensitive(l, "choice"), *e = cJSON_GetObjectItemCaseSensitive(l, "rel_err2");
+        if (!cJSON_IsNumber(bl) || !cJSON_IsNumber(li) || !cJSON_IsNumber(ch) || !cJSON_IsArray(e) ||
+            bl->valueint < 0 || bl->valueint >= b->n_blocks || li->valueint < 0 || li->valueint >= b->n_lin ||
+            ch->valueint < 0 || ch->valueint >= b->n_cand || cJSON_GetArraySize(e) != b->n_cand) {
+            rc = qd_err_set(err, QD_EFORMAT, "%s: a layer entry is not valid", path);
+            break;
+        }
+        size_t at = (size_t)bl->valueint * b->n_lin + li->valueint;
+        b->choice[at] = ch->valueint;
+        int c = 0;
+        for (const cJSON *x = e->child; x; x = x->next, c++)
+            b->err[at * b->n_cand + c] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+    }
+    if (!rc) {
+        b->bpw = bp->valuedouble;
+        b->seconds = cJSON_IsNumber(sec) ? sec->valuedouble : 0;
+    }
+    cJSON_Delete(o);
+    return rc;
+}
+
+int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err)
+{
+    const qp_job *job = p->job;
+    if (job->target_bpw == 0) return 0;
+    qd_bpw_plan b;
+    memset(&b, 0, sizeof b);
+    int rc = plan_candidates(p, &b, err);
+    if (rc) return rc;
+    /* The least each quantized linear can store (its smallest candidate that fits): a target
+     * below that is refused before any work. */
+    double least = 0, weights = 0;
+    int nl = qd_model_n_linears(p->m);
+    for (int blk = 0; blk < p->n_blocks; blk++)
+        for (int li = 0; li < nl; li++) {
+            qd_linear_plan plan;
+            qd_pipeline_plan_linear(p, blk, li, &plan);
+            if (!plan.quantize) continue;
+            const qd_linear_info *L = qd_model_linear(p->m, li);
+            double lo = INFINITY;
+            for (int c = 0; c < b.n_cand; c++) {
+                char why[160];
+                if (qd_format_misfit(p->fmt, L->n, L->k, b.cand_group[c], why, sizeof why)) continue;
+                lo = fmin(lo, qd_pipeline_bpw_size_bits(p, L->n, L->k, b.cand_bits[c], b.cand_group[c]));
+            }
+            least += lo;
+            weights += (double)(L->n * L->k);
+        }
+    if (weights > 0 && least > job->target_bpw * weights)
+        return qd_err_set(err, QD_EINVAL, "target_bpw %g: the smallest candidates need %.4f bits per weight on this model "
+                          "(%s holds %s bits); raise target_bpw or add smaller candidates", job->target_bpw,
+                          least / weights, p->fmt->name, p->fmt->bits_mask == ((1u << 4) | (1u << 8)) ? "4 and 8" : "its");
+    return 0;
+}
+
+int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
+{
+    const qp_job *job = p->job;
+    if (job->target_bpw == 0 || p->bpw.n_cand) return 0;
+    qd_bpw_plan b;
+    memset(&b, 0, sizeof b);
+    b.target = job->target_bpw;
+    b.n_blocks = p->n_blocks;
+    b.n_lin = qd_model_n_linears(p->m);
+    size_t total = (size_t)b.n_blocks * b.n_lin;
+    int rc = plan_candidates(p, &b, err);
+    if (!rc) {
+        b.choice = malloc(total * sizeof *b.choice);
+        b.err = malloc(total * b.n_cand * sizeof *b.err);
+        if (!b.choice || !b.err) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
+    for (size_t i = 0; !rc && i < total; i++) b.choice[i] = -1;
+    for (size_t i = 0; !rc && i < total * b.n_cand; i++) b.err[i] = NAN;
+    char path[QD_PATH_MAX + 32];
+    snprintf(path, sizeof path, "%s/bpw-plan.json", p->ckpt_dir);
+    if (!rc && qd_fs_exists(path)) {
+        rc = plan_load(&b, path, err);
+    } else if (!rc && p->st.next_block > 0) {
+        rc = qd_err_set(err, QD_EFORMAT, "the checkpoint has %d blocks done but no bpw-plan.json (target_bpw's plan)",
+                        p->st.next_block);
+    } else if (!rc) {
+        double t0 = qd_clock_now_s();
+        rc = probe(p, &b, err);
+        if (!rc) rc = allocate(p, &b, err);
+        b.seconds = qd_clock_now_s() - t0;
+        if (!rc) rc = plan_save(p, &b, path, err);
+        if (!rc)
+            QD_LOG(QD_LOG_INFO, "bpw_plan", "job=%s target_bpw=%g bpw=%.5f candidates=%d seconds=%.2f", job->id, b.target,
+                   b.bpw, b.n_cand, b.seconds);
+    }
+    if (rc) { qd_bpw_plan_free(&b); return rc; }
+    p->bpw = b;
+    /* job.serve: the report's kernel per layer, now as the plan writes them. */
+    return job->serve.enabled ? qd_pipeline_check_serving(p, err) : 0;
+}
+
+/* The full module name of linear li in block b. */
+static void module_name(const qd_pipeline *p, int b, int li, char *out, size_t cap)
+{
+    char prefix[160];
+    qd_model_block_prefix(p->m, b, prefix, sizeof prefix);
+    snprintf(out, cap, "%s%s", prefix, qd_model_linear(p->m, li)->name);
+}
+
+int qd_pipeline_bpw_config_groups(const qd_pipeline *p, cJSON *q, qd_err *err)
+{
+    const qd_bpw_plan *b = &p->bpw;
+    if (!b->n_cand) return 0;
+    cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
+    if (!cJSON_IsObject(groups)) return qd_err_set(err, QD_EINVAL, "target_bpw: the format's config has no config_groups");
+    /* The format's one group is replaced by one per candidate in use, each targeting its
+     * modules by name (compressed-tensors and vLLM match a target equal to the module's name). */
+    while (groups->child) cJSON_Delete(cJSON_DetachItemViaPointer(groups, groups->child));
+    int total = b->n_blocks * b->n_lin, k = 0;
+    for (int c = 0; c < b->n_cand; c++) {
+        int used = 0;
+        for (int i = 0; i < total && !used; i++) used = b->choice[i] == c;
+        if (!used) continue;
+        qd_fmt_config_in in = {
+            .s = {.bits = b->cand_bits[c], .group_size = b->cand_group[c], .sym = p->job->sym, .desc_act = 0,
+                  .static_groups = p->job->static_groups},
+            .damp_percent = p->job->damp_percent, .true_sequential = p->job->true_sequential,
+        };
+        cJSON *one = p->fmt->quant_config(&in);
+        cJSON *og = one ? cJSON_GetObjectItemCaseSensitive(one, "config_groups") : NULL;
+        cJSON *g0 = cJSON_IsObject(og) ? cJSON_DetachItemViaPointer(og, og->child) : NULL;
+        cJSON_Delete(one);
+        cJSON *targets = cJSON_CreateArray();
+        if (!g0 || !targets) { cJSON_Delete(g0); cJSON_Delete(targets); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
+        for (int i = 0; i < total; i++) {
+            if (b->choice[i] != c) continue;
+            char name[400];
+            module_name(p, i / b->n_lin, i % b->n_lin, name, sizeof name);
+            cJSON_AddItemToArray(targets, cJSON_CreateString(name));
+        }
+        cJSON_ReplaceItemInObjectCaseSensitive(g0, "targets", targets);
+        char key[32];
+        snprintf(key, sizeof key, "group_%d", k++);
+        cJSON_AddItemToObject(groups, key, g0);
+    }
+    cJSON *meta = cJSON_GetObjectItemCaseSensitive(q, "meta");
+    if (meta) {
+        qd_json_add_exact(meta, "target_bpw", b->target);
+        qd_json_add_exact(meta, "bpw", b->bpw);
+    }
+    return 0;
+}
+
+cJSON *qd_pipeline_bpw_report(const qd_pipeline *p)
+{
+    const qd_bpw_plan *b = &p->bpw;
+    if (!b->n_cand) return NULL;
+    cJSON *o = cJSON_CreateObject();
+    cJSON *cands = o ? cJSON_AddArrayToObject(o, "candidates") : NULL;
+    cJSON *layers = o ? cJSON_AddArrayToObject(o, "layers") : NULL;
+    if (!cands || !layers) { cJSON_Delete(o); return NULL; }
+    cJSON_AddNumberToObject(o, "target_bpw", b->target);
+    cJSON_AddNumberToObject(o, "bpw", b->bpw);
+    cJSON_AddNumberToObject(o, "plan_seconds", b->seconds);
+    cJSON_AddStringToObject(o, "error", "rel_err2: RTN's tr((W-Q) H (W-Q)^T) / tr(W H W^T) per candidate on the float "
+                                        "model's calibration inputs; the plan minimises the sum of rel_err2 times each "
+                                        "linear's output features within target_bpw, one choice per input group (q/k/v, "
+                                        "gate/up share one)");
+    for (int c = 0; c < b->n_cand; c++) {
+        cJSON *x = cJSON_CreateObject();
+        cJSON_AddNumberToObject(x, "bits", b->cand_bits[c]);
+        cJSON_AddNumberToObject(x, "group_size", (double)b->cand_group[c]);
+        cJSON_AddItemToArray(cands, x);
+    }
+    for (int i = 0; i < b->n_blocks * b->n_lin; i++) {
+        int c = b->choice[i];
+        if (c < 0) continue;
+        const qd_linear_info *L = qd_model_linear(p->m, i % b->n_lin);
+        char name[400], why[256];
+        module_name(p, i / b->n_lin, i % b->n_lin, name, sizeof name);
+        const double *e = b->err + (size_t)i * b->n_cand;
+        double own = qd_pipeline_bpw_size_bits(p, L->n, L->k, b->cand_bits[c], b->cand_group[c]) / (double)(L->n * L->k);
+        /* Why: its error here, and the next smaller candidate's (what the bits bought). */
+        int smaller = -1;
+        double sb = 0;
+        for (int d = 0; d < b->n_cand; d++) {
+            double bd = qd_pipeline_bpw_size_bits(p, L->n, L->k, b->cand_bits[d], b->cand_group[d]) / (double)(L->n * L->k);
+            if (isfinite(e[d]) && bd < own && (smaller < 0 || bd > sb)) smaller = d, sb = bd;
+        }
+        if (smaller >= 0)
+            snprintf(why, sizeof why, "rel_err2 %.3g at %.4g bpw; the next smaller, %d bits g%lld at %.4g bpw, %.3g (x%.3g)",
+                     e[c], own, b->cand_bits[smaller], (long long)b->cand_group[smaller], sb, e[smaller],
+                     e[c] > 0 ? e[smaller] / e[c] : 0.0);
+        else
+            snprintf(why, sizeof why, "rel_err2 %.3g at %.4g bpw, the smallest candidate", e[c], own);
+        cJSON *l = cJSON_CreateObject();
+        cJSON *ev = cJSON_CreateArray();
+        if (!l || !ev) { cJSON_Delete(l); cJSON_Delete(ev); cJSON_Delete(o); return NULL; }
+        cJSON_AddStringToObject(l, "name", name);
+        cJSON_AddNumberToObject(l, "bits", b->cand_bits[c]);
+        cJSON_AddNumberToObject(l, "group_size", (double)b->cand_group[c]);
+        cJSON_AddNumberToObject(l, "bpw", own);
+        for (int d = 0; d < b->n_cand; d++)
+            cJSON_AddItemToArray(ev, isfinite(e[d]) ? cJSON_CreateNumber(e[d]) : cJSON_CreateNull());
+        cJSON_AddItemToObject(l, "rel_err2", ev);
+        cJSON_AddStringToObject(l, "why", why);
+        cJSON_AddItemToArray(layers, l);
+    }
+    return o;
+}
