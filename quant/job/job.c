@@ -149,6 +149,9 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                           job->damp_percent);
     if (!qp_format_name(job->format))
         return qp_err_set(err, QP_EINVAL, "job.format: invalid value %d", (int)job->format);
+    if (job->gptaq && job->method != QP_METHOD_GPTQ)
+        return qp_err_set(err, QP_EINVAL, "job.gptaq: only with method gptq (GPTAQ corrects GPTQ's updates), not %s",
+                          qp_method_name(job->method));
     if (job->scheme < 0 || (size_t)job->scheme > qd_scheme_count())
         return qp_err_set(err, QP_EINVAL, "job.scheme: invalid value %d", job->scheme);
     {
@@ -260,6 +263,7 @@ static const qp_job_field job_fields[] = {
     {"desc_act",                "bool",              "false",        NULL,      NULL,           "true"},
     {"static_groups",           "bool",              "false",        NULL,      NULL,           "true"},
     {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false"},
+    {"gptaq",                   "bool",              "false",        NULL,      NULL,           "true"},
     {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1"},
     {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\""},
     {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\""},
@@ -680,6 +684,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "gptaq", &job->gptaq, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
         (rc = get_format(root, p, &format, &has_format, err)) ||

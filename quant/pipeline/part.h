@@ -85,6 +85,8 @@ typedef struct qd_qpart_in {
                                     its quantization is done (not written to files) */
     float global_scale;          /* NVFP4: the global scale of the linear's input group (fused
                                     q/k/v, gate/up share one, as vLLM needs); 0 otherwise */
+    const qd_gptaq_dxx *dxx;     /* job.gptaq: the group's dXXT beside h (GPTAQ instead of GPTQ;
+                                    in memory only: such a run is never fanned out), or NULL */
 } qd_qpart_in;
 
 /* What it gives back. */

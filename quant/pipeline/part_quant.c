@@ -66,8 +66,11 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
     int64_t rows = in->r1 - in->r0, k = res->k;
     double h_err;
     double t = qd_clock_now_s();
-    int rc = qd_pipeline_quantize_weight(p, in->gptq, in->global_scale, in->w, rows, k, in->h, shared, &out->layer,
-                                         &out->dq, res, &h_err, err);
+    int rc = in->gptq && in->dxx
+                 ? qd_pipeline_quantize_weight_gptaq(p, in->global_scale, in->w, rows, k, in->h, in->dxx, &out->layer,
+                                                     &out->dq, res, &h_err, err)
+                 : qd_pipeline_quantize_weight(p, in->gptq, in->global_scale, in->w, rows, k, in->h, shared, &out->layer,
+                                               &out->dq, res, &h_err, err);
     /* The group's last part: its factor's memory goes back before the error's buffers are
      * taken (the peak stays one k x k buffer at a time, as unshared). */
     if (shared && in->shared_last) qd_gptq_shared_free(shared);
