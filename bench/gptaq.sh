@@ -58,6 +58,18 @@ for v in $variants; do
     echo "$tag: $(cat "$work/eval-$tag.json")" >&2
 done
 
+# The cost, back to back on draw 1 at w4 (CPU seconds and the largest resident set by
+# /usr/bin/time; the outputs must be the bytes of the runs above: the jobs are deterministic).
+for tag in w4g64-s1-gptq w4g64-s1-gptaq; do
+    [ -s "$work/ttime-$tag.txt" ] && continue
+    [ -s "$work/job-$tag.json" ] || continue
+    sed "s#out-$tag#time-$tag#" "$work/job-$tag.json" > "$work/tjob-$tag.json"
+    rm -rf "$work/time-$tag"
+    /usr/bin/time -f "wall %e user %U sys %S maxrss_kb %M" "$qctl" quantize --threads "$threads" "$work/tjob-$tag.json" \
+        > "$work/tlog-$tag.txt" 2> "$work/ttime-$tag.txt"
+    cmp -s "$work/time-$tag/model.safetensors" "$work/out-$tag/model.safetensors" || echo "$tag: not the same bytes" >&2
+done
+
 python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" "$threads" <<'PY'
 import json, os, sys, datetime
 work, out, windows, samples, seq, variants, host, ncpu, threads = sys.argv[1:]
@@ -92,6 +104,30 @@ with open(out, "w") as f:
     f.write("| grid | draw | method | PPL | KL to float | top-1 | job seconds | calibrate seconds | peak RSS MiB |\n"
             "|---|---|---|---|---|---|---|---|---|\n")
     f.write("| float | - | - | %.3f | - | - | - | - | - |\n" % fp["ppl"])
-    f.write("\n".join(rows) + "\n\nRaw `quantctl eval` lines:\n\n```\nfp: %s\n%s\n```\n" % (json.dumps(fp), "\n".join(raw)))
+    f.write("\n".join(rows) + "\n\n")
+    kl = {}
+    for v in variants.split():
+        bits, seed, gq = v.split(":")
+        p = os.path.join(work, "eval-w%sg64-s%s-%s.json" % (bits, seed, "gptaq" if gq == "1" else "gptq"))
+        if os.path.exists(p) and os.path.getsize(p): kl[(bits, seed, gq)] = json.load(open(p))["kl_mean"]
+    summ = []
+    for bits in ("4", "3"):
+        for seed in ("0", "1"):
+            if (bits, seed, "0") in kl and (bits, seed, "1") in kl:
+                summ.append("w%s draw %s: KL %.4f -> %.4f (%+.0f%%)" % (bits, seed, kl[(bits, seed, "0")], kl[(bits, seed, "1")],
+                            100 * (kl[(bits, seed, "1")] / kl[(bits, seed, "0")] - 1)))
+    if summ:
+        f.write("GPTAQ against GPTQ, KL to float per draw: " + "; ".join(summ) + ".\n\n")
+    cost = []
+    for tag in ("w4g64-s1-gptq", "w4g64-s1-gptaq"):
+        p = os.path.join(work, "ttime-%s.txt" % tag)
+        if os.path.exists(p):
+            v = open(p).read().strip().splitlines()[-1].split()
+            d = dict(zip(v[0::2], v[1::2]))
+            cost.append("| %s | %s | %.1f | %.0f |" % (tag, d["wall"], float(d["user"]) + float(d["sys"]), int(d["maxrss_kb"]) / 1024))
+    if cost:
+        f.write("The cost, the two w4 draw-1 jobs run again back to back (`/usr/bin/time`; their outputs are the bytes "
+                "of the runs above):\n\n| job | wall s | CPU s | max RSS MiB |\n|---|---|---|---|\n" + "\n".join(cost) + "\n\n")
+    f.write("Raw `quantctl eval` lines:\n\n```\nfp: %s\n%s\n```\n" % (json.dumps(fp), "\n".join(raw)))
 print("wrote", out)
 PY
