@@ -238,6 +238,9 @@ static int gptaq_factor(gptaq_run *g, const float *h, qd_gptq_result *out, int *
     return 0;
 }
 
+/* Rows per panel of P's products (gptaq_make_p). */
+#define GPTAQ_PANEL 128
+
 /* P = alpha triu(Dp U^T, 1) U with Dp = dXXT permuted (rows and columns), dead columns of
  * dXXT zeroed (GPTQModel zeroes dXXT[:, dead]). */
 static int gptaq_make_p(gptaq_run *g, const float *h, const float *dxxt, double alpha, qd_err *err)
@@ -249,11 +252,25 @@ static int gptaq_make_p(gptaq_run *g, const float *h, const float *dxxt, double 
             int64_t a = g->perm[i], b = g->perm[j];
             g->p[i * k + j] = h[b * k + b] == 0.0f ? 0.0f : dxxt[a * k + b];
         }
-    /* t = Dp U^T, strictly upper part kept; p = alpha t U */
-    int rc = be->ops->gemm(be, 0, 1, k, k, k, 1.0f, g->p, k, g->u, k, 0.0f, g->t, k);
+    /* t = Dp U^T with its strictly upper part kept, then p = alpha t U, by row panels
+     * [a, a + GPTAQ_PANEL): U is upper triangular, so a panel's rows of t past column a
+     * need only U[a:, a:] (t's entries at or left of the diagonal are dropped anyway), and
+     * t's rows being zero left of a, p's rows are zero there and need only U[a:, a:] too.
+     * A third of two full k x k x k products. */
+    int rc = 0;
+    for (int64_t a = 0; a < k && !rc; a += GPTAQ_PANEL) {
+        int64_t rows = k - a < GPTAQ_PANEL ? k - a : GPTAQ_PANEL;
+        rc = be->ops->gemm(be, 0, 1, rows, k - a, k - a, 1.0f, g->p + a * k + a, k, g->u + a * k + a, k, 0.0f,
+                           g->t + a * k + a, k);
+    }
     if (rc) return qd_err_set(err, rc, "gptaq: %s", be->err.msg);
     for (int64_t i = 0; i < k; i++) memset(g->t + i * k, 0, (size_t)(i + 1) * sizeof(float));
-    rc = be->ops->gemm(be, 0, 0, k, k, k, (float)alpha, g->t, k, g->u, k, 0.0f, g->p, k);
+    for (int64_t a = 0; a < k && !rc; a += GPTAQ_PANEL) {
+        int64_t rows = k - a < GPTAQ_PANEL ? k - a : GPTAQ_PANEL;
+        for (int64_t i = a; i < a + rows; i++) memset(g->p + i * k, 0, (size_t)a * sizeof(float));
+        rc = be->ops->gemm(be, 0, 0, rows, k - a, k - a, (float)alpha, g->t + a * k + a, k, g->u + a * k + a, k, 0.0f,
+                           g->p + a * k + a, k);
+    }
     return rc ? qd_err_set(err, rc, "gptaq: %s", be->err.msg) : 0;
 }
 

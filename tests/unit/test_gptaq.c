@@ -293,6 +293,7 @@ static void test_matches_reference(void)
     ref_case(8, 32, 200, 8, 16, 1, 1, 0, 14);    /* act order + static groups */
     ref_case(8, 32, 200, 8, 16, 0, 0, 1, 15);    /* a dead column */
     ref_case(6, 48, 300, 16, 32, 1, 0, 1, 16);
+    ref_case(4, 300, 600, 50, 64, 1, 0, 0, 17);   /* P's products in panels of 128 rows, the last short */
 }
 
 /* X_fp == X_q: dXXT is exactly 0, P = 0, and GPTAQ is GPTQ's inverse form (the portable
