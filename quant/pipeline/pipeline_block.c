@@ -13,7 +13,10 @@
  *     into the operator before the group (as AutoAWQ: all scales, then clipping, then
  *     quantization), then each group is captured again (after the groups before it were
  *     quantized), clipped (not q/k) and quantized with RTN (awq) or GPTQ (awq+gptq).
- * The Hessian of a group's inputs also gives each layer's relative output error. */
+ * The Hessian of a group's inputs also gives each layer's relative output error.
+ * job.gptaq (gptq only): before any capture the float block runs on the float stream
+ * (p->acts_fp, pipeline_gptaq.c), keeping every group's float-model input; each capture
+ * pass then pairs its rows with those into the group's dXXT, and GPTAQ replaces GPTQ. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
