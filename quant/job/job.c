@@ -147,6 +147,9 @@ static int bpw_validate(const qp_job *job, qp_err *err)
                           "scattered g_idx per layer group size is not implemented); leave static_groups true");
     if (job->layout != QP_LAYOUT_PLAIN)
         return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with layout %s", qp_layout_name(job->layout));
+    if (job->gptaq)
+        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with gptaq (GPTAQ's update takes the job's one bit "
+                          "width); remove one of them");
     int nb = job->n_bpw_bits, ng = job->n_bpw_group_sizes;
     for (int i = 0; i < nb + ng; i++) {
         qd_fmt_settings fs = {.bits = i < nb ? job->bpw_bits[i] : job->bits,
@@ -187,6 +190,9 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                           job->damp_percent);
     if (!qp_format_name(job->format))
         return qp_err_set(err, QP_EINVAL, "job.format: invalid value %d", (int)job->format);
+    if (job->gptaq && job->method != QP_METHOD_GPTQ)
+        return qp_err_set(err, QP_EINVAL, "job.gptaq: only with method gptq (GPTAQ corrects GPTQ's updates), not %s",
+                          qp_method_name(job->method));
     if (job->scheme < 0 || (size_t)job->scheme > qd_scheme_count())
         return qp_err_set(err, QP_EINVAL, "job.scheme: invalid value %d", job->scheme);
     {
@@ -305,6 +311,7 @@ static const qp_job_field job_fields[] = {
     {"desc_act",                "bool",              "true",         NULL,      NULL,           "false", "false"},
     {"static_groups",           "bool",              "true",         NULL,      NULL,           "false", "false"},
     {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false", NULL},
+    {"gptaq",                   "bool",              "false",        NULL,      NULL,           "true", NULL},
     {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1", NULL},
     {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\"", NULL},
     {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\"", NULL},
@@ -768,6 +775,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, &has_static, err)) ||
         (rc = qpj_get_bool(root, p, "true_sequential", &job->true_sequential, NULL, err)) ||
+        (rc = qpj_get_bool(root, p, "gptaq", &job->gptaq, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
         (rc = get_format(root, p, &format, &has_format, err)) ||

@@ -141,6 +141,11 @@ typedef struct qp_job {
     int desc_act;
     int static_groups;
     int true_sequential;
+    int gptaq;                      /* GPTAQ (quant/algo/gptaq.h): GPTQ's updates also correct for
+                                       the float model's inputs of each linear beside the
+                                       quantized model's; method gptq only. Changes the output,
+                                       so part of the fingerprint; absent from the canonical
+                                       form when false */
     double damp_percent;            /* 0 < x < 1 */
     qp_format format;
     int scheme;                     /* 0: none; else 1 + an index into the scheme table

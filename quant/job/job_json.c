@@ -64,6 +64,8 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     rc |= qpj_add_bool(o, "desc_act", job->desc_act);
     rc |= qpj_add_bool(o, "static_groups", job->static_groups);
     rc |= qpj_add_bool(o, "true_sequential", job->true_sequential);
+    /* Only when on, so that the jobs written before it keep their derived ids. */
+    if (job->gptaq) rc |= qpj_add_bool(o, "gptaq", 1);
     rc |= qpj_add_num(o, "damp_percent", job->damp_percent);
     rc |= qpj_add_str(o, "format", qp_format_name(job->format));
     /* Only when given, so that the jobs written before it keep their derived ids. */

@@ -212,6 +212,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     uint64_t act_file = qd_acts_file_bytes((int64_t)rows, (int64_t)h, qd_acts_dtype_for(wdt));
     uint64_t acts_written = ((uint64_t)cfg.n_layers - 1) / (uint64_t)qp_job_acts_every(job);
     uint64_t acts = est->act_bytes * (sequential ? 3 : 2) + (acts_written > 0 ? act_file : 0);
+    /* job.gptaq (pipeline_gptaq.c): the float stream in and out, and every input group's
+     * float-model input the float pass keeps (q/k/v and gate/up read the hidden width, o_proj
+     * the attention's, down_proj the intermediate). */
+    if (job->gptaq) acts += 2 * est->act_bytes + rows * (2 * h + qd + inter) * 4;
     /* A dense true-sequential GPTQ block may keep its MLP activation for the final forward
      * (pipeline_block.c): live with the three copies above, added at the end once the peak
      * without it is known (qd_pipeline_mlp_keep_decide). An AWQ block keeps it always: it is
@@ -244,6 +248,7 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     }
     scratch += batch_rows * mix_rows * 4;
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
+    if (job->gptaq) hess += widest * widest * 4 * 4;               /* GPTAQ: dXXT, P, D U^T, U */
     if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
         /* One calibration pass fills every group's Hessian at once: every expert's two. */
         uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;

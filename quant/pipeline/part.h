@@ -87,6 +87,8 @@ typedef struct qd_qpart_in {
                                     q/k/v, gate/up share one, as vLLM needs); 0 otherwise */
     int bits;                    /* job.target_bpw: the linear's bits and group size from the */
     int64_t group_size;          /* plan (qd_pipeline_linear_qcfg); bits 0: the job's */
+    const qd_gptaq_dxx *dxx;     /* job.gptaq: the group's dXXT beside h (GPTAQ instead of GPTQ;
+                                    in memory only: such a run is never fanned out), or NULL */
 } qd_qpart_in;
 
 /* What it gives back. */

@@ -261,6 +261,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_model_set_compute_bf16(p->m, p->compute == QP_COMPUTE_BF16, err);
     if (!rc) rc = qd_pipeline_check_plans(p, err);
     if (!rc) rc = qd_pipeline_bpw_preflight(p, err);
+    if (!rc && job->gptaq) rc = qd_pipeline_gptaq_check(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);
     if (rc) goto fail;
     /* The output directory: absent, empty, our checkpoint, our finished output, or a quantd
@@ -410,6 +411,11 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     } else if ((rc = qd_pipeline_bpw_prepare(p, err))) {
         goto fail;   /* every block done: the finish still writes the plan's config groups */
     }
+    /* GPTAQ's float stream: recomputed, never checkpointed (pipeline_gptaq.c). */
+    if (job->gptaq && p->st.next_block < p->n_blocks) {
+        rc = qd_pipeline_gptaq_stream_open(p, ids, p->st.next_block, err);
+        if (rc) goto fail;
+    }
     free(ids);
     *out = p;
     return 0;
@@ -447,6 +453,7 @@ void qd_pipeline_close(qd_pipeline *p)
 {
     if (!p) return;
     if (p->acts) qd_backend_free(p->be, p->acts);
+    if (p->acts_fp) qd_backend_free(p->be, p->acts_fp);
     qd_model_close(p->m);
     qd_state_free(&p->st);
     qd_tp_serving_report_free(&p->serving);

@@ -13,7 +13,10 @@
  *     into the operator before the group (as AutoAWQ: all scales, then clipping, then
  *     quantization), then each group is captured again (after the groups before it were
  *     quantized), clipped (not q/k) and quantized with RTN (awq) or GPTQ (awq+gptq).
- * The Hessian of a group's inputs also gives each layer's relative output error. */
+ * The Hessian of a group's inputs also gives each layer's relative output error.
+ * job.gptaq (gptq only): before any capture the float block runs on the float stream
+ * (p->acts_fp, pipeline_gptaq.c), keeping every group's float-model input; each capture
+ * pass then pairs its rows with those into the group's dXXT, and GPTAQ replaces GPTQ. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -73,6 +76,7 @@ typedef struct run_ctx {
     int n_parts, cap_parts;
     int fan;                     /* the parts go through files and the fan-out hook */
     float global_scale;          /* NVFP4: the input group being prepared's (group_global_scale) */
+    qd_gptaq_dxx *dxx;           /* job.gptaq: each group's dXXT ([QD_MAX_GROUPS]), or NULL */
 } run_ctx;
 
 /* A linear's result taken over: the block computes with Q from here on, its packed tensors
@@ -175,7 +179,7 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
         r->results[li] = res;
         return 0;
     }
-    snprintf(res.method, sizeof res.method, "%s", qp_method_name(job->method));
+    snprintf(res.method, sizeof res.method, "%s", r->dxx ? "gptaq" : qp_method_name(job->method));
     /* An expert's coverage: the calibration tokens its router sent it. Calibrated on its
      * routed tokens alone and too few of them, it falls back to RTN (never a Hessian of a
      * handful of rows, or none). */
@@ -259,6 +263,7 @@ static int lin_prepare(run_ctx *r, int g, int li, qd_gptq_hessian *acc, const fl
             in->bits = c.bits;
             in->group_size = c.group_size;
         }
+        in->dxx = r->dxx && gptq_here ? &r->dxx[g] : NULL;
     }
     r->n_lins++;
     *added = 1;
@@ -432,8 +437,9 @@ static int run_fanout(run_ctx *r, qd_err *err)
  * a group's Hessian once for all of its parts, qd_gptq_shared), or, with a fan-out hook and
  * more than one part to do, spread over the workers. Either way the bytes are the same. */
 static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const int *groups, int n_groups,
-                        const qd_linear_plan *plans, qd_gptq_hessian *acc, const float *gx, const qd_row_slices *kcheck,
-                        const qd_row_slices *direct, qd_linear_out *outs, qd_layer_result *results, qd_err *err)
+                        const qd_linear_plan *plans, qd_gptq_hessian *acc, qd_gptaq_dxx *dxx, const float *gx,
+                        const qd_row_slices *kcheck, const qd_row_slices *direct, qd_linear_out *outs,
+                        qd_layer_result *results, qd_err *err)
 {
     run_ctx r;
     memset(&r, 0, sizeof r);
@@ -443,6 +449,7 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
     r.plans = plans;
     r.outs = outs;
     r.results = results;
+    r.dxx = dxx;
     int n_quant = 0, n_parts = 0;
     int64_t starts[QD_PART_MAX_RANGES + 1];
     for (int j = 0; j < n_groups; j++) {
@@ -454,7 +461,8 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
                 n_parts += part_ranges(p, qd_model_linear(p->m, G->linears[x])->n, starts);
             }
     }
-    r.fan = p->hooks.fanout && n_parts > 1 && n_parts <= QD_PART_MAX_FANOUT;
+    /* GPTAQ's parts read a dXXT that the part files do not carry: they run here. */
+    r.fan = p->hooks.fanout && n_parts > 1 && n_parts <= QD_PART_MAX_FANOUT && !dxx;
     r.lins = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.lins);
     if (!r.lins) return qd_err_set(err, QD_ENOMEM, "out of memory");
     int rc = 0;
@@ -584,6 +592,11 @@ typedef struct block_run {
     float *act;                  /* backend [calib_rows, kd]: the MLP's activation, or NULL; owned */
     int64_t calib_rows;
     float *y;                    /* backend: the next block's inputs until committed; owned */
+    /* job.gptaq (pipeline_gptaq.c): the float pass's kept inputs, each group's dXXT and the
+     * next block's float inputs until committed; owned, else NULL. */
+    qd_gptaq_capture *gq;
+    qd_gptaq_dxx *dxx;           /* [QD_MAX_GROUPS] */
+    float *y_fp;
     int old_acts, wrote_acts;    /* the state's activation block before this one; a new file written */
 } block_run;
 
@@ -608,6 +621,10 @@ static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
     b->direct = calloc(1, sizeof *b->direct);
     b->results = calloc(QD_MAX_LINEARS, sizeof *b->results);
     b->order = calloc(QD_MAX_GROUPS, sizeof *b->order);
+    if (job->gptaq) {
+        b->gq = calloc(1, sizeof *b->gq);
+        b->dxx = calloc(QD_MAX_GROUPS, sizeof *b->dxx);
+    }
     b->old_acts = p->st.acts_block;
     memset(p->moe_routed, 0, sizeof p->moe_routed);
     p->moe_routed_done = 0;
@@ -615,7 +632,8 @@ static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
     memset(&p->cost, 0, sizeof p->cost);
     p->cost.block = b->block;
     int rc = 0;
-    if (!b->plans || !b->outs || !b->acc || !b->kcheck || !b->direct || !b->results || !b->order)
+    if (!b->plans || !b->outs || !b->acc || !b->kcheck || !b->direct || !b->results || !b->order ||
+        (job->gptaq && (!b->gq || !b->dxx)))
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for block %d", b->block);
     if (!rc) {
         b->kcheck->cap = job->kernel_check ? job->kernel_check_rows : 0;
@@ -638,6 +656,30 @@ static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
                             (long long)b->direct->cap, (long long)G->k);
     }
+    return rc;
+}
+
+/* job.gptaq: the next pass pairs its rows of group g with the float pass's into g's dXXT. */
+static int gptaq_attach(block_run *b, qd_capture_ctx *c, int g, qd_err *err)
+{
+    if (!b->gq) return 0;
+    qd_pipeline *p = b->p;
+    int rc = qd_gptaq_dxx_init(&b->dxx[g], p->be, qd_model_group(p->m, g)->k, err);
+    if (rc) return rc;
+    b->gq->dxx[g] = &b->dxx[g];
+    b->gq->rows[g] = 0;
+    c->gq = b->gq;
+    return 0;
+}
+
+/* After the pass: every calibration row of group g was paired (the Hessian saw as many). */
+static int gptaq_detach(block_run *b, int g, int rc, qd_err *err)
+{
+    if (!b->gq || !b->gq->dxx[g]) return rc;
+    b->gq->dxx[g] = NULL;
+    if (!rc && (b->gq->rows[g] != b->gq->cap || b->dxx[g].n_seen != b->acc[g].n_seen))
+        rc = qd_err_set(err, QD_EINVAL, "gptaq: %s paired %lld of %lld calibration rows with the float model's",
+                        qd_model_group(b->p->m, g)->name, (long long)b->gq->rows[g], (long long)b->gq->cap);
     return rc;
 }
 
@@ -677,9 +719,11 @@ static int block_capture_all(block_run *b, qd_err *err)
         b->acc[g].bf16 = p->compute == QP_COMPUTE_BF16;
         c.want[g] = 1;
         c.acc[g] = &b->acc[g];
+        if (!rc) rc = gptaq_attach(b, &c, g, err);
     }
     if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", b->block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
     if (!rc) rc = qd_capture_run(p, b->bw, QD_BLOCK_ALL, NULL, &c, err);
+    for (int g = 0; g < b->ng; g++) rc = gptaq_detach(b, g, rc, err);
     b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
     return rc;
 }
@@ -754,6 +798,7 @@ static int capture_pass(block_run *b, int i, int run, float **xcap, const float 
         c.want[order[j]] = 1;
         c.acc[order[j]] = &b->acc[order[j]];
         if (order[j] > c.stop_after) c.stop_after = order[j];
+        if (!rc) rc = gptaq_attach(b, &c, order[j], err);
     }
     for (int j = i; j < i + run && b->keep_ctx && !b->ctx && !rc; j++) {
         if (order[j] != b->o_group) continue;
@@ -791,6 +836,7 @@ static int capture_pass(block_run *b, int i, int run, float **xcap, const float 
     }
     if (b->halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
     if (!rc) rc = qd_capture_run(p, b->bw, part, NULL, &c, err);
+    for (int j = i; j < i + run; j++) rc = gptaq_detach(b, order[j], rc, err);
     if (!rc && part == QD_BLOCK_ATTN) b->mid_ready = 1;
     if (!rc && c.xcap && (c.xcap == b->ctx || c.xcap == b->act)) {
         if (c.xcap_rows != b->calib_rows)
@@ -818,9 +864,17 @@ static int quantize_groups(block_run *b, qd_err *err)
         float *xcap = NULL;
         const float *gx = NULL;   /* the current AWQ group's input rows: xcap, or the kept ctx or act */
         if (b->sequential) rc = capture_pass(b, i, run, &xcap, &gx, err);
-        if (!rc) rc = quantize_run(p, b->bw, b->block, b->order + i, run, b->plans, b->acc, gx, b->kcheck, b->direct,
-                                   b->outs, b->results, err);
-        for (int j = i; j < i + run; j++) qd_gptq_hessian_free(&b->acc[b->order[j]]);
+        if (!rc) rc = quantize_run(p, b->bw, b->block, b->order + i, run, b->plans, b->acc, b->gq ? b->dxx : NULL, gx,
+                                   b->kcheck, b->direct, b->outs, b->results, err);
+        for (int j = i; j < i + run; j++) {
+            int g = b->order[j];
+            qd_gptq_hessian_free(&b->acc[g]);
+            if (!b->gq) continue;
+            /* Done with: the group's dXXT and its float-model inputs. */
+            qd_gptaq_dxx_free(&b->dxx[g]);
+            qd_backend_free(p->be, b->gq->keep[g]);
+            b->gq->keep[g] = NULL;
+        }
         b->t = qd_clock_now_s();   /* quantize_run booked its own stages */
         qd_backend_free(p->be, xcap);
         i += run;
@@ -834,6 +888,11 @@ static int block_quantize(block_run *b, qd_err *err)
     qd_pipeline *p = b->p;
     int rc = 0;
     if (b->use_awq) rc = block_awq_scales(b, err);
+    if (!rc && b->gq) {
+        /* GPTAQ: the float block on the float stream, before any of it is quantized. */
+        rc = qd_pipeline_gptaq_float_pass(p, b->bw, b->plans, b->gq, &b->y_fp, err);
+        b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
+    }
     if (!rc && !b->sequential) rc = block_capture_all(b, err);
     rc = plan_halves(b, rc, err);
     if (!rc) rc = quantize_groups(b, err);
@@ -899,6 +958,8 @@ static int commit_next_inputs(block_run *b, qd_err *err)
     char path[QD_PATH_MAX + 64];
     int rc = 0;
     size_t n = (size_t)(p->n_seq * p->seq_len * p->hidden);
+    /* The float stream too (host: GPTAQ runs on the CPU), as a resumed job recomputes it. */
+    if (b->y_fp) qd_acts_round(b->y_fp, n, p->acts_dtype);
     int on_host = p->be->device < 0;
     float *host = on_host ? b->y : malloc(n * sizeof(float));
     if (!host) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -938,6 +999,11 @@ static int commit_state(block_run *b, qd_err *err)
         qd_backend_free(p->be, p->acts);
         p->acts = b->y;
         b->y = NULL;
+        if (b->y_fp) {
+            qd_backend_free(p->be, p->acts_fp);
+            p->acts_fp = b->y_fp;
+            b->y_fp = NULL;
+        }
         p->block_seconds_sum += secs;
         p->blocks_this_run++;
         QD_LOG(QD_LOG_INFO, "block_done", "job=%s block=%d/%d seconds=%.2f forward_passes=%d bytes_written=%llu",
@@ -968,6 +1034,10 @@ static void block_end(block_run *b)
 {
     qd_pipeline *p = b->p;
     qd_backend_free(p->be, b->y);
+    qd_backend_free(p->be, b->y_fp);
+    qd_pipeline_gptaq_capture_free(p, b->gq, b->dxx);
+    free(b->gq);
+    free(b->dxx);
     qd_backend_free(p->be, b->act);
     qd_backend_free(p->be, p->mid);
     p->mid = NULL;

@@ -30,10 +30,33 @@ static int capture_absum(qd_capture_ctx *c, int64_t k, const float *x, int64_t r
     return rc;
 }
 
+/* GPTAQ's second stream: the float pass keeps group's rows; a later pass pairs its rows, in
+ * the same order (the same batches, every row once), with those kept into the group's dXXT. */
+static int capture_gptaq(qd_capture_ctx *c, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    qd_gptaq_capture *gq = c->gq;
+    qd_backend *be = c->p->be;
+    int64_t at = gq->rows[group];
+    if (gq->keeping ? !gq->keep[group] : !gq->dxx[group]) return 0;
+    if (at + rows > gq->cap)
+        return qd_err_set(c->err, QD_EINVAL, "gptaq: %s saw %lld rows, more than the %lld calibration rows", g->name,
+                          (long long)(at + rows), (long long)gq->cap);
+    gq->rows[group] = at + rows;
+    if (gq->keeping) {
+        int rc = be->ops->copy(be, gq->keep[group] + at * g->k, x, (size_t)(rows * g->k) * sizeof(float));
+        return rc ? qd_err_set(c->err, rc, "capture: %s", be->err.msg) : 0;
+    }
+    return qd_gptaq_dxx_add_dev(gq->dxx[group], gq->keep[group] + at * g->k, x, rows, g->k, c->err);
+}
+
 static int capture_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
 {
     qd_capture_ctx *c = ud;
     (void)block;
+    if (c->gq) {
+        int rc = capture_gptaq(c, group, g, x, rows);
+        if (rc) return rc;
+    }
     if (c->want[group] && c->acc[group]) {
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;

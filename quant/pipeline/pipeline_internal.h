@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "quant/algo/awq.h"
+#include "quant/algo/gptaq.h"
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
 #include "quant/formats/format.h"
@@ -69,6 +70,8 @@ struct qd_pipeline {
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */
     int64_t hidden;
     float *acts;                 /* backend [n_seq*seq_len, hidden]: inputs of st.next_block; owned */
+    float *acts_fp;              /* job.gptaq: the same block's inputs in the float model (the float
+                                    blocks run on the float stream), same shape; owned, else NULL */
     qd_dtype acts_dtype;         /* the dtype the inputs between blocks are held in (acts.h) */
     qp_compute compute;          /* QP_COMPUTE_F32 or _BF16: the job's "compute" resolved
                                     (qd_pipeline_compute_resolve), or the checkpoint's */
@@ -172,6 +175,10 @@ qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p);
 int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use_gptq, float global_scale, const float *w,
                                 int64_t n, int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
+/* The same with GPTAQ (job.gptaq): dxx the group's dXXT beside h; *h_err is -1. */
+int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const float *w, int64_t n, int64_t k,
+                                      const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx, qd_qlayer *layer,
+                                      qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
  * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. d_err >= 0
@@ -266,6 +273,17 @@ typedef struct qd_row_slices {
     int64_t cap;
 } qd_row_slices;
 
+/* GPTAQ's second stream inside one block (job.gptaq, pipeline_gptaq.c): the float pass
+ * copies each group's input in the float model into keep[g]; a later pass over the
+ * (partly quantized) block pairs the rows it sees with those, row for row, into dxx[g]. */
+typedef struct qd_gptaq_capture {
+    float *keep[QD_MAX_GROUPS];       /* backend [cap, K]: group g's float-model input, or NULL */
+    qd_gptaq_dxx *dxx[QD_MAX_GROUPS]; /* the groups whose dXXT this pass accumulates, or NULL */
+    int64_t rows[QD_MAX_GROUPS];      /* rows seen so far this pass */
+    int64_t cap;                      /* the calibration rows */
+    int keeping;                      /* 1: the float pass (copy into keep), 0: accumulate dxx */
+} qd_gptaq_capture;
+
 /* What one calibration pass over the block collects through the input hook. */
 typedef struct qd_capture_ctx {
     qd_pipeline *p;
@@ -283,6 +301,7 @@ typedef struct qd_capture_ctx {
     qd_row_slices *kcheck;            /* the kernel check's input rows, or NULL */
     qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
+    qd_gptaq_capture *gq;             /* job.gptaq: the second stream's rows (borrowed), or NULL */
     qd_err *err;
 } qd_capture_ctx;
 
@@ -307,6 +326,23 @@ int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const fl
  * batch as qd_capture_run runs them (qd_block_mlp_finish): what the MLP half would write. */
 int qd_capture_out_from_act(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
                             qd_err *err);
+
+/* ---- GPTAQ's float stream (pipeline_gptaq.c) ---- */
+
+/* The cases GPTAQ runs in, checked at open: the CPU backend, no experts, an integer grid
+ * with per-row scales; anything else is refused naming it. */
+int qd_pipeline_gptaq_check(const qd_pipeline *p, qd_err *err);
+/* p->acts_fp for block `upto`: the calibration ids embedded, then the float blocks 0 ..
+ * upto-1 run on them (a resumed job recomputes the float stream; every step is the one the
+ * uninterrupted run took, so the bytes are the same). */
+int qd_pipeline_gptaq_stream_open(qd_pipeline *p, const int32_t *ids, int upto, qd_err *err);
+/* The float pass of a block (bw still float): p->acts_fp through the whole block into *y_fp
+ * (backend, allocated here, the next block's float inputs), each present group's input
+ * copied into gq->keep[g] (allocated here). */
+int qd_pipeline_gptaq_float_pass(qd_pipeline *p, const qd_block_weights *bw, const qd_linear_plan *plans,
+                                 qd_gptaq_capture *gq, float **y_fp, qd_err *err);
+/* Frees gq's kept inputs and dXXT accumulators (dxx: [QD_MAX_GROUPS], may be NULL). */
+void qd_pipeline_gptaq_capture_free(qd_pipeline *p, qd_gptaq_capture *gq, qd_gptaq_dxx *dxx);
 
 /* ---- AWQ (pipeline_awq.c) ---- */
 

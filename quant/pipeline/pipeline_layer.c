@@ -149,6 +149,40 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use
     return 0;
 }
 
+int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const float *w, int64_t n, int64_t k,
+                                      const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx, qd_qlayer *layer,
+                                      qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err)
+{
+    memset(layer, 0, sizeof *layer);
+    memset(deq, 0, sizeof *deq);
+    *h_err = -1.0;
+    if (!h || !dxx || h->k != k || dxx->k != k || h->n_seen <= 0 || dxx->n_seen != h->n_seen)
+        return qd_err_set(err, QD_EINVAL, "gptaq: the Hessian and dXXT of a [%lld, %lld] layer do not match (%lld and %lld rows)",
+                          (long long)n, (long long)k, h ? (long long)h->n_seen : 0LL, dxx ? (long long)dxx->n_seen : 0LL);
+    qd_gptq_opts o = qd_pipeline_gptq_opts(p);
+    o.quant = p->qcfg;
+    if (global_scale > 0.0f) o.quant.global_scale = global_scale;
+    /* Both on the CPU backend (qd_pipeline_gptaq_check): host memory already. */
+    qd_gptq_result r;
+    int rc = qd_gptaq_quantize_h(p->be, &o, QD_GPTAQ_ALPHA_DEFAULT, w, n, k, h->h, dxx->d, &r, err);
+    if (rc) return rc;
+    *layer = r.layer;
+    memset(&r.layer, 0, sizeof r.layer);
+    deq->w = r.deq;
+    deq->be = r.deq_be;
+    r.deq = NULL;
+    r.deq_be = NULL;
+    res->damp = r.damp_percent;
+    res->fallback = r.fallback_rtn;
+    res->seconds = r.seconds;
+    if (r.fallback_rtn)
+        snprintf(res->note, sizeof res->note, "Cholesky failed up to damp %.3g: fell back to RTN", r.damp_percent);
+    else if (r.damp_retries)
+        snprintf(res->note, sizeof res->note, "damping raised to %.3g after %d failed Cholesky tries", r.damp_percent, r.damp_retries);
+    qd_gptq_result_free(&r);
+    return 0;
+}
+
 /* <A, B>_F of two k x k matrices (host), in double. */
 static double frob_dot(const float *a, const float *b, size_t kk)
 {

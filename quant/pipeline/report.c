@@ -1,12 +1,15 @@
 /* The job report (see report.h). */
 #include "quant/pipeline/report.h"
 
+#include "quant/algo/gptaq.h"
+
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <cjson/cJSON.h>
 
+#include "quant/algo/gptaq.h"
 #include "quant/core/fsutil.h"
 
 cJSON *qd_report_moe_coverage(const qd_ckpt_state *st)
@@ -140,6 +143,14 @@ int qd_report_write(const char *out_dir, const qp_job *job, const qd_ckpt_state 
         if (res) cJSON_AddItemToObject(r, "resources", res);
     }
     if (st->awq_note[0]) cJSON_AddStringToObject(r, "awq_note", st->awq_note);
+    if (job->gptaq) {
+        /* Which inputs GPTQ's updates were computed from (quant/algo/gptaq.h). */
+        cJSON *g = cJSON_AddObjectToObject(r, "gptaq");
+        cJSON_AddNumberToObject(g, "alpha", QD_GPTAQ_ALPHA_DEFAULT);
+        cJSON_AddStringToObject(g, "hessian_inputs", "quantized model: each linear's inputs with the blocks and groups before it quantized (X_q)");
+        cJSON_AddStringToObject(g, "asymmetric_inputs", "float model: each linear's inputs with every block in float (X_fp), in dXXT = (X_fp - X_q) X_q^T");
+        cJSON_AddStringToObject(g, "objective", "||W X_fp - Q X_q||^2");
+    }
     cJSON *cov = qd_report_moe_coverage(st);
     if (cov) cJSON_AddItemToObject(r, "moe_coverage", cov);
     if (x->layout_note) cJSON_AddStringToObject(r, "layout_note", x->layout_note);
