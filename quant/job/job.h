@@ -139,6 +139,8 @@ typedef struct qp_job {
     int static_groups;
     int true_sequential;
     double damp_percent;            /* 0 < x < 1 */
+    int scale_search;               /* qd_scale_search (quant/formats/quantizer.h): minmax
+                                       (default) or mse; not with the AWQ methods */
     qp_format format;
     int scheme;                     /* 0: none; else 1 + an index into the scheme table
                                        (quant/formats/scheme.h, qd_scheme_at): the preset
