@@ -42,15 +42,15 @@ kept() { [ -s "$1" ] && [ "$(python3 -c "import json,sys; print(json.load(open(s
 kept "$work/eval-fp.json" || "$qctl" eval --model "$model" --tokens "$work/wiki.ids.json" --seq-len 512 \
     --max-windows "$windows" --threads "$threads" 2>/dev/null | tail -1 > "$work/eval-fp.json"
 
-# In the order that decides first: seed 0's GPTQ pairs, RTN, the exponent 2 (when
-# SCALE_SEARCH_QCTL_mse2 names a quantctl built with search_norm 2), then seed 1.
+# In the order that decides first: seed 0's GPTQ pairs, RTN, GPTQ's reference exponent 2.4
+# (when SCALE_SEARCH_QCTL_mse24 names a quantctl built with search_norm 2.4), then seed 1.
 g() { echo "gptq-w4g64-s$1-$2:gptq:4:true:false:false:$2:$1 gptq-w4g64-act-static-s$1-$2:gptq:4:true:true:true:$2:$1 gptq-w3g64-s$1-$2:gptq:3:true:false:false:$2:$1"; }
 default_variants="$(g 0 minmax) $(g 0 mse)"
 for s in minmax mse; do
     default_variants+=" rtn-w4g64-sym-$s:rtn:4:true:false:false:$s:0 rtn-w4g64-zp-$s:rtn:4:false:false:false:$s:0"
     default_variants+=" rtn-w3g64-sym-$s:rtn:3:true:false:false:$s:0"
 done
-[ -z "${SCALE_SEARCH_QCTL_mse2:-}" ] || default_variants+=" gptq-w4g64-s0-mse2:gptq:4:true:false:false:mse2:0 gptq-w3g64-s0-mse2:gptq:3:true:false:false:mse2:0 rtn-w4g64-sym-mse2:rtn:4:true:false:false:mse2:0"
+[ -z "${SCALE_SEARCH_QCTL_mse24:-}" ] || default_variants+=" gptq-w4g64-s0-mse24:gptq:4:true:false:false:mse24:0 gptq-w4g64-act-static-s0-mse24:gptq:4:true:true:true:mse24:0 gptq-w3g64-s0-mse24:gptq:3:true:false:false:mse24:0 rtn-w4g64-sym-mse24:rtn:4:true:false:false:mse24:0 rtn-w4g64-zp-mse24:rtn:4:false:false:false:mse24:0 rtn-w3g64-sym-mse24:rtn:3:true:false:false:mse24:0"
 default_variants+=" $(g 1 minmax) $(g 1 mse)"
 variants="${SCALE_SEARCH_VARIANTS:-$default_variants}"
 for v in $variants; do
@@ -103,8 +103,8 @@ with open(out, "w") as f:
             "token in nats, top-1 the share of positions whose most likely token is the float model's (`quantctl eval "
             "--ref-model`). Calibration: %s x %s ids of c4-calib.jsonl (bench/calib_windows.py with the seed shown). "
             "Format gptq_v2, group 64.\n\n" % (windows, samples, seq))
-    f.write("scale_search mse2: the same search with the error's exponent 2 instead of 2.4 (a quantctl built with "
-            "search_norm 2, SCALE_SEARCH_QCTL_mse2).\n\n")
+    f.write("scale_search mse is quantd's (the error's exponent 2); mse24 is the same search with GPTQ's reference "
+            "exponent 2.4 (a quantctl built with search_norm 2.4, SCALE_SEARCH_QCTL_mse24).\n\n")
     f.write("| method | settings | calibration | scale_search | PPL | KL to float | top-1 | seconds |\n|---|---|---|---|---|---|---|---|\n")
     f.write("| float | - | - | - | %.3f | - | - | - |\n" % fp["ppl"])
     f.write("\n".join(rows) + "\n\nRaw `quantctl eval` lines:\n\n```\n")

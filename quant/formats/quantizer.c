@@ -20,7 +20,7 @@ qd_quant_cfg qd_quant_cfg_default(void)
     qd_quant_cfg c = {.bits = 4, .sym = 1, .group_size = 128, .clip_ratio = 1.0f,
                       .f16_scales = 1, .zero_min1 = 0, .grid = QD_GRID_INT, .scale_rule = QD_SCALE_F16,
                       .global_scale = 0.0f, .row_block = 1, .scale_search = QD_SCALE_SEARCH_MINMAX,
-                      .search_grid = 100, .search_maxshrink = 0.8f, .search_norm = 2.4f};
+                      .search_grid = 100, .search_maxshrink = 0.8f, .search_norm = 2.0f};
     return c;
 }
 
