@@ -20,7 +20,8 @@
  * included, with the clip ratio multiplied by p), by the lowest error sum_j wt_j *
  * |w_j - deq_j|^search_norm over the group's values (wt: per-column weights, e.g. the
  * Hessian's diagonal; 1 where none are given). Ties keep the larger p, so a group whose
- * min-max is already best keeps min-max. As GPTQ's reference Quantizer.find_params(mse=True). */
+ * min-max is already best keeps min-max. GPTQ's reference Quantizer.find_params(mse=True)
+ * searches the same candidates, unweighted, with exponent 2.4. */
 #ifndef QUANT_FORMATS_QUANTIZER_H
 #define QUANT_FORMATS_QUANTIZER_H
 

@@ -238,8 +238,8 @@ static void test_rtn(void)
             CHECK(s == sc[g * n + r] && z == zr[g * n + r]);
             double es = 0, em = 0;
             for (int64_t i = r * k + k0; i < r * k + k0 + len; i++) {
-                es += pow(fabs((double)w[i] - deq[i]), 2.4);
-                em += pow(fabs((double)w[i] - mdeq[i]), 2.4);
+                es += pow(fabs((double)w[i] - deq[i]), (double)c.search_norm);
+                em += pow(fabs((double)w[i] - mdeq[i]), (double)c.search_norm);
             }
             CHECK(es <= em * (1.0 + 1e-5));
         }
