@@ -93,6 +93,8 @@ typedef struct gptq_dev {
     float *q;                  /* or NULL: where Q goes when w is the caller's (host, not owned) */
     uint8_t *codes;
     int32_t *col_group;
+    float *col_weight;         /* or NULL: scale search on dynamic groups, H's diagonal [k] in
+                                * processing order (gptq_block.h) */
     double *loss;              /* host backends: [n] GPTQ's column losses per row (malloc) */
 } gptq_dev;
 
@@ -106,6 +108,7 @@ static void gptq_dev_free(qd_backend *be, gptq_dev *d)
     qd_backend_free(be, d->zeros);
     qd_backend_free(be, d->codes);
     qd_backend_free(be, d->col_group);
+    qd_backend_free(be, d->col_weight);
     free(d->loss);
 }
 
@@ -121,7 +124,7 @@ static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, i
             .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,
             .hinv = d->h, .ldh = k, .err = d->err, .lde = B, .codes = d->codes, .ldc = k,
             .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
-            .find_params = find_params, .loss = d->loss,
+            .find_params = find_params, .loss = d->loss, .col_weight = d->col_weight,
         };
         int rc = be->ops->gptq_block(be, &a);
         if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
@@ -166,7 +169,7 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
                 .hinv = d->h, .ldh = k, .err = d->err + (i1 - s1), .lde = S, .codes = d->codes,
                 .ldc = k, .scales = d->scales, .zeros = d->zeros, .col_group = d->col_group,
                 .find_params = find_params, .ldl = 1, .acc = i1 == 0 ? NULL : d->acc, .lda = k,
-                .q = d->q, .ldq = k, .loss = d->loss,
+                .q = d->q, .ldq = k, .loss = d->loss, .col_weight = d->col_weight,
             };
             int rc = be->ops->gptq_block(be, &a);
             if (rc) return qd_err_set(err, rc, "gptq: block [%lld, %lld): %s", (long long)i1, (long long)i2, be->err.msg);
@@ -208,6 +211,9 @@ typedef struct gptq_run {
     float *hp;                   /* H in processing order (non-CPU) */
     uint8_t *codes;
     float *hdiag, *scales, *zeros;
+    float *hw;                   /* scale search (else NULL): H's own diagonal [k], original
+                                  * order, 0 for a dead column: each column's weight in its
+                                  * group's error (its input energy) */
     int64_t *perm;
     int32_t *col_group;
     gptq_dev d;
@@ -276,6 +282,11 @@ static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const 
     g->wp = g->in_place ? out->deq : g->host ? qd_backend_alloc(be, g->wbytes) : malloc(g->wbytes);
     if (!g->wp || !g->hdiag || !g->perm || !g->col_group || !g->scales || !g->zeros || !out->deq)
         return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+    if (c->scale_search == QD_SCALE_SEARCH_MSE) {
+        if (!(g->hw = malloc((size_t)k * sizeof *g->hw)))
+            return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
+        for (int64_t i = 0; i < k; i++) g->hw[i] = h[i * k + i];
+    }
     return 0;
 }
 
@@ -306,7 +317,7 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
     /* One group spanning K: the reference finds its parameters on the weights as given,
      * before dead columns are zeroed. */
     if (!g->grouped) {
-        for (int64_t r = 0; r < n; r++) qd_quant_params(c, g->w + r * k, k, 1, &g->scales[r], &g->zeros[r]);
+        for (int64_t r = 0; r < n; r++) qd_quant_params_w(c, g->w + r * k, k, 1, g->hw, &g->scales[r], &g->zeros[r]);
         qd_quant_params_rows(c, g->scales, n, 1);
     }
     int64_t *dead = malloc((size_t)k * sizeof *dead);
@@ -331,7 +342,8 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
             for (int64_t i = 0; i < out->dead_columns; i++) row[dead[i]] = 0.0f;
             for (int64_t gi = 0; gi < g->G; gi++) {
                 int64_t k0 = gi * gs, len = k - k0 < gs ? k - k0 : gs;
-                qd_quant_params(c, row + k0, len, 1, &g->scales[gi * n + r], &g->zeros[gi * n + r]);
+                qd_quant_params_w(c, row + k0, len, 1, g->hw ? g->hw + k0 : NULL, &g->scales[gi * n + r],
+                                  &g->zeros[gi * n + r]);
             }
         }
         free(row);
@@ -427,6 +439,19 @@ static int gptq_upload(gptq_run *g, qd_gptq_result *out, qd_err *err)
     if (g->host && !(d->loss = calloc((size_t)n, sizeof *d->loss)))
         return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
     int rc;
+    if (g->hw && g->find_params) {
+        /* Dynamic groups are runs of processing columns: their weights follow the order. */
+        float *cw = malloc((size_t)k * sizeof *cw);
+        d->col_weight = qd_backend_alloc(be, (size_t)k * sizeof(float));
+        if (!cw || !d->col_weight) {
+            free(cw);
+            return qd_err_set(err, QD_ERESOURCE, "gptq: out of memory for the column weights");
+        }
+        for (int64_t j = 0; j < k; j++) cw[j] = g->hw[g->perm[j]];
+        rc = qd_backend_upload(be, d->col_weight, cw, (size_t)k * sizeof(float));
+        free(cw);
+        if (rc) return qd_err_set(err, rc, "gptq: upload failed: %s", be->err.msg);
+    }
     if ((!g->host && (rc = qd_backend_upload(be, d->w, g->wp, g->wbytes))) ||
         (rc = qd_backend_upload(be, d->scales, g->scales, (size_t)(G * n) * sizeof(float))) ||
         (rc = qd_backend_upload(be, d->zeros, g->zeros, (size_t)(G * n) * sizeof(float))) ||
@@ -524,6 +549,7 @@ static void gptq_run_free(gptq_run *g, qd_gptq_result *out)
     free(g->hp);
     free(g->codes);
     free(g->hdiag);
+    free(g->hw);
     free(g->perm);
     free(g->col_group);
     free(g->scales);

@@ -20,7 +20,8 @@
  * current block before this block's in-block updates, later columns after all earlier
  * trailing updates. That is exactly what the reference does (it calls find_params on W,
  * not on the block copy W1). Otherwise (static groups, or one group for all of K) the
- * parameters are given and only read.
+ * parameters are given and only read. With cfg->scale_search mse, "qd_quant_params" is
+ * qd_quant_params_w with col_weight[j .. j + len) as the weights.
  *
  * LDL form (ldl set; only backends with the chol_ldl_upper op see it). The same algorithm
  * without H^-1 (the "LDLQ" of Chee et al., equal to GPTQ in exact arithmetic): with
@@ -76,6 +77,8 @@ typedef struct qd_gptq_block_args {
                                 * only the original w, so the caller needs no working copy) */
     int64_t ldq;
     double *loss;              /* or NULL: [n] column losses added per row (above) */
+    const float *col_weight;   /* or NULL: [k] per-column weights of the scale search's error
+                                * (cfg->scale_search mse, dynamic groups; NULL: all 1) */
 } qd_gptq_block_args;
 
 #endif

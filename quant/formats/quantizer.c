@@ -19,7 +19,8 @@ qd_quant_cfg qd_quant_cfg_default(void)
 {
     qd_quant_cfg c = {.bits = 4, .sym = 1, .group_size = 128, .clip_ratio = 1.0f,
                       .f16_scales = 1, .zero_min1 = 0, .grid = QD_GRID_INT, .scale_rule = QD_SCALE_F16,
-                      .global_scale = 0.0f, .row_block = 1};
+                      .global_scale = 0.0f, .row_block = 1, .scale_search = QD_SCALE_SEARCH_MINMAX,
+                      .search_grid = 100, .search_maxshrink = 0.8f, .search_norm = 2.0f};
     return c;
 }
 
@@ -35,6 +36,21 @@ int qd_quant_cfg_validate(const qd_quant_cfg *c, qd_err *err)
         return qd_err_set(err, QD_EINVAL, "clip_ratio: %g must be in (0, 1]", (double)c->clip_ratio);
     if (c->row_block == 0 || c->row_block < -1)
         return qd_err_set(err, QD_EINVAL, "row_block: %lld must be -1 or positive", (long long)c->row_block);
+    if (c->scale_search == QD_SCALE_SEARCH_MSE) {
+        if (c->search_grid < 1 || c->search_grid > 100000)
+            return qd_err_set(err, QD_EINVAL, "scale_search mse: grid %d must be from 1 to 100000", c->search_grid);
+        if (!(c->search_maxshrink > 0.0f && c->search_maxshrink < 1.0f))
+            return qd_err_set(err, QD_EINVAL, "scale_search mse: maxshrink %g must be in (0, 1)",
+                              (double)c->search_maxshrink);
+        if (!(c->search_norm >= 1.0f && c->search_norm <= 16.0f))
+            return qd_err_set(err, QD_EINVAL, "scale_search mse: norm %g must be in [1, 16]", (double)c->search_norm);
+        /* A scale shared by several rows is their largest; one row's search cannot pick it. */
+        if (c->row_block != 1)
+            return qd_err_set(err, QD_EINVAL, "scale_search mse: rows sharing one scale (row_block %lld) are not "
+                              "searched; use scale_search minmax", (long long)c->row_block);
+    } else if (c->scale_search != QD_SCALE_SEARCH_MINMAX) {
+        return qd_err_set(err, QD_EINVAL, "scale_search: %d is not minmax or mse", (int)c->scale_search);
+    }
     switch (c->grid) {
     case QD_GRID_INT:
         if (c->scale_rule != QD_SCALE_F16 || c->row_block != 1)
@@ -138,6 +154,10 @@ static float scale_to_f16(float s)
 void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride,
                      float *scale, float *zero)
 {
+    if (c->scale_search == QD_SCALE_SEARCH_MSE) {
+        qd_quant_params_w(c, w, n, stride, NULL, scale, zero);
+        return;
+    }
     float xmin = 0.0f, xmax = 0.0f;                     /* the range always holds 0 */
     for (int64_t i = 0; i < n; i++) {
         float v = w[i * stride];

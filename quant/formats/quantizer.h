@@ -11,7 +11,17 @@
  * qd_quant_cfg_default), so the codes and the dequantized values are exactly what a packed
  * checkpoint decodes to. With cfg.zero_min1 (GPTQ v1, asymmetric) no zero is ever 0: such a
  * group widens its scale so that zero = 1 still covers xmax (the v1 "-1" convention cannot
- * store 0). */
+ * store 0).
+ *
+ * Scale search (cfg.scale_search = QD_SCALE_SEARCH_MSE, scale_search.c): instead of the
+ * min-max range itself, each group takes the best of the shrunk ranges p * [xmin, xmax],
+ * p = 1 - i / search_grid for i = 0 .. round(search_maxshrink * search_grid) - 1 (p = 1 is
+ * min-max; each candidate's scale and zero are found exactly as above, F16 rounding
+ * included, with the clip ratio multiplied by p), by the lowest error sum_j wt_j *
+ * |w_j - deq_j|^search_norm over the group's values (wt: per-column weights, e.g. the
+ * Hessian's diagonal; 1 where none are given). Ties keep the larger p, so a group whose
+ * min-max is already best keeps min-max. GPTQ's reference Quantizer.find_params(mse=True)
+ * searches the same candidates, unweighted, with exponent 2.4. */
 #ifndef QUANT_FORMATS_QUANTIZER_H
 #define QUANT_FORMATS_QUANTIZER_H
 
@@ -20,6 +30,14 @@
 #include "quant/core/error.h"
 #include "quant/core/minifloat.h"
 #include "quant/formats/grid.h"
+
+typedef enum qd_scale_search {
+    QD_SCALE_SEARCH_MINMAX = 0,     /* the group's range as found */
+    QD_SCALE_SEARCH_MSE = 1,        /* the best shrink of it by weighted error (above) */
+} qd_scale_search;
+/* "minmax", "mse" (NULL for another value), and back (-1 for an unknown name). */
+const char *qd_scale_search_name(qd_scale_search s);
+int qd_scale_search_parse(const char *name);
 
 typedef struct qd_quant_cfg {
     int bits;               /* 2, 3, 4 or 8 */
@@ -36,6 +54,11 @@ typedef struct qd_quant_cfg {
     int64_t row_block;      /* rows that share one scale: 1 (default), 128 (FP8 128x128
                                blocks) or -1 (all rows: one scale per tensor); only with
                                scale rule F32, whose scale grows with amax */
+    qd_scale_search scale_search;   /* MINMAX (default) or MSE (above); MSE only with row_block 1 */
+    int search_grid;        /* MSE: steps of p (default 100) */
+    float search_maxshrink; /* MSE: p goes down to about 1 - maxshrink, in (0, 1) (default 0.8) */
+    float search_norm;      /* MSE: the error's exponent, >= 1 (default 2: on SmolLM2-135M as good as
+                               GPTQ's 2.4 and about half the cost, bench/results/scale-search.md) */
 } qd_quant_cfg;
 
 qd_quant_cfg qd_quant_cfg_default(void);   /* 4 bits, sym, group 128, clip 1, f16 scales */
@@ -47,9 +70,22 @@ int64_t qd_quant_n_groups(const qd_quant_cfg *c, int64_t k);
 /* Effective group length for K (group_size, or K when -1). */
 int64_t qd_quant_group_len(const qd_quant_cfg *c, int64_t k);
 
-/* Parameters of one group: n values at w[0], w[stride], ... */
+/* Parameters of one group: n values at w[0], w[stride], ... With scale search on, the
+ * search with every weight 1 (qd_quant_params_w). */
 void qd_quant_params(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride,
                      float *scale, float *zero);
+/* The same with per-value weights wt [n] (contiguous; NULL: all 1) for the scale search's
+ * error; with scale search off, exactly qd_quant_params (wt unread). */
+void qd_quant_params_w(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride, const float *wt,
+                       float *scale, float *zero);
+/* The search's error of one candidate: sum_i wt_i * |w_i - deq_i|^norm, in double (each
+ * term in float, as the search computes it); exposed for tests. */
+double qd_quant_search_err(const qd_quant_cfg *c, const float *w, int64_t n, int64_t stride, const float *wt,
+                           float scale, float zero);
+/* Candidate i's parameters for the group's range [xmin, xmax] (i = 0: min-max). */
+void qd_quant_search_candidate(const qd_quant_cfg *c, float xmin, float xmax, int i, float *scale, float *zero);
+/* How many candidates the search tries: round(maxshrink * grid), at least 1. */
+int qd_quant_search_count(const qd_quant_cfg *c);
 /* The same from the group's range: xmin = min(0, w...), xmax = max(0, w...), each found as
  * qd_quant_params does (x < xmin / x > xmax replaces, so NaNs and a -0 never enter). SIMD
  * kernels find the ranges of many groups at once and finish here. */

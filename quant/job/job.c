@@ -4,6 +4,7 @@
 #include "quant/job/job.h"
 #include "quant/job/jsonutil.h"
 #include "quant/formats/format.h"
+#include "quant/formats/quantizer.h"
 #include "quant/formats/scheme.h"
 #include "quant/formats/serving.h"
 
@@ -19,6 +20,8 @@ static const char *const style_names[] = { "gptq", "awq", NULL };
 static const char *const backend_names[] = { "auto", "cpu", "cuda", NULL };
 static const char *const layout_names[] = { "plain", "tp_aware", NULL };
 static const char *const compute_names[] = { "f32", "bf16", "auto", NULL };
+/* In qd_scale_search's order. */
+static const char *const scale_search_names[] = { "minmax", "mse", NULL };
 static const char *const serve_engine_names[] = { "vllm", NULL };
 static const char *const serve_gpu_names[] = { "hopper", "ampere", "blackwell", NULL };
 
@@ -214,6 +217,18 @@ int qp_job_validate(const qp_job *job, qp_err *err)
                               (long long)sc->group_size, sc->sym ? "true" : "false", fd->name, job->bits,
                               job->group_size, job->sym ? "true" : "false");
     }
+    if (!qd_scale_search_name((qd_scale_search)job->scale_search))
+        return qp_err_set(err, QP_EINVAL, "job.scale_search: invalid value %d", job->scale_search);
+    /* AWQ's own searches pick each group's range by the output error on calibration
+     * activations (and fake-quantize with min-max while they do): a weight-only search on
+     * top would undo what they measured. */
+    if (job->scale_search == QD_SCALE_SEARCH_MSE && method_uses_awq(job->method))
+        return qp_err_set(err, QP_EINVAL, "job.scale_search: mse is not used with method %s: AWQ's clip search already "
+                          "chooses each group's range by the output error on calibration data; leave scale_search "
+                          "minmax", qp_method_name(job->method));
+    if (job->scale_search == QD_SCALE_SEARCH_MSE && qp_job_scheme(job) && qp_job_scheme(job)->row_block != 1)
+        return qp_err_set(err, QP_EINVAL, "job.scale_search: mse searches each row's scale, and scheme %s shares one "
+                          "scale across rows; leave scale_search minmax", qp_job_scheme(job)->name);
     if (job->desc_act && !method_uses_gptq(job->method))
         return qp_err_set(err, QP_EINVAL,
                           "job.desc_act: only methods gptq and awq+gptq quantize columns in activation order; "
@@ -313,6 +328,7 @@ static const qp_job_field job_fields[] = {
     {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false", NULL},
     {"gptaq",                   "bool",              "false",        NULL,      NULL,           "true", NULL},
     {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1", NULL},
+    {"scale_search",            "string",            "\"minmax\"",   NULL,      scale_search_names, "\"mse\"", NULL},
     {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\"", NULL},
     {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\"", NULL},
     {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}", NULL},
@@ -778,6 +794,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "gptaq", &job->gptaq, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
+        (rc = get_enum(root, p, "scale_search", scale_search_names, 2, &job->scale_search, NULL, err)) ||
         (rc = get_format(root, p, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||

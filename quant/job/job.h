@@ -147,6 +147,8 @@ typedef struct qp_job {
                                        so part of the fingerprint; absent from the canonical
                                        form when false */
     double damp_percent;            /* 0 < x < 1 */
+    int scale_search;               /* qd_scale_search (quant/formats/quantizer.h): minmax
+                                       (default) or mse; not with the AWQ methods */
     qp_format format;
     int scheme;                     /* 0: none; else 1 + an index into the scheme table
                                        (quant/formats/scheme.h, qd_scheme_at): the preset

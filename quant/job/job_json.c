@@ -6,6 +6,7 @@
  * which is what the id and the checkpoint fingerprint rely on; so never reorder the
  * additions below without bumping QP_JOB_VERSION. */
 #include "quant/job/job.h"
+#include "quant/formats/quantizer.h"
 #include "quant/formats/scheme.h"
 #include "quant/job/hash.h"
 #include "quant/job/jsonutil.h"
@@ -67,6 +68,8 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     /* Only when on, so that the jobs written before it keep their derived ids. */
     if (job->gptaq) rc |= qpj_add_bool(o, "gptaq", 1);
     rc |= qpj_add_num(o, "damp_percent", job->damp_percent);
+    /* Only when not the default, so that the jobs written before it keep their derived ids. */
+    if (job->scale_search) rc |= qpj_add_str(o, "scale_search", qd_scale_search_name((qd_scale_search)job->scale_search));
     rc |= qpj_add_str(o, "format", qp_format_name(job->format));
     /* Only when given, so that the jobs written before it keep their derived ids. */
     if (job->scheme) rc |= qpj_add_str(o, "scheme", qd_scheme_at((size_t)job->scheme - 1)->name);

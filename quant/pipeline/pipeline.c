@@ -201,6 +201,7 @@ int qd_pipeline_quant_setup(qd_pipeline *p, qd_err *err)
     p->qcfg.group_size = job->group_size;
     /* A format that stores zero - offset (gptq v1) cannot hold a zero below the offset. */
     p->qcfg.zero_min1 = p->fmt->zero_offset > 0 && !job->sym;
+    p->qcfg.scale_search = (qd_scale_search)job->scale_search;
     /* A scheme's grid and scale rule (the job spec checked that bits, group and format
      * agree with it). */
     const qd_scheme *sc = qp_job_scheme(job);

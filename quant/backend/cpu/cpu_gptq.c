@@ -47,7 +47,8 @@ static void cpu_gptq_find_params(const qd_gptq_block_args *a, int64_t r, float *
         int64_t len = j + gs <= k ? gs : k - j;
         int64_t g = a->col_group[j];
         const float *src = a->ldl && a->acc ? tmp + (j - i1) : wr + j;
-        qd_quant_params(a->cfg, src, len, 1, &a->scales[g * a->n + r], &a->zeros[g * a->n + r]);
+        qd_quant_params_w(a->cfg, src, len, 1, a->col_weight ? a->col_weight + j : NULL, &a->scales[g * a->n + r],
+                          &a->zeros[g * a->n + r]);
     }
 }
 
@@ -73,8 +74,8 @@ static void cpu_gptq_params_from_batch(const qd_gptq_block_args *a, int64_t rb, 
     for (int rr = 0; rr < nr; rr++)
         for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
             int64_t len = j + gs <= k ? gs : k - j, g = a->col_group[j], r = rb + rr;
-            qd_quant_params(a->cfg, pl + (j - i1) * lanes + rr, len, lanes, &a->scales[g * a->n + r],
-                            &a->zeros[g * a->n + r]);
+            qd_quant_params_w(a->cfg, pl + (j - i1) * lanes + rr, len, lanes, a->col_weight ? a->col_weight + j : NULL,
+                              &a->scales[g * a->n + r], &a->zeros[g * a->n + r]);
         }
 }
 
@@ -285,6 +286,11 @@ static inline void cpu_transpose16(__m512 r[16])
 __attribute__((target("avx512f")))
 static void cpu_gptq_params_from_batch16(const qd_gptq_block_args *a, int64_t rb, int nr, const float *pl)
 {
+    /* The scale search reads every value per candidate, not only the range. */
+    if (a->cfg->scale_search == QD_SCALE_SEARCH_MSE) {
+        cpu_gptq_params_from_batch(a, rb, nr, pl, 16);
+        return;
+    }
     const int64_t k = a->k, i1 = a->i1, i2 = a->i2;
     const int64_t gs = a->cfg->group_size > 0 ? a->cfg->group_size : k;
     for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {

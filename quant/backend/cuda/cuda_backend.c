@@ -346,6 +346,8 @@ static int cu_qcfg_check(qd_backend *be, const char *op, const qd_quant_cfg *c, 
 {
     if (c->scale_rule == QD_SCALE_FP8_GLOBAL && !(c->global_scale > 0.0f))
         return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda %s: NVFP4 needs the tensor's global scale set", op);
+    if (fake && c->scale_search != QD_SCALE_SEARCH_MINMAX)
+        return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda %s: scale_search mse is not implemented on the GPU", op);
     if (fake && c->row_block != 1)
         return qd_err_set(&be->err, QD_EUNSUPPORTED, "cuda %s: rows sharing a scale (row_block %lld) are not "
                           "fake-quantized on the GPU", op, (long long)c->row_block);
