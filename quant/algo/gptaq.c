@@ -94,6 +94,8 @@ typedef struct gptaq_run {
     float *err1, *w1;          /* [n, B] a block's errors and its W1 after the loop */
     float *scales, *zeros;     /* [G, n] */
     float *hdiag;              /* [k] H's diagonal, dead ones set to 1, original order */
+    float *hw, *hwp;           /* scale search (else NULL): H's own diagonal [k], in original and
+                                  in processing order (gptq.c weights its search alike) */
     int64_t *perm;
     int32_t *col_group;
 } gptaq_run;
@@ -114,6 +116,8 @@ static void gptaq_run_free(gptaq_run *g)
     free(g->scales);
     free(g->zeros);
     free(g->hdiag);
+    free(g->hw);
+    free(g->hwp);
     free(g->perm);
     free(g->col_group);
 }
@@ -164,6 +168,11 @@ static int gptaq_alloc(gptaq_run *g, qd_gptq_result *out, qd_err *err)
     if (!g->wp || !g->u || !g->p || !g->t || !g->err1 || !g->w1 || !g->q || !g->codes || !g->scales || !g->zeros ||
         !g->hdiag || !g->perm || !g->col_group || !out->deq)
         return qd_err_set(err, QD_ENOMEM, "gptaq: out of memory for a [%lld, %lld] layer", (long long)n, (long long)k);
+    if (g->o->quant.scale_search == QD_SCALE_SEARCH_MSE) {
+        g->hw = malloc((size_t)k * sizeof(float));
+        g->hwp = malloc((size_t)k * sizeof(float));
+        if (!g->hw || !g->hwp) return qd_err_set(err, QD_ENOMEM, "gptaq: out of memory");
+    }
     return 0;
 }
 
@@ -173,8 +182,10 @@ static void gptaq_prepare(gptaq_run *g, const float *w, const float *h, qd_gptq_
 {
     const qd_quant_cfg *c = &g->o->quant;
     const int64_t n = g->n, k = g->k, gs = g->gs;
+    if (g->hw)
+        for (int64_t i = 0; i < k; i++) g->hw[i] = h[i * k + i];
     if (!g->grouped) {      /* one group over K: found on the weights as given */
-        for (int64_t r = 0; r < n; r++) qd_quant_params(c, w + r * k, k, 1, &g->scales[r], &g->zeros[r]);
+        for (int64_t r = 0; r < n; r++) qd_quant_params_w(c, w + r * k, k, 1, g->hw, &g->scales[r], &g->zeros[r]);
         qd_quant_params_rows(c, g->scales, n, 1);
     }
     for (int64_t i = 0; i < k; i++) {
@@ -186,6 +197,8 @@ static void gptaq_prepare(gptaq_run *g, const float *w, const float *h, qd_gptq_
     }
     if (g->o->desc_act) qd_gptq_act_order_perm(g->hdiag, k, g->perm);
     else for (int64_t i = 0; i < k; i++) g->perm[i] = i;
+    if (g->hwp)
+        for (int64_t j = 0; j < k; j++) g->hwp[j] = g->hw[g->perm[j]];
     for (int64_t r = 0; r < n; r++)
         for (int64_t j = 0; j < k; j++) {
             int64_t src = g->perm[j];
@@ -198,7 +211,8 @@ static void gptaq_prepare(gptaq_run *g, const float *w, const float *h, qd_gptq_
         for (int64_t r = 0; r < n; r++)
             for (int64_t gi = 0; gi < g->G; gi++) {
                 int64_t k0 = gi * gs, len = k - k0 < gs ? k - k0 : gs;
-                qd_quant_params(c, g->q + r * k + k0, len, 1, &g->scales[gi * n + r], &g->zeros[gi * n + r]);
+                qd_quant_params_w(c, g->q + r * k + k0, len, 1, g->hw ? g->hw + k0 : NULL, &g->scales[gi * n + r],
+                                  &g->zeros[gi * n + r]);
             }
         qd_quant_params_rows(c, g->scales, n, g->G);
     }
@@ -284,7 +298,8 @@ static void gptaq_block_row(gptaq_run *g, int64_t r, int64_t i1, int64_t i2, int
     if (g->grouped && !g->static_groups)
         for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
             int64_t len = j + gs <= k ? gs : k - j, gi = g->col_group[j];
-            qd_quant_params(c, wr + j, len, 1, &g->scales[gi * n + r], &g->zeros[gi * n + r]);
+            qd_quant_params_w(c, wr + j, len, 1, g->hwp ? g->hwp + j : NULL, &g->scales[gi * n + r],
+                              &g->zeros[gi * n + r]);
         }
     for (int64_t j = i1; j < i2; j++) w1[j - i1] = wr[j];
     for (int64_t j = i1; j < i2; j++) {

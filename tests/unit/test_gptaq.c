@@ -309,7 +309,8 @@ static void test_equal_inputs_is_gptq(void)
     qd_backend *keep = be;
     be = port;
     const int64_t n = 8, k = 32, t = 150;
-    for (int variant = 0; variant < 3; variant++) {
+    /* variants 3-5: the scale search, weighted by H's diagonal as GPTQ weights it */
+    for (int variant = 0; variant < 6; variant++) {
         test_rng rng;
         test_rng_seed(&rng, 40 + variant);
         float *xq = malloc(sizeof(float) * t * k), *xfp = malloc(sizeof(float) * t * k);
@@ -322,8 +323,9 @@ static void test_equal_inputs_is_gptq(void)
         qd_gptq_opts o = qd_gptq_opts_default();
         o.quant.group_size = 8;
         o.block_size = 16;
-        o.desc_act = variant >= 1;
-        o.static_groups = variant == 2;
+        o.desc_act = variant % 3 >= 1;
+        o.static_groups = variant % 3 == 2;
+        if (variant >= 3) o.quant.scale_search = QD_SCALE_SEARCH_MSE;
         qd_gptq_result a, b;
         CHECK_OK(qd_gptaq_quantize_h(be, &o, QD_GPTAQ_ALPHA_DEFAULT, w, n, k, h, d, &a, &err));
         CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &b, &err));
