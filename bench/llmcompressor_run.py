@@ -15,7 +15,7 @@ scaling, grid 20, its default mappings) then QuantizationModifier, W4A16 int, as
 group 64; or "scheme:NAME:rtn" / "scheme:NAME:gptq": a compressed-tensors preset (FP8_DYNAMIC,
 NVFP4A16, MXFP4A16, ...) through QuantizationModifier or GPTQModifier (actorder None,
 dampening 0.01), every Linear but lm_head (bench/schemes.sh); or "gptq:BITS:GROUP:SYM:ACTORDER" /
-"rtn:BITS:GROUP:SYM" (SYM sym or asym, ACTORDER none, static, group, weight, or default: not
+"rtn:BITS:GROUP:SYM" (SYM sym or asym, ACTORDER none, static, weight, or default: not
 named, as a user's recipe leaves it): int weights
 of any width and group, GPTQ true-sequential (bench/quality_table.sh). DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
 (torch runs bf16 matrix products on AMX where the CPU has it; GPTQ's Hessian is still

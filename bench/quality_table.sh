@@ -12,9 +12,11 @@
 # the same id file in the same order (quantd with style "awq").
 # TABLE_VARIANTS: a list of rows, each TOOL:METHOD:BITS:GROUP:SYM[:EXTRA]
 #   q:...  quantd; METHOD rtn, gptq, awq, awq+gptq; SYM sym or zp; EXTRA: job fields
-#          name=value joined by commas (JSON values: desc_act=true,static_groups=true)
+#          name=value joined by commas (JSON values: desc_act=true,static_groups=true,
+#          scale_search='"mse"')
 #   l:...  llm-compressor 0.14 ($LLMC_VENV, default BUILD_DIR/llmc-venv): METHOD rtn or gptq;
-#          EXTRA for gptq the actorder: none, static, group, or default (not named)
+#          EXTRA for gptq the actorder: none, static, or default (not named; 0.14 resolves it to
+#          static); 0.14 refuses "group" ("has been removed")
 # Each output is compressed-tensors pack-quantized; "MB" is the size of its safetensors files
 # (the float embeddings are the same in every row). Results: BUILD_DIR/quality-table/ (one
 # eval file per row and draw, kept across reruns with the same WINDOWS) and
@@ -34,7 +36,7 @@ out="${TABLE_OUT:-$here/results/quality-table.md}"
 llmc="${LLMC_VENV:-$build/llmc-venv}"
 threads="${TABLE_THREADS:-2}"
 seeds="${TABLE_SEEDS:-0 1 2 3}"
-variants="${TABLE_VARIANTS:-q:rtn:4:64:sym q:gptq:4:64:sym q:gptq:4:64:sym:desc_act=true,static_groups=true l:gptq:4:64:sym:none l:gptq:4:64:sym:static l:gptq:4:64:sym:group}"
+variants="${TABLE_VARIANTS:-q:rtn:4:64:sym q:gptq:4:64:sym:desc_act=false q:gptq:4:64:sym:desc_act=true,static_groups=true l:gptq:4:64:sym:none l:gptq:4:64:sym:default}"
 [ -x "$qctl" ] || { echo "quality_table.sh: $qctl not built" >&2; exit 1; }
 [ -f "$model/config.json" ] || { echo "quality_table.sh: $model has no config.json" >&2; exit 1; }
 mkdir -p "$work"
@@ -51,7 +53,7 @@ for seed in $seeds; do
     [ -s "$ids" ] || python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seq" "$seed" "$ids"
     for v in $variants; do
         IFS=: read -r tool meth bits group sym extra <<< "$v"
-        tag="$(echo "$v" | tr ':=,+' '__.p')-s$seed-${samples}x$seq"
+        tag="$(echo "$v" | tr ':=,+' '__.p' | tr -d '"')-s$seed-${samples}x$seq"
         dir="$work/out-$tag"
         if kept "$work/eval-$tag.json"; then continue; fi
         rm -rf "$dir"
@@ -87,7 +89,7 @@ work, out, windows, samples, seq, variants, seeds, host, ncpu = sys.argv[1:]
 seeds = seeds.split()
 fp = json.load(open(os.path.join(work, "eval-fp.json")))
 def tag(v, s):
-    return v.translate(str.maketrans(":=,+", "__.p")) + "-s%s-%sx%s" % (s, samples, seq)
+    return v.translate(str.maketrans(":=,+", "__.p")).replace('"', '') + "-s%s-%sx%s" % (s, samples, seq)
 def describe(v):
     f = v.split(":")
     tool = "quantd" if f[0] == "q" else "llm-compressor"

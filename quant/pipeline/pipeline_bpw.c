@@ -27,7 +27,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cJSON.h"
+#include <cjson/cJSON.h>
 #include "quant/algo/bpw_alloc.h"
 #include "quant/core/clock.h"
 #include "quant/core/fsutil.h"

@@ -71,6 +71,7 @@ def quantize(q, data, work, name, model, method, extra):
     out = os.path.join(work, name)
     job = {"id": "ct-" + name, "model": os.path.join(data, "models", model), "output": out, "method": method,
            "format": "compressed-tensors", **extra}
+    job.setdefault("desc_act", False)   # the evidence was made in column order unless a case names act-order
     if model == "stories260K":
         job["modules_to_not_convert"] = ["mlp."]     # 172 is no multiple of 32: left in float
     if method != "rtn":

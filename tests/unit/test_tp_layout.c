@@ -181,7 +181,8 @@ static void end_to_end_llama(void)
     qd_testgen_opts o = pt_llama_opts(128, 2);   /* intermediate 128 = tp 2 x group 32 x 2 */
     CHECK_OK(pt_gen_model(model, &o));
     CHECK_OK(pt_write_tokens(tokens, 4096, 128, 3));
-    qp_job *plain = pt_job(model, out_plain, "gptq", "gptq", tokens, "\"desc_act\":true,\"bits\":4,");
+    /* the plain job as tp_aware quantizes: act-order without static groups */
+    qp_job *plain = pt_job(model, out_plain, "gptq", "gptq", tokens, "\"desc_act\":true,\"static_groups\":false,\"bits\":4,");
     qp_job *tpj = pt_job(model, out_tp, "gptq", "gptq", tokens, "\"desc_act\":true,\"bits\":4,\"tp\":2,\"layout\":\"tp_aware\",");
     qp_job *bad = pt_job(model, out_bad, "gptq", "gptq", tokens, "\"desc_act\":true,\"bits\":4,\"tp\":8,\"layout\":\"tp_aware\",");
     CHECK(plain && tpj && bad);

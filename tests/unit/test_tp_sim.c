@@ -109,7 +109,8 @@ static void pipeline_checkpoints(void)
     qd_testgen_opts o = pt_llama_opts(256, 2);
     CHECK_OK(pt_gen_model(model, &o));
     CHECK_OK(pt_write_tokens(tokens, 4096, 128, 4));
-    qp_job *plain = pt_job(model, out_plain, "gptq", "gptq_v2", tokens, "\"desc_act\":true,\"bits\":4,");
+    /* the plain job as tp_aware quantizes: act-order without static groups */
+    qp_job *plain = pt_job(model, out_plain, "gptq", "gptq_v2", tokens, "\"desc_act\":true,\"static_groups\":false,\"bits\":4,");
     qp_job *tpj = pt_job(model, out_tp, "gptq", "gptq_v2", tokens, "\"desc_act\":true,\"bits\":4,\"tp\":4,\"layout\":\"tp_aware\",");
     CHECK(plain && tpj);
     qd_err err = {0};
