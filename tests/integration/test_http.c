@@ -28,6 +28,7 @@
 #include "daemon/http.h"
 #include "daemon/http_internal.h"
 #include "daemon/rconn.h"
+#include "http_client.h"
 #include "redis_fixture.h"
 #include "test_util.h"
 
@@ -65,53 +66,15 @@ static long long rint_(const char *fmt, const char *arg)
     return v;
 }
 
-/* ---- a plain-socket HTTP client ------------------------------------------------------- */
+/* ---- a plain-socket HTTP client (tests/http_client.h) ------------------------------------ */
 
-static int http_connect(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {5, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) { close(fd); return -1; }
-    return fd;
-}
+typedef hc_resp resp;
 
-typedef struct resp { int status; char head[4096]; char body[65536]; } resp;
-
-/* Sends raw bytes and reads the answer until the server closes (HTTP/1.0 framing). */
-static int http_raw(const char *req, size_t len, resp *out)
-{
-    memset(out, 0, sizeof *out);
-    int fd = http_connect();
-    if (fd < 0) return -1;
-    if (write(fd, req, len) != (ssize_t)len) { close(fd); return -1; }
-    static __thread char buf[200000];
-    size_t n = 0;
-    ssize_t k;
-    while (n < sizeof buf - 1 && (k = read(fd, buf + n, sizeof buf - 1 - n)) > 0) n += (size_t)k;
-    buf[n] = 0;
-    close(fd);
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep) return -1;
-    *sep = 0;
-    snprintf(out->head, sizeof out->head, "%.4000s", buf);
-    snprintf(out->body, sizeof out->body, "%.65000s", sep + 4);
-    sscanf(buf, "HTTP/%*s %d", &out->status);
-    return 0;
-}
-
+static int http_connect(void) { return hc_connect(http_port, 5); }
+static int http_raw(const char *req, size_t len, resp *out) { return hc_raw(http_port, 5, req, len, out); }
 static int http(const char *method, const char *path, const char *extra_headers, const char *body, resp *out)
 {
-    size_t blen = body ? strlen(body) : 0;
-    char *req = NULL;
-    int n = asprintf(&req, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%s%s%zu\r\n\r\n%s", method, path,
-                     extra_headers ? extra_headers : "", "Content-Length: ", blen, body ? body : "");
-    if (n < 0) return -1;
-    int rc = http_raw(req, (size_t)n, out);
-    free(req);
-    return rc;
+    return hc_request(http_port, 5, method, path, extra_headers, body, out);
 }
 
 #define AUTH "Authorization: Bearer s3cret\r\n"

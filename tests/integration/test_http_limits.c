@@ -27,52 +27,22 @@
 #include "daemon/http.h"
 #include "daemon/http_internal.h"
 #include "daemon/rconn.h"
+#include "http_client.h"
 #include "redis_fixture.h"
 #include "test_util.h"
 
 static rf_redis rs;
 static int http_port;
 
-/* ---- a plain-socket client ---------------------------------------------------------------- */
+/* ---- a plain-socket client (tests/http_client.h) ------------------------------------------ */
 
-/* A connected socket whose reads give up after `secs` (a guard, not a measurement). */
-static int sock_open(int secs)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)http_port),
-                             .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    struct timeval tv = {secs, 0};
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
-    if (connect(fd, (struct sockaddr *)&sa, sizeof sa)) { close(fd); return -1; }
-    return fd;
-}
+typedef hc_resp resp;
 
-typedef struct resp { int status; char head[4096]; char body[16384]; } resp;
-
-/* One HTTP/1.0 request; the answer is read until the server closes. -1 when no answer came
- * (refused, closed without one, or the read guard of `secs` ran out). */
+static int sock_open(int secs) { return hc_connect(http_port, secs); }
+/* -1 when no answer came (refused, closed without one, or the read guard of secs ran out). */
 static int http_g(int secs, const char *method, const char *path, const char *headers, const char *body, resp *out)
 {
-    memset(out, 0, sizeof *out);
-    int fd = sock_open(secs);
-    if (fd < 0) return -1;
-    char req[8192];
-    int n = snprintf(req, sizeof req, "%s %s HTTP/1.0\r\nHost: 127.0.0.1\r\n%sContent-Length: %zu\r\n\r\n%s", method,
-                     path, headers ? headers : "", body ? strlen(body) : 0, body ? body : "");
-    if (write(fd, req, (size_t)n) != n) { close(fd); return -1; }
-    char buf[24576];
-    size_t got = 0;
-    ssize_t k;
-    while (got < sizeof buf - 1 && (k = read(fd, buf + got, sizeof buf - 1 - got)) > 0) got += (size_t)k;
-    buf[got] = 0;
-    close(fd);
-    char *sep = strstr(buf, "\r\n\r\n");
-    if (!sep) return -1;
-    *sep = 0;
-    snprintf(out->head, sizeof out->head, "%.4000s", buf);
-    snprintf(out->body, sizeof out->body, "%.16000s", sep + 4);
-    sscanf(buf, "HTTP/%*s %d", &out->status);
-    return 0;
+    return hc_request(http_port, secs, method, path, headers, body, out);
 }
 
 static int http(const char *method, const char *path, const char *headers, const char *body, resp *out)
