@@ -20,7 +20,8 @@ named, as a user's recipe leaves it): int weights
 of any width and group, GPTQ true-sequential (bench/quality_table.sh). DTYPE: the dtype the model is loaded and run in, float32 (default) or bfloat16
 (torch runs bf16 matrix products on AMX where the CPU has it; GPTQ's Hessian is still
 accumulated in float32 from the bf16 activations). Output: compressed-tensors
-pack-quantized, plus the model's tokenizer files.
+pack-quantized, plus the model's tokenizer files; for int widths other than 4 and 8 (which
+neither vLLM nor quantd reads packed) a float checkpoint of the fake-quantized weights.
 Prints one JSON line of stage seconds.
 """
 import json, os, shutil, sys, time
@@ -105,7 +106,40 @@ oneshot(model=model, dataset=ds, recipe=recipe, max_seq_length=seq_len,
         batch_size=1, pipeline="sequential", **kw)
 t_quant = time.time()
 
-model.save_pretrained(out, save_compressed=True)
+def save_dense(model, out):
+    """Widths pack-quantized holds but neither vLLM nor quantd reads (3 bits): each quantized
+    linear's weight replaced by its fake-quantized values (compressed-tensors' own
+    fake_quantize, what the frozen model computes with), saved as a float checkpoint with the
+    source's tensor names and config, so `quantctl eval` reads exactly the weights llm-compressor
+    chose. Static groups only (a non-trivial weight_g_idx is refused)."""
+    from compressed_tensors.quantization.lifecycle.forward import fake_quantize
+    from safetensors import safe_open
+    from safetensors.torch import save_file
+    with torch.no_grad():
+        for name, m in model.named_modules():
+            s = getattr(m, "quantization_scheme", None)
+            if s is None or s.weights is None:
+                continue
+            gi = getattr(m, "weight_g_idx", None)
+            if gi is not None and not torch.equal(gi, torch.arange(gi.numel(), device=gi.device) // s.weights.group_size):
+                sys.exit("%s: weight_g_idx is not static groups; dense save refused" % name)
+            m.weight.data = fake_quantize(m.weight, m.weight_scale, getattr(m, "weight_zero_point", None), s.weights)
+    sd = model.state_dict()
+    keys = []
+    for f in sorted(os.listdir(model_dir)):
+        if f.endswith(".safetensors"):
+            with safe_open(os.path.join(model_dir, f), "pt") as h:
+                keys += list(h.keys())
+    os.makedirs(out, exist_ok=True)
+    save_file({k: sd[k].detach().to(torch.float32).contiguous().clone() for k in keys},
+              os.path.join(out, "model.safetensors"), metadata={"format": "pt"})
+    shutil.copy(os.path.join(model_dir, "config.json"), out)
+
+packed_bits = targets.startswith(("gptq:", "rtn:")) and int(targets.split(":")[1]) not in (4, 8)
+if packed_bits:
+    save_dense(model, out)
+else:
+    model.save_pretrained(out, save_compressed=True)
 for f in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json",
           "generation_config.json", "vocab.json", "merges.txt"):
     if os.path.exists(os.path.join(model_dir, f)) and not os.path.exists(os.path.join(out, f)):

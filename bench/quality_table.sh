@@ -18,7 +18,9 @@
 #          EXTRA for gptq the actorder: none, static, or default (not named; 0.14 resolves it to
 #          static); 0.14 refuses "group" ("has been removed")
 # Each output is compressed-tensors pack-quantized; "MB" is the size of its safetensors files
-# (the float embeddings are the same in every row). Results: BUILD_DIR/quality-table/ (one
+# (the float embeddings are the same in every row). Widths compressed-tensors' loaders do not
+# read packed (3 bits): quantd writes format gptq, llm-compressor's weights are saved
+# fake-quantized in float (their MB is a float model's, not a 3-bit one's). Results: BUILD_DIR/quality-table/ (one
 # eval file per row and draw, kept across reruns with the same WINDOWS) and
 # $TABLE_OUT (default bench/results/quality-table.md): per row the mean over the draws and
 # the spread (min-max).
@@ -70,9 +72,11 @@ for seed in $seeds; do
                 IFS=, read -ra kv <<< "$extra"
                 for f in "${kv[@]}"; do fields="$fields, \"${f%%=*}\": ${f#*=}"; done
             fi
+            fmt=compressed-tensors
+            case "$bits" in 4|8) ;; *) fmt=gptq ;; esac
             cal=""
             [ "$meth" = rtn ] || cal=", \"calibration\": {\"path\": \"$ids\", \"samples\": $samples, \"seq_len\": $seq, \"style\": \"awq\"}"
-            echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"$meth\", \"bits\": $bits, \"group_size\": $group, \"sym\": $([ "$sym" = sym ] && echo true || echo false), \"format\": \"compressed-tensors\"$fields$cal}" > "$work/job-$tag.json"
+            echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"$meth\", \"bits\": $bits, \"group_size\": $group, \"sym\": $([ "$sym" = sym ] && echo true || echo false), \"format\": \"$fmt\"$fields$cal}" > "$work/job-$tag.json"
             "$qctl" quantize --threads "$threads" "$work/job-$tag.json" > "$work/log-$tag.txt" 2>&1 || { echo "$v seed $seed: quantize failed (log-$tag.txt)" >&2; continue; }
         fi
         echo "$(date +%s.%N) - $t0" | bc > "$work/seconds-$tag.txt"
@@ -111,9 +115,10 @@ for v in variants.split():
         rows.append("| %s | %s | %s | %s | not run | - | - | - | - |" % (tool, meth, grid, extra)); continue
     kl = [e["kl_mean"] for _, e in ev]; ppl = [e["ppl"] for _, e in ev]; t1 = [e["top1_agree"] for _, e in ev]
     mb = int(open(os.path.join(work, "bytes-%s.txt" % tag(v, ev[0][0]))).read()) / 1e6
-    rows.append("| %s | %s | %s | %s | %.4f | %.4f-%.4f | %.2f | %.2f%% | %.3f | %s |" % (
-        tool, meth, grid, extra, sum(kl) / len(kl), min(kl), max(kl), sum(ppl) / len(ppl), 100 * sum(t1) / len(t1), mb,
-        len(ev)))
+    dense = v.split(":")[0] == "l" and v.split(":")[2] not in ("4", "8")   # saved fake-quantized in float
+    rows.append("| %s | %s | %s | %s | %.4f | %.4f-%.4f | %.2f | %.2f%% | %s | %s |" % (
+        tool, meth, grid, extra, sum(kl) / len(kl), min(kl), max(kl), sum(ppl) / len(ppl), 100 * sum(t1) / len(t1),
+        "(float)" if dense else "%.3f" % mb, len(ev)))
 with open(out, "w") as f:
     f.write("# Integer quality table: quantd and llm-compressor on SmolLM2-135M\n\n")
     f.write("Date: %s. Machine: %s, %s CPUs shared with other builds. Produced by `TABLE_SEEDS=\"%s\" "

@@ -107,6 +107,27 @@ qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p)
     return o;
 }
 
+/* Moves GPTQ's (or GPTAQ's) codes and dequantized weight out of r into layer and deq, fills
+ * res's damping, fallback, seconds and note, and frees what r still holds. */
+static void result_take(qd_gptq_result *r, qd_qlayer *layer, qd_deq *deq, qd_layer_result *res)
+{
+    *layer = r->layer;
+    memset(&r->layer, 0, sizeof r->layer);
+    deq->w = r->deq;
+    deq->be = r->deq_be;
+    r->deq = NULL;
+    r->deq_be = NULL;
+    res->damp = r->damp_percent;
+    res->fallback = r->fallback_rtn;
+    res->seconds = r->seconds;
+    if (r->fallback_rtn)
+        snprintf(res->note, sizeof res->note, "Cholesky failed up to damp %.3g: fell back to RTN", r->damp_percent);
+    else if (r->damp_retries)
+        snprintf(res->note, sizeof res->note, "damping raised to %.3g after %d failed Cholesky tries", r->damp_percent,
+                 r->damp_retries);
+    qd_gptq_result_free(r);
+}
+
 int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use_gptq, float global_scale, const float *w,
                                 int64_t n, int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err)
@@ -131,21 +152,8 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use
     memset(&r, 0, sizeof r);
     int rc = qd_gptq_quantize_shared(p->be, &o, w, n, k, h, shared, &r, err);
     if (rc) return rc;
-    *layer = r.layer;
-    memset(&r.layer, 0, sizeof r.layer);
-    deq->w = r.deq;
-    deq->be = r.deq_be;
-    r.deq = NULL;
-    r.deq_be = NULL;
-    res->damp = r.damp_percent;
-    res->fallback = r.fallback_rtn;
-    res->seconds = r.seconds;
-    *h_err = r.h_err;
-    if (r.fallback_rtn)
-        snprintf(res->note, sizeof res->note, "Cholesky failed up to damp %.3g: fell back to RTN", r.damp_percent);
-    else if (r.damp_retries)
-        snprintf(res->note, sizeof res->note, "damping raised to %.3g after %d failed Cholesky tries", r.damp_percent, r.damp_retries);
-    qd_gptq_result_free(&r);
+    *h_err = r.h_err;            /* before result_take clears r */
+    result_take(&r, layer, deq, res);
     return 0;
 }
 
@@ -166,20 +174,7 @@ int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const 
     qd_gptq_result r;
     int rc = qd_gptaq_quantize_h(p->be, &o, QD_GPTAQ_ALPHA_DEFAULT, w, n, k, h->h, dxx->d, &r, err);
     if (rc) return rc;
-    *layer = r.layer;
-    memset(&r.layer, 0, sizeof r.layer);
-    deq->w = r.deq;
-    deq->be = r.deq_be;
-    r.deq = NULL;
-    r.deq_be = NULL;
-    res->damp = r.damp_percent;
-    res->fallback = r.fallback_rtn;
-    res->seconds = r.seconds;
-    if (r.fallback_rtn)
-        snprintf(res->note, sizeof res->note, "Cholesky failed up to damp %.3g: fell back to RTN", r.damp_percent);
-    else if (r.damp_retries)
-        snprintf(res->note, sizeof res->note, "damping raised to %.3g after %d failed Cholesky tries", r.damp_percent, r.damp_retries);
-    qd_gptq_result_free(&r);
+    result_take(&r, layer, deq, res);
     return 0;
 }
 
