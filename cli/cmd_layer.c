@@ -205,6 +205,7 @@ static void layer_help(FILE *f)
         "usage: quantctl layer --weight W.safetensors[:NAME] --inputs X.safetensors[:NAME]\n"
         "                      --method gptq|awq|rtn --bits B --group-size G --out OUT.safetensors\n"
         "                      [--sym] [--desc-act] [--static-groups] [--damp 0.01]\n"
+        "                      [--scale-search minmax|mse]\n"
         "                      [--format NAME] [--block-size 128] [--backend cpu]\n"
         "       quantctl layer --weight ... --inputs ... --method M --scheme NAME --out OUT.safetensors\n"
         "\n"
@@ -223,6 +224,8 @@ static void layer_help(FILE *f)
         "  --desc-act      GPTQ act-order (columns by decreasing Hessian diagonal)\n"
         "  --static-groups GPTQ group parameters from the unpermuted weights, found up front\n"
         "  --damp          GPTQ damping fraction of mean(diag H), in (0, 1); default 0.01\n"
+        "  --scale-search  minmax (default) or mse: each group's range searched by its error\n"
+        "                  weighted with H's diagonal (gptq) or 1 (rtn); docs/methods.md\n"
         "  --format        a name of the format table (gptq, gptq_v2, awq_gemm, compressed-tensors);\n"
         "                  default as a job's: awq_gemm for awq at 4 bits, else gptq\n"
         "  --scheme        a scheme (W4A16, FP8_DYNAMIC, FP8_BLOCK, NVFP4A16, MXFP4A16, ...): sets bits,\n"
@@ -238,6 +241,7 @@ typedef struct layer_args {
     int64_t group_size;
     int have_bits, have_group;
     int sym, desc_act, static_groups;
+    int scale_search;            /* qd_scale_search */
     double damp;
     int64_t block_size;
 } layer_args;
@@ -263,6 +267,11 @@ static int layer_parse(int argc, char **argv, layer_args *a)
         if ((v = layer_opt(argc, argv, &i, "--scheme", &missing))) { a->scheme = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--out", &missing))) { a->out = v; continue; }
         if ((v = layer_opt(argc, argv, &i, "--backend", &missing))) { a->backend = v; continue; }
+        if ((v = layer_opt(argc, argv, &i, "--scale-search", &missing))) {
+            if ((a->scale_search = qd_scale_search_parse(v)) < 0)
+                return -layer_err(QCTL_USAGE, "layer", "--scale-search: '%s' is not minmax or mse", v);
+            continue;
+        }
         if ((v = layer_opt(argc, argv, &i, "--bits", &missing))) {
             int64_t b;
             if (layer_parse_i64(v, &b) || b < 0 || b > 64)
@@ -325,6 +334,9 @@ static int layer_parse(int argc, char **argv, layer_args *a)
     }
     if (strcmp(a->method, "gptq") && (a->desc_act || a->static_groups))
         return -layer_err(QCTL_USAGE, "layer", "--desc-act and --static-groups apply to --method gptq only");
+    if (!strcmp(a->method, "awq") && a->scale_search == QD_SCALE_SEARCH_MSE)
+        return -layer_err(QCTL_USAGE, "layer", "--scale-search mse is not used with --method awq: AWQ's clip search "
+                          "already chooses each group's range");
     return 0;
 }
 
@@ -503,6 +515,7 @@ int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
     qc.sym = a.sym;
     qc.group_size = a.group_size;
     qc.zero_min1 = !a.sym && fmt->zero_offset == 1;
+    qc.scale_search = (qd_scale_search)a.scale_search;
     const qd_scheme *sc = a.scheme ? qd_scheme_find(a.scheme) : NULL;
     if (sc) {
         qc.grid = sc->grid;
@@ -579,6 +592,7 @@ int cmd_layer(int argc, char **argv, const qd_runtime_opts *rt)
     cJSON_AddBoolToObject(j, "sym", a.sym);
     cJSON_AddBoolToObject(j, "desc_act", a.desc_act);
     cJSON_AddBoolToObject(j, "static_groups", a.static_groups);
+    cJSON_AddStringToObject(j, "scale_search", qd_scale_search_name((qd_scale_search)a.scale_search));
     cJSON_AddNumberToObject(j, "damp_percent", a.damp);
     cJSON_AddNumberToObject(j, "n", (double)n);
     cJSON_AddNumberToObject(j, "k", (double)k);

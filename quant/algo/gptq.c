@@ -15,6 +15,7 @@
 #include "quant/core/clock.h"
 #include "quant/core/finite.h"
 #include "quant/core/log.h"
+#include "quant/core/parallel.h"
 
 qd_gptq_opts qd_gptq_opts_default(void)
 {
@@ -307,6 +308,36 @@ static void gptq_diag_order(gptq_run *g, int64_t *dead, int64_t *n_dead)
     else for (int64_t i = 0; i < k; i++) g->perm[i] = i;
 }
 
+/* Static groups' parameters of rows [lo, hi): each row with its dead columns zeroed, as
+ * the reference finds them on the unpermuted weights. */
+typedef struct static_params_ctx {
+    gptq_run *g;
+    const int64_t *dead;
+    int64_t n_dead;
+    int oom;                     /* set by a share that could not get its row buffer */
+} static_params_ctx;
+
+static void static_params_rows(void *ctx, int t, int64_t lo, int64_t hi)
+{
+    static_params_ctx *sp = ctx;
+    gptq_run *g = sp->g;
+    const qd_quant_cfg *c = &g->o->quant;
+    const int64_t n = g->n, k = g->k, gs = g->gs;
+    (void)t;
+    float *row = malloc((size_t)k * sizeof *row);
+    if (!row) { __atomic_store_n(&sp->oom, 1, __ATOMIC_RELAXED); return; }
+    for (int64_t r = lo; r < hi; r++) {
+        memcpy(row, g->w + r * k, (size_t)k * sizeof *row);
+        for (int64_t i = 0; i < sp->n_dead; i++) row[sp->dead[i]] = 0.0f;
+        for (int64_t gi = 0; gi < g->G; gi++) {
+            int64_t k0 = gi * gs, len = k - k0 < gs ? k - k0 : gs;
+            qd_quant_params_w(c, row + k0, len, 1, g->hw ? g->hw + k0 : NULL, &g->scales[gi * n + r],
+                              &g->zeros[gi * n + r]);
+        }
+    }
+    free(row);
+}
+
 /* Columns: dead ones (H[i][i] == 0: H[i][i] = 1 and W[:, i] = 0; hdiag keeps the fixed
  * diagonal in the original order), the act-order permutation, W in processing order, static
  * groups' parameters and each column's group. */
@@ -335,18 +366,12 @@ static int gptq_prepare(gptq_run *g, qd_gptq_result *out, qd_err *err)
         else memcpy(dst, src, (size_t)k * sizeof(float));
     }
     if (g->static_groups) {
-        float *row = malloc((size_t)k * sizeof *row);
-        if (!row) { free(dead); return qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); }
-        for (int64_t r = 0; r < n; r++) {
-            memcpy(row, g->w + r * k, (size_t)k * sizeof *row);
-            for (int64_t i = 0; i < out->dead_columns; i++) row[dead[i]] = 0.0f;
-            for (int64_t gi = 0; gi < g->G; gi++) {
-                int64_t k0 = gi * gs, len = k - k0 < gs ? k - k0 : gs;
-                qd_quant_params_w(c, row + k0, len, 1, g->hw ? g->hw + k0 : NULL, &g->scales[gi * n + r],
-                                  &g->zeros[gi * n + r]);
-            }
-        }
-        free(row);
+        /* Rows are independent: spread over the backend's threads (the search reads every
+         * value once per candidate); each share has its own row buffer. */
+        static_params_ctx sp = {.g = g, .dead = dead, .n_dead = out->dead_columns};
+        int nt = c->scale_search == QD_SCALE_SEARCH_MSE && g->be->n_threads > 1 ? g->be->n_threads : 1;
+        qd_parallel_for(nt, n, 16, static_params_rows, &sp);
+        if (sp.oom) { free(dead); return qd_err_set(err, QD_ENOMEM, "gptq: out of memory"); }
         qd_quant_params_rows(c, g->scales, n, g->G);
     }
     if (out->dead_columns) {

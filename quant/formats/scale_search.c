@@ -48,6 +48,52 @@ static inline float search_pow(float d, float norm)
     return norm == 2.0f ? d * d : norm == 1.0f ? d : powf(d, norm);
 }
 
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+
+/* search_err_bounded for the common case (integer grid, exponent 2, contiguous values): the
+ * eight terms of a chunk computed in one AVX2 register with exactly the scalar operations
+ * (IEEE division, round to nearest even, the clamp, s * (q - z), no FMA), then summed in
+ * the scalar's order, so the result is the scalar's to the bit (test_scale_search). */
+__attribute__((target("avx2")))
+static double search_err_int2_avx2(const float *w, int64_t n, const float *wt, float scale, float zero, int maxq,
+                                   double bound)
+{
+    const __m256 vs = _mm256_set1_ps(scale), vz = _mm256_set1_ps(zero), vmax = _mm256_set1_ps((float)maxq);
+    const __m256 vzero = _mm256_setzero_ps(), sign = _mm256_set1_ps(-0.0f);
+    double e = 0.0;
+    int64_t i0 = 0;
+    for (; i0 + 8 <= n; i0 += 8) {
+        __m256 v = _mm256_loadu_ps(w + i0);
+        __m256 q = _mm256_add_ps(_mm256_round_ps(_mm256_div_ps(v, vs), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC), vz);
+        q = _mm256_min_ps(_mm256_max_ps(q, vzero), vmax);
+        __m256 d = _mm256_andnot_ps(sign, _mm256_sub_ps(v, _mm256_mul_ps(vs, _mm256_sub_ps(q, vz))));
+        __m256 t = _mm256_mul_ps(d, d);
+        if (wt) t = _mm256_mul_ps(_mm256_loadu_ps(wt + i0), t);
+        float tt[8];
+        _mm256_storeu_ps(tt, t);
+        float part = 0.0f;
+        for (int i = 0; i < 8; i++) part += tt[i];
+        e += (double)part;
+        if (e >= bound) return e;
+    }
+    float part = 0.0f;
+    for (int64_t i = i0; i < n; i++) {
+        float v = w[i];
+        float d = fabsf(v - qd_quant_dequant(qd_quant_code(v, scale, zero, maxq), scale, zero));
+        part += wt ? wt[i] * (d * d) : d * d;
+    }
+    return i0 < n ? e + (double)part : e;
+}
+
+static int search_have_avx2(void)
+{
+    static int have = -1;       /* a race writes the same value */
+    if (have < 0) have = __builtin_cpu_supports("avx2") ? 1 : 0;
+    return have;
+}
+#endif
+
 /* The error of one candidate, given up (returning a value >= bound) as soon as the partial
  * sum reaches bound: every term is >= 0, so such a candidate cannot win, and the search
  * picks exactly what the full sums would. The sum is checked every 8 values. */
@@ -55,6 +101,10 @@ static double search_err_bounded(const qd_quant_cfg *c, const float *w, int64_t 
                                  float scale, float zero, double bound)
 {
     const float norm = c->search_norm;
+#if defined(__x86_64__) && defined(__GNUC__)
+    if (c->grid == QD_GRID_INT && norm == 2.0f && stride == 1 && search_have_avx2())
+        return search_err_int2_avx2(w, n, wt, scale, zero, qd_quant_maxq(c), bound);
+#endif
     const int maxq = qd_quant_maxq(c), is_int = c->grid == QD_GRID_INT;
     double e = 0.0;
     for (int64_t i0 = 0; i0 < n; i0 += 8) {

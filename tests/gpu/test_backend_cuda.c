@@ -499,17 +499,21 @@ static void test_gptq_layer(void)
 {
     const int64_t n = 96, k = 256, rows = 512;
     float *w = rnd(n * k, 0.05f), *x = rnd(rows * k, 1), *h = hessian_of(x, rows, k);
-    for (int act = 0; act < 2; act++) {
+    /* Dynamic groups (column order, and act-order without static groups), with min-max and
+     * with the scale search under H's diagonal, found by the kernel as it goes. */
+    for (int c = 0; c < 4; c++) {
+        const int act = c & 1;
         qd_gptq_opts o = qd_gptq_opts_default();
         o.desc_act = act;
         o.quant.sym = !act;
         o.quant.group_size = 64;
+        o.quant.scale_search = c >= 2 ? QD_SCALE_SEARCH_MSE : QD_SCALE_SEARCH_MINMAX;
         qd_gptq_result rc_cpu, rc_gpu;
         qd_err err = {0};
         CHECK_OK(qd_gptq_quantize_h(cpu, &o, w, n, k, h, &rc_cpu, &err));
         int rc = qd_gptq_quantize_h(gpu, &o, w, n, k, h, &rc_gpu, &err);
         CHECK_OK(rc);
-        if (rc) { fprintf(stderr, "gpu gptq: %s\n", err.msg); qd_gptq_result_free(&rc_cpu); continue; }
+        if (rc) { fprintf(stderr, "gpu gptq (case %d): %s\n", c, err.msg); qd_gptq_result_free(&rc_cpu); continue; }
         int64_t diff = 0;
         for (int64_t i = 0; i < n * k; i++) diff += rc_cpu.layer.q[i] != rc_gpu.layer.q[i];
         CHECK(diff <= n * k / 200);

@@ -118,6 +118,20 @@ static void test_gptq_block(void)
     CHECK_INT(qd_backend_gptq_block_args_check("cuda gptq_block", &b, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "13000 columns");
     CHECK_INT(qd_backend_gptq_block_args_check("cuda gptq_block", NULL, &err), QD_EINVAL);
+    /* The scale search on dynamic groups runs on the device with the exponents it computes
+     * exactly (2, the default, and 1); another is refused, naming it. */
+    qd_quant_cfg mse = cfg;
+    mse.scale_search = QD_SCALE_SEARCH_MSE;
+    mse.search_norm = 2.0f;
+    b = a;
+    b.cfg = &mse;
+    b.find_params = 1;
+    CHECK_OK(qd_backend_gptq_block_args_check("cuda gptq_block", &b, &err));
+    mse.search_norm = 2.4f;
+    CHECK_INT(qd_backend_gptq_block_args_check("cuda gptq_block", &b, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "exponent 2.4");
+    b.find_params = 0;                        /* static groups: no search in the op */
+    CHECK_OK(qd_backend_gptq_block_args_check("cuda gptq_block", &b, &err));
 }
 
 int main(void)

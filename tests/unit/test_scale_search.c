@@ -92,6 +92,50 @@ static void check_group(const qd_quant_cfg *c, const float *w, int64_t n, int64_
     }
 }
 
+/* The SIMD error sum (contiguous values, integer grid, exponent 2) against the scalar one
+ * (the same values strided): equal to the bit, for group lengths with and without a tail,
+ * with and without weights, every candidate, and with a bound that stops the sum early. */
+static void test_simd_equals_scalar(void)
+{
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    enum { MAXN = 200 };
+    float w[MAXN], ws[2 * MAXN], wt[MAXN];
+    static const int64_t lens[] = {8, 13, 32, 64, 128, 200};
+    for (int bits = 3; bits <= 4; bits++)
+        for (int sym = 0; sym < 2; sym++)
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+                qd_quant_cfg c = cfg(bits, sym);
+                int64_t n = lens[li];
+                fill_group(&rng, w, n, 1, (int)(li % 2));
+                for (int64_t i = 0; i < n; i++) {
+                    ws[2 * i] = w[i];
+                    ws[2 * i + 1] = 1e9f;          /* never read: stride 2 */
+                    wt[i] = 0.5f + test_rng_uniform(&rng);
+                }
+                float xmin = 0.0f, xmax = 0.0f;
+                for (int64_t i = 0; i < n; i++) {
+                    if (w[i] < xmin) xmin = w[i];
+                    if (w[i] > xmax) xmax = w[i];
+                }
+                for (int ci = 0; ci < qd_quant_search_count(&c); ci += 7) {
+                    float cs, cz;
+                    qd_quant_search_candidate(&c, xmin, xmax, ci, &cs, &cz);
+                    for (int weighted = 0; weighted < 2; weighted++) {
+                        const float *pw = weighted ? wt : NULL;
+                        double e1 = qd_quant_search_err(&c, w, n, 1, pw, cs, cz);
+                        double e2 = qd_quant_search_err(&c, ws, n, 2, pw, cs, cz);
+                        CHECK(e1 == e2);
+                    }
+                }
+                /* The chosen parameters too (the bound stops sums early in both). */
+                float s1, z1, s2, z2;
+                qd_quant_params_w(&c, w, n, 1, wt, &s1, &z1);
+                qd_quant_params_w(&c, ws, n, 2, wt, &s2, &z2);
+                CHECK(s1 == s2 && z1 == z2);
+            }
+}
+
 static void test_brute_force(void)
 {
     test_rng rng;
@@ -198,7 +242,8 @@ static void test_validate(void)
     c = cfg(4, 1);
     c.scale_search = (qd_scale_search)5;
     CHECK_ERR(qd_quant_cfg_validate(&c, &e));
-    /* The device's gptq_block refuses the search on dynamic groups, by name. */
+    /* The device's gptq_block searches dynamic groups with the exponent 2 (cfg's) and
+     * refuses one it cannot compute as the reference does, by name. */
     c = cfg(4, 1);
     float f = 0;
     uint8_t u = 0;
@@ -206,6 +251,8 @@ static void test_validate(void)
     qd_gptq_block_args a = {.cfg = &c, .n = 1, .k = 1, .i1 = 0, .i2 = 1, .w = &f, .ldw = 1, .hinv = &f, .ldh = 1,
                             .err = &f, .lde = 1, .codes = &u, .ldc = 1, .scales = &f, .zeros = &f,
                             .col_group = &cg, .find_params = 1};
+    CHECK_OK(qd_backend_gptq_block_args_check("dev gptq_block", &a, &e));
+    c.search_norm = 3.0f;
     CHECK_INT(qd_backend_gptq_block_args_check("dev gptq_block", &a, &e), QD_EUNSUPPORTED);
     CHECK_CONTAINS(e.msg, "scale_search mse");
     c.scale_search = QD_SCALE_SEARCH_MINMAX;
@@ -329,6 +376,7 @@ int main(void)
         return 1;
     }
     TEST_RUN(test_brute_force);
+    TEST_RUN(test_simd_equals_scalar);
     TEST_RUN(test_off_is_minmax);
     TEST_RUN(test_validate);
     TEST_RUN(test_rtn);

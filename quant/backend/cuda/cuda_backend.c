@@ -334,7 +334,8 @@ static int cu_chol_inverse_upper(qd_backend *be, float *h, int64_t k)
 static cudaop_qcfg cu_qcfg(const qd_quant_cfg *c)
 {
     cudaop_qcfg q = {c->bits, c->sym, c->f16_scales, c->zero_min1, c->group_size, c->clip_ratio,
-                     (int)c->grid, (int)c->scale_rule, c->global_scale};
+                     (int)c->grid, (int)c->scale_rule, c->global_scale, c->scale_search == QD_SCALE_SEARCH_MSE, c->search_grid,
+                     qd_quant_search_count(c), c->search_norm};
     return q;
 }
 
@@ -362,7 +363,7 @@ static int cu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     LAUNCH(be, "gptq_block kernel",
            cudaop_gptq_block(cu_impl(be)->stream, cu_qcfg(a->cfg), a->n, a->k, a->i1, a->i2, a->w, a->ldw, a->hinv,
                              a->ldh, a->err, a->lde, a->codes, a->ldc, a->scales, a->zeros, a->col_group,
-                             a->find_params));
+                             a->find_params, a->col_weight));
     return 0;
 }
 

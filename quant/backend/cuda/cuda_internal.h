@@ -32,6 +32,9 @@ typedef struct cudaop_qcfg {
     float clip_ratio;
     int grid, scale_rule;      /* qd_grid, qd_scale_rule (quant/formats/grid.h) */
     float global_scale;        /* QD_SCALE_FP8_GLOBAL: set (the host refuses 0) */
+    int search_mse;            /* 1: scale_search mse (quantizer.h), with: */
+    int search_grid, search_count; /* qd_quant_cfg's grid and qd_quant_search_count (from the host) */
+    float search_norm;         /* 1 or 2 (qd_backend_gptq_block_args_check) */
 } cudaop_qcfg;
 
 int cudaop_symmetrize_upper(void *stream, float *h, int64_t k);
@@ -43,7 +46,8 @@ int cudaop_to_bf16(void *stream, const float *src, int64_t rows, int64_t cols, i
 int cudaop_finish_upper(void *stream, float *h, int64_t k, int *flag);
 int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2, float *w,
                       int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde, uint8_t *codes,
-                      int64_t ldc, float *scales, float *zeros, const int32_t *col_group, int find_params);
+                      int64_t ldc, float *scales, float *zeros, const int32_t *col_group, int find_params,
+                      const float *col_weight);
 int cudaop_fake_quant(void *stream, cudaop_qcfg cfg, float *w, int64_t n, int64_t k, int *flag);
 int cudaop_scale_cols(void *stream, float *w, int64_t rows, int64_t cols, const float *s, int inverse);
 /* Writes sum((a-b)^2) as a double to *out_dev; partial holds CUDAOP_REDUCE_BLOCKS doubles. */

@@ -61,18 +61,13 @@ __device__ static float dq_float_scale(const cudaop_qcfg &c, float a)
     return s > 0.0f ? s : 0x1p-126f;
 }
 
-__device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n, float *scale, float *zero)
+/* qd_quant_params_range: a group's parameters from its range, with c.clip_ratio applied. */
+__device__ static void dq_params_range(const cudaop_qcfg &c, float xmin, float xmax, float *scale, float *zero)
 {
     const int maxq = (1 << c.bits) - 1;
-    float xmin = 0.0f, xmax = 0.0f;
-    for (int64_t i = 0; i < n; i++) {
-        float v = w[i];
-        if (v < xmin) xmin = v;
-        if (v > xmax) xmax = v;
-    }
     if (c.grid != QD_GRID_INT) {
         float a = fabsf(xmin) > xmax ? fabsf(xmin) : xmax;
-        if (c.clip_ratio > 0.0f && c.clip_ratio < 1.0f) a *= c.clip_ratio;
+        if (c.clip_ratio > 0.0f && c.clip_ratio < 1.0f) a = __fmul_rn(a, c.clip_ratio);
         *scale = dq_float_scale(c, a);
         *zero = 0.0f;
         return;
@@ -83,8 +78,8 @@ __device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n
         xmin = -a;
     }
     if (c.clip_ratio > 0.0f && c.clip_ratio < 1.0f) {
-        xmin *= c.clip_ratio;
-        xmax *= c.clip_ratio;
+        xmin = __fmul_rn(xmin, c.clip_ratio);
+        xmax = __fmul_rn(xmax, c.clip_ratio);
     }
     if (xmin == xmax) {
         xmin = -1.0f;
@@ -114,6 +109,26 @@ __device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n
     *zero = z;
 }
 
+/* The group's range as qd_quant_params finds it (0 always inside it). */
+__device__ static void dq_range(const float *w, int64_t n, float *xmin, float *xmax)
+{
+    float lo = 0.0f, hi = 0.0f;
+    for (int64_t i = 0; i < n; i++) {
+        float v = w[i];
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+    }
+    *xmin = lo;
+    *xmax = hi;
+}
+
+__device__ static void dq_params(const cudaop_qcfg &c, const float *w, int64_t n, float *scale, float *zero)
+{
+    float xmin, xmax;
+    dq_range(w, n, &xmin, &xmax);
+    dq_params_range(c, xmin, xmax, scale, zero);
+}
+
 __device__ static int dq_code(float w, float s, float z, int maxq)
 {
     float v = rintf(__fdiv_rn(w, s)) + z;
@@ -140,6 +155,64 @@ __device__ static float dq_dequant_g(const cudaop_qcfg &c, int q, float s, float
     return dq_dequant(q, s, z);
 }
 
+/* ---- the scale search (device copy of quant/formats/scale_search.c) ---------------------- */
+
+/* The weighted error of one candidate, given up once the partial sum reaches bound; eight
+ * terms summed in float, then into the double, in the reference's order (so the choice is
+ * the reference's). The host refuses norms other than 1 and 2 (powf is not the C library's). */
+__device__ static double dq_search_err(const cudaop_qcfg &c, const float *w, int64_t n, const float *wt, float s,
+                                       float z, double bound)
+{
+    const int maxq = (1 << c.bits) - 1;
+    double e = 0.0;
+    for (int64_t i0 = 0; i0 < n; i0 += 8) {
+        const int64_t i1 = i0 + 8 < n ? i0 + 8 : n;
+        float part = 0.0f;
+        for (int64_t i = i0; i < i1; i++) {
+            float v = w[i];
+            float d = fabsf(__fsub_rn(v, dq_dequant_g(c, dq_code_g(c, v, s, z, maxq), s, z)));
+            float t = c.search_norm == 2.0f ? __fmul_rn(d, d) : d;
+            part = __fadd_rn(part, wt ? __fmul_rn(wt[i], t) : t);
+        }
+        e += (double)part;
+        if (e >= bound) return e;
+    }
+    return e;
+}
+
+/* qd_quant_params_w: min-max, or with scale_search mse the best of the shrunk ranges. */
+__device__ static void dq_params_w(const cudaop_qcfg &c, const float *w, int64_t n, const float *wt, float *scale,
+                                   float *zero)
+{
+    float xmin, xmax, bs, bz;
+    dq_range(w, n, &xmin, &xmax);
+    dq_params_range(c, xmin, xmax, &bs, &bz);
+    if (!c.search_mse || (xmin == 0.0f && xmax == 0.0f)) {
+        *scale = bs;
+        *zero = bz;
+        return;
+    }
+    double best = dq_search_err(c, w, n, wt, bs, bz, INFINITY);
+    float ps = bs, pz = bz;
+    for (int i = 1; i < c.search_count && best > 0.0; i++) {
+        cudaop_qcfg cc = c;
+        cc.clip_ratio = __fmul_rn(c.clip_ratio, __fsub_rn(1.0f, __fdiv_rn((float)i, (float)c.search_grid)));
+        float s, z;
+        dq_params_range(cc, xmin, xmax, &s, &z);
+        if (s == ps && z == pz) continue;
+        ps = s;
+        pz = z;
+        double e = dq_search_err(c, w, n, wt, s, z, best);
+        if (e < best) {
+            best = e;
+            bs = s;
+            bz = z;
+        }
+    }
+    *scale = bs;
+    *zero = bz;
+}
+
 /* ---- GPTQ block --------------------------------------------------------------------- */
 
 /* One thread per row, RB rows per thread block; the block copy lives in shared memory as
@@ -149,7 +222,7 @@ __device__ static float dq_dequant_g(const cudaop_qcfg &c, int q, float s, float
 __global__ void k_gptq_block(cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2, float *w,
                              int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde,
                              uint8_t *codes, int64_t ldc, float *scales, float *zeros, const int32_t *col_group,
-                             int find_params, int rb)
+                             int find_params, const float *col_weight, int rb)
 {
     extern __shared__ float w1[];
     const int t = threadIdx.x;
@@ -161,7 +234,7 @@ __global__ void k_gptq_block(cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, 
         const int64_t gs = cfg.group_size > 0 ? cfg.group_size : k;
         for (int64_t j = (i1 + gs - 1) / gs * gs; j < i2; j += gs) {
             int64_t len = j + gs <= k ? gs : k - j, g = col_group[j];
-            dq_params(cfg, wr + j, len, &scales[g * n + r], &zeros[g * n + r]);
+            dq_params_w(cfg, wr + j, len, col_weight ? col_weight + j : NULL, &scales[g * n + r], &zeros[g * n + r]);
         }
     }
     for (int64_t i = 0; i < B; i++) w1[i * rb + t] = wr[i1 + i];
@@ -183,7 +256,7 @@ __global__ void k_gptq_block(cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, 
 extern "C" int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64_t k, int64_t i1, int64_t i2,
                                  float *w, int64_t ldw, const float *hinv, int64_t ldh, float *err, int64_t lde,
                                  uint8_t *codes, int64_t ldc, float *scales, float *zeros, const int32_t *col_group,
-                                 int find_params)
+                                 int find_params, const float *col_weight)
 {
     const int64_t B = i2 - i1;
     /* Rows per block: quant/backend/backend_args.c (tested on the host); the caller has
@@ -193,7 +266,7 @@ extern "C" int cudaop_gptq_block(void *stream, cudaop_qcfg cfg, int64_t n, int64
     if (n == 0) return 0;
     unsigned blocks = (unsigned)((n + rb - 1) / rb);
     k_gptq_block<<<blocks, rb, (size_t)rb * B * sizeof(float), (cudaStream_t)stream>>>(
-        cfg, n, k, i1, i2, w, ldw, hinv, ldh, err, lde, codes, ldc, scales, zeros, col_group, find_params, rb);
+        cfg, n, k, i1, i2, w, ldw, hinv, ldh, err, lde, codes, ldc, scales, zeros, col_group, find_params, col_weight, rb);
     return op_launched();
 }
 
