@@ -98,6 +98,10 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
      * llm-compressor's GPTQModifier defaults to the same (actorder "static"). */
     job->desc_act = method_uses_gptq(method);
     job->static_groups = job->desc_act;
+    /* GPTQ searches each group's range by its error under the Hessian's diagonal: lower KL at
+     * every width measured (docs/methods.md, scale search). AWQ's clip search does its own;
+     * RTN's unweighted search measured mixed, so it stays min-max. */
+    job->scale_search = method == QP_METHOD_GPTQ ? QD_SCALE_SEARCH_MSE : QD_SCALE_SEARCH_MINMAX;
     job->true_sequential = 1;
     job->damp_percent = 0.01;
     job->format = default_format(method, job->bits);
@@ -328,7 +332,7 @@ static const qp_job_field job_fields[] = {
     {"true_sequential",         "bool",              "true",         NULL,      NULL,           "false", NULL},
     {"gptaq",                   "bool",              "false",        NULL,      NULL,           "true", NULL},
     {"damp_percent",            "number",            "0.01",         NULL,      NULL,           "0.1", NULL},
-    {"scale_search",            "string",            "\"minmax\"",   NULL,      scale_search_names, "\"mse\"", NULL},
+    {"scale_search",            "string",            "\"mse\"",      "\"minmax\"", scale_search_names, "\"minmax\"", "\"minmax\""},
     {"format",                  "string",            "\"gptq\"",     "\"awq_gemm\"", NULL,      "\"gptq_v2\"", NULL},
     {"scheme",                  "string",            "null",         NULL,      NULL,           "\"W4A16\"", NULL},
     {"calibration",             "object",            "required",     NULL,      NULL,           "{\"path\":\"other.jsonl\"}", NULL},
@@ -786,7 +790,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return rc;
     if (job->group_size == 0)
         return qp_err_set(err, QP_EINVAL, "job.group_size: must be -1 (one group per column) or a positive integer, got 0");
-    int has_kcheck_rows = 0, has_acts_every = 0, has_static = 0;
+    int has_kcheck_rows = 0, has_acts_every = 0, has_static = 0, has_search = 0;
     if ((rc = qpj_get_bool(root, p, "sym", &job->sym, &has_sym, err)) ||
         (rc = qpj_get_bool(root, p, "desc_act", &job->desc_act, NULL, err)) ||
         (rc = qpj_get_bool(root, p, "static_groups", &job->static_groups, &has_static, err)) ||
@@ -794,7 +798,7 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         (rc = qpj_get_bool(root, p, "gptaq", &job->gptaq, NULL, err)) ||
         (rc = qpj_get_double(root, p, "damp_percent", "must be a number greater than 0 and less than 1",
                              &job->damp_percent, NULL, err)) ||
-        (rc = get_enum(root, p, "scale_search", scale_search_names, 2, &job->scale_search, NULL, err)) ||
+        (rc = get_enum(root, p, "scale_search", scale_search_names, 2, &job->scale_search, &has_search, err)) ||
         (rc = get_format(root, p, &format, &has_format, err)) ||
         (rc = parse_calibration(root, job, err)) ||
         (rc = parse_eval(root, job, err)) ||
@@ -820,6 +824,9 @@ static int parse_v1(const cJSON *root, qp_job *job, qp_err *err)
         return rc;
     if ((rc = parse_scheme(root, job, has_format ? format : -1, has_sym, err))) return rc;
     if (job->scheme) has_format = 1, format = job->format;
+    /* The search's default (qp_job_init_defaults) is min-max where mse is not used: schemes
+     * whose rows share one scale. */
+    if (!has_search && job->scheme && qp_job_scheme(job)->row_block != 1) job->scale_search = QD_SCALE_SEARCH_MINMAX;
     if (has_kcheck_rows && !job->kernel_check)
         return qp_err_set(err, QP_EINVAL, "job.kernel_check_rows: given while kernel_check is false (remove one of them)");
     job->format = has_format ? (qp_format)format : default_format(job->method, job->bits);

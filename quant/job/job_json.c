@@ -68,8 +68,11 @@ cJSON *qp_job_to_cjson(const qp_job *job, unsigned flags)
     /* Only when on, so that the jobs written before it keep their derived ids. */
     if (job->gptaq) rc |= qpj_add_bool(o, "gptaq", 1);
     rc |= qpj_add_num(o, "damp_percent", job->damp_percent);
-    /* Only when not the default, so that the jobs written before it keep their derived ids. */
-    if (job->scale_search) rc |= qpj_add_str(o, "scale_search", qd_scale_search_name((qd_scale_search)job->scale_search));
+    /* When mse, and always for method gptq (whose default it is): a gptq job's form then
+     * names its search, so one written before mse was gptq's default (no key: min-max) never
+     * shares a fingerprint with one that searches. Other methods' min-max jobs keep their ids. */
+    if (job->scale_search || job->method == QP_METHOD_GPTQ)
+        rc |= qpj_add_str(o, "scale_search", qd_scale_search_name((qd_scale_search)job->scale_search));
     rc |= qpj_add_str(o, "format", qp_format_name(job->format));
     /* Only when given, so that the jobs written before it keep their derived ids. */
     if (job->scheme) rc |= qpj_add_str(o, "scheme", qd_scheme_at((size_t)job->scheme - 1)->name);

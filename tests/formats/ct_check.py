@@ -72,6 +72,7 @@ def quantize(q, data, work, name, model, method, extra):
     job = {"id": "ct-" + name, "model": os.path.join(data, "models", model), "output": out, "method": method,
            "format": "compressed-tensors", **extra}
     job.setdefault("desc_act", False)   # the evidence was made in column order unless a case names act-order
+    job.setdefault("scale_search", "minmax")   # and with min-max ranges unless a case names the search
     if model == "stories260K":
         job["modules_to_not_convert"] = ["mlp."]     # 172 is no multiple of 32: left in float
     if method != "rtn":

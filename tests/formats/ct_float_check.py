@@ -73,7 +73,7 @@ CALIB_IDS = [[(i * 37 + r * 101 + 7) % 512 for i in range(64)] for r in range(8)
 
 def job_of(data, out, scheme, method, work):
     job = {"model": os.path.join(data, "models", MODEL), "output": out, "method": method, "scheme": scheme,
-           "desc_act": False}   # the evidence was made in column order
+           "desc_act": False, "scale_search": "minmax"}   # the evidence was made in column order, with min-max ranges
     if method != "rtn":
         job["calibration"] = {"path": os.path.join(data, "text", "c4", "c4-calib.jsonl"), "samples": 8, "seq_len": 64}
     if scheme in ("FP8", "NVFP4"):

@@ -31,6 +31,7 @@ for ev in ("ct", "ct-float"):
         else:
             job.update({"format": "compressed-tensors", **c["job"], "modules_to_not_convert": ["mlp."]})
         job.setdefault("desc_act", False)   # as ct_check.py and ct_float_check.py run them: column order unless named
+        job.setdefault("scale_search", "minmax")   # likewise: min-max unless named
         if c["method"] != "rtn":
             job["calibration"] = {"path": os.path.join(data, "text", "c4", "c4-calib.jsonl"), "samples": 8, "seq_len": 64}
         if "calib_ids" in c:      # fixed ids in file order (the static activation scales' cases)

@@ -32,9 +32,10 @@ job() {   # NAME EXTRA
     echo "$(grep -v -E '^\s*"(torch_)?dtype":' "$T/$1/config.json" | sha256sum | cut -d' ' -f1)  $1/config.json-without-dtype"
 }
 {
-    # act-order and column order named: the sums predate act-order with static groups as the default
-    job gptq-sym-act '"method": "gptq", "format": "gptq", "bits": 4, "desc_act": true, "static_groups": false'
-    job gptq-asym '"method": "gptq", "format": "gptq", "bits": 4, "sym": false, "desc_act": false'
+    # act-order, column order and min-max named: the sums predate act-order with static
+    # groups and the scale search as gptq's defaults
+    job gptq-sym-act '"method": "gptq", "format": "gptq", "bits": 4, "desc_act": true, "static_groups": false, "scale_search": "minmax"'
+    job gptq-asym '"method": "gptq", "format": "gptq", "bits": 4, "sym": false, "desc_act": false, "scale_search": "minmax"'
     job rtn-v2-asym3 '"method": "rtn", "format": "gptq_v2", "bits": 3, "sym": false'
     job awq-gemm '"method": "awq", "format": "awq_gemm", "bits": 4'
 } > "$T/got.sha256"

@@ -406,11 +406,13 @@ static char *read_doc(const char *path)
     return s;
 }
 
-/* The default cell the doc must show: `JSON`, with the awq methods' own after it, or the
- * words required / derived. */
+/* The default cell the doc must show: `JSON`, with the other methods' own after it (gptq's
+ * is the first), or the words required / derived. */
 static void render_default(const qp_job_field *f, char *out, size_t cap)
 {
     if (!def_is_json(f->def)) snprintf(out, cap, "%s", f->def);
+    else if (f->def_no_gptq && f->def_awq && !strcmp(f->def_no_gptq, f->def_awq))
+        snprintf(out, cap, "`%s`; rtn, awq, awq+gptq: `%s`", f->def, f->def_no_gptq);
     else if (f->def_no_gptq) snprintf(out, cap, "`%s`; rtn, awq: `%s`", f->def, f->def_no_gptq);
     else if (f->def_awq) snprintf(out, cap, "`%s`; awq, awq+gptq: `%s`", f->def, f->def_awq);
     else snprintf(out, cap, "`%s`", f->def);

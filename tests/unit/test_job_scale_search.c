@@ -1,7 +1,9 @@
-/* job.scale_search (quant/job/job.c): "minmax" (the default) or "mse"; refused by name with
- * the AWQ methods and with a scheme whose rows share a scale; the canonical form carries it
- * only when it is "mse", so a job without it keeps its derived id; the pipeline's quantizer
- * config takes it. */
+/* job.scale_search (quant/job/job.c): "minmax" or "mse", mse by default for method gptq
+ * (min-max for the others, and for schemes whose rows share a scale); mse refused by name
+ * with the AWQ methods and with such schemes; the canonical form carries it when it is
+ * "mse" and always for method gptq (so a gptq job written before mse was its default, which
+ * has no key and meant min-max, never shares a fingerprint with one that searches), and
+ * parses back to the same job. */
 #include "test_util.h"
 
 #include <stdlib.h>
@@ -26,11 +28,31 @@ static void test_parse(void)
     qp_job *j = parse("{" BASE "}", &err);
     CHECK(j != NULL);
     if (!j) return;
-    CHECK_INT(j->scale_search, QD_SCALE_SEARCH_MINMAX);
+    CHECK_INT(j->scale_search, QD_SCALE_SEARCH_MSE);            /* gptq's default */
     char *c = qp_job_to_json(j, 0);
-    CHECK(strstr(c, "scale_search") == NULL);
+    CHECK_CONTAINS(c, "\"scale_search\":\"mse\"");
     free(c);
     qp_job_free(j);
+    /* Min-max by default, and no key in the form (their ids as before): rtn, awq, awq+gptq,
+     * and gptq with a scheme whose rows share a scale. */
+    static const char *minmax[] = {"\"method\": \"rtn\"", "\"method\": \"awq\"", "\"method\": \"awq+gptq\"",
+                                   "\"scheme\": \"FP8_BLOCK\""};
+    for (size_t i = 0; i < sizeof minmax / sizeof minmax[0]; i++) {
+        char json[512];
+        snprintf(json, sizeof json, "{" BASE ", %s}", minmax[i]);
+        j = parse(json, &err);
+        CHECK(j != NULL);
+        if (!j) { fprintf(stderr, "%s: %s\n", minmax[i], err.msg); continue; }
+        CHECK_INT(j->scale_search, QD_SCALE_SEARCH_MINMAX);
+        c = qp_job_to_json(j, 0);
+        if (j->method == QP_METHOD_GPTQ) CHECK_CONTAINS(c, "\"scale_search\":\"minmax\"");
+        else CHECK(strstr(c, "scale_search") == NULL);
+        qp_job *k = parse(c, &err);
+        CHECK(k && k->scale_search == QD_SCALE_SEARCH_MINMAX);
+        qp_job_free(k);
+        free(c);
+        qp_job_free(j);
+    }
     static const char *ok[] = {"\"method\": \"gptq\"", "\"method\": \"rtn\"", "\"method\": \"gptq\", \"desc_act\": true",
                                "\"method\": \"rtn\", \"scheme\": \"NVFP4A16\"", "\"method\": \"gptq\", \"scheme\": \"FP8_DYNAMIC\""};
     for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
@@ -48,8 +70,15 @@ static void test_parse(void)
         free(c);
         qp_job_free(j);
     }
+    /* gptq with minmax given: named in the form, so it parses back as min-max. */
     j = parse("{" BASE ", \"scale_search\": \"minmax\"}", &err);
     CHECK(j && j->scale_search == QD_SCALE_SEARCH_MINMAX);
+    c = j ? qp_job_to_json(j, 0) : NULL;
+    CHECK_CONTAINS(c ? c : "", "\"scale_search\":\"minmax\"");
+    qp_job *k = c ? parse(c, &err) : NULL;
+    CHECK(k && k->scale_search == QD_SCALE_SEARCH_MINMAX);
+    qp_job_free(k);
+    free(c);
     qp_job_free(j);
 }
 

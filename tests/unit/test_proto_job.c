@@ -369,7 +369,7 @@ static void test_defaults_per_method(void)
 static const char *const canonical_min =
     "{\"version\":1,\"id\":\"ID\",\"model\":\"/models/llama\",\"output\":\"/out/llama-w4\",\"method\":\"gptq\",\"bits\":4,"
     "\"group_size\":128,\"sym\":true,\"desc_act\":true,\"static_groups\":true,\"true_sequential\":true,"
-    "\"damp_percent\":0.01,\"format\":\"gptq\",\"calibration\":{\"path\":\"c4.jsonl\",\"field\":\"text\",\"samples\":128,"
+    "\"damp_percent\":0.01,\"scale_search\":\"mse\",\"format\":\"gptq\",\"calibration\":{\"path\":\"c4.jsonl\",\"field\":\"text\",\"samples\":128,"
     "\"seq_len\":2048,\"seed\":0,\"style\":\"gptq\"},\"eval\":null,\"modules_to_not_convert\":[],\"shard_size\":4000000000,"
     "\"overwrite\":false,\"priority\":0,\"backend\":\"auto\",\"tp\":1,\"layout\":\"plain\",\"kernel_check\":true}";
 
