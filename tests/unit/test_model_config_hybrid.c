@@ -146,9 +146,17 @@ static void test_granite(void)
     CHECK_INT(parse(GRANITE, buf, &c, &err), QD_EFORMAT);
 }
 
+/* Falcon-H1 (attention and Mamba-2 in parallel in every layer, muP multipliers) is not
+ * computed: refused naming the architecture before any work. */
+static void test_falcon_h1_refused(void)
+{
+    refused("FalconH1ForCausalLM", "\"model_type\":\"falcon_h1\"", "architecture \"FalconH1ForCausalLM\" is not supported");
+}
+
 int main(void)
 {
     TEST_RUN(test_lfm2);
     TEST_RUN(test_granite);
+    TEST_RUN(test_falcon_h1_refused);
     return test_finish();
 }
