@@ -103,7 +103,10 @@ static const qd_arch arch_granite_hybrid = {
  * checkpoint holds fused (input_linear [E, 2 FF, H], output_linear [E, H, FF]), read and
  * written per expert as block_sparse_moe.experts.N.gate_proj / up_proj / down_proj — the
  * names vLLM's GraniteMoeHybridModel.load_weights maps per expert (get_expert_mapping,
- * vllm/model_executor/models/granitemoehybrid.py) into its FusedMoE, quantized or not.
+ * vllm/model_executor/models/granitemoehybrid.py) into its FusedMoE, quantized or not. The
+ * router stays in float as vLLM builds it (GraniteMoeMoE's GateLinear has no quant_config:
+ * "Gate always runs at half / full precision", vllm/model_executor/models/granitemoe.py); its
+ * top-k softmax with renormalize=True is transformers' softmax over the chosen logits.
  *
  * AWQ: post_attention_layernorm's output feeds shared_mlp, the router and every expert, so
  * shared_mlp.input_linear's group does not fold into the norm on its own (QD_PREV_NONE);
