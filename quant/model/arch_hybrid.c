@@ -98,7 +98,63 @@ static const qd_arch arch_granite_hybrid = {
     .lm_head = "lm_head.weight",
 };
 
+/* Granite-4 MoE hybrids (Granite-4.0-H-Tiny, -Small): the dense entry's linears, and
+ * block_sparse_moe beside shared_mlp: router.layer [E, H] (no bias) and E experts that the
+ * checkpoint holds fused (input_linear [E, 2 FF, H], output_linear [E, H, FF]), read and
+ * written per expert as block_sparse_moe.experts.N.gate_proj / up_proj / down_proj — the
+ * names vLLM's GraniteMoeHybridModel.load_weights maps per expert (get_expert_mapping,
+ * vllm/model_executor/models/granitemoehybrid.py) into its FusedMoE, quantized or not. The
+ * router stays in float as vLLM builds it (GraniteMoeMoE's GateLinear has no quant_config:
+ * "Gate always runs at half / full precision", vllm/model_executor/models/granitemoe.py); its
+ * top-k softmax with renormalize=True is transformers' softmax over the chosen logits.
+ *
+ * AWQ: post_attention_layernorm's output feeds shared_mlp, the router and every expert, so
+ * shared_mlp.input_linear's group does not fold into the norm on its own (QD_PREV_NONE);
+ * the experts' shared-input scale folds into the norm and into the columns of everything
+ * else that reads it, shared_mlp.input_linear included (qd_block_fold_moe_input). */
+static const qd_arch arch_granite_hybrid_moe = {
+    .name = "granite_hybrid_moe",
+    .family = QD_ARCH_LLAMA,
+    .block_fmt = "model.layers.%d.",
+    .fused_gate_up = 1,
+    .lin_o = 3,
+    .lin_mix_in = 4,
+    .lin_mix_out = 5,
+    .lin_mlp0 = 6,
+    .n_linears = 8,
+    .linears = {
+        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
+        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
+        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},
+        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
+        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
+        {"shared_mlp.input_linear", 4, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
+        {"shared_mlp.output_linear", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},
+    },
+    .n_groups = 6,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},
+        {"mamba_in", QD_PREV_NORM, "input_layernorm"},
+        {"mamba_out", QD_PREV_NONE, NULL},
+        {"mlp_in", QD_PREV_NONE, NULL},
+        {"mlp_out", QD_PREV_LINEAR, "shared_mlp.input_linear", 1, QD_DIM_FF},
+    },
+    .norms = {"input_layernorm", "post_attention_layernorm"},
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm",
+    .lm_head = "lm_head.weight",
+    .router = "block_sparse_moe.router.layer",
+    .expert_fmt = "block_sparse_moe.experts.%d.",
+    .expert_lin = {"gate_proj", "up_proj", "down_proj"},
+    .experts_fused = "block_sparse_moe.",
+    .experts_stacked = 1,
+    .moe_beside_mlp = 1,
+};
+
 const qd_arch *qd_arch_hybrid(const qd_model_config *c)
 {
-    return c->layout == QD_LAYOUT_LFM2 ? &arch_lfm2 : c->layout == QD_LAYOUT_GRANITE_HYBRID ? &arch_granite_hybrid : NULL;
+    if (c->layout == QD_LAYOUT_GRANITE_HYBRID) return c->n_experts > 0 ? &arch_granite_hybrid_moe : &arch_granite_hybrid;
+    return c->layout == QD_LAYOUT_LFM2 ? &arch_lfm2 : NULL;
 }

@@ -90,6 +90,13 @@ int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, q
         if ((rc = be->ops->scale_cols(be, bw->w[li], L->n, K, s, 0)))
             rc = qd_err_set(err, rc, "fold: %s: %s", L->name, be->err.msg);
     }
+    /* Granite's shared_mlp beside the experts reads it too: its input linears' columns. */
+    for (int li = 0; li < m->n_lin && !rc && m->arch->moe_beside_mlp; li++) {
+        const qd_linear_info *L = &m->lin[li];
+        if (L->expert != -1 || li < m->arch->lin_mlp0 || L->group != m->lin[m->arch->lin_mlp0].group) continue;
+        if ((rc = be->ops->scale_cols(be, bw->w[li], L->n, K, s, 0)))
+            rc = qd_err_set(err, rc, "fold: %s: %s", L->name, be->err.msg);
+    }
     /* The router (and Qwen2-MoE's shared-expert gate) read it too: their columns take s,
      * so the logits, and with them the routing, are unchanged. */
     if (!rc && bw->router_w && (rc = be->ops->scale_cols(be, bw->router_w, c->n_experts, K, s, 0)))

@@ -2,8 +2,8 @@
  * short-convolution and attention layers) and Granite-4 (GraniteMoeHybridConfig: Mamba-2
  * and attention layers). Defaults are the transformers config classes' (transformers 5):
  * a key left out of config.json means what it means there. What changes the math and is not
- * computed here (Granite's MoE experts, a RoPE kind that transformers does not apply) is
- * refused by name. */
+ * computed here (a RoPE kind that transformers does not apply, experts with another
+ * activation than SiLU) is refused by name. */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -154,11 +154,40 @@ static int limit_value(const cJSON *v, double *out)
     return 1;
 }
 
+/* Granite-4 MoE hybrids (num_local_experts > 0: Granite-4.0-H-Tiny, -Small): every layer's
+ * MLP half is GraniteMoeHybridMoE beside shared_mlp, on the same normed input, their outputs
+ * added. GraniteMoeHybridTopKRouter: logits = x R^T in float, the top num_experts_per_tok
+ * of them, softmaxed over those alone (no renormalisation: it sums to 1); experts of width
+ * intermediate_size, act(gate) * up then down, act hidden_act (SiLU is what quantd's experts
+ * compute: another is refused by name). */
+static int parse_granite_experts(const cJSON *root, const char *what, int64_t experts, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    int64_t top_k = 2;   /* GraniteMoeHybridConfig.num_experts_per_tok */
+    if ((rc = qd_cfg_get_int(root, "num_experts_per_tok", &top_k, what, err))) return rc;
+    if (experts > QD_MAX_EXPERTS || top_k < 1 || top_k > experts)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_local_experts %lld (1 to %d supported) and num_experts_per_tok "
+                          "%lld (1 to the experts) are not supported", what, (long long)experts, QD_MAX_EXPERTS,
+                          (long long)top_k);
+    if (strcmp(c->activation, "silu"))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: hidden_act \"%s\" is not supported for %s's experts (silu is)", what,
+                          c->activation, c->architecture);
+    if (c->intermediate <= 0) return qd_err_set(err, QD_EFORMAT, "%s: intermediate_size must be positive", what);
+    c->n_experts = experts;
+    c->top_k = top_k;
+    c->moe_intermediate = c->intermediate;   /* intermediate_size: the experts' width (config.c read it) */
+    c->moe_scoring = QD_MOE_TOPK_SOFTMAX;
+    c->norm_topk_prob = 0;
+    c->shared_intermediate = 0;              /* shared_mlp is the table's MLP, not a MoE shared expert */
+    c->routed_scale = 1.0f;
+    return 0;
+}
+
 /* Granite-4 hybrids: Mamba-2 layers and attention layers (RoPE or none: position_embedding_type),
  * each followed by the dense shared_mlp (input_linear holds gate and up); Granite's
  * multipliers on the embeddings, the attention scores, the residual branches and the
- * logits. num_local_experts > 0 adds MoE experts beside shared_mlp, which are not computed
- * here: refused by name (GraniteMoeHybridConfig's default is 8, so a dense model says 0). */
+ * logits. num_local_experts > 0 adds MoE experts beside shared_mlp (parse_granite_experts;
+ * GraniteMoeHybridConfig's default is 8, so a dense model says 0). */
 static int parse_granite_hybrid(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     int rc;
@@ -185,12 +214,10 @@ static int parse_granite_hybrid(const cJSON *root, const char *what, qd_model_co
         (rc = qd_cfg_get_bool(root, "mamba_conv_bias", &c->mixer.conv_bias, what, err)) ||
         (rc = qd_cfg_get_bool(root, "mamba_proj_bias", &c->mixer.proj_bias, what, err)))
         return rc;
-    if (experts > 0)
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_local_experts %lld (MoE experts beside shared_mlp) is not supported "
-                          "for %s; the dense hybrids (num_local_experts 0, as Granite-4.0-H-Micro) are", what,
-                          (long long)experts, c->architecture);
+    if (experts < 0) return qd_err_set(err, QD_EFORMAT, "%s: num_local_experts must not be negative", what);
+    if (experts > 0 && (rc = parse_granite_experts(root, what, experts, c, err))) return rc;
     if (shared <= 0) return qd_err_set(err, QD_EFORMAT, "%s: shared_intermediate_size must be positive", what);
-    c->intermediate = shared;
+    c->intermediate = shared;   /* the table's MLP is shared_mlp (beside the experts where there are some) */
     c->mlp_bias = 0;
     c->o_bias = c->qkv_bias;   /* attention_bias: q, k, v and o_proj */
     /* mamba_d_head: "auto" (or absent) is mamba_expand * hidden_size / mamba_n_heads. */

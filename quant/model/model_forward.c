@@ -505,6 +505,13 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     rc = qd_model_block_is_moe(m, bw->block) ? qd_moe_forward(m, bw, min, tmp, rows, hooks, err)
                                              : mlp(m, bw, min, tmp, rows, hooks, err);
     if (rc) return rc;
+    if (m->arch->moe_beside_mlp && qd_model_block_is_moe(m, bw->block)) {
+        /* Granite-4: moe(x) + shared_mlp(x), the order GraniteMoeHybridDecoderLayer adds them. */
+        float *sh = qd_model_scratch(m, QD_SCRATCH_MOE_Y, (size_t)(rows * c->hidden) * sizeof(float), err);
+        if (!sh) return QD_ENOMEM;
+        if ((rc = mlp(m, bw, min, sh, rows, hooks, err))) return rc;
+        BE_CALL(m, err, m->be->ops->add(m->be, tmp, sh, rows * c->hidden));
+    }
     return half_tail(m, bw, 1, y, tmp, rows, pre, err);
 }
 

@@ -7,7 +7,12 @@
  * [N, K] (gate_proj and up_proj [FF, H], down_proj [H, FF]) with biases, so that its
  * quantizers, hooks and outputs treat them as any MoE's experts: expert e's gate_proj row f
  * is gate_up_proj[e][:, 2f], up_proj's is [:, 2f + 1], down_proj's row h is down_proj[e][:, h].
- * Every value read is scanned for NaN and infinity, named as the fused tensor's element. */
+ * Every value read is scanned for NaN and infinity, named as the fused tensor's element.
+ *
+ * Granite-4's MoE experts (arch experts_stacked) are the other fused layout this file reads:
+ * block_sparse_moe.input_linear.weight [E, 2 FF, H], expert e's slab nn.Linear-shaped with
+ * the gate's rows first and the up's after (GraniteMoeHybridExperts chunks the output in
+ * two), and output_linear.weight [E, H, FF], down_proj as it is; no biases. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,12 +30,55 @@ enum { F_GU = 0, F_GU_BIAS, F_DOWN, F_DOWN_BIAS, F_GU_BLOCKS, F_GU_SCALES, F_DOW
 static const float fp4_values[16] = {0.0f, 0.5f, 1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f,
                                      -0.0f, -0.5f, -1.0f, -1.5f, -2.0f, -3.0f, -4.0f, -6.0f};
 
+/* The name of fused tensor `which` relative to the block (NULL: the layout has none). */
+static const char *fused_name(const qd_model *m, int which)
+{
+    if (!m->arch->experts_stacked) return fused_names[which];
+    return which == F_GU ? "input_linear.weight" : which == F_DOWN ? "output_linear.weight" : NULL;
+}
+
 static const st_tensor *fused(const qd_model *m, int block, int which)
 {
     char name[256];
+    const char *rel = fused_name(m, which);
+    if (!rel) return NULL;
     int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
-    snprintf(name + n, sizeof name - n, "%s%s", m->arch->experts_fused, fused_names[which]);
+    snprintf(name + n, sizeof name - n, "%s%s", m->arch->experts_fused, rel);
     return qd_model_tfind(m, name);
+}
+
+int qd_fused_experts_replaced(const qd_model *m, const char *rel)
+{
+    const char *f = m->arch->experts_fused;
+    size_t l = f ? strlen(f) : 0;
+    if (!f || strncmp(rel, f, l)) return 0;
+    if (m->arch->experts_stacked) return !strcmp(rel + l, fused_name(m, F_GU)) || !strcmp(rel + l, fused_name(m, F_DOWN));
+    return !(rel[l] >= '0' && rel[l] <= '9');
+}
+
+/* Granite-4's stacked experts: input_linear [E, 2 FF, H] and output_linear [E, H, FF], float. */
+static int check_stacked(const qd_model *m, int block, qd_err *err)
+{
+    int64_t E = m->cfg.n_experts, H = m->cfg.hidden, F = m->cfg.moe_intermediate;
+    for (int i = 0; i < 2; i++) {
+        int which = i ? F_DOWN : F_GU;
+        const st_tensor *t = fused(m, block, which);
+        int64_t want[3] = {E, i ? H : 2 * F, i ? F : H};
+        char name[256];
+        int n = snprintf(name, sizeof name, m->arch->block_fmt, block);
+        snprintf(name + n, sizeof name - n, "%s%s", m->arch->experts_fused, fused_name(m, which));
+        if (!t) return qd_err_set(err, QD_ENOTFOUND, "%s: tensor '%s' is missing", m->dir, qd_model_tname(m, name));
+        if (t->dtype != QD_DTYPE_F32 && t->dtype != QD_DTYPE_F16 && t->dtype != QD_DTYPE_BF16)
+            return qd_err_set(err, QD_EFORMAT, "tensor '%s': dtype %s is not F32, F16 or BF16", t->name,
+                              qd_dtype_name(t->dtype));
+        int ok = t->ndim == 3;
+        for (int d = 0; ok && d < 3; d++) ok = t->shape[d] == want[d];
+        if (!ok)
+            return qd_err_set(err, QD_ESHAPE, "tensor '%s': shape does not match [%lld, %lld, %lld] from config.json "
+                              "(num_local_experts, then %s)", t->name, (long long)want[0], (long long)want[1],
+                              (long long)want[2], i ? "hidden_size, intermediate_size" : "2 intermediate_size, hidden_size");
+    }
+    return 0;
 }
 
 int qd_gptoss_fused_present(const qd_model *m, int block)
@@ -68,6 +116,7 @@ int qd_gptoss_check(const qd_model *m, int block, qd_err *err)
     const qd_model_config *c = &m->cfg;
     int64_t E = c->n_experts, H = c->hidden, F = c->moe_intermediate;
     const int64_t shapes[4][3] = {{E, H, 2 * F}, {E, 2 * F, 0}, {E, F, H}, {E, H, 0}};
+    if (m->arch->experts_stacked) return check_stacked(m, block, err);
     int mx = fused(m, block, F_GU_BLOCKS) != NULL;
     if (mx && !c->source_mxfp4)
         return qd_err_set(err, QD_EFORMAT, "%s: block %d holds MXFP4 experts (mlp.experts.*_blocks) but config.json's "
@@ -157,6 +206,14 @@ int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd
     int64_t H = m->cfg.hidden, F = m->cfg.moe_intermediate;
     if (e < 0 || j < 0 || j > 2) return qd_err_set(err, QD_EINVAL, "%s: not a gpt-oss expert linear", L->name);
     if (fused(m, block, F_GU_BLOCKS)) return load_mxfp4(m, block, e, j, w, b, err);
+    if (m->arch->experts_stacked) {
+        /* Granite: gate is rows [0, FF) of expert e's [2 FF, H] slab, up rows [FF, 2 FF); down
+         * its [H, FF] slab. */
+        const st_tensor *t = fused(m, block, j < 2 ? F_GU : F_DOWN);
+        if (!t) return qd_err_set(err, QD_ENOTFOUND, "block %d: the fused expert tensors are missing", block);
+        int64_t off = j < 2 ? (int64_t)e * 2 * F * H + j * F * H : (int64_t)e * H * F;
+        return read_span(t, off, F * H, w, err);
+    }
     const st_tensor *tw = fused(m, block, j < 2 ? 0 : 2), *tb = fused(m, block, j < 2 ? 1 : 3);
     if (!tw || !tb) return qd_err_set(err, QD_ENOTFOUND, "block %d: gpt-oss's fused expert tensors are missing", block);
     int64_t cols = j < 2 ? 2 * F : H, rows = j < 2 ? H : F;   /* expert e's slab [rows, cols] */

@@ -107,6 +107,11 @@ typedef struct qd_arch {
     const char *experts_fused; /* "mlp.experts.": gate_up_proj [E, H, 2 FF] (gate, up interleaved), _bias, down_proj
                                 * [E, FF, H], _bias, read as per-expert linears */
     const char *sinks;         /* "self_attn.sinks" [n_heads] */
+    int experts_stacked;       /* Granite-4: the fused experts are experts_fused + "input_linear.weight" [E, 2 FF, H]
+                                * (each expert's gate rows, then its up rows) and "output_linear.weight" [E, H, FF],
+                                * nn.Linear-shaped slabs without biases (model_gptoss.c reads both layouts) */
+    int moe_beside_mlp;        /* Granite-4: the table's MLP (shared_mlp) runs in every layer beside the experts, on
+                                * the same normed input, its output added to theirs */
     /* Gated DeltaNet layers (model_gdn.c): their linears from lin_gdn0 — 1: in_proj_qkvz and
      * in_proj_ba interleaved per key-head group (Qwen3-Next), 2: in_proj_qkv, in_proj_z,
      * in_proj_b, in_proj_a (Qwen3.5) — then out_proj; 0: none. */
@@ -215,6 +220,9 @@ int qd_fp8_load(qd_model *m, const char *weight_canonical, const st_tensor *w, i
 int qd_gptoss_fused_present(const qd_model *m, int block);
 int qd_gptoss_check(const qd_model *m, int block, qd_err *err);
 int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd_err *err);
+/* rel (a name relative to the block prefix) is one of the fused expert tensors of the arch's
+ * layout (gpt-oss's or Granite's stacked ones), which per-expert linears replace in an output. */
+int qd_fused_experts_replaced(const qd_model *m, const char *rel);
 
 /* Pieces of the block forward (model_forward.c) shared with the MoE MLP (model_moe.c):
  * output rows [r0, r0 + n) of linear li (override hook applied) on x [rows, k] into y, and

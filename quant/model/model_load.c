@@ -358,9 +358,12 @@ static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_
             rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
             goto fail;
         }
-        b = qd_backend_alloc(m->be, (size_t)L->n * sizeof(float));
-        hb = !b ? NULL : m->be->device >= 0 ? malloc((size_t)L->n * sizeof *hb) : b;
-        if (!hb) rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+        /* Granite's stacked experts have no biases. */
+        if (L->has_bias) {
+            b = qd_backend_alloc(m->be, (size_t)L->n * sizeof(float));
+            hb = !b ? NULL : m->be->device >= 0 ? malloc((size_t)L->n * sizeof *hb) : b;
+            if (!hb) rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
+        }
         if (!rc) rc = qd_gptoss_load_expert(m, block, li, host, hb, err);
         if (!rc && host != w && (rc = qd_backend_upload(m->be, w, host, (size_t)(L->n * L->k) * sizeof *host)))
             qd_err_set(err, rc, "%s: upload failed: %s", base, m->be->err.msg);
@@ -780,8 +783,9 @@ static void describe_block(qd_model *m)
                     : al->bias == QD_BIAS_MIXER ? c->mixer.proj_bias : al->bias == QD_BIAS_MLP ? c->mlp_bias : 0;
         L->group = al->group;
         L->expert = -1;
-        /* A MoE model's own MLP linears are its dense layers' (DeepSeek). */
-        L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0;
+        /* A MoE model's own MLP linears are its dense layers' (DeepSeek), or every layer's
+         * beside the experts (Granite's shared_mlp). */
+        L->dense_mlp = c->n_experts > 0 && i >= a->lin_mlp0 && !a->moe_beside_mlp;
         L->layer_mixer = al->mixer - 1;
     }
     for (int g = 0; g < a->n_groups; g++) {
@@ -1035,12 +1039,7 @@ const char *qd_model_block_conv(const qd_model *m, int block)
     return qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET ? "linear_attn.conv1d" : NULL;
 }
 
-int qd_model_tensor_replaced(const qd_model *m, const char *rel)
-{
-    const char *f = m->arch->experts_fused;
-    size_t l = f ? strlen(f) : 0;
-    return f && !strncmp(rel, f, l) && !(rel[l] >= '0' && rel[l] <= '9');
-}
+int qd_model_tensor_replaced(const qd_model *m, const char *rel) { return qd_fused_experts_replaced(m, rel); }
 
 int qd_model_linear_find(const qd_model *m, const char *name)
 {

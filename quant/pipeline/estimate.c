@@ -195,6 +195,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         block_params = attn_params + 3 * h * (uint64_t)(cfg.n_experts * cfg.moe_intermediate) +
                        3 * h * (uint64_t)cfg.shared_intermediate + h * (uint64_t)cfg.n_experts;
         n_linears = 4 + 3 * (uint64_t)cfg.n_experts + (cfg.shared_intermediate > 0 ? 3 : 0);
+        if (cfg.layout == QD_LAYOUT_GRANITE_HYBRID) {
+            /* Granite-4's shared_mlp beside the experts: input_linear [2 FF, H], output_linear. */
+            block_params += 3 * h * (uint64_t)cfg.intermediate;
+            inter = u64max(inter, (uint64_t)cfg.intermediate);
+            n_linears += 2;
+        }
     }
     uint64_t widest = u64max(u64max(inter, h), mix_in);   /* Mamba-2's out_proj reads its inner width */
     est->n_blocks = (int)cfg.n_layers;

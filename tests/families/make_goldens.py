@@ -678,6 +678,25 @@ FAMILIES = {
                               ("residual_multiplier 1", {"residual_multiplier": 1.0}),
                               ("attention_multiplier 1", {"attention_multiplier": 1.0}),
                               ("no dt limit", {"time_step_limit": [0.0, float("inf")]})]),
+    # Granite-4.0-H with MoE experts (Tiny's and Small's block): beside shared_mlp, 8 experts
+    # top-2 (the router's top two logits softmaxed over the two), stored fused as
+    # block_sparse_moe.input_linear [E, 2 FF, H] (gate rows, then up) and output_linear
+    # [E, H, FF]; attention with RoPE here (the dense entry has none).
+    "granite4_h_moe": fam(GraniteMoeHybridConfig, 1041,
+                          "Granite-4.0-H MoE: mamba / attention / mamba layers as granite4_h, attention with RoPE; "
+                          "8 experts (32 wide) top-2 (softmax over the chosen router logits) beside shared_mlp 64 wide, "
+                          "fused input_linear / output_linear experts; embedding 2, attention 0.2, residual 0.5, "
+                          "logits_scaling 4",
+                          num_hidden_layers=3, num_local_experts=8, num_experts_per_tok=2, intermediate_size=32,
+                          shared_intermediate_size=64, layer_types=["mamba", "attention", "mamba"], mamba_n_heads=32,
+                          mamba_n_groups=2, mamba_d_state=16, mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16,
+                          time_step_limit=[0.0, 1.5], position_embedding_type="rope", embedding_multiplier=2.0,
+                          attention_multiplier=0.2, residual_multiplier=0.5, logits_scaling=4.0,
+                          ablate=[("top-1", {"num_experts_per_tok": 1}),
+                                  ("top-3", {"num_experts_per_tok": 3}),
+                                  ("no shared_mlp", {"_params": ("shared_mlp.output_linear", 0.0)}),
+                                  ("no experts", {"_params": ("experts.down_proj", 0.0)}),
+                                  ("nope", {"position_embedding_type": "nope"})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

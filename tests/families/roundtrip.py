@@ -125,8 +125,13 @@ def fuse_experts(sd, want):
     (block_sparse_moe.gate, experts.N.w1/w3/w2 = gate/up/down) become the module's names
     (mlp.gate, experts.N.gate_proj/up_proj/down_proj) first, and ERNIE 4.5's
     mlp.moe_statics.e_score_correction_bias its module's mlp.gate.moe_statics (as
-    transformers' conversion_mapping renames them)."""
-    for key in [k for k in sd if ".block_sparse_moe." in k]:
+    transformers' conversion_mapping renames them). Granite-4's module keeps the name
+    block_sparse_moe (experts.N.gate_proj/up_proj/down_proj stack the same way), and its
+    checkpoint's router.layer is the module's router (conversion_mapping's "granitemoe")."""
+    granite = any(".block_sparse_moe.experts." in k for k in want)
+    for key in [k for k in sd if granite and k.endswith(".block_sparse_moe.router.layer.weight")]:
+        sd[key.replace(".router.layer.", ".router.")] = sd.pop(key)
+    for key in [k for k in sd if ".block_sparse_moe." in k and not granite]:
         new = key.replace(".block_sparse_moe.", ".mlp.")
         for old, name in ((".w1.", ".gate_proj."), (".w3.", ".up_proj."), (".w2.", ".down_proj.")):
             new = new.replace(old, name)

@@ -1,8 +1,9 @@
 /* config.json of the hybrids (config_hybrid.c): LFM2's and Granite-4's keys read with their
  * config classes' defaults and spellings (LFM2's feed-forward width rule, tie_embedding and
  * block_ff_dim, full_attn_idxs; Granite's legacy layer names, mamba_d_head "auto", its
- * multipliers), and what is not computed refused by name (Granite's MoE experts, including
- * the default of 8, a position_embedding_type other than rope / nope, a null
+ * multipliers, its MoE experts: 8 by default), and what is not computed refused by name
+ * (experts past QD_MAX_EXPERTS or top-k past them, another activation, a
+ * position_embedding_type other than rope / nope, a null
  * time_step_limit, an unknown layer kind). The forward parity is test_model_families. */
 #include <math.h>
 #include <stdio.h>
@@ -80,9 +81,23 @@ static void test_granite(void)
 {
     qd_model_config c;
     qd_err err;
-    /* num_local_experts defaults to 8: MoE experts, not computed; refused by name. */
-    refused(GRANITE, "", "num_local_experts 8");
-    refused(GRANITE, "\"num_local_experts\":4", "num_local_experts 4");
+    /* num_local_experts defaults to 8: MoE experts beside shared_mlp, of intermediate_size,
+     * num_experts_per_tok 2 by default, the top-k logits softmaxed (no renormalisation). */
+    CHECK_OK(parse(GRANITE, "\"mamba_n_heads\":8,\"shared_intermediate_size\":32", &c, &err));
+    CHECK_INT(c.n_experts, 8);
+    CHECK_INT(c.top_k, 2);
+    CHECK_INT(c.moe_intermediate, 96);               /* intermediate_size */
+    CHECK_INT(c.intermediate, 32);                   /* shared_mlp */
+    CHECK_INT(c.shared_intermediate, 0);             /* shared_mlp is no MoE shared expert */
+    CHECK_INT(c.moe_scoring, QD_MOE_TOPK_SOFTMAX);
+    CHECK_INT(c.norm_topk_prob, 0);
+    CHECK_OK(parse(GRANITE, "\"num_local_experts\":4,\"num_experts_per_tok\":3,\"mamba_n_heads\":8", &c, &err));
+    CHECK_INT(c.n_experts, 4);
+    CHECK_INT(c.top_k, 3);
+    refused(GRANITE, "\"num_local_experts\":4,\"num_experts_per_tok\":5,\"mamba_n_heads\":8", "num_experts_per_tok 5");
+    refused(GRANITE, "\"num_local_experts\":1000,\"mamba_n_heads\":8", "num_local_experts 1000");
+    refused(GRANITE, "\"hidden_act\":\"gelu\",\"mamba_n_heads\":8", "hidden_act \"gelu\"");
+    CHECK_INT(parse(GRANITE, "\"num_local_experts\":-1,\"mamba_n_heads\":8", &c, &err), QD_EFORMAT);
     const char *dense = "\"num_local_experts\":0,\"mamba_n_heads\":8,\"mamba_d_state\":16,\"shared_intermediate_size\":32";
     CHECK_OK(parse(GRANITE, dense, &c, &err));
     CHECK_INT(c.layout, QD_LAYOUT_GRANITE_HYBRID);
@@ -131,9 +146,17 @@ static void test_granite(void)
     CHECK_INT(parse(GRANITE, buf, &c, &err), QD_EFORMAT);
 }
 
+/* Falcon-H1 (attention and Mamba-2 in parallel in every layer, muP multipliers) is not
+ * computed: refused naming the architecture before any work. */
+static void test_falcon_h1_refused(void)
+{
+    refused("FalconH1ForCausalLM", "\"model_type\":\"falcon_h1\"", "architecture \"FalconH1ForCausalLM\" is not supported");
+}
+
 int main(void)
 {
     TEST_RUN(test_lfm2);
     TEST_RUN(test_granite);
+    TEST_RUN(test_falcon_h1_refused);
     return test_finish();
 }

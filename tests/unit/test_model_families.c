@@ -67,6 +67,7 @@ static const family_expect families[] = {
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
+    {"granite4_h_moe", EXPECT_MATCH, NULL},   /* experts (fused input_linear/output_linear) beside shared_mlp */
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
     {"qwen3_5", EXPECT_MATCH, NULL},
     {"qwen3_5_moe", EXPECT_MATCH, NULL},

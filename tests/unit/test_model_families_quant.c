@@ -29,7 +29,7 @@
  * the MoE families landed): mixtral 0.133-0.161, qwen2_moe 0.078-0.128, qwen3_moe
  * 0.055-0.084, deepseek_v2 0.11-0.12, deepseek_v3 0.17-0.19 (layer 0 steers layer 1's grouped routing: see
  * test_pipeline_moe), glm4_moe 0.025-0.099, dots1 0.022-0.102, olmoe 0.021-0.055, minimax_m2
- * 0.106-0.142, ernie4_5_moe 0.085-0.122, qwen3_next 0.16-0.19, qwen3_5_moe 0.12-0.17, RTN included, so this looser bar still
+ * 0.106-0.142, ernie4_5_moe 0.085-0.122, qwen3_next 0.16-0.19, qwen3_5_moe 0.12-0.17, granite4_h_moe 0.07-0.09, RTN included, so this looser bar still
  * separates them from order-1 bugs. The dense Gated DeltaNet hybrid qwen3_5 measures 0.10-0.13 under
  * FAMILY_Q8_TOL: its decay (exp of -exp(A_log) softplus(a + dt_bias)) compounds the in_proj_a / in_proj_b
  * rows' error over the sequence. */

@@ -217,6 +217,12 @@ static void test_fold(void)
     check_family_block("lfm2", 1, 4);
     check_family_block("granite4_h", 0, 3);
     check_family_block("granite4_h", 1, 4);
+    /* Granite-4 MoE: as granite4_h, but shared_mlp's input_linear reads the norm with the
+     * router and the experts (no fold of its own); the experts' shared input folds into
+     * post_attention_layernorm with the router's and shared_mlp.input_linear's columns (+1),
+     * each expert's down into its up (8), shared_mlp's output_linear into its up rows. */
+    check_family_block("granite4_h_moe", 0, 1 + 1 + 8 + 1);
+    check_family_block("granite4_h_moe", 1, 2 + 1 + 8 + 1);
     /* Qwen3-Next, Qwen3.5: the Gated DeltaNet's projections and the gated attention's fold
      * into input_layernorm ((1 + w)); neither out_proj (behind the gated norm) nor o_proj
      * (behind the sigmoid gate) folds. Block 0 is a DeltaNet layer with experts, 1 gated
