@@ -81,6 +81,7 @@ from transformers.models.dots1 import Dots1Config
 from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
 from transformers.models.glm4_moe import Glm4MoeConfig
 from transformers.models.minimax_m2 import MiniMaxM2Config
+from transformers.models.llama4 import Llama4TextConfig
 from transformers.models.olmoe import OlmoeConfig
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
@@ -627,6 +628,29 @@ FAMILIES = {
                    ablate=[("logit_scale 1", {"logit_scale": 1.0}),
                            ("RoPE on both layers", {"layer_types": ["sliding_attention", "sliding_attention"],
                                                     "sliding_window": 64})]),
+    # Llama 4 text: 3 layers — 0 dense (intermediate_size_mlp 64) with RoPE, 1 MoE without
+    # RoPE (NoPE, full causal attention, the query temperature from position 7 on:
+    # floor_scale 8, attn_scale 0.5), 2 MoE with RoPE; RoPE layers attend within chunks of 16
+    # (64 tokens: 4 chunks) and L2-normalise q and k after RoPE (complex, interleaved pairs,
+    # llama3 scaling); 8 experts top-1, the sigmoid of the chosen logit scaling the expert's
+    # input, fused gate_up_proj [E, H, 2 FF] (gate then up), a shared expert.
+    "llama4": fam(Llama4TextConfig, 1050,
+                  "Llama 4 text: dense/MoE/MoE layers (moe_layers [1, 2]), NoPE layer 1 (full attention, "
+                  "attn temperature floor_scale 8, attn_scale 0.5), chunked attention 16 and L2 q/k norm on "
+                  "RoPE layers, interleaved llama3 RoPE, 8 experts top-1 (sigmoid score on the input), shared expert",
+                  num_hidden_layers=3, intermediate_size=32, intermediate_size_mlp=64, head_dim=16,
+                  num_local_experts=8, num_experts_per_tok=1, moe_layers=[1, 2], no_rope_layers=[1, 0, 1],
+                  attention_chunk_size=16, attn_temperature_tuning=True, floor_scale=8, attn_scale=0.5,
+                  use_qk_norm=True, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 32},
+                  ablate=[("no chunks", {"attention_chunk_size": 128}),
+                          ("no temperature tuning", {"attn_temperature_tuning": False}),
+                          ("no qk norm", {"use_qk_norm": False}),
+                          ("RoPE on every layer", {"no_rope_layers": [1, 1, 1]}),
+                          ("top-2", {"num_experts_per_tok": 2}),
+                          ("no scaling", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
     # gpt-oss: q/k/v/o biases, a learned sink per head, sliding (16) and full layers
     # alternating (layer_types' default), YaRN with truncate false, 8 experts top-2 by the
     # router's logits (with its bias) softmaxed over the two, experts with biases and the
