@@ -145,9 +145,13 @@ int qd_config_llama4_parse(const cJSON *root, const char *what, qd_model_config 
         (rc = qd_cfg_get_int(root, "attention_chunk_size", &c->attn_chunk, what, err)) ||
         (rc = qd_cfg_get_int(root, "floor_scale", &floor_scale, what, err)) ||
         (rc = qd_cfg_get_float(root, "attn_scale", &attn_scale, what, err)) ||
-        (rc = qd_cfg_get_bool(root, "use_qk_norm", &qk, what, err)) ||
-        (rc = qd_cfg_get_bool(root, "attn_temperature_tuning", &tune, what, err)))
+        (rc = qd_cfg_get_bool(root, "use_qk_norm", &qk, what, err)))
         return rc;
+    /* meta-llama's Llama 4 configs write attn_temperature_tuning as a number (4), which
+     * Llama4TextAttention reads for its truth: any non-zero number is on. */
+    const cJSON *tt = cJSON_GetObjectItemCaseSensitive(root, "attn_temperature_tuning");
+    if (cJSON_IsNumber(tt)) tune = tt->valuedouble != 0;
+    else if ((rc = qd_cfg_get_bool(root, "attn_temperature_tuning", &tune, what, err))) return rc;
     /* Llama4TextModel builds the chunked mask for every forward: without a chunk size
      * transformers itself refuses to run. */
     const cJSON *ch = cJSON_GetObjectItemCaseSensitive(root, "attention_chunk_size");

@@ -188,6 +188,26 @@ def fuse_gpt_oss(sd, want):
             sd[base + "down_proj"], sd[base + "down_proj_bias"] = torch.stack(dn), torch.stack(dnb)
 
 
+def fuse_llama4(sd, want):
+    """Llama 4's experts are 3-D parameters with the input dimension first and no biases:
+    feed_forward.experts.gate_up_proj [E, H, 2I] with the gate columns first, then the up
+    columns (Llama4TextExperts' chunk(2)), down_proj [E, I, H]. quantd writes each expert's
+    gate_proj, up_proj, down_proj as linears [N, K]; this puts them back."""
+    for key in sorted(want):
+        if not key.endswith("feed_forward.experts.gate_up_proj") or key in sd:
+            continue
+        base = key[: -len("gate_up_proj")]
+        gu, dn = [], []
+        e = 0
+        while f"{base}{e}.down_proj.weight" in sd:
+            g, u = sd.pop(f"{base}{e}.gate_proj.weight"), sd.pop(f"{base}{e}.up_proj.weight")     # [I, H]
+            gu.append(torch.cat([g.t(), u.t()], 1))
+            dn.append(sd.pop(f"{base}{e}.down_proj.weight").t())                                 # [I, H]
+            e += 1
+        if e:
+            sd[base + "gate_up_proj"], sd[base + "down_proj"] = torch.stack(gu), torch.stack(dn)
+
+
 def hf_logits(out_dir, ids):
     with open(os.path.join(out_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -227,6 +247,7 @@ def hf_logits(out_dir, ids):
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     fuse_gpt_oss(sd, set(model.state_dict()))
+    fuse_llama4(sd, set(model.state_dict()))
     fuse_experts(sd, set(model.state_dict()))
     rename_keys(sd, set(model.state_dict()))
     missing, unexpected = model.load_state_dict(sd, strict=False)
