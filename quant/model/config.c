@@ -60,6 +60,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Qwen3VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Gemma3ForConditionalGeneration", QD_ARCH_LLAMA},
     {"Mistral3ForConditionalGeneration", QD_ARCH_LLAMA},
+    {"Llama4ForConditionalGeneration", QD_ARCH_LLAMA},
 };
 
 qd_arch_family qd_arch_family_of(const char *architecture)

@@ -18,7 +18,11 @@
 
 #include "quant/model/config_internal.h"
 
-int qd_config_llama4_is(const char *architecture) { return !strcmp(architecture, "Llama4ForCausalLM"); }
+/* Llama4ForConditionalGeneration's text tower is this config, from text_config (config_vlm.c). */
+int qd_config_llama4_is(const char *architecture)
+{
+    return !strcmp(architecture, "Llama4ForCausalLM") || !strcmp(architecture, "Llama4ForConditionalGeneration");
+}
 
 static int absent(const cJSON *root, const char *key)
 {

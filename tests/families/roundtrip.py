@@ -271,6 +271,10 @@ def vlm_logits(cfg, sd, ids):
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(cfg, f)
+        if cfg.get("model_type") == "llama4":
+            # No conversion mapping stacks Llama 4's per-expert linears on load: stack them here.
+            want = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(tmp)).state_dict()
+            fuse_llama4(sd, set(want))
         save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(tmp, "model.safetensors"))
         model, info = AutoModelForImageTextToText.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager",
                                                                   output_loading_info=True)

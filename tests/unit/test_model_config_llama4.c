@@ -109,8 +109,32 @@ static void test_refused(void)
     }
 }
 
+/* Llama4ForConditionalGeneration: the text tower's keys from text_config, with
+ * Llama4TextConfig's defaults; another text model_type is refused. */
+static void test_multimodal(void)
+{
+    qd_model_config c;
+    qd_err err;
+    memset(&err, 0, sizeof err);
+    CHECK_OK(qd_model_config_parse("{\"architectures\":[\"Llama4ForConditionalGeneration\"],\"model_type\":\"llama4\","
+                                   "\"text_config\":{\"model_type\":\"llama4_text\",\"num_hidden_layers\":4,"
+                                   "\"interleave_moe_layer_step\":2},\"vision_config\":{\"model_type\":"
+                                   "\"llama4_vision_model\"}}", "config.json", &c, &err));
+    CHECK_INT(c.multimodal, 1);
+    CHECK_INT(c.layout, QD_LAYOUT_LLAMA4);
+    CHECK_INT(c.hidden, 5120);
+    CHECK_INT(c.tie_word_embeddings, 0);
+    CHECK_INT(c.layer_dense[0] && !c.layer_dense[1], 1);
+    CHECK_INT(c.layer_nope[3] && !c.layer_nope[2], 1);
+    memset(&err, 0, sizeof err);
+    CHECK_INT(qd_model_config_parse("{\"architectures\":[\"Llama4ForConditionalGeneration\"],\"text_config\":"
+                                    "{\"model_type\":\"llama\"}}", "config.json", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "text_config.model_type \"llama\" is not supported");
+}
+
 int main(void)
 {
+    TEST_RUN(test_multimodal);
     TEST_RUN(test_scout_and_defaults);
     TEST_RUN(test_refused);
     return test_finish();

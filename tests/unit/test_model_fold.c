@@ -242,6 +242,8 @@ static void test_fold(void)
     check_family_block("llama4", 0, 4);
     check_family_block("llama4", 1, 2 + 8 + 1 + 1);
     check_family_block("llama4", 2, 2 + 8 + 1 + 1);
+    check_family_block("llama4_vl", 0, 4);   /* the multimodal checkpoint's text tower */
+    check_family_block("llama4_vl", 1, 2 + 8 + 1 + 1);
 }
 
 int main(void)
