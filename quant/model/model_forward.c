@@ -254,14 +254,19 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
                                                    c->head_dim, scale, window, bw->sinks));
     else if (chunk > 0 && chunk < seq) {
         /* Llama 4's chunked layers: a query sees the keys of its own chunk only, so each
-         * chunk of each sequence is an attention of its own over contiguous rows. */
-        for (int64_t b = 0; b < batch; b++)
-            for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
-                int64_t r0 = b * seq + t0, len = seq - t0 < chunk ? seq - t0 : chunk;
-                BE_CALL(m, err, qd_model_attention_op(m)(m->be, att + r0 * qd, q + r0 * qd, k + r0 * kvd, v + r0 * kvd, 1,
-                                                         len, c->n_heads, c->n_kv_heads, c->head_dim, scale, window,
-                                                         c->attn_softcap));
-            }
+         * chunk of each sequence is an attention of its own over contiguous rows (whole
+         * chunks: one call over batch * seq / chunk sequences of chunk tokens). */
+        if (seq % chunk == 0)
+            BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch * (seq / chunk), chunk, c->n_heads,
+                                                     c->n_kv_heads, c->head_dim, scale, window, c->attn_softcap));
+        else
+            for (int64_t b = 0; b < batch; b++)
+                for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
+                    int64_t r0 = b * seq + t0, len = seq - t0 < chunk ? seq - t0 : chunk;
+                    BE_CALL(m, err, qd_model_attention_op(m)(m->be, att + r0 * qd, q + r0 * qd, k + r0 * kvd,
+                                                             v + r0 * kvd, 1, len, c->n_heads, c->n_kv_heads,
+                                                             c->head_dim, scale, window, c->attn_softcap));
+                }
     } else
         BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
                                                  c->head_dim, scale, window, c->attn_softcap));
