@@ -53,12 +53,14 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"HunYuanDenseV1ForCausalLM", QD_ARCH_LLAMA},
     {"Ministral3ForCausalLM", QD_ARCH_LLAMA},
     {"GptOssForCausalLM", QD_ARCH_LLAMA},
+    {"Llama4ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
     /* Vision-language models: their text tower (config_vlm.c) */
     {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Qwen3VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Gemma3ForConditionalGeneration", QD_ARCH_LLAMA},
     {"Mistral3ForConditionalGeneration", QD_ARCH_LLAMA},
+    {"Llama4ForConditionalGeneration", QD_ARCH_LLAMA},
 };
 
 qd_arch_family qd_arch_family_of(const char *architecture)

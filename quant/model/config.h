@@ -73,6 +73,8 @@ typedef enum qd_block_layout {
     QD_LAYOUT_GLM4,        /* GLM-4: llama attention, fused gate_up_proj, a norm before and after each sub-block */
     QD_LAYOUT_GPT_OSS,     /* llama attention with biases and sinks; mlp.router (with bias) + mlp.experts' fused
                             * 3-D gate_up_proj / down_proj (model_gptoss.c), read as per-expert gate, up, down */
+    QD_LAYOUT_LLAMA4,      /* Llama 4 text: llama attention; feed_forward.* dense SwiGLU or feed_forward.router +
+                            * fused 3-D experts (gate_up_proj's gate then up halves) + shared_expert (arch_llama4.c) */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -85,6 +87,8 @@ typedef enum qd_moe_scoring {
     QD_MOE_TOPK_SOFTMAX,   /* gpt-oss: the top_k largest logits (the router's bias added), then a softmax
                             * over those k alone */
     QD_MOE_SOFTMAX_BIAS,   /* ERNIE 4.5: softmax; the choice adds e_score_correction_bias, no groups */
+    QD_MOE_SIGMOID_INPUT,  /* Llama 4: the top_k largest logits, sigmoid(logit) scales the chosen expert's
+                            * INPUT; the experts' outputs are summed unweighted */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
@@ -150,6 +154,12 @@ typedef struct qd_model_config {
     float q_pos_scale_beta;    /* queries after RoPE times 1 + beta ln(1 + floor(pos / q_pos_scale_orig)) (Ministral 3's
                                 * llama_4_scaling_beta); 0 = none */
     int64_t q_pos_scale_orig;
+    int q_pos_scale_nope;      /* Llama 4's attn_temperature_tuning: the scale above on NoPE layers only (none on
+                                * RoPE layers), of pos + 1: 1 + beta ln(1 + floor((pos + 1) / orig)) */
+    int qk_l2norm;             /* Llama 4's use_qk_norm: q and k divided by their RMS per head (no weight), after
+                                * RoPE, on RoPE layers only */
+    int64_t attn_chunk;        /* Llama 4's attention_chunk_size: a layer_chunked layer's query sees the keys of */
+    unsigned char layer_chunked[QD_CFG_MAX_LAYERS]; /* its own chunk [floor(i / chunk) chunk, i] only */
     float logit_scale;         /* logits times this (Cohere's logit_scale, Granite's 1 / logits_scaling),
                                 * before any soft-cap; 0 = none */
     float attn_softcap;        /* Gemma 2 attention score soft-cap; 0 = none */

@@ -277,6 +277,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if (qd_config_is_plain_family(c->architecture)) return qd_config_plain_parse(root, what, c, err);
     if (qd_config_postnorm_is(c->architecture)) return qd_config_postnorm_parse(root, what, c, err);
     if (qd_config_dense_owns(c->architecture)) return qd_config_dense_parse(root, what, c, err);
+    if (qd_config_llama4_is(c->architecture)) return qd_config_llama4_parse(root, what, c, err);
     fam_kind k = kind_of(c->architecture);
     int gemma = k == FAM_GEMMA2 || k == FAM_GEMMA3;
     int rc;

@@ -64,5 +64,9 @@ int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config 
  * qd_config_family_parse hands them over whole (RoPE included). */
 int qd_config_is_hybrid(const char *architecture);
 int qd_config_hybrid_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* Llama 4 text (config_llama4.c): Llama4TextConfig's keys and defaults, RoPE included,
+ * for Llama4ForCausalLM, in place of qd_config_family_parse's. */
+int qd_config_llama4_is(const char *architecture);
+int qd_config_llama4_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 #endif

@@ -118,9 +118,11 @@ static int parse_one(const cJSON *root, const cJSON *src, const char *src_name, 
     if ((r->type == QD_ROPE_LINEAR || r->type == QD_ROPE_DYNAMIC || r->type == QD_ROPE_LLAMA3 || r->type == QD_ROPE_YARN) &&
         !cJSON_GetObjectItemCaseSensitive(src, "factor"))
         return qd_err_set(err, QD_EFORMAT, "%s: %s rope_type \"%s\" needs factor", what, src_name, tname);
-    if (r->type == QD_ROPE_LLAMA3 && (!(r->low_freq_factor > 0) || !(r->high_freq_factor > r->low_freq_factor) || orig <= 0))
+    /* high_freq_factor equal to low_freq_factor (Llama 4 Scout's 1 and 1): no band is smoothed,
+     * every frequency is kept or divided, as transformers computes it (it only warns). */
+    if (r->type == QD_ROPE_LLAMA3 && (!(r->low_freq_factor > 0) || !(r->high_freq_factor >= r->low_freq_factor) || orig <= 0))
         return qd_err_set(err, QD_EFORMAT,
-                          "%s: %s llama3 needs low_freq_factor > 0, high_freq_factor > low_freq_factor and "
+                          "%s: %s llama3 needs low_freq_factor > 0, high_freq_factor >= low_freq_factor and "
                           "original_max_position_embeddings > 0", what, src_name);
     if (!(r->partial_rotary_factor > 0 && r->partial_rotary_factor <= 1))
         return qd_err_set(err, QD_EFORMAT, "%s: partial_rotary_factor must be in (0, 1]", what);

@@ -1,5 +1,5 @@
 /* Vision-language checkpoints whose text tower quantd quantizes (Qwen2.5-VL, Qwen3-VL,
- * Gemma 3, Mistral-3): their config.json nests the text decoder's keys in `text_config`
+ * Gemma 3, Mistral-3, Llama 4): their config.json nests the text decoder's keys in `text_config`
  * (Qwen2.5-VL's Hub files keep them flat, at the top level, which transformers reads the
  * same way). This file turns such a config into the text config the rotary-decoder parser
  * reads (config.c, config_family.c): a copy of the text keys with the text config class's
@@ -45,6 +45,8 @@ static const vlm_family families[] = {
      "\"num_attention_heads\":8,\"num_key_value_heads\":4,\"head_dim\":256,\"hidden_activation\":\"gelu_pytorch_tanh\","
      "\"max_position_embeddings\":131072,\"rms_norm_eps\":1e-06,\"attention_bias\":false,"
      "\"query_pre_attn_scalar\":256,\"sliding_window\":4096}"},
+    /* Llama4TextConfig's defaults are config_llama4.c's (absent keys read there). */
+    {"Llama4ForConditionalGeneration", "llama4_text", 0, 0, 0, "{}"},
     {"Mistral3ForConditionalGeneration", "mistral", 0, 1, 0,
      "{\"vocab_size\":32000,\"hidden_size\":4096,\"intermediate_size\":14336,\"num_hidden_layers\":32,"
      "\"num_attention_heads\":32,\"num_key_value_heads\":8,\"hidden_act\":\"silu\",\"max_position_embeddings\":131072,"

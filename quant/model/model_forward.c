@@ -174,6 +174,7 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
     const qd_model_config *c = &m->cfg;
     const qd_arch *a = m->arch;
     int64_t rows = batch * seq, qd = c->n_heads * c->head_dim, kvd = c->n_kv_heads * c->head_dim;
+    int64_t chunk = c->attn_chunk > 0 && bw->block < QD_CFG_MAX_LAYERS && c->layer_chunked[bw->block] ? c->attn_chunk : 0;
     float *q = qd_model_scratch(m, QD_SCRATCH_Q, (size_t)(rows * qd) * sizeof(float), err);
     float *k = q ? qd_model_scratch(m, QD_SCRATCH_K, (size_t)(rows * kvd) * sizeof(float), err) : NULL;
     float *v = k ? qd_model_scratch(m, QD_SCRATCH_V, (size_t)(rows * kvd) * sizeof(float), err) : NULL;
@@ -236,14 +237,37 @@ static int attention(qd_model *m, const qd_block_weights *bw, const float *xn, f
         BE_CALL(m, err, m->be->ops->rope(m->be, k, rows, c->n_kv_heads, c->head_dim, pos_be, rf));
     }
     if (c->qk_norm == QD_QK_NORM_HEAD && a->qk_norm_post_rope && (rc = qk_norm(m, bw, q, k, rows, err))) return rc;
-    if (rf && c->q_pos_scale_beta > 0 && (rc = qd_fwd_q_pos_scale(m, q, rows, pos_be, err))) return rc;
+    if (rf && c->qk_l2norm) {
+        /* Llama 4: q and k over their RMS per head, no weight, after RoPE (RoPE layers only). */
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, q, q, NULL, rows * c->n_heads, c->head_dim, c->norm_eps));
+        BE_CALL(m, err, m->be->ops->rmsnorm(m->be, k, k, NULL, rows * c->n_kv_heads, c->head_dim, c->norm_eps));
+    }
+    /* The query position scale: Ministral 3's on every (RoPE) layer, Llama 4's on its NoPE layers. */
+    if (c->q_pos_scale_beta > 0 && (c->q_pos_scale_nope ? !rf : rf != NULL) &&
+        (rc = qd_fwd_q_pos_scale(m, q, rows, pos_be, err)))
+        return rc;
     /* Gemma scales by query_pre_attn_scalar^-1/2 instead of head_dim^-1/2. */
     double qs = c->query_pre_attn_scalar > 0 ? (double)c->query_pre_attn_scalar : (double)c->head_dim;
     float scale = c->attn_scale > 0 ? c->attn_scale : (float)(1.0 / sqrt(qs));
     if (bw->sinks)   /* gpt-oss: a learned sink logit per head (F32 also under compute bf16) */
         BE_CALL(m, err, m->be->ops->attention_sink(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
                                                    c->head_dim, scale, window, bw->sinks));
-    else
+    else if (chunk > 0 && chunk < seq) {
+        /* Llama 4's chunked layers: a query sees the keys of its own chunk only, so each
+         * chunk of each sequence is an attention of its own over contiguous rows (whole
+         * chunks: one call over batch * seq / chunk sequences of chunk tokens). */
+        if (seq % chunk == 0)
+            BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch * (seq / chunk), chunk, c->n_heads,
+                                                     c->n_kv_heads, c->head_dim, scale, window, c->attn_softcap));
+        else
+            for (int64_t b = 0; b < batch; b++)
+                for (int64_t t0 = 0; t0 < seq; t0 += chunk) {
+                    int64_t r0 = b * seq + t0, len = seq - t0 < chunk ? seq - t0 : chunk;
+                    BE_CALL(m, err, qd_model_attention_op(m)(m->be, att + r0 * qd, q + r0 * qd, k + r0 * kvd,
+                                                             v + r0 * kvd, 1, len, c->n_heads, c->n_kv_heads,
+                                                             c->head_dim, scale, window, c->attn_softcap));
+                }
+    } else
         BE_CALL(m, err, qd_model_attention_op(m)(m->be, att, q, k, v, batch, seq, c->n_heads, c->n_kv_heads,
                                                  c->head_dim, scale, window, c->attn_softcap));
     if (gate) BE_CALL(m, err, m->be->ops->sigmoid_mul(m->be, att, gate, att, rows * qd));
@@ -452,10 +476,17 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
     if (!pos_be) return QD_ENOMEM;
     int32_t *ph = malloc((size_t)rows * sizeof *ph);
     if (!ph) return qd_err_set(err, QD_ENOMEM, "block forward: out of memory");
-    int32_t max_p = 0;
+    int32_t max_p = 0, shifted = 0;
     for (int64_t r = 0; r < rows; r++) {
         ph[r] = pos ? pos[r % seq] : (int32_t)(r % seq);
         if (ph[r] > max_p) max_p = ph[r];
+        shifted |= ph[r] != (int32_t)(r % seq);
+    }
+    /* Llama 4's chunks are counted from position 0 (transformers' chunked mask, no cache):
+     * the forward splits a sequence at multiples of the chunk size, so positions must be 0..seq-1. */
+    if (shifted && c->attn_chunk > 0 && bw->block < QD_CFG_MAX_LAYERS && c->layer_chunked[bw->block]) {
+        free(ph);
+        return qd_err_set(err, QD_EUNSUPPORTED, "block %d: chunked attention with positions other than 0..seq-1", bw->block);
     }
     /* This layer's attention window and RoPE's frequencies for this forward (dynamic and
      * LongRoPE depend on its length; Gemma 3's sliding layers have their own base). */

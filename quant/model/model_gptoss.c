@@ -12,7 +12,10 @@
  * Granite-4's MoE experts (arch experts_stacked) are the other fused layout this file reads:
  * block_sparse_moe.input_linear.weight [E, 2 FF, H], expert e's slab nn.Linear-shaped with
  * the gate's rows first and the up's after (GraniteMoeHybridExperts chunks the output in
- * two), and output_linear.weight [E, H, FF], down_proj as it is; no biases. */
+ * two), and output_linear.weight [E, H, FF], down_proj as it is; no biases.
+ * Llama 4 (arch experts_fused_halves) stores its experts as gpt-oss does, without biases and
+ * with gate_up_proj's gate in columns [0, FF) and up in [FF, 2 FF) (Llama4TextExperts'
+ * chunk(2)): gate row f is column f, up's is column FF + f. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +131,7 @@ int qd_gptoss_check(const qd_model *m, int block, qd_err *err)
     }
     for (int i = 0; i < 4; i++) {
         if (mx && (i == F_GU || i == F_DOWN)) continue;
+        if (!m->arch->expert_bias && (i == F_GU_BIAS || i == F_DOWN_BIAS)) continue;
         const st_tensor *t = fused(m, block, i);
         int nd = shapes[i][2] ? 3 : 2;
         char name[256];
@@ -204,7 +208,8 @@ int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd
     const qd_linear_info *L = &m->lin[li];
     int e = L->expert, j = li - m->lin_exp0 - 3 * e;   /* 0 gate, 1 up, 2 down */
     int64_t H = m->cfg.hidden, F = m->cfg.moe_intermediate;
-    if (e < 0 || j < 0 || j > 2) return qd_err_set(err, QD_EINVAL, "%s: not a gpt-oss expert linear", L->name);
+    int biased = m->arch->expert_bias, halves = m->arch->experts_fused_halves;
+    if (e < 0 || j < 0 || j > 2) return qd_err_set(err, QD_EINVAL, "%s: not a fused expert linear", L->name);
     if (fused(m, block, F_GU_BLOCKS)) return load_mxfp4(m, block, e, j, w, b, err);
     if (m->arch->experts_stacked) {
         /* Granite: gate is rows [0, FF) of expert e's [2 FF, H] slab, up rows [FF, 2 FF); down
@@ -214,24 +219,26 @@ int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd
         int64_t off = j < 2 ? (int64_t)e * 2 * F * H + j * F * H : (int64_t)e * H * F;
         return read_span(t, off, F * H, w, err);
     }
-    const st_tensor *tw = fused(m, block, j < 2 ? 0 : 2), *tb = fused(m, block, j < 2 ? 1 : 3);
-    if (!tw || !tb) return qd_err_set(err, QD_ENOTFOUND, "block %d: gpt-oss's fused expert tensors are missing", block);
+    const st_tensor *tw = fused(m, block, j < 2 ? F_GU : F_DOWN), *tb = biased ? fused(m, block, j < 2 ? F_GU_BIAS : F_DOWN_BIAS) : NULL;
+    if (!tw || (biased && !tb)) return qd_err_set(err, QD_ENOTFOUND, "block %d: the fused expert tensors are missing", block);
     int64_t cols = j < 2 ? 2 * F : H, rows = j < 2 ? H : F;   /* expert e's slab [rows, cols] */
     float *slab = malloc((size_t)(rows * cols) * sizeof *slab), *bias = malloc((size_t)cols * sizeof *bias);
     int rc = slab && bias ? 0 : qd_err_set(err, QD_ENOMEM, "%s: out of memory", tw->name);
     if (!rc) rc = read_span(tw, (int64_t)e * rows * cols, rows * cols, slab, err);
-    if (!rc) rc = read_span(tb, (int64_t)e * cols, cols, bias, err);
+    if (!rc && tb) rc = read_span(tb, (int64_t)e * cols, cols, bias, err);
     if (!rc && j < 2) {
-        /* gate (j 0) row f is column 2f of the slab, up's (j 1) column 2f + 1. */
+        /* gate (j 0) row f is column 2f of the slab, up's (j 1) column 2f + 1; in halves,
+         * columns f and FF + f. */
         for (int64_t f = 0; f < F; f++) {
-            for (int64_t h = 0; h < H; h++) w[f * H + h] = slab[h * cols + 2 * f + j];
-            b[f] = bias[2 * f + j];
+            int64_t col = halves ? j * F + f : 2 * f + j;
+            for (int64_t h = 0; h < H; h++) w[f * H + h] = slab[h * cols + col];
+            if (b && tb) b[f] = bias[col];
         }
     } else if (!rc) {
         /* down row h is column h of the [F, H] slab. */
         for (int64_t h = 0; h < H; h++) {
             for (int64_t f = 0; f < F; f++) w[h * F + f] = slab[f * cols + h];
-            b[h] = bias[h];
+            if (b && tb) b[h] = bias[h];
         }
     }
     free(slab);

@@ -106,6 +106,7 @@ typedef struct qd_arch {
     int expert_bias;           /* each expert's gate, up and down carry a bias */
     const char *experts_fused; /* "mlp.experts.": gate_up_proj [E, H, 2 FF] (gate, up interleaved), _bias, down_proj
                                 * [E, FF, H], _bias, read as per-expert linears */
+    int experts_fused_halves;  /* Llama 4: gate_up_proj holds gate in columns [0, FF), up in [FF, 2 FF); no biases */
     const char *sinks;         /* "self_attn.sinks" [n_heads] */
     int experts_stacked;       /* Granite-4: the fused experts are experts_fused + "input_linear.weight" [E, 2 FF, H]
                                 * (each expert's gate rows, then its up rows) and "output_linear.weight" [E, H, FF],
@@ -152,12 +153,13 @@ const qd_arch *qd_arch_moe_for(const qd_model_config *c);
 /* OLMo 2/3, EXAONE 4 (QD_LAYOUT_POSTNORM) and GLM-4 (QD_LAYOUT_GLM4): arch_postnorm.c. */
 const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 extern const qd_arch qd_arch_gpt_oss;   /* arch_gptoss.c */
+extern const qd_arch qd_arch_llama4;    /* arch_llama4.c */
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
        QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
        QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_QG, QD_SCRATCH_GATE, QD_SCRATCH_GDN_IN, QD_SCRATCH_GDN_MIX,
-       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_PAR, QD_SCRATCH_COUNT };
+       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_PAR, QD_SCRATCH_MOE_Z, QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;

@@ -351,14 +351,15 @@ static int load_linear(qd_model *m, int block, int li, float **w_out, float **b_
     if (!w) return qd_err_set(err, QD_ENOMEM, "%s: cannot allocate its F32 weight", name);
     const st_tensor *wt = qd_model_tfind(m, name);
     if (!wt && L->expert >= 0 && qd_gptoss_fused_present(m, block)) {
-        /* gpt-oss: a slice of the block's fused 3-D expert tensors, with its bias. */
+        /* gpt-oss, Llama 4: a slice of the block's fused 3-D expert tensors, with its bias
+         * where the experts have one (gpt-oss). */
         float *host = w, *hb = NULL;
         rc = 0;
         if (m->be->device >= 0 && !(host = malloc((size_t)(L->n * L->k) * sizeof *host))) {
             rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", base);
             goto fail;
         }
-        /* Granite's stacked experts have no biases. */
+        /* Granite's and Llama 4's fused experts have no biases. */
         if (L->has_bias) {
             b = qd_backend_alloc(m->be, (size_t)L->n * sizeof(float));
             hb = !b ? NULL : m->be->device >= 0 ? malloc((size_t)L->n * sizeof *hb) : b;

@@ -9,6 +9,11 @@
  * SwiGLU on the tokens routed to it and adds weight * output into those tokens' rows,
  * experts in index order; Qwen2-MoE adds the shared expert's output scaled by
  * sigmoid(xn . shared_expert_gate), DeepSeek its shared experts' output unscaled.
+ * Llama 4 (QD_MOE_SIGMOID_INPUT) chooses the top_k largest logits and scales each chosen
+ * expert's INPUT by sigmoid(logit) (Llama4TextMoe: routed_in = x * score), adding the
+ * outputs unweighted; its shared expert is ungated. With qd_model_set_moe_calibrate_all an
+ * expert then runs on every token scaled by that token's sigmoid of its own logit, which is
+ * what it sees where chosen.
  *
  * Routing is decided on the host (rows x n_experts floats); everything else stays on the
  * backend: each expert's rows are gathered there (gather_rows), its GEMMs run on them, and
@@ -100,7 +105,13 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
             topk_softmax_row(c, l, bias, t, r);
             continue;
         }
-        if (sig) {
+        if (c->moe_scoring == QD_MOE_SIGMOID_INPUT) {
+            /* Chosen by the logits (the sigmoid saturates: equal scores, distinct logits). */
+            for (int64_t e = 0; e < E; e++) {
+                p[e] = 1.0f / (1.0f + expf(-l[e]));
+                choice[e] = l[e];
+            }
+        } else if (sig) {
             for (int64_t e = 0; e < E; e++) {
                 p[e] = 1.0f / (1.0f + expf(-l[e]));
                 choice[e] = p[e] + (bias ? bias[e] : 0.0f);
@@ -166,6 +177,53 @@ static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, c
  * their n weights (float), so the device copy is idx = stage, w = stage + n. */
 static void stage_weights(int32_t *stage, int64_t n, int64_t i, float w) { memcpy(stage + n + i, &w, sizeof w); }
 
+/* Llama 4's expert e (lines l0, groups g0): its input rows scaled by the router's sigmoid,
+ * z[i] = s_i xn[src_i], the expert on z, and its output rows added unweighted into out at
+ * the routed rows idx[0..n). Routed only: src = idx, s = the routing weights; calibrating
+ * every expert (all): src = every row, s_t = sigmoid(logit of e at t), and the routed rows'
+ * outputs are picked from the whole. One upload: idx, ones (n each), src, s, iota (cnt each). */
+static int sigmoid_input_expert(qd_model *m, const qd_block_weights *bw, int64_t e, const float *xn, float *out,
+                                int64_t rows, const float *lg, const int32_t *stage, int64_t n, int all,
+                                int32_t *ix_be, int32_t *host, float *f1, float *f2, const qd_block_hooks *hooks,
+                                qd_err *err)
+{
+    qd_backend *be = m->be;
+    int64_t E = m->cfg.n_experts, H = m->cfg.hidden, cnt = all ? rows : n;
+    int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, rc = 0;
+    float one = 1.0f;
+    float *z = qd_model_scratch(m, QD_SCRATCH_MOE_Z, (size_t)(rows * H) * sizeof(float), err);
+    float *xe = z ? qd_model_scratch(m, QD_SCRATCH_MOE_X, (size_t)(rows * H) * sizeof(float), err) : NULL;
+    float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, (size_t)(rows * H) * sizeof(float), err) : NULL;
+    if (!ye) return QD_ENOMEM;
+    for (int64_t i = 0; i < n; i++) { host[i] = stage[i]; memcpy(host + n + i, &one, sizeof one); }
+    for (int64_t i = 0; i < cnt; i++) {
+        int32_t t = all ? (int32_t)i : stage[i];
+        float s;
+        if (all) s = 1.0f / (1.0f + expf(-lg[(int64_t)t * E + e]));
+        else memcpy(&s, stage + n + i, sizeof s);
+        host[2 * n + i] = t;
+        memcpy(host + 2 * n + cnt + i, &s, sizeof s);
+        host[2 * n + 2 * cnt + i] = (int32_t)i;
+    }
+    const int32_t *idx = ix_be, *src = ix_be + 2 * n, *iota = ix_be + 2 * n + 2 * cnt;
+    const float *ones = (const float *)(ix_be + n), *sc = (const float *)(ix_be + 2 * n + cnt);
+    if ((rc = qd_backend_upload(be, ix_be, host, (size_t)(2 * n + 3 * cnt) * sizeof(int32_t))) ||
+        (rc = be->ops->gather_rows(be, xe, xn, rows, src, cnt, H)) ||
+        (rc = be->ops->memset0(be, z, (size_t)(cnt * H) * sizeof(float))) ||
+        (rc = be->ops->scatter_add_rows(be, z, cnt, xe, iota, sc, cnt, H)))
+        return qd_err_set(err, rc, "block %d expert %lld: scaled input: %s", bw->block, (long long)e, be->err.msg);
+    if ((rc = expert_run(m, bw, l0, g0, z, cnt, f1, f2, ye, hooks, err))) return rc;
+    const float *y = ye;
+    if (all && n > 0) {
+        if ((rc = be->ops->gather_rows(be, xe, ye, rows, idx, n, H)))
+            return qd_err_set(err, rc, "block %d expert %lld: gather: %s", bw->block, (long long)e, be->err.msg);
+        y = xe;
+    }
+    if (n > 0 && (rc = be->ops->scatter_add_rows(be, out, rows, y, idx, ones, n, H)))
+        return qd_err_set(err, rc, "block %d expert %lld: scatter: %s", bw->block, (long long)e, be->err.msg);
+    return 0;
+}
+
 int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t rows,
                    const qd_block_hooks *hooks, qd_err *err)
 {
@@ -176,7 +234,8 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     float bias[QD_MAX_EXPERTS];
     int64_t ff = c->moe_intermediate > c->shared_intermediate ? c->moe_intermediate : c->shared_intermediate;
     int all = hooks && hooks->input && m->moe_calibrate_all;
-    size_t hb = (size_t)(rows * H) * sizeof(float), sb = (size_t)rows * (sizeof(int32_t) + sizeof(float));
+    /* The staging holds a token list and its weights (Llama 4: five lists, sigmoid_input_expert). */
+    size_t hb = (size_t)(rows * H) * sizeof(float), sb = (size_t)rows * 5 * sizeof(int32_t);
     float *lg_be = qd_model_scratch(m, QD_SCRATCH_MOE_R, (size_t)(rows * (E + 1)) * sizeof(float), err);
     float *xe = lg_be ? qd_model_scratch(m, QD_SCRATCH_MOE_X, hb, err) : NULL;
     float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, hb, err) : NULL;
@@ -187,9 +246,9 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     moe_route r = {malloc((size_t)(rows * K) * sizeof(int32_t)), malloc((size_t)(rows * K) * sizeof(float)),
                    malloc((size_t)E * sizeof(int64_t))};
     float *lg = malloc((size_t)(rows * E) * sizeof(float));
-    int32_t *stage = malloc(sb);
+    int32_t *stage = malloc(sb), *stage2 = malloc(sb);
     int rc = 0;
-    if (!r.expert || !r.weight || !r.count || !lg || !stage) {
+    if (!r.expert || !r.weight || !r.count || !lg || !stage || !stage2) {
         rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the experts' routing", bw->block);
         goto done;
     }
@@ -214,6 +273,10 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             for (int64_t j = 0; j < K; j++)
                 if (r.expert[t * K + j] == e) { stage[n] = (int32_t)t; stage_weights(stage, cnt, n, r.weight[t * K + j]); n++; }
         if (n == 0 && !all) continue;
+        if (c->moe_scoring == QD_MOE_SIGMOID_INPUT) {
+            if ((rc = sigmoid_input_expert(m, bw, e, xn, out, rows, lg, stage, n, all, ix_be, stage2, f1, f2, hooks, err))) goto done;
+            continue;
+        }
         int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e;
         const int32_t *idx = ix_be;
         const float *w = (const float *)(ix_be + n);
@@ -254,6 +317,6 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     }
 done:
     free(r.expert); free(r.weight); free(r.count);
-    free(lg); free(stage);
+    free(lg); free(stage); free(stage2);
     return rc;
 }

@@ -81,6 +81,7 @@ from transformers.models.dots1 import Dots1Config
 from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
 from transformers.models.glm4_moe import Glm4MoeConfig
 from transformers.models.minimax_m2 import MiniMaxM2Config
+from transformers.models.llama4 import Llama4Config, Llama4TextConfig
 from transformers.models.olmoe import OlmoeConfig
 from transformers.models.qwen3_5.configuration_qwen3_5 import Qwen3_5TextConfig
 from transformers.models.qwen3_5_moe.configuration_qwen3_5_moe import Qwen3_5MoeTextConfig
@@ -167,7 +168,8 @@ def vlm(cls, seed, what, text, vision, ablate=(), **outer):
 
 # The text-only CausalLM classes of the text towers (the vlm cases' text_causal_lm check).
 TEXT_CAUSAL = {"qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
-               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
+               "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
+               "llama4_text": ("Llama4TextConfig", "Llama4ForCausalLM")}
 
 
 # Sequences are 64 tokens: 4x the 16-token sliding windows, longer than the dynamic-NTK
@@ -580,6 +582,26 @@ FAMILIES = {
                                 num_attention_heads=2, head_dim=16, image_size=64, patch_size=8),
                     tie_word_embeddings=False, spatial_merge_size=2,
                     ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # Llama 4 multimodal: llama4's text tower (the same shape and features) through
+    # Llama4ForConditionalGeneration on text ids (language_model.model.*, language_model.lm_head);
+    # a 1-layer vision tower, its pixel-shuffle adapter and the projector copied unchanged.
+    "llama4_vl": vlm(Llama4Config, 1051,
+                     "Llama 4 multimodal: llama4's text tower (dense/MoE/MoE, NoPE layer 1 with the temperature, "
+                     "chunked attention 16, L2 q/k norms, interleaved llama3 RoPE, 8 experts top-1, shared expert) "
+                     "through Llama4ForConditionalGeneration on text ids; vision tower + projector copied unchanged",
+                     text=dict(model_type="llama4_text", num_hidden_layers=3, intermediate_size=32,
+                               intermediate_size_mlp=64, head_dim=16, num_local_experts=8, num_experts_per_tok=1,
+                               moe_layers=[1, 2], no_rope_layers=[1, 0, 1], attention_chunk_size=16,
+                               attn_temperature_tuning=True, floor_scale=8, attn_scale=0.5, use_qk_norm=True,
+                               tie_word_embeddings=False, rms_norm_eps=1e-5,
+                               rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                                "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                                "original_max_position_embeddings": 32}),
+                     vision=dict(model_type="llama4_vision_model", hidden_size=32, intermediate_size=64,
+                                 num_hidden_layers=1, num_attention_heads=2, image_size=28, patch_size=14,
+                                 vision_output_dim=64, projector_input_dim=64, projector_output_dim=64),
+                     tie_word_embeddings=False, image_token_index=250, boi_token_index=251, eoi_token_index=252,
+                     ablate=[("no chunks", {"attention_chunk_size": 128})]),
     # The LayerNorm families with a plain MLP (fc1 -> GELU -> fc2, biases everywhere).
     "starcoder2": fam(Starcoder2Config, 1030,
                       "StarCoder2: LayerNorms with bias, q/k/v/o and c_fc/c_proj biases (use_bias), GQA 4/2, "
@@ -627,6 +649,29 @@ FAMILIES = {
                    ablate=[("logit_scale 1", {"logit_scale": 1.0}),
                            ("RoPE on both layers", {"layer_types": ["sliding_attention", "sliding_attention"],
                                                     "sliding_window": 64})]),
+    # Llama 4 text: 3 layers — 0 dense (intermediate_size_mlp 64) with RoPE, 1 MoE without
+    # RoPE (NoPE, full causal attention, the query temperature from position 7 on:
+    # floor_scale 8, attn_scale 0.5), 2 MoE with RoPE; RoPE layers attend within chunks of 16
+    # (64 tokens: 4 chunks) and L2-normalise q and k after RoPE (complex, interleaved pairs,
+    # llama3 scaling); 8 experts top-1, the sigmoid of the chosen logit scaling the expert's
+    # input, fused gate_up_proj [E, H, 2 FF] (gate then up), a shared expert.
+    "llama4": fam(Llama4TextConfig, 1050,
+                  "Llama 4 text: dense/MoE/MoE layers (moe_layers [1, 2]), NoPE layer 1 (full attention, "
+                  "attn temperature floor_scale 8, attn_scale 0.5), chunked attention 16 and L2 q/k norm on "
+                  "RoPE layers, interleaved llama3 RoPE, 8 experts top-1 (sigmoid score on the input), shared expert",
+                  num_hidden_layers=3, intermediate_size=32, intermediate_size_mlp=64, head_dim=16,
+                  num_local_experts=8, num_experts_per_tok=1, moe_layers=[1, 2], no_rope_layers=[1, 0, 1],
+                  attention_chunk_size=16, attn_temperature_tuning=True, floor_scale=8, attn_scale=0.5,
+                  use_qk_norm=True, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0,
+                                   "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                   "original_max_position_embeddings": 32},
+                  ablate=[("no chunks", {"attention_chunk_size": 128}),
+                          ("no temperature tuning", {"attn_temperature_tuning": False}),
+                          ("no qk norm", {"use_qk_norm": False}),
+                          ("RoPE on every layer", {"no_rope_layers": [1, 1, 1]}),
+                          ("top-2", {"num_experts_per_tok": 2}),
+                          ("no scaling", {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}})]),
     # gpt-oss: q/k/v/o biases, a learned sink per head, sliding (16) and full layers
     # alternating (layer_types' default), YaRN with truncate false, 8 experts top-2 by the
     # router's logits (with its bias) softmaxed over the two, experts with biases and the
@@ -761,6 +806,8 @@ def text_causal_lm(model, spec, ids, logits):
     for k, v in model.state_dict().items():
         if k.startswith("model.language_model."):
             sd["model." + k[len("model.language_model."):]] = v
+        elif k.startswith("language_model."):   # Llama 4: language_model is a Llama4ForCausalLM
+            sd[k[len("language_model."):]] = v
         elif k.startswith("lm_head."):
             sd[k] = v
     missing, unexpected = m.load_state_dict(sd, strict=False)
@@ -806,7 +853,9 @@ def ablations(model, spec, ids, logits):
         # value (a feature that is weights, not a key: gpt-oss's sinks and biases).
         params = change.pop("_params", None)
         kw.update(change)
-        m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        # A vision-language case keeps the first model (its change merged into text_config).
+        if not spec.get("vlm"):
+            m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
         if params:
             with torch.no_grad():

@@ -193,6 +193,26 @@ def fuse_gpt_oss(sd, want):
             sd[base + "down_proj"], sd[base + "down_proj_bias"] = torch.stack(dn), torch.stack(dnb)
 
 
+def fuse_llama4(sd, want):
+    """Llama 4's experts are 3-D parameters with the input dimension first and no biases:
+    feed_forward.experts.gate_up_proj [E, H, 2I] with the gate columns first, then the up
+    columns (Llama4TextExperts' chunk(2)), down_proj [E, I, H]. quantd writes each expert's
+    gate_proj, up_proj, down_proj as linears [N, K]; this puts them back."""
+    for key in sorted(want):
+        if not key.endswith("feed_forward.experts.gate_up_proj") or key in sd:
+            continue
+        base = key[: -len("gate_up_proj")]
+        gu, dn = [], []
+        e = 0
+        while f"{base}{e}.down_proj.weight" in sd:
+            g, u = sd.pop(f"{base}{e}.gate_proj.weight"), sd.pop(f"{base}{e}.up_proj.weight")     # [I, H]
+            gu.append(torch.cat([g.t(), u.t()], 1))
+            dn.append(sd.pop(f"{base}{e}.down_proj.weight").t())                                 # [I, H]
+            e += 1
+        if e:
+            sd[base + "gate_up_proj"], sd[base + "down_proj"] = torch.stack(gu), torch.stack(dn)
+
+
 def hf_logits(out_dir, ids):
     with open(os.path.join(out_dir, "config.json")) as f:
         cfg = json.load(f)
@@ -232,6 +252,7 @@ def hf_logits(out_dir, ids):
     model = AutoModelForCausalLM.from_config(config, dtype=torch.float32, attn_implementation="eager")
     model.eval()
     fuse_gpt_oss(sd, set(model.state_dict()))
+    fuse_llama4(sd, set(model.state_dict()))
     fuse_experts(sd, set(model.state_dict()))
     rename_keys(sd, set(model.state_dict()))
     missing, unexpected = model.load_state_dict(sd, strict=False)
@@ -255,6 +276,10 @@ def vlm_logits(cfg, sd, ids):
     with tempfile.TemporaryDirectory() as tmp:
         with open(os.path.join(tmp, "config.json"), "w") as f:
             json.dump(cfg, f)
+        if cfg.get("model_type") == "llama4":
+            # No conversion mapping stacks Llama 4's per-expert linears on load: stack them here.
+            want = AutoModelForImageTextToText.from_config(AutoConfig.from_pretrained(tmp)).state_dict()
+            fuse_llama4(sd, set(want))
         save_file({k: v.contiguous() for k, v in sd.items()}, os.path.join(tmp, "model.safetensors"))
         model, info = AutoModelForImageTextToText.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager",
                                                                   output_loading_info=True)

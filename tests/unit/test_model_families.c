@@ -95,6 +95,8 @@ static const family_expect families[] = {
     {"gpt_neox_seq", EXPECT_MATCH, NULL},
     {"cohere2", EXPECT_MATCH, NULL},
     {"gpt_oss", EXPECT_MATCH, NULL},
+    {"llama4", EXPECT_MATCH, NULL},
+    {"llama4_vl", EXPECT_MATCH, NULL},
     {"gpt_oss_mxfp4", EXPECT_MATCH, NULL},   /* the experts in MXFP4 blocks and E8M0 scales, as the Hub ships them */
 };
 #define N_FAMILIES (sizeof families / sizeof families[0])

@@ -71,12 +71,15 @@ static void run_family(const char *name, const char *dir, int *n_run)
     }
     free(fl);
     CHECK_INT(glen, n_ids * (size_t)vocab * sizeof(float));
-    cJSON *cfg = pt_read_json(test_path(dir, "config.json"));
+    cJSON *root = pt_read_json(test_path(dir, "config.json"));
+    /* A vision-language model's experts are its text tower's (Llama 4's text_config). */
+    const cJSON *cfg = cJSON_GetObjectItemCaseSensitive(root, "text_config");
+    if (!cJSON_IsObject(cfg)) cfg = root;
     const cJSON *ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_local_experts");
     if (!cJSON_IsNumber(ne)) ne = cJSON_GetObjectItemCaseSensitive(cfg, "num_experts");
     if (!cJSON_IsNumber(ne)) ne = cJSON_GetObjectItemCaseSensitive(cfg, "n_routed_experts");   /* DeepSeek */
     double tol = cJSON_IsNumber(ne) && ne->valuedouble > 1 ? FAMILY_Q8_TOL_MOE : FAMILY_Q8_TOL;
-    cJSON_Delete(cfg);
+    cJSON_Delete(root);
     static const char *methods[][2] = {{"rtn", ""}, {"gptq", "\"desc_act\":true,"}, {"awq", ""}};
     for (size_t k = 0; k < 3 && glen == n_ids * (size_t)vocab * sizeof(float); k++) {
         char out[4600], extra[128];

@@ -240,6 +240,16 @@ static void test_fold(void)
      * (block 0 slides, block 1 is full). */
     check_family_block("gpt_oss", 0, 2 + 1);
     check_family_block("gpt_oss", 1, 2 + 1);
+    /* Llama 4: block 0 dense (RoPE, chunks of 16 over the 40 tokens), 1 MoE without RoPE (the
+     * query temperature from position 7), 2 MoE with RoPE. The experts' input is scaled by
+     * the router's sigmoid after the norm, so the shared-input scale still folds (the router's
+     * columns take it, its logits unchanged); each expert's and the shared expert's down_proj
+     * into its own up_proj's rows. */
+    check_family_block("llama4", 0, 4);
+    check_family_block("llama4", 1, 2 + 8 + 1 + 1);
+    check_family_block("llama4", 2, 2 + 8 + 1 + 1);
+    check_family_block("llama4_vl", 0, 4);   /* the multimodal checkpoint's text tower */
+    check_family_block("llama4_vl", 1, 2 + 8 + 1 + 1);
 }
 
 int main(void)

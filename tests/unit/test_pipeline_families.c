@@ -209,17 +209,21 @@ static void run_vlm(const char *family, const char *text_prefix, const char *roo
 
 static void test_vlm(void)
 {
-    static const struct { const char *family, *prefix, *root; } fams[] = {
-        {"qwen2_5_vl", "model.", "visual"},                          /* the Hub's layout, as transformers 5 saves it */
-        {"qwen3_vl", "model.language_model.", "visual"},
-        {"gemma3_vl", "language_model.model.", "vision_tower"},
-        {"mistral3", "language_model.model.", "multi_modal_projector"},
+    /* tol8: the 8-bit bound; Llama 4's top-1 routing flips on near ties move its logits by
+     * about 0.1 (measured: RTN 0.097, GPTQ 0.147, AWQ+GPTQ 0.093; AWQ at 4 bits 0.509), as its
+     * text-only model's in test_pipeline_moe, bounded at 0.2. */
+    static const struct { const char *family, *prefix, *root; double tol8; } fams[] = {
+        {"qwen2_5_vl", "model.", "visual", 0.1},                          /* the Hub's layout, as transformers 5 saves it */
+        {"qwen3_vl", "model.language_model.", "visual", 0.1},
+        {"gemma3_vl", "language_model.model.", "vision_tower", 0.1},
+        {"mistral3", "language_model.model.", "multi_modal_projector", 0.1},
+        {"llama4_vl", "language_model.model.", "vision_model", 0.2},
     };
     for (size_t i = 0; i < sizeof fams / sizeof fams[0]; i++) {
-        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "rtn", "compressed-tensors", 8, 0.1);
-        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "gptq", "gptq", 8, 0.1);
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "rtn", "compressed-tensors", 8, fams[i].tol8);
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "gptq", "gptq", 8, fams[i].tol8);
         run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "awq", "awq_gemm", 4, 0.8);   /* awq_gemm is 4-bit */
-        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "awq+gptq", "gptq_v2", 8, 0.1);
+        run_vlm(fams[i].family, fams[i].prefix, fams[i].root, "awq+gptq", "gptq_v2", 8, fams[i].tol8);
     }
 }
 
