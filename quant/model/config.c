@@ -55,6 +55,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"GptOssForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
     /* Vision-language models: their text tower (config_vlm.c) */
+    {"Qwen2VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Qwen3VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Gemma3ForConditionalGeneration", QD_ARCH_LLAMA},

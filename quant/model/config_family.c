@@ -27,7 +27,8 @@ static fam_kind kind_of(const char *arch)
         {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
         {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3}, {"GptOssForCausalLM", FAM_GPT_OSS},
         /* Vision-language models: the family of their text tower (config_vlm.c). */
-        {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2}, {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
+        {"Qwen2VLForConditionalGeneration", FAM_QWEN2},   {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2},
+        {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
         {"Gemma3ForConditionalGeneration", FAM_GEMMA3},     {"Mistral3ForConditionalGeneration", FAM_MISTRAL},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)

@@ -44,6 +44,7 @@ from transformers import (
     Cohere2Config,
     Gemma3Config,
     Mistral3Config,
+    Qwen2VLConfig,
     Qwen2_5_VLConfig,
     Qwen3VLConfig,
     DeepseekV2Config,
@@ -166,7 +167,8 @@ def vlm(cls, seed, what, text, vision, ablate=(), **outer):
 
 
 # The text-only CausalLM classes of the text towers (the vlm cases' text_causal_lm check).
-TEXT_CAUSAL = {"qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
+TEXT_CAUSAL = {"qwen2_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
 
 
@@ -537,6 +539,22 @@ FAMILIES = {
                               ("mrope_section [8, 0, 0] (no effect on text: streams equal)",
                                {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
                                                     "mrope_section": [8, 0, 0]}})]),
+    # Qwen2-VL: the text tower of Qwen2.5-VL (Qwen2 with M-RoPE); its vision tower differs
+    # (LayerNorm blocks with fc1/fc2 MLPs, a LayerNorm merger), copied unchanged all the same.
+    "qwen2_vl": vlm(Qwen2VLConfig, 1045,
+                    "Qwen2-VL text tower (Qwen2: q/k/v biases) through Qwen2VLForConditionalGeneration on text ids: "
+                    "M-RoPE mrope_section [4, 2, 2] with three equal position streams, untied lm_head, a 2-block "
+                    "vision tower (LayerNorm, fc1/fc2) + merger copied unchanged",
+                    text=dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                               "mrope_section": [4, 2, 2]}, tie_word_embeddings=False),
+                    vision=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                                spatial_merge_size=2, temporal_patch_size=2),
+                    tie_word_embeddings=False,
+                    ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                      "mrope_section": [4, 2, 2]}}),
+                            ("mrope_section [8, 0, 0] (no effect on text: streams equal)",
+                             {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                  "mrope_section": [8, 0, 0]}})]),
     "qwen3_vl": vlm(Qwen3VLConfig, 1041,
                     "Qwen3-VL text tower (Qwen3: q/k norms, head_dim 32) through Qwen3VLForConditionalGeneration on "
                     "text ids: interleaved M-RoPE mrope_section [8, 4, 4], tied embeddings, vision tower with a "
@@ -779,15 +797,12 @@ def rel_err(a, b):
 def ablations(model, spec, ids, logits):
     out = {}
     for label, change in spec["ablate"]:
-        kw = changed_kwargs(spec, change)
-        m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
-        kw = dict(spec["kwargs"])
         change = dict(change)
         # "_params": (substring, value[, suffix]): the same config, those parameters set to
         # value (a feature that is weights, not a key: gpt-oss's sinks and biases).
         params = change.pop("_params", None)
-        kw.update(change)
-        m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        kw = changed_kwargs(spec, change)
+        m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
         if params:
             with torch.no_grad():

@@ -83,6 +83,7 @@ static const family_expect families[] = {
     {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
     {"ministral3", EXPECT_MATCH, NULL},  /* YaRN, Llama 4 query scale past the original context */
     /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_vl", EXPECT_MATCH, NULL},     /* M-RoPE; its own vision tower (LayerNorm, fc1/fc2) beside */
     {"qwen2_5_vl", EXPECT_MATCH, NULL},
     {"qwen3_vl", EXPECT_MATCH, NULL},
     {"gemma3_vl", EXPECT_MATCH, NULL},

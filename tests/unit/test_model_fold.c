@@ -171,7 +171,8 @@ static void test_fold(void)
     check_family("apertus", 3);          /* down_proj's input follows xIELU: not scaled */
     check_family("hunyuan_dense", 4);    /* q/k norms after RoPE leave v_proj's fold alone */
     check_family("ministral3", 4);
-    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen2_vl", 4);         /* vision-language text towers: their own family's folds */
+    check_family("qwen2_5_vl", 4);
     check_family("qwen3_vl", 4);
     check_family("gemma3_vl", 4);
     check_family("mistral3", 4);

@@ -210,6 +210,7 @@ static void run_vlm(const char *family, const char *text_prefix, const char *roo
 static void test_vlm(void)
 {
     static const struct { const char *family, *prefix, *root; } fams[] = {
+        {"qwen2_vl", "model.", "visual"},                            /* the Hub's layout, as transformers 5 saves it */
         {"qwen2_5_vl", "model.", "visual"},                          /* the Hub's layout, as transformers 5 saves it */
         {"qwen3_vl", "model.language_model.", "visual"},
         {"gemma3_vl", "language_model.model.", "vision_tower"},
