@@ -58,6 +58,7 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
     QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
+    QD_LAYOUT_PHIMOE,      /* Mixtral's block with LayerNorms (weight and bias), biased attention and lm_head (PhiMoE) */
     QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
     QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
     QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
@@ -85,6 +86,8 @@ typedef enum qd_moe_scoring {
     QD_MOE_TOPK_SOFTMAX,   /* gpt-oss: the top_k largest logits (the router's bias added), then a softmax
                             * over those k alone */
     QD_MOE_SOFTMAX_BIAS,   /* ERNIE 4.5: softmax; the choice adds e_score_correction_bias, no groups */
+    QD_MOE_SPARSEMIXER,    /* PhiMoE (eval): top-2, each weight a softmax over the logits within
+                            * 2 * router_jitter of that pick (relative), the first pick masked for the second */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
@@ -167,6 +170,7 @@ typedef struct qd_model_config {
     qd_moe_scoring moe_scoring;
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
+    float router_jitter;       /* QD_MOE_SPARSEMIXER: router_jitter_noise, the masking threshold's eps */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
     qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
     unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width

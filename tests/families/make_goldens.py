@@ -65,6 +65,7 @@ from transformers import (
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
+    PhimoeConfig,
     Olmo2Config,
     Olmo3Config,
     Phi3Config,
@@ -283,6 +284,20 @@ FAMILIES = {
                    "Mixtral: 8 experts (block_sparse_moe.experts.N.w1/w2/w3), top-2 softmax routing renormalised",
                    num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, tie_word_embeddings=False,
                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # PhiMoE: the sparsemixer router (eval): top-2, each weight a softmax over the logits
+    # within 2 * router_jitter_noise (relative) of that pick. 0.3 rather than the default
+    # 0.01 so that some tokens keep several logits in their softmax, others one.
+    "phimoe": fam(PhimoeConfig, 1046,
+                  "PhiMoE: LayerNorms with biases, q/k/v/o biases, lm_head bias; 8 experts, sparsemixer top-2 "
+                  "routing (router_jitter_noise 0.3: masked softmax per pick, no renormalisation)",
+                  num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
+                  lm_head_bias=True, router_jitter_noise=0.3, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                  ablate=[("router_jitter_noise 0.01", {"router_jitter_noise": 0.01}),
+                          ("router_jitter_noise 10 (no mask)", {"router_jitter_noise": 10.0}),
+                          ("no lm_head bias", {"_params": ("lm_head.bias", 0.0)}),
+                          ("no LayerNorm biases", {"_params": ("layernorm.bias", 0.0)}),
+                          ("no attention biases", {"_params": ("self_attn.", 0.0, ".bias")})]),
     "qwen2_moe": fam(Qwen2MoeConfig, 1018,
                      "Qwen2-MoE: 8 experts top-2 without renormalisation, a shared expert with its sigmoid gate, "
                      "q/k/v biases",

@@ -65,6 +65,7 @@ static const family_expect families[] = {
     {"olmoe", EXPECT_MATCH, NULL},
     {"minimax_m2", EXPECT_MATCH, NULL},
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
+    {"phimoe", EXPECT_MATCH, NULL},       /* LayerNorms, biases, sparsemixer top-2 routing */
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */

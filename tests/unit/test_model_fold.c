@@ -207,6 +207,7 @@ static void test_fold(void)
     check_family_block("dots1", 1, 2 + 8 + 1 + 1);
     check_family("olmoe", 2 + 8 + 1);
     check_family("minimax_m2", 2 + 8 + 1);
+    check_family("phimoe", 2 + 8 + 1);   /* Mixtral's, LayerNorm weight and bias divided */
     /* ERNIE 4.5 MoE: dense, MoE, dense. */
     check_family_block("ernie4_5_moe", 0, 4);
     check_family_block("ernie4_5_moe", 1, 2 + 8 + 1 + 1);
