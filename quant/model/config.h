@@ -41,6 +41,7 @@ typedef struct qd_rope_config {
     float mscale, mscale_all_dim;/* yarn; 0 when absent */
     int truncate;                /* yarn: round the correction range (default 1) */
     int n_factors;               /* longrope: length of short_factor and long_factor */
+    float short_mscale, long_mscale; /* longrope, PhiMoE only: cos/sin times these (0 when absent) */
     float short_factor[QD_ROPE_CFG_MAX_FACTORS];
     float long_factor[QD_ROPE_CFG_MAX_FACTORS];
     float partial_rotary_factor; /* rotated share of head_dim (1 by default) */

@@ -284,8 +284,12 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if (k == FAM_GPT_OSS) return qd_config_gptoss_parse(root, what, c, err);
     /* RoPE: theta and the scaling in either spelling; per layer type where layers differ. */
     if ((rc = qd_config_rope_parse(root, what, gemma, c, err))) return rc;
-    if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3)
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
+    int phimoe = !strcmp(c->architecture, "PhimoeForCausalLM");   /* its own longrope (config_moe.c) */
+    if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3 && !phimoe)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only "
+                          "(and PhimoeForCausalLM's own), not %s", what, c->architecture);
+    if (!phimoe && (c->rope.short_mscale > 0 || c->rope.long_mscale > 0))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope short_mscale/long_mscale are PhiMoE's; not supported for %s",
                           what, c->architecture);
     if (!(c->rope_theta > 0) || !(c->rope_theta_local > 0))
         return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);

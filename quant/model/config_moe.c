@@ -305,10 +305,9 @@ static int parse_ernie_moe(const cJSON *root, const char *what, qd_model_config 
 /* PhiMoE: Mixtral's block with LayerNorms (weight and bias, eps rms_norm_eps), q/k/v/o
  * biased with attention_bias, lm_head with lm_head_bias, and the sparsemixer router
  * (model_moe.c), which picks 2 experts whatever num_experts_per_tok says: other values are
- * refused. PhimoeConfig's defaults where a key is absent. Its RoPE is the default one only:
- * for any rope_type else PhimoeRotaryEmbedding scales cos/sin by short_mscale or
- * long_mscale (by the sequence's length) and always takes short_factor, which is not
- * config_rope.c's longrope (longrope is refused before this, others here). */
+ * refused. PhimoeConfig's defaults where a key is absent. Its RoPE: the default one, or
+ * longrope as PhimoeRotaryEmbedding computes it (rope.c): short_factor always, cos/sin times
+ * short_mscale or long_mscale by the sequence's length; other scalings are refused. */
 static int parse_phimoe(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     int rc;
@@ -335,9 +334,15 @@ static int parse_phimoe(const cJSON *root, const char *what, qd_model_config *c,
                           "router always picks 2 experts)", what, (long long)c->top_k, c->architecture);
     if (!(c->router_jitter >= 0 && isfinite(c->router_jitter)))
         return qd_err_set(err, QD_EFORMAT, "%s: router_jitter_noise must be a non-negative number", what);
-    if (c->rope.type != QD_ROPE_DEFAULT)
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: a RoPE scaling (rope_type other than \"default\") is not supported "
-                          "for %s (PhimoeRotaryEmbedding's short_mscale/long_mscale)", what, c->architecture);
+    if (c->rope.type != QD_ROPE_DEFAULT && c->rope.type != QD_ROPE_LONGROPE)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: a RoPE scaling other than longrope (rope_type not \"default\") is "
+                          "not supported for %s (PhimoeRotaryEmbedding scales it by short_mscale/long_mscale)", what,
+                          c->architecture);
+    if (c->rope.type == QD_ROPE_LONGROPE &&
+        (!(c->rope.short_mscale > 0 && isfinite(c->rope.short_mscale)) ||
+         !(c->rope.long_mscale > 0 && isfinite(c->rope.long_mscale)) || c->rope.orig_max_pos <= 0))
+        return qd_err_set(err, QD_EFORMAT, "%s: %s's longrope needs short_mscale, long_mscale (positive) and "
+                          "original_max_position_embeddings", what, c->architecture);
     if (c->rope.partial_rotary_factor != 1.0f)
         return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (its RoPE turns all "
                           "of head_dim)", what, (double)c->rope.partial_rotary_factor, c->architecture);

@@ -173,6 +173,11 @@ TEXT_CAUSAL = {"qwen2_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM")}
 
 
+PHIMOE_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0],
+                   "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "short_mscale": 1.2, "long_mscale": 1.5,
+                   "original_max_position_embeddings": 32}
+
+
 # Sequences are 64 tokens: 4x the 16-token sliding windows, longer than the dynamic-NTK
 # max_position_embeddings (48) and the longrope original context (32).
 FAMILIES = {
@@ -298,6 +303,22 @@ FAMILIES = {
                           ("no lm_head bias", {"_params": ("lm_head.bias", 0.0)}),
                           ("no LayerNorm biases", {"_params": ("layernorm.bias", 0.0)}),
                           ("no attention biases", {"_params": ("self_attn.", 0.0, ".bias")})]),
+    # PhiMoE's longrope as Phi-3.5-MoE ships it: PhimoeRotaryEmbedding takes short_factor
+    # whatever the length (long_factor changes nothing: the ablation shows 0) and scales
+    # cos/sin by long_mscale once the 64 tokens pass the original context of 32.
+    "phimoe_longrope": fam(PhimoeConfig, 1047,
+                           "PhiMoE with longrope (original 32 < 64 tokens): short_factor, cos/sin times long_mscale 1.5 "
+                           "(short_mscale 1.2); sparsemixer top-2 (router_jitter_noise 0.3)",
+                           num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
+                           lm_head_bias=True, router_jitter_noise=0.3, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                           rope_parameters=PHIMOE_LONGROPE,
+                           ablate=[("long_mscale 1.2 (= short_mscale)", {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                                                                 long_mscale=1.2)}),
+                                   ("short_factor all 1", {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                                                   short_factor=[1.0] * 8)}),
+                                   ("long_factor = short_factor (no effect: transformers takes short_factor)",
+                                    {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                             long_factor=PHIMOE_LONGROPE["short_factor"])})]),
     "qwen2_moe": fam(Qwen2MoeConfig, 1018,
                      "Qwen2-MoE: 8 experts top-2 without renormalisation, a shared expert with its sigmoid gate, "
                      "q/k/v biases",

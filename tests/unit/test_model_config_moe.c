@@ -173,8 +173,8 @@ static void test_ernie_moe(void)
 }
 
 /* PhiMoE: PhimoeConfig's defaults for a bare config; Phi-3.5-MoE's keys (shrunk): biases,
- * a window on every layer; its longrope, any other RoPE scaling, and a top-k the sparsemixer
- * does not compute, refused by name. */
+ * a window on every layer, its longrope with short_mscale/long_mscale; any other RoPE
+ * scaling and a top-k the sparsemixer does not compute refused by name. */
 static void test_phimoe(void)
 {
     qd_model_config c;
@@ -212,10 +212,21 @@ static void test_phimoe(void)
     CHECK_NEAR(c.rope_theta, 1e4, 0);
     CHECK_INT(parse("PhimoeForCausalLM", "\"num_experts_per_tok\":3", &c, &err), QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "num_experts_per_tok 3");
+    /* Phi-3.5-MoE's longrope (PhimoeRotaryEmbedding's: rope.c); its mscales are required. */
+    CHECK_OK(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+                   "\"long_factor\":[2,2,2,2,2,2,2,2],\"short_mscale\":1.2,\"long_mscale\":1.5,"
+                   "\"original_max_position_embeddings\":32}", &c, &err));
+    CHECK_INT(c.rope.type, QD_ROPE_LONGROPE);
+    CHECK_NEAR(c.rope.short_mscale, 1.2, 1e-6);
+    CHECK_NEAR(c.rope.long_mscale, 1.5, 1e-6);
     CHECK_INT(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
-                    "\"long_factor\":[2,2,2,2,2,2,2,2],\"short_mscale\":1.2,\"long_mscale\":1.2,"
+                    "\"long_factor\":[2,2,2,2,2,2,2,2],\"original_max_position_embeddings\":32}", &c, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "short_mscale");
+    /* The mscales are PhiMoE's: Phi-3's longrope with them is refused. */
+    CHECK_INT(parse("Phi3ForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+                    "\"long_factor\":[2,2,2,2,2,2,2,2],\"short_mscale\":1.2,\"long_mscale\":1.5,"
                     "\"original_max_position_embeddings\":32}", &c, &err), QD_EUNSUPPORTED);
-    CHECK_CONTAINS(err.msg, "longrope");
+    CHECK_CONTAINS(err.msg, "short_mscale");
     CHECK_INT(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}", &c, &err),
               QD_EUNSUPPORTED);
     CHECK_CONTAINS(err.msg, "rope_type");

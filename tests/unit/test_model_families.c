@@ -66,6 +66,7 @@ static const family_expect families[] = {
     {"minimax_m2", EXPECT_MATCH, NULL},
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
     {"phimoe", EXPECT_MATCH, NULL},       /* LayerNorms, biases, sparsemixer top-2 routing */
+    {"phimoe_longrope", EXPECT_MATCH, NULL},   /* short_factor always, long_mscale past the original context */
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */

@@ -208,6 +208,7 @@ static void test_fold(void)
     check_family("olmoe", 2 + 8 + 1);
     check_family("minimax_m2", 2 + 8 + 1);
     check_family("phimoe", 2 + 8 + 1);   /* Mixtral's, LayerNorm weight and bias divided */
+    check_family("phimoe_longrope", 2 + 8 + 1);
     /* ERNIE 4.5 MoE: dense, MoE, dense. */
     check_family_block("ernie4_5_moe", 0, 4);
     check_family_block("ernie4_5_moe", 1, 2 + 8 + 1 + 1);
