@@ -174,7 +174,7 @@ TEXT_CAUSAL = {"qwen2_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"),
 
 
 PHIMOE_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0],
-                   "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "short_mscale": 1.2, "long_mscale": 1.5,
+                   "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "short_mscale": 1.1, "long_mscale": 1.25,
                    "original_max_position_embeddings": 32}
 
 
@@ -307,13 +307,13 @@ FAMILIES = {
     # whatever the length (long_factor changes nothing: the ablation shows 0) and scales
     # cos/sin by long_mscale once the 64 tokens pass the original context of 32.
     "phimoe_longrope": fam(PhimoeConfig, 1047,
-                           "PhiMoE with longrope (original 32 < 64 tokens): short_factor, cos/sin times long_mscale 1.5 "
-                           "(short_mscale 1.2); sparsemixer top-2 (router_jitter_noise 0.3)",
+                           "PhiMoE with longrope (original 32 < 64 tokens): short_factor, cos/sin times long_mscale 1.25 "
+                           "(short_mscale 1.1); sparsemixer top-2 (router_jitter_noise 0.3)",
                            num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
                            lm_head_bias=True, router_jitter_noise=0.3, tie_word_embeddings=False, rms_norm_eps=1e-5,
                            rope_parameters=PHIMOE_LONGROPE,
-                           ablate=[("long_mscale 1.2 (= short_mscale)", {"rope_parameters": dict(PHIMOE_LONGROPE,
-                                                                                                 long_mscale=1.2)}),
+                           ablate=[("long_mscale 1.1 (= short_mscale)", {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                                                                 long_mscale=1.1)}),
                                    ("short_factor all 1", {"rope_parameters": dict(PHIMOE_LONGROPE,
                                                                                    short_factor=[1.0] * 8)}),
                                    ("long_factor = short_factor (no effect: transformers takes short_factor)",
