@@ -12,6 +12,10 @@
  *   (moe_layer_start_index / end_index / interval) and the routing bias stored [1, experts]
  *   as mlp.moe_statics.e_score_correction_bias.
  *
+ * - PhiMoE (PhimoeForCausalLM): Mixtral's block_sparse_moe (gate, experts.N.w1/w3/w2) with
+ *   LayerNorms (weight and bias: AWQ divides both, as StarCoder2's), q/k/v/o biased with
+ *   attention_bias, lm_head.bias with lm_head_bias. AWQ folds as Mixtral's.
+ *
  * OLMoE needs no entry of its own: its tensors are Qwen-MoE's (arch_qwen_moe). */
 #include <stddef.h>
 
@@ -95,11 +99,38 @@ static const qd_arch arch_minimax = {
     .expert_lin = {"w1", "w3", "w2"},
 };
 
+static const qd_arch arch_phimoe = {
+    .name = "phimoe",
+    .family = QD_ARCH_LLAMA,
+    .block_fmt = "model.layers.%d.",
+    .lin_o = 3,
+    .lin_mlp0 = 4,
+    .n_linears = 4,
+    .linears = {
+        LLAMA_ATTN_LINEARS,
+    },
+    .n_groups = 2,
+    .groups = {
+        {"attn_in", QD_PREV_NORM, "input_layernorm"},
+        {"attn_out", QD_PREV_LINEAR, "self_attn.v_proj"},
+    },
+    .norms = {"input_layernorm", "post_attention_layernorm"},
+    .layernorm = 1,
+    .embed = "model.embed_tokens.weight",
+    .final_norm = "model.norm",
+    .lm_head = "lm_head.weight",
+    .lm_head_bias = "lm_head.bias",
+    .router = "block_sparse_moe.gate",
+    .expert_fmt = "block_sparse_moe.experts.%d.",
+    .expert_lin = {"w1", "w3", "w2"},
+};
+
 const qd_arch *qd_arch_moe_for(const qd_model_config *c)
 {
     if (c->family != QD_ARCH_LLAMA) return NULL;
     if (c->layout == QD_LAYOUT_MOE_SHARED) return &arch_moe_shared;
     if (c->layout == QD_LAYOUT_MINIMAX) return &arch_minimax;
     if (c->layout == QD_LAYOUT_ERNIE_MOE) return &arch_ernie_moe;
+    if (c->layout == QD_LAYOUT_PHIMOE) return &arch_phimoe;
     return NULL;
 }

@@ -148,9 +148,9 @@ int qd_block_linear_set(qd_model *m, qd_block_weights *bw, int linear, const flo
 int qd_block_fold_scales(qd_model *m, qd_block_weights *bw, int g, const float *s, qd_err *err);
 /* AWQ's one scale for a MoE block's shared input (AutoAWQ's Mixtral recipe): every expert's
  * gate and up, the shared expert's, the router and the shared-expert gate have their input
- * columns multiplied by s [hidden] (host), and post_attention_layernorm divides by s; the
- * block computes the same function (the router's logits are unchanged). QD_EUNSUPPORTED for a
- * block without experts behind post_attention_layernorm. */
+ * columns multiplied by s [hidden] (host), and post_attention_layernorm divides by s (a
+ * LayerNorm its bias too); the block computes the same function (the router's logits are
+ * unchanged). QD_EUNSUPPORTED for a block without experts behind post_attention_layernorm. */
 int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, qd_err *err);
 /* Copies norm i's multipliers (offset + w, see qd_model_norm_offset; and bias, LayerNorm
  * only, when b_host is non-NULL) [hidden]. */

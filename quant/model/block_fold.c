@@ -76,7 +76,7 @@ int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, q
 {
     const qd_model_config *c = &m->cfg;
     const char *nn = qd_model_norm_name(m, 1);
-    if (!qd_model_block_is_moe(m, bw->block) || !nn || strcmp(nn, "post_attention_layernorm") != 0 || m->arch->layernorm)
+    if (!qd_model_block_is_moe(m, bw->block) || !nn || strcmp(nn, "post_attention_layernorm") != 0)
         return qd_err_set(err, QD_EUNSUPPORTED, "fold: block %d has no experts behind post_attention_layernorm", bw->block);
     qd_backend *be = m->be;
     const int64_t K = c->hidden;
@@ -104,11 +104,16 @@ int qd_block_fold_moe_input(qd_model *m, qd_block_weights *bw, const float *s, q
     if (!rc && bw->shared_gate_w && (rc = be->ops->scale_cols(be, bw->shared_gate_w, 1, K, s, 0)))
         rc = qd_err_set(err, rc, "fold: shared expert gate: %s", be->err.msg);
     if (rc) return rc;
-    float *nw = malloc((size_t)K * sizeof(float));
+    /* A LayerNorm's output is xn * w + b: both divided (PhiMoE). */
+    int has_b = qd_model_norm_has_bias(m);
+    float *nw = malloc((size_t)K * 2 * sizeof(float)), *nb = nw ? nw + K : NULL;
     if (!nw) return qd_err_set(err, QD_ENOMEM, "fold: out of memory");
-    rc = qd_block_norm_get(m, bw, 1, nw, NULL, err);
-    for (int64_t i = 0; i < K && !rc; i++) nw[i] /= s[i];
-    if (!rc) rc = qd_block_norm_set(m, bw, 1, nw, NULL, err);
+    rc = qd_block_norm_get(m, bw, 1, nw, has_b ? nb : NULL, err);
+    for (int64_t i = 0; i < K && !rc; i++) {
+        nw[i] /= s[i];
+        if (has_b) nb[i] /= s[i];
+    }
+    if (!rc) rc = qd_block_norm_set(m, bw, 1, nw, has_b ? nb : NULL, err);
     free(nw);
     return rc;
 }

@@ -31,6 +31,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"OlmoeForCausalLM", QD_ARCH_LLAMA},
     {"MiniMaxM2ForCausalLM", QD_ARCH_LLAMA},
     {"Ernie4_5_MoeForCausalLM", QD_ARCH_LLAMA},
+    {"PhimoeForCausalLM", QD_ARCH_LLAMA},
     {"Lfm2ForCausalLM", QD_ARCH_LLAMA},
     {"GraniteMoeHybridForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3NextForCausalLM", QD_ARCH_LLAMA},
@@ -56,6 +57,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Llama4ForCausalLM", QD_ARCH_LLAMA},
     {"OPTForCausalLM", QD_ARCH_OPT},
     /* Vision-language models: their text tower (config_vlm.c) */
+    {"Qwen2VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Qwen2_5_VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Qwen3VLForConditionalGeneration", QD_ARCH_LLAMA},
     {"Gemma3ForConditionalGeneration", QD_ARCH_LLAMA},

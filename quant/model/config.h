@@ -41,6 +41,7 @@ typedef struct qd_rope_config {
     float mscale, mscale_all_dim;/* yarn; 0 when absent */
     int truncate;                /* yarn: round the correction range (default 1) */
     int n_factors;               /* longrope: length of short_factor and long_factor */
+    float short_mscale, long_mscale; /* longrope, PhiMoE only: cos/sin times these (0 when absent) */
     float short_factor[QD_ROPE_CFG_MAX_FACTORS];
     float long_factor[QD_ROPE_CFG_MAX_FACTORS];
     float partial_rotary_factor; /* rotated share of head_dim (1 by default) */
@@ -58,6 +59,7 @@ typedef enum qd_block_layout {
     QD_LAYOUT_MOE_SHARED,  /* llama attention; dense MLP layers, then DeepSeek's MoE (GLM-4.5, dots.llm1: arch_moe.c) */
     QD_LAYOUT_MINIMAX,     /* llama attention; Mixtral's block_sparse_moe with e_score_correction_bias (MiniMax-M2) */
     QD_LAYOUT_ERNIE_MOE,   /* llama attention; dense MLP layers among MoE ones with mlp.moe_statics' bias (ERNIE 4.5) */
+    QD_LAYOUT_PHIMOE,      /* Mixtral's block with LayerNorms (weight and bias), biased attention and lm_head (PhiMoE) */
     QD_LAYOUT_LFM2,        /* short-convolution (conv.*) or attention layers; feed_forward.w1/w3/w2 */
     QD_LAYOUT_GRANITE_HYBRID, /* Mamba-2 (mamba.*) or attention layers; shared_mlp.input_linear/output_linear */
     QD_LAYOUT_QWEN_NEXT,   /* Gated DeltaNet (linear_attn.in_proj_qkvz, in_proj_ba interleaved) or gated attention
@@ -89,6 +91,8 @@ typedef enum qd_moe_scoring {
     QD_MOE_SOFTMAX_BIAS,   /* ERNIE 4.5: softmax; the choice adds e_score_correction_bias, no groups */
     QD_MOE_SIGMOID_INPUT,  /* Llama 4: the top_k largest logits, sigmoid(logit) scales the chosen expert's
                             * INPUT; the experts' outputs are summed unweighted */
+    QD_MOE_SPARSEMIXER,    /* PhiMoE (eval): top-2, each weight a softmax over the logits within
+                            * 2 * router_jitter of that pick (relative), the first pick masked for the second */
 } qd_moe_scoring;
 
 /* What mixes tokens in a layer of a hybrid model (layer_mixer): attention everywhere else. */
@@ -177,6 +181,7 @@ typedef struct qd_model_config {
     qd_moe_scoring moe_scoring;
     int64_t n_group, topk_group; /* the _GROUPED scorings: expert groups, and how many are kept */
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
+    float router_jitter;       /* QD_MOE_SPARSEMIXER: router_jitter_noise, the masking threshold's eps */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
     qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
     unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width

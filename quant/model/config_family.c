@@ -27,7 +27,8 @@ static fam_kind kind_of(const char *arch)
         {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
         {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3}, {"GptOssForCausalLM", FAM_GPT_OSS},
         /* Vision-language models: the family of their text tower (config_vlm.c). */
-        {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2}, {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
+        {"Qwen2VLForConditionalGeneration", FAM_QWEN2},   {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2},
+        {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
         {"Gemma3ForConditionalGeneration", FAM_GEMMA3},     {"Mistral3ForConditionalGeneration", FAM_MISTRAL},
     };
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
@@ -284,8 +285,12 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if (k == FAM_GPT_OSS) return qd_config_gptoss_parse(root, what, c, err);
     /* RoPE: theta and the scaling in either spelling; per layer type where layers differ. */
     if ((rc = qd_config_rope_parse(root, what, gemma, c, err))) return rc;
-    if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3)
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only, not %s",
+    int phimoe = !strcmp(c->architecture, "PhimoeForCausalLM");   /* its own longrope (config_moe.c) */
+    if ((c->rope.type == QD_ROPE_LONGROPE || c->rope_local.type == QD_ROPE_LONGROPE) && k != FAM_PHI3 && !phimoe)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope_type \"longrope\" is supported for Phi3ForCausalLM only "
+                          "(and PhimoeForCausalLM's own), not %s", what, c->architecture);
+    if (!phimoe && (c->rope.short_mscale > 0 || c->rope.long_mscale > 0))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: rope short_mscale/long_mscale are PhiMoE's; not supported for %s",
                           what, c->architecture);
     if (!(c->rope_theta > 0) || !(c->rope_theta_local > 0))
         return qd_err_set(err, QD_EFORMAT, "%s: rope_theta must be positive", what);

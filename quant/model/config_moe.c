@@ -1,6 +1,6 @@
 /* The config keys of the MoE families with standard attention added after DeepSeek:
  * GLM-4.5/4.6 (Glm4MoeConfig), dots.llm1 (Dots1Config), OLMoE (OlmoeConfig), MiniMax-M2
- * (MiniMaxM2Config) and ERNIE 4.5 MoE (Ernie4_5_MoeConfig). Defaults are those config
+ * (MiniMaxM2Config), ERNIE 4.5 MoE (Ernie4_5_MoeConfig) and PhiMoE (PhimoeConfig). Defaults are those config
  * classes' in transformers 5.23; keys the forward does not compute are refused by name. Called from qd_config_family_parse once
  * RoPE is read; the family's whole parse is here, so the generic Llama checks there
  * (layer_types, sliding windows) do not apply to these families. */
@@ -11,7 +11,7 @@
 
 #include "quant/model/config_internal.h"
 
-typedef enum moe_kind { MK_NONE = 0, MK_GLM4_MOE, MK_DOTS1, MK_OLMOE, MK_MINIMAX_M2, MK_ERNIE_MOE } moe_kind;
+typedef enum moe_kind { MK_NONE = 0, MK_GLM4_MOE, MK_DOTS1, MK_OLMOE, MK_MINIMAX_M2, MK_ERNIE_MOE, MK_PHIMOE } moe_kind;
 
 static moe_kind kind_of(const char *arch)
 {
@@ -20,6 +20,7 @@ static moe_kind kind_of(const char *arch)
     if (!strcmp(arch, "OlmoeForCausalLM")) return MK_OLMOE;
     if (!strcmp(arch, "MiniMaxM2ForCausalLM")) return MK_MINIMAX_M2;
     if (!strcmp(arch, "Ernie4_5_MoeForCausalLM")) return MK_ERNIE_MOE;
+    if (!strcmp(arch, "PhimoeForCausalLM")) return MK_PHIMOE;
     return MK_NONE;
 }
 
@@ -301,6 +302,65 @@ static int parse_ernie_moe(const cJSON *root, const char *what, qd_model_config 
     return 0;
 }
 
+/* PhiMoE: Mixtral's block with LayerNorms (weight and bias, eps rms_norm_eps), q/k/v/o
+ * biased with attention_bias, lm_head with lm_head_bias, and the sparsemixer router
+ * (model_moe.c), which picks 2 experts whatever num_experts_per_tok says: other values are
+ * refused. PhimoeConfig's defaults where a key is absent. Its RoPE: the default one, or
+ * longrope as PhimoeRotaryEmbedding computes it (rope.c): short_factor always, cos/sin times
+ * short_mscale or long_mscale by the sequence's length; other scalings are refused. */
+static int parse_phimoe(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    int rc;
+    c->layout = QD_LAYOUT_PHIMOE;
+    c->moe_scoring = QD_MOE_SPARSEMIXER;
+    c->norm_topk_prob = 0;
+    c->routed_scale = 1.0f;
+    c->n_experts = 16;
+    c->top_k = 2;
+    c->router_jitter = 0.01f;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "intermediate_size")) c->intermediate = 6400;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "vocab_size")) c->vocab = 32064;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings")) c->max_pos = 4096 * 32;
+    if (!cJSON_GetObjectItemCaseSensitive(root, "num_key_value_heads")) c->n_kv_heads = 8;   /* null: the heads' */
+    if (!cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
+    if (!rope_key_given(root, "rope_theta")) c->rope_theta = c->rope_theta_local = 1000000.0f;
+    if ((rc = qd_cfg_get_int(root, "num_local_experts", &c->n_experts, what, err)) ||
+        (rc = qd_cfg_get_int(root, "num_experts_per_tok", &c->top_k, what, err)) ||
+        (rc = qd_cfg_get_float(root, "router_jitter_noise", &c->router_jitter, what, err)) ||
+        (rc = qd_cfg_get_bool(root, "lm_head_bias", &c->lm_head_bias, what, err)))
+        return rc;
+    if (c->top_k != 2)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_experts_per_tok %lld is not supported for %s (its sparsemixer "
+                          "router always picks 2 experts)", what, (long long)c->top_k, c->architecture);
+    if (!(c->router_jitter >= 0 && isfinite(c->router_jitter)))
+        return qd_err_set(err, QD_EFORMAT, "%s: router_jitter_noise must be a non-negative number", what);
+    if (c->rope.type != QD_ROPE_DEFAULT && c->rope.type != QD_ROPE_LONGROPE)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: a RoPE scaling other than longrope (rope_type not \"default\") is "
+                          "not supported for %s (PhimoeRotaryEmbedding scales it by short_mscale/long_mscale)", what,
+                          c->architecture);
+    if (c->rope.type == QD_ROPE_LONGROPE &&
+        (!(c->rope.short_mscale > 0 && isfinite(c->rope.short_mscale)) ||
+         !(c->rope.long_mscale > 0 && isfinite(c->rope.long_mscale)) || c->rope.orig_max_pos <= 0))
+        return qd_err_set(err, QD_EFORMAT, "%s: %s's longrope needs short_mscale, long_mscale (positive) and "
+                          "original_max_position_embeddings", what, c->architecture);
+    if (c->rope.partial_rotary_factor != 1.0f)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: partial_rotary_factor %g is not supported for %s (its RoPE turns all "
+                          "of head_dim)", what, (double)c->rope.partial_rotary_factor, c->architecture);
+    c->moe_intermediate = c->intermediate;
+    c->o_bias = c->qkv_bias;   /* attention_bias: q, k, v and o */
+    c->mlp_bias = 0;
+    c->qk_norm = 0;
+    /* sliding_window (null by default) masks every layer, as Mistral's. */
+    const cJSON *sw = cJSON_GetObjectItemCaseSensitive(root, "sliding_window");
+    if (sw && !cJSON_IsNull(sw) && (rc = qd_cfg_get_int(root, "sliding_window", &c->sliding_window, what, err))) return rc;
+    if (c->sliding_window < 0) return qd_err_set(err, QD_EFORMAT, "%s: sliding_window must be positive or null", what);
+    if (c->n_layers > QD_CFG_MAX_LAYERS)
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: num_hidden_layers %lld is more than the %d layers supported", what,
+                          (long long)c->n_layers, QD_CFG_MAX_LAYERS);
+    for (int64_t i = 0; i < c->n_layers; i++) c->layer_sliding[i] = c->sliding_window > 0;
+    return check_routing(c, 0, what, err);
+}
+
 int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     moe_kind k = kind_of(c->architecture);
@@ -315,6 +375,7 @@ int qd_config_moe_parse(const cJSON *root, const char *what, qd_model_config *c,
     case MK_OLMOE: return parse_olmoe(root, what, c, err);
     case MK_MINIMAX_M2: return parse_minimax_m2(root, what, c, err);
     case MK_ERNIE_MOE: return parse_ernie_moe(root, what, c, err);
+    case MK_PHIMOE: return parse_phimoe(root, what, c, err);
     default: return qd_err_set(err, QD_EINVAL, "%s: %s is not a MoE family of config_moe.c", what, c->architecture);
     }
 }

@@ -18,7 +18,8 @@ static const struct { const char *name; qd_rope_type type; const char *keys; } r
     {"llama3", QD_ROPE_LLAMA3, "factor low_freq_factor high_freq_factor original_max_position_embeddings"},
     {"yarn", QD_ROPE_YARN,
      "factor original_max_position_embeddings attention_factor beta_fast beta_slow mscale mscale_all_dim truncate"},
-    {"longrope", QD_ROPE_LONGROPE, "short_factor long_factor factor original_max_position_embeddings attention_factor"},
+    {"longrope", QD_ROPE_LONGROPE,
+     "short_factor long_factor factor original_max_position_embeddings attention_factor short_mscale long_mscale"},
 };
 
 /* 1 when key is a word of the space-separated list. */
@@ -105,7 +106,9 @@ static int parse_one(const cJSON *root, const cJSON *src, const char *src_name, 
         (rc = qd_cfg_get_float(src, "beta_slow", &r->beta_slow, what, err)) ||
         (rc = qd_cfg_get_float(src, "mscale", &r->mscale, what, err)) ||
         (rc = qd_cfg_get_float(src, "mscale_all_dim", &r->mscale_all_dim, what, err)) ||
-        (rc = qd_cfg_get_bool(src, "truncate", &r->truncate, what, err)))
+        (rc = qd_cfg_get_bool(src, "truncate", &r->truncate, what, err)) ||
+        (rc = qd_cfg_get_float(src, "short_mscale", &r->short_mscale, what, err)) ||
+        (rc = qd_cfg_get_float(src, "long_mscale", &r->long_mscale, what, err)))
         return rc;
     if (orig) r->orig_max_pos = orig;
     r->has_factor = cJSON_GetObjectItemCaseSensitive(src, "factor") != NULL;

@@ -1,19 +1,20 @@
-/* Vision-language checkpoints whose text tower quantd quantizes (Qwen2.5-VL, Qwen3-VL,
- * Gemma 3, Mistral-3, Llama 4): their config.json nests the text decoder's keys in `text_config`
- * (Qwen2.5-VL's Hub files keep them flat, at the top level, which transformers reads the
- * same way). This file turns such a config into the text config the rotary-decoder parser
- * reads (config.c, config_family.c): a copy of the text keys with the text config class's
- * defaults filled in where a key is absent (Gemma3TextConfig's, not LlamaConfig's: the Hub's
- * gemma-3 files leave out head_dim, vocab_size and the RoPE bases), the word-embedding tie
- * the outer config decides, and the multimodal RoPE spelled as the 1-D RoPE it is for text.
+/* Vision-language checkpoints whose text tower quantd quantizes (Qwen2-VL, Qwen2.5-VL,
+ * Qwen3-VL, Gemma 3, Mistral-3, Llama 4): their config.json nests the text decoder's keys in
+ * `text_config` (Qwen2-VL's and Qwen2.5-VL's Hub files keep them flat, at the top level,
+ * which transformers reads the same way). This file turns such a config into the text config
+ * the rotary-decoder parser reads (config.c, config_family.c): a copy of the text keys with
+ * the text config class's defaults filled in where a key is absent (Gemma3TextConfig's, not
+ * LlamaConfig's: the Hub's gemma-3 files leave out head_dim, vocab_size and the RoPE bases),
+ * the word-embedding tie the outer config decides, and the multimodal RoPE spelled as the 1-D
+ * RoPE it is for text.
  *
- * M-RoPE (Qwen2.5-VL's mrope_section, Qwen3-VL's interleaved one) rotates each frequency by
- * one of three position streams (time, height, width); for text-only ids transformers'
- * get_rope_index gives all three the token's position, so every frequency turns by that
- * position: the 1-D RoPE (tests/families make_goldens.py proves it against the text-only
- * CausalLM on the same weights). mrope_section must cover head_dim/2 frequencies; any other
- * RoPE key is left for config_rope.c, which refuses what it does not implement. The vision
- * tower and projector are not read: the output writer copies them byte for byte. */
+ * M-RoPE (Qwen2-VL's and Qwen2.5-VL's mrope_section, Qwen3-VL's interleaved one) rotates each
+ * frequency by one of three position streams (time, height, width); for text-only ids
+ * transformers' get_rope_index gives all three the token's position, so every frequency turns
+ * by that position: the 1-D RoPE (tests/families make_goldens.py proves it against the
+ * text-only CausalLM on the same weights). mrope_section must cover head_dim/2 frequencies;
+ * any other RoPE key is left for config_rope.c, which refuses what it does not implement. The
+ * vision tower and projector are not read: the output writer copies them byte for byte. */
 #include <cjson/cJSON.h>
 #include <stdio.h>
 #include <string.h>
@@ -25,13 +26,18 @@ typedef struct vlm_family {
     const char *text_types;    /* text_config model_type values accepted, space-separated */
     int flat_ok;               /* the text keys may sit at the top level (no text_config) */
     int tie_dflt;              /* the outer config's tie_word_embeddings default */
-    int tie_from_text;         /* an older save's text_config tie true ties too (Qwen2.5-VL's BC) */
+    int tie_from_text;         /* an older save's text_config tie true ties too (Qwen2-VL's, Qwen2.5-VL's BC) */
     const char *defaults;      /* the text config class's defaults, as JSON */
 } vlm_family;
 
-/* Defaults of Qwen2_5_VLTextConfig, Qwen3VLTextConfig, Gemma3TextConfig and MistralConfig
+/* Defaults of Qwen2VLTextConfig, Qwen2_5_VLTextConfig, Qwen3VLTextConfig, Gemma3TextConfig and MistralConfig
  * (transformers 5.23), including each class's default_theta. */
 static const vlm_family families[] = {
+    /* Qwen2VLTextConfig's defaults are Qwen2_5_VLTextConfig's, key for key. */
+    {"Qwen2VLForConditionalGeneration", "qwen2_vl_text", 1, 0, 1,
+     "{\"vocab_size\":152064,\"hidden_size\":8192,\"intermediate_size\":29568,\"num_hidden_layers\":80,"
+     "\"num_attention_heads\":64,\"num_key_value_heads\":8,\"hidden_act\":\"silu\",\"max_position_embeddings\":32768,"
+     "\"rms_norm_eps\":1e-05,\"rope_theta\":1000000.0}"},
     {"Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text", 1, 0, 1,
      "{\"vocab_size\":152064,\"hidden_size\":8192,\"intermediate_size\":29568,\"num_hidden_layers\":80,"
      "\"num_attention_heads\":64,\"num_key_value_heads\":8,\"hidden_act\":\"silu\",\"max_position_embeddings\":32768,"
@@ -82,7 +88,7 @@ static int in_words(const char *list, const char *w)
 
 /* Qwen's multimodal RoPE keys in one RoPE object: mrope_section (three counts of
  * frequencies, summing to head_dim/2) and mrope_interleaved are checked and removed, and
- * rope_type "mrope" (Qwen2.5-VL's older spelling, which transformers reads as "default")
+ * rope_type "mrope" (Qwen2(.5)-VL's older spelling, which transformers reads as "default")
  * becomes "default". */
 static int strip_mrope(cJSON *rope, const char *name, int64_t head_dim, const char *what, qd_err *err)
 {
@@ -204,7 +210,7 @@ int qd_config_vlm_text(const cJSON *root, const char *what, const char *arch, cJ
         cJSON_AddStringToObject(text, dkeys[i], d->valuestring);
     }
     /* The tie is the outer config's (transformers 5 ties where the outer config says so);
-     * Qwen2.5-VL's pre-5 saves put it in text_config, which transformers forwards. */
+     * Qwen2(.5)-VL's pre-5 saves put it in text_config, which transformers forwards. */
     int tie = f->tie_dflt, text_tie = 0;
     if ((rc = qd_cfg_get_bool(root, "tie_word_embeddings", &tie, what, err))) goto fail;
     if (tc && (rc = qd_cfg_get_bool(tc, "tie_word_embeddings", &text_tie, what, err))) goto fail;

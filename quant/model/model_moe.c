@@ -7,7 +7,8 @@
  * weights are the chosen p, renormalised where the family does (Mixtral always, Qwen and
  * V3 with norm_topk_prob), times routed_scaling_factor (DeepSeek); each expert e runs its
  * SwiGLU on the tokens routed to it and adds weight * output into those tokens' rows,
- * experts in index order; Qwen2-MoE adds the shared expert's output scaled by
+ * experts in index order (PhiMoE's sparsemixer picks and weighs its two experts its own
+ * way, sparsemixer_row); Qwen2-MoE adds the shared expert's output scaled by
  * sigmoid(xn . shared_expert_gate), DeepSeek its shared experts' output unscaled.
  * Llama 4 (QD_MOE_SIGMOID_INPUT) chooses the top_k largest logits and scales each chosen
  * expert's INPUT by sigmoid(logit) (Llama4TextMoe: routed_in = x * score), adding the
@@ -88,6 +89,44 @@ static void topk_softmax_row(const qd_model_config *c, const float *l, const flo
     for (int64_t j = 0; j < K; j++) r->weight[t * K + j] = v[j] / sum;
 }
 
+/* PhiMoE's sparsemixer in eval mode (transformers' modeling_phimoe.py) on token t's logits
+ * s: the first pick is the largest logit m (ties to the lower index); its weight is its
+ * softmax probability among the logits not masked, a logit s_j being masked when
+ * (m - s_j) / max(|s_j|, m) > 2 eps. The second pick repeats this over the logits with the
+ * first set to -inf (its threshold still divides by the original |s_j|). No renormalisation:
+ * the two weights are those probabilities. Division and comparison as torch's float32 (a
+ * 0/0 or x/0 compares false or as the infinity it is). */
+static float sparsemixer_pick(const float *s, const float *masked, int64_t E, float eps, int64_t *pick)
+{
+    int64_t best = 0;
+    for (int64_t e = 1; e < E; e++)
+        if (masked[e] > masked[best]) best = e;
+    float m = masked[best], sum = 0.0f;
+    for (int64_t e = 0; e < E; e++) {
+        float factor = fabsf(s[e]) > m ? fabsf(s[e]) : m;
+        if (masked[e] == -INFINITY || (m - s[e]) / factor > 2.0f * eps) continue;
+        sum += expf(masked[e] - m);
+    }
+    *pick = best;
+    return 1.0f / sum;   /* exp(m - m) over the sum */
+}
+
+static void sparsemixer_row(const qd_model_config *c, const float *s, int64_t t, moe_route *r)
+{
+    int64_t E = c->n_experts, first = 0, second = 0;
+    float masked[QD_MAX_EXPERTS];
+    memcpy(masked, s, (size_t)E * sizeof *masked);
+    float w1 = sparsemixer_pick(s, masked, E, c->router_jitter, &first);
+    masked[first] = -INFINITY;
+    float w2 = sparsemixer_pick(s, masked, E, c->router_jitter, &second);
+    r->expert[t * 2] = (int32_t)first;
+    r->expert[t * 2 + 1] = (int32_t)second;
+    r->weight[t * 2] = w1;
+    r->weight[t * 2 + 1] = w2;
+    r->count[first]++;
+    r->count[second]++;
+}
+
 /* The router's weights per token: softmax over the logits (float32, as torch's
  * softmax(dtype=float)) or DeepSeek-V3's sigmoid with the biased grouped choice; the
  * top_k largest choice scores (ties to the lower index), renormalised when asked, times
@@ -103,6 +142,10 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
         const float *l = lg + t * E;
         if (c->moe_scoring == QD_MOE_TOPK_SOFTMAX) {
             topk_softmax_row(c, l, bias, t, r);
+            continue;
+        }
+        if (c->moe_scoring == QD_MOE_SPARSEMIXER) {
+            sparsemixer_row(c, l, t, r);
             continue;
         }
         if (c->moe_scoring == QD_MOE_SIGMOID_INPUT) {

@@ -122,10 +122,15 @@ int qd_rope_freqs_compute(const qd_model_config *c, int sliding, int64_t seq_len
                               r->n_factors, (long long)(dim / 2));
         int64_t orig = r->orig_max_pos > 0 ? r->orig_max_pos : c->max_pos;
         float factor = r->orig_max_pos > 0 ? (float)((double)c->max_pos / (double)r->orig_max_pos) : r->factor;
-        const float *ext = seq_len > orig ? r->long_factor : r->short_factor;
+        /* PhimoeRotaryEmbedding recomputes its frequencies without the sequence's length, so
+         * short_factor always, and scales cos/sin by long_mscale past the original context,
+         * short_mscale within it (in place of the attention factor). */
+        int phimoe = c->layout == QD_LAYOUT_PHIMOE;
+        const float *ext = seq_len > orig && !phimoe ? r->long_factor : r->short_factor;
         for (int64_t i = 0; i < dim / 2; i++)
             f->inv_freq[i] = 1.0f / (ext[i] * powf(base, (float)(2 * i) / (float)dim));
-        f->attn_scale = r->attention_factor > 0 ? r->attention_factor
+        f->attn_scale = phimoe ? (seq_len > orig ? r->long_mscale : r->short_mscale)
+                        : r->attention_factor > 0 ? r->attention_factor
                         : factor <= 1.0f ? 1.0f
                         : sqrtf(1.0f + logf(factor) / logf((float)orig));
         break;

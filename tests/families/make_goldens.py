@@ -44,6 +44,7 @@ from transformers import (
     Cohere2Config,
     Gemma3Config,
     Mistral3Config,
+    Qwen2VLConfig,
     Qwen2_5_VLConfig,
     Qwen3VLConfig,
     DeepseekV2Config,
@@ -64,6 +65,7 @@ from transformers import (
     MinistralConfig,
     MistralConfig,
     MixtralConfig,
+    PhimoeConfig,
     Olmo2Config,
     Olmo3Config,
     Phi3Config,
@@ -167,9 +169,15 @@ def vlm(cls, seed, what, text, vision, ablate=(), **outer):
 
 
 # The text-only CausalLM classes of the text towers (the vlm cases' text_causal_lm check).
-TEXT_CAUSAL = {"qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
+TEXT_CAUSAL = {"qwen2_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"),
+               "qwen2_5_vl_text": ("Qwen2Config", "Qwen2ForCausalLM"), "qwen3_vl_text": ("Qwen3Config", "Qwen3ForCausalLM"),
                "gemma3_text": ("Gemma3TextConfig", "Gemma3ForCausalLM"), "mistral": ("MistralConfig", "MistralForCausalLM"),
                "llama4_text": ("Llama4TextConfig", "Llama4ForCausalLM")}
+
+
+PHIMOE_LONGROPE = {"rope_type": "longrope", "rope_theta": 10000.0, "short_factor": [1.0, 1.1, 1.2, 1.5, 2.0, 2.5, 3.0, 4.0],
+                   "long_factor": [1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0], "short_mscale": 1.1, "long_mscale": 1.25,
+                   "original_max_position_embeddings": 32}
 
 
 # Sequences are 64 tokens: 4x the 16-token sliding windows, longer than the dynamic-NTK
@@ -283,6 +291,36 @@ FAMILIES = {
                    "Mixtral: 8 experts (block_sparse_moe.experts.N.w1/w2/w3), top-2 softmax routing renormalised",
                    num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, tie_word_embeddings=False,
                    rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}),
+    # PhiMoE: the sparsemixer router (eval): top-2, each weight a softmax over the logits
+    # within 2 * router_jitter_noise (relative) of that pick. 0.3 rather than the default
+    # 0.01 so that some tokens keep several logits in their softmax, others one.
+    "phimoe": fam(PhimoeConfig, 1046,
+                  "PhiMoE: LayerNorms with biases, q/k/v/o biases, lm_head bias; 8 experts, sparsemixer top-2 "
+                  "routing (router_jitter_noise 0.3: masked softmax per pick, no renormalisation)",
+                  num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
+                  lm_head_bias=True, router_jitter_noise=0.3, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                  rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+                  ablate=[("router_jitter_noise 0.01", {"router_jitter_noise": 0.01}),
+                          ("router_jitter_noise 10 (no mask)", {"router_jitter_noise": 10.0}),
+                          ("no lm_head bias", {"_params": ("lm_head.bias", 0.0)}),
+                          ("no LayerNorm biases", {"_params": ("layernorm.bias", 0.0)}),
+                          ("no attention biases", {"_params": ("self_attn.", 0.0, ".bias")})]),
+    # PhiMoE's longrope as Phi-3.5-MoE ships it: PhimoeRotaryEmbedding takes short_factor
+    # whatever the length (long_factor changes nothing: the ablation shows 0) and scales
+    # cos/sin by long_mscale once the 64 tokens pass the original context of 32.
+    "phimoe_longrope": fam(PhimoeConfig, 1047,
+                           "PhiMoE with longrope (original 32 < 64 tokens): short_factor, cos/sin times long_mscale 1.25 "
+                           "(short_mscale 1.1); sparsemixer top-2 (router_jitter_noise 0.3)",
+                           num_local_experts=8, num_experts_per_tok=2, intermediate_size=32, attention_bias=True,
+                           lm_head_bias=True, router_jitter_noise=0.3, tie_word_embeddings=False, rms_norm_eps=1e-5,
+                           rope_parameters=PHIMOE_LONGROPE,
+                           ablate=[("long_mscale 1.1 (= short_mscale)", {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                                                                 long_mscale=1.1)}),
+                                   ("short_factor all 1", {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                                                   short_factor=[1.0] * 8)}),
+                                   ("long_factor = short_factor (no effect: transformers takes short_factor)",
+                                    {"rope_parameters": dict(PHIMOE_LONGROPE,
+                                                             long_factor=PHIMOE_LONGROPE["short_factor"])})]),
     "qwen2_moe": fam(Qwen2MoeConfig, 1018,
                      "Qwen2-MoE: 8 experts top-2 without renormalisation, a shared expert with its sigmoid gate, "
                      "q/k/v biases",
@@ -539,6 +577,22 @@ FAMILIES = {
                               ("mrope_section [8, 0, 0] (no effect on text: streams equal)",
                                {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
                                                     "mrope_section": [8, 0, 0]}})]),
+    # Qwen2-VL: the text tower of Qwen2.5-VL (Qwen2 with M-RoPE); its vision tower differs
+    # (LayerNorm blocks with fc1/fc2 MLPs, a LayerNorm merger), copied unchanged all the same.
+    "qwen2_vl": vlm(Qwen2VLConfig, 1045,
+                    "Qwen2-VL text tower (Qwen2: q/k/v biases) through Qwen2VLForConditionalGeneration on text ids: "
+                    "M-RoPE mrope_section [4, 2, 2] with three equal position streams, untied lm_head, a 2-block "
+                    "vision tower (LayerNorm, fc1/fc2) + merger copied unchanged",
+                    text=dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0,
+                                               "mrope_section": [4, 2, 2]}, tie_word_embeddings=False),
+                    vision=dict(depth=2, embed_dim=32, hidden_size=64, num_heads=2, mlp_ratio=2, patch_size=14,
+                                spatial_merge_size=2, temporal_patch_size=2),
+                    tie_word_embeddings=False,
+                    ablate=[("rope_theta 10000", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0,
+                                                                      "mrope_section": [4, 2, 2]}}),
+                            ("mrope_section [8, 0, 0] (no effect on text: streams equal)",
+                             {"rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0,
+                                                  "mrope_section": [8, 0, 0]}})]),
     "qwen3_vl": vlm(Qwen3VLConfig, 1041,
                     "Qwen3-VL text tower (Qwen3: q/k norms, head_dim 32) through Qwen3VLForConditionalGeneration on "
                     "text ids: interleaved M-RoPE mrope_section [8, 4, 4], tied embeddings, vision tower with a "
@@ -845,17 +899,12 @@ def rel_err(a, b):
 def ablations(model, spec, ids, logits):
     out = {}
     for label, change in spec["ablate"]:
-        kw = changed_kwargs(spec, change)
-        m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
-        kw = dict(spec["kwargs"])
         change = dict(change)
         # "_params": (substring, value[, suffix]): the same config, those parameters set to
         # value (a feature that is weights, not a key: gpt-oss's sinks and biases).
         params = change.pop("_params", None)
-        kw.update(change)
-        # A vision-language case keeps the first model (its change merged into text_config).
-        if not spec.get("vlm"):
-            m = AutoModelForCausalLM.from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
+        kw = changed_kwargs(spec, change)
+        m = auto_of(spec).from_config(spec["cls"](**kw), attn_implementation="eager", dtype=torch.float32)
         m.load_state_dict(model.state_dict())
         if params:
             with torch.no_grad():

@@ -160,10 +160,16 @@ def fuse_experts(sd, want):
 def rename_keys(sd, want):
     """transformers 5 renames some checkpoint keys as it loads a directory
     (conversion_mapping.py's WeightRenaming), which load_state_dict does not: GPT-NeoX's
-    embed_out is the module's lm_head."""
+    embed_out is the module's lm_head; PhiMoE's mlp.gate (block_sparse_moe.gate, made mlp.gate by
+    fuse_experts) is the module's mlp.router."""
     for old, new in (("embed_out.", "lm_head."),):
         for key in [k for k in sd if k.startswith(old) and k not in want]:
             sd[new + key[len(old):]] = sd.pop(key)
+    for key in [k for k in sd if ".mlp.gate." in k and k not in want]:
+        if key.replace(".mlp.gate.", ".mlp.router.") in want:
+            sd[key.replace(".mlp.gate.", ".mlp.router.")] = sd.pop(key)
+
+
 def fuse_gpt_oss(sd, want):
     """gpt-oss's experts are 3-D parameters with the input dimension first: gate_up_proj
     [E, H, 2I] with the gate and up columns interleaved (gate = [..., ::2], up = [..., 1::2]),

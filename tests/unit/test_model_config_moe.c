@@ -1,4 +1,4 @@
-/* config.json of GLM-4.5 MoE, dots.llm1, OLMoE, MiniMax-M2 and ERNIE 4.5 MoE (config_moe.c):
+/* config.json of GLM-4.5 MoE, dots.llm1, OLMoE, MiniMax-M2, ERNIE 4.5 MoE and PhiMoE (config_moe.c):
  * the config classes' defaults where a key is absent (GLM's partial_rotary_factor 0.5,
  * MiniMax-M2's head_dim 128, rope_theta 5e6 and rotary_dim), and the keys the forward does
  * not compute refused by name. The forward parity itself is test_model_families. */
@@ -172,6 +172,71 @@ static void test_ernie_moe(void)
               QD_EFORMAT);
 }
 
+/* PhiMoE: PhimoeConfig's defaults for a bare config; Phi-3.5-MoE's keys (shrunk): biases,
+ * a window on every layer, its longrope with short_mscale/long_mscale; any other RoPE
+ * scaling and a top-k the sparsemixer does not compute refused by name. */
+static void test_phimoe(void)
+{
+    qd_model_config c;
+    qd_err err;
+    memset(&err, 0, sizeof err);
+    CHECK_OK(qd_model_config_parse("{\"architectures\":[\"PhimoeForCausalLM\"]}", "config.json", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_PHIMOE);
+    CHECK_INT(c.moe_scoring, QD_MOE_SPARSEMIXER);
+    CHECK_INT(c.n_experts, 16);
+    CHECK_INT(c.top_k, 2);
+    CHECK_INT(c.intermediate, 6400);
+    CHECK_INT(c.moe_intermediate, 6400);
+    CHECK_INT(c.vocab, 32064);
+    CHECK_INT(c.max_pos, 131072);
+    CHECK_INT(c.n_kv_heads, 8);
+    CHECK_NEAR(c.norm_eps, 1e-5, 1e-12);
+    CHECK_NEAR(c.rope_theta, 1e6, 0);
+    CHECK_NEAR(c.router_jitter, 0.01, 1e-9);
+    CHECK_INT(c.qkv_bias, 0);
+    CHECK_INT(c.o_bias, 0);
+    CHECK_INT(c.lm_head_bias, 0);
+    CHECK_INT(c.norm_topk_prob, 0);
+    CHECK_INT(c.sliding_window, 0);
+    CHECK_OK(parse("PhimoeForCausalLM", "\"num_local_experts\":8,\"attention_bias\":true,\"lm_head_bias\":true,"
+                   "\"router_jitter_noise\":0.3,\"sliding_window\":32,\"rope_theta\":10000.0,\"rms_norm_eps\":1e-5,"
+                   "\"rope_scaling\":null,\"input_jitter_noise\":0.01", &c, &err));
+    CHECK_INT(c.n_experts, 8);
+    CHECK_INT(c.qkv_bias, 1);
+    CHECK_INT(c.o_bias, 1);
+    CHECK_INT(c.lm_head_bias, 1);
+    CHECK_NEAR(c.router_jitter, 0.3, 1e-7);
+    CHECK_INT(c.sliding_window, 32);
+    CHECK_INT(c.layer_sliding[0], 1);
+    CHECK_INT(c.layer_sliding[2], 1);
+    CHECK_NEAR(c.rope_theta, 1e4, 0);
+    CHECK_INT(parse("PhimoeForCausalLM", "\"num_experts_per_tok\":3", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "num_experts_per_tok 3");
+    /* Phi-3.5-MoE's longrope (PhimoeRotaryEmbedding's: rope.c); its mscales are required. */
+    CHECK_OK(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+                   "\"long_factor\":[2,2,2,2,2,2,2,2],\"short_mscale\":1.2,\"long_mscale\":1.5,"
+                   "\"original_max_position_embeddings\":32}", &c, &err));
+    CHECK_INT(c.rope.type, QD_ROPE_LONGROPE);
+    CHECK_NEAR(c.rope.short_mscale, 1.2, 1e-6);
+    CHECK_NEAR(c.rope.long_mscale, 1.5, 1e-6);
+    CHECK_INT(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+                    "\"long_factor\":[2,2,2,2,2,2,2,2],\"original_max_position_embeddings\":32}", &c, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "short_mscale");
+    /* The mscales are PhiMoE's: Phi-3's longrope with them is refused. */
+    CHECK_INT(parse("Phi3ForCausalLM", "\"rope_scaling\":{\"type\":\"longrope\",\"short_factor\":[1,1,1,1,1,1,1,1],"
+                    "\"long_factor\":[2,2,2,2,2,2,2,2],\"short_mscale\":1.2,\"long_mscale\":1.5,"
+                    "\"original_max_position_embeddings\":32}", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "short_mscale");
+    CHECK_INT(parse("PhimoeForCausalLM", "\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}", &c, &err),
+              QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "rope_type");
+    CHECK_INT(parse("PhimoeForCausalLM", "\"partial_rotary_factor\":0.5", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "partial_rotary_factor");
+    CHECK_INT(parse("PhimoeForCausalLM", "\"hidden_act\":\"gelu\"", &c, &err), QD_EUNSUPPORTED);
+    CHECK_CONTAINS(err.msg, "hidden_act");
+    CHECK_INT(parse("PhimoeForCausalLM", "\"router_jitter_noise\":-1", &c, &err), QD_EFORMAT);
+}
+
 int main(void)
 {
     TEST_RUN(test_glm4_moe);
@@ -179,5 +244,6 @@ int main(void)
     TEST_RUN(test_olmoe);
     TEST_RUN(test_minimax_m2);
     TEST_RUN(test_ernie_moe);
+    TEST_RUN(test_phimoe);
     return test_finish();
 }

@@ -1,8 +1,9 @@
 /* Vision-language configs (config_vlm.c): the text tower's keys read from text_config (or
- * Qwen2.5-VL's flat Hub layout) with the text config class's defaults, the outer config's
- * tie, Qwen's M-RoPE read as the 1-D RoPE it is on text, and what is not computed refused
- * by name. Shapes follow the Hub configs of Qwen2.5-VL-7B, Qwen3-VL-4B, gemma-3-4b-it and
- * Mistral-Small-3.1 (sizes shrunk); the forward parity is test_model_families. */
+ * Qwen2-VL's and Qwen2.5-VL's flat Hub layout) with the text config class's defaults, the
+ * outer config's tie, Qwen's M-RoPE read as the 1-D RoPE it is on text, and what is not
+ * computed refused by name. Shapes follow the Hub configs of Qwen2-VL-7B, Qwen2.5-VL-7B,
+ * Qwen3-VL-4B, gemma-3-4b-it and Mistral-Small-3.1 (sizes shrunk); the forward parity is
+ * test_model_families. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -75,6 +76,56 @@ static void test_qwen2_5_vl(void)
             "rope_scaling.made_up");
     refused("{\"architectures\":[\"Qwen2_5_VLForConditionalGeneration\"],\"text_config\":{\"model_type\":\"llama\"}}",
             QD_EUNSUPPORTED, "text_config.model_type \"llama\"");
+}
+
+/* Qwen2-VL as the Hub ships it (Qwen2-VL-7B-Instruct, shrunk): flat text keys, rope_scaling
+ * {"type": "mrope"}, a window set but off (use_sliding_window false). Qwen2-VL-2B ties. */
+#define QWEN2VL_FLAT "{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"model_type\":\"qwen2_vl\"," \
+    "\"hidden_size\":128,\"intermediate_size\":256,\"num_hidden_layers\":2,\"num_attention_heads\":4," \
+    "\"num_key_value_heads\":2,\"vocab_size\":300,\"rope_theta\":1000000.0,\"torch_dtype\":\"bfloat16\"," \
+    "\"use_sliding_window\":false,\"sliding_window\":32768,\"max_window_layers\":28," \
+    "\"tie_word_embeddings\":%s,\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":%s}," \
+    "\"vision_config\":{\"depth\":2,\"embed_dim\":32,\"mlp_ratio\":4,\"num_heads\":2,\"hidden_size\":128}}"
+
+static void test_qwen2_vl(void)
+{
+    char json[2048];
+    qd_model_config c;
+    qd_err err;
+    snprintf(json, sizeof json, QWEN2VL_FLAT, "false", "[4,6,6]");
+    CHECK_OK(parse(json, &c, &err));
+    CHECK_INT(c.multimodal, 1);
+    CHECK_INT(c.hidden, 128);
+    CHECK_INT(c.head_dim, 32);
+    CHECK_INT(c.qkv_bias, 1);          /* Qwen2's q/k/v biases */
+    CHECK_INT(c.o_bias, 0);
+    CHECK_INT(c.sliding_window, 0);    /* use_sliding_window false: no window */
+    CHECK_INT(c.rope.type, QD_ROPE_DEFAULT);
+    CHECK(c.rope_theta == 1000000.0f);
+    CHECK(fabsf(c.norm_eps - 1e-5f) < 1e-12f);   /* Qwen2VLTextConfig's */
+    CHECK_INT(c.max_pos, 32768);
+    CHECK_INT(c.tie_word_embeddings, 0);
+    CHECK(!strcmp(c.torch_dtype, "bfloat16"));
+    snprintf(json, sizeof json, QWEN2VL_FLAT, "true", "[4,6,6]");
+    CHECK_OK(parse(json, &c, &err));
+    CHECK_INT(c.tie_word_embeddings, 1);
+    snprintf(json, sizeof json, QWEN2VL_FLAT, "false", "[4,6,4]");
+    refused(json, QD_EFORMAT, "mrope_section");
+    /* transformers 5's nested spelling; a pre-5 save's text_config tie true ties. */
+    CHECK_OK(parse("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"text_config\":{\"model_type\":"
+                   "\"qwen2_vl_text\",\"hidden_size\":64,\"intermediate_size\":64,\"num_hidden_layers\":2,"
+                   "\"num_attention_heads\":4,\"num_key_value_heads\":2,\"vocab_size\":256,\"tie_word_embeddings\":true,"
+                   "\"rope_parameters\":{\"rope_type\":\"default\",\"rope_theta\":500000.0,\"mrope_section\":[2,3,3]}}}",
+                   &c, &err));
+    CHECK_INT(c.tie_word_embeddings, 1);
+    CHECK(c.rope_theta == 500000.0f);
+    refused("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"hidden_size\":64,\"num_attention_heads\":4,"
+            "\"use_sliding_window\":true}", QD_EUNSUPPORTED, "use_sliding_window");
+    refused("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"hidden_size\":64,\"num_attention_heads\":4,"
+            "\"rope_scaling\":{\"type\":\"mrope\",\"mrope_section\":[2,3,3],\"made_up\":1}}", QD_EUNSUPPORTED,
+            "rope_scaling.made_up");
+    refused("{\"architectures\":[\"Qwen2VLForConditionalGeneration\"],\"text_config\":{\"model_type\":\"qwen2_5_vl_text\"}}",
+            QD_EUNSUPPORTED, "text_config.model_type \"qwen2_5_vl_text\"");
 }
 
 static void test_qwen3_vl(void)
@@ -159,6 +210,7 @@ static void test_mistral3(void)
 
 int main(void)
 {
+    TEST_RUN(test_qwen2_vl);
     TEST_RUN(test_qwen2_5_vl);
     TEST_RUN(test_qwen3_vl);
     TEST_RUN(test_gemma3);

@@ -65,6 +65,8 @@ static const family_expect families[] = {
     {"olmoe", EXPECT_MATCH, NULL},
     {"minimax_m2", EXPECT_MATCH, NULL},
     {"ernie4_5_moe", EXPECT_MATCH, NULL},
+    {"phimoe", EXPECT_MATCH, NULL},       /* LayerNorms, biases, sparsemixer top-2 routing */
+    {"phimoe_longrope", EXPECT_MATCH, NULL},   /* short_factor always, long_mscale past the original context */
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
     {"granite4_h_moe", EXPECT_MATCH, NULL},   /* experts (fused input_linear/output_linear) beside shared_mlp */
@@ -84,6 +86,7 @@ static const family_expect families[] = {
     {"hunyuan_dense", EXPECT_MATCH, NULL}, /* q/k norms after RoPE, NTK-alpha RoPE */
     {"ministral3", EXPECT_MATCH, NULL},  /* YaRN, Llama 4 query scale past the original context */
     /* Vision-language models' text towers, through the ConditionalGeneration classes on text ids. */
+    {"qwen2_vl", EXPECT_MATCH, NULL},     /* M-RoPE; its own vision tower (LayerNorm, fc1/fc2) beside */
     {"qwen2_5_vl", EXPECT_MATCH, NULL},
     {"qwen3_vl", EXPECT_MATCH, NULL},
     {"gemma3_vl", EXPECT_MATCH, NULL},

@@ -171,7 +171,8 @@ static void test_fold(void)
     check_family("apertus", 3);          /* down_proj's input follows xIELU: not scaled */
     check_family("hunyuan_dense", 4);    /* q/k norms after RoPE leave v_proj's fold alone */
     check_family("ministral3", 4);
-    check_family("qwen2_5_vl", 4);       /* vision-language text towers: their own family's folds */
+    check_family("qwen2_vl", 4);         /* vision-language text towers: their own family's folds */
+    check_family("qwen2_5_vl", 4);
     check_family("qwen3_vl", 4);
     check_family("gemma3_vl", 4);
     check_family("mistral3", 4);
@@ -206,6 +207,8 @@ static void test_fold(void)
     check_family_block("dots1", 1, 2 + 8 + 1 + 1);
     check_family("olmoe", 2 + 8 + 1);
     check_family("minimax_m2", 2 + 8 + 1);
+    check_family("phimoe", 2 + 8 + 1);   /* Mixtral's, LayerNorm weight and bias divided */
+    check_family("phimoe_longrope", 2 + 8 + 1);
     /* ERNIE 4.5 MoE: dense, MoE, dense. */
     check_family_block("ernie4_5_moe", 0, 4);
     check_family_block("ernie4_5_moe", 1, 2 + 8 + 1 + 1);

@@ -213,7 +213,8 @@ static void test_vlm(void)
      * about 0.1 (measured: RTN 0.097, GPTQ 0.147, AWQ+GPTQ 0.093; AWQ at 4 bits 0.509), as its
      * text-only model's in test_pipeline_moe, bounded at 0.2. */
     static const struct { const char *family, *prefix, *root; double tol8; } fams[] = {
-        {"qwen2_5_vl", "model.", "visual", 0.1},                          /* the Hub's layout, as transformers 5 saves it */
+        {"qwen2_vl", "model.", "visual", 0.1},                            /* the Hub's layout, as transformers 5 saves it */
+        {"qwen2_5_vl", "model.", "visual", 0.1},                          /* likewise */
         {"qwen3_vl", "model.language_model.", "visual", 0.1},
         {"gemma3_vl", "language_model.model.", "vision_tower", 0.1},
         {"mistral3", "language_model.model.", "multi_modal_projector", 0.1},
