@@ -2,9 +2,9 @@
  *
  * Why a first pass and not a choice per block as blocks are done: the target is an average
  * over the whole model, and a choice made block by block cannot know how sensitive the later
- * blocks are, so it would either miss the target or spend it unevenly. The pass is cheap next
- * to GPTQ: one forward of the calibration through the float model (no quantization, no
- * true-sequential passes), each block's Hessians of every input group as the non-sequential
+ * blocks are, so it would either miss the target or spend it unevenly. The pass: one forward
+ * of the calibration through the float model (no quantization, no true-sequential passes),
+ * each block's Hessians of every input group as the non-sequential
  * capture makes them, and per linear and candidate the job's own quantizer on that Hessian
  * and its error tr(D H D^T): for a GPTQ job GPTQ itself with the job's options (act order,
  * static groups, damping, scale search) through the pipeline's own call
@@ -19,16 +19,19 @@
  * taken as of equal weight. An absolute error would weigh layers by their output scale
  * (down projections write into the residual stream at very different scales across depth),
  * which says little about the loss; the ratio alone (every linear alike) spent the bits on
- * the small q/k/v and lost to uniform g64 on SmolLM2-135M (KL 0.408 against 0.402 at 4.25
- * bpw), with n it beat it (0.399; bench/results/target-bpw.md).
- * Why GPTQ's own error and not RTN's for a GPTQ job: act-order GPTQ recovers much more of a
- * wide group's error than of a narrow one's, so RTN's error overstates what g192 loses
- * against g32 and the plan over-spent on narrow groups and 8 bits (with RTN's estimate the
- * plan lost to uniform g64 at the same size on SmolLM2-135M). The cost: one GPTQ per
- * candidate per linear. What is shared exactly: GPTQ's factorisation of H depends on H, act
- * order and the damping only, not on bits or group size, so one factor per input group
- * serves every candidate of every linear reading it (qd_gptq_shared); tr(W H W^T) is taken
- * once per linear. */
+ * the small q/k/v and lost to uniform g64 on SmolLM2-135M in column order (KL 0.408 against
+ * 0.402 at 4.25 bpw), with n it beat it (0.399; bench/results/target-bpw.md).
+ * Why GPTQ's own error and not RTN's for a GPTQ job: the plan should rank what the run will
+ * do, and act-order GPTQ recovers more of a wide group's error than RTN's error shows. It
+ * matches the error the run then reports per layer within about 1% on SmolLM2-135M, yet the
+ * plan still loses to uniform g64 there (KL 0.316 against 0.253 at 4.25 bpw): the sum of
+ * per-layer errors understates what a wide group costs end to end, which no weighting of
+ * them tried fixed (bench/results/target-bpw.md). The cost: one GPTQ per candidate per
+ * linear (1.7-1.8x the GPTQ job's block time with six candidates, RTN's estimate ~1.5x).
+ * What is shared exactly: GPTQ's factorisation of H depends on H, act order and the damping
+ * only, not on bits or group size, so one factor per input group serves every candidate of
+ * every linear reading it (qd_gptq_shared); GPTQ's column losses give tr(D H D^T), and
+ * tr(W H W^T) is taken once per linear. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
