@@ -66,9 +66,9 @@ for tag in $variants; do
     echo "$tag: $(cat "$work/eval-$tag.json")" >&2
 done
 
-python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" <<'PY'
+python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" "$seed" <<'PY'
 import json, os, struct, sys, datetime, glob, collections
-work, out, windows, samples, seq, variants, host, ncpu = sys.argv[1:]
+work, out, windows, samples, seq, variants, host, ncpu, seed = sys.argv[1:]
 
 def linear_bytes(d):
     """Bytes of the packed linears' tensors and their weight count (from weight_shape)."""
