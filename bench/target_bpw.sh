@@ -15,6 +15,9 @@
 # top-1 agreement). Size: the bytes of every quantized linear's weight_packed, weight_scale
 # and weight_zero_point in the output's safetensors, over their weights (bits per weight).
 # A rerun keeps the results made over the same WINDOWS (delete BUILD_DIR/target-bpw-bench).
+# BPW_SEED=N (default 0): another calibration draw (calib_windows.py's seed), in its own
+# directory BUILD_DIR/target-bpw-bench-sN; BPW_OUT: the results file (default
+# bench/results/target-bpw.md).
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -24,8 +27,10 @@ model="$(cd "$2" && pwd)"
 windows="${3:-8}" samples="${4:-16}" seq="${5:-256}"
 data="${QUANTD_SHARED_DATA:-$root/../shared/data}"
 qctl="$build/quantctl"
+seed="${BPW_SEED:-0}"
 work="$build/target-bpw-bench"
-out="$here/results/target-bpw.md"
+[ "$seed" = 0 ] || work="$work-s$seed"
+out="${BPW_OUT:-$here/results/target-bpw.md}"
 threads="${BPW_THREADS:-2}"
 [ -x "$qctl" ] || { echo "target_bpw.sh: $qctl not built" >&2; exit 1; }
 mkdir -p "$work"
@@ -34,7 +39,7 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$t
 "$qctl" tokenize --model "$model" --text "$data/text/wikitext-2-raw/wiki.test.raw" --bos --out "$work/wiki.ids.json" >/dev/null
 [ -s "$work/calib.ids.json" ] || {
     "$qctl" tokenize --model "$model" --text "$data/text/c4/c4-calib.jsonl" --jsonl --out "$work/c4.ids.json" >/dev/null
-    python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seq" 0 "$work/calib.ids.json"
+    python3 "$here/calib_windows.py" "$work/c4.ids.json" "$samples" "$seq" "$seed" "$work/calib.ids.json"
 }
 kept() { [ -s "$1" ] && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['windows'])" "$1")" = "$windows" ]; }
 
@@ -61,9 +66,9 @@ for tag in $variants; do
     echo "$tag: $(cat "$work/eval-$tag.json")" >&2
 done
 
-python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" <<'PY'
+python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" "$seed" <<'PY'
 import json, os, struct, sys, datetime, glob, collections
-work, out, windows, samples, seq, variants, host, ncpu = sys.argv[1:]
+work, out, windows, samples, seq, variants, host, ncpu, seed = sys.argv[1:]
 
 def linear_bytes(d):
     """Bytes of the packed linears' tensors and their weight count (from weight_shape)."""
@@ -112,13 +117,13 @@ for tag in variants.split():
 with open(out, "w") as f:
     f.write("# target_bpw: mixed bits per layer on SmolLM2-135M\n\n")
     f.write("Date: %s. Machine: %s, %s CPUs shared with other builds (seconds are not a speed measurement). "
-            "Produced by `bench/target_bpw.sh BUILD BUILD/smollm2/SmolLM2-135M %s %s %s` (BUILD: a Release build).\n\n"
-            % (datetime.date.today(), host, ncpu, windows, samples, seq))
+            "Produced by `%sbench/target_bpw.sh BUILD BUILD/smollm2/SmolLM2-135M %s %s %s` (BUILD: a Release build).\n\n"
+            % (datetime.date.today(), host, ncpu, "" if seed == "0" else "BPW_SEED=%s " % seed, windows, samples, seq))
     f.write("Every row: GPTQ, 4-bit symmetric, compressed-tensors pack-quantized, the same %s x %s calibration ids of "
-            "c4-calib.jsonl (bench/calib_windows.py, seed 0); KL is mean KL(P_float || P_quant) per token in nats over "
+            "c4-calib.jsonl (bench/calib_windows.py, seed %s); KL is mean KL(P_float || P_quant) per token in nats over "
             "the first %s windows of 512 tokens of wiki.test.raw (`quantctl eval --ref-model`). u-gN: uniform group N; "
             "t-X: `target_bpw` X with candidates 4 and 8 bits x groups 32, 64, 192 (t-Xc: and -1, one group per row). Bytes: the quantized linears' "
-            "weight_packed + weight_scale (F16) tensors; bpw: those bits over the linears' weights.\n\n" % (samples, seq, windows))
+            "weight_packed + weight_scale (F16) tensors; bpw: those bits over the linears' weights.\n\n" % (samples, seq, seed, windows))
     f.write("| job | KL to float | PPL | top-1 | linear bytes | bpw | layers (seconds) |\n|---|---|---|---|---|---|---|\n")
     f.write("\n".join(rows) + "\n\n")
     if "u-g192" in base_kl:

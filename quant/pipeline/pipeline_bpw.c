@@ -2,11 +2,14 @@
  *
  * Why a first pass and not a choice per block as blocks are done: the target is an average
  * over the whole model, and a choice made block by block cannot know how sensitive the later
- * blocks are, so it would either miss the target or spend it unevenly. The pass is cheap next
- * to GPTQ: one forward of the calibration through the float model (no quantization, no
- * true-sequential passes), each block's Hessians of every input group as the non-sequential
- * capture makes them, and per linear and candidate one RTN and one trace tr(D H D^T) (a
- * rank-n update and a dot product, qd_pipeline_rel_traces). The plan is saved atomically in
+ * blocks are, so it would either miss the target or spend it unevenly. The pass: one forward
+ * of the calibration through the float model (no quantization, no true-sequential passes),
+ * each block's Hessians of every input group as the non-sequential
+ * capture makes them, and per linear and candidate the job's own quantizer on that Hessian
+ * and its error tr(D H D^T): for a GPTQ job GPTQ itself with the job's options (act order,
+ * static groups, damping, scale search) through the pipeline's own call
+ * (qd_pipeline_quantize_weight), its error from GPTQ's column losses; for an RTN job RTN and
+ * one trace (qd_pipeline_rel_traces). The plan is saved atomically in
  * the checkpoint directory beside state.json and read back on every resume, so the blocks
  * quantized before and after an interruption follow the same plan.
  *
@@ -16,10 +19,19 @@
  * taken as of equal weight. An absolute error would weigh layers by their output scale
  * (down projections write into the residual stream at very different scales across depth),
  * which says little about the loss; the ratio alone (every linear alike) spent the bits on
- * the small q/k/v and lost to uniform g64 on SmolLM2-135M (KL 0.408 against 0.402 at 4.25
- * bpw), with n it beat it (0.399; bench/results/target-bpw.md).
- * RTN's error stands in for GPTQ's: GPTQ lowers every candidate's error, roughly in
- * proportion, and the pass stays one forward. */
+ * the small q/k/v and lost to uniform g64 on SmolLM2-135M in column order (KL 0.408 against
+ * 0.402 at 4.25 bpw), with n it beat it (0.399; bench/results/target-bpw.md).
+ * Why GPTQ's own error and not RTN's for a GPTQ job: the plan should rank what the run will
+ * do, and act-order GPTQ recovers more of a wide group's error than RTN's error shows. It
+ * matches the error the run then reports per layer within about 1% on SmolLM2-135M, yet the
+ * plan still loses to uniform g64 there (KL 0.316 against 0.253 at 4.25 bpw): the sum of
+ * per-layer errors understates what a wide group costs end to end, which no weighting of
+ * them tried fixed (bench/results/target-bpw.md). The cost: one GPTQ per candidate per
+ * linear (1.7-1.8x the GPTQ job's block time with six candidates, RTN's estimate ~1.5x).
+ * What is shared exactly: GPTQ's factorisation of H depends on H, act order and the damping
+ * only, not on bits or group size, so one factor per input group serves every candidate of
+ * every linear reading it (qd_gptq_shared); GPTQ's column losses give tr(D H D^T), and
+ * tr(W H W^T) is taken once per linear. */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -35,8 +47,17 @@
 #include "quant/core/log.h"
 
 /* Bump when the file's keys or their meaning change; a plan of another version is refused
- * (the checkpoint then cannot be resumed, as its blocks followed that plan). */
-#define BPW_PLAN_VERSION 1
+ * (the checkpoint then cannot be resumed, as its blocks followed that plan). 2: the
+ * "estimate" key (which quantizer's error ranked the candidates); version 1 plans were
+ * RTN's estimate for every job. */
+#define BPW_PLAN_VERSION 2
+
+/* The estimate a job's plan is made with: its own quantizer's error ("gptq" or "rtn";
+ * target_bpw refuses AWQ and GPTAQ, job.c). */
+static const char *plan_estimate(const qd_pipeline *p)
+{
+    return p->job->method == QP_METHOD_GPTQ || p->job->method == QP_METHOD_AWQ_GPTQ ? "gptq" : "rtn";
+}
 
 void qd_bpw_plan_free(qd_bpw_plan *b)
 {
@@ -116,8 +137,10 @@ static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_e
     qd_block_weights *bw = NULL;
     qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
     qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
+    qd_gptq_shared *shared = calloc(QD_MAX_GROUPS, sizeof *shared);   /* one factor per input group */
     float *w = NULL, *dq = NULL;
-    int rc = !acc || !plans ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    int use_gptq = !strcmp(plan_estimate(p), "gptq");
+    int rc = !acc || !plans || !shared ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
     if (rc) goto out;
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
@@ -147,21 +170,47 @@ static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_e
         if (!w || !dq) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
         rc = qd_block_linear_get(p->m, bw, li, w, NULL, err);
         b->choice[(size_t)block * nl + li] = 0;   /* quantized; the allocation picks which */
+        double den = -1;   /* tr(W H W^T) * 2 / n, once per linear */
         for (int ci = 0; ci < b->n_cand && !rc; ci++) {
             char why[160];
             if (qd_format_misfit(p->fmt, L->n, L->k, b->cand_group[ci], why, sizeof why)) continue;
             qd_quant_cfg qc = p->qcfg;
             qc.bits = b->cand_bits[ci];
             qc.group_size = b->cand_group[ci];
-            double tr[2];
-            rc = qd_rtn_quantize(&qc, w, L->n, L->k, NULL, NULL, NULL, dq, err);
-            if (!rc) rc = qd_pipeline_rel_traces(p, w, dq, L->n, L->k, &acc[g], -1.0, tr, err);
+            double tr[2], h_err = -1;
+            const float *q = dq;
+            qd_qlayer layer;
+            qd_deq deq;
+            memset(&layer, 0, sizeof layer);
+            memset(&deq, 0, sizeof deq);
+            if (use_gptq && acc[g].n_seen > 0) {
+                /* The pipeline's own GPTQ call, the job's options with the candidate's bits and
+                 * group; the group's factor is made by the first call and reused. */
+                qd_layer_result res;
+                memset(&res, 0, sizeof res);
+                rc = qd_pipeline_quantize_weight(p, &qc, 1, 0.0f, w, L->n, L->k, &acc[g], &shared[g], &layer, &deq,
+                                                 &res, &h_err, err);
+                q = deq.w;
+            } else {
+                rc = qd_rtn_quantize(&qc, w, L->n, L->k, NULL, NULL, NULL, dq, err);
+            }
+            if (!rc && h_err >= 0 && den >= 0) {
+                tr[0] = h_err * 2.0 / (double)L->n;   /* qd_pipeline_rel_traces' scale */
+                tr[1] = den;
+            } else if (!rc) {
+                rc = qd_pipeline_rel_traces(p, w, q, L->n, L->k, &acc[g], h_err, tr, err);
+                if (!rc) den = tr[1];
+            }
             if (!rc) e[ci] = tr[1] > 0 ? fmax(tr[0], 0) / tr[1] : 0.0;
+            qd_qlayer_free(&layer);
+            qd_deq_free(&deq);
         }
     }
 out:
     free(w);
     free(dq);
+    for (int g = 0; shared && g < ng; g++) qd_gptq_shared_free(&shared[g]);   /* before its accumulator */
+    free(shared);
     for (int g = 0; acc && g < ng; g++) qd_gptq_hessian_free(&acc[g]);
     free(acc);
     free(plans);
@@ -242,6 +291,7 @@ static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *pat
     int bad = !o || !cands || !layers;
     if (!bad) {
         cJSON_AddNumberToObject(o, "version", BPW_PLAN_VERSION);
+        bad |= !cJSON_AddStringToObject(o, "estimate", plan_estimate(p));
         bad |= !qd_json_add_exact(o, "target_bpw", b->target);
         bad |= !qd_json_add_exact(o, "bpw", b->bpw);
         bad |= !qd_json_add_exact(o, "seconds", b->seconds);
@@ -280,18 +330,29 @@ static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *pat
     return rc;
 }
 
-static int plan_load(qd_bpw_plan *b, const char *path, qd_err *err)
+/* QD_EMISMATCH: a plan made with another estimate than the job's (a version 1 plan: RTN's
+ * for every job); QD_EFORMAT: not a plan for this job. */
+static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_err *err)
 {
     cJSON *o = NULL;
     int rc = qd_json_read_object(path, QD_INPUT_JSON, &o, err);
     if (rc) return rc;
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "version");
+    const cJSON *est = cJSON_GetObjectItemCaseSensitive(o, "estimate");
+    const char *made = cJSON_IsNumber(v) && v->valueint == 1 ? "rtn" : cJSON_IsString(est) ? est->valuestring : "?";
+    if (cJSON_IsNumber(v) && (v->valueint == 1 || v->valueint == BPW_PLAN_VERSION) && strcmp(made, plan_estimate(p))) {
+        rc = qd_err_set(err, QD_EMISMATCH, "%s: made with the %s estimate (version %d), this job's is %s's", path, made,
+                        v->valueint, plan_estimate(p));
+        cJSON_Delete(o);
+        return rc;
+    }
     const cJSON *cands = cJSON_GetObjectItemCaseSensitive(o, "candidates");
     const cJSON *layers = cJSON_GetObjectItemCaseSensitive(o, "layers");
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(o, "target_bpw");
     const cJSON *bp = cJSON_GetObjectItemCaseSensitive(o, "bpw");
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, "seconds");
-    if (!cJSON_IsNumber(v) || v->valueint != BPW_PLAN_VERSION || !cJSON_IsArray(cands) || !cJSON_IsArray(layers) ||
+    /* Version 1 has version 2's keys but "estimate" (it was RTN's, checked above). */
+    if (!cJSON_IsNumber(v) || (v->valueint != BPW_PLAN_VERSION && v->valueint != 1) || !cJSON_IsArray(cands) || !cJSON_IsArray(layers) ||
         !cJSON_IsNumber(tb) || tb->valuedouble != b->target || !cJSON_IsNumber(bp))
         rc = qd_err_set(err, QD_EFORMAT, "%s: not a version %d plan for target_bpw %g", path, BPW_PLAN_VERSION, b->target);
     int i = 0;
@@ -379,12 +440,25 @@ int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
     for (size_t i = 0; !rc && i < total * b.n_cand; i++) b.err[i] = NAN;
     char path[QD_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/bpw-plan.json", p->ckpt_dir);
-    if (!rc && qd_fs_exists(path)) {
-        rc = plan_load(&b, path, err);
-    } else if (!rc && p->st.next_block > 0) {
+    int have = !rc && qd_fs_exists(path);
+    if (have) {
+        rc = plan_load(p, &b, path, err);
+        if (rc == QD_EMISMATCH && p->st.next_block == 0) {
+            /* No block followed it yet: made again with the job's estimate. */
+            QD_LOG(QD_LOG_WARN, "bpw_plan_remade", "job=%s reason=\"%s\"", job->id, err->msg);
+            rc = 0;
+            have = 0;
+            for (size_t i = 0; i < total; i++) b.choice[i] = -1;
+            for (size_t i = 0; i < total * b.n_cand; i++) b.err[i] = NAN;
+        } else if (rc == QD_EMISMATCH) {
+            qd_err_prefix(err, "the checkpoint's %d blocks followed a plan of another estimate; start the job again "
+                          "in a new output (or delete it)", p->st.next_block);
+        }
+    }
+    if (!rc && !have && p->st.next_block > 0) {
         rc = qd_err_set(err, QD_EFORMAT, "the checkpoint has %d blocks done but no bpw-plan.json (target_bpw's plan)",
                         p->st.next_block);
-    } else if (!rc) {
+    } else if (!rc && !have) {
         double t0 = qd_clock_now_s();
         rc = probe(p, &b, err);
         if (!rc) rc = allocate(p, &b, err);
@@ -463,7 +537,9 @@ cJSON *qd_pipeline_bpw_report(const qd_pipeline *p)
     cJSON_AddNumberToObject(o, "target_bpw", b->target);
     cJSON_AddNumberToObject(o, "bpw", b->bpw);
     cJSON_AddNumberToObject(o, "plan_seconds", b->seconds);
-    cJSON_AddStringToObject(o, "error", "rel_err2: RTN's tr((W-Q) H (W-Q)^T) / tr(W H W^T) per candidate on the float "
+    cJSON_AddStringToObject(o, "estimate", plan_estimate(p));
+    cJSON_AddStringToObject(o, "error", "rel_err2: tr((W-Q) H (W-Q)^T) / tr(W H W^T) per candidate, Q the job's "
+                                        "quantizer (estimate: gptq with the job's options, or rtn) on the float "
                                         "model's calibration inputs; the plan minimises the sum of rel_err2 times each "
                                         "linear's output features within target_bpw, one choice per input group (q/k/v, "
                                         "gate/up share one)");

@@ -33,7 +33,8 @@ typedef struct qd_fold_rec {
 
 /* job.target_bpw's plan (pipeline_bpw.c): the candidates, each linear's estimated error per
  * candidate and the one chosen; saved as .quantd/bpw-plan.json before block 0, read back on
- * every resume, never made again once saved. */
+ * every resume, never made again once a block has followed it (made again before block 0
+ * only when it was made with another estimate than the job's). */
 #define QD_BPW_MAX_CAND (QP_JOB_BPW_MAX * QP_JOB_BPW_MAX)
 typedef struct qd_bpw_plan {
     int n_cand;
@@ -41,7 +42,8 @@ typedef struct qd_bpw_plan {
     int64_t cand_group[QD_BPW_MAX_CAND];
     int n_blocks, n_lin;
     int *choice;                 /* [n_blocks * n_lin]: candidate index, or -1 (not quantized); owned */
-    double *err;                 /* [n_blocks * n_lin * n_cand]: RTN's tr(D H D^T) / tr(W H W^T), NaN
+    double *err;                 /* [n_blocks * n_lin * n_cand]: tr(D H D^T) / tr(W H W^T), D the
+                                    error of the job's quantizer (GPTQ's or RTN's), NaN
                                     where the candidate does not fit the linear; owned */
     double target;               /* job.target_bpw */
     double bpw;                  /* what the choice stores per weight */
@@ -203,7 +205,8 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 
 /* For a job with target_bpw: reads .quantd/bpw-plan.json, or (at block 0 only) makes it: one
  * pass of the calibration through the float model, block by block, each linear's Hessian,
- * each candidate's RTN error under it, then the allocation (quant/algo/bpw_alloc.h) within
+ * each candidate's error under it with the job's quantizer (GPTQ with the job's options, or
+ * RTN), then the allocation (quant/algo/bpw_alloc.h) within
  * the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
  * without target_bpw. */
 int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err);

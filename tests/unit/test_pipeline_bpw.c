@@ -4,8 +4,13 @@
  * its bits and group, quantd's own reader loads it (logits near the float model's), the
  * report lists each layer's bits and why, a run cancelled (in the plan's pass, or after it)
  * resumes to byte-identical output, and a plan with a single candidate writes the same
- * tensors as the uniform job. */
+ * tensors as the uniform job. The plan's estimate is the job's own quantizer's error (GPTQ's
+ * for a GPTQ job, RTN's for an RTN job: checked against the error the run itself reports for
+ * the layers whose inputs the float pass sees exactly), its allocation is the exhaustive
+ * search's optimum over those estimates, and a plan of another estimate is made again before
+ * block 0 and refused after. */
 #include <math.h>
+#include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -48,6 +53,160 @@ static void tensor_shape(const char *dir, const char *name, int64_t shape[2])
         shape[1] = t->ndim > 1 ? t->shape[1] : 0;
     }
     st_model_close(m);
+}
+
+
+/* The report's own error of layer name (rel_error: sqrt(tr(D H D^T) / tr(W H W^T)) of what
+ * the run quantized), -1 when absent. */
+static double report_rel_error(const cJSON *rep, const char *name)
+{
+    const cJSON *layers = cJSON_GetObjectItem(rep, "layers");
+    for (const cJSON *l = layers ? layers->child : NULL; l; l = l->next) {
+        const cJSON *n = cJSON_GetObjectItem(l, "name");
+        if (cJSON_IsString(n) && !strcmp(n->valuestring, name)) return cJSON_GetObjectItem(l, "rel_error")->valuedouble;
+    }
+    return -1;
+}
+
+/* The plan's estimate is the run's quantizer: block 0's q/k/v read the embeddings, the float
+ * pass's inputs exactly, so the plan's rel_err2 of the chosen candidate is the square of the
+ * error the run reports for them (an RTN estimate for a GPTQ job is far above it). Returns
+ * how many layers it checked. */
+static int check_estimate_is_run(const cJSON *rep)
+{
+    const cJSON *bpw = cJSON_GetObjectItem(rep, "bpw");
+    const cJSON *cands = cJSON_GetObjectItem(bpw, "candidates");
+    const cJSON *layers = cJSON_GetObjectItem(bpw, "layers");
+    int checked = 0;
+    for (const cJSON *l = layers ? layers->child : NULL; l; l = l->next) {
+        const char *nm = cJSON_GetObjectItem(l, "name")->valuestring;
+        if (!strstr(nm, "layers.0.self_attn.") || strstr(nm, "o_proj")) continue;
+        int chosen = -1, ci = 0;
+        for (const cJSON *c = cands ? cands->child : NULL; c; c = c->next, ci++)
+            if (cJSON_GetObjectItem(c, "bits")->valueint == cJSON_GetObjectItem(l, "bits")->valueint &&
+                cJSON_GetObjectItem(c, "group_size")->valueint == cJSON_GetObjectItem(l, "group_size")->valueint)
+                chosen = ci;
+        double est = chosen >= 0 ? cJSON_GetArrayItem(cJSON_GetObjectItem(l, "rel_err2"), chosen)->valuedouble : -1;
+        double run = report_rel_error(rep, nm);
+        fprintf(stderr, "%s: plan rel_err2 %.9g, run rel_error^2 %.9g\n", nm, est, run * run);
+        CHECK(run > 0 && est > 0);
+        CHECK_NEAR(est, run * run, 1e-6 * run * run);
+        checked++;
+    }
+    return checked;
+}
+
+/* The allocation against an exhaustive search over the plan's own estimates: one choice per
+ * input group of a block (q/k/v, o, gate/up, down), its error the sum over its linears of
+ * rel_err2 times output features, its size the stored bits (codes, F16 scales, symmetric);
+ * the least error within target * weights by meet in the middle (every combination of each
+ * half, one side sorted by size with its running least error). */
+#define EX_MAX 16
+typedef struct ex_item { int nc; double size[8], err[8]; } ex_item;
+typedef struct ex_pair { double size, err; } ex_pair;
+
+static int ex_pair_cmp(const void *a, const void *b)
+{
+    const ex_pair *x = a, *y = b;
+    return x->size < y->size ? -1 : x->size > y->size;
+}
+
+/* Every combination of items[0..n): its size and error. */
+static int ex_enumerate(const ex_item *items, int n, ex_pair *out)
+{
+    int total = 1;
+    for (int i = 0; i < n; i++) total *= items[i].nc;
+    for (int c = 0; c < total; c++) {
+        int r = c;
+        ex_pair pr = {0, 0};
+        for (int i = 0; i < n; i++) {
+            int pick = r % items[i].nc;
+            r /= items[i].nc;
+            pr.size += items[i].size[pick];
+            pr.err += items[i].err[pick];
+        }
+        out[c] = pr;
+    }
+    return total;
+}
+
+static void check_allocation_exhaustive(const char *out, const cJSON *rep, double target)
+{
+    const cJSON *bpw = cJSON_GetObjectItem(rep, "bpw");
+    const cJSON *cands = cJSON_GetObjectItem(bpw, "candidates");
+    const cJSON *layers = cJSON_GetObjectItem(bpw, "layers");
+    int nc = cJSON_GetArraySize(cands);
+    CHECK(nc > 0 && nc <= 8);
+    if (nc <= 0 || nc > 8) return;
+    ex_item items[EX_MAX];
+    int keys[EX_MAX], n = 0;
+    double weights = 0, plan_err = 0;
+    for (const cJSON *l = layers ? layers->child : NULL; l; l = l->next) {
+        const char *nm = cJSON_GetObjectItem(l, "name")->valuestring;
+        const char *at = strstr(nm, "layers.");
+        int block = at ? atoi(at + 7) : -1;
+        int kind = strstr(nm, "q_proj") || strstr(nm, "k_proj") || strstr(nm, "v_proj") ? 0
+                   : strstr(nm, "o_proj")                                              ? 1
+                   : strstr(nm, "gate_proj") || strstr(nm, "up_proj")                  ? 2
+                                                                                       : 3;
+        int key = block * 4 + kind, it = -1;
+        for (int i = 0; i < n; i++)
+            if (keys[i] == key) it = i;
+        if (it < 0) {
+            CHECK(n < EX_MAX);
+            if (n >= EX_MAX) return;
+            it = n++;
+            keys[it] = key;
+            memset(&items[it], 0, sizeof items[it]);
+            items[it].nc = nc;
+        }
+        char tn[512];
+        int64_t sp[2];
+        snprintf(tn, sizeof tn, "%s.weight_packed", nm);
+        tensor_shape(out, tn, sp);
+        int bits = cJSON_GetObjectItem(l, "bits")->valueint;
+        int64_t rows = sp[0], k = sp[1] * 32 / bits;
+        weights += (double)(rows * k);
+        const cJSON *e = cJSON_GetObjectItem(l, "rel_err2");
+        int ci = 0;
+        for (const cJSON *c = cands->child; c; c = c->next, ci++) {
+            int cb = cJSON_GetObjectItem(c, "bits")->valueint;
+            int64_t gs = (int64_t)cJSON_GetObjectItem(c, "group_size")->valuedouble;
+            const cJSON *x = cJSON_GetArrayItem(e, ci);
+            double ev = cJSON_IsNumber(x) ? x->valuedouble : INFINITY;   /* null: does not fit */
+            items[it].size[ci] += (double)rows * ((double)k * cb + (double)((k + gs - 1) / gs) * 16.0);
+            items[it].err[ci] += (double)rows * ev;
+            if (cb == bits && gs == cJSON_GetObjectItem(l, "group_size")->valueint) plan_err += (double)rows * ev;
+        }
+    }
+    CHECK_INT(n, 3 * 4);
+    int h = n / 2;
+    int na = 1, nb = 1;
+    for (int i = 0; i < h; i++) na *= nc;
+    for (int i = h; i < n; i++) nb *= nc;
+    ex_pair *a = malloc((size_t)na * sizeof *a), *b = malloc((size_t)nb * sizeof *b);
+    CHECK(a && b);
+    if (a && b) {
+        ex_enumerate(items, h, a);
+        ex_enumerate(items + h, n - h, b);
+        qsort(b, (size_t)nb, sizeof *b, ex_pair_cmp);
+        for (int j = 1; j < nb; j++) b[j].err = fmin(b[j].err, b[j - 1].err);   /* least error up to that size */
+        double budget = target * weights, best = INFINITY;
+        for (int i = 0; i < na; i++) {
+            int lo = 0, hi = nb;   /* the first b of size > budget - a[i].size */
+            while (lo < hi) {
+                int mid = (lo + hi) / 2;
+                if (b[mid].size <= budget - a[i].size) lo = mid + 1;
+                else hi = mid;
+            }
+            if (lo > 0) best = fmin(best, a[i].err + b[lo - 1].err);
+        }
+        fprintf(stderr, "allocation: plan %.9g, exhaustive %.9g\n", plan_err, best);
+        CHECK(isfinite(best));
+        CHECK(plan_err <= best * (1 + 1e-12));
+    }
+    free(a);
+    free(b);
 }
 
 static void test_mixed(void)
@@ -140,6 +299,9 @@ static void test_mixed(void)
     CHECK(qb > 0 && qb == kb && kb == vb);
     CHECK(obj_plan <= obj_uniform * (1 + 1e-12));
     fprintf(stderr, "estimated error: plan %.6g, uniform 4-bit g32 %.6g\n", obj_plan, obj_uniform);
+    CHECK_STR(cJSON_GetObjectItem(bpw, "estimate")->valuestring, "gptq");
+    CHECK_INT(check_estimate_is_run(rep), 3);
+    check_allocation_exhaustive(out, rep, 5.0);
     cJSON_Delete(cfg);
     cJSON_Delete(rep);
     /* quantd's reader decodes each layer at its own bits and group (compared with the
@@ -171,6 +333,84 @@ static void test_resume(void)
         CHECK(pt_same_file(test_path(ref, "config.json"), test_path(out, "config.json")));
         qp_job_free(job);
     }
+}
+
+/* Rewrites dir's .quantd/bpw-plan.json: version 1 without "estimate" (an older quantd's, RTN's
+ * estimate) when old, else "estimate" set to est; with every choice set to candidate 0. */
+static void plan_rewrite(const char *dir, int old, const char *est)
+{
+    char path[4096];
+    snprintf(path, sizeof path, "%s", test_path(dir, ".quantd/bpw-plan.json"));
+    cJSON *o = pt_read_json(path);
+    CHECK(o != NULL);
+    if (!o) return;
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(o, "version")) && cJSON_GetObjectItem(o, "version")->valueint == 2);
+    if (old) {
+        cJSON_DeleteItemFromObject(o, "estimate");
+        cJSON_ReplaceItemInObject(o, "version", cJSON_CreateNumber(1));
+    } else {
+        cJSON_ReplaceItemInObject(o, "estimate", cJSON_CreateString(est));
+    }
+    const cJSON *layers = cJSON_GetObjectItem(o, "layers");
+    for (cJSON *l = layers ? layers->child : NULL; l; l = l->next) cJSON_ReplaceItemInObject(l, "choice", cJSON_CreateNumber(0));
+    char *text = cJSON_PrintUnformatted(o);
+    FILE *f = fopen(path, "w");
+    CHECK(f && text);
+    if (f && text) fputs(text, f);
+    if (f) fclose(f);
+    free(text);
+    cJSON_Delete(o);
+}
+
+/* A plan made with another estimate than the job's is never followed silently: before block
+ * 0 (stopped at block 0's load) it is made again (the output is the uninterrupted run's, not
+ * the rewritten choices'); after blocks followed it, the resume is refused, naming it. */
+static void test_plan_estimate(void)
+{
+    char ref[4096], out[4096];
+    snprintf(ref, sizeof ref, "%s/mixed", T);
+    for (int s = 0; s < 3; s++) {
+        snprintf(out, sizeof out, "%s/est-%d", T, s);
+        qp_job *job = pt_job(llama_dir, out, "gptq", "compressed-tensors", tokens, EXTRA);
+        if (!job) { CHECK(0); return; }
+        qd_err err = {0};
+        hook_ctx h = {.stage = "load", .block = s == 2 ? 2 : 0};
+        qd_pipeline_hooks hooks = {.ud = &h, .progress = on_progress};
+        CHECK_INT(qd_pipeline_run(job, pt_be, &hooks, &err), QD_ECANCELLED);
+        CHECK(h.fired);
+        plan_rewrite(out, s == 0, "rtn");
+        if (s < 2) {
+            CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
+            CHECK(pt_same_file(test_path(ref, "model.safetensors"), test_path(out, "model.safetensors")));
+            /* The finished run's report is the plan made again: the job's estimate. */
+            cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
+            CHECK_STR(rep ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "bpw"), "estimate")) : NULL,
+                      "gptq");
+            cJSON_Delete(rep);
+        } else {
+            CHECK_INT(qd_pipeline_run(job, pt_be, NULL, &err), QD_EMISMATCH);
+            CHECK_CONTAINS(err.msg, "followed a plan of another estimate");
+            CHECK_CONTAINS(err.msg, "made with the rtn estimate");
+        }
+        qp_job_free(job);
+    }
+}
+
+/* An RTN job's plan ranks by RTN's error: the same check against the run's own error. */
+static void test_rtn_estimate(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/rtn-mixed", T);
+    qp_job *job = pt_run_job("rtn-mixed", llama_dir, out, "rtn", "compressed-tensors", tokens, EXTRA);
+    if (!job) return;
+    qp_job_free(job);
+    cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
+    CHECK(rep != NULL);
+    if (!rep) return;
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "bpw"), "estimate")), "rtn");
+    CHECK_INT(check_estimate_is_run(rep), 3);
+    check_allocation_exhaustive(out, rep, 5.0);
+    cJSON_Delete(rep);
 }
 
 /* One candidate, the job's own bits and group (pt_job's group_size 32): the tensors are the uniform job's, bit for bit. */
@@ -251,6 +491,8 @@ int main(void)
     if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
     TEST_RUN(test_mixed);
     TEST_RUN(test_resume);
+    TEST_RUN(test_plan_estimate);
+    TEST_RUN(test_rtn_estimate);
     TEST_RUN(test_single_candidate);
     TEST_RUN(test_serving_mixed);
     return pt_teardown();
