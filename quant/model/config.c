@@ -126,6 +126,24 @@ int qd_cfg_get_bool(const cJSON *o, const char *key, int *out, const char *what,
     return 0;
 }
 
+int qd_cfg_absent(const cJSON *o, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    return !v || cJSON_IsNull(v);
+}
+
+int qd_cfg_refuse_foreign(const cJSON *root, const char *const *keys, size_t n, int false_unset, const char *what,
+                          const char *arch, qd_err *err)
+{
+    for (size_t i = 0; i < n; i++) {
+        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, keys[i]);
+        if (v && !cJSON_IsNull(v) && !(false_unset && cJSON_IsFalse(v)))
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, keys[i],
+                              arch);
+    }
+    return 0;
+}
+
 int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err)
 {
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);

@@ -343,21 +343,11 @@ int qd_config_dense_parse(const cJSON *root, const char *what, qd_model_config *
     /* Keys that change the math in other families and that these do not have. */
     static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                           "rope_local_base_freq"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
     if (f->kind != DENSE_GRANITE) {
         static const char *const granite[] = {"embedding_multiplier", "attention_multiplier", "residual_multiplier",
                                               "logits_scaling"};
-        for (size_t i = 0; i < sizeof granite / sizeof granite[0]; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, granite[i]);
-            if (v && !cJSON_IsNull(v))
-                return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
-                                  granite[i], c->architecture);
-        }
+        if ((rc = qd_cfg_refuse_foreign(root, granite, QD_CFG_NKEYS(granite), 0, what, c->architecture, err))) return rc;
     }
     c->rope_local = c->rope;
     c->rope_theta_local = c->rope_theta;

@@ -147,12 +147,7 @@ static int parse_moe(const cJSON *root, const char *what, fam_kind k, qd_model_c
                           (long long)c->top_k);
     /* Routing variants this forward does not implement. */
     static const char *const foreign[] = {"n_group", "topk_group", "routed_scaling_factor", "scoring_func", "moe_layer_freq"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
     return 0;
 }
 
@@ -323,12 +318,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
         for (int64_t i = 0; c->sliding_window > 0 && i < c->n_layers; i++) c->layer_sliding[i] = 1;
         /* Keys that change the math in Gemma and that these families do not have. */
         static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"};
-        for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-            const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-            if (v && !cJSON_IsNull(v))
-                return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what,
-                                  foreign[i], c->architecture);
-        }
+        if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
         const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
         if (!cJSON_IsArray(lt)) lt = NULL;
         cJSON_ArrayForEach(e, lt)

@@ -15,24 +15,18 @@
 #include "quant/model/config_internal.h"
 
 /* A key absent from config.json takes GptOssConfig's default; present, config.c read it. */
-static int absent(const cJSON *root, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    return !v || cJSON_IsNull(v);
-}
-
 static void defaults(const cJSON *root, qd_model_config *c)
 {
-    if (absent(root, "hidden_size")) c->hidden = 2880;
-    if (absent(root, "intermediate_size")) c->intermediate = 2880;
-    if (absent(root, "num_hidden_layers")) c->n_layers = 36;
-    if (absent(root, "num_attention_heads")) c->n_heads = 64;
-    if (absent(root, "num_key_value_heads")) c->n_kv_heads = 8;
-    if (absent(root, "head_dim")) c->head_dim = 64;
-    if (absent(root, "vocab_size")) c->vocab = 201088;
-    if (absent(root, "max_position_embeddings")) c->max_pos = 131072;
-    if (absent(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
-    if (absent(root, "attention_bias")) c->qkv_bias = 1;
+    if (qd_cfg_absent(root, "hidden_size")) c->hidden = 2880;
+    if (qd_cfg_absent(root, "intermediate_size")) c->intermediate = 2880;
+    if (qd_cfg_absent(root, "num_hidden_layers")) c->n_layers = 36;
+    if (qd_cfg_absent(root, "num_attention_heads")) c->n_heads = 64;
+    if (qd_cfg_absent(root, "num_key_value_heads")) c->n_kv_heads = 8;
+    if (qd_cfg_absent(root, "head_dim")) c->head_dim = 64;
+    if (qd_cfg_absent(root, "vocab_size")) c->vocab = 201088;
+    if (qd_cfg_absent(root, "max_position_embeddings")) c->max_pos = 131072;
+    if (qd_cfg_absent(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
+    if (qd_cfg_absent(root, "attention_bias")) c->qkv_bias = 1;
 }
 
 static int parse_layer_types(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
@@ -111,11 +105,6 @@ int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config 
                                           "n_group", "topk_group", "routed_scaling_factor", "scoring_func",
                                           "moe_intermediate_size", "shared_expert_intermediate_size", "use_sliding_window",
                                           "rope_local_base_freq", "mlp_only_layers"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 1, what, c->architecture, err))) return rc;
     return 0;
 }

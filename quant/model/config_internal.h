@@ -18,6 +18,14 @@ int qd_cfg_get_bool(const cJSON *o, const char *key, int *out, const char *what,
  * the entry and c->architecture. */
 int qd_cfg_layer_types_sliding(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 int qd_cfg_get_str(const cJSON *o, const char *key, char *out, size_t cap, const char *what, qd_err *err);
+/* 1 when key is absent from o or null (a config class's default applies). */
+int qd_cfg_absent(const cJSON *o, const char *key);
+/* Keys of other families' config classes that would change this family's math: the first
+ * of keys[0..n) that root sets (present and not null; with false_unset, false counts as not
+ * set) is refused, naming it and arch. */
+int qd_cfg_refuse_foreign(const cJSON *root, const char *const *keys, size_t n, int false_unset, const char *what,
+                          const char *arch, qd_err *err);
+#define QD_CFG_NKEYS(a) (sizeof(a) / sizeof((a)[0]))
 /* The RoPE keys (config_rope.c): sets c->rope_theta, c->rope and the sliding layers'
  * c->rope_theta_local, c->rope_local (a copy unless the config gives them apart, which it
  * may only when layer_types is non-zero: the family has sliding and full layers). */

@@ -24,23 +24,17 @@ int qd_config_llama4_is(const char *architecture)
     return !strcmp(architecture, "Llama4ForCausalLM") || !strcmp(architecture, "Llama4ForConditionalGeneration");
 }
 
-static int absent(const cJSON *root, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    return !v || cJSON_IsNull(v);
-}
-
 /* Llama4TextConfig's defaults for the keys config.c read with Llama's. */
 static void defaults(const cJSON *root, qd_model_config *c)
 {
-    if (absent(root, "hidden_size")) c->hidden = 5120;
-    if (absent(root, "num_hidden_layers")) c->n_layers = 48;
-    if (absent(root, "num_attention_heads")) c->n_heads = 40;
-    if (absent(root, "num_key_value_heads")) c->n_kv_heads = 8;
-    if (absent(root, "head_dim")) c->head_dim = 128;
-    if (absent(root, "vocab_size")) c->vocab = 202048;
-    if (absent(root, "max_position_embeddings")) c->max_pos = 131072;
-    if (absent(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
+    if (qd_cfg_absent(root, "hidden_size")) c->hidden = 5120;
+    if (qd_cfg_absent(root, "num_hidden_layers")) c->n_layers = 48;
+    if (qd_cfg_absent(root, "num_attention_heads")) c->n_heads = 40;
+    if (qd_cfg_absent(root, "num_key_value_heads")) c->n_kv_heads = 8;
+    if (qd_cfg_absent(root, "head_dim")) c->head_dim = 128;
+    if (qd_cfg_absent(root, "vocab_size")) c->vocab = 202048;
+    if (qd_cfg_absent(root, "max_position_embeddings")) c->max_pos = 131072;
+    if (qd_cfg_absent(root, "rms_norm_eps")) c->norm_eps = 1e-5f;
 }
 
 /* A list of num_hidden_layers 0/1 integers (no_rope_layers) into flags; 0 when absent,
@@ -191,11 +185,6 @@ int qd_config_llama4_parse(const cJSON *root, const char *what, qd_model_config 
                                           "n_group", "topk_group", "routed_scaling_factor", "scoring_func",
                                           "moe_intermediate_size", "shared_expert_intermediate_size", "sliding_window",
                                           "use_sliding_window", "rope_local_base_freq", "mlp_only_layers", "norm_topk_prob"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 1, what, c->architecture, err))) return rc;
     return 0;
 }

@@ -225,11 +225,6 @@ int qd_config_plain_parse(const cJSON *root, const char *what, qd_model_config *
     }
     /* Gemma's keys, which these families do not have. */
     static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
     return 0;
 }

@@ -27,45 +27,27 @@ int qd_config_postnorm_is(const char *architecture)
     return kind_of(architecture) != PN_NONE;
 }
 
-static int absent(const cJSON *root, const char *key)
-{
-    const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, key);
-    return !v || cJSON_IsNull(v);
-}
-
 /* The class defaults that differ from LlamaConfig's, for the keys config.json leaves out. */
 static void class_defaults(const cJSON *root, pn_kind k, qd_model_config *c)
 {
-    if (absent(root, "rms_norm_eps")) c->norm_eps = k == PN_GLM4 ? 1.5625e-7f : 1e-5f;
-    if (absent(root, "vocab_size")) c->vocab = k == PN_GLM4 ? 151552 : k == PN_EXAONE4 ? 102400 : 50304;
+    if (qd_cfg_absent(root, "rms_norm_eps")) c->norm_eps = k == PN_GLM4 ? 1.5625e-7f : 1e-5f;
+    if (qd_cfg_absent(root, "vocab_size")) c->vocab = k == PN_GLM4 ? 151552 : k == PN_EXAONE4 ? 102400 : 50304;
     if (k == PN_EXAONE4) {
-        if (absent(root, "intermediate_size")) c->intermediate = 16384;
-        if (absent(root, "num_key_value_heads")) c->n_kv_heads = 32;
+        if (qd_cfg_absent(root, "intermediate_size")) c->intermediate = 16384;
+        if (qd_cfg_absent(root, "num_key_value_heads")) c->n_kv_heads = 32;
         c->qkv_bias = c->o_bias = c->mlp_bias = 0;   /* no bias keys: nn.Linear(..., bias=False) */
     }
     if (k == PN_GLM4) {
-        if (absent(root, "intermediate_size")) c->intermediate = 13696;
-        if (absent(root, "num_hidden_layers")) c->n_layers = 40;
-        if (absent(root, "num_key_value_heads")) c->n_kv_heads = 2;
-        if (absent(root, "head_dim")) c->head_dim = 128;
-        if (absent(root, "max_position_embeddings")) c->max_pos = 131072;
-        if (absent(root, "attention_bias")) c->qkv_bias = 1;
+        if (qd_cfg_absent(root, "intermediate_size")) c->intermediate = 13696;
+        if (qd_cfg_absent(root, "num_hidden_layers")) c->n_layers = 40;
+        if (qd_cfg_absent(root, "num_key_value_heads")) c->n_kv_heads = 2;
+        if (qd_cfg_absent(root, "head_dim")) c->head_dim = 128;
+        if (qd_cfg_absent(root, "max_position_embeddings")) c->max_pos = 131072;
+        if (qd_cfg_absent(root, "attention_bias")) c->qkv_bias = 1;
         c->o_bias = 0;    /* o_proj and the MLP never have biases */
         c->mlp_bias = 0;
     }
     if (k == PN_OLMO2 || k == PN_OLMO3) c->mlp_bias = 0;   /* attention_bias covers q/k/v/o; the MLP has none */
-}
-
-/* Refuses a key that some config classes have and this family's does not, where it would
- * change the math if it were read. */
-static int refuse_keys(const cJSON *root, const char *what, const char *arch, const char *const *keys, size_t n,
-                       qd_err *err)
-{
-    for (size_t i = 0; i < n; i++)
-        if (!absent(root, keys[i]))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, keys[i],
-                              arch);
-    return 0;
 }
 
 /* layer_types as written (sliding_attention / full_attention); 1 when given. */
@@ -164,8 +146,8 @@ static int parse_exaone4(const cJSON *root, const char *what, qd_model_config *c
 static void glm4_rope(const cJSON *root, qd_model_config *c)
 {
     const cJSON *params = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
-    int given = !absent(root, "partial_rotary_factor") ||
-                (cJSON_IsObject(params) && !absent(params, "partial_rotary_factor"));
+    int given = !qd_cfg_absent(root, "partial_rotary_factor") ||
+                (cJSON_IsObject(params) && !qd_cfg_absent(params, "partial_rotary_factor"));
     if (!given) c->rope.partial_rotary_factor = c->rope_local.partial_rotary_factor = 0.5f;
     c->rope_interleave = 1;
 }
@@ -190,7 +172,7 @@ int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_confi
     /* Keys of other families that would change the math here. */
     static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                           "rope_local_base_freq"};
-    if ((rc = refuse_keys(root, what, c->architecture, foreign, sizeof foreign / sizeof foreign[0], err))) return rc;
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
     switch (k) {
     case PN_OLMO2:
     case PN_OLMO3:
@@ -199,7 +181,7 @@ int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_confi
         if (k == PN_OLMO3) return parse_olmo3(root, what, c, err);
         {
             static const char *const olmo2[] = {"sliding_window", "layer_types"};
-            return refuse_keys(root, what, c->architecture, olmo2, 2, err);
+            return qd_cfg_refuse_foreign(root, olmo2, 2, 0, what, c->architecture, err);
         }
     case PN_EXAONE4:
         c->layout = QD_LAYOUT_POSTNORM;
@@ -209,7 +191,7 @@ int qd_config_postnorm_parse(const cJSON *root, const char *what, qd_model_confi
         glm4_rope(root, c);
         {
             static const char *const glm4[] = {"sliding_window", "layer_types"};
-            return refuse_keys(root, what, c->architecture, glm4, 2, err);
+            return qd_cfg_refuse_foreign(root, glm4, 2, 0, what, c->architecture, err);
         }
     default:
         return qd_err_set(err, QD_EINVAL, "%s: %s is not a post-norm family", what, c->architecture);

@@ -125,12 +125,7 @@ static int parse_experts(const cJSON *root, const char *what, int next, qd_model
     /* Routing variants of other MoE families, which Qwen3-Next does not have. */
     static const char *const foreign[] = {"n_group", "topk_group", "routed_scaling_factor", "scoring_func",
                                           "first_k_dense_replace", "n_shared_experts"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
     return 0;
 }
 
@@ -180,11 +175,6 @@ int qd_config_qwen_next_parse(const cJSON *root, const char *what, qd_model_conf
     /* Keys that change the math in other families and that these do not have. */
     static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar",
                                           "sliding_window", "use_sliding_window", "rope_local_base_freq"};
-    for (size_t i = 0; i < sizeof foreign / sizeof foreign[0]; i++) {
-        const cJSON *v = cJSON_GetObjectItemCaseSensitive(root, foreign[i]);
-        if (v && !cJSON_IsNull(v) && !cJSON_IsFalse(v))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: %s is set, which %s does not have; not supported", what, foreign[i],
-                              c->architecture);
-    }
+    if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 1, what, c->architecture, err))) return rc;
     return 0;
 }
