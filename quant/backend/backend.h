@@ -158,15 +158,16 @@ typedef struct qd_rope_freqs {
     /* logsumexp-based NLL: for each row r of logits [rows, vocab], nll[r] = lse - logit[target]. */ \
     X(int, nll_rows, (qd_backend *be, const float *logits, const int32_t *targets, int64_t rows, \
                       int64_t vocab, double *nll_host)) \
-    /* ---- recurrent mixers (quant/model/model_mixer.c) ---- */ \
+    /* ---- recurrent mixers (quant/model/model_mixer.c, model_gdn.c) ---- */ \
     /* Causal depthwise convolution over each of `batch` sequences of `seq` tokens, as \
      * torch's Conv1d(groups=ch, padding=kernel-1) cut to the first seq outputs: \
      * u[t, c] = x[t, c] * (gate_in ? gate_in[t, c] : 1), \
      * y[t, c] = act(bias[c] + sum_j w[c, j] u[t - kernel + 1 + j, c]) * (gate_out ? gate_out[t, c] : 1), \
      * u zero before a sequence's first token; act is SiLU when silu, else none. x, gate_in \
      * and gate_out are rows of stride ld (columns [0, ch) used), y [batch*seq, ch] dense (not \
-     * aliasing the inputs); w [ch, kernel]; bias may be NULL. LFM2's short convolution is \
-     * C * conv(B * x); Mamba-2's is silu(conv(xBC) + bias). */ \
+     * aliasing the inputs); w [ch, kernel]; bias may be NULL. u in float, the sum in double \
+     * rounded once (as torch's conv1d). LFM2's short convolution is C * conv(B * x); \
+     * Mamba-2's is silu(conv(xBC) + bias); Gated DeltaNet's silu(conv(qkv)), without gates. */ \
     X(int, conv1d_causal, (qd_backend *be, float *y, const float *x, const float *gate_in, const float *gate_out, \
                            int64_t ld, int64_t batch, int64_t seq, int64_t ch, const float *w, const float *bias, \
                            int64_t kernel, int silu)) \
@@ -186,13 +187,6 @@ typedef struct qd_rope_freqs {
     /* out = sigmoid(gate) * x elementwise (a gated attention's output gate: Qwen3-Next, \
      * Qwen3.5); out may alias x or gate. */ \
     X(int, sigmoid_mul, (qd_backend *be, float *out, const float *gate, const float *x, int64_t n)) \
-    /* Causal depthwise conv1d over `batch` sequences of `seq` tokens (the short conv of Gated \
-     * DeltaNet and Mamba): y[t, c] = act(bias[c] + sum_{j<kernel} w[c, j] x[t - kernel + 1 + j, c]), \
-     * x before its sequence's first token being 0; x, y [batch*seq, ch], w [ch, kernel], bias \
-     * [ch] or NULL; act SiLU when silu, else none. y must not alias x. As torch's conv1d with \
-     * padding kernel - 1 and the output cut to seq (the sum in double, rounded once). */ \
-    X(int, causal_conv1d, (qd_backend *be, float *y, const float *x, const float *w, const float *bias, \
-                           int64_t batch, int64_t seq, int64_t ch, int64_t kernel, int silu)) \
     /* The gated delta rule (Gated DeltaNet: Qwen3-Next, Qwen3.5) over `batch` sequences of \
      * `seq` tokens, the state zero at each start. Per token t and value head h, on key head \
      * h / (nv / nk): q and k (dk each) L2-normalised (x / sqrt(sum x^2 + 1e-6)), q also times \

@@ -5,7 +5,7 @@
  *   head group, that group's q, k, v and z ([k_dim, k_dim, r v_dim, r v_dim], r = v_heads /
  *   k_heads) and in_proj_ba its b and a ([r, r]), which are gathered into the contiguous
  *   layout Qwen3.5's separate projections give directly;
- *   the causal depthwise conv over q, k, v with SiLU (backend op causal_conv1d);
+ *   the causal depthwise conv over q, k, v with SiLU (backend op conv1d_causal, without gates);
  *   the gated delta rule (backend op gated_delta_rule: L2-normalised q and k, beta =
  *   sigmoid(b), g = -exp(A_log) softplus(a + dt_bias));
  *   the gated RMSNorm of each value head's output, w * norm(o) * silu(z) (rmsnorm over
@@ -112,7 +112,7 @@ int qd_gdn_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
         a_in = ba + rows * nv;
         ld_ba = nv;
     }
-    BE_CALL(m, err, m->be->ops->causal_conv1d(m->be, conv, mix, bw->gdn_conv_w, NULL, batch, seq, ch, c->gdn_conv, 1));
+    BE_CALL(m, err, m->be->ops->conv1d_causal(m->be, conv, mix, NULL, NULL, ch, batch, seq, ch, bw->gdn_conv_w, NULL, c->gdn_conv, 1));
     BE_CALL(m, err, m->be->ops->gated_delta_rule(m->be, core, conv, ch, b_in, a_in, ld_ba, bw->gdn_a_log, bw->gdn_dt_bias,
                                                  batch, seq, c->gdn_k_heads, nv, c->gdn_k_dim, dv));
     /* The gated RMSNorm: w * norm(o), then times silu(z). */

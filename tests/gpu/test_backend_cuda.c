@@ -339,8 +339,8 @@ static void test_recurrent(void)
         float *qd = put(be, qkv, (size_t)(B * T * ld) * 4), *bad = put(be, ba, (size_t)(B * T * 2 * nv) * 4);
         float *ald = put(be, al, (size_t)nv * 4), *dtd = put(be, dt, (size_t)nv * 4);
         float *o = qd_backend_alloc(be, (size_t)(B * T * nv * dv) * 4);
-        CHECK_OK(be->ops->causal_conv1d(be, y, xd, wd, bd, B, T, C, K, 0));
-        CHECK_OK(be->ops->causal_conv1d(be, y2, xd, wd, NULL, B, T, C, K, 1));
+        CHECK_OK(be->ops->conv1d_causal(be, y, xd, NULL, NULL, C, B, T, C, wd, bd, K, 0));
+        CHECK_OK(be->ops->conv1d_causal(be, y2, xd, NULL, NULL, C, B, T, C, wd, NULL, K, 1));
         CHECK_OK(be->ops->gated_delta_rule(be, o, qd, ld, bad, bad + nv, 2 * nv, ald, dtd, B, T, nk, nv, dk, dv));
         res[b][0] = get(be, y, (size_t)(B * T * C));
         res[b][1] = get(be, y2, (size_t)(B * T * C));

@@ -321,8 +321,8 @@ static void test_nll(void)
     free(lg);
 }
 
-/* The recurrent mixers' ops against direct references: the causal depthwise conv (bias,
- * SiLU, two sequences that must not leak into each other), the sigmoid gate, and the gated
+/* The recurrent mixers' ops against direct references: the causal depthwise conv as Gated
+ * DeltaNet calls it (no gates; bias, SiLU, two sequences that must not leak into each other), the sigmoid gate, and the gated
  * delta rule written as the plain recurrence in double (per value head on key head
  * h / (nv / nk); q, k L2-normalised, q scaled; beta = sigmoid(b), g = -exp(A_log)
  * softplus(a + dt_bias); S = S e^g + k ((v - S^T k) beta)^T; o = S^T q). */
@@ -332,7 +332,7 @@ static void test_recurrent(void)
     float *x = randn((size_t)(B * T * C), 1.0f), *w = randn((size_t)(C * K), 0.7f), *bias = randn(C, 0.3f);
     float *y = malloc((size_t)(B * T * C) * 4);
     for (int silu = 0; silu < 2; silu++) {
-        CHECK_OK(be->ops->causal_conv1d(be, y, x, w, silu ? NULL : bias, B, T, C, K, silu));
+        CHECK_OK(be->ops->conv1d_causal(be, y, x, NULL, NULL, C, B, T, C, w, silu ? NULL : bias, K, silu));
         double worst = 0;
         for (int64_t s = 0; s < B; s++)
             for (int64_t t = 0; t < T; t++)
@@ -346,7 +346,7 @@ static void test_recurrent(void)
                 }
         CHECK(worst < 1e-6);
     }
-    CHECK(be->ops->causal_conv1d(be, x, x, w, NULL, B, T, C, K, 1) == QD_EINVAL);   /* y aliases x */
+    CHECK(be->ops->conv1d_causal(be, x, x, NULL, NULL, C, B, T, C, w, NULL, K, 1) == QD_EINVAL);   /* y aliases x */
     float *g = randn(50, 2.0f), *v = randn(50, 1.0f), *o = malloc(50 * 4);
     CHECK_OK(be->ops->sigmoid_mul(be, o, g, v, 50));
     for (int i = 0; i < 50; i++) CHECK(fabs(o[i] - v[i] / (1.0 + exp(-(double)g[i]))) < 1e-6);

@@ -1,6 +1,6 @@
-/* CPU ops of the recurrent mixers: the causal depthwise short conv and the gated delta rule
- * (Gated DeltaNet); and the sigmoid output gate of gated attention. Scalar references: both run a (sequence, channel) or (sequence, value
- * head) pair per thread share, each as one thread would, so results do not depend on the
+/* CPU ops of Gated DeltaNet: the gated delta rule and the sigmoid output gate of gated
+ * attention (its short conv is conv1d_causal, cpu_ssm.c). Scalar references: the rule runs a
+ * (sequence, value head) pair per thread share, each as one thread would, so results do not depend on the
  * thread count. The delta rule keeps its state in double: transformers computes the same
  * function in float32 by chunks, and the exact recurrence is the fixed point both round
  * around. */
@@ -26,46 +26,6 @@ int cpu_sigmoid_mul(qd_backend *be, float *out, const float *gate, const float *
 {
     sig_ctx c = {out, gate, x};
     qd_parallel_for(be->n_threads, n, 65536, sigmoid_mul_range, &c);
-    return 0;
-}
-
-typedef struct conv_ctx {
-    float *y;
-    const float *x, *w, *bias;
-    int64_t seq, ch, kernel;
-    int silu;
-} conv_ctx;
-
-/* Pairs (sequence, channel) [p0, p1). */
-static void conv_pairs(void *ctx, int t, int64_t p0, int64_t p1)
-{
-    const conv_ctx *c = ctx;
-    (void)t;
-    for (int64_t p = p0; p < p1; p++) {
-        int64_t s = p / c->ch, ch = p % c->ch, K = c->kernel;
-        const float *x = c->x + s * c->seq * c->ch + ch, *w = c->w + ch * K;
-        float *y = c->y + s * c->seq * c->ch + ch;
-        for (int64_t i = 0; i < c->seq; i++) {
-            double acc = c->bias ? (double)c->bias[ch] : 0.0;
-            for (int64_t j = 0; j < K; j++) {
-                int64_t src = i - K + 1 + j;
-                if (src >= 0) acc += (double)w[j] * x[src * c->ch];
-            }
-            float v = (float)acc;
-            y[i * c->ch] = c->silu ? v / (1.0f + expf(-v)) : v;
-        }
-    }
-}
-
-int cpu_causal_conv1d(qd_backend *be, float *y, const float *x, const float *w, const float *bias, int64_t batch,
-                      int64_t seq, int64_t ch, int64_t kernel, int silu)
-{
-    if (batch < 0 || seq < 0 || ch <= 0 || kernel <= 0)
-        return qd_err_set(&be->err, QD_EINVAL, "causal_conv1d: bad shape batch %lld seq %lld channels %lld kernel %lld",
-                          (long long)batch, (long long)seq, (long long)ch, (long long)kernel);
-    if (y == x) return qd_err_set(&be->err, QD_EINVAL, "causal_conv1d: y aliases x");
-    conv_ctx c = {y, x, w, bias, seq, ch, kernel, silu};
-    qd_parallel_for(be->n_threads, batch * ch, 16, conv_pairs, &c);
     return 0;
 }
 

@@ -25,14 +25,15 @@ static void conv_rows(void *ctx, int th, int64_t r0, int64_t r1)
     for (int64_t r = r0; r < r1; r++) {
         int64_t t = r % c->seq;
         for (int64_t ch = 0; ch < c->ch; ch++) {
-            float acc = c->bias ? c->bias[ch] : 0.0f;
+            double sum = c->bias ? (double)c->bias[ch] : 0.0;
             for (int64_t j = 0; j < c->kernel; j++) {
                 int64_t back = c->kernel - 1 - j;   /* the tap reads the token `back` steps earlier */
                 if (back > t) continue;
                 int64_t src = (r - back) * c->ld + ch;
                 float u = c->gi ? c->x[src] * c->gi[src] : c->x[src];
-                acc += c->w[ch * c->kernel + j] * u;
+                sum += (double)c->w[ch * c->kernel + j] * u;
             }
+            float acc = (float)sum;
             if (c->silu) acc = acc / (1.0f + expf(-acc));
             if (c->go) acc *= c->go[r * c->ld + ch];
             c->y[r * c->ch + ch] = acc;
@@ -46,6 +47,8 @@ int cpu_conv1d_causal(qd_backend *be, float *y, const float *x, const float *gat
     if (batch < 0 || seq < 0 || ch < 0 || kernel < 1 || ld < ch)
         return qd_err_set(&be->err, QD_EINVAL, "conv1d_causal: batch %lld, seq %lld, ch %lld, kernel %lld, ld %lld",
                           (long long)batch, (long long)seq, (long long)ch, (long long)kernel, (long long)ld);
+    if (y == x || (gate_in && y == gate_in) || (gate_out && y == gate_out))
+        return qd_err_set(&be->err, QD_EINVAL, "conv1d_causal: y aliases an input");
     conv_ctx c = {y, x, gate_in, gate_out, w, bias, ld, seq, ch, kernel, silu};
     qd_parallel_for(be->n_threads, batch * seq, 16, conv_rows, &c);
     return 0;

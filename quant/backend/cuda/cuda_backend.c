@@ -495,16 +495,6 @@ static int cu_sigmoid_mul(qd_backend *be, float *out, const float *gate, const f
     return 0;
 }
 
-static int cu_causal_conv1d(qd_backend *be, float *y, const float *x, const float *w, const float *bias, int64_t batch,
-                            int64_t seq, int64_t ch, int64_t kernel, int silu)
-{
-    if (batch < 0 || seq < 0 || ch <= 0 || kernel <= 0 || y == x)
-        return qd_err_set(&be->err, QD_EINVAL, "causal_conv1d: bad shape batch %lld seq %lld channels %lld kernel %lld "
-                          "(or y aliases x)", (long long)batch, (long long)seq, (long long)ch, (long long)kernel);
-    LAUNCH(be, "causal_conv1d kernel", cudaop_causal_conv1d(cu_impl(be)->stream, y, x, w, bias, batch, seq, ch, kernel, silu));
-    return 0;
-}
-
 static int cu_gated_delta_rule(qd_backend *be, float *out, const float *qkv, int64_t ld_qkv, const float *b,
                                const float *a, int64_t ld_ba, const float *a_log, const float *dt_bias, int64_t batch,
                                int64_t seq, int64_t nk, int64_t nv, int64_t dk, int64_t dv)
@@ -586,6 +576,8 @@ static int cu_conv1d_causal(qd_backend *be, float *y, const float *x, const floa
     if (batch < 0 || seq < 0 || ch < 0 || kernel < 1 || ld < ch)
         return qd_err_set(&be->err, QD_EINVAL, "conv1d_causal: batch %lld, seq %lld, ch %lld, kernel %lld, ld %lld",
                           (long long)batch, (long long)seq, (long long)ch, (long long)kernel, (long long)ld);
+    if (y == x || (gate_in && y == gate_in) || (gate_out && y == gate_out))
+        return qd_err_set(&be->err, QD_EINVAL, "conv1d_causal: y aliases an input");
     LAUNCH(be, "conv1d_causal kernel", cudaop_conv1d_causal(cu_impl(be)->stream, y, x, gate_in, gate_out, ld, batch, seq,
                                                             ch, w, bias, kernel, silu));
     return 0;

@@ -66,8 +66,6 @@ int cudaop_rope(void *stream, float *x, int64_t tokens, int64_t n_heads, int64_t
 int cudaop_silu_mul(void *stream, float *out, const float *gate, const float *up, int64_t n);
 /* cuda_recurrent.cu: the recurrent mixers' ops and sigmoid_mul, as backend.h describes them. */
 int cudaop_sigmoid_mul(void *stream, float *out, const float *gate, const float *x, int64_t n);
-int cudaop_causal_conv1d(void *stream, float *y, const float *x, const float *w, const float *bias, int64_t batch,
-                         int64_t seq, int64_t ch, int64_t kernel, int silu);
 int cudaop_gated_delta_rule(void *stream, float *out, const float *qkv, int64_t ld_qkv, const float *b, const float *a,
                             int64_t ld_ba, const float *a_log, const float *dt_bias, int64_t batch, int64_t seq,
                             int64_t nk, int64_t nv, int64_t dk, int64_t dv);

@@ -33,34 +33,6 @@ extern "C" int cudaop_sigmoid_mul(void *stream, float *out, const float *gate, c
     return rc_launched();
 }
 
-__global__ void k_causal_conv1d(float *y, const float *x, const float *w, const float *bias, int64_t batch,
-                                int64_t seq, int64_t ch, int64_t kernel, int silu)
-{
-    int64_t n = batch * seq * ch;
-    for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < n; e += (int64_t)gridDim.x * blockDim.x) {
-        int64_t c = e % ch, r = e / ch, s = r / seq, i = r % seq;
-        double acc = bias ? (double)bias[c] : 0.0;
-        for (int64_t j = 0; j < kernel; j++) {
-            int64_t src = i - kernel + 1 + j;
-            if (src >= 0) acc += (double)w[c * kernel + j] * x[(s * seq + src) * ch + c];
-        }
-        float v = (float)acc;
-        y[e] = silu ? v / (1.0f + expf(-v)) : v;
-    }
-}
-
-extern "C" int cudaop_causal_conv1d(void *stream, float *y, const float *x, const float *w, const float *bias,
-                                    int64_t batch, int64_t seq, int64_t ch, int64_t kernel, int silu)
-{
-    int64_t n = batch * seq * ch;
-    if (n <= 0) return 0;
-    int64_t blocks = (n + RC_THREADS - 1) / RC_THREADS;
-    if (blocks > 65535 * 32) blocks = 65535 * 32;
-    k_causal_conv1d<<<(unsigned)blocks, RC_THREADS, 0, (cudaStream_t)stream>>>(y, x, w, bias, batch, seq, ch, kernel,
-                                                                                silu);
-    return rc_launched();
-}
-
 __device__ static float rc_softplus(float x) { return x > 20.0f ? x : log1pf(expf(x)); }
 
 /* Block (s, h): blockDim.x >= dv threads, shared q, k [dk] each. */

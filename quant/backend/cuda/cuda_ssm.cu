@@ -22,14 +22,15 @@ __global__ static void k_conv1d_causal(float *y, const float *x, const float *gi
 {
     for (int64_t e = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; e < rows * ch; e += (int64_t)gridDim.x * blockDim.x) {
         int64_t r = e / ch, c = e % ch, t = r % seq;
-        float acc = bias ? bias[c] : 0.0f;
+        double sum = bias ? (double)bias[c] : 0.0;
         for (int64_t j = 0; j < kernel; j++) {
             int64_t back = kernel - 1 - j;
             if (back > t) continue;
             int64_t src = (r - back) * ld + c;
             float u = gi ? __fmul_rn(x[src], gi[src]) : x[src];
-            acc = __fadd_rn(acc, __fmul_rn(w[c * kernel + j], u));
+            sum = __dadd_rn(sum, __dmul_rn((double)w[c * kernel + j], (double)u));
         }
+        float acc = (float)sum;
         if (silu) acc = acc / (1.0f + expf(-acc));
         if (go) acc = __fmul_rn(acc, go[r * ld + c]);
         y[e] = acc;
