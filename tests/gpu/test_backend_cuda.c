@@ -516,7 +516,9 @@ static void test_gptq_layer(void)
         if (rc) { fprintf(stderr, "gpu gptq (case %d): %s\n", c, err.msg); qd_gptq_result_free(&rc_cpu); continue; }
         int64_t diff = 0;
         for (int64_t i = 0; i < n * k; i++) diff += rc_cpu.layer.q[i] != rc_gpu.layer.q[i];
-        CHECK(diff <= n * k / 200);
+        /* A searched group whose two best ranges nearly tie may pick the other one on the
+         * device (the weights it sees differ in the last bits): its 64 codes then all move. */
+        CHECK(diff <= n * k / (c >= 2 ? 50 : 200));
         CHECK(rel_diff(rc_gpu.deq, rc_cpu.deq, n * k) < 0.02);
         for (int64_t i = 0; i < k; i++) CHECK_INT(rc_gpu.layer.g_idx[i], rc_cpu.layer.g_idx[i]);
         qd_gptq_result_free(&rc_cpu);
