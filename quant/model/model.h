@@ -82,6 +82,10 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err);
 void qd_model_close(qd_model *m);                           /* accepts NULL */
 
 const qd_model_config *qd_model_cfg(const qd_model *m);
+/* 1 when the llama-family block's MLP is gated (gate and up, or Phi-3's fused gate_up, then
+ * down); 0 for a plain one (fc1 -> activation -> fc2: the LayerNorm families, OPT, Apertus's
+ * ungated up -> xIELU -> down). */
+int qd_model_mlp_gated(const qd_model *m);
 const st_model *qd_model_tensors(const qd_model *m);
 qd_backend *qd_model_backend(const qd_model *m);
 const char *qd_model_dir(const qd_model *m);

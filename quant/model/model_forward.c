@@ -290,7 +290,7 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
     /* Phi's fc1 reads the input q/k/v read (one group, whose hook the attention called). */
     if (m->lin[l0].group != m->lin[QD_LIN_Q].group && (rc = qd_fwd_call_input(m, bw, m->lin[l0].group, xn, rows, hooks, err)))
         return rc;
-    if (c->family == QD_ARCH_LLAMA && !c->mlp_plain && !a->mlp_ungated) {
+    if (qd_model_mlp_gated(m)) {
         float *f2 = qd_model_scratch(m, QD_SCRATCH_F2, (size_t)(rows * ff) * sizeof(float), err);
         if (!f2) return QD_ENOMEM;
         int down = a->fused_gate_up ? l0 + 1 : l0 + 2;
@@ -410,7 +410,7 @@ static int mlp_out_linear(const qd_model *m)
 {
     if (m->cfg.n_experts > 0) return -1;
     const qd_arch *a = m->arch;
-    if (m->cfg.family != QD_ARCH_LLAMA || m->cfg.mlp_plain || a->mlp_ungated) return a->lin_mlp0 + 1;
+    if (!qd_model_mlp_gated(m)) return a->lin_mlp0 + 1;
     return a->fused_gate_up ? a->lin_mlp0 + 1 : a->lin_mlp0 + 2;
 }
 

@@ -1004,6 +1004,10 @@ int qd_model_set_compute_bf16(qd_model *m, int on, qd_err *err)
 /* ---- accessors ---- */
 
 const qd_model_config *qd_model_cfg(const qd_model *m) { return &m->cfg; }
+int qd_model_mlp_gated(const qd_model *m)
+{
+    return m->cfg.family == QD_ARCH_LLAMA && !m->cfg.mlp_plain && !m->arch->mlp_ungated;
+}
 const st_model *qd_model_tensors(const qd_model *m) { return m->st; }
 qd_backend *qd_model_backend(const qd_model *m) { return m->be; }
 const char *qd_model_dir(const qd_model *m) { return m->dir; }

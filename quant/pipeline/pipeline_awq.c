@@ -190,7 +190,7 @@ static int awq_module_kind(qd_pipeline *p, const qd_input_group *G, int *g_out, 
      * (the mlp_out group's linear), with SwiGLU or Gemma's tanh-GeGLU. A plain MLP's fc1
      * (StarCoder2, GPT-NeoX), as OPT's, keeps its own outputs' error. */
     const qd_model_config *mc = qd_model_cfg(p->m);
-    if (!strcmp(G->name, "mlp_in") && mc->family == QD_ARCH_LLAMA && !mc->mlp_plain && (G->n_linears == 2 || G->n_linears == 1) &&
+    if (!strcmp(G->name, "mlp_in") && qd_model_mlp_gated(p->m) && (G->n_linears == 2 || G->n_linears == 1) &&
         (!strcmp(mc->activation, "silu") || !strcmp(mc->activation, "gelu_pytorch_tanh"))) {
         for (int g = 0; g < qd_model_n_groups(p->m); g++) {
             const qd_input_group *O = qd_model_group(p->m, g);
