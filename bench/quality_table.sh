@@ -87,7 +87,7 @@ for seed in $seeds; do
     done
 done
 
-python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$seeds" "$(uname -n)" "$(nproc)" <<'PY'
+python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$seeds" "$(uname -n)" "$(getconf _NPROCESSORS_ONLN)" <<'PY'
 import json, os, sys, datetime
 work, out, windows, samples, seq, variants, seeds, host, ncpu = sys.argv[1:]
 seeds = seeds.split()
