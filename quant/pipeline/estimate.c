@@ -72,10 +72,12 @@ static uint64_t eval_bytes(const qp_job *job, const qd_model_config *cfg)
 
 /* The part files of the largest fan-out and the largest part's memory (part.h). A part is
  * a row range of a linear (at most QD_PART_ROWS rows, part.h's rule, mirrored by
- * part_ranges); its input holds its rows of the weight in F32 (twice with AWQ's clipped
- * copy), its output the dequantized rows in F32, the codes in a byte and the group scales
- * and zeros; each group's Hessian is one file, with GPTQ's factorisation of it beside it;
- * every file has a header of a few KiB at most. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
+ * part_ranges); its input holds its rows of the weight (in half precision when read from
+ * a half-precision checkpoint without AWQ's scales, else F32, twice with AWQ's clipped
+ * copy), its output the codes in a byte and the group scales and zeros (the lead decodes
+ * the rows from the codes); each group's Hessian is one file, its upper triangle, with the
+ * upper triangle of GPTQ's factorisation of it beside it; every file has a header of a few
+ * KiB at most. Where a form does not apply (part.h: each is checked) a file is larger. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
  * when true-sequential (AWQ too), the whole block otherwise; a MoE wave as many experts as
  * the capture's Hessian budget holds. */
 #define EST_PART_FILE_BYTES (8ull << 10)
@@ -87,13 +89,13 @@ typedef struct part_step {
     uint64_t bytes, parts;
 } part_step;
 
-/* Adds `count` linears of n rows and k inputs, and `groups` Hessians of k x k (hb bytes an
- * entry: 4, or 8 with GPTQ's factorisation beside it), to s. */
-static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint64_t groups, uint64_t per, uint64_t hb)
+/* Adds `count` linears of n rows and k inputs, and `groups` Hessians of k x k (tri upper
+ * triangles of F32 each: 1, or 2 with GPTQ's factorisation beside it), to s. */
+static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint64_t groups, uint64_t per, uint64_t tri)
 {
     uint64_t parts = count * part_ranges(n);
     s->parts += parts;
-    s->bytes += count * n * k * per + groups * k * k * hb + (2 * parts + groups) * EST_PART_FILE_BYTES;
+    s->bytes += count * n * k * per + groups * tri * (k * (k + 1) / 2 * 4) + (2 * parts + groups) * EST_PART_FILE_BYTES;
 }
 
 static uint64_t step_bytes(part_step s) { return s.parts > 1 ? s.bytes : 0; }
@@ -102,8 +104,10 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
 {
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int seq = awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
-    uint64_t per = awq ? 13 : 9;   /* bytes per weight element: in (+ clipped), out, code */
-    uint64_t hb = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ ? 8 : 4;
+    int half = !awq && !cfg->quantized && !cfg->source_fp8 && !cfg->source_mxfp4 &&
+               (!strcmp(cfg->torch_dtype, "float16") || !strcmp(cfg->torch_dtype, "bfloat16"));
+    uint64_t per = awq ? 9 : half ? 3 : 5;   /* bytes per weight element: in (+ clipped), code */
+    uint64_t hb = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ ? 2 : 1;   /* triangles */
     uint64_t h = (uint64_t)cfg->hidden, qd = (uint64_t)(cfg->n_heads * cfg->head_dim);
     uint64_t kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim), inter = (uint64_t)cfg->intermediate;
     uint64_t E = (uint64_t)(cfg->n_experts > 0 ? cfg->n_experts : 0), mi = (uint64_t)cfg->moe_intermediate;

@@ -5,8 +5,9 @@
  * A part file (little-endian):
  *   "QDPART\0\0" | u32 version | u32 0 | u64 meta_len | u64 data_len | u64 checksum | meta | data
  * meta is a JSON object (what the part is, its scalars, and "arrays": {name: [offset, bytes]}
- * into data); data starts 64-byte aligned after the meta (spaces pad the JSON). The
- * checksum is qd_hash64 over meta and data: a file damaged on disk is refused, and the
+ * into data); data starts 64-byte aligned after the meta (spaces pad the JSON), and each
+ * array starts 64-byte aligned and is padded to 64. The checksum is qd_hash64 over meta
+ * seeding a four-lane form of it over data (part_file.c): a file damaged on disk is refused, and the
  * part is computed again, never used. Files are written to a temp name and renamed, without
  * fsync (qd_fs_write_scratch_iov): a crash can only cost a recomputation. An
  * output file names the checksum of the input it was computed from ("in_checksum"), so an
@@ -19,7 +20,7 @@
 
 #include "quant/pipeline/pipeline_internal.h"
 
-#define QD_PART_VERSION 1
+#define QD_PART_VERSION 2
 
 /* ---- the container (part_file.c) ---- */
 
@@ -55,6 +56,36 @@ void qd_part_file_free(qd_part_file *f);    /* accepts a zeroed one */
 void qd_part_files_remove(int dirfd, const char *prefix);
 /* Removes the file name in dirfd (absent is fine). */
 void qd_part_file_remove(int dirfd, const char *name);
+
+/* ---- float arrays in fewer bytes, losing nothing (part_codec.c) ---- */
+
+/* How a float array is stored: as it is, as half precision when every value is exactly a
+ * BF16 (or F16: weights read from a half-precision checkpoint), or as the upper triangle
+ * (diagonal included, row by row) of a square matrix whose lower triangle is the upper's
+ * transpose (a Hessian) or all +0.0 (GPTQ's factor). The writer checks the array and takes
+ * the first form that gives back its very bits; the meta's "enc" names the forms used. */
+typedef enum {
+    QD_PART_ENC_F32,
+    QD_PART_ENC_BF16,
+    QD_PART_ENC_F16,
+    QD_PART_ENC_UPPER_SYM,
+    QD_PART_ENC_UPPER_ZERO,
+} qd_part_enc;
+
+typedef struct qd_part_farr {
+    qd_part_arr arr;             /* what to write: x itself, or own */
+    qd_part_enc enc;
+    void *own;                   /* owned: the encoded copy, or NULL */
+} qd_part_farr;
+
+/* Chooses x's form (n floats, borrowed until the file is written). k_square > 0: x is
+ * [k_square, k_square] and the triangles are tried; 0: the halves are. */
+int qd_part_farr_make(const char *name, const float *x, uint64_t n, int64_t k_square, qd_part_farr *a, qd_err *err);
+void qd_part_farr_free(qd_part_farr *a);     /* accepts a zeroed one */
+/* Records a's form in meta's "enc" (nothing for F32); QD_ENOMEM on failure. */
+int qd_part_farr_note(struct cJSON *meta, const qd_part_farr *a);
+/* Decodes f's array name into dst (n floats; k_square as it was written). */
+int qd_part_farr_read(const qd_part_file *f, const char *name, float *dst, uint64_t n, int64_t k_square, qd_err *err);
 
 /* ---- the quantize step's parts: a row range of one linear each (part_quant.c) ---- */
 

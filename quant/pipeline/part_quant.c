@@ -228,31 +228,40 @@ int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessia
     const float *hh = host_view(h->be, h->h, kk, &own_h);
     const float *fh = sh && sh->fac ? host_view(sh->be, sh->fac, kk, &own_f) : NULL;
     cJSON *meta = cJSON_CreateObject();
+    qd_part_farr fh_a, ff_a;
+    memset(&fh_a, 0, sizeof fh_a);
+    memset(&ff_a, 0, sizeof ff_a);
     int rc = 0;
     if (!hh || (sh && sh->fac && !fh) || !meta)
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] Hessian", (long long)h->k, (long long)h->k);
+    /* H is symmetric and the factor upper triangular: each is stored as its upper triangle
+     * when the other half holds nothing more (checked, bit for bit). */
+    if (!rc) rc = qd_part_farr_make("h", hh, (uint64_t)(h->k * h->k), h->k, &fh_a, err);
+    if (!rc && fh) rc = qd_part_farr_make("fac", fh, (uint64_t)(h->k * h->k), h->k, &ff_a, err);
+    if (!rc && (qd_part_farr_note(meta, &fh_a) || (fh && qd_part_farr_note(meta, &ff_a))))
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     if (!rc) {
         cJSON_AddNumberToObject(meta, "k", (double)h->k);
         cJSON_AddNumberToObject(meta, "n_seen", (double)h->n_seen);
         cJSON_AddBoolToObject(meta, "bf16", h->bf16);
-        qd_part_arr a[3] = {{"h", hh, kk}};
+        qd_part_arr a[3] = {fh_a.arr};
         int na = 1;
+        /* The factorisation's record; its doubles exactly, as an array. */
+        double rec[8] = {0};
         if (sh) {
-            /* The factorisation's record; its doubles exactly, as an array. */
-            double rec[] = {sh->damp_opt, sh->damp_percent, sh->damp, sh->desc_act, sh->max_damp_retries, sh->ldl,
-                            sh->factored, sh->damp_retries};
+            double r[] = {sh->damp_opt, sh->damp_percent, sh->damp, sh->desc_act, sh->max_damp_retries, sh->ldl,
+                          sh->factored, sh->damp_retries};
+            memcpy(rec, r, sizeof rec);
             cJSON_AddItemToObject(meta, "factor", cJSON_CreateTrue());
             a[na++] = (qd_part_arr){"factor_rec", rec, sizeof rec};
-            if (fh) a[na++] = (qd_part_arr){"fac", fh, kk};
-            char name[64];
-            qd_qpart_name_hessian(name, sizeof name, block, group);
-            rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
-        } else {
-            char name[64];
-            qd_qpart_name_hessian(name, sizeof name, block, group);
-            rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
+            if (fh) a[na++] = ff_a.arr;
         }
+        char name[64];
+        qd_qpart_name_hessian(name, sizeof name, block, group);
+        rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
     }
+    qd_part_farr_free(&fh_a);
+    qd_part_farr_free(&ff_a);
     cJSON_Delete(meta);
     free(own_h);
     free(own_f);
@@ -326,18 +335,34 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
     res_strings_put(meta, &in->res);
     double rv[R_COUNT];
     res_pack(&in->res, rv);
-    size_t bytes = (size_t)((in->r1 - in->r0) * in->res.k) * sizeof(float);
+    uint64_t n = (uint64_t)((in->r1 - in->r0) * in->res.k);
+    /* Weights read from a half-precision checkpoint (GPTQ and RTN without AWQ's scales)
+     * travel in half precision: exactly the values, in half the bytes. */
+    qd_part_farr w, w_ref;
+    memset(&w_ref, 0, sizeof w_ref);
+    int rc = qd_part_farr_make("w", in->w, n, 0, &w, err);
+    if (!rc && in->w_ref != in->w) rc = qd_part_farr_make("w_ref", in->w_ref, n, 0, &w_ref, err);
+    if (!rc && (qd_part_farr_note(meta, &w) || (in->w_ref != in->w && qd_part_farr_note(meta, &w_ref))))
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     qd_part_arr a[3];
     int na = 0;
     a[na++] = (qd_part_arr){"res", rv, sizeof rv};
-    a[na++] = (qd_part_arr){"w", in->w, bytes};
-    if (in->w_ref != in->w) a[na++] = (qd_part_arr){"w_ref", in->w_ref, bytes};
-    int rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
+    a[na++] = w.arr;
+    if (in->w_ref != in->w) a[na++] = w_ref.arr;
+    if (!rc) rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
+    qd_part_farr_free(&w);
+    qd_part_farr_free(&w_ref);
     cJSON_Delete(meta);
     return rc;
 }
 
-/* Writes part `index`'s output, computed from the input whose checksum is in_sum. */
+/* The grid fields of a layer travel with its shape: the lead rebuilds the rows' dequantized
+ * values from the codes with them. */
+enum { L_N, L_K, L_BITS, L_SYM, L_GROUP, L_GROUPS, L_GRID, L_RULE, L_GSCALE, L_ROWBLOCK, L_COUNT };
+
+/* Writes part `index`'s output, computed from the input whose checksum is in_sum. The rows
+ * dequantized are left out when decoding the codes (qd_qlayer_dequant_ref) gives them bit
+ * for bit, as it does for every grid quantd has: the lead decodes them itself. */
 static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_qpart_out *o, const char *worker,
                      qd_err *err)
 {
@@ -350,11 +375,21 @@ static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_
     cJSON_AddStringToObject(meta, "worker", worker ? worker : "local");
     res_strings_put(meta, &o->res);
     const qd_qlayer *l = &o->layer;
-    double lv[] = {(double)l->n, (double)l->k, l->bits, l->sym, (double)l->group_size, (double)l->n_groups};
-    cJSON_AddItemToObject(meta, "layer", cJSON_CreateDoubleArray(lv, 6));
+    double lv[L_COUNT] = {(double)l->n, (double)l->k, l->bits, l->sym, (double)l->group_size, (double)l->n_groups,
+                          l->grid, l->scale_rule, l->global_scale, (double)l->row_block};
+    cJSON_AddItemToObject(meta, "layer", cJSON_CreateDoubleArray(lv, L_COUNT));
     double rv[R_COUNT];
     res_pack(&o->res, rv);
     size_t nk = (size_t)(l->n * l->k), gn = (size_t)(l->n_groups * l->n);
+    float *dec = malloc((nk ? nk : 1) * sizeof *dec);
+    if (!dec) {
+        cJSON_Delete(meta);
+        return qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] part", (long long)l->n, (long long)l->k);
+    }
+    qd_qlayer_dequant_ref(l, dec);
+    int from_codes = !memcmp(dec, o->dq.w, nk * sizeof *dec);
+    free(dec);
+    cJSON_AddBoolToObject(meta, "dq_from_codes", from_codes);
     qd_part_arr a[] = {
         {"res", rv, sizeof rv},
         {"stage", o->stage, sizeof o->stage},
@@ -365,7 +400,8 @@ static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_
         {"g_idx", l->g_idx, (size_t)l->k * sizeof(int32_t)},
         {"dq", o->dq.w, nk * sizeof(float)},
     };
-    int rc = qd_part_file_write(dirfd, name, meta, a, (int)(sizeof a / sizeof a[0]), NULL, err);
+    int n_arr = (int)(sizeof a / sizeof a[0]) - from_codes;
+    int rc = qd_part_file_write(dirfd, name, meta, a, n_arr, NULL, err);
     cJSON_Delete(meta);
     return rc;
 }
@@ -395,10 +431,10 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     int64_t rows = in->r1 - in->r0, k = in->res.k;
     if (!cJSON_IsString(ic) || strcmp(ic->valuestring, sum))
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: computed from another input", name);
-    else if (!cJSON_IsArray(lv) || cJSON_GetArraySize(lv) != 6)
+    else if (!cJSON_IsArray(lv) || cJSON_GetArraySize(lv) != L_COUNT)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: no layer", name);
-    double v[6] = {0};
-    for (int i = 0; !rc && i < 6; i++) {
+    double v[L_COUNT] = {0};
+    for (int i = 0; !rc && i < L_COUNT; i++) {
         const cJSON *x = cJSON_GetArrayItem(lv, i);
         if (!cJSON_IsNumber(x)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer field %d", name, i);
         else v[i] = x->valuedouble;
@@ -418,6 +454,17 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     }
     if (!rc && out->layer.n_groups != (int64_t)v[5])
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: %g groups, expected %lld", name, v[5], (long long)out->layer.n_groups);
+    if (!rc && (v[L_GRID] < 0 || v[L_GRID] > QD_GRID_FP4_E2M1 || v[L_RULE] < 0 || v[L_RULE] > QD_SCALE_E8M0 ||
+                !(v[L_GSCALE] >= 0) || v[L_GSCALE] > 3.4e38))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer grid %g, scale rule %g, global scale %g", name, v[L_GRID],
+                        v[L_RULE], v[L_GSCALE]);
+    if (!rc) {
+        out->layer.grid = (qd_grid)v[L_GRID];
+        out->layer.scale_rule = (qd_scale_rule)v[L_RULE];
+        out->layer.global_scale = (float)v[L_GSCALE];
+        out->layer.row_block = (int64_t)v[L_ROWBLOCK];
+    }
+    int from_codes = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "dq_from_codes"));
     size_t nk = (size_t)(rows * k), gn = (size_t)(out->layer.n_groups * rows);
     if (!rc && !(out->dq.w = malloc(nk * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     if (!rc) rc = arr_copy(&f, "stage", out->stage, sizeof out->stage, err);
@@ -426,7 +473,8 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     if (!rc) rc = arr_copy(&f, "scales", out->layer.scales, gn * sizeof(float), err);
     if (!rc) rc = arr_copy(&f, "zeros", out->layer.zeros, gn * sizeof(int32_t), err);
     if (!rc) rc = arr_copy(&f, "g_idx", out->layer.g_idx, (size_t)k * sizeof(int32_t), err);
-    if (!rc) rc = arr_copy(&f, "dq", out->dq.w, nk * sizeof(float), err);
+    if (!rc && !from_codes) rc = arr_copy(&f, "dq", out->dq.w, nk * sizeof(float), err);
+    if (!rc && from_codes) qd_qlayer_dequant_ref(&out->layer, out->dq.w);   /* the worker checked it gives its bits */
     if (!rc) snprintf(worker, 64, "%s", cJSON_IsString(wk) ? wk->valuestring : "?");
     qd_part_file_free(&f);
     if (rc) qd_qpart_out_free(out);
@@ -444,28 +492,36 @@ static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, 
     int rc = qd_part_file_read(dirfd, name, &f, err);
     if (rc) return rc;
     size_t kk = (size_t)(k * k) * sizeof(float);
-    const float *src = qd_part_file_arr(&f, "h", kk, err);
-    if (!src || meta_int(f.meta, "k", -1) != k) rc = src ? qd_err_set(err, QD_EFORMAT, "part file %s: not a [%lld, %lld] Hessian", name, (long long)k, (long long)k) : QD_EFORMAT;
+    if (meta_int(f.meta, "k", -1) != k)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: not a [%lld, %lld] Hessian", name, (long long)k, (long long)k);
     if (!rc) rc = qd_gptq_hessian_init(h, be, k, err);
+    /* On the CPU the accumulator is host memory and takes the decoded H directly. */
+    float *tmp = !rc && be->device >= 0 ? malloc(kk) : NULL;
+    if (!rc && be->device >= 0 && !tmp) rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
     if (!rc) {
         h->n_seen = meta_int(f.meta, "n_seen", 0);
         h->bf16 = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "bf16"));
-        if (be->device < 0) memcpy(h->h, src, kk);
-        else if (qd_backend_upload(be, h->h, src, kk)) rc = qd_err_set(err, QD_EBACKEND, "Hessian: %s", be->err.msg);
+        rc = qd_part_farr_read(&f, "h", tmp ? tmp : h->h, (uint64_t)(k * k), k, err);
+        if (!rc && tmp && qd_backend_upload(be, h->h, tmp, kk)) rc = qd_err_set(err, QD_EBACKEND, "Hessian: %s", be->err.msg);
     }
     if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "factor"))) {
         const double *rec = qd_part_file_arr(&f, "factor_rec", 8 * sizeof(double), err);
         const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
-        const float *fac = cJSON_HasObjectItem(arrs, "fac") ? qd_part_file_arr(&f, "fac", kk, err) : NULL;
-        if (!rec || (cJSON_HasObjectItem(arrs, "fac") && !fac)) rc = QD_EFORMAT;
-        else {
+        int has_fac = cJSON_HasObjectItem(arrs, "fac");
+        float *fac = has_fac ? (tmp ? tmp : malloc(kk)) : NULL;
+        if (!rec) rc = QD_EFORMAT;
+        else if (has_fac && !fac) rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
+        else if (has_fac) rc = qd_part_farr_read(&f, "fac", fac, (uint64_t)(k * k), k, err);
+        if (!rc) {
             qd_gptq_shared r = {.k = k, .damp_opt = rec[0], .damp_percent = rec[1], .damp = rec[2], .desc_act = (int)rec[3],
                                 .max_damp_retries = (int)rec[4], .ldl = (int)rec[5], .factored = (int)rec[6],
                                 .damp_retries = (int)rec[7]};
             if (fac) rc = qd_gptq_shared_adopt(be, h, &r, fac, sh, err);
             else if (!r.factored) { *sh = r; sh->key = h; sh->n_seen = h->n_seen; sh->be = be; }   /* every damping failed: RTN */
         }
+        if (fac != tmp) free(fac);
     }
+    free(tmp);
     qd_part_file_free(&f);
     return rc;
 }
@@ -500,6 +556,7 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     memset(&shared, 0, sizeof shared);
     qd_qpart_out out;
     memset(&out, 0, sizeof out);
+    float *w = NULL, *w_ref = NULL;   /* the rows decoded */
     const double *rv = qd_part_file_arr(&f, "res", R_COUNT * sizeof(double), err);
     rc = rv ? res_strings_get(f.meta, &in.res, err) : QD_EFORMAT;
     if (!rc) {
@@ -520,11 +577,15 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         int64_t n = in.res.n, k = in.res.k;
         if (!rc && (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 24) || in.r0 < 0 || in.r1 <= in.r0 || in.r1 > n))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shape or rows", name);
-        size_t bytes = (size_t)((in.r1 - in.r0) * k) * sizeof(float);
-        if (!rc) in.w = qd_part_file_arr(&f, "w", bytes, err);
+        uint64_t nw = rc ? 0 : (uint64_t)((in.r1 - in.r0) * k);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
-        if (!rc) in.w_ref = cJSON_HasObjectItem(a, "w_ref") ? qd_part_file_arr(&f, "w_ref", bytes, err) : in.w;
-        if (!rc && (!in.w || !in.w_ref)) rc = QD_EFORMAT;
+        int has_ref = cJSON_HasObjectItem(a, "w_ref");
+        if (!rc && (!(w = malloc(nw * sizeof *w)) || (has_ref && !(w_ref = malloc(nw * sizeof *w_ref)))))
+            rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
+        if (!rc) rc = qd_part_farr_read(&f, "w", w, nw, 0, err);
+        if (!rc && has_ref) rc = qd_part_farr_read(&f, "w_ref", w_ref, nw, 0, err);
+        in.w = w;
+        in.w_ref = has_ref ? w_ref : w;
         const cJSON *hn = cJSON_GetObjectItemCaseSensitive(f.meta, "hessian");
         if (!rc && (!cJSON_IsString(hn) || strchr(hn->valuestring, '/')))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian named", name);
@@ -538,6 +599,8 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     qd_qpart_out_free(&out);
     qd_gptq_hessian_free(&h);
     qd_part_file_free(&f);
+    free(w);
+    free(w_ref);
     return rc;
 }
 

@@ -8,8 +8,11 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#include <cjson/cJSON.h>
 
 #include "quant/algo/gptq.h"
 #include "quant/algo/hessian.h"
@@ -40,7 +43,52 @@ typedef struct fan_ctx {
     char kept_first[160];        /* the first part's name of that fan-out */
     ino_t kept_ino[64];          /* and their inodes (a rewrite makes a new one) */
     int kept;                    /* outputs the resumed run found and kept */
+    /* The part files' compact forms (part.h): inputs whose weight rows travel in half
+     * precision, Hessians and factors stored as their upper triangle, outputs whose
+     * dequantized rows the lead decodes from the codes. */
+    int ins, ins_half, hess, hess_tri, facs, facs_tri, outs, outs_codes;
 } fan_ctx;
+
+static int enc_is(const cJSON *meta, const char *arr, const char *a, const char *b)
+{
+    const cJSON *e = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(meta, "enc"), arr);
+    return cJSON_IsString(e) && (!strcmp(e->valuestring, a) || (b && !strcmp(e->valuestring, b)));
+}
+
+/* Counts the forms of the files in the parts directory (after the parts ran). */
+static void count_forms(fan_ctx *c)
+{
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    DIR *d = fd >= 0 ? fdopendir(dup(fd)) : NULL;
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t l = strlen(nm);
+        if (nm[0] == '.' || l < 6 || strcmp(nm + l - 5, ".part")) continue;
+        cJSON *m = qd_part_file_meta(fd, nm);
+        const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(m, "arrays");
+        if (strstr(nm, ".out.part")) {
+            c->outs++;
+            c->outs_codes += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "dq_from_codes")) &&
+                             !cJSON_HasObjectItem(arrs, "dq");
+        } else if (strstr(nm, ".in.part")) {
+            c->ins++;
+            c->ins_half += enc_is(m, "w", "bf16", "f16");
+        } else if (strstr(nm, "-h")) {
+            c->hess++;
+            c->hess_tri += enc_is(m, "h", "upper_sym", NULL);
+            if (cJSON_HasObjectItem(arrs, "fac")) {
+                c->facs++;
+                c->facs_tri += enc_is(m, "fac", "upper_zero", NULL);
+            }
+        }
+        cJSON_Delete(m);
+    }
+    if (d) closedir(d);
+    if (fd >= 0) close(fd);
+}
 
 /* The path of part `index`'s output: named by its input's checksum (part.h). */
 static void out_path(const fan_ctx *c, int block, int index, char *buf, size_t cap)
@@ -106,6 +154,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         CHECK(secs >= 0);
         c->parts++;
     }
+    if (c->mode == FAN_ALL) count_forms(c);
     for (int i = 0; i < n && i < 64; i++) {
         char p[4400];
         struct stat st;
@@ -207,8 +256,23 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     CHECK(c.fanouts > 0);
     CHECK(c.parts > 0);
     CHECK_INT(c.failed, 0);
-    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most\n", tag, (int)mode,
-           c.fanouts, c.parts, (unsigned long long)c.max_bytes);
+    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; half-precision "
+           "inputs %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes %d/%d\n", tag, (int)mode,
+           c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_half, c.ins, c.hess_tri, c.hess, c.facs_tri,
+           c.facs, c.outs_codes, c.outs);
+    if (mode == FAN_ALL) {
+        /* Every grid's rows decode from their codes bit for bit, and every Hessian is
+         * symmetric and every factor upper triangular, so none of them travels whole; the
+         * half-precision models' weights travel in half precision (AWQ's scaled ones only
+         * where they stay exact), the F32 model's in F32. */
+        test_checks++;
+        int awq = !strncmp(method, "awq", 3);
+        int half_expected = model == wide_dir ? 0 : awq ? c.ins_half : c.ins;
+        if (c.outs == 0 || c.outs_codes != c.outs || c.hess_tri != c.hess || c.facs_tri != c.facs ||
+            c.ins_half != half_expected)
+            TEST_FAIL_("%s: the part files' forms (see the line above; half-precision inputs expected %d)", tag,
+                       half_expected);
+    }
     /* The estimate's part files: never below what a fan-out held (checked where the weights,
      * not the files' headers, make the bytes). */
     qd_pipeline_estimate est;
