@@ -829,6 +829,22 @@ FAMILIES = {
                              ("no dt limit", {"time_step_limit": [0.0, float("inf")]}),
                              ("no mamba", {"_params": ("mamba.out_proj", 0.0)}),
                              ("no attention", {"_params": ("self_attn.o_proj", 0.0)})]),
+    # Falcon-H1 with the gated RMSNorm (mamba_rms_norm, after the gate as vLLM computes it),
+    # biased in_proj and out_proj (mamba_proj_bias = projectors_bias) and GQA attention biases.
+    "falcon_h1_norm": fam(FalconH1Config, 1061,
+                          "Falcon-H1 as falcon_h1 with mamba_rms_norm (gated RMSNorm over 2 groups, after the gate), "
+                          "mamba_proj_bias and projectors_bias, attention_bias; multipliers as falcon_h1",
+                          num_hidden_layers=2, mamba_d_ssm=128, mamba_n_heads=32, mamba_n_groups=2, mamba_d_state=16,
+                          mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, mamba_rms_norm=True,
+                          mamba_norm_before_gate=False, mamba_proj_bias=True, projectors_bias=True, attention_bias=True,
+                          embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7,
+                          attention_in_multiplier=1.3, attention_out_multiplier=0.8, ssm_in_multiplier=1.5,
+                          ssm_out_multiplier=0.6, mlp_multipliers=[1.4, 0.7], ssm_multipliers=[1.2, 0.9, 1.1, 0.8, 1.3],
+                          rope_parameters=DEFAULT_ROPE,
+                          ablate=[("norm before the gate", {"mamba_norm_before_gate": True}),
+                                  ("gated norm weight 1", {"_params": ("mamba.norm.weight", 1.0)}),
+                                  ("no in_proj bias", {"_params": ("mamba.in_proj", 0.0, "bias")}),
+                                  ("no out_proj bias", {"_params": ("mamba.out_proj", 0.0, "bias")})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"
