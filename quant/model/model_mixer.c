@@ -7,7 +7,9 @@
  *   Mamba-2 (GraniteMoeHybridMambaLayer, transformers' torch path): in_proj → z, xBC, dt;
  *     xBC = silu(conv(xBC)); the selective scan over x with B, C, dt, A = -exp(A_log), D and
  *     dt_bias (backend op ssd_scan, which also gates by silu(z)); the gated RMSNorm over
- *     n_groups groups of channels times its weight; out_proj.
+ *     n_groups groups of channels times its weight; out_proj. Falcon-H1's (FalconH1Mixer) is
+ *     the same with its muP vector on in_proj's output (ssm_multipliers over z, x, B, C, dt)
+ *     and, without mamba_rms_norm, no gated norm (y * silu(z) feeds out_proj).
  *
  * Their float parameters (conv1d weight and bias, A_log, D, dt_bias, the gated norm's
  * weight) stay in float, as vLLM keeps them: only in_proj and out_proj are quantized
