@@ -20,8 +20,9 @@
 #include "quant/model/model.h"
 
 /* A recurrent mixer's float parameters: the convolution's weight [ch, kernel] and bias, and
- * Mamba-2's A (-exp(A_log)), D, dt_bias [heads] and gated norm [inner]. */
-#define QD_MIXER_PARAMS 6
+ * Mamba-2's A (-exp(A_log)), D, dt_bias [heads], gated norm [inner] and Falcon-H1's muP
+ * vector over in_proj's outputs (from the config, not the checkpoint). */
+#define QD_MIXER_PARAMS 7
 
 /* One block's float weights, all backend memory owned by the struct (qd_block_free). */
 typedef struct qd_block_weights {

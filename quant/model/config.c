@@ -34,6 +34,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"PhimoeForCausalLM", QD_ARCH_LLAMA},
     {"Lfm2ForCausalLM", QD_ARCH_LLAMA},
     {"GraniteMoeHybridForCausalLM", QD_ARCH_LLAMA},
+    {"FalconH1ForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3NextForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3_5ForCausalLM", QD_ARCH_LLAMA},
     {"Qwen3_5MoeForCausalLM", QD_ARCH_LLAMA},

@@ -77,6 +77,8 @@ typedef enum qd_block_layout {
                             * 3-D gate_up_proj / down_proj (model_gptoss.c), read as per-expert gate, up, down */
     QD_LAYOUT_LLAMA4,      /* Llama 4 text: llama attention; feed_forward.* dense SwiGLU or feed_forward.router +
                             * fused 3-D experts (gate_up_proj's gate then up halves) + shared_expert (arch_llama4.c) */
+    QD_LAYOUT_FALCON_H1,   /* Falcon-H1: llama attention beside Mamba-2 (mamba.*) in every layer on input_layernorm,
+                            * pre_ff_layernorm, feed_forward.gate/up/down_proj; muP multipliers (arch_falcon_h1.c) */
 } qd_block_layout;
 
 /* How a MoE router turns its logits into the experts' weights. */
@@ -119,7 +121,15 @@ typedef struct qd_mixer_config {
     int64_t ssm_groups;        /* mamba_n_groups (sharing B and C, and the gated norm's groups), */
     int64_t ssm_state;         /* mamba_d_state, */
     float dt_min, dt_max;      /* time_step_limit */
+    int no_norm;               /* Falcon-H1 without mamba_rms_norm: y * silu(z) feeds out_proj, no gated norm */
+    float mup[5];              /* Falcon-H1's ssm_multipliers: in_proj's z, x, B, C, dt outputs times these */
 } qd_mixer_config;
+
+/* Falcon-H1's multipliers (config_falcon_h1.c; read by its layout only): the attention's and
+ * the mixer's inputs and outputs, and the MLP's gate (before the activation) and down_proj. */
+typedef struct qd_falcon_mul {
+    float attn_in, attn_out, ssm_in, ssm_out, mlp_gate, mlp_down;
+} qd_falcon_mul;
 
 /* Most layers a config may describe per layer (layer_types). */
 #define QD_CFG_MAX_LAYERS 1024
@@ -183,7 +193,8 @@ typedef struct qd_model_config {
     float routed_scale;        /* the chosen experts' weights times this (DeepSeek routed_scaling_factor; else 1) */
     float router_jitter;       /* QD_MOE_SPARSEMIXER: router_jitter_noise, the masking threshold's eps */
     int64_t first_dense;       /* DeepSeek first_k_dense_replace: layers [0, first_dense) have a dense MLP */
-    qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids: their mixer layers' sizes */
+    qd_mixer_config mixer;     /* LFM2, Granite-4 hybrids, Falcon-H1: their mixer layers' sizes */
+    qd_falcon_mul falcon;      /* QD_LAYOUT_FALCON_H1 only */
     unsigned char layer_dense[QD_CFG_MAX_LAYERS]; /* MoE models: 1 = layer i has a dense MLP of width
                                 * intermediate (Qwen3-Next's mlp_only_layers, decoder_sparse_step) */
     /* Gated DeltaNet layers (layer_mixer QD_MIXER_GATED_DELTANET; model_gdn.c): gdn_k_heads key
@@ -212,7 +223,8 @@ typedef struct qd_model_config {
     int mlp_plain;             /* one fc1 -> activation -> fc2, no gate (activation: relu, gelu, gelu_new,
                                 * gelu_pytorch_tanh) */
     int parallel_block;        /* attention and MLP both read the block's input: y = x + attn(n0(x)) + mlp(n(x)),
-                                * n the shared norm 0 (Phi) or norm 1 (GPT-NeoX use_parallel_residual) */
+                                * n the shared norm 0 (Phi) or norm 1 (GPT-NeoX use_parallel_residual); Falcon-H1
+                                * (attention beside its mixer, then the MLP) runs whole as well */
     int lm_head_bias;          /* lm_head carries a bias (Phi) */
     int qkv_bias;              /* q/k/v carry biases (Qwen2, llama attention_bias, OPT) */
     int o_bias;                /* o_proj bias (llama attention_bias, OPT) */

@@ -269,6 +269,7 @@ static int parse_deepseek(const cJSON *root, const char *what, int v3, qd_model_
 int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
 {
     if (qd_config_is_hybrid(c->architecture)) return qd_config_hybrid_parse(root, what, c, err);
+    if (qd_config_falcon_h1_is(c->architecture)) return qd_config_falcon_h1_parse(root, what, c, err);
     if (qd_config_is_qwen_next(c)) return qd_config_qwen_next_parse(root, what, c, err);
     if (qd_config_is_plain_family(c->architecture)) return qd_config_plain_parse(root, what, c, err);
     if (qd_config_postnorm_is(c->architecture)) return qd_config_postnorm_parse(root, what, c, err);

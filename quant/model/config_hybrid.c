@@ -154,6 +154,25 @@ static int limit_value(const cJSON *v, double *out)
     return 1;
 }
 
+int qd_cfg_time_step_limit(const cJSON *root, const char *what, qd_model_config *c, qd_err *err)
+{
+    /* time_step_limit [min, max]: dt is clamped to it after the softplus. */
+    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "time_step_limit");
+    if (tl && cJSON_IsNull(tl))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: time_step_limit null is not supported (transformers' scan needs "
+                          "its bounds)", what);
+    if (tl) {
+        double lo = 0, hi = 0;
+        int two = cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 2;
+        if (!two || !limit_value(cJSON_GetArrayItem(tl, 0), &lo) || !limit_value(cJSON_GetArrayItem(tl, 1), &hi) ||
+            isnan(lo) || isnan(hi) || !(lo <= hi))
+            return qd_err_set(err, QD_EFORMAT, "%s: time_step_limit must be [min, max] with min <= max", what);
+        c->mixer.dt_min = (float)lo;
+        c->mixer.dt_max = (float)hi;
+    }
+    return 0;
+}
+
 /* Granite-4 MoE hybrids (num_local_experts > 0: Granite-4.0-H-Tiny, -Small): every layer's
  * MLP half is GraniteMoeHybridMoE beside shared_mlp, on the same normed input, their outputs
  * added. GraniteMoeHybridTopKRouter: logits = x R^T in float, the top num_experts_per_tok
@@ -236,20 +255,7 @@ static int parse_granite_hybrid(const cJSON *root, const char *what, qd_model_co
         return qd_err_set(err, QD_EFORMAT, "%s: mamba_d_head %lld times mamba_n_heads %lld is not mamba_expand * "
                           "hidden_size %lld", what, (long long)d_head, (long long)c->mixer.ssm_heads, (long long)inner);
     c->mixer.ssm_head_dim = d_head;
-    /* time_step_limit [min, max]: dt is clamped to it after the softplus. */
-    const cJSON *tl = cJSON_GetObjectItemCaseSensitive(root, "time_step_limit");
-    if (tl && cJSON_IsNull(tl))
-        return qd_err_set(err, QD_EUNSUPPORTED, "%s: time_step_limit null is not supported (transformers' scan needs "
-                          "its bounds)", what);
-    if (tl) {
-        double lo = 0, hi = 0;
-        int two = cJSON_IsArray(tl) && cJSON_GetArraySize(tl) == 2;
-        if (!two || !limit_value(cJSON_GetArrayItem(tl, 0), &lo) || !limit_value(cJSON_GetArrayItem(tl, 1), &hi) ||
-            isnan(lo) || isnan(hi) || !(lo <= hi))
-            return qd_err_set(err, QD_EFORMAT, "%s: time_step_limit must be [min, max] with min <= max", what);
-        c->mixer.dt_min = (float)lo;
-        c->mixer.dt_max = (float)hi;
-    }
+    if ((rc = qd_cfg_time_step_limit(root, what, c, err))) return rc;
     /* transformers builds a rotary embedding for "rope" only; null and "nope" have none. */
     int rope = !strcmp(pos, "rope");
     if (pos[0] && !rope && strcmp(pos, "nope"))

@@ -72,6 +72,12 @@ int qd_config_gptoss_parse(const cJSON *root, const char *what, qd_model_config 
  * qd_config_family_parse hands them over whole (RoPE included). */
 int qd_config_is_hybrid(const char *architecture);
 int qd_config_hybrid_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* Mamba-2's time_step_limit [min, max] into c->mixer.dt_min, dt_max (left as they are when
+ * absent; null refused: transformers' scan needs its bounds). */
+int qd_cfg_time_step_limit(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* Falcon-H1 (config_falcon_h1.c): FalconH1Config's keys and defaults, RoPE included. */
+int qd_config_falcon_h1_is(const char *architecture);
+int qd_config_falcon_h1_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 /* Llama 4 text (config_llama4.c): Llama4TextConfig's keys and defaults, RoPE included,
  * for Llama4ForCausalLM, in place of qd_config_family_parse's. */
 int qd_config_llama4_is(const char *architecture);

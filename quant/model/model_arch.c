@@ -262,6 +262,7 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
         case QD_LAYOUT_GLM4: return qd_arch_postnorm_for(c);
         case QD_LAYOUT_GPT_OSS: return &qd_arch_gpt_oss;
         case QD_LAYOUT_LLAMA4: return &qd_arch_llama4;
+        case QD_LAYOUT_FALCON_H1: return &qd_arch_falcon_h1;
         default: return qd_arch_dense_for(c) ? qd_arch_dense_for(c) : &arch_llama;
         }
     case QD_ARCH_OPT: return &arch_opt;

@@ -303,6 +303,9 @@ static int mlp(qd_model *m, const qd_block_weights *bw, const float *xn, float *
                    (rc = run_linear(m, bw, l0 + 1, xn, rows, f2, hooks, err))) {      /* up */
             return rc;
         }
+        /* Falcon-H1's gate multiplier acts on gate_proj's output, before the activation. */
+        if (c->layout == QD_LAYOUT_FALCON_H1 && c->falcon.mlp_gate != 1.0f)
+            BE_CALL(m, err, m->be->ops->scale(m->be, f1, rows * ff, c->falcon.mlp_gate));
         if (c->layout == QD_LAYOUT_GEMMA) BE_CALL(m, err, m->be->ops->gelu_tanh_mul(m->be, f1, f1, f2, rows * ff));
         else BE_CALL(m, err, m->be->ops->silu_mul(m->be, f1, f1, f2, rows * ff));
         if ((rc = qd_fwd_call_input(m, bw, m->lin[down].group, f1, rows, hooks, err)) ||
@@ -451,6 +454,42 @@ static int parallel_forward(qd_model *m, const qd_block_weights *bw, float *y, f
     return 0;
 }
 
+/* x *= s over n floats, skipped at 1 (a product by 1 changes nothing). */
+static int scale_by(qd_model *m, float *x, int64_t n, float s, qd_err *err)
+{
+    if (s != 1.0f) BE_CALL(m, err, m->be->ops->scale(m->be, x, n, s));
+    return 0;
+}
+
+/* Falcon-H1 (FalconH1DecoderLayer): xn = input_layernorm(y); y = y + (mamba(xn * ssm_in) *
+ * ssm_out + attn(xn * attn_in) * attn_out), the order transformers adds them in; then
+ * y = y + mlp(pre_ff_layernorm(y)) * down (the gate multiplier is mlp()'s). The branches'
+ * hooks see their own scaled inputs, which is why the block runs whole (parallel_block). */
+static int falcon_h1_forward(qd_model *m, const qd_block_weights *bw, float *y, float *xn, float *tmp, int64_t batch,
+                             int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, int64_t window,
+                             const qd_block_hooks *hooks, qd_err *err)
+{
+    const qd_falcon_mul *f = &m->cfg.falcon;
+    int64_t rows = batch * seq, n = rows * m->cfg.hidden;
+    float *par = qd_model_scratch(m, QD_SCRATCH_PAR, (size_t)n * sizeof(float), err);
+    if (!par) return QD_ENOMEM;
+    int rc;
+    BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], NULL, rows));
+    if ((rc = scale_by(m, xn, n, f->ssm_in, err)) || (rc = qd_mixer_forward(m, bw, xn, par, batch, seq, hooks, err)))
+        return rc;
+    BE_CALL(m, err, norm(m, xn, y, bw->norm_w[0], NULL, rows));   /* the same floats again, for attention */
+    if ((rc = scale_by(m, xn, n, f->attn_in, err)) ||
+        (rc = attention(m, bw, xn, tmp, batch, seq, pos_be, rf, window, hooks, err)) ||
+        (rc = scale_by(m, par, n, f->ssm_out, err)) || (rc = scale_by(m, tmp, n, f->attn_out, err)))
+        return rc;
+    BE_CALL(m, err, m->be->ops->add(m->be, par, tmp, n));
+    BE_CALL(m, err, m->be->ops->add(m->be, y, par, n));
+    BE_CALL(m, err, norm(m, xn, y, bw->norm_w[1], NULL, rows));
+    if ((rc = mlp(m, bw, xn, tmp, rows, hooks, err)) || (rc = scale_by(m, tmp, n, f->mlp_down, err))) return rc;
+    BE_CALL(m, err, m->be->ops->add(m->be, y, tmp, n));
+    return 0;
+}
+
 int qd_block_forward(qd_model *m, const qd_block_weights *bw, const float *x, float *y,
                      int64_t batch, int64_t seq, const int32_t *pos, const qd_block_hooks *hooks,
                      qd_err *err)
@@ -505,6 +544,8 @@ int qd_block_forward_part(qd_model *m, const qd_block_weights *bw, qd_block_part
         if (part != QD_BLOCK_ALL)
             return qd_err_set(err, QD_EINVAL, "block %d: a parallel block (attention and MLP both read the block's input) "
                               "runs whole, not in halves", bw->block);
+        if (c->layout == QD_LAYOUT_FALCON_H1)
+            return falcon_h1_forward(m, bw, y, xn, tmp, batch, seq, pos_be, nope ? NULL : &rf, window, hooks, err);
         return parallel_forward(m, bw, y, xn, tmp, batch, seq, pos_be, nope ? NULL : &rf, window, hooks, err);
     }
     int pre = pre_ln(m);

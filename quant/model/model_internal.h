@@ -154,6 +154,7 @@ const qd_arch *qd_arch_moe_for(const qd_model_config *c);
 const qd_arch *qd_arch_postnorm_for(const qd_model_config *c);
 extern const qd_arch qd_arch_gpt_oss;   /* arch_gptoss.c */
 extern const qd_arch qd_arch_llama4;    /* arch_llama4.c */
+extern const qd_arch qd_arch_falcon_h1; /* arch_falcon_h1.c */
 
 enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_ATT, QD_SCRATCH_TMP,
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,

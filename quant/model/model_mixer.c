@@ -7,7 +7,9 @@
  *   Mamba-2 (GraniteMoeHybridMambaLayer, transformers' torch path): in_proj → z, xBC, dt;
  *     xBC = silu(conv(xBC)); the selective scan over x with B, C, dt, A = -exp(A_log), D and
  *     dt_bias (backend op ssd_scan, which also gates by silu(z)); the gated RMSNorm over
- *     n_groups groups of channels times its weight; out_proj.
+ *     n_groups groups of channels times its weight; out_proj. Falcon-H1's (FalconH1Mixer) is
+ *     the same with its muP vector on in_proj's output (ssm_multipliers over z, x, B, C, dt)
+ *     and, without mamba_rms_norm, no gated norm (y * silu(z) feeds out_proj).
  *
  * Their float parameters (conv1d weight and bias, A_log, D, dt_bias, the gated norm's
  * weight) stay in float, as vLLM keeps them: only in_proj and out_proj are quantized
@@ -22,7 +24,7 @@
 #define BE_CALL(m, err, call) do { int _rc = (call); \
     if (_rc) return qd_err_set((err), _rc, "%s: %s", #call, (m)->be->err.msg); } while (0)
 
-enum { MIX_CONV_W = 0, MIX_CONV_B, MIX_A, MIX_D, MIX_DT_BIAS, MIX_NORM };
+enum { MIX_CONV_W = 0, MIX_CONV_B, MIX_A, MIX_D, MIX_DT_BIAS, MIX_NORM, MIX_MUP };
 
 /* The parameters of a layer of kind `mixer`: names (relative to the block) and shapes. The
  * convolution weight is stored as Conv1d's [ch, 1, kernel]. Returns how many; NULL name:
@@ -46,8 +48,8 @@ static int mixer_params(const qd_model *m, int mixer, mix_param *p)
     p[MIX_A] = (mix_param){"mamba.A_log", 1, {x->ssm_heads}};
     p[MIX_D] = (mix_param){"mamba.D", 1, {x->ssm_heads}};
     p[MIX_DT_BIAS] = (mix_param){"mamba.dt_bias", 1, {x->ssm_heads}};
-    p[MIX_NORM] = (mix_param){"mamba.norm.weight", 1, {inner}};
-    return QD_MIXER_PARAMS;
+    if (!x->no_norm) p[MIX_NORM] = (mix_param){"mamba.norm.weight", 1, {inner}};
+    return MIX_NORM + 1;   /* MIX_MUP is the config's (mup_load) */
 }
 
 uint64_t qd_mixer_bytes(const qd_model *m)
@@ -65,6 +67,7 @@ uint64_t qd_mixer_bytes(const qd_model *m)
             for (int d = 0; d < p[i].ndim; d++) e *= (uint64_t)p[i].shape[d];
             n += e;
         }
+        if (kind == QD_MIXER_MAMBA2 && m->cfg.layout == QD_LAYOUT_FALCON_H1) n += (uint64_t)qd_model_dim(m, QD_DIM_SSM_IN);
         if (n > most) most = n;
     }
     return most * sizeof(float);
@@ -93,6 +96,29 @@ int qd_mixer_validate(const qd_model *m, int block, qd_err *err)
     return 0;
 }
 
+/* Falcon-H1's muP vector (compute_mup_vector): in_proj's output columns z [inner], x [inner],
+ * B and C [groups * state] and dt [heads] times ssm_multipliers[0..4], into bw->mixer_w[MIX_MUP];
+ * left NULL where every multiplier is 1 (the product changes nothing). */
+static int mup_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
+{
+    const qd_mixer_config *x = &m->cfg.mixer;
+    int ones = 1;
+    for (int i = 0; i < 5; i++) ones &= x->mup[i] == 1.0f;
+    if (m->cfg.layout != QD_LAYOUT_FALCON_H1 || ones) return 0;
+    int64_t inner = x->ssm_heads * x->ssm_head_dim, gn = x->ssm_groups * x->ssm_state, proj = qd_model_dim(m, QD_DIM_SSM_IN);
+    int64_t end[5] = {inner, 2 * inner, 2 * inner + gn, 2 * inner + 2 * gn, proj};
+    float *v = malloc((size_t)proj * sizeof *v);
+    bw->mixer_w[MIX_MUP] = v ? qd_backend_alloc(m->be, (size_t)proj * sizeof(float)) : NULL;
+    if (!bw->mixer_w[MIX_MUP]) { free(v); return qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the muP vector", block); }
+    for (int64_t j = 0, part = 0; j < proj; j++) {
+        while (j >= end[part]) part++;
+        v[j] = x->mup[part];
+    }
+    int rc = qd_backend_upload(m->be, bw->mixer_w[MIX_MUP], v, (size_t)proj * sizeof *v);
+    free(v);
+    return rc ? qd_err_set(err, rc, "block %d muP vector: %s", block, m->be->err.msg) : 0;
+}
+
 int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
 {
     int kind = qd_model_block_mixer(m, block), rc = check_kind(m, block, kind, err);
@@ -106,7 +132,7 @@ int qd_mixer_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err)
         snprintf(name + n, sizeof name - n, "%s", p[i].name);
         rc = qd_model_load_f32(m, name, p[i].ndim, p[i].shape, &bw->mixer_w[i], err);
     }
-    if (rc || kind != QD_MIXER_MAMBA2) return rc;
+    if (rc || kind != QD_MIXER_MAMBA2 || (rc = mup_load(m, block, bw, err))) return rc;
     /* A = -exp(A_log) in float32, as the layer computes it before the scan. */
     int64_t nh = m->cfg.mixer.ssm_heads;
     float *a = malloc((size_t)nh * sizeof *a);
@@ -159,6 +185,7 @@ static int mamba2(qd_model *m, const qd_block_weights *bw, const float *xn, floa
     if ((rc = qd_fwd_call_input(m, bw, m->lin[a->lin_mix_in].group, xn, rows, hooks, err)) ||
         (rc = qd_fwd_linear_part(m, bw, a->lin_mix_in, 0, proj, xn, rows, zxbcdt, hooks, err)))
         return rc;
+    if (bw->mixer_w[MIX_MUP]) BE_CALL(m, err, m->be->ops->scale_cols(m->be, zxbcdt, rows, proj, bw->mixer_w[MIX_MUP], 0));
     BE_CALL(m, err, m->be->ops->conv1d_causal(m->be, xbc, zxbcdt + inner, NULL, NULL, proj, batch, seq, conv_dim,
                                               bw->mixer_w[MIX_CONV_W], bw->mixer_w[MIX_CONV_B], x->conv_kernel, 1));
     BE_CALL(m, err, m->be->ops->ssd_scan(m->be, y, xbc, xbc + inner, xbc + inner + gn, conv_dim, zxbcdt + inner + conv_dim,
@@ -166,8 +193,9 @@ static int mamba2(qd_model *m, const qd_block_weights *bw, const float *xn, floa
                                          bw->mixer_w[MIX_DT_BIAS], x->dt_min, x->dt_max, batch, seq, x->ssm_heads,
                                          x->ssm_head_dim, x->ssm_groups, x->ssm_state));
     /* The gated RMSNorm: y * silu(z) (done by the scan), normalised over each group's
-     * inner / n_groups channels, times the weight. */
-    if (x->ssm_groups == 1) {
+     * inner / n_groups channels, times the weight (none in Falcon-H1 without mamba_rms_norm). */
+    if (x->no_norm) {
+    } else if (x->ssm_groups == 1) {
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, y, y, bw->mixer_w[MIX_NORM], rows, inner, m->cfg.norm_eps));
     } else {
         BE_CALL(m, err, m->be->ops->rmsnorm(m->be, y, y, NULL, rows * x->ssm_groups, inner / x->ssm_groups, m->cfg.norm_eps));

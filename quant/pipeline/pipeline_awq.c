@@ -126,6 +126,7 @@ typedef struct awq_mlp_ctx {
     int gate_li, up_li, down_li;
     int fused;                         /* Phi-3: one gate_up linear, gate rows then up rows */
     int gelu;                          /* Gemma's tanh-GeGLU instead of SwiGLU */
+    float gate_mul;                    /* Falcon-H1: gate_proj's output times this before the activation */
     float *yref;                       /* backend [rows, hidden] float MLP output */
     float *hg, *hu, *y;                /* chunk scratch [chunk, ff] x2, [chunk, hidden] */
 } awq_mlp_ctx;
@@ -143,6 +144,7 @@ static int awq_mlp_chunk(awq_mlp_ctx *m, const float *wg, const float *wu, int64
     }
     int rc = qd_model_linear_forward(m->p->m, x, nr, wg, bg, m->ff, m->hidden, m->hg);
     if (!rc) rc = qd_model_linear_forward(m->p->m, x, nr, wu, bu, m->ff, m->hidden, m->hu);
+    if (!rc && m->gate_mul != 1.0f) rc = be->ops->scale(be, m->hg, nr * m->ff, m->gate_mul);
     if (!rc) rc = m->gelu ? be->ops->gelu_tanh_mul(be, m->hg, m->hg, m->hu, nr * m->ff)
                           : be->ops->silu_mul(be, m->hg, m->hg, m->hu, nr * m->ff);
     if (!rc) rc = qd_model_linear_forward(m->p->m, m->hg, nr, m->bw->w[m->down_li], NULL, m->hidden, m->ff, dst);
@@ -265,6 +267,9 @@ static int awq_search_group(qd_pipeline *p, qd_block_weights *bw, int g, const a
         m.down_li = o_li;
         m.fused = G->n_linears == 1;
         m.gelu = !strcmp(qd_model_cfg(p->m)->activation, "gelu_pytorch_tanh");
+        /* Falcon-H1's gate multiplier (its down multiplier scales the loss alike for every
+         * candidate, so it is left out). */
+        m.gate_mul = qd_model_cfg(p->m)->layout == QD_LAYOUT_FALCON_H1 ? qd_model_cfg(p->m)->falcon.mlp_gate : 1.0f;
         m.gate_j = m.fused || strstr(qd_model_linear(p->m, G->linears[0])->name, "gate") ? 0 : 1;
         m.up_j = m.fused ? 0 : 1 - m.gate_j;
         m.gate_li = G->linears[m.gate_j];

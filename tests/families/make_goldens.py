@@ -51,6 +51,7 @@ from transformers import (
     DeepseekV3Config,
     Ernie4_5Config,
     Exaone4Config,
+    FalconH1Config,
     Gemma2Config,
     Gemma3TextConfig,
     Glm4Config,
@@ -796,6 +797,54 @@ FAMILIES = {
                                   ("no shared_mlp", {"_params": ("shared_mlp.output_linear", 0.0)}),
                                   ("no experts", {"_params": ("experts.down_proj", 0.0)}),
                                   ("nope", {"position_embedding_type": "nope"})]),
+    # Falcon-H1: attention (RoPE, GQA 4/2) and Mamba-2 (32 heads of 4 in 2 groups, d_ssm 128,
+    # state 16, 4 taps, chunks of 16, dt clamped to [0, 1.5], no gated norm: the default
+    # mamba_rms_norm false) side by side in every layer; every muP multiplier away from 1.
+    # in_proj's 2 * 128 + 2 * 32 + 32 = 352 rows are a multiple of 32 as GPTQ packing needs.
+    "falcon_h1": fam(FalconH1Config, 1051,
+                     "Falcon-H1: attention beside Mamba-2 in each of 3 layers (32 heads x 4, 2 groups, d_ssm 128, "
+                     "d_state 16, d_conv 4, chunk 16, time_step_limit [0, 1.5], no gated norm), SwiGLU feed_forward; "
+                     "multipliers: embedding 2, lm_head 0.5, key 0.7, attention in 1.3 / out 0.8, ssm in 1.5 / out 0.6, "
+                     "mlp [1.4, 0.7], ssm_multipliers [1.2, 0.9, 1.1, 0.8, 1.3]",
+                     num_hidden_layers=3, mamba_d_ssm=128, mamba_n_heads=32, mamba_n_groups=2, mamba_d_state=16,
+                     mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, time_step_limit=[0.0, 1.5],
+                     embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7,
+                     attention_in_multiplier=1.3, attention_out_multiplier=0.8, ssm_in_multiplier=1.5,
+                     ssm_out_multiplier=0.6, mlp_multipliers=[1.4, 0.7], ssm_multipliers=[1.2, 0.9, 1.1, 0.8, 1.3],
+                     rope_parameters=DEFAULT_ROPE,
+                     ablate=[("embedding_multiplier 1", {"embedding_multiplier": 1.0}),
+                             ("lm_head_multiplier 1", {"lm_head_multiplier": 1.0}),
+                             ("key_multiplier 1", {"key_multiplier": 1.0}),
+                             ("attention_in_multiplier 1", {"attention_in_multiplier": 1.0}),
+                             ("attention_out_multiplier 1", {"attention_out_multiplier": 1.0}),
+                             ("ssm_in_multiplier 1", {"ssm_in_multiplier": 1.0}),
+                             ("ssm_out_multiplier 1", {"ssm_out_multiplier": 1.0}),
+                             ("mlp gate multiplier 1", {"mlp_multipliers": [1.0, 0.7]}),
+                             ("mlp down multiplier 1", {"mlp_multipliers": [1.4, 1.0]}),
+                             ("ssm_multipliers z 1", {"ssm_multipliers": [1.0, 0.9, 1.1, 0.8, 1.3]}),
+                             ("ssm_multipliers x 1", {"ssm_multipliers": [1.2, 1.0, 1.1, 0.8, 1.3]}),
+                             ("ssm_multipliers B 1", {"ssm_multipliers": [1.2, 0.9, 1.0, 0.8, 1.3]}),
+                             ("ssm_multipliers C 1", {"ssm_multipliers": [1.2, 0.9, 1.1, 1.0, 1.3]}),
+                             ("ssm_multipliers dt 1", {"ssm_multipliers": [1.2, 0.9, 1.1, 0.8, 1.0]}),
+                             ("no dt limit", {"time_step_limit": [0.0, float("inf")]}),
+                             ("no mamba", {"_params": ("mamba.out_proj", 0.0)}),
+                             ("no attention", {"_params": ("self_attn.o_proj", 0.0)})]),
+    # Falcon-H1 with the gated RMSNorm (mamba_rms_norm, after the gate as vLLM computes it),
+    # biased in_proj and out_proj (mamba_proj_bias = projectors_bias) and GQA attention biases.
+    "falcon_h1_norm": fam(FalconH1Config, 1061,
+                          "Falcon-H1 as falcon_h1 with mamba_rms_norm (gated RMSNorm over 2 groups, after the gate), "
+                          "mamba_proj_bias and projectors_bias, attention_bias; multipliers as falcon_h1",
+                          num_hidden_layers=2, mamba_d_ssm=128, mamba_n_heads=32, mamba_n_groups=2, mamba_d_state=16,
+                          mamba_d_conv=4, mamba_expand=2, mamba_chunk_size=16, mamba_rms_norm=True,
+                          mamba_norm_before_gate=False, mamba_proj_bias=True, projectors_bias=True, attention_bias=True,
+                          embedding_multiplier=2.0, lm_head_multiplier=0.5, key_multiplier=0.7,
+                          attention_in_multiplier=1.3, attention_out_multiplier=0.8, ssm_in_multiplier=1.5,
+                          ssm_out_multiplier=0.6, mlp_multipliers=[1.4, 0.7], ssm_multipliers=[1.2, 0.9, 1.1, 0.8, 1.3],
+                          rope_parameters=DEFAULT_ROPE,
+                          ablate=[("norm before the gate", {"mamba_norm_before_gate": True}),
+                                  ("gated norm weight 1", {"_params": ("mamba.norm.weight", 1.0)}),
+                                  ("no in_proj bias", {"_params": ("mamba.in_proj", 0.0, "bias")}),
+                                  ("no out_proj bias", {"_params": ("mamba.out_proj", 0.0, "bias")})]),
 }
 # llama31_legacy is llama31's checkpoint with config.json rewritten (see write_legacy).
 LEGACY = "llama31_legacy"

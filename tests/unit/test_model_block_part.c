@@ -36,7 +36,8 @@ static int keep_ctx(void *ud, int block, int group, const qd_input_group *g, con
     return 0;
 }
 
-/* A parallel block (Phi, GPT-NeoX use_parallel_residual): its MLP reads the block's input,
+/* A parallel block (Phi, GPT-NeoX use_parallel_residual; Falcon-H1, whose attention and mixer
+ * read scaled copies of one norm): its MLP reads the block's input,
  * which the residual stream between halves does not hold, so it has no halves: every group
  * is QD_BLOCK_ALL (the pipeline then runs it whole), and asking for a half or a half's end
  * is refused rather than computed wrong. */

@@ -4,7 +4,9 @@
  * multipliers, its MoE experts: 8 by default), and what is not computed refused by name
  * (experts past QD_MAX_EXPERTS or top-k past them, another activation, a
  * position_embedding_type other than rope / nope, a null
- * time_step_limit, an unknown layer kind). The forward parity is test_model_families. */
+ * time_step_limit, an unknown layer kind); Falcon-H1's defaults and multipliers, and its refusals
+ * (the gated norm before the gate, in_proj and out_proj biases apart, non-positive scales).
+ * The forward parity is test_model_families. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -146,17 +148,67 @@ static void test_granite(void)
     CHECK_INT(parse(GRANITE, buf, &c, &err), QD_EFORMAT);
 }
 
-/* Falcon-H1 (attention and Mamba-2 in parallel in every layer, muP multipliers) is not
- * computed: refused naming the architecture before any work. */
-static void test_falcon_h1_refused(void)
+#define FALCON "FalconH1ForCausalLM"
+
+/* Falcon-H1: FalconH1Config's defaults (mamba_d_ssm 1024 in 128 heads, state 256, no gated
+ * norm, multipliers 1), its multipliers read, and what is not computed refused by name. */
+static void test_falcon_h1(void)
 {
-    refused("FalconH1ForCausalLM", "\"model_type\":\"falcon_h1\"", "architecture \"FalconH1ForCausalLM\" is not supported");
+    qd_model_config c;
+    qd_err err;
+    CHECK_OK(parse(FALCON, "", &c, &err));
+    CHECK_INT(c.layout, QD_LAYOUT_FALCON_H1);
+    CHECK_INT(c.parallel_block, 1);
+    CHECK_INT(c.mixer.ssm_heads, 128);
+    CHECK_INT(c.mixer.ssm_head_dim, 8);
+    CHECK_INT(c.mixer.ssm_groups, 1);
+    CHECK_INT(c.mixer.ssm_state, 256);
+    CHECK_INT(c.mixer.conv_kernel, 4);
+    CHECK_INT(c.mixer.conv_bias, 1);
+    CHECK_INT(c.mixer.proj_bias, 0);
+    CHECK_INT(c.mixer.no_norm, 1);
+    CHECK(isinf(c.mixer.dt_max));
+    CHECK_INT(c.tie_word_embeddings, 0);
+    CHECK_NEAR(c.norm_eps, 1e-5, 1e-9);
+    CHECK_NEAR(c.attn_scale, 0.25, 1e-7);   /* head_dim 16 */
+    for (int i = 0; i < 3; i++) CHECK_INT(c.layer_mixer[i], QD_MIXER_MAMBA2);
+    for (int i = 0; i < 5; i++) CHECK_NEAR(c.mixer.mup[i], 1, 0);
+    CHECK_NEAR(c.falcon.attn_in, 1, 0);
+    CHECK_NEAR(c.falcon.mlp_down, 1, 0);
+    /* mamba_d_ssm null: mamba_expand * hidden_size (128, heads of 1); the multipliers. */
+    CHECK_OK(parse(FALCON, "\"mamba_d_ssm\":null,\"key_multiplier\":0.5,\"mlp_multipliers\":[2,3],"
+                           "\"ssm_multipliers\":[1,2,3,4,5],\"embedding_multiplier\":4,\"lm_head_multiplier\":0.25,"
+                           "\"attention_in_multiplier\":6,\"ssm_out_multiplier\":7", &c, &err));
+    CHECK_INT(c.mixer.ssm_head_dim, 1);
+    CHECK_NEAR(c.attn_scale, 0.125, 1e-7);
+    CHECK_NEAR(c.falcon.mlp_gate, 2, 0);
+    CHECK_NEAR(c.falcon.mlp_down, 3, 0);
+    CHECK_NEAR(c.mixer.mup[4], 5, 0);
+    CHECK_NEAR(c.embed_scale, 4, 0);
+    CHECK_NEAR(c.logit_scale, 0.25, 0);
+    CHECK_NEAR(c.falcon.attn_in, 6, 0);
+    CHECK_NEAR(c.falcon.ssm_out, 7, 0);
+    /* The gated norm after the gate (Granite's, vLLM's) is computed; before it, refused. */
+    CHECK_OK(parse(FALCON, "\"mamba_rms_norm\":true,\"mamba_norm_before_gate\":false", &c, &err));
+    CHECK_INT(c.mixer.no_norm, 0);
+    refused(FALCON, "\"mamba_rms_norm\":true", "mamba_rms_norm true with mamba_norm_before_gate true");
+    CHECK_OK(parse(FALCON, "\"mamba_proj_bias\":true,\"projectors_bias\":true", &c, &err));
+    CHECK_INT(c.mixer.proj_bias, 1);
+    refused(FALCON, "\"mamba_proj_bias\":true", "mamba_proj_bias true with projectors_bias false");
+    refused(FALCON, "\"projectors_bias\":true", "mamba_proj_bias false with projectors_bias true");
+    refused(FALCON, "\"key_multiplier\":0", "key_multiplier");
+    refused(FALCON, "\"lm_head_multiplier\":-1", "lm_head_multiplier");
+    refused(FALCON, "\"hidden_act\":\"gelu\"", "hidden_act \"gelu\"");
+    refused(FALCON, "\"time_step_limit\":null", "time_step_limit null");
+    refused(FALCON, "\"sliding_window\":16", "sliding_window");
+    CHECK_INT(parse(FALCON, "\"ssm_multipliers\":[1,2,3,4]", &c, &err), QD_EFORMAT);
+    CHECK_INT(parse(FALCON, "\"mamba_d_head\":3", &c, &err), QD_EFORMAT);   /* 3 * 128 != 1024 */
 }
 
 int main(void)
 {
     TEST_RUN(test_lfm2);
     TEST_RUN(test_granite);
-    TEST_RUN(test_falcon_h1_refused);
+    TEST_RUN(test_falcon_h1);
     return test_finish();
 }

@@ -70,6 +70,8 @@ static const family_expect families[] = {
     {"lfm2", EXPECT_MATCH, NULL},
     {"granite4_h", EXPECT_MATCH, NULL},
     {"granite4_h_moe", EXPECT_MATCH, NULL},   /* experts (fused input_linear/output_linear) beside shared_mlp */
+    {"falcon_h1", EXPECT_MATCH, NULL},   /* attention beside Mamba-2 in every layer, muP multipliers */
+    {"falcon_h1_norm", EXPECT_MATCH, NULL},   /* gated RMSNorm after the gate, in_proj/out_proj biases */
     {"qwen3_next", EXPECT_MATCH, NULL},   /* Gated DeltaNet + gated attention, experts and a dense layer */
     {"qwen3_5", EXPECT_MATCH, NULL},
     {"qwen3_5_moe", EXPECT_MATCH, NULL},

@@ -83,11 +83,18 @@ static void check_family_block(const char *name, int block, int groups_expected)
     float w0 = 0, w1 = 0;
     qd_block_weights *orig = NULL;
     CHECK_OK(qd_block_load(m, block, &orig, &err));
-    if (orig && qd_model_norm_name(m, 0)) {
-        /* The fold moved the weights: input_layernorm's multipliers differ. */
+    /* The first norm a group of this block folded into: input_layernorm, or Falcon-H1's
+     * pre_ff_layernorm (its input_layernorm feeds two groups and takes neither's scales). */
+    int ni = 0;
+    for (int g = 0; g < qd_model_n_groups(m); g++) {
+        const qd_input_group *G = qd_model_group(m, g);
+        if (G->prev_kind == QD_PREV_NORM && qd_model_block_has_linear(m, block, G->linears[0])) { ni = G->prev_index; break; }
+    }
+    if (orig && qd_model_norm_name(m, ni)) {
+        /* The fold moved the weights: that norm's multipliers differ. */
         float *a = malloc((size_t)hid * sizeof *a), *b = malloc((size_t)hid * sizeof *b);
-        CHECK_OK(qd_block_norm_get(m, orig, 0, a, NULL, &err));
-        CHECK_OK(qd_block_norm_get(m, bw, 0, b, NULL, &err));
+        CHECK_OK(qd_block_norm_get(m, orig, ni, a, NULL, &err));
+        CHECK_OK(qd_block_norm_get(m, bw, ni, b, NULL, &err));
         w0 = a[0];
         w1 = b[0];
         free(a);
@@ -142,6 +149,50 @@ out:
 }
 
 static void check_family(const char *name, int groups_expected) { check_family_block(name, 0, groups_expected); }
+
+/* Falcon-H1: input_layernorm feeds q/k/v and mamba.in_proj, two groups (their inputs are the
+ * norm's output times two different multipliers). Folding q/k/v's scales into the norm
+ * alone — what a per-group fold would do — moves the block's output (mamba.in_proj reads the
+ * divided norm too), which is why neither group folds (QD_PREV_NONE, refused below). */
+static void check_falcon_h1_input_norm(void)
+{
+    char dir[4200];
+    snprintf(dir, sizeof dir, "%s/falcon_h1", pt_families_dir());
+    qd_err err = {0};
+    qd_model *m = NULL;
+    CHECK_OK(qd_model_open(dir, be, &m, &err));
+    if (!m) return;
+    int64_t seq = 40, hid = qd_model_cfg(m)->hidden;
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    float *x = malloc((size_t)(seq * hid) * sizeof *x), *y0 = malloc((size_t)(seq * hid) * sizeof *y0);
+    float *y1 = malloc((size_t)(seq * hid) * sizeof *y1), *s = malloc((size_t)hid * sizeof *s);
+    float *nw = malloc((size_t)hid * sizeof *nw);
+    test_fill_normal(&rng, x, (size_t)(seq * hid), 1.0f);
+    qd_block_weights *bw = NULL;
+    CHECK_OK(qd_block_load(m, 0, &bw, &err));
+    if (bw && run(m, bw, x, y0, seq) == 0) {
+        for (int g = 0; g < qd_model_n_groups(m); g++) {
+            const qd_input_group *G = qd_model_group(m, g);
+            if (G->prev_kind == QD_PREV_NONE) CHECK_INT(qd_block_fold_scales(m, bw, g, s, &err), QD_EUNSUPPORTED);
+        }
+        const qd_input_group *G = qd_model_group(m, 0);   /* attn_in: q, k, v */
+        for (int64_t i = 0; i < hid; i++) s[i] = 0.5f + 1.5f * test_rng_uniform(&rng);
+        CHECK_OK(qd_block_norm_get(m, bw, 0, nw, NULL, &err));
+        for (int64_t i = 0; i < hid; i++) nw[i] /= s[i];
+        CHECK_OK(qd_block_norm_set(m, bw, 0, nw, NULL, &err));
+        for (int j = 0; j < G->n_linears; j++)
+            CHECK_OK(be->ops->scale_cols(be, bw->w[G->linears[j]], qd_model_linear(m, G->linears[j])->n, G->k, s, 0));
+        if (run(m, bw, x, y1, seq) == 0) {
+            double d = rel_diff(y1, y0, (size_t)(seq * hid));
+            CHECK(d > 1e-2);
+            printf("falcon_h1: q/k/v's scales folded into input_layernorm alone move the output by %.3g\n", d);
+        }
+    }
+    qd_block_free(m, bw);
+    qd_model_close(m);
+    free(x); free(y0); free(y1); free(s); free(nw);
+}
 
 static void test_fold(void)
 {
@@ -253,6 +304,13 @@ static void test_fold(void)
     check_family_block("llama4", 2, 2 + 8 + 1 + 1);
     check_family_block("llama4_vl", 0, 4);   /* the multimodal checkpoint's text tower */
     check_family_block("llama4_vl", 1, 2 + 8 + 1 + 1);
+    /* Falcon-H1: o_proj into v_proj (attention_in_multiplier scales v before it), the MLP
+     * into pre_ff_layernorm and up_proj (its gate multiplier acts after gate_proj, its down
+     * multiplier after down_proj); q/k/v and mamba.in_proj share input_layernorm, and
+     * mamba.out_proj reads the gated scan: none of those folds. */
+    check_family_block("falcon_h1", 0, 3);
+    check_family_block("falcon_h1", 2, 3);
+    check_falcon_h1_input_norm();
 }
 
 int main(void)
