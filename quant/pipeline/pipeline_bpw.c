@@ -4,34 +4,29 @@
  * over the whole model, and a choice made block by block cannot know how sensitive the later
  * blocks are, so it would either miss the target or spend it unevenly. The pass: one forward
  * of the calibration through the float model (no quantization, no true-sequential passes),
- * each block's Hessians of every input group as the non-sequential
- * capture makes them, and per linear and candidate the job's own quantizer on that Hessian
- * and its error tr(D H D^T): for a GPTQ job GPTQ itself with the job's options (act order,
- * static groups, damping, scale search) through the pipeline's own call
- * (qd_pipeline_quantize_weight), its error from GPTQ's column losses; for an RTN job RTN and
- * one trace (qd_pipeline_rel_traces). The plan is saved atomically in
- * the checkpoint directory beside state.json and read back on every resume, so the blocks
- * quantized before and after an interruption follow the same plan.
+ * each block's Hessians of every input group as the non-sequential capture makes them, and
+ * per input group and candidate the job's own quantizer on each of its linears (for a GPTQ
+ * job GPTQ itself with the job's options through the pipeline's own call,
+ * qd_pipeline_quantize_weight; for an RTN job RTN), then the block run again on the first
+ * calibration sequences with those linears at the candidate (pipeline_bpw_block.c): the
+ * error at the block's output, relative to each token's residual stream, is what the
+ * allocation ranks. The plan is saved atomically in the checkpoint directory beside
+ * state.json and read back on every resume, so the blocks quantized before and after an
+ * interruption follow the same plan.
  *
- * What makes the errors of different linears comparable: each is the relative output error
- * squared, tr(D H D^T) / tr(W H W^T), the noise-to-signal ratio the layer adds to what it
- * writes, times its output features n: the noise summed over its outputs, each output
- * taken as of equal weight. An absolute error would weigh layers by their output scale
- * (down projections write into the residual stream at very different scales across depth),
- * which says little about the loss; the ratio alone (every linear alike) spent the bits on
- * the small q/k/v and lost to uniform g64 on SmolLM2-135M in column order (KL 0.408 against
- * 0.402 at 4.25 bpw), with n it beat it (0.399; bench/results/target-bpw.md).
- * Why GPTQ's own error and not RTN's for a GPTQ job: the plan should rank what the run will
- * do, and act-order GPTQ recovers more of a wide group's error than RTN's error shows. It
- * matches the error the run then reports per layer within about 1% on SmolLM2-135M, yet the
- * plan still loses to uniform g64 there (KL 0.316 against 0.253 at 4.25 bpw): the sum of
- * per-layer errors understates what a wide group costs end to end, which no weighting of
- * them tried fixed (bench/results/target-bpw.md). The cost: one GPTQ per candidate per
- * linear (1.7-1.8x the GPTQ job's block time with six candidates, RTN's estimate ~1.5x).
- * What is shared exactly: GPTQ's factorisation of H depends on H, act order and the damping
- * only, not on bits or group size, so one factor per input group serves every candidate of
- * every linear reading it (qd_gptq_shared); GPTQ's column losses give tr(D H D^T), and
- * tr(W H W^T) is taken once per linear. */
+ * Why the block's output and not each linear's own error: with the sum over linears of
+ * tr(D H D^T) / tr(W H W^T) times output features (GPTQ's own error, within about 1% of
+ * what the run then reports per layer) the plan lost to uniform g64 at the same size on
+ * SmolLM2-135M (KL 0.312 against 0.249 over three draws): a layer's own noise-to-signal
+ * ratio says nothing of how much of the residual stream that layer's output is, nor of what
+ * the attention or the MLP after it does to its error. At the block's output every input
+ * group's error is on one scale, the noise in the stream the rest of the model reads, and
+ * the plan from it beat uniform g64 there (bench/results/target-bpw.md). The per-layer
+ * error is still computed and kept (rel_err2, the report's): it costs nothing beside GPTQ.
+ * The cost: per input group and candidate one block forward over a few sequences, beside
+ * one GPTQ per candidate per linear. What is shared exactly: GPTQ's factorisation of H
+ * depends on H, act order and the damping only, not on bits or group size, so one factor per
+ * input group serves every candidate of every linear reading it (qd_gptq_shared). */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -180,13 +175,20 @@ static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_e
         if (!plans[li].quantize) continue;
         const qd_linear_info *L = qd_model_linear(p->m, li);
         if (linear_group(p->m, li) < 0) { rc = qd_err_set(err, QD_EINVAL, "target_bpw: linear %s has no input group", L->name); break; }
-        w[li] = malloc((size_t)(L->n * L->k) * sizeof(float));
-        ovw[li] = qd_backend_alloc(p->be, (size_t)(L->n * L->k) * sizeof(float));
-        if (!w[li] || !ovw[li]) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
-        rc = qd_block_linear_get(p->m, bw, li, w[li], NULL, err);
     }
     for (int g = 0; g < ng && !rc; g++) {
         const qd_input_group *G = qd_model_group(p->m, g);
+        /* The group's float weights (host) and candidate weights (backend), one group at a
+         * time: the pass holds at most one group's copies beside the block. */
+        for (int j = 0; j < G->n_linears && !rc; j++) {
+            int li = G->linears[j];
+            if (!plans[li].quantize) continue;
+            const qd_linear_info *L = qd_model_linear(p->m, li);
+            w[li] = malloc((size_t)(L->n * L->k) * sizeof(float));
+            ovw[li] = qd_backend_alloc(p->be, (size_t)(L->n * L->k) * sizeof(float));
+            if (!w[li] || !ovw[li]) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
+            rc = qd_block_linear_get(p->m, bw, li, w[li], NULL, err);
+        }
         for (int ci = 0; ci < b->n_cand && !rc; ci++) {
             const float *over[QD_MAX_LINEARS] = {0};
             int any = 0, fits = 1;
@@ -244,6 +246,13 @@ static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_e
             double v = rc ? NAN : qd_bpw_token_rel_err2(href, hq, brows, p->hidden);
             for (int j = 0; j < G->n_linears && !rc; j++)
                 if (plans[G->linears[j]].quantize) b->blk[((size_t)block * nl + G->linears[j]) * b->n_cand + ci] = v;
+        }
+        for (int j = 0; j < G->n_linears; j++) {
+            int li = G->linears[j];
+            free(w[li]);
+            qd_backend_free(p->be, ovw[li]);
+            w[li] = NULL;
+            ovw[li] = NULL;
         }
     }
 out:
