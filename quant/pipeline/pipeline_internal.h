@@ -208,10 +208,10 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 /* ---- job.target_bpw (pipeline_bpw.c) ---- */
 
 /* For a job with target_bpw: reads .quantd/bpw-plan.json, or (at block 0 only) makes it: one
- * pass of the calibration through the float model, block by block, each linear's Hessian,
- * each candidate's error under it with the job's quantizer (GPTQ with the job's options, or
- * RTN), then the allocation (quant/algo/bpw_alloc.h) within
- * the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
+ * pass of the calibration through the float model, block by block, each input group's
+ * Hessian, per input group and candidate the job's quantizer on its linears (GPTQ with the
+ * job's options, or RTN) and the block's output error with them (pipeline_bpw_block.c),
+ * then the allocation (quant/algo/bpw_alloc.h) within the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
  * without target_bpw. */
 int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err);
 /* The pre-flight of target_bpw (before any work): QD_EINVAL when even every linear's smallest
