@@ -4,34 +4,29 @@
  * over the whole model, and a choice made block by block cannot know how sensitive the later
  * blocks are, so it would either miss the target or spend it unevenly. The pass: one forward
  * of the calibration through the float model (no quantization, no true-sequential passes),
- * each block's Hessians of every input group as the non-sequential
- * capture makes them, and per linear and candidate the job's own quantizer on that Hessian
- * and its error tr(D H D^T): for a GPTQ job GPTQ itself with the job's options (act order,
- * static groups, damping, scale search) through the pipeline's own call
- * (qd_pipeline_quantize_weight), its error from GPTQ's column losses; for an RTN job RTN and
- * one trace (qd_pipeline_rel_traces). The plan is saved atomically in
- * the checkpoint directory beside state.json and read back on every resume, so the blocks
- * quantized before and after an interruption follow the same plan.
+ * each block's Hessians of every input group as the non-sequential capture makes them, and
+ * per input group and candidate the job's own quantizer on each of its linears (for a GPTQ
+ * job GPTQ itself with the job's options through the pipeline's own call,
+ * qd_pipeline_quantize_weight; for an RTN job RTN), then the block run again on the first
+ * calibration sequences with those linears at the candidate (pipeline_bpw_block.c): the
+ * error at the block's output, relative to each token's residual stream, is what the
+ * allocation ranks. The plan is saved atomically in the checkpoint directory beside
+ * state.json and read back on every resume, so the blocks quantized before and after an
+ * interruption follow the same plan.
  *
- * What makes the errors of different linears comparable: each is the relative output error
- * squared, tr(D H D^T) / tr(W H W^T), the noise-to-signal ratio the layer adds to what it
- * writes, times its output features n: the noise summed over its outputs, each output
- * taken as of equal weight. An absolute error would weigh layers by their output scale
- * (down projections write into the residual stream at very different scales across depth),
- * which says little about the loss; the ratio alone (every linear alike) spent the bits on
- * the small q/k/v and lost to uniform g64 on SmolLM2-135M in column order (KL 0.408 against
- * 0.402 at 4.25 bpw), with n it beat it (0.399; bench/results/target-bpw.md).
- * Why GPTQ's own error and not RTN's for a GPTQ job: the plan should rank what the run will
- * do, and act-order GPTQ recovers more of a wide group's error than RTN's error shows. It
- * matches the error the run then reports per layer within about 1% on SmolLM2-135M, yet the
- * plan still loses to uniform g64 there (KL 0.316 against 0.253 at 4.25 bpw): the sum of
- * per-layer errors understates what a wide group costs end to end, which no weighting of
- * them tried fixed (bench/results/target-bpw.md). The cost: one GPTQ per candidate per
- * linear (1.7-1.8x the GPTQ job's block time with six candidates, RTN's estimate ~1.5x).
- * What is shared exactly: GPTQ's factorisation of H depends on H, act order and the damping
- * only, not on bits or group size, so one factor per input group serves every candidate of
- * every linear reading it (qd_gptq_shared); GPTQ's column losses give tr(D H D^T), and
- * tr(W H W^T) is taken once per linear. */
+ * Why the block's output and not each linear's own error: with the sum over linears of
+ * tr(D H D^T) / tr(W H W^T) times output features (GPTQ's own error, within about 1% of
+ * what the run then reports per layer) the plan lost to uniform g64 at the same size on
+ * SmolLM2-135M (KL 0.312 against 0.249 over three draws): a layer's own noise-to-signal
+ * ratio says nothing of how much of the residual stream that layer's output is, nor of what
+ * the attention or the MLP after it does to its error. At the block's output every input
+ * group's error is on one scale, the noise in the stream the rest of the model reads, and
+ * the plan from it beat uniform g64 there (bench/results/target-bpw.md). The per-layer
+ * error is still computed and kept (rel_err2, the report's): it costs nothing beside GPTQ.
+ * The cost: per input group and candidate one block forward over a few sequences, beside
+ * one GPTQ per candidate per linear. What is shared exactly: GPTQ's factorisation of H
+ * depends on H, act order and the damping only, not on bits or group size, so one factor per
+ * input group serves every candidate of every linear reading it (qd_gptq_shared). */
 #include "quant/pipeline/pipeline_internal.h"
 
 #include <math.h>
@@ -47,16 +42,18 @@
 #include "quant/core/log.h"
 
 /* Bump when the file's keys or their meaning change; a plan of another version is refused
- * (the checkpoint then cannot be resumed, as its blocks followed that plan). 2: the
- * "estimate" key (which quantizer's error ranked the candidates); version 1 plans were
- * RTN's estimate for every job. */
-#define BPW_PLAN_VERSION 2
+ * (the checkpoint then cannot be resumed, as its blocks followed that plan). 3: each layer's
+ * "block_err2" (the block-output estimate, "gptq-block" / "rtn-block"); 2: the "estimate"
+ * key ("gptq" or "rtn": the sum of per-layer errors); version 1 plans were RTN's per-layer
+ * estimate for every job. A plan of an earlier version is of another estimate than any job's
+ * now: made again before block 0, refused after. */
+#define BPW_PLAN_VERSION 3
 
-/* The estimate a job's plan is made with: its own quantizer's error ("gptq" or "rtn";
- * target_bpw refuses AWQ and GPTAQ, job.c). */
+/* The estimate a job's plan is made with: its own quantizer ("gptq" or "rtn"; target_bpw
+ * refuses AWQ and GPTAQ, job.c), its error measured at the block's output. */
 static const char *plan_estimate(const qd_pipeline *p)
 {
-    return p->job->method == QP_METHOD_GPTQ || p->job->method == QP_METHOD_AWQ_GPTQ ? "gptq" : "rtn";
+    return p->job->method == QP_METHOD_GPTQ || p->job->method == QP_METHOD_AWQ_GPTQ ? "gptq-block" : "rtn-block";
 }
 
 void qd_bpw_plan_free(qd_bpw_plan *b)
@@ -64,6 +61,7 @@ void qd_bpw_plan_free(qd_bpw_plan *b)
     if (!b) return;
     free(b->choice);
     free(b->err);
+    free(b->blk);
     memset(b, 0, sizeof *b);
 }
 
@@ -129,18 +127,29 @@ static int linear_group(const qd_model *m, int li)
     return -1;
 }
 
+/* The calibration sequences the block-output estimate runs on (the first ones): each
+ * candidate of each input group costs one block forward over them, so a few; the Hessians
+ * and the per-layer errors still use every sequence. */
+#define BPW_BLOCK_SEQS 4
+
 /* One block of the pass: the Hessians of its inputs (x: the block's inputs, in p->acts),
- * each candidate's error, and the block's outputs into y. */
+ * per input group and candidate each linear's own error and the block-output error of the
+ * group at that candidate, and the block's float outputs into y. */
 static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_err *err)
 {
     int nl = qd_model_n_linears(p->m), ng = qd_model_n_groups(p->m);
+    int64_t bseq = p->n_seq < BPW_BLOCK_SEQS ? p->n_seq : BPW_BLOCK_SEQS, brows = bseq * p->seq_len;
+    size_t bbytes = (size_t)(brows * p->hidden) * sizeof(float);
     qd_block_weights *bw = NULL;
     qd_gptq_hessian *acc = calloc(QD_MAX_GROUPS, sizeof *acc);
     qd_linear_plan *plans = calloc(QD_MAX_LINEARS, sizeof *plans);
     qd_gptq_shared *shared = calloc(QD_MAX_GROUPS, sizeof *shared);   /* one factor per input group */
-    float *w = NULL, *dq = NULL;
-    int use_gptq = !strcmp(plan_estimate(p), "gptq");
-    int rc = !acc || !plans || !shared ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    float *w[QD_MAX_LINEARS] = {0}, *ovw[QD_MAX_LINEARS] = {0};       /* host float; backend candidate */
+    double den[QD_MAX_LINEARS];
+    float *yref = qd_backend_alloc(p->be, bbytes), *yq = qd_backend_alloc(p->be, bbytes);
+    float *href = malloc(bbytes), *hq = malloc(bbytes);
+    int use_gptq = !strcmp(plan_estimate(p), "gptq-block");
+    int rc = !acc || !plans || !shared || !yref || !yq || !href || !hq ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
     if (!rc) rc = qd_block_load(p->m, block, &bw, err);
     if (rc) goto out;
     for (int li = 0; li < nl; li++) qd_pipeline_plan_linear(p, block, li, &plans[li]);
@@ -154,61 +163,107 @@ static int probe_block(qd_pipeline *p, qd_bpw_plan *b, int block, float *y, qd_e
         c.acc[g] = &acc[g];
     }
     if (!rc) rc = qd_capture_run(p, bw, QD_BLOCK_ALL, y, &c, err);
+    /* The float block's output on the estimate's rows, by the same forward the candidates
+     * run (so the difference is the candidate's alone). */
+    if (!rc) rc = qd_pipeline_bpw_block_forward(p, bw, NULL, bseq, yref, err);
+    if (!rc) rc = qd_backend_download(p->be, href, yref, bbytes) ? qd_err_set(err, QD_EBACKEND, "%s", p->be->err.msg) : 0;
     for (int li = 0; li < nl && !rc; li++) {
-        double *e = b->err + ((size_t)block * nl + li) * b->n_cand;
-        for (int ci = 0; ci < b->n_cand; ci++) e[ci] = NAN;
-        b->choice[(size_t)block * nl + li] = -1;
+        double *e = b->err + ((size_t)block * nl + li) * b->n_cand, *be = b->blk + ((size_t)block * nl + li) * b->n_cand;
+        for (int ci = 0; ci < b->n_cand; ci++) e[ci] = be[ci] = NAN;
+        b->choice[(size_t)block * nl + li] = plans[li].quantize ? 0 : -1;   /* quantized; the allocation picks which */
+        den[li] = -1;   /* tr(W H W^T) * 2 / n, once per linear */
         if (!plans[li].quantize) continue;
         const qd_linear_info *L = qd_model_linear(p->m, li);
-        int g = linear_group(p->m, li);
-        if (g < 0) { rc = qd_err_set(err, QD_EINVAL, "target_bpw: linear %s has no input group", L->name); break; }
-        size_t nk = (size_t)(L->n * L->k);
-        free(w);
-        free(dq);
-        w = malloc(nk * sizeof *w);
-        dq = malloc(nk * sizeof *dq);
-        if (!w || !dq) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
-        rc = qd_block_linear_get(p->m, bw, li, w, NULL, err);
-        b->choice[(size_t)block * nl + li] = 0;   /* quantized; the allocation picks which */
-        double den = -1;   /* tr(W H W^T) * 2 / n, once per linear */
+        if (linear_group(p->m, li) < 0) { rc = qd_err_set(err, QD_EINVAL, "target_bpw: linear %s has no input group", L->name); break; }
+    }
+    for (int g = 0; g < ng && !rc; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        /* The group's float weights (host) and candidate weights (backend), one group at a
+         * time: the pass holds at most one group's copies beside the block. */
+        for (int j = 0; j < G->n_linears && !rc; j++) {
+            int li = G->linears[j];
+            if (!plans[li].quantize) continue;
+            const qd_linear_info *L = qd_model_linear(p->m, li);
+            w[li] = malloc((size_t)(L->n * L->k) * sizeof(float));
+            ovw[li] = qd_backend_alloc(p->be, (size_t)(L->n * L->k) * sizeof(float));
+            if (!w[li] || !ovw[li]) { rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name); break; }
+            rc = qd_block_linear_get(p->m, bw, li, w[li], NULL, err);
+        }
         for (int ci = 0; ci < b->n_cand && !rc; ci++) {
-            char why[160];
-            if (qd_format_misfit(p->fmt, L->n, L->k, b->cand_group[ci], why, sizeof why)) continue;
-            qd_quant_cfg qc = p->qcfg;
-            qc.bits = b->cand_bits[ci];
-            qc.group_size = b->cand_group[ci];
-            double tr[2], h_err = -1;
-            const float *q = dq;
-            qd_qlayer layer;
-            qd_deq deq;
-            memset(&layer, 0, sizeof layer);
-            memset(&deq, 0, sizeof deq);
-            if (use_gptq && acc[g].n_seen > 0) {
-                /* The pipeline's own GPTQ call, the job's options with the candidate's bits and
-                 * group; the group's factor is made by the first call and reused. */
-                qd_layer_result res;
-                memset(&res, 0, sizeof res);
-                rc = qd_pipeline_quantize_weight(p, &qc, 1, 0.0f, w, L->n, L->k, &acc[g], &shared[g], &layer, &deq,
-                                                 &res, &h_err, err);
-                q = deq.w;
-            } else {
-                rc = qd_rtn_quantize(&qc, w, L->n, L->k, NULL, NULL, NULL, dq, err);
+            const float *over[QD_MAX_LINEARS] = {0};
+            int any = 0, fits = 1;
+            for (int j = 0; j < G->n_linears && !rc; j++) {
+                int li = G->linears[j];
+                if (!plans[li].quantize) continue;
+                const qd_linear_info *L = qd_model_linear(p->m, li);
+                double *e = b->err + ((size_t)block * nl + li) * b->n_cand;
+                char why[160];
+                any = 1;
+                if (qd_format_misfit(p->fmt, L->n, L->k, b->cand_group[ci], why, sizeof why)) { fits = 0; continue; }
+                qd_quant_cfg qc = p->qcfg;
+                qc.bits = b->cand_bits[ci];
+                qc.group_size = b->cand_group[ci];
+                double tr[2], h_err = -1;
+                qd_qlayer layer;
+                qd_deq deq;
+                memset(&layer, 0, sizeof layer);
+                memset(&deq, 0, sizeof deq);
+                const float *q = NULL;
+                float *dq = NULL;
+                if (use_gptq && acc[g].n_seen > 0) {
+                    /* The pipeline's own GPTQ call, the job's options with the candidate's bits
+                     * and group; the group's factor is made by the first call and reused. */
+                    qd_layer_result res;
+                    memset(&res, 0, sizeof res);
+                    rc = qd_pipeline_quantize_weight(p, &qc, 1, 0.0f, w[li], L->n, L->k, &acc[g], &shared[g], &layer,
+                                                     &deq, &res, &h_err, err);
+                    q = deq.w;
+                } else {
+                    dq = malloc((size_t)(L->n * L->k) * sizeof *dq);
+                    rc = dq ? qd_rtn_quantize(&qc, w[li], L->n, L->k, NULL, NULL, NULL, dq, err)
+                            : qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
+                    q = dq;
+                }
+                if (!rc && h_err >= 0 && den[li] >= 0) {
+                    tr[0] = h_err * 2.0 / (double)L->n;   /* qd_pipeline_rel_traces' scale */
+                    tr[1] = den[li];
+                } else if (!rc) {
+                    rc = qd_pipeline_rel_traces(p, w[li], q, L->n, L->k, &acc[g], h_err, tr, err);
+                    if (!rc) den[li] = tr[1];
+                }
+                if (!rc) e[ci] = tr[1] > 0 ? fmax(tr[0], 0) / tr[1] : 0.0;
+                if (!rc && qd_backend_upload(p->be, ovw[li], q, (size_t)(L->n * L->k) * sizeof(float)))
+                    rc = qd_err_set(err, QD_EBACKEND, "%s", p->be->err.msg);
+                over[li] = ovw[li];
+                free(dq);
+                qd_qlayer_free(&layer);
+                qd_deq_free(&deq);
             }
-            if (!rc && h_err >= 0 && den >= 0) {
-                tr[0] = h_err * 2.0 / (double)L->n;   /* qd_pipeline_rel_traces' scale */
-                tr[1] = den;
-            } else if (!rc) {
-                rc = qd_pipeline_rel_traces(p, w, q, L->n, L->k, &acc[g], h_err, tr, err);
-                if (!rc) den = tr[1];
-            }
-            if (!rc) e[ci] = tr[1] > 0 ? fmax(tr[0], 0) / tr[1] : 0.0;
-            qd_qlayer_free(&layer);
-            qd_deq_free(&deq);
+            if (rc || !any || !fits) continue;
+            /* The block with this group's linears at the candidate, every other one float. */
+            rc = qd_pipeline_bpw_block_forward(p, bw, over, bseq, yq, err);
+            if (!rc && qd_backend_download(p->be, hq, yq, bbytes)) rc = qd_err_set(err, QD_EBACKEND, "%s", p->be->err.msg);
+            double v = rc ? NAN : qd_bpw_token_rel_err2(href, hq, brows, p->hidden);
+            for (int j = 0; j < G->n_linears && !rc; j++)
+                if (plans[G->linears[j]].quantize) b->blk[((size_t)block * nl + G->linears[j]) * b->n_cand + ci] = v;
+        }
+        for (int j = 0; j < G->n_linears; j++) {
+            int li = G->linears[j];
+            free(w[li]);
+            qd_backend_free(p->be, ovw[li]);
+            w[li] = NULL;
+            ovw[li] = NULL;
         }
     }
 out:
-    free(w);
-    free(dq);
+    for (int li = 0; li < QD_MAX_LINEARS; li++) {
+        free(w[li]);
+        qd_backend_free(p->be, ovw[li]);
+    }
+    qd_backend_free(p->be, yref);
+    qd_backend_free(p->be, yq);
+    free(href);
+    free(hq);
     for (int g = 0; shared && g < ng; g++) qd_gptq_shared_free(&shared[g]);   /* before its accumulator */
     free(shared);
     for (int g = 0; acc && g < ng; g++) qd_gptq_hessian_free(&acc[g]);
@@ -259,7 +314,8 @@ static int allocate(qd_pipeline *p, qd_bpw_plan *b, qd_err *err)
             const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
             for (int c = 0; c < b->n_cand; c++) {
                 sz[c] += qd_pipeline_bpw_size_bits(p, L->n, L->k, b->cand_bits[c], b->cand_group[c]);
-                er[c] += (double)L->n * b->err[(size_t)at * b->n_cand + c];   /* NaN (does not fit) stays NaN */
+                /* The group's block-output error, on each of its linears alike (NaN: does not fit). */
+                if (!any) er[c] = b->blk[(size_t)at * b->n_cand + c];
             }
             weights += (double)(L->n * L->k);
             any = 1;
@@ -304,9 +360,10 @@ static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *pat
     }
     for (int i = 0; !bad && i < b->n_blocks * b->n_lin; i++) {
         if (b->choice[i] < 0) continue;
-        cJSON *l = cJSON_CreateObject(), *e = cJSON_CreateArray();
-        if (!l || !e || !cJSON_AddItemToArray(layers, l)) { cJSON_Delete(l); cJSON_Delete(e); bad = 1; break; }
-        if (!cJSON_AddItemToObject(l, "rel_err2", e)) { cJSON_Delete(e); bad = 1; break; }
+        cJSON *l = cJSON_CreateObject(), *e = cJSON_CreateArray(), *be = cJSON_CreateArray();
+        if (!l || !e || !be || !cJSON_AddItemToArray(layers, l)) { cJSON_Delete(l); cJSON_Delete(e); cJSON_Delete(be); bad = 1; break; }
+        if (!cJSON_AddItemToObject(l, "rel_err2", e)) { cJSON_Delete(e); cJSON_Delete(be); bad = 1; break; }
+        if (!cJSON_AddItemToObject(l, "block_err2", be)) { cJSON_Delete(be); bad = 1; break; }
         char prefix[160], name[400];
         qd_model_block_prefix(p->m, i / b->n_lin, prefix, sizeof prefix);
         snprintf(name, sizeof name, "%s%s", prefix, qd_model_linear(p->m, i % b->n_lin)->name);
@@ -314,12 +371,14 @@ static int plan_save(const qd_pipeline *p, const qd_bpw_plan *b, const char *pat
         cJSON_AddNumberToObject(l, "block", i / b->n_lin);
         cJSON_AddNumberToObject(l, "linear", i % b->n_lin);
         cJSON_AddNumberToObject(l, "choice", b->choice[i]);
-        for (int c = 0; c < b->n_cand && !bad; c++) {
+        for (int c = 0; c < 2 * b->n_cand && !bad; c++) {
             /* Exact doubles (qd_json_add_exact writes into an object; the node is moved). */
+            const double *src = c < b->n_cand ? b->err : b->blk;
             cJSON *h = cJSON_CreateObject();
-            cJSON *node = h && qd_json_add_exact(h, "v", b->err[(size_t)i * b->n_cand + c]) ? cJSON_DetachItemFromObject(h, "v") : NULL;
+            cJSON *node = h && qd_json_add_exact(h, "v", src[(size_t)i * b->n_cand + c % b->n_cand])
+                              ? cJSON_DetachItemFromObject(h, "v") : NULL;
             cJSON_Delete(h);
-            if (!node || !cJSON_AddItemToArray(e, node)) { cJSON_Delete(node); bad = 1; }
+            if (!node || !cJSON_AddItemToArray(c < b->n_cand ? e : be, node)) { cJSON_Delete(node); bad = 1; }
         }
     }
     char *text = bad ? NULL : cJSON_PrintUnformatted(o);
@@ -340,7 +399,7 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
     const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "version");
     const cJSON *est = cJSON_GetObjectItemCaseSensitive(o, "estimate");
     const char *made = cJSON_IsNumber(v) && v->valueint == 1 ? "rtn" : cJSON_IsString(est) ? est->valuestring : "?";
-    if (cJSON_IsNumber(v) && (v->valueint == 1 || v->valueint == BPW_PLAN_VERSION) && strcmp(made, plan_estimate(p))) {
+    if (cJSON_IsNumber(v) && v->valueint >= 1 && v->valueint <= BPW_PLAN_VERSION && strcmp(made, plan_estimate(p))) {
         rc = qd_err_set(err, QD_EMISMATCH, "%s: made with the %s estimate (version %d), this job's is %s's", path, made,
                         v->valueint, plan_estimate(p));
         cJSON_Delete(o);
@@ -351,8 +410,8 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
     const cJSON *tb = cJSON_GetObjectItemCaseSensitive(o, "target_bpw");
     const cJSON *bp = cJSON_GetObjectItemCaseSensitive(o, "bpw");
     const cJSON *sec = cJSON_GetObjectItemCaseSensitive(o, "seconds");
-    /* Version 1 has version 2's keys but "estimate" (it was RTN's, checked above). */
-    if (!cJSON_IsNumber(v) || (v->valueint != BPW_PLAN_VERSION && v->valueint != 1) || !cJSON_IsArray(cands) || !cJSON_IsArray(layers) ||
+    /* An earlier version's plan is of an estimate no job makes now (checked above). */
+    if (!cJSON_IsNumber(v) || v->valueint != BPW_PLAN_VERSION || !cJSON_IsArray(cands) || !cJSON_IsArray(layers) ||
         !cJSON_IsNumber(tb) || tb->valuedouble != b->target || !cJSON_IsNumber(bp))
         rc = qd_err_set(err, QD_EFORMAT, "%s: not a version %d plan for target_bpw %g", path, BPW_PLAN_VERSION, b->target);
     int i = 0;
@@ -365,8 +424,10 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
     if (!rc && i != b->n_cand) rc = qd_err_set(err, QD_EFORMAT, "%s: its candidates are not the job's", path);
     for (const cJSON *l = layers ? layers->child : NULL; !rc && l; l = l->next) {
         const cJSON *bl = cJSON_GetObjectItemCaseSensitive(l, "block"), *li = cJSON_GetObjectItemCaseSensitive(l, "linear"),
-                    *ch = cJSON_GetObjectItemCaseSensitive(l, "choice"), *e = cJSON_GetObjectItemCaseSensitive(l, "rel_err2");
-        if (!cJSON_IsNumber(bl) || !cJSON_IsNumber(li) || !cJSON_IsNumber(ch) || !cJSON_IsArray(e) ||
+                    *ch = cJSON_GetObjectItemCaseSensitive(l, "choice"), *e = cJSON_GetObjectItemCaseSensitive(l, "rel_err2"),
+                    *be = cJSON_GetObjectItemCaseSensitive(l, "block_err2");
+        if (!cJSON_IsNumber(bl) || !cJSON_IsNumber(li) || !cJSON_IsNumber(ch) || !cJSON_IsArray(e) || !cJSON_IsArray(be) ||
+            cJSON_GetArraySize(be) != b->n_cand ||
             bl->valueint < 0 || bl->valueint >= b->n_blocks || li->valueint < 0 || li->valueint >= b->n_lin ||
             ch->valueint < 0 || ch->valueint >= b->n_cand || cJSON_GetArraySize(e) != b->n_cand) {
             rc = qd_err_set(err, QD_EFORMAT, "%s: a layer entry is not valid", path);
@@ -377,6 +438,9 @@ static int plan_load(const qd_pipeline *p, qd_bpw_plan *b, const char *path, qd_
         int c = 0;
         for (const cJSON *x = e->child; x; x = x->next, c++)
             b->err[at * b->n_cand + c] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
+        c = 0;
+        for (const cJSON *x = be->child; x; x = x->next, c++)
+            b->blk[at * b->n_cand + c] = cJSON_IsNumber(x) ? x->valuedouble : NAN;
     }
     if (!rc) {
         b->bpw = bp->valuedouble;
@@ -434,10 +498,11 @@ int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
     if (!rc) {
         b.choice = malloc(total * sizeof *b.choice);
         b.err = malloc(total * b.n_cand * sizeof *b.err);
-        if (!b.choice || !b.err) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        b.blk = malloc(total * b.n_cand * sizeof *b.blk);
+        if (!b.choice || !b.err || !b.blk) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
     for (size_t i = 0; !rc && i < total; i++) b.choice[i] = -1;
-    for (size_t i = 0; !rc && i < total * b.n_cand; i++) b.err[i] = NAN;
+    for (size_t i = 0; !rc && i < total * b.n_cand; i++) b.err[i] = b.blk[i] = NAN;
     char path[QD_PATH_MAX + 32];
     snprintf(path, sizeof path, "%s/bpw-plan.json", p->ckpt_dir);
     int have = !rc && qd_fs_exists(path);
@@ -449,7 +514,7 @@ int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err)
             rc = 0;
             have = 0;
             for (size_t i = 0; i < total; i++) b.choice[i] = -1;
-            for (size_t i = 0; i < total * b.n_cand; i++) b.err[i] = NAN;
+            for (size_t i = 0; i < total * b.n_cand; i++) b.err[i] = b.blk[i] = NAN;
         } else if (rc == QD_EMISMATCH) {
             qd_err_prefix(err, "the checkpoint's %d blocks followed a plan of another estimate; start the job again "
                           "in a new output (or delete it)", p->st.next_block);
@@ -539,10 +604,13 @@ cJSON *qd_pipeline_bpw_report(const qd_pipeline *p)
     cJSON_AddNumberToObject(o, "plan_seconds", b->seconds);
     cJSON_AddStringToObject(o, "estimate", plan_estimate(p));
     cJSON_AddStringToObject(o, "error", "rel_err2: tr((W-Q) H (W-Q)^T) / tr(W H W^T) per candidate, Q the job's "
-                                        "quantizer (estimate: gptq with the job's options, or rtn) on the float "
-                                        "model's calibration inputs; the plan minimises the sum of rel_err2 times each "
-                                        "linear's output features within target_bpw, one choice per input group (q/k/v, "
-                                        "gate/up share one)");
+                                        "quantizer (estimate: gptq-block with the job's GPTQ options, or rtn-block) on "
+                                        "the float model's calibration inputs; block_err2: the block's output with the "
+                                        "linear's input group at the candidate (the group's linears alike), its error "
+                                        "relative to each token's float output, squared, averaged over the first "
+                                        "calibration sequences' tokens; the plan minimises the sum of block_err2 over "
+                                        "the input groups within target_bpw, one choice per input group (q/k/v, gate/up "
+                                        "share one)");
     for (int c = 0; c < b->n_cand; c++) {
         cJSON *x = cJSON_CreateObject();
         cJSON_AddNumberToObject(x, "bits", b->cand_bits[c]);
@@ -555,7 +623,7 @@ cJSON *qd_pipeline_bpw_report(const qd_pipeline *p)
         const qd_linear_info *L = qd_model_linear(p->m, i % b->n_lin);
         char name[400], why[256];
         module_name(p, i / b->n_lin, i % b->n_lin, name, sizeof name);
-        const double *e = b->err + (size_t)i * b->n_cand;
+        const double *e = b->blk + (size_t)i * b->n_cand, *re = b->err + (size_t)i * b->n_cand;
         double own = qd_pipeline_bpw_size_bits(p, L->n, L->k, b->cand_bits[c], b->cand_group[c]) / (double)(L->n * L->k);
         /* Why: its error here, and the next smaller candidate's (what the bits bought). */
         int smaller = -1;
@@ -565,21 +633,24 @@ cJSON *qd_pipeline_bpw_report(const qd_pipeline *p)
             if (isfinite(e[d]) && bd < own && (smaller < 0 || bd > sb)) smaller = d, sb = bd;
         }
         if (smaller >= 0)
-            snprintf(why, sizeof why, "rel_err2 %.3g at %.4g bpw; the next smaller, %d bits g%lld at %.4g bpw, %.3g (x%.3g)",
+            snprintf(why, sizeof why, "block_err2 %.3g at %.4g bpw; the next smaller, %d bits g%lld at %.4g bpw, %.3g (x%.3g)",
                      e[c], own, b->cand_bits[smaller], (long long)b->cand_group[smaller], sb, e[smaller],
                      e[c] > 0 ? e[smaller] / e[c] : 0.0);
         else
-            snprintf(why, sizeof why, "rel_err2 %.3g at %.4g bpw, the smallest candidate", e[c], own);
+            snprintf(why, sizeof why, "block_err2 %.3g at %.4g bpw, the smallest candidate", e[c], own);
         cJSON *l = cJSON_CreateObject();
-        cJSON *ev = cJSON_CreateArray();
-        if (!l || !ev) { cJSON_Delete(l); cJSON_Delete(ev); cJSON_Delete(o); return NULL; }
+        cJSON *ev = cJSON_CreateArray(), *bv = cJSON_CreateArray();
+        if (!l || !ev || !bv) { cJSON_Delete(l); cJSON_Delete(ev); cJSON_Delete(bv); cJSON_Delete(o); return NULL; }
         cJSON_AddStringToObject(l, "name", name);
         cJSON_AddNumberToObject(l, "bits", b->cand_bits[c]);
         cJSON_AddNumberToObject(l, "group_size", (double)b->cand_group[c]);
         cJSON_AddNumberToObject(l, "bpw", own);
-        for (int d = 0; d < b->n_cand; d++)
-            cJSON_AddItemToArray(ev, isfinite(e[d]) ? cJSON_CreateNumber(e[d]) : cJSON_CreateNull());
+        for (int d = 0; d < b->n_cand; d++) {
+            cJSON_AddItemToArray(ev, isfinite(re[d]) ? cJSON_CreateNumber(re[d]) : cJSON_CreateNull());
+            cJSON_AddItemToArray(bv, isfinite(e[d]) ? cJSON_CreateNumber(e[d]) : cJSON_CreateNull());
+        }
         cJSON_AddItemToObject(l, "rel_err2", ev);
+        cJSON_AddItemToObject(l, "block_err2", bv);
         cJSON_AddStringToObject(l, "why", why);
         cJSON_AddItemToArray(layers, l);
     }

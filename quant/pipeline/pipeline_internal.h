@@ -45,6 +45,10 @@ typedef struct qd_bpw_plan {
     double *err;                 /* [n_blocks * n_lin * n_cand]: tr(D H D^T) / tr(W H W^T), D the
                                     error of the job's quantizer (GPTQ's or RTN's), NaN
                                     where the candidate does not fit the linear; owned */
+    double *blk;                 /* [n_blocks * n_lin * n_cand]: the block-output error of the
+                                    linear's input group at each candidate (every linear of the
+                                    group the same; qd_bpw_token_rel_err2), what the allocation
+                                    ranks; NaN where it does not fit; owned */
     double target;               /* job.target_bpw */
     double bpw;                  /* what the choice stores per weight */
     double seconds;              /* the plan's pass */
@@ -204,15 +208,25 @@ int qd_pipeline_run_block_impl(qd_pipeline *p, qd_err *err);
 /* ---- job.target_bpw (pipeline_bpw.c) ---- */
 
 /* For a job with target_bpw: reads .quantd/bpw-plan.json, or (at block 0 only) makes it: one
- * pass of the calibration through the float model, block by block, each linear's Hessian,
- * each candidate's error under it with the job's quantizer (GPTQ with the job's options, or
- * RTN), then the allocation (quant/algo/bpw_alloc.h) within
- * the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
+ * pass of the calibration through the float model, block by block, each input group's
+ * Hessian, per input group and candidate the job's quantizer on its linears (GPTQ with the
+ * job's options, or RTN) and the block's output error with them (pipeline_bpw_block.c),
+ * then the allocation (quant/algo/bpw_alloc.h) within the target, saved atomically. p->acts must hold block 0's inputs when it is made. No-op
  * without target_bpw. */
 int qd_pipeline_bpw_prepare(qd_pipeline *p, qd_err *err);
 /* The pre-flight of target_bpw (before any work): QD_EINVAL when even every linear's smallest
  * candidate stores more than the target. */
 int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err);
+/* The block-output estimate (pipeline_bpw_block.c). y (backend, the activations' shape, its
+ * first n_seq sequences written) = the block on p->acts' first n_seq calibration sequences,
+ * each linear li computing with w[li] (backend [n, k]) where w (or w[li]) is not NULL, the
+ * loaded weight otherwise. */
+int qd_pipeline_bpw_block_forward(qd_pipeline *p, const qd_block_weights *bw, const float *const *w, int64_t n_seq,
+                                  float *y, qd_err *err);
+/* The mean over rows (tokens) of ||yq_r - y_r||^2 / ||y_r||^2 (host [rows, hidden]; rows
+ * with y_r = 0 are left out, 0 when none is left): the error each token's residual stream
+ * carries relative to its own size, as the next block's norm sees it. */
+double qd_bpw_token_rel_err2(const float *y, const float *yq, int64_t rows, int64_t hidden);
 void qd_bpw_plan_free(qd_bpw_plan *b);
 /* The quantizer of linear li in block: p->qcfg with the plan's bits and group size. */
 qd_quant_cfg qd_pipeline_linear_qcfg(const qd_pipeline *p, int block, int li);

@@ -4,17 +4,20 @@
  * its bits and group, quantd's own reader loads it (logits near the float model's), the
  * report lists each layer's bits and why, a run cancelled (in the plan's pass, or after it)
  * resumes to byte-identical output, and a plan with a single candidate writes the same
- * tensors as the uniform job. The plan's estimate is the job's own quantizer's error (GPTQ's
- * for a GPTQ job, RTN's for an RTN job: checked against the error the run itself reports for
- * the layers whose inputs the float pass sees exactly), its allocation is the exhaustive
- * search's optimum over those estimates, and a plan of another estimate is made again before
- * block 0 and refused after. */
+ * tensors as the uniform job. The plan quantizes with the job's own quantizer (GPTQ's for a
+ * GPTQ job, RTN's for an RTN job: each layer's error checked against the error the run itself
+ * reports for the layers whose inputs the float pass sees exactly) and ranks by the error at
+ * the block's output (checked against a direct computation: the block with the group's
+ * linears replaced, run again), its allocation is the exhaustive search's optimum over those
+ * estimates, and a plan of another estimate is made again before block 0 and refused after. */
 #include <math.h>
 #include <stdlib.h>
 #include <stdio.h>
 #include <string.h>
 
 #include "pipeline_testlib.h"
+#include "quant/formats/quantizer.h"
+#include "quant/pipeline/pipeline_internal.h"
 #include "quant/tp/tp_serving.h"
 
 static const char *T;
@@ -97,8 +100,8 @@ static int check_estimate_is_run(const cJSON *rep)
 }
 
 /* The allocation against an exhaustive search over the plan's own estimates: one choice per
- * input group of a block (q/k/v, o, gate/up, down), its error the sum over its linears of
- * rel_err2 times output features, its size the stored bits (codes, F16 scales, symmetric);
+ * input group of a block (q/k/v, o, gate/up, down), its error the group's block_err2 (the
+ * same on each of its linears), its size the stored bits (codes, F16 scales, symmetric);
  * the least error within target * weights by meet in the middle (every combination of each
  * half, one side sorted by size with its running least error). */
 #define EX_MAX 16
@@ -139,7 +142,7 @@ static void check_allocation_exhaustive(const char *out, const cJSON *rep, doubl
     CHECK(nc > 0 && nc <= 8);
     if (nc <= 0 || nc > 8) return;
     ex_item items[EX_MAX];
-    int keys[EX_MAX], n = 0;
+    int keys[EX_MAX], chosen[EX_MAX], n = 0;
     double weights = 0, plan_err = 0;
     for (const cJSON *l = layers ? layers->child : NULL; l; l = l->next) {
         const char *nm = cJSON_GetObjectItem(l, "name")->valuestring;
@@ -159,6 +162,7 @@ static void check_allocation_exhaustive(const char *out, const cJSON *rep, doubl
             keys[it] = key;
             memset(&items[it], 0, sizeof items[it]);
             items[it].nc = nc;
+            chosen[it] = -1;
         }
         char tn[512];
         int64_t sp[2];
@@ -167,17 +171,25 @@ static void check_allocation_exhaustive(const char *out, const cJSON *rep, doubl
         int bits = cJSON_GetObjectItem(l, "bits")->valueint;
         int64_t rows = sp[0], k = sp[1] * 32 / bits;
         weights += (double)(rows * k);
-        const cJSON *e = cJSON_GetObjectItem(l, "rel_err2");
-        int ci = 0;
+        const cJSON *e = cJSON_GetObjectItem(l, "block_err2");
+        int ci = 0, first = chosen[it] < 0;
         for (const cJSON *c = cands->child; c; c = c->next, ci++) {
             int cb = cJSON_GetObjectItem(c, "bits")->valueint;
             int64_t gs = (int64_t)cJSON_GetObjectItem(c, "group_size")->valuedouble;
             const cJSON *x = cJSON_GetArrayItem(e, ci);
             double ev = cJSON_IsNumber(x) ? x->valuedouble : INFINITY;   /* null: does not fit */
             items[it].size[ci] += (double)rows * ((double)k * cb + (double)((k + gs - 1) / gs) * 16.0);
-            items[it].err[ci] += (double)rows * ev;
-            if (cb == bits && gs == cJSON_GetObjectItem(l, "group_size")->valueint) plan_err += (double)rows * ev;
+            if (first) items[it].err[ci] = ev;
+            else CHECK(items[it].err[ci] == ev);   /* the group's linears carry the group's error */
+            if (cb == bits && gs == cJSON_GetObjectItem(l, "group_size")->valueint) {
+                CHECK(chosen[it] < 0 || chosen[it] == ci);   /* one choice per group */
+                chosen[it] = ci;
+            }
         }
+    }
+    for (int i = 0; i < n; i++) {
+        CHECK(chosen[i] >= 0);
+        if (chosen[i] >= 0) plan_err += items[i].err[chosen[i]];
     }
     CHECK_INT(n, 3 * 4);
     int h = n / 2;
@@ -263,8 +275,9 @@ static void test_mixed(void)
     const cJSON *layers = cJSON_GetObjectItem(bpw, "layers");
     CHECK_INT(cJSON_GetArraySize(layers), 3 * 7);
     int qb = -1, kb = -1, vb = -1;
-    /* The plan's objective (rel_err2 times output features, summed) is no more than that of
-     * uniform 4-bit g32 (4.5 bpw), which fits the 5.0 target: the allocation is optimal. */
+    /* The plan's objective (block_err2 summed over the input groups: counted on the first
+     * linear of each) is no more than that of uniform 4-bit g32 (4.5 bpw), which fits the 5.0
+     * target: the allocation is optimal. */
     const cJSON *cands = cJSON_GetObjectItem(bpw, "candidates");
     int c432 = -1, ci = 0;
     for (const cJSON *c = cands ? cands->child : NULL; c; c = c->next, ci++)
@@ -277,20 +290,21 @@ static void test_mixed(void)
         int64_t sp[2];
         snprintf(tn, sizeof tn, "%s.weight_packed", nm);
         tensor_shape(out, tn, sp);
-        const cJSON *e = cJSON_GetObjectItem(l, "rel_err2");
-        int chosen = -1;
+        const cJSON *e = cJSON_GetObjectItem(l, "block_err2");
+        int chosen = -1, head = strstr(nm, "q_proj") || strstr(nm, "o_proj") || strstr(nm, "gate_proj") || strstr(nm, "down_proj");
         ci = 0;
         for (const cJSON *c = cands ? cands->child : NULL; c; c = c->next, ci++)
             if (cJSON_GetObjectItem(c, "bits")->valueint == cJSON_GetObjectItem(l, "bits")->valueint &&
                 cJSON_GetObjectItem(c, "group_size")->valueint == cJSON_GetObjectItem(l, "group_size")->valueint)
                 chosen = ci;
         CHECK(chosen >= 0 && c432 >= 0);
-        if (chosen >= 0 && c432 >= 0) {
+        if (chosen >= 0 && c432 >= 0 && head) {
             obj_plan += (double)sp[0] * cJSON_GetArrayItem(e, chosen)->valuedouble;
             obj_uniform += (double)sp[0] * cJSON_GetArrayItem(e, c432)->valuedouble;
         }
         CHECK(cJSON_IsString(cJSON_GetObjectItem(l, "why")));
         CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItem(l, "rel_err2")), 4);
+        CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItem(l, "block_err2")), 4);
         int b = cJSON_GetObjectItem(l, "bits")->valueint * 1000 + cJSON_GetObjectItem(l, "group_size")->valueint;
         if (strstr(nm, "layers.1.self_attn.q_proj")) qb = b;
         if (strstr(nm, "layers.1.self_attn.k_proj")) kb = b;
@@ -299,7 +313,7 @@ static void test_mixed(void)
     CHECK(qb > 0 && qb == kb && kb == vb);
     CHECK(obj_plan <= obj_uniform * (1 + 1e-12));
     fprintf(stderr, "estimated error: plan %.6g, uniform 4-bit g32 %.6g\n", obj_plan, obj_uniform);
-    CHECK_STR(cJSON_GetObjectItem(bpw, "estimate")->valuestring, "gptq");
+    CHECK_STR(cJSON_GetObjectItem(bpw, "estimate")->valuestring, "gptq-block");
     CHECK_INT(check_estimate_is_run(rep), 3);
     check_allocation_exhaustive(out, rep, 5.0);
     cJSON_Delete(cfg);
@@ -335,22 +349,19 @@ static void test_resume(void)
     }
 }
 
-/* Rewrites dir's .quantd/bpw-plan.json: version 1 without "estimate" (an older quantd's, RTN's
- * estimate) when old, else "estimate" set to est; with every choice set to candidate 0. */
-static void plan_rewrite(const char *dir, int old, const char *est)
+/* Rewrites dir's .quantd/bpw-plan.json as version `version` (1: without "estimate", an older
+ * quantd's, RTN's per-layer estimate) with "estimate" est, every choice set to candidate 0. */
+static void plan_rewrite(const char *dir, int version, const char *est)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s", test_path(dir, ".quantd/bpw-plan.json"));
     cJSON *o = pt_read_json(path);
     CHECK(o != NULL);
     if (!o) return;
-    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(o, "version")) && cJSON_GetObjectItem(o, "version")->valueint == 2);
-    if (old) {
-        cJSON_DeleteItemFromObject(o, "estimate");
-        cJSON_ReplaceItemInObject(o, "version", cJSON_CreateNumber(1));
-    } else {
-        cJSON_ReplaceItemInObject(o, "estimate", cJSON_CreateString(est));
-    }
+    CHECK(cJSON_IsNumber(cJSON_GetObjectItem(o, "version")) && cJSON_GetObjectItem(o, "version")->valueint == 3);
+    cJSON_ReplaceItemInObject(o, "version", cJSON_CreateNumber(version));
+    if (version == 1) cJSON_DeleteItemFromObject(o, "estimate");
+    else cJSON_ReplaceItemInObject(o, "estimate", cJSON_CreateString(est));
     const cJSON *layers = cJSON_GetObjectItem(o, "layers");
     for (cJSON *l = layers ? layers->child : NULL; l; l = l->next) cJSON_ReplaceItemInObject(l, "choice", cJSON_CreateNumber(0));
     char *text = cJSON_PrintUnformatted(o);
@@ -364,7 +375,9 @@ static void plan_rewrite(const char *dir, int old, const char *est)
 
 /* A plan made with another estimate than the job's is never followed silently: before block
  * 0 (stopped at block 0's load) it is made again (the output is the uninterrupted run's, not
- * the rewritten choices'); after blocks followed it, the resume is refused, naming it. */
+ * the rewritten choices'), for a version 1 plan (RTN's per-layer error) and a version 2 one
+ * (GPTQ's per-layer error, the previous quantd's); after blocks followed it, the resume is
+ * refused, naming it. */
 static void test_plan_estimate(void)
 {
     char ref[4096], out[4096];
@@ -378,14 +391,14 @@ static void test_plan_estimate(void)
         qd_pipeline_hooks hooks = {.ud = &h, .progress = on_progress};
         CHECK_INT(qd_pipeline_run(job, pt_be, &hooks, &err), QD_ECANCELLED);
         CHECK(h.fired);
-        plan_rewrite(out, s == 0, "rtn");
+        plan_rewrite(out, s == 0 ? 1 : s == 1 ? 2 : 3, s == 1 ? "gptq" : "rtn");
         if (s < 2) {
             CHECK_OK(qd_pipeline_run(job, pt_be, NULL, &err));
             CHECK(pt_same_file(test_path(ref, "model.safetensors"), test_path(out, "model.safetensors")));
             /* The finished run's report is the plan made again: the job's estimate. */
             cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
             CHECK_STR(rep ? cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "bpw"), "estimate")) : NULL,
-                      "gptq");
+                      "gptq-block");
             cJSON_Delete(rep);
         } else {
             CHECK_INT(qd_pipeline_run(job, pt_be, NULL, &err), QD_EMISMATCH);
@@ -407,10 +420,97 @@ static void test_rtn_estimate(void)
     cJSON *rep = pt_read_json(test_path(out, "quantd_report.json"));
     CHECK(rep != NULL);
     if (!rep) return;
-    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "bpw"), "estimate")), "rtn");
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(cJSON_GetObjectItem(rep, "bpw"), "estimate")), "rtn-block");
     CHECK_INT(check_estimate_is_run(rep), 3);
     check_allocation_exhaustive(out, rep, 5.0);
     cJSON_Delete(rep);
+}
+
+/* The block-output estimate against a direct computation, for every input group and candidate
+ * of block 0 (its inputs are the opened pipeline's activations) of an RTN job: the float block
+ * and the block with the group's linears replaced for good by their RTN candidate
+ * (qd_block_linear_set, not the plan's override hook), each run as one batch over the first
+ * calibration sequences, and the mean over tokens of ||dy||^2 / ||y||^2 in double. */
+static void test_block_estimate(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/blk", T);
+    qp_job *job = pt_job(llama_dir, out, "rtn", "compressed-tensors", tokens, EXTRA);
+    qd_pipeline *p = NULL;
+    qd_err err = {0};
+    if (!job) { CHECK(0); return; }
+    CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
+    if (!p) { qp_job_free(job); return; }
+    const qd_bpw_plan *b = &p->bpw;
+    int nl = qd_model_n_linears(p->m), checked = 0;
+    int64_t nseq = p->n_seq < 4 ? p->n_seq : 4, rows = nseq * p->seq_len, hd = p->hidden;
+    CHECK(p->n_seq > 4);   /* the estimate's rows are a part of the calibration */
+    size_t bytes = (size_t)(rows * hd) * sizeof(float);
+    float *y = qd_backend_alloc(pt_be, bytes), *yq = qd_backend_alloc(pt_be, bytes);
+    float *hy = malloc(bytes), *hq = malloc(bytes);
+    qd_block_weights *bw = NULL;
+    CHECK(y && yq && hy && hq);
+    CHECK_OK(qd_block_load(p->m, 0, &bw, &err));
+    CHECK_OK(qd_block_forward(p->m, bw, p->acts, y, nseq, p->seq_len, NULL, NULL, &err));
+    CHECK_OK(qd_backend_download(pt_be, hy, y, bytes));
+    for (int g = 0; g < qd_model_n_groups(p->m) && bw; g++) {
+        const qd_input_group *G = qd_model_group(p->m, g);
+        for (int c = 0; c < b->n_cand; c++) {
+            qd_block_weights *bq = NULL;
+            CHECK_OK(qd_block_load(p->m, 0, &bq, &err));
+            if (!bq) break;
+            for (int j = 0; j < G->n_linears; j++) {
+                const qd_linear_info *L = qd_model_linear(p->m, G->linears[j]);
+                float *w = malloc((size_t)(L->n * L->k) * sizeof *w), *dq = malloc((size_t)(L->n * L->k) * sizeof *dq);
+                qd_quant_cfg qc = p->qcfg;
+                qc.bits = b->cand_bits[c];
+                qc.group_size = b->cand_group[c];
+                CHECK_OK(qd_block_linear_get(p->m, bq, G->linears[j], w, NULL, &err));
+                CHECK_OK(qd_rtn_quantize(&qc, w, L->n, L->k, NULL, NULL, NULL, dq, &err));
+                CHECK_OK(qd_block_linear_set(p->m, bq, G->linears[j], dq, NULL, &err));
+                free(w);
+                free(dq);
+            }
+            CHECK_OK(qd_block_forward(p->m, bq, p->acts, yq, nseq, p->seq_len, NULL, NULL, &err));
+            CHECK_OK(qd_backend_download(pt_be, hq, yq, bytes));
+            double direct = 0;
+            for (int64_t r = 0; r < rows; r++) {
+                double num = 0, den = 0;
+                for (int64_t i = 0; i < hd; i++) {
+                    num += ((double)hq[r * hd + i] - hy[r * hd + i]) * ((double)hq[r * hd + i] - hy[r * hd + i]);
+                    den += (double)hy[r * hd + i] * hy[r * hd + i];
+                }
+                direct += num / den / (double)rows;
+            }
+            for (int j = 0; j < G->n_linears; j++) {
+                double est = b->blk[(size_t)G->linears[j] * b->n_cand + c];
+                if (j == 0) fprintf(stderr, "block 0 %s, %d bits g%lld: block_err2 %.9g, direct %.9g\n", G->name,
+                                    b->cand_bits[c], (long long)b->cand_group[c], est, direct);
+                CHECK(direct > 0);
+                CHECK_NEAR(est, direct, 1e-6 * direct);
+                checked++;
+            }
+            qd_block_free(p->m, bq);
+        }
+    }
+    CHECK_INT(checked, 7 * b->n_cand);
+    (void)nl;
+    qd_block_free(p->m, bw);
+    qd_backend_free(pt_be, y);
+    qd_backend_free(pt_be, yq);
+    free(hy);
+    free(hq);
+    qd_pipeline_close(p);
+    qp_job_free(job);
+}
+
+/* The per-token ratio against a hand computation, rows of zero left out. */
+static void test_token_rel_err2(void)
+{
+    const float y[3 * 2] = {3, 4, 0, 0, 1, 0}, yq[3 * 2] = {3, 5, 7, 7, 1, 2};
+    /* (1/25 + 4/1) / 2: the zero row does not count. */
+    CHECK_NEAR(qd_bpw_token_rel_err2(y, yq, 3, 2), (1.0 / 25 + 4.0) / 2, 1e-15);
+    CHECK_NEAR(qd_bpw_token_rel_err2(y + 2, yq + 2, 1, 2), 0.0, 0);
 }
 
 /* One candidate, the job's own bits and group (pt_job's group_size 32): the tensors are the uniform job's, bit for bit. */
@@ -493,6 +593,8 @@ int main(void)
     TEST_RUN(test_resume);
     TEST_RUN(test_plan_estimate);
     TEST_RUN(test_rtn_estimate);
+    TEST_RUN(test_block_estimate);
+    TEST_RUN(test_token_rel_err2);
     TEST_RUN(test_single_candidate);
     TEST_RUN(test_serving_mixed);
     return pt_teardown();
