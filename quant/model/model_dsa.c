@@ -7,8 +7,8 @@
  *   score(i, j) = sum_h w(i, h) n_heads^-1/2 * relu(q(i, h) . k(j) index_head_dim^-1/2),
  *   w = weights_proj(x); query i attends the index_topk best of its causal keys j <= i (all
  *   of them when it has no more than index_topk).
- * The scores are summed on the host, as the MoE routers are: the choice is a discrete one,
- * made in the same float32 arithmetic on every backend. Ties: the lower key index wins (the
+ * The scores are the backend's dsa_scores op (float32, the dot over the dims then the heads);
+ * the choice is made on the host, as the MoE routers' is. Ties: the lower key index wins (the
  * goldens have none at the boundary; torch.topk's order among equal scores is its own).
  * wq_b is a quantized linear of the block (group q_latent); wk, weights_proj and k_norm are
  * float tensors (bw->dsa_w), as vLLM loads them. */
@@ -78,12 +78,12 @@ int qd_dsa_keep(qd_model *m, const qd_block_weights *bw, const float *xn, const 
     float *q_be = qd_backend_alloc(be, (size_t)(rows * IH * ID) * f), *k_be = qd_backend_alloc(be, (size_t)(rows * ID) * f);
     float *w_be = qd_backend_alloc(be, (size_t)(rows * IH) * f), *r_be = qd_backend_alloc(be, (size_t)(rows * (IH + 1) * R) * f);
     float *hq = malloc((size_t)(rows * IH * ID) * f), *hk = malloc((size_t)(rows * ID) * f);
-    float *hw = malloc((size_t)(rows * IH) * f), *hr = malloc((size_t)(rows * (IH + 1) * R) * f);
-    float *score = malloc((size_t)seq * f);
+    float *hr = malloc((size_t)(rows * (IH + 1) * R) * f);
+    float *s_be = qd_backend_alloc(be, (size_t)(rows * seq) * f), *score = malloc((size_t)(rows * seq) * f);
     dsa_cand *cand = malloc((size_t)seq * sizeof *cand);
     uint8_t *hkeep = calloc((size_t)(rows * seq), 1);
     int rc = 0;
-    if (!q_be || !k_be || !w_be || !r_be || !hq || !hk || !hw || !hr || !score || !cand || !hkeep) {
+    if (!q_be || !k_be || !w_be || !r_be || !s_be || !hq || !hk || !hr || !score || !cand || !hkeep) {
         rc = qd_err_set(err, QD_ENOMEM, "block %d: out of memory for the indexer", bw->block);
         goto done;
     }
@@ -95,7 +95,6 @@ int qd_dsa_keep(qd_model *m, const qd_block_weights *bw, const float *xn, const 
     BE_TRY(be->ops->gemm(be, 0, 1, rows, IH, H, 1.0f, xn, H, bw->dsa_w[1], H, 0.0f, w_be, IH), "weights_proj");
     BE_TRY(qd_backend_download(be, hq, q_be, (size_t)(rows * IH * ID) * f), "q: download");
     BE_TRY(qd_backend_download(be, hk, k_be, (size_t)(rows * ID) * f), "k: download");
-    BE_TRY(qd_backend_download(be, hw, w_be, (size_t)(rows * IH) * f), "weights: download");
     /* Half-split RoPE on the first R dims: q heads [rows, IH, R], then k [rows, 1, R]. */
     for (int64_t t = 0; t < rows; t++) {
         for (int64_t h = 0; h < IH; h++) memcpy(hr + (t * IH + h) * R, hq + (t * IH + h) * ID, (size_t)R * f);
@@ -109,23 +108,18 @@ int qd_dsa_keep(qd_model *m, const qd_block_weights *bw, const float *xn, const 
         for (int64_t h = 0; h < IH; h++) memcpy(hq + (t * IH + h) * ID, hr + (t * IH + h) * R, (size_t)R * f);
         memcpy(hk + t * ID, hr + rows * IH * R + t * R, (size_t)R * f);
     }
-    /* Scores and the choice, per sequence and query. */
-    const float qk_scale = (float)(1.0 / sqrt((double)ID)), w_scale = (float)(1.0 / sqrt((double)IH));
+    /* Scores on the backend, the choice per sequence and query on the host. */
+    BE_TRY(qd_backend_upload(be, q_be, hq, (size_t)(rows * IH * ID) * f), "q: upload");
+    BE_TRY(qd_backend_upload(be, k_be, hk, (size_t)(rows * ID) * f), "k: upload");
+    BE_TRY(be->ops->dsa_scores(be, s_be, q_be, k_be, w_be, batch, seq, IH, ID, (float)(1.0 / sqrt((double)ID)),
+                               (float)(1.0 / sqrt((double)IH))), "scores");
+    BE_TRY(qd_backend_download(be, score, s_be, (size_t)(rows * seq) * f), "scores: download");
     for (int64_t b = 0; b < batch; b++)
         for (int64_t i = 0; i < seq; i++) {
             uint8_t *kr = hkeep + (b * seq + i) * seq;
             if (i + 1 <= c->index_topk) { memset(kr, 1, (size_t)(i + 1)); continue; }
-            const float *qi = hq + (b * seq + i) * IH * ID, *wi = hw + (b * seq + i) * IH;
             for (int64_t j = 0; j <= i; j++) {
-                const float *kj = hk + (b * seq + j) * ID;
-                float acc = 0.0f;
-                for (int64_t h = 0; h < IH; h++) {
-                    float d = 0.0f;
-                    for (int64_t e = 0; e < ID; e++) d += qi[h * ID + e] * kj[e];
-                    d *= qk_scale;
-                    acc += wi[h] * w_scale * (d > 0.0f ? d : 0.0f);
-                }
-                cand[j].s = acc;
+                cand[j].s = score[(b * seq + i) * seq + j];
                 cand[j].j = (int32_t)j;
             }
             qsort(cand, (size_t)(i + 1), sizeof *cand, cand_cmp);
@@ -134,6 +128,7 @@ int qd_dsa_keep(qd_model *m, const qd_block_weights *bw, const float *xn, const 
     BE_TRY(qd_backend_upload(be, keep, hkeep, (size_t)(rows * seq)), "keep: upload");
 done:
     qd_backend_free(be, q_be); qd_backend_free(be, k_be); qd_backend_free(be, w_be); qd_backend_free(be, r_be);
-    free(hq); free(hk); free(hw); free(hr); free(score); free(cand); free(hkeep);
+    qd_backend_free(be, s_be);
+    free(hq); free(hk); free(hr); free(score); free(cand); free(hkeep);
     return rc;
 }

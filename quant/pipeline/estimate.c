@@ -256,11 +256,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
         scratch += batch_rows * (uint64_t)cfg.n_heads * u64max(qk, v) * 4 * 13;
         /* DeepSeek-V3.2's indexer (model_dsa.c): q, k, the weights and the RoPE parts in backend
-         * memory and on the host, and the keys kept, [rows, seq] bytes, in both. */
+         * memory and on the host, and the scores [rows, seq] (floats) and keys kept (bytes) in both. */
         if (cfg.index_topk > 0)
             scratch += batch_rows * ((uint64_t)((cfg.index_heads + 1) * (cfg.index_head_dim + cfg.qk_rope_dim) +
                                                 cfg.index_heads) * 4 * 2 +
-                                     (uint64_t)job->calibration.seq_len * 2);
+                                     (uint64_t)job->calibration.seq_len * 5 * 2);
     }
     scratch += batch_rows * mix_rows * 4;
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */

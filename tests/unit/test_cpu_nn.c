@@ -264,6 +264,33 @@ static void check_attention_keep(int S)
     free(q); free(k); free(v); free(o); free(r); free(keep);
 }
 
+/* dsa_scores against its formula in double: the causal keys' weighted relu'd dot products,
+ * 0 past the diagonal. */
+static void test_dsa_scores(void)
+{
+    int B = 2, S = 37, NH = 5, HD = 12;
+    float qs = 0.3f, ws = 0.45f;
+    float *q = randn((size_t)B * S * NH * HD, 1.0f), *k = randn((size_t)B * S * HD, 1.0f);
+    float *w = randn((size_t)B * S * NH, 1.0f), *o = malloc((size_t)B * S * S * 4), *r = malloc((size_t)B * S * S * 4);
+    CHECK_OK(be->ops->dsa_scores(be, o, q, k, w, B, S, NH, HD, qs, ws));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < S; i++)
+            for (int j = 0; j < S; j++) {
+                double acc = 0;
+                for (int h = 0; h < NH && j <= i; h++) {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++)
+                        d += (double)q[((size_t)(b * S + i) * NH + h) * HD + e] * k[(size_t)(b * S + j) * HD + e];
+                    d *= qs;
+                    acc += (double)w[(size_t)(b * S + i) * NH + h] * ws * (d > 0 ? d : 0);
+                }
+                r[((size_t)b * S + i) * S + j] = (float)acc;
+            }
+    CHECK(test_max_abs_diff(o, r, (size_t)B * S * S) < 1e-5);
+    CHECK_ERR(be->ops->dsa_scores(be, o, q, k, w, B, S, 0, HD, qs, ws));
+    free(q); free(k); free(w); free(o); free(r);
+}
+
 static void test_attention_keep(void)
 {
     check_attention_keep(1);
@@ -455,6 +482,7 @@ int main(void)
     TEST_RUN(test_rope_interleaved);
     TEST_RUN(test_attention);
     TEST_RUN(test_attention_keep);
+    TEST_RUN(test_dsa_scores);
     TEST_RUN(test_activations);
     TEST_RUN(test_swiglu_clamp);
     TEST_RUN(test_nll);

@@ -346,6 +346,50 @@ int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *
                          cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE, NULL, NULL);
 }
 
+typedef struct dsa_ctx {
+    float *out;
+    const float *q, *k, *w;
+    int64_t seq, n_heads, hd;
+    float qk_scale, w_scale;
+} dsa_ctx;
+
+/* Query rows [r0, r1) of the batch (row b * seq + i). */
+static void dsa_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    (void)t;
+    const dsa_ctx *c = ctx;
+    const int64_t seq = c->seq, NH = c->n_heads, hd = c->hd;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / seq, i = r % seq;
+        const float *qi = c->q + r * NH * hd, *wi = c->w + r * NH;
+        float *o = c->out + r * seq;
+        for (int64_t j = 0; j <= i; j++) {
+            const float *kj = c->k + (b * seq + j) * hd;
+            float acc = 0.0f;
+            for (int64_t h = 0; h < NH; h++) {
+                float d = 0.0f;
+                for (int64_t e = 0; e < hd; e++) d += qi[h * hd + e] * kj[e];
+                d *= c->qk_scale;
+                acc += wi[h] * c->w_scale * (d > 0.0f ? d : 0.0f);
+            }
+            o[j] = acc;
+        }
+        for (int64_t j = i + 1; j < seq; j++) o[j] = 0.0f;
+    }
+}
+
+int cpu_dsa_scores(qd_backend *be, float *out, const float *q, const float *k, const float *w, int64_t batch,
+                   int64_t seq, int64_t n_heads, int64_t hd, float qk_scale, float w_scale)
+{
+    if (batch <= 0 || seq <= 0) return 0;
+    if (n_heads <= 0 || hd <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "dsa_scores: n_heads %lld and hd %lld must be positive",
+                          (long long)n_heads, (long long)hd);
+    dsa_ctx c = {out, q, k, w, seq, n_heads, hd, qk_scale, w_scale};
+    qd_parallel_for(be->n_threads, batch * seq, 1, dsa_rows, &c);
+    return 0;
+}
+
 typedef struct glu_ctx {
     float *out;
     const float *gate, *up;
