@@ -110,6 +110,19 @@ typedef struct qd_rope_freqs {
     X(int, attention_sink, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
                             int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
                             float scale, int64_t window, const float *sinks)) \
+    /* attention (window and softcap none, F32) where query i of sequence b sees key j <= i only \
+     * when keep[(b * seq + i) * seq + j] is nonzero (keep [batch, seq, seq] uint8, backend \
+     * memory): the other keys' probabilities are exactly 0, as transformers' additive mask of \
+     * the float minimum gives (DeepSeek-V3.2's indexer choice). Every row keeps one key or more. */ \
+    X(int, attention_keep, (qd_backend *be, float *out, const float *q, const float *k, const float *v, \
+                            int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, \
+                            float scale, const uint8_t *keep)) \
+    /* DeepSeek-V3.2's index scores: out[b, i, j] = sum_h (w[b, i, h] w_scale) relu((q[b, i, h, :] . \
+     * k[b, j, :]) qk_scale) for the causal keys j <= i, 0 past them; q [batch*seq, n_heads*hd], \
+     * k [batch*seq, hd], w [batch*seq, n_heads], out [batch, seq, seq]. Summed in F32 in that \
+     * order (the dot over the dims, then the heads), as the CPU's scalar loop does. */ \
+    X(int, dsa_scores, (qd_backend *be, float *out, const float *q, const float *k, const float *w, \
+                        int64_t batch, int64_t seq, int64_t n_heads, int64_t hd, float qk_scale, float w_scale)) \
     X(int, silu_mul, (qd_backend *be, float *out, const float *gate, const float *up, int64_t n)) \
     /* gpt-oss's clamped SwiGLU: g = min(gate, limit), u = clamp(up, -limit, limit), \
      * out = (u + 1) * (g * sigmoid(alpha * g)), sigmoid(x) = 1 / (1 + exp(-x)). out may alias \

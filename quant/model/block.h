@@ -42,6 +42,9 @@ typedef struct qd_block_weights {
     float *gdn_conv_w, *gdn_a_log, *gdn_dt_bias, *gdn_norm_w;
     float xielu[4];                    /* Apertus: xIELU's softplus(alpha_p), beta + softplus(alpha_n), beta, eps (host) */
     float *sinks;                      /* gpt-oss: self_attn.sinks [n_heads]; else NULL */
+    /* DeepSeek-V3.2's indexer, in float (vLLM loads them unquantized): wk [index_head_dim, hidden],
+     * weights_proj [index_n_heads, hidden], k_norm's weight and bias [index_head_dim]; else NULL. */
+    float *dsa_w[4];
 } qd_block_weights;
 
 typedef struct qd_block_hooks {

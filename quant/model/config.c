@@ -26,6 +26,7 @@ static const struct { const char *arch; qd_arch_family family; } arch_names[] = 
     {"Qwen3MoeForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV2ForCausalLM", QD_ARCH_LLAMA},
     {"DeepseekV3ForCausalLM", QD_ARCH_LLAMA},
+    {"DeepseekV32ForCausalLM", QD_ARCH_LLAMA},
     {"Glm4MoeForCausalLM", QD_ARCH_LLAMA},
     {"Dots1ForCausalLM", QD_ARCH_LLAMA},
     {"OlmoeForCausalLM", QD_ARCH_LLAMA},

@@ -215,6 +215,9 @@ typedef struct qd_model_config {
     int64_t kv_lora_rank;
     int64_t qk_nope_dim, qk_rope_dim, v_head_dim;
     int rope_interleave;       /* RoPE pairs (x0, x1), (x2, x3), ... of the rope dims (DeepSeek's default, GLM-4, Cohere2) */
+    /* DeepSeek-V3.2's sparse-attention indexer (model_dsa.c; index_topk 0 elsewhere): index_heads
+     * heads of index_head_dim score each query's causal keys, the index_topk best are attended. */
+    int64_t index_topk, index_heads, index_head_dim;
     int tie_word_embeddings;
     int multimodal;            /* a vision-language checkpoint (config_vlm.c): the text tower is this
                                 * config, read from text_config; the vision tower and projector

@@ -26,6 +26,7 @@ static fam_kind kind_of(const char *arch)
         {"MixtralForCausalLM", FAM_MIXTRAL}, {"Qwen2MoeForCausalLM", FAM_QWEN2_MOE},
         {"Qwen3MoeForCausalLM", FAM_QWEN3_MOE}, {"DeepseekV2ForCausalLM", FAM_DEEPSEEK_V2},
         {"DeepseekV3ForCausalLM", FAM_DEEPSEEK_V3}, {"GptOssForCausalLM", FAM_GPT_OSS},
+        {"DeepseekV32ForCausalLM", FAM_DEEPSEEK_V3},   /* plus its indexer (config_dsa.c) */
         /* Vision-language models: the family of their text tower (config_vlm.c). */
         {"Qwen2VLForConditionalGeneration", FAM_QWEN2},   {"Qwen2_5_VLForConditionalGeneration", FAM_QWEN2},
         {"Qwen3VLForConditionalGeneration", FAM_QWEN3},
@@ -297,6 +298,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
     if ((k == FAM_MIXTRAL || k == FAM_QWEN2_MOE || k == FAM_QWEN3_MOE) && (rc = parse_moe(root, what, k, c, err))) return rc;
     if ((k == FAM_DEEPSEEK_V2 || k == FAM_DEEPSEEK_V3) && (rc = parse_deepseek(root, what, k == FAM_DEEPSEEK_V3, c, err)))
         return rc;
+    if (qd_config_dsa_is(c->architecture) && (rc = qd_config_dsa_parse(root, what, c, err))) return rc;
     if (k == FAM_PHI3) {
         c->layout = QD_LAYOUT_PHI3;
         c->qkv_bias = c->o_bias = c->mlp_bias = 0;
@@ -321,7 +323,7 @@ int qd_config_family_parse(const cJSON *root, const char *what, qd_model_config 
         static const char *const foreign[] = {"attn_logit_softcapping", "final_logit_softcapping", "query_pre_attn_scalar"};
         if ((rc = qd_cfg_refuse_foreign(root, foreign, QD_CFG_NKEYS(foreign), 0, what, c->architecture, err))) return rc;
         const cJSON *lt = cJSON_GetObjectItemCaseSensitive(root, "layer_types"), *e;
-        if (!cJSON_IsArray(lt)) lt = NULL;
+        if (!cJSON_IsArray(lt) || qd_config_dsa_is(c->architecture)) lt = NULL;   /* V3.2's: config_dsa.c */
         cJSON_ArrayForEach(e, lt)
             if (!cJSON_IsString(e) || strcmp(e->valuestring, "full_attention"))
                 return qd_err_set(err, QD_EUNSUPPORTED, "%s: layer_types with \"%s\" layers is not supported for %s", what,

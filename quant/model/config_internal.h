@@ -82,5 +82,9 @@ int qd_config_falcon_h1_parse(const cJSON *root, const char *what, qd_model_conf
  * for Llama4ForCausalLM, in place of qd_config_family_parse's. */
 int qd_config_llama4_is(const char *architecture);
 int qd_config_llama4_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
+/* DeepSeek-V3.2 (config_dsa.c): its indexer's keys and refusals, read by qd_config_family_parse
+ * after DeepSeek-V3's (MLA, MoE) for the architectures qd_config_dsa_is names. */
+int qd_config_dsa_is(const char *architecture);
+int qd_config_dsa_parse(const cJSON *root, const char *what, qd_model_config *c, qd_err *err);
 
 #endif

@@ -139,6 +139,10 @@ const char *qd_model_moe_shared_gate(const qd_model *m);
  * it without the quantization config): "linear_attn.conv1d" on block's Gated DeltaNet layer,
  * relative to the block; NULL on other layers and models. */
 const char *qd_model_block_conv(const qd_model *m, int block);
+/* DeepSeek-V3.2: the indexer's linear-shaped modules kept in float (j 0: wk, 1: weights_proj;
+ * vLLM's fused wk_weights_proj is never quantized), relative to the block prefix; NULL for
+ * other architectures or j. */
+const char *qd_model_dsa_float(const qd_model *m, int j);
 
 /* Token ids (host, batch*seq) → hidden states h [batch*seq, hidden] (backend memory).
  * pos (host, length seq, may be NULL for 0..seq-1) are the positions of each sequence's

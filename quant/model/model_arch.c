@@ -215,6 +215,42 @@ static const qd_arch arch_deepseek_qlora = {
     .mla_norms = {"self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"},
 };
 
+/* DeepSeek-V3.2: V3 with q LoRA plus the sparse-attention indexer (model_dsa.c). Its wq_b reads
+ * q_a_layernorm's output beside q_b_proj (group q_latent) and is quantized, as vLLM loads it
+ * (ReplicatedLinear with the quant_config); wk and weights_proj stay in float (vLLM's fused
+ * wk_weights_proj has quant_config=None), loaded as block tensors. They read input_layernorm's
+ * output too, so attn_in does not fold into that norm (QD_PREV_NONE): a scale there would have
+ * to be carried by wk and weights_proj, which quantd leaves as stored. */
+static const qd_arch arch_deepseek_dsa = {
+    .name = "deepseek_v32",
+    DEEPSEEK_COMMON,
+    .lin_o = 5,
+    .lin_mlp0 = 6,
+    .n_linears = 9,
+    .linears = {
+        {"self_attn.q_a_proj", 0, QD_DIM_QLORA, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.q_b_proj", 1, QD_DIM_QHEADS, QD_DIM_QLORA, QD_BIAS_QKV},
+        {"self_attn.indexer.wq_b", 1, QD_DIM_IDXQ, QD_DIM_QLORA, QD_BIAS_NONE},
+        {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},
+        {"self_attn.kv_b_proj", 2, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},
+        {"self_attn.o_proj", 3, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},
+        {"mlp.gate_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.up_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
+        {"mlp.down_proj", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+    },
+    .n_groups = 6,
+    .groups = {
+        {"attn_in", QD_PREV_NONE, NULL},
+        {"q_latent", QD_PREV_NONE, NULL},
+        {"kv_latent", QD_PREV_NONE, NULL},
+        {"attn_out", QD_PREV_NONE, NULL},
+        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
+        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+    },
+    .mla_norms = {"self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"},
+    .lin_idx_q = 2,
+};
+
 static const qd_arch arch_deepseek_q = {
     .name = "deepseek",
     DEEPSEEK_COMMON,
@@ -252,7 +288,9 @@ const qd_arch *qd_arch_for(const qd_model_config *c)
         case QD_LAYOUT_PHI3: return &arch_phi3;
         case QD_LAYOUT_MIXTRAL: return &arch_mixtral;
         case QD_LAYOUT_QWEN_MOE: return &arch_qwen_moe;
-        case QD_LAYOUT_DEEPSEEK: return c->q_lora_rank > 0 ? &arch_deepseek_qlora : &arch_deepseek_q;
+        case QD_LAYOUT_DEEPSEEK:
+            if (c->index_topk > 0) return &arch_deepseek_dsa;
+            return c->q_lora_rank > 0 ? &arch_deepseek_qlora : &arch_deepseek_q;
         case QD_LAYOUT_LFM2: case QD_LAYOUT_GRANITE_HYBRID: return qd_arch_hybrid(c);
         case QD_LAYOUT_QWEN_NEXT: return &qd_arch_qwen_next;
         case QD_LAYOUT_QWEN35: return c->n_experts > 0 ? &qd_arch_qwen35_moe : &qd_arch_qwen35;

@@ -21,6 +21,7 @@ typedef enum qd_dim {
     QD_DIM_KVLORA,       /* kv_lora_rank */
     QD_DIM_KVB,          /* n_heads * (qk_nope + v_head_dim): kv_b_proj's rows */
     QD_DIM_VO,           /* n_heads * v_head_dim: o_proj's input */
+    QD_DIM_IDXQ,         /* index_n_heads * index_head_dim: DeepSeek-V3.2's indexer.wq_b rows */
     /* Gated attention and Gated DeltaNet (Qwen3-Next, Qwen3.5) */
     QD_DIM_Q2,           /* 2 Q: a q_proj that also emits each head's output gate */
     QD_DIM_GDN_QKVZ,     /* 2 k_heads k_dim + 2 v_heads v_dim: in_proj_qkvz */
@@ -81,6 +82,7 @@ typedef struct qd_arch {
     int lin_o, lin_mlp0;       /* indices of o_proj and of the first MLP linear */
     int mla;                   /* multi-head latent attention (model_mla.c), q LoRA when q_lora_rank > 0 */
     const char *mla_norms[2];  /* its q_a_layernorm and kv_a_layernorm (NULL where absent) */
+    int lin_idx_q;             /* DeepSeek-V3.2: the indexer's wq_b (after q_b_proj); 0: no indexer (model_dsa.c) */
     const char *norms[QD_MAX_NORMS];   /* see qd_model_norm_name; NULL where absent */
     int layernorm;             /* LayerNorm with bias (OPT) vs RMSNorm */
     int norm_no_bias;          /* layernorm without a bias (Cohere's mean-centred LayerNorm, weight only) */
@@ -160,7 +162,8 @@ enum { QD_SCRATCH_XN = 0, QD_SCRATCH_Q, QD_SCRATCH_K, QD_SCRATCH_V, QD_SCRATCH_A
        QD_SCRATCH_F1, QD_SCRATCH_F2, QD_SCRATCH_POS, QD_SCRATCH_LM, QD_SCRATCH_MOE_X, QD_SCRATCH_MOE_Y,
        QD_SCRATCH_MOE_R, QD_SCRATCH_MLA_LAT, QD_SCRATCH_MLA_ROPE, QD_SCRATCH_MLA_QP, QD_SCRATCH_MLA_KP,
        QD_SCRATCH_MLA_VP, QD_SCRATCH_MOE_I, QD_SCRATCH_QG, QD_SCRATCH_GATE, QD_SCRATCH_GDN_IN, QD_SCRATCH_GDN_MIX,
-       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_PAR, QD_SCRATCH_MOE_Z, QD_SCRATCH_COUNT };
+       QD_SCRATCH_GDN_CONV, QD_SCRATCH_GDN_Z, QD_SCRATCH_GDN_BA, QD_SCRATCH_GDN_IDX, QD_SCRATCH_PAR, QD_SCRATCH_MOE_Z, QD_SCRATCH_DSA_KEEP,
+       QD_SCRATCH_COUNT };
 
 struct qd_model {
     char *dir;
@@ -244,6 +247,15 @@ int qd_fwd_call_input(qd_model *m, const qd_block_weights *bw, int g, const floa
  * output; pos_be the tokens' positions, rf this forward's RoPE. */
 int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, float *out, int64_t batch, int64_t seq,
                    const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks, qd_err *err);
+/* DeepSeek-V3.2's indexer (model_dsa.c): from xn [batch*seq, hidden] and q_resid (q_a_layernorm's
+ * output) [batch*seq, q_lora_rank], both backend memory, the keys each query attends, keep
+ * [batch, seq, seq] (backend memory, 1 = attended); its float tensors loaded into / checked
+ * for block b, and their size. */
+int qd_dsa_keep(qd_model *m, const qd_block_weights *bw, const float *xn, const float *q_resid, int64_t batch,
+                int64_t seq, const int32_t *pos_be, const qd_rope_freqs *rf, const qd_block_hooks *hooks,
+                uint8_t *keep, qd_err *err);
+int qd_dsa_load(qd_model *m, int block, qd_block_weights *bw, qd_err *err);
+uint64_t qd_dsa_bytes(const qd_model *m);
 /* The mixer of block b (layer_mixer; attention past the config's table). */
 static inline int qd_model_block_mixer(const qd_model *m, int b)
 {

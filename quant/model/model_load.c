@@ -65,6 +65,7 @@ int64_t qd_model_dim(const qd_model *m, qd_dim d)
     case QD_DIM_KVLORA: return m->cfg.kv_lora_rank;
     case QD_DIM_KVB: return m->cfg.n_heads * (m->cfg.qk_nope_dim + m->cfg.v_head_dim);
     case QD_DIM_VO: return m->cfg.n_heads * m->cfg.v_head_dim;
+    case QD_DIM_IDXQ: return m->cfg.index_heads * m->cfg.index_head_dim;
     case QD_DIM_Q2: return 2 * m->cfg.n_heads * m->cfg.head_dim;
     case QD_DIM_GDN_QKVZ: return 2 * m->cfg.gdn_k_heads * m->cfg.gdn_k_dim + 2 * m->cfg.gdn_v_heads * m->cfg.gdn_v_dim;
     case QD_DIM_GDN_BA: return 2 * m->cfg.gdn_v_heads;
@@ -491,7 +492,7 @@ uint64_t qd_block_bytes(const qd_model *m)
     if (m->arch->gdn)
         n += (uint64_t)(qd_model_dim(m, QD_DIM_GDN_QKV) * m->cfg.gdn_conv + 2 * m->cfg.gdn_v_heads + m->cfg.gdn_v_dim);
     if (m->arch->sinks) n += (uint64_t)m->cfg.n_heads;
-    return n * sizeof(float) + qd_mixer_bytes(m);
+    return n * sizeof(float) + qd_mixer_bytes(m) + qd_dsa_bytes(m);
 }
 
 void qd_block_free(qd_model *m, qd_block_weights *bw)
@@ -505,6 +506,7 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
     qd_backend_free(m->be, bw->router_bias);
     qd_backend_free(m->be, bw->sinks);
     for (int i = 0; i < 2; i++) qd_backend_free(m->be, bw->mla_norm_w[i]);
+    for (int i = 0; i < 4; i++) qd_backend_free(m->be, bw->dsa_w[i]);
     qd_backend_free(m->be, bw->gdn_conv_w);
     qd_backend_free(m->be, bw->gdn_a_log);
     qd_backend_free(m->be, bw->gdn_dt_bias);
@@ -558,6 +560,7 @@ int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
         snprintf(name + n, sizeof name - n, "%s", m->arch->sinks);
         rc = qd_model_load_f32(m, name, 1, &m->cfg.n_heads, &bw->sinks, err);
     }
+    if (!rc && m->arch->lin_idx_q) rc = qd_dsa_load(m, block, bw, err);   /* DeepSeek-V3.2's indexer */
     if (!rc && qd_model_block_is_moe(m, block)) rc = load_router(m, block, bw, err);
     if (!rc && qd_model_block_mixer(m, block) == QD_MIXER_GATED_DELTANET) rc = gdn_params(m, block, bw, err);
     else if (!rc && !attn_layer) rc = qd_mixer_load(m, block, bw, err);   /* LFM2, Granite-4.0-H */
@@ -630,6 +633,10 @@ static int validate_blocks(qd_model *m, qd_err *err)
         int fused = qd_model_block_is_moe(m, b) && qd_gptoss_fused_present(m, b);
         if (fused) {
             int rc = qd_gptoss_check(m, b, err);
+            if (rc) return rc;
+        }
+        if (m->arch->lin_idx_q) {
+            int rc = qd_dsa_load(m, b, NULL, err);
             if (rc) return rc;
         }
         if (m->arch->sinks) {

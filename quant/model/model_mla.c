@@ -13,7 +13,10 @@
  *
  * The heads' pieces are assembled on the host and padded with zeros to one head width
  * D = max(qk_head_dim, v_head_dim), so the backend's ordinary attention runs it (zeros add
- * nothing to a score, and the padded value columns are dropped). */
+ * nothing to a score, and the padded value columns are dropped).
+ *
+ * DeepSeek-V3.2 (arch lin_idx_q): its indexer (model_dsa.c) reads q_a_layernorm's output and
+ * x and chooses each query's keys; the attention then sees only those (attention_keep). */
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,7 +56,8 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     int64_t rows = batch * seq, H = c->n_heads, N = c->qk_nope_dim, R = c->qk_rope_dim, V = c->v_head_dim;
     int64_t QK = N + R, D = QK > V ? QK : V, L = c->kv_lora_rank, QL = c->q_lora_rank;
     int64_t lat = QL > L ? QL : L;
-    int qlora = QL > 0, li_kva = qlora ? 2 : 1, li_kvb = li_kva + 1;
+    /* DeepSeek-V3.2: the indexer's wq_b sits after q_b_proj; its choice of keys, keep. */
+    int qlora = QL > 0, li_kva = qlora ? (a->lin_idx_q ? 3 : 2) : 1, li_kvb = li_kva + 1;
     size_t f = sizeof(float);
     float *q = qd_model_scratch(m, QD_SCRATCH_Q, (size_t)(rows * H * QK) * f, err);
     float *kva = q ? qd_model_scratch(m, QD_SCRATCH_K, (size_t)(rows * (L + R)) * f, err) : NULL;
@@ -64,7 +68,8 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     float *kp = qp ? qd_model_scratch(m, QD_SCRATCH_MLA_KP, (size_t)(rows * H * D) * f, err) : NULL;
     float *vp = kp ? qd_model_scratch(m, QD_SCRATCH_MLA_VP, (size_t)(rows * H * D) * f, err) : NULL;
     float *att = vp ? qd_model_scratch(m, QD_SCRATCH_ATT, (size_t)(rows * H * D) * f, err) : NULL;
-    if (!att) return QD_ENOMEM;
+    uint8_t *keep = att && a->lin_idx_q ? qd_model_scratch(m, QD_SCRATCH_DSA_KEEP, (size_t)(rows * seq), err) : NULL;
+    if (!att || (a->lin_idx_q && !keep)) return QD_ENOMEM;
     float *hq = malloc((size_t)(rows * H * QK) * f), *hkva = malloc((size_t)(rows * (L + R)) * f);
     float *hkvb = malloc((size_t)(rows * H * (N + V)) * f), *hr = malloc((size_t)(rows * (H + 1) * R) * f);
     float *hqp = calloc((size_t)(rows * H * D), f), *hkp = calloc((size_t)(rows * H * D), f);
@@ -82,6 +87,7 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
         if ((rc = qd_fwd_call_input(m, bw, m->lin[1].group, lt, rows, hooks, err)) ||
             (rc = qd_fwd_linear_part(m, bw, 1, 0, H * QK, lt, rows, q, hooks, err)))
             goto done;
+        if (keep && (rc = qd_dsa_keep(m, bw, xn, lt, batch, seq, pos_be, rf, hooks, keep, err))) goto done;
     } else if ((rc = qd_fwd_linear_part(m, bw, 0, 0, H * QK, xn, rows, q, hooks, err))) {
         goto done;
     }
@@ -119,7 +125,10 @@ int qd_mla_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, qp, hqp, (size_t)(rows * H * D) * f));
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, kp, hkp, (size_t)(rows * H * D) * f));
     BE_TRY(m, err, "heads: upload", qd_backend_upload(m->be, vp, hvp, (size_t)(rows * H * D) * f));
-    BE_TRY(m, err, "attention", qd_model_attention_op(m)(m->be, att, qp, kp, vp, batch, seq, H, H, D, mla_scale(c), 0, 0.0f));
+    if (keep)   /* F32 whatever the compute arithmetic: the op has no bf16 form */
+        BE_TRY(m, err, "attention", m->be->ops->attention_keep(m->be, att, qp, kp, vp, batch, seq, H, H, D, mla_scale(c), keep));
+    else
+        BE_TRY(m, err, "attention", qd_model_attention_op(m)(m->be, att, qp, kp, vp, batch, seq, H, H, D, mla_scale(c), 0, 0.0f));
     /* Drop the value padding: [rows, H * V] for o_proj. */
     BE_TRY(m, err, "attention: download", qd_backend_download(m->be, hqp, att, (size_t)(rows * H * D) * f));
     for (int64_t t = 0; t < rows; t++)

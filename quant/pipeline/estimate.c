@@ -174,6 +174,10 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         uint64_t ql = (uint64_t)cfg.q_lora_rank, kl = (uint64_t)cfg.kv_lora_rank;
         attn_params = (ql ? h * ql + ql * H * qk : h * H * qk) + h * (kl + (uint64_t)cfg.qk_rope_dim) +
                       kl * H * (uint64_t)(cfg.qk_nope_dim + cfg.v_head_dim) + H * (uint64_t)cfg.v_head_dim * h;
+        /* DeepSeek-V3.2's indexer: wq_b, and wk, weights_proj and k_norm in float. */
+        if (cfg.index_topk > 0)
+            attn_params += ql * (uint64_t)(cfg.index_heads * cfg.index_head_dim) +
+                           h * (uint64_t)(cfg.index_head_dim + cfg.index_heads) + 2 * (uint64_t)cfg.index_head_dim;
     }
     /* A hybrid's recurrent layer holds its mixer instead of attention (model_mixer.c): the
      * block is the larger kind; mix_rows is the mixer's forward scratch per row (in_proj's
@@ -255,6 +259,12 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
          * and in backend scratch (7): model_mla.c. */
         uint64_t qk = (uint64_t)(cfg.qk_nope_dim + cfg.qk_rope_dim), v = (uint64_t)cfg.v_head_dim;
         scratch += batch_rows * (uint64_t)cfg.n_heads * u64max(qk, v) * 4 * 13;
+        /* DeepSeek-V3.2's indexer (model_dsa.c): q, k, the weights and the RoPE parts in backend
+         * memory and on the host, and the scores [rows, seq] (floats) and keys kept (bytes) in both. */
+        if (cfg.index_topk > 0)
+            scratch += batch_rows * ((uint64_t)((cfg.index_heads + 1) * (cfg.index_head_dim + cfg.qk_rope_dim) +
+                                                cfg.index_heads) * 4 * 2 +
+                                     (uint64_t)job->calibration.seq_len * 5 * 2);
     }
     scratch += batch_rows * mix_rows * 4;
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */

@@ -144,17 +144,19 @@ static int finish_write(qd_pipeline *p, qd_err *err)
 
     /* Configs. */
     size_t n_float = 0;
-    const char **float_names = calloc(p->st.n_layers + 3 * (size_t)p->n_blocks + 1, sizeof *float_names);
-    char (*moe_names)[160] = calloc(3 * (size_t)p->n_blocks + 1, sizeof *moe_names);
+    const char **float_names = calloc(p->st.n_layers + 5 * (size_t)p->n_blocks + 1, sizeof *float_names);
+    char (*moe_names)[160] = calloc(5 * (size_t)p->n_blocks + 1, sizeof *moe_names);
     if (!float_names || !moe_names) { free(float_names); free(moe_names); return qd_err_set(err, QD_ENOMEM, "out of memory"); }
     for (size_t i = 0; i < p->st.n_layers; i++)
         if (!strcmp(p->st.layers[i].method, "float")) float_names[n_float++] = p->st.layers[i].name;
     /* MoE: the routers (and Qwen2-MoE's shared-expert gates) are linear-shaped and stay in
      * float; declared so, a loader that quantizes every Linear it is not told about leaves
-     * them alone (vLLM never quantizes them anyway). So does a Gated DeltaNet layer's conv1d. */
+     * them alone (vLLM never quantizes them anyway). So does a Gated DeltaNet layer's conv1d,
+     * and DeepSeek-V3.2's indexer wk and weights_proj (vLLM's wk_weights_proj, quant_config None). */
     for (int b = 0, k = 0; b < p->n_blocks; b++)
-        for (int j = 0; j < 3; j++) {
-            const char *rel = j == 2 ? qd_model_block_conv(p->m, b) : j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
+        for (int j = 0; j < 5; j++) {
+            const char *rel = j >= 3 ? qd_model_dsa_float(p->m, j - 3) : j == 2 ? qd_model_block_conv(p->m, b)
+                              : j ? qd_model_moe_shared_gate(p->m) : qd_model_moe_router(p->m);
             char bp[160];
             if (!rel || (j < 2 && !qd_model_block_is_moe(p->m, b)) || qd_model_block_prefix(p->m, b, bp, sizeof bp)) continue;
             snprintf(moe_names[k], sizeof moe_names[k], "%s%s", bp, rel);

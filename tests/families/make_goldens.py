@@ -36,6 +36,7 @@ import tempfile
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 import transformers
 from transformers import (
     ApertusConfig,
@@ -80,6 +81,7 @@ from transformers import (
     SeedOssConfig,
     SmolLM3Config,
 )
+from transformers.models.deepseek_v32 import DeepseekV32Config
 from transformers.models.dots1 import Dots1Config
 from transformers.models.ernie4_5_moe import Ernie4_5_MoeConfig
 from transformers.models.glm4_moe import Glm4MoeConfig
@@ -359,6 +361,28 @@ FAMILIES = {
                                ("one expert group", {"n_group": 1, "topk_group": 1}),
                                ("not renormalised", {"norm_topk_prob": False}),
                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
+    # DeepSeek-V3.2: V3's MLA and MoE (RoPE interleaved, YaRN) plus the DSA indexer in every
+    # layer: 8 indexer heads of 48 dims (its own half-split RoPE on the first 32) score each
+    # query's causal keys and only the index_topk 8 best (of up to 64) reach the attention,
+    # so most rows see a strict subset of their prefix. The goldens check that no row's
+    # 8th and 9th best index scores are within 1e-5 of each other (dsa_margin): the choice
+    # is unambiguous, whatever order torch.topk gives tied scores.
+    "deepseek_v32": fam(DeepseekV32Config, 1024,
+                        "DeepSeek-V3.2: V3's MLA (q_lora_rank 32, kv_lora_rank 32, nope 16 + rope 32 interleaved, "
+                        "v_head_dim 16, YaRN) and MoE (first_k_dense_replace 1, 8 experts in 4 groups, top-2 sigmoid), "
+                        "with the DSA indexer: 8 heads of 48 (half-split RoPE on 32), k_norm LayerNorm, "
+                        "weights_proj, index_topk 8 of 64 tokens",
+                        buffers=True, num_key_value_heads=4, q_lora_rank=32, kv_lora_rank=32, qk_nope_head_dim=16,
+                        qk_rope_head_dim=32, v_head_dim=16, n_routed_experts=8, num_experts_per_tok=2, n_group=4,
+                        topk_group=2, moe_intermediate_size=32, n_shared_experts=1, first_k_dense_replace=1,
+                        routed_scaling_factor=2.5, norm_topk_prob=True, index_topk=8, index_head_dim=48,
+                        index_n_heads=8,
+                        rope_parameters={"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0,
+                                         "original_max_position_embeddings": 32, "mscale": 1.0,
+                                         "mscale_all_dim": 1.0, "beta_fast": 32.0, "beta_slow": 1.0},
+                        ablate=[("index_topk 64 (every causal key)", {"index_topk": 64}),
+                                ("index_topk 16", {"index_topk": 16}),
+                                ("no YaRN", {"rope_parameters": {"rope_type": "default", "rope_theta": 10000.0}})]),
     # DeepSeek-V2 (V2-Lite's shape): one q_proj (q_lora_rank null), RoPE by complex rotation
     # of pairs, softmax routing with group_limited_greedy (groups scored by their best
     # expert; one of two kept, so the second choice often differs from greedy), not
@@ -994,6 +1018,40 @@ def differences(spec, written):
     return notes
 
 
+def dsa_margin(model, ids):
+    """DeepSeek-V3.2: the smallest gap, over the layers and the rows with more causal keys
+    than index_topk, between the k-th and (k+1)-th best index scores, relative to the row's
+    largest magnitude — recomputed from each indexer's inputs as DeepseekV32Indexer does. A
+    gap of 0 is a tie torch.topk breaks its own way; the goldens refuse one under 1e-5."""
+    from transformers.models.deepseek_v32 import modeling_deepseek_v32 as mdl
+    gaps = []
+
+    def hook(mod, args, kwargs, _out):
+        x, q_resid, (cos, sin), mask = args[:4]
+        b, s, _ = x.shape
+        q = mod.wq_b(q_resid).view(b, s, mod.n_heads, mod.head_dim)
+        q_rot, q_pass = torch.split(q, [mod.qk_rope_head_dim, mod.head_dim - mod.qk_rope_head_dim], dim=-1)
+        k = mod.k_norm(mod.wk(x)).unsqueeze(2)
+        k_rot, k_pass = torch.split(k, [mod.qk_rope_head_dim, mod.head_dim - mod.qk_rope_head_dim], dim=-1)
+        q_rot, k_rot = mdl.apply_rotary_pos_emb(q_rot, k_rot, cos, sin, unsqueeze_dim=2)
+        q = torch.cat([q_rot, q_pass], dim=-1)
+        k = torch.cat([k_rot, k_pass], dim=-1).squeeze(2)
+        sc = F.relu(torch.matmul(q.float(), k.transpose(-1, -2).float().unsqueeze(1)) * mod.softmax_scale)
+        w = mod.weights_proj(x).float() * (mod.n_heads ** -0.5)
+        idx = torch.matmul(w.unsqueeze(-2), sc).squeeze(-2)[0]
+        kk = mod.index_topk
+        for i in range(kk, s):
+            row = torch.sort(idx[i, :i + 1], descending=True).values
+            gaps.append(float((row[kk - 1] - row[kk]) / row.abs().max().clamp_min(1e-30)))
+
+    hs = [m.register_forward_hook(hook, with_kwargs=True) for m in model.modules()
+          if type(m).__name__ == "DeepseekV32Indexer"]
+    forward(model, ids)
+    for h in hs:
+        h.remove()
+    return min(gaps) if gaps else None
+
+
 def write_family(out_dir, name, spec, dtype):
     d = os.path.join(out_dir, name)
     model = build(spec)
@@ -1002,6 +1060,9 @@ def write_family(out_dir, name, spec, dtype):
     ids = [int(x) for x in rng.randint(3, VOCAB, size=spec["n_tokens"])]
     logits = forward(model, ids)
     sens = ablations(model, spec, ids, logits)
+    margin = dsa_margin(model, ids) if spec["cls"] is DeepseekV32Config else None
+    if margin is not None and margin < 1e-5:
+        raise SystemExit(f"{name}: an index score tie at the top-k boundary (relative gap {margin:.3g})")
     text_lm = text_causal_lm(model, spec, ids, logits) if spec.get("vlm") else None
     if not np.all(np.isfinite(logits)):
         raise SystemExit(f"{name}: non-finite logits")
@@ -1033,6 +1094,8 @@ def write_family(out_dir, name, spec, dtype):
         "transformers_differences": notes,
         "sensitivity": {k: round(v, 4) for k, v in sens.items()},
     }
+    if margin is not None:
+        meta["dsa_topk_margin"] = margin
     if text_lm is not None:
         meta["text_causal_lm"] = text_lm
         print(f"  text tower as its own CausalLM: rel diff {text_lm:.3g}")

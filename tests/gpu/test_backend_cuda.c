@@ -252,6 +252,17 @@ static int op_nn(qd_backend *be, float *out, float **in, void *ud)
         qd_backend_free(be, ds);
         return rc;
     }
+    case 22: { /* attention_keep (DeepSeek-V3.2's indexer choice): rows keeping 1 to 3 of their causal keys */
+        static const uint8_t keep[2 * 3 * 3] = {1, 0, 0, 0, 1, 0, 1, 0, 1, 1, 0, 0, 1, 1, 0, 0, 1, 1};
+        uint8_t *dk = put(be, keep, sizeof keep);
+        rc = be->ops->attention_keep(be, out, in[0], in[1], in[2], 2, 3, 4, 2, 16, 0.25f, dk);
+        qd_backend_free(be, dk);
+        return rc;
+    }
+    case 23: /* dsa_scores: 2 sequences of 3 queries, 4 heads of 16 (q in[0]), one key of 16 per token (the
+              * first 96 of in[1]), weights the first 24 of in[2]; [2, 3, 3] out */
+        if ((rc = be->ops->memset0(be, out, rows * dim * 4))) return rc;
+        return be->ops->dsa_scores(be, out, in[0], in[1], in[2], 2, 3, 4, 16, 0.25f, 0.5f);
     case 14: /* NVFP4 fake quantization: the global scale found from the whole weight on each side */
         if ((rc = be->ops->copy(be, out, in[0], rows * dim * 4))) return rc;
         {
@@ -271,7 +282,7 @@ static void test_nn_ops(void)
     float *a = rnd(n, 1), *b = rnd(n, 1), *c = rnd(n, 1);
     float *in[3] = {a, b, c};
     size_t ns[3] = {n, n, n};
-    for (int which = 0; which <= 21; which++) {
+    for (int which = 0; which <= 23; which++) {
         double d = both(op_nn, in, ns, 3, n, &which);
         if (!(d < 1e-5)) TEST_FAIL_("nn op %d: cpu and cuda differ by %g", which, d);
         test_checks++;

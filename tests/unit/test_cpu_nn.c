@@ -1,6 +1,6 @@
 /* The CPU backend's neural-net ops (cpu_nn.c, through be->ops) against scalar double
  * references written here: rmsnorm, layernorm, rotate-half RoPE with partial rot_dim,
- * causal grouped-query attention over a batch, the activations, adds and per-row NLL; the
+ * causal grouped-query attention over a batch (and with a keep mask), the activations, adds and per-row NLL; the
  * recurrent mixers' causal conv and gated delta rule, and the sigmoid gate. */
 #include <math.h>
 #include <stdlib.h>
@@ -215,6 +215,89 @@ static void test_attention(void)
     check_attention_sinks(300, 0, 0, sinks);
 }
 
+/* attention_keep (DeepSeek-V3.2's indexer choice): a random keep mask per (sequence, query),
+ * each row keeping at least one causal key (not always its own), against the masked softmax
+ * in double; keys outside the mask weigh exactly 0. S = 300 spans the chunks. */
+static void check_attention_keep(int S)
+{
+    int B = 2, NH = 4, NKV = 4, HD = 8;
+    float sc = 1.0f / sqrtf((float)HD);
+    size_t nq = (size_t)B * S * NH * HD;
+    float *q = randn(nq, 1.0f), *k = randn(nq, 1.0f), *v = randn(nq, 1.0f);
+    float *o = malloc(nq * 4), *r = malloc(nq * 4);
+    uint8_t *keep = calloc((size_t)B * S * S, 1);
+    for (int b = 0; b < B; b++)
+        for (int t = 0; t < S; t++) {
+            uint8_t *kr = keep + ((size_t)b * S + t) * S;
+            for (int j = 0; j <= t; j++) kr[j] = test_rng_uniform(&rng) < 0.3;
+            kr[(int)(test_rng_uniform(&rng) * (t + 1)) % (t + 1)] = 1;
+            for (int j = t + 1; j < S; j++) kr[j] = 1;   /* past the diagonal: causal anyway */
+        }
+    CHECK_OK(be->ops->attention_keep(be, o, q, k, v, B, S, NH, NKV, HD, sc, keep));
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < S; t++) {
+                double s[512], mx = -1e30, sum = 0;
+                const uint8_t *kr = keep + ((size_t)b * S + t) * S;
+                const float *qt = q + ((size_t)(b * S + t) * NH + h) * HD;
+                for (int j = 0; j <= t; j++) {
+                    const float *kj = k + ((size_t)(b * S + j) * NKV + h) * HD;
+                    double d = 0;
+                    for (int i = 0; i < HD; i++) d += (double)qt[i] * kj[i];
+                    s[j] = d * sc;
+                    if (kr[j] && s[j] > mx) mx = s[j];
+                }
+                for (int j = 0; j <= t; j++) { s[j] = kr[j] ? exp(s[j] - mx) : 0.0; sum += s[j]; }
+                for (int i = 0; i < HD; i++) {
+                    double a = 0;
+                    for (int j = 0; j <= t; j++) a += s[j] / sum * v[((size_t)(b * S + j) * NKV + h) * HD + i];
+                    r[((size_t)(b * S + t) * NH + h) * HD + i] = (float)a;
+                }
+            }
+    CHECK(test_max_abs_diff(o, r, nq) < 1e-5);
+    /* Every key kept is the plain causal attention. */
+    memset(keep, 1, (size_t)B * S * S);
+    CHECK_OK(be->ops->attention_keep(be, o, q, k, v, B, S, NH, NKV, HD, sc, keep));
+    CHECK_OK(be->ops->attention(be, r, q, k, v, B, S, NH, NKV, HD, sc, 0, 0.0f));
+    CHECK(test_max_abs_diff(o, r, nq) < 1e-6);
+    CHECK_ERR(be->ops->attention_keep(be, o, q, k, v, B, S, NH, NKV, HD, sc, NULL));
+    free(q); free(k); free(v); free(o); free(r); free(keep);
+}
+
+/* dsa_scores against its formula in double: the causal keys' weighted relu'd dot products,
+ * 0 past the diagonal. */
+static void test_dsa_scores(void)
+{
+    int B = 2, S = 37, NH = 5, HD = 12;
+    float qs = 0.3f, ws = 0.45f;
+    float *q = randn((size_t)B * S * NH * HD, 1.0f), *k = randn((size_t)B * S * HD, 1.0f);
+    float *w = randn((size_t)B * S * NH, 1.0f), *o = malloc((size_t)B * S * S * 4), *r = malloc((size_t)B * S * S * 4);
+    CHECK_OK(be->ops->dsa_scores(be, o, q, k, w, B, S, NH, HD, qs, ws));
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < S; i++)
+            for (int j = 0; j < S; j++) {
+                double acc = 0;
+                for (int h = 0; h < NH && j <= i; h++) {
+                    double d = 0;
+                    for (int e = 0; e < HD; e++)
+                        d += (double)q[((size_t)(b * S + i) * NH + h) * HD + e] * k[(size_t)(b * S + j) * HD + e];
+                    d *= qs;
+                    acc += (double)w[(size_t)(b * S + i) * NH + h] * ws * (d > 0 ? d : 0);
+                }
+                r[((size_t)b * S + i) * S + j] = (float)acc;
+            }
+    CHECK(test_max_abs_diff(o, r, (size_t)B * S * S) < 1e-5);
+    CHECK_ERR(be->ops->dsa_scores(be, o, q, k, w, B, S, 0, HD, qs, ws));
+    free(q); free(k); free(w); free(o); free(r);
+}
+
+static void test_attention_keep(void)
+{
+    check_attention_keep(1);
+    check_attention_keep(33);
+    check_attention_keep(300);
+}
+
 /* gpt-oss's clamped SwiGLU against its formula in double, across both clamps. */
 static void test_swiglu_clamp(void)
 {
@@ -398,6 +481,8 @@ int main(void)
     TEST_RUN(test_rope);
     TEST_RUN(test_rope_interleaved);
     TEST_RUN(test_attention);
+    TEST_RUN(test_attention_keep);
+    TEST_RUN(test_dsa_scores);
     TEST_RUN(test_activations);
     TEST_RUN(test_swiglu_clamp);
     TEST_RUN(test_nll);

@@ -60,6 +60,7 @@ static const family_expect families[] = {
     {"qwen3_moe", EXPECT_MATCH, NULL},
     {"deepseek_v2", EXPECT_MATCH, NULL},
     {"deepseek_v3", EXPECT_MATCH, NULL},
+    {"deepseek_v32", EXPECT_MATCH, NULL},   /* the DSA indexer: 8 of up to 64 causal keys per query */
     {"glm4_moe", EXPECT_MATCH, NULL},
     {"dots1", EXPECT_MATCH, NULL},
     {"olmoe", EXPECT_MATCH, NULL},

@@ -39,6 +39,11 @@
  * mask keeps flips too: measured phimoe 0.13-0.20, phimoe_longrope 0.18-0.35 (its longer
  * mscale sharpens attention). Still apart from an order-1 bug. */
 #define FAMILY_Q8_TOL_PHIMOE 0.45
+/* DeepSeek-V3.2's indexer keeps 8 of up to 64 keys per query by a discrete top-k: an 8-bit
+ * perturbation of q_a_proj / wq_b flips near-tied choices in every layer, on top of V3's
+ * routing. Measured 0.32-0.42 (RTN, GPTQ, AWQ); transformers itself, given the same kind of
+ * 8-bit group-32 round-to-nearest weights, moves 0.43 from its float logits. */
+#define FAMILY_Q8_TOL_DSA 0.6
 
 static const char *T;
 static const char *tokens;
@@ -86,6 +91,7 @@ static void run_family(const char *name, const char *dir, int *n_run)
     double tol = cJSON_IsNumber(ne) && ne->valuedouble > 1 ? FAMILY_Q8_TOL_MOE : FAMILY_Q8_TOL;
     const cJSON *mt = cJSON_GetObjectItemCaseSensitive(cfg, "model_type");
     if (cJSON_IsString(mt) && !strcmp(mt->valuestring, "phimoe")) tol = FAMILY_Q8_TOL_PHIMOE;
+    if (cJSON_IsNumber(cJSON_GetObjectItemCaseSensitive(cfg, "index_topk"))) tol = FAMILY_Q8_TOL_DSA;
     cJSON_Delete(root);
     static const char *methods[][2] = {{"rtn", ""}, {"gptq", "\"desc_act\":true,"}, {"awq", ""}};
     for (size_t k = 0; k < 3 && glen == n_ids * (size_t)vocab * sizeof(float); k++) {

@@ -83,13 +83,18 @@ static void check_family_block(const char *name, int block, int groups_expected)
     float w0 = 0, w1 = 0;
     qd_block_weights *orig = NULL;
     CHECK_OK(qd_block_load(m, block, &orig, &err));
-    /* The first norm a group of this block folded into: input_layernorm, or Falcon-H1's
-     * pre_ff_layernorm (its input_layernorm feeds two groups and takes neither's scales). */
-    int ni = 0;
-    for (int g = 0; g < qd_model_n_groups(m); g++) {
+    /* The norm the first norm-folded group folds into: input_layernorm, except where nothing
+     * folds there (Falcon-H1: it feeds two groups and takes neither's scales, so its
+     * pre_ff_layernorm; DeepSeek-V3.2: its indexer's float wk reads that norm too). */
+    int ni = 0, norm_folds = 0;
+    for (int g = 0; g < qd_model_n_groups(m) && !norm_folds; g++) {
         const qd_input_group *G = qd_model_group(m, g);
-        if (G->prev_kind == QD_PREV_NORM && qd_model_block_has_linear(m, block, G->linears[0])) { ni = G->prev_index; break; }
+        if (G->prev_kind == QD_PREV_NORM && qd_model_block_has_linear(m, block, G->linears[0])) {
+            ni = G->prev_index;
+            norm_folds = 1;
+        }
     }
+    if (!norm_folds && qd_model_block_is_moe(m, block)) ni = 1;   /* the experts' input: post_attention_layernorm */
     if (orig && qd_model_norm_name(m, ni)) {
         /* The fold moved the weights: that norm's multipliers differ. */
         float *a = malloc((size_t)hid * sizeof *a), *b = malloc((size_t)hid * sizeof *b);
@@ -247,6 +252,10 @@ static void test_fold(void)
      * kv_a_proj_with_mqa); a dense layer's MLP as Llama's, a MoE layer's experts as above. */
     check_family_block("deepseek_v3", 0, 3);
     check_family_block("deepseek_v3", 1, 1 + 8 + 1 + 1);
+    /* DeepSeek-V3.2: the indexer's float wk and weights_proj read input_layernorm's output
+     * too, so nothing folds into that norm; the MLPs as V3's. */
+    check_family_block("deepseek_v32", 0, 2);
+    check_family_block("deepseek_v32", 1, 8 + 1 + 1);
     check_family_block("deepseek_v2", 0, 3);
     check_family_block("deepseek_v2", 1, 1 + 8 + 1 + 1);
     /* GLM-4.5 and dots.llm1: Llama attention; a dense layer as Llama's, a MoE layer's

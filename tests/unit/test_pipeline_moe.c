@@ -393,6 +393,52 @@ static void test_deepseek_v2(void)
     cJSON_Delete(r);
 }
 
+/* DeepSeek-V3.2 (tests/data/families/deepseek_v32): V3's layout plus the indexer in every
+ * layer. Every method at 8 bits: the indexer's wq_b is packed (vLLM loads it through the
+ * quantization config), its wk and weights_proj stay in float and are declared so (vLLM's
+ * fused wk_weights_proj has none), k_norm is copied; every other linear packs as V3's.
+ * The indexer keeps 8 of up to 64 keys per query by a discrete top-k, so 8-bit weights flip
+ * near-tied choices: transformers itself moves 0.43 from its float logits on 8-bit RTN weights
+ * (test_model_families_quant); bounded at 0.6, still apart from an order-1 bug. */
+static void test_deepseek_v32(void)
+{
+    static const char *const methods[][2] = {{"rtn", "rtn-w8"}, {"gptq", "gptq-w8"}, {"awq", "awq-w8"},
+                                             {"awq+gptq", "awq-gptq-w8"}};
+    for (size_t i = 0; i < sizeof methods / sizeof methods[0]; i++) {
+        cJSON *r = run("deepseek_v32", methods[i][0], "\"bits\":8,", methods[i][1], 0.6, "self_attn.indexer.wq_b",
+                       "self_attn.indexer.wk");
+        if (!r) continue;
+        char out[4400];
+        snprintf(out, sizeof out, "%s/deepseek_v32-%s", T, methods[i][1]);
+        st_model *om = NULL;
+        qd_err err = {0};
+        CHECK_OK(st_model_open(out, &om, &err));
+        static const char *const packed[] = {
+            "model.layers.0.self_attn.indexer.wq_b.qweight", "model.layers.0.self_attn.q_b_proj.qweight",
+            "model.layers.0.self_attn.kv_b_proj.qweight", "model.layers.1.mlp.experts.3.down_proj.qweight"};
+        static const char *const kept[] = {
+            "model.layers.0.self_attn.indexer.wk.weight", "model.layers.1.self_attn.indexer.weights_proj.weight",
+            "model.layers.0.self_attn.indexer.k_norm.weight", "model.layers.1.self_attn.indexer.k_norm.bias",
+            "model.layers.1.mlp.gate.weight"};
+        for (size_t j = 0; om && j < sizeof packed / sizeof packed[0]; j++)
+            if (!st_model_find(om, packed[j])) TEST_FAIL_("deepseek_v32 %s: %s is missing", methods[i][1], packed[j]);
+        for (size_t j = 0; om && j < sizeof kept / sizeof kept[0]; j++) {
+            const st_tensor *t = st_model_find(om, kept[j]);
+            if (!t || t->dtype == QD_DTYPE_I32) TEST_FAIL_("deepseek_v32 %s: %s is not kept in float", methods[i][1], kept[j]);
+        }
+        test_checks += 2;
+        st_model_close(om);
+        char *qc = pt_read(test_path(out, "quantize_config.json"), NULL);
+        if (!(qc && strstr(qc, "indexer\\\\.weights_proj")))
+            TEST_FAIL_("deepseek_v32 %s: quantize_config.json does not declare weights_proj in float", methods[i][1]);
+        test_checks++;
+        free(qc);
+        /* 6 attention linears per layer (wq_b among them), 3 dense in layer 0, 3 x (8 + 1) experts in layer 1. */
+        CHECK_INT(cJSON_GetArraySize(cJSON_GetObjectItemCaseSensitive(r, "layers")), 6 + 3 + 6 + 27);
+        cJSON_Delete(r);
+    }
+}
+
 /* Qwen3-Next (tests/data/families/qwen3_next): layer 0 a Gated DeltaNet with experts, 1 gated
  * attention with experts, 2 a DeltaNet with a dense MLP (mlp_only_layers), 3 attention with
  * experts. Each layer packs its own mixer's projections (in_proj_qkvz, in_proj_ba, out_proj;
@@ -833,6 +879,7 @@ int main(void)
     TEST_RUN(test_missing_expert);
     TEST_RUN(test_deepseek);
     TEST_RUN(test_deepseek_v2);
+    TEST_RUN(test_deepseek_v32);
     TEST_RUN(test_deepseek_refused);
     TEST_RUN(test_moe_families);
     TEST_RUN(test_dots1_serving_refused);

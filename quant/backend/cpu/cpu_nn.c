@@ -143,6 +143,28 @@ static void softmax_causal_row(float *row, int64_t lo, int64_t len, int64_t widt
     for (j = len; j < width; j++) row[j] = 0.0f;
 }
 
+/* The softmax of row [0, len) over the keys keep[j] marks (one or more), the others 0:
+ * transformers' additive float-minimum mask, whose exp is exactly 0. */
+static void softmax_keep_row(float *row, int64_t len, int64_t width, const uint8_t *keep)
+{
+    float mx = -INFINITY;
+    for (int64_t j = 0; j < len; j++)
+        if (keep[j] && row[j] > mx) mx = row[j];
+    for (int64_t j = 0; j < len; j++) row[j] = keep[j] ? row[j] - mx : -200.0f;
+    cpu_exp_f32(row, row, len);
+    float part[8] = {0};
+    int64_t j = 0;
+    for (; j < len; j++) {
+        if (!keep[j]) row[j] = 0.0f;
+        part[j % 8] += row[j];
+    }
+    double sum = 0.0;
+    for (int u = 0; u < 8; u++) sum += part[u];
+    float inv = (float)(1.0 / sum);
+    for (j = 0; j < len; j++) row[j] *= inv;
+    for (j = len; j < width; j++) row[j] = 0.0f;
+}
+
 /* The softmax of a row with a sink (gpt-oss): as softmax_causal_row, with one more logit,
  * `sink`, in the max and the sum, whose own probability is dropped. */
 static void softmax_sink_row(float *row, int64_t lo, int64_t len, int64_t width, float sink)
@@ -180,6 +202,7 @@ typedef struct attn_ctx {
     void *bf;                  /* bf16 modes: [shares][bf_bytes] scratch */
     size_t bf_bytes;
     const float *sinks;        /* [n_heads] or NULL (attention_sink) */
+    const uint8_t *keep;       /* [batch, seq, seq] or NULL (attention_keep) */
 } attn_ctx;
 
 /* bf16 scratch per share: AMX: K and V packed, and 32 rows of A; portable: rounded copies
@@ -242,7 +265,8 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
                 int64_t qi = r0 + i, lo = c->window > 0 && qi + 1 > c->window ? qi + 1 - c->window : 0;
                 if (c->softcap > 0.0f)
                     for (int64_t j = lo; j <= qi; j++) s[i * keys + j] = tanhf(s[i * keys + j] / c->softcap) * c->softcap;
-                if (c->sinks) softmax_sink_row(s + i * keys, lo, qi + 1, keys, c->sinks[h]);
+                if (c->keep) softmax_keep_row(s + i * keys, qi + 1, keys, c->keep + (b * seq + qi) * seq);
+                else if (c->sinks) softmax_sink_row(s + i * keys, lo, qi + 1, keys, c->sinks[h]);
                 else softmax_causal_row(s + i * keys, lo, qi + 1, keys);
             }
             if (c->mode == ATTN_BF16_AMX) {
@@ -259,7 +283,7 @@ static void attn_heads(void *ctx, int t, int64_t p0, int64_t p1)
 
 static int attention_run(qd_backend *be, float *out, const float *q, const float *k, const float *v,
                          int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
-                         int64_t window, float softcap, int mode, const float *sinks)
+                         int64_t window, float softcap, int mode, const float *sinks, const uint8_t *keep)
 {
     if (n_kv <= 0 || n_heads % n_kv != 0)
         return qd_err_set(&be->err, QD_EINVAL, "attention: n_heads %lld is not a multiple of n_kv %lld",
@@ -275,7 +299,7 @@ static int attention_run(qd_backend *be, float *out, const float *q, const float
     if (!scores) return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %lld x %lld scores",
                                    nt, (long long)chunk, (long long)seq);
     attn_ctx c = {out, q, k, v, seq, n_heads, n_heads / n_kv, hd, n_heads * hd, n_kv * hd, chunk, window,
-                  scale, softcap, scores, mode, NULL, attn_bf_bytes(mode, seq, hd, chunk), sinks};
+                  scale, softcap, scores, mode, NULL, attn_bf_bytes(mode, seq, hd, chunk), sinks, keep};
     if (c.bf_bytes && !(c.bf = malloc((size_t)nt * c.bf_bytes))) {
         free(scores);
         return qd_err_set(&be->err, QD_ENOMEM, "attention: cannot allocate %d x %zu bytes of bf16 scratch", nt,
@@ -293,7 +317,7 @@ int cpu_attention(qd_backend *be, float *out, const float *q, const float *k, co
                   int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
                   int64_t window, float softcap)
 {
-    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32, NULL);
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, ATTN_F32, NULL, NULL);
 }
 
 int cpu_attention_sink(qd_backend *be, float *out, const float *q, const float *k, const float *v,
@@ -301,7 +325,15 @@ int cpu_attention_sink(qd_backend *be, float *out, const float *q, const float *
                        int64_t window, const float *sinks)
 {
     if (!sinks) return qd_err_set(&be->err, QD_EINVAL, "attention_sink: no sinks");
-    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, ATTN_F32, sinks);
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, ATTN_F32, sinks, NULL);
+}
+
+int cpu_attention_keep(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                       int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                       const uint8_t *keep)
+{
+    if (!keep) return qd_err_set(&be->err, QD_EINVAL, "attention_keep: no keep mask");
+    return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, 0, 0.0f, ATTN_F32, NULL, keep);
 }
 
 /* Both products on bf16-rounded inputs (Q, K; P, V), F32 sums: the AMX tiles where
@@ -311,7 +343,51 @@ int cpu_attention_bf16(qd_backend *be, float *out, const float *q, const float *
                        int64_t window, float softcap)
 {
     return attention_run(be, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap,
-                         cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE, NULL);
+                         cpu_amx_on(be) ? ATTN_BF16_AMX : ATTN_BF16_PORTABLE, NULL, NULL);
+}
+
+typedef struct dsa_ctx {
+    float *out;
+    const float *q, *k, *w;
+    int64_t seq, n_heads, hd;
+    float qk_scale, w_scale;
+} dsa_ctx;
+
+/* Query rows [r0, r1) of the batch (row b * seq + i). */
+static void dsa_rows(void *ctx, int t, int64_t r0, int64_t r1)
+{
+    (void)t;
+    const dsa_ctx *c = ctx;
+    const int64_t seq = c->seq, NH = c->n_heads, hd = c->hd;
+    for (int64_t r = r0; r < r1; r++) {
+        int64_t b = r / seq, i = r % seq;
+        const float *qi = c->q + r * NH * hd, *wi = c->w + r * NH;
+        float *o = c->out + r * seq;
+        for (int64_t j = 0; j <= i; j++) {
+            const float *kj = c->k + (b * seq + j) * hd;
+            float acc = 0.0f;
+            for (int64_t h = 0; h < NH; h++) {
+                float d = 0.0f;
+                for (int64_t e = 0; e < hd; e++) d += qi[h * hd + e] * kj[e];
+                d *= c->qk_scale;
+                acc += wi[h] * c->w_scale * (d > 0.0f ? d : 0.0f);
+            }
+            o[j] = acc;
+        }
+        for (int64_t j = i + 1; j < seq; j++) o[j] = 0.0f;
+    }
+}
+
+int cpu_dsa_scores(qd_backend *be, float *out, const float *q, const float *k, const float *w, int64_t batch,
+                   int64_t seq, int64_t n_heads, int64_t hd, float qk_scale, float w_scale)
+{
+    if (batch <= 0 || seq <= 0) return 0;
+    if (n_heads <= 0 || hd <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "dsa_scores: n_heads %lld and hd %lld must be positive",
+                          (long long)n_heads, (long long)hd);
+    dsa_ctx c = {out, q, k, w, seq, n_heads, hd, qk_scale, w_scale};
+    qd_parallel_for(be->n_threads, batch * seq, 1, dsa_rows, &c);
+    return 0;
 }
 
 typedef struct glu_ctx {

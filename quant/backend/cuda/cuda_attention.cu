@@ -50,7 +50,8 @@ __device__ static double attn_block_sum(double v, double *sh)
  * qi + 1 - k0) of its row; the others become 0, so P V ignores them. Every row sees at
  * least its own key, so no row is fully masked. */
 __global__ void k_attn_softmax(float *s, int64_t rows, int64_t keys, int64_t r0, int64_t k0, int64_t window,
-                               float softcap, const float *sinks, int64_t h0, int64_t nb)
+                               float softcap, const float *sinks, int64_t h0, int64_t nb, const uint8_t *keep,
+                               int64_t seq, int64_t b0)
 {
     __shared__ float shf[ATTN_WARPS];
     __shared__ double shd[ATTN_WARPS];
@@ -60,10 +61,14 @@ __global__ void k_attn_softmax(float *s, int64_t rows, int64_t keys, int64_t r0,
     const int64_t c0 = lo - k0, c1 = qi + 1 - k0;
     /* gpt-oss: the head's sink joins the max and the sum (matrix t / rows is head h0 + it / nb). */
     const float sink = sinks ? sinks[h0 + (t / rows) / nb] : -INFINITY;
+    /* DeepSeek-V3.2 (attention_keep): the keys its indexer left out weigh exactly 0 (sequence
+     * b0 + (t / rows) % nb); the row keeps one or more, so the max stays finite. */
+    const uint8_t *kr = keep ? keep + ((b0 + (t / rows) % nb) * seq + qi) * seq : NULL;
     float mx = sink;
     for (int64_t c = c0 + threadIdx.x; c < c1; c += blockDim.x) {
         float x = row[c];
         if (softcap > 0.0f) x = tanhf(x / softcap) * softcap;   /* Gemma 2 */
+        if (kr && !kr[k0 + c]) x = -INFINITY;
         row[c] = x;
         mx = fmaxf(mx, x);
     }
@@ -102,7 +107,7 @@ static cublasStatus_t attn_gemm(cublasHandle_t blas, const qd_attn_gemm *g, floa
 /* One chunk: its Q K^T GEMMs, the softmax, its P V GEMMs. */
 static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, const qd_attn_plan *p,
                       const qd_attn_chunk *c, float *ws, float *out, const float *q, const float *k, const float *v,
-                      float scale, float softcap, const float *sinks)
+                      float scale, float softcap, const float *sinks, const uint8_t *keep, int64_t seq)
 {
     qd_attn_gemm g;
     for (int64_t hh = 0; hh < c->nh; hh++) {
@@ -113,7 +118,8 @@ static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, 
     }
     k_attn_softmax<<<(unsigned)(c->nh * c->nb * c->rows), ATTN_THREADS, 0, stream>>>(ws, c->rows, c->keys, c->r0,
                                                                                       c->k0, p->window, softcap,
-                                                                                      sinks, c->h0, c->nb);
+                                                                                      sinks, c->h0, c->nb, keep, seq,
+                                                                                      c->b0);
     cudaError_t e = cudaGetLastError();
     if (e != cudaSuccess) return attn_fail(be, "attention softmax kernel", cudaGetErrorString(e), __LINE__);
     for (int64_t hh = 0; hh < c->nh; hh++) {
@@ -127,7 +133,7 @@ static int attn_chunk(qd_backend *be, cublasHandle_t blas, cudaStream_t stream, 
 
 static int attn_run(qd_backend *be, void *blas, float *out, const float *q, const float *k, const float *v,
                     int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale, int64_t window,
-                    float softcap, const float *sinks)
+                    float softcap, const float *sinks, const uint8_t *keep)
 {
     qd_attn_plan p;
     const char *why = NULL;
@@ -143,7 +149,7 @@ static int attn_run(qd_backend *be, void *blas, float *out, const float *q, cons
     for (int64_t i = 0; i < n && !rc; i++) {
         qd_attn_chunk c;
         qd_attn_plan_chunk(&p, i, &c);
-        rc = attn_chunk(be, (cublasHandle_t)blas, stream, &p, &c, ws, out, q, k, v, scale, softcap, sinks);
+        rc = attn_chunk(be, (cublasHandle_t)blas, stream, &p, &c, ws, out, q, k, v, scale, softcap, sinks, keep, seq);
     }
     (void)cudaFreeAsync(ws, stream);
     return rc;
@@ -153,7 +159,7 @@ extern "C" int qd_backend_cuda_attention(qd_backend *be, void *blas, float *out,
                                          const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
                                          int64_t hd, float scale, int64_t window, float softcap)
 {
-    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, NULL);
+    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, softcap, NULL, NULL);
 }
 
 extern "C" int qd_backend_cuda_attention_sink(qd_backend *be, void *blas, float *out, const float *q, const float *k,
@@ -161,5 +167,12 @@ extern "C" int qd_backend_cuda_attention_sink(qd_backend *be, void *blas, float 
                                               int64_t n_kv, int64_t hd, float scale, int64_t window,
                                               const float *sinks)
 {
-    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, sinks);
+    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, window, 0.0f, sinks, NULL);
+}
+
+extern "C" int qd_backend_cuda_attention_keep(qd_backend *be, void *blas, float *out, const float *q, const float *k,
+                                              const float *v, int64_t batch, int64_t seq, int64_t n_heads,
+                                              int64_t n_kv, int64_t hd, float scale, const uint8_t *keep)
+{
+    return attn_run(be, blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale, 0, 0.0f, NULL, keep);
 }

@@ -25,6 +25,12 @@ int qd_backend_cuda_attention_sink(qd_backend *be, void *blas, float *out, const
                                    const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
                                    int64_t hd, float scale, int64_t window, const float *sinks);
 
+/* The same where only the keys keep marks are seen (backend.h's attention_keep; window and
+ * softcap none): keep [batch, seq, seq] device memory. */
+int qd_backend_cuda_attention_keep(qd_backend *be, void *blas, float *out, const float *q, const float *k,
+                                   const float *v, int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv,
+                                   int64_t hd, float scale, const uint8_t *keep);
+
 #ifdef __cplusplus
 }
 #endif

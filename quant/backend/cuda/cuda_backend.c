@@ -476,6 +476,31 @@ static int cu_attention_sink(qd_backend *be, float *out, const float *q, const f
                                           window, sinks);
 }
 
+static int cu_attention_keep(qd_backend *be, float *out, const float *q, const float *k, const float *v,
+                             int64_t batch, int64_t seq, int64_t n_heads, int64_t n_kv, int64_t hd, float scale,
+                             const uint8_t *keep)
+{
+    if (n_kv <= 0 || n_heads % n_kv != 0)
+        return qd_err_set(&be->err, QD_EINVAL, "attention_keep: n_heads %lld is not a multiple of n_kv %lld",
+                          (long long)n_heads, (long long)n_kv);
+    if (!keep) return qd_err_set(&be->err, QD_EINVAL, "attention_keep: no keep mask");
+    if (seq <= 0 || batch <= 0) return 0;
+    return qd_backend_cuda_attention_keep(be, cu_impl(be)->blas, out, q, k, v, batch, seq, n_heads, n_kv, hd, scale,
+                                          keep);
+}
+
+static int cu_dsa_scores(qd_backend *be, float *out, const float *q, const float *k, const float *w, int64_t batch,
+                         int64_t seq, int64_t n_heads, int64_t hd, float qk_scale, float w_scale)
+{
+    if (batch <= 0 || seq <= 0) return 0;
+    if (n_heads <= 0 || hd <= 0)
+        return qd_err_set(&be->err, QD_EINVAL, "dsa_scores: n_heads %lld and hd %lld must be positive",
+                          (long long)n_heads, (long long)hd);
+    LAUNCH(be, "dsa_scores kernel", cudaop_dsa_scores(cu_impl(be)->stream, out, q, k, w, batch * seq, seq, n_heads, hd,
+                                                      qk_scale, w_scale));
+    return 0;
+}
+
 static int cu_swiglu_clamp_mul(qd_backend *be, float *out, const float *gate, const float *up, int64_t n, float alpha,
                                float limit)
 {

@@ -75,6 +75,8 @@ int cudaop_gelu_tanh_mul(void *stream, float *out, const float *gate, const floa
 int cudaop_softcap(void *stream, float *x, int64_t n, float cap);
 int cudaop_scale(void *stream, float *x, int64_t n, float s);
 int cudaop_relu(void *stream, float *x, int64_t n);
+int cudaop_dsa_scores(void *stream, float *out, const float *q, const float *k, const float *w, int64_t rows,
+                      int64_t seq, int64_t nh, int64_t hd, float qk_scale, float w_scale);
 int cudaop_gelu(void *stream, float *x, int64_t n);
 int cudaop_gelu_tanh(void *stream, float *x, int64_t n);
 int cudaop_xielu(void *stream, float *x, int64_t n, float ap, float an, float beta, float eps);

@@ -621,6 +621,36 @@ extern "C" int cudaop_relu(void *stream, float *x, int64_t n)
     return op_launched();
 }
 
+/* DeepSeek-V3.2's index scores (backend.h's dsa_scores): one thread per (row, key), the
+ * CPU's loop order (the dot over the dims, then the heads). */
+__global__ void k_dsa_scores(float *out, const float *q, const float *k, const float *w, int64_t rows, int64_t seq,
+                             int64_t nh, int64_t hd, float qk_scale, float w_scale)
+{
+    for (int64_t idx = (int64_t)blockIdx.x * blockDim.x + threadIdx.x; idx < rows * seq;
+         idx += (int64_t)gridDim.x * blockDim.x) {
+        int64_t r = idx / seq, j = idx % seq, b = r / seq, i = r % seq;
+        if (j > i) { out[idx] = 0.0f; continue; }
+        const float *qi = q + r * nh * hd, *wi = w + r * nh, *kj = k + (b * seq + j) * hd;
+        float acc = 0.0f;   /* each product and sum rounded on its own (no FMA) */
+        for (int64_t h = 0; h < nh; h++) {
+            float d = 0.0f;
+            for (int64_t e = 0; e < hd; e++) d = __fadd_rn(d, __fmul_rn(qi[h * hd + e], kj[e]));
+            d = __fmul_rn(d, qk_scale);
+            acc = __fadd_rn(acc, __fmul_rn(__fmul_rn(wi[h], w_scale), d > 0.0f ? d : 0.0f));
+        }
+        out[idx] = acc;
+    }
+}
+
+extern "C" int cudaop_dsa_scores(void *stream, float *out, const float *q, const float *k, const float *w, int64_t rows,
+                                 int64_t seq, int64_t nh, int64_t hd, float qk_scale, float w_scale)
+{
+    if (rows <= 0 || seq <= 0) return 0;
+    k_dsa_scores<<<op_blocks(rows * seq), OP_THREADS, 0, (cudaStream_t)stream>>>(out, q, k, w, rows, seq, nh, hd,
+                                                                                 qk_scale, w_scale);
+    return op_launched();
+}
+
 extern "C" int cudaop_gelu(void *stream, float *x, int64_t n)
 {
     if (n <= 0) return 0;
