@@ -454,10 +454,12 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     }
     if (!rc && out->layer.n_groups != (int64_t)v[5])
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: %g groups, expected %lld", name, v[5], (long long)out->layer.n_groups);
-    if (!rc && (v[L_GRID] < 0 || v[L_GRID] > QD_GRID_FP4_E2M1 || v[L_RULE] < 0 || v[L_RULE] > QD_SCALE_E8M0 ||
-                !(v[L_GSCALE] >= 0) || v[L_GSCALE] > 3.4e38))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer grid %g, scale rule %g, global scale %g", name, v[L_GRID],
-                        v[L_RULE], v[L_GSCALE]);
+    if (!rc && (v[L_GRID] < 0 || v[L_GRID] > QD_GRID_FP4_E2M1 || v[L_GRID] != (int)v[L_GRID] || v[L_RULE] < 0 ||
+                v[L_RULE] > QD_SCALE_E8M0 || v[L_RULE] != (int)v[L_RULE] || !(v[L_GSCALE] >= 0) || v[L_GSCALE] > 3.4e38 ||
+                (v[L_RULE] == QD_SCALE_FP8_GLOBAL && !(v[L_GSCALE] > 0)) || !(v[L_ROWBLOCK] >= -1) ||
+                v[L_ROWBLOCK] > (double)(1 << 24) || v[L_ROWBLOCK] != (int64_t)v[L_ROWBLOCK]))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: layer grid %g, scale rule %g, global scale %g, row block %g", name,
+                        v[L_GRID], v[L_RULE], v[L_GSCALE], v[L_ROWBLOCK]);
     if (!rc) {
         out->layer.grid = (qd_grid)v[L_GRID];
         out->layer.scale_rule = (qd_scale_rule)v[L_RULE];
@@ -473,6 +475,11 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     if (!rc) rc = arr_copy(&f, "scales", out->layer.scales, gn * sizeof(float), err);
     if (!rc) rc = arr_copy(&f, "zeros", out->layer.zeros, gn * sizeof(int32_t), err);
     if (!rc) rc = arr_copy(&f, "g_idx", out->layer.g_idx, (size_t)k * sizeof(int32_t), err);
+    /* Every column's group must be one of the layer's: the codes are decoded by it below. */
+    for (int64_t c = 0; !rc && c < k; c++)
+        if (out->layer.g_idx[c] < 0 || out->layer.g_idx[c] >= out->layer.n_groups)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: column %lld in group %d of %lld", name, (long long)c,
+                            (int)out->layer.g_idx[c], (long long)out->layer.n_groups);
     if (!rc && !from_codes) rc = arr_copy(&f, "dq", out->dq.w, nk * sizeof(float), err);
     if (!rc && from_codes) qd_qlayer_dequant_ref(&out->layer, out->dq.w);   /* the worker checked it gives its bits */
     if (!rc) snprintf(worker, 64, "%s", cJSON_IsString(wk) ? wk->valuestring : "?");

@@ -1,6 +1,8 @@
 /* The part files' compact float forms (part.h, part_codec.c): each form gives back the
  * very bits written, is taken only where it does (one value off and the array stays F32),
- * and a file that names an unknown form or the wrong size is refused. */
+ * and a file that names an unknown form or the wrong size is refused; a part output whose
+ * group indices, row block or scale rule the layer cannot have is refused before its codes
+ * are decoded. */
 #include <fcntl.h>
 #include <math.h>
 #include <stdlib.h>
@@ -10,6 +12,7 @@
 #include <cjson/cJSON.h>
 
 #include "quant/core/dtype.h"
+#include "quant/formats/qlayer.h"
 #include "quant/pipeline/part.h"
 #include "test_util.h"
 
@@ -125,6 +128,75 @@ static void test_refused(void)
     cJSON_Delete(meta);
 }
 
+/* A part's output file as a worker writes it (part_quant.c's write_out), for a [4, 8] layer
+ * of 4 bits in groups of 4, its rows decoded from the codes by the reader; the fields named
+ * are then set to what a damaged or hostile file could hold. */
+static int read_crafted(int32_t g_idx3, double row_block, double rule, double gscale, float *dq)
+{
+    enum { ROWS = 4, K = 8, G = 2, R_COUNT = 11 };   /* part_quant.c's result record: 11 doubles */
+    uint8_t q[ROWS * K];
+    float scales[G * ROWS];
+    int32_t zeros[G * ROWS], g_idx[K];
+    double res[R_COUNT] = {0}, stage[QD_STAGE_COUNT] = {0}, trace[2] = {0};
+    for (int i = 0; i < ROWS * K; i++) q[i] = (uint8_t)(i % 16);
+    for (int i = 0; i < G * ROWS; i++) { scales[i] = 0.5f + (float)i; zeros[i] = 8; }
+    for (int c = 0; c < K; c++) g_idx[c] = c / 4;
+    g_idx[3] = g_idx3;
+    res[9] = ROWS;
+    res[10] = K;
+    cJSON *meta = cJSON_CreateObject();
+    cJSON_AddStringToObject(meta, "in_checksum", "00000000000000aa");
+    cJSON_AddStringToObject(meta, "worker", "w1");
+    cJSON_AddStringToObject(meta, "name", "l");
+    cJSON_AddStringToObject(meta, "method", "rtn");
+    cJSON_AddStringToObject(meta, "note", "");
+    double lv[] = {ROWS, K, 4, 1, 4, G, 0, rule, gscale, row_block};
+    cJSON_AddItemToObject(meta, "layer", cJSON_CreateDoubleArray(lv, 10));
+    cJSON_AddBoolToObject(meta, "dq_from_codes", 1);
+    qd_part_arr a[] = {{"res", res, sizeof res}, {"stage", stage, sizeof stage}, {"trace", trace, sizeof trace},
+                       {"q", q, sizeof q}, {"scales", scales, sizeof scales}, {"zeros", zeros, sizeof zeros},
+                       {"g_idx", g_idx, sizeof g_idx}};
+    char name[80];
+    qd_qpart_name_out(name, sizeof name, 0, 0, 0xaa);
+    qd_err err = {0};
+    CHECK_OK(qd_part_file_write(dirfd_g, name, meta, a, 7, NULL, &err));
+    cJSON_Delete(meta);
+    qd_qpart_in in;
+    memset(&in, 0, sizeof in);
+    in.r0 = 0;
+    in.r1 = ROWS;
+    in.res.n = ROWS;
+    in.res.k = K;
+    qd_qpart_out out;
+    char worker[64];
+    int rc = qd_qpart_read_out(dirfd_g, 0, 0, 0xaa, &in, &out, worker, &err);
+    if (!rc) {
+        memcpy(dq, out.dq.w, sizeof(float) * ROWS * K);
+        /* what the reader decoded is the layer's own decode */
+        float ref[ROWS * K];
+        qd_qlayer_dequant_ref(&out.layer, ref);
+        CHECK(!memcmp(ref, dq, sizeof ref));
+        qd_qpart_out_free(&out);
+    }
+    return rc;
+}
+
+/* The lead decodes a part's rows from the file's codes: a group index, row block or global
+ * scale the layer cannot have is refused before any decoding. */
+static void test_out_refused(void)
+{
+    float dq[32];
+    CHECK_OK(read_crafted(0, 1, 0, 0, dq));
+    CHECK(dq[1] == 0.5f * (1.0f - 8.0f));         /* row 0, column 1: scale 0.5, code 1, zero 8 */
+    CHECK(dq[8 + 4] == 5.5f * (12.0f - 8.0f));    /* row 1, column 4 (group 1): scales[1 * 4 + 1] */
+    CHECK_INT(read_crafted(2, 1, 0, 0, dq), QD_EFORMAT);     /* group 2 of 2 */
+    CHECK_INT(read_crafted(-1, 1, 0, 0, dq), QD_EFORMAT);
+    CHECK_INT(read_crafted(0, -2, 0, 0, dq), QD_EFORMAT);    /* row block */
+    CHECK_INT(read_crafted(0, 1.5, 0, 0, dq), QD_EFORMAT);
+    CHECK_INT(read_crafted(0, 1, 7, 0, dq), QD_EFORMAT);     /* no such scale rule */
+    CHECK_INT(read_crafted(0, 1, 2, 0, dq), QD_EFORMAT);     /* NVFP4's rule without a global scale */
+}
+
 int main(void)
 {
     char tmpl[] = "/tmp/qd-part-codec-XXXXXX";
@@ -133,6 +205,7 @@ int main(void)
     TEST_RUN(test_halves);
     TEST_RUN(test_triangles);
     TEST_RUN(test_refused);
+    TEST_RUN(test_out_refused);
     qd_part_files_remove(dirfd_g, NULL);
     close(dirfd_g);
     rmdir(tmpl);
