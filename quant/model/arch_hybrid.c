@@ -60,29 +60,33 @@ static const qd_arch arch_lfm2 = {
     .lm_head = "lm_head.weight",
 };
 
+/* The linears of a Granite-4 hybrid layer, dense and MoE alike. */
+#define GRANITE_HYBRID_LINEARS                                                                                \
+    .family = QD_ARCH_LLAMA,                                                                                  \
+    .block_fmt = "model.layers.%d.",                                                                          \
+    .fused_gate_up = 1,                                                                                       \
+    .lin_o = 3,                                                                                               \
+    .lin_mix_in = 4,                                                                                          \
+    .lin_mix_out = 5,                                                                                         \
+    .lin_mlp0 = 6,                                                                                            \
+    .n_linears = 8,                                                                                           \
+    .linears = {                                                                                              \
+        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},                            \
+        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},                           \
+        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},                           \
+        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},                              \
+        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},      \
+        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},  \
+        {"shared_mlp.input_linear", 4, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},                            \
+        {"shared_mlp.output_linear", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},                            \
+    }
+
 /* Granite-4 hybrids: input_layernorm before the mixer (attention, or Mamba-2), then
  * post_attention_layernorm before shared_mlp, whose input_linear is [gate; up] (as Phi-3's
  * gate_up_proj) and output_linear the down projection. */
 static const qd_arch arch_granite_hybrid = {
     .name = "granite_hybrid",
-    .family = QD_ARCH_LLAMA,
-    .block_fmt = "model.layers.%d.",
-    .fused_gate_up = 1,
-    .lin_o = 3,
-    .lin_mix_in = 4,
-    .lin_mix_out = 5,
-    .lin_mlp0 = 6,
-    .n_linears = 8,
-    .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},
-        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
-        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
-        {"shared_mlp.input_linear", 4, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
-        {"shared_mlp.output_linear", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},
-    },
+    GRANITE_HYBRID_LINEARS,
     .n_groups = 6,
     .groups = {
         {"attn_in", QD_PREV_NORM, "input_layernorm"},
@@ -114,24 +118,7 @@ static const qd_arch arch_granite_hybrid = {
  * else that reads it, shared_mlp.input_linear included (qd_block_fold_moe_input). */
 static const qd_arch arch_granite_hybrid_moe = {
     .name = "granite_hybrid_moe",
-    .family = QD_ARCH_LLAMA,
-    .block_fmt = "model.layers.%d.",
-    .fused_gate_up = 1,
-    .lin_o = 3,
-    .lin_mix_in = 4,
-    .lin_mix_out = 5,
-    .lin_mlp0 = 6,
-    .n_linears = 8,
-    .linears = {
-        {"self_attn.q_proj", 0, QD_DIM_Q, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.k_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.v_proj", 0, QD_DIM_KV, QD_DIM_HIDDEN, QD_BIAS_QKV, ATTN_LAYER},
-        {"self_attn.o_proj", 1, QD_DIM_HIDDEN, QD_DIM_Q, QD_BIAS_O, ATTN_LAYER},
-        {"mamba.in_proj", 2, QD_DIM_SSM_IN, QD_DIM_HIDDEN, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
-        {"mamba.out_proj", 3, QD_DIM_HIDDEN, QD_DIM_SSM_INNER, QD_BIAS_MIXER, QD_ON_MIXER(QD_MIXER_MAMBA2)},
-        {"shared_mlp.input_linear", 4, QD_DIM_FF2, QD_DIM_HIDDEN, QD_BIAS_MLP, 0},
-        {"shared_mlp.output_linear", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP, 0},
-    },
+    GRANITE_HYBRID_LINEARS,
     .n_groups = 6,
     .groups = {
         {"attn_in", QD_PREV_NORM, "input_layernorm"},
