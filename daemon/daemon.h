@@ -214,6 +214,17 @@ struct qdd_fanout {
     int shared;
     int n_remote;              /* parts in flight on other nodes */
     int mem_held;              /* a helper was held back for memory-limit-mb (logged once) */
+    /* Stragglers: once no part is pending, the idle lead runs a copy (a backup) of a part a
+     * helper of this node has held for more than twice the longest part done so far;
+     * whichever copy ends first makes the part done, and the other's report is late. Both
+     * write the same output file (named by its input, renamed in place), so the bytes do not
+     * depend on which one won. The clock is the caller's (now_ms, set before each call). */
+    uint64_t now_ms;
+    uint64_t *hand_ms;         /* n: now_ms when part i was handed out (owned) */
+    uint64_t done_max_ms;      /* the longest hand-out to done of a part done by its holder */
+    int n_timed;               /* parts done by their holder */
+    unsigned char *backed;     /* n: part i had a backup (one each; owned) */
+    int backup;                /* the part the lead runs as a backup, or -1 */
     int sync_inflight;         /* the owner's read of the hash is in flight */
     char **holder;             /* n (owned, allocated by the first remote part) */
 };
@@ -234,6 +245,7 @@ typedef enum qdd_apply_result {
 typedef struct qdd_part_grant {
     int worker;
     int index;
+    int backup;                /* a copy, for the lead, of a part in flight elsewhere */
 } qdd_part_grant;
 
 /* A new fan-out with every part pending; names (n_names <= n, may be NULL) are copied. *out
@@ -247,10 +259,16 @@ int qdd_fanout_held_by(const qdd_fanout *f, int worker);
 int qdd_fanout_helpers(const qdd_fanout *f);
 /* Pending part index -> in flight on worker. */
 void qdd_fanout_start(qdd_fanout *f, int index, int worker);
-/* Part index in flight on worker -> done. 1 when it was (and is now done), 0 when that part
- * is not in flight on that worker (a late or foreign report: nothing changes). */
+/* The lead starts a backup of part index (in flight on a helper). */
+void qdd_fanout_backup_start(qdd_fanout *f, int index);
+/* Part index in flight on worker, or backed up by worker (the lead) -> done. 1 when it was
+ * (and is now done), 0 when that part is not in flight there (a late or foreign report, or
+ * the copy that lost: nothing changes but the backup's end). */
 int qdd_fanout_finish(qdd_fanout *f, int index, int worker);
-/* The part in flight on worker (if any) back to pending; returns its index, or -1. */
+/* The lead's backup of part index failed: the helper's copy goes on alone. */
+void qdd_fanout_backup_failed(qdd_fanout *f, int index);
+/* The part in flight on worker (if any) back to pending; returns its index, or -1. A part the
+ * lead backs up stays in flight, now the lead's alone (state INFLIGHT tells the caller). */
 int qdd_fanout_requeue(qdd_fanout *f, int worker);
 /* 1 when every part is done. */
 int qdd_fanout_complete(const qdd_fanout *f);
@@ -261,7 +279,11 @@ qdd_apply_result qdd_fanout_apply(qdd_fanout *f, int index, const char *state, c
 /* Which parts to hand out now, without changing f: the lead first (one part, when
  * lead_free and it has none in flight), then the idle workers in the order given (the lead
  * among them is skipped) while the helpers stay below max_workers - 1 (max_workers counts
- * the lead) and parts are pending. Fills up to cap grants; returns how many. */
+ * the lead) and parts are pending. When none is pending and the lead is free, a backup for
+ * it of the part a helper of this node has held longest, once that is more than twice the
+ * longest part done (f->now_ms): never twice the same part, one at a time, and not in a
+ * fan-out shared with other nodes (their claims run a part once). Fills up to cap grants;
+ * returns how many. */
 int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const int *idle, int n_idle,
                     qdd_part_grant *grants, int cap);
 

@@ -36,7 +36,10 @@ int qdd_fanout_open(qdd_fanout **out, uint64_t id, int lead, int block, const ch
     f->state = calloc((size_t)n, sizeof *f->state);
     f->worker = malloc((size_t)n * sizeof *f->worker);
     f->names = calloc((size_t)n, sizeof *f->names);
-    int bad = !f->state || !f->worker || !f->names;
+    f->hand_ms = calloc((size_t)n, sizeof *f->hand_ms);
+    f->backed = calloc((size_t)n, sizeof *f->backed);
+    f->backup = -1;
+    int bad = !f->state || !f->worker || !f->names || !f->hand_ms || !f->backed;
     for (int i = 0; !bad && i < n; i++) f->worker[i] = -1;
     for (int i = 0; !bad && names && i < n_names; i++)
         if (names[i] && names[i][0]) bad = !(f->names[i] = strdup(names[i]));
@@ -54,6 +57,8 @@ void qdd_fanout_free(qdd_fanout *f)
     for (int i = 0; f->names && i < f->n; i++) free(f->names[i]);
     for (int i = 0; f->holder && i < f->n; i++) free(f->holder[i]);
     free(f->holder);
+    free(f->hand_ms);
+    free(f->backed);
     free(f->names);
     free(f->worker);
     free(f->state);
@@ -78,12 +83,30 @@ void qdd_fanout_start(qdd_fanout *f, int index, int worker)
     if (index < 0 || index >= f->n || f->state[index] != QDD_PART_PENDING) return;
     f->state[index] = QDD_PART_INFLIGHT;
     f->worker[index] = worker;
+    f->hand_ms[index] = f->now_ms;
     f->n_inflight++;
+}
+
+void qdd_fanout_backup_start(qdd_fanout *f, int index)
+{
+    if (index < 0 || index >= f->n || f->state[index] != QDD_PART_INFLIGHT || f->backup >= 0) return;
+    f->backup = index;
+    f->backed[index] = 1;
 }
 
 int qdd_fanout_finish(qdd_fanout *f, int index, int worker)
 {
-    if (index < 0 || index >= f->n || f->state[index] != QDD_PART_INFLIGHT || f->worker[index] != worker) return 0;
+    if (index < 0 || index >= f->n) return 0;
+    int backup = index == f->backup && worker == f->lead;
+    if (backup) f->backup = -1;
+    if (f->state[index] != QDD_PART_INFLIGHT || (!backup && f->worker[index] != worker)) return 0;
+    /* The helper's copy won: the lead's, still running, reports late. */
+    if (index == f->backup) f->backup = -1;
+    if (!backup) {
+        uint64_t took = f->now_ms > f->hand_ms[index] ? f->now_ms - f->hand_ms[index] : 0;
+        if (took > f->done_max_ms) f->done_max_ms = took;
+        f->n_timed++;
+    }
     f->state[index] = QDD_PART_DONE;
     f->worker[index] = -1;
     f->n_inflight--;
@@ -91,10 +114,21 @@ int qdd_fanout_finish(qdd_fanout *f, int index, int worker)
     return 1;
 }
 
+void qdd_fanout_backup_failed(qdd_fanout *f, int index)
+{
+    if (index == f->backup) f->backup = -1;
+}
+
 int qdd_fanout_requeue(qdd_fanout *f, int worker)
 {
     int i = qdd_fanout_held_by(f, worker);
     if (i < 0) return -1;
+    if (i == f->backup) {
+        /* The lead runs a copy already: the part is the lead's now, not pending again. */
+        f->worker[i] = f->lead;
+        f->backup = -1;
+        return i;
+    }
     f->state[i] = QDD_PART_PENDING;
     f->worker[i] = -1;
     f->n_inflight--;
@@ -169,17 +203,32 @@ int qdd_fanout_plan(const qdd_fanout *f, int lead_free, int max_workers, const i
 #define NEXT_PENDING() do { while (next < f->n && f->state[next] != QDD_PART_PENDING) next++; } while (0)
     NEXT_PENDING();
     /* The lead first: it always makes progress itself, with or without helpers. */
-    if (lead_free && next < f->n && n < cap && qdd_fanout_held_by(f, f->lead) < 0) {
-        grants[n++] = (qdd_part_grant){f->lead, next++};
+    int lead_idle = lead_free && qdd_fanout_held_by(f, f->lead) < 0 && f->backup < 0;
+    if (lead_idle && next < f->n && n < cap) {
+        grants[n++] = (qdd_part_grant){f->lead, next++, 0};
         NEXT_PENDING();
+        lead_idle = 0;
     }
     for (int k = 0; k < n_idle && next < f->n && n < cap && helpers < max_workers - 1; k++) {
         if (idle[k] == f->lead || qdd_fanout_held_by(f, idle[k]) >= 0) continue;
-        grants[n++] = (qdd_part_grant){idle[k], next++};
+        grants[n++] = (qdd_part_grant){idle[k], next++, 0};
         helpers++;
         NEXT_PENDING();
     }
 #undef NEXT_PENDING
+    /* Nothing left to hand out: rather than wait on a helper far slower than the parts done
+     * so far, the lead runs a copy of its part, so a straggler holds the block back by about
+     * twice a part plus the lead's time for it, not for as long as it takes. (A copy started
+     * too early costs the lead one part's time: it cannot be called back.) */
+    if (lead_idle && next >= f->n && n < cap && !f->shared && f->n_timed > 0) {
+        int best = -1;
+        for (int i = 0; i < f->n; i++)
+            if (f->state[i] == QDD_PART_INFLIGHT && f->worker[i] >= 0 && f->worker[i] != f->lead && !f->backed[i] &&
+                f->now_ms > f->hand_ms[i] && f->now_ms - f->hand_ms[i] > 2 * f->done_max_ms &&
+                (best < 0 || f->hand_ms[i] < f->hand_ms[best]))
+                best = i;
+        if (best >= 0) grants[n++] = (qdd_part_grant){f->lead, best, 1};
+    }
     return n;
 }
 
@@ -296,7 +345,13 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
     if (j->fanout && j->fanout->id == fid && j->fanout->shared) qdd_nparts_local_done(j, w, p->index, p->ok);
     qdd_parts_release(w);
     qdd_fanout *f = j->fanout;
-    if (f && f->id == fid && qdd_fanout_finish(f, p->index, w->index)) {
+    if (f) f->now_ms = uv_now(d->loop);
+    if (f && f->id == fid && !p->ok && f->backup == p->index && w->index == f->lead) {
+        /* A failed backup changes nothing: the helper's copy still runs. */
+        QD_LOG(QD_LOG_WARN, "part_backup_failed", "job=%s block=%d step=%s part=%d err=\"%s\"", j->id, p->block, p->step,
+               p->index, p->error ? p->error : "");
+        qdd_fanout_backup_failed(f, p->index);
+    } else if (f && f->id == fid && qdd_fanout_finish(f, p->index, w->index)) {
         if (p->ok)
             QD_LOG(QD_LOG_INFO, "part_done", "job=%s block=%d step=%s part=%d worker=%s lead=%d seconds=%.3f done=%d/%d",
                    j->id, p->block, p->step, p->index, w->name, w->index == f->lead, p->seconds, f->n_done, f->n);
@@ -350,6 +405,7 @@ void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
             if (k != f->lead && w->state == QDD_W_IDLE && !w->exiting && !w->exited && !w->part_job) idle[n_idle++] = k;
         }
         int max = j->job->workers == QP_JOB_WORKERS_ALL ? d->n_workers : j->job->workers;
+        f->now_ms = uv_now(d->loop);
         int ng = qdd_fanout_plan(f, lead_free, max, idle, n_idle, g, QDD_MAX_WORKERS + 1), sent = 0;
         /* Under memory-limit-mb a helper takes a part only while the node's estimates, its
          * part's included, stay within the limit; the lead's own part is in its job's. */
@@ -365,6 +421,16 @@ void qdd_parts_schedule(qdd_daemon *d, qdd_job *const *jobs, int n)
         }
         for (int k = 0; k < ng; k++) {
             qdd_worker *w = &d->workers[g[k].worker];
+            if (g[k].backup) {
+                if (qdd_pool_send_part(w, j, f->block, f->step, g[k].index)) continue;
+                w->part_fanout = f->id;
+                qdd_fanout_backup_start(f, g[k].index);
+                QD_LOG(QD_LOG_INFO, "part_backup", "job=%s block=%d step=%s part=%d lead=%s helper=%s (no part pending; the "
+                       "lead runs a copy of the part held longest)", j->id, f->block, f->step, g[k].index, w->name,
+                       d->workers[f->worker[g[k].index]].name);
+                sent++;
+                continue;
+            }
             if (f->shared) {
                 /* Redis decides: another node may hold it (parts_nodes.c). */
                 sent += qdd_nparts_grant(j, w, g[k].index) == 0;
@@ -388,7 +454,10 @@ void qdd_parts_worker_gone(qdd_daemon *d, qdd_worker *w)
     qdd_job *j = qdd_parts_release(w);
     if (j->fanout && j->fanout->id == fid) {
         int i = qdd_fanout_requeue(j->fanout, w->index);
-        if (i >= 0)
+        if (i >= 0 && j->fanout->state[i] == QDD_PART_INFLIGHT)
+            QD_LOG(QD_LOG_WARN, "part_requeued", "job=%s block=%d part=%d worker=%s (the worker is gone; the lead's backup "
+                   "of it goes on)", j->id, block, i, w->name);
+        else if (i >= 0)
             QD_LOG(QD_LOG_WARN, "part_requeued", "job=%s block=%d part=%d worker=%s (the worker is gone; the part is pending again)",
                    j->id, block, i, w->name);
     }

@@ -558,6 +558,9 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
         pthread_mutex_unlock(&w->lock);
 
         if (t.type == QP_MSG_PART) {
+#ifdef QUANTD_FAULT_HOOKS
+            qw_fault_part_hold(w, &t.part);
+#endif
             qw_part_run(w, &t.part);   /* a helper's part: one reply, part_done */
         } else {
             QD_LOG(QD_LOG_INFO, "task_start", "worker=%s job=%s block=%d", o->name, t.task.job_id, t.task.block);

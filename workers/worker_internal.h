@@ -74,6 +74,9 @@ const char *qw_queued_job_id(const qp_msg *m);
 /* worker_parts.c */
 /* Runs part p (qd_pipeline_part_run) and replies part_done, ok or not. */
 void qw_part_run(qw_worker *w, const qp_msg_part *p);
+#ifdef QUANTD_FAULT_HOOKS
+void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p);
+#endif
 /* Replies part_done {ok: false, error: why} for a part that will not run. */
 void qw_part_refuse(qw_worker *w, const qp_msg_part *p, const char *why);
 /* The pipeline's fan-out hook of a task (ud is the worker): announces the parts, runs the

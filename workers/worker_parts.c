@@ -15,6 +15,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "quant/core/log.h"
 
@@ -55,6 +57,29 @@ static void send_part_done(qw_worker *w, const qp_msg_part *p, int ok, const cha
     m.part_done.seconds = seconds >= 0 ? seconds : 0;
     qw_send_msg(w, &m);
 }
+
+#ifdef QUANTD_FAULT_HOOKS
+/* Test hook (fault-hook builds only): with QUANTD_FAULT_PART_HOLD=PATH a helper holds every
+ * part it is handed until PATH exists (or stdin ends, or a shutdown or cancel comes), its
+ * heartbeats going on meanwhile: a straggler as slow as a test needs, with no clock in the
+ * test. */
+void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p)
+{
+    const char *path = getenv("QUANTD_FAULT_PART_HOLD");
+    if (!path || !*path) return;
+    QD_LOG(QD_LOG_INFO, "fault_part_hold", "worker=%s job=%s block=%d part=%d (until %s exists)", w->o->name, p->job_id,
+           p->block, p->index, path);
+    pthread_mutex_lock(&w->lock);
+    while (access(path, F_OK) != 0 && !w->eof && !w->shutdown && !atomic_load(&w->cancel)) {
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_nsec += 20 * 1000 * 1000;
+        if (until.tv_nsec >= 1000000000L) { until.tv_sec++; until.tv_nsec -= 1000000000L; }
+        pthread_cond_timedwait(&w->cond, &w->lock, &until);
+    }
+    pthread_mutex_unlock(&w->lock);
+}
+#endif
 
 void qw_part_refuse(qw_worker *w, const qp_msg_part *p, const char *why)
 {

@@ -6,6 +6,11 @@
  *   - the helper limit: job.workers - 1 helpers at most ("all": the node's worker count);
  *   - requeue when a helper dies: its part is pending again and goes to another worker, and
  *     the dead worker's late report changes nothing;
+ *   - stragglers: with nothing pending the free lead gets a backup of the part held longest
+ *     (once per part, one at a time, never in a fan-out shared with other nodes); whichever
+ *     copy ends first makes it done, the other's report changes nothing; a failed backup
+ *     leaves the helper's copy running; a helper dying under a backup leaves the part to the
+ *     lead;
  *   - a random run of many fan-outs (finish, fail, die, reschedule) that always completes with
  *     every part done exactly once and the limits held at every step;
  *   - a fan-out shared with other nodes (qdd_fanout_apply): Redis's state of a part moves it to
@@ -176,10 +181,107 @@ static void test_requeue(void)
 /* Many fan-outs driven at random as the daemon would: plan, start, then finish, fail or kill
  * in-flight parts. Each ends complete with every part done once; the helpers never exceed
  * the limit; the lead holds a part whenever one is pending after a round. */
+static void test_backup(void)
+{
+    qdd_fanout *f = NULL;
+    CHECK_OK(qdd_fanout_open(&f, 1, 0, 2, "quantize", 4, NULL, 0));
+    if (!f) return;
+    int idle[] = {1, 2};
+    qdd_part_grant g[4];
+    f->now_ms = 1000;
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, idle, 2, g, 4), 3);
+    for (int k = 0; k < 3; k++) CHECK(!g[k].backup);
+    qdd_fanout_start(f, 0, 0);
+    qdd_fanout_start(f, 1, 1);   /* handed out before part 2: held longest */
+    f->now_ms = 1010;
+    qdd_fanout_start(f, 2, 2);
+    f->now_ms = 1100;
+    CHECK(qdd_fanout_finish(f, 0, 0));   /* 100 ms */
+    /* Part 3 pending: the lead takes it, no backup. */
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    CHECK(g[0].worker == 0 && g[0].index == 3 && !g[0].backup);
+    qdd_fanout_start(f, 3, 0);
+    f->now_ms = 1150;
+    CHECK(qdd_fanout_finish(f, 3, 0));   /* 50 ms: the longest done stays 100 */
+    CHECK_INT(f->done_max_ms, 100);
+    /* Nothing pending, but the helpers' parts are not yet twice the longest done part old. */
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);
+    f->now_ms = 1200;   /* part 1 200 ms old: not over */
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);
+    /* Both over: a backup of the part held longest (1, not 2); not while the lead is busy. */
+    f->now_ms = 1300;
+    CHECK_INT(qdd_fanout_plan(f, 0, 3, NULL, 0, g, 4), 0);
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    CHECK(g[0].worker == 0 && g[0].index == 1 && g[0].backup);
+    qdd_fanout_backup_start(f, 1);
+    CHECK_INT(f->backup, 1);
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);   /* one backup at a time */
+    CHECK_INT(qdd_fanout_helpers(f), 2);                     /* the helpers still hold theirs */
+    /* The lead's copy ends first: the part is done, the helper's report is late. */
+    CHECK_INT(qdd_fanout_finish(f, 1, 0), 1);
+    CHECK_INT(f->backup, -1);
+    CHECK_INT(qdd_fanout_finish(f, 1, 1), 0);
+    /* Next: a backup of part 2; its helper ends first, the lead's copy reports late. */
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    CHECK(g[0].index == 2 && g[0].backup);
+    qdd_fanout_backup_start(f, 2);
+    CHECK_INT(qdd_fanout_finish(f, 2, 2), 1);
+    CHECK_INT(f->backup, -1);
+    CHECK(qdd_fanout_complete(f));
+    CHECK_INT(qdd_fanout_finish(f, 2, 0), 0);
+    CHECK_INT(f->n_done, 4);
+    qdd_fanout_free(f);
+
+    /* No part done yet: nothing to measure a straggler by, no backup. A part is backed up
+     * once; a failed backup leaves the helper's copy running; a helper that dies under a
+     * backup leaves the part to the lead (in flight, not pending). */
+    CHECK_OK(qdd_fanout_open(&f, 2, 0, 2, "quantize", 3, NULL, 0));
+    if (!f) return;
+    qdd_fanout_start(f, 0, 1);
+    qdd_fanout_start(f, 1, 2);
+    qdd_fanout_start(f, 2, 3);
+    f->now_ms = 5000;
+    CHECK_INT(qdd_fanout_plan(f, 1, 4, NULL, 0, g, 4), 0);
+    CHECK(qdd_fanout_finish(f, 2, 3));   /* done in 5 s: the others not yet over 10 s */
+    CHECK_INT(qdd_fanout_plan(f, 1, 4, NULL, 0, g, 4), 0);
+    f->now_ms = 10001;
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    CHECK(g[0].index == 0 && g[0].backup);
+    qdd_fanout_backup_start(f, 0);
+    qdd_fanout_backup_failed(f, 0);
+    CHECK_INT(f->backup, -1);
+    CHECK_INT(f->state[0], QDD_PART_INFLIGHT);
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    CHECK(g[0].index == 1 && g[0].backup);                   /* not part 0 again */
+    qdd_fanout_backup_start(f, 1);
+    CHECK_INT(qdd_fanout_requeue(f, 2), 1);                  /* part 1's helper died */
+    CHECK(f->state[1] == QDD_PART_INFLIGHT && f->worker[1] == 0 && f->backup == -1);
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);   /* the lead holds part 1 */
+    CHECK_INT(qdd_fanout_finish(f, 1, 0), 1);
+    CHECK_INT(qdd_fanout_finish(f, 0, 1), 1);
+    CHECK(qdd_fanout_complete(f));
+    qdd_fanout_free(f);
+
+    /* A fan-out shared with other nodes: no backups (a claim runs a part once). */
+    CHECK_OK(qdd_fanout_open(&f, 3, 0, 2, "quantize", 2, NULL, 0));
+    if (!f) return;
+    f->shared = 1;
+    qdd_fanout_start(f, 0, 1);
+    qdd_fanout_start(f, 1, 0);
+    f->now_ms = 10;
+    CHECK(qdd_fanout_finish(f, 1, 0));
+    f->now_ms = 1000;
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);
+    f->shared = 0;   /* the same fan-out unshared: the backup comes */
+    CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
+    qdd_fanout_free(f);
+}
+
 static void test_random_runs(void)
 {
     test_rng r;
     test_rng_seed(&r, 4242);
+    int total_backups = 0;
     for (int run = 0; run < 300; run++) {
         int n_workers = 1 + (int)(test_rng_u64(&r) % 6), n = 1 + (int)(test_rng_u64(&r) % 40);
         int lead = (int)(test_rng_u64(&r) % (uint64_t)n_workers);
@@ -187,27 +289,62 @@ static void test_random_runs(void)
         qdd_fanout *f = NULL;
         CHECK_OK(qdd_fanout_open(&f, (uint64_t)run + 1, lead, 0, "quantize", n, NULL, 0));
         if (!f) return;
-        int done_count[40] = {0}, rounds = 0;
-        while (!qdd_fanout_complete(f) && rounds++ < 10000) {
+        int done_count[40] = {0}, backups[40] = {0}, rounds = 0;
+        int lead_copy = -1;   /* the part the lead runs as a backup (it may have lost already) */
+        while ((!qdd_fanout_complete(f) || lead_copy >= 0) && rounds++ < 10000) {
+            f->now_ms += test_rng_u64(&r) % 50;
             int idle[8], n_idle = 0;
             for (int k = 0; k < n_workers; k++)
                 if (k != lead && qdd_fanout_held_by(f, k) < 0) idle[n_idle++] = k;
             qdd_part_grant g[8];
-            int ng = qdd_fanout_plan(f, 1, limit, idle, n_idle, g, 8);
-            for (int k = 0; k < ng; k++) qdd_fanout_start(f, g[k].index, g[k].worker);
-            if (qdd_fanout_helpers(f) > limit - 1) TEST_FAIL_("run %d: %d helpers over the limit %d", run, qdd_fanout_helpers(f), limit);
-            test_checks++;
+            int ng = qdd_fanout_plan(f, lead_copy < 0, limit, idle, n_idle, g, 8);
             int pending = 0;
             for (int i = 0; i < n; i++) pending += f->state[i] == QDD_PART_PENDING;
-            if (qdd_fanout_held_by(f, lead) < 0 && pending) TEST_FAIL_("run %d: parts pending but the lead holds none", run);
+            for (int k = 0; k < ng; k++) {
+                if (!g[k].backup) {
+                    qdd_fanout_start(f, g[k].index, g[k].worker);
+                    continue;
+                }
+                if (g[k].worker != lead || pending || f->worker[g[k].index] == lead || backups[g[k].index]++)
+                    TEST_FAIL_("run %d: a backup of part %d for worker %d (%d pending, its %d backup)", run, g[k].index,
+                               g[k].worker, pending, backups[g[k].index]);
+                test_checks++;
+                qdd_fanout_backup_start(f, g[k].index);
+                lead_copy = g[k].index;
+                total_backups++;
+            }
+            if (qdd_fanout_helpers(f) > limit - 1) TEST_FAIL_("run %d: %d helpers over the limit %d", run, qdd_fanout_helpers(f), limit);
             test_checks++;
-            /* Something happens to one part in flight. */
-            int in[8], n_in = 0;
+            pending = 0;
+            for (int i = 0; i < n; i++) pending += f->state[i] == QDD_PART_PENDING;
+            if (qdd_fanout_held_by(f, lead) < 0 && lead_copy < 0 && pending)
+                TEST_FAIL_("run %d: parts pending but the lead holds none", run);
+            test_checks++;
+            /* Something happens to one part in flight, or to the lead's copy. */
+            int in[48], n_in = 0;
             for (int i = 0; i < n; i++) if (f->state[i] == QDD_PART_INFLIGHT) in[n_in++] = i;
+            if (lead_copy >= 0) in[n_in++] = -1;
             if (!n_in) continue;
-            int i = in[test_rng_u64(&r) % (uint64_t)n_in], w = f->worker[i];
+            int pick = in[test_rng_u64(&r) % (uint64_t)n_in];
+            if (pick < 0) {
+                if (test_rng_u64(&r) % 5 == 0 && f->state[lead_copy] == QDD_PART_INFLIGHT) {
+                    qdd_fanout_backup_failed(f, lead_copy);   /* the helper's copy goes on */
+                } else {
+                    int won = f->state[lead_copy] == QDD_PART_INFLIGHT;
+                    CHECK_INT(qdd_fanout_finish(f, lead_copy, lead), won);
+                    done_count[lead_copy] += won;
+                }
+                lead_copy = -1;
+                continue;
+            }
+            int i = pick, w = f->worker[i];
             if (w != lead && test_rng_u64(&r) % 5 == 0) {
                 CHECK_INT(qdd_fanout_requeue(f, w), i);   /* its worker died */
+                if (i == lead_copy) {
+                    /* The lead's copy is the part now, in flight on the lead. */
+                    CHECK(f->state[i] == QDD_PART_INFLIGHT && f->worker[i] == lead);
+                    lead_copy = -1;
+                }
             } else {
                 CHECK_INT(qdd_fanout_finish(f, i, w), 1);   /* done, ok or failed alike */
                 done_count[i]++;
@@ -216,8 +353,10 @@ static void test_random_runs(void)
         CHECK(qdd_fanout_complete(f));
         for (int i = 0; i < n; i++) CHECK_INT(done_count[i], 1);
         CHECK_INT(f->n_inflight, 0);
+        CHECK_INT(f->backup, -1);
         qdd_fanout_free(f);
     }
+    CHECK(total_backups > 0);   /* the runs went through backups too */
 }
 
 static void test_apply(void)
@@ -291,6 +430,7 @@ int main(void)
     TEST_RUN(test_transitions);
     TEST_RUN(test_lead_first_and_limit);
     TEST_RUN(test_requeue);
+    TEST_RUN(test_backup);
     TEST_RUN(test_random_runs);
     TEST_RUN(test_apply);
     return test_finish();
