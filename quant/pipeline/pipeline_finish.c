@@ -219,10 +219,17 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     if (!rc) rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     cJSON_Delete(x.bpw);
     free(tps);
-    /* The checkpoint goes through the descriptors the job holds (never by name). */
-    if (!rc) rc = qd_fs_remove_contents_fd(p->ckpt_fd, p->ckpt_dir, err);
-    if (!rc && unlinkat(p->out_fd, ".quantd", AT_REMOVEDIR) != 0 && errno != ENOENT)
-        rc = qd_err_set(err, QD_EIO, "%s: cannot remove directory: %s", p->ckpt_dir, strerror(errno));
+    /* The checkpoint goes through the descriptors the job holds (never by name). A helper
+     * whose part lost to the lead's backup may still write its output there while this runs
+     * (docs/parallel.md, failures): a directory found not empty is emptied again, a few
+     * times (each late helper writes one file). */
+    for (int tries = 0; !rc && tries < 8; tries++) {
+        rc = qd_fs_remove_contents_fd(p->ckpt_fd, p->ckpt_dir, err);
+        if (!rc && unlinkat(p->out_fd, ".quantd", AT_REMOVEDIR) != 0 && errno != ENOENT)
+            rc = qd_err_set(err, QD_EIO, "%s: cannot remove directory: %s", p->ckpt_dir, strerror(errno));
+        if (!rc) break;
+        if (tries < 7) { rc = 0; qd_err_clear(err); }
+    }
     if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
     return rc;
 }
