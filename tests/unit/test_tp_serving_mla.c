@@ -278,6 +278,33 @@ static void test_tiny_families(void)
     }
 }
 
+/* FP8 blocks of 128 (FP8_BLOCK): vLLM's validate_fp8_block_shape checks every member of a
+ * merged layer but the last at tp 1, which is what fused_qkv_a_proj is at any tp: V3's
+ * q_lora_rank 1536 is whole blocks, the tiny model's 32 is not, and it does not load. */
+static void test_fp8_block(void)
+{
+    qd_serving_quant q = {.format = "float-quantized", .bits = 8, .sym = 1, .group_size = 128};
+    const char *dirs[2] = {write_model(3), NULL};
+    char tiny[4200];
+    snprintf(tiny, sizeof tiny, "%s/deepseek_v3", pt_families_dir());
+    dirs[1] = tiny;
+    for (int i = 0; i < 2; i++) {
+        qd_model *m = NULL;
+        qd_err err = {0};
+        if (!dirs[i] || qd_model_open(dirs[i], be, &m, &err)) { TEST_FAIL_("%s", err.msg); continue; }
+        qd_serving_report rep = {0};
+        if (!qd_tp_serving_check(m, &q, NULL, NULL, i ? 1 : 8, qd_srv_gpu_cc("hopper"), &rep, &err)) {
+            const qd_serving_row *r = find(&rep, L0 "fused_qkv_a_proj (q_a_proj+kv_a_proj_with_mqa)");
+            if (r && !i) CHECK_INT(r->choice.kernel, QD_SRV_BLOCK_FP8);
+            if (r && i) CHECK_CONTAINS(r->choice.why, "member 1 of the fused layer has 32 output features per shard");
+        } else {
+            TEST_FAIL_("%s", err.msg);
+        }
+        qd_tp_serving_report_free(&rep);
+        qd_model_close(m);
+    }
+}
+
 /* V3.2's sparse attention has no vLLM backend on Ampere: refused by name. */
 static void test_v32_ampere(void)
 {
@@ -302,6 +329,7 @@ int main(void)
     TEST_RUN(test_v2_rows);
     TEST_RUN(test_float_members);
     TEST_RUN(test_tiny_families);
+    TEST_RUN(test_fp8_block);
     TEST_RUN(test_v32_ampere);
     qd_backend_close(be);
     return test_finish();
