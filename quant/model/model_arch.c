@@ -187,6 +187,26 @@ static const qd_arch arch_qwen_moe = {
     .expert_lin = {"gate_proj", "up_proj", "down_proj"},                                       \
     .shared_prefix = "mlp.shared_experts."
 
+/* V3's query LoRA and what follows kv_a_proj_with_mqa, shared by V3 and V3.2 (whose indexer's
+ * wq_b sits between q_b_proj and kv_a_proj_with_mqa). */
+#define DEEPSEEK_Q_LORA_LINEARS                                                                \
+    {"self_attn.q_a_proj", 0, QD_DIM_QLORA, QD_DIM_HIDDEN, QD_BIAS_QKV},                       \
+    {"self_attn.q_b_proj", 1, QD_DIM_QHEADS, QD_DIM_QLORA, QD_BIAS_QKV}
+#define DEEPSEEK_Q_LORA_TAIL                                                                   \
+    {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},               \
+    {"self_attn.kv_b_proj", 2, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},                        \
+    {"self_attn.o_proj", 3, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},                              \
+    {"mlp.gate_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},                               \
+    {"mlp.up_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},                                 \
+    {"mlp.down_proj", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP}
+/* The groups after attn_in. */
+#define DEEPSEEK_Q_LORA_GROUPS                                                                 \
+    {"q_latent", QD_PREV_NONE, NULL},                                                          \
+    {"kv_latent", QD_PREV_NONE, NULL},                                                         \
+    {"attn_out", QD_PREV_NONE, NULL},                                                          \
+    {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},                                      \
+    {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"}
+
 static const qd_arch arch_deepseek_qlora = {
     .name = "deepseek",
     DEEPSEEK_COMMON,
@@ -194,23 +214,13 @@ static const qd_arch arch_deepseek_qlora = {
     .lin_mlp0 = 5,
     .n_linears = 8,
     .linears = {
-        {"self_attn.q_a_proj", 0, QD_DIM_QLORA, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.q_b_proj", 1, QD_DIM_QHEADS, QD_DIM_QLORA, QD_BIAS_QKV},
-        {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.kv_b_proj", 2, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},
-        {"self_attn.o_proj", 3, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},
-        {"mlp.gate_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.up_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.down_proj", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+        DEEPSEEK_Q_LORA_LINEARS,
+        DEEPSEEK_Q_LORA_TAIL,
     },
     .n_groups = 6,
     .groups = {
         {"attn_in", QD_PREV_NORM, "input_layernorm"},
-        {"q_latent", QD_PREV_NONE, NULL},
-        {"kv_latent", QD_PREV_NONE, NULL},
-        {"attn_out", QD_PREV_NONE, NULL},
-        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
-        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+        DEEPSEEK_Q_LORA_GROUPS,
     },
     .mla_norms = {"self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"},
 };
@@ -228,24 +238,14 @@ static const qd_arch arch_deepseek_dsa = {
     .lin_mlp0 = 6,
     .n_linears = 9,
     .linears = {
-        {"self_attn.q_a_proj", 0, QD_DIM_QLORA, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.q_b_proj", 1, QD_DIM_QHEADS, QD_DIM_QLORA, QD_BIAS_QKV},
+        DEEPSEEK_Q_LORA_LINEARS,
         {"self_attn.indexer.wq_b", 1, QD_DIM_IDXQ, QD_DIM_QLORA, QD_BIAS_NONE},
-        {"self_attn.kv_a_proj_with_mqa", 0, QD_DIM_KVA, QD_DIM_HIDDEN, QD_BIAS_QKV},
-        {"self_attn.kv_b_proj", 2, QD_DIM_KVB, QD_DIM_KVLORA, QD_BIAS_QKV},
-        {"self_attn.o_proj", 3, QD_DIM_HIDDEN, QD_DIM_VO, QD_BIAS_O},
-        {"mlp.gate_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.up_proj", 4, QD_DIM_FF, QD_DIM_HIDDEN, QD_BIAS_MLP},
-        {"mlp.down_proj", 5, QD_DIM_HIDDEN, QD_DIM_FF, QD_BIAS_MLP},
+        DEEPSEEK_Q_LORA_TAIL,
     },
     .n_groups = 6,
     .groups = {
         {"attn_in", QD_PREV_NONE, NULL},
-        {"q_latent", QD_PREV_NONE, NULL},
-        {"kv_latent", QD_PREV_NONE, NULL},
-        {"attn_out", QD_PREV_NONE, NULL},
-        {"mlp_in", QD_PREV_NORM, "post_attention_layernorm"},
-        {"mlp_out", QD_PREV_LINEAR, "mlp.up_proj"},
+        DEEPSEEK_Q_LORA_GROUPS,
     },
     .mla_norms = {"self_attn.q_a_layernorm", "self_attn.kv_a_layernorm"},
     .lin_idx_q = 2,

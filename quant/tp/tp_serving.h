@@ -1,6 +1,7 @@
 /* The serving check over a whole model (issue #17 part 3): every linear of every block, as
  * vLLM builds it at tensor-parallel degree tp (q/k/v fused into one column-parallel
- * qkv_proj, gate/up into gate_up_proj, o_proj and down_proj row-parallel), run through the
+ * qkv_proj, gate/up into gate_up_proj, o_proj and down_proj row-parallel; DeepSeek's latent
+ * attention with its replicated fused_qkv_a_proj, tp_serving_mla.c), run through the
  * rule table of quant/formats/serving.h. Used by `quantctl check-serving` on a checkpoint and
  * by the pipeline's pre-flight for a job's "serve" block (on the float model, with the job's
  * settings). The report's rows are owned by it (qd_tp_serving_report_free). */
@@ -31,6 +32,8 @@ typedef int (*qd_serving_is_float_fn)(void *ud, int block, int li);
 typedef struct qd_serving_row {
     char name[256];              /* "model.layers.0.self_attn.qkv_proj (q_proj+k_proj+v_proj)" */
     int is_float;                /* served unquantized */
+    int64_t in_shard, out_shard; /* a quantized layer that shards: what one rank holds (the whole
+                                    layer when vLLM replicates it); 0 otherwise */
     qd_srv_choice choice;        /* meaningful when !is_float */
 } qd_serving_row;
 
