@@ -242,5 +242,22 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
             }
         }
     }
+    /* vLLM's DeepSeek models never tie the head to the embeddings: DeepseekV2ForCausalLM
+     * (vllm/model_executor/models/deepseek_v2.py) builds a ParallelLMHead of its own and
+     * loads lm_head.weight, with no tie_word_embeddings branch, so a tied checkpoint (no
+     * lm_head tensor) serves with a head never loaded. */
+    if (cfg->kv_lora_rank > 0 && cfg->tie_word_embeddings && !strncmp(cfg->architecture, "Deepseek", 8)) {
+        qd_serving_row *row;
+        if (add_row(out, &cap, &row)) {
+            qd_tp_serving_report_free(out);
+            return qd_err_set(err, QD_ENOMEM, "serving check: out of memory");
+        }
+        snprintf(row->name, sizeof row->name, "lm_head");
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: tie_word_embeddings is true, and vLLM's %s never "
+                 "ties lm_head to the embeddings (it loads lm_head.weight, which a tied checkpoint does not hold) "
+                 "[vllm/model_executor/models/deepseek_v2.py]", cfg->architecture);
+        out->n_slow++;
+    }
     return 0;
 }
