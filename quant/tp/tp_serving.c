@@ -5,6 +5,7 @@
  * are replicated when there are fewer than ranks). */
 #include "quant/tp/tp_serving.h"
 
+#include "quant/core/safetensors.h"
 #include "quant/model/block.h"
 
 #include <stdio.h>
@@ -121,7 +122,12 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                 /* gpt-oss: its experts load only in the layout vLLM's gpt-oss loader streams
                  * (tp_serving_gptoss.c). */
                 if (cfg->layout == QD_LAYOUT_GPT_OSS && qd_model_linear(m, G->linears[first])->expert >= 0) {
-                    qd_tp_serving_gptoss_experts(cfg, q, n_float, last - first, tp, &row->choice);
+                    /* A quantized checkpoint shows its layout; a float model (the pipeline's
+                     * pre-flight) gets the one its job's format writes. */
+                    char w13[200];
+                    snprintf(w13, sizeof w13, "%smlp.experts.0.w13_weight_packed", prefix);
+                    int per_linear = cfg->quantized && !st_model_find(qd_model_tensors(m), w13);
+                    qd_tp_serving_gptoss_experts(cfg, q, n_float, per_linear, tp, &row->choice);
                     if (!row->choice.fast) out->n_slow++;
                     continue;
                 }

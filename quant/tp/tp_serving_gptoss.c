@@ -29,7 +29,7 @@ static void no_load(qd_srv_choice *c, const char *why)
     snprintf(c->why, sizeof c->why, "will not load: %.*s", (int)sizeof c->why - 16, why);
 }
 
-void qd_tp_serving_gptoss_experts(const qd_model_config *cfg, const qd_serving_quant *q, int n_float, int n_members,
+void qd_tp_serving_gptoss_experts(const qd_model_config *cfg, const qd_serving_quant *q, int n_float, int per_linear,
                                   int tp, qd_srv_choice *c)
 {
     memset(c, 0, sizeof *c);
@@ -41,12 +41,11 @@ void qd_tp_serving_gptoss_experts(const qd_model_config *cfg, const qd_serving_q
                    "per-expert gate_proj/up_proj/down_proj tensors are skipped [" GPT_OSS_PY " (_load_weights_other)]");
         return;
     }
-    (void)n_members;
-    if (!ct) {
+    if (!ct || per_linear) {
         snprintf(why, sizeof why, "vLLM loads gpt-oss's quantized experts only as MXFP4 blocks, Quark, or its own "
                  "mlp.experts.N.w13_*/w2_* names, which quantd writes for compressed-tensors (W4A16, W8A16); %s's "
-                 "per-expert gate_proj/up_proj/down_proj tensors are skipped [" GPT_OSS_PY " (_load_weights_other)]",
-                 q->format);
+                 "per-expert gate_proj/up_proj/down_proj tensors%s are skipped [" GPT_OSS_PY " (_load_weights_other)]",
+                 q->format, per_linear && ct ? " (a checkpoint written before that layout)" : "");
         no_load(c, why);
         return;
     }

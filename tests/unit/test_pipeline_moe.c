@@ -758,6 +758,26 @@ static void test_gpt_oss_ct(void)
         double same = pt_logits_rel(dir2, out);
         printf("gpt_oss   %-4s %-22s w13 layout vs per-linear layout: rel %.3g\n", runs[i][0], runs[i][1], same);
         CHECK(same == 0.0);
+        /* check-serving on both: the w13 layout gets the MoE kernel (Triton's: hidden 64 is
+         * no multiple of 128), the per-linear one does not load. */
+        for (int k = 0; k < 2; k++) {
+            qd_model *m = NULL;
+            qd_err err = {0};
+            CHECK_OK(qd_model_open(k ? dir2 : out, pt_be, &m, &err));
+            if (!m) continue;
+            qd_serving_quant q = {.format = "compressed-tensors", .bits = atoi(runs[i][3]), .sym = 1, .group_size = 32};
+            qd_serving_report rep;
+            CHECK_OK(qd_tp_serving_check(m, &q, NULL, NULL, 1, 90, &rep, &err));
+            int found = 0;
+            for (size_t r = 0; r < rep.n; r++) {
+                if (strcmp(rep.rows[r].name, "model.layers.1.mlp.experts.7.down_proj")) continue;
+                found = 1;
+                CHECK_INT(rep.rows[r].choice.kernel, k ? QD_SRV_NO_LOAD : QD_SRV_TRITON_MOE);
+            }
+            CHECK(found);
+            qd_tp_serving_report_free(&rep);
+            qd_model_close(m);
+        }
         double rel = pt_logits_rel(model, out);
         printf("gpt_oss   %-4s %-22s logits rel error %.4f\n", runs[i][0], runs[i][1], rel);
         CHECK(rel >= 0 && rel < (strstr(runs[i][1], "experts") ? 0.02 : 1.0));
@@ -790,7 +810,8 @@ static void test_gpt_oss_ct(void)
  * (hidden 2880, intermediate 2880): compressed-tensors W4A16 group 32 loads at tp 1 and 2
  * on Triton's fused MoE (2880 is no multiple of 128, which Marlin's MoE kernel needs), not
  * at tp 8 (360 per rank is no multiple of 32); group 128 never (2880 % 128); a 1024-wide
- * model gets Marlin; zero points and the other formats do not load. */
+ * model gets Marlin; zero points, the other formats and a checkpoint whose experts are
+ * per-expert gate_proj/up_proj/down_proj do not load. */
 static void test_gpt_oss_serving_rule(void)
 {
     qd_model_config c;
@@ -798,32 +819,36 @@ static void test_gpt_oss_serving_rule(void)
     c.hidden = c.moe_intermediate = 2880;
     qd_serving_quant q = {.format = "compressed-tensors", .bits = 4, .sym = 1, .group_size = 32};
     qd_srv_choice ch;
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 1, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
     CHECK(ch.kernel == QD_SRV_TRITON_MOE && ch.fast);
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 2, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 2, &ch);
     CHECK(ch.kernel == QD_SRV_TRITON_MOE);
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 8, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 8, &ch);
     CHECK(ch.kernel == QD_SRV_NO_LOAD);
     CHECK_CONTAINS(ch.why, "compressed_tensors_moe_wna16.py (create_weights)");
     q.group_size = 128;
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 1, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
     CHECK(ch.kernel == QD_SRV_NO_LOAD);
     c.hidden = c.moe_intermediate = 1024;
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 2, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 2, &ch);
     CHECK(ch.kernel == QD_SRV_MARLIN && ch.fast);
     CHECK_CONTAINS(ch.why, "check_moe_marlin_supports_config");
     q.sym = 0;
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 1, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
     CHECK(ch.kernel == QD_SRV_NO_LOAD);
     CHECK_CONTAINS(ch.why, "zero points");
     q.sym = 1;
     q.format = "gptq";
-    qd_tp_serving_gptoss_experts(&c, &q, 0, 2, 1, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
     CHECK(ch.kernel == QD_SRV_NO_LOAD);
     CHECK_CONTAINS(ch.why, "per-expert gate_proj/up_proj/down_proj tensors are skipped");
     q.format = "compressed-tensors";
-    qd_tp_serving_gptoss_experts(&c, &q, 2, 2, 1, &ch);
+    qd_tp_serving_gptoss_experts(&c, &q, 2, 0, 1, &ch);
     CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    /* A compressed-tensors checkpoint holding per-expert gate_proj/up_proj/down_proj. */
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 1, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    CHECK_CONTAINS(ch.why, "written before that layout");
 }
 
 /* Granite-4 MoE (tests/data/families/granite4_h_moe: mamba / attention / mamba, 8 experts
