@@ -412,6 +412,7 @@ const char *qd_srv_kernel_name(qd_srv_kernel k)
     case QD_SRV_BLOCK_FP8: return "block FP8";
     case QD_SRV_CUTLASS_W4A8: return "CutlassW4A8";
     case QD_SRV_FP4: return "FP4 GEMM";
+    case QD_SRV_TRITON_MOE: return "Triton fused MoE";
     }
     return "?";
 }

@@ -30,6 +30,8 @@ typedef enum qd_srv_kernel {
     QD_SRV_BLOCK_FP8,         /* FP8 weights in 128x128 blocks, activations per group of 128: DeepGEMM or CUTLASS */
     QD_SRV_CUTLASS_W4A8,      /* CutlassW4A8: int4 weights with FP8 activations, Hopper only */
     QD_SRV_FP4,               /* CUTLASS / FlashInfer FP4 GEMM: FP4 weights and activations, Blackwell */
+    QD_SRV_TRITON_MOE,        /* vLLM's Triton fused-MoE kernel for int weights (WNA16), where the
+                                 fused Marlin MoE kernel refuses the shape: the experts' usual path */
 } qd_srv_kernel;
 
 /* The input activations the checkpoint declares (compressed-tensors input_activations). */

@@ -15,7 +15,9 @@
  * two), and output_linear.weight [E, H, FF], down_proj as it is; no biases.
  * Llama 4 (arch experts_fused_halves) stores its experts as gpt-oss does, without biases and
  * with gate_up_proj's gate in columns [0, FF) and up in [FF, 2 FF) (Llama4TextExperts'
- * chunk(2)): gate row f is column f, up's is column FF + f. */
+ * chunk(2)): gate row f is column f, up's is column FF + f.
+ * A quantd output in compressed-tensors holds gpt-oss's experts in vLLM's per-expert
+ * w13_* / w2_* layout, which model_gptoss_w13.c reads. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -56,7 +58,10 @@ int qd_fused_experts_replaced(const qd_model *m, const char *rel)
     size_t l = f ? strlen(f) : 0;
     if (!f || strncmp(rel, f, l)) return 0;
     if (m->arch->experts_stacked) return !strcmp(rel + l, fused_name(m, F_GU)) || !strcmp(rel + l, fused_name(m, F_DOWN));
-    return !(rel[l] >= '0' && rel[l] <= '9');
+    if (!(rel[l] >= '0' && rel[l] <= '9')) return 1;
+    /* A quantd output in vLLM's layout: mlp.experts.N.w13_* and w2_* (model_gptoss_w13.c). */
+    const char *dot = strchr(rel + l, '.');
+    return dot && (!strncmp(dot + 1, "w13_", 4) || !strncmp(dot + 1, "w2_", 3));
 }
 
 /* Granite-4's stacked experts: input_linear [E, 2 FF, H] and output_linear [E, H, FF], float. */
@@ -86,7 +91,8 @@ static int check_stacked(const qd_model *m, int block, qd_err *err)
 
 int qd_gptoss_fused_present(const qd_model *m, int block)
 {
-    return m->arch->experts_fused && (fused(m, block, F_GU) || fused(m, block, F_GU_BLOCKS));
+    return m->arch->experts_fused && (fused(m, block, F_GU) || fused(m, block, F_GU_BLOCKS) ||
+                                      qd_gptoss_w13_present(m, block));
 }
 
 /* An MXFP4 tensor pair of the block: blocks U8 [E, n, k/32, 16] and scales U8 [E, n, k/32]. */
@@ -120,6 +126,7 @@ int qd_gptoss_check(const qd_model *m, int block, qd_err *err)
     int64_t E = c->n_experts, H = c->hidden, F = c->moe_intermediate;
     const int64_t shapes[4][3] = {{E, H, 2 * F}, {E, 2 * F, 0}, {E, F, H}, {E, H, 0}};
     if (m->arch->experts_stacked) return check_stacked(m, block, err);
+    if (qd_gptoss_w13_present(m, block)) return qd_gptoss_w13_check(m, block, err);
     int mx = fused(m, block, F_GU_BLOCKS) != NULL;
     if (mx && !c->source_mxfp4)
         return qd_err_set(err, QD_EFORMAT, "%s: block %d holds MXFP4 experts (mlp.experts.*_blocks) but config.json's "
@@ -211,6 +218,7 @@ int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd
     int biased = m->arch->expert_bias, halves = m->arch->experts_fused_halves;
     if (e < 0 || j < 0 || j > 2) return qd_err_set(err, QD_EINVAL, "%s: not a fused expert linear", L->name);
     if (fused(m, block, F_GU_BLOCKS)) return load_mxfp4(m, block, e, j, w, b, err);
+    if (qd_gptoss_w13_present(m, block)) return qd_gptoss_w13_load(m, block, e, j, w, b, err);
     if (m->arch->experts_stacked) {
         /* Granite: gate is rows [0, FF) of expert e's [2 FF, H] slab, up rows [FF, 2 FF); down
          * its [H, FF] slab. */

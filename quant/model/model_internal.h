@@ -3,6 +3,7 @@
 #ifndef QUANT_MODEL_MODEL_INTERNAL_H
 #define QUANT_MODEL_MODEL_INTERNAL_H
 
+#include "quant/formats/format.h"
 #include "quant/model/block.h"
 #include "quant/model/model.h"
 
@@ -226,6 +227,20 @@ int qd_fp8_load(qd_model *m, const char *weight_canonical, const st_tensor *w, i
 int qd_gptoss_fused_present(const qd_model *m, int block);
 int qd_gptoss_check(const qd_model *m, int block, qd_err *err);
 int qd_gptoss_load_expert(qd_model *m, int block, int li, float *w, float *b, qd_err *err);
+/* gpt-oss's experts in vLLM's per-expert layout, a quantd compressed-tensors output
+ * (model_gptoss_w13.c): present when the block holds mlp.experts.0.w13_weight_packed;
+ * check: every expert's w13_/w2_ weight_packed, weight_scale and bias with their rows;
+ * load: expert e's gate (j 0), up (1) or down (2) dequantized into w [n, k], its bias into
+ * b (host memory; b may be NULL). */
+int qd_gptoss_w13_present(const qd_model *m, int block);
+int qd_gptoss_w13_check(const qd_model *m, int block, qd_err *err);
+int qd_gptoss_w13_load(qd_model *m, int block, int e, int j, float *w, float *b, qd_err *err);
+/* Dequantizes a packed linear [n, k] of the model's quantized checkpoint into w (host or
+ * CPU-backend memory), its tensors found by find(ud, suffix) (qd_fmt_find_named over the
+ * model's tensors for "<base>.<suffix>", or a view of another layout's); base names the
+ * linear in errors. A weight that decodes to a non-finite value is refused. */
+int qd_model_load_packed_find(qd_model *m, qd_fmt_find_fn find, void *ud, const char *base, int64_t n, int64_t k,
+                              float *w, qd_err *err);
 /* rel (a name relative to the block prefix) is one of the fused expert tensors of the arch's
  * layout (gpt-oss's or Granite's stacked ones), which per-expert linears replace in an output. */
 int qd_fused_experts_replaced(const qd_model *m, const char *rel);

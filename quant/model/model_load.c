@@ -318,14 +318,20 @@ static const st_tensor *model_lookup(const void *m, const char *name) { return q
  * backend's CPU threads (one for a GPU backend). */
 static int load_packed(qd_model *m, const char *base, int64_t n, int64_t k, float *w, qd_err *err)
 {
+    qd_fmt_named ctx = {model_lookup, m, base};
+    return qd_model_load_packed_find(m, qd_fmt_find_named, &ctx, base, n, k, w, err);
+}
+
+int qd_model_load_packed_find(qd_model *m, qd_fmt_find_fn find, void *ud, const char *base, int64_t n, int64_t k,
+                              float *w, qd_err *err)
+{
     const qd_format *fmt = qd_format_find(m->cfg.quant_format);
     if (!fmt) return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization format '%s' is not in the format table", m->dir, m->cfg.quant_format);
     qd_fmt_detected d = {.bits = m->cfg.quant_bits, .group_size = m->cfg.quant_group_size, .sym = m->cfg.quant_sym,
                          .desc_act = m->cfg.quant_desc_act, .grid = (qd_grid)m->cfg.quant_grid,
                          .scale_rule = (qd_scale_rule)m->cfg.quant_scale_rule, .row_block = m->cfg.quant_row_block};
-    qd_fmt_named ctx = {model_lookup, m, base};
     qd_packed p;
-    int rc = fmt->read(qd_fmt_find_named, &ctx, n, k, &d, &p, err);
+    int rc = fmt->read(find, ud, n, k, &d, &p, err);
     if (!rc) {
         rc = qd_kernel_dequant_cpu(fmt, &p, w, m->be->n_threads, QD_KCPU_AUTO, err);
         qd_packed_free(&p);

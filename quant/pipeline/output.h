@@ -36,6 +36,23 @@ typedef struct qd_out_tensor {
 int qd_output_write_shards(const char *dir, const qd_out_tensor *t, size_t n,
                            uint64_t shard_size, qd_err *err);
 
+/* Buffers a rewrite of the tensor list made (qd_output_owned_free frees them). */
+typedef struct qd_output_owned {
+    void **bufs;
+    size_t n, cap;
+} qd_output_owned;
+void qd_output_owned_free(qd_output_owned *o);
+
+/* gpt-oss's experts, packed in compressed-tensors pack-quantized, renamed and fused as vLLM's
+ * gpt-oss loader reads them (output_experts.c): per expert N, gate_proj's and up_proj's
+ * weight_packed, weight_scale and bias become w13_weight_packed [2 FF, H b/32],
+ * w13_weight_scale [2 FF, G] and w13_bias [2 FF], gate row f at 2f and up's at 2f + 1;
+ * down_proj's become w2_weight_packed, w2_weight_scale and w2_bias; the weight_shape tensors
+ * go. Every other tensor is kept, in order. *out (malloc'd, n_out entries) points into t and
+ * into o's buffers. 0, or an error naming an expert tensor vLLM would not read. */
+int qd_output_gptoss_experts(const qd_out_tensor *t, size_t n, qd_out_tensor **out, size_t *n_out, qd_output_owned *o,
+                             qd_err *err);
+
 /* Builds the quantization_config for job (format, bits, ...). float_modules are the full
  * names of linears left unquantized (e.g. "model.layers.0.mlp.down_proj"); trivial_g_idx
  * (may be NULL) are regexes of modules whose g_idx was made trivial by the TP-aware layout.

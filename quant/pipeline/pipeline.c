@@ -261,6 +261,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     p->compute = qd_pipeline_compute_resolve(job->compute, qd_output_float_dtype(qd_model_tensors(p->m)), be, &compute_why);
     rc = qd_model_set_compute_bf16(p->m, p->compute == QP_COMPUTE_BF16, err);
     if (!rc) rc = qd_pipeline_check_plans(p, err);
+    if (!rc) rc = qd_pipeline_gptoss_check(p, err);
     if (!rc) rc = qd_pipeline_bpw_preflight(p, err);
     if (!rc && job->gptaq) rc = qd_pipeline_gptaq_check(p, err);
     if (!rc && job->serve.enabled) rc = qd_pipeline_check_serving(p, err);

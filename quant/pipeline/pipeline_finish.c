@@ -136,7 +136,13 @@ static int finish_write(qd_pipeline *p, qd_err *err)
             o->data = s->data;
         }
     }
-    if (!rc) rc = qd_output_write_shards(p->out_dir, t, n, p->job->shard_size, err);
+    /* gpt-oss in compressed-tensors: the experts as vLLM's gpt-oss loader reads them. */
+    qd_out_tensor *fused = NULL;
+    qd_output_owned owned = {0};
+    if (!rc && qd_pipeline_gptoss_vllm_layout(p)) rc = qd_output_gptoss_experts(t, n, &fused, &n, &owned, err);
+    if (!rc) rc = qd_output_write_shards(p->out_dir, fused ? fused : t, n, p->job->shard_size, err);
+    free(fused);
+    qd_output_owned_free(&owned);
     for (int b = 0; b < p->n_blocks; b++) st_file_close(files[b]);
     free(files);
     free(t);

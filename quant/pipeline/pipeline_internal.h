@@ -151,6 +151,13 @@ void qd_pipeline_sample_peaks(qd_pipeline *p);
  * job lists it to stay in float; otherwise QD_EINVAL naming the first such layer, its
  * reason and the two ways out. */
 int qd_pipeline_check_plans(const qd_pipeline *p, qd_err *err);
+
+/* gpt-oss in compressed-tensors pack-quantized (pipeline_gptoss.c): 1 when the job writes the
+ * experts in vLLM's per-expert w13_* / w2_* layout (qd_output_gptoss_experts);
+ * qd_pipeline_gptoss_check refuses by name, before any work, what that layout cannot hold
+ * (zero points, FP8 activations, target_bpw, an expert left in float). */
+int qd_pipeline_gptoss_vllm_layout(const qd_pipeline *p);
+int qd_pipeline_gptoss_check(const qd_pipeline *p, qd_err *err);
 /* job.serve: every layer as the job would write it, through the vLLM rule table; refuses
  * (QD_EPREFLIGHT, naming the layer, the reason and the settings that fix it) when one would
  * not get a fast kernel. Fills p->serving for the report. */

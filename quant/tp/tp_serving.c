@@ -6,6 +6,7 @@
  * layout, replicated layers included (tp_serving_mla.c). */
 #include "quant/tp/tp_serving.h"
 
+#include "quant/core/safetensors.h"
 #include "quant/model/block.h"
 #include "quant/tp/tp_serving_parts.h"
 
@@ -132,18 +133,16 @@ static void part_row(const qd_model *m, const qd_serving_quant *q, qd_serving_is
         n_float += is_float && is_float(ud, b, G->linears[j]);
     }
     if (last - first > 1 && o < sizeof row->name) snprintf(row->name + o, sizeof row->name - o, ")");
-    /* gpt-oss: vLLM's GptOssModel._load_weights_other (every quant_method but mxfp4 and
-     * quark) takes the experts as the fused float 3-D gate_up_proj / down_proj, or as
-     * its own per-expert parameter names (mlp.experts.N.w13_weight[_packed|_scale],
-     * w2_*: the compressed-tensors WNA16 / NVFP4 MoE methods); per-expert
-     * gate_proj / up_proj / down_proj tensors, quantized or float, match none of
-     * its names and are skipped, leaving the experts unloaded. */
+    /* gpt-oss: its experts load only in the layout vLLM's gpt-oss loader streams
+     * (tp_serving_gptoss.c). */
     if (cfg->layout == QD_LAYOUT_GPT_OSS && qd_model_linear(m, G->linears[first])->expert >= 0) {
-        row_no_load(out, row, "vLLM loads gpt-oss's experts only "
-                    "as the fused float mlp.experts.gate_up_proj/down_proj (3-D), MXFP4 blocks, Quark, or its "
-                    "own mlp.experts.N.w13_*/w2_* names (compressed-tensors WNA16/NVFP4); per-expert "
-                    "gate_proj/up_proj/down_proj tensors are skipped "
-                    "[vllm/model_executor/models/gpt_oss.py (_load_weights_other)]");
+        /* A quantized checkpoint shows its layout; a float model (the pipeline's pre-flight)
+         * gets the one its job's format writes. */
+        char w13[200];
+        snprintf(w13, sizeof w13, "%smlp.experts.0.w13_weight_packed", prefix);
+        int per_linear = cfg->quantized && !st_model_find(qd_model_tensors(m), w13);
+        qd_tp_serving_gptoss_experts(cfg, q, n_float, per_linear, tp, &row->choice);
+        if (!row->choice.fast) out->n_slow++;
         return;
     }
     if (n_float == last - first) {

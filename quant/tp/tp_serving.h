@@ -47,4 +47,11 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                         int tp, int gpu_cc, qd_serving_report *out, qd_err *err);
 void qd_tp_serving_report_free(qd_serving_report *r);    /* accepts zeroed */
 
+/* gpt-oss's experts (tp_serving_gptoss.c): the kernel vLLM serves one expert's fused
+ * gate_up (or down) row with, or why it will not load, for q's format and settings, n_float
+ * of its linears kept in float, per_linear set when the checkpoint holds them as per-expert
+ * gate_proj/up_proj/down_proj (not vLLM's w13_ and w2_ tensors), at tp ranks. */
+void qd_tp_serving_gptoss_experts(const qd_model_config *cfg, const qd_serving_quant *q, int n_float, int per_linear,
+                                  int tp, qd_srv_choice *c);
+
 #endif

@@ -14,7 +14,9 @@ make_goldens.py; new ones are picked up as they appear) or only the FAMILY names
  2. Three 4-bit jobs with `quantctl quantize` (group 32, calibration 16 x 32 random ids
     below the vocabulary, seed 0): GPTQ with act-order, symmetric, format gptq (v1: zero
     minus one, an act-order g_idx); GPTQ with a zero point, format gptq_v2; AWQ with a zero
-    point, format awq_gemm (AWQ's scales folded into the norms and linears before it).
+    point, format awq_gemm (AWQ's scales folded into the norms and linears before it); gpt-oss
+    also GPTQ in compressed-tensors (its experts in vLLM's w13_*/w2_* layout, split back here
+    into gate/up/down: w13's even rows are the gate's, the odd ones the up projection's).
  3. `quantctl logits --model OUT` (quantd's dequantized forward).
  4. The output is read with the safetensors library; every `<prefix>.qweight` is unpacked
     here, written from ../shared/ref/formats.md (GPTQ: along K, b bits per field, least
@@ -55,6 +57,9 @@ JOBS = [
     ("gptq_v2 asym", {"method": "gptq", "sym": False, "format": "gptq_v2"}),
     ("awq", {"method": "awq", "format": "awq_gemm"}),
 ]
+# gpt-oss also in compressed-tensors, whose experts quantd writes in vLLM's per-expert layout
+# (mlp.experts.N.w13_weight_packed/_scale/_bias with gate and up rows interleaved, w2_*).
+GPT_OSS_JOBS = [("ct", {"method": "gptq", "format": "compressed-tensors"})]
 
 
 def run(cmd):
@@ -115,6 +120,33 @@ def dequant_awq(t, prefix, qc):
     g = np.arange(q.shape[0]) // gs
     w = (q - z[g]).astype(np.float32) * s[g]
     return w.T
+
+
+def dequant_ct(t, packed, scale, qc):
+    """compressed-tensors pack-quantized, symmetric: weight_packed [N, K b/32] (each row an
+    LSB-first stream of codes u = q + 2^(b-1)) and weight_scale [N, G]; W = scale * q, each
+    product rounded to F16 as the package computes it. Returns [N, K]."""
+    w = qc["config_groups"]["group_0"]["weights"]
+    if not w["symmetric"]:
+        raise ValueError("compressed-tensors with zero points is not unpacked here")
+    bits = w["num_bits"]
+    q = unpack_cols(t[packed], bits) - (1 << (bits - 1))                     # [N, K]
+    s = t[scale].astype(np.float32)                                          # [N, G]
+    g = np.arange(q.shape[1]) // (q.shape[1] // s.shape[1])
+    return (q.astype(np.float32) * s[:, g]).astype(np.float16).astype(np.float32)
+
+
+def split_w13(sd):
+    """gpt-oss's experts in vLLM's layout: w13's rows 2f are gate_proj's row f, 2f + 1 up_proj's,
+    w2 is down_proj; named back as per-expert linears (fuse_gpt_oss stacks them)."""
+    for key in [k for k in sd if k.endswith((".w13_weight", ".w13_bias", ".w2_weight", ".w2_bias"))]:
+        base, last = key.rsplit(".", 1)
+        v = sd.pop(key)
+        kind = "weight" if last.endswith("weight") else "bias"
+        if last.startswith("w13"):
+            sd[f"{base}.gate_proj.{kind}"], sd[f"{base}.up_proj.{kind}"] = v[0::2].clone(), v[1::2].clone()
+        else:
+            sd[f"{base}.down_proj.{kind}"] = v
 
 
 def fuse_experts(sd, want):
@@ -233,9 +265,16 @@ def hf_logits(out_dir, ids):
                     v = sf.get_tensor(k)
                     t[k] = v.float().numpy() if v.is_floating_point() else v.numpy()
     sd = {}
-    prefixes = [k[: -len(".qweight")] for k in t if k.endswith(".qweight")]
+    main = "weight_packed" if qc["quant_method"] == "compressed-tensors" else "qweight"
+    prefixes = [k[: -len(main)] for k in t if k.endswith(main)]          # "<module>." or "<expert>.w13_"
     packed = set()
     for p in prefixes:
+        if qc["quant_method"] == "compressed-tensors":
+            w = dequant_ct(t, p + "weight_packed", p + "weight_scale", qc)
+            packed.update(p + s for s in ("weight_packed", "weight_scale", "weight_shape"))
+            sd[p + "weight"] = torch.from_numpy(np.ascontiguousarray(w))
+            continue
+        p = p[:-1]
         if qc["quant_method"] == "gptq":
             w = dequant_gptq(t, p, qc)
             packed.update(p + s for s in (".qweight", ".qzeros", ".scales", ".g_idx"))
@@ -243,11 +282,12 @@ def hf_logits(out_dir, ids):
             w = dequant_awq(t, p, qc)
             packed.update(p + s for s in (".qweight", ".qzeros", ".scales"))
         else:
-            raise ValueError(f"quant_method {qc['quant_method']!r} is not gptq or awq")
+            raise ValueError(f"quant_method {qc['quant_method']!r} is not gptq, awq or compressed-tensors")
         sd[p + ".weight"] = torch.from_numpy(np.ascontiguousarray(w, dtype=np.float32))
     for k, v in t.items():
         if k not in packed:
             sd[k] = torch.from_numpy(np.ascontiguousarray(v)).float()
+    split_w13(sd)
     if "text_config" in cfg:
         return vlm_logits(cfg, sd, ids) + (len(prefixes), qc)
     with tempfile.TemporaryDirectory() as tmp:
@@ -349,7 +389,7 @@ def main():
         calib = np.random.default_rng(0).integers(0, vocab, size=16 * seq * 2).tolist()
         with open(os.path.join(fdir, "calib.json"), "w") as f:
             json.dump(calib, f)
-        for tag, spec in JOBS:
+        for tag, spec in JOBS + (GPT_OSS_JOBS if tcfg.get("model_type") == "gpt_oss" else []):
             out = os.path.join(fdir, tag.replace(" ", "-"))
             job = dict(model=os.path.abspath(src), output=os.path.abspath(out), bits=4, group_size=32,
                        calibration={"path": os.path.abspath(os.path.join(fdir, "calib.json")), "samples": 16,

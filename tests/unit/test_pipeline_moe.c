@@ -624,10 +624,231 @@ static void test_gpt_oss_serving(void)
     if (!job) return;
     qd_err err = {0};
     CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
-    CHECK_CONTAINS(err.msg, "mlp.experts.0.gate_up_proj (gate_proj+up_proj): will not load: vLLM loads gpt-oss's experts only");
+    CHECK_CONTAINS(err.msg, "mlp.experts.0.gate_up_proj (gate_proj+up_proj): will not load: vLLM loads gpt-oss's quantized "
+                   "experts only");
     CHECK_CONTAINS(err.msg, "vllm/model_executor/models/gpt_oss.py");
     CHECK(access(out, F_OK) != 0);   /* nothing created */
     qp_job_free(job);
+}
+
+/* gpt-oss in compressed-tensors (pack-quantized), in the layout vLLM 0.32's gpt-oss loader
+ * reads: per expert N, exactly mlp.experts.N.w13_weight_packed, w13_weight_scale, w13_bias,
+ * w2_weight_packed, w2_weight_scale, w2_bias (vllm/model_executor/models/gpt_oss.py,
+ * _GPT_OSS_STREAMED_EXPERT_SUFFIX_TO_SHARD: any other name under mlp.experts.N is skipped or
+ * breaks its loader), N-first as CompressedTensorsWNA16MoEMethod's buffers
+ * (compressed_tensors_moe_wna16.py get_weight_shape: w13 [E, 2 FF, H b/32], scales
+ * [E, 2 FF, H/gs], w2 [E, H, FF b/32], [E, H, FF/gs]; biases [E, 2 FF] and [E, H]), one
+ * expert's slice each (GptOssRoutedExperts._load_packed_expert copies loaded_weight into
+ * param[N]). Packed I32, scales F16, biases float. */
+#define OSS_H 64    /* tests/data/families/gpt_oss: hidden_size */
+#define OSS_FF 32   /* intermediate_size */
+#define OSS_E 8     /* num_local_experts */
+
+static void check_vllm_expert_names(const char *out, int bits, int64_t gs)
+{
+    st_model *om = NULL;
+    qd_err err = {0};
+    CHECK_OK(st_model_open(out, &om, &err));
+    if (!om) return;
+    static const char *const sfx[6] = {"w13_weight_packed", "w13_weight_scale", "w13_bias", "w2_weight_packed",
+                                       "w2_weight_scale", "w2_bias"};
+    const int64_t shape[6][2] = {{2 * OSS_FF, OSS_H * bits / 32}, {2 * OSS_FF, OSS_H / gs}, {2 * OSS_FF, 0},
+                                 {OSS_H, OSS_FF * bits / 32}, {OSS_H, OSS_FF / gs}, {OSS_H, 0}};
+    for (int l = 0; l < 2; l++)
+        for (int e = 0; e < OSS_E; e++)
+            for (int i = 0; i < 6; i++) {
+                char name[200];
+                snprintf(name, sizeof name, "model.layers.%d.mlp.experts.%d.%s", l, e, sfx[i]);
+                const st_tensor *t = st_model_find(om, name);
+                int nd = shape[i][1] ? 2 : 1;
+                int dt = i == 0 || i == 3 ? t && t->dtype == QD_DTYPE_I32
+                       : i == 1 || i == 4 ? t && t->dtype == QD_DTYPE_F16
+                       : t && (t->dtype == QD_DTYPE_F16 || t->dtype == QD_DTYPE_BF16 || t->dtype == QD_DTYPE_F32);
+                if (!t || !dt || t->ndim != nd || t->shape[0] != shape[i][0] || (nd == 2 && t->shape[1] != shape[i][1]))
+                    TEST_FAIL_("%s: missing, or not the dtype and shape vLLM's buffer slice has", name);
+                test_checks++;
+            }
+    /* Nothing else under mlp.experts (weight_shape, zero points, per-expert gate_proj ...). */
+    size_t n_exp = 0;
+    for (size_t i = 0; i < st_model_count(om); i++) {
+        const char *nm = st_model_tensor(om, i)->name;
+        if (strstr(nm, ".mlp.experts.")) n_exp++;
+    }
+    CHECK_INT((int)n_exp, 2 * OSS_E * 6);
+    st_model_close(om);
+}
+
+/* Writes dir2: out with every expert back in the per-linear compressed-tensors layout
+ * (gate_proj = w13's even rows, up_proj its odd rows, down_proj = w2; with weight_shape),
+ * the layout every other compressed-tensors linear is read in. */
+static int unfuse_experts(const char *out, const char *dir2)
+{
+    st_model *om = NULL;
+    st_writer *w = NULL;
+    qd_err err = {0};
+    if (st_model_open(out, &om, &err) || st_writer_init(&w)) { st_model_close(om); return -1; }
+    mkdir(dir2, 0755);
+    static int64_t shp[2][2] = {{OSS_FF, OSS_H}, {OSS_H, OSS_FF}};
+    int rc = 0;
+    for (size_t i = 0; i < st_model_count(om) && !rc; i++) {
+        const st_tensor *t = st_model_tensor(om, i);
+        const char *e = strstr(t->name, ".mlp.experts.");
+        const char *u = e ? strchr(e + strlen(".mlp.experts."), '.') : NULL;
+        if (!u) { rc = st_writer_add_copy(w, t->name, t->dtype, t->ndim, t->shape, t->data, &err); continue; }
+        int w13 = !strncmp(u + 1, "w13_", 4);
+        const char *suffix = u + 1 + (w13 ? 4 : 3);
+        char name[300];
+        size_t row = qd_dtype_size(t->dtype) * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+        for (int j = 0; j < (w13 ? 2 : 1) && !rc; j++) {
+            const char *proj = w13 ? (j ? "up_proj" : "gate_proj") : "down_proj";
+            const char *sf = !strcmp(suffix, "bias") ? "bias" : suffix + strlen("weight_");
+            snprintf(name, sizeof name, "%.*s.%s.%s%s", (int)(u - t->name), t->name, proj, strcmp(sf, "bias") ? "weight_" : "",
+                     sf);
+            int64_t sh[2] = {t->shape[0] / (w13 ? 2 : 1), t->ndim == 2 ? t->shape[1] : 0};
+            unsigned char *buf = malloc((size_t)sh[0] * row);
+            for (int64_t r = 0; buf && r < sh[0]; r++)
+                memcpy(buf + r * row, (const unsigned char *)t->data + (w13 ? 2 * r + j : r) * row, row);
+            rc = buf ? st_writer_add_copy(w, name, t->dtype, t->ndim, sh, buf, &err) : -1;
+            free(buf);
+            if (!rc && !strcmp(sf, "packed")) {
+                snprintf(name, sizeof name, "%.*s.%s.weight_shape", (int)(u - t->name), t->name, proj);
+                int64_t one = 2;
+                rc = st_writer_add_copy(w, name, QD_DTYPE_I64, 1, &one, shp[!w13], &err);
+            }
+        }
+    }
+    char path[4600];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir2);
+    if (!rc) rc = st_writer_write(w, path, &err);
+    if (rc) TEST_FAIL_("unfuse %s: %s", out, err.msg);
+    st_writer_free(w);
+    st_model_close(om);
+    size_t len = 0;
+    char *cfg = pt_read(test_path(out, "config.json"), &len);
+    snprintf(path, sizeof path, "%s/config.json", dir2);
+    FILE *f = cfg ? fopen(path, "w") : NULL;
+    if (f) { fwrite(cfg, 1, len, f); fclose(f); }
+    free(cfg);
+    return rc || !f ? -1 : 0;
+}
+
+/* gpt-oss in compressed-tensors: the vLLM layout above, read back by quantd exactly as the
+ * per-linear layout of the same codes (w13's interleave undone by its reader: equal logits),
+ * and close to the float model (experts alone at 8 bits, attention in float: a gate/up swap
+ * or a misread row would be order 1, measured 0.0085 in the gptq layout); whole-model 4-bit
+ * GPTQ and RTN write the same names. What the layout cannot hold is refused by name before
+ * any work: zero points, an expert left in float, target_bpw. */
+static void test_gpt_oss_ct(void)
+{
+    static const char *const runs[][4] = {
+        {"gptq", "ct-gptq-w4", "\"bits\":4,", "4"},
+        {"rtn", "ct-rtn-w8-experts", "\"bits\":8,\"modules_to_not_convert\":[\"self_attn\"],", "8"},
+    };
+    char model[4200], out[4400], dir2[4500];
+    snprintf(model, sizeof model, "%s/gpt_oss", pt_families_dir());
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(out, sizeof out, "%s/gpt_oss-%s", T, runs[i][1]);
+        qp_job *job = pt_run_job(out, model, out, runs[i][0], "compressed-tensors", tokens, runs[i][2]);
+        CHECK(job != NULL);
+        if (!job) continue;
+        qp_job_free(job);
+        check_vllm_expert_names(out, atoi(runs[i][3]), 32);
+        snprintf(dir2, sizeof dir2, "%s-unfused", out);
+        CHECK(unfuse_experts(out, dir2) == 0);
+        double same = pt_logits_rel(dir2, out);
+        printf("gpt_oss   %-4s %-22s w13 layout vs per-linear layout: rel %.3g\n", runs[i][0], runs[i][1], same);
+        CHECK(same == 0.0);
+        /* check-serving on both: the w13 layout gets the MoE kernel (Triton's: hidden 64 is
+         * no multiple of 128), the per-linear one does not load. */
+        for (int k = 0; k < 2; k++) {
+            qd_model *m = NULL;
+            qd_err err = {0};
+            CHECK_OK(qd_model_open(k ? dir2 : out, pt_be, &m, &err));
+            if (!m) continue;
+            qd_serving_quant q = {.format = "compressed-tensors", .bits = atoi(runs[i][3]), .sym = 1, .group_size = 32};
+            qd_serving_report rep;
+            CHECK_OK(qd_tp_serving_check(m, &q, NULL, NULL, 1, 90, &rep, &err));
+            int found = 0;
+            for (size_t r = 0; r < rep.n; r++) {
+                if (strcmp(rep.rows[r].name, "model.layers.1.mlp.experts.7.down_proj")) continue;
+                found = 1;
+                CHECK_INT(rep.rows[r].choice.kernel, k ? QD_SRV_NO_LOAD : QD_SRV_TRITON_MOE);
+            }
+            CHECK(found);
+            qd_tp_serving_report_free(&rep);
+            qd_model_close(m);
+        }
+        double rel = pt_logits_rel(model, out);
+        printf("gpt_oss   %-4s %-22s logits rel error %.4f\n", runs[i][0], runs[i][1], rel);
+        CHECK(rel >= 0 && rel < (strstr(runs[i][1], "experts") ? 0.02 : 1.0));
+        /* The config: the routers in `ignore`, the experts under the Linear target. */
+        char *cfg = pt_read(test_path(out, "config.json"), NULL);
+        CHECK(cfg && strstr(cfg, "\"model.layers.1.mlp.router\"") && strstr(cfg, "\"pack-quantized\"") &&
+              !strstr(cfg, "mlp.experts"));
+        free(cfg);
+    }
+    static const char *const refused[][2] = {
+        {"\"bits\":4,\"sym\":false,", "sym false: gpt-oss's experts in compressed-tensors have no zero point"},
+        {"\"bits\":4,\"modules_to_not_convert\":[\"mlp.experts.3.\"],",
+         "model.layers.0.mlp.experts.3.gate_proj would stay in float"},
+        {"\"bits\":4,\"target_bpw\":4.5,", "target_bpw: vLLM gives all of a gpt-oss layer's experts one bits"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        snprintf(out, sizeof out, "%s/gpt_oss-ct-refused-%zu", T, i);
+        qp_job *job = pt_job(model, out, "gptq", "compressed-tensors", tokens, refused[i][0]);
+        CHECK(job != NULL);
+        if (!job) continue;
+        qd_err err = {0};
+        CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
+        CHECK_CONTAINS(err.msg, refused[i][1]);
+        CHECK(access(out, F_OK) != 0);   /* nothing created */
+        qp_job_free(job);
+    }
+}
+
+/* The serving rule for gpt-oss's experts (tp_serving_gptoss.c) on gpt-oss's own shapes
+ * (hidden 2880, intermediate 2880): compressed-tensors W4A16 group 32 loads at tp 1 and 2
+ * on Triton's fused MoE (2880 is no multiple of 128, which Marlin's MoE kernel needs), not
+ * at tp 8 (360 per rank is no multiple of 32); group 128 never (2880 % 128); a 1024-wide
+ * model gets Marlin; zero points, the other formats and a checkpoint whose experts are
+ * per-expert gate_proj/up_proj/down_proj do not load. */
+static void test_gpt_oss_serving_rule(void)
+{
+    qd_model_config c;
+    memset(&c, 0, sizeof c);
+    c.hidden = c.moe_intermediate = 2880;
+    qd_serving_quant q = {.format = "compressed-tensors", .bits = 4, .sym = 1, .group_size = 32};
+    qd_srv_choice ch;
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_TRITON_MOE && ch.fast);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 2, &ch);
+    CHECK(ch.kernel == QD_SRV_TRITON_MOE);
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 8, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    CHECK_CONTAINS(ch.why, "compressed_tensors_moe_wna16.py (create_weights)");
+    q.group_size = 128;
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    c.hidden = c.moe_intermediate = 1024;
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 2, &ch);
+    CHECK(ch.kernel == QD_SRV_MARLIN && ch.fast);
+    CHECK_CONTAINS(ch.why, "check_moe_marlin_supports_config");
+    q.sym = 0;
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    CHECK_CONTAINS(ch.why, "zero points");
+    q.sym = 1;
+    q.format = "gptq";
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 0, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    CHECK_CONTAINS(ch.why, "per-expert gate_proj/up_proj/down_proj tensors are skipped");
+    q.format = "compressed-tensors";
+    qd_tp_serving_gptoss_experts(&c, &q, 2, 0, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    /* A compressed-tensors checkpoint holding per-expert gate_proj/up_proj/down_proj. */
+    qd_tp_serving_gptoss_experts(&c, &q, 0, 1, 1, &ch);
+    CHECK(ch.kernel == QD_SRV_NO_LOAD);
+    CHECK_CONTAINS(ch.why, "written before that layout");
 }
 
 /* Granite-4 MoE (tests/data/families/granite4_h_moe: mamba / attention / mamba, 8 experts
@@ -889,6 +1110,8 @@ int main(void)
     TEST_RUN(test_qwen_next);
     TEST_RUN(test_gpt_oss);
     TEST_RUN(test_gpt_oss_serving);
+    TEST_RUN(test_gpt_oss_ct);
+    TEST_RUN(test_gpt_oss_serving_rule);
     TEST_RUN(test_granite_moe);
     TEST_RUN(test_granite_moe_serving);
     TEST_RUN(test_llama4);
