@@ -154,9 +154,6 @@ static int bpw_validate(const qp_job *job, qp_err *err)
                           "scattered g_idx per layer group size is not implemented); leave static_groups true");
     if (job->layout != QP_LAYOUT_PLAIN)
         return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with layout %s", qp_layout_name(job->layout));
-    if (job->gptaq)
-        return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: not with gptaq (GPTAQ's update takes the job's one bit "
-                          "width); remove one of them");
     int nb = job->n_bpw_bits, ng = job->n_bpw_group_sizes;
     for (int i = 0; i < nb + ng; i++) {
         qd_fmt_settings fs = {.bits = i < nb ? job->bpw_bits[i] : job->bits,

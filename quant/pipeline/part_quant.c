@@ -71,10 +71,9 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
         qc.bits = in->bits;
         qc.group_size = in->group_size;
     }
-    /* GPTAQ and target_bpw are never one job (job.c): dxx means the job's own quantizer */
     int rc = in->gptq && in->dxx
-                 ? qd_pipeline_quantize_weight_gptaq(p, in->global_scale, in->w, rows, k, in->h, in->dxx, &out->layer,
-                                                     &out->dq, res, &h_err, err)
+                 ? qd_pipeline_quantize_weight_gptaq(p, &qc, in->global_scale, in->w, rows, k, in->h, in->dxx,
+                                                     &out->layer, &out->dq, res, &h_err, err)
                  : qd_pipeline_quantize_weight(p, &qc, in->gptq, in->global_scale, in->w, rows, k, in->h, shared,
                                                &out->layer, &out->dq, res, &h_err, err);
     /* The group's last part: its factor's memory goes back before the error's buffers are

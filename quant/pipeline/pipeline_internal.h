@@ -189,9 +189,9 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use
                                 int64_t n, int64_t k, const qd_gptq_hessian *h, qd_gptq_shared *shared, qd_qlayer *layer,
                                 qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 /* The same with GPTAQ (job.gptaq): dxx the group's dXXT beside h; *h_err is -1. */
-int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const float *w, int64_t n, int64_t k,
-                                      const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx, qd_qlayer *layer,
-                                      qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
+int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, const qd_quant_cfg *cfg, float global_scale, const float *w,
+                                      int64_t n, int64_t k, const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx,
+                                      qd_qlayer *layer, qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err);
 
 /* rel = sqrt(tr(D H D^T) / tr(W H W^T)), D = W - Q: the relative output error on the
  * inputs H was accumulated from (H = 2/n X^T X). w, q host [n, k]; h backend. d_err >= 0

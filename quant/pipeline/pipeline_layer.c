@@ -157,9 +157,9 @@ int qd_pipeline_quantize_weight(qd_pipeline *p, const qd_quant_cfg *cfg, int use
     return 0;
 }
 
-int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const float *w, int64_t n, int64_t k,
-                                      const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx, qd_qlayer *layer,
-                                      qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err)
+int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, const qd_quant_cfg *cfg, float global_scale, const float *w,
+                                      int64_t n, int64_t k, const qd_gptq_hessian *h, const qd_gptaq_dxx *dxx,
+                                      qd_qlayer *layer, qd_deq *deq, qd_layer_result *res, double *h_err, qd_err *err)
 {
     memset(layer, 0, sizeof *layer);
     memset(deq, 0, sizeof *deq);
@@ -168,7 +168,7 @@ int qd_pipeline_quantize_weight_gptaq(qd_pipeline *p, float global_scale, const 
         return qd_err_set(err, QD_EINVAL, "gptaq: the Hessian and dXXT of a [%lld, %lld] layer do not match (%lld and %lld rows)",
                           (long long)n, (long long)k, h ? (long long)h->n_seen : 0LL, dxx ? (long long)dxx->n_seen : 0LL);
     qd_gptq_opts o = qd_pipeline_gptq_opts(p);
-    o.quant = p->qcfg;
+    o.quant = *cfg;   /* the job's grid, or target_bpw's bits and group for this linear */
     if (global_scale > 0.0f) o.quant.global_scale = global_scale;
     /* Both on the CPU backend (qd_pipeline_gptaq_check): host memory already. */
     qd_gptq_result r;

@@ -57,7 +57,6 @@ int main(void)
     refused("\"method\":\"awq\",\"format\":\"compressed-tensors\",\"target_bpw\":4.25", "method awq searches");
     refused("\"format\":\"compressed-tensors\",\"desc_act\":true,\"static_groups\":false,\"target_bpw\":4.25",
             "job.static_groups: compressed-tensors holds act-order (desc_act) weights only with static groups");
-    refused("\"format\":\"compressed-tensors\",\"gptaq\":true,\"target_bpw\":4.25", "job.target_bpw: not with gptaq");
     refused("\"scheme\":\"W4A16\",\"target_bpw\":4.25", "not with a scheme (W4A16)");
     refused("\"format\":\"compressed-tensors\",\"bpw_bits\":[4]", "job.bpw_bits: given without target_bpw");
     refused("\"format\":\"compressed-tensors\",\"bpw_group_sizes\":[64]", "job.bpw_group_sizes: given without target_bpw");

@@ -1,6 +1,6 @@
 /* job.gptaq end to end on a tiny dense Llama: GPTAQ's output differs from plain GPTQ's
  * (the float stream's inputs reach the updates), the report says which inputs were used,
- * true-sequential or not, with act order; a run interrupted at any block resumes (the float
+ * true-sequential or not, with act order, with target_bpw's bits per layer; a run interrupted at any block resumes (the float
  * stream recomputed) to the same bytes; and the cases it does not run in are refused by
  * name: another method, a mixture of experts. */
 #include <stdio.h>
@@ -72,6 +72,49 @@ static void test_differs_from_gptq(void)
     differs_case("actorder", "\"desc_act\":true,\"bits\":3,");
 }
 
+/* The report's bits and group size per layer ("bpw" layers), as "name=bits/group;" pairs. */
+static void bpw_layers(const char *out, char *buf, size_t cap)
+{
+    buf[0] = 0;
+    cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+    const cJSON *l;
+    size_t o = 0;
+    cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "bpw"), "layers")) {
+        if (o >= cap) break;
+        o += (size_t)snprintf(buf + o, cap - o, "%s=%d/%d;", cJSON_GetObjectItemCaseSensitive(l, "name")->valuestring,
+                              cJSON_GetObjectItemCaseSensitive(l, "bits")->valueint,
+                              cJSON_GetObjectItemCaseSensitive(l, "group_size")->valueint);
+    }
+    cJSON_Delete(j);
+}
+
+/* With target_bpw: the plan (made with GPTQ's estimate, before the float stream matters) is
+ * the same with and without GPTAQ, every layer takes its planned bits and group through
+ * GPTAQ's update, and the output differs from plain GPTQ's of that plan. */
+static void test_target_bpw(void)
+{
+    const char *plan = "\"target_bpw\":5.0,\"bpw_bits\":[4,8],\"bpw_group_sizes\":[32,64],";
+    char a[4096], b[4096], ex[512], la[8192], lb[8192];
+    snprintf(a, sizeof a, "%s/bpw-gptq", T);
+    snprintf(b, sizeof b, "%s/bpw-gptaq", T);
+    snprintf(ex, sizeof ex, "%s\"gptaq\":true,", plan);
+    qp_job *ja = pt_run_job("bpw gptq", llama_dir, a, "gptq", "compressed-tensors", tokens, plan);
+    qp_job *jb = pt_run_job("bpw gptaq", llama_dir, b, "gptq", "compressed-tensors", tokens, ex);
+    if (ja && jb) {
+        bpw_layers(a, la, sizeof la);
+        bpw_layers(b, lb, sizeof lb);
+        CHECK(strstr(la, "=8/") && strstr(la, "=4/"));   /* a mixed plan */
+        CHECK_STR(lb, la);
+        check_report(b, 1);
+        CHECK(!pt_same_file(test_path(a, "model.safetensors"), test_path(b, "model.safetensors")));
+        double ea = pt_logits_rel(llama_dir, a), eb = pt_logits_rel(llama_dir, b);
+        fprintf(stderr, "target_bpw: logits rel error gptq %.4f gptaq %.4f\n", ea, eb);
+        CHECK(ea >= 0 && eb >= 0 && eb < 2 * ea + 0.05);
+    }
+    qp_job_free(ja);
+    qp_job_free(jb);
+}
+
 /* Interrupted at block b's calibration or checkpoint, resumed: the same bytes (acts_every 2:
  * block 1 resumes from the embedding with block 0 replayed, block 2 from block 2's acts). */
 static void test_resume_same_bytes(void)
@@ -135,6 +178,7 @@ int main(void)
     lo.dtype = QD_DTYPE_BF16;   /* the streams rounded to BF16 between blocks */
     if (pt_setup(2, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir)) return 1;
     TEST_RUN(test_differs_from_gptq);
+    TEST_RUN(test_target_bpw);
     TEST_RUN(test_resume_same_bytes);
     TEST_RUN(test_refusals);
     return pt_teardown();
