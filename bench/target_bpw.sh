@@ -3,7 +3,7 @@
 # size of the quantized linears for uniform GPTQ W4 (symmetric, compressed-tensors) at group
 # 192 (the largest group that fits every layer: hidden 576 is 64 x 9, no multiple of 128),
 # 64 and 32, against mixed-bit jobs at target_bpw 4.25 and 4.5 (candidates 4 and 8 bits x
-# groups 32, 64, 192; t-4.25c adds the channel group, -1), and target 3.5 (below every
+# groups 32, 64, 192; t-4.25c adds the channel group, -1; t-4.25a is t-4.25 with GPTAQ), and target 3.5 (below every
 # candidate compressed-tensors holds: the refusal is recorded). Written to
 # bench/results/target-bpw.md.
 #
@@ -52,6 +52,7 @@ for tag in $variants; do
     case $tag in
     u-g*) extra="\"group_size\": ${tag#u-g}" ;;
     t-*c) t=${tag#t-}; extra="\"group_size\": 64, \"target_bpw\": ${t%c}, \"bpw_bits\": [4, 8], \"bpw_group_sizes\": [32, 64, 192, -1]" ;;
+    t-*a) t=${tag#t-}; extra="\"group_size\": 64, \"target_bpw\": ${t%a}, $cands, \"gptaq\": true" ;;
     t-*) extra="\"group_size\": 64, \"target_bpw\": ${tag#t-}, $cands" ;;
     esac
     echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"gptq\", \"format\": \"compressed-tensors\", \"bits\": 4, $extra, \"calibration\": {\"path\": \"$work/calib.ids.json\", \"samples\": $samples, \"seq_len\": $seq, \"style\": \"awq\"}}" > "$work/job-$tag.json"
