@@ -32,6 +32,48 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
+/* GPTQ `dynamic` (qd_serving_quant.row_quant): 1 with the row marked "will not load" when vLLM
+ * would build the row, named as vLLM names it (the row's name up to " ("), with other bits or
+ * group size than its tensors hold, or at bits its GPTQ config cannot build. */
+static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int bits, int64_t gs)
+{
+    char vname[256];
+    snprintf(vname, sizeof vname, "%s", row->name);
+    char *sp = strstr(vname, " (");
+    if (sp) *sp = 0;
+    int vb = 0;
+    int64_t vg = 0;
+    if (q->row_quant(q->layer_ud, vname, &vb, &vg)) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: quantization_config.dynamic cannot be read");
+        return 1;
+    }
+    if (vb == 0) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: a \"-:\" `dynamic` rule leaves %s unquantized "
+                 "in vLLM, but the checkpoint stores it packed "
+                 "[vllm/model_executor/layers/quantization/utils/gptq_utils.py (get_linear_quant_method)]", vname);
+        return 1;
+    }
+    if (vb != bits || vg != gs) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM builds %s at %d bits group %lld from the "
+                 "`dynamic` rules matched against its own name, but the checkpoint stores %d bits group %lld "
+                 "[vllm/model_executor/layers/quantization/utils/gptq_utils.py (get_dynamic_override, override_config)]",
+                 vname, vb, (long long)vg, bits, (long long)gs);
+        return 1;
+    }
+    if (bits != 4 && bits != 8) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM's GPTQ config builds 4- and 8-bit "
+                 "symmetric layers only; a %d-bit `dynamic` override raises \"Unsupported quantization config\" "
+                 "[vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQConfig.TYPE_MAP); "
+                 "utils/gptq_utils.py (override_config)]", bits);
+        return 1;
+    }
+    return 0;
+}
+
 /* Column groups are fused as vLLM fuses them. Its own model files say so in
  * packed_modules_mapping; the architectures it serves through its Transformers backend
  * (vllm/model_executor/models/registry.py: OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan, StarCoder2,
@@ -180,6 +222,10 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     snprintf(row->choice.why, sizeof row->choice.why, "will not load: the fused layer's members have "
                              "different bits or group sizes (vLLM requires one scheme for all shards of a fused layer; "
                              "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py)");
+                    out->n_slow++;
+                    continue;
+                }
+                if (q->row_quant && dynamic_refuses(q, row, bits, gs)) {
                     out->n_slow++;
                     continue;
                 }

@@ -23,6 +23,12 @@ typedef struct qd_serving_quant {
      * whose members differ is reported as not loading. */
     int (*layer_quant)(void *ud, int block, int li, int *bits, int64_t *group_size);
     void *layer_ud;
+    /* GPTQ's `dynamic` overrides (format gptq / gptq_v2, fmt_gptq_dynamic.h): when set, the bits
+     * and group size vLLM builds a layer with from the rules matched against ITS name (the fused
+     * "model.layers.0.self_attn.qkv_proj"), 0 when found, with layer_ud. A row whose stored bits
+     * or group size (layer_quant) differ from those, or whose bits vLLM's GPTQ config cannot build
+     * (2 or 3: auto_gptq.py TYPE_MAP holds 4 and 8), is reported as not loading. */
+    int (*row_quant)(void *ud, const char *vllm_name, int *bits, int64_t *group_size);
 } qd_serving_quant;
 
 /* 1 when linear li of block b stays in float (not quantized). */
