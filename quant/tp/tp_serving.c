@@ -35,7 +35,7 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
 /* GPTQ `dynamic` (qd_serving_quant.row_quant): 1 with the row marked "will not load" when vLLM
  * would build the row, named as vLLM names it (the row's name up to " ("), with other bits or
  * group size than its tensors hold, or at bits its GPTQ config cannot build. */
-static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int bits, int64_t gs)
+static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int bits, int64_t gs, int64_t k)
 {
     char vname[256];
     snprintf(vname, sizeof vname, "%s", row->name);
@@ -55,7 +55,9 @@ static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int b
                  "[vllm/model_executor/layers/quantization/utils/gptq_utils.py (get_linear_quant_method)]", vname);
         return 1;
     }
-    if (vb != bits || vg != gs) {
+    /* One group of the whole row is one group however it is written (-1 or K). */
+    int64_t vgn = vg <= 0 || vg >= k ? -1 : vg, gsn = gs <= 0 || gs >= k ? -1 : gs;
+    if (vb != bits || vgn != gsn) {
         row->choice.kernel = QD_SRV_NO_LOAD;
         snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM builds %s at %d bits group %lld from the "
                  "`dynamic` rules matched against its own name, but the checkpoint stores %d bits group %lld "
@@ -225,7 +227,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     out->n_slow++;
                     continue;
                 }
-                if (q->row_quant && dynamic_refuses(q, row, bits, gs)) {
+                if (q->row_quant && dynamic_refuses(q, row, bits, gs, k)) {
                     out->n_slow++;
                     continue;
                 }
