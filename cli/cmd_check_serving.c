@@ -159,7 +159,7 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
     /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); compressed-tensors'
      * actorder "weight" has none. */
     qd_serving_quant q = {cfg->quant_format, cfg->quant_bits, cfg->quant_sym, cfg->quant_group_size,
-                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act, NULL, NULL, NULL};
+                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act, NULL, NULL, NULL, 0};
     float_ctx fc = {m, NULL};
     cJSON *root = NULL;
     if (cfg->quant_bits == 0) {   /* mixed bits per layer (qd_fmt_detected.mixed) */

@@ -41,9 +41,9 @@ static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int b
     snprintf(vname, sizeof vname, "%s", row->name);
     char *sp = strstr(vname, " (");
     if (sp) *sp = 0;
-    int vb = 0;
-    int64_t vg = 0;
-    if (q->row_quant(q->layer_ud, vname, &vb, &vg)) {
+    int vb = bits;
+    int64_t vg = gs;
+    if (q->row_quant && q->row_quant(q->layer_ud, vname, &vb, &vg)) {
         row->choice.kernel = QD_SRV_NO_LOAD;
         snprintf(row->choice.why, sizeof row->choice.why, "will not load: quantization_config.dynamic cannot be read");
         return 1;
@@ -227,7 +227,7 @@ int qd_tp_serving_check(const qd_model *m, const qd_serving_quant *q, qd_serving
                     out->n_slow++;
                     continue;
                 }
-                if (q->row_quant && dynamic_refuses(q, row, bits, gs, k)) {
+                if ((q->row_quant || q->gptq_dynamic) && dynamic_refuses(q, row, bits, gs, k)) {
                     out->n_slow++;
                     continue;
                 }

@@ -29,6 +29,9 @@ typedef struct qd_serving_quant {
      * or group size (layer_quant) differ from those, or whose bits vLLM's GPTQ config cannot build
      * (2 or 3: auto_gptq.py TYPE_MAP holds 4 and 8), is reported as not loading. */
     int (*row_quant)(void *ud, const char *vllm_name, int *bits, int64_t *group_size);
+    /* GPTQ with `dynamic` overrides whose rules are known to read as the plan (a target_bpw
+     * job's pre-flight): the 4-and-8-bit rule above without row_quant's comparison. */
+    int gptq_dynamic;
 } qd_serving_quant;
 
 /* 1 when linear li of block b stays in float (not quantized). */

@@ -335,6 +335,33 @@ static void test_moe_refused(void)
     qp_job_free(job);
 }
 
+/* A job's serve pre-flight: a 3-bit candidate in GPTQ's format will not load in vLLM, named. */
+static void test_serve_refused(void)
+{
+    char out[4096];
+    snprintf(out, sizeof out, "%s/serve-out", T);
+    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens,
+                         "\"target_bpw\":4.4,\"bpw_bits\":[3,4],\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},");
+    qd_err err = {0};
+    if (job) CHECK_ERR(qd_pipeline_run(job, pt_be, NULL, &err));
+    CHECK_CONTAINS(err.msg, "candidate 3 bits group 32 of target_bpw would not get a fast kernel");
+    CHECK_CONTAINS(err.msg, "will not load: vLLM's GPTQ config builds 4- and 8-bit symmetric layers only");
+    CHECK(!qd_fs_exists(out));
+    qp_job_free(job);
+    /* 4 and 8 bits pass it. */
+    snprintf(out, sizeof out, "%s/serve-48", T);
+    job = pt_job(llama_dir, out, "gptq", "gptq", tokens,
+                 "\"target_bpw\":5.0,\"bpw_bits\":[4,8],\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},");
+    memset(&err, 0, sizeof err);
+    if (job) {
+        int rc = qd_pipeline_run(job, pt_be, NULL, &err);
+        /* This model is narrower than Machete's and Marlin's tiles in places: any refusal must be
+         * a kernel's shape rule, never the bits rule. */
+        if (rc) CHECK(!strstr(err.msg, "builds 4- and 8-bit"));
+    }
+    qp_job_free(job);
+}
+
 int main(void)
 {
     qd_testgen_opts lo = pt_llama_opts(128, 3);
@@ -342,5 +369,6 @@ int main(void)
     TEST_RUN(test_same_plan);
     TEST_RUN(test_mix34);
     TEST_RUN(test_moe_refused);
+    TEST_RUN(test_serve_refused);
     return pt_teardown();
 }
