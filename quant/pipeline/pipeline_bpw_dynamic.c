@@ -31,13 +31,12 @@ int qd_pipeline_bpw_is_dynamic(const qd_pipeline *p) { return p->fmt->has_g_idx;
 
 /* The fused layer vLLM makes of input group G ("qkv_proj", "gate_up_proj"), NULL for a group
  * it builds linear by linear, or "" when quantd cannot name it. */
-static const char *fused_name(const qd_pipeline *p, const qd_input_group *G)
+static const char *fused_name(const qd_input_group *G)
 {
     size_t nl = strlen(G->name);
     if ((nl > 4 && !strcmp(G->name + nl - 4, "_out")) || G->n_linears == 1) return NULL;
     if (!strcmp(G->name, "attn_in") && G->n_linears == 3) return "qkv_proj";
     if (!strcmp(G->name, "mlp_in") && G->n_linears == 2) return "gate_up_proj";
-    (void)p;
     return "";
 }
 
@@ -51,7 +50,7 @@ int qd_pipeline_bpw_dynamic_preflight(const qd_pipeline *p, qd_err *err)
                 return qd_err_set(err, QD_EUNSUPPORTED, "target_bpw with format %s: the model has MoE experts (%s), "
                                   "which vLLM builds as one FusedMoE layer with one GPTQ scheme; use format "
                                   "compressed-tensors", p->fmt->name, qd_model_linear(p->m, G->linears[j])->name);
-        const char *f = fused_name(p, G);
+        const char *f = fused_name(G);
         if (f && !*f)
             return qd_err_set(err, QD_EUNSUPPORTED, "target_bpw with format %s: input group %s (%d linears) is not "
                               "fused by vLLM under a name quantd writes `dynamic` rules for (qkv_proj, gate_up_proj); "
@@ -77,7 +76,7 @@ static int group_regex(const qd_pipeline *p, int block, const qd_input_group *G,
         qd_output_regex_escape(nm + dlen, esc, sizeof esc);
         o += (size_t)snprintf(out + o, cap - o, "%s%s", j ? "|" : "", esc);
     }
-    const char *f = fused_name(p, G);
+    const char *f = fused_name(G);
     if (f && *f && o < cap) o += (size_t)snprintf(out + o, cap - o, "|%s", f);
     if (o < cap) o += (size_t)snprintf(out + o, cap - o, ")$");
     return o < cap ? 0 : -1;
