@@ -34,7 +34,9 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
 
 /* GPTQ `dynamic` (qd_serving_quant.row_quant): 1 with the row marked "will not load" when vLLM
  * would build the row, named as vLLM names it (the row's name up to " ("), with other bits or
- * group size than its tensors hold, or at bits its GPTQ config cannot build. */
+ * group size than its tensors hold, or at bits or a group size its GPTQ config cannot build
+ * (vLLM 0.32's AutoGPTQConfig, the one config for every GPTQ checkpoint there: 4 and 8 bits,
+ * Marlin's group sizes, checked in the linear method's constructor before any kernel). */
 static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int bits, int64_t gs, int64_t k)
 {
     char vname[256];
@@ -71,6 +73,14 @@ static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int b
                  "symmetric layers only; a %d-bit `dynamic` override raises \"Unsupported quantization config\" "
                  "[vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQConfig.TYPE_MAP); "
                  "utils/gptq_utils.py (override_config)]", bits);
+        return 1;
+    }
+    if (vg != -1 && vg != 32 && vg != 64 && vg != 128) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM's GPTQ linear method checks Marlin's "
+                 "group sizes (-1, 32, 64, 128) for every layer and raises for group %lld "
+                 "[vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQLinearMethod, verify_marlin_supported); "
+                 "utils/marlin_utils.py (MARLIN_SUPPORTED_GROUP_SIZES)]", (long long)vg);
         return 1;
     }
     return 0;

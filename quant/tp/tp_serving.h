@@ -26,8 +26,9 @@ typedef struct qd_serving_quant {
     /* GPTQ's `dynamic` overrides (format gptq / gptq_v2, fmt_gptq_dynamic.h): when set, the bits
      * and group size vLLM builds a layer with from the rules matched against ITS name (the fused
      * "model.layers.0.self_attn.qkv_proj"), 0 when found, with layer_ud. A row whose stored bits
-     * or group size (layer_quant) differ from those, or whose bits vLLM's GPTQ config cannot build
-     * (2 or 3: auto_gptq.py TYPE_MAP holds 4 and 8), is reported as not loading. */
+     * or group size (layer_quant) differ from those, or whose bits or group size vLLM's GPTQ config
+     * cannot build (2 or 3 bits: auto_gptq.py TYPE_MAP holds 4 and 8; groups other than -1, 32,
+     * 64, 128: verify_marlin_supported), is reported as not loading. */
     int (*row_quant)(void *ud, const char *vllm_name, int *bits, int64_t *group_size);
     /* GPTQ with `dynamic` overrides whose rules are known to read as the plan (a target_bpw
      * job's pre-flight): the 4-and-8-bit rule above without row_quant's comparison. */

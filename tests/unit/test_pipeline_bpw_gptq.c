@@ -362,6 +362,43 @@ static void test_serve_refused(void)
     qp_job_free(job);
 }
 
+/* vLLM's GPTQ linear method checks Marlin's group sizes for every layer: group 16 everywhere,
+ * stored and ruled alike, does not load. */
+static int g16_stored(void *ud, int block, int li, int *bits, int64_t *gs)
+{
+    (void)ud, (void)block, (void)li;
+    *bits = 4;
+    *gs = 16;
+    return 0;
+}
+
+static int g16_vllm(void *ud, const char *name, int *bits, int64_t *gs)
+{
+    (void)ud, (void)name;
+    *bits = 4;
+    *gs = 16;
+    return 0;
+}
+
+static void test_serving_group(void)
+{
+    qd_model *m = NULL;
+    qd_err err = {0};
+    CHECK_OK(qd_model_open(llama_dir, pt_be, &m, &err));
+    if (!m) return;
+    qd_serving_quant sq = {.format = "gptq", .sym = 1, .layer_quant = g16_stored, .row_quant = g16_vllm};
+    qd_serving_report r = {0};
+    CHECK_OK(qd_tp_serving_check(m, &sq, NULL, NULL, 1, qd_srv_gpu_cc("ampere"), &r, &err));
+    CHECK_INT((int)r.n, 3 * 4);
+    for (size_t i = 0; i < r.n; i++) {
+        CHECK_INT(r.rows[i].choice.kernel, QD_SRV_NO_LOAD);
+        CHECK_CONTAINS(r.rows[i].choice.why, "raises for group 16");
+    }
+    CHECK_INT((int)r.n_slow, 3 * 4);
+    qd_tp_serving_report_free(&r);
+    qd_model_close(m);
+}
+
 int main(void)
 {
     qd_testgen_opts lo = pt_llama_opts(128, 3);
@@ -370,5 +407,6 @@ int main(void)
     TEST_RUN(test_mix34);
     TEST_RUN(test_moe_refused);
     TEST_RUN(test_serve_refused);
+    TEST_RUN(test_serving_group);
     return pt_teardown();
 }
