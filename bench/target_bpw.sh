@@ -18,6 +18,10 @@
 # BPW_SEED=N (default 0): another calibration draw (calib_windows.py's seed), in its own
 # directory BUILD_DIR/target-bpw-bench-sN; BPW_OUT: the results file (default
 # bench/results/target-bpw.md).
+# BPW_FORMAT (default compressed-tensors): the output format, e.g. gptq (mixed bits written as
+# GPTQ `dynamic` overrides); BPW_CANDS: the t- variants' candidates as job JSON (default 4 and
+# 8 bits x groups 32, 64, 192); variants u3-gN: uniform 3 bits, group N (a format that holds
+# 3 bits). For gptq the size counts qweight, qzeros, scales and g_idx, all the file stores.
 set -euo pipefail
 here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
@@ -30,6 +34,8 @@ qctl="$build/quantctl"
 seed="${BPW_SEED:-0}"
 work="$build/target-bpw-bench"
 [ "$seed" = 0 ] || work="$work-s$seed"
+fmt="${BPW_FORMAT:-compressed-tensors}"
+[ "$fmt" = compressed-tensors ] || work="$work-$fmt"
 out="${BPW_OUT:-$here/results/target-bpw.md}"
 threads="${BPW_THREADS:-2}"
 [ -x "$qctl" ] || { echo "target_bpw.sh: $qctl not built" >&2; exit 1; }
@@ -43,19 +49,21 @@ export OMP_NUM_THREADS=$threads OPENBLAS_NUM_THREADS=$threads MKL_NUM_THREADS=$t
 }
 kept() { [ -s "$1" ] && [ "$(python3 -c "import json,sys; print(json.load(open(sys.argv[1]))['windows'])" "$1")" = "$windows" ]; }
 
-cands='"bpw_bits": [4, 8], "bpw_group_sizes": [32, 64, 192]'
+cands="${BPW_CANDS:-\"bpw_bits\": [4, 8], \"bpw_group_sizes\": [32, 64, 192]}"
 variants="${BPW_VARIANTS:-u-g192 u-g64 u-g32 t-4.25 t-4.25c t-4.5 t-3.5}"
 for tag in $variants; do
     dir="$work/out-$tag"
     if kept "$work/eval-$tag.json"; then echo "$tag: kept" >&2; continue; fi
     rm -rf "$dir"
+    bits=4
     case $tag in
+    u3-g*) bits=3; extra="\"group_size\": ${tag#u3-g}" ;;
     u-g*) extra="\"group_size\": ${tag#u-g}" ;;
     t-*c) t=${tag#t-}; extra="\"group_size\": 64, \"target_bpw\": ${t%c}, \"bpw_bits\": [4, 8], \"bpw_group_sizes\": [32, 64, 192, -1]" ;;
     t-*a) t=${tag#t-}; extra="\"group_size\": 64, \"target_bpw\": ${t%a}, $cands, \"gptaq\": true" ;;
     t-*) extra="\"group_size\": 64, \"target_bpw\": ${tag#t-}, $cands" ;;
     esac
-    echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"gptq\", \"format\": \"compressed-tensors\", \"bits\": 4, $extra, \"calibration\": {\"path\": \"$work/calib.ids.json\", \"samples\": $samples, \"seq_len\": $seq, \"style\": \"awq\"}}" > "$work/job-$tag.json"
+    echo "{\"model\": \"$model\", \"output\": \"$dir\", \"method\": \"gptq\", \"format\": \"$fmt\", \"bits\": $bits, $extra, \"calibration\": {\"path\": \"$work/calib.ids.json\", \"samples\": $samples, \"seq_len\": $seq, \"style\": \"awq\"}}" > "$work/job-$tag.json"
     t0=$(date +%s.%N)
     if ! "$qctl" quantize --threads "$threads" "$work/job-$tag.json" > "$work/log-$tag.txt" 2>&1; then
         echo "$tag: refused or failed: $(grep -m1 -i 'error\|refused\|fail' "$work/log-$tag.txt" || tail -1 "$work/log-$tag.txt")" >&2
@@ -67,9 +75,9 @@ for tag in $variants; do
     echo "$tag: $(cat "$work/eval-$tag.json")" >&2
 done
 
-python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" "$seed" <<'PY'
+python3 - "$work" "$out" "$windows" "$samples" "$seq" "$variants" "$(uname -n)" "$(nproc)" "$seed" "$fmt" <<'PY'
 import json, os, struct, sys, datetime, glob, collections
-work, out, windows, samples, seq, variants, host, ncpu, seed = sys.argv[1:]
+work, out, windows, samples, seq, variants, host, ncpu, seed, fmt = sys.argv[1:]
 
 def linear_bytes(d):
     """Bytes of the packed linears' tensors and their weight count (from weight_shape)."""
@@ -82,7 +90,11 @@ def linear_bytes(d):
             for name, t in hdr.items():
                 if name == "__metadata__": continue
                 a, b = t["data_offsets"]
-                if name.endswith((".weight_packed", ".weight_scale", ".weight_zero_point")): nbytes += b - a
+                if name.endswith((".weight_packed", ".weight_scale", ".weight_zero_point", ".qweight", ".qzeros",
+                                  ".scales", ".g_idx")): nbytes += b - a
+                if name.endswith(".g_idx"):
+                    # GPTQ: K from g_idx, N from scales [G, N].
+                    weights += t["shape"][0] * hdr[name[:-len("g_idx")] + "scales"]["shape"][1]
                 if name.endswith(".weight_shape"):
                     fh.seek(base + a)
                     r, c = struct.unpack("<qq", fh.read(16))
@@ -120,7 +132,8 @@ with open(out, "w") as f:
     f.write("Date: %s. Machine: %s, %s CPUs shared with other builds (seconds are not a speed measurement). "
             "Produced by `%sbench/target_bpw.sh BUILD BUILD/smollm2/SmolLM2-135M %s %s %s` (BUILD: a Release build).\n\n"
             % (datetime.date.today(), host, ncpu, "" if seed == "0" else "BPW_SEED=%s " % seed, windows, samples, seq))
-    f.write("Every row: GPTQ, 4-bit symmetric, compressed-tensors pack-quantized, the same %s x %s calibration ids of "
+    f.write("Format: %s. " % fmt)
+    f.write("Every row: GPTQ, 4-bit symmetric (u3-: 3-bit), compressed-tensors pack-quantized unless the format says otherwise, the same %s x %s calibration ids of "
             "c4-calib.jsonl (bench/calib_windows.py, seed %s); KL is mean KL(P_float || P_quant) per token in nats over "
             "the first %s windows of 512 tokens of wiki.test.raw (`quantctl eval --ref-model`). u-gN: uniform group N; "
             "t-X: `target_bpw` X with candidates 4 and 8 bits x groups 32, 64, 192 (t-Xc: and -1, one group per row). Bytes: the quantized linears' "

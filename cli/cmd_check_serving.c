@@ -12,7 +12,10 @@
 
 #include "cli/quantctl.h"
 #include "quant/backend/backend.h"
+#include <cjson/cJSON.h>
+#include "quant/core/jsonfile.h"
 #include "quant/core/safetensors.h"
+#include "quant/formats/fmt_gptq_dynamic.h"
 #include "quant/formats/format.h"
 #include "quant/tp/tp_serving.h"
 
@@ -27,7 +30,10 @@ static void usage(FILE *f)
                "1 otherwise, 2 bad usage or input.\n");
 }
 
-typedef struct float_ctx { const qd_model *m; } float_ctx;
+typedef struct float_ctx {
+    const qd_model *m;
+    const cJSON *qcfg;   /* GPTQ with `dynamic` overrides: config.json's quantization_config */
+} float_ctx;
 
 /* A linear stored as "<name>.weight" is unquantized in the checkpoint, unless a
  * "<name>.weight_scale" goes with it: compressed-tensors float-quantized (FP8) keeps the
@@ -59,6 +65,37 @@ static int ckpt_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
     if (!wp || !ws || wp->ndim != 2 || ws->ndim != 2 || L->k <= 0 || ws->shape[1] < 1) return -1;
     *bits = (int)(wp->shape[1] * 32 / L->k);
     *gs = ws->shape[1] == 1 ? -1 : L->k / ws->shape[1];
+    return 0;
+}
+
+/* A mixed GPTQ checkpoint (`dynamic` overrides of bits or group size): a layer's stored bits
+ * from qweight's rows (K * b / 32) and its group size from scales' rows, as the reader takes
+ * them; what vLLM builds comes from the rules (gptq_row_quant), and the two are compared. */
+static int gptq_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
+{
+    const float_ctx *c = ud;
+    const qd_linear_info *L = qd_model_linear(c->m, li);
+    char prefix[160], name[400];
+    qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
+    snprintf(name, sizeof name, "%s%s.qweight", prefix, L->name);
+    const st_tensor *qw = st_model_find(qd_model_tensors(c->m), name);
+    snprintf(name, sizeof name, "%s%s.scales", prefix, L->name);
+    const st_tensor *sc = st_model_find(qd_model_tensors(c->m), name);
+    if (!qw || !sc || qw->ndim != 2 || sc->ndim != 2 || L->k <= 0 || sc->shape[0] < 1) return -1;
+    *bits = (int)(qw->shape[0] * 32 / L->k);
+    *gs = sc->shape[0] == 1 ? -1 : L->k / sc->shape[0];
+    return 0;
+}
+
+/* What vLLM builds the layer it names vllm_name with: the first `dynamic` rule that re.match-es
+ * the name (a "-:" rule: 0 bits, left unquantized). */
+static int gptq_row_quant(void *ud, const char *vllm_name, int *bits, int64_t *gs)
+{
+    const float_ctx *c = ud;
+    qd_err err = {0};
+    int rc = qd_gptq_dynamic_lookup(c->qcfg, vllm_name, bits, gs, &err);
+    if (rc < 0) return rc;
+    if (rc == QD_GPTQ_DYN_SKIP) *bits = 0;
     return 0;
 }
 
@@ -122,16 +159,32 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
     /* vLLM keeps a g_idx for desc_act GPTQ (has_g_idx = desc_act); compressed-tensors'
      * actorder "weight" has none. */
     qd_serving_quant q = {cfg->quant_format, cfg->quant_bits, cfg->quant_sym, cfg->quant_group_size,
-                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act, NULL, NULL};
-    float_ctx fc = {m};
+                          f && f->act_order == QD_FMT_ACT_ORDER_G_IDX && cfg->quant_desc_act, cfg->quant_act, NULL, NULL, NULL, 0};
+    float_ctx fc = {m, NULL};
+    cJSON *root = NULL;
     if (cfg->quant_bits == 0) {   /* mixed bits per layer (qd_fmt_detected.mixed) */
         q.layer_quant = ckpt_layer_quant;
         q.layer_ud = &fc;
+    }
+    if (cfg->quant_bits == 0 && f && f->has_g_idx) {
+        /* GPTQ: the `dynamic` rules as vLLM matches them against its own layer names. */
+        char path[4200];
+        snprintf(path, sizeof path, "%s/config.json", dir);
+        if (qd_json_read_object(path, QD_INPUT_JSON, &root, &err)) {
+            fprintf(stderr, "quantctl check-serving: %s\n", err.msg);
+            qd_model_close(m);
+            qd_backend_close(be);
+            return QCTL_USAGE;
+        }
+        fc.qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+        q.layer_quant = gptq_layer_quant;
+        q.row_quant = gptq_row_quant;
     }
     qd_serving_report rep;
     int rc = qd_tp_serving_check(m, &q, ckpt_is_float, &fc, (int)tp, cc, &rep, &err);
     if (rc) {
         fprintf(stderr, "quantctl check-serving: %s\n", err.msg);
+        cJSON_Delete(root);
         qd_model_close(m);
         qd_backend_close(be);
         return QCTL_FAIL;
@@ -155,6 +208,7 @@ int cmd_check_serving(int argc, char **argv, const qd_runtime_opts *rt)
                (long long)cfg->quant_group_size, q.g_idx ? ", act-order g_idx" : "", gpu, tp, rep.n_slow, rep.n);
     int status = rep.n_slow ? QCTL_FAIL : QCTL_OK;
     qd_tp_serving_report_free(&rep);
+    cJSON_Delete(root);
     qd_model_close(m);
     qd_backend_close(be);
     return status;

@@ -15,6 +15,7 @@
 #include <string.h>
 
 #include "quant/core/dtype.h"
+#include "quant/formats/fmt_gptq_dynamic.h"
 #include "quant/formats/fmt_internal.h"
 
 #define GPTQ_BITS ((1u << 2) | (1u << 3) | (1u << 4) | (1u << 8))
@@ -201,10 +202,39 @@ static int gptq_tensors(const qd_packed *p, qd_fmt_tensor *t, int *n_out, qd_err
     return 0;
 }
 
+/* A mixed checkpoint's layer (d->bits 0: `dynamic` overrides of bits or group size): its bits
+ * from qweight's rows (K * b / 32) and its group size from scales' rows (K / G; one group reads
+ * as -1), which is what the module's rule says when the file is consistent: a tensor of
+ * another width than its rule's would not load in vLLM, and quantd reads what is stored. */
+static int gptq_layer_shape(const qd_format *f, qd_fmt_find_fn find, void *ud, int64_t n, int64_t k,
+                            qd_fmt_detected *d, qd_err *err)
+{
+    qd_fmt_tensor qw, sc;
+    if (!find(ud, "qweight", &qw) || !find(ud, "scales", &sc))
+        return qd_err_set(err, QD_ENOTFOUND, "%s: qweight or scales is missing", f->name);
+    if (qw.ndim != 2 || sc.ndim != 2 || qw.shape[1] != n || sc.shape[1] != n || k <= 0 || (qw.shape[0] * 32) % k ||
+        sc.shape[0] < 1 || k % sc.shape[0])
+        return qd_err_set(err, QD_ESHAPE, "%s: qweight [%lld, %lld] and scales [%lld, %lld] do not say the bits and "
+                          "group size of a [%lld, %lld] layer", f->name, (long long)qw.shape[0], (long long)qw.shape[1],
+                          (long long)sc.shape[0], (long long)sc.shape[1], (long long)n, (long long)k);
+    d->bits = (int)(qw.shape[0] * 32 / k);
+    d->group_size = sc.shape[0] == 1 ? -1 : k / sc.shape[0];
+    if (d->bits < 1 || d->bits > 8 || !(f->bits_mask & (1u << d->bits)))
+        return qd_err_set(err, QD_EUNSUPPORTED, "%s: qweight's %lld rows for %lld inputs are %d bits, not 2, 3, 4 or 8",
+                          f->name, (long long)qw.shape[0], (long long)k, d->bits);
+    return 0;
+}
+
 static int gptq_read(const qd_format *f, qd_fmt_find_fn find, void *ud, int64_t n, int64_t k,
-                     const qd_fmt_detected *d, qd_packed *out, qd_err *err)
+                     const qd_fmt_detected *din, qd_packed *out, qd_err *err)
 {
     memset(out, 0, sizeof *out);
+    qd_fmt_detected dd = *din;
+    const qd_fmt_detected *d = &dd;
+    if (dd.bits == 0) {
+        int rc = gptq_layer_shape(f, find, ud, n, k, &dd, err);
+        if (rc) return rc;
+    }
     const int b = d->bits;
     const int64_t gs = d->group_size > 0 ? d->group_size : k, g = (k + gs - 1) / gs;
     out->n = n; out->k = k; out->bits = b; out->group_size = d->group_size; out->n_groups = g;
@@ -284,6 +314,15 @@ static int gptq_detect(const qd_format *f, const cJSON *q, const char *what, qd_
         (rc = fmt_json_bool(q, "desc_act", &d->desc_act, what, err)) || (rc = fmt_json_bool(q, "sym", &d->sym, what, err)))
         return rc;
     d->bits = bits >= 0 && bits <= 64 ? (int)bits : -1;
+    /* `dynamic`: each rule checked (what quantd does not read is refused by name); bits or
+     * group sizes per module make the checkpoint mixed, read per layer (gptq_read). */
+    int mixed = 0;
+    if ((rc = qd_gptq_dynamic_check(q, d->bits, d->group_size, d->sym, &mixed, what, err))) return rc;
+    if (mixed) {
+        d->mixed = 1;
+        d->bits = 0;
+        d->group_size = 0;
+    }
     return 1;
 }
 

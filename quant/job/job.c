@@ -140,9 +140,11 @@ static int bpw_validate(const qp_job *job, qp_err *err)
     const qd_format *fd = qd_format_at((size_t)job->format);
     if (!(job->target_bpw > 1.0 && job->target_bpw <= 16.0))
         return qp_err_set(err, QP_EINVAL, "job.target_bpw: must be above 1 and at most 16, got %g", job->target_bpw);
-    if (strcmp(fd->name, "compressed-tensors"))
+    /* compressed-tensors: one config group per candidate; gptq, gptq_v2: `dynamic` overrides. */
+    if (strcmp(fd->name, "compressed-tensors") && strcmp(fd->name, "gptq") && strcmp(fd->name, "gptq_v2"))
         return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: format %s cannot hold mixed bits per layer in quantd (its "
-                          "per-module overrides are not written); use format compressed-tensors", fd->name);
+                          "per-module overrides are not written); use format compressed-tensors, gptq or gptq_v2",
+                          fd->name);
     if (method_uses_awq(job->method))
         return qp_err_set(err, QP_EUNSUPPORTED, "job.target_bpw: method %s searches one scale per input group for one bit "
                           "width; use method gptq or rtn", qp_method_name(job->method));

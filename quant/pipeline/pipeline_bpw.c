@@ -68,9 +68,12 @@ void qd_bpw_plan_free(qd_bpw_plan *b)
 double qd_pipeline_bpw_size_bits(const qd_pipeline *p, int64_t n, int64_t k, int bits, int64_t gs)
 {
     int64_t groups = gs > 0 ? (k + gs - 1) / gs : 1;
-    /* compressed-tensors: F16 scales; asymmetric zero points packed at the code width. */
-    double per_group = 16.0 + (p->job->sym ? 0.0 : (double)bits);
-    return (double)n * ((double)k * bits + (double)groups * per_group);
+    /* compressed-tensors: F16 scales; asymmetric zero points packed at the code width. GPTQ
+     * (a format with g_idx) stores the zeros packed at the code width even when symmetric,
+     * and an I32 g_idx per input column. */
+    int gptq = qd_pipeline_bpw_is_dynamic(p);
+    double per_group = 16.0 + (p->job->sym && !gptq ? 0.0 : (double)bits);
+    return (double)n * ((double)k * bits + (double)groups * per_group) + (gptq ? 32.0 * (double)k : 0.0);
 }
 
 qd_quant_cfg qd_pipeline_linear_qcfg(const qd_pipeline *p, int block, int li)
@@ -457,6 +460,7 @@ int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err)
     qd_bpw_plan b;
     memset(&b, 0, sizeof b);
     int rc = plan_candidates(p, &b, err);
+    if (!rc) rc = qd_pipeline_bpw_dynamic_preflight(p, err);
     if (rc) return rc;
     /* The least each quantized linear can store (its smallest candidate that fits): a target
      * below that is refused before any work. */
@@ -480,7 +484,7 @@ int qd_pipeline_bpw_preflight(qd_pipeline *p, qd_err *err)
     if (weights > 0 && least > job->target_bpw * weights)
         return qd_err_set(err, QD_EINVAL, "target_bpw %g: the smallest candidates need %.4f bits per weight on this model "
                           "(%s holds %s bits); raise target_bpw or add smaller candidates", job->target_bpw,
-                          least / weights, p->fmt->name, p->fmt->bits_mask == ((1u << 4) | (1u << 8)) ? "4 and 8" : "its");
+                          least / weights, p->fmt->name, p->fmt->bits_mask == ((1u << 4) | (1u << 8)) ? "4 and 8" : "2, 3, 4 and 8");
     return 0;
 }
 
@@ -551,6 +555,7 @@ int qd_pipeline_bpw_config_groups(const qd_pipeline *p, cJSON *q, qd_err *err)
 {
     const qd_bpw_plan *b = &p->bpw;
     if (!b->n_cand) return 0;
+    if (qd_pipeline_bpw_is_dynamic(p)) return qd_pipeline_bpw_dynamic(p, q, err);
     cJSON *groups = cJSON_GetObjectItemCaseSensitive(q, "config_groups");
     if (!cJSON_IsObject(groups)) return qd_err_set(err, QD_EINVAL, "target_bpw: the format's config has no config_groups");
     /* The format's one group is replaced by one per candidate in use, each targeting its

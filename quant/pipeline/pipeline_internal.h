@@ -245,6 +245,15 @@ struct cJSON;
  * one per candidate in use, targeting the modules by name, and meta.target_bpw / meta.bpw.
  * No-op without a plan. */
 int qd_pipeline_bpw_config_groups(const qd_pipeline *p, struct cJSON *q, qd_err *err);
+/* GPTQ's format (pipeline_bpw_dynamic.c): 1 when the plan is written as `dynamic` overrides
+ * (a format with g_idx: gptq, gptq_v2) instead of config groups. */
+int qd_pipeline_bpw_is_dynamic(const qd_pipeline *p);
+/* Refuses (by name) the models whose layers such rules cannot name for vLLM: MoE experts,
+ * column groups vLLM fuses under names quantd does not write. 0 for other formats. */
+int qd_pipeline_bpw_dynamic_preflight(const qd_pipeline *p, qd_err *err);
+/* The plan into q: top-level bits / group_size the most common candidate vLLM builds, one
+ * "+:" rule per block input group at another candidate, meta.target_bpw / meta.bpw. */
+int qd_pipeline_bpw_dynamic(const qd_pipeline *p, struct cJSON *q, qd_err *err);
 /* The report's "bpw": the candidates, and per quantized layer its bits, group size, bpw, each
  * candidate's estimated error and why (owned by the caller; NULL without a plan or memory). */
 struct cJSON *qd_pipeline_bpw_report(const qd_pipeline *p);

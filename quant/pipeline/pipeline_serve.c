@@ -34,7 +34,10 @@ static int check_once(qd_pipeline *p, int bits, int64_t gs, int with_plan, qd_er
      * (compressed-tensors' actorder "weight") have none. */
     qd_serving_quant q = {p->fmt->name, bits, job->sym, gs,
                           p->fmt->act_order == QD_FMT_ACT_ORDER_G_IDX && job->desc_act && !job->static_groups,
-                          qd_scheme_srv_act(qp_job_scheme(job)), with_plan ? plan_quant : NULL, p};
+                          qd_scheme_srv_act(qp_job_scheme(job)), with_plan ? plan_quant : NULL, p, NULL, 0};
+    /* target_bpw in GPTQ's format: the rules are written to read as the plan (pipeline_bpw_dynamic.c),
+     * and vLLM's GPTQ config builds only 4- and 8-bit layers from them. */
+    q.gptq_dynamic = job->target_bpw != 0 && qd_pipeline_bpw_is_dynamic(p);
     int cc = qd_srv_gpu_cc(job->serve.gpu);
     qd_tp_serving_report_free(&p->serving);
     return qd_tp_serving_check(p->m, &q, plan_is_float, p, job->serve.tp, cc, &p->serving, err);

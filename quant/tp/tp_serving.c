@@ -35,6 +35,60 @@ static int add_row(qd_serving_report *r, size_t *cap, qd_serving_row **row)
     return 0;
 }
 
+/* GPTQ `dynamic` (qd_serving_quant.row_quant): 1 with the row marked "will not load" when vLLM
+ * would build the row, named as vLLM names it (the row's name up to " ("), with other bits or
+ * group size than its tensors hold, or at bits or a group size its GPTQ config cannot build
+ * (vLLM 0.32's AutoGPTQConfig, the one config for every GPTQ checkpoint there: 4 and 8 bits,
+ * Marlin's group sizes, checked in the linear method's constructor before any kernel). */
+static int dynamic_refuses(const qd_serving_quant *q, qd_serving_row *row, int bits, int64_t gs, int64_t k)
+{
+    char vname[256];
+    snprintf(vname, sizeof vname, "%s", row->name);
+    char *sp = strstr(vname, " (");
+    if (sp) *sp = 0;
+    int vb = bits;
+    int64_t vg = gs;
+    if (q->row_quant && q->row_quant(q->layer_ud, vname, &vb, &vg)) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: quantization_config.dynamic cannot be read");
+        return 1;
+    }
+    if (vb == 0) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: a \"-:\" `dynamic` rule leaves %s unquantized "
+                 "in vLLM, but the checkpoint stores it packed "
+                 "[vllm/model_executor/layers/quantization/utils/gptq_utils.py (get_linear_quant_method)]", vname);
+        return 1;
+    }
+    /* One group of the whole row is one group however it is written (-1 or K). */
+    int64_t vgn = vg <= 0 || vg >= k ? -1 : vg, gsn = gs <= 0 || gs >= k ? -1 : gs;
+    if (vb != bits || vgn != gsn) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM builds %s at %d bits group %lld from the "
+                 "`dynamic` rules matched against its own name, but the checkpoint stores %d bits group %lld "
+                 "[vllm/model_executor/layers/quantization/utils/gptq_utils.py (get_dynamic_override, override_config)]",
+                 vname, vb, (long long)vg, bits, (long long)gs);
+        return 1;
+    }
+    if (bits != 4 && bits != 8) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM's GPTQ config builds 4- and 8-bit "
+                 "symmetric layers only; a %d-bit `dynamic` override raises \"Unsupported quantization config\" "
+                 "[vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQConfig.TYPE_MAP); "
+                 "utils/gptq_utils.py (override_config)]", bits);
+        return 1;
+    }
+    if (vg != -1 && vg != 32 && vg != 64 && vg != 128) {
+        row->choice.kernel = QD_SRV_NO_LOAD;
+        snprintf(row->choice.why, sizeof row->choice.why, "will not load: vLLM's GPTQ linear method checks Marlin's "
+                 "group sizes (-1, 32, 64, 128) for every layer and raises for group %lld "
+                 "[vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQLinearMethod, verify_marlin_supported); "
+                 "utils/marlin_utils.py (MARLIN_SUPPORTED_GROUP_SIZES)]", (long long)vg);
+        return 1;
+    }
+    return 0;
+}
+
 /* Column groups are fused as vLLM fuses them. Its own model files say so in
  * packed_modules_mapping; the architectures it serves through its Transformers backend
  * (vllm/model_executor/models/registry.py: OLMo 2/3, SmolLM3, Seed-OSS, Hunyuan, StarCoder2,
@@ -178,6 +232,10 @@ static void part_row(const qd_model *m, const qd_serving_quant *q, qd_serving_is
         row_no_load(out, row, "the fused layer's members have "
                     "different bits or group sizes (vLLM requires one scheme for all shards of a fused layer; "
                     "vllm/model_executor/layers/quantization/compressed_tensors/compressed_tensors.py)");
+        return;
+    }
+    if ((q->row_quant || q->gptq_dynamic) && dynamic_refuses(q, row, bits, gs, k)) {
+        out->n_slow++;
         return;
     }
     qd_srv_layer sl = {.format = q->format, .bits = bits, .sym = q->sym, .group_size = gs,

@@ -24,6 +24,16 @@ typedef struct qd_serving_quant {
      * whose members differ is reported as not loading. */
     int (*layer_quant)(void *ud, int block, int li, int *bits, int64_t *group_size);
     void *layer_ud;
+    /* GPTQ's `dynamic` overrides (format gptq / gptq_v2, fmt_gptq_dynamic.h): when set, the bits
+     * and group size vLLM builds a layer with from the rules matched against ITS name (the fused
+     * "model.layers.0.self_attn.qkv_proj"), 0 when found, with layer_ud. A row whose stored bits
+     * or group size (layer_quant) differ from those, or whose bits or group size vLLM's GPTQ config
+     * cannot build (2 or 3 bits: auto_gptq.py TYPE_MAP holds 4 and 8; groups other than -1, 32,
+     * 64, 128: verify_marlin_supported), is reported as not loading. */
+    int (*row_quant)(void *ud, const char *vllm_name, int *bits, int64_t *group_size);
+    /* GPTQ with `dynamic` overrides whose rules are known to read as the plan (a target_bpw
+     * job's pre-flight): the 4-and-8-bit rule above without row_quant's comparison. */
+    int gptq_dynamic;
 } qd_serving_quant;
 
 /* 1 when linear li of block b stays in float (not quantized). */

@@ -52,8 +52,14 @@ int main(void)
 
     refused("\"format\":\"compressed-tensors\",\"target_bpw\":0.5", "job.target_bpw: must be a number");
     refused("\"format\":\"compressed-tensors\",\"target_bpw\":\"4\"", "job.target_bpw: must be a number");
-    refused("\"target_bpw\":4.25", "job.target_bpw: format gptq cannot hold mixed bits");
-    refused("\"format\":\"gptq_v2\",\"target_bpw\":4.25", "format gptq_v2 cannot hold mixed bits");
+    /* GPTQ's format holds the plan as `dynamic` overrides, with 2, 3, 4 and 8 bits. */
+    CHECK_OK(parse("\"target_bpw\":3.5,\"bpw_bits\":[3,4],\"bpw_group_sizes\":[64,192]", &job, &err));
+    CHECK_INT(job->bpw_bits[0], 3);
+    qp_job_free(job);
+    CHECK_OK(parse("\"format\":\"gptq_v2\",\"target_bpw\":2.5,\"bpw_bits\":[2,3,4,8]", &job, &err));
+    qp_job_free(job);
+    refused("\"format\":\"awq_gemm\",\"method\":\"gptq\",\"target_bpw\":4.25", "format awq_gemm cannot hold mixed bits");
+    refused("\"target_bpw\":4.25,\"bpw_bits\":[4,5]", "job.bpw_bits[1]:");
     refused("\"method\":\"awq\",\"format\":\"compressed-tensors\",\"target_bpw\":4.25", "method awq searches");
     refused("\"format\":\"compressed-tensors\",\"desc_act\":true,\"static_groups\":false,\"target_bpw\":4.25",
             "job.static_groups: compressed-tensors holds act-order (desc_act) weights only with static groups");
