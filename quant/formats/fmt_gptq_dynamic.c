@@ -17,23 +17,41 @@ static const char *rule_regex(const char *key, int *skip)
     return !strncmp(key, "-:", 2) || !strncmp(key, "+:", 2) ? key + 2 : key;
 }
 
-/* Compiles "^(re)"; QD_EUNSUPPORTED naming the rule for syntax quantd would read otherwise. */
+/* Compiles "^(re)"; QD_EUNSUPPORTED naming the rule for syntax quantd would read otherwise.
+ * Python's \d, \w and \s (on the ASCII names of modules) become their POSIX classes, as
+ * quantd's own tp_aware rules and other tools' write \d+ for a layer index; any other
+ * class escape or "(?" group is refused. */
 static int rule_compile(const char *key, const char *re, regex_t *out, const char *what, qd_err *err)
 {
+    size_t n = strlen(re);
+    char *full = malloc(12 * n + 4);
+    if (!full) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    size_t o = 0;
+    int in_br = 0;
+    full[o++] = '^';
+    full[o++] = '(';
     for (const char *c = re; *c; c++) {
-        if (c[0] == '\\' && c[1] && (c[1] == '_' || (c[1] >= '0' && c[1] <= '9') || (c[1] >= 'a' && c[1] <= 'z') ||
-                                     (c[1] >= 'A' && c[1] <= 'Z')))
-            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.dynamic \"%s\": the class \\%c is Python "
-                              "regex syntax quantd does not read (it matches POSIX extended regexes)", what, key, c[1]);
-        if (c[0] == '(' && c[1] == '?')
+        if (c[0] == '(' && c[1] == '?' && !in_br) {
+            free(full);
             return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.dynamic \"%s\": \"(?\" groups are Python "
                               "regex syntax quantd does not read (it matches POSIX extended regexes)", what, key);
-        if (c[0] == '\\' && c[1]) c++;
+        }
+        if (c[0] == '[' && !in_br) in_br = 1;
+        else if (c[0] == ']' && in_br && c[-1] != '[') in_br = 0;
+        if (c[0] != '\\' || !c[1]) { full[o++] = c[0]; continue; }
+        const char *cls = c[1] == 'd' ? "0-9" : c[1] == 'w' ? "A-Za-z0-9_" : c[1] == 's' ? "[:space:]" : NULL;
+        int word = c[1] == '_' || (c[1] >= '0' && c[1] <= '9') || (c[1] >= 'a' && c[1] <= 'z') || (c[1] >= 'A' && c[1] <= 'Z');
+        if (word && !cls) {
+            free(full);
+            return qd_err_set(err, QD_EUNSUPPORTED, "%s: quantization_config.dynamic \"%s\": the class \\%c is Python "
+                              "regex syntax quantd does not read (it matches POSIX extended regexes)", what, key, c[1]);
+        }
+        if (cls) o += (size_t)sprintf(full + o, in_br ? "%s" : "[%s]", cls);
+        else { full[o++] = c[0]; full[o++] = c[1]; }
+        c++;
     }
-    size_t n = strlen(re);
-    char *full = malloc(n + 4);
-    if (!full) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    snprintf(full, n + 4, "^(%s)", re);
+    full[o++] = ')';
+    full[o] = 0;
     int rc = regcomp(out, full, REG_EXTENDED | REG_NOSUB);
     free(full);
     if (rc) return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.dynamic \"%s\" is not a regex quantd reads", what, key);

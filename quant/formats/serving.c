@@ -7,13 +7,14 @@
  * How vLLM picks a kernel for a packed linear:
  *   compressed-tensors -> CompressedTensorsWNA16, then the mixed-precision chain
  *     (kernels/mixed_precision/__init__.py, choose_mp_linear_kernel): Machete, Marlin,
- *     Exllama, in that order; none -> "Failed to find a kernel", the model does not load.
- *   gptq / gptq_v2     -> gptq_marlin when is_gptq_marlin_compatible (gptq_marlin.py:
- *     4/8-bit, symmetric, Marlin's group sizes), then the same chain without Exllama;
- *     otherwise the gptq method: exllama's gptq_gemm, or, with act-order on a
- *     row-parallel layer, its slow dequantize-and-matmul path (gptq.py).
- *   awq_gemm           -> awq_marlin when 4-bit and Marlin takes the layer (awq_marlin.py),
- *     otherwise the awq GEMM (awq.py), slow.
+ *     Exllama, Triton W4A16, in that order (Conch only with its package installed; Humming
+ *     not modelled); none -> "Failed to find a kernel", the model does not load.
+ *   gptq / gptq_v2     -> vLLM 0.32's AutoGPTQConfig (auto_gptq.py, the one GPTQ config:
+ *     symmetric 4 or 8 bits, else the model does not load); its linear method checks
+ *     Marlin's group sizes (verify_marlin_supported) before any kernel, then the same chain.
+ *   awq_gemm           -> AutoAWQConfig (auto_awq.py: 4-bit, zero points or not), the same
+ *     group check, the same chain. (Older trees had gptq.py's exllama gptq_gemm and awq.py's
+ *     GEMM as fallbacks; 0.32 has neither file.)
  * The float schemes (issue #35), as compressed_tensors.py _get_scheme_from_parts picks them
  * (read at a tree that has CompressedTensorsW4A8Fp8, W4A16Mxfp4 and W4A4Fp4):
  *   FP8 weights, FP8 activations (float-quantized; FP8_DYNAMIC, FP8_BLOCK) -> on compute
@@ -222,7 +223,32 @@ static int exllama_n(const srv_ctx *c, char *why, size_t cap)
     return 1;
 }
 
-
+/* ---- Triton W4A16 (kernels/mixed_precision/triton_w4a16.py, can_implement) ---- */
+static int triton_type(const srv_ctx *c, char *why, size_t cap)
+{
+    if (c->l->bits == 4) return 0;
+    snprintf(why, cap, "%d-bit weights (uint4b8 or uint4 only)", c->l->bits);
+    return 1;
+}
+static int triton_group(const srv_ctx *c, char *why, size_t cap)
+{
+    int64_t g = c->l->group_size;
+    if (g == -1 || g == 32 || g == 64 || g == 128 || g == 256 || g == c->l->in_features) {
+        int64_t eg = g == -1 ? c->k_shard : g;
+        if (eg > 0 && c->k_shard % eg == 0) return 0;
+        snprintf(why, cap, "input features per shard %lld not a multiple of the group %lld", (long long)c->k_shard,
+                 (long long)eg);
+        return 1;
+    }
+    snprintf(why, cap, "group size %lld (-1, 32, 64, 128, 256 or the whole input)", (long long)g);
+    return 1;
+}
+static int triton_n(const srv_ctx *c, char *why, size_t cap)
+{
+    if (c->n_shard % 8 == 0) return 0;
+    snprintf(why, cap, "output features per shard %lld not a multiple of 8", (long long)c->n_shard);
+    return 1;
+}
 /* ---- FP8 blocks (load) ----
  * validate_fp8_block_shape (fp8_utils.py), called by both FP8 schemes' create_weights: a
  * row-parallel shard at tp > 1 must be whole blocks along K; column-parallel, each member's
@@ -365,6 +391,10 @@ static const srv_rule rules[] = {
     {"exllama.actorder", QD_SRV_EXLLAMA, MP_DIR "exllama.py (has_g_idx and partitioned input features)", exllama_actorder},
     {"exllama.type", QD_SRV_EXLLAMA, MP_DIR "exllama.py (SUPPORTED_QUANT_TYPES)", exllama_type},
     {"exllama.n", QD_SRV_EXLLAMA, MP_DIR "exllama.py (output features a multiple of the pack factor)", exllama_n},
+    {"triton.type", QD_SRV_TRITON_W4A16, MP_DIR "triton_w4a16.py (TRITON_W4A16_SUPPORTED_QUANT_TYPES)", triton_type},
+    {"triton.group", QD_SRV_TRITON_W4A16, MP_DIR "triton_w4a16.py (TRITON_W4A16_SUPPORTED_GROUP_SIZES; K % group)",
+     triton_group},
+    {"triton.n", QD_SRV_TRITON_W4A16, MP_DIR "triton_w4a16.py (N % 8)", triton_n},
     /* The float schemes (issue #35). */
     {"load.fp8_block_k", QD_SRV_NO_LOAD, UT_DIR "fp8_utils.py (validate_fp8_block_shape: input_size_per_partition % block_k)",
      load_fp8_block_k},
@@ -413,6 +443,7 @@ const char *qd_srv_kernel_name(qd_srv_kernel k)
     case QD_SRV_CUTLASS_W4A8: return "CutlassW4A8";
     case QD_SRV_FP4: return "FP4 GEMM";
     case QD_SRV_TRITON_MOE: return "Triton fused MoE";
+    case QD_SRV_TRITON_W4A16: return "Triton W4A16";
     }
     return "?";
 }
@@ -455,7 +486,8 @@ static int group_refuses(const char *group, const srv_ctx *c, char *why, size_t 
 /* The integer chains name their groups by kernel. */
 static int kernel_refuses(qd_srv_kernel k, const srv_ctx *c, char *why, size_t cap)
 {
-    return group_refuses(k == QD_SRV_MACHETE ? "machete" : k == QD_SRV_MARLIN ? "marlin" : "exllama", c, why, cap);
+    return group_refuses(k == QD_SRV_MACHETE ? "machete" : k == QD_SRV_MARLIN ? "marlin"
+                         : k == QD_SRV_TRITON_W4A16 ? "triton" : "exllama", c, why, cap);
 }
 
 /* Puts head in front of s (truncating the end when it does not fit). */
@@ -472,7 +504,7 @@ static void prepend(char *s, size_t cap, const char *head)
 static void choose(qd_srv_choice *out, qd_srv_kernel k, const char *path)
 {
     out->kernel = k;
-    out->fast = k != QD_SRV_EXLLAMA && k != QD_SRV_FALLBACK && k != QD_SRV_NO_LOAD;
+    out->fast = k != QD_SRV_EXLLAMA && k != QD_SRV_FALLBACK && k != QD_SRV_NO_LOAD && k != QD_SRV_TRITON_W4A16;
     char head[320];
     snprintf(head, sizeof head, "%s via %s%s", qd_srv_kernel_name(k), path, out->why[0] ? "; refused: " : "");
     prepend(out->why, sizeof out->why, head);
@@ -609,6 +641,7 @@ int qd_srv_choose(const qd_srv_layer *l, qd_srv_choice *out)
         if (!kernel_refuses(QD_SRV_MACHETE, &c, w, cap)) choose(out, QD_SRV_MACHETE, path);
         else if (!kernel_refuses(QD_SRV_MARLIN, &c, w, cap)) choose(out, QD_SRV_MARLIN, path);
         else if (!kernel_refuses(QD_SRV_EXLLAMA, &c, w, cap)) choose(out, QD_SRV_EXLLAMA, path);
+        else if (!kernel_refuses(QD_SRV_TRITON_W4A16, &c, w, cap)) choose(out, QD_SRV_TRITON_W4A16, path);
         else {
             prepend(out->why, cap, "will not load: no mixed-precision kernel takes it (choose_mp_linear_kernel, "
                     MP_DIR "__init__.py); refused: ");
@@ -616,31 +649,41 @@ int qd_srv_choose(const qd_srv_layer *l, qd_srv_choice *out)
         }
         return 0;
     }
-    if (is_awq(&c)) {
-        const char *path = "awq_marlin [vllm/model_executor/layers/quantization/awq_marlin.py]";
-        if (!kernel_refuses(QD_SRV_MARLIN, &c, w, cap)) choose(out, QD_SRV_MARLIN, path);
-        else choose(out, QD_SRV_FALLBACK, "awq GEMM [vllm/model_executor/layers/quantization/awq.py]");
+    /* gptq, gptq_v2 and awq_gemm as vLLM 0.32 reads them: one config each, AutoGPTQConfig
+     * (auto_gptq.py: TYPE_MAP holds symmetric 4 and 8 bits only, any other raises
+     * "Unsupported quantization config") and AutoAWQConfig (auto_awq.py: 4 bits only),
+     * whose linear method checks Marlin's group sizes before any kernel
+     * (verify_marlin_supported, utils/marlin_utils.py), then picks from the same
+     * mixed-precision chain as compressed-tensors (choose_mp_linear_kernel). */
+    int awq = is_awq(&c);
+    const char *path = awq ? "AutoAWQ [vllm/model_executor/layers/quantization/auto_awq.py]"
+                           : "AutoGPTQ [vllm/model_executor/layers/quantization/auto_gptq.py]";
+    if (awq ? l->bits != 4 : (c.zp || (l->bits != 4 && l->bits != 8))) {
+        note(w, cap, &(srv_rule){awq ? "auto_awq.type" : "auto_gptq.type", QD_SRV_NO_LOAD,
+                                 awq ? "vllm/model_executor/layers/quantization/auto_awq.py (AutoAWQConfig.TYPE_MAP: 4-bit)"
+                                     : "vllm/model_executor/layers/quantization/auto_gptq.py (AutoGPTQConfig.TYPE_MAP: "
+                                       "symmetric 4 or 8 bits)", NULL},
+             c.zp && !awq ? "asymmetric weights" : awq ? "not 4 bits" : "not 4 or 8 bits");
+        prepend(out->why, cap, "will not load: ");
+        out->kernel = QD_SRV_NO_LOAD;
         return 0;
     }
-    /* gptq, gptq_v2: gptq_marlin takes symmetric 4/8-bit with Marlin's group sizes. */
-    const char *path = "gptq_marlin [vllm/model_executor/layers/quantization/gptq_marlin.py]";
-    if (c.zp || (l->bits != 4 && l->bits != 8)) {
-        note(w, cap, &(srv_rule){"gptq_marlin.type", QD_SRV_MARLIN,
-                                 "vllm/model_executor/layers/quantization/gptq_marlin.py (is_gptq_marlin_compatible: sym, 4/8-bit)",
-                                 NULL},
-             c.zp ? "asymmetric weights" : "not 4 or 8 bits");
-    } else if (!kernel_refuses(QD_SRV_MACHETE, &c, w, cap)) {
-        choose(out, QD_SRV_MACHETE, path);
-        return 0;
-    } else if (!kernel_refuses(QD_SRV_MARLIN, &c, w, cap)) {
-        choose(out, QD_SRV_MARLIN, path);
+    if (marlin_group(&c, reason, sizeof reason)) {
+        note(w, cap, &(srv_rule){"auto.group", QD_SRV_NO_LOAD, UT_DIR "marlin_utils.py (verify_marlin_supported, called "
+                                 "by the AutoGPTQ and AutoAWQ linear methods before any kernel)", NULL}, reason);
+        prepend(out->why, cap, "will not load: ");
+        out->kernel = QD_SRV_NO_LOAD;
         return 0;
     }
-    if (l->g_idx && l->row_parallel && l->tp > 1)
-        choose(out, QD_SRV_FALLBACK, "gptq without exllama (act-order on a row-parallel split) "
-               "[vllm/model_executor/layers/quantization/gptq.py]");
-    else
-        choose(out, QD_SRV_EXLLAMA, "gptq (exllama gptq_gemm) [vllm/model_executor/layers/quantization/gptq.py]");
+    if (!kernel_refuses(QD_SRV_MACHETE, &c, w, cap)) choose(out, QD_SRV_MACHETE, path);
+    else if (!kernel_refuses(QD_SRV_MARLIN, &c, w, cap)) choose(out, QD_SRV_MARLIN, path);
+    else if (!kernel_refuses(QD_SRV_EXLLAMA, &c, w, cap)) choose(out, QD_SRV_EXLLAMA, path);
+    else if (!kernel_refuses(QD_SRV_TRITON_W4A16, &c, w, cap)) choose(out, QD_SRV_TRITON_W4A16, path);
+    else {
+        prepend(out->why, cap, "will not load: no mixed-precision kernel takes it (choose_mp_linear_kernel, "
+                MP_DIR "__init__.py); refused: ");
+        out->kernel = QD_SRV_NO_LOAD;
+    }
     return 0;
 }
 
@@ -653,7 +696,9 @@ static const struct { const char *id, *fix; } fixes[] = {
     {"load.shard", "a tp that divides the layer's features"},
     {"load.group", "a group_size that divides in_features / tp (e.g. 64 or 32), or a smaller tp"},
     {"load.packed", "a tp whose shards hold whole packed words"},
-    {"gptq_marlin.type", "sym true with 4 or 8 bits (or format compressed-tensors)"},
+    {"auto_gptq.type", "sym true with 4 or 8 bits (or format compressed-tensors)"},
+    {"auto_awq.type", "bits 4 (or format compressed-tensors)"},
+    {"auto.group", "group_size 128, 64, 32 or -1"},
     {"machete.gpu", "gpu hopper (Machete)"},
     {"machete.actorder", "static_groups true or desc_act false"},
     {"machete.group", "group_size 128, 64 or -1 (Machete)"},

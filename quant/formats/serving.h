@@ -32,6 +32,8 @@ typedef enum qd_srv_kernel {
     QD_SRV_FP4,               /* CUTLASS / FlashInfer FP4 GEMM: FP4 weights and activations, Blackwell */
     QD_SRV_TRITON_MOE,        /* vLLM's Triton fused-MoE kernel for int weights (WNA16), where the
                                  fused Marlin MoE kernel refuses the shape: the experts' usual path */
+    QD_SRV_TRITON_W4A16,      /* TritonW4A16LinearKernel, the mixed-precision chain's last CUDA kernel
+                                 for int4 (after Exllama): loads, slower */
 } qd_srv_kernel;
 
 /* The input activations the checkpoint declares (compressed-tensors input_activations). */

@@ -2,7 +2,8 @@
 # quantctl check-serving end to end on generated models (no shared data): a symmetric 4-bit
 # g128 compressed-tensors checkpoint gets Machete everywhere on Hopper at TP 1 (exit 0) and
 # not at TP 4, where a 64-wide shard of o_proj holds no whole 128-group (exit 1, the reason
-# named); asymmetric GPTQ gets Exllama (exit 1); Ampere gets Marlin; bad usage exits 2.
+# named); asymmetric GPTQ does not load (vLLM 0.32's AutoGPTQConfig holds symmetric 4/8-bit
+# only; exit 1); Ampere gets Marlin; bad usage exits 2.
 # A job's "serve" block: refused before any work at TP 4 (the reason and the fix named, no
 # output created), accepted at TP 1 with the kernel per layer in the report; and the
 # vllm-hopper profile of quantctl submit. The float schemes (issue #35) on the real tiny-llama-c4
@@ -35,7 +36,9 @@ tail -1 "$T/o4" | grep -q '^FAIL: ' || fail "ct tp 4: summary: $(tail -1 "$T/o4"
 [ "$rc" = 0 ] && [ "$(grep -c ' Marlin ' "$T/oa")" = 4 ] || fail "ct ampere: exit $rc: $(cat "$T/oa")"
 "$Q" check-serving "$T/gptq" --engine vllm --gpu hopper --tp 1 --json > "$T/og"; rc=$?
 [ "$rc" = 1 ] || fail "gptq asym: exit $rc, expected 1"
-grep -q '"kernel":"Exllama","fast":false' "$T/og" || fail "gptq asym: $(cat "$T/og")"
+grep -q '"kernel":"will not load","fast":false' "$T/og" || fail "gptq asym: $(cat "$T/og")"
+"$Q" check-serving "$T/gptq" --engine vllm --gpu hopper --tp 1 > "$T/og2"
+grep -q 'auto_gptq.type: asymmetric weights' "$T/og2" || fail "gptq asym: the reason: $(cat "$T/og2")"
 
 # job.serve pre-flight
 echo "{\"model\":\"$T/m\",\"output\":\"$T/s4\",\"method\":\"rtn\",\"format\":\"compressed-tensors\",\"bits\":4,\"group_size\":128,\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":4}}" > "$T/s4.json"

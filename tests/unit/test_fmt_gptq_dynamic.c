@@ -64,9 +64,21 @@ static void test_lookup(void)
                             "\"+:model\\\\.layers\\\\.0\\\\.mlp\\\\.up_proj$\":{\"bits\":3}}}");
     CHECK_INT(qd_gptq_dynamic_lookup(q3, "model.layers.0.mlp.up_proj", &bits, &gs, &err), QD_GPTQ_DYN_SET);
     CHECK_INT(bits, 8);
+    /* Python's \\d, \\w and \\s read as their POSIX classes (quantd's tp_aware rules write
+     * \\d+), inside brackets too. */
+    cJSON *q4 = cJSON_Parse("{\"bits\":4,\"group_size\":128,\"dynamic\":{"
+                            "\"+:model\\\\.layers\\\\.\\\\d+\\\\.mlp\\\\.down_proj$\":{\"bits\":8},"
+                            "\"+:model\\\\.[\\\\w.]+\\\\.o_proj\\\\s*$\":{\"bits\":3}}}");
+    CHECK_INT(qd_gptq_dynamic_lookup(q4, "model.layers.12.mlp.down_proj", &bits, &gs, &err), QD_GPTQ_DYN_SET);
+    CHECK_INT(bits, 8);
+    CHECK(qd_gptq_dynamic_lookup(q4, "model.layers.x.mlp.down_proj", &bits, &gs, &err) != QD_GPTQ_DYN_SET);
+    CHECK_INT(qd_gptq_dynamic_lookup(q4, "model.layers.3.self_attn.o_proj", &bits, &gs, &err), QD_GPTQ_DYN_SET);
+    CHECK_INT(bits, 3);
+    CHECK(qd_gptq_dynamic_lookup(q4, "model.layers.3.self-attn.o_proj", &bits, &gs, &err) != QD_GPTQ_DYN_SET);
     cJSON_Delete(q);
     cJSON_Delete(q2);
     cJSON_Delete(q3);
+    cJSON_Delete(q4);
 }
 
 static void test_detect(void)
@@ -111,7 +123,7 @@ static void test_refused(void)
 {
     refused("{\"+:.*q_proj\":{\"bits\":4,\"act_group_aware\":true}}", "the override \"act_group_aware\" is not read");
     refused("{\"+:.*\\\\.(?:1[0-5])\\\\..*\":{\"bits\":8}}", "\"(?\" groups are Python regex syntax");
-    refused("{\"+:.*layers\\\\.\\\\d+\\\\.q_proj\":{\"bits\":8}}", "the class \\d is Python regex syntax");
+    refused("{\"+:.*layers\\\\.\\\\b[0-9]+\\\\.q_proj\":{\"bits\":8}}", "the class \\b is Python regex syntax");
     refused("{\"+:.*q_proj\":{\"bits\":5}}", "bits must be 2, 3, 4 or 8");
     refused("{\"+:.*q_proj\":{\"group_size\":0}}", "group_size must be -1 or positive");
     refused("{\"+:.*q_proj\":{\"sym\":false}}", "sym false differs from the top-level sym");

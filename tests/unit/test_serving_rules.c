@@ -33,7 +33,7 @@ static void expect(const char *what, const qd_srv_layer *l, qd_srv_kernel k, con
         for (size_t i = 0; i < qd_srv_rule_count(); i++)
             if (strstr(c.why, qd_srv_rule_id(i)) && !strcmp(qd_srv_rule_id(i), rule)) rules_seen[i] = 1;
     }
-    CHECK_INT(c.fast, k != QD_SRV_EXLLAMA && k != QD_SRV_FALLBACK && k != QD_SRV_NO_LOAD);
+    CHECK_INT(c.fast, k != QD_SRV_EXLLAMA && k != QD_SRV_FALLBACK && k != QD_SRV_NO_LOAD && k != QD_SRV_TRITON_W4A16);
 }
 
 /* FP8_DYNAMIC as quantd writes it: float-quantized, per channel, 4096 x 4096, column, TP 1, Hopper. */
@@ -223,6 +223,14 @@ static void test_rules(void)
     expect("exllama.type", &l, QD_SRV_NO_LOAD, "exllama.type");
     l = base(); l.gpu_cc = 80; l.out_features = l.out_per_shard = 4100;
     expect("exllama.n", &l, QD_SRV_NO_LOAD, "exllama.n");
+    expect("triton.n", &l, QD_SRV_NO_LOAD, "triton.n");
+    /* Triton W4A16, the chain's last kernel: 4-bit (zero points too), groups up to 256. */
+    l = base(); l.gpu_cc = 80; l.sym = 0; l.in_features = 4160; l.group_size = 64;
+    expect("triton (asymmetric, K Marlin refuses)", &l, QD_SRV_TRITON_W4A16, "exllama.type");
+    l.bits = 8;
+    expect("triton.type", &l, QD_SRV_NO_LOAD, "triton.type");
+    l = base(); l.gpu_cc = 80; l.sym = 0; l.group_size = 16;
+    expect("triton.group", &l, QD_SRV_NO_LOAD, "triton.group");
     test_float_rules();
     for (size_t i = 0; i < qd_srv_rule_count(); i++) {
         test_checks++;
@@ -236,22 +244,29 @@ static void test_dispatch(void)
     qd_srv_layer l = base();
     l.sym = 0;
     expect("ct asym w4 g128", &l, QD_SRV_MACHETE, NULL);
-    /* GPTQ: symmetric through gptq_marlin; asymmetric is not gptq_marlin-compatible. */
+    /* GPTQ (vLLM 0.32's AutoGPTQConfig): symmetric 4/8-bit through the mixed-precision chain;
+     * asymmetric or other widths do not load; Marlin's group sizes or nothing. */
     l = base(); l.format = "gptq_v2";
     expect("gptq sym", &l, QD_SRV_MACHETE, NULL);
     l.sym = 0;
-    expect("gptq asym", &l, QD_SRV_EXLLAMA, "gptq_marlin.type");
+    expect("gptq asym", &l, QD_SRV_NO_LOAD, "auto_gptq.type");
     l = base(); l.format = "gptq"; l.bits = 3;
-    expect("gptq 3-bit", &l, QD_SRV_EXLLAMA, "gptq_marlin.type");
-    /* GPTQ act-order row-parallel where Marlin cannot: exllama is off, the slow path. */
-    l = base(); l.format = "gptq"; l.g_idx = 1; l.row_parallel = 1; l.tp = 2; l.in_features = 4096 + 256 * 2;
-    l.group_size = 16;
-    expect("gptq act-order row-parallel", &l, QD_SRV_FALLBACK, "marlin.group");
-    /* AWQ: awq_marlin, or the awq GEMM. */
+    expect("gptq 3-bit", &l, QD_SRV_NO_LOAD, "auto_gptq.type");
+    l = base(); l.format = "gptq"; l.group_size = 192; l.in_features = 4032;
+    expect("gptq g192", &l, QD_SRV_NO_LOAD, "auto.group");
+    /* Machete and Marlin refuse the shape: Exllama (float16 activations). */
+    l = base(); l.format = "gptq"; l.in_features = 4096 + 32; l.group_size = 32;
+    expect("gptq odd K", &l, QD_SRV_EXLLAMA, "marlin.k");
+    /* AWQ (AutoAWQConfig): 4-bit with zero points through the same chain (Machete on Hopper,
+     * Marlin on Ampere); other widths do not load. */
     l = base(); l.format = "awq_gemm"; l.sym = 0; l.group_size = 64;
-    expect("awq", &l, QD_SRV_MARLIN, NULL);
+    expect("awq", &l, QD_SRV_MACHETE, NULL);
+    l.gpu_cc = 80;
+    expect("awq ampere", &l, QD_SRV_MARLIN, "machete.gpu");
     l.in_features = 4160;
-    expect("awq odd K", &l, QD_SRV_FALLBACK, "marlin.k");
+    expect("awq ampere odd K", &l, QD_SRV_TRITON_W4A16, "exllama.type");   /* Exllama: symmetric only */
+    l = base(); l.format = "awq_gemm"; l.sym = 0; l.bits = 8;
+    expect("awq 8-bit", &l, QD_SRV_NO_LOAD, "auto_awq.type");
     qd_srv_choice c;
     l.tp = 0;
     CHECK_ERR(qd_srv_choose(&l, &c));
