@@ -50,41 +50,36 @@ static int ckpt_is_float(void *ud, int block, int li)
     return st_model_find(qd_model_tensors(c->m), name) == NULL;
 }
 
-/* A mixed compressed-tensors checkpoint (job.target_bpw): a layer's bits from its
- * weight_packed's width and its group size from weight_scale's groups, as the reader takes them. */
-static int ckpt_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
+/* A layer's stored bits and group size, as the reader takes them: the packed tensor holds
+ * K * bits / 32 words along axis `pk` (compressed-tensors' weight_packed: columns; GPTQ's
+ * qweight: rows), the scales one group per entry along axis `sk`. */
+static int stored_layer_quant(const float_ctx *c, int block, int li, const char *packed, const char *scales, int pk,
+                              int sk, int *bits, int64_t *gs)
 {
-    const float_ctx *c = ud;
     const qd_linear_info *L = qd_model_linear(c->m, li);
     char prefix[160], name[400];
     qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
-    snprintf(name, sizeof name, "%s%s.weight_packed", prefix, L->name);
+    snprintf(name, sizeof name, "%s%s.%s", prefix, L->name, packed);
     const st_tensor *wp = st_model_find(qd_model_tensors(c->m), name);
-    snprintf(name, sizeof name, "%s%s.weight_scale", prefix, L->name);
+    snprintf(name, sizeof name, "%s%s.%s", prefix, L->name, scales);
     const st_tensor *ws = st_model_find(qd_model_tensors(c->m), name);
-    if (!wp || !ws || wp->ndim != 2 || ws->ndim != 2 || L->k <= 0 || ws->shape[1] < 1) return -1;
-    *bits = (int)(wp->shape[1] * 32 / L->k);
-    *gs = ws->shape[1] == 1 ? -1 : L->k / ws->shape[1];
+    if (!wp || !ws || wp->ndim != 2 || ws->ndim != 2 || L->k <= 0 || ws->shape[sk] < 1) return -1;
+    *bits = (int)(wp->shape[pk] * 32 / L->k);
+    *gs = ws->shape[sk] == 1 ? -1 : L->k / ws->shape[sk];
     return 0;
 }
 
-/* A mixed GPTQ checkpoint (`dynamic` overrides of bits or group size): a layer's stored bits
- * from qweight's rows (K * b / 32) and its group size from scales' rows, as the reader takes
- * them; what vLLM builds comes from the rules (gptq_row_quant), and the two are compared. */
+/* A mixed compressed-tensors checkpoint (job.target_bpw). */
+static int ckpt_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
+{
+    return stored_layer_quant(ud, block, li, "weight_packed", "weight_scale", 1, 1, bits, gs);
+}
+
+/* A mixed GPTQ checkpoint (`dynamic` overrides of bits or group size); what vLLM builds comes
+ * from the rules (gptq_row_quant), and the two are compared. */
 static int gptq_layer_quant(void *ud, int block, int li, int *bits, int64_t *gs)
 {
-    const float_ctx *c = ud;
-    const qd_linear_info *L = qd_model_linear(c->m, li);
-    char prefix[160], name[400];
-    qd_model_block_prefix(c->m, block, prefix, sizeof prefix);
-    snprintf(name, sizeof name, "%s%s.qweight", prefix, L->name);
-    const st_tensor *qw = st_model_find(qd_model_tensors(c->m), name);
-    snprintf(name, sizeof name, "%s%s.scales", prefix, L->name);
-    const st_tensor *sc = st_model_find(qd_model_tensors(c->m), name);
-    if (!qw || !sc || qw->ndim != 2 || sc->ndim != 2 || L->k <= 0 || sc->shape[0] < 1) return -1;
-    *bits = (int)(qw->shape[0] * 32 / L->k);
-    *gs = sc->shape[0] == 1 ? -1 : L->k / sc->shape[0];
-    return 0;
+    return stored_layer_quant(ud, block, li, "qweight", "scales", 0, 0, bits, gs);
 }
 
 /* What vLLM builds the layer it names vllm_name with: the first `dynamic` rule that re.match-es
