@@ -154,3 +154,20 @@ int qd_gptq_dynamic_lookup(const cJSON *q, const char *name, int *bits, int64_t 
     }
     return rc ? rc : QD_GPTQ_DYN_NONE;
 }
+
+int qd_gptq_dynamic_agree(const cJSON *q, const char *name, int bits, int64_t gs, int64_t k, qd_err *err)
+{
+    int rb = 0;
+    int64_t rg = 0;
+    int m = qd_gptq_dynamic_lookup(q, name, &rb, &rg, err);
+    if (m < 0) return m;
+    if (m == QD_GPTQ_DYN_SKIP)
+        return qd_err_set(err, QD_EFORMAT, "%s: quantization_config.dynamic leaves it unquantized (a \"-:\" rule), but "
+                          "it is stored packed (%d bits)", name, bits);
+    const int64_t g_file = gs == k ? -1 : gs, g_rule = rg == k ? -1 : rg;
+    if (rb != bits || g_rule != g_file)
+        return qd_err_set(err, QD_EFORMAT, "%s: its tensors are %d bits, group size %lld, but quantization_config%s says "
+                          "%d bits, group size %lld", name, bits, (long long)gs,
+                          m == QD_GPTQ_DYN_SET ? ".dynamic" : " (no dynamic rule matches it)", rb, (long long)rg);
+    return 0;
+}

@@ -7,8 +7,10 @@
  * What quantd reads: "-:" rules (a module left in float, which the loader sees from its plain
  * weight) and "+:" rules whose values hold bits, group_size, desc_act and sym; any other key
  * in a rule's value is refused by name, and so is a regex that uses syntax beyond POSIX
- * extended regexes (Python's "(?" groups and backslash classes such as \d), which quantd
- * matches with regcomp and would otherwise read differently from vLLM. */
+ * extended regexes (Python's "(?" groups, backslash classes other than \d, \w and \s, which
+ * become their POSIX classes), which quantd matches with regcomp and would otherwise read
+ * differently from vLLM. A mixed checkpoint's layer is read at the widths its tensors store,
+ * which must be the widths its rule gives (qd_gptq_dynamic_agree). */
 #ifndef QUANT_FORMATS_FMT_GPTQ_DYNAMIC_H
 #define QUANT_FORMATS_FMT_GPTQ_DYNAMIC_H
 
@@ -36,5 +38,13 @@ int qd_gptq_dynamic_check(const cJSON *q, int top_bits, int64_t top_gs, int top_
  * overrides them. Returns a qd_gptq_dyn_match, or a negative code (err set) when q's top-level
  * bits / group_size are missing or a rule is not readable. */
 int qd_gptq_dynamic_lookup(const cJSON *q, const char *name, int *bits, int64_t *gs, qd_err *err);
+
+/* Whether module `name` of a mixed checkpoint, whose tensors say `bits` and group size `gs`
+ * (-1: one group) over k inputs, is what q's rules give it (qd_gptq_dynamic_lookup; a group
+ * of k inputs and -1 are the same). 0 when it is; QD_EFORMAT naming the module, its tensors'
+ * width and the rule's when not, or when a "-:" rule leaves it in float and it is packed: a
+ * loader that follows the rules (vLLM) would build that layer for other tensors, so quantd
+ * does not read what the file stores instead. */
+int qd_gptq_dynamic_agree(const cJSON *q, const char *name, int bits, int64_t gs, int64_t k, qd_err *err);
 
 #endif

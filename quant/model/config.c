@@ -386,7 +386,7 @@ done:
     return rc;
 }
 
-int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err)
+int qd_model_config_load_quant(const char *dir, qd_model_config *out, cJSON **quant, qd_err *err)
 {
     char path[4096];
     snprintf(path, sizeof path, "%s/config.json", dir);
@@ -395,6 +395,17 @@ int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err)
     int rc = qd_input_read(path, QD_INPUT_JSON, &buf, &len, err);
     if (rc) return rc;
     rc = qd_model_config_parse(buf, path, out, err);
+    if (!rc && quant) {
+        cJSON *root = cJSON_Parse(buf);
+        *quant = root ? cJSON_DetachItemFromObjectCaseSensitive(root, "quantization_config") : NULL;
+        if (!root) rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", path);
+        cJSON_Delete(root);
+    }
     free(buf);
     return rc;
+}
+
+int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err)
+{
+    return qd_model_config_load_quant(dir, out, NULL, err);
 }

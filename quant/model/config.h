@@ -268,6 +268,11 @@ typedef struct qd_model_config {
 int qd_model_config_parse(const char *json, const char *what, qd_model_config *out, qd_err *err);
 /* Reads <dir>/config.json. */
 int qd_model_config_load(const char *dir, qd_model_config *out, qd_err *err);
+/* As qd_model_config_load, and *quant (caller frees with cJSON_Delete) a copy of the file's
+ * quantization_config, NULL when it has none: what the parsed config does not keep (a GPTQ
+ * checkpoint's `dynamic` rules) read from the same bytes. */
+struct cJSON;
+int qd_model_config_load_quant(const char *dir, qd_model_config *out, struct cJSON **quant, qd_err *err);
 /* The family of an architecture string; QD_ARCH_UNKNOWN when not supported. */
 qd_arch_family qd_arch_family_of(const char *architecture);
 

@@ -180,6 +180,8 @@ struct qd_model {
     qd_input_group grp[QD_MAX_GROUPS];
     char (*lin_names)[96];     /* generated linear names (MoE experts); owned */
     char (*grp_names)[32];     /* generated group names; owned */
+    struct cJSON *gptq_rules;  /* a mixed GPTQ checkpoint's quantization_config: each packed
+                                  layer's widths checked against its `dynamic` rule; owned, else NULL */
     int moe_calibrate_all;     /* see qd_model_set_moe_calibrate_all */
     int compute_bf16;          /* see qd_model_set_compute_bf16 */
     int lin_exp0, grp_exp0;    /* MoE: the first expert's first linear and input group */

@@ -17,6 +17,7 @@
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
 #include "quant/core/parallel.h"
+#include "quant/formats/fmt_gptq_dynamic.h"
 #include "quant/formats/format.h"
 #include "quant/kernels/kernels.h"
 #include "quant/model/model_fp8.h"
@@ -332,6 +333,17 @@ int qd_model_load_packed_find(qd_model *m, qd_fmt_find_fn find, void *ud, const 
                          .scale_rule = (qd_scale_rule)m->cfg.quant_scale_rule, .row_block = m->cfg.quant_row_block};
     qd_packed p;
     int rc = fmt->read(find, ud, n, k, &d, &p, err);
+    if (!rc && m->gptq_rules) {
+        /* A mixed GPTQ checkpoint: the widths read from the tensors are the ones its rules give. */
+        char name[512];
+        snprintf(name, sizeof name, "%s", qd_model_tname(m, base));
+        size_t nl = strlen(name);
+        if (nl > 7 && !strcmp(name + nl - 7, ".weight")) name[nl - 7] = 0;
+        if ((rc = qd_gptq_dynamic_agree(m->gptq_rules, name, p.bits, p.group_size, k, err))) {
+            qd_packed_free(&p);
+            return rc;   /* the message names the module */
+        }
+    }
     if (!rc) {
         rc = qd_kernel_dequant_cpu(fmt, &p, w, m->be->n_threads, QD_KCPU_AUTO, err);
         qd_packed_free(&p);
@@ -943,7 +955,11 @@ int qd_model_open(const char *dir, qd_backend *be, qd_model **out, qd_err *err)
     m->be = be;
     int rc;
     if (!(m->dir = strdup(dir))) { rc = qd_err_set(err, QD_ENOMEM, "%s: out of memory", dir); goto fail; }
-    if ((rc = qd_model_config_load(dir, &m->cfg, err))) goto fail;
+    if ((rc = qd_model_config_load_quant(dir, &m->cfg, &m->gptq_rules, err))) goto fail;
+    if (!(m->cfg.quantized && m->cfg.quant_bits == 0 && !strncmp(m->cfg.quant_format, "gptq", 4))) {
+        cJSON_Delete(m->gptq_rules);
+        m->gptq_rules = NULL;
+    }
     if (!(m->arch = qd_arch_for(&m->cfg))) {
         rc = qd_err_set(err, QD_EUNSUPPORTED, "%s: architecture %s is not supported", dir, m->cfg.architecture);
         goto fail;
@@ -994,6 +1010,7 @@ void qd_model_close(qd_model *m)
     st_model_close(m->st);
     free(m->lin_names);
     free(m->grp_names);
+    cJSON_Delete(m->gptq_rules);
     free(m->dir);
     free(m);
 }

@@ -183,11 +183,34 @@ static void test_read_mixed(void)
     }
 }
 
+/* A layer's stored widths against its rule: equal passes (group k and -1 alike), any other
+ * width or a packed layer a "-:" rule leaves in float is refused, naming the module. */
+static void test_agree(void)
+{
+    cJSON *q = cJSON_Parse(CFG);
+    CHECK(q != NULL);
+    qd_err err = {0};
+    CHECK_OK(qd_gptq_dynamic_agree(q, "model.layers.0.self_attn.q_proj", 3, 32, 576, &err));
+    CHECK_OK(qd_gptq_dynamic_agree(q, "model.layers.0.self_attn.o_proj", 4, 64, 576, &err));
+    CHECK_OK(qd_gptq_dynamic_agree(q, "model.layers.1.mlp.down_proj", 4, -1, 1536, &err));
+    CHECK_OK(qd_gptq_dynamic_agree(q, "model.layers.1.mlp.down_proj", 4, 1536, 1536, &err));
+    CHECK_INT(qd_gptq_dynamic_agree(q, "model.layers.0.self_attn.k_proj", 4, 32, 576, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "model.layers.0.self_attn.k_proj: its tensors are 4 bits, group size 32, but "
+                   "quantization_config.dynamic says 3 bits, group size 32");
+    CHECK_INT(qd_gptq_dynamic_agree(q, "model.layers.0.mlp.up_proj", 4, 32, 576, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "(no dynamic rule matches it) says 4 bits, group size 64");
+    CHECK_INT(qd_gptq_dynamic_agree(q, "model.layers.1.mlp.down_proj", 4, 64, 1536, &err), QD_EFORMAT);
+    CHECK_INT(qd_gptq_dynamic_agree(q, "model.layers.2.mlp.down_proj", 4, 64, 1536, &err), QD_EFORMAT);
+    CHECK_CONTAINS(err.msg, "leaves it unquantized");
+    cJSON_Delete(q);
+}
+
 int main(void)
 {
     TEST_RUN(test_lookup);
     TEST_RUN(test_detect);
     TEST_RUN(test_refused);
     TEST_RUN(test_read_mixed);
+    TEST_RUN(test_agree);
     return test_finish();
 }

@@ -312,6 +312,46 @@ static void test_mix34(void)
     qd_tp_serving_report_free(&r);
     cJSON_Delete(q2);
     st_model_close(sm);
+    /* The same plan in gptq_v2 (zeros stored without v1's offset): the same rules, and quantd
+     * reads it back to the same logits as the v1 file. */
+    char v2[4096];
+    snprintf(v2, sizeof v2, "%s/mix34-v2", T);
+    qp_job *j2 = pt_run_job("mix34-v2", llama_dir, v2, "gptq", "gptq_v2", tokens, extra);
+    cJSON *cfg2 = j2 ? pt_read_json(test_path(v2, "config.json")) : NULL;
+    const cJSON *qv2 = cJSON_GetObjectItem(cfg2, "quantization_config");
+    CHECK(qv2 && cJSON_Compare(cJSON_GetObjectItem(qv2, "dynamic"), cJSON_GetObjectItem(q, "dynamic"), 1));
+    CHECK_STR(cJSON_GetStringValue(cJSON_GetObjectItem(qv2, "checkpoint_format")), "gptq_v2");
+    int64_t n1 = 0, n2 = 0;
+    float *l1 = pt_logits(out, &n1), *l2 = j2 ? pt_logits(v2, &n2) : NULL;
+    CHECK(l1 && l2 && n1 == n2 && !memcmp(l1, l2, (size_t)n1 * sizeof *l1));
+    free(l1);
+    free(l2);
+    cJSON_Delete(cfg2);
+    qp_job_free(j2);
+    /* A file whose rule lies about a layer's widths is refused by the reader, naming the
+     * module: the first rule's bits turned to the other width. */
+    cJSON *lie = cJSON_Duplicate(cfg, 1);
+    cJSON *rule = cJSON_GetObjectItem(cJSON_GetObjectItem(lie, "quantization_config"), "dynamic")->child;
+    int was = cJSON_GetObjectItem(rule, "bits") ? cJSON_GetObjectItem(rule, "bits")->valueint : 4;
+    cJSON_DeleteItemFromObject(rule, "bits");
+    cJSON_AddNumberToObject(rule, "bits", was == 3 ? 4 : 3);
+    char *text = cJSON_PrintUnformatted(lie);
+    CHECK_OK(qd_fs_write_atomic(test_path(out, "config.json"), text, strlen(text), &err));
+    free(text);
+    cJSON_Delete(lie);
+    qd_model *ml = NULL;
+    int64_t vocab = qd_model_cfg(m)->vocab;
+    int32_t ids[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    float *lg = malloc((size_t)(8 * vocab) * sizeof *lg);
+    memset(&err, 0, sizeof err);
+    int rc = qd_model_open(out, pt_be, &ml, &err);
+    if (!rc) rc = qd_model_forward(ml, ids, 1, 8, lg, &err);
+    CHECK(rc != 0);
+    CHECK_CONTAINS(err.msg, "its tensors are");
+    CHECK_CONTAINS(err.msg, "quantization_config.dynamic says");
+    fprintf(stderr, "lying rule: %s\n", err.msg);
+    free(lg);
+    qd_model_close(ml);
     cJSON_Delete(cfg);
     cJSON_Delete(rep);
     qp_job_free(job);
