@@ -1,8 +1,9 @@
 /* The vLLM serving rules (see serving.h), read from vLLM's source through the code index;
  * each rule names the file it comes from. vLLM changes these over time: the table follows
  * the newer tree where versions differ (noted per rule), and ../shared/ref/compressed-tensors.md
- * section 2 has the versions read. Activations are assumed float16 (bfloat16 differs only
- * for Exllama, which takes float16 alone).
+ * section 2 has the versions read. A weight-only layer's activations are the model's served
+ * dtype (act_type = params_dtype): bfloat16 or float16, which differ only for Exllama, which
+ * takes float16 alone.
  *
  * How vLLM picks a kernel for a packed linear:
  *   compressed-tensors -> CompressedTensorsWNA16, then the mixed-precision chain
@@ -208,6 +209,12 @@ static int marlin_k(const srv_ctx *c, char *why, size_t cap)
 }
 
 /* ---- Exllama (compressed-tensors chain) ---- */
+static int exllama_act(const srv_ctx *c, char *why, size_t cap)
+{
+    if (!c->l->act_bf16) return 0;
+    snprintf(why, cap, "bfloat16 activations (float16 only; vLLM's --dtype float16 would take it)");
+    return 1;
+}
 static int exllama_actorder(const srv_ctx *c, char *why, size_t cap) { return machete_actorder(c, why, cap); }
 static int exllama_type(const srv_ctx *c, char *why, size_t cap)
 {
@@ -367,7 +374,7 @@ static int marlin_fp4_gpu(const srv_ctx *c, char *why, size_t cap)
     return 1;
 }
 
-#define MP_DIR "vllm/model_executor/layers/quantization/kernels/mixed_precision/"
+#define MP_DIR "vllm/model_executor/kernels/linear/mixed_precision/"
 #define UT_DIR "vllm/model_executor/layers/quantization/utils/"
 #define CT_DIR "vllm/model_executor/layers/quantization/compressed_tensors/"
 #define SC_DIR CT_DIR "schemes/"
@@ -388,6 +395,7 @@ static const srv_rule rules[] = {
     {"marlin.group", QD_SRV_MARLIN, UT_DIR "marlin_utils.py (MARLIN_SUPPORTED_GROUP_SIZES)", marlin_group},
     {"marlin.n", QD_SRV_MARLIN, UT_DIR "marlin_utils.py (GPTQ_MARLIN_MIN_THREAD_N = 64)", marlin_n},
     {"marlin.k", QD_SRV_MARLIN, UT_DIR "marlin_utils.py (GPTQ_MARLIN_MIN_THREAD_K = 128)", marlin_k},
+    {"exllama.act", QD_SRV_EXLLAMA, MP_DIR "exllama.py (c.act_type != torch.float16)", exllama_act},
     {"exllama.actorder", QD_SRV_EXLLAMA, MP_DIR "exllama.py (has_g_idx and partitioned input features)", exllama_actorder},
     {"exllama.type", QD_SRV_EXLLAMA, MP_DIR "exllama.py (SUPPORTED_QUANT_TYPES)", exllama_type},
     {"exllama.n", QD_SRV_EXLLAMA, MP_DIR "exllama.py (output features a multiple of the pack factor)", exllama_n},
@@ -446,6 +454,12 @@ const char *qd_srv_kernel_name(qd_srv_kernel k)
     case QD_SRV_TRITON_W4A16: return "Triton W4A16";
     }
     return "?";
+}
+
+int qd_srv_served_bf16(const char *dtype, int gpu_cc)
+{
+    /* Below 8.0 bfloat16 is not supported: vLLM falls back to float16. */
+    return gpu_cc >= 80 && (!*dtype || !strcmp(dtype, "bfloat16") || !strcmp(dtype, "float32"));
 }
 
 int qd_srv_gpu_cc(const char *gpu)

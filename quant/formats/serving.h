@@ -58,6 +58,8 @@ typedef struct qd_srv_layer {
     int tp;
     int gpu_cc;               /* compute capability x 10: 100 Blackwell, 90 Hopper, 80 Ampere */
     int act;                  /* qd_srv_act; 0 = as quantd writes the format */
+    int act_bf16;             /* weight-only layers: the model is served in bfloat16
+                                 (qd_srv_served_bf16), not float16; Exllama takes float16 only */
     int64_t row_block;        /* FP8 blocks: rows per block; 0 = 128 when group_size > 0 (FP8_BLOCK) */
     /* Out features of one shard of each member of a fused column-parallel layer (q, k, v),
      * which FP8 blocks check one by one; n_parts 0 = unknown, the fused width is checked. */
@@ -81,5 +83,11 @@ const char *qd_srv_rule_id(size_t i);
 void qd_srv_fix_hint(const char *why, char *out, size_t cap);
 /* "blackwell" -> 100, "hopper" -> 90, "ampere" -> 80; 0 when unknown. */
 int qd_srv_gpu_cc(const char *gpu);
+/* 1 when vLLM serves a checkpoint whose config says dtype (torch_dtype; "" when absent, which
+ * transformers reads as float32) in bfloat16 with --dtype auto on a GPU of compute capability
+ * gpu_cc (x 10): a bfloat16 checkpoint stays bfloat16, a float32 one is downcast to the
+ * platform's first dtype, bfloat16 from 8.0 on (config/model.py _resolve_auto_dtype; CUDA's
+ * supported_dtypes). Else 0 (float16). */
+int qd_srv_served_bf16(const char *dtype, int gpu_cc);
 
 #endif

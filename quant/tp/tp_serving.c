@@ -241,6 +241,7 @@ static void part_row(const qd_model *m, const qd_serving_quant *q, qd_serving_is
     qd_srv_layer sl = {.format = q->format, .bits = bits, .sym = q->sym, .group_size = gs,
                        .g_idx = q->g_idx, .act = q->act, .in_features = k, .out_features = n_sum,
                        .out_per_shard = per_shard, .row_parallel = P->row_parallel, .tp = ltp, .gpu_cc = gpu_cc,
+                       .act_bf16 = qd_srv_served_bf16(qd_model_cfg(m)->torch_dtype, gpu_cc),
                        .n_parts = P->n_members};
     for (int i = 0; i < P->n_members && i < QD_SRV_MAX_PARTS; i++) sl.part_per_shard[i] = P->member_n[i];
     qd_srv_choose(&sl, &row->choice);

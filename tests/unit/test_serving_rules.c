@@ -217,6 +217,11 @@ static void test_rules(void)
     expect("marlin.n", &l, QD_SRV_EXLLAMA, "marlin.n");
     l = base(); l.gpu_cc = 80; l.in_features = 4160;
     expect("marlin.k", &l, QD_SRV_EXLLAMA, "marlin.k");
+    /* A bfloat16 model: Exllama refuses its activations, the chain goes on to Triton W4A16. */
+    l = base(); l.group_size = -1; l.in_features = 4128; l.act_bf16 = 1;
+    expect("exllama.act", &l, QD_SRV_TRITON_W4A16, "exllama.act");
+    CHECK(qd_srv_served_bf16("bfloat16", 90) && qd_srv_served_bf16("float32", 80) && qd_srv_served_bf16("", 100));
+    CHECK(!qd_srv_served_bf16("float16", 90) && !qd_srv_served_bf16("bfloat16", 75) && !qd_srv_served_bf16("float32", 75));
     l = base(); l.gpu_cc = 80; l.g_idx = 1; l.row_parallel = 1; l.tp = 2; l.group_size = 16;
     expect("exllama.actorder", &l, QD_SRV_NO_LOAD, "exllama.actorder");
     l = base(); l.sym = 0; l.bits = 8; l.group_size = 16;
