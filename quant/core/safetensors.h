@@ -70,6 +70,10 @@ int st_file_open_memory(const void *buf, size_t len, const char *what, st_file *
 
 /* Converts a tensor to F32 into dst (numel floats). Errors on unsupported dtypes. */
 int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err);
+/* A view of rows r0..r1 of t (its first dimension; a row is numel / shape[0] values) as a
+ * tensor of its own, data into t's: st_tensor_read_f32 converts just those rows. QD_EINVAL
+ * when t has no rows or the range is not inside it. */
+int st_tensor_rows(const st_tensor *t, int64_t r0, int64_t r1, st_tensor *view, qd_err *err);
 /* Hands the mapped pages that lie wholly inside t's data back (madvise MADV_DONTNEED on a
  * read-only mapping): the file's bytes stay in the page cache and a later read faults them
  * in again, but the process no longer counts them as resident. For tensors converted once

@@ -125,6 +125,21 @@ void st_tensor_release(const st_tensor *t)
     if (hi > lo) (void)madvise((void *)lo, hi - lo, MADV_DONTNEED);   /* advice: failure changes nothing */
 }
 
+int st_tensor_rows(const st_tensor *t, int64_t r0, int64_t r1, st_tensor *view, qd_err *err)
+{
+    if (t->ndim < 1 || t->shape[0] <= 0 || r0 < 0 || r1 <= r0 || r1 > t->shape[0])
+        return qd_err_set(err, QD_EINVAL, "tensor '%s': rows %lld..%lld are not inside its %lld", t->name,
+                          (long long)r0, (long long)r1, (long long)(t->ndim < 1 ? 0 : t->shape[0]));
+    uint64_t row = t->numel / (uint64_t)t->shape[0], esz = qd_dtype_size(t->dtype);
+    *view = *t;
+    view->shape[0] = r1 - r0;
+    view->numel = row * (uint64_t)(r1 - r0);
+    view->begin = t->begin + row * (uint64_t)r0 * esz;
+    view->end = view->begin + view->numel * esz;
+    view->data = t->data ? (const unsigned char *)t->data + row * (uint64_t)r0 * esz : NULL;
+    return 0;
+}
+
 int st_tensor_read_f32(const st_tensor *t, float *dst, qd_err *err)
 {
     if (!t->data && t->numel)

@@ -72,9 +72,9 @@ static uint64_t eval_bytes(const qp_job *job, const qd_model_config *cfg)
 
 /* The part files of the largest fan-out and the largest part's memory (part.h). A part is
  * a row range of a linear (at most QD_PART_ROWS rows, part.h's rule, mirrored by
- * part_ranges); its input holds its rows of the weight (in half precision when read from
- * a half-precision checkpoint without AWQ's scales, else F32, twice with AWQ's clipped
- * copy), its output the codes in a byte and the group scales and zeros (the lead decodes
+ * part_ranges); its input names its rows of the weight in the model's files (without AWQ,
+ * a dense model in BF16, F16 or F32) or holds them (in half precision when read from a
+ * half-precision checkpoint, else F32, twice with AWQ's clipped copy), its output the codes in a byte and the group scales and zeros (the lead decodes
  * the rows from the codes); each group's Hessian is one file, its upper triangle, with the
  * upper triangle of GPTQ's factorisation of it beside it; every file has a header of a few
  * KiB at most. Where a form does not apply (part.h: each is checked) a file is larger. A step fans out only with more than one part: q/k/v, o, gate/up, down each alone
@@ -104,9 +104,14 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
 {
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
     int seq = awq || (job->method == QP_METHOD_GPTQ && job->true_sequential);
-    int half = !awq && !cfg->quantized && !cfg->source_fp8 && !cfg->source_mxfp4 &&
-               (!strcmp(cfg->torch_dtype, "float16") || !strcmp(cfg->torch_dtype, "bfloat16"));
-    uint64_t per = awq ? 9 : half ? 3 : 5;   /* bytes per weight element: in (+ clipped), code */
+    int plain = !cfg->quantized && !cfg->source_fp8 && !cfg->source_mxfp4;
+    int half = !awq && plain && (!strcmp(cfg->torch_dtype, "float16") || !strcmp(cfg->torch_dtype, "bfloat16"));
+    /* Without AWQ a dense model's rows are read from its own files (part_src.c): the code
+     * and its share of the group scales and zeros (at most 1 byte a weight at group 16)
+     * alone. Experts may be slices of fused tensors, which travel in the files. */
+    int src = !awq && plain && cfg->n_experts <= 0 &&
+              (half || !strcmp(cfg->torch_dtype, "float32") || !cfg->torch_dtype[0]);
+    uint64_t per = awq ? 9 : src ? 2 : half ? 3 : 5;   /* bytes per weight element: in (+ clipped), code */
     uint64_t hb = job->method == QP_METHOD_GPTQ || job->method == QP_METHOD_AWQ_GPTQ ? 2 : 1;   /* triangles */
     uint64_t h = (uint64_t)cfg->hidden, qd = (uint64_t)(cfg->n_heads * cfg->head_dim);
     uint64_t kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim), inter = (uint64_t)cfg->intermediate;

@@ -20,7 +20,7 @@
 
 #include "quant/pipeline/pipeline_internal.h"
 
-#define QD_PART_VERSION 2
+#define QD_PART_VERSION 3
 
 /* ---- the container (part_file.c) ---- */
 
@@ -120,6 +120,9 @@ typedef struct qd_qpart_in {
     int64_t group_size;          /* plan (qd_pipeline_linear_qcfg); bits 0: the job's */
     const qd_gptaq_dxx *dxx;     /* job.gptaq: the group's dXXT beside h (GPTAQ instead of GPTQ;
                                     in memory only: such a run is never fanned out), or NULL */
+    const st_tensor *src;        /* the model's stored weight when the input file names its rows
+                                    instead of holding them (qd_qpart_src_find), else NULL */
+    uint64_t src_sum;            /* with src: the checksum of the rows' stored bytes */
 } qd_qpart_in;
 
 /* What it gives back. */
@@ -191,6 +194,29 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 /* Runs part `index` of block b's quantize step from its input file and writes its output
  * file (worker: the name recorded in it). */
 int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+
+/* ---- a part's weight rows read from the model's own files (part_src.c) ---- */
+
+/* A worker can read a part's rows of the weight from the model's checkpoint, which every
+ * worker opens beneath the same allowed roots, instead of the lead writing them into the
+ * part's input: when the model stores the linear as a plain BF16, F16 or F32 [n, k] tensor
+ * whose rows r0..r1, converted to F32, are in->w's bit for bit (the lead checks), and w is
+ * also the error's reference (GPTQ and RTN without AWQ's scales or clip; an FP8 checkpoint's
+ * blocks and fused expert tensors are written as before). Sets in->src and returns 1 when
+ * so, 0 otherwise (or on any failure to tell: the rows are then written). */
+int qd_qpart_src_find(qd_pipeline *p, int block, qd_qpart_in *in);
+/* Puts in->src's name and the checksum of its rows' stored bytes in meta. */
+int qd_qpart_src_note(struct cJSON *meta, const qd_qpart_in *in);
+/* The worker's side: reads the rows meta names from job's model (opened here; the lead
+ * passes the checkpoint it holds open as `open`, whose rows it checked, else NULL) into w
+ * ([rows, k] floats), refusing (QD_EFORMAT, naming the tensor) a tensor of another shape or
+ * dtype or rows whose stored bytes no longer have the checksum the lead saw: the part then
+ * fails and the lead computes it itself, from the files it opened. 0, or QD_ENOTFOUND when
+ * meta names no source (the rows are in the file). */
+int qd_qpart_src_read(const qp_job *job, const st_model *open, const struct cJSON *meta, int64_t r0, int64_t r1,
+                      int64_t n, int64_t k, float *w, qd_err *err);
+/* The checksum part files use (part_file.c: four lanes of qd_hash64's step), over n bytes. */
+uint64_t qd_part_checksum(const void *data, uint64_t n);
 
 /* The setup every pipeline and every part runner share: p->fmt and p->qcfg from p->job. */
 int qd_pipeline_quant_setup(qd_pipeline *p, qd_err *err);

@@ -67,6 +67,15 @@ static uint64_t part_hash_final(const part_hash *s)
     return qd_hash64(b, sizeof b, QD_HASH64_INIT);
 }
 
+uint64_t qd_part_checksum(const void *data, uint64_t n)
+{
+    part_hash ph;
+    part_hash_init(&ph, QD_HASH64_INIT);
+    uint64_t body = n / 32 * 32;
+    part_hash_blocks(&ph, data, body);
+    return qd_hash64((const unsigned char *)data + body, n - body, part_hash_final(&ph));
+}
+
 int qd_part_file_write(int dirfd, const char *name, cJSON *meta, const qd_part_arr *arrs, int n,
                        uint64_t *checksum, qd_err *err)
 {

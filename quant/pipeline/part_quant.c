@@ -337,17 +337,25 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
     uint64_t n = (uint64_t)((in->r1 - in->r0) * in->res.k);
     /* Weights read from a half-precision checkpoint (GPTQ and RTN without AWQ's scales)
      * travel in half precision: exactly the values, in half the bytes. */
+    /* Rows the model stores as they are are not written at all: the worker reads them from
+     * the model's own files (part_src.c). */
     qd_part_farr w, w_ref;
+    memset(&w, 0, sizeof w);
     memset(&w_ref, 0, sizeof w_ref);
-    int rc = qd_part_farr_make("w", in->w, n, 0, &w, err);
-    if (!rc && in->w_ref != in->w) rc = qd_part_farr_make("w_ref", in->w_ref, n, 0, &w_ref, err);
-    if (!rc && (qd_part_farr_note(meta, &w) || (in->w_ref != in->w && qd_part_farr_note(meta, &w_ref))))
-        rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    int rc = 0;
+    if (in->src) {
+        if (qd_qpart_src_note(meta, in)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    } else {
+        rc = qd_part_farr_make("w", in->w, n, 0, &w, err);
+        if (!rc && in->w_ref != in->w) rc = qd_part_farr_make("w_ref", in->w_ref, n, 0, &w_ref, err);
+        if (!rc && (qd_part_farr_note(meta, &w) || (in->w_ref != in->w && qd_part_farr_note(meta, &w_ref))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
     qd_part_arr a[3];
     int na = 0;
     a[na++] = (qd_part_arr){"res", rv, sizeof rv};
-    a[na++] = w.arr;
-    if (in->w_ref != in->w) a[na++] = w_ref.arr;
+    if (!in->src) a[na++] = w.arr;
+    if (!in->src && in->w_ref != in->w) a[na++] = w_ref.arr;
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
     qd_part_farr_free(&w);
     qd_part_farr_free(&w_ref);
@@ -588,7 +596,8 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         int has_ref = cJSON_HasObjectItem(a, "w_ref");
         if (!rc && (!(w = malloc(nw * sizeof *w)) || (has_ref && !(w_ref = malloc(nw * sizeof *w_ref)))))
             rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
-        if (!rc) rc = qd_part_farr_read(&f, "w", w, nw, 0, err);
+        if (!rc && cJSON_HasObjectItem(f.meta, "src")) rc = qd_qpart_src_read(p->job, p->m ? qd_model_tensors(p->m) : NULL, f.meta, in.r0, in.r1, n, k, w, err);
+        else if (!rc) rc = qd_part_farr_read(&f, "w", w, nw, 0, err);
         if (!rc && has_ref) rc = qd_part_farr_read(&f, "w_ref", w_ref, nw, 0, err);
         in.w = w;
         in.w_ref = has_ref ? w_ref : w;

@@ -361,8 +361,10 @@ static int run_fanout(run_ctx *r, qd_err *err)
             qd_gptq_shared_free(&sh);
             written[n_written++] = h;
         }
-        for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++)
+        for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++) {
+            qd_qpart_src_find(p, r->block, &r->parts[i]);
             rc = qd_qpart_write_in(p->parts_fd, r->block, i, lj->g, &r->parts[i], &r->in_sums[i], err);
+        }
         free(lj->clipped);
         lj->clipped = NULL;
         for (int i = lj->first; i < lj->first + lj->n_parts; i++) r->parts[i].w = r->parts[i].w_ref = NULL;

@@ -31,7 +31,7 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
 
 /* FAN_CANCEL: a cancel at a fan-out before any part ran; FAN_CANCEL_AFTER: after every part
  * ran (the resumed run must keep their outputs, not compute them again). */
-typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER } fan_mode;
+typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP } fan_mode;
 
 typedef struct fan_ctx {
     const qp_job *job;
@@ -46,7 +46,7 @@ typedef struct fan_ctx {
     /* The part files' compact forms (part.h): inputs whose weight rows travel in half
      * precision, Hessians and factors stored as their upper triangle, outputs whose
      * dequantized rows the lead decodes from the codes. */
-    int ins, ins_half, hess, hess_tri, facs, facs_tri, outs, outs_codes;
+    int ins, ins_half, ins_src, hess, hess_tri, facs, facs_tri, outs, outs_codes;
 } fan_ctx;
 
 static int enc_is(const cJSON *meta, const char *arr, const char *a, const char *b)
@@ -76,6 +76,7 @@ static void count_forms(fan_ctx *c)
         } else if (strstr(nm, ".in.part")) {
             c->ins++;
             c->ins_half += enc_is(m, "w", "bf16", "f16");
+            c->ins_src += cJSON_HasObjectItem(m, "src") && !cJSON_HasObjectItem(arrs, "w");
         } else if (strstr(nm, "-h")) {
             c->hess++;
             c->hess_tri += enc_is(m, "h", "upper_sym", NULL);
@@ -133,9 +134,31 @@ static int stale_files(const fan_ctx *c, int block)
     return n;
 }
 
+/* The model's weights replaced under the running job: a copy of model.safetensors with every
+ * byte after the header changed, renamed over it (the lead keeps the file it opened). */
+static void swap_model(const char *dir)
+{
+    char path[4300], tmp[4400];
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    snprintf(tmp, sizeof tmp, "%s/model.safetensors.new", dir);
+    size_t n = 0;
+    unsigned char *b = (unsigned char *)pt_read(path, &n);
+    CHECK(b && n > 8);
+    if (!b || n <= 8) return;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = hl << 8 | b[i];
+    for (size_t i = 8 + hl; i < n; i++) b[i] ^= 0x01;
+    FILE *f = fopen(tmp, "wb");
+    CHECK(f && fwrite(b, 1, n, f) == n);
+    if (f) fclose(f);
+    CHECK(rename(tmp, path) == 0);
+    free(b);
+}
+
 static int on_fanout(void *ud, int block, const char *step, int n, const char *const *names)
 {
     fan_ctx *c = ud;
+    if (c->mode == FAN_SWAP && c->fanouts == 0) swap_model(c->job->model);
     CHECK_INT(stale_files(c, block), 0);   /* a committed block's parts are removed */
     CHECK(!strcmp(step, "quantize"));
     CHECK(n > 1);
@@ -255,23 +278,25 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     test_checks++;
     CHECK(c.fanouts > 0);
     CHECK(c.parts > 0);
-    CHECK_INT(c.failed, 0);
-    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; half-precision "
-           "inputs %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes %d/%d\n", tag, (int)mode,
-           c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_half, c.ins, c.hess_tri, c.hess, c.facs_tri,
-           c.facs, c.outs_codes, c.outs);
+    if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts);   /* every part's rows changed: none used */
+    else CHECK_INT(c.failed, 0);
+    printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; inputs read from "
+           "the model %d/%d, in half precision %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes "
+           "%d/%d\n", tag, (int)mode, c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_src, c.ins, c.ins_half,
+           c.ins, c.hess_tri, c.hess, c.facs_tri, c.facs, c.outs_codes, c.outs);
     if (mode == FAN_ALL) {
         /* Every grid's rows decode from their codes bit for bit, and every Hessian is
-         * symmetric and every factor upper triangular, so none of them travels whole; the
-         * half-precision models' weights travel in half precision (AWQ's scaled ones only
-         * where they stay exact), the F32 model's in F32. */
+         * symmetric and every factor upper triangular, so none of them travels whole; without
+         * AWQ every part's weight rows are read from the model's own files, not written; AWQ's
+         * scaled rows travel in half precision where they stay exact (and are read from the
+         * model where its scales left them unchanged). */
         test_checks++;
         int awq = !strncmp(method, "awq", 3);
-        int half_expected = model == wide_dir ? 0 : awq ? c.ins_half : c.ins;
+        int half_expected = model == wide_dir || !awq ? 0 : c.ins_half, src_expected = awq ? c.ins_src : c.ins;
         if (c.outs == 0 || c.outs_codes != c.outs || c.hess_tri != c.hess || c.facs_tri != c.facs ||
-            c.ins_half != half_expected)
-            TEST_FAIL_("%s: the part files' forms (see the line above; half-precision inputs expected %d)", tag,
-                       half_expected);
+            c.ins_half != half_expected || c.ins_src != src_expected)
+            TEST_FAIL_("%s: the part files' forms (see the line above; inputs read from the model expected %d, "
+                       "in half precision %d)", tag, src_expected, half_expected);
     }
     /* The estimate's part files: never below what a fan-out held (checked where the weights,
      * not the files' headers, make the bytes). */
@@ -379,6 +404,13 @@ static void test_lost_parts(void)
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
     fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
+    /* The model's files changed under the job: every worker refuses its rows (their checksum
+     * is not the lead's), the lead computes every part itself, and the bytes do not change. */
+    char swap_dir[4200];
+    qd_testgen_opts lo = pt_llama_opts(128, 3);
+    lo.dtype = QD_DTYPE_BF16;
+    if (pt_setup_model("swap", &lo, swap_dir, sizeof swap_dir)) { CHECK(0); return; }
+    fan_case("swap", swap_dir, "gptq", "gptq", NULL, FAN_SWAP);
 }
 
 int main(void)
