@@ -19,6 +19,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <cjson/cJSON.h>
+
 #include "quant/core/clock.h"
 #include "quant/core/log.h"
 
@@ -416,7 +418,14 @@ static void on_fanout_hash(redisAsyncContext *ac, void *r, void *pd)
         strlen(step) >= sizeof((qdd_rpart *)0)->step || !qp_name_valid(node))
         goto out;
     qd_err err = {0};
-    if (!qdd_path_allowed(ckpt, d->cfg->allow_roots, d->cfg->n_allow_roots, &err)) {
+    /* The checkpoint, and the model too: a part reads its weight rows from the model's own
+     * files (part_src.c), so a node that cannot reach both at the same paths takes none. */
+    cJSON *sj = cJSON_Parse(spec);
+    const cJSON *mj = cJSON_GetObjectItemCaseSensitive(sj, "model");
+    int ok = qdd_path_allowed(ckpt, d->cfg->allow_roots, d->cfg->n_allow_roots, &err) &&
+             (!cJSON_IsString(mj) || qdd_path_allowed(mj->valuestring, d->cfg->allow_roots, d->cfg->n_allow_roots, &err));
+    cJSON_Delete(sj);
+    if (!ok) {
         if (!refused_before(d, c->id))
             QD_LOG(QD_LOG_WARN, "remote_parts_refused", "job=%s node=%s why=\"%s\" (this node takes no part of it)", c->id,
                    node, err.msg);
