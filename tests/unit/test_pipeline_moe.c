@@ -943,7 +943,8 @@ static void test_deepseek_refused(void)
 {
     static const struct { const char *method, *extra, *msg; int rc; } cases[] = {
         {"gptq", "\"serve\":{\"engine\":\"vllm\",\"gpu\":\"hopper\",\"tp\":1},",
-         "first model.layers.0.self_attn.fused_qkv_a_proj (q_a_proj+kv_a_proj_with_mqa): Exllama", QD_EPREFLIGHT},
+         /* a bfloat16 model: Exllama takes float16 activations only, so Triton W4A16 */
+         "first model.layers.0.self_attn.fused_qkv_a_proj (q_a_proj+kv_a_proj_with_mqa): Triton W4A16", QD_EPREFLIGHT},
         {"gptq", "\"desc_act\":true,\"layout\":\"tp_aware\",\"tp\":2,", "tp_aware", QD_EUNSUPPORTED},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
