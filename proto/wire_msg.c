@@ -15,7 +15,7 @@ static const char *const type_names[QP_MSG_COUNT_] = {
     "cancel", "shutdown", "parts", "part", "part_done", "parts_done",
 };
 
-const char *const qp_part_steps[] = { "quantize", NULL };
+const char *const qp_part_steps[] = { "quantize", "factor", NULL };
 
 const char *qp_msg_type_name(qp_msg_type t)
 {

@@ -255,6 +255,12 @@ struct qd_backend {
     const char *name;          /* "cpu", "cuda" */
     int device;                /* -1 for the CPU, else the CUDA device ordinal */
     int n_threads;             /* CPU threads the backend may use */
+    /* What the bits of its results depend on besides their inputs (and the runtime options):
+     * "cpu openblas=<core> threads=N" (OpenBLAS picks its kernels by CPU and its LAPACK path
+     * by thread count), "cuda <device name> sm_XY". Two backends with the same desc give the
+     * same bytes for the same work; quant/pipeline uses it before taking over a result made
+     * by another process (a factorisation part). */
+    char desc[112];
     /* 1 when gemm_nt_bf16 and hessian_accum_bf16 run on a bfloat16 unit (the CPU's AMX
      * tiles, CUDA's tensor cores); 0 when they are emulated as F32 products on rounded
      * copies, which costs a little more than F32 itself (or the backend has none). */

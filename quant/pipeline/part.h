@@ -101,6 +101,8 @@ int qd_qpart_row_ranges(int64_t n, int64_t *starts, int max);
  * more stays in the lead, in memory. */
 #define QD_PART_MAX_FANOUT 4096
 
+typedef struct qd_fpart_done qd_fpart_done;
+
 /* What one part reads. Pointers are borrowed. */
 typedef struct qd_qpart_in {
     int linear;                  /* the model's linear index */
@@ -120,6 +122,8 @@ typedef struct qd_qpart_in {
     int64_t group_size;          /* plan (qd_pipeline_linear_qcfg); bits 0: the job's */
     const qd_gptaq_dxx *dxx;     /* job.gptaq: the group's dXXT beside h (GPTAQ instead of GPTQ;
                                     in memory only: such a run is never fanned out), or NULL */
+    const qd_fpart_done *fac;    /* fan-out: the factor part's output its group's factor is in,
+                                    else NULL (beside the Hessian, or made by the part) */
     const st_tensor *src;        /* the model's stored weight when the input file names its rows
                                     instead of holding them (qd_qpart_src_find), else NULL */
     uint64_t src_sum;            /* with src: the checksum of the rows' stored bytes */
@@ -194,6 +198,62 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 /* Runs part `index` of block b's quantize step from its input file and writes its output
  * file (worker: the name recorded in it). */
 int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+/* Reads the Hessian file `name` (whose checksum must be want_sum, when not 0) into *h on be,
+ * expecting [k, k]; and into *sh (may be NULL) the factorisation beside it, or, when fac_name
+ * is not NULL, the one in that factor part's output, whose checksum must be fac_sum. */
+int qd_qpart_read_hessian(int dirfd, const char *name, uint64_t want_sum, const char *fac_name, uint64_t fac_sum,
+                          qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_gptq_shared *sh, qd_err *err);
+/* A backend buffer of `bytes` as host memory: itself on the CPU, else a malloc'd copy (*own
+ * set: the caller frees it). NULL when out of memory or the copy failed. */
+const float *qd_part_host_view(qd_backend *be, const float *buf, size_t bytes, float **own);
+
+/* ---- the factorisation step's parts: one group's Hessian each (part_factor.c) ---- */
+
+/* When one fan-out quantizes the linears of two or more GPTQ groups, each group's Hessian
+ * is factored by a part of its own (step "factor") before the row parts, which then read the
+ * factor from its output. A factorisation's bits depend on the backend that makes it, so an
+ * output is named by its input's checksum and by a hash of its maker's desc: the lead takes
+ * over only one made by a backend like its own, and factors the other groups itself. */
+
+/* What the bits of be's factorisations depend on: its desc and the GPTQ form asked for. */
+void qd_part_factor_desc(const qd_backend *be, char *buf, size_t cap);
+/* The names of factor part `index`'s input and of its output made by a backend of desc
+ * (cap >= 96). */
+void qd_fpart_name_in(char *buf, size_t cap, int block, int index);
+void qd_fpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *desc);
+
+/* A factorisation in a part file being made: its record and factor, held until written. */
+typedef struct qd_part_factor_w {
+    double rec[8];
+    qd_part_farr fac;
+    float *own;                  /* a host copy of a device factor, or NULL */
+} qd_part_factor_w;
+/* Adds sh's factorisation of a [k, k] Hessian to a part file being made: meta's "factor",
+ * and the arrays factor_rec and (when it factored) fac appended at a[*na] (room for 2). */
+int qd_part_factor_put(struct cJSON *meta, const qd_gptq_shared *sh, int64_t k, qd_part_factor_w *fw, qd_part_arr *a,
+                       int *na, qd_err *err);
+void qd_part_factor_w_free(qd_part_factor_w *fw);   /* accepts a zeroed one */
+/* Reads f's factorisation into *sh on be, keyed to h (the Hessian it was made from). */
+int qd_part_factor_get(const qd_part_file *f, const char *name, qd_backend *be, const qd_gptq_hessian *h,
+                       qd_gptq_shared *sh, qd_err *err);
+
+/* Writes factor part `index`'s input: group's Hessian file (written before) of width k. */
+int qd_fpart_write_in(int dirfd, int block, int index, int group, int64_t k, uint64_t *checksum, qd_err *err);
+/* Runs factor part `index` from its input file: the Hessian factored on p->be with p's GPTQ
+ * options, written as its output (named by the input's checksum and p->be's desc). */
+int qd_fpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+/* A factor part's output, as the lead found it. */
+struct qd_fpart_done {
+    char name[96];               /* the output file: the row parts of its group read it */
+    uint64_t checksum;           /* its checksum, which they check */
+    char worker[64];
+    double seconds;
+};
+/* Finds part `index`'s output made by a backend like be from the input of checksum
+ * in_checksum, reads it whole (its checksum) and checks it: 0 with *done filled; QD_ENOTFOUND
+ * or QD_EFORMAT (err says why) otherwise. */
+int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be, int64_t k,
+                      qd_fpart_done *done, qd_err *err);
 
 /* ---- a part's weight rows read from the model's own files (part_src.c) ---- */
 

@@ -208,9 +208,7 @@ void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_
     snprintf(buf, cap, "b%04d-quantize-%04d-%016llx.out.part", block, index, (unsigned long long)in_checksum);
 }
 
-/* A backend buffer of `bytes` as host memory: itself on the CPU, else a malloc'd copy (*own
- * set: the caller frees it). NULL when out of memory or the copy failed. */
-static const float *host_view(qd_backend *be, const float *buf, size_t bytes, float **own)
+const float *qd_part_host_view(qd_backend *be, const float *buf, size_t bytes, float **own)
 {
     *own = NULL;
     if (be->device < 0) return buf;
@@ -223,47 +221,35 @@ int qd_qpart_write_hessian(int dirfd, int block, int group, const qd_gptq_hessia
                            qd_err *err)
 {
     size_t kk = (size_t)(h->k * h->k) * sizeof(float);
-    float *own_h = NULL, *own_f = NULL;
-    const float *hh = host_view(h->be, h->h, kk, &own_h);
-    const float *fh = sh && sh->fac ? host_view(sh->be, sh->fac, kk, &own_f) : NULL;
+    float *own_h = NULL;
+    const float *hh = qd_part_host_view(h->be, h->h, kk, &own_h);
     cJSON *meta = cJSON_CreateObject();
-    qd_part_farr fh_a, ff_a;
+    qd_part_farr fh_a;
     memset(&fh_a, 0, sizeof fh_a);
-    memset(&ff_a, 0, sizeof ff_a);
+    qd_part_factor_w fw;
+    memset(&fw, 0, sizeof fw);
     int rc = 0;
-    if (!hh || (sh && sh->fac && !fh) || !meta)
+    if (!hh || !meta)
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a [%lld, %lld] Hessian", (long long)h->k, (long long)h->k);
-    /* H is symmetric and the factor upper triangular: each is stored as its upper triangle
-     * when the other half holds nothing more (checked, bit for bit). */
+    /* H is symmetric: stored as its upper triangle when the lower is its transpose (checked,
+     * bit for bit). */
     if (!rc) rc = qd_part_farr_make("h", hh, (uint64_t)(h->k * h->k), h->k, &fh_a, err);
-    if (!rc && fh) rc = qd_part_farr_make("fac", fh, (uint64_t)(h->k * h->k), h->k, &ff_a, err);
-    if (!rc && (qd_part_farr_note(meta, &fh_a) || (fh && qd_part_farr_note(meta, &ff_a))))
-        rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc && qd_part_farr_note(meta, &fh_a)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    qd_part_arr a[3] = {fh_a.arr};
+    int na = 1;
+    if (!rc && sh) rc = qd_part_factor_put(meta, sh, h->k, &fw, a, &na, err);
     if (!rc) {
         cJSON_AddNumberToObject(meta, "k", (double)h->k);
         cJSON_AddNumberToObject(meta, "n_seen", (double)h->n_seen);
         cJSON_AddBoolToObject(meta, "bf16", h->bf16);
-        qd_part_arr a[3] = {fh_a.arr};
-        int na = 1;
-        /* The factorisation's record; its doubles exactly, as an array. */
-        double rec[8] = {0};
-        if (sh) {
-            double r[] = {sh->damp_opt, sh->damp_percent, sh->damp, sh->desc_act, sh->max_damp_retries, sh->ldl,
-                          sh->factored, sh->damp_retries};
-            memcpy(rec, r, sizeof rec);
-            cJSON_AddItemToObject(meta, "factor", cJSON_CreateTrue());
-            a[na++] = (qd_part_arr){"factor_rec", rec, sizeof rec};
-            if (fh) a[na++] = ff_a.arr;
-        }
         char name[64];
         qd_qpart_name_hessian(name, sizeof name, block, group);
         rc = qd_part_file_write(dirfd, name, meta, a, na, NULL, err);
     }
     qd_part_farr_free(&fh_a);
-    qd_part_farr_free(&ff_a);
+    qd_part_factor_w_free(&fw);
     cJSON_Delete(meta);
     free(own_h);
-    free(own_f);
     return rc;
 }
 
@@ -331,6 +317,12 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
         cJSON_AddNumberToObject(meta, "group_size", (double)in->group_size);
     }
     cJSON_AddStringToObject(meta, "hessian", hname);
+    if (in->fac) {   /* the group's factor, made by a factor part */
+        char fsum[24];
+        snprintf(fsum, sizeof fsum, "%016llx", (unsigned long long)in->fac->checksum);
+        cJSON_AddStringToObject(meta, "factor", in->fac->name);
+        cJSON_AddStringToObject(meta, "factor_checksum", fsum);
+    }
     res_strings_put(meta, &in->res);
     double rv[R_COUNT];
     res_pack(&in->res, rv);
@@ -499,14 +491,16 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 
 /* Reads the Hessian file `name` into a fresh accumulator on be, and its factorisation, when
  * the file has one, into *sh keyed to it. */
-static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_gptq_shared *sh,
-                        qd_err *err)
+int qd_qpart_read_hessian(int dirfd, const char *name, uint64_t want_sum, const char *fac_name, uint64_t fac_sum,
+                          qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_gptq_shared *sh, qd_err *err)
 {
     qd_part_file f;
     int rc = qd_part_file_read(dirfd, name, &f, err);
     if (rc) return rc;
     size_t kk = (size_t)(k * k) * sizeof(float);
-    if (meta_int(f.meta, "k", -1) != k)
+    if (want_sum && f.checksum != want_sum)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the Hessian the part was made for (checksum)", name);
+    else if (meta_int(f.meta, "k", -1) != k)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: not a [%lld, %lld] Hessian", name, (long long)k, (long long)k);
     if (!rc) rc = qd_gptq_hessian_init(h, be, k, err);
     /* On the CPU the accumulator is host memory and takes the decoded H directly. */
@@ -518,24 +512,19 @@ static int read_hessian(int dirfd, const char *name, qd_backend *be, int64_t k, 
         rc = qd_part_farr_read(&f, "h", tmp ? tmp : h->h, (uint64_t)(k * k), k, err);
         if (!rc && tmp && qd_backend_upload(be, h->h, tmp, kk)) rc = qd_err_set(err, QD_EBACKEND, "Hessian: %s", be->err.msg);
     }
-    if (!rc && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "factor"))) {
-        const double *rec = qd_part_file_arr(&f, "factor_rec", 8 * sizeof(double), err);
-        const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
-        int has_fac = cJSON_HasObjectItem(arrs, "fac");
-        float *fac = has_fac ? (tmp ? tmp : malloc(kk)) : NULL;
-        if (!rec) rc = QD_EFORMAT;
-        else if (has_fac && !fac) rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
-        else if (has_fac) rc = qd_part_farr_read(&f, "fac", fac, (uint64_t)(k * k), k, err);
-        if (!rc) {
-            qd_gptq_shared r = {.k = k, .damp_opt = rec[0], .damp_percent = rec[1], .damp = rec[2], .desc_act = (int)rec[3],
-                                .max_damp_retries = (int)rec[4], .ldl = (int)rec[5], .factored = (int)rec[6],
-                                .damp_retries = (int)rec[7]};
-            if (fac) rc = qd_gptq_shared_adopt(be, h, &r, fac, sh, err);
-            else if (!r.factored) { *sh = r; sh->key = h; sh->n_seen = h->n_seen; sh->be = be; }   /* every damping failed: RTN */
-        }
-        if (fac != tmp) free(fac);
-    }
     free(tmp);
+    if (!rc && sh && fac_name) {
+        /* The factor part's output: whole, the very file the lead checked. */
+        qd_part_file ff;
+        memset(&ff, 0, sizeof ff);
+        rc = qd_part_file_read(dirfd, fac_name, &ff, err);
+        if (!rc && ff.checksum != fac_sum)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the factorisation the lead checked (checksum)", fac_name);
+        if (!rc) rc = qd_part_factor_get(&ff, fac_name, be, h, sh, err);
+        qd_part_file_free(&ff);
+    } else if (!rc && sh && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "factor"))) {
+        rc = qd_part_factor_get(&f, name, be, h, sh, err);
+    }
     qd_part_file_free(&f);
     return rc;
 }
@@ -604,7 +593,14 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         const cJSON *hn = cJSON_GetObjectItemCaseSensitive(f.meta, "hessian");
         if (!rc && (!cJSON_IsString(hn) || strchr(hn->valuestring, '/')))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian named", name);
-        if (!rc) rc = read_hessian(dirfd, hn->valuestring, p->be, k, &h, &shared, err);
+        const cJSON *fn = cJSON_GetObjectItemCaseSensitive(f.meta, "factor");
+        const cJSON *fs = cJSON_GetObjectItemCaseSensitive(f.meta, "factor_checksum");
+        unsigned long long fsum = 0;
+        if (!rc && fn && (!cJSON_IsString(fn) || strchr(fn->valuestring, '/') || !cJSON_IsString(fs) ||
+                          sscanf(fs->valuestring, "%16llx", &fsum) != 1))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad factor file name or checksum", name);
+        if (!rc) rc = qd_qpart_read_hessian(dirfd, hn->valuestring, 0, fn ? fn->valuestring : NULL, fsum, p->be, k, &h,
+                                            &shared, err);
     }
     in.h = &h;
     in.shared_last = 1;
@@ -624,8 +620,9 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
 {
     double t0 = qd_clock_now_s();
     if (seconds) *seconds = 0;
-    if (!step || strcmp(step, "quantize"))
-        return qd_err_set(err, QD_EINVAL, "part step \"%s\" is not one this build runs (quantize)", step ? step : "");
+    int factor = step && !strcmp(step, "factor");
+    if (!step || (strcmp(step, "quantize") && !factor))
+        return qd_err_set(err, QD_EINVAL, "part step \"%s\" is not one this build runs (quantize, factor)", step ? step : "");
     if (block < 0 || index < 0) return qd_err_set(err, QD_EINVAL, "part %d of block %d: out of range", index, block);
     qd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -639,10 +636,13 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
         /* An output already there for this very input (an earlier attempt's: outputs are
          * named by their input's checksum) is kept; the lead checks it whole when it reads
          * it, and computes it itself if it is damaged. */
-        char in_name[64], out_name[80], sum[24];
-        qd_qpart_name_in(in_name, sizeof in_name, block, index);
+        char in_name[64], out_name[96], sum[24], desc[160];
+        if (factor) qd_fpart_name_in(in_name, sizeof in_name, block, index);
+        else qd_qpart_name_in(in_name, sizeof in_name, block, index);
         uint64_t in_sum = qd_part_file_checksum(dirfd, in_name);
-        qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum);
+        qd_part_factor_desc(be, desc, sizeof desc);
+        if (factor) qd_fpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
+        else qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum);
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
         cJSON *meta = in_sum ? qd_part_file_meta(dirfd, out_name) : NULL;
         const cJSON *ic = cJSON_GetObjectItemCaseSensitive(meta, "in_checksum");
@@ -654,7 +654,8 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
             free(p);
             return 0;
         }
-        rc = qd_qpart_run_file(p, dirfd, block, index, worker, err);
+        rc = factor ? qd_fpart_run_file(p, dirfd, block, index, worker, err)
+                    : qd_qpart_run_file(p, dirfd, block, index, worker, err);
     }
     if (dirfd >= 0) close(dirfd);
     free(p);

@@ -326,43 +326,106 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
     return qd_confine_subdir_open(p->ckpt_fd, "parts", 1, &p->parts_fd, NULL, shown, err);
 }
 
-/* The fan-out of the run's parts (r->fan): every input written (a group's Hessian once),
- * the hook called, every output read back and the linears finished in order; a part whose
- * output is missing or damaged is computed here. */
+/* The factor step of a fan-out (part_factor.c): the Hessians of groups[0..nf) (written
+ * already, ks their widths) factored by parts of their own, fdone[j] the output group j's
+ * row parts read. An output missing, damaged, or made by a backend unlike the lead's is
+ * computed here. *t_hook gets the seconds the parts ran for. */
+static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, qd_fpart_done *fdone, double *t_hook,
+                       qd_err *err)
+{
+    qd_pipeline *p = r->p;
+    uint64_t *sums = calloc((size_t)nf, sizeof *sums);
+    const char **names = calloc((size_t)nf, sizeof *names);
+    int rc = !sums || !names ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    for (int j = 0; j < nf && !rc; j++) {
+        rc = qd_fpart_write_in(p->parts_fd, r->block, j, groups[j], ks[j], &sums[j], err);
+        names[j] = qd_model_group(p->m, groups[j])->name;
+    }
+    double t0 = qd_clock_now_s();
+    if (!rc && p->hooks.fanout(p->hooks.ud, r->block, "factor", nf, names))
+        rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    *t_hook = qd_clock_now_s() - t0;
+    for (int j = 0; j < nf && !rc; j++) {
+        qd_err e2 = {0};
+        if (!qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], &e2)) continue;
+        /* Never used: factored again, here. */
+        QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=factor part=%d group=%s why=\"%s\"", p->job->id,
+               r->block, j, names[j], e2.msg);
+        double tf = qd_clock_now_s();
+        rc = qd_fpart_run_file(p, p->parts_fd, r->block, j, p->hooks.worker, err);
+        *t_hook += qd_clock_now_s() - tf;
+        if (!rc) rc = qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], err);
+    }
+    free(sums);
+    free(names);
+    return rc;
+}
+
+/* The fan-out of the run's parts (r->fan): every group's Hessian written once (with GPTQ's
+ * factorisation of it, made here, or by factor parts when the run has two GPTQ groups or
+ * more), every input written, the hook called, every output read back and the linears
+ * finished in order; a part whose output is missing or damaged is computed here. */
 static int run_fanout(run_ctx *r, qd_err *err)
 {
     qd_pipeline *p = r->p;
     double t0 = qd_clock_now_s(), t_factor = 0;
     int rc = parts_dir(p, err);
-    /* Each group's Hessian once, then the inputs; a linear's weights are freed once its
-     * parts hold them (the direct error, a debugging option, keeps its reference). */
-    const qd_gptq_hessian *written[QD_MAX_GROUPS];
-    int n_written = 0;
+    /* The run's Hessians, each once, and whether a GPTQ part reads it. */
+    const qd_gptq_hessian *hs[QD_MAX_GROUPS];
+    int hg[QD_MAX_GROUPS], hgptq[QD_MAX_GROUPS], fidx[QD_MAX_GROUPS];
+    int n_h = 0, nf = 0;
+    for (int l = 0; l < r->n_lins; l++) {
+        const qd_qpart_in *in = &r->parts[r->lins[l].first];
+        int j = 0;
+        while (j < n_h && hs[j] != in->h) j++;
+        if (j == n_h) {
+            if (n_h == QD_MAX_GROUPS) return qd_err_set(err, QD_EINVAL, "a fan-out of more than %d groups", QD_MAX_GROUPS);
+            hs[n_h] = in->h;
+            hg[n_h] = r->lins[l].g;
+            hgptq[n_h++] = 0;
+        }
+        hgptq[j] |= in->gptq;
+    }
+    for (int j = 0; j < n_h; j++) fidx[j] = hgptq[j] ? nf++ : -1;
+    int fparts = nf >= 2;
+    /* Each group's Hessian once. GPTQ's factorisation of it once, rather than once per
+     * part: the parts of a group (q/k/v, every row range) start from it, as the in-memory
+     * run's do; made here one group after another, or, with two groups or more, by parts. */
+    for (int j = 0; j < n_h && !rc; j++) {
+        qd_gptq_shared sh;
+        memset(&sh, 0, sizeof sh);
+        int here = hgptq[j] && !fparts;
+        double tf = qd_clock_now_s();
+        if (here) {
+            qd_gptq_opts go = qd_pipeline_gptq_opts(p);
+            rc = qd_gptq_shared_make(p->be, &go, hs[j], &sh, err);
+            t_factor += qd_clock_now_s() - tf;
+        }
+        if (!rc) rc = qd_qpart_write_hessian(p->parts_fd, r->block, hg[j], hs[j], here ? &sh : NULL, err);
+        qd_gptq_shared_free(&sh);
+    }
+    qd_fpart_done *fdone = fparts ? calloc((size_t)nf, sizeof *fdone) : NULL;
+    if (!rc && fparts) {
+        int fg[QD_MAX_GROUPS];
+        int64_t fk[QD_MAX_GROUPS];
+        for (int j = 0; j < n_h; j++)
+            if (fidx[j] >= 0) { fg[fidx[j]] = hg[j]; fk[fidx[j]] = hs[j]->k; }
+        double th = 0, tf = qd_clock_now_s();
+        rc = fdone ? run_factors(r, fg, fk, nf, fdone, &th, err) : qd_err_set(err, QD_ENOMEM, "out of memory");
+        /* The factorisations' wall time is the quantize step's; their files' the checkpoint's. */
+        t_factor += th;
+        p->cost.stage[QD_STAGE_CHECKPOINT] += qd_clock_now_s() - tf - th;
+        t0 += qd_clock_now_s() - tf - th;   /* booked already */
+    }
+    /* Then the inputs; a linear's weights are freed once its parts hold them (the direct
+     * error, a debugging option, keeps its reference). */
     for (int l = 0; l < r->n_lins && !rc; l++) {
         lin_job *lj = &r->lins[l];
-        const qd_gptq_hessian *h = r->parts[lj->first].h;
-        int seen = 0;
-        for (int j = 0; j < n_written; j++) seen |= written[j] == h;
-        if (!seen) {
-            /* GPTQ's factorisation of it once, here, rather than once per part: the parts of
-             * a group (q/k/v, every row range) start from it, as the in-memory run's do. */
-            int gptq = 0;
-            for (int m = l; m < r->n_lins; m++)
-                if (r->parts[r->lins[m].first].h == h) gptq |= r->parts[r->lins[m].first].gptq;
-            qd_gptq_shared sh;
-            memset(&sh, 0, sizeof sh);
-            double tf = qd_clock_now_s();
-            if (gptq) {
-                qd_gptq_opts go = qd_pipeline_gptq_opts(p);
-                rc = qd_gptq_shared_make(p->be, &go, h, &sh, err);
-                t_factor += qd_clock_now_s() - tf;
-            }
-            if (!rc) rc = qd_qpart_write_hessian(p->parts_fd, r->block, lj->g, h, gptq ? &sh : NULL, err);
-            qd_gptq_shared_free(&sh);
-            written[n_written++] = h;
-        }
+        int j = 0;
+        while (hs[j] != r->parts[lj->first].h) j++;
         for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++) {
             qd_qpart_src_find(p, r->block, &r->parts[i]);
+            r->parts[i].fac = fparts && fidx[j] >= 0 ? &fdone[fidx[j]] : NULL;
             rc = qd_qpart_write_in(p->parts_fd, r->block, i, lj->g, &r->parts[i], &r->in_sums[i], err);
         }
         free(lj->clipped);
@@ -431,6 +494,13 @@ static int run_fanout(run_ctx *r, qd_err *err)
         qd_qpart_name_hessian(name, sizeof name, r->block, r->lins[l].g);
         qd_part_file_remove(p->parts_fd, name);
     }
+    if (!rc && fparts) {
+        char prefix[32];
+        snprintf(prefix, sizeof prefix, "b%04d-factor-", r->block);
+        qd_part_files_remove(p->parts_fd, prefix);
+    }
+    for (int i = 0; i < r->n_parts; i++) r->parts[i].fac = NULL;
+    free(fdone);
     return rc;
 }
 

@@ -2,8 +2,9 @@
 # A block's quantize step fanned out as parts over the node's workers (daemon/parts.c,
 # workers/worker_parts.c, the parts messages of proto/wire.md), against a real redis-server
 # on a random loopback port and quantd with --workers cpu:1, cpu:2 and cpu:3:
-#   - a GPTQ job on a dense model and on a MoE model (gen-model --experts) writes the same
-#     bytes whatever the number of workers (every output file compared with cmp; the report
+#   - a GPTQ job on a dense model and on a MoE model (gen-model --experts, whose experts'
+#     Hessians are factored by parts of the step "factor") writes the same bytes whatever the
+#     number of workers (every output file compared with cmp; the report
 #     with its run-dependent fields left out), and the same as job.workers 1 (no fan-out);
 #     with one worker the lead keeps its parts in memory (no fan-out either);
 #   - with 2 or more workers the logs show parts run by a worker other than the lead, and the
@@ -78,6 +79,11 @@ for model in dense moe; do
             [ "$(helper_parts "$id")" -gt 0 ] || fail "$id: every part ran on the lead with $n workers"
             grep -q "part_run worker=cpu-[0-9] job=$id " "$T/d.log" || fail "$id: no worker logged a part"
             R XRANGE "qjob:$id:events" - + | grep -q '"parts":\[{"worker":"cpu-' || fail "$id: the status never listed a part in flight"
+            # A MoE block's experts are quantized together: their Hessians are factored by
+            # parts of their own (step factor) before the row parts.
+            if [ "$model" = moe ]; then
+                grep -q "parts_open job=$id block=[0-9]* step=factor " "$T/d.log" || fail "$id: no factor step went out as parts"
+            fi
         fi
         # Once over, no part is listed.
         [ -z "$(R HGET "qjob:$id" parts)" ] || fail "$id: parts left in the status: $(R HGET "qjob:$id" parts)"
@@ -153,7 +159,7 @@ holds_part() { R HGET qjob:slow-kill parts | grep -q "\"worker\":\"$H\""; }
 wait_for 300 holds_part || { kill -CONT "$HPID"; fail "$H was never handed a part of slow-kill"; }
 # quantctl status prints the parts in flight, one line each.
 "$B/quantctl" status slow-kill --redis "redis://127.0.0.1:$PORT" >"$T/status.txt" 2>&1
-grep -q "^part: *$H: block [0-9]* quantize part [0-9]*" "$T/status.txt" ||
+grep -q "^part: *$H: block [0-9]* \(quantize\|factor\) part [0-9]*" "$T/status.txt" ||
     { kill -CONT "$HPID"; fail "quantctl status shows no part of $H: $(cat "$T/status.txt")"; }
 kill -9 "$HPID"
 wait_for 600 final slow-kill || fail "slow-kill did not end after the helper's kill"

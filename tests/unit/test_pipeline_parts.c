@@ -31,7 +31,9 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
 
 /* FAN_CANCEL: a cancel at a fan-out before any part ran; FAN_CANCEL_AFTER: after every part
  * ran (the resumed run must keep their outputs, not compute them again). */
-typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP } fan_mode;
+/* FAN_OTHER_MAKER: the factor parts run on a backend whose desc is not the lead's (another
+ * CPU, thread count or GPU): their outputs are never taken over, the lead factors each group. */
+typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER } fan_mode;
 
 typedef struct fan_ctx {
     const qp_job *job;
@@ -47,7 +49,14 @@ typedef struct fan_ctx {
      * precision, Hessians and factors stored as their upper triangle, outputs whose
      * dequantized rows the lead decodes from the codes. */
     int ins, ins_half, ins_src, hess, hess_tri, facs, facs_tri, outs, outs_codes;
+    /* The factor step (part_factor.c): its fan-outs, parts, the last one's size and the most
+     * factor outputs seen beside a quantize fan-out (the lead's and, FAN_OTHER_MAKER, the
+     * other maker's). */
+    int factor_fanouts, factor_parts, factor_last_n, factor_outs_max;
 } fan_ctx;
+
+/* The test backend under another desc: the same computation, named as another maker's. */
+static qd_backend other_maker;
 
 static int enc_is(const cJSON *meta, const char *arr, const char *a, const char *b)
 {
@@ -69,7 +78,12 @@ static void count_forms(fan_ctx *c)
         if (nm[0] == '.' || l < 6 || strcmp(nm + l - 5, ".part")) continue;
         cJSON *m = qd_part_file_meta(fd, nm);
         const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(m, "arrays");
-        if (strstr(nm, ".out.part")) {
+        if (strstr(nm, "-factor-")) {
+            if (strstr(nm, ".out.part") && cJSON_HasObjectItem(arrs, "fac")) {
+                c->facs++;
+                c->facs_tri += enc_is(m, "fac", "upper_zero", NULL);
+            }
+        } else if (strstr(nm, ".out.part")) {
             c->outs++;
             c->outs_codes += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "dq_from_codes")) &&
                              !cJSON_HasObjectItem(arrs, "dq");
@@ -91,16 +105,35 @@ static void count_forms(fan_ctx *c)
     if (fd >= 0) close(fd);
 }
 
-/* The path of part `index`'s output: named by its input's checksum (part.h). */
-static void out_path(const fan_ctx *c, int block, int index, char *buf, size_t cap)
+/* The path of part `index`'s output of step `step`: named by its input's checksum (part.h)
+ * and, for a factor part, by the test backend's desc. */
+static void out_path(const fan_ctx *c, const char *step, int block, int index, char *buf, size_t cap)
 {
-    char dir[4300], in[64], out[80];
+    char dir[4300], in[64], out[96], desc[160];
     snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    qd_qpart_name_in(in, sizeof in, block, index);
-    qd_qpart_name_out(out, sizeof out, block, index, fd >= 0 ? qd_part_file_checksum(fd, in) : 0);
+    int factor = !strcmp(step, "factor");
+    if (factor) qd_fpart_name_in(in, sizeof in, block, index);
+    else qd_qpart_name_in(in, sizeof in, block, index);
+    uint64_t sum = fd >= 0 ? qd_part_file_checksum(fd, in) : 0;
+    qd_part_factor_desc(pt_be, desc, sizeof desc);
+    if (factor) qd_fpart_name_out(out, sizeof out, block, index, sum, desc);
+    else qd_qpart_name_out(out, sizeof out, block, index, sum);
     if (fd >= 0) close(fd);
     snprintf(buf, cap, "%s/%s", dir, out);
+}
+
+/* The factor outputs in the parts directory. */
+static int factor_outs(const fan_ctx *c)
+{
+    char dir[4400];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    DIR *d = opendir(dir);
+    int n = 0;
+    struct dirent *e;
+    while (d && (e = readdir(d))) n += strstr(e->d_name, "-factor-") && strstr(e->d_name, ".out.part");
+    if (d) closedir(d);
+    return n;
 }
 
 /* Flips a byte in the middle of path, or truncates it by 8 bytes. */
@@ -160,8 +193,17 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     fan_ctx *c = ud;
     if (c->mode == FAN_SWAP && c->fanouts == 0) swap_model(c->job->model);
     CHECK_INT(stale_files(c, block), 0);   /* a committed block's parts are removed */
-    CHECK(!strcmp(step, "quantize"));
+    int factor = !strcmp(step, "factor");
+    CHECK(factor || !strcmp(step, "quantize"));
     CHECK(n > 1);
+    if (factor) {
+        c->factor_fanouts++;
+        c->factor_parts += n;
+        c->factor_last_n = n;
+    } else {
+        int fo = factor_outs(c);
+        if (fo > c->factor_outs_max) c->factor_outs_max = fo;
+    }
     for (int i = 0; i < n; i++) CHECK(names[i] && names[i][0]);
     if (c->mode == FAN_CANCEL && c->fanouts == c->cancel_at) { c->fanouts++; return 1; }
     c->fanouts++;
@@ -172,7 +214,8 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         snprintf(worker, sizeof worker, "w%d", 1 + i % 2);
         qd_err err = {0};
         double secs = -1;
-        int rc = qd_pipeline_part_run(c->job, pt_be, block, step, i, worker, &secs, &err);
+        qd_backend *be = factor && c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
+        int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &secs, &err);
         if (rc) { c->failed++; fprintf(stderr, "part %d: %s\n", i, err.msg); }
         CHECK(secs >= 0);
         c->parts++;
@@ -181,7 +224,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     for (int i = 0; i < n && i < 64; i++) {
         char p[4400];
         struct stat st;
-        out_path(c, block, i, p, sizeof p);
+        out_path(c, step, block, i, p, sizeof p);
         if (c->mode == FAN_CANCEL_AFTER && c->fanouts == c->cancel_at + 1) {
             CHECK(stat(p, &st) == 0);
             c->kept_ino[i] = st.st_ino;
@@ -201,9 +244,9 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     if (bytes > c->max_bytes) c->max_bytes = bytes;
     if (c->mode == FAN_DAMAGE && n >= 2) {
         char p[4400];
-        out_path(c, block, 0, p, sizeof p);
+        out_path(c, step, block, 0, p, sizeof p);
         damage(p, 0);
-        out_path(c, block, 1, p, sizeof p);
+        out_path(c, step, block, 1, p, sizeof p);
         damage(p, 1);
     }
     return 0;
@@ -249,8 +292,9 @@ static void check_same(const char *what, const char *ref, const char *out)
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
 }
 
-static void fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
-                     fan_mode mode)
+/* Returns the factor fan-outs the run made. */
+static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
+                    fan_mode mode)
 {
     char ref[4200], out[4200];
     snprintf(ref, sizeof ref, "%s/%s-ref", T, tag);
@@ -260,7 +304,7 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     qp_job_free(job);
     job = pt_job(model, out, method, format, tokens, extra);
     CHECK(job != NULL);
-    if (!job) return;
+    if (!job) return 0;
     fan_ctx c = {.job = job, .mode = mode, .cancel_at = 1};
     qd_pipeline_hooks hooks = {.ud = &c, .fanout = on_fanout, .worker = "lead"};
     qd_err err = {0};
@@ -280,10 +324,15 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     CHECK(c.parts > 0);
     if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts);   /* every part's rows changed: none used */
     else CHECK_INT(c.failed, 0);
+    /* Beside a quantize fan-out, each factor part's output once; with another maker, its
+     * output and the lead's own. */
+    if (c.factor_fanouts && (mode == FAN_ALL || mode == FAN_OTHER_MAKER))
+        CHECK_INT(c.factor_outs_max, (mode == FAN_OTHER_MAKER ? 2 : 1) * c.factor_last_n);
+    if (mode == FAN_OTHER_MAKER) CHECK(c.factor_fanouts > 0);
     printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; inputs read from "
            "the model %d/%d, in half precision %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes "
-           "%d/%d\n", tag, (int)mode, c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_src, c.ins, c.ins_half,
-           c.ins, c.hess_tri, c.hess, c.facs_tri, c.facs, c.outs_codes, c.outs);
+           "%d/%d; factor fan-outs %d of %d parts\n", tag, (int)mode, c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_src, c.ins, c.ins_half,
+           c.ins, c.hess_tri, c.hess, c.facs_tri, c.facs, c.outs_codes, c.outs, c.factor_fanouts, c.factor_parts);
     if (mode == FAN_ALL) {
         /* Every grid's rows decode from their codes bit for bit, and every Hessian is
          * symmetric and every factor upper triangular, so none of them travels whole; without
@@ -311,13 +360,19 @@ static void fan_case(const char *tag, const char *model, const char *method, con
     }
     check_same(tag, ref, out);
     qp_job_free(job);
+    return c.factor_fanouts;
 }
 
 static void test_dense(void)
 {
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_ALL);
     fan_case("gptq-act-static", llama_dir, "gptq", "gptq", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
-    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", "\"true_sequential\":false,", FAN_ALL);
+    /* One fan-out for the whole block: its four groups' Hessians factored by parts. */
+    CHECK(fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", "\"true_sequential\":false,", FAN_ALL) > 0);
+    CHECK(fan_case("gptq-not-seq-act", llama_dir, "gptq", "gptq", "\"true_sequential\":false,\"desc_act\":true,"
+                   "\"static_groups\":true,\"layout\":\"tp_aware\",\"tp\":2,", FAN_ALL) > 0);
+    CHECK(fan_case("gptq-not-seq-bf16", llama_dir, "gptq", "gptq_v2", "\"true_sequential\":false,\"compute\":\"bf16\",",
+                   FAN_ALL) > 0);
     fan_case("rtn", llama_dir, "rtn", "gptq_v2", "\"bits\":3,\"sym\":false,", FAN_ALL);
     fan_case("awq", llama_dir, "awq", "awq_gemm", NULL, FAN_ALL);
     fan_case("awq-gptq", llama_dir, "awq+gptq", "compressed-tensors", "\"sym\":false,", FAN_ALL);
@@ -337,7 +392,7 @@ static void test_moe(void)
 {
     char model[4200];
     snprintf(model, sizeof model, "%s/mixtral", pt_families_dir());
-    fan_case("mixtral-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_ALL);
+    CHECK(fan_case("mixtral-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_ALL) > 0);   /* the experts' factors */
     fan_case("mixtral-awq", model, "awq", "gptq", "\"bits\":8,", FAN_ALL);
 }
 
@@ -404,6 +459,12 @@ static void test_lost_parts(void)
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
     fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
+    /* Factor parts lost, damaged, cancelled, or made by a backend unlike the lead's. */
+    const char *nseq = "\"true_sequential\":false,";
+    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", nseq, FAN_SKIP_ODD);
+    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", nseq, FAN_DAMAGE);
+    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", nseq, FAN_CANCEL_AFTER);
+    fan_case("gptq-not-sequential", llama_dir, "gptq", "gptq_v2", nseq, FAN_OTHER_MAKER);
     /* The model's files changed under the job: every worker refuses its rows (their checksum
      * is not the lead's), the lead computes every part itself, and the bytes do not change. */
     char swap_dir[4200];
@@ -421,6 +482,8 @@ int main(void)
     if (pt_setup(1, 4000, 128, 3, &T, &tokens) || pt_setup_model("llama", &lo, llama_dir, sizeof llama_dir) ||
         pt_setup_model("wide", &wo, wide_dir, sizeof wide_dir))
         return 1;
+    other_maker = *pt_be;
+    snprintf(other_maker.desc, sizeof other_maker.desc, "cpu openblas=another-core threads=%d", pt_be->n_threads);
     TEST_RUN(test_rows_independent);
     TEST_RUN(test_dense);
     TEST_RUN(test_row_ranges);

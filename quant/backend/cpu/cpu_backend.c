@@ -8,6 +8,7 @@
 #include "quant/backend/cpu/cpu_internal.h"
 
 #include <cblas.h>
+#include <stdio.h>
 #include <lapacke.h>
 #include <math.h>
 #include <stdlib.h>
@@ -341,6 +342,7 @@ int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **o
     be->name = "cpu";
     be->device = -1;
     be->n_threads = n_threads;
+    snprintf(be->desc, sizeof be->desc, "cpu openblas=%s threads=%d", openblas_get_corename(), n_threads);
     be->rt = *rt;
     be->rt.fault_inject = NULL;
     be->bf16_native = cpu_amx_on(be);

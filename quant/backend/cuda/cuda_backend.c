@@ -772,6 +772,13 @@ int qd_backend_cuda_open(int device, qd_backend **out, qd_err *err)
     int major = 0;   /* bf16 tensor cores from compute capability 8.0 (Ampere) */
     if (!rc && cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, device) == cudaSuccess)
         be->bf16_native = major >= 8;
+    int minor = 0;
+    struct cudaDeviceProp prop;
+    if (!rc && cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, device) == cudaSuccess &&
+        cudaGetDeviceProperties(&prop, device) == cudaSuccess)
+        snprintf(be->desc, sizeof be->desc, "cuda %.80s sm_%d%d", prop.name, major, minor);
+    else
+        snprintf(be->desc, sizeof be->desc, "cuda sm_%d", major);
     if (rc) {
         qd_err_set(err, rc, "%s", be->err.msg);
         qd_backend_cuda_close(be);
