@@ -29,6 +29,8 @@
 #include "quant/pipeline/state.h"
 
 #define QW_REPORT_MAX (256 * 1024)   /* a report larger than this is not forwarded */
+/* Seconds idle after which a worker closes what parts keep open between them. */
+#define QW_IDLE_S 10
 
 static int64_t unix_ms(void)
 {
@@ -545,7 +547,18 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
 
     for (;;) {
         pthread_mutex_lock(&w->lock);
-        while (!w->n_queued && !w->eof && !w->shutdown) pthread_cond_wait(&w->cond, &w->lock);
+        /* Idle for QW_IDLE_S: what parts keep open between them (a model's files) is closed. */
+        for (int held = 1; !w->n_queued && !w->eof && !w->shutdown;) {
+            if (!held) { pthread_cond_wait(&w->cond, &w->lock); continue; }
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += QW_IDLE_S;
+            if (pthread_cond_timedwait(&w->cond, &w->lock, &until) != ETIMEDOUT || w->n_queued) continue;
+            pthread_mutex_unlock(&w->lock);
+            qd_pipeline_part_idle();
+            pthread_mutex_lock(&w->lock);
+            held = 0;
+        }
         if (!w->n_queued || w->eof || w->shutdown) {
             pthread_mutex_unlock(&w->lock);
             break;
@@ -597,6 +610,7 @@ out:
     }
     pipe_drop(w);
     qw_parts_free(w);
+    qd_pipeline_part_idle();
     qd_backend_close(w->be);
     for (int i = 0; i < w->n_queued; i++) qp_msg_clear(&w->queue[i].msg);
     close(w->stop_pipe[0]);

@@ -336,9 +336,7 @@ int qd_model_load_packed_find(qd_model *m, qd_fmt_find_fn find, void *ud, const 
     if (!rc && m->gptq_rules) {
         /* A mixed GPTQ checkpoint: the widths read from the tensors are the ones its rules give. */
         char name[512];
-        snprintf(name, sizeof name, "%s", qd_model_tname(m, base));
-        size_t nl = strlen(name);
-        if (nl > 7 && !strcmp(name + nl - 7, ".weight")) name[nl - 7] = 0;
+        snprintf(name, sizeof name, "%s", qd_model_tname(m, base));   /* a module name: no ".weight" */
         if ((rc = qd_gptq_dynamic_agree(m->gptq_rules, name, p.bits, p.group_size, k, err))) {
             qd_packed_free(&p);
             return rc;   /* the message names the module */

@@ -267,8 +267,9 @@ int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 int qd_qpart_src_find(qd_pipeline *p, int block, qd_qpart_in *in);
 /* Puts in->src's name and the checksum of its rows' stored bytes in meta. */
 int qd_qpart_src_note(struct cJSON *meta, const qd_qpart_in *in);
-/* The worker's side: reads the rows meta names from job's model (opened here; the lead
- * passes the checkpoint it holds open as `open`, whose rows it checked, else NULL) into w
+/* The worker's side: reads the rows meta names from job's model (opened here and kept open
+ * for the process's next parts of that model; the lead passes the checkpoint it holds open as
+ * `open`, whose rows it checked, else NULL) into w
  * ([rows, k] floats), refusing (QD_EFORMAT, naming the tensor) a tensor of another shape or
  * dtype or rows whose stored bytes no longer have the checksum the lead saw: the part then
  * fails and the lead computes it itself, from the files it opened. 0, or QD_ENOTFOUND when

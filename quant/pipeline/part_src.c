@@ -4,6 +4,7 @@
  * model that is two of the three bytes per weight a quantize step's files carried. */
 #include "quant/pipeline/part.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -73,6 +74,69 @@ int qd_qpart_src_note(cJSON *meta, const qd_qpart_in *in)
     return 0;
 }
 
+/* Rows r0..r1 of the tensor meta names in m, checked against the checksum meta gives. */
+static int read_rows(const st_model *m, const char *name, const char *want, int64_t r0, int64_t r1, int64_t n, int64_t k,
+                     float *w, qd_err *err)
+{
+    const st_tensor *t = st_model_find(m, name);
+    st_tensor view;
+    int rc = 0;
+    if (!t || t->ndim != 2 || t->shape[0] != n || t->shape[1] != k || !plain_dtype(t->dtype))
+        rc = qd_err_set(err, QD_EFORMAT, "part input: the model has no plain [%lld, %lld] tensor %.200s", (long long)n,
+                        (long long)k, name);
+    if (!rc) rc = st_tensor_rows(t, r0, r1, &view, err);
+    /* The checksum and the conversion from one copy of the bytes, as the lead's. */
+    size_t bytes = rc ? 0 : (size_t)(view.end - view.begin);
+    unsigned char *raw = rc ? NULL : malloc(bytes ? bytes : 1);
+    if (!rc && !raw) rc = qd_err_set(err, QD_ENOMEM, "part input: out of memory for rows of %.200s", name);
+    char sum[24];
+    if (!rc) {
+        memcpy(raw, view.data, bytes);
+        /* A model kept open for many parts keeps only the pages being read resident. */
+        st_tensor_release(&view);
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)qd_part_checksum(raw, bytes));
+        if (strcmp(sum, want))
+            rc = qd_err_set(err, QD_EFORMAT, "part input: rows %lld..%lld of %.200s changed since the lead read them "
+                            "(checksum %s, the lead's %.20s)", (long long)r0, (long long)r1, name, sum, want);
+    }
+    if (!rc) {
+        view.data = raw;
+        view.mapped = 0;
+        rc = st_tensor_read_f32(&view, w, err);
+    }
+    free(raw);
+    return rc;
+}
+
+/* The checkpoint this process last read part rows from, kept open for its next parts: opening
+ * a checkpoint of many shards parses every shard's header (bench/results/parts.md), once per
+ * part otherwise. Keyed by the job's model path. The rows' checksum still decides what is
+ * used: rows that differ from the lead's in a checkpoint kept open (its files replaced since)
+ * are read once more from a fresh open before the part is refused. */
+static pthread_mutex_t src_lock = PTHREAD_MUTEX_INITIALIZER;
+static st_model *src_model;
+static char src_path[4096];
+
+static int src_reopen(const char *path, qd_err *err)
+{
+    st_model_close(src_model);
+    src_model = NULL;
+    src_path[0] = 0;
+    if (strlen(path) >= sizeof src_path) return qd_err_set(err, QD_EINVAL, "part input: model path too long");
+    int rc = st_model_open(path, &src_model, err);
+    if (!rc) snprintf(src_path, sizeof src_path, "%s", path);
+    return rc;
+}
+
+void qd_pipeline_part_idle(void)
+{
+    pthread_mutex_lock(&src_lock);
+    st_model_close(src_model);
+    src_model = NULL;
+    src_path[0] = 0;
+    pthread_mutex_unlock(&src_lock);
+}
+
 int qd_qpart_src_read(const qp_job *job, const st_model *open, const cJSON *meta, int64_t r0, int64_t r1, int64_t n,
                       int64_t k, float *w, qd_err *err)
 {
@@ -81,34 +145,16 @@ int qd_qpart_src_read(const qp_job *job, const st_model *open, const cJSON *meta
     if (!nm) return QD_ENOTFOUND;
     if (!cJSON_IsString(nm) || !cJSON_IsString(cs))
         return qd_err_set(err, QD_EFORMAT, "part input: src and src_sum must be strings");
-    st_model *sm = NULL;
-    int rc = open ? 0 : st_model_open(job->model, &sm, err);
-    if (rc) return rc;
-    const st_tensor *t = st_model_find(open ? open : sm, nm->valuestring);
-    st_tensor view;
-    if (!t || t->ndim != 2 || t->shape[0] != n || t->shape[1] != k || !plain_dtype(t->dtype))
-        rc = qd_err_set(err, QD_EFORMAT, "part input: the model has no plain [%lld, %lld] tensor %.200s", (long long)n,
-                        (long long)k, nm->valuestring);
-    if (!rc) rc = st_tensor_rows(t, r0, r1, &view, err);
-    /* The checksum and the conversion from one copy of the bytes, as the lead's. */
-    size_t bytes = rc ? 0 : (size_t)(view.end - view.begin);
-    unsigned char *raw = rc ? NULL : malloc(bytes ? bytes : 1);
-    if (!rc && !raw) rc = qd_err_set(err, QD_ENOMEM, "part input: out of memory for rows of %.200s", nm->valuestring);
-    char sum[24];
-    if (!rc) {
-        memcpy(raw, view.data, bytes);
-        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)qd_part_checksum(raw, bytes));
-        if (strcmp(sum, cs->valuestring))
-            rc = qd_err_set(err, QD_EFORMAT, "part input: rows %lld..%lld of %.200s changed since the lead read them "
-                            "(checksum %s, the lead's %.20s)", (long long)r0, (long long)r1, nm->valuestring, sum,
-                            cs->valuestring);
+    if (open) return read_rows(open, nm->valuestring, cs->valuestring, r0, r1, n, k, w, err);
+    pthread_mutex_lock(&src_lock);
+    int kept = src_model && !strcmp(src_path, job->model);
+    int rc = kept ? 0 : src_reopen(job->model, err);
+    if (!rc) rc = read_rows(src_model, nm->valuestring, cs->valuestring, r0, r1, n, k, w, err);
+    if (rc && kept) {
+        qd_err_clear(err);
+        rc = src_reopen(job->model, err);
+        if (!rc) rc = read_rows(src_model, nm->valuestring, cs->valuestring, r0, r1, n, k, w, err);
     }
-    if (!rc) {
-        view.data = raw;
-        view.mapped = 0;
-        rc = st_tensor_read_f32(&view, w, err);
-    }
-    free(raw);
-    st_model_close(sm);
+    pthread_mutex_unlock(&src_lock);
     return rc;
 }

@@ -157,6 +157,9 @@ int qd_pipeline_run_block(qd_pipeline *p, qd_err *err);
  * that is missing or fails its checksum is QD_EFORMAT: the lead computes that part itself. */
 int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const char *step, int index,
                          const char *worker, double *seconds, qd_err *err);
+/* Closes what the parts keep open from one to the next (the model checkpoint their weight
+ * rows are read from): a worker calls it once it has been idle a while. */
+void qd_pipeline_part_idle(void);
 /* After the last block: assembles the output directory, runs the eval when asked,
  * writes quantd_report.json and removes .quantd/. */
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err);

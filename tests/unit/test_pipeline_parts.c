@@ -451,6 +451,52 @@ static void test_rows_independent(void)
     free(x);
 }
 
+/* A part input that names rows of the model's weights is checked before a row is used:
+ * names and checksums that are not strings, a tensor the model lacks or of another shape,
+ * rows outside it, rows whose bytes changed. */
+static void test_src_refusals(void)
+{
+    qd_err err = {0};
+    st_model *sm = NULL;
+    CHECK_OK(st_model_open(llama_dir, &sm, &err));
+    const char *name = "model.layers.0.self_attn.q_proj.weight";
+    const st_tensor *t = sm ? st_model_find(sm, name) : NULL;
+    CHECK(t != NULL && t->ndim == 2);
+    if (!t || t->ndim != 2) { st_model_close(sm); return; }
+    int64_t n = t->shape[0], k = t->shape[1];
+    st_tensor view;
+    CHECK_OK(st_tensor_rows(t, 0, 64, &view, &err));
+    char good[24], json[512];
+    snprintf(good, sizeof good, "%016llx", (unsigned long long)qd_part_checksum(view.data, (uint64_t)(view.end - view.begin)));
+    float *w = malloc((size_t)(n * k) * sizeof *w);
+    struct { const char *src, *sum; int64_t r1, n; int want; const char *msg; } cases[] = {
+        {"\"model.layers.0.self_attn.q_proj.weight\"", good, 64, n, 0, NULL},
+        {"5", good, 64, n, QD_EFORMAT, "must be strings"},
+        {"{\"a\":1}", good, 64, n, QD_EFORMAT, "must be strings"},
+        {"\"model.layers.0.self_attn.q_proj.weight\"", NULL, 64, n, QD_EFORMAT, "must be strings"},
+        {"\"model.layers.0.self_attn.nope.weight\"", good, 64, n, QD_EFORMAT, "has no plain"},
+        {"\"model.layers.0.self_attn.q_proj.weight\"", good, 64, n + 1, QD_EFORMAT, "has no plain"},
+        {"\"model.layers.0.self_attn.q_proj.weight\"", good, n + 64, n, 0, NULL},   /* want: refused (rows) */
+        {"\"model.layers.0.self_attn.q_proj.weight\"", "0000000000000000", 64, n, QD_EFORMAT, "changed since"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].sum) snprintf(json, sizeof json, "{\"src\":%s,\"src_sum\":\"%s\"}", cases[i].src, cases[i].sum);
+        else snprintf(json, sizeof json, "{\"src\":%s}", cases[i].src);
+        cJSON *meta = cJSON_Parse(json);
+        qd_err e = {0};
+        int rc = qd_qpart_src_read(NULL, sm, meta, 0, cases[i].r1, cases[i].n, k, w, &e);
+        test_checks++;
+        if (cases[i].r1 > n) {
+            if (rc == 0) TEST_FAIL_("case %zu: rows past the tensor's end were read", i);
+        } else if (rc != cases[i].want || (cases[i].msg && !strstr(e.msg, cases[i].msg))) {
+            TEST_FAIL_("case %zu (%s): rc %d (%s), expected %d", i, json, rc, e.msg, cases[i].want);
+        }
+        cJSON_Delete(meta);
+    }
+    free(w);
+    st_model_close(sm);
+}
+
 /* Parts nobody ran, damaged or truncated outputs, a cancel: the lead computes them. */
 static void test_lost_parts(void)
 {
@@ -489,5 +535,6 @@ int main(void)
     TEST_RUN(test_row_ranges);
     TEST_RUN(test_moe);
     TEST_RUN(test_lost_parts);
+    TEST_RUN(test_src_refusals);
     return pt_teardown();
 }
