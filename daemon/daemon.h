@@ -177,6 +177,7 @@ int qdd_pool_send_part(qdd_worker *w, qdd_job *j, int block, const char *step, i
 int qdd_pool_send_part_msg(qdd_worker *w, const char *job_id, const char *spec, const char *ckpt, int block,
                            const char *step, int index, uint64_t fence);
 int qdd_pool_send_parts_done(qdd_worker *w, const char *job_id, int block, const char *step);
+int qdd_pool_send_part_stop(qdd_worker *w, const char *job_id, int block, const char *step, int index);
 /* Graceful shutdown message to every worker, then SIGKILL any still alive after grace. */
 void qdd_pool_shutdown(qdd_daemon *d);
 void qdd_pool_kill(qdd_worker *w, const char *why);
@@ -265,6 +266,10 @@ void qdd_fanout_backup_start(qdd_fanout *f, int index);
  * (and is now done), 0 when that part is not in flight there (a late or foreign report, or
  * the copy that lost: nothing changes but the backup's end). */
 int qdd_fanout_finish(qdd_fanout *f, int index, int worker);
+/* The worker running the other copy of part index while worker runs one (the helper whose
+ * part the lead backs up, or the lead backing up the helper's), or -1: once worker's copy
+ * finishes well, the other is stopped (part_stop). Ask before qdd_fanout_finish. */
+int qdd_fanout_other_copy(const qdd_fanout *f, int index, int worker);
 /* The lead's backup of part index failed: the helper's copy goes on alone. */
 void qdd_fanout_backup_failed(qdd_fanout *f, int index);
 /* The part in flight on worker (if any) back to pending; returns its index, or -1. A part the

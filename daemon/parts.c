@@ -114,6 +114,14 @@ int qdd_fanout_finish(qdd_fanout *f, int index, int worker)
     return 1;
 }
 
+int qdd_fanout_other_copy(const qdd_fanout *f, int index, int worker)
+{
+    if (index < 0 || index >= f->n || f->backup != index || f->state[index] != QDD_PART_INFLIGHT) return -1;
+    if (worker == f->lead && f->worker[index] >= 0 && f->worker[index] != f->lead) return f->worker[index];
+    if (worker != f->lead && f->worker[index] == worker) return f->lead;
+    return -1;
+}
+
 void qdd_fanout_backup_failed(qdd_fanout *f, int index)
 {
     if (index == f->backup) f->backup = -1;
@@ -342,6 +350,7 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
         return;
     }
     uint64_t fid = w->part_fanout;
+    int other = -1;
     if (j->fanout && j->fanout->id == fid && j->fanout->shared) qdd_nparts_local_done(j, w, p->index, p->ok);
     qdd_parts_release(w);
     qdd_fanout *f = j->fanout;
@@ -351,10 +360,16 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
         QD_LOG(QD_LOG_WARN, "part_backup_failed", "job=%s block=%d step=%s part=%d err=\"%s\"", j->id, p->block, p->step,
                p->index, p->error ? p->error : "");
         qdd_fanout_backup_failed(f, p->index);
-    } else if (f && f->id == fid && qdd_fanout_finish(f, p->index, w->index)) {
+    } else if (f && f->id == fid && (other = qdd_fanout_other_copy(f, p->index, w->index), 1) &&
+               qdd_fanout_finish(f, p->index, w->index)) {
         if (p->ok)
             QD_LOG(QD_LOG_INFO, "part_done", "job=%s block=%d step=%s part=%d worker=%s lead=%d seconds=%.3f done=%d/%d",
                    j->id, p->block, p->step, p->index, w->name, w->index == f->lead, p->seconds, f->n_done, f->n);
+        /* The other copy of a part done well is stopped: the lead goes on with the block, or
+         * the straggler takes other work (its report comes late, ignored). */
+        if (p->ok && other >= 0 && !qdd_pool_send_part_stop(&d->workers[other], j->id, p->block, p->step, p->index))
+            QD_LOG(QD_LOG_INFO, "part_stop", "job=%s block=%d step=%s part=%d worker=%s (its copy by %s finished first)",
+                   j->id, p->block, p->step, p->index, d->workers[other].name, w->name);
         else
             QD_LOG(QD_LOG_WARN, "part_failed", "job=%s block=%d step=%s part=%d worker=%s err=\"%s\" (the lead computes it)",
                    j->id, p->block, p->step, p->index, w->name, p->error ? p->error : "");

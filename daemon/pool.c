@@ -388,6 +388,17 @@ int qdd_pool_send_parts_done(qdd_worker *w, const char *job_id, int block, const
     return send_msg(w, &m);
 }
 
+int qdd_pool_send_part_stop(qdd_worker *w, const char *job_id, int block, const char *step, int index)
+{
+    qp_msg m;
+    qp_msg_init(&m, QP_MSG_PART_STOP);
+    m.part_stop.job_id = (char *)job_id;
+    m.part_stop.block = block;
+    m.part_stop.step = (char *)step;
+    m.part_stop.index = index;
+    return send_msg(w, &m);
+}
+
 int qdd_pool_send_cancel(qdd_worker *w, const char *job_id, const char *reason)
 {
     qp_msg m;

@@ -20,8 +20,9 @@
 
 #include "quant/job/perr.h"
 
-/* 2: the parts messages (parts, part, part_done, parts_done) of a step fanned out over workers. */
-#define QP_WIRE_VERSION 2
+/* 2: the parts messages (parts, part, part_done, parts_done) of a step fanned out over workers.
+ * 3: part_stop. */
+#define QP_WIRE_VERSION 3
 #define QP_WIRE_HEADER_BYTES 8
 #define QP_WIRE_MAX_PAYLOAD (1u << 20)   /* 1 MiB: a task carries a job spec of at most 64 KiB */
 #define QP_TASK_WHOLE_JOB (-1)            /* task.block: run every remaining block */
@@ -43,6 +44,7 @@ typedef enum qp_msg_type {
     QP_MSG_PART,         /* daemon -> worker: run one part */
     QP_MSG_PART_DONE,    /* worker -> daemon: a part ended (well or not) */
     QP_MSG_PARTS_DONE,   /* daemon -> worker (the lead): no part of the step runs any more */
+    QP_MSG_PART_STOP,    /* daemon -> worker: another copy of the part it runs finished */
     QP_MSG_COUNT_,
 } qp_msg_type;
 
@@ -169,6 +171,15 @@ typedef struct qp_msg_parts_done {
     char *step;              /* required */
 } qp_msg_parts_done;
 
+/* A part that is done (another copy of it, a backup or the original, finished first): the
+ * worker stops its own copy, if it runs it or has it queued, and reports it not done. */
+typedef struct qp_msg_part_stop {
+    char *job_id;            /* required */
+    int block;               /* required, >= 0 */
+    char *step;              /* required */
+    int index;               /* required, >= 0 */
+} qp_msg_part_stop;
+
 typedef struct qp_msg {
     qp_msg_type type;
     union {
@@ -185,6 +196,7 @@ typedef struct qp_msg {
         qp_msg_part part;
         qp_msg_part_done part_done;
         qp_msg_parts_done parts_done;
+        qp_msg_part_stop part_stop;
     };
 } qp_msg;
 

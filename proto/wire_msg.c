@@ -12,7 +12,7 @@
 
 static const char *const type_names[QP_MSG_COUNT_] = {
     NULL, "hello", "task", "progress", "block_done", "task_done", "task_failed", "heartbeat",
-    "cancel", "shutdown", "parts", "part", "part_done", "parts_done",
+    "cancel", "shutdown", "parts", "part", "part_done", "parts_done", "part_stop",
 };
 
 const char *const qp_part_steps[] = { "quantize", "factor", NULL };
@@ -110,6 +110,10 @@ static const field_def fields[] = {
     F(QP_MSG_PARTS_DONE, parts_done, job_id, K_STR, 1),
     F(QP_MSG_PARTS_DONE, parts_done, block, K_INT, 1),
     F(QP_MSG_PARTS_DONE, parts_done, step, K_STR, 1),
+    F(QP_MSG_PART_STOP, part_stop, job_id, K_STR, 1),
+    F(QP_MSG_PART_STOP, part_stop, block, K_INT, 1),
+    F(QP_MSG_PART_STOP, part_stop, step, K_STR, 1),
+    F(QP_MSG_PART_STOP, part_stop, index, K_INT, 1),
 };
 #define NFIELDS (sizeof fields / sizeof fields[0])
 
@@ -163,7 +167,7 @@ static int validate_part_common(const char *tn, int block, const char *step, qp_
 {
     if (block < 0) return qp_err_set(err, QP_EINVAL, "wire.%s.block: must be a block index >= 0, got %d", tn, block);
     if (!step_known(step))
-        return qp_err_set(err, QP_EINVAL, "wire.%s.step: \"%.40s\" is not a step that runs as parts (quantize)", tn,
+        return qp_err_set(err, QP_EINVAL, "wire.%s.step: \"%.40s\" is not a step that runs as parts (quantize, factor)", tn,
                           step ? step : "");
     return 0;
 }
@@ -276,6 +280,10 @@ int qp_msg_validate(const qp_msg *m, qp_err *err)
     }
     case QP_MSG_PARTS_DONE:
         return validate_part_common(tn, m->parts_done.block, m->parts_done.step, err);
+    case QP_MSG_PART_STOP: {
+        int rc = validate_part_common(tn, m->part_stop.block, m->part_stop.step, err);
+        return rc ? rc : validate_index(tn, m->part_stop.index, err);
+    }
     default:
         break;
     }

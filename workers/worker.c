@@ -122,6 +122,9 @@ static void handle_msg(qw_worker *w, qp_msg *m)
     case QP_MSG_PARTS_DONE:
         qw_parts_done_seen(w, &m->parts_done);
         break;
+    case QP_MSG_PART_STOP:
+        qw_part_stop(w, &m->part_stop);
+        break;
     case QP_MSG_CANCEL: {
         if (!strcmp(w->current, m->cancel.job_id)) atomic_store(&w->cancel, 1);
         pthread_cond_broadcast(&w->cond);   /* a task waiting on its fan-out stops waiting */
@@ -571,10 +574,7 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
         pthread_mutex_unlock(&w->lock);
 
         if (t.type == QP_MSG_PART) {
-#ifdef QUANTD_FAULT_HOOKS
-            qw_fault_part_hold(w, &t.part);
-#endif
-            qw_part_run(w, &t.part);   /* a helper's part: one reply, part_done */
+            qw_part_run(w, &t.part, 1);   /* a helper's part: one reply, part_done */
         } else {
             QD_LOG(QD_LOG_INFO, "task_start", "worker=%s job=%s block=%d", o->name, t.task.job_id, t.task.block);
             task_run(w, &t.task);

@@ -46,6 +46,12 @@ typedef struct qw_worker {
     int fan_done;                /* parts_done for it arrived */
     int fan_block;
     char fan_step[16];
+    /* The part running now (qw_part_run), and its stop: part_stop for it arrived. */
+    int run_part;
+    char run_job[QP_JOB_ID_MAX + 1];
+    int run_block, run_index;
+    char run_step[16];
+    atomic_int part_stop;
 
     /* The pipeline kept open between tasks of one job (main thread only). */
     qd_pipeline *pipe;
@@ -72,8 +78,12 @@ int qw_device_check(qw_worker *w, int rc, qd_err *err, int *retryable);
 const char *qw_queued_job_id(const qp_msg *m);
 
 /* worker_parts.c */
-/* Runs part p (qd_pipeline_part_run) and replies part_done, ok or not. */
-void qw_part_run(qw_worker *w, const qp_msg_part *p);
+/* Runs part p (qd_pipeline_part_run) and replies part_done, ok or not; stopped early (not
+ * done) when a part_stop for it comes meanwhile. helper: a part of another worker's job
+ * (the fault hook's hold applies to those). */
+void qw_part_run(qw_worker *w, const qp_msg_part *p, int helper);
+/* part_stop (w->lock held): stops the part if it runs, or refuses it if it is queued. */
+void qw_part_stop(qw_worker *w, const qp_msg_part_stop *m);
 #ifdef QUANTD_FAULT_HOOKS
 void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p);
 #endif

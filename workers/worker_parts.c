@@ -60,7 +60,7 @@ static void send_part_done(qw_worker *w, const qp_msg_part *p, int ok, const cha
 
 #ifdef QUANTD_FAULT_HOOKS
 /* Test hook (fault-hook builds only): with QUANTD_FAULT_PART_HOLD=PATH a helper holds every
- * part it is handed until PATH exists (or stdin ends, or a shutdown or cancel comes), its
+ * part it is handed until PATH exists (or stdin ends, or a shutdown, cancel or part_stop comes), its
  * heartbeats going on meanwhile: a straggler as slow as a test needs, with no clock in the
  * test. */
 void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p)
@@ -70,7 +70,7 @@ void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p)
     QD_LOG(QD_LOG_INFO, "fault_part_hold", "worker=%s job=%s block=%d part=%d (until %s exists)", w->o->name, p->job_id,
            p->block, p->index, path);
     pthread_mutex_lock(&w->lock);
-    while (access(path, F_OK) != 0 && !w->eof && !w->shutdown && !atomic_load(&w->cancel)) {
+    while (access(path, F_OK) != 0 && !w->eof && !w->shutdown && !atomic_load(&w->cancel) && !atomic_load(&w->part_stop)) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 20 * 1000 * 1000;
@@ -86,12 +86,67 @@ void qw_part_refuse(qw_worker *w, const qp_msg_part *p, const char *why)
     send_part_done(w, p, 0, why, 0);
 }
 
-void qw_part_run(qw_worker *w, const qp_msg_part *p)
+static int part_is(const qw_worker *w, const char *job, int block, const char *step, int index)
+{
+    return !strcmp(w->run_job, job) && w->run_block == block && !strcmp(w->run_step, step) && w->run_index == index;
+}
+
+void qw_part_stop(qw_worker *w, const qp_msg_part_stop *m)
+{
+    if (w->run_part && part_is(w, m->job_id, m->block, m->step, m->index)) {
+        atomic_store(&w->part_stop, 1);
+        pthread_cond_broadcast(&w->cond);   /* a held part (the fault hook) stops waiting */
+        return;
+    }
+    for (int i = 0; i < w->n_queued; i++) {
+        const qp_msg *q = &w->queue[i].msg;
+        if (q->type != QP_MSG_PART || strcmp(q->part.job_id, m->job_id) || q->part.block != m->block ||
+            strcmp(q->part.step, m->step) || q->part.index != m->index)
+            continue;
+        qp_msg t = *q;
+        memmove(&w->queue[i], &w->queue[i + 1], (size_t)(w->n_queued - i - 1) * sizeof w->queue[0]);
+        w->n_queued--;
+        pthread_mutex_unlock(&w->lock);
+        qw_part_refuse(w, &t.part, "stopped before it started: another copy of it finished");
+        qp_msg_clear(&t);
+        pthread_mutex_lock(&w->lock);
+        return;
+    }
+}
+
+void qw_part_run(qw_worker *w, const qp_msg_part *p, int helper)
 {
     qd_err err = {0};
     double secs = 0;
-    const qp_job *job = part_job(w, p, &err);
-    int rc = job ? qd_pipeline_part_run(job, w->be, p->block, p->step, p->index, w->o->name, &secs, &err) : err.code;
+    pthread_mutex_lock(&w->lock);
+    w->run_part = 1;
+    snprintf(w->run_job, sizeof w->run_job, "%s", p->job_id);
+    snprintf(w->run_step, sizeof w->run_step, "%s", p->step);
+    w->run_block = p->block;
+    w->run_index = p->index;
+    atomic_store(&w->part_stop, 0);
+    pthread_mutex_unlock(&w->lock);
+#ifdef QUANTD_FAULT_HOOKS
+    if (helper) qw_fault_part_hold(w, p);
+#else
+    (void)helper;
+#endif
+    int rc = QD_ECANCELLED;
+    if (!atomic_load(&w->part_stop)) {
+        const qp_job *job = part_job(w, p, &err);
+        rc = job ? qd_pipeline_part_run(job, w->be, p->block, p->step, p->index, w->o->name, &w->part_stop, &secs, &err)
+                 : err.code;
+    }
+    int stopped = rc == QD_ECANCELLED && atomic_load(&w->part_stop);
+    pthread_mutex_lock(&w->lock);
+    w->run_part = 0;
+    pthread_mutex_unlock(&w->lock);
+    if (stopped) {
+        QD_LOG(QD_LOG_INFO, "part_stopped", "worker=%s job=%s block=%d step=%s part=%d (another copy finished first)",
+               w->o->name, p->job_id, p->block, p->step, p->index);
+        send_part_done(w, p, 0, "stopped: another copy of it finished first", secs);
+        return;
+    }
     if (rc) {
         int retryable = 0;
         rc = qw_device_check(w, rc, &err, &retryable);
@@ -177,7 +232,7 @@ int qw_fanout(void *ud, int block, const char *step, int n, const char *const *n
             break;
         }
         pthread_mutex_unlock(&w->lock);
-        qw_part_run(w, &part.part);
+        qw_part_run(w, &part.part, 0);
         qp_msg_clear(&part);
         ran++;
         if (w->device_lost) {

@@ -113,6 +113,13 @@ static void gptq_dev_free(qd_backend *be, gptq_dev *d)
     free(d->loss);
 }
 
+/* QD_ECANCELLED when o->stop says so (checked once per column block). */
+static int gptq_stopped(const qd_gptq_opts *o, qd_err *err)
+{
+    if (!o->stop || !atomic_load_explicit(o->stop, memory_order_relaxed)) return 0;
+    return qd_err_set(err, QD_ECANCELLED, "gptq: stopped");
+}
+
 /* The column loop on the backend: W (processing order) is in d->w, Hinv in d->h. Leaves Q
  * in d->w and the codes in d->codes. */
 static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, int64_t n,
@@ -120,6 +127,7 @@ static int gptq_run_blocks(qd_backend *be, const qd_gptq_opts *o, gptq_dev *d, i
 {
     const int64_t B = o->block_size;
     for (int64_t i1 = 0; i1 < k; i1 += B) {
+        if (gptq_stopped(o, err)) return QD_ECANCELLED;
         int64_t i2 = i1 + B < k ? i1 + B : k;
         qd_gptq_block_args a = {
             .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,
@@ -164,6 +172,7 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
     for (int64_t s1 = 0; s1 < k; s1 += S) {
         int64_t s2 = s1 + S < k ? s1 + S : k;
         for (int64_t i1 = s1; i1 < s2; i1 += B) {
+            if (gptq_stopped(o, err)) return QD_ECANCELLED;
             int64_t i2 = i1 + B < s2 ? i1 + B : s2;
             qd_gptq_block_args a = {
                 .cfg = &o->quant, .n = n, .k = k, .i1 = i1, .i2 = i2, .w = d->w, .ldw = k,

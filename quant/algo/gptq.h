@@ -20,6 +20,7 @@
 #ifndef QUANT_ALGO_GPTQ_H
 #define QUANT_ALGO_GPTQ_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "quant/algo/hessian.h"
@@ -35,6 +36,8 @@ typedef struct qd_gptq_opts {
     int static_groups;         /* group parameters from the unpermuted weights, up front */
     int64_t block_size;        /* lazy-update block; 128 */
     int max_damp_retries;      /* x10 damping retries before RTN; 3 */
+    const atomic_int *stop;    /* nonzero (set by another thread) stops the column loop at its
+                                  next block: QD_ECANCELLED; NULL: never */
 } qd_gptq_opts;
 
 /* 4 bits, sym, group 128, damp 0.01, no act-order, block 128, 3 retries. */

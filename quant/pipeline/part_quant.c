@@ -616,7 +616,7 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
 }
 
 int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const char *step, int index,
-                         const char *worker, double *seconds, qd_err *err)
+                         const char *worker, const atomic_int *stop, double *seconds, qd_err *err)
 {
     double t0 = qd_clock_now_s();
     if (seconds) *seconds = 0;
@@ -628,6 +628,7 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
     p->job = job;
     p->be = be;
+    p->part_stop = stop;
     p->out_fd = p->ckpt_fd = p->parts_fd = -1;
     int dirfd = -1;
     int rc = qd_pipeline_quant_setup(p, err);

@@ -30,6 +30,7 @@
 #ifndef QUANT_PIPELINE_PIPELINE_H
 #define QUANT_PIPELINE_PIPELINE_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "quant/backend/backend.h"
@@ -149,14 +150,16 @@ qp_compute qd_pipeline_compute_resolve(qp_compute want, qd_dtype weights, const 
 int qd_pipeline_resumed_cross_backend(const qd_pipeline *p);
 /* Runs the next block and commits its checkpoint. */
 int qd_pipeline_run_block(qd_pipeline *p, qd_err *err);
-/* Runs part `index` of step `step` ("quantize") of block `block` of the job, as a fan-out
+/* Runs part `index` of step `step` ("quantize", "factor") of block `block` of the job, as a fan-out
  * (qd_pipeline_hooks.fanout) announced it: reads the part's input from the job's checkpoint
  * directory (opened beneath the allowed roots like every job path), computes it on be and
  * writes its output beside it atomically, with a checksum. worker names this process in the
  * output (NULL: "local"). *seconds (may be NULL) gets the part's compute time. An input
- * that is missing or fails its checksum is QD_EFORMAT: the lead computes that part itself. */
+ * that is missing or fails its checksum is QD_EFORMAT: the lead computes that part itself.
+ * stop (may be NULL) turning nonzero stops GPTQ at its next column block: QD_ECANCELLED,
+ * no output written (another copy of the part finished first). */
 int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const char *step, int index,
-                         const char *worker, double *seconds, qd_err *err);
+                         const char *worker, const atomic_int *stop, double *seconds, qd_err *err);
 /* Closes what the parts keep open from one to the next (the model checkpoint their weight
  * rows are read from): a worker calls it once it has been idle a while. */
 void qd_pipeline_part_idle(void);

@@ -6,6 +6,7 @@
 #ifndef QUANT_PIPELINE_INTERNAL_H
 #define QUANT_PIPELINE_INTERNAL_H
 
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "quant/algo/awq.h"
@@ -71,6 +72,8 @@ struct qd_pipeline {
     char out_shown[QD_PATH_MAX];
     int out_fd, ckpt_fd;
     int parts_fd;                /* .quantd/parts, opened at the first fan-out (part.h); owned, or -1 */
+    const atomic_int *part_stop; /* a part's run (qd_pipeline_part_run): nonzero stops GPTQ at its
+                                    next column block (QD_ECANCELLED); NULL otherwise */
     qd_ckpt_state st;            /* owned */
     int n_blocks;
     int64_t n_seq, seq_len;      /* calibration: n_seq sequences of seq_len tokens */

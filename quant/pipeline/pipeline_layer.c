@@ -104,6 +104,7 @@ qd_gptq_opts qd_pipeline_gptq_opts(const qd_pipeline *p)
     o.damp_percent = p->job->damp_percent;
     o.desc_act = p->job->desc_act;
     o.static_groups = p->job->static_groups;
+    o.stop = p->part_stop;
     return o;
 }
 

@@ -129,9 +129,12 @@ if grep -q '^QUANTD_FAULT_HOOKS:BOOL=ON' "$B/CMakeCache.txt" 2>/dev/null; then
     grep -q "part_backup job=$id .* helper=cpu-" "$T/d.log" || fail "$id: the lead ran no backup"
     [ "$(helper_parts "$id")" -eq 0 ] || fail "$id: a held helper reported a part before its release"
     same_bytes "$T/out/dense-w1" "$T/out/$id" || fail "$id: output differs with the lead's backups"
+    # The lead's backup done, the daemon stops the helper's copy (part_stop): the held helper
+    # stops without its release, and its report is late.
+    grep -q "part_stop job=$id .* worker=cpu-" "$T/d.log" || fail "$id: no part_stop sent to the held helper"
+    stopped() { grep -q "part_stopped worker=cpu-[0-9] job=$id " "$T/d.log" && grep -q "part_late job=$id .* worker=cpu-" "$T/d.log"; }
+    wait_for 120 stopped || fail "$id: the held helper did not stop its copy on part_stop"
     touch "$T/release"
-    late() { grep -q "part_late job=$id .* worker=cpu-" "$T/d.log"; }
-    wait_for 120 late || fail "$id: the released helper's report was not taken as late"
     stop_daemon
 else
     echo "SKIP: the straggler case needs QUANTD_FAULT_HOOKS"

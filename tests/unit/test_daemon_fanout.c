@@ -8,7 +8,8 @@
  *     the dead worker's late report changes nothing;
  *   - stragglers: with nothing pending the free lead gets a backup of the part held longest
  *     (once per part, one at a time, never in a fan-out shared with other nodes); whichever
- *     copy ends first makes it done, the other's report changes nothing; a failed backup
+ *     copy ends first makes it done (the other copy is the one to stop, qdd_fanout_other_copy),
+ *     the other's report changes nothing; a failed backup
  *     leaves the helper's copy running; a helper dying under a backup leaves the part to the
  *     lead;
  *   - a random run of many fan-outs (finish, fail, die, reschedule) that always completes with
@@ -217,14 +218,23 @@ static void test_backup(void)
     CHECK_INT(f->backup, 1);
     CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 0);   /* one backup at a time */
     CHECK_INT(qdd_fanout_helpers(f), 2);                     /* the helpers still hold theirs */
+    /* Each copy's other: the helper's for the lead's, the lead's for the helper's; none for
+     * a part without a backup, or for a worker that holds no copy. */
+    CHECK_INT(qdd_fanout_other_copy(f, 1, 0), 1);
+    CHECK_INT(qdd_fanout_other_copy(f, 1, 1), 0);
+    CHECK_INT(qdd_fanout_other_copy(f, 2, 2), -1);
+    CHECK_INT(qdd_fanout_other_copy(f, 1, 2), -1);
+    CHECK_INT(qdd_fanout_other_copy(f, 9, 0), -1);
     /* The lead's copy ends first: the part is done, the helper's report is late. */
     CHECK_INT(qdd_fanout_finish(f, 1, 0), 1);
     CHECK_INT(f->backup, -1);
+    CHECK_INT(qdd_fanout_other_copy(f, 1, 1), -1);   /* done: nothing more to stop */
     CHECK_INT(qdd_fanout_finish(f, 1, 1), 0);
     /* Next: a backup of part 2; its helper ends first, the lead's copy reports late. */
     CHECK_INT(qdd_fanout_plan(f, 1, 3, NULL, 0, g, 4), 1);
     CHECK(g[0].index == 2 && g[0].backup);
     qdd_fanout_backup_start(f, 2);
+    CHECK_INT(qdd_fanout_other_copy(f, 2, 2), 0);   /* the lead's copy is the one to stop */
     CHECK_INT(qdd_fanout_finish(f, 2, 2), 1);
     CHECK_INT(f->backup, -1);
     CHECK(qdd_fanout_complete(f));

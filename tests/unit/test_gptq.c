@@ -3,6 +3,7 @@
  * the streaming Hessian, agreement with a transliteration of the reference loop, the
  * column losses' tr((W - Q) H (W - Q)^T), the factorisation shared by a group's linears,
  * and input validation. */
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -322,8 +323,17 @@ static void test_deterministic(void)
     CHECK(memcmp(a.layer.zeros, b.layer.zeros, sizeof(int32_t) * a.layer.n_groups * n) == 0);
     CHECK(memcmp(a.layer.g_idx, b.layer.g_idx, sizeof(int32_t) * k) == 0);
     CHECK(memcmp(a.deq, b.deq, sizeof(float) * n * k) == 0);
-    qd_gptq_result_free(&a);
     qd_gptq_result_free(&b);
+    /* A stop flag left at 0 changes nothing; set, the column loop stops: QD_ECANCELLED, no result. */
+    atomic_int stop = 0;
+    o.stop = &stop;
+    CHECK_OK(qd_gptq_quantize_h(be, &o, w, n, k, h, &b, &err));
+    CHECK(memcmp(a.layer.q, b.layer.q, n * k) == 0 && memcmp(a.deq, b.deq, sizeof(float) * n * k) == 0);
+    qd_gptq_result_free(&b);
+    atomic_store(&stop, 1);
+    CHECK_INT(qd_gptq_quantize_h(be, &o, w, n, k, h, &b, &err), QD_ECANCELLED);
+    CHECK(b.deq == NULL && b.layer.q == NULL);
+    qd_gptq_result_free(&a);
     free(x); free(h); free(w);
 }
 

@@ -6,6 +6,7 @@
  * truncated, is computed by the lead and never used; a cancel inside the fan-out resumes to
  * the same bytes. */
 #include <dirent.h>
+#include <stdatomic.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
@@ -33,7 +34,10 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
  * ran (the resumed run must keep their outputs, not compute them again). */
 /* FAN_OTHER_MAKER: the factor parts run on a backend whose desc is not the lead's (another
  * CPU, thread count or GPU): their outputs are never taken over, the lead factors each group. */
-typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER } fan_mode;
+/* FAN_STOP: each quantize fan-out's part 0 runs with its stop set (another copy finished):
+ * GPTQ stops before its first column block, writes nothing, and the lead computes it. */
+typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER,
+                        FAN_STOP } fan_mode;
 
 typedef struct fan_ctx {
     const qp_job *job;
@@ -53,6 +57,7 @@ typedef struct fan_ctx {
      * factor outputs seen beside a quantize fan-out (the lead's and, FAN_OTHER_MAKER, the
      * other maker's). */
     int factor_fanouts, factor_parts, factor_last_n, factor_outs_max;
+    int stopped;                 /* FAN_STOP: parts that stopped */
 } fan_ctx;
 
 /* The test backend under another desc: the same computation, named as another maker's. */
@@ -215,7 +220,17 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         qd_err err = {0};
         double secs = -1;
         qd_backend *be = factor && c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
-        int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &secs, &err);
+        atomic_int stop = c->mode == FAN_STOP && !factor && i == 0;
+        int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &stop, &secs, &err);
+        if (atomic_load(&stop)) {
+            char p[4400];
+            struct stat st;
+            out_path(c, step, block, i, p, sizeof p);
+            CHECK_INT(rc, QD_ECANCELLED);
+            CHECK(stat(p, &st) != 0);   /* stopped: no output */
+            c->stopped++;
+            rc = 0;
+        }
         if (rc) { c->failed++; fprintf(stderr, "part %d: %s\n", i, err.msg); }
         CHECK(secs >= 0);
         c->parts++;
@@ -329,6 +344,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     if (c.factor_fanouts && (mode == FAN_ALL || mode == FAN_OTHER_MAKER))
         CHECK_INT(c.factor_outs_max, (mode == FAN_OTHER_MAKER ? 2 : 1) * c.factor_last_n);
     if (mode == FAN_OTHER_MAKER) CHECK(c.factor_fanouts > 0);
+    if (mode == FAN_STOP) CHECK(c.stopped > 0);
     printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; inputs read from "
            "the model %d/%d, in half precision %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes "
            "%d/%d; factor fan-outs %d of %d parts\n", tag, (int)mode, c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_src, c.ins, c.ins_half,
@@ -504,6 +520,7 @@ static void test_lost_parts(void)
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL);
     fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_STOP);
     fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, FAN_CANCEL_AFTER);
     /* Factor parts lost, damaged, cancelled, or made by a backend unlike the lead's. */
     const char *nseq = "\"true_sequential\":false,";

@@ -9,7 +9,7 @@
 
 #include "proto/wire.h"
 
-#define NMSG 15
+#define NMSG 16
 
 /* A sample of every type (two of task and task_done, to cover "all" and a block index). */
 static void make_msgs(qp_msg *m)
@@ -114,6 +114,12 @@ static void make_msgs(qp_msg *m)
     m[14].parts_done.job_id = "j2";
     m[14].parts_done.block = 3;
     m[14].parts_done.step = "quantize";
+
+    qp_msg_init(&m[15], QP_MSG_PART_STOP);
+    m[15].part_stop.job_id = "j2";
+    m[15].part_stop.block = 3;
+    m[15].part_stop.step = "factor";
+    m[15].part_stop.index = 7;
 }
 
 static int streq(const char *a, const char *b) { return (!a && !b) || (a && b && !strcmp(a, b)); }
@@ -214,6 +220,9 @@ static void test_round_trip_every_type(void)
     j = qp_msg_to_json(&m[14], NULL);
     CHECK_STR(j, "{\"type\":\"parts_done\",\"job_id\":\"j2\",\"block\":3,\"step\":\"quantize\"}");
     free(j);
+    j = qp_msg_to_json(&m[15], NULL);
+    CHECK_STR(j, "{\"type\":\"part_stop\",\"job_id\":\"j2\",\"block\":3,\"step\":\"factor\",\"index\":7}");
+    free(j);
     /* The names come back owned by the decoded message, in order. */
     j = qp_msg_to_json(&m[11], NULL);
     qp_msg back;
@@ -292,7 +301,7 @@ static void test_framing_errors(void)
     hdr[3] = 1;   /* a worker from before the parts messages */
     qp_wire_decoder_init(&d, 0);
     CHECK_INT(qp_wire_decoder_feed(&d, hdr, 8, &err), QP_EMISMATCH);
-    CHECK_STR(err.msg, "wire: frame version 1, this side speaks 2");
+    CHECK_STR(err.msg, "wire: frame version 1, this side speaks 3");
     qp_wire_decoder_free(&d);
 
     /* Oversize and zero lengths are refused from the header alone. */
@@ -417,7 +426,7 @@ static void test_bad_bodies(void)
     BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":-1,\"step\":\"quantize\",\"n\":2,\"fence\":1}",
              "wire.parts.block: must be a block index >= 0, got -1");
     BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"forward\",\"n\":2,\"fence\":1}",
-             "wire.parts.step: \"forward\" is not a step that runs as parts (quantize)");
+             "wire.parts.step: \"forward\" is not a step that runs as parts (quantize, factor)");
     BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":0,\"fence\":1}",
              "wire.parts.n: must be in [1, 4096], got 0");
     BAD_BODY("{\"type\":\"parts\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"n\":4097,\"fence\":1}",
@@ -458,7 +467,7 @@ static void test_bad_bodies(void)
     BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":-3,\"step\":\"quantize\",\"index\":0,"
              "\"fence\":1}", "wire.part.block: must be a block index >= 0, got -3");
     BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"pack\",\"index\":0,"
-             "\"fence\":1}", "wire.part.step: \"pack\" is not a step that runs as parts (quantize)");
+             "\"fence\":1}", "wire.part.step: \"pack\" is not a step that runs as parts (quantize, factor)");
     BAD_BODY("{\"type\":\"part\",\"job_id\":\"a\",\"job\":{},\"checkpoint_dir\":\"c\",\"block\":0,\"step\":\"quantize\",\"index\":0,"
              "\"fence\":0}", "wire.part.fence: must be a fencing token >= 1");
     /* part_done */
@@ -486,7 +495,14 @@ static void test_bad_bodies(void)
     BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"block\":-1,\"step\":\"quantize\"}",
              "wire.parts_done.block: must be a block index >= 0, got -1");
     BAD_BODY("{\"type\":\"parts_done\",\"job_id\":\"a\",\"block\":1,\"step\":\"Quantize\"}",
-             "wire.parts_done.step: \"Quantize\" is not a step that runs as parts (quantize)");
+             "wire.parts_done.step: \"Quantize\" is not a step that runs as parts (quantize, factor)");
+    /* part_stop */
+    BAD_BODY("{\"type\":\"part_stop\",\"block\":0,\"step\":\"quantize\",\"index\":0}", "wire.part_stop.job_id: missing");
+    BAD_BODY("{\"type\":\"part_stop\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\"}", "wire.part_stop.index: missing");
+    BAD_BODY("{\"type\":\"part_stop\",\"job_id\":\"a\",\"block\":0,\"step\":\"quantize\",\"index\":4096}",
+             "wire.part_stop.index: must be in [0, 4096), got 4096");
+    BAD_BODY("{\"type\":\"part_stop\",\"job_id\":\"a\",\"block\":0,\"step\":\"pack\",\"index\":0}",
+             "wire.part_stop.step: \"pack\" is not a step that runs as parts (quantize, factor)");
     /* Unknown fields are ignored (a compatible addition), absent optional ones take defaults. */
     const char *ok = "{\"type\":\"progress\",\"job_id\":\"a\",\"stage\":\"load\",\"fraction\":0,\"gpu_temp\":71}";
     qp_msg m;

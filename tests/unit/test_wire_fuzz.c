@@ -17,7 +17,7 @@
 
 static const char *const TOKENS[] = {
     "\"type\":", "\"hello\"", "\"task\"", "\"progress\"", "\"block_done\"", "\"task_done\"", "\"task_failed\"",
-    "\"heartbeat\"", "\"cancel\"", "\"shutdown\"", "\"parts\"", "\"part\"", "\"part_done\"", "\"parts_done\"",
+    "\"heartbeat\"", "\"cancel\"", "\"shutdown\"", "\"parts\"", "\"part\"", "\"part_done\"", "\"parts_done\"", "\"part_stop\"", "\"factor\"",
     "\"step\":", "\"quantize\"", "\"n\":", "\"names\":", "\"index\":", "\"ok\":", "4096", "4097",
     "\"worker\":", "\"pid\":", "\"backend\":", "\"device\":",
     "\"protocol\":", "\"selftest_ok\":", "\"selftest\":", "\"job_id\":", "\"job\":", "\"block\":",
