@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <limits.h>
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
@@ -79,9 +80,15 @@ void qst_openblas_reexec(char **argv)
     /* Exec refused: run on with OpenBLAS's default (slower, still correct). */
 }
 
+void qst_malloc_tune(void)
+{
+    (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);   /* advice: a failure leaves glibc's default */
+}
+
 void qst_startup(char **argv, qd_runtime_opts *o)
 {
     qst_openblas_reexec(argv);
+    qst_malloc_tune();
     qst_runtime_from_env(o);
     qd_log_set_level(o->log_level);
     qd_confine_set_limits(o->input_max_bytes);

@@ -33,6 +33,7 @@ static void raise_oom_score(void)
 int main(int argc, char **argv)
 {
     qst_openblas_reexec(argv);
+    qst_malloc_tune();
     raise_oom_score();
     qd_runtime_opts rt;
     qw_opts o = {.name = "cpu0", .backend = "cpu", .rt = &rt, .heartbeat_ms = 2000, .in_fd = 0};

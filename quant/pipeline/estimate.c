@@ -26,9 +26,11 @@
 #include "quant/pipeline/pipeline_internal.h"
 
 /* Code, shared libraries, the BLAS library's thread buffers, the tokenizer, allocator slack:
- * what a quantctl process holds before a job's own buffers (about 13 MiB measured for the
- * smallest job; rounded up). */
-#define EST_BASE_BYTES (32ull << 20)
+ * what a quantctl process holds beside a job's own buffers (about 10 MiB measured for the
+ * smallest job; a job of large BLAS products touches about 2 MiB more of OpenBLAS's buffers
+ * per thread, and glibc keeps freed chunks below 4 MiB, qst_malloc_tune; rounded up for
+ * 16 threads). */
+#define EST_BASE_BYTES (48ull << 20)
 /* Forward scratch per row of a batch for models with experts, in units of the widest
  * activation row (8 rows of floats); a dense model's is counted buffer by buffer. */
 #define EST_SCRATCH_ROWS 8
