@@ -4,8 +4,7 @@
 # and one shared directory ($T) as their allow-root, standing in for a filesystem every node
 # mounts. n1 (two CPU workers) holds the jobs; n2 (two CPU workers, --remote-parts 1) takes
 # parts of them:
-#   - a GPTQ job (not true-sequential: its factor step is shared too) on a model whose gate/up
-#     projections are cut into two row ranges each ends
+#   - a GPTQ job on a model whose gate/up projections are cut into two row ranges each ends
 #     with the bytes of a one-worker run, and n2's workers ran parts of it (n2's
 #     remote_part_done lines, n1's part_done lines naming n2/cpu-N);
 #   - with both of n2's workers frozen (SIGSTOP) n2 claims a part it cannot finish, the job's
@@ -29,12 +28,6 @@ job() {
 }
 job ref ',"workers":1' >"$T/ref.json"
 "$B/quantctl" quantize "$T/ref.json" >"$T/ref.log" 2>&1 || fail "the reference run"
-# Job a quantizes each block in one fan-out (not true-sequential): its four groups' Hessians
-# are factored by parts too (step factor), which n2 may take like the others (whether it
-# does depends on when it comes up: not asserted).
-NSEQ=',"true_sequential":false'
-job ref-ns ",\"workers\":1$NSEQ" >"$T/ref-ns.json"
-"$B/quantctl" quantize "$T/ref-ns.json" >"$T/ref-ns.log" 2>&1 || fail "the reference run (not true-sequential)"
 
 common=(--redis "redis://127.0.0.1:$PORT" --allow-root "$T" --heartbeat 1 --node-ttl-ms 2000 --lease-ttl-ms 3000)
 start_n1() {
@@ -61,7 +54,7 @@ on_n1() { state_is "$1" running && [ "$(R HGET "qjob:$1" node)" = n1 ]; }
 echo "== n2 takes parts of n1's job"
 start_n1
 wait_for 120 sh -c "[ \"\$(grep -c worker_ready $T/d.log)\" -ge 2 ] && grep -q worker_ready '$T/d.log'" || fail "n1's worker did not start"
-job a "$NSEQ" >"$T/a.json"
+job a >"$T/a.json"
 R LPUSH qjobs "$(cat "$T/a.json")" >/dev/null
 wait_for 120 on_n1 a || fail "a did not start on n1"
 start_n2
@@ -74,7 +67,7 @@ grep -q "part_done job=a .* worker=n2/cpu-[01] lead=0" "$T/d.log" || nfail "n1 s
 [ -z "$(R HGET qjob:a parts)" ] || nfail "parts left in a's status: $(R HGET qjob:a parts)"
 wait_for 30 sh -c "[ \"\$(redis-cli -p $PORT EXISTS qjob:a:fanout)\" = 0 ] && [ \"\$(redis-cli -p $PORT SCARD qjobs:fanouts)\" = 0 ]" ||
     nfail "a's fan-out left in Redis"
-same_bytes "$T/out/ref-ns" "$T/out/a" || nfail "a's output differs from one worker's"
+same_bytes "$T/out/ref" "$T/out/a" || nfail "a's output differs from one worker's"
 
 echo "== kill -9 n2 while it holds a part: the part is requeued, the bytes the same"
 stop_n2

@@ -154,7 +154,7 @@ static void refused_case(const char *mode, const char *why)
 }
 
 static void test_selftest_refused(void) { refused_case("selftest", "failed its self-test: fake: dequant mismatch"); }
-static void test_protocol_refused(void) { refused_case("protocol", "speaks wire protocol 3, this daemon 2"); }
+static void test_protocol_refused(void) { refused_case("protocol", "speaks wire protocol 4, this daemon 3"); }
 
 static void test_watchdog(void)
 {
