@@ -551,11 +551,11 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
     for (;;) {
         pthread_mutex_lock(&w->lock);
         /* Idle for QW_IDLE_S: what parts keep open between them (a model's files) is closed. */
+        struct timespec until;
+        clock_gettime(CLOCK_REALTIME, &until);
+        until.tv_sec += QW_IDLE_S;
         for (int held = 1; !w->n_queued && !w->eof && !w->shutdown;) {
             if (!held) { pthread_cond_wait(&w->cond, &w->lock); continue; }
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += QW_IDLE_S;
             if (pthread_cond_timedwait(&w->cond, &w->lock, &until) != ETIMEDOUT || w->n_queued) continue;
             pthread_mutex_unlock(&w->lock);
             qd_pipeline_part_idle();
