@@ -256,10 +256,11 @@ struct qd_backend {
     int device;                /* -1 for the CPU, else the CUDA device ordinal */
     int n_threads;             /* CPU threads the backend may use */
     /* What the bits of its results depend on besides their inputs (and the runtime options):
-     * "cpu openblas=<core> threads=N" (OpenBLAS picks its kernels by CPU and its LAPACK path
-     * by thread count), "cuda <device name> sm_XY". Two backends with the same desc give the
-     * same bytes for the same work; quant/pipeline uses it before taking over a result made
-     * by another process (a factorisation part). */
+     * "cpu openblas=<core> gptq=<kernel> amx=<0|1> threads=N" (OpenBLAS picks its kernels by
+     * CPU and its LAPACK path by thread count, quantd its GPTQ and bfloat16 kernels by CPU),
+     * "cuda <device name> sm_XY". Two backends with the same desc give the same bytes for the
+     * same work; quant/pipeline uses it before taking over a result made by another process
+     * (a part). */
     char desc[112];
     /* 1 when gemm_nt_bf16 and hessian_accum_bf16 run on a bfloat16 unit (the CPU's AMX
      * tiles, CUDA's tensor cores); 0 when they are emulated as F32 products on rounded

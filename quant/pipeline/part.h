@@ -176,10 +176,12 @@ void qd_qlinear_free(qd_qlinear *l);
 /* The names of the files of block b's quantize step: a group's Hessian, a part's input and
  * its output. An output is named by its input's checksum too: the fan-outs of a block reuse
  * the part indices, and an output left by a failed attempt is found again (and kept) only
- * when the retry writes that very input (cap >= 80). */
+ * when the retry writes that very input; and by a hash of its maker (qd_part_maker_desc):
+ * GPTQ's bits depend on the CPU's or GPU's kernels, so the lead takes over only rows a
+ * backend like its own computed (cap >= 96). */
 void qd_qpart_name_hessian(char *buf, size_t cap, int block, int group);
 void qd_qpart_name_in(char *buf, size_t cap, int block, int index);
-void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum);
+void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *maker);
 
 /* Writes group g's Hessian of block b for the parts that read it, with GPTQ's factorisation
  * of it when sh is not NULL (qd_gptq_shared_make: the parts then skip factoring it again). */
@@ -190,10 +192,11 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
                       qd_err *err);
 /* Reads part `index`'s output if it is there, whole and computed from the input whose
  * checksum is in_checksum: 0 with *out filled; QD_ENOTFOUND or QD_EFORMAT (err says why)
- * otherwise; in is the part's input as the lead knows it (its shape). *worker (cap >= 64)
+ * otherwise; be is the lead's backend (the output must be one a backend like it made); in is
+ * the part's input as the lead knows it (its shape). *worker (cap >= 64)
  * gets the name of the worker that computed it. */
-int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_qpart_in *in,
-                      qd_qpart_out *out, char *worker, qd_err *err);
+int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be,
+                      const qd_qpart_in *in, qd_qpart_out *out, char *worker, qd_err *err);
 
 /* Runs part `index` of block b's quantize step from its input file and writes its output
  * file (worker: the name recorded in it). */
@@ -215,8 +218,10 @@ const float *qd_part_host_view(qd_backend *be, const float *buf, size_t bytes, f
  * output is named by its input's checksum and by a hash of its maker's desc: the lead takes
  * over only one made by a backend like its own, and factors the other groups itself. */
 
-/* What the bits of be's factorisations depend on: its desc and the GPTQ form asked for. */
-void qd_part_factor_desc(const qd_backend *be, char *buf, size_t cap);
+/* What the bits of a part be computes depend on: its desc and the GPTQ form asked for
+ * (cap >= 160); and the hash of that an output's name carries. */
+void qd_part_maker_desc(const qd_backend *be, char *buf, size_t cap);
+uint32_t qd_part_maker_hash(const char *desc);
 /* The names of factor part `index`'s input and of its output made by a backend of desc
  * (cap >= 96). */
 void qd_fpart_name_in(char *buf, size_t cap, int block, int index);

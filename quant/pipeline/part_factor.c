@@ -6,7 +6,7 @@
  *
  * A factorisation's bits depend on the backend that makes it (OpenBLAS's kernels and its
  * LAPACK path for the thread count, the GPU model), so an output is named by its input's
- * checksum and by a hash of what made it (qd_part_factor_desc): the lead takes over only an
+ * checksum and by a hash of what made it (qd_part_maker_desc): the lead takes over only an
  * output made by a backend like its own, which is what it would have computed itself, and
  * factors the others' groups itself. */
 #include "quant/pipeline/part.h"
@@ -21,14 +21,14 @@
 #include "quant/core/clock.h"
 #include "quant/pipeline/acts.h"
 
-void qd_part_factor_desc(const qd_backend *be, char *buf, size_t cap)
+void qd_part_maker_desc(const qd_backend *be, char *buf, size_t cap)
 {
     snprintf(buf, cap, "%s gptq_form=%d", be->desc, (int)be->rt.gptq_form);
 }
 
-static uint64_t desc_hash(const char *desc)
+uint32_t qd_part_maker_hash(const char *desc)
 {
-    return qd_hash64(desc, strlen(desc), QD_HASH64_INIT);
+    return (uint32_t)(qd_hash64(desc, strlen(desc), QD_HASH64_INIT) & 0xffffffffu);
 }
 
 void qd_fpart_name_in(char *buf, size_t cap, int block, int index)
@@ -39,7 +39,7 @@ void qd_fpart_name_in(char *buf, size_t cap, int block, int index)
 void qd_fpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *desc)
 {
     snprintf(buf, cap, "b%04d-factor-%04d-%016llx-%08llx.out.part", block, index, (unsigned long long)in_checksum,
-             (unsigned long long)(desc_hash(desc) & 0xffffffffu));
+             (unsigned long long)qd_part_maker_hash(desc));
 }
 
 /* ---- a factorisation in a part file ---- */
@@ -157,7 +157,7 @@ int qd_fpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     qd_part_arr a[2];
     int na = 0;
     char desc[160], out[96], sum[24];
-    qd_part_factor_desc(p->be, desc, sizeof desc);
+    qd_part_maker_desc(p->be, desc, sizeof desc);
     if (!rc) {
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)f.checksum);
         cJSON_AddStringToObject(meta, "step", "factor");
@@ -183,7 +183,7 @@ int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 {
     memset(done, 0, sizeof *done);
     char desc[160], sum[24];
-    qd_part_factor_desc(be, desc, sizeof desc);
+    qd_part_maker_desc(be, desc, sizeof desc);
     qd_fpart_name_out(done->name, sizeof done->name, block, index, in_checksum, desc);
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_checksum);
     /* Read whole: its checksum is checked here, before any row part is told to read it. */

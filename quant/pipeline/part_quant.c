@@ -203,9 +203,10 @@ void qd_qpart_name_in(char *buf, size_t cap, int block, int index)
     snprintf(buf, cap, "b%04d-quantize-%04d.in.part", block, index);
 }
 
-void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum)
+void qd_qpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *maker)
 {
-    snprintf(buf, cap, "b%04d-quantize-%04d-%016llx.out.part", block, index, (unsigned long long)in_checksum);
+    snprintf(buf, cap, "b%04d-quantize-%04d-%016llx-%08llx.out.part", block, index, (unsigned long long)in_checksum,
+             (unsigned long long)qd_part_maker_hash(maker));
 }
 
 const float *qd_part_host_view(qd_backend *be, const float *buf, size_t bytes, float **own)
@@ -363,15 +364,16 @@ enum { L_N, L_K, L_BITS, L_SYM, L_GROUP, L_GROUPS, L_GRID, L_RULE, L_GSCALE, L_R
  * dequantized are left out when decoding the codes (qd_qlayer_dequant_ref) gives them bit
  * for bit, as it does for every grid quantd has: the lead decodes them itself. */
 static int write_out(int dirfd, int block, int index, uint64_t in_sum, const qd_qpart_out *o, const char *worker,
-                     qd_err *err)
+                     const char *maker, qd_err *err)
 {
     cJSON *meta = cJSON_CreateObject();
     if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    char name[80], sum[24];
-    qd_qpart_name_out(name, sizeof name, block, index, in_sum);
+    char name[96], sum[24];
+    qd_qpart_name_out(name, sizeof name, block, index, in_sum, maker);
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
     cJSON_AddStringToObject(meta, "in_checksum", sum);
     cJSON_AddStringToObject(meta, "worker", worker ? worker : "local");
+    cJSON_AddStringToObject(meta, "made_by", maker);
     res_strings_put(meta, &o->res);
     const qd_qlayer *l = &o->layer;
     double lv[L_COUNT] = {(double)l->n, (double)l->k, l->bits, l->sym, (double)l->group_size, (double)l->n_groups,
@@ -414,12 +416,13 @@ static int arr_copy(const qd_part_file *f, const char *name, void *dst, uint64_t
     return 0;
 }
 
-int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_qpart_in *in,
-                      qd_qpart_out *out, char *worker, qd_err *err)
+int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be,
+                      const qd_qpart_in *in, qd_qpart_out *out, char *worker, qd_err *err)
 {
     memset(out, 0, sizeof *out);
-    char name[80], sum[24];
-    qd_qpart_name_out(name, sizeof name, block, index, in_checksum);
+    char name[96], sum[24], maker[160];
+    qd_part_maker_desc(be, maker, sizeof maker);
+    qd_qpart_name_out(name, sizeof name, block, index, in_checksum, maker);
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_checksum);
     qd_part_file f;
     int rc = qd_part_file_read(dirfd, name, &f, err);
@@ -428,8 +431,12 @@ int qd_qpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
     const cJSON *wk = cJSON_GetObjectItemCaseSensitive(f.meta, "worker");
     const cJSON *lv = cJSON_GetObjectItemCaseSensitive(f.meta, "layer");
     int64_t rows = in->r1 - in->r0, k = in->res.k;
+    const cJSON *mb = cJSON_GetObjectItemCaseSensitive(f.meta, "made_by");
     if (!cJSON_IsString(ic) || strcmp(ic->valuestring, sum))
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: computed from another input", name);
+    else if (!cJSON_IsString(mb) || strcmp(mb->valuestring, maker))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: made by \"%.150s\", not \"%s\"", name,
+                        cJSON_IsString(mb) ? mb->valuestring : "?", maker);
     else if (!cJSON_IsArray(lv) || cJSON_GetArraySize(lv) != L_COUNT)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: no layer", name);
     double v[L_COUNT] = {0};
@@ -606,7 +613,9 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     in.shared_last = 1;
     if (!rc) rc = qd_qpart_compute(p, &in, &shared, &out, err);
     qd_gptq_shared_free(&shared);
-    if (!rc) rc = write_out(dirfd, block, index, f.checksum, &out, worker, err);
+    char maker[160];
+    qd_part_maker_desc(p->be, maker, sizeof maker);
+    if (!rc) rc = write_out(dirfd, block, index, f.checksum, &out, worker, maker, err);
     qd_qpart_out_free(&out);
     qd_gptq_hessian_free(&h);
     qd_part_file_free(&f);
@@ -641,9 +650,9 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
         if (factor) qd_fpart_name_in(in_name, sizeof in_name, block, index);
         else qd_qpart_name_in(in_name, sizeof in_name, block, index);
         uint64_t in_sum = qd_part_file_checksum(dirfd, in_name);
-        qd_part_factor_desc(be, desc, sizeof desc);
+        qd_part_maker_desc(be, desc, sizeof desc);
         if (factor) qd_fpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
-        else qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum);
+        else qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
         cJSON *meta = in_sum ? qd_part_file_meta(dirfd, out_name) : NULL;
         const cJSON *ic = cJSON_GetObjectItemCaseSensitive(meta, "in_checksum");

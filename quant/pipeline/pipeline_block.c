@@ -329,14 +329,13 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
 /* The factor step of a fan-out (part_factor.c): the Hessians of groups[0..nf) (written
  * already, ks their widths) factored by parts of their own, fdone[j] the output group j's
  * row parts read. An output missing, damaged, or made by a backend unlike the lead's is
- * computed here. *t_hook gets the seconds the parts ran for. */
-static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, qd_fpart_done *fdone, double *t_hook,
-                       qd_err *err)
+ * computed here. sums[j] gets part j's input checksum; *t_hook the seconds the parts ran for. */
+static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, qd_fpart_done *fdone, uint64_t *sums,
+                       double *t_hook, qd_err *err)
 {
     qd_pipeline *p = r->p;
-    uint64_t *sums = calloc((size_t)nf, sizeof *sums);
     const char **names = calloc((size_t)nf, sizeof *names);
-    int rc = !sums || !names ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    int rc = !names ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
     for (int j = 0; j < nf && !rc; j++) {
         rc = qd_fpart_write_in(p->parts_fd, r->block, j, groups[j], ks[j], &sums[j], err);
         names[j] = qd_model_group(p->m, groups[j])->name;
@@ -356,7 +355,6 @@ static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf,
         *t_hook += qd_clock_now_s() - tf;
         if (!rc) rc = qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], err);
     }
-    free(sums);
     free(names);
     return rc;
 }
@@ -405,13 +403,14 @@ static int run_fanout(run_ctx *r, qd_err *err)
         qd_gptq_shared_free(&sh);
     }
     qd_fpart_done *fdone = fparts ? calloc((size_t)nf, sizeof *fdone) : NULL;
+    uint64_t *fsums = fparts ? calloc((size_t)nf, sizeof *fsums) : NULL;
     if (!rc && fparts) {
         int fg[QD_MAX_GROUPS];
         int64_t fk[QD_MAX_GROUPS];
         for (int j = 0; j < n_h; j++)
             if (fidx[j] >= 0) { fg[fidx[j]] = hg[j]; fk[fidx[j]] = hs[j]->k; }
         double th = 0, tf = qd_clock_now_s();
-        rc = fdone ? run_factors(r, fg, fk, nf, fdone, &th, err) : qd_err_set(err, QD_ENOMEM, "out of memory");
+        rc = fdone && fsums ? run_factors(r, fg, fk, nf, fdone, fsums, &th, err) : qd_err_set(err, QD_ENOMEM, "out of memory");
         /* The factorisations' wall time is the quantize step's; their files' the checkpoint's. */
         t_factor += th;
         p->cost.stage[QD_STAGE_CHECKPOINT] += qd_clock_now_s() - tf - th;
@@ -452,12 +451,12 @@ static int run_fanout(run_ctx *r, qd_err *err)
     for (int i = 0; i < r->n_parts && !rc; i++) {
         const qd_qpart_in *in = &r->parts[i];
         qd_err e2 = {0};
-        if (qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], in, &outs[i], workers[i], &e2)) {
+        if (qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], p->be, in, &outs[i], workers[i], &e2)) {
             /* Never used: computed again, here. */
             QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=quantize part=%d layer=%s rows=%lld..%lld why=\"%s\"",
                    p->job->id, r->block, i, in->res.name, (long long)in->r0, (long long)in->r1, e2.msg);
             rc = qd_qpart_run_file(p, p->parts_fd, r->block, i, p->hooks.worker, err);
-            if (!rc) rc = qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], in, &outs[i], workers[i], err);
+            if (!rc) rc = qd_qpart_read_out(p->parts_fd, r->block, i, r->in_sums[i], p->be, in, &outs[i], workers[i], err);
         }
         if (!rc) for (int s = 0; s < QD_STAGE_COUNT; s++) sum += outs[i].stage[s];
         /* The grid is the job's and the global scale the lead's: neither comes from the file. */
@@ -483,22 +482,26 @@ static int run_fanout(run_ctx *r, qd_err *err)
      * together. After a failure they stay until the block commits: a retry of the block
      * keeps the outputs of the inputs it writes again (part_kept). */
     for (int i = 0; !rc && i < r->n_parts; i++) {
-        char name[80];
+        /* Its input, and its outputs by every maker (named by the input's checksum). */
+        char name[96];
         qd_qpart_name_in(name, sizeof name, r->block, i);
         qd_part_file_remove(p->parts_fd, name);
-        qd_qpart_name_out(name, sizeof name, r->block, i, r->in_sums[i]);
-        qd_part_file_remove(p->parts_fd, name);
+        snprintf(name, sizeof name, "b%04d-quantize-%04d-%016llx-", r->block, i, (unsigned long long)r->in_sums[i]);
+        qd_part_files_remove(p->parts_fd, name);
     }
     for (int l = 0; !rc && l < r->n_lins; l++) {
         char name[80];
         qd_qpart_name_hessian(name, sizeof name, r->block, r->lins[l].g);
         qd_part_file_remove(p->parts_fd, name);
     }
-    if (!rc && fparts) {
-        char prefix[32];
-        snprintf(prefix, sizeof prefix, "b%04d-factor-", r->block);
-        qd_part_files_remove(p->parts_fd, prefix);
+    for (int j = 0; !rc && fparts && j < nf; j++) {
+        char name[96];
+        qd_fpart_name_in(name, sizeof name, r->block, j);
+        qd_part_file_remove(p->parts_fd, name);
+        snprintf(name, sizeof name, "b%04d-factor-%04d-%016llx-", r->block, j, (unsigned long long)fsums[j]);
+        qd_part_files_remove(p->parts_fd, name);
     }
+    free(fsums);
     for (int i = 0; i < r->n_parts; i++) r->parts[i].fac = NULL;
     free(fdone);
     return rc;

@@ -17,6 +17,9 @@
 #include "test_util.h"
 
 static int dirfd_g = -1;
+/* The backend the crafted outputs name as their maker (only its desc is read). */
+static qd_backend maker_be_s = {.desc = "cpu openblas=test gptq=portable amx=0 threads=1"};
+static const qd_backend *maker_be = &maker_be_s;
 
 /* Writes x through the codec and reads it back: returns the form taken, *same whether the
  * bits came back. */
@@ -147,6 +150,9 @@ static int read_crafted(int32_t g_idx3, double row_block, double rule, double gs
     cJSON *meta = cJSON_CreateObject();
     cJSON_AddStringToObject(meta, "in_checksum", "00000000000000aa");
     cJSON_AddStringToObject(meta, "worker", "w1");
+    char maker[160];
+    qd_part_maker_desc(maker_be, maker, sizeof maker);
+    cJSON_AddStringToObject(meta, "made_by", maker);
     cJSON_AddStringToObject(meta, "name", "l");
     cJSON_AddStringToObject(meta, "method", "rtn");
     cJSON_AddStringToObject(meta, "note", "");
@@ -156,8 +162,8 @@ static int read_crafted(int32_t g_idx3, double row_block, double rule, double gs
     qd_part_arr a[] = {{"res", res, sizeof res}, {"stage", stage, sizeof stage}, {"trace", trace, sizeof trace},
                        {"q", q, sizeof q}, {"scales", scales, sizeof scales}, {"zeros", zeros, sizeof zeros},
                        {"g_idx", g_idx, sizeof g_idx}};
-    char name[80];
-    qd_qpart_name_out(name, sizeof name, 0, 0, 0xaa);
+    char name[96];
+    qd_qpart_name_out(name, sizeof name, 0, 0, 0xaa, maker);
     qd_err err = {0};
     CHECK_OK(qd_part_file_write(dirfd_g, name, meta, a, 7, NULL, &err));
     cJSON_Delete(meta);
@@ -169,7 +175,7 @@ static int read_crafted(int32_t g_idx3, double row_block, double rule, double gs
     in.res.k = K;
     qd_qpart_out out;
     char worker[64];
-    int rc = qd_qpart_read_out(dirfd_g, 0, 0, 0xaa, &in, &out, worker, &err);
+    int rc = qd_qpart_read_out(dirfd_g, 0, 0, 0xaa, maker_be, &in, &out, worker, &err);
     if (!rc) {
         memcpy(dq, out.dq.w, sizeof(float) * ROWS * K);
         /* what the reader decoded is the layer's own decode */

@@ -32,8 +32,8 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
 
 /* FAN_CANCEL: a cancel at a fan-out before any part ran; FAN_CANCEL_AFTER: after every part
  * ran (the resumed run must keep their outputs, not compute them again). */
-/* FAN_OTHER_MAKER: the factor parts run on a backend whose desc is not the lead's (another
- * CPU, thread count or GPU): their outputs are never taken over, the lead factors each group. */
+/* FAN_OTHER_MAKER: the parts run on a backend whose desc is not the lead's (another CPU,
+ * thread count or GPU): their outputs are never taken over, the lead computes every part. */
 /* FAN_STOP: each quantize fan-out's part 0 runs with its stop set (another copy finished):
  * GPTQ stops before its first column block, writes nothing, and the lead computes it. */
 typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER,
@@ -121,9 +121,9 @@ static void out_path(const fan_ctx *c, const char *step, int block, int index, c
     if (factor) qd_fpart_name_in(in, sizeof in, block, index);
     else qd_qpart_name_in(in, sizeof in, block, index);
     uint64_t sum = fd >= 0 ? qd_part_file_checksum(fd, in) : 0;
-    qd_part_factor_desc(pt_be, desc, sizeof desc);
+    qd_part_maker_desc(pt_be, desc, sizeof desc);
     if (factor) qd_fpart_name_out(out, sizeof out, block, index, sum, desc);
-    else qd_qpart_name_out(out, sizeof out, block, index, sum);
+    else qd_qpart_name_out(out, sizeof out, block, index, sum, desc);
     if (fd >= 0) close(fd);
     snprintf(buf, cap, "%s/%s", dir, out);
 }
@@ -219,7 +219,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         snprintf(worker, sizeof worker, "w%d", 1 + i % 2);
         qd_err err = {0};
         double secs = -1;
-        qd_backend *be = factor && c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
+        qd_backend *be = c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
         atomic_int stop = c->mode == FAN_STOP && !factor && i == 0;
         int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &stop, &secs, &err);
         if (atomic_load(&stop)) {
@@ -345,6 +345,20 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
         CHECK_INT(c.factor_outs_max, (mode == FAN_OTHER_MAKER ? 2 : 1) * c.factor_last_n);
     if (mode == FAN_OTHER_MAKER) CHECK(c.factor_fanouts > 0);
     if (mode == FAN_STOP) CHECK(c.stopped > 0);
+    if (mode == FAN_OTHER_MAKER) {
+        /* Every linear's parts are the lead's own: none a helper of another maker wrote. */
+        cJSON *j = pt_read_json(test_path(out, "quantd_report.json"));
+        const cJSON *l;
+        int others = 0, n = 0;
+        cJSON_ArrayForEach(l, cJSON_GetObjectItemCaseSensitive(j, "layers")) {
+            const cJSON *w = cJSON_GetObjectItemCaseSensitive(l, "worker");
+            n++;
+            others += cJSON_IsString(w) && strstr(w->valuestring, "w");
+        }
+        cJSON_Delete(j);
+        CHECK(n > 0);
+        CHECK_INT(others, 0);
+    }
     printf("%-22s mode %d: %d fan-outs, %d parts run by the hook, part files %llu bytes at most; inputs read from "
            "the model %d/%d, in half precision %d/%d, triangular Hessians %d/%d and factors %d/%d, outputs from codes "
            "%d/%d; factor fan-outs %d of %d parts\n", tag, (int)mode, c.fanouts, c.parts, (unsigned long long)c.max_bytes, c.ins_src, c.ins, c.ins_half,

@@ -342,10 +342,11 @@ int qd_backend_cpu_open(int n_threads, const qd_runtime_opts *rt, qd_backend **o
     be->name = "cpu";
     be->device = -1;
     be->n_threads = n_threads;
-    snprintf(be->desc, sizeof be->desc, "cpu openblas=%s threads=%d", openblas_get_corename(), n_threads);
     be->rt = *rt;
     be->rt.fault_inject = NULL;
     be->bf16_native = cpu_amx_on(be);
+    snprintf(be->desc, sizeof be->desc, "cpu openblas=%s gptq=%s amx=%d threads=%d", openblas_get_corename(),
+             cpu_gptq_rows_name(impl->gptq_rows), be->bf16_native, n_threads);
     /* OpenBLAS keeps its thread count process-wide; a worker owns one backend, so the
      * last backend opened in a process sets it. */
     openblas_set_num_threads(n_threads);

@@ -586,6 +586,11 @@ int cpu_gptq_block(qd_backend *be, const qd_gptq_block_args *a)
     return 0;
 }
 
+const char *cpu_gptq_rows_name(cpu_gptq_rows_fn f)
+{
+    return f == cpu_gptq_rows_avx512 ? "avx512" : f == cpu_gptq_rows_avx2 ? "avx2" : "portable";
+}
+
 cpu_gptq_rows_fn cpu_gptq_rows_pick(qd_cpu_kernel kernel)
 {
     __builtin_cpu_init();

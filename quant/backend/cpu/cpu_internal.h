@@ -37,6 +37,7 @@ void cpu_symmetrize_from_upper(float *h, int64_t k);
 
 /* cpu_gptq.c: the rows kernel for this CPU and the runtime options' choice. */
 cpu_gptq_rows_fn cpu_gptq_rows_pick(qd_cpu_kernel kernel);
+const char *cpu_gptq_rows_name(cpu_gptq_rows_fn f);   /* "avx512", "avx2", "portable" */
 
 /* The ops (backend.h's lists), cpu_<name> each. */
 #define CPU_OP_DECLARE(ret, name, params) ret cpu_##name params;
