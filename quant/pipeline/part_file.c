@@ -236,7 +236,7 @@ int qd_part_file_read(int dirfd, const char *name, qd_part_file *f, qd_err *err)
 uint64_t qd_part_file_checksum(int dirfd, const char *name)
 {
     int fd;
-    uint64_t size, ml, dl, sum = 0;
+    uint64_t size = 0, ml, dl, sum = 0;
     qd_err e = {0};
     if (open_part(dirfd, name, &fd, &size, &e)) return 0;
     if (read_head(fd, name, size, &ml, &dl, &sum, &e)) sum = 0;
@@ -247,7 +247,7 @@ uint64_t qd_part_file_checksum(int dirfd, const char *name)
 cJSON *qd_part_file_meta(int dirfd, const char *name)
 {
     int fd;
-    uint64_t size, ml, dl, sum;
+    uint64_t size = 0, ml, dl, sum;
     qd_err e = {0};
     if (open_part(dirfd, name, &fd, &size, &e)) return NULL;
     cJSON *meta = NULL;
