@@ -54,6 +54,9 @@ const void *qd_part_file_arr(const qd_part_file *f, const char *name, uint64_t b
 void qd_part_file_free(qd_part_file *f);    /* accepts a zeroed one */
 /* Removes every file in dirfd whose name starts with prefix (NULL: every file). */
 void qd_part_files_remove(int dirfd, const char *prefix);
+/* Removes, in one pass over dirfd, the outputs of parts 0..n-1 of step `step` of block
+ * `block` computed from the inputs whose checksums are in_sums, by every maker. */
+void qd_part_outputs_remove(int dirfd, int block, const char *step, int n, const uint64_t *in_sums);
 /* Removes the file name in dirfd (absent is fine). */
 void qd_part_file_remove(int dirfd, const char *name);
 

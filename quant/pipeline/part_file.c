@@ -279,6 +279,27 @@ void qd_part_file_free(qd_part_file *f)
     memset(f, 0, sizeof *f);
 }
 
+void qd_part_outputs_remove(int dirfd, int block, const char *step, int n, const uint64_t *in_sums)
+{
+    int fd = openat(dirfd, ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return;
+    DIR *d = fdopendir(fd);
+    if (!d) { close(fd); return; }
+    char prefix[48];
+    int pl = snprintf(prefix, sizeof prefix, "b%04d-%s-", block, step);
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        /* b<block>-<step>-<index>-<in checksum>-<maker>.out.part */
+        if (strncmp(e->d_name, prefix, (size_t)pl)) continue;
+        int index = -1, used = 0;
+        unsigned long long sum = 0;
+        if (sscanf(e->d_name + pl, "%4d-%16llx-%n", &index, &sum, &used) != 2 || used != 4 + 1 + 16 + 1) continue;
+        if (index >= 0 && index < n && sum == in_sums[index] && strstr(e->d_name, ".out.part"))
+            unlinkat(dirfd, e->d_name, 0);
+    }
+    closedir(d);
+}
+
 void qd_part_file_remove(int dirfd, const char *name)
 {
     unlinkat(dirfd, name, 0);

@@ -482,25 +482,22 @@ static int run_fanout(run_ctx *r, qd_err *err)
      * together. After a failure they stay until the block commits: a retry of the block
      * keeps the outputs of the inputs it writes again (part_kept). */
     for (int i = 0; !rc && i < r->n_parts; i++) {
-        /* Its input, and its outputs by every maker (named by the input's checksum). */
-        char name[96];
+        char name[80];
         qd_qpart_name_in(name, sizeof name, r->block, i);
         qd_part_file_remove(p->parts_fd, name);
-        snprintf(name, sizeof name, "b%04d-quantize-%04d-%016llx-", r->block, i, (unsigned long long)r->in_sums[i]);
-        qd_part_files_remove(p->parts_fd, name);
     }
+    if (!rc) qd_part_outputs_remove(p->parts_fd, r->block, "quantize", r->n_parts, r->in_sums);   /* by every maker */
     for (int l = 0; !rc && l < r->n_lins; l++) {
         char name[80];
         qd_qpart_name_hessian(name, sizeof name, r->block, r->lins[l].g);
         qd_part_file_remove(p->parts_fd, name);
     }
     for (int j = 0; !rc && fparts && j < nf; j++) {
-        char name[96];
+        char name[80];
         qd_fpart_name_in(name, sizeof name, r->block, j);
         qd_part_file_remove(p->parts_fd, name);
-        snprintf(name, sizeof name, "b%04d-factor-%04d-%016llx-", r->block, j, (unsigned long long)fsums[j]);
-        qd_part_files_remove(p->parts_fd, name);
     }
+    if (!rc && fparts) qd_part_outputs_remove(p->parts_fd, r->block, "factor", nf, fsums);
     free(fsums);
     for (int i = 0; i < r->n_parts; i++) r->parts[i].fac = NULL;
     free(fdone);

@@ -58,6 +58,7 @@ typedef struct fan_ctx {
      * other maker's). */
     int factor_fanouts, factor_parts, factor_last_n, factor_outs_max;
     int stopped;                 /* FAN_STOP: parts that stopped */
+    int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
 
 /* The test backend under another desc: the same computation, named as another maker's. */
@@ -128,18 +129,20 @@ static void out_path(const fan_ctx *c, const char *step, int block, int index, c
     snprintf(buf, cap, "%s/%s", dir, out);
 }
 
-/* The factor outputs in the parts directory. */
-static int factor_outs(const fan_ctx *c)
+/* The outputs of step `what` ("-factor-", "-quantize-") in the parts directory. */
+static int outs_of(const fan_ctx *c, const char *what)
 {
     char dir[4400];
     snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
     DIR *d = opendir(dir);
     int n = 0;
     struct dirent *e;
-    while (d && (e = readdir(d))) n += strstr(e->d_name, "-factor-") && strstr(e->d_name, ".out.part");
+    while (d && (e = readdir(d))) n += strstr(e->d_name, what) && strstr(e->d_name, ".out.part");
     if (d) closedir(d);
     return n;
 }
+static int factor_outs(const fan_ctx *c) { return outs_of(c, "-factor-"); }
+static int quantize_outs(const fan_ctx *c) { return outs_of(c, "-quantize-"); }
 
 /* Flips a byte in the middle of path, or truncates it by 8 bytes. */
 static void damage(const char *path, int truncate_it)
@@ -208,6 +211,8 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     } else {
         int fo = factor_outs(c);
         if (fo > c->factor_outs_max) c->factor_outs_max = fo;
+        /* The earlier fan-outs' outputs are gone, every maker's (none after a failure here). */
+        if ((c->mode == FAN_ALL || c->mode == FAN_OTHER_MAKER) && !c->resumed) CHECK_INT(quantize_outs(c), 0);
     }
     for (int i = 0; i < n; i++) CHECK(names[i] && names[i][0]);
     if (c->mode == FAN_CANCEL && c->fanouts == c->cancel_at) { c->fanouts++; return 1; }
@@ -327,6 +332,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     if (mode == FAN_CANCEL || mode == FAN_CANCEL_AFTER) {
         CHECK_INT(rc, QD_ECANCELLED);
         c.mode = FAN_ALL;
+        c.resumed = 1;
         int n_kept = c.kept_n;
         rc = qd_pipeline_run(job, pt_be, &hooks, &err);
         CHECK_INT(c.kept_n, 0);   /* the fan-out came again */
@@ -527,6 +533,108 @@ static void test_src_refusals(void)
     st_model_close(sm);
 }
 
+/* Rewrites part file `name` in dirfd, valid, with its meta changed by edit and no arrays (the
+ * checks these cases reach come before any array is read). */
+static void part_rewrite(int dirfd, const char *name, void (*edit)(cJSON *meta))
+{
+    qd_part_file f;
+    qd_err err = {0};
+    CHECK_OK(qd_part_file_read(dirfd, name, &f, &err));
+    if (!f.meta) return;
+    edit(f.meta);
+    CHECK_OK(qd_part_file_write(dirfd, name, f.meta, NULL, 0, NULL, &err));
+    qd_part_file_free(&f);
+}
+static void edit_slash(cJSON *m) { cJSON_ReplaceItemInObject(m, "hessian", cJSON_CreateString("../b0000-quantize-h000.part")); }
+static void edit_width(cJSON *m) { cJSON_ReplaceItemInObject(m, "k", cJSON_CreateNumber(1 << 21)); }
+static void edit_sum(cJSON *m) { cJSON_ReplaceItemInObject(m, "h_checksum", cJSON_CreateString("zz")); }
+static void edit_maker(cJSON *m) { cJSON_ReplaceItemInObject(m, "made_by", cJSON_CreateString("cuda elsewhere sm_90")); }
+static void edit_input(cJSON *m) { cJSON_ReplaceItemInObject(m, "in_checksum", cJSON_CreateString("0000000000000001")); }
+
+/* The factor step's files, as a worker and the lead read them: an input naming a path, a
+ * width out of range, a checksum that is not one, or a Hessian changed since; an output
+ * made from another input, or claiming another maker than its name says: each refused with
+ * a message, never used. */
+static void test_factor_refusals(void)
+{
+    char out[4200], dir[4400];
+    snprintf(out, sizeof out, "%s/factor-refusals", T);
+    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, NULL);
+    CHECK(job != NULL);
+    if (!job) return;
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", out);
+    qd_err err = {0};
+    CHECK_OK(qd_fs_mkdir_p(dir, &err));
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(dirfd >= 0);
+    qd_pipeline *p = calloc(1, sizeof *p);
+    p->job = job;
+    p->be = pt_be;
+    CHECK_OK(qd_pipeline_quant_setup(p, &err));
+    const int64_t k = 64, rows = 256;
+    test_rng rg;
+    test_rng_seed(&rg, 11);
+    float *x = malloc((size_t)(rows * k) * sizeof *x);
+    for (int64_t i = 0; i < rows * k; i++) x[i] = test_rng_normal(&rg);
+    qd_gptq_hessian h;
+    CHECK_OK(qd_gptq_hessian_init(&h, pt_be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&h, x, rows, &err));
+    CHECK_OK(qd_qpart_write_hessian(dirfd, 0, 0, &h, NULL, &err));
+    uint64_t sum = 0;
+    char in[64], hname[64];
+    qd_fpart_name_in(in, sizeof in, 0, 0);
+    qd_qpart_name_hessian(hname, sizeof hname, 0, 0);
+    /* The good case: run, and read back by the lead. */
+    CHECK_OK(qd_fpart_write_in(dirfd, 0, 0, 0, k, &sum, &err));
+    CHECK_OK(qd_fpart_run_file(p, dirfd, 0, 0, "w1", &err));
+    qd_fpart_done done;
+    CHECK_OK(qd_fpart_read_out(dirfd, 0, 0, sum, pt_be, k, &done, &err));
+    CHECK_STR(done.worker, "w1");
+    CHECK_INT(qd_fpart_read_out(dirfd, 0, 0, sum, &other_maker, k, &done, &err), QD_ENOTFOUND);   /* not its kind's */
+    CHECK_INT(qd_fpart_read_out(dirfd, 0, 0, sum, pt_be, k + 1, &done, &err), QD_EFORMAT);
+    CHECK(strstr(err.msg, "not a [65, 65] factorisation") != NULL);
+    /* The output edited: another maker than its name, another input. */
+    char oname[96], desc[160];
+    qd_part_maker_desc(pt_be, desc, sizeof desc);
+    qd_fpart_name_out(oname, sizeof oname, 0, 0, sum, desc);
+    struct { void (*edit)(cJSON *); const char *msg; } outs[] = {{edit_maker, "made by \"cuda elsewhere"},
+                                                                   {edit_input, "computed from another input"}};
+    for (size_t i = 0; i < 2; i++) {
+        CHECK_OK(qd_fpart_run_file(p, dirfd, 0, 0, "w1", &err));
+        part_rewrite(dirfd, oname, outs[i].edit);
+        qd_err e = {0};
+        CHECK_INT(qd_fpart_read_out(dirfd, 0, 0, sum, pt_be, k, &done, &e), QD_EFORMAT);
+        if (!strstr(e.msg, outs[i].msg)) TEST_FAIL_("factor output case %zu: \"%s\"", i, e.msg);
+    }
+    /* The input edited. */
+    struct { void (*edit)(cJSON *); const char *msg; } ins[] = {{edit_slash, "no Hessian named"},
+                                                                  {edit_width, "a bad width"},
+                                                                  {edit_sum, "no Hessian named"}};
+    for (size_t i = 0; i < 3; i++) {
+        CHECK_OK(qd_fpart_write_in(dirfd, 0, 0, 0, k, &sum, &err));
+        part_rewrite(dirfd, in, ins[i].edit);
+        qd_err e = {0};
+        CHECK_INT(qd_fpart_run_file(p, dirfd, 0, 0, "w1", &e), QD_EFORMAT);
+        if (!strstr(e.msg, ins[i].msg)) TEST_FAIL_("factor input case %zu: \"%s\"", i, e.msg);
+    }
+    /* The Hessian changed after the input named it. */
+    CHECK_OK(qd_fpart_write_in(dirfd, 0, 0, 0, k, &sum, &err));
+    CHECK_OK(qd_gptq_hessian_add(&h, x, 8, &err));
+    CHECK_OK(qd_qpart_write_hessian(dirfd, 0, 0, &h, NULL, &err));
+    qd_err e = {0};
+    CHECK_INT(qd_fpart_run_file(p, dirfd, 0, 0, "w1", &e), QD_EFORMAT);
+    CHECK(strstr(e.msg, "not the Hessian the part was made for") != NULL);
+    /* One pass removes every maker's outputs of those inputs, and nothing else. */
+    qd_part_outputs_remove(dirfd, 0, "factor", 1, &sum);
+    struct stat st;
+    CHECK(fstatat(dirfd, hname, &st, 0) == 0);
+    qd_gptq_hessian_free(&h);
+    free(x);
+    free(p);
+    close(dirfd);
+    qp_job_free(job);
+}
+
 /* Parts nobody ran, damaged or truncated outputs, a cancel: the lead computes them. */
 static void test_lost_parts(void)
 {
@@ -567,5 +675,6 @@ int main(void)
     TEST_RUN(test_moe);
     TEST_RUN(test_lost_parts);
     TEST_RUN(test_src_refusals);
+    TEST_RUN(test_factor_refusals);
     return pt_teardown();
 }
