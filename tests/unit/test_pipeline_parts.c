@@ -529,6 +529,44 @@ static void test_src_refusals(void)
         }
         cJSON_Delete(meta);
     }
+    /* A worker keeps the checkpoint open between parts: rows read again after the model's
+     * file was replaced come from the open file when their checksum names its bytes (the
+     * lead's), and from a fresh open when it names the new file's. */
+    char dir[4300], path[4400];
+    snprintf(dir, sizeof dir, "%s/src-kept", T);
+    qd_err e = {0};
+    CHECK_OK(qd_fs_mkdir_p(dir, &e));
+    size_t nb = 0;
+    snprintf(path, sizeof path, "%s/model.safetensors", llama_dir);
+    char *bytes = pt_read(path, &nb);
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    FILE *f = fopen(path, "wb");
+    CHECK(bytes && f && fwrite(bytes, 1, nb, f) == nb);
+    if (f) fclose(f);
+    free(bytes);
+    qp_job job;
+    memset(&job, 0, sizeof job);
+    job.model = dir;
+    qd_pipeline_part_idle();
+    snprintf(json, sizeof json, "{\"src\":\"%s\",\"src_sum\":\"%s\"}", name, good);
+    cJSON *meta = cJSON_Parse(json);
+    CHECK_OK(qd_qpart_src_read(&job, NULL, meta, 0, 64, n, k, w, &e));   /* opened, kept */
+    swap_model(dir);
+    CHECK_OK(qd_qpart_src_read(&job, NULL, meta, 0, 64, n, k, w, &e));   /* the kept file's bytes */
+    st_model *sm2 = NULL;
+    CHECK_OK(st_model_open(dir, &sm2, &e));
+    const st_tensor *t2 = sm2 ? st_model_find(sm2, name) : NULL;
+    char fresh[24] = "";
+    if (t2 && !st_tensor_rows(t2, 0, 64, &view, &e))
+        snprintf(fresh, sizeof fresh, "%016llx", (unsigned long long)qd_part_checksum(view.data, (uint64_t)(view.end - view.begin)));
+    CHECK(strcmp(fresh, good) != 0);
+    cJSON_Delete(meta);
+    snprintf(json, sizeof json, "{\"src\":\"%s\",\"src_sum\":\"%s\"}", name, fresh);
+    meta = cJSON_Parse(json);
+    CHECK_OK(qd_qpart_src_read(&job, NULL, meta, 0, 64, n, k, w, &e));   /* reopened: the new file's */
+    cJSON_Delete(meta);
+    st_model_close(sm2);
+    qd_pipeline_part_idle();
     free(w);
     st_model_close(sm);
 }
