@@ -130,7 +130,7 @@ typedef struct qp_strv {
     int n;
 } qp_strv;
 
-/* The steps a block may fan out as parts ("quantize"); NULL-terminated. */
+/* The steps a block may fan out as parts ("quantize", "factor", "capture"); NULL-terminated. */
 extern const char *const qp_part_steps[];
 
 /* The parts of one step of one block (docs/parallel.md): the lead worker, running the

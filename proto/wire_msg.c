@@ -15,7 +15,7 @@ static const char *const type_names[QP_MSG_COUNT_] = {
     "cancel", "shutdown", "parts", "part", "part_done", "parts_done", "part_stop",
 };
 
-const char *const qp_part_steps[] = { "quantize", "factor", NULL };
+const char *const qp_part_steps[] = { "quantize", "factor", "capture", NULL };
 
 const char *qp_msg_type_name(qp_msg_type t)
 {

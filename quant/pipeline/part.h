@@ -263,6 +263,33 @@ struct qd_fpart_done {
 int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be, int64_t k,
                       qd_fpart_done *done, qd_err *err);
 
+/* ---- the capture step's parts: a run of calibration batches each (part_capture.c) ---- */
+
+/* The float pass of a dense block quantized without true-sequential, on the CPU backend, is
+ * cut at batch boundaries into at most QD_CPART_MAX parts: each runs the block over its
+ * batches and records every input hook call (group, rows, values); the lead feeds the calls
+ * to its hooks in order, so what they collect is the in-memory pass's, bit for bit. */
+#define QD_CPART_MAX 16
+/* The cut of block's pass: seq_starts[0..P] (room for QD_CPART_MAX + 1); returns P, or 0
+ * when the pass is not cut (no fan-out hook, a device backend, experts, one batch). */
+int qd_cpart_plan(const qd_pipeline *p, int block, int64_t *seq_starts);
+void qd_cpart_name_in(char *buf, size_t cap, int block, int index);
+void qd_cpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *desc);
+/* Writes part `index`'s input: sequences seq0..seq1 of p->acts, the groups want[] marks and
+ * block_sum, the checksum of the block's stored bytes the part must find; *checksum gets
+ * the file's. */
+int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1, const int *want,
+                      uint64_t block_sum, uint64_t *checksum, qd_err *err);
+/* Runs capture part `index` from its input file (p: a part runner's; the model is opened from
+ * p->job here) and writes its output, named by the input's checksum and p->be's desc. */
+int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+/* The lead's pass cut into the P parts of seq_starts: inputs written, the fan-out hook
+ * called, each output fed to c's hooks in order, a part whose output is missing, damaged or
+ * made by an unlike backend run here in memory; the step's files removed. *t_files gets the
+ * seconds spent writing and reading the files. */
+int qd_cpart_capture(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
+                     qd_capture_ctx *c, double *t_files, qd_err *err);
+
 /* ---- a part's weight rows read from the model's own files (part_src.c) ---- */
 
 /* A worker can read a part's rows of the weight from the model's checkpoint, which every

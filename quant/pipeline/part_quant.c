@@ -629,9 +629,10 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
 {
     double t0 = qd_clock_now_s();
     if (seconds) *seconds = 0;
-    int factor = step && !strcmp(step, "factor");
-    if (!step || (strcmp(step, "quantize") && !factor))
-        return qd_err_set(err, QD_EINVAL, "part step \"%s\" is not one this build runs (quantize, factor)", step ? step : "");
+    int factor = step && !strcmp(step, "factor"), capture = step && !strcmp(step, "capture");
+    if (!step || (strcmp(step, "quantize") && !factor && !capture))
+        return qd_err_set(err, QD_EINVAL, "part step \"%s\" is not one this build runs (quantize, factor, capture)",
+                          step ? step : "");
     if (block < 0 || index < 0) return qd_err_set(err, QD_EINVAL, "part %d of block %d: out of range", index, block);
     qd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -648,10 +649,12 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
          * it, and computes it itself if it is damaged. */
         char in_name[64], out_name[96], sum[24], desc[160];
         if (factor) qd_fpart_name_in(in_name, sizeof in_name, block, index);
+        else if (capture) qd_cpart_name_in(in_name, sizeof in_name, block, index);
         else qd_qpart_name_in(in_name, sizeof in_name, block, index);
         uint64_t in_sum = qd_part_file_checksum(dirfd, in_name);
         qd_part_maker_desc(be, desc, sizeof desc);
         if (factor) qd_fpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
+        else if (capture) qd_cpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
         else qd_qpart_name_out(out_name, sizeof out_name, block, index, in_sum, desc);
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_sum);
         cJSON *meta = in_sum ? qd_part_file_meta(dirfd, out_name) : NULL;
@@ -664,8 +667,9 @@ int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const cha
             free(p);
             return 0;
         }
-        rc = factor ? qd_fpart_run_file(p, dirfd, block, index, worker, err)
-                    : qd_qpart_run_file(p, dirfd, block, index, worker, err);
+        rc = factor    ? qd_fpart_run_file(p, dirfd, block, index, worker, err)
+             : capture ? qd_cpart_run_file(p, dirfd, block, index, worker, err)
+                       : qd_qpart_run_file(p, dirfd, block, index, worker, err);
     }
     if (dirfd >= 0) close(dirfd);
     free(p);

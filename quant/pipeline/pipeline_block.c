@@ -794,9 +794,15 @@ static int block_capture_all(block_run *b, qd_err *err)
         if (!rc) rc = gptaq_attach(b, &c, g, err);
     }
     if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", b->block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
-    if (!rc) rc = qd_capture_run(p, b->bw, QD_BLOCK_ALL, NULL, &c, err);
+    /* Cut into parts over the workers (part_capture.c) where it pays; the same bytes. */
+    int64_t starts[QD_CPART_MAX + 1];
+    int P = rc || b->gq ? 0 : qd_cpart_plan(p, b->block, starts);
+    double t_files = 0;
+    if (P && !(rc = parts_dir(p, err))) rc = qd_cpart_capture(p, b->bw, b->block, starts, P, &c, &t_files, err);
+    else if (!rc) rc = qd_capture_run(p, b->bw, QD_BLOCK_ALL, NULL, &c, err);
     for (int g = 0; g < b->ng; g++) rc = gptaq_detach(b, g, rc, err);
-    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
+    p->cost.stage[QD_STAGE_CHECKPOINT] += t_files;
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t + t_files);
     return rc;
 }
 

@@ -49,10 +49,36 @@ static int capture_gptaq(qd_capture_ctx *c, int group, const qd_input_group *g, 
     return qd_gptaq_dxx_add_dev(gq->dxx[group], gq->keep[group] + at * g->k, x, rows, g->k, c->err);
 }
 
+/* A capture part: the call and its rows kept, on the host. */
+static int capture_record(qd_capture_ctx *c, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    qd_capture_rec *r = c->rec;
+    if (!r->x[group]) return 0;
+    if (r->rows[group] + rows > r->cap[group])
+        return qd_err_set(c->err, QD_EINVAL, "capture: %s saw %lld rows, more than the part's %lld", g->name,
+                          (long long)(r->rows[group] + rows), (long long)r->cap[group]);
+    if (r->n_calls == r->cap_calls) {
+        int cap = r->cap_calls ? 2 * r->cap_calls : 64;
+        int *cg = realloc(r->call_group, (size_t)cap * sizeof *cg);
+        if (cg) r->call_group = cg;
+        int64_t *cr = cg ? realloc(r->call_rows, (size_t)cap * sizeof *cr) : NULL;
+        if (!cr) return qd_err_set(c->err, QD_ENOMEM, "capture: out of memory");
+        r->call_rows = cr;
+        r->cap_calls = cap;
+    }
+    int rc = qd_backend_download(c->p->be, r->x[group] + r->rows[group] * g->k, x, (size_t)(rows * g->k) * sizeof(float));
+    if (rc) return qd_err_set(c->err, rc, "capture: %s", c->p->be->err.msg);
+    r->call_group[r->n_calls] = group;
+    r->call_rows[r->n_calls++] = rows;
+    r->rows[group] += rows;
+    return 0;
+}
+
 static int capture_input(void *ud, int block, int group, const qd_input_group *g, const float *x, int64_t rows)
 {
     qd_capture_ctx *c = ud;
     (void)block;
+    if (c->rec) return capture_record(c, group, g, x, rows);
     if (c->gq) {
         int rc = capture_gptaq(c, group, g, x, rows);
         if (rc) return rc;
@@ -111,7 +137,7 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
     p->cost.forward_passes++;
     int64_t n_seq = c && c->n_seq_max > 0 && c->n_seq_max < p->n_seq ? c->n_seq_max : p->n_seq;
-    for (int64_t s0 = 0; s0 < n_seq; s0 += p->batch_seqs) {
+    for (int64_t s0 = c ? c->seq0 : 0; s0 < n_seq; s0 += p->batch_seqs) {
         int64_t nb = n_seq - s0 < p->batch_seqs ? n_seq - s0 : p->batch_seqs;
         size_t off = (size_t)(s0 * rows_per_seq * hidden);
         const float *x = p->acts + off;
@@ -134,6 +160,22 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     }
     if (c && c->routed_seen) p->moe_routed_done = 1;
     return 0;
+}
+
+int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows)
+{
+    qd_pipeline *p = c->p;
+    const qd_input_group *g = qd_model_group(p->m, group);
+    if (p->be->device < 0) return capture_input(c, -1, group, g, x, rows);
+    /* A device backend's hooks read backend memory. */
+    size_t bytes = (size_t)(rows * g->k) * sizeof(float);
+    float *d = qd_backend_alloc(p->be, bytes);
+    if (!d) return qd_err_set(c->err, QD_ENOMEM, "capture: out of memory");
+    int rc = qd_backend_upload(p->be, d, x, bytes);
+    if (rc) rc = qd_err_set(c->err, rc, "capture: %s", p->be->err.msg);
+    if (!rc) rc = capture_input(c, -1, group, g, d, rows);
+    qd_backend_free(p->be, d);
+    return rc;
 }
 
 int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err)

@@ -320,6 +320,16 @@ typedef struct qd_gptaq_capture {
     int keeping;                      /* 1: the float pass (copy into keep), 0: accumulate dxx */
 } qd_gptaq_capture;
 
+/* A capture part's record of a pass (part_capture.c): every input hook call's group and
+ * rows, in order, and each group's rows in the order its calls came (host, owned). */
+typedef struct qd_capture_rec {
+    int n_calls, cap_calls;
+    int *call_group;
+    int64_t *call_rows;
+    float *x[QD_MAX_GROUPS];          /* [cap[g], K] or NULL: group not recorded */
+    int64_t rows[QD_MAX_GROUPS], cap[QD_MAX_GROUPS];
+} qd_capture_rec;
+
 /* What one calibration pass over the block collects through the input hook. */
 typedef struct qd_capture_ctx {
     qd_pipeline *p;
@@ -334,6 +344,8 @@ typedef struct qd_capture_ctx {
     int stop_after;                   /* stop the forward after this group's input (-1: never) */
     int stopped;
     int64_t n_seq_max;                /* > 0: run only the first n_seq_max calibration sequences */
+    int64_t seq0;                     /* the first sequence run (a batch boundary; 0: the first) */
+    qd_capture_rec *rec;              /* set: the wanted groups' inputs are only recorded into it */
     qd_row_slices *kcheck;            /* the kernel check's input rows, or NULL */
     qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
@@ -342,8 +354,8 @@ typedef struct qd_capture_ctx {
 } qd_capture_ctx;
 
 void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
-/* Runs the block over every calibration batch (the first c->n_seq_max sequences when that
- * is set) with c's hooks (c may be NULL); y (backend,
+/* Runs the block over every calibration batch (sequences c->seq0 .. c->n_seq_max when those
+ * are set) with c's hooks (c may be NULL); y (backend,
  * same shape as the activations) receives the outputs, or NULL. part:
  *   QD_BLOCK_ALL: p->acts through the whole block;
  *   QD_BLOCK_ATTN: p->acts through the attention half into p->mid, then p->mid through the
@@ -352,6 +364,9 @@ void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
  * A forward that a hook stops at c->stop_after is not an error. */
 int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
                    qd_err *err);
+/* Feeds rows (host [rows, K of group]) to c's hooks as if the pass had seen them: how a
+ * capture part's record is taken over, call by call in its order. */
+int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows);
 /* p->mid from the attention's context ctx (backend, [rows of p->acts, ko], as the output
  * projection's input hook saw it; may be p->mid itself when ko == p->hidden) and p->acts,
  * batch by batch as qd_capture_run runs them (qd_block_attn_finish): what QD_BLOCK_ATTN

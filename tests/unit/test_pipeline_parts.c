@@ -58,6 +58,8 @@ typedef struct fan_ctx {
      * other maker's). */
     int factor_fanouts, factor_parts, factor_last_n, factor_outs_max;
     int stopped;                 /* FAN_STOP: parts that stopped */
+    /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
+    int capture_fanouts, capture_parts, cap_files;
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
 
@@ -84,7 +86,9 @@ static void count_forms(fan_ctx *c)
         if (nm[0] == '.' || l < 6 || strcmp(nm + l - 5, ".part")) continue;
         cJSON *m = qd_part_file_meta(fd, nm);
         const cJSON *arrs = cJSON_GetObjectItemCaseSensitive(m, "arrays");
-        if (strstr(nm, "-factor-")) {
+        if (strstr(nm, "-capture-")) {
+            c->cap_files++;
+        } else if (strstr(nm, "-factor-")) {
             if (strstr(nm, ".out.part") && cJSON_HasObjectItem(arrs, "fac")) {
                 c->facs++;
                 c->facs_tri += enc_is(m, "fac", "upper_zero", NULL);
@@ -118,12 +122,14 @@ static void out_path(const fan_ctx *c, const char *step, int block, int index, c
     char dir[4300], in[64], out[96], desc[160];
     snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
     int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    int factor = !strcmp(step, "factor");
+    int factor = !strcmp(step, "factor"), capture = !strcmp(step, "capture");
     if (factor) qd_fpart_name_in(in, sizeof in, block, index);
+    else if (capture) qd_cpart_name_in(in, sizeof in, block, index);
     else qd_qpart_name_in(in, sizeof in, block, index);
     uint64_t sum = fd >= 0 ? qd_part_file_checksum(fd, in) : 0;
     qd_part_maker_desc(pt_be, desc, sizeof desc);
     if (factor) qd_fpart_name_out(out, sizeof out, block, index, sum, desc);
+    else if (capture) qd_cpart_name_out(out, sizeof out, block, index, sum, desc);
     else qd_qpart_name_out(out, sizeof out, block, index, sum, desc);
     if (fd >= 0) close(fd);
     snprintf(buf, cap, "%s/%s", dir, out);
@@ -201,18 +207,23 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     fan_ctx *c = ud;
     if (c->mode == FAN_SWAP && c->fanouts == 0) swap_model(c->job->model);
     CHECK_INT(stale_files(c, block), 0);   /* a committed block's parts are removed */
-    int factor = !strcmp(step, "factor");
-    CHECK(factor || !strcmp(step, "quantize"));
+    int factor = !strcmp(step, "factor"), capture = !strcmp(step, "capture");
+    CHECK(factor || capture || !strcmp(step, "quantize"));
     CHECK(n > 1);
-    if (factor) {
+    if (capture) {
+        c->capture_fanouts++;
+        c->capture_parts += n;
+    } else if (factor) {
         c->factor_fanouts++;
         c->factor_parts += n;
         c->factor_last_n = n;
     } else {
         int fo = factor_outs(c);
         if (fo > c->factor_outs_max) c->factor_outs_max = fo;
-        /* The earlier fan-outs' outputs are gone, every maker's (none after a failure here). */
+        /* The earlier fan-outs' outputs are gone, every maker's (none after a failure here),
+         * and so are the capture step's files once its calls were taken over. */
         if ((c->mode == FAN_ALL || c->mode == FAN_OTHER_MAKER) && !c->resumed) CHECK_INT(quantize_outs(c), 0);
+        if (!c->resumed) CHECK_INT(outs_of(c, "-capture-"), 0);
     }
     for (int i = 0; i < n; i++) CHECK(names[i] && names[i][0]);
     if (c->mode == FAN_CANCEL && c->fanouts == c->cancel_at) { c->fanouts++; return 1; }
@@ -225,7 +236,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         qd_err err = {0};
         double secs = -1;
         qd_backend *be = c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
-        atomic_int stop = c->mode == FAN_STOP && !factor && i == 0;
+        atomic_int stop = c->mode == FAN_STOP && !factor && !capture && i == 0;
         int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &stop, &secs, &err);
         if (atomic_load(&stop)) {
             char p[4400];
@@ -241,6 +252,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         c->parts++;
     }
     if (c->mode == FAN_ALL) count_forms(c);
+    if (capture && c->mode == FAN_ALL) CHECK_INT(outs_of(c, "-capture-"), n);   /* one output a part */
     for (int i = 0; i < n && i < 64; i++) {
         char p[4400];
         struct stat st;
@@ -312,6 +324,8 @@ static void check_same(const char *what, const char *ref, const char *out)
     CHECK(!qd_fs_exists(test_path(out, ".quantd")));
 }
 
+static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
+
 /* Returns the factor fan-outs the run made. */
 static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
                     fan_mode mode)
@@ -343,7 +357,9 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     test_checks++;
     CHECK(c.fanouts > 0);
     CHECK(c.parts > 0);
-    if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts);   /* every part's rows changed: none used */
+    /* Every part that reads the model's files refuses them (a factor part reads only its
+     * Hessian): none is used. */
+    if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts - c.factor_parts);
     else CHECK_INT(c.failed, 0);
     /* Beside a quantize fan-out, each factor part's output once; with another maker, its
      * output and the lead's own. */
@@ -396,6 +412,8 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     }
     check_same(tag, ref, out);
     qp_job_free(job);
+    last_capture_fanouts = c.capture_fanouts;
+    last_capture_parts = c.capture_parts;
     return c.factor_fanouts;
 }
 
@@ -697,6 +715,52 @@ static void test_lost_parts(void)
     fan_case("swap", swap_dir, "gptq", "gptq", NULL, FAN_SWAP);
 }
 
+/* The float pass cut into parts (part_capture.c): a calibration of 9 sequences of 1024
+ * tokens is three forward batches (4, 4, 1), so each block's pass of a job without
+ * true-sequential goes out as three capture parts; the bytes are the in-memory run's whether
+ * the parts' records are taken over, lost, damaged, made by an unlike backend, or refused
+ * because the model changed under the job. */
+static void test_capture(void)
+{
+    char long_dir[4200], cal[4400];
+    qd_testgen_opts o = pt_llama_opts(128, 2);
+    o.dtype = QD_DTYPE_BF16;
+    o.max_pos = 1024;
+    snprintf(cal, sizeof cal, "%s/calib-long.json", T);
+    if (pt_setup_model("long", &o, long_dir, sizeof long_dir) || pt_write_tokens(cal, 9 * 1024 + 64, 128, 7)) {
+        CHECK(0);
+        return;
+    }
+    const char *saved = tokens;
+    tokens = cal;
+    pt_calib_samples = 9;
+    pt_calib_seq_len = 1024;
+    const char *nseq = "\"true_sequential\":false,";
+    static const fan_mode modes[] = {FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_OTHER_MAKER, FAN_CANCEL_AFTER};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        fan_case("cap-gptq", long_dir, "gptq", "gptq_v2", nseq, modes[i]);
+        test_checks++;
+        if (last_capture_fanouts < 2 || last_capture_parts < 3 * last_capture_fanouts)
+            TEST_FAIL_("cap-gptq mode %d: %d capture fan-outs of %d parts (2 blocks of 3 expected)", (int)modes[i],
+                       last_capture_fanouts, last_capture_parts);
+    }
+    fan_case("cap-gptq-bf16", long_dir, "gptq", "gptq_v2", "\"true_sequential\":false,\"compute\":\"bf16\",", FAN_ALL);
+    CHECK(last_capture_fanouts >= 2);
+    fan_case("cap-rtn", long_dir, "rtn", "gptq_v2", nseq, FAN_ALL);
+    CHECK(last_capture_fanouts >= 2);
+    /* True-sequential passes run the partly quantized block: never cut. */
+    fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
+    CHECK_INT(last_capture_fanouts, 0);
+    /* The model's files replaced at the first fan-out (the capture's): every part refuses. */
+    char swap_dir[4200];
+    if (pt_setup_model("long-swap", &o, swap_dir, sizeof swap_dir)) { CHECK(0); return; }
+    fan_case("cap-swap", swap_dir, "gptq", "gptq_v2", nseq, FAN_SWAP);
+    CHECK(last_capture_fanouts >= 1);
+    tokens = saved;
+    pt_calib_samples = 8;
+    pt_calib_seq_len = 32;
+}
+
 int main(void)
 {
     qd_testgen_opts lo = pt_llama_opts(128, 3);
@@ -711,6 +775,7 @@ int main(void)
     TEST_RUN(test_dense);
     TEST_RUN(test_row_ranges);
     TEST_RUN(test_moe);
+    TEST_RUN(test_capture);
     TEST_RUN(test_lost_parts);
     TEST_RUN(test_src_refusals);
     TEST_RUN(test_factor_refusals);
