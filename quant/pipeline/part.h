@@ -265,30 +265,59 @@ int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
 
 /* ---- the capture step's parts: a run of calibration batches each (part_capture.c) ---- */
 
-/* The float pass of a dense block quantized without true-sequential, on the CPU backend, is
- * cut at batch boundaries into at most QD_CPART_MAX parts: each runs the block over its
- * batches and records every input hook call (group, rows, values); the lead feeds the calls
- * to its hooks in order, so what they collect is the in-memory pass's, bit for bit. */
+/* A forward pass of a dense block on the CPU backend can be cut at batch boundaries into at
+ * most QD_CPART_MAX parts: each runs the block as the lead holds it over its batches and
+ * records every input hook call (group, rows, values) and the outputs the pass asks for; the
+ * lead feeds the calls to its hooks in order, so what they collect is the in-memory pass's,
+ * bit for bit. */
 #define QD_CPART_MAX 16
-/* The cut of block's pass: seq_starts[0..P] (room for QD_CPART_MAX + 1); returns P, or 0
- * when the pass is not cut (no fan-out hook, a device backend, experts, one batch). */
+#define QD_CPART_MAX_STATES 16
+/* The cut of block's passes: seq_starts[0..P] (room for QD_CPART_MAX + 1); returns P, or 0
+ * when its passes are not cut (no fan-out hook, a device backend, experts, one batch). */
 int qd_cpart_plan(const qd_pipeline *p, int block, int64_t *seq_starts);
+/* Whether a pass over half up to stop_group's input (-1: the whole half) computes enough to
+ * be worth its files: it runs a linear of a present group (present[g]) before the stop. A
+ * pass that only normalises its input and hands it to the hook stays in the lead. */
+int qd_cpart_pass_pays(const qd_pipeline *p, const int *present, qd_block_part half, int stop_group);
+
+/* The linears of a block the lead has quantized, written for the parts (each linear once a
+ * block, as the lead's dequantized weights), in the files named here. Zeroed at the block's
+ * start; the files go with the block's other part files at its commit. */
+typedef struct qd_cpart_state {
+    int n_files;
+    char names[QD_CPART_MAX_STATES][48];
+    uint64_t sums[QD_CPART_MAX_STATES];
+    int written[QD_MAX_LINEARS];
+} qd_cpart_state;
+
+/* What one cut pass runs. */
+typedef struct qd_cpart_spec {
+    qd_block_part half;          /* the whole block; its attention half, then the MLP half (the
+                                    residual stream between goes to p->mid); its MLP half from p->mid */
+    const float *x;              /* backend [calib rows, hidden]: the half's input (p->acts, or p->mid for the MLP) */
+    float *y;                    /* backend, the same shape: the half's outputs, or NULL */
+    qd_cpart_state *st;          /* the block's state files, or NULL: the block is as loaded */
+    const int *quantized;        /* with st: [QD_MAX_LINEARS], the linears quantized so far */
+} qd_cpart_spec;
+
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index);
 void qd_cpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *desc);
-/* Writes part `index`'s input: sequences seq0..seq1 of p->acts, the groups want[] marks and
- * block_sum, the checksum of the block's stored bytes the part must find; *checksum gets
- * the file's. */
-int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1, const int *want,
-                      uint64_t block_sum, uint64_t *checksum, qd_err *err);
+/* Writes part `index`'s input: sequences seq0..seq1 of spec->x, the groups c->want marks,
+ * c->stop_after, the state files, and block_sum, the checksum of the block's stored bytes
+ * the part must find; *checksum gets the file's. */
+int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1,
+                      const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
+                      qd_err *err);
 /* Runs capture part `index` from its input file (p: a part runner's; the model is opened from
  * p->job here) and writes its output, named by the input's checksum and p->be's desc. */
 int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
-/* The lead's pass cut into the P parts of seq_starts: inputs written, the fan-out hook
- * called, each output fed to c's hooks in order, a part whose output is missing, damaged or
- * made by an unlike backend run here in memory; the step's files removed. *t_files gets the
- * seconds spent writing and reading the files. */
-int qd_cpart_capture(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
-                     qd_capture_ctx *c, double *t_files, qd_err *err);
+/* The lead's pass (qd_capture_run(p, bw, spec->half, spec->y, c)) cut into the P parts of
+ * seq_starts: the state written, the inputs written, the fan-out hook called, each output
+ * taken over in order, a part whose output is missing, damaged or made by an unlike backend
+ * run here in memory; the step's files removed. *t_files gets the seconds spent writing and
+ * reading the files. */
+int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
+                 const qd_cpart_spec *spec, qd_capture_ctx *c, double *t_files, qd_err *err);
 
 /* ---- a part's weight rows read from the model's own files (part_src.c) ---- */
 

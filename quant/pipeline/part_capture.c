@@ -1,14 +1,18 @@
-/* The capture step's parts (part.h, docs/parallel.md): the float pass of a block quantized
- * without true-sequential cut into runs of its calibration batches. A part runs the float
- * block over its batches, on whichever worker is free, and records what each input hook
- * call saw (the group, the rows, their values); the lead then feeds those calls to its own
- * hooks in the order one pass would have made them, so every Hessian, kernel-check row and
- * direct-error row is the one the pass computes in memory, bit for bit, however the batches
- * were spread. A batch's forward does not depend on the others, and the cut is at batch
- * boundaries, so the bytes depend neither on the cut nor on the workers.
+/* The capture step's parts (part.h, docs/parallel.md): a forward pass of a block cut into
+ * runs of its calibration batches. A part runs the block, as the lead holds it at that pass,
+ * over its batches, on whichever worker is free, and records what each input hook call saw
+ * (the group, the rows, their values), and, as the pass asks, the half's outputs (the next
+ * block's inputs, or the residual stream after the attention). The lead then feeds the calls
+ * to its own hooks in the order one pass would have made them, so every Hessian, kept input
+ * and kernel-check row is the one the pass computes in memory, bit for bit, however the
+ * batches were spread. A batch's forward does not depend on the others and the cut is at
+ * batch boundaries, so the bytes depend neither on the cut nor on the workers.
  *
- * The lead takes over only an output made by a backend like its own (a forward's bits
- * depend on the kernels, as GPTQ's do), and runs a part it could not use in memory. */
+ * The block as the lead holds it: the model's weights (the part checks their stored bytes
+ * against the lead's checksum) with the linears quantized so far replaced by the lead's
+ * dequantized weights, from the block's state files (each linear written once a block).
+ * The lead takes over only an output made by a backend like its own (a forward's bits depend
+ * on the kernels, as GPTQ's do), and runs in memory a part it cannot use. */
 #include "quant/pipeline/part.h"
 
 #include <stdio.h>
@@ -21,6 +25,8 @@
 #include "quant/core/log.h"
 #include "quant/core/safetensors.h"
 #include "quant/pipeline/acts.h"
+
+static const char *const half_names[] = {"all", "attn", "mlp"};
 
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index)
 {
@@ -44,6 +50,14 @@ int qd_cpart_plan(const qd_pipeline *p, int block, int64_t *seq_starts)
         seq_starts[i] = s < p->n_seq ? s : p->n_seq;
     }
     return P;
+}
+
+int qd_cpart_pass_pays(const qd_pipeline *p, const int *present, qd_block_part half, int stop_group)
+{
+    if (stop_group < 0) return 1;   /* the whole half */
+    for (int h = 0; h < stop_group; h++)
+        if (present[h] && (half != QD_BLOCK_MLP || qd_model_group_part(p->m, h) == QD_BLOCK_MLP)) return 1;
+    return 0;
 }
 
 /* The checksum of the stored bytes of every tensor of `block` in m's files (the lead's and
@@ -80,24 +94,122 @@ static const char *meta_str(const cJSON *meta, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1, const int *want,
-                      uint64_t block_sum, uint64_t *checksum, qd_err *err)
+/* ---- the block's state: the linears quantized so far ---- */
+
+/* Writes the linears `quantized` marks that no state file holds yet (their weights as bw
+ * holds them) into a new state file. */
+static int state_write(qd_pipeline *p, const qd_block_weights *bw, int block, const int *quantized, qd_cpart_state *st,
+                       qd_err *err)
 {
-    char bsum[24];
-    snprintf(bsum, sizeof bsum, "%016llx", (unsigned long long)block_sum);
-    char name[64];
+    int lis[QD_MAX_LINEARS], n = 0;
+    for (int li = 0; li < qd_model_n_linears(p->m); li++)
+        if (quantized[li] && !st->written[li]) lis[n++] = li;
+    if (!n) return 0;
+    if (st->n_files == QD_CPART_MAX_STATES) return qd_err_set(err, QD_EINVAL, "block %d: more than %d state files", block, QD_CPART_MAX_STATES);
+    char *name = st->names[st->n_files];
+    snprintf(name, sizeof st->names[0], "b%04d-state-%02d.part", block, st->n_files);
+    qd_part_arr *arrs = calloc((size_t)n, sizeof *arrs);
+    float **own = calloc((size_t)n, sizeof *own);
+    char (*an)[16] = calloc((size_t)n, 16);
+    cJSON *meta = cJSON_CreateObject(), *list = cJSON_CreateArray();
+    int rc = arrs && own && an && meta && list ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (int i = 0; i < n && !rc; i++) {
+        const qd_linear_info *L = qd_model_linear(p->m, lis[i]);
+        size_t bytes = (size_t)(L->n * L->k) * sizeof(float);
+        const float *w = qd_part_host_view(p->be, bw->w[lis[i]], bytes, &own[i]);
+        if (!w) rc = qd_err_set(err, QD_ENOMEM, "out of memory for %s", L->name);
+        snprintf(an[i], 16, "w%d", lis[i]);
+        arrs[i] = (qd_part_arr){an[i], w, bytes};
+        if (!rc && !cJSON_AddItemToArray(list, cJSON_CreateNumber(lis[i]))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
+    if (!rc) {
+        cJSON_AddStringToObject(meta, "step", "state");
+        cJSON_AddNumberToObject(meta, "block", block);
+        cJSON_AddItemToObject(meta, "linears", list);
+        list = NULL;
+        rc = qd_part_file_write(p->parts_fd, name, meta, arrs, n, &st->sums[st->n_files], err);
+    }
+    if (!rc) {
+        for (int i = 0; i < n; i++) st->written[lis[i]] = 1;
+        st->n_files++;
+    }
+    for (int i = 0; own && i < n; i++) free(own[i]);
+    free(own);
+    free(arrs);
+    free(an);
+    cJSON_Delete(list);
+    cJSON_Delete(meta);
+    return rc;
+}
+
+/* The worker's side: each state file the input names, checked by its checksum, its linears
+ * set into bw. */
+static int state_apply(const cJSON *states, int dirfd, qd_model *m, qd_block_weights *bw, int block, const char *in,
+                       qd_err *err)
+{
+    const cJSON *s;
+    int rc = 0;
+    cJSON_ArrayForEach(s, states) {
+        const cJSON *nj = cJSON_GetArrayItem(s, 0), *sj = cJSON_GetArrayItem(s, 1);
+        unsigned long long want = 0;
+        char prefix[24];
+        snprintf(prefix, sizeof prefix, "b%04d-state-", block);
+        if (!cJSON_IsString(nj) || strncmp(nj->valuestring, prefix, strlen(prefix)) || strchr(nj->valuestring, '/') ||
+            !cJSON_IsString(sj) || sscanf(sj->valuestring, "%16llx", &want) != 1)
+            return qd_err_set(err, QD_EFORMAT, "part file %s: a bad state file name or checksum", in);
+        qd_part_file f;
+        rc = qd_part_file_read(dirfd, nj->valuestring, &f, err);
+        if (rc) return rc;
+        if (f.checksum != want) rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the state the lead wrote", nj->valuestring);
+        const cJSON *l, *list = rc ? NULL : cJSON_GetObjectItemCaseSensitive(f.meta, "linears");
+        if (!rc && !cJSON_IsArray(list)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: no linears", nj->valuestring);
+        cJSON_ArrayForEach(l, list) {
+            int li = cJSON_IsNumber(l) ? (int)l->valuedouble : -1;
+            if (li < 0 || li >= qd_model_n_linears(m)) {
+                rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad linear", nj->valuestring);
+                break;
+            }
+            const qd_linear_info *L = qd_model_linear(m, li);
+            char an[16];
+            snprintf(an, sizeof an, "w%d", li);
+            const float *w = qd_part_file_arr(&f, an, (uint64_t)(L->n * L->k) * sizeof(float), err);
+            rc = w ? qd_block_linear_set(m, bw, li, w, NULL, err) : QD_EFORMAT;
+            if (rc) break;
+        }
+        qd_part_file_free(&f);
+        if (rc) return rc;
+    }
+    return 0;
+}
+
+/* ---- a part's input and its run ---- */
+
+int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1,
+                      const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
+                      qd_err *err)
+{
+    char name[64], bsum[24];
     qd_cpart_name_in(name, sizeof name, block, index);
+    snprintf(bsum, sizeof bsum, "%016llx", (unsigned long long)block_sum);
     const int64_t L = p->seq_len, H = p->hidden;
     uint64_t n = (uint64_t)((seq1 - seq0) * L * H);
     float *own = NULL;
-    const float *x = qd_part_host_view(p->be, p->acts + seq0 * L * H, n * sizeof(float), &own);
+    const float *x = qd_part_host_view(p->be, spec->x + seq0 * L * H, n * sizeof(float), &own);
     if (!x) return qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
     qd_part_farr fx;
     memset(&fx, 0, sizeof fx);
-    cJSON *meta = cJSON_CreateObject(), *groups = cJSON_CreateArray();
-    int rc = meta && groups ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    cJSON *meta = cJSON_CreateObject(), *groups = cJSON_CreateArray(), *states = cJSON_CreateArray();
+    int rc = meta && groups && states ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
     for (int g = 0; g < qd_model_n_groups(p->m) && !rc; g++)
-        if (want[g] && !cJSON_AddItemToArray(groups, cJSON_CreateNumber(g))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        if (c->want[g] && !cJSON_AddItemToArray(groups, cJSON_CreateNumber(g))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (int i = 0; spec->st && i < spec->st->n_files && !rc; i++) {
+        char sum[24];
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)spec->st->sums[i]);
+        cJSON *pair = cJSON_CreateArray();
+        if (!pair || !cJSON_AddItemToArray(pair, cJSON_CreateString(spec->st->names[i])) ||
+            !cJSON_AddItemToArray(pair, cJSON_CreateString(sum)) || !cJSON_AddItemToArray(states, pair))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
     if (!rc) {
         cJSON_AddStringToObject(meta, "step", "capture");
         cJSON_AddNumberToObject(meta, "index", index);
@@ -109,12 +221,18 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         cJSON_AddNumberToObject(meta, "hidden", (double)H);
         cJSON_AddStringToObject(meta, "compute", qp_compute_name(p->compute));
         cJSON_AddStringToObject(meta, "block_sum", bsum);
+        cJSON_AddStringToObject(meta, "half", half_names[spec->half]);
+        cJSON_AddNumberToObject(meta, "stop_after", c->stop_after);
+        cJSON_AddBoolToObject(meta, "y", spec->y != NULL);
         cJSON_AddItemToObject(meta, "groups", groups);
         groups = NULL;
+        cJSON_AddItemToObject(meta, "states", states);
+        states = NULL;
         rc = qd_part_farr_make("x", x, n, 0, &fx, err);
     }
     if (!rc && qd_part_farr_note(meta, &fx)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, &fx.arr, 1, checksum, err);
+    cJSON_Delete(states);
     cJSON_Delete(groups);
     cJSON_Delete(meta);
     qd_part_farr_free(&fx);
@@ -130,9 +248,41 @@ static void rec_free(qd_capture_rec *r)
     memset(r, 0, sizeof *r);
 }
 
-/* The worker's side: the float block over the part's sequences, every wanted group's input
- * recorded, written as the output. p is a part runner's (qd_pipeline_part_run): its model,
- * activations and batch shape are set here for the run and cleared after. */
+/* What a part's input asks, read and checked. */
+typedef struct cpart_in {
+    int64_t n_seq, L, bs, H, rows;
+    int half, stop_after, want_y, bf16;
+    unsigned long long block_sum;
+    const cJSON *groups, *states;
+} cpart_in;
+
+static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpart_in *in, qd_err *err)
+{
+    memset(in, 0, sizeof *in);
+    in->n_seq = meta_num(f->meta, "n_seq", -1);
+    in->L = meta_num(f->meta, "seq_len", -1);
+    in->bs = meta_num(f->meta, "batch_seqs", -1);
+    in->H = meta_num(f->meta, "hidden", -1);
+    in->stop_after = (int)meta_num(f->meta, "stop_after", -2);
+    const char *compute = meta_str(f->meta, "compute"), *half = meta_str(f->meta, "half"), *bsum = meta_str(f->meta, "block_sum");
+    in->groups = cJSON_GetObjectItemCaseSensitive(f->meta, "groups");
+    in->states = cJSON_GetObjectItemCaseSensitive(f->meta, "states");
+    const cJSON *y = cJSON_GetObjectItemCaseSensitive(f->meta, "y");
+    in->half = -1;
+    for (int i = 0; half && i < 3; i++)
+        if (!strcmp(half, half_names[i])) in->half = i;
+    if (in->n_seq <= 0 || in->L <= 0 || in->bs <= 0 || in->H <= 0 || in->n_seq > (1 << 20) || in->L > (1 << 24) ||
+        in->bs > (1 << 20) || in->H > (1 << 20) || (double)in->n_seq * (double)in->L * (double)in->H > (double)(1ll << 36) ||
+        !cJSON_IsArray(in->groups) || !cJSON_IsArray(in->states) || !compute || (strcmp(compute, "bf16") && strcmp(compute, "f32")) ||
+        in->half < 0 || in->stop_after < -1 || in->stop_after >= QD_MAX_GROUPS || !cJSON_IsBool(y) ||
+        meta_num(f->meta, "block", -1) != block || !bsum || sscanf(bsum, "%16llx", &in->block_sum) != 1)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: a bad shape, compute, half, group list or checksum", name);
+    in->want_y = cJSON_IsTrue(y);
+    in->bf16 = !strcmp(compute, "bf16");
+    in->rows = in->n_seq * in->L;
+    return 0;
+}
+
 int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err)
 {
     char name[64];
@@ -141,69 +291,63 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     int rc = qd_part_file_read(dirfd, name, &f, err);
     if (rc) return rc;
     double t0 = qd_clock_now_s();
-    int64_t n_seq = meta_num(f.meta, "n_seq", -1), L = meta_num(f.meta, "seq_len", -1);
-    int64_t bs = meta_num(f.meta, "batch_seqs", -1), H = meta_num(f.meta, "hidden", -1);
-    const char *compute = meta_str(f.meta, "compute");
-    const cJSON *groups = cJSON_GetObjectItemCaseSensitive(f.meta, "groups");
-    if (n_seq <= 0 || L <= 0 || bs <= 0 || H <= 0 || n_seq > (1 << 20) || L > (1 << 24) || bs > (1 << 20) ||
-        H > (1 << 20) || (double)n_seq * (double)L * (double)H > (double)(1ll << 36) || !cJSON_IsArray(groups) || !compute ||
-        (strcmp(compute, "bf16") && strcmp(compute, "f32")) || meta_num(f.meta, "block", -1) != block)
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad shape, compute or group list", name);
+    cpart_in in;
+    rc = cpart_in_read(&f, name, block, &in, err);
     qd_model *m = NULL;
     qd_block_weights *bw = NULL;
-    float *x = NULL;
+    float *x = NULL, *y = NULL, *mid = NULL;
     qd_capture_rec rec;
     memset(&rec, 0, sizeof rec);
+    uint64_t have_sum = 0;
     if (!rc) rc = qd_model_open(p->job->model, p->be, &m, err);
-    if (!rc) rc = qd_model_set_compute_bf16(m, !strcmp(compute, "bf16"), err);
-    if (!rc && (block >= qd_model_cfg(m)->n_layers || H != qd_model_cfg(m)->hidden))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d or width %lld is not the model's", name, block, (long long)H);
+    if (!rc) rc = qd_model_set_compute_bf16(m, in.bf16, err);
+    if (!rc && (block >= qd_model_cfg(m)->n_layers || in.H != qd_model_cfg(m)->hidden))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d or width %lld is not the model's", name, block, (long long)in.H);
     if (!rc && qd_model_block_is_moe(m, block))
         rc = qd_err_set(err, QD_EUNSUPPORTED, "part file %s: block %d has experts (its capture is not cut into parts)", name, block);
-    /* The block's stored bytes must be the ones the lead holds: a model changed under the job
-     * is refused, and the lead runs the part itself. */
-    const char *bsum = meta_str(f.meta, "block_sum");
-    unsigned long long want_sum = 0;
-    uint64_t have_sum = 0;
-    if (!rc && (!bsum || sscanf(bsum, "%16llx", &want_sum) != 1))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: no checksum of the block's weights", name);
-    const int64_t rows = n_seq * L;
-    const cJSON *gj;
+    const cJSON *gj, *groups = rc ? NULL : in.groups;
     cJSON_ArrayForEach(gj, groups) {
-        if (rc) break;
         int g = cJSON_IsNumber(gj) ? (int)gj->valuedouble : -1;
         if (g < 0 || g >= qd_model_n_groups(m) || rec.x[g]) {
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad group", name);
             break;
         }
-        rec.cap[g] = rows;   /* a dense block's groups see every token once */
-        if (!(rec.x[g] = malloc((size_t)(rows * qd_model_group(m, g)->k) * sizeof(float))))
-            rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's %lld rows", (long long)rows);
+        rec.cap[g] = in.rows;   /* a dense block's groups see every token once */
+        if (!(rec.x[g] = malloc((size_t)(in.rows * qd_model_group(m, g)->k) * sizeof(float))))
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's %lld rows", (long long)in.rows);
     }
-    uint64_t n = (uint64_t)(rows * (rc ? 0 : H));
-    if (!rc && !(x = malloc(n * sizeof *x))) rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
-    if (!rc) rc = qd_part_farr_read(&f, "x", x, n, 0, err);
+    size_t act_bytes = rc ? 0 : (size_t)(in.rows * in.H) * sizeof(float);
+    if (!rc && (!(x = malloc(act_bytes)) || (in.want_y && !(y = malloc(act_bytes))) ||
+                (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes)))))
+        rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's activations");
+    if (!rc) rc = qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.H), 0, err);
     if (!rc) rc = qd_block_load(m, block, &bw, err);
-    if (!rc && (block_bytes_sum(m, block, &have_sum) || have_sum != want_sum))
+    /* The block's stored bytes must be the ones the lead holds: a model changed under the job
+     * is refused, and the lead runs the part itself. */
+    if (!rc && (block_bytes_sum(m, block, &have_sum) || have_sum != in.block_sum))
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d's weights in the model's files are not the ones the "
                         "lead quantizes (changed under the job?)", name, block);
+    if (!rc) rc = state_apply(in.states, dirfd, m, bw, block, name, err);
     if (!rc) {
         /* The run's shape on p for qd_capture_run; the CPU backend's memory is the host's. */
         p->m = m;
         p->acts = x;
-        p->n_seq = n_seq;
-        p->seq_len = L;
-        p->hidden = H;
-        p->batch_seqs = bs;
+        p->mid = in.half == QD_BLOCK_MLP ? x : mid;
+        p->n_seq = in.n_seq;
+        p->seq_len = in.L;
+        p->hidden = in.H;
+        p->batch_seqs = in.bs;
         qd_capture_ctx c;
         qd_capture_init(&c, p, err);
         c.rec = &rec;
-        rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, &c, err);
+        c.stop_after = in.stop_after;
+        rc = qd_capture_run(p, bw, (qd_block_part)in.half, y, &c, err);
         p->m = NULL;
-        p->acts = NULL;
+        p->acts = p->mid = NULL;
     }
     double secs = qd_clock_now_s() - t0;
-    /* The output: the calls (group and rows, flattened) and each group's rows as they came. */
+    /* The output: the calls (group and rows, flattened), each group's rows as they came, and
+     * the half's outputs asked for. */
     cJSON *meta = rc ? NULL : cJSON_CreateObject();
     cJSON *calls = rc ? NULL : cJSON_CreateArray();
     if (!rc && (!meta || !calls)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
@@ -211,9 +355,9 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         if (!cJSON_AddItemToArray(calls, cJSON_CreateNumber(rec.call_group[i])) ||
             !cJSON_AddItemToArray(calls, cJSON_CreateNumber((double)rec.call_rows[i])))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    qd_part_farr fa[QD_MAX_GROUPS];
+    qd_part_farr fa[QD_MAX_GROUPS + 2];
     memset(fa, 0, sizeof fa);
-    qd_part_arr arrs[QD_MAX_GROUPS];
+    qd_part_arr arrs[QD_MAX_GROUPS + 2];
     int na = 0;
     char desc[160], out[96], sum[24], an[QD_MAX_GROUPS][16];
     qd_part_maker_desc(p->be, desc, sizeof desc);
@@ -234,24 +378,31 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         if (!rc && qd_part_farr_note(meta, &fa[na])) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
         if (!rc) arrs[na] = fa[na].arr, na++;
     }
+    if (!rc && y) arrs[na++] = (qd_part_arr){"y", y, act_bytes};
+    if (!rc && mid) arrs[na++] = (qd_part_arr){"mid", mid, act_bytes};
     qd_cpart_name_out(out, sizeof out, block, index, f.checksum, desc);
     if (!rc) rc = qd_part_file_write(dirfd, out, meta, arrs, na, NULL, err);
-    for (int i = 0; i < na; i++) qd_part_farr_free(&fa[i]);
+    for (int i = 0; i < QD_MAX_GROUPS + 2; i++) qd_part_farr_free(&fa[i]);
     cJSON_Delete(calls);
     cJSON_Delete(meta);
     rec_free(&rec);
     qd_block_free(m, bw);
     qd_model_close(m);
     free(x);
+    free(y);
+    free(mid);
     qd_part_file_free(&f);
     return rc;
 }
 
-/* Reads part `index`'s output and feeds its calls to c's hooks. Nothing reaches the hooks
- * unless the whole output checks: its checksum, input, maker, and calls that add up to the
- * part's rows of each wanted group (QD_EFORMAT otherwise, and the lead runs the part). */
-static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int64_t rows, qd_capture_ctx *c,
-                      char *worker, int *fed, qd_err *err)
+/* ---- the lead's side ---- */
+
+/* Reads part `index`'s output and takes it over: its calls fed to c's hooks, its outputs
+ * copied to the spec's places. Nothing is taken unless the whole output checks: its
+ * checksum, input, maker, calls that add up to the part's rows of each wanted group, and the
+ * outputs asked for (QD_EFORMAT or QD_ENOTFOUND otherwise, *fed 0: the lead runs the part). */
+static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int64_t seq0, int64_t rows,
+                      const qd_cpart_spec *spec, qd_capture_ctx *c, int *fed, qd_err *err)
 {
     *fed = 0;
     char desc[160], name[96], sum[24];
@@ -261,7 +412,7 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     qd_part_file f;
     int rc = qd_part_file_read(p->parts_fd, name, &f, err);
     if (rc) return rc;
-    const char *ic = meta_str(f.meta, "in_checksum"), *mb = meta_str(f.meta, "made_by"), *wk = meta_str(f.meta, "worker");
+    const char *ic = meta_str(f.meta, "in_checksum"), *mb = meta_str(f.meta, "made_by");
     const cJSON *calls = cJSON_GetObjectItemCaseSensitive(f.meta, "calls");
     if (!ic || strcmp(ic, sum)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: computed from another input", name);
     else if (!mb || strcmp(mb, desc))
@@ -297,6 +448,10 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         else rc = qd_part_farr_read(&f, an, d, cnt, 0, err);
         xs[g] = d;
     }
+    size_t act_bytes = (size_t)(rows * p->hidden) * sizeof(float);
+    const float *y = !rc && spec->y ? qd_part_file_arr(&f, "y", act_bytes, err) : NULL;
+    const float *mid = !rc && spec->half == QD_BLOCK_ATTN ? qd_part_file_arr(&f, "mid", act_bytes, err) : NULL;
+    if (!rc && ((spec->y && !y) || (spec->half == QD_BLOCK_ATTN && !mid))) rc = QD_EFORMAT;
     int64_t at[QD_MAX_GROUPS] = {0};
     *fed = !rc;
     for (it = rc ? NULL : calls->child; it && !rc; it = it->next->next) {
@@ -305,14 +460,16 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         rc = qd_capture_replay(c, g, xs[g] + at[g] * qd_model_group(p->m, g)->k, n);
         at[g] += n;
     }
-    if (!rc) snprintf(worker, 64, "%s", wk ? wk : "?");
+    size_t off = (size_t)(seq0 * p->seq_len * p->hidden);
+    if (!rc && y) rc = qd_backend_upload(p->be, spec->y + off, y, act_bytes);
+    if (!rc && mid) rc = qd_backend_upload(p->be, p->mid + off, mid, act_bytes);
     for (int g = 0; g < QD_MAX_GROUPS; g++) free((void *)xs[g]);
     qd_part_file_free(&f);
     return rc;
 }
 
-int qd_cpart_capture(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
-                     qd_capture_ctx *c, double *t_files, qd_err *err)
+int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
+                 const qd_cpart_spec *spec, qd_capture_ctx *c, double *t_files, qd_err *err)
 {
     *t_files = 0;
     double t0 = qd_clock_now_s();
@@ -324,12 +481,13 @@ int qd_cpart_capture(qd_pipeline *p, const qd_block_weights *bw, int block, cons
     if (!rc && block_bytes_sum(p->m, block, &block_sum)) {
         /* Nothing for a part to check its weights against: the pass stays here. */
         P = 0;
-        rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, c, err);
+        rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
     }
+    if (!rc && P && spec->st) rc = state_write(p, bw, block, spec->quantized, spec->st, err);
     for (int i = 0; i < P && !rc; i++) {
         snprintf(labels[i], 48, "sequences %lld..%lld", (long long)seq_starts[i], (long long)seq_starts[i + 1] - 1);
         names[i] = labels[i];
-        rc = qd_cpart_write_in(p, p->parts_fd, block, i, seq_starts[i], seq_starts[i + 1], c->want, block_sum, &sums[i],
+        rc = qd_cpart_write_in(p, p->parts_fd, block, i, seq_starts[i], seq_starts[i + 1], c, spec, block_sum, &sums[i],
                                err);
     }
     double t_hook = qd_clock_now_s();
@@ -340,37 +498,37 @@ int qd_cpart_capture(qd_pipeline *p, const qd_block_weights *bw, int block, cons
     double t_here = 0;
     for (int i = 0; i < P && !rc; i++) {
         qd_err e2 = {0};
-        char worker[64];
         int64_t rows = (seq_starts[i + 1] - seq_starts[i]) * p->seq_len;
         int fed = 0;
         c->err = &e2;
-        int got = cpart_take(p, block, i, sums[i], rows, c, worker, &fed, &e2);
+        int got = cpart_take(p, block, i, sums[i], seq_starts[i], rows, spec, c, &fed, &e2);
         c->err = err;
         if (!got) continue;
         if (fed) {   /* some of it reached the hooks: a failure of the lead's own */
             rc = qd_err_set(err, got, "%s", e2.msg);
             break;
         }
-        /* Nothing of it reached the hooks: computed here, in memory. */
+        /* Nothing of it was taken: computed here, in memory. */
         QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=capture part=%d why=\"%s\"", p->job->id, block, i,
                e2.msg);
         double th = qd_clock_now_s();
         c->seq0 = seq_starts[i];
         c->n_seq_max = seq_starts[i + 1];
-        rc = qd_capture_run(p, bw, QD_BLOCK_ALL, NULL, c, err);
+        rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
         p->cost.forward_passes--;   /* one pass, however it was cut */
         c->seq0 = 0;
         c->n_seq_max = 0;
         t_here += qd_clock_now_s() - th;
     }
     *t_files = (t_hook - t0) + (qd_clock_now_s() - t_read - t_here);
-    /* Taken over: the step's files go (after a failure they stay until the block commits). */
+    /* Taken over: the step's files go (after a failure they stay until the block commits; the
+     * state files stay for the block's later passes). */
     for (int i = 0; i < P && !rc; i++) {
         char name[64];
         qd_cpart_name_in(name, sizeof name, block, i);
         qd_part_file_remove(p->parts_fd, name);
     }
-    if (!rc) qd_part_outputs_remove(p->parts_fd, block, "capture", P, sums);
+    if (!rc && P) qd_part_outputs_remove(p->parts_fd, block, "capture", P, sums);
     free(sums);
     free(names);
     free(labels);

@@ -670,6 +670,11 @@ typedef struct block_run {
     qd_gptaq_dxx *dxx;           /* [QD_MAX_GROUPS] */
     float *y_fp;
     int old_acts, wrote_acts;    /* the state's activation block before this one; a new file written */
+    /* Passes cut into capture parts (part_capture.c): the cut (n_cut 0: none) and the state
+     * files of the linears quantized so far. */
+    int64_t cut[QD_CPART_MAX + 1];
+    int n_cut;
+    qd_cpart_state cst;
 } block_run;
 
 /* Allocates the run's arrays, loads the block's weights, plans its linears and makes room for
@@ -728,6 +733,30 @@ static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for error_direct_rows inputs (%lld x %lld)",
                             (long long)b->direct->cap, (long long)G->k);
     }
+    /* Passes over the block cut into parts over the workers where that pays: not AWQ's (its
+     * folds change norms and biases too) nor GPTAQ's (two streams). */
+    if (!rc && !b->use_awq && !b->gq) b->n_cut = qd_cpart_plan(p, b->block, b->cut);
+    return rc;
+}
+
+/* One pass of the block over every calibration batch (qd_capture_run(p, b->bw, half, y, c)),
+ * cut into capture parts when the block's passes are and this one pays (it runs a linear);
+ * the same bytes either way. */
+static int pass_run(block_run *b, qd_block_part half, float *y, qd_capture_ctx *c, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    int present[QD_MAX_GROUPS] = {0}, quantized[QD_MAX_LINEARS] = {0};
+    for (int g = 0; g < b->ng; g++) present[g] = !b->plans[qd_model_group(p->m, g)->linears[0]].absent;
+    if (!b->n_cut || !qd_cpart_pass_pays(p, present, half, c->stop_after)) return qd_capture_run(p, b->bw, half, y, c, err);
+    for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
+    qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y, .st = &b->cst,
+                          .quantized = quantized};
+    double t_files = 0;
+    int rc = parts_dir(p, err);
+    if (!rc) rc = qd_cpart_run(p, b->bw, b->block, b->cut, b->n_cut, &spec, c, &t_files, err);
+    /* The files' seconds are the checkpoint's, not the pass's stage. */
+    p->cost.stage[QD_STAGE_CHECKPOINT] += t_files;
+    b->t += t_files;
     return rc;
 }
 
@@ -794,15 +823,9 @@ static int block_capture_all(block_run *b, qd_err *err)
         if (!rc) rc = gptaq_attach(b, &c, g, err);
     }
     if (!rc) rc = qd_pipeline_report_progress(p, "calibrate", b->block, NULL, 0.0, -1) ? QD_ECANCELLED : 0;
-    /* Cut into parts over the workers (part_capture.c) where it pays; the same bytes. */
-    int64_t starts[QD_CPART_MAX + 1];
-    int P = rc || b->gq ? 0 : qd_cpart_plan(p, b->block, starts);
-    double t_files = 0;
-    if (P && !(rc = parts_dir(p, err))) rc = qd_cpart_capture(p, b->bw, b->block, starts, P, &c, &t_files, err);
-    else if (!rc) rc = qd_capture_run(p, b->bw, QD_BLOCK_ALL, NULL, &c, err);
+    if (!rc) rc = pass_run(b, QD_BLOCK_ALL, NULL, &c, err);
     for (int g = 0; g < b->ng; g++) rc = gptaq_detach(b, g, rc, err);
-    p->cost.stage[QD_STAGE_CHECKPOINT] += t_files;
-    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t + t_files);
+    b->t = qd_pipeline_cost_add(p, QD_STAGE_CALIBRATE, b->t);
     return rc;
 }
 
@@ -913,7 +936,7 @@ static int capture_pass(block_run *b, int i, int run, float **xcap, const float 
         b->keep_ctx = 0;
     }
     if (b->halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP) part = b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ATTN;
-    if (!rc) rc = qd_capture_run(p, b->bw, part, NULL, &c, err);
+    if (!rc) rc = pass_run(b, part, NULL, &c, err);
     for (int j = i; j < i + run; j++) rc = gptaq_detach(b, order[j], rc, err);
     if (!rc && part == QD_BLOCK_ATTN) b->mid_ready = 1;
     if (!rc && c.xcap && (c.xcap == b->ctx || c.xcap == b->act)) {
@@ -996,8 +1019,10 @@ static int block_forward(block_run *b, qd_err *err)
         b->y = qd_backend_alloc(p->be, bytes);
         if (!b->y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
     }
+    qd_capture_ctx c;   /* no hook collects anything */
+    qd_capture_init(&c, p, err);
     if (!rc && b->act_ready && b->mid_ready) rc = qd_capture_out_from_act(p, b->bw, b->act, b->kd, b->y, err);
-    else if (!rc) rc = qd_capture_run(p, b->bw, b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, b->y, NULL, err);
+    else if (!rc) rc = pass_run(b, b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, b->y, &c, err);
     qd_backend_free(p->be, b->act);
     b->act = NULL;
     b->t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, b->t);

@@ -78,12 +78,14 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
 {
     qd_capture_ctx *c = ud;
     (void)block;
-    if (c->rec) return capture_record(c, group, g, x, rows);
-    if (c->gq) {
+    if (c->rec) {
+        int rc = capture_record(c, group, g, x, rows);
+        if (rc) return rc;
+    } else if (c->gq) {
         int rc = capture_gptaq(c, group, g, x, rows);
         if (rc) return rc;
     }
-    if (c->want[group] && c->acc[group]) {
+    if (!c->rec && c->want[group] && c->acc[group]) {
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
     }
@@ -105,7 +107,7 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
         if (rc) return qd_err_set(c->err, rc, "capture: %s", be->err.msg);
         c->xcap_rows += take;
     }
-    if (c->absum[group]) {
+    if (!c->rec && c->absum[group]) {
         int rc = capture_absum(c, g->k, x, rows, c->absum[group]);
         if (rc) return rc;
         c->absum_rows[group] += rows;
@@ -162,18 +164,25 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     return 0;
 }
 
+/* A replayed call at the pass's stop group ends nothing: the part's forward stopped there. */
+static int replay_input(qd_capture_ctx *c, int group, const qd_input_group *g, const float *x, int64_t rows)
+{
+    int rc = capture_input(c, -1, group, g, x, rows);
+    return rc == QD_ECANCELLED && c->stopped ? 0 : rc;
+}
+
 int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows)
 {
     qd_pipeline *p = c->p;
     const qd_input_group *g = qd_model_group(p->m, group);
-    if (p->be->device < 0) return capture_input(c, -1, group, g, x, rows);
+    if (p->be->device < 0) return replay_input(c, group, g, x, rows);
     /* A device backend's hooks read backend memory. */
     size_t bytes = (size_t)(rows * g->k) * sizeof(float);
     float *d = qd_backend_alloc(p->be, bytes);
     if (!d) return qd_err_set(c->err, QD_ENOMEM, "capture: out of memory");
     int rc = qd_backend_upload(p->be, d, x, bytes);
     if (rc) rc = qd_err_set(c->err, rc, "capture: %s", p->be->err.msg);
-    if (!rc) rc = capture_input(c, -1, group, g, d, rows);
+    if (!rc) rc = replay_input(c, group, g, d, rows);
     qd_backend_free(p->be, d);
     return rc;
 }

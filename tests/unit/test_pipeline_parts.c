@@ -60,6 +60,7 @@ typedef struct fan_ctx {
     int stopped;                 /* FAN_STOP: parts that stopped */
     /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
     int capture_fanouts, capture_parts, cap_files;
+    int cap_half[3], cap_y;      /* the capture fan-outs by the half they run, and those with outputs */
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
 
@@ -213,6 +214,16 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     if (capture) {
         c->capture_fanouts++;
         c->capture_parts += n;
+        char dir[4400], in[64];
+        snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+        qd_cpart_name_in(in, sizeof in, block, 0);
+        int fd = open(dir, O_RDONLY | O_DIRECTORY);
+        cJSON *m = fd >= 0 ? qd_part_file_meta(fd, in) : NULL;
+        const cJSON *h = cJSON_GetObjectItemCaseSensitive(m, "half");
+        for (int i = 0; i < 3 && cJSON_IsString(h); i++) c->cap_half[i] += !strcmp(h->valuestring, (const char *[]){"all", "attn", "mlp"}[i]);
+        c->cap_y += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "y"));
+        cJSON_Delete(m);
+        if (fd >= 0) close(fd);
     } else if (factor) {
         c->factor_fanouts++;
         c->factor_parts += n;
@@ -325,6 +336,7 @@ static void check_same(const char *what, const char *ref, const char *out)
 }
 
 static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
+static int last_cap_half[3], last_cap_y;
 
 /* Returns the factor fan-outs the run made. */
 static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
@@ -414,6 +426,8 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     qp_job_free(job);
     last_capture_fanouts = c.capture_fanouts;
     last_capture_parts = c.capture_parts;
+    memcpy(last_cap_half, c.cap_half, sizeof last_cap_half);
+    last_cap_y = c.cap_y;
     return c.factor_fanouts;
 }
 
@@ -715,6 +729,26 @@ static void test_lost_parts(void)
     fan_case("swap", swap_dir, "gptq", "gptq", NULL, FAN_SWAP);
 }
 
+/* Runs a job through qd_pipeline_open without keeping the MLP activation (the last forward
+ * is then the MLP half again, from the residual stream), with the fan-out hook or without. */
+static void run_no_keep(const char *model, const char *out, fan_ctx *c)
+{
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, NULL);
+    CHECK(job != NULL);
+    if (!job) return;
+    qd_err err = {0};
+    qd_pipeline *p = NULL;
+    if (c) c->job = job;
+    qd_pipeline_hooks hooks = {.ud = c, .fanout = on_fanout, .worker = "lead"};
+    CHECK_OK(qd_pipeline_open(job, pt_be, c ? &hooks : NULL, &p, &err));
+    if (p) {
+        qd_pipeline_set_keep_mlp_act(p, 0);
+        pt_run_all(p);
+    }
+    if (c) c->job = NULL;
+    qp_job_free(job);
+}
+
 /* The float pass cut into parts (part_capture.c): a calibration of 9 sequences of 1024
  * tokens is three forward batches (4, 4, 1), so each block's pass of a job without
  * true-sequential goes out as three capture parts; the bytes are the in-memory run's whether
@@ -736,21 +770,49 @@ static void test_capture(void)
     pt_calib_samples = 9;
     pt_calib_seq_len = 1024;
     const char *nseq = "\"true_sequential\":false,";
+    /* Without true-sequential each block's float pass and its last forward (the whole
+     * quantized block, the next block's inputs as the parts' outputs) are cut. */
     static const fan_mode modes[] = {FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_OTHER_MAKER, FAN_CANCEL_AFTER};
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
         fan_case("cap-gptq", long_dir, "gptq", "gptq_v2", nseq, modes[i]);
         test_checks++;
-        if (last_capture_fanouts < 2 || last_capture_parts < 3 * last_capture_fanouts)
-            TEST_FAIL_("cap-gptq mode %d: %d capture fan-outs of %d parts (2 blocks of 3 expected)", (int)modes[i],
-                       last_capture_fanouts, last_capture_parts);
+        if (last_capture_fanouts < 4 || last_capture_parts != 3 * last_capture_fanouts || last_cap_y < 2)
+            TEST_FAIL_("cap-gptq mode %d: %d capture fan-outs of %d parts, %d with outputs (2 blocks of 2 x 3, the "
+                       "forwards with outputs, expected)", (int)modes[i], last_capture_fanouts, last_capture_parts, last_cap_y);
     }
     fan_case("cap-gptq-bf16", long_dir, "gptq", "gptq_v2", "\"true_sequential\":false,\"compute\":\"bf16\",", FAN_ALL);
-    CHECK(last_capture_fanouts >= 2);
+    CHECK_INT(last_capture_fanouts, 4);
     fan_case("cap-rtn", long_dir, "rtn", "gptq_v2", nseq, FAN_ALL);
-    CHECK(last_capture_fanouts >= 2);
-    /* True-sequential passes run the partly quantized block: never cut. */
+    CHECK_INT(last_capture_fanouts, 4);
+    /* True-sequential: the passes over the partly quantized block that run a linear before
+     * their group's input (the output projection's, after q/k/v; the down projection's, after
+     * gate/up) are cut, the parts reading the quantized linears from the block's state files;
+     * the last forward is the down projection on the kept activation, in the lead. */
     fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
-    CHECK_INT(last_capture_fanouts, 0);
+    CHECK_INT(last_capture_fanouts, 4);
+    CHECK_INT(last_cap_y, 0);
+    fan_case("cap-seq-act", long_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_DAMAGE);
+    CHECK_INT(last_capture_fanouts, 4);
+    /* An attention context wider than the hidden size (head_dim 32 x 4 heads = 128): nothing
+     * is kept, and the first MLP pass runs the attention half, its parts giving back the
+     * residual stream between the halves. */
+    char ctx_dir[4200];
+    qd_testgen_opts oc = o;
+    oc.head_dim = 32;
+    if (pt_setup_model("long-ctx", &oc, ctx_dir, sizeof ctx_dir)) { CHECK(0); return; }
+    fan_case("cap-seq-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_ALL);
+    CHECK(last_cap_half[1] >= 2);
+    /* The MLP activation not kept: the last forward runs the MLP half from the residual
+     * stream, its parts giving back the next block's inputs. */
+    char ref[4200], out[4200];
+    snprintf(ref, sizeof ref, "%s/cap-nokeep-ref", T);
+    snprintf(out, sizeof out, "%s/cap-nokeep-fan", T);
+    run_no_keep(long_dir, ref, NULL);
+    fan_ctx fc = {.mode = FAN_ALL};
+    run_no_keep(long_dir, out, &fc);
+    CHECK_INT(fc.failed, 0);
+    CHECK(fc.cap_half[2] >= 4 && fc.cap_y >= 2);   /* the down passes and the last forwards */
+    check_same("cap-nokeep", ref, out);
     /* The model's files replaced at the first fan-out (the capture's): every part refuses. */
     char swap_dir[4200];
     if (pt_setup_model("long-swap", &o, swap_dir, sizeof swap_dir)) { CHECK(0); return; }
