@@ -102,6 +102,42 @@ static void step_add(part_step *s, uint64_t count, uint64_t n, uint64_t k, uint6
 
 static uint64_t step_bytes(part_step s) { return s.parts > 1 ? s.bytes : 0; }
 
+static int plain_dense(const qd_model_config *cfg) { return cfg->n_experts <= 0; }
+#define EST_CPART_MAX 16   /* part.h's QD_CPART_MAX */
+
+/* The capture step's files and parts (part_capture.c): a dense block's passes cut at its
+ * forward batches (more than one batch; at most QD_CPART_MAX parts) when the job runs neither
+ * AWQ nor GPTAQ (counted whatever the backend: only the CPU backend cuts them). A cut pass's
+ * files: its half's input over every calibration row, the inputs its groups' hooks saw (the
+ * float pass without true-sequential: every group's; true-sequential: at most the down
+ * projection's), the half's outputs (the last forward's), and the block's state files (its
+ * quantized linears in F32: the whole block by the last forward). A part holds the block's
+ * F32 weights, its rows' input, outputs and records, and a forward batch's scratch; the lead
+ * reads one part's records at a time, and may run a part itself (both added to its peak). */
+static void capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
+{
+    int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
+    uint64_t L = (uint64_t)job->calibration.seq_len, rows = calib_rows(job, cfg);
+    if (awq || job->gptaq || !plain_dense(cfg) || L == 0 || rows == 0) return;
+    if (cfg->max_pos > 0) L = u64min(L, (uint64_t)cfg->max_pos);
+    if (!job->calibration.path) L = u64min(L, 512);
+    uint64_t bs = 4096 / L ? 4096 / L : 1, n_seq = rows / L, nb = (n_seq + bs - 1) / bs;
+    if (nb < 2) return;
+    uint64_t P = u64min(nb, EST_CPART_MAX), part_rows = (nb + P - 1) / P * bs * L;
+    uint64_t h = (uint64_t)cfg->hidden, inter = (uint64_t)cfg->intermediate;
+    uint64_t qd = (uint64_t)(cfg->n_heads * cfg->head_dim), kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim);
+    int seq = job->method == QP_METHOD_GPTQ && job->true_sequential;
+    uint64_t rec = seq ? u64max(inter, qd) : h + qd + h + inter;   /* the widest pass's recorded inputs per row */
+    uint64_t params = h * qd * 2 + h * kvd * 2 + 3 * h * inter;
+    uint64_t disk = params * 4 + rows * (2 * h + rec) * 4 + 2 * P * EST_PART_FILE_BYTES;
+    est->part_disk_bytes = u64max(est->part_disk_bytes, disk);
+    uint64_t batch_rows = u64max(4096, L);
+    uint64_t scratch = batch_rows * (3 * h + 2 * qd + 2 * kvd + 2 * inter) * 4;
+    uint64_t part = EST_BASE_BYTES + params * 4 + part_rows * (3 * h + rec) * 4 + scratch;
+    est->part_ram_bytes = u64max(est->part_ram_bytes, part);
+    est->peak_ram_bytes += part + part_rows * rec * 4;
+}
+
 static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
 {
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
@@ -142,6 +178,7 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
     est->part_disk_bytes = big;
     uint64_t k = u64max(u64max(h, qd), u64max(inter, mi)), rows = u64min(u64max(h, u64max(inter, qd)), EST_PART_ROWS);
     est->part_ram_bytes = EST_BASE_BYTES + 4 * k * k * 4 + rows * k * (8 + 9 + 9);
+    capture_terms(job, cfg, est);
 }
 
 /* A vision-language model's tensors outside the text tower's blocks (vision tower,

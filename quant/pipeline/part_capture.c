@@ -402,7 +402,7 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
  * checksum, input, maker, calls that add up to the part's rows of each wanted group, and the
  * outputs asked for (QD_EFORMAT or QD_ENOTFOUND otherwise, *fed 0: the lead runs the part). */
 static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int64_t seq0, int64_t rows,
-                      const qd_cpart_spec *spec, qd_capture_ctx *c, int *fed, qd_err *err)
+                      const qd_cpart_spec *spec, qd_capture_ctx *c, int *fed, double *t_fed, qd_err *err)
 {
     *fed = 0;
     char desc[160], name[96], sum[24];
@@ -433,6 +433,8 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         it = r->next;
     }
     const float *xs[QD_MAX_GROUPS] = {0};
+    float *own[QD_MAX_GROUPS] = {0};
+    const cJSON *encs = cJSON_GetObjectItemCaseSensitive(f.meta, "enc");
     for (int g = 0; g < ng && !rc; g++) {
         if (!c->want[g]) continue;
         if (seen[g] != rows) {
@@ -443,10 +445,13 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         char an[16];
         snprintf(an, sizeof an, "x%d", g);
         uint64_t cnt = (uint64_t)(rows * qd_model_group(p->m, g)->k);
-        float *d = malloc(cnt * sizeof *d);
-        if (!d) rc = qd_err_set(err, QD_ENOMEM, "out of memory reading %s", name);
-        else rc = qd_part_farr_read(&f, an, d, cnt, 0, err);
-        xs[g] = d;
+        if (!cJSON_HasObjectItem(encs, an)) {   /* stored as F32: read in place */
+            if (!(xs[g] = qd_part_file_arr(&f, an, cnt * sizeof(float), err))) rc = QD_EFORMAT;
+            continue;
+        }
+        if (!(own[g] = malloc(cnt * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory reading %s", name);
+        else rc = qd_part_farr_read(&f, an, own[g], cnt, 0, err);
+        xs[g] = own[g];
     }
     size_t act_bytes = (size_t)(rows * p->hidden) * sizeof(float);
     const float *y = !rc && spec->y ? qd_part_file_arr(&f, "y", act_bytes, err) : NULL;
@@ -454,16 +459,18 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     if (!rc && ((spec->y && !y) || (spec->half == QD_BLOCK_ATTN && !mid))) rc = QD_EFORMAT;
     int64_t at[QD_MAX_GROUPS] = {0};
     *fed = !rc;
+    double tf = qd_clock_now_s();
     for (it = rc ? NULL : calls->child; it && !rc; it = it->next->next) {
         int g = (int)it->valuedouble;
         int64_t n = (int64_t)it->next->valuedouble;
         rc = qd_capture_replay(c, g, xs[g] + at[g] * qd_model_group(p->m, g)->k, n);
         at[g] += n;
     }
+    *t_fed += qd_clock_now_s() - tf;   /* the hooks' own work (the Hessians' sums): the pass's */
     size_t off = (size_t)(seq0 * p->seq_len * p->hidden);
     if (!rc && y) rc = qd_backend_upload(p->be, spec->y + off, y, act_bytes);
     if (!rc && mid) rc = qd_backend_upload(p->be, p->mid + off, mid, act_bytes);
-    for (int g = 0; g < QD_MAX_GROUPS; g++) free((void *)xs[g]);
+    for (int g = 0; g < QD_MAX_GROUPS; g++) free(own[g]);
     qd_part_file_free(&f);
     return rc;
 }
@@ -495,13 +502,13 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
     double t_read = qd_clock_now_s();
     if (P) p->cost.forward_passes++;
     /* In the pass's order: each part's calls, or the part run here when its output is no use. */
-    double t_here = 0;
+    double t_here = 0, t_fed = 0;
     for (int i = 0; i < P && !rc; i++) {
         qd_err e2 = {0};
         int64_t rows = (seq_starts[i + 1] - seq_starts[i]) * p->seq_len;
         int fed = 0;
         c->err = &e2;
-        int got = cpart_take(p, block, i, sums[i], seq_starts[i], rows, spec, c, &fed, &e2);
+        int got = cpart_take(p, block, i, sums[i], seq_starts[i], rows, spec, c, &fed, &t_fed, &e2);
         c->err = err;
         if (!got) continue;
         if (fed) {   /* some of it reached the hooks: a failure of the lead's own */
@@ -520,7 +527,7 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         c->n_seq_max = 0;
         t_here += qd_clock_now_s() - th;
     }
-    *t_files = (t_hook - t0) + (qd_clock_now_s() - t_read - t_here);
+    *t_files = (t_hook - t0) + (qd_clock_now_s() - t_read - t_here - t_fed);
     /* Taken over: the step's files go (after a failure they stay until the block commits; the
      * state files stay for the block's later passes). */
     for (int i = 0; i < P && !rc; i++) {

@@ -15,6 +15,8 @@
 #   - a straggler (a helper that holds its parts, heartbeating, until the test releases it):
 #     the lead runs backups of its parts and the job ends, with the same bytes, before the
 #     helper reports (late, ignored);
+#   - the passes over a dense block cut into capture parts (a calibration of two forward
+#     batches), true-sequential and not: the same bytes as the lead's run in memory;
 #   - kill -9 of a helper while it holds a part: the part goes back to pending
 #     (part_requeued), or the lead's backup covers it, and the job still ends with the same bytes.
 # Nothing here asserts a duration: every wait is a bounded poll.
@@ -102,6 +104,31 @@ for model in dense moe; do
     stop_daemon
     same_bytes "$T/out/$model-w1" "$T/out/$id" || fail "$id: output differs with job.workers 1"
 done
+
+echo "== the passes over the block cut into capture parts: the same bytes"
+# 5 sequences of 1024 tokens are two forward batches (4 + 1): a dense block's passes that
+# run a projection before their group's input go out as parts of the step capture (the
+# float pass and the last forward without true-sequential; the o and down passes with it).
+"$B/quantctl" gen-model --out "$T/long" --layers 2 --hidden 128 --max-pos 1024 >/dev/null || fail "gen-model long"
+python3 -c 'import json, random, sys; r = random.Random(2); json.dump([r.randrange(3, 128) for _ in range(6000)], open(sys.argv[1], "w"))' \
+    "$T/calib-long.json" || fail "calibration ids"
+long_job() {   # long_job ID [extra JSON]
+    echo "{\"id\":\"$1\",\"model\":\"$T/long\",\"output\":\"$T/out/$1\",\"method\":\"gptq\",\"group_size\":32,\"backend\":\"cpu\",\"calibration\":{\"path\":\"$T/calib-long.json\",\"samples\":5,\"seq_len\":1024}${2:-}}"
+}
+for v in seq nseq; do
+    extra=; [ "$v" = nseq ] && extra=',"true_sequential":false'
+    long_job "long-$v-ref" "$extra,\"workers\":1" >"$T/long-$v-ref.json"
+    long_job "long-$v" "$extra" >"$T/long-$v.json"
+done
+start_daemon 2
+for v in seq nseq; do
+    run_job "long-$v-ref"
+    run_job "long-$v"
+    grep -q "parts_open job=long-$v block=[0-9]* step=capture " "$T/d.log" || fail "long-$v: no pass went out as capture parts"
+    [ "$(helper_parts "long-$v")" -gt 0 ] || fail "long-$v: every part ran on the lead"
+    same_bytes "$T/out/long-$v-ref" "$T/out/long-$v" || fail "long-$v: output differs from the lead's in-memory run"
+done
+stop_daemon
 
 echo "== memory-limit-mb that holds the job but no helper's part: the lead runs every part"
 id=dense-mem
