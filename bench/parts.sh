@@ -13,7 +13,8 @@
 # SHAPE: 7b (a Llama-2-7B-shaped block: hidden 4096, intermediate 11008, 32 heads) or
 # mixtral (a Mixtral-8x7B-shaped block: intermediate 14336, 8 kv heads, 8 experts, top 2).
 # Defaults: build/release, 7b, 2, 2 rounds, 16 x 512 tokens; GPTQ w4 g128 true-sequential.
-# PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false'.
+# PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
+# PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'.
 # Results: bench/results/parts.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -48,8 +49,8 @@ run() {   # run WORKERS TAG: one job on a fresh daemon with cpu:WORKERS
         > "$T/d-$tag.log" 2>&1 &
     DP=$!
     local job
-    job=$(printf '{"model":"%s","output":"%s","method":"gptq","bits":4,"group_size":128,"calibration":{"path":"%s","samples":%d,"seq_len":%d}%s}' \
-          "$T/m" "$out" "$T/ids.json" "$S" "$L" "${PARTS_JOB_EXTRA:-}")
+    job=$(printf '{"model":"%s","output":"%s","method":"gptq","bits":4,"group_size":128,"calibration":{"path":"%s","samples":%d,"seq_len":%d%s}%s}' \
+          "$T/m" "$out" "$T/ids.json" "$S" "$L" "${PARTS_CALIB_EXTRA:-}" "${PARTS_JOB_EXTRA:-}")
     redis-cli -p "$PORT" LPUSH qjobs "$job" > /dev/null
     local i=0
     until [ -f "$out/quantd_report.json" ] && ! [ -d "$out/.quantd" ]; do
@@ -71,7 +72,7 @@ PY
         { echo "parts.sh: $tag's output differs from the first run's" >&2; exit 1; }
 }
 
-echo "$SHAPE-shaped block, GPTQ w4 g128, $S x $L tokens, workers of 1 thread${PARTS_JOB_EXTRA:+, job extra: $PARTS_JOB_EXTRA}"
+echo "$SHAPE-shaped block, GPTQ w4 g128, $S x $L tokens, workers of 1 thread${PARTS_JOB_EXTRA:+, job extra: $PARTS_JOB_EXTRA}${PARTS_CALIB_EXTRA:+, calibration extra: $PARTS_CALIB_EXTRA}"
 echo
 echo "| run | workers | block s | calibrate s | quantize step s | forward s | checkpoint s | linears by worker |"
 echo "|---|---|---|---|---|---|---|---|"

@@ -58,10 +58,12 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
     }
     if (as_json) {
         printf("{\"id\":\"%s\",\"peak_ram_bytes\":%llu,\"disk_bytes\":%llu,\"act_bytes\":%llu,"
-               "\"mlp_act_kept_bytes\":%llu,\"part_disk_bytes\":%llu,\"part_ram_bytes\":%llu,\"n_blocks\":%d}\n",
+               "\"mlp_act_kept_bytes\":%llu,\"part_disk_bytes\":%llu,\"part_ram_bytes\":%llu,\"part_lead_bytes\":%llu,"
+               "\"n_blocks\":%d}\n",
                job->id, (unsigned long long)est.peak_ram_bytes, (unsigned long long)est.disk_bytes,
                (unsigned long long)est.act_bytes, (unsigned long long)(est.keep_mlp_act ? est.mlp_act_bytes : 0),
-               (unsigned long long)est.part_disk_bytes, (unsigned long long)est.part_ram_bytes, est.n_blocks);
+               (unsigned long long)est.part_disk_bytes, (unsigned long long)est.part_ram_bytes,
+               (unsigned long long)est.part_lead_bytes, est.n_blocks);
     } else {
         char ram[32], disk[32], act[32];
         human(est.peak_ram_bytes, ram, sizeof ram);
@@ -87,6 +89,12 @@ int cmd_estimate(int argc, char **argv, const qd_runtime_opts *rt)
             printf("part files   %s  (the largest fan-out's files beside the checkpoint, under the daemon: "
                    "job.workers != 1)\n", pd);
             printf("part peak    %s  (the most one part holds in the worker that runs it)\n", pr);
+            if (est.part_lead_bytes) {
+                char pl[32];
+                human(est.part_lead_bytes, pl, sizeof pl);
+                printf("lead's parts %s  (beside peak RAM in the lead whose calibration passes go out as parts: "
+                       "a part it runs, a part's record it reads)\n", pl);
+            }
         }
         printf("blocks       %d\n", est.n_blocks);
     }

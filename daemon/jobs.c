@@ -388,7 +388,7 @@ void qdd_jobs_admit(qdd_daemon *d, const char *raw, size_t len)
     qd_pipeline_estimate est;
     qd_err err = {0};
     if (qd_pipeline_estimate_job(job, &est, &err) == 0) {
-        j->mem = est.peak_ram_bytes;
+        j->mem = est.peak_ram_bytes + est.part_lead_bytes;   /* its passes may go out as capture parts */
         j->part_mem = est.part_ram_bytes;
         j->n_blocks = est.n_blocks;
         /* Published with the state from the take on, so the status shows what the job was

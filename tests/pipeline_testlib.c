@@ -95,6 +95,7 @@ int pt_write_tokens(const char *path, size_t n, int vocab, uint64_t seed)
 
 /* Parses a job; extra is spliced into the object (e.g. "\"bits\":8,"), without braces. */
 int pt_calib_samples = 8, pt_calib_seq_len = 32;
+const char *pt_calib_extra = "";
 
 qp_job *pt_job(const char *model, const char *out, const char *method, const char *format,
                       const char *calib, const char *extra)
@@ -102,8 +103,8 @@ qp_job *pt_job(const char *model, const char *out, const char *method, const cha
     char buf[8192];
     char cal[4400] = "";
     if (calib)
-        snprintf(cal, sizeof cal, "\"calibration\":{\"path\":\"%s\",\"samples\":%d,\"seq_len\":%d},", calib,
-                 pt_calib_samples, pt_calib_seq_len);
+        snprintf(cal, sizeof cal, "\"calibration\":{\"path\":\"%s\",\"samples\":%d,\"seq_len\":%d%s},", calib,
+                 pt_calib_samples, pt_calib_seq_len, pt_calib_extra);
     /* A scheme sets its own group size (a different one would contradict it). */
     const char *gs = extra && strstr(extra, "\"scheme\"") ? "" : ",\"group_size\":32";
     snprintf(buf, sizeof buf, "{%s%s\"model\":\"%s\",\"output\":\"%s\",\"method\":\"%s\",\"format\":\"%s\"%s}",

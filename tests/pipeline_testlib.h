@@ -37,8 +37,10 @@ int pt_teardown(void);
 qd_testgen_opts pt_llama_opts(int64_t inter, int n_layers);
 int pt_gen_model(const char *dir, const qd_testgen_opts *o);
 int pt_write_tokens(const char *path, size_t n, int vocab, uint64_t seed);
-/* The calibration pt_job asks for (default 8 sequences of 32 tokens). */
+/* The calibration pt_job asks for (default 8 sequences of 32 tokens), and more of its fields
+ * (default "": e.g. ",\"shards\":2"). */
 extern int pt_calib_samples, pt_calib_seq_len;
+extern const char *pt_calib_extra;
 qp_job *pt_job(const char *model, const char *out, const char *method, const char *format,
                       const char *calib, const char *extra);
 /* Parses the job (pt_job) and runs it to the end on pt_be (qd_pipeline_run), a check each.

@@ -105,3 +105,25 @@ void qd_gptq_hessian_free(qd_gptq_hessian *acc)
     }
     memset(acc, 0, sizeof *acc);
 }
+
+int qd_gptq_hessian_merge(qd_gptq_hessian *acc, qd_gptq_hessian *part, qd_err *err)
+{
+    if (!acc || !acc->h || !part || !part->h || part->k != acc->k || part->be != acc->be)
+        return qd_err_set(err, QD_EINVAL, "hessian merge: accumulators of different widths or backends");
+    if (part->n_seen == 0) return 0;
+    qd_backend *be = acc->be;
+    const int64_t kk = acc->k * acc->k;
+    int rc;
+    if (acc->n_seen == 0) {
+        rc = be->ops->copy(be, acc->h, part->h, (size_t)kk * sizeof(float));
+    } else {
+        double n = (double)acc->n_seen, m = (double)part->n_seen;
+        rc = be->ops->scale(be, acc->h, kk, (float)(n / (n + m)));
+        if (!rc) rc = be->ops->scale(be, part->h, kk, (float)(m / (n + m)));
+        if (!rc) rc = be->ops->add(be, acc->h, part->h, kk);
+    }
+    if (rc) return qd_err_set(err, rc, "hessian merge: %s", be->err.msg);
+    acc->n_seen += part->n_seen;
+    if (part->x_amax > acc->x_amax) acc->x_amax = part->x_amax;
+    return 0;
+}

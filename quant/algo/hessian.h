@@ -35,6 +35,12 @@ int qd_gptq_hessian_add(qd_gptq_hessian *acc, const float *x, int64_t rows, qd_e
  * (qd_gptq_quantize checks H itself). */
 int qd_gptq_hessian_add_dev(qd_gptq_hessian *acc, const float *x, int64_t rows, int64_t ldx,
                             qd_err *err);
+/* Folds part (the running average of other rows, on acc's backend, the same k) into acc:
+ * H = n/(n+m) H + m/(n+m) H_part, n and m the rows each saw, element by element (the
+ * backend's scale and add), so the result depends only on the two operands and their order;
+ * n_seen and x_amax combine. part's H is scaled in place (consumed). A part that saw no row
+ * leaves acc as it was; into an acc that saw none, part's H is copied. */
+int qd_gptq_hessian_merge(qd_gptq_hessian *acc, qd_gptq_hessian *part, qd_err *err);
 /* Copies H to host memory h_host [k*k] (caller-owned). */
 int qd_gptq_hessian_download(const qd_gptq_hessian *acc, float *h_host, qd_err *err);
 void qd_gptq_hessian_free(qd_gptq_hessian *acc);     /* accepts NULL and zeroed structs */

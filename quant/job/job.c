@@ -109,6 +109,7 @@ int qp_job_init_defaults(qp_job *job, qp_method method)
     job->calibration.style = method_uses_awq(method) ? QP_CALIB_AWQ : QP_CALIB_GPTQ;
     job->calibration.seq_len = default_seq_len(job->calibration.style);
     job->calibration.seed = 0;
+    job->calibration.shards = 1;
     job->eval.seq_len = 2048;
     job->eval.max_windows = 0;
     job->shard_size = QP_JOB_SHARD_DEFAULT;
@@ -341,6 +342,7 @@ static const qp_job_field job_fields[] = {
     {"calibration.seq_len",     "integer",           "2048",         "512",     NULL,           "1024", NULL},
     {"calibration.seed",        "integer",           "0",            NULL,      NULL,           "7", NULL},
     {"calibration.style",       "string",            "\"gptq\"",     "\"awq\"",  style_names,    "\"awq\"", NULL},
+    {"calibration.shards",      "integer",           "1",            NULL,      NULL,           "2", NULL},
     {"eval",                    "object",            "null",         NULL,      NULL,           "{\"path\":\"wiki.test.raw\"}", NULL},
     {"eval.path",               "string",            "required",     NULL,      NULL,           "\"other.raw\"", NULL},
     {"eval.seq_len",            "integer",           "2048",         NULL,      NULL,           "512", NULL},
@@ -541,7 +543,8 @@ static int parse_calibration(const cJSON *root, qp_job *job, qp_err *err)
                               &cal->samples, NULL, err)) ||
             (rc = qpj_get_int(c, p, "seq_len", 1, 1048576, "must be a positive integer (at most 1048576)",
                               &cal->seq_len, &has_seq, err)) ||
-            (rc = get_enum(c, p, "style", style_names, 2, &style, NULL, err)))
+            (rc = get_enum(c, p, "style", style_names, 2, &style, NULL, err)) ||
+            (rc = qpj_get_int(c, p, "shards", 1, 16, "must be an integer from 1 to 16", &cal->shards, NULL, err)))
             return rc;
         int64_t seed = 0;
         int has_seed = 0;

@@ -62,6 +62,9 @@ typedef struct qp_job_calib {
     int64_t seq_len;         /* tokens per sequence, default 2048 (gptq style) or 512 (awq style) */
     uint64_t seed;           /* default 0 */
     qp_calib_style style;    /* default: awq for awq and awq+gptq, gptq otherwise */
+    int64_t shards;          /* 1 to 16, default 1: the Hessians are summed per shard of the
+                                calibration's forward batches, then in shard order, so the
+                                shards' passes can run on several workers (docs/parallel.md) */
 } qp_job_calib;
 
 typedef struct qp_job_eval {

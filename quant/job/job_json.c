@@ -28,6 +28,8 @@ static cJSON *calib_to_cjson(const qp_job_calib *c, unsigned flags)
     rc |= qpj_add_num(o, "seq_len", (double)c->seq_len);
     rc |= qpj_add_num(o, "seed", (double)c->seed);
     rc |= qpj_add_str(o, "style", qp_calib_style_name(c->style));
+    /* Only when not 1: a job that leaves it out keeps the fingerprint it had before it existed. */
+    if (c->shards > 1) rc |= qpj_add_num(o, "shards", (double)c->shards);
     if (rc) { cJSON_Delete(o); return NULL; }
     return o;
 }

@@ -113,7 +113,7 @@ static int plain_dense(const qd_model_config *cfg) { return cfg->n_experts <= 0;
  * projection's), the half's outputs (the last forward's), and the block's state files (its
  * quantized linears in F32: the whole block by the last forward). A part holds the block's
  * F32 weights, its rows' input, outputs and records, and a forward batch's scratch; the lead
- * reads one part's records at a time, and may run a part itself (both added to its peak). */
+ * reads one part's records at a time, and may run a part itself (part_lead_bytes). */
 static void capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
 {
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
@@ -129,13 +129,25 @@ static void capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipe
     int seq = job->method == QP_METHOD_GPTQ && job->true_sequential;
     uint64_t rec = seq ? u64max(inter, qd) : h + qd + h + inter;   /* the widest pass's recorded inputs per row */
     uint64_t params = h * qd * 2 + h * kvd * 2 + 3 * h * inter;
-    uint64_t disk = params * 4 + rows * (2 * h + rec) * 4 + 2 * P * EST_PART_FILE_BYTES;
+    /* With shards a part sums its shard's Hessians and records only its kept rows (the
+     * activation the down projection's pass keeps, true-sequential): the upper triangles, a
+     * part each. */
+    uint64_t tri = 0, hs = 0;   /* the files' triangles; a part's Hessians (and the lead's decoded copy) */
+    if (job->calibration.shards > 1) {
+        P = u64min(u64min(nb, (uint64_t)job->calibration.shards), EST_CPART_MAX);
+        part_rows = (nb + P - 1) / P * bs * L;
+        rec = seq ? u64max(inter, qd) : 0;
+        uint64_t k2 = seq ? inter * inter : 2 * h * h + qd * qd + inter * inter;
+        tri = P * (k2 / 2 + h + qd + inter) * 4;
+        hs = k2 * 4;
+    }
+    uint64_t disk = params * 4 + rows * (2 * h + rec) * 4 + tri + 2 * P * EST_PART_FILE_BYTES;
     est->part_disk_bytes = u64max(est->part_disk_bytes, disk);
     uint64_t batch_rows = u64max(4096, L);
     uint64_t scratch = batch_rows * (3 * h + 2 * qd + 2 * kvd + 2 * inter) * 4;
-    uint64_t part = EST_BASE_BYTES + params * 4 + part_rows * (3 * h + rec) * 4 + scratch;
+    uint64_t part = EST_BASE_BYTES + params * 4 + part_rows * (3 * h + rec) * 4 + scratch + hs;
     est->part_ram_bytes = u64max(est->part_ram_bytes, part);
-    est->peak_ram_bytes += part + part_rows * rec * 4;
+    est->part_lead_bytes = part + part_rows * rec * 4 + hs;
 }
 
 static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
@@ -313,16 +325,25 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
     scratch += batch_rows * mix_rows * 4;
     uint64_t hess = widest * widest * 4 * 3;                        /* H, Hinv, work */
     if (job->gptaq) hess += widest * widest * 4 * 4;               /* GPTAQ: dXXT, P, D U^T, U */
+    /* calibration.shards: a pass fills its Hessians a shard at a time, beside the sums so far
+     * (pipeline_capture.c): twice each Hessian of the pass. */
+    uint64_t per_shard = job->calibration.shards > 1 ? 2 : 1;
     if (cfg.n_experts > 0 && (job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential))) {
         /* One calibration pass fills every group's Hessian at once: every expert's two. */
         uint64_t mi = (uint64_t)cfg.moe_intermediate, si = (uint64_t)cfg.shared_intermediate;
-        hess += ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
+        hess += per_shard * ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
     }
     if (cfg.n_experts > 0 && job->method == QP_METHOD_GPTQ && job->true_sequential) {
         /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget
          * (pipeline_block.c). */
         uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = u64max(h * h, mi * mi) * 4;
-        hess += u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
+        hess += per_shard * u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
+    }
+    if (cfg.n_experts == 0 && per_shard > 1) {
+        /* A dense block's pass: one group's (true-sequential), or all four at once. */
+        int all = job->method == QP_METHOD_RTN || (job->method == QP_METHOD_GPTQ && !job->true_sequential);
+        uint64_t pass = all ? (2 * h * h + qd * qd + inter * inter) * 4 : widest * widest * 4;
+        hess = u64max(hess, 2 * pass);
     }
     /* AWQ (quant/algo/awq.c, pipeline_awq.c), for its largest input group (gate/up or q/k/v,
      * input width hidden), the larger of its two phases, plus six copies of the group's
@@ -440,7 +461,8 @@ cJSON *qd_pipeline_estimate_to_json(const qd_pipeline_estimate *est)
         !cJSON_AddNumberToObject(o, "disk_bytes", (double)est->disk_bytes) ||
         !cJSON_AddNumberToObject(o, "mlp_act_kept_bytes", (double)(est->keep_mlp_act ? est->mlp_act_bytes : 0)) ||
         !cJSON_AddNumberToObject(o, "part_disk_bytes", (double)est->part_disk_bytes) ||
-        !cJSON_AddNumberToObject(o, "part_ram_bytes", (double)est->part_ram_bytes)) {
+        !cJSON_AddNumberToObject(o, "part_ram_bytes", (double)est->part_ram_bytes) ||
+        !cJSON_AddNumberToObject(o, "part_lead_bytes", (double)est->part_lead_bytes)) {
         cJSON_Delete(o);
         return NULL;
     }

@@ -309,8 +309,11 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
                       const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
                       qd_err *err);
 /* Runs capture part `index` from its input file (p: a part runner's; the model is opened from
- * p->job here) and writes its output, named by the input's checksum and p->be's desc. */
+ * p->job here, and the block kept loaded for the process's next capture parts) and writes its
+ * output, named by the input's checksum and p->be's desc. */
 int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
+/* Frees the block kept between capture parts (qd_pipeline_part_idle calls it). */
+void qd_cpart_cache_drop(void);
 /* The lead's pass (qd_capture_run(p, bw, spec->half, spec->y, c)) cut into the P parts of
  * seq_starts: the state written, the inputs written, the fan-out hook called, each output
  * taken over in order, a part whose output is missing, damaged or made by an unlike backend

@@ -15,6 +15,7 @@
  * on the kernels, as GPTQ's do), and runs in memory a part it cannot use. */
 #include "quant/pipeline/part.h"
 
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -42,6 +43,10 @@ void qd_cpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_
 int qd_cpart_plan(const qd_pipeline *p, int block, int64_t *seq_starts)
 {
     if (!p->hooks.fanout || p->be->device >= 0 || qd_model_block_is_moe(p->m, block) || p->batch_seqs <= 0) return 0;
+    if (p->n_shards > 1) {   /* a part a shard: its Hessians summed in the part */
+        memcpy(seq_starts, p->shard_starts, (size_t)(p->n_shards + 1) * sizeof *seq_starts);
+        return p->n_shards;
+    }
     int64_t nb = (p->n_seq + p->batch_seqs - 1) / p->batch_seqs;
     if (nb < 2) return 0;
     int P = nb < QD_CPART_MAX ? (int)nb : QD_CPART_MAX;
@@ -144,12 +149,13 @@ static int state_write(qd_pipeline *p, const qd_block_weights *bw, int block, co
 
 /* The worker's side: each state file the input names, checked by its checksum, its linears
  * set into bw. */
-static int state_apply(const cJSON *states, int dirfd, qd_model *m, qd_block_weights *bw, int block, const char *in,
-                       qd_err *err)
+static int state_apply(const cJSON *states, int skip, int dirfd, qd_model *m, qd_block_weights *bw, int block,
+                       const char *in, qd_err *err)
 {
     const cJSON *s;
-    int rc = 0;
+    int rc = 0, at = 0;
     cJSON_ArrayForEach(s, states) {
+        if (at++ < skip) continue;
         const cJSON *nj = cJSON_GetArrayItem(s, 0), *sj = cJSON_GetArrayItem(s, 1);
         unsigned long long want = 0;
         char prefix[24];
@@ -182,7 +188,109 @@ static int state_apply(const cJSON *states, int dirfd, qd_model *m, qd_block_wei
     return 0;
 }
 
+/* ---- the block a worker keeps between parts ---- */
+
+/* The block this process last ran capture parts on, kept for its next ones: a pass's parts
+ * and the block's later passes need it again, and loading it (its weights converted to F32,
+ * its stored bytes checksummed) costs about a second for a 7B block. Keyed by the model, the
+ * block and the compute; the state files it has applied must be the first ones a part lists
+ * (the block's quantized linears only grow), else it is loaded anew. Dropped after the
+ * worker's idle time (qd_pipeline_part_idle) or on any failure. */
+static pthread_mutex_t blk_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    char model[4096];
+    int block, bf16;
+    const qd_backend *be;
+    qd_model *m;
+    qd_block_weights *bw;
+    uint64_t sum;
+    int n_states;
+    char states[QD_CPART_MAX_STATES][48];
+    uint64_t state_sums[QD_CPART_MAX_STATES];
+} blk;
+
+static void blk_drop(void)
+{
+    qd_block_free(blk.m, blk.bw);
+    qd_model_close(blk.m);
+    memset(&blk, 0, sizeof blk);
+}
+
+void qd_cpart_cache_drop(void)
+{
+    pthread_mutex_lock(&blk_lock);
+    blk_drop();
+    pthread_mutex_unlock(&blk_lock);
+}
+
+/* Whether the states blk applied are the first ones `states` lists. */
+static int blk_states_prefix(const cJSON *states)
+{
+    if (cJSON_GetArraySize(states) < blk.n_states) return 0;
+    for (int i = 0; i < blk.n_states; i++) {
+        const cJSON *pair = cJSON_GetArrayItem(states, i);
+        const cJSON *nj = cJSON_GetArrayItem(pair, 0), *sj = cJSON_GetArrayItem(pair, 1);
+        unsigned long long sum = 0;
+        if (!cJSON_IsString(nj) || strcmp(nj->valuestring, blk.states[i]) || !cJSON_IsString(sj) ||
+            sscanf(sj->valuestring, "%16llx", &sum) != 1 || sum != blk.state_sums[i])
+            return 0;
+    }
+    return 1;
+}
+
+/* blk holding `block` of p's model as the part's input asks (its stored bytes checked against
+ * the lead's checksum, every listed state applied). Called with blk_lock held. */
+static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const cJSON *states, int dirfd,
+                   const char *name, qd_err *err)
+{
+    const char *model = p->job->model;
+    int hit = blk.m && blk.be == p->be && blk.block == block && blk.bf16 == bf16 && !strcmp(blk.model, model) &&
+              blk.sum == want_sum && blk_states_prefix(states);
+    int rc = 0;
+    if (!hit) {
+        blk_drop();
+        if (strlen(model) >= sizeof blk.model) return qd_err_set(err, QD_EINVAL, "part file %s: model path too long", name);
+        rc = qd_model_open(model, p->be, &blk.m, err);
+        if (!rc) rc = qd_model_set_compute_bf16(blk.m, bf16, err);
+        if (!rc && block >= qd_model_cfg(blk.m)->n_layers)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d is not the model's", name, block);
+        if (!rc && qd_model_block_is_moe(blk.m, block))
+            rc = qd_err_set(err, QD_EUNSUPPORTED, "part file %s: block %d has experts (its capture is not cut into parts)",
+                            name, block);
+        if (!rc) rc = qd_block_load(blk.m, block, &blk.bw, err);
+        /* The block's stored bytes must be the ones the lead holds: a model changed under the
+         * job is refused, and the lead runs the part itself. */
+        if (!rc && (block_bytes_sum(blk.m, block, &blk.sum) || blk.sum != want_sum))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d's weights in the model's files are not the ones "
+                            "the lead quantizes (changed under the job?)", name, block);
+        snprintf(blk.model, sizeof blk.model, "%s", model);
+        blk.block = block;
+        blk.bf16 = bf16;
+        blk.be = p->be;
+    }
+    if (!rc) rc = state_apply(states, blk.n_states, dirfd, blk.m, blk.bw, block, name, err);
+    for (int i = blk.n_states; !rc && i < cJSON_GetArraySize(states); i++) {
+        const cJSON *pair = cJSON_GetArrayItem(states, i);
+        unsigned long long sum = 0;
+        sscanf(cJSON_GetArrayItem(pair, 1)->valuestring, "%16llx", &sum);
+        snprintf(blk.states[i], sizeof blk.states[i], "%s", cJSON_GetArrayItem(pair, 0)->valuestring);
+        blk.state_sums[i] = sum;
+        blk.n_states = i + 1;
+    }
+    if (rc) blk_drop();
+    return rc;
+}
+
 /* ---- a part's input and its run ---- */
+
+/* The first rows of a group c's hooks keep (the kernel check's, the direct error's). */
+static int64_t keep_rows_of(const qd_capture_ctx *c)
+{
+    int64_t keep = 0;
+    if (c->kcheck && c->kcheck->cap > keep) keep = c->kcheck->cap;
+    if (c->direct && c->direct->cap > keep) keep = c->direct->cap;
+    return keep;
+}
 
 int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1,
                       const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
@@ -224,6 +332,11 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         cJSON_AddStringToObject(meta, "half", half_names[spec->half]);
         cJSON_AddNumberToObject(meta, "stop_after", c->stop_after);
         cJSON_AddBoolToObject(meta, "y", spec->y != NULL);
+        /* With shards the part sums its Hessians and records only the rows the hooks keep: the
+         * first ones (the kernel check's, the direct error's) and a kept group's every row. */
+        cJSON_AddBoolToObject(meta, "shards", p->n_shards > 1);
+        cJSON_AddNumberToObject(meta, "keep_rows", (double)keep_rows_of(c));
+        cJSON_AddNumberToObject(meta, "keep_all", c->xcap ? c->xcap_group : -1);
         cJSON_AddItemToObject(meta, "groups", groups);
         groups = NULL;
         cJSON_AddItemToObject(meta, "states", states);
@@ -250,8 +363,8 @@ static void rec_free(qd_capture_rec *r)
 
 /* What a part's input asks, read and checked. */
 typedef struct cpart_in {
-    int64_t n_seq, L, bs, H, rows;
-    int half, stop_after, want_y, bf16;
+    int64_t n_seq, L, bs, H, rows, keep_rows;
+    int half, stop_after, want_y, bf16, shards, keep_all;
     unsigned long long block_sum;
     const cJSON *groups, *states;
 } cpart_in;
@@ -277,6 +390,12 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
         in->half < 0 || in->stop_after < -1 || in->stop_after >= QD_MAX_GROUPS || !cJSON_IsBool(y) ||
         meta_num(f->meta, "block", -1) != block || !bsum || sscanf(bsum, "%16llx", &in->block_sum) != 1)
         return qd_err_set(err, QD_EFORMAT, "part file %s: a bad shape, compute, half, group list or checksum", name);
+    const cJSON *sh = cJSON_GetObjectItemCaseSensitive(f->meta, "shards");
+    in->keep_rows = meta_num(f->meta, "keep_rows", -1);
+    in->keep_all = (int)meta_num(f->meta, "keep_all", -2);
+    if (!cJSON_IsBool(sh) || in->keep_rows < 0 || in->keep_all < -1 || in->keep_all >= QD_MAX_GROUPS)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: bad shards, keep_rows or keep_all", name);
+    in->shards = cJSON_IsTrue(sh);
     in->want_y = cJSON_IsTrue(y);
     in->bf16 = !strcmp(compute, "bf16");
     in->rows = in->n_seq * in->L;
@@ -298,13 +417,18 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     float *x = NULL, *y = NULL, *mid = NULL;
     qd_capture_rec rec;
     memset(&rec, 0, sizeof rec);
-    uint64_t have_sum = 0;
-    if (!rc) rc = qd_model_open(p->job->model, p->be, &m, err);
-    if (!rc) rc = qd_model_set_compute_bf16(m, in.bf16, err);
-    if (!rc && (block >= qd_model_cfg(m)->n_layers || in.H != qd_model_cfg(m)->hidden))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d or width %lld is not the model's", name, block, (long long)in.H);
-    if (!rc && qd_model_block_is_moe(m, block))
-        rc = qd_err_set(err, QD_EUNSUPPORTED, "part file %s: block %d has experts (its capture is not cut into parts)", name, block);
+    qd_gptq_hessian hs[QD_MAX_GROUPS];
+    memset(hs, 0, sizeof hs);
+    pthread_mutex_lock(&blk_lock);
+    if (!rc && cJSON_GetArraySize(in.states) > QD_CPART_MAX_STATES)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: more than %d state files", name, QD_CPART_MAX_STATES);
+    if (!rc) rc = blk_get(p, block, in.bf16, in.block_sum, in.states, dirfd, name, err);
+    if (!rc) {
+        m = blk.m;
+        bw = blk.bw;
+    }
+    if (!rc && in.H != qd_model_cfg(m)->hidden)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: width %lld is not the model's", name, (long long)in.H);
     const cJSON *gj, *groups = rc ? NULL : in.groups;
     cJSON_ArrayForEach(gj, groups) {
         int g = cJSON_IsNumber(gj) ? (int)gj->valuedouble : -1;
@@ -313,21 +437,19 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
             break;
         }
         rec.cap[g] = in.rows;   /* a dense block's groups see every token once */
-        if (!(rec.x[g] = malloc((size_t)(in.rows * qd_model_group(m, g)->k) * sizeof(float))))
+        rec.keep[g] = !in.shards || g == in.keep_all ? in.rows : in.keep_rows < in.rows ? in.keep_rows : in.rows;
+        if (!(rec.x[g] = malloc((size_t)((rec.keep[g] ? rec.keep[g] : 1) * qd_model_group(m, g)->k) * sizeof(float))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's %lld rows", (long long)in.rows);
+        if (!rc && in.shards) {   /* the shard's Hessian, summed here */
+            rc = qd_gptq_hessian_init(&hs[g], p->be, qd_model_group(m, g)->k, err);
+            hs[g].bf16 = in.bf16;
+        }
     }
     size_t act_bytes = rc ? 0 : (size_t)(in.rows * in.H) * sizeof(float);
     if (!rc && (!(x = malloc(act_bytes)) || (in.want_y && !(y = malloc(act_bytes))) ||
                 (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes)))))
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's activations");
     if (!rc) rc = qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.H), 0, err);
-    if (!rc) rc = qd_block_load(m, block, &bw, err);
-    /* The block's stored bytes must be the ones the lead holds: a model changed under the job
-     * is refused, and the lead runs the part itself. */
-    if (!rc && (block_bytes_sum(m, block, &have_sum) || have_sum != in.block_sum))
-        rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d's weights in the model's files are not the ones the "
-                        "lead quantizes (changed under the job?)", name, block);
-    if (!rc) rc = state_apply(in.states, dirfd, m, bw, block, name, err);
     if (!rc) {
         /* The run's shape on p for qd_capture_run; the CPU backend's memory is the host's. */
         p->m = m;
@@ -341,6 +463,10 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         qd_capture_init(&c, p, err);
         c.rec = &rec;
         c.stop_after = in.stop_after;
+        for (int g = 0; g < QD_MAX_GROUPS; g++) {
+            c.want[g] = hs[g].h != NULL;
+            c.acc[g] = hs[g].h ? &hs[g] : NULL;
+        }
         rc = qd_capture_run(p, bw, (qd_block_part)in.half, y, &c, err);
         p->m = NULL;
         p->acts = p->mid = NULL;
@@ -355,11 +481,32 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         if (!cJSON_AddItemToArray(calls, cJSON_CreateNumber(rec.call_group[i])) ||
             !cJSON_AddItemToArray(calls, cJSON_CreateNumber((double)rec.call_rows[i])))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    qd_part_farr fa[QD_MAX_GROUPS + 2];
+    qd_part_farr fa[2 * QD_MAX_GROUPS + 2];
     memset(fa, 0, sizeof fa);
-    qd_part_arr arrs[QD_MAX_GROUPS + 2];
+    qd_part_arr arrs[2 * QD_MAX_GROUPS + 2];
     int na = 0;
-    char desc[160], out[96], sum[24], an[QD_MAX_GROUPS][16];
+    char desc[160], out[96], sum[24], an[QD_MAX_GROUPS][16], hn[QD_MAX_GROUPS][16];
+    cJSON *hess = rc ? NULL : cJSON_CreateArray();
+    if (!rc && !hess) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    for (int g = 0; g < QD_MAX_GROUPS && !rc; g++) {
+        if (!hs[g].h) continue;
+        /* The shard's Hessian: its rows seen and max |x| exactly, its upper triangle. */
+        cJSON *e = cJSON_CreateArray();
+        if (!e || !cJSON_AddItemToArray(e, cJSON_CreateNumber(g)) || !cJSON_AddItemToArray(e, cJSON_CreateNumber((double)hs[g].n_seen)) ||
+            !cJSON_AddItemToArray(e, cJSON_CreateNumber((double)hs[g].x_amax)) || !cJSON_AddItemToArray(hess, e)) {
+            rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            break;
+        }
+        int64_t k = hs[g].k;
+        snprintf(hn[g], sizeof hn[g], "h%d", g);
+        rc = qd_part_farr_make(hn[g], hs[g].h, (uint64_t)(k * k), k, &fa[na], err);
+        if (!rc && qd_part_farr_note(meta, &fa[na])) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+        if (!rc) arrs[na] = fa[na].arr, na++;
+    }
+    if (!rc) {
+        cJSON_AddItemToObject(meta, "hess", hess);
+        hess = NULL;
+    }
     qd_part_maker_desc(p->be, desc, sizeof desc);
     if (!rc) {
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)f.checksum);
@@ -382,12 +529,14 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     if (!rc && mid) arrs[na++] = (qd_part_arr){"mid", mid, act_bytes};
     qd_cpart_name_out(out, sizeof out, block, index, f.checksum, desc);
     if (!rc) rc = qd_part_file_write(dirfd, out, meta, arrs, na, NULL, err);
-    for (int i = 0; i < QD_MAX_GROUPS + 2; i++) qd_part_farr_free(&fa[i]);
+    for (int i = 0; i < 2 * QD_MAX_GROUPS + 2; i++) qd_part_farr_free(&fa[i]);
+    for (int g = 0; g < QD_MAX_GROUPS; g++) qd_gptq_hessian_free(&hs[g]);
+    cJSON_Delete(hess);
     cJSON_Delete(calls);
     cJSON_Delete(meta);
     rec_free(&rec);
-    qd_block_free(m, bw);
-    qd_model_close(m);
+    if (rc && m) blk_drop();   /* the kept block is in no known state */
+    pthread_mutex_unlock(&blk_lock);
     free(x);
     free(y);
     free(mid);
@@ -419,15 +568,19 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: made by \"%s\", not \"%s\"", name, mb ? mb : "?", desc);
     else if (!cJSON_IsArray(calls) || cJSON_GetArraySize(calls) % 2)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: no calls", name);
-    /* The calls against the wanted groups: every group's rows, all of them, and no other. */
-    int64_t seen[QD_MAX_GROUPS] = {0};
-    const int ng = qd_model_n_groups(p->m);
+    /* The calls against the wanted groups: every group's rows (with shards, only the rows the
+     * hooks keep), all of them, and no other. */
+    int64_t seen[QD_MAX_GROUPS] = {0}, want_rows[QD_MAX_GROUPS] = {0};
+    const int ng = qd_model_n_groups(p->m), shards = p->n_shards > 1;
+    const int64_t keep = keep_rows_of(c);
+    for (int g = 0; g < ng; g++)
+        want_rows[g] = !c->want[g] ? 0 : !shards || (c->xcap && g == c->xcap_group) ? rows : keep < rows ? keep : rows;
     const cJSON *it = rc ? NULL : calls->child;
     while (it && !rc) {
         const cJSON *r = it->next;
         int g = cJSON_IsNumber(it) ? (int)it->valuedouble : -1;
         int64_t n = cJSON_IsNumber(r) ? (int64_t)r->valuedouble : -1;
-        if (g < 0 || g >= ng || !c->want[g] || n <= 0 || n > rows - seen[g])
+        if (g < 0 || g >= ng || !c->want[g] || n <= 0 || n > want_rows[g] - seen[g])
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: a call of group %d, %lld rows, does not fit", name, g, (long long)n);
         else seen[g] += n;
         it = r->next;
@@ -437,14 +590,15 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     const cJSON *encs = cJSON_GetObjectItemCaseSensitive(f.meta, "enc");
     for (int g = 0; g < ng && !rc; g++) {
         if (!c->want[g]) continue;
-        if (seen[g] != rows) {
+        if (seen[g] != want_rows[g]) {
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: group %d saw %lld rows of %lld", name, g, (long long)seen[g],
-                            (long long)rows);
+                            (long long)want_rows[g]);
             break;
         }
+        if (!want_rows[g]) continue;
         char an[16];
         snprintf(an, sizeof an, "x%d", g);
-        uint64_t cnt = (uint64_t)(rows * qd_model_group(p->m, g)->k);
+        uint64_t cnt = (uint64_t)(want_rows[g] * qd_model_group(p->m, g)->k);
         if (!cJSON_HasObjectItem(encs, an)) {   /* stored as F32: read in place */
             if (!(xs[g] = qd_part_file_arr(&f, an, cnt * sizeof(float), err))) rc = QD_EFORMAT;
             continue;
@@ -457,20 +611,60 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     const float *y = !rc && spec->y ? qd_part_file_arr(&f, "y", act_bytes, err) : NULL;
     const float *mid = !rc && spec->half == QD_BLOCK_ATTN ? qd_part_file_arr(&f, "mid", act_bytes, err) : NULL;
     if (!rc && ((spec->y && !y) || (spec->half == QD_BLOCK_ATTN && !mid))) rc = QD_EFORMAT;
+    /* With shards, each wanted group's Hessian over the shard, whole. */
+    float *hh[QD_MAX_GROUPS] = {0};
+    int64_t hn[QD_MAX_GROUPS] = {0};
+    float hamax[QD_MAX_GROUPS] = {0};
+    const cJSON *hess = cJSON_GetObjectItemCaseSensitive(f.meta, "hess"), *e;
+    if (!rc && shards && !cJSON_IsArray(hess)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessians", name);
+    const cJSON *hlist = rc || !shards ? NULL : hess;
+    cJSON_ArrayForEach(e, hlist) {
+        const cJSON *gj = cJSON_GetArrayItem(e, 0), *nj = cJSON_GetArrayItem(e, 1), *aj = cJSON_GetArrayItem(e, 2);
+        int g = cJSON_IsNumber(gj) ? (int)gj->valuedouble : -1;
+        if (g < 0 || g >= ng || !c->want[g] || !c->acc[g] || hh[g] || !cJSON_IsNumber(nj) || (int64_t)nj->valuedouble != rows ||
+            !cJSON_IsNumber(aj) || !(aj->valuedouble >= 0)) {
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: a Hessian of group %d that does not fit", name, g);
+            break;
+        }
+        int64_t k = c->acc[g]->k;
+        char an[16];
+        snprintf(an, sizeof an, "h%d", g);
+        if (!(hh[g] = malloc((size_t)(k * k) * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory reading %s", name);
+        else rc = qd_part_farr_read(&f, an, hh[g], (uint64_t)(k * k), k, err);
+        hn[g] = rows;
+        hamax[g] = (float)aj->valuedouble;
+    }
+    for (int g = 0; g < ng && !rc && shards; g++)
+        if (c->want[g] && c->acc[g] && !hh[g]) rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian of group %d", name, g);
     int64_t at[QD_MAX_GROUPS] = {0};
     *fed = !rc;
     double tf = qd_clock_now_s();
+    for (int g = 0; g < ng && !rc; g++) {
+        if (!hh[g]) continue;
+        qd_gptq_hessian t;
+        rc = qd_gptq_hessian_init(&t, p->be, c->acc[g]->k, err);
+        if (!rc) rc = qd_backend_upload(p->be, t.h, hh[g], (size_t)(t.k * t.k) * sizeof(float));
+        t.n_seen = hn[g];
+        t.x_amax = hamax[g];
+        if (!rc) rc = qd_gptq_hessian_merge(c->acc[g], &t, err);
+        qd_gptq_hessian_free(&t);
+    }
+    c->no_hess = shards;
     for (it = rc ? NULL : calls->child; it && !rc; it = it->next->next) {
         int g = (int)it->valuedouble;
         int64_t n = (int64_t)it->next->valuedouble;
         rc = qd_capture_replay(c, g, xs[g] + at[g] * qd_model_group(p->m, g)->k, n);
         at[g] += n;
     }
+    c->no_hess = 0;
     *t_fed += qd_clock_now_s() - tf;   /* the hooks' own work (the Hessians' sums): the pass's */
     size_t off = (size_t)(seq0 * p->seq_len * p->hidden);
     if (!rc && y) rc = qd_backend_upload(p->be, spec->y + off, y, act_bytes);
     if (!rc && mid) rc = qd_backend_upload(p->be, p->mid + off, mid, act_bytes);
-    for (int g = 0; g < QD_MAX_GROUPS; g++) free(own[g]);
+    for (int g = 0; g < QD_MAX_GROUPS; g++) {
+        free(own[g]);
+        free(hh[g]);
+    }
     qd_part_file_free(&f);
     return rc;
 }

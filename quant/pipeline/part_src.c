@@ -135,6 +135,7 @@ void qd_pipeline_part_idle(void)
     src_model = NULL;
     src_path[0] = 0;
     pthread_mutex_unlock(&src_lock);
+    qd_cpart_cache_drop();
 }
 
 int qd_qpart_src_read(const qp_job *job, const st_model *open, const cJSON *meta, int64_t r0, int64_t r1, int64_t n,

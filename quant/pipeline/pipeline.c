@@ -164,13 +164,15 @@ static int check_resources(const qp_job *job, const char *out_dir, uint64_t held
     if (avail && qd_pipeline_estimate_fit(est, avail))
         QD_LOG(QD_LOG_INFO, "mlp_act_not_kept", "job=%s mlp_act_bytes=%llu available_bytes=%llu", job->id,
                (unsigned long long)est->mlp_act_bytes, (unsigned long long)avail);
-    if (avail && est->peak_ram_bytes > avail) {
+    /* A lead whose passes go out as capture parts holds one of them too. */
+    uint64_t peak = est->peak_ram_bytes + (fanout ? est->part_lead_bytes : 0);
+    if (avail && peak > avail) {
         qd_pipeline_estimate_hint(est, 0, hint, sizeof hint);
         char cg[64] = "";
         if (ml.cgroup_limit_bytes)
             snprintf(cg, sizeof cg, " under the memory cgroup's limit of %.2f GB", ml.cgroup_limit_bytes / 1e9);
         return qd_err_set(err, QD_ERESOURCE, "not enough memory: the job needs about %.2f GB at its peak, %.2f GB available%s %s",
-                          est->peak_ram_bytes / 1e9, avail / 1e9, cg, hint);
+                          peak / 1e9, avail / 1e9, cg, hint);
     }
     return 0;
 }
@@ -309,6 +311,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     rc = qd_pipeline_calib_tokens(job, p->m, &ids, &p->n_seq, &p->seq_len, err);
     if (rc) goto fail;
     p->batch_seqs = 4096 / p->seq_len > 0 ? 4096 / p->seq_len : 1;
+    qd_pipeline_shards_plan(p, job->calibration.shards);
 
     qd_fingerprint fp;
     memset(&fp, 0, sizeof fp);

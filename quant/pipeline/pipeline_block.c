@@ -747,7 +747,11 @@ static int pass_run(block_run *b, qd_block_part half, float *y, qd_capture_ctx *
     qd_pipeline *p = b->p;
     int present[QD_MAX_GROUPS] = {0}, quantized[QD_MAX_LINEARS] = {0};
     for (int g = 0; g < b->ng; g++) present[g] = !b->plans[qd_model_group(p->m, g)->linears[0]].absent;
-    if (!b->n_cut || !qd_cpart_pass_pays(p, present, half, c->stop_after)) return qd_capture_run(p, b->bw, half, y, c, err);
+    /* With shards a part also sums its shard's Hessians: every pass that fills one pays. */
+    int sums = 0;
+    for (int g = 0; g < b->ng; g++) sums |= c->want[g] && c->acc[g];
+    int pays = qd_cpart_pass_pays(p, present, half, c->stop_after) || (p->n_shards > 1 && sums);
+    if (!b->n_cut || !pays) return qd_capture_run(p, b->bw, half, y, c, err);
     for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
     qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y, .st = &b->cst,
                           .quantized = quantized};

@@ -54,6 +54,10 @@ static int capture_record(qd_capture_ctx *c, int group, const qd_input_group *g,
 {
     qd_capture_rec *r = c->rec;
     if (!r->x[group]) return 0;
+    if (r->keep[group] < r->cap[group]) {   /* only the first rows are wanted */
+        if (r->rows[group] >= r->keep[group]) return 0;
+        if (rows > r->keep[group] - r->rows[group]) rows = r->keep[group] - r->rows[group];
+    }
     if (r->rows[group] + rows > r->cap[group])
         return qd_err_set(c->err, QD_EINVAL, "capture: %s saw %lld rows, more than the part's %lld", g->name,
                           (long long)(r->rows[group] + rows), (long long)r->cap[group]);
@@ -85,7 +89,7 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
         int rc = capture_gptaq(c, group, g, x, rows);
         if (rc) return rc;
     }
-    if (!c->rec && c->want[group] && c->acc[group]) {
+    if (!c->no_hess && c->want[group] && c->acc[group]) {
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
     }
@@ -129,18 +133,14 @@ static void capture_routed(void *ud, int block, const int64_t *counts, int n_exp
     for (int e = 0; e < n_experts && e < QD_MAX_EXPERTS; e++) c->p->moe_routed[e] += counts[e];
 }
 
-/* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
- * NULL when only the hooks matter. */
-int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
-                   qd_err *err)
+/* The batches of sequences s0 .. s1 through the block (qd_capture_run's loop). */
+static int capture_batches(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
+                           int64_t s0, int64_t s1, qd_err *err)
 {
-    if (part != QD_BLOCK_ALL && !p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
     qd_block_hooks hooks = {.ud = c, .routed = capture_routed, .input = capture_input, .override = NULL};
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
-    p->cost.forward_passes++;
-    int64_t n_seq = c && c->n_seq_max > 0 && c->n_seq_max < p->n_seq ? c->n_seq_max : p->n_seq;
-    for (int64_t s0 = c ? c->seq0 : 0; s0 < n_seq; s0 += p->batch_seqs) {
-        int64_t nb = n_seq - s0 < p->batch_seqs ? n_seq - s0 : p->batch_seqs;
+    for (; s0 < s1; s0 += p->batch_seqs) {
+        int64_t nb = s1 - s0 < p->batch_seqs ? s1 - s0 : p->batch_seqs;
         size_t off = (size_t)(s0 * rows_per_seq * hidden);
         const float *x = p->acts + off;
         float *out = y ? y + off : NULL;
@@ -160,8 +160,68 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
         if (rc == QD_ECANCELLED && c && c->stopped) rc = 0;
         if (rc) return rc;
     }
+    return 0;
+}
+
+/* With shards: each shard's batches fill Hessians of their own, folded into c's in shard order
+ * (qd_gptq_hessian_merge). */
+static int capture_shards(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
+                          int64_t s0, int64_t s1, qd_err *err)
+{
+    qd_gptq_hessian *keep[QD_MAX_GROUPS];
+    memcpy(keep, c->acc, sizeof keep);
+    int rc = 0;
+    for (int s = 0; s < p->n_shards && !rc; s++) {
+        int64_t a = p->shard_starts[s] > s0 ? p->shard_starts[s] : s0;
+        int64_t b = p->shard_starts[s + 1] < s1 ? p->shard_starts[s + 1] : s1;
+        if (a >= b) continue;
+        qd_gptq_hessian tmp[QD_MAX_GROUPS];
+        memset(tmp, 0, sizeof tmp);
+        for (int g = 0; g < QD_MAX_GROUPS && !rc; g++) {
+            if (!keep[g] || !c->want[g]) continue;
+            rc = qd_gptq_hessian_init(&tmp[g], p->be, keep[g]->k, err);
+            tmp[g].bf16 = keep[g]->bf16;
+            c->acc[g] = &tmp[g];
+        }
+        if (!rc) rc = capture_batches(p, bw, part, y, c, a, b, err);
+        memcpy(c->acc, keep, sizeof keep);
+        for (int g = 0; g < QD_MAX_GROUPS; g++) {
+            if (!rc && tmp[g].h) rc = qd_gptq_hessian_merge(keep[g], &tmp[g], err);
+            qd_gptq_hessian_free(&tmp[g]);
+        }
+    }
+    return rc;
+}
+
+/* Runs the block over every calibration batch: x = p->acts; y (backend, same shape) may be
+ * NULL when only the hooks matter. */
+int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
+                   qd_err *err)
+{
+    if (part != QD_BLOCK_ALL && !p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
+    p->cost.forward_passes++;
+    int64_t n_seq = c && c->n_seq_max > 0 && c->n_seq_max < p->n_seq ? c->n_seq_max : p->n_seq;
+    int64_t s0 = c ? c->seq0 : 0;
+    int sums = 0;
+    for (int g = 0; c && g < QD_MAX_GROUPS; g++) sums |= c->want[g] && c->acc[g];
+    int rc = p->n_shards > 1 && sums && !c->rec ? capture_shards(p, bw, part, y, c, s0, n_seq, err)
+                                                 : capture_batches(p, bw, part, y, c, s0, n_seq, err);
+    if (rc) return rc;
     if (c && c->routed_seen) p->moe_routed_done = 1;
     return 0;
+}
+
+void qd_pipeline_shards_plan(qd_pipeline *p, int64_t shards)
+{
+    int64_t nb = p->batch_seqs > 0 ? (p->n_seq + p->batch_seqs - 1) / p->batch_seqs : 1;
+    int64_t S = shards < nb ? shards : nb;
+    if (S < 1) S = 1;
+    if (S > 16) S = 16;
+    p->n_shards = (int)S;
+    for (int64_t s = 0; s <= S; s++) {
+        int64_t at = s * nb / S * p->batch_seqs;
+        p->shard_starts[s] = at < p->n_seq ? at : p->n_seq;
+    }
 }
 
 /* A replayed call at the pass's stop group ends nothing: the part's forward stopped there. */

@@ -88,6 +88,8 @@ struct qd_pipeline {
                                     attention and MLP halves once the attention groups are
                                     quantized (true-sequential); owned, per block, or NULL */
     int64_t batch_seqs;          /* sequences per forward batch */
+    int n_shards;                /* job.calibration.shards, at most one per batch (1: no shards) */
+    int64_t shard_starts[17];    /* shard s: sequences shard_starts[s] .. shard_starts[s + 1] */
     double t_open;               /* monotonic seconds at open */
     double block_seconds_sum;    /* for the ETA */
     int blocks_this_run;
@@ -328,6 +330,9 @@ typedef struct qd_capture_rec {
     int64_t *call_rows;
     float *x[QD_MAX_GROUPS];          /* [cap[g], K] or NULL: group not recorded */
     int64_t rows[QD_MAX_GROUPS], cap[QD_MAX_GROUPS];
+    int64_t keep[QD_MAX_GROUPS];      /* the most rows kept of group g (the rest's calls are
+                                         not recorded): its kernel-check and direct-error rows
+                                         when its Hessian is summed in the part; cap[g] otherwise */
 } qd_capture_rec;
 
 /* What one calibration pass over the block collects through the input hook. */
@@ -345,7 +350,9 @@ typedef struct qd_capture_ctx {
     int stopped;
     int64_t n_seq_max;                /* > 0: run only the first n_seq_max calibration sequences */
     int64_t seq0;                     /* the first sequence run (a batch boundary; 0: the first) */
-    qd_capture_rec *rec;              /* set: the wanted groups' inputs are only recorded into it */
+    qd_capture_rec *rec;              /* set: the calls are recorded into it (with their Hessians,
+                                         where acc[g] is set, summed in the part) */
+    int no_hess;                      /* replay of a shard's record: its Hessians came summed */
     qd_row_slices *kcheck;            /* the kernel check's input rows, or NULL */
     qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
@@ -364,6 +371,9 @@ void qd_capture_init(qd_capture_ctx *c, qd_pipeline *p, qd_err *err);
  * A forward that a hook stops at c->stop_after is not an error. */
 int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part part, float *y, qd_capture_ctx *c,
                    qd_err *err);
+/* p->n_shards and p->shard_starts for `shards` requested (job.calibration.shards): the
+ * forward batches cut into at most that many runs, shard s taking batches s*nb/S .. (s+1)*nb/S. */
+void qd_pipeline_shards_plan(qd_pipeline *p, int64_t shards);
 /* Feeds rows (host [rows, K of group]) to c's hooks as if the pass had seen them: how a
  * capture part's record is taken over, call by call in its order. */
 int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows);

@@ -16,7 +16,8 @@
 #     the lead runs backups of its parts and the job ends, with the same bytes, before the
 #     helper reports (late, ignored);
 #   - the passes over a dense block cut into capture parts (a calibration of two forward
-#     batches), true-sequential and not: the same bytes as the lead's run in memory;
+#     batches), true-sequential and not, and with calibration.shards 2 (each part sums its
+#     shard's Hessians): the same bytes as the lead's run in memory;
 #   - kill -9 of a helper while it holds a part: the part goes back to pending
 #     (part_requeued), or the lead's backup covers it, and the job still ends with the same bytes.
 # Nothing here asserts a duration: every wait is a bounded poll.
@@ -112,16 +113,17 @@ echo "== the passes over the block cut into capture parts: the same bytes"
 "$B/quantctl" gen-model --out "$T/long" --layers 2 --hidden 128 --max-pos 1024 >/dev/null || fail "gen-model long"
 python3 -c 'import json, random, sys; r = random.Random(2); json.dump([r.randrange(3, 128) for _ in range(6000)], open(sys.argv[1], "w"))' \
     "$T/calib-long.json" || fail "calibration ids"
-long_job() {   # long_job ID [extra JSON]
-    echo "{\"id\":\"$1\",\"model\":\"$T/long\",\"output\":\"$T/out/$1\",\"method\":\"gptq\",\"group_size\":32,\"backend\":\"cpu\",\"calibration\":{\"path\":\"$T/calib-long.json\",\"samples\":5,\"seq_len\":1024}${2:-}}"
+long_job() {   # long_job ID [extra JSON] [extra calibration JSON]
+    echo "{\"id\":\"$1\",\"model\":\"$T/long\",\"output\":\"$T/out/$1\",\"method\":\"gptq\",\"group_size\":32,\"backend\":\"cpu\",\"calibration\":{\"path\":\"$T/calib-long.json\",\"samples\":5,\"seq_len\":1024${3:-}}${2:-}}"
 }
-for v in seq nseq; do
-    extra=; [ "$v" = nseq ] && extra=',"true_sequential":false'
-    long_job "long-$v-ref" "$extra,\"workers\":1" >"$T/long-$v-ref.json"
-    long_job "long-$v" "$extra" >"$T/long-$v.json"
+# shards: calibration.shards 2, a shard a batch, each summing its own Hessians in a part.
+for v in seq nseq shards; do
+    extra=; cal=; [ "$v" = nseq ] && extra=',"true_sequential":false'; [ "$v" = shards ] && cal=',"shards":2'
+    long_job "long-$v-ref" "$extra,\"workers\":1" "$cal" >"$T/long-$v-ref.json"
+    long_job "long-$v" "$extra" "$cal" >"$T/long-$v.json"
 done
 start_daemon 2
-for v in seq nseq; do
+for v in seq nseq shards; do
     run_job "long-$v-ref"
     run_job "long-$v"
     grep -q "parts_open job=long-$v block=[0-9]* step=capture " "$T/d.log" || fail "long-$v: no pass went out as capture parts"

@@ -416,7 +416,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     qd_pipeline_estimate est;
     qd_err e2 = {0};
     CHECK_OK(qd_pipeline_estimate_job(job, &est, &e2));
-    if (!strncmp(tag, "wide", 4)) {
+    if (!strncmp(tag, "wide", 4) || (!strncmp(tag, "cap", 3) && mode == FAN_ALL)) {
         test_checks++;
         if (!(est.part_disk_bytes >= c.max_bytes && est.part_disk_bytes <= 4 * c.max_bytes))
             TEST_FAIL_("%s: the estimate's part files %llu against %llu held", tag, (unsigned long long)est.part_disk_bytes,
@@ -802,6 +802,29 @@ static void test_capture(void)
     if (pt_setup_model("long-ctx", &oc, ctx_dir, sizeof ctx_dir)) { CHECK(0); return; }
     fan_case("cap-seq-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_ALL);
     CHECK(last_cap_half[1] >= 2);
+    /* calibration.shards 3 (one shard a batch here): every Hessian is summed over each shard
+     * and the shards' sums combined in order, in memory as in the parts, which then sum their
+     * shard's Hessians themselves; every pass that fills a Hessian is cut. */
+    pt_calib_extra = ",\"shards\":3";
+    fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_ALL);
+    CHECK_INT(last_capture_fanouts, 4);
+    fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_DAMAGE);
+    fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_OTHER_MAKER);
+    fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_SKIP_ODD);
+    fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
+    CHECK_INT(last_capture_fanouts, 8);   /* q/k/v, o, gate/up, down: a pass each, two blocks */
+    fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
+    fan_case("cap-shards-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
+    pt_calib_extra = "";
+    /* The sums' order is the job's: three shards give other last digits than one. */
+    int wa = 0, wb = 0;
+    char sa[4400], sb[4400];
+    snprintf(sa, sizeof sa, "%s/cap-gptq-ref", T);
+    snprintf(sb, sizeof sb, "%s/cap-shards-ref", T);
+    char *la = report_layers(sa, &wa), *lb = report_layers(sb, &wb);
+    CHECK(la && lb && strcmp(la, lb));
+    free(la);
+    free(lb);
     /* The MLP activation not kept: the last forward runs the MLP half from the residual
      * stream, its parts giving back the next block's inputs. */
     char ref[4200], out[4200];

@@ -185,6 +185,9 @@ static void test_calibration_and_eval(void)
     CAL("{\"path\":\"c\",\"seed\":-1}", "job.calibration.seed: must be a non-negative integer, got -1");
     CAL("{\"path\":\"c\",\"style\":\"random\"}", "job.calibration.style: \"random\" is not one of gptq, awq");
     CAL("{\"path\":\"c\",\"field\":\"\"}", "job.calibration.field: must not be empty");
+    CAL("{\"path\":\"c\",\"shards\":0}", "job.calibration.shards: must be an integer from 1 to 16, got 0");
+    CAL("{\"path\":\"c\",\"shards\":17}", "job.calibration.shards: must be an integer from 1 to 16, got 17");
+    CAL("{\"path\":\"c\",\"shards\":\"all\"}", "job.calibration.shards: must be an integer from 1 to 16, got a string");
 #undef CAL
     EXPECT_ERR("{" BASE ", \"eval\": \"wiki\"}", "job.eval: must be an object like {\"path\": \"wiki.test.raw\"}, got \"wiki\"");
     EXPECT_ERR("{" BASE ", \"eval\": {}}", "job.eval.path: required when eval is given");
@@ -192,8 +195,9 @@ static void test_calibration_and_eval(void)
     EXPECT_ERR("{" BASE ", \"eval\": {\"path\":\"w\",\"max_windows\":-1}}", "job.eval.max_windows: must be 0 (all windows) or a positive integer, got -1");
 
     qp_job *j = parse_ok("{\"model\":\"m\",\"output\":\"o\",\"calibration\":{\"path\":\"c\",\"field\":\"content\",\"samples\":16,"
-                         "\"seq_len\":256,\"seed\":42,\"style\":\"awq\"},\"eval\":{\"path\":\"w\",\"seq_len\":512,\"max_windows\":8}}");
+                         "\"seq_len\":256,\"seed\":42,\"style\":\"awq\",\"shards\":4},\"eval\":{\"path\":\"w\",\"seq_len\":512,\"max_windows\":8}}");
     if (j) {
+        CHECK_INT(j->calibration.shards, 4);
         CHECK_STR(j->calibration.path, "c");
         CHECK_STR(j->calibration.field, "content");
         CHECK_INT(j->calibration.samples, 16);
