@@ -387,6 +387,62 @@ static void test_hessian_stream(void)
     free(x); free(h); free(w);
 }
 
+/* calibration.shards: Hessians summed per shard and merged in shard order are the mean over
+ * every row (to rounding), element by element n/(n+m) H + m/(n+m) H_s exactly; a shard of no
+ * row changes nothing; into an accumulator of no row the shard's H is copied bit for bit. */
+static void test_hessian_merge(void)
+{
+    test_rng rng;
+    test_rng_seed(&rng, 11);
+    const int64_t k = 24, t = 90;
+    float *x = make_correlated_x(&rng, t, k);
+    qd_err err = {0};
+    qd_gptq_hessian all, a, b, none;
+    CHECK_OK(qd_gptq_hessian_init(&all, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_init(&a, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_init(&b, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_init(&none, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&all, x, t, &err));
+    CHECK_OK(qd_gptq_hessian_add(&a, x, 30, &err));
+    CHECK_OK(qd_gptq_hessian_add(&b, x + 30 * k, 60, &err));
+    float *ha = malloc(sizeof(float) * k * k), *hb = malloc(sizeof(float) * k * k), *h = malloc(sizeof(float) * k * k);
+    CHECK_OK(qd_gptq_hessian_download(&a, ha, &err));
+    CHECK_OK(qd_gptq_hessian_download(&b, hb, &err));
+    /* into an empty accumulator: a's H exactly */
+    qd_gptq_hessian m;
+    CHECK_OK(qd_gptq_hessian_init(&m, be, k, &err));
+    CHECK_OK(qd_gptq_hessian_merge(&m, &a, &err));
+    CHECK_OK(qd_gptq_hessian_merge(&m, &none, &err));   /* no rows: nothing changes */
+    CHECK_OK(qd_gptq_hessian_download(&m, h, &err));
+    CHECK(memcmp(h, ha, sizeof(float) * k * k) == 0);
+    CHECK_INT(m.n_seen, 30);
+    CHECK_OK(qd_gptq_hessian_merge(&m, &b, &err));
+    CHECK_INT(m.n_seen, t);
+    CHECK(m.x_amax == all.x_amax);
+    CHECK_OK(qd_gptq_hessian_download(&m, h, &err));
+    float *hall = malloc(sizeof(float) * k * k);
+    CHECK_OK(qd_gptq_hessian_download(&all, hall, &err));
+    int exact = 1;
+    double md = 0;
+    for (int64_t i = 0; i < k * k; i++) {
+        volatile float p1 = ha[i] * (float)(30.0 / 90.0), p2 = hb[i] * (float)(60.0 / 90.0);   /* no FMA */
+        exact &= h[i] == p1 + p2;
+        md = fmax(md, fabs((double)h[i] - hall[i]) / (1.0 + fabs((double)hall[i])));
+    }
+    CHECK(exact);
+    CHECK_NEAR(md, 0.0, 1e-5);
+    qd_gptq_hessian narrow;
+    CHECK_OK(qd_gptq_hessian_init(&narrow, be, k - 1, &err));
+    CHECK_INT(qd_gptq_hessian_merge(&m, &narrow, &err), QD_EINVAL);
+    qd_gptq_hessian_free(&narrow);
+    qd_gptq_hessian_free(&m);
+    qd_gptq_hessian_free(&all);
+    qd_gptq_hessian_free(&a);
+    qd_gptq_hessian_free(&b);
+    qd_gptq_hessian_free(&none);
+    free(x); free(ha); free(hb); free(h); free(hall);
+}
+
 /* The reference fasterquant loop transliterated (column by column over all rows, W1/Err1
  * copies, trailing update with plain loops in double), fed the same Hinv. */
 static void reference_gptq(const qd_gptq_opts *o, float *W, const float *hinv, int64_t n, int64_t k,
@@ -646,6 +702,7 @@ int main(void)
     TEST_RUN(test_damping_retries_and_fallback);
     TEST_RUN(test_deterministic);
     TEST_RUN(test_hessian_stream);
+    TEST_RUN(test_hessian_merge);
     TEST_RUN(test_matches_reference_loop);
     TEST_RUN(test_ldl_matches_inverse_form);
     TEST_RUN(test_shared_factor);
