@@ -75,7 +75,7 @@ import json, sys
 est, rep, cli = json.loads(sys.argv[1]), json.loads(sys.argv[2]), json.load(open(sys.argv[3]))
 assert est == {"peak_ram_bytes": cli["peak_ram_bytes"], "disk_bytes": cli["disk_bytes"],
                "mlp_act_kept_bytes": cli["mlp_act_kept_bytes"], "part_disk_bytes": cli["part_disk_bytes"],
-               "part_ram_bytes": cli["part_ram_bytes"]}, (est, cli)
+               "part_ram_bytes": cli["part_ram_bytes"], "part_lead_bytes": cli["part_lead_bytes"]}, (est, cli)
 assert est["part_disk_bytes"] > 0 and est["part_ram_bytes"] > 0, est   # workers "all": parts counted
 res = rep["resources"]
 assert res["estimate"] == est, res

@@ -214,6 +214,7 @@ static void case_check(est_case *c)
                (double)(est.keep_mlp_act ? est.mlp_act_bytes : 0), 0.5);
     CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "part_disk_bytes")), (double)est.part_disk_bytes, 0.5);
     CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "part_ram_bytes")), (double)est.part_ram_bytes, 0.5);
+    CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "part_lead_bytes")), (double)est.part_lead_bytes, 0.5);
     CHECK_NEAR(cJSON_GetNumberValue(cJSON_GetObjectItem(j, "n_blocks")), 4, 0);
     cJSON_Delete(j);
 }
