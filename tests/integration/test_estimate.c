@@ -236,7 +236,8 @@ static int run_quiet(char *const argv[])
 
 /* A generated model whose job buffers dwarf the process's own (2 blocks of hidden 1024,
  * MLP 2816, F16; 8-16k calibration rows), so the estimate's terms decide the figure: it must
- * lie between the measured peak and EST_SYNTH_OVER times it, for GPTQ, AWQ and bf16 GPTQ. */
+ * lie between the measured peak and EST_SYNTH_OVER times it, for GPTQ, AWQ, bf16 GPTQ and
+ * GPTQ without true-sequential in calibration shards. */
 #define EST_SYNTH_OVER 1.15
 
 static void test_estimate_synthetic(void)
@@ -258,17 +259,19 @@ static void test_estimate_synthetic(void)
     fputs("]}", f);
     fclose(f);
     /* name, method, samples, seq_len, more job keys ("compute": "bf16" adds its rounded
-     * copies, which at these widths exceed GPTQ's buffers: the term decides the figure) */
-    static const char *const kinds[3][5] = {{"gptq", "gptq", "32", "512", ""},
-                                            {"awq", "awq", "16", "256", ""},
-                                            {"gptq-bf16", "gptq", "32", "512", ",\"compute\":\"bf16\""}};
-    for (int i = 0; i < 3; i++) {
+     * copies, which at these widths exceed GPTQ's buffers: the term decides the figure), more
+     * calibration keys (shards: each pass's Hessians a shard at a time beside the sums) */
+    static const char *const kinds[4][6] = {{"gptq", "gptq", "32", "512", "", ""},
+                                            {"awq", "awq", "16", "256", "", ""},
+                                            {"gptq-bf16", "gptq", "32", "512", ",\"compute\":\"bf16\"", ""},
+                                            {"gptq-shards", "gptq", "32", "512", ",\"true_sequential\":false", ",\"shards\":4"}};
+    for (int i = 0; i < 4; i++) {
         char job_path[1200], json[4096];
         snprintf(job_path, sizeof job_path, "%s/synth-%s.json", T, kinds[i][0]);
         snprintf(json, sizeof json, "{\"model\":\"%s\",\"output\":\"%s/synth-%s-out\",\"backend\":\"cpu\","
                  "\"method\":\"%s\",\"bits\":4,\"group_size\":128,\"calibration\":{\"path\":\"%s\","
-                 "\"samples\":%s,\"seq_len\":%s}%s}", model, T, kinds[i][0], kinds[i][1], ids, kinds[i][2], kinds[i][3],
-                 kinds[i][4]);
+                 "\"samples\":%s,\"seq_len\":%s%s}%s}", model, T, kinds[i][0], kinds[i][1], ids, kinds[i][2], kinds[i][3],
+                 kinds[i][5], kinds[i][4]);
         f = fopen(job_path, "w");
         CHECK(f != NULL);
         if (!f) return;
