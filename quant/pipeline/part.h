@@ -284,6 +284,8 @@ int qd_cpart_pass_pays(const qd_pipeline *p, const int *present, qd_block_part h
  * block, as the lead's dequantized weights), in the files named here. Zeroed at the block's
  * start; the files go with the block's other part files at its commit. */
 typedef struct qd_cpart_state {
+    int sum_known;               /* block_sum: 0 not yet hashed, 1 hashed, -1 not hashable */
+    uint64_t block_sum;          /* the checksum of the block's stored bytes the parts check */
     int n_files;
     char names[QD_CPART_MAX_STATES][48];
     uint64_t sums[QD_CPART_MAX_STATES];

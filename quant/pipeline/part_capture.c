@@ -445,6 +445,9 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
             hs[g].bf16 = in.bf16;
         }
     }
+    if (!rc && in.keep_all >= 0 && !rec.x[in.keep_all])
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shards, keep_rows or keep_all (group %d is not one it records)",
+                        name, in.keep_all);
     size_t act_bytes = rc ? 0 : (size_t)(in.rows * in.H) * sizeof(float);
     if (!rc && (!(x = malloc(act_bytes)) || (in.want_y && !(y = malloc(act_bytes))) ||
                 (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes)))))
@@ -678,8 +681,20 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
     const char **names = calloc((size_t)P, sizeof *names);
     char (*labels)[48] = calloc((size_t)P, 48);
     int rc = sums && names && labels ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    /* The block's stored bytes, hashed once a block (kept in the state). */
     uint64_t block_sum = 0;
-    if (!rc && block_bytes_sum(p->m, block, &block_sum)) {
+    int no_sum = 0;
+    if (spec->st && spec->st->sum_known) {
+        no_sum = spec->st->sum_known < 0;
+        block_sum = spec->st->block_sum;
+    } else {
+        no_sum = block_bytes_sum(p->m, block, &block_sum) != 0;
+        if (spec->st) {
+            spec->st->sum_known = no_sum ? -1 : 1;
+            spec->st->block_sum = block_sum;
+        }
+    }
+    if (!rc && no_sum) {
         /* Nothing for a part to check its weights against: the pass stays here. */
         P = 0;
         rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);

@@ -312,6 +312,10 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     if (rc) goto fail;
     p->batch_seqs = 4096 / p->seq_len > 0 ? 4096 / p->seq_len : 1;
     qd_pipeline_shards_plan(p, job->calibration.shards);
+    if (p->n_shards < job->calibration.shards)   /* a shard is at least one forward batch */
+        QD_LOG(QD_LOG_INFO, "shards", "job=%s shards=%d requested=%lld reason=\"%lld sequences of %lld tokens are %lld "
+               "forward batches\"", job->id, p->n_shards, (long long)job->calibration.shards, (long long)p->n_seq,
+               (long long)p->seq_len, (long long)((p->n_seq + p->batch_seqs - 1) / p->batch_seqs));
 
     qd_fingerprint fp;
     memset(&fp, 0, sizeof fp);

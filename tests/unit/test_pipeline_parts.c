@@ -37,7 +37,9 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
 /* FAN_STOP: each quantize fan-out's part 0 runs with its stop set (another copy finished):
  * GPTQ stops before its first column block, writes nothing, and the lead computes it. */
 typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER,
-                        FAN_STOP } fan_mode;
+                        FAN_STOP, FAN_CAP_BAD } fan_mode;
+/* FAN_CAP_BAD: part 0 of each capture fan-out has its input edited (cap_edits, in turn) before
+ * it runs: the worker refuses it naming what is wrong, writes nothing, and the lead runs it. */
 
 typedef struct fan_ctx {
     const qp_job *job;
@@ -61,6 +63,7 @@ typedef struct fan_ctx {
     /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
     int capture_fanouts, capture_parts, cap_files;
     int cap_half[3], cap_y;      /* the capture fan-outs by the half they run, and those with outputs */
+    int cap_bad;                 /* FAN_CAP_BAD: the inputs edited and refused so far */
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
 
@@ -203,6 +206,83 @@ static void swap_model(const char *dir)
     free(b);
 }
 
+/* Rewrites part file `name` in dirfd with edit applied to its meta, its arrays kept. */
+static void part_rewrite_keep(int dirfd, const char *name, void (*edit)(cJSON *meta))
+{
+    qd_part_file f;
+    qd_err err = {0};
+    CHECK_OK(qd_part_file_read(dirfd, name, &f, &err));
+    if (!f.meta) return;
+    qd_part_arr arrs[16];
+    int n = 0;
+    const cJSON *a;
+    cJSON_ArrayForEach(a, cJSON_GetObjectItemCaseSensitive(f.meta, "arrays")) {
+        if (n == 16) break;
+        uint64_t off = (uint64_t)cJSON_GetArrayItem(a, 0)->valuedouble, bytes = (uint64_t)cJSON_GetArrayItem(a, 1)->valuedouble;
+        arrs[n++] = (qd_part_arr){a->string, f.data + off, bytes};
+    }
+    cJSON *meta = cJSON_Duplicate(f.meta, 1);
+    cJSON_DeleteItemFromObject(meta, "arrays");
+    edit(meta);
+    /* The arrays' names are the old meta's: write before freeing it. */
+    CHECK_OK(qd_part_file_write(dirfd, name, meta, arrs, n, NULL, &err));
+    cJSON_Delete(meta);
+    qd_part_file_free(&f);
+}
+static void cap_half_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "half", cJSON_CreateString("both")); }
+static void cap_sum_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "block_sum", cJSON_CreateString("zz")); }
+static void cap_group_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "groups", cJSON_CreateIntArray((const int[]){99}, 1)); }
+static void cap_keep_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "keep_all", cJSON_CreateNumber(99)); }
+static void cap_rows_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "n_seq", cJSON_CreateNumber(1 << 21)); }
+static void cap_state_path(cJSON *m)
+{
+    cJSON *st = cJSON_CreateArray(), *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateString("../b0000-state-00.part"));
+    cJSON_AddItemToArray(pair, cJSON_CreateString("0000000000000001"));
+    cJSON_AddItemToArray(st, pair);
+    cJSON_ReplaceItemInObject(m, "states", st);
+}
+static void cap_state_sum(cJSON *m)
+{
+    char nm[48];
+    snprintf(nm, sizeof nm, "b%04d-state-00.part", (int)cJSON_GetObjectItem(m, "block")->valuedouble);
+    cJSON *st = cJSON_CreateArray(), *pair = cJSON_CreateArray();
+    cJSON_AddItemToArray(pair, cJSON_CreateString(nm));
+    cJSON_AddItemToArray(pair, cJSON_CreateString("0000000000000001"));
+    cJSON_AddItemToArray(st, pair);
+    cJSON_ReplaceItemInObject(m, "states", st);
+}
+static const struct { void (*edit)(cJSON *); const char *msg; } cap_edits[] = {
+    {cap_half_bad, "a bad shape, compute, half"},    {cap_sum_bad, "checksum"},
+    {cap_group_bad, "a bad group"},                  {cap_keep_bad, "bad shards, keep_rows or keep_all"},
+    {cap_rows_bad, "a bad shape"},                   {cap_state_path, "a bad state file name"},
+    {cap_state_sum, "state"},
+};
+
+/* FAN_CAP_BAD: part 0's input edited, run, refused with the edit's message, no output. */
+static void cap_refused(fan_ctx *c, int block)
+{
+    char dir[4400], in[64], p[4400];
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+    int fd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(fd >= 0);
+    if (fd < 0) return;
+    qd_cpart_name_in(in, sizeof in, block, 0);
+    size_t k = (size_t)c->cap_bad % (sizeof cap_edits / sizeof *cap_edits);
+    part_rewrite_keep(fd, in, cap_edits[k].edit);
+    close(fd);
+    qd_err err = {0};
+    atomic_int stop = 0;
+    int rc = qd_pipeline_part_run(c->job, pt_be, block, "capture", 0, "w1", &stop, NULL, &err);
+    test_checks++;
+    if (rc == 0 || !strstr(err.msg, cap_edits[k].msg))
+        TEST_FAIL_("capture input edit %zu: rc %d, \"%s\" (wanted \"%s\")", k, rc, err.msg, cap_edits[k].msg);
+    struct stat st;
+    out_path(c, "capture", block, 0, p, sizeof p);
+    CHECK(stat(p, &st) != 0);   /* refused: no output */
+    c->cap_bad++;
+}
+
 static int on_fanout(void *ud, int block, const char *step, int n, const char *const *names)
 {
     fan_ctx *c = ud;
@@ -239,9 +319,11 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     for (int i = 0; i < n; i++) CHECK(names[i] && names[i][0]);
     if (c->mode == FAN_CANCEL && c->fanouts == c->cancel_at) { c->fanouts++; return 1; }
     c->fanouts++;
+    if (capture && c->mode == FAN_CAP_BAD) cap_refused(c, block);
     /* Last part first, as workers finishing in any order would. */
     for (int i = n - 1; i >= 0; i--) {
         if (c->mode == FAN_SKIP_ODD && i % 2) continue;
+        if (c->mode == FAN_CAP_BAD && capture && i == 0) continue;   /* refused above */
         char worker[32];
         snprintf(worker, sizeof worker, "w%d", 1 + i % 2);
         qd_err err = {0};
@@ -815,6 +897,9 @@ static void test_capture(void)
     CHECK_INT(last_capture_fanouts, 8);   /* q/k/v, o, gate/up, down: a pass each, two blocks */
     fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
     fan_case("cap-shards-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
+    /* Inputs a worker must refuse (every edit once at least: 8 capture fan-outs). */
+    fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_CAP_BAD);
+    CHECK(last_capture_fanouts >= (int)(sizeof cap_edits / sizeof *cap_edits));
     pt_calib_extra = "";
     /* The sums' order is the job's: three shards give other last digits than one. */
     int wa = 0, wb = 0;
