@@ -749,9 +749,14 @@ static int pass_run(block_run *b, qd_block_part half, float *y, qd_capture_ctx *
     for (int g = 0; g < b->ng; g++) present[g] = !b->plans[qd_model_group(p->m, g)->linears[0]].absent;
     /* With shards a part also sums its shard's Hessians: every pass that fills one pays. */
     int sums = 0;
-    for (int g = 0; g < b->ng; g++) sums |= c->want[g] && c->acc[g];
-    int pays = qd_cpart_pass_pays(p, present, half, c->stop_after) || (p->n_shards > 1 && sums);
+    for (int g = 0; c && g < b->ng; g++) sums |= c->want[g] && c->acc[g];
+    int pays = qd_cpart_pass_pays(p, present, half, c ? c->stop_after : -1) || (p->n_shards > 1 && sums);
     if (!b->n_cut || !pays) return qd_capture_run(p, b->bw, half, y, c, err);
+    qd_capture_ctx none;   /* c NULL (a forward no hook watches): the parts record nothing */
+    if (!c) {
+        qd_capture_init(&none, p, err);
+        c = &none;
+    }
     for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
     qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y, .st = &b->cst,
                           .quantized = quantized};
@@ -1023,10 +1028,8 @@ static int block_forward(block_run *b, qd_err *err)
         b->y = qd_backend_alloc(p->be, bytes);
         if (!b->y) rc = qd_err_set(err, QD_ENOMEM, "out of memory for the next block's inputs");
     }
-    qd_capture_ctx c;   /* no hook collects anything */
-    qd_capture_init(&c, p, err);
     if (!rc && b->act_ready && b->mid_ready) rc = qd_capture_out_from_act(p, b->bw, b->act, b->kd, b->y, err);
-    else if (!rc) rc = pass_run(b, b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, b->y, &c, err);
+    else if (!rc) rc = pass_run(b, b->mid_ready ? QD_BLOCK_MLP : QD_BLOCK_ALL, b->y, NULL, err);
     qd_backend_free(p->be, b->act);
     b->act = NULL;
     b->t = qd_pipeline_cost_add(p, QD_STAGE_FORWARD, b->t);
