@@ -10,7 +10,11 @@
 #   - with both of n2's workers frozen (SIGSTOP) n2 claims a part it cannot finish, the job's
 #     status lists it as n2/cpu-N; then kill -9 of n2 and its workers: the claim lapses, n1
 #     puts the part back (part_requeued ... node=n2), and the job still ends with the same
-#     bytes.
+#     bytes;
+#   - the passes over the block and the factorisations go over nodes too: with n1 down to one
+#     worker (the lead), a dense job without true-sequential, in three calibration shards of a
+#     forward batch each, sends its capture parts and its factor parts to n2, and ends with
+#     the bytes of a one-worker run.
 # Nothing here asserts a duration: every wait is a bounded poll.
 set -u
 DC_NAME=qdd-nparts
@@ -93,9 +97,46 @@ state_is b done || fail "b ended $(R HGET qjob:b state): $(R HGET qjob:b error)"
 grep -q "part_requeued job=b .* node=n2 " "$T/d.log" || fail "n2's part of b was not requeued"
 [ "$(R HGET qjob:b attempts)" = 1 ] || fail "n2's death restarted b: attempts $(R HGET qjob:b attempts)"
 same_bytes "$T/out/ref" "$T/out/b" || fail "b's output differs after n2's kill"
-kill -TERM "$DPID"
-wait_for 60 sh -c "! kill -0 $DPID 2>/dev/null" || fail "n1 did not stop on SIGTERM"
-wait "$DPID" 2>/dev/null
-DPID=
+stop_n1() {
+    kill -TERM "$DPID"
+    wait_for 60 sh -c "! kill -0 $DPID 2>/dev/null" || fail "n1 did not stop on SIGTERM"
+    wait "$DPID" 2>/dev/null
+    DPID=
+}
+
+echo "== capture and factor parts on n2"
+# 3 x 4096 tokens: three forward batches, a shard each. Without true-sequential one fan-out
+# quantizes every group of a block, so its factorisations go out first (step factor); the
+# float pass and the last forward go out as capture parts (step capture). n1 keeps one
+# worker, the lead: every part that leaves it runs on n2.
+stop_n1
+"$B/quantctl" gen-model --out "$T/long" --layers 4 --hidden 128 --max-pos 1024 >/dev/null || fail "gen-model long"
+python3 -c 'import json, random, sys; r = random.Random(3); json.dump([r.randrange(3, 128) for _ in range(12288)], open(sys.argv[1], "w"))' \
+    "$T/calib-long.json" || fail "calibration ids"
+long_job() {
+    echo "{\"id\":\"$1\",\"model\":\"$T/long\",\"output\":\"$T/out/$1\",\"method\":\"gptq\",\"group_size\":32,\"backend\":\"cpu\",\"true_sequential\":false,\"calibration\":{\"path\":\"$T/calib-long.json\",\"samples\":12,\"seq_len\":1024,\"shards\":3}${2:-}}"
+}
+long_job cref ',"workers":1' >"$T/cref.json"
+"$B/quantctl" quantize "$T/cref.json" >"$T/cref.log" 2>&1 || fail "the reference run of c"
+: >"$T/d.log.c"
+"$B/quantd" "${common[@]}" --node n1 --workers cpu:1 >>"$T/d.log.c" 2>&1 &
+DPID=$!
+wait_for 120 grep -q worker_ready "$T/d.log.c" || fail "n1's worker did not start again"
+long_job c >"$T/c.json"
+R LPUSH qjobs "$(cat "$T/c.json")" >/dev/null
+wait_for 120 on_n1 c || fail "c did not start on n1"
+start_n2
+wait_for 120 n2_ready || nfail "n2's workers did not start for c"
+wait_for 600 final c || nfail "c did not end: $(R HGETALL qjob:c | tr '\n' ' ')"
+cat "$T/d.log.c" >>"$T/d.log"
+state_is c done || nfail "c ended $(R HGET qjob:c state): $(R HGET qjob:c error)"
+for step in capture factor; do
+    n2_now | grep -q "remote_part_done job=c node=n1 block=[0-9]* step=$step .* ok=1" ||
+        nfail "n2 ran no $step part of c"
+done
+grep -q "part_recomputed job=c" "$T/d.log.c" && nfail "n1 computed again a part of c that n2 made"
+same_bytes "$T/out/cref" "$T/out/c" || nfail "c's output differs from one worker's"
+stop_n2
+stop_n1
 grep -q "Sanitizer\|runtime error:" "$T/d.log" "$T/n2.log" && fail "a sanitizer report in a log"
 echo "PASS"
