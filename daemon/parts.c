@@ -370,7 +370,7 @@ static void on_part_done(qdd_daemon *d, qdd_worker *w, const qp_msg_part_done *p
         if (p->ok && other >= 0 && !qdd_pool_send_part_stop(&d->workers[other], j->id, p->block, p->step, p->index))
             QD_LOG(QD_LOG_INFO, "part_stop", "job=%s block=%d step=%s part=%d worker=%s (its copy by %s finished first)",
                    j->id, p->block, p->step, p->index, d->workers[other].name, w->name);
-        else
+        else if (!p->ok)
             QD_LOG(QD_LOG_WARN, "part_failed", "job=%s block=%d step=%s part=%d worker=%s err=\"%s\" (the lead computes it)",
                    j->id, p->block, p->step, p->index, w->name, p->error ? p->error : "");
         if (qdd_fanout_complete(f)) qdd_parts_complete(j);

@@ -62,15 +62,19 @@ static void send_part_done(qw_worker *w, const qp_msg_part *p, int ok, const cha
 /* Test hook (fault-hook builds only): with QUANTD_FAULT_PART_HOLD=PATH a helper holds every
  * part it is handed until PATH exists (or stdin ends, or a shutdown, cancel or part_stop comes), its
  * heartbeats going on meanwhile: a straggler as slow as a test needs, with no clock in the
- * test. */
+ * test. With QUANTD_FAULT_PART_HOLD_DEAF=1 it hears neither cancel nor part_stop (both stay
+ * set for the part's run): a helper whose report comes after its job has ended. */
 void qw_fault_part_hold(qw_worker *w, const qp_msg_part *p)
 {
     const char *path = getenv("QUANTD_FAULT_PART_HOLD");
     if (!path || !*path) return;
-    QD_LOG(QD_LOG_INFO, "fault_part_hold", "worker=%s job=%s block=%d part=%d (until %s exists)", w->o->name, p->job_id,
-           p->block, p->index, path);
+    const char *deaf_env = getenv("QUANTD_FAULT_PART_HOLD_DEAF");
+    int deaf = deaf_env && !strcmp(deaf_env, "1");
+    QD_LOG(QD_LOG_INFO, "fault_part_hold", "worker=%s job=%s block=%d part=%d deaf=%d (until %s exists)", w->o->name,
+           p->job_id, p->block, p->index, deaf, path);
     pthread_mutex_lock(&w->lock);
-    while (access(path, F_OK) != 0 && !w->eof && !w->shutdown && !atomic_load(&w->cancel) && !atomic_load(&w->part_stop)) {
+    while (access(path, F_OK) != 0 && !w->eof && !w->shutdown &&
+           (deaf || (!atomic_load(&w->cancel) && !atomic_load(&w->part_stop)))) {
         struct timespec until;
         clock_gettime(CLOCK_REALTIME, &until);
         until.tv_nsec += 20 * 1000 * 1000;

@@ -18,6 +18,8 @@
 #   - the passes over a dense block cut into capture parts (a calibration of two forward
 #     batches), true-sequential and not, and with calibration.shards 2 (each part sums its
 #     shard's Hessians): the same bytes as the lead's run in memory;
+#   - a helper whose report comes after its job has ended (deaf to part_stop and cancel): the
+#     report is ignored, the ended job untouched, and the helper runs the next job's parts;
 #   - kill -9 of a helper while it holds a part: the part goes back to pending
 #     (part_requeued), or the lead's backup covers it, and the job still ends with the same bytes.
 # Nothing here asserts a duration: every wait is a bounded poll.
@@ -77,6 +79,8 @@ for model in dense moe; do
             grep -q "parts_open job=$id " "$T/d.log" && fail "$id: a fan-out on a daemon with one worker"
         else
             [ "$(daemon_parts "$id")" -gt 0 ] || fail "$id: no part ran through the daemon"
+            # Every part here ends well: none is logged as failed.
+            grep -q "part_failed job=$id " "$T/d.log" && fail "$id: a part that ended well logged as failed: $(grep -m1 "part_failed job=$id " "$T/d.log")"
         fi
         if [ "$n" -ge 2 ]; then
             [ "$(helper_parts "$id")" -gt 0 ] || fail "$id: every part ran on the lead with $n workers"
@@ -165,6 +169,31 @@ if grep -q '^QUANTD_FAULT_HOOKS:BOOL=ON' "$B/CMakeCache.txt" 2>/dev/null; then
     wait_for 120 stopped || fail "$id: the held helper did not stop its copy on part_stop"
     touch "$T/release"
     stop_daemon
+
+    echo "== a helper's report after its job has ended"
+    # QUANTD_FAULT_PART_HOLD_DEAF=1: the held helper hears neither part_stop nor the job's
+    # end, so the job ends (its held part done by the lead's backup) while the helper still
+    # holds that part. Released, it reports for a job that is over: the report is ignored
+    # (part_late), the job's status is not touched, and the helper takes the next job's parts.
+    id=dense-late
+    job "$id" dense >"$T/$id.json"
+    QUANTD_FAULT_PART_HOLD="$T/release-late" QUANTD_FAULT_PART_HOLD_DEAF=1 start_daemon 2
+    run_job "$id"
+    HW=$(sed -n "s/.*fault_part_hold worker=\(cpu-[0-9]\) job=$id .* deaf=1 .*/\1/p" "$T/d.log" | head -1)
+    [ -n "$HW" ] || fail "$id: no helper held a part without hearing part_stop"
+    grep -q "part_backup job=$id .* helper=$HW" "$T/d.log" || fail "$id: the lead ran no backup of $HW's part"
+    grep -q "part_late job=$id " "$T/d.log" && fail "$id: a report came while the helper was held"
+    [ -z "$(R HGET "qjob:$id" parts)" ] || fail "$id: parts left in the ended job's status: $(R HGET "qjob:$id" parts)"
+    touch "$T/release-late"
+    wait_for 120 grep -q "part_late job=$id .* worker=$HW " "$T/d.log" || fail "$id: $HW's report after the job's end was not ignored"
+    [ "$(R HGET "qjob:$id" state)" = done ] || fail "$id: the late report changed the ended job: $(R HGET "qjob:$id" state)"
+    [ -z "$(R HGET "qjob:$id" parts)" ] || fail "$id: the late report wrote parts into the ended job's status"
+    job dense-after dense >"$T/dense-after.json"
+    run_job dense-after
+    [ "$(helper_parts dense-after)" -gt 0 ] || fail "dense-after: no helper ran a part after $HW's late report"
+    stop_daemon
+    same_bytes "$T/out/dense-w1" "$T/out/$id" || fail "$id: output differs with a late helper"
+    same_bytes "$T/out/dense-w1" "$T/out/dense-after" || fail "dense-after: output differs"
 else
     echo "SKIP: the straggler case needs QUANTD_FAULT_HOOKS"
 fi
