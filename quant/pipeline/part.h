@@ -300,6 +300,10 @@ typedef struct qd_cpart_spec {
     float *y;                    /* backend, the same shape: the half's outputs, or NULL */
     qd_cpart_state *st;          /* the block's state files, or NULL: the block is as loaded */
     const int *quantized;        /* with st: [QD_MAX_LINEARS], the linears quantized so far */
+    int64_t act_width;           /* > 0: the last forward from the kept MLP activation instead of
+                                    a half: x is that activation [calib rows, act_width], p->mid
+                                    the residual stream, y the block's outputs
+                                    (qd_capture_out_from_act); no hook runs */
 } qd_cpart_spec;
 
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index);
@@ -316,7 +320,8 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
 int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err);
 /* Frees the block kept between capture parts (qd_pipeline_part_idle calls it). */
 void qd_cpart_cache_drop(void);
-/* The lead's pass (qd_capture_run(p, bw, spec->half, spec->y, c)) cut into the P parts of
+/* The lead's pass (qd_capture_run(p, bw, spec->half, spec->y, c), or with spec->act_width
+ * qd_capture_out_from_act) cut into the P parts of
  * seq_starts: the state written, the inputs written, the fan-out hook called, each output
  * taken over in order, a part whose output is missing, damaged or made by an unlike backend
  * run here in memory; the step's files removed. *t_files gets the seconds spent writing and

@@ -27,7 +27,10 @@
 #include "quant/core/safetensors.h"
 #include "quant/pipeline/acts.h"
 
-static const char *const half_names[] = {"all", "attn", "mlp"};
+/* The halves a part runs (qd_block_part's), and "act": the last forward from the kept MLP
+ * activation (qd_capture_out_from_act). */
+static const char *const half_names[] = {"all", "attn", "mlp", "act"};
+#define CPART_HALF_ACT 3
 
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index)
 {
@@ -300,12 +303,19 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
     qd_cpart_name_in(name, sizeof name, block, index);
     snprintf(bsum, sizeof bsum, "%016llx", (unsigned long long)block_sum);
     const int64_t L = p->seq_len, H = p->hidden;
-    uint64_t n = (uint64_t)((seq1 - seq0) * L * H);
-    float *own = NULL;
-    const float *x = qd_part_host_view(p->be, spec->x + seq0 * L * H, n * sizeof(float), &own);
-    if (!x) return qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
-    qd_part_farr fx;
+    const int act = spec->act_width > 0;
+    const int64_t W = act ? spec->act_width : H;   /* x's width: the activation's, or the hidden size */
+    uint64_t n = (uint64_t)((seq1 - seq0) * L * W), nm = (uint64_t)((seq1 - seq0) * L * H);
+    float *own = NULL, *own_mid = NULL;
+    const float *x = qd_part_host_view(p->be, spec->x + seq0 * L * W, n * sizeof(float), &own);
+    const float *xm = act && x ? qd_part_host_view(p->be, p->mid + seq0 * L * H, nm * sizeof(float), &own_mid) : NULL;
+    if (!x || (act && !xm)) {
+        free(own);
+        return qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
+    }
+    qd_part_farr fx, fm;
     memset(&fx, 0, sizeof fx);
+    memset(&fm, 0, sizeof fm);
     cJSON *meta = cJSON_CreateObject(), *groups = cJSON_CreateArray(), *states = cJSON_CreateArray();
     int rc = meta && groups && states ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
     for (int g = 0; g < qd_model_n_groups(p->m) && !rc; g++)
@@ -327,9 +337,10 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         cJSON_AddNumberToObject(meta, "seq_len", (double)L);
         cJSON_AddNumberToObject(meta, "batch_seqs", (double)p->batch_seqs);
         cJSON_AddNumberToObject(meta, "hidden", (double)H);
+        cJSON_AddNumberToObject(meta, "width", (double)W);
         cJSON_AddStringToObject(meta, "compute", qp_compute_name(p->compute));
         cJSON_AddStringToObject(meta, "block_sum", bsum);
-        cJSON_AddStringToObject(meta, "half", half_names[spec->half]);
+        cJSON_AddStringToObject(meta, "half", half_names[act ? CPART_HALF_ACT : spec->half]);
         cJSON_AddNumberToObject(meta, "stop_after", c->stop_after);
         cJSON_AddBoolToObject(meta, "y", spec->y != NULL);
         /* With shards the part sums its Hessians and records only the rows the hooks keep: the
@@ -344,12 +355,18 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         rc = qd_part_farr_make("x", x, n, 0, &fx, err);
     }
     if (!rc && qd_part_farr_note(meta, &fx)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    if (!rc) rc = qd_part_file_write(dirfd, name, meta, &fx.arr, 1, checksum, err);
+    /* The last forward from the activation also reads the residual stream it adds to. */
+    if (!rc && act) rc = qd_part_farr_make("mid", xm, nm, 0, &fm, err);
+    if (!rc && act && qd_part_farr_note(meta, &fm)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    qd_part_arr arrs[2] = {fx.arr, fm.arr};
+    if (!rc) rc = qd_part_file_write(dirfd, name, meta, arrs, act ? 2 : 1, checksum, err);
     cJSON_Delete(states);
     cJSON_Delete(groups);
     cJSON_Delete(meta);
     qd_part_farr_free(&fx);
+    qd_part_farr_free(&fm);
     free(own);
+    free(own_mid);
     return rc;
 }
 
@@ -363,7 +380,7 @@ static void rec_free(qd_capture_rec *r)
 
 /* What a part's input asks, read and checked. */
 typedef struct cpart_in {
-    int64_t n_seq, L, bs, H, rows, keep_rows;
+    int64_t n_seq, L, bs, H, W, rows, keep_rows;
     int half, stop_after, want_y, bf16, shards, keep_all;
     unsigned long long block_sum;
     const cJSON *groups, *states;
@@ -376,20 +393,27 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
     in->L = meta_num(f->meta, "seq_len", -1);
     in->bs = meta_num(f->meta, "batch_seqs", -1);
     in->H = meta_num(f->meta, "hidden", -1);
+    in->W = meta_num(f->meta, "width", -1);
     in->stop_after = (int)meta_num(f->meta, "stop_after", -2);
     const char *compute = meta_str(f->meta, "compute"), *half = meta_str(f->meta, "half"), *bsum = meta_str(f->meta, "block_sum");
     in->groups = cJSON_GetObjectItemCaseSensitive(f->meta, "groups");
     in->states = cJSON_GetObjectItemCaseSensitive(f->meta, "states");
     const cJSON *y = cJSON_GetObjectItemCaseSensitive(f->meta, "y");
     in->half = -1;
-    for (int i = 0; half && i < 3; i++)
+    for (int i = 0; half && i < 4; i++)
         if (!strcmp(half, half_names[i])) in->half = i;
     if (in->n_seq <= 0 || in->L <= 0 || in->bs <= 0 || in->H <= 0 || in->n_seq > (1 << 20) || in->L > (1 << 24) ||
         in->bs > (1 << 20) || in->H > (1 << 20) || (double)in->n_seq * (double)in->L * (double)in->H > (double)(1ll << 36) ||
+        in->W <= 0 || in->W > (1 << 20) || (double)in->n_seq * (double)in->L * (double)in->W > (double)(1ll << 36) ||
         !cJSON_IsArray(in->groups) || !cJSON_IsArray(in->states) || !compute || (strcmp(compute, "bf16") && strcmp(compute, "f32")) ||
         in->half < 0 || in->stop_after < -1 || in->stop_after >= QD_MAX_GROUPS || !cJSON_IsBool(y) ||
         meta_num(f->meta, "block", -1) != block || !bsum || sscanf(bsum, "%16llx", &in->block_sum) != 1)
         return qd_err_set(err, QD_EFORMAT, "part file %s: a bad shape, compute, half, group list or checksum", name);
+    /* A half's input is as wide as the hidden size; the last forward's is the activation, and
+     * it records nothing and returns the block's outputs. */
+    if (in->half == CPART_HALF_ACT ? cJSON_GetArraySize(in->groups) || in->stop_after != -1 || !cJSON_IsTrue(y)
+                                   : in->W != in->H)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: a bad group list, width or output for half %s", name, half);
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(f->meta, "shards");
     in->keep_rows = meta_num(f->meta, "keep_rows", -1);
     in->keep_all = (int)meta_num(f->meta, "keep_all", -2);
@@ -414,7 +438,7 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     rc = cpart_in_read(&f, name, block, &in, err);
     qd_model *m = NULL;
     qd_block_weights *bw = NULL;
-    float *x = NULL, *y = NULL, *mid = NULL;
+    float *x = NULL, *y = NULL, *mid = NULL, *mid_in = NULL;
     qd_capture_rec rec;
     memset(&rec, 0, sizeof rec);
     qd_gptq_hessian hs[QD_MAX_GROUPS];
@@ -448,12 +472,30 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     if (!rc && in.keep_all >= 0 && !rec.x[in.keep_all])
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shards, keep_rows or keep_all (group %d is not one it records)",
                         name, in.keep_all);
+    const int from_act = in.half == CPART_HALF_ACT;
+    if (!rc && from_act) {
+        int dg = qd_model_mlp_out_group(m);
+        if (dg < 0 || qd_model_group(m, dg)->k != in.W)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: activation width %lld is not the model's", name, (long long)in.W);
+    }
     size_t act_bytes = rc ? 0 : (size_t)(in.rows * in.H) * sizeof(float);
-    if (!rc && (!(x = malloc(act_bytes)) || (in.want_y && !(y = malloc(act_bytes))) ||
-                (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes)))))
+    if (!rc && (!(x = malloc((size_t)(in.rows * in.W) * sizeof(float))) || (in.want_y && !(y = malloc(act_bytes))) ||
+                (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes))) || (from_act && !(mid_in = malloc(act_bytes)))))
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's activations");
-    if (!rc) rc = qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.H), 0, err);
-    if (!rc) {
+    if (!rc) rc = qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.W), 0, err);
+    if (!rc && from_act) rc = qd_part_farr_read(&f, "mid", mid_in, (uint64_t)(in.rows * in.H), 0, err);
+    if (!rc && from_act) {
+        /* The down projection on the activation, added to the residual stream, batch by batch. */
+        p->m = m;
+        p->mid = mid_in;
+        p->n_seq = in.n_seq;
+        p->seq_len = in.L;
+        p->hidden = in.H;
+        p->batch_seqs = in.bs;
+        rc = qd_capture_out_from_act(p, bw, x, in.W, y, err);
+        p->m = NULL;
+        p->mid = NULL;
+    } else if (!rc) {
         /* The run's shape on p for qd_capture_run; the CPU backend's memory is the host's. */
         p->m = m;
         p->acts = x;
@@ -543,6 +585,7 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     free(x);
     free(y);
     free(mid);
+    free(mid_in);
     qd_part_file_free(&f);
     return rc;
 }
@@ -697,7 +740,8 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
     if (!rc && no_sum) {
         /* Nothing for a part to check its weights against: the pass stays here. */
         P = 0;
-        rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
+        rc = spec->act_width > 0 ? qd_capture_out_from_act(p, bw, spec->x, spec->act_width, spec->y, err)
+                                 : qd_capture_run(p, bw, spec->half, spec->y, c, err);
     }
     if (!rc && P && spec->st) rc = state_write(p, bw, block, spec->quantized, spec->st, err);
     for (int i = 0; i < P && !rc; i++) {
@@ -709,7 +753,7 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
     double t_hook = qd_clock_now_s();
     if (!rc && P && p->hooks.fanout(p->hooks.ud, block, "capture", P, names)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
     double t_read = qd_clock_now_s();
-    if (P) p->cost.forward_passes++;
+    if (P && spec->act_width <= 0) p->cost.forward_passes++;   /* as qd_capture_run counts it */
     /* In the pass's order: each part's calls, or the part run here when its output is no use. */
     double t_here = 0, t_fed = 0;
     for (int i = 0; i < P && !rc; i++) {
@@ -728,12 +772,16 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=capture part=%d why=\"%s\"", p->job->id, block, i,
                e2.msg);
         double th = qd_clock_now_s();
-        c->seq0 = seq_starts[i];
-        c->n_seq_max = seq_starts[i + 1];
-        rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
-        p->cost.forward_passes--;   /* one pass, however it was cut */
-        c->seq0 = 0;
-        c->n_seq_max = 0;
+        if (spec->act_width > 0) {
+            rc = qd_capture_out_from_act_range(p, bw, spec->x, spec->act_width, spec->y, seq_starts[i], seq_starts[i + 1], err);
+        } else {
+            c->seq0 = seq_starts[i];
+            c->n_seq_max = seq_starts[i + 1];
+            rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
+            p->cost.forward_passes--;   /* one pass, however it was cut */
+            c->seq0 = 0;
+            c->n_seq_max = 0;
+        }
         t_here += qd_clock_now_s() - th;
     }
     *t_files = (t_hook - t0) + (qd_clock_now_s() - t_read - t_here - t_fed);

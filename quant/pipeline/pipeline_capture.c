@@ -266,10 +266,16 @@ int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const fl
 int qd_capture_out_from_act(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
                             qd_err *err)
 {
+    return qd_capture_out_from_act_range(p, bw, act, kd, y, 0, p->n_seq, err);
+}
+
+int qd_capture_out_from_act_range(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
+                                  int64_t s_begin, int64_t s_end, qd_err *err)
+{
     if (!p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
     const int64_t L = p->seq_len, hidden = p->hidden;
-    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
-        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += p->batch_seqs) {
+        int64_t nb = s_end - s0 < p->batch_seqs ? s_end - s0 : p->batch_seqs;
         int rc = qd_block_mlp_finish(p->m, bw, act + s0 * L * kd, p->mid + s0 * L * hidden, y + s0 * L * hidden,
                                      nb * L, err);
         if (rc) return rc;

@@ -387,6 +387,10 @@ int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const fl
  * batch as qd_capture_run runs them (qd_block_mlp_finish): what the MLP half would write. */
 int qd_capture_out_from_act(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
                             qd_err *err);
+/* The same for sequences s_begin .. s_end only (s_begin at a batch's start: the batches are
+ * the whole run's), act, p->mid and y indexed from sequence 0. */
+int qd_capture_out_from_act_range(qd_pipeline *p, const qd_block_weights *bw, const float *act, int64_t kd, float *y,
+                                  int64_t s_begin, int64_t s_end, qd_err *err);
 
 /* ---- GPTAQ's float stream (pipeline_gptaq.c) ---- */
 

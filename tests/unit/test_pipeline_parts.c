@@ -252,11 +252,15 @@ static void cap_state_sum(cJSON *m)
     cJSON_AddItemToArray(st, pair);
     cJSON_ReplaceItemInObject(m, "states", st);
 }
+static void cap_width_bad(cJSON *m)
+{
+    cJSON_ReplaceItemInObject(m, "width", cJSON_CreateNumber(cJSON_GetObjectItem(m, "width")->valuedouble + 1));
+}
 static const struct { void (*edit)(cJSON *); const char *msg; } cap_edits[] = {
     {cap_half_bad, "a bad shape, compute, half"},    {cap_sum_bad, "checksum"},
     {cap_group_bad, "a bad group"},                  {cap_keep_bad, "bad shards, keep_rows or keep_all"},
     {cap_rows_bad, "a bad shape"},                   {cap_state_path, "a bad state file name"},
-    {cap_state_sum, "state"},
+    {cap_state_sum, "state"},                        {cap_width_bad, "width"},
 };
 
 /* FAN_CAP_BAD: part 0's input edited, run, refused with the edit's message, no output. */
@@ -869,12 +873,16 @@ static void test_capture(void)
     /* True-sequential: the passes over the partly quantized block that run a linear before
      * their group's input (the output projection's, after q/k/v; the down projection's, after
      * gate/up) are cut, the parts reading the quantized linears from the block's state files;
-     * the last forward is the down projection on the kept activation, in the lead. */
+     * so is the last forward, the down projection on the kept activation (half "act"), whose
+     * parts give back the next block's inputs. */
     fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
-    CHECK_INT(last_capture_fanouts, 4);
-    CHECK_INT(last_cap_y, 0);
+    CHECK_INT(last_capture_fanouts, 6);
+    CHECK_INT(last_cap_y, 2);
+    static const fan_mode seq_modes[] = {FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL_AFTER};
+    for (size_t i = 0; i < sizeof seq_modes / sizeof *seq_modes; i++)
+        fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, seq_modes[i]);
     fan_case("cap-seq-act", long_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_DAMAGE);
-    CHECK_INT(last_capture_fanouts, 4);
+    CHECK_INT(last_capture_fanouts, 6);
     /* An attention context wider than the hidden size (head_dim 32 x 4 heads = 128): nothing
      * is kept, and the first MLP pass runs the attention half, its parts giving back the
      * residual stream between the halves. */
@@ -894,7 +902,7 @@ static void test_capture(void)
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_OTHER_MAKER);
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_SKIP_ODD);
     fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
-    CHECK_INT(last_capture_fanouts, 8);   /* q/k/v, o, gate/up, down: a pass each, two blocks */
+    CHECK_INT(last_capture_fanouts, 10);   /* q/k/v, o, gate/up, down: a pass each, and the last forward; two blocks */
     fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
     fan_case("cap-shards-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
     /* Inputs a worker must refuse (every edit once at least: 8 capture fan-outs). */
