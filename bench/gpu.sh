@@ -46,7 +46,9 @@
 #             on a throwaway redis-server (the bundle's with --bundle), with one worker on
 #             the device (--workers cuda:N) and with two on it (cuda:N*2): the block's
 #             seconds per stage from each report, the parts each worker ran, peak GPU
-#             memory, and that both model.safetensors are the same bytes
+#             memory, that both model.safetensors are the same bytes, and from the
+#             two-worker run's part costs Llama-3-70B's block projected over 8 and 16
+#             workers (bench/parts_project.py)
 # Results: RESULTS/gpu-<date>-<device>.md with a summary table on top, raw logs in
 # RESULTS/gpu-<date>-<device>/ (RESULTS defaults to bench/results). Several invocations on
 # the same day and device add to the same file (a step run again replaces its section), so
@@ -663,6 +665,16 @@ step_parts() {
             cuda-1 "$device" cuda-2 "$device*2" cuda "$W/mparts" "$W/ids-parts.json" "$parts_samples" "$parts_seq" \
             "$L/parts-1-cuda.md" || rc=1
         rm -rf "$W/mparts"
+        # From the two-worker run's part costs on the GPU: Llama-3-70B's block over 8 and 16
+        # workers (bench/parts_project.py; the MoE half needs a MoE run's log, which this step
+        # does not make).
+        local b1
+        b1=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["blocks"][0]["seconds"])' \
+             "$L/parts-cuda-1-report.json" 2>/dev/null) || b1=""
+        { echo "### Projections from the part costs of the two-worker run on $device (bench/parts_project.py)"; echo
+          python3 "$here/parts_project.py" project "$L/parts-cuda-2-daemon.log" "$L/parts-cuda-2-report.json" \
+              ${b1:+--check-1 "$b1"}; } > "$L/parts-3-projection.md" 2>&1 ||
+            note "the projection from the GPU's part costs failed (parts-3-projection.md)"
         return $rc
     fi
     # The CPU half: gate/up of 2304 rows are 2 parts each (at most 2048 rows a part), so

@@ -14,7 +14,9 @@
 # mixtral (a Mixtral-8x7B-shaped block: intermediate 14336, 8 kv heads, 8 experts, top 2).
 # Defaults: build/release, 7b, 2, 2 rounds, 16 x 512 tokens; GPTQ w4 g128 true-sequential.
 # PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
-# PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'.
+# PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'. PARTS_KEEP=DIR keeps each
+# run's daemon log and report there (TAG-daemon.log, TAG-report.json, TAG the run's label) for
+# bench/parts_project.py.
 # Results: bench/results/parts.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +61,11 @@ run() {   # run WORKERS TAG: one job on a fresh daemon with cpu:WORKERS
         kill -0 "$DP" 2>/dev/null || { echo "parts.sh: quantd exited" >&2; tail -5 "$T/d-$tag.log" >&2; exit 1; }
     done
     kill "$DP"; wait "$DP" 2>/dev/null || true; DP=
+    if [ -n "${PARTS_KEEP:-}" ]; then
+        mkdir -p "$PARTS_KEEP"
+        cp "$T/d-$tag.log" "$PARTS_KEEP/$tag-daemon.log"
+        cp "$out/quantd_report.json" "$PARTS_KEEP/$tag-report.json"
+    fi
     python3 - "$out/quantd_report.json" "$w" "$tag" <<'PY'
 import json, sys, collections
 r = json.load(open(sys.argv[1])); w, tag = sys.argv[2], sys.argv[3]
