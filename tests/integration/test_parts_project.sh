@@ -17,13 +17,13 @@ T=$(mktemp -d /tmp/qpproj-XXXXXX)
 trap 'rm -rf "$T"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 
-python3 "$P" timeline "$D/7b-daemon.log" >"$T/tl.md" || fail "timeline"
+python3 "$P" timeline "$D/7b-daemon.txt" >"$T/tl.md" || fail "timeline"
 steps=$(sed -n 's/^| [0-9]* | \([a-z]*\) |.*/\1/p' "$T/tl.md" | tr '\n' ' ')
 [ "$steps" = "capture quantize capture quantize capture quantize capture quantize capture " ] ||
     fail "timeline's fan-outs: $steps"
 grep -q "^the lead alone: [0-9.]* s of [0-9.]* s" "$T/tl.md" || fail "timeline: no lead-alone line"
 
-python3 "$P" project "$D/7b-daemon.log" "$D/7b-report.json" "$D/mixtral-daemon.log" "$D/mixtral-report.json" \
+python3 "$P" project "$D/7b-daemon.txt" "$D/7b-report.json" "$D/mixtral-daemon.txt" "$D/mixtral-report.json" \
     --check-1 "$(cat "$D/7b-1-seconds")" >"$T/pr.md" || fail "project"
 python3 - "$T/pr.md" <<'PY' || fail "project's tables: $(cat "$T/pr.md")"
 import re, sys
