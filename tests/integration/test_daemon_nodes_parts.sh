@@ -54,17 +54,21 @@ stop_n2() {
 }
 # on_n1 ID: the job runs on n1 (n2 starts only then, so that it does not take the job itself)
 on_n1() { state_is "$1" running && [ "$(R HGET "qjob:$1" node)" = n1 ]; }
+# push_with_n2 ID: pushes $T/ID.json; once it runs on n1, starts n2; waits for it to end done
+push_with_n2() {
+    R LPUSH qjobs "$(cat "$T/$1.json")" >/dev/null
+    wait_for 120 on_n1 "$1" || fail "$1 did not start on n1"
+    start_n2
+    wait_for 120 n2_ready || nfail "n2's workers did not start for $1"
+    wait_for 600 final "$1" || nfail "$1 did not end: $(R HGETALL "qjob:$1" | tr '\n' ' ')"
+    state_is "$1" done || nfail "$1 ended $(R HGET "qjob:$1" state): $(R HGET "qjob:$1" error)"
+}
 
 echo "== n2 takes parts of n1's job"
 start_n1
 wait_for 120 sh -c "[ \"\$(grep -c worker_ready $T/d.log)\" -ge 2 ] && grep -q worker_ready '$T/d.log'" || fail "n1's worker did not start"
 job a >"$T/a.json"
-R LPUSH qjobs "$(cat "$T/a.json")" >/dev/null
-wait_for 120 on_n1 a || fail "a did not start on n1"
-start_n2
-wait_for 120 n2_ready || nfail "n2's workers did not start"
-wait_for 600 final a || nfail "a did not end: $(R HGETALL qjob:a | tr '\n' ' ')"
-state_is a done || nfail "a ended $(R HGET qjob:a state): $(R HGET qjob:a error)"
+push_with_n2 a
 grep -q "parts_open job=a .* shared=1" "$T/d.log" || nfail "n1 never shared a fan-out of a"
 grep -q "remote_part_done job=a node=n1 .* ok=1" "$T/n2.log" || nfail "n2 ran no part of a"
 grep -q "part_done job=a .* worker=n2/cpu-[01] lead=0" "$T/d.log" || nfail "n1 saw no part of a done on n2"
@@ -123,13 +127,8 @@ long_job cref ',"workers":1' >"$T/cref.json"
 DPID=$!
 wait_for 120 grep -q worker_ready "$T/d.log.c" || fail "n1's worker did not start again"
 long_job c >"$T/c.json"
-R LPUSH qjobs "$(cat "$T/c.json")" >/dev/null
-wait_for 120 on_n1 c || fail "c did not start on n1"
-start_n2
-wait_for 120 n2_ready || nfail "n2's workers did not start for c"
-wait_for 600 final c || nfail "c did not end: $(R HGETALL qjob:c | tr '\n' ' ')"
+push_with_n2 c
 cat "$T/d.log.c" >>"$T/d.log"
-state_is c done || nfail "c ended $(R HGET qjob:c state): $(R HGET qjob:c error)"
 for step in capture factor; do
     n2_now | grep -q "remote_part_done job=c node=n1 block=[0-9]* step=$step .* ok=1" ||
         nfail "n2 ran no $step part of c"
