@@ -59,6 +59,12 @@ typedef struct qd_block_hooks {
     /* May set *w (and *b, for linears with a bias) to backend arrays that must stay valid
      * until the linear has run. Leave them untouched to use the loaded weights. */
     int (*override)(void *ud, int block, int linear, const float **w, const float **b);
+    /* Optional, for a forward whose output nobody reads (a capture pass into scratch): the
+     * groups whose input hook matters, [n_groups]. A MoE block's expert neither of whose
+     * groups matters is skipped; one whose down projection's input does not matter runs
+     * only to its gate/up input, and one whose does, only to it; none of them adds to the
+     * block's output then. NULL: every expert runs whole. */
+    const int *want;
 } qd_block_hooks;
 
 /* Loads block i's weights as F32 (dequantizing packed linears). *out is owned by the

@@ -193,15 +193,25 @@ static int route_rows(const qd_model_config *c, const float *lg, const float *bi
     return 0;
 }
 
+/* Whether the expert of groups g0, g0 + 1 runs at all (hooks->want, block.h). */
+static int expert_wanted(const qd_block_hooks *hooks, int g0)
+{
+    return !hooks || !hooks->want || hooks->want[g0] || hooks->want[g0 + 1];
+}
+
 /* One expert (gate, up, down linears from l0) on x [n, hidden] → y [n, hidden], with its
- * two input hooks (groups g0, g0 + 1). f1, f2: [n, ff] scratch. */
+ * two input hooks (groups g0, g0 + 1). f1, f2: [n, ff] scratch. *full: y was computed (with
+ * hooks->want, only up to the last input that matters: y is then not written). */
 static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, const float *x, int64_t n, float *f1,
-                      float *f2, float *y, const qd_block_hooks *hooks, qd_err *err)
+                      float *f2, float *y, const qd_block_hooks *hooks, int *full, qd_err *err)
 {
     int64_t ff = m->lin[l0].n;
+    const int *want = hooks ? hooks->want : NULL;
     int rc;
-    if ((rc = qd_fwd_call_input(m, bw, g0, x, n, hooks, err)) ||
-        (rc = qd_fwd_linear_part(m, bw, l0, 0, ff, x, n, f1, hooks, err)) ||
+    *full = 0;
+    if ((rc = qd_fwd_call_input(m, bw, g0, x, n, hooks, err))) return rc;
+    if (want && !want[g0 + 1]) return 0;
+    if ((rc = qd_fwd_linear_part(m, bw, l0, 0, ff, x, n, f1, hooks, err)) ||
         (rc = qd_fwd_linear_part(m, bw, l0 + 1, 0, ff, x, n, f2, hooks, err)))
         return rc;
     const qd_model_config *c = &m->cfg;
@@ -210,9 +220,10 @@ static int expert_run(qd_model *m, const qd_block_weights *bw, int l0, int g0, c
     else
         rc = m->be->ops->silu_mul(m->be, f1, f1, f2, n * ff);
     if (rc) return qd_err_set(err, rc, "block %d %s: activation: %s", bw->block, m->lin[l0].name, m->be->err.msg);
-    if ((rc = qd_fwd_call_input(m, bw, g0 + 1, f1, n, hooks, err)) ||
-        (rc = qd_fwd_linear_part(m, bw, l0 + 2, 0, m->cfg.hidden, f1, n, y, hooks, err)))
-        return rc;
+    if ((rc = qd_fwd_call_input(m, bw, g0 + 1, f1, n, hooks, err))) return rc;
+    if (want) return 0;
+    if ((rc = qd_fwd_linear_part(m, bw, l0 + 2, 0, m->cfg.hidden, f1, n, y, hooks, err))) return rc;
+    *full = 1;
     return 0;
 }
 
@@ -232,8 +243,9 @@ static int sigmoid_input_expert(qd_model *m, const qd_block_weights *bw, int64_t
 {
     qd_backend *be = m->be;
     int64_t E = m->cfg.n_experts, H = m->cfg.hidden, cnt = all ? rows : n;
-    int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, rc = 0;
+    int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, rc = 0, full = 0;
     float one = 1.0f;
+    if (!expert_wanted(hooks, g0)) return 0;
     float *z = qd_model_scratch(m, QD_SCRATCH_MOE_Z, (size_t)(rows * H) * sizeof(float), err);
     float *xe = z ? qd_model_scratch(m, QD_SCRATCH_MOE_X, (size_t)(rows * H) * sizeof(float), err) : NULL;
     float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, (size_t)(rows * H) * sizeof(float), err) : NULL;
@@ -255,7 +267,7 @@ static int sigmoid_input_expert(qd_model *m, const qd_block_weights *bw, int64_t
         (rc = be->ops->memset0(be, z, (size_t)(cnt * H) * sizeof(float))) ||
         (rc = be->ops->scatter_add_rows(be, z, cnt, xe, iota, sc, cnt, H)))
         return qd_err_set(err, rc, "block %d expert %lld: scaled input: %s", bw->block, (long long)e, be->err.msg);
-    if ((rc = expert_run(m, bw, l0, g0, z, cnt, f1, f2, ye, hooks, err))) return rc;
+    if ((rc = expert_run(m, bw, l0, g0, z, cnt, f1, f2, ye, hooks, &full, err)) || !full) return rc;
     const float *y = ye;
     if (all && n > 0) {
         if ((rc = be->ops->gather_rows(be, xe, ye, rows, idx, n, H)))
@@ -320,7 +332,8 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             if ((rc = sigmoid_input_expert(m, bw, e, xn, out, rows, lg, stage, n, all, ix_be, stage2, f1, f2, hooks, err))) goto done;
             continue;
         }
-        int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e;
+        int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, full = 0;
+        if (!expert_wanted(hooks, g0)) continue;
         const int32_t *idx = ix_be;
         const float *w = (const float *)(ix_be + n);
         if (n > 0) BE_TRY(m, err, "experts: upload", qd_backend_upload(be, ix_be, stage, (size_t)n * 2 * sizeof(int32_t)));
@@ -329,7 +342,8 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             BE_TRY(m, err, "experts: gather", be->ops->gather_rows(be, xe, xn, rows, idx, n, H));
             x = xe;
         }
-        if ((rc = expert_run(m, bw, l0, g0, x, all ? rows : n, f1, f2, ye, hooks, err))) goto done;
+        if ((rc = expert_run(m, bw, l0, g0, x, all ? rows : n, f1, f2, ye, hooks, &full, err))) goto done;
+        if (!full) continue;
         if (all && n > 0) {
             /* Every token ran; only the routed rows reach the output (xe is free here). */
             BE_TRY(m, err, "experts: gather", be->ops->gather_rows(be, xe, ye, rows, idx, n, H));
@@ -341,9 +355,10 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
         /* Qwen2-MoE: + sigmoid(xn . shared_expert_gate) * shared_expert(xn), on every token
          * (a scatter-add onto rows 0..rows-1 with the gates as weights); DeepSeek:
          * + shared_experts(xn), ungated. */
-        int l0 = m->lin_exp0 + 3 * (int)E, g0 = m->grp_exp0 + 2 * (int)E;
-        if ((rc = expert_run(m, bw, l0, g0, xn, rows, f1, f2, ye, hooks, err))) goto done;
-        if (a->shared_gate) {
+        int l0 = m->lin_exp0 + 3 * (int)E, g0 = m->grp_exp0 + 2 * (int)E, full = 0;
+        if (expert_wanted(hooks, g0) && (rc = expert_run(m, bw, l0, g0, xn, rows, f1, f2, ye, hooks, &full, err))) goto done;
+        /* (not full: not run, or only up to the inputs that matter; nothing to add) */
+        if (full && a->shared_gate) {
             BE_TRY(m, err, "shared expert gate",
                    be->ops->gemm(be, 0, 1, rows, 1, H, 1.0f, xn, H, bw->shared_gate_w, H, 0.0f, lg_be, 1));
             BE_TRY(m, err, "shared expert: download", qd_backend_download(be, lg, lg_be, (size_t)rows * sizeof(float)));
@@ -354,7 +369,7 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             BE_TRY(m, err, "shared expert: upload", qd_backend_upload(be, ix_be, stage, sb));
             BE_TRY(m, err, "shared expert: scatter",
                    be->ops->scatter_add_rows(be, out, rows, ye, ix_be, (const float *)(ix_be + rows), rows, H));
-        } else {
+        } else if (full) {
             BE_TRY(m, err, "shared expert: add", be->ops->add(be, out, ye, rows * H));
         }
     }

@@ -138,6 +138,15 @@ static int capture_batches(qd_pipeline *p, const qd_block_weights *bw, qd_block_
                            int64_t s0, int64_t s1, qd_err *err)
 {
     qd_block_hooks hooks = {.ud = c, .routed = capture_routed, .input = capture_input, .override = NULL};
+    /* Into scratch (no y) nobody reads the block's output: a MoE block runs only the experts
+     * whose inputs this pass takes, each only up to them (block.h). */
+    int want[QD_MAX_GROUPS] = {0};
+    if (c && !y) {
+        for (int g = 0; g < QD_MAX_GROUPS; g++)
+            want[g] = c->want[g] || (c->xcap && g == c->xcap_group) || c->absum[g] || g == c->stop_after ||
+                      (c->gq && (c->gq->keep[g] || c->gq->dxx[g]));
+        hooks.want = want;
+    }
     int64_t rows_per_seq = p->seq_len, hidden = p->hidden;
     for (; s0 < s1; s0 += p->batch_seqs) {
         int64_t nb = s1 - s0 < p->batch_seqs ? s1 - s0 : p->batch_seqs;
