@@ -259,20 +259,36 @@ def dense_lead_rate(r):
     return s / w
 
 
+def wave_sizes(n, k):
+    """The experts of each pass over n experts' groups of width k (the Hessian budget)."""
+    per = max(1, WAVE_BYTES // (k * k * 4))
+    return [min(per, n - i) for i in range(0, n, per)]
+
+
 def moe_block(m, s, tokens, seq, workers):
-    """One MoE block of shape s over `workers`: the lead's capture passes and files, the
-    experts' factorisations and GPTQ rows as parts, the attention groups' factorisations
-    and every linear's merge and pack in the lead."""
+    """One MoE block of shape s over `workers`: the lead's capture passes and files; each
+    wave's factorisations and GPTQ rows as parts (a fan-out a wave: the gate/up projections
+    of its experts, then their down projections); the attention groups' factorisations and
+    every linear's merge and pack in the lead."""
     h, ei, ne = s["h"], s["ei"], s["ne"]
     cap = m["cap_rate"] * tokens * moe_capture_work(s, seq)
     files = m["file_rate"] * 4.0 * (ne * (h * h + ei * ei) + sum(k * k for k, _ in s["attn_groups"]))
-    fac_each = m["fac_rate"] * (float(h) ** 3 + float(ei) ** 3) / 2
-    fac = makespan(2 * ne, fac_each, workers) + m["fac_rate"] * sum(float(k) ** 3 for k, _ in s["attn_groups"])
+    fac = m["fac_rate"] * sum(float(k) ** 3 for k, _ in s["attn_groups"])
+    gptq = 0.0
+
+    def step(parts):   # one fan-out of parts' seconds over the workers
+        return max(sum(parts) / workers, max(parts)) if parts else 0.0
+
+    for n, k, rows_of in [(w, h, (ei, ei)) for w in wave_sizes(ne, h)] + [(w, ei, (h,)) for w in wave_sizes(ne, ei)]:
+        fac += makespan(n, m["fac_rate"] * float(k) ** 3, workers)
+        gptq += step([m["gptq_rate"] * min(ROWS, r) * float(k) ** 2
+                      for _ in range(n) for r in rows_of for _ in range(math.ceil(r / ROWS))])
+    attn = [m["gptq_rate"] * min(ROWS, n) * float(k) ** 2 for n, k in s["attn"] for _ in range(math.ceil(n / ROWS))]
+    gptq += step(attn)
     lin = s["attn"] + [(ei, h), (ei, h), (h, ei)] * ne
-    each = [m["gptq_rate"] * min(ROWS, n) * float(k) ** 2 for n, k in lin for _ in range(math.ceil(n / ROWS))]
-    gptq = max(sum(each) / workers, max(each))
     lead = m["lead_rate"] * sum(n * k for n, k in lin)
-    return {"capture": cap, "files": files, "factor": fac, "gptq": gptq, "lead": lead, "parts": len(each),
+    n_parts = len(attn) + ne * (2 * math.ceil(ei / ROWS) + math.ceil(h / ROWS))
+    return {"capture": cap, "files": files, "factor": fac, "gptq": gptq, "lead": lead, "parts": n_parts,
             "total": cap + files + fac + gptq + lead}
 
 
