@@ -205,11 +205,6 @@ def moe_shape(name, h, attn_groups, attn_linears, e_inter, n_exp, topk, shared=0
             "ne": n_exp + shared, "routed": n_exp, "topk": topk + shared, "layers": n_layers}
 
 
-def waves(n, k):
-    per = max(1, WAVE_BYTES // (k * k * 4))
-    return math.ceil(n / per)
-
-
 def moe_capture_work(s, seq):
     """Per token: every true-sequential pass of a MoE block, the lead's (its passes are not
     cut). The attention groups' passes run the attention up to their group; the experts'
@@ -218,8 +213,8 @@ def moe_capture_work(s, seq):
     h, ei, ne, tk = s["h"], s["ei"], s["ne"], s["topk"]
     w = sum(before + k * k for k, before in s["attn_groups"])
     w += sum(2 * n * k for n, k in s["attn"]) + 4 * seq * s["attn"][-1][1]   # the residual stream, once
-    w += waves(ne, h) * 2 * h * s["routed"] + tk * h * h
-    w += waves(ne, ei) * tk * 2 * 2 * h * ei + tk * ei * ei
+    w += len(wave_sizes(ne, h)) * 2 * h * s["routed"] + tk * h * h
+    w += len(wave_sizes(ne, ei)) * tk * 2 * 2 * h * ei + tk * ei * ei
     return w
 
 
@@ -361,12 +356,18 @@ def project(argv):
 
 
 def main():
-    if len(sys.argv) >= 3 and sys.argv[1] == "timeline":
-        timeline(sys.argv[2])
-    elif len(sys.argv) >= 4 and sys.argv[1] == "project":
-        project(sys.argv[2:])
-    else:
-        sys.exit(__doc__)
+    try:
+        if len(sys.argv) >= 3 and sys.argv[1] == "timeline":
+            timeline(sys.argv[2])
+        elif len(sys.argv) >= 4 and sys.argv[1] == "project":
+            project(sys.argv[2:])
+        else:
+            sys.exit(__doc__)
+    except (OSError, ValueError) as e:   # a file not there or not JSON, a timestamp or number unlike quantd's
+        sys.exit(f"parts_project: {e}")
+    except (KeyError, IndexError, TypeError, StopIteration, ZeroDivisionError) as e:
+        sys.exit(f"parts_project: not a log and report of one block's job as bench/parts.sh keeps them "
+                 f"({type(e).__name__}: {e})")
 
 
 if __name__ == "__main__":

@@ -742,12 +742,17 @@ static int block_begin(block_run *b, qd_pipeline *p, qd_err *err)
 /* One pass of the block over every calibration batch (qd_capture_run(p, b->bw, half, y, c)),
  * cut into capture parts when the block's passes are and this one pays (it runs a linear);
  * the same bytes either way. */
-/* A pass (or the last forward) cut into b's capture parts: the parts' files' seconds go to
- * the checkpoint stage, not the pass's. c NULL: a forward no hook watches (the parts record
- * nothing). */
-static int cut_run(block_run *b, const qd_cpart_spec *spec, qd_capture_ctx *c, qd_err *err)
+/* A pass (or the last forward) cut into b's capture parts, the block as the lead holds it
+ * (its state files and the linears quantized so far set into spec here): the parts' files'
+ * seconds go to the checkpoint stage, not the pass's. c NULL: a forward no hook watches
+ * (the parts record nothing). */
+static int cut_run(block_run *b, qd_cpart_spec spec, qd_capture_ctx *c, qd_err *err)
 {
     qd_pipeline *p = b->p;
+    int quantized[QD_MAX_LINEARS] = {0};
+    for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
+    spec.st = &b->cst;
+    spec.quantized = quantized;
     qd_capture_ctx none;
     if (!c) {
         qd_capture_init(&none, p, err);
@@ -755,7 +760,7 @@ static int cut_run(block_run *b, const qd_cpart_spec *spec, qd_capture_ctx *c, q
     }
     double t_files = 0;
     int rc = parts_dir(p, err);
-    if (!rc) rc = qd_cpart_run(p, b->bw, b->block, b->cut, b->n_cut, spec, c, &t_files, err);
+    if (!rc) rc = qd_cpart_run(p, b->bw, b->block, b->cut, b->n_cut, &spec, c, &t_files, err);
     p->cost.stage[QD_STAGE_CHECKPOINT] += t_files;
     b->t += t_files;
     return rc;
@@ -764,17 +769,15 @@ static int cut_run(block_run *b, const qd_cpart_spec *spec, qd_capture_ctx *c, q
 static int pass_run(block_run *b, qd_block_part half, float *y, qd_capture_ctx *c, qd_err *err)
 {
     qd_pipeline *p = b->p;
-    int present[QD_MAX_GROUPS] = {0}, quantized[QD_MAX_LINEARS] = {0};
+    int present[QD_MAX_GROUPS] = {0};
     for (int g = 0; g < b->ng; g++) present[g] = !b->plans[qd_model_group(p->m, g)->linears[0]].absent;
     /* With shards a part also sums its shard's Hessians: every pass that fills one pays. */
     int sums = 0;
     for (int g = 0; c && g < b->ng; g++) sums |= c->want[g] && c->acc[g];
     int pays = qd_cpart_pass_pays(p, present, half, c ? c->stop_after : -1) || (p->n_shards > 1 && sums);
     if (!b->n_cut || !pays) return qd_capture_run(p, b->bw, half, y, c, err);
-    for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
-    qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y, .st = &b->cst,
-                          .quantized = quantized};
-    return cut_run(b, &spec, c, err);
+    qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y};
+    return cut_run(b, spec, c, err);
 }
 
 /* The next block's inputs from the kept MLP activation (qd_capture_out_from_act): as capture
@@ -783,11 +786,8 @@ static int forward_from_act(block_run *b, qd_err *err)
 {
     qd_pipeline *p = b->p;
     if (!b->n_cut) return qd_capture_out_from_act(p, b->bw, b->act, b->kd, b->y, err);
-    int quantized[QD_MAX_LINEARS] = {0};
-    for (int li = 0; li < b->nl; li++) quantized[li] = b->outs[li].quantized;
-    qd_cpart_spec spec = {.half = QD_BLOCK_MLP, .x = b->act, .y = b->y, .st = &b->cst, .quantized = quantized,
-                          .act_width = b->kd};
-    return cut_run(b, &spec, NULL, err);
+    qd_cpart_spec spec = {.half = QD_BLOCK_MLP, .x = b->act, .y = b->y, .act_width = b->kd};
+    return cut_run(b, spec, NULL, err);
 }
 
 /* job.gptaq: the next pass pairs its rows of group g with the float pass's into g's dXXT. */

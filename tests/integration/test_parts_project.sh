@@ -7,7 +7,9 @@
 #     true-sequential block, and the last forward's capture parts) and the lead's time alone;
 #   - project composes the measured blocks from their own rates within 5% of their measured
 #     seconds, and prints the Llama-3-70B and DeepSeek-V3 tables with finite positive hours
-#     that fall as workers are added.
+#     that fall as workers are added;
+#   - bad input (a missing file, a report for a log, a report of another shape, a report that is
+#     not JSON, --check-1 without its seconds) is refused with a message, never a traceback.
 set -u
 S=${QUANTD_SOURCE_DIR:-$(cd "$(dirname "$0")/../.." && pwd)}
 D="$S/tests/data/parts_project"
@@ -47,4 +49,16 @@ for sec in ("## Llama-3-70B", "## DeepSeek-V3"):
     assert all(x > 0 and x < 1e6 for x in h), (sec, h)
     assert h[0] > h[1] >= h[2], (sec, h)
 PY
+# Bad input: a clear message and exit 1, never a traceback.
+bad() {   # bad WHAT ARGS...: the script refuses ARGS
+    local what=$1; shift
+    python3 "$P" "$@" >"$T/bad.out" 2>"$T/bad.err" && fail "$what: accepted"
+    grep -q "Traceback" "$T/bad.err" && fail "$what: a traceback: $(cat "$T/bad.err")"
+    grep -q "parts_project\|no task_start" "$T/bad.err" || fail "$what: no message: $(cat "$T/bad.err")"
+}
+bad "a missing log" project "$T/none.log" "$D/7b-report.json"
+bad "a report for a log" timeline "$D/7b-report.json"
+bad "a MoE report for the dense block" project "$D/7b-daemon.txt" "$D/mixtral-report.json"
+bad "a report that is not JSON" project "$D/7b-daemon.txt" "$D/7b-daemon.txt"
+bad "--check-1 without seconds" project "$D/7b-daemon.txt" "$D/7b-report.json" --check-1
 echo PASS
