@@ -245,7 +245,6 @@ static int sigmoid_input_expert(qd_model *m, const qd_block_weights *bw, int64_t
     int64_t E = m->cfg.n_experts, H = m->cfg.hidden, cnt = all ? rows : n;
     int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, rc = 0, full = 0;
     float one = 1.0f;
-    if (!expert_wanted(hooks, g0)) return 0;
     float *z = qd_model_scratch(m, QD_SCRATCH_MOE_Z, (size_t)(rows * H) * sizeof(float), err);
     float *xe = z ? qd_model_scratch(m, QD_SCRATCH_MOE_X, (size_t)(rows * H) * sizeof(float), err) : NULL;
     float *ye = xe ? qd_model_scratch(m, QD_SCRATCH_MOE_Y, (size_t)(rows * H) * sizeof(float), err) : NULL;
@@ -320,6 +319,8 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
     /* out accumulates the experts' weighted outputs, experts in index order. */
     BE_TRY(m, err, "experts: clear", be->ops->memset0(be, out, hb));
     for (int64_t e = 0; e < E && !rc; e++) {
+        int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, full = 0;
+        if (!expert_wanted(hooks, g0)) continue;   /* before its token list: a pass may skip hundreds */
         /* The tokens routed to e, in row order, and their weights. A token's top_k experts
          * are distinct (route_rows), so r.count[e] is their number and the list holds each
          * row once, as scatter_add_rows requires. */
@@ -332,8 +333,6 @@ int qd_moe_forward(qd_model *m, const qd_block_weights *bw, const float *xn, flo
             if ((rc = sigmoid_input_expert(m, bw, e, xn, out, rows, lg, stage, n, all, ix_be, stage2, f1, f2, hooks, err))) goto done;
             continue;
         }
-        int l0 = m->lin_exp0 + 3 * (int)e, g0 = m->grp_exp0 + 2 * (int)e, full = 0;
-        if (!expert_wanted(hooks, g0)) continue;
         const int32_t *idx = ix_be;
         const float *w = (const float *)(ix_be + n);
         if (n > 0) BE_TRY(m, err, "experts: upload", qd_backend_upload(be, ix_be, stage, (size_t)n * 2 * sizeof(int32_t)));
