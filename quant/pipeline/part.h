@@ -304,16 +304,29 @@ typedef struct qd_cpart_spec {
                                     a half: x is that activation [calib rows, act_width], p->mid
                                     the residual stream, y the block's outputs
                                     (qd_capture_out_from_act); no hook runs */
+    int experts;                 /* a MoE block's MLP pass cut by its wanted groups instead of its
+                                    batches (qd_cpart_experts_pay): x is p->mid, written once for
+                                    every part; no y */
 } qd_cpart_spec;
 
+/* Whether a MoE block's pass over its MLP half from p->mid into scratch (y NULL), taking the
+ * inputs of c's wanted groups (two or more, each an expert's or the shared expert's), is cut
+ * by those groups: each part runs the router and only its groups' experts over every
+ * calibration row, sums their Hessians (in shards as the lead would) and sends back the
+ * Hessians, the rows the hooks keep and the routed-token counts. The part holds the block
+ * with its experts' quantized linears, sent in its input. CPU backend, fan-out hook; not
+ * AWQ's, GPTAQ's or a pass that keeps a group's whole input. */
+int qd_cpart_experts_pay(const qd_pipeline *p, int block, qd_block_part half, const float *y, const qd_capture_ctx *c);
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index);
 void qd_cpart_name_out(char *buf, size_t cap, int block, int index, uint64_t in_checksum, const char *desc);
 /* Writes part `index`'s input: sequences seq0..seq1 of spec->x, the groups c->want marks,
  * c->stop_after, the state files, and block_sum, the checksum of the block's stored bytes
- * the part must find; *checksum gets the file's. */
+ * the part must find; *checksum gets the file's. An expert cut's part (spec->experts): every
+ * sequence, x named by the file x_name of checksum x_sum, and instead of state files the
+ * quantized linears (spec->quantized) of its groups' experts, from bw. */
 int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1,
-                      const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
-                      qd_err *err);
+                      const qd_capture_ctx *c, const qd_cpart_spec *spec, const qd_block_weights *bw,
+                      const char *x_name, uint64_t x_sum, uint64_t block_sum, uint64_t *checksum, qd_err *err);
 /* Runs capture part `index` from its input file (p: a part runner's; the model is opened from
  * p->job here, and the block kept loaded for the process's next capture parts) and writes its
  * output, named by the input's checksum and p->be's desc. */

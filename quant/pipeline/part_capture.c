@@ -210,7 +210,22 @@ static struct {
     int n_states;
     char states[QD_CPART_MAX_STATES][48];
     uint64_t state_sums[QD_CPART_MAX_STATES];
+    /* A MoE block's expert parts set their experts' quantized linears from their inputs: the
+     * linears so set (a batch cut's part never takes such a block). */
+    unsigned char touched[QD_MAX_LINEARS];
+    int touched_any;
 } blk;
+
+/* The block of the lead's pass being cut, while its fan-out runs: a part of it that the lead
+ * takes itself (its fan-out hook runs parts in its own thread, under its own worker name)
+ * runs on the lead's block as it holds it (no second copy of the block, nothing to load or
+ * apply). Set and read under blk_lock. */
+static struct {
+    const char *job, *worker;
+    int block, bf16;
+    qd_model *m;
+    const qd_block_weights *bw;
+} lead_blk;
 
 static void blk_drop(void)
 {
@@ -243,12 +258,12 @@ static int blk_states_prefix(const cJSON *states)
 
 /* blk holding `block` of p's model as the part's input asks (its stored bytes checked against
  * the lead's checksum, every listed state applied). Called with blk_lock held. */
-static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const cJSON *states, int dirfd,
+static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const cJSON *states, int experts, int dirfd,
                    const char *name, qd_err *err)
 {
     const char *model = p->job->model;
     int hit = blk.m && blk.be == p->be && blk.block == block && blk.bf16 == bf16 && !strcmp(blk.model, model) &&
-              blk.sum == want_sum && blk_states_prefix(states);
+              blk.sum == want_sum && blk_states_prefix(states) && (experts || !blk.touched_any);
     int rc = 0;
     if (!hit) {
         blk_drop();
@@ -257,9 +272,9 @@ static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const
         if (!rc) rc = qd_model_set_compute_bf16(blk.m, bf16, err);
         if (!rc && block >= qd_model_cfg(blk.m)->n_layers)
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d is not the model's", name, block);
-        if (!rc && qd_model_block_is_moe(blk.m, block))
-            rc = qd_err_set(err, QD_EUNSUPPORTED, "part file %s: block %d has experts (its capture is not cut into parts)",
-                            name, block);
+        if (!rc && qd_model_block_is_moe(blk.m, block) != (experts != 0))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d %s experts, its input says otherwise", name, block,
+                            experts ? "has no" : "has");
         if (!rc) rc = qd_block_load(blk.m, block, &blk.bw, err);
         /* The block's stored bytes must be the ones the lead holds: a model changed under the
          * job is refused, and the lead runs the part itself. */
@@ -271,6 +286,7 @@ static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const
         blk.bf16 = bf16;
         blk.be = p->be;
     }
+    if (!rc) qd_model_set_moe_calibrate_all(blk.m, p->job->moe.calibrate_all_experts);
     if (!rc) rc = state_apply(states, blk.n_states, dirfd, blk.m, blk.bw, block, name, err);
     for (int i = blk.n_states; !rc && i < cJSON_GetArraySize(states); i++) {
         const cJSON *pair = cJSON_GetArrayItem(states, i);
@@ -295,38 +311,70 @@ static int64_t keep_rows_of(const qd_capture_ctx *c)
     return keep;
 }
 
+/* The expert (or QD_SHARED_EXPERT) a MoE group's linears belong to; -1 for any other group. */
+static int group_expert(const qd_model *m, int g)
+{
+    return qd_model_linear(m, qd_model_group(m, g)->linears[0])->expert;
+}
+
+/* Whether linear li is one of the experts' linears of the groups want marks (an MLP linear of
+ * the same expert as one of them). */
+static int linear_of_wanted_expert(const qd_model *m, const int *want, int li)
+{
+    const qd_linear_info *L = qd_model_linear(m, li);
+    if (L->expert == -1 || qd_model_group_part(m, L->group) != QD_BLOCK_MLP) return 0;
+    for (int g = 0; g < qd_model_n_groups(m); g++)
+        if (want[g] && group_expert(m, g) == L->expert) return 1;
+    return 0;
+}
+
 int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t seq0, int64_t seq1,
-                      const qd_capture_ctx *c, const qd_cpart_spec *spec, uint64_t block_sum, uint64_t *checksum,
-                      qd_err *err)
+                      const qd_capture_ctx *c, const qd_cpart_spec *spec, const qd_block_weights *bw,
+                      const char *x_name, uint64_t x_sum, uint64_t block_sum, uint64_t *checksum, qd_err *err)
 {
     char name[64], bsum[24];
     qd_cpart_name_in(name, sizeof name, block, index);
     snprintf(bsum, sizeof bsum, "%016llx", (unsigned long long)block_sum);
     const int64_t L = p->seq_len, H = p->hidden;
-    const int act = spec->act_width > 0;
+    const int act = spec->act_width > 0, ex = spec->experts;
     const int64_t W = act ? spec->act_width : H;   /* x's width: the activation's, or the hidden size */
     uint64_t n = (uint64_t)((seq1 - seq0) * L * W), nm = (uint64_t)((seq1 - seq0) * L * H);
     float *own = NULL, *own_mid = NULL;
-    const float *x = qd_part_host_view(p->be, spec->x + seq0 * L * W, n * sizeof(float), &own);
+    /* An expert cut's parts read x from the pass's one file (x_name). */
+    const float *x = ex ? NULL : qd_part_host_view(p->be, spec->x + seq0 * L * W, n * sizeof(float), &own);
     const float *xm = act && x ? qd_part_host_view(p->be, p->mid + seq0 * L * H, nm * sizeof(float), &own_mid) : NULL;
-    if (!x || (act && !xm)) {
+    if ((!ex && !x) || (act && !xm)) {
         free(own);
         return qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
     }
     qd_part_farr fx, fm;
     memset(&fx, 0, sizeof fx);
     memset(&fm, 0, sizeof fm);
+    const int nl = qd_model_n_linears(p->m);
+    qd_part_arr *arrs = calloc((size_t)nl + 2, sizeof *arrs);
+    char (*an)[16] = calloc((size_t)nl, 16);
+    int na = 0;
     cJSON *meta = cJSON_CreateObject(), *groups = cJSON_CreateArray(), *states = cJSON_CreateArray();
-    int rc = meta && groups && states ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    cJSON *lins = cJSON_CreateArray();
+    int rc = meta && groups && states && lins && arrs && an ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
     for (int g = 0; g < qd_model_n_groups(p->m) && !rc; g++)
         if (c->want[g] && !cJSON_AddItemToArray(groups, cJSON_CreateNumber(g))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    for (int i = 0; spec->st && i < spec->st->n_files && !rc; i++) {
+    for (int i = 0; !ex && spec->st && i < spec->st->n_files && !rc; i++) {
         char sum[24];
         snprintf(sum, sizeof sum, "%016llx", (unsigned long long)spec->st->sums[i]);
         cJSON *pair = cJSON_CreateArray();
         if (!pair || !cJSON_AddItemToArray(pair, cJSON_CreateString(spec->st->names[i])) ||
             !cJSON_AddItemToArray(pair, cJSON_CreateString(sum)) || !cJSON_AddItemToArray(states, pair))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
+    /* An expert cut's part: its experts' linears quantized so far, as the lead holds them
+     * (the CPU backend's memory is the host's: written in place). */
+    for (int li = 0; ex && li < nl && !rc; li++) {
+        if (!spec->quantized || !spec->quantized[li] || !linear_of_wanted_expert(p->m, c->want, li)) continue;
+        const qd_linear_info *Li = qd_model_linear(p->m, li);
+        snprintf(an[li], 16, "w%d", li);
+        arrs[na++] = (qd_part_arr){an[li], bw->w[li], (uint64_t)(Li->n * Li->k) * sizeof(float)};
+        if (!cJSON_AddItemToArray(lins, cJSON_CreateNumber(li))) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
     if (!rc) {
         cJSON_AddStringToObject(meta, "step", "capture");
@@ -344,27 +392,46 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         cJSON_AddNumberToObject(meta, "stop_after", c->stop_after);
         cJSON_AddBoolToObject(meta, "y", spec->y != NULL);
         /* With shards the part sums its Hessians and records only the rows the hooks keep: the
-         * first ones (the kernel check's, the direct error's) and a kept group's every row. */
-        cJSON_AddBoolToObject(meta, "shards", p->n_shards > 1);
+         * first ones (the kernel check's, the direct error's) and a kept group's every row. An
+         * expert cut's part does so always, in the job's shards over every row ("n_shards"). */
+        cJSON_AddBoolToObject(meta, "shards", p->n_shards > 1 || ex);
         cJSON_AddNumberToObject(meta, "keep_rows", (double)keep_rows_of(c));
         cJSON_AddNumberToObject(meta, "keep_all", c->xcap ? c->xcap_group : -1);
         cJSON_AddItemToObject(meta, "groups", groups);
         groups = NULL;
         cJSON_AddItemToObject(meta, "states", states);
         states = NULL;
-        rc = qd_part_farr_make("x", x, n, 0, &fx, err);
+        if (ex) {
+            char xs[24];
+            snprintf(xs, sizeof xs, "%016llx", (unsigned long long)x_sum);
+            cJSON *xf = cJSON_CreateArray();
+            if (!xf || !cJSON_AddItemToArray(xf, cJSON_CreateString(x_name)) || !cJSON_AddItemToArray(xf, cJSON_CreateString(xs)))
+                rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+            cJSON_AddItemToObject(meta, "x_file", xf);
+            cJSON_AddBoolToObject(meta, "experts", 1);
+            cJSON_AddNumberToObject(meta, "n_shards", p->n_shards > 1 ? p->n_shards : 1);
+            cJSON_AddItemToObject(meta, "linears", lins);
+            lins = NULL;
+        }
+        if (!rc && !ex) rc = qd_part_farr_make("x", x, n, 0, &fx, err);
     }
-    if (!rc && qd_part_farr_note(meta, &fx)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc && !ex && qd_part_farr_note(meta, &fx)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     /* The last forward from the activation also reads the residual stream it adds to. */
     if (!rc && act) rc = qd_part_farr_make("mid", xm, nm, 0, &fm, err);
     if (!rc && act && qd_part_farr_note(meta, &fm)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    qd_part_arr arrs[2] = {fx.arr, fm.arr};
-    if (!rc) rc = qd_part_file_write(dirfd, name, meta, arrs, act ? 2 : 1, checksum, err);
+    if (!rc && !ex) {
+        arrs[na++] = fx.arr;
+        if (act) arrs[na++] = fm.arr;
+    }
+    if (!rc) rc = qd_part_file_write(dirfd, name, meta, arrs, na, checksum, err);
+    cJSON_Delete(lins);
     cJSON_Delete(states);
     cJSON_Delete(groups);
     cJSON_Delete(meta);
     qd_part_farr_free(&fx);
     qd_part_farr_free(&fm);
+    free(arrs);
+    free(an);
     free(own);
     free(own_mid);
     return rc;
@@ -384,6 +451,11 @@ typedef struct cpart_in {
     int half, stop_after, want_y, bf16, shards, keep_all;
     unsigned long long block_sum;
     const cJSON *groups, *states;
+    /* An expert cut's part: its shards, the file x is in and its checksum, the linears it sets. */
+    int experts, n_shards;
+    const char *x_name;
+    unsigned long long x_sum;
+    const cJSON *linears;
 } cpart_in;
 
 static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpart_in *in, qd_err *err)
@@ -423,7 +495,69 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
     in->want_y = cJSON_IsTrue(y);
     in->bf16 = !strcmp(compute, "bf16");
     in->rows = in->n_seq * in->L;
+    in->experts = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f->meta, "experts"));
+    if (!in->experts) return 0;
+    const cJSON *xf = cJSON_GetObjectItemCaseSensitive(f->meta, "x_file");
+    const cJSON *xn = cJSON_GetArrayItem(xf, 0), *xs = cJSON_GetArrayItem(xf, 1);
+    char prefix[24];
+    snprintf(prefix, sizeof prefix, "b%04d-capture-x", block);
+    in->n_shards = (int)meta_num(f->meta, "n_shards", -1);
+    in->linears = cJSON_GetObjectItemCaseSensitive(f->meta, "linears");
+    in->x_name = cJSON_IsString(xn) ? xn->valuestring : NULL;
+    if (in->half != QD_BLOCK_MLP || in->want_y || !in->shards || in->keep_all != -1 || !cJSON_GetArraySize(in->groups) ||
+        in->n_shards < 1 || in->n_shards > QD_CPART_MAX || !cJSON_IsArray(in->linears) || !in->x_name ||
+        strncmp(in->x_name, prefix, strlen(prefix)) || strchr(in->x_name, '/') || !cJSON_IsString(xs) ||
+        sscanf(xs->valuestring, "%16llx", &in->x_sum) != 1)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: a bad expert part (half, output, shards, linears or input file)",
+                          name);
     return 0;
+}
+
+/* An expert cut's part on a kept block: whether an earlier part set a linear of this part's
+ * experts (want) that this one does not set (listed): the block then holds a weight the
+ * lead's does not. */
+static int blk_touched_elsewhere(const qd_model *m, const int *want, const unsigned char *listed)
+{
+    for (int li = 0; blk.touched_any && li < qd_model_n_linears(m); li++)
+        if (blk.touched[li] && !listed[li] && linear_of_wanted_expert(m, want, li)) return 1;
+    return 0;
+}
+
+/* Sets the linears an expert cut's part lists (each one of its experts', once) into bw from
+ * the part's arrays; listed[] gets them. */
+static int expert_linears_set(const qd_part_file *f, const cJSON *linears, const int *want, qd_model *m,
+                              qd_block_weights *bw, int track, unsigned char *listed, const char *name, qd_err *err)
+{
+    const cJSON *l;
+    cJSON_ArrayForEach(l, linears) {
+        int li = cJSON_IsNumber(l) ? (int)l->valuedouble : -1;
+        if (li < 0 || li >= qd_model_n_linears(m) || listed[li] || !linear_of_wanted_expert(m, want, li))
+            return qd_err_set(err, QD_EFORMAT, "part file %s: linear %d is not one of its experts'", name, li);
+        listed[li] = 1;
+        if (!track) continue;   /* the lead's own block holds them already */
+        const qd_linear_info *L = qd_model_linear(m, li);
+        char an[16];
+        snprintf(an, sizeof an, "w%d", li);
+        const float *w = qd_part_file_arr(f, an, (uint64_t)(L->n * L->k) * sizeof(float), err);
+        int rc = w ? qd_block_linear_set(m, bw, li, w, NULL, err) : QD_EFORMAT;
+        if (rc) return rc;
+        blk.touched[li] = 1;
+        blk.touched_any = 1;
+    }
+    return 0;
+}
+
+/* Reads an expert cut's x (rows x hidden floats) from the pass's file, which must be the one
+ * the input names. */
+static int expert_x_read(int dirfd, const cpart_in *in, float *x, qd_err *err)
+{
+    qd_part_file xf;
+    int rc = qd_part_file_read(dirfd, in->x_name, &xf, err);
+    if (rc) return rc;
+    if (xf.checksum != in->x_sum) rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the input the lead wrote", in->x_name);
+    if (!rc) rc = qd_part_farr_read(&xf, "x", x, (uint64_t)(in->rows * in->H), 0, err);
+    qd_part_file_free(&xf);
+    return rc;
 }
 
 int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err)
@@ -443,13 +577,22 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     memset(&rec, 0, sizeof rec);
     qd_gptq_hessian hs[QD_MAX_GROUPS];
     memset(hs, 0, sizeof hs);
+    int *want = calloc(QD_MAX_GROUPS, sizeof *want);
+    unsigned char *listed = calloc(QD_MAX_LINEARS, 1);
+    if (!rc && (!want || !listed)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     pthread_mutex_lock(&blk_lock);
+    /* A part of the lead's own pass, in the lead's process: its block as the lead holds it. */
+    const int on_lead = !rc && lead_blk.m && !strcmp(lead_blk.job, p->job->id) && lead_blk.block == block &&
+                        lead_blk.bf16 == in.bf16 && !strcmp(lead_blk.worker, worker ? worker : "local");
     if (!rc && cJSON_GetArraySize(in.states) > QD_CPART_MAX_STATES)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: more than %d state files", name, QD_CPART_MAX_STATES);
-    if (!rc) rc = blk_get(p, block, in.bf16, in.block_sum, in.states, dirfd, name, err);
-    if (!rc) {
-        m = blk.m;
-        bw = blk.bw;
+    if (!rc && on_lead) {
+        m = lead_blk.m;
+        bw = (qd_block_weights *)lead_blk.bw;   /* only read here: the part sets nothing into it */
+    } else if (!rc) {
+        rc = blk_get(p, block, in.bf16, in.block_sum, in.states, in.experts, dirfd, name, err);
+        m = rc ? NULL : blk.m;
+        bw = rc ? NULL : blk.bw;
     }
     if (!rc && in.H != qd_model_cfg(m)->hidden)
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: width %lld is not the model's", name, (long long)in.H);
@@ -460,7 +603,8 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad group", name);
             break;
         }
-        rec.cap[g] = in.rows;   /* a dense block's groups see every token once */
+        want[g] = 1;
+        rec.cap[g] = in.rows;   /* a dense block's groups, and each expert, see every token at most once */
         rec.keep[g] = !in.shards || g == in.keep_all ? in.rows : in.keep_rows < in.rows ? in.keep_rows : in.rows;
         if (!(rec.x[g] = malloc((size_t)((rec.keep[g] ? rec.keep[g] : 1) * qd_model_group(m, g)->k) * sizeof(float))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's %lld rows", (long long)in.rows);
@@ -472,6 +616,22 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     if (!rc && in.keep_all >= 0 && !rec.x[in.keep_all])
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: bad shards, keep_rows or keep_all (group %d is not one it records)",
                         name, in.keep_all);
+    for (int g = 0; in.experts && !rc && g < qd_model_n_groups(m); g++)
+        if (want[g] && (group_expert(m, g) == -1 || qd_model_group_part(m, g) != QD_BLOCK_MLP))
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: group %d is not an expert's", name, g);
+    /* Its experts' quantized linears: a kept block that an earlier part set another weight of
+     * them into is loaded anew first. */
+    if (in.experts && !rc) rc = expert_linears_set(&f, in.linears, want, m, bw, 0, listed, name, err);
+    if (in.experts && !rc && !on_lead && blk_touched_elsewhere(m, want, listed)) {
+        blk_drop();
+        rc = blk_get(p, block, in.bf16, in.block_sum, in.states, 1, dirfd, name, err);
+        m = rc ? NULL : blk.m;
+        bw = rc ? NULL : blk.bw;
+    }
+    if (in.experts && !rc && !on_lead) {
+        memset(listed, 0, QD_MAX_LINEARS);
+        rc = expert_linears_set(&f, in.linears, want, m, bw, 1, listed, name, err);
+    }
     const int from_act = in.half == CPART_HALF_ACT;
     if (!rc && from_act) {
         int dg = qd_model_mlp_out_group(m);
@@ -482,7 +642,7 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     if (!rc && (!(x = malloc((size_t)(in.rows * in.W) * sizeof(float))) || (in.want_y && !(y = malloc(act_bytes))) ||
                 (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes))) || (from_act && !(mid_in = malloc(act_bytes)))))
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's activations");
-    if (!rc) rc = qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.W), 0, err);
+    if (!rc) rc = in.experts ? expert_x_read(dirfd, &in, x, err) : qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.W), 0, err);
     if (!rc && from_act) rc = qd_part_farr_read(&f, "mid", mid_in, (uint64_t)(in.rows * in.H), 0, err);
     if (!rc && from_act) {
         /* The down projection on the activation, added to the residual stream, batch by batch. */
@@ -504,6 +664,14 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         p->seq_len = in.L;
         p->hidden = in.H;
         p->batch_seqs = in.bs;
+        /* A batch cut's part is one shard at most (its Hessians a plain sum); an expert cut's
+         * sums its Hessians over the job's shards of every row, as the lead's pass does. */
+        p->n_shards = 0;
+        if (in.experts) qd_pipeline_shards_plan(p, in.n_shards);
+        if (in.experts && p->n_shards != in.n_shards)
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: %d shards of %lld sequences", name, in.n_shards, (long long)in.n_seq);
+        memset(p->moe_routed, 0, sizeof p->moe_routed);
+        p->moe_routed_done = 0;
         qd_capture_ctx c;
         qd_capture_init(&c, p, err);
         c.rec = &rec;
@@ -512,7 +680,9 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
             c.want[g] = hs[g].h != NULL;
             c.acc[g] = hs[g].h ? &hs[g] : NULL;
         }
-        rc = qd_capture_run(p, bw, (qd_block_part)in.half, y, &c, err);
+        if (!rc) rc = qd_capture_run(p, bw, (qd_block_part)in.half, y, &c, err);
+        if (!rc && in.experts && !c.routed_seen)
+            rc = qd_err_set(err, QD_EINVAL, "part file %s: the pass did not reach block %d's router", name, block);
         p->m = NULL;
         p->acts = p->mid = NULL;
     }
@@ -563,6 +733,16 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         cJSON_AddItemToObject(meta, "calls", calls);
         calls = NULL;
     }
+    if (!rc && in.experts) {   /* the tokens the router sent each expert */
+        int ne = (int)qd_model_cfg(m)->n_experts;
+        cJSON *routed = cJSON_CreateArray();
+        for (int e = 0; routed && e < ne && e < QD_MAX_EXPERTS; e++)
+            if (!cJSON_AddItemToArray(routed, cJSON_CreateNumber((double)p->moe_routed[e]))) {
+                cJSON_Delete(routed);
+                routed = NULL;
+            }
+        if (!routed || !cJSON_AddItemToObject(meta, "routed", routed)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    }
     for (int g = 0; g < QD_MAX_GROUPS && !rc; g++) {
         if (!rec.x[g] || !rec.rows[g]) continue;
         snprintf(an[g], sizeof an[g], "x%d", g);
@@ -580,8 +760,10 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     cJSON_Delete(calls);
     cJSON_Delete(meta);
     rec_free(&rec);
-    if (rc && m) blk_drop();   /* the kept block is in no known state */
+    if (rc && m && !on_lead) blk_drop();   /* the kept block is in no known state */
     pthread_mutex_unlock(&blk_lock);
+    free(want);
+    free(listed);
     free(x);
     free(y);
     free(mid);
@@ -596,8 +778,40 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
  * copied to the spec's places. Nothing is taken unless the whole output checks: its
  * checksum, input, maker, calls that add up to the part's rows of each wanted group, and the
  * outputs asked for (QD_EFORMAT or QD_ENOTFOUND otherwise, *fed 0: the lead runs the part). */
+/* An expert cut's output: the rows each group's Hessian saw (its groups' experts see the
+ * tokens routed to them, at most every row once), from its list of Hessians; -1 where none. */
+static int expert_rows_seen(const cJSON *hess, const qd_capture_ctx *c, int ng, int64_t rows, int64_t *n_seen)
+{
+    for (int g = 0; g < ng; g++) n_seen[g] = -1;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, hess) {
+        const cJSON *gj = cJSON_GetArrayItem(e, 0), *nj = cJSON_GetArrayItem(e, 1);
+        int g = cJSON_IsNumber(gj) ? (int)gj->valuedouble : -1;
+        if (g < 0 || g >= ng || !c->want[g] || n_seen[g] >= 0 || !cJSON_IsNumber(nj) || !(nj->valuedouble >= 0) ||
+            nj->valuedouble > (double)rows)
+            return QD_EFORMAT;
+        n_seen[g] = (int64_t)nj->valuedouble;
+    }
+    return 0;
+}
+
+/* An expert cut's routed-token counts: n_experts of them, the same as every other part's of
+ * the pass (expect, when one was taken before). */
+static int expert_routed_read(const cJSON *meta, int ne, const int64_t *expect, int64_t *got)
+{
+    const cJSON *r = cJSON_GetObjectItemCaseSensitive(meta, "routed"), *v;
+    if (!cJSON_IsArray(r) || cJSON_GetArraySize(r) != ne) return QD_EFORMAT;
+    int e = 0;
+    cJSON_ArrayForEach(v, r) {
+        if (!cJSON_IsNumber(v) || !(v->valuedouble >= 0) || (expect && (int64_t)v->valuedouble != expect[e])) return QD_EFORMAT;
+        got[e++] = (int64_t)v->valuedouble;
+    }
+    return 0;
+}
+
 static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int64_t seq0, int64_t rows,
-                      const qd_cpart_spec *spec, qd_capture_ctx *c, int *fed, double *t_fed, qd_err *err)
+                      const qd_cpart_spec *spec, qd_capture_ctx *c, const int64_t *routed_expect, int64_t *routed,
+                      int *fed, double *t_fed, qd_err *err)
 {
     *fed = 0;
     char desc[160], name[96], sum[24];
@@ -616,11 +830,20 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         rc = qd_err_set(err, QD_EFORMAT, "part file %s: no calls", name);
     /* The calls against the wanted groups: every group's rows (with shards, only the rows the
      * hooks keep), all of them, and no other. */
-    int64_t seen[QD_MAX_GROUPS] = {0}, want_rows[QD_MAX_GROUPS] = {0};
-    const int ng = qd_model_n_groups(p->m), shards = p->n_shards > 1;
+    int64_t seen[QD_MAX_GROUPS] = {0}, want_rows[QD_MAX_GROUPS] = {0}, n_seen[QD_MAX_GROUPS];
+    const int ng = qd_model_n_groups(p->m), shards = p->n_shards > 1 || spec->experts;
     const int64_t keep = keep_rows_of(c);
-    for (int g = 0; g < ng; g++)
-        want_rows[g] = !c->want[g] ? 0 : !shards || (c->xcap && g == c->xcap_group) ? rows : keep < rows ? keep : rows;
+    const cJSON *hess = cJSON_GetObjectItemCaseSensitive(f.meta, "hess"), *e;
+    for (int g = 0; g < ng; g++) n_seen[g] = rows;
+    if (!rc && spec->experts && expert_rows_seen(hess, c, ng, rows, n_seen))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad list of Hessians", name);
+    if (!rc && spec->experts &&
+        expert_routed_read(f.meta, (int)qd_model_cfg(p->m)->n_experts, routed_expect, routed))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: routed-token counts missing or unlike the pass's others", name);
+    for (int g = 0; g < ng; g++) {
+        int64_t r = n_seen[g] < 0 ? 0 : n_seen[g];
+        want_rows[g] = !c->want[g] ? 0 : !shards || (c->xcap && g == c->xcap_group) ? r : keep < r ? keep : r;
+    }
     const cJSON *it = rc ? NULL : calls->child;
     while (it && !rc) {
         const cJSON *r = it->next;
@@ -661,13 +884,14 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     float *hh[QD_MAX_GROUPS] = {0};
     int64_t hn[QD_MAX_GROUPS] = {0};
     float hamax[QD_MAX_GROUPS] = {0};
-    const cJSON *hess = cJSON_GetObjectItemCaseSensitive(f.meta, "hess"), *e;
+    unsigned char in_place[QD_MAX_GROUPS] = {0};
     if (!rc && shards && !cJSON_IsArray(hess)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessians", name);
     const cJSON *hlist = rc || !shards ? NULL : hess;
     cJSON_ArrayForEach(e, hlist) {
         const cJSON *gj = cJSON_GetArrayItem(e, 0), *nj = cJSON_GetArrayItem(e, 1), *aj = cJSON_GetArrayItem(e, 2);
         int g = cJSON_IsNumber(gj) ? (int)gj->valuedouble : -1;
-        if (g < 0 || g >= ng || !c->want[g] || !c->acc[g] || hh[g] || !cJSON_IsNumber(nj) || (int64_t)nj->valuedouble != rows ||
+        if (g < 0 || g >= ng || !c->want[g] || !c->acc[g] || hh[g] || !cJSON_IsNumber(nj) ||
+            (int64_t)nj->valuedouble != n_seen[g] ||
             !cJSON_IsNumber(aj) || !(aj->valuedouble >= 0)) {
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: a Hessian of group %d that does not fit", name, g);
             break;
@@ -675,13 +899,30 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         int64_t k = c->acc[g]->k;
         char an[16];
         snprintf(an, sizeof an, "h%d", g);
+        hn[g] = n_seen[g];
+        hamax[g] = (float)aj->valuedouble;
+        if (spec->experts && p->be->device < 0 && c->acc[g]->n_seen == 0) {
+            /* The whole Hessian, into the lead's empty one (a merge would copy it): decoded in
+             * place, no second copy of an expert's (up to GBs) */
+            in_place[g] = 1;
+            rc = qd_part_farr_read(&f, an, c->acc[g]->h, (uint64_t)(k * k), k, err);
+            continue;
+        }
         if (!(hh[g] = malloc((size_t)(k * k) * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory reading %s", name);
         else rc = qd_part_farr_read(&f, an, hh[g], (uint64_t)(k * k), k, err);
-        hn[g] = rows;
-        hamax[g] = (float)aj->valuedouble;
     }
     for (int g = 0; g < ng && !rc && shards; g++)
-        if (c->want[g] && c->acc[g] && !hh[g]) rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian of group %d", name, g);
+        if (c->want[g] && c->acc[g] && !hh[g] && !in_place[g])
+            rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian of group %d", name, g);
+    for (int g = 0; g < ng; g++) {   /* decoded in place: taken, or (nothing taken) zeroed again */
+        if (!in_place[g]) continue;
+        if (rc) {
+            memset(c->acc[g]->h, 0, (size_t)(c->acc[g]->k * c->acc[g]->k) * sizeof(float));
+        } else {
+            c->acc[g]->n_seen = hn[g];
+            if (hamax[g] > c->acc[g]->x_amax) c->acc[g]->x_amax = hamax[g];
+        }
+    }
     int64_t at[QD_MAX_GROUPS] = {0};
     *fed = !rc;
     double tf = qd_clock_now_s();
@@ -715,17 +956,76 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     return rc;
 }
 
+int qd_cpart_experts_pay(const qd_pipeline *p, int block, qd_block_part half, const float *y, const qd_capture_ctx *c)
+{
+    if (!p->hooks.fanout || p->be->device >= 0 || !qd_model_block_is_moe(p->m, block) || half != QD_BLOCK_MLP || y ||
+        !c || c->rec || c->gq || c->xcap || !p->mid || p->batch_seqs <= 0)
+        return 0;
+    int n = 0;
+    for (int g = 0; g < qd_model_n_groups(p->m); g++) {
+        if (c->absum[g]) return 0;
+        if (!c->want[g]) continue;
+        if (!c->acc[g] || group_expert(p->m, g) == -1 || qd_model_group_part(p->m, g) != QD_BLOCK_MLP) return 0;
+        n++;
+    }
+    return n >= 2;
+}
+
+/* An expert cut: the wanted groups, in index order, into P runs (starts[0..P] into gl). */
+static int expert_cut(const qd_pipeline *p, const qd_capture_ctx *c, int *gl, int *starts)
+{
+    int n = 0;
+    for (int g = 0; g < qd_model_n_groups(p->m); g++)
+        if (c->want[g]) gl[n++] = g;
+    int P = n < QD_CPART_MAX ? n : QD_CPART_MAX;
+    for (int i = 0; i <= P; i++) starts[i] = i * n / P;
+    return P;
+}
+
+/* c narrowed to part i's groups of an expert cut (its stop: the last of them, when c stops). */
+static void expert_ctx(const qd_capture_ctx *c, const int *gl, const int *starts, int i, qd_capture_ctx *ci)
+{
+    *ci = *c;
+    memset(ci->want, 0, sizeof ci->want);
+    for (int j = starts[i]; j < starts[i + 1]; j++) ci->want[gl[j]] = 1;
+    if (c->stop_after >= 0) ci->stop_after = gl[starts[i + 1] - 1];
+}
+
+/* The expert cut's one input file: the MLP half's input, p->mid, over every row. */
+static void expert_x_name(char *buf, size_t cap, int block)
+{
+    snprintf(buf, cap, "b%04d-capture-x.part", block);
+}
+
+static int expert_x_write(qd_pipeline *p, int block, uint64_t *sum, qd_err *err)
+{
+    char name[48];
+    expert_x_name(name, sizeof name, block);
+    cJSON *meta = cJSON_CreateObject();
+    if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    cJSON_AddStringToObject(meta, "step", "capture-x");
+    cJSON_AddNumberToObject(meta, "block", block);
+    qd_part_arr a = {"x", p->mid, (uint64_t)(p->n_seq * p->seq_len * p->hidden) * sizeof(float)};
+    int rc = qd_part_file_write(p->parts_fd, name, meta, &a, 1, sum, err);
+    cJSON_Delete(meta);
+    return rc;
+}
+
 int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const int64_t *seq_starts, int P,
                  const qd_cpart_spec *spec, qd_capture_ctx *c, double *t_files, qd_err *err)
 {
     *t_files = 0;
     double t0 = qd_clock_now_s();
-    uint64_t *sums = calloc((size_t)P, sizeof *sums);
-    const char **names = calloc((size_t)P, sizeof *names);
-    char (*labels)[48] = calloc((size_t)P, 48);
-    int rc = sums && names && labels ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
+    const int ex = spec->experts;
+    int *gl = ex ? calloc(QD_MAX_GROUPS, sizeof *gl) : NULL, gs[QD_CPART_MAX + 1] = {0};
+    qd_capture_ctx *ci = ex ? malloc(sizeof *ci) : NULL;
+    if (ex && gl && ci) P = expert_cut(p, c, gl, gs);
+    uint64_t *sums = calloc((size_t)P + 1, sizeof *sums);
+    const char **names = calloc((size_t)P + 1, sizeof *names);
+    char (*labels)[48] = calloc((size_t)P + 1, 48);
+    int rc = sums && names && labels && (!ex || (gl && ci)) ? 0 : qd_err_set(err, QD_ENOMEM, "out of memory");
     /* The block's stored bytes, hashed once a block (kept in the state). */
-    uint64_t block_sum = 0;
+    uint64_t block_sum = 0, x_sum = 0;
     int no_sum = 0;
     if (spec->st && spec->st->sum_known) {
         no_sum = spec->st->sum_known < 0;
@@ -743,26 +1043,69 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         rc = spec->act_width > 0 ? qd_capture_out_from_act(p, bw, spec->x, spec->act_width, spec->y, err)
                                  : qd_capture_run(p, bw, spec->half, spec->y, c, err);
     }
-    if (!rc && P && spec->st) rc = state_write(p, bw, block, spec->quantized, spec->st, err);
+    if (!rc && P && spec->st && !ex) rc = state_write(p, bw, block, spec->quantized, spec->st, err);
+    char x_name[48];
+    expert_x_name(x_name, sizeof x_name, block);
+    if (!rc && P && ex) rc = expert_x_write(p, block, &x_sum, err);
     for (int i = 0; i < P && !rc; i++) {
-        snprintf(labels[i], 48, "sequences %lld..%lld", (long long)seq_starts[i], (long long)seq_starts[i + 1] - 1);
+        const qd_capture_ctx *cw = c;
+        int64_t s0 = ex ? 0 : seq_starts[i], s1 = ex ? p->n_seq : seq_starts[i + 1];
+        if (ex) {
+            expert_ctx(c, gl, gs, i, ci);
+            cw = ci;
+            snprintf(labels[i], 48, "%.20s..%.20s", qd_model_group(p->m, gl[gs[i]])->name,
+                     qd_model_group(p->m, gl[gs[i + 1] - 1])->name);
+        } else {
+            snprintf(labels[i], 48, "sequences %lld..%lld", (long long)s0, (long long)s1 - 1);
+        }
         names[i] = labels[i];
-        rc = qd_cpart_write_in(p, p->parts_fd, block, i, seq_starts[i], seq_starts[i + 1], c, spec, block_sum, &sums[i],
-                               err);
+        rc = qd_cpart_write_in(p, p->parts_fd, block, i, s0, s1, cw, spec, bw, x_name, x_sum, block_sum, &sums[i], err);
     }
     double t_hook = qd_clock_now_s();
-    if (!rc && P && p->hooks.fanout(p->hooks.ud, block, "capture", P, names)) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    if (!rc && P) {
+        /* A part the lead's process takes runs on the lead's block (lead_blk). */
+        pthread_mutex_lock(&blk_lock);
+        lead_blk.job = p->job->id;
+        lead_blk.worker = p->hooks.worker ? p->hooks.worker : "local";
+        lead_blk.block = block;
+        lead_blk.bf16 = p->compute == QP_COMPUTE_BF16;
+        lead_blk.m = p->m;
+        lead_blk.bw = bw;
+        pthread_mutex_unlock(&blk_lock);
+        int stop = p->hooks.fanout(p->hooks.ud, block, "capture", P, names);
+        pthread_mutex_lock(&blk_lock);
+        memset(&lead_blk, 0, sizeof lead_blk);
+        pthread_mutex_unlock(&blk_lock);
+        if (stop) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    }
     double t_read = qd_clock_now_s();
     if (P && spec->act_width <= 0) p->cost.forward_passes++;   /* as qd_capture_run counts it */
     /* In the pass's order: each part's calls, or the part run here when its output is no use. */
     double t_here = 0, t_fed = 0;
+    int64_t *routed = ex ? calloc(2 * QD_MAX_EXPERTS, sizeof *routed) : NULL;   /* the first part's, and each */
+    int have_routed = 0;
+    if (!rc && ex && !routed) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     for (int i = 0; i < P && !rc; i++) {
         qd_err e2 = {0};
-        int64_t rows = (seq_starts[i + 1] - seq_starts[i]) * p->seq_len;
+        int64_t rows = ex ? p->n_seq * p->seq_len : (seq_starts[i + 1] - seq_starts[i]) * p->seq_len;
         int fed = 0;
-        c->err = &e2;
-        int got = cpart_take(p, block, i, sums[i], seq_starts[i], rows, spec, c, &fed, &t_fed, &e2);
-        c->err = err;
+        qd_capture_ctx *ct = c;
+        if (ex) {
+            expert_ctx(c, gl, gs, i, ci);
+            ct = ci;
+        }
+        ct->err = &e2;
+        int got = cpart_take(p, block, i, sums[i], ex ? 0 : seq_starts[i], rows, spec, ct, have_routed ? routed : NULL,
+                             routed ? routed + QD_MAX_EXPERTS : NULL, &fed, &t_fed, &e2);
+        ct->err = err;
+        if (!got && ex && !have_routed) {
+            /* The routed-token counts, the block's first pass's that reaches the router. */
+            int ne = (int)qd_model_cfg(p->m)->n_experts;
+            memcpy(routed, routed + QD_MAX_EXPERTS, (size_t)ne * sizeof *routed);
+            have_routed = 1;
+            for (int e = 0; e < ne && !p->moe_routed_done; e++) p->moe_routed[e] += routed[e];
+            p->moe_routed_done = 1;
+        }
         if (!got) continue;
         if (fed) {   /* some of it reached the hooks: a failure of the lead's own */
             rc = qd_err_set(err, got, "%s", e2.msg);
@@ -775,15 +1118,20 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         if (spec->act_width > 0) {
             rc = qd_capture_out_from_act_range(p, bw, spec->x, spec->act_width, spec->y, seq_starts[i], seq_starts[i + 1], err);
         } else {
-            c->seq0 = seq_starts[i];
-            c->n_seq_max = seq_starts[i + 1];
-            rc = qd_capture_run(p, bw, spec->half, spec->y, c, err);
+            ct->seq0 = ex ? 0 : seq_starts[i];
+            ct->n_seq_max = ex ? 0 : seq_starts[i + 1];
+            rc = qd_capture_run(p, bw, spec->half, spec->y, ct, err);
             p->cost.forward_passes--;   /* one pass, however it was cut */
-            c->seq0 = 0;
-            c->n_seq_max = 0;
+            ct->seq0 = 0;
+            ct->n_seq_max = 0;
+        }
+        if (!rc && ex && !have_routed) {   /* qd_capture_run counted them */
+            memcpy(routed, p->moe_routed, (size_t)qd_model_cfg(p->m)->n_experts * sizeof *routed);
+            have_routed = 1;
         }
         t_here += qd_clock_now_s() - th;
     }
+    if (!rc && P && ex) c->routed_seen = 1;
     *t_files = (t_hook - t0) + (qd_clock_now_s() - t_read - t_here - t_fed);
     /* Taken over: the step's files go (after a failure they stay until the block commits; the
      * state files stay for the block's later passes). */
@@ -792,7 +1140,11 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         qd_cpart_name_in(name, sizeof name, block, i);
         qd_part_file_remove(p->parts_fd, name);
     }
+    if (!rc && P && ex) qd_part_file_remove(p->parts_fd, x_name);
     if (!rc && P) qd_part_outputs_remove(p->parts_fd, block, "capture", P, sums);
+    free(routed);
+    free(gl);
+    free(ci);
     free(sums);
     free(names);
     free(labels);

@@ -775,6 +775,11 @@ static int pass_run(block_run *b, qd_block_part half, float *y, qd_capture_ctx *
     int sums = 0;
     for (int g = 0; c && g < b->ng; g++) sums |= c->want[g] && c->acc[g];
     int pays = qd_cpart_pass_pays(p, present, half, c ? c->stop_after : -1) || (p->n_shards > 1 && sums);
+    /* A MoE block's pass over its experts is cut by them instead (its batches are not). */
+    if (qd_cpart_experts_pay(p, b->block, half, y, c)) {
+        qd_cpart_spec spec = {.half = half, .x = p->mid, .experts = 1};
+        return cut_run(b, spec, c, err);
+    }
     if (!b->n_cut || !pays) return qd_capture_run(p, b->bw, half, y, c, err);
     qd_cpart_spec spec = {.half = half, .x = half == QD_BLOCK_MLP ? p->mid : p->acts, .y = y};
     return cut_run(b, spec, c, err);

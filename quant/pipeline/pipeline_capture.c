@@ -213,7 +213,8 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     int64_t s0 = c ? c->seq0 : 0;
     int sums = 0;
     for (int g = 0; c && g < QD_MAX_GROUPS; g++) sums |= c->want[g] && c->acc[g];
-    int rc = p->n_shards > 1 && sums && !c->rec ? capture_shards(p, bw, part, y, c, s0, n_seq, err)
+    /* (A capture part's p has shards only when it sums them over every row: an expert cut's.) */
+    int rc = p->n_shards > 1 && sums ? capture_shards(p, bw, part, y, c, s0, n_seq, err)
                                                  : capture_batches(p, bw, part, y, c, s0, n_seq, err);
     if (rc) return rc;
     if (c && c->routed_seen) p->moe_routed_done = 1;

@@ -90,6 +90,9 @@ for model in dense moe; do
             # parts of their own (step factor) before the row parts.
             if [ "$model" = moe ]; then
                 grep -q "parts_open job=$id block=[0-9]* step=factor " "$T/d.log" || fail "$id: no factor step went out as parts"
+                # Its experts' capture passes are cut by experts: capture parts, some a helper's.
+                grep -q "part_done job=$id block=[0-9]* step=capture .* lead=0 " "$T/d.log" ||
+                    fail "$id: no helper ran a capture part of the experts"
             fi
         fi
         # Once over, no part is listed.
@@ -220,7 +223,7 @@ holds_part() { R HGET qjob:slow-kill parts | grep -q "\"worker\":\"$H\""; }
 wait_for 300 holds_part || { kill -CONT "$HPID"; fail "$H was never handed a part of slow-kill"; }
 # quantctl status prints the parts in flight, one line each.
 "$B/quantctl" status slow-kill --redis "redis://127.0.0.1:$PORT" >"$T/status.txt" 2>&1
-grep -q "^part: *$H: block [0-9]* \(quantize\|factor\) part [0-9]*" "$T/status.txt" ||
+grep -q "^part: *$H: block [0-9]* \(quantize\|factor\|capture\) part [0-9]*" "$T/status.txt" ||
     { kill -CONT "$HPID"; fail "quantctl status shows no part of $H: $(cat "$T/status.txt")"; }
 kill -9 "$HPID"
 wait_for 600 final slow-kill || fail "slow-kill did not end after the helper's kill"

@@ -37,7 +37,7 @@ static char wide_dir[4096];   /* intermediate 2112: gate/up of 2112 rows, two ro
 /* FAN_STOP: each quantize fan-out's part 0 runs with its stop set (another copy finished):
  * GPTQ stops before its first column block, writes nothing, and the lead computes it. */
 typedef enum fan_mode { FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL, FAN_CANCEL_AFTER, FAN_SWAP, FAN_OTHER_MAKER,
-                        FAN_STOP, FAN_CAP_BAD } fan_mode;
+                        FAN_STOP, FAN_CAP_BAD, FAN_LEAD } fan_mode;
 /* FAN_CAP_BAD: part 0 of each capture fan-out has its input edited (cap_edits, in turn) before
  * it runs: the worker refuses it naming what is wrong, writes nothing, and the lead runs it. */
 
@@ -63,6 +63,7 @@ typedef struct fan_ctx {
     /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
     int capture_fanouts, capture_parts, cap_files;
     int cap_half[3], cap_y;      /* the capture fan-outs by the half they run, and those with outputs */
+    int cap_experts;             /* the capture fan-outs cut by a MoE block's experts */
     int cap_bad;                 /* FAN_CAP_BAD: the inputs edited and refused so far */
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
@@ -306,6 +307,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(m, "half");
         for (int i = 0; i < 3 && cJSON_IsString(h); i++) c->cap_half[i] += !strcmp(h->valuestring, (const char *[]){"all", "attn", "mlp"}[i]);
         c->cap_y += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "y"));
+        c->cap_experts += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "experts"));
         cJSON_Delete(m);
         if (fd >= 0) close(fd);
     } else if (factor) {
@@ -330,6 +332,7 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         if (c->mode == FAN_CAP_BAD && capture && i == 0) continue;   /* refused above */
         char worker[32];
         snprintf(worker, sizeof worker, "w%d", 1 + i % 2);
+        if (c->mode == FAN_LEAD && i % 2) snprintf(worker, sizeof worker, "lead");   /* the lead's own thread */
         qd_err err = {0};
         double secs = -1;
         qd_backend *be = c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
@@ -422,7 +425,7 @@ static void check_same(const char *what, const char *ref, const char *out)
 }
 
 static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
-static int last_cap_half[3], last_cap_y;
+static int last_cap_half[3], last_cap_y, last_cap_experts;
 
 /* Returns the factor fan-outs the run made. */
 static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
@@ -502,7 +505,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     qd_pipeline_estimate est;
     qd_err e2 = {0};
     CHECK_OK(qd_pipeline_estimate_job(job, &est, &e2));
-    if (!strncmp(tag, "wide", 4) || (!strncmp(tag, "cap", 3) && mode == FAN_ALL)) {
+    if (!strncmp(tag, "wide", 4) || ((!strncmp(tag, "cap", 3) || !strcmp(tag, "mixtral-gptq")) && mode == FAN_ALL)) {
         test_checks++;
         if (!(est.part_disk_bytes >= c.max_bytes && est.part_disk_bytes <= 4 * c.max_bytes))
             TEST_FAIL_("%s: the estimate's part files %llu against %llu held", tag, (unsigned long long)est.part_disk_bytes,
@@ -514,6 +517,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     last_capture_parts = c.capture_parts;
     memcpy(last_cap_half, c.cap_half, sizeof last_cap_half);
     last_cap_y = c.cap_y;
+    last_cap_experts = c.cap_experts;
     return c.factor_fanouts;
 }
 
@@ -547,7 +551,39 @@ static void test_moe(void)
     char model[4200];
     snprintf(model, sizeof model, "%s/mixtral", pt_families_dir());
     CHECK(fan_case("mixtral-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_ALL) > 0);   /* the experts' factors */
+    /* The experts' passes are cut by experts (gate/up, then down: 2 a block), the same bytes
+     * when parts are lost, damaged, or run by the lead itself on its own block. */
+    CHECK_INT(last_cap_experts, 2 * 2);
+    static const fan_mode modes[] = {FAN_SKIP_ODD, FAN_DAMAGE, FAN_LEAD, FAN_CANCEL_AFTER};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        fan_case("mixtral-gptq", model, "gptq", "gptq", "\"bits\":8,", modes[i]);
+        CHECK(last_cap_experts >= 2 * 2);
+    }
+    /* Each expert's Hessian from the tokens routed to it only: the parts' row counts differ. */
+    fan_case("mixtral-routed", model, "gptq", "gptq", "\"bits\":8,\"moe\":{\"calibrate_all_experts\":false,\"min_tokens\":1},",
+             FAN_DAMAGE);
+    CHECK_INT(last_cap_experts, 2 * 2);
+    /* Shared experts beside the routed ones, and a dense first layer (DeepSeek). */
+    snprintf(model, sizeof model, "%s/qwen2_moe", pt_families_dir());
+    fan_case("qwen2-moe-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_LEAD);
+    CHECK(last_cap_experts >= 2);
+    snprintf(model, sizeof model, "%s/deepseek_v3", pt_families_dir());
+    fan_case("deepseek-v3-gptq", model, "gptq", "gptq", "\"bits\":8,", FAN_SKIP_ODD);
+    CHECK(last_cap_experts >= 2);
+    /* Fused expert tensors with biases and a clamped SwiGLU (gpt-oss, and its MXFP4 source);
+     * a router that scales the experts' input, and a dense layer among MoE ones (Llama 4). */
+    static const char *const fams[] = {"gpt_oss", "gpt_oss_mxfp4", "llama4"};
+    for (size_t i = 0; i < sizeof fams / sizeof *fams; i++) {
+        char tag[64];
+        snprintf(model, sizeof model, "%s/%s", pt_families_dir(), fams[i]);
+        snprintf(tag, sizeof tag, "%s-gptq", fams[i]);
+        fan_case(tag, model, "gptq", "compressed-tensors", "\"bits\":8,", i % 2 ? FAN_LEAD : FAN_DAMAGE);
+        if (last_cap_experts < 1) TEST_FAIL_("%s: no capture fan-out cut by experts", tag);
+        test_checks++;
+    }
+    snprintf(model, sizeof model, "%s/mixtral", pt_families_dir());
     fan_case("mixtral-awq", model, "awq", "gptq", "\"bits\":8,", FAN_ALL);
+    CHECK_INT(last_cap_experts, 0);   /* AWQ's passes stay in the lead */
 }
 
 /* Linears wider than QD_PART_ROWS go out as row ranges; the parts of one linear are
