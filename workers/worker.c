@@ -29,8 +29,10 @@
 #include "quant/pipeline/state.h"
 
 #define QW_REPORT_MAX (256 * 1024)   /* a report larger than this is not forwarded */
-/* Seconds idle after which a worker closes what parts keep open between them. */
+/* Seconds idle after which a worker closes what parts keep open between them: the model's
+ * files, then the block capture parts keep loaded. */
 #define QW_IDLE_S 10
+#define QW_BLOCK_IDLE_S 60
 
 static int64_t unix_ms(void)
 {
@@ -550,17 +552,22 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
 
     for (;;) {
         pthread_mutex_lock(&w->lock);
-        /* Idle for QW_IDLE_S: what parts keep open between them (a model's files) is closed. */
-        struct timespec until;
-        clock_gettime(CLOCK_REALTIME, &until);
-        until.tv_sec += QW_IDLE_S;
-        for (int held = 1; !w->n_queued && !w->eof && !w->shutdown;) {
+        /* Idle for QW_IDLE_S: the model's files parts keep open between them are closed; for
+         * QW_BLOCK_IDLE_S, the block capture parts keep loaded too (held 2, 1, then 0). */
+        struct timespec files_until, block_until;
+        clock_gettime(CLOCK_REALTIME, &files_until);
+        block_until = files_until;
+        files_until.tv_sec += QW_IDLE_S;
+        block_until.tv_sec += QW_BLOCK_IDLE_S;
+        for (int held = 2; !w->n_queued && !w->eof && !w->shutdown;) {
             if (!held) { pthread_cond_wait(&w->cond, &w->lock); continue; }
-            if (pthread_cond_timedwait(&w->cond, &w->lock, &until) != ETIMEDOUT || w->n_queued) continue;
+            const struct timespec *until = held == 2 ? &files_until : &block_until;
+            if (pthread_cond_timedwait(&w->cond, &w->lock, until) != ETIMEDOUT || w->n_queued) continue;
             pthread_mutex_unlock(&w->lock);
-            qd_pipeline_part_idle();
+            if (held == 2) qd_pipeline_part_idle_files();
+            else qd_pipeline_part_idle();
             pthread_mutex_lock(&w->lock);
-            held = 0;
+            held--;
         }
         if (!w->n_queued || w->eof || w->shutdown) {
             pthread_mutex_unlock(&w->lock);

@@ -128,13 +128,18 @@ static int src_reopen(const char *path, qd_err *err)
     return rc;
 }
 
-void qd_pipeline_part_idle(void)
+void qd_pipeline_part_idle_files(void)
 {
     pthread_mutex_lock(&src_lock);
     st_model_close(src_model);
     src_model = NULL;
     src_path[0] = 0;
     pthread_mutex_unlock(&src_lock);
+}
+
+void qd_pipeline_part_idle(void)
+{
+    qd_pipeline_part_idle_files();
     qd_cpart_cache_drop();
 }
 

@@ -161,8 +161,12 @@ int qd_pipeline_run_block(qd_pipeline *p, qd_err *err);
 int qd_pipeline_part_run(const qp_job *job, qd_backend *be, int block, const char *step, int index,
                          const char *worker, const atomic_int *stop, double *seconds, qd_err *err);
 /* Closes what the parts keep open from one to the next (the model checkpoint their weight
- * rows are read from): a worker calls it once it has been idle a while. */
+ * rows are read from, and the block capture parts keep loaded): a worker calls it once it
+ * has been idle a while. qd_pipeline_part_idle_files closes the checkpoint only: the kept
+ * block (GBs for a MoE block) costs seconds to load again, and a lead working alone between
+ * two of its block's passes leaves its helpers idle longer than files are worth keeping. */
 void qd_pipeline_part_idle(void);
+void qd_pipeline_part_idle_files(void);
 /* After the last block: assembles the output directory, runs the eval when asked,
  * writes quantd_report.json and removes .quantd/. */
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err);
