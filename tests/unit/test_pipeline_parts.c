@@ -64,6 +64,7 @@ typedef struct fan_ctx {
     int capture_fanouts, capture_parts, cap_files;
     int cap_half[3], cap_y;      /* the capture fan-outs by the half they run, and those with outputs */
     int cap_experts;             /* the capture fan-outs cut by a MoE block's experts */
+    int cap_shards;              /* the most shards such a part sums its Hessians over */
     int cap_bad;                 /* FAN_CAP_BAD: the inputs edited and refused so far */
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
 } fan_ctx;
@@ -264,6 +265,30 @@ static const struct { void (*edit)(cJSON *); const char *msg; } cap_edits[] = {
     {cap_state_sum, "state"},                        {cap_width_bad, "width"},
 };
 
+/* A MoE pass cut by experts: its inputs name the pass's one input file and carry linears. */
+static void ex_xfile_edit(cJSON *m, int at, const char *v)
+{
+    cJSON *xf = cJSON_GetObjectItemCaseSensitive(m, "x_file");
+    if (xf) cJSON_ReplaceItemInArray(xf, at, cJSON_CreateString(v));
+}
+static void ex_xfile_path(cJSON *m)
+{
+    char nm[48];
+    snprintf(nm, sizeof nm, "../b%04d-capture-x.part", (int)cJSON_GetObjectItem(m, "block")->valuedouble);
+    ex_xfile_edit(m, 0, nm);
+}
+static void ex_xfile_sum(cJSON *m) { ex_xfile_edit(m, 1, "0000000000000001"); }
+static void ex_linear_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "linears", cJSON_CreateIntArray((const int[]){0}, 1)); }
+static void ex_group_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "groups", cJSON_CreateIntArray((const int[]){0}, 1)); }
+static void ex_shards_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "n_shards", cJSON_CreateNumber(99)); }
+static void ex_output_bad(cJSON *m) { cJSON_ReplaceItemInObject(m, "y", cJSON_CreateTrue()); }
+static const struct { void (*edit)(cJSON *); const char *msg; } ex_edits[] = {
+    {ex_xfile_path, "a bad expert part"},           {ex_xfile_sum, "not the input the lead wrote"},
+    {ex_linear_bad, "is not one of its experts'"},  {ex_group_bad, "is not an expert's"},
+    {ex_shards_bad, "a bad expert part"},           {ex_output_bad, "a bad expert part"},
+};
+static int ex_bad_next;   /* the next of ex_edits, over every MoE case's fan-outs */
+
 /* FAN_CAP_BAD: part 0's input edited, run, refused with the edit's message, no output. */
 static void cap_refused(fan_ctx *c, int block)
 {
@@ -273,15 +298,20 @@ static void cap_refused(fan_ctx *c, int block)
     CHECK(fd >= 0);
     if (fd < 0) return;
     qd_cpart_name_in(in, sizeof in, block, 0);
-    size_t k = (size_t)c->cap_bad % (sizeof cap_edits / sizeof *cap_edits);
-    part_rewrite_keep(fd, in, cap_edits[k].edit);
+    cJSON *meta = qd_part_file_meta(fd, in);
+    int ex = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(meta, "experts"));
+    cJSON_Delete(meta);
+    size_t k = ex ? (size_t)ex_bad_next++ % (sizeof ex_edits / sizeof *ex_edits)
+                  : (size_t)c->cap_bad % (sizeof cap_edits / sizeof *cap_edits);
+    part_rewrite_keep(fd, in, ex ? ex_edits[k].edit : cap_edits[k].edit);
     close(fd);
     qd_err err = {0};
     atomic_int stop = 0;
     int rc = qd_pipeline_part_run(c->job, pt_be, block, "capture", 0, "w1", &stop, NULL, &err);
     test_checks++;
-    if (rc == 0 || !strstr(err.msg, cap_edits[k].msg))
-        TEST_FAIL_("capture input edit %zu: rc %d, \"%s\" (wanted \"%s\")", k, rc, err.msg, cap_edits[k].msg);
+    const char *want = ex ? ex_edits[k].msg : cap_edits[k].msg;
+    if (rc == 0 || !strstr(err.msg, want))
+        TEST_FAIL_("capture input edit %zu%s: rc %d, \"%s\" (wanted \"%s\")", k, ex ? " (experts)" : "", rc, err.msg, want);
     struct stat st;
     out_path(c, "capture", block, 0, p, sizeof p);
     CHECK(stat(p, &st) != 0);   /* refused: no output */
@@ -308,6 +338,8 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         for (int i = 0; i < 3 && cJSON_IsString(h); i++) c->cap_half[i] += !strcmp(h->valuestring, (const char *[]){"all", "attn", "mlp"}[i]);
         c->cap_y += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "y"));
         c->cap_experts += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "experts"));
+        const cJSON *ns = cJSON_GetObjectItemCaseSensitive(m, "n_shards");
+        if (cJSON_IsNumber(ns) && ns->valuedouble > c->cap_shards) c->cap_shards = (int)ns->valuedouble;
         cJSON_Delete(m);
         if (fd >= 0) close(fd);
     } else if (factor) {
@@ -425,7 +457,7 @@ static void check_same(const char *what, const char *ref, const char *out)
 }
 
 static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
-static int last_cap_half[3], last_cap_y, last_cap_experts;
+static int last_cap_half[3], last_cap_y, last_cap_experts, last_cap_shards;
 
 /* Returns the factor fan-outs the run made. */
 static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
@@ -518,6 +550,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     memcpy(last_cap_half, c.cap_half, sizeof last_cap_half);
     last_cap_y = c.cap_y;
     last_cap_experts = c.cap_experts;
+    last_cap_shards = c.cap_shards;
     return c.factor_fanouts;
 }
 
@@ -941,6 +974,24 @@ static void test_capture(void)
     CHECK_INT(last_capture_fanouts, 10);   /* q/k/v, o, gate/up, down: a pass each, and the last forward; two blocks */
     fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
     fan_case("cap-shards-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
+    /* A MoE block's passes cut by experts with shards: each part sums its experts' Hessians a
+     * shard at a time and combines them in order, as the lead's pass does. */
+    char moe_dir[4200];
+    snprintf(moe_dir, sizeof moe_dir, "%s/mixtral", pt_families_dir());
+    int samples = pt_calib_samples, seq_len = pt_calib_seq_len;
+    pt_calib_samples = 72;   /* its 128 positions: 3 forward batches of 32, 32 and 8 sequences */
+    pt_calib_seq_len = 128;
+    fan_case("cap-moe-shards", moe_dir, "gptq", "gptq", "\"bits\":8,", FAN_DAMAGE);
+    CHECK_INT(last_cap_experts, 2 * 2);
+    CHECK_INT(last_cap_shards, 3);
+    fan_case("cap-moe-shards", moe_dir, "gptq", "gptq", "\"bits\":8,", FAN_LEAD);
+    /* Inputs an expert part must refuse, every edit once at least (4 fan-outs a run). */
+    ex_bad_next = 0;
+    fan_case("cap-moe-shards", moe_dir, "gptq", "gptq", "\"bits\":8,", FAN_CAP_BAD);
+    fan_case("cap-moe-shards-act", moe_dir, "gptq", "gptq", "\"bits\":8,\"desc_act\":true,", FAN_CAP_BAD);
+    CHECK(ex_bad_next >= (int)(sizeof ex_edits / sizeof *ex_edits));
+    pt_calib_samples = samples;
+    pt_calib_seq_len = seq_len;
     /* Inputs a worker must refuse (every edit once at least: 8 capture fan-outs). */
     fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_CAP_BAD);
     CHECK(last_capture_fanouts >= (int)(sizeof cap_edits / sizeof *cap_edits));
