@@ -141,7 +141,9 @@ void qw_part_run(qw_worker *w, const qp_msg_part *p, int helper)
         rc = job ? qd_pipeline_part_run(job, w->be, p->block, p->step, p->index, w->o->name, &w->part_stop, &secs, &err)
                  : err.code;
     }
-    int stopped = rc == QD_ECANCELLED && atomic_load(&w->part_stop);
+    /* Stopped: GPTQ saw the flag; or the part, which had not (a capture part does not look),
+     * failed on files the lead removed or replaced once the other copy was taken over. */
+    int stopped = atomic_load(&w->part_stop) && (rc == QD_ECANCELLED || rc == QD_ENOTFOUND || rc == QD_EFORMAT);
     pthread_mutex_lock(&w->lock);
     w->run_part = 0;
     pthread_mutex_unlock(&w->lock);
