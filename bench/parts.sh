@@ -16,7 +16,8 @@
 # PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
 # PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'. PARTS_KEEP=DIR keeps each
 # run's daemon log and report there (TAG-daemon.log, TAG-report.json, TAG the run's label) for
-# bench/parts_project.py.
+# bench/parts_project.py. PARTS_SKIP_1=1 runs the N-worker runs only (an A/B of builds whose
+# 1-worker runs are the same code).
 # Results: bench/results/parts.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -75,7 +76,8 @@ by = collections.Counter(l.get("worker", "in memory") for l in r["layers"])
 print(f"| {tag} | {w} | {b['seconds']:.1f} | {st['calibrate']:.1f} | {q:.1f} | {st['forward']:.1f} | "
       f"{st['checkpoint']:.2f} | " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())) + " |")
 PY
-    cmp "$out/model.safetensors" "$T/out-r1-1/model.safetensors" ||
+    FIRST=${FIRST:-$out}
+    cmp "$out/model.safetensors" "$FIRST/model.safetensors" ||
         { echo "parts.sh: $tag's output differs from the first run's" >&2; exit 1; }
 }
 
@@ -84,6 +86,6 @@ echo
 echo "| run | workers | block s | calibrate s | quantize step s | forward s | checkpoint s | linears by worker |"
 echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
-    run 1 "r$r-1"
+    [ -n "${PARTS_SKIP_1:-}" ] || run 1 "r$r-1"
     run "$N" "r$r-$N"
 done

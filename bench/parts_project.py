@@ -3,6 +3,7 @@
 
     bench/parts_project.py timeline DAEMON_LOG
     bench/parts_project.py project DENSE_LOG DENSE_REPORT [MOE_LOG MOE_REPORT] [--check-1 SECONDS]
+                                   [--moe-1 MOE_REPORT_OF_ONE_WORKER]
 
 A quantd daemon log of one block's job (bench/parts.sh or bench/gpu.sh's parts step keep
 them) says when each fan-out opened and closed and what each part cost; between fan-outs the
@@ -205,17 +206,27 @@ def moe_shape(name, h, attn_groups, attn_linears, e_inter, n_exp, topk, shared=0
             "ne": n_exp + shared, "routed": n_exp, "topk": topk + shared, "layers": n_layers}
 
 
-def moe_capture_work(s, seq):
-    """Per token: every true-sequential pass of a MoE block, the lead's (its passes are not
-    cut). The attention groups' passes run the attention up to their group; the experts'
-    waves start from the residual stream after the attention (computed once): a gate/up wave
-    runs the router, a down wave the routed experts' gate/up too."""
+def moe_capture_work(s, seq, all_experts):
+    """Per token, the true-sequential passes of a MoE block: (the lead's: the attention
+    groups' passes, each running the attention up to its group, and the residual stream
+    after the attention, once; the experts' passes: per pass, its experts, the router's work
+    and its experts' work). An expert pass starts from that residual stream: a gate/up pass
+    runs the router and fills its experts' Hessians, a down pass also runs its experts' gate
+    and up. all_experts (moe.calibrate_all_experts, the default): every expert's hooks see
+    every token; else the top-k routed to it."""
     h, ei, ne, tk = s["h"], s["ei"], s["ne"], s["topk"]
-    w = sum(before + k * k for k, before in s["attn_groups"])
-    w += sum(2 * n * k for n, k in s["attn"]) + 4 * seq * s["attn"][-1][1]   # the residual stream, once
-    w += len(wave_sizes(ne, h)) * 2 * h * s["routed"] + tk * h * h
-    w += len(wave_sizes(ne, ei)) * tk * 2 * 2 * h * ei + tk * ei * ei
-    return w
+    seen = ne if all_experts else tk
+    lead = sum(before + k * k for k, before in s["attn_groups"])
+    lead += sum(2 * n * k for n, k in s["attn"]) + 4 * seq * s["attn"][-1][1]
+    router = 2 * h * s["routed"]
+    waves = [(n, router, n / ne * seen * h * h) for n in wave_sizes(ne, h)]
+    waves += [(n, router, n / ne * seen * (4 * h * ei + ei * ei)) for n in wave_sizes(ne, ei)]
+    return lead, waves
+
+
+def moe_capture_total(s, seq, all_experts):
+    lead, waves = moe_capture_work(s, seq, all_experts)
+    return lead + sum(r + e for _, r, e in waves)
 
 
 def moe_block_shape_of(report):
@@ -230,7 +241,7 @@ def moe_block_shape_of(report):
     return moe_shape("measured", h, groups, lin, ei, len(gate), 2)
 
 
-def moe_rates(lg, report, dense):
+def moe_rates(lg, report, dense, report1=None):
     cal = report["job"]["calibration"]
     tokens = cal["samples"] * cal["seq_len"]
     s = moe_block_shape_of(report)
@@ -240,7 +251,20 @@ def moe_rates(lg, report, dense):
     gptq_w = sum(l["n"] * float(l["k"]) ** 2 for l in report["layers"])
     st = report["blocks"][0]["stages"]
     file_bytes = 4.0 * s["ne"] * (s["h"] ** 2 + s["ei"] ** 2)   # each expert's Hessian and factor triangles
-    return {"cap_rate": st["calibrate"] / (tokens * moe_capture_work(s, cal["seq_len"])),
+    all_experts = report["job"].get("moe", {}).get("calibrate_all_experts", True)
+    lead_w, waves = moe_capture_work(s, cal["seq_len"], all_experts)
+    # In memory (a block whose experts' passes ran in the lead, or report1, the same block on
+    # one worker): one rate, the calibrate stage over all the passes. Cut by experts (capture
+    # fan-outs): the parts' rate from their seconds (each part runs the router; their files
+    # and block loads included); without report1, the lead's passes at that rate too.
+    caps = [f for f in lg["fans"] if f["step"] == "capture"]
+    total = tokens * moe_capture_total(s, cal["seq_len"], all_experts)
+    cap_rate = part_rate = st["calibrate"] / total
+    if caps:
+        part_w = sum(min(n, MAX_CPARTS) * r + e for n, r, e in waves)
+        part_rate = sum(x for f in caps for x, _ in f["parts"]) / (tokens * part_w)
+        cap_rate = report1["blocks"][0]["stages"]["calibrate"] / total if report1 else part_rate
+    return {"cap_rate": cap_rate, "part_rate": part_rate, "cut": bool(caps), "all_experts": all_experts,
             "fac_rate": fac_s / fac_k3, "gptq_rate": gptq_s / gptq_w, "file_rate": st["checkpoint"] / file_bytes,
             "lead_rate": dense_lead_rate(dense), "measured": lg["block"], "shape": s, "tokens": tokens,
             "seq": cal["seq_len"], "lead_alone": lg["block"] - sum((f["close"] or f["open"]) - f["open"] for f in lg["fans"])}
@@ -260,14 +284,24 @@ def wave_sizes(n, k):
     return [min(per, n - i) for i in range(0, n, per)]
 
 
-def moe_block(m, s, tokens, seq, workers):
-    """One MoE block of shape s over `workers`: the lead's capture passes and files; each
-    wave's factorisations and GPTQ rows as parts (a fan-out a wave: the gate/up projections
-    of its experts, then their down projections); the attention groups' factorisations and
-    every linear's merge and pack in the lead."""
+def moe_block(m, s, tokens, seq, workers, cut=True):
+    """One MoE block of shape s over `workers`: the attention groups' capture passes in the
+    lead; each experts' pass cut by experts (cut: at most MAX_CPARTS parts, each running the
+    router and its experts, at the parts' rate; else in the lead); the files in the lead
+    (at the measured block's rate per byte of its Hessians); each wave's
+    factorisations and GPTQ rows as parts (a fan-out a wave: the gate/up projections of its
+    experts, then their down projections); the attention groups' factorisations and every
+    linear's merge and pack in the lead."""
     h, ei, ne = s["h"], s["ei"], s["ne"]
-    cap = m["cap_rate"] * tokens * moe_capture_work(s, seq)
+    lead_w, waves = moe_capture_work(s, seq, m["all_experts"])
+    cap = m["cap_rate"] * tokens * lead_w
     files = m["file_rate"] * 4.0 * (ne * (h * h + ei * ei) + sum(k * k for k, _ in s["attn_groups"]))
+    for n, router, work in waves:
+        if not cut or workers == 1:
+            cap += m["cap_rate"] * tokens * (router + work)
+            continue
+        p = min(n, MAX_CPARTS)
+        cap += makespan(p, m["part_rate"] * tokens * (router + work / p), workers)
     fac = m["fac_rate"] * sum(float(k) ** 3 for k, _ in s["attn_groups"])
     gptq = 0.0
 
@@ -300,8 +334,12 @@ def dsv3_shape():
 def project(argv):
     dlog, drep = argv[0], argv[1]
     mlog = mrep = None
-    check1 = None
+    check1 = moe1 = None
     rest = argv[2:]
+    if "--moe-1" in rest:
+        i = rest.index("--moe-1")
+        moe1 = json.load(open(rest[i + 1]))
+        rest = rest[:i] + rest[i + 2:]
     if "--check-1" in rest:
         i = rest.index("--check-1")
         check1 = float(rest[i + 1])
@@ -337,22 +375,35 @@ def project(argv):
               f"{b['forward']:.0f} | {b['total']:.0f} | {b['total'] * l70['layers'] / 3600:.1f} |")
     print()
     if mlog:
-        m = moe_rates(parse_log(mlog), json.load(open(mrep)), r)
+        m = moe_rates(parse_log(mlog), json.load(open(mrep)), r, moe1)
         ms = m["shape"]
         print(f"## Measured: one MoE block of hidden {ms['h']}, {ms['ne']} experts of {ms['ei']}, {m['tokens']} tokens\n")
-        print("rates: capture %.3g s a flop, factor %.3g s per k^3, GPTQ %.3g s per row k^2, files %.3g s a byte, "
-              "lead %.3g s a weight\n" % (m["cap_rate"], m["fac_rate"], m["gptq_rate"], m["file_rate"], m["lead_rate"]))
-        b = moe_block(m, ms, m["tokens"], m["seq"], 2)
+        print("rates: capture %.3g s a flop (in the lead), %.3g (in parts), factor %.3g s per k^3, GPTQ %.3g s per "
+              "row k^2, files %.3g s a byte, lead %.3g s a weight\n" % (m["cap_rate"], m["part_rate"], m["fac_rate"],
+                                                                      m["gptq_rate"], m["file_rate"], m["lead_rate"]))
+        b = moe_block(m, ms, m["tokens"], m["seq"], 2, m["cut"])
         print(f"composed at 2 workers: {b['total']:.0f} s (measured {m['measured']:.0f} s; the lead alone "
-              f"{m['lead_alone']:.0f} s of it)\n")
+              f"{m['lead_alone']:.0f} s of it; its experts' passes {'cut by experts' if m['cut'] else 'in the lead'})\n")
+        mem_moe = 1.0
+        if moe1:
+            # as for the dense block: one worker in memory takes mem_moe of the parts' costs composed
+            b1 = moe_block(m, ms, m["tokens"], m["seq"], 1)
+            mem_moe = moe1["blocks"][0]["seconds"] / b1["total"]
+            print(f"composed at 1 worker: {b1['total']:.0f} s (measured in memory {moe1['blocks'][0]['seconds']:.0f} s: "
+                  f"{mem_moe:.2f} of it)\n")
         ds = dsv3_shape()
         print(f"## DeepSeek-V3 ({ds['layers']} MoE layers of its 61), {tokens} tokens, GPTQ w4 g128\n")
-        print("| workers | capture s (lead) | files s (lead) | factor s | GPTQ s | merge, pack s (lead) | one layer s | 58 layers h |")
-        print("|---|---|---|---|---|---|---|---|")
-        for w in (1, 8, 16):
-            d = moe_block(m, ds, tokens, 2048, w)
-            print(f"| {w} | {d['capture']:.0f} | {d['files']:.0f} | {d['factor']:.0f} | {d['gptq']:.0f} | {d['lead']:.0f} | "
-                  f"{d['total']:.0f} | {d['total'] * ds['layers'] / 3600:.1f} |")
+        print("| experts' hooks see | workers | capture s | files s (lead) | factor s | GPTQ s | merge, pack s (lead) | one layer s | 58 layers h |")
+        print("|---|---|---|---|---|---|---|---|---|")
+        for all_experts in (True, False):
+            seen = "every token" if all_experts else "their routed tokens"
+            d = moe_block(dict(m, all_experts=all_experts), ds, tokens, 2048, 1)
+            t1 = d["total"] * mem_moe
+            print(f"| {seen} | 1, in memory | | | | | | {t1:.0f} | {t1 * ds['layers'] / 3600:.1f} |")
+            for w in (8, 16):
+                d = moe_block(dict(m, all_experts=all_experts), ds, tokens, 2048, w)
+                print(f"| {seen} | {w} | {d['capture']:.0f} | {d['files']:.0f} | {d['factor']:.0f} | {d['gptq']:.0f} | "
+                      f"{d['lead']:.0f} | {d['total']:.0f} | {d['total'] * ds['layers'] / 3600:.1f} |")
 
 
 def main():
