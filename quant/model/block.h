@@ -70,6 +70,15 @@ typedef struct qd_block_hooks {
 /* Loads block i's weights as F32 (dequantizing packed linears). *out is owned by the
  * caller: qd_block_free(m, *out). */
 int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err);
+/* The same, with linears 0: everything but its linears (norms, router, a recurrent mixer's
+ * parameters), each linear left NULL until qd_block_linear_load (a capture part over a MoE
+ * block's experts needs only theirs). A forward must not reach a linear not loaded. */
+int qd_block_load_some(qd_model *m, int block, int linears, qd_block_weights **out, qd_err *err);
+/* Loads linear li of bw's block (its weight and bias) where it is not loaded yet; 0 for a
+ * linear the block does not have. */
+int qd_block_linear_load(qd_model *m, qd_block_weights *bw, int li, qd_err *err);
+/* Frees linear li of bw (weight and bias; NULL after), as qd_block_load_some leaves it. */
+void qd_block_linear_unload(qd_model *m, qd_block_weights *bw, int li);
 void qd_block_free(qd_model *m, qd_block_weights *bw);     /* accepts NULL */
 /* Bytes of F32 weights one block holds (for memory budgets). */
 uint64_t qd_block_bytes(const qd_model *m);

@@ -533,13 +533,33 @@ void qd_block_free(qd_model *m, qd_block_weights *bw)
 
 int qd_block_load(qd_model *m, int block, qd_block_weights **out, qd_err *err)
 {
+    return qd_block_load_some(m, block, 1, out, err);
+}
+
+int qd_block_linear_load(qd_model *m, qd_block_weights *bw, int li, qd_err *err)
+{
+    if (li < 0 || li >= m->n_lin) return qd_err_set(err, QD_EINVAL, "linear index %d is outside [0, %d)", li, m->n_lin);
+    if (bw->w[li] || !qd_model_block_has_linear(m, bw->block, li)) return 0;
+    return load_linear(m, bw->block, li, &bw->w[li], &bw->b[li], err);
+}
+
+void qd_block_linear_unload(qd_model *m, qd_block_weights *bw, int li)
+{
+    if (li < 0 || li >= m->n_lin) return;
+    qd_backend_free(m->be, bw->w[li]);
+    qd_backend_free(m->be, bw->b[li]);
+    bw->w[li] = bw->b[li] = NULL;
+}
+
+int qd_block_load_some(qd_model *m, int block, int linears, qd_block_weights **out, qd_err *err)
+{
     if (block < 0 || block >= m->cfg.n_layers)
         return qd_err_set(err, QD_EINVAL, "block %d is outside [0, %lld)", block, (long long)m->cfg.n_layers);
     qd_block_weights *bw = calloc(1, sizeof *bw);
     if (!bw) return qd_err_set(err, QD_ENOMEM, "block %d: out of memory", block);
     bw->block = block;
     int rc = 0;
-    for (int i = 0; i < m->n_lin && !rc; i++)
+    for (int i = 0; i < m->n_lin && !rc && linears; i++)
         if (qd_model_block_has_linear(m, block, i)) rc = load_linear(m, block, i, &bw->w[i], &bw->b[i], err);
     for (int i = 0; i < QD_MAX_NORMS && !rc; i++) {
         if (!m->arch->norms[i]) continue;

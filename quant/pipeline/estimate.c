@@ -118,20 +118,20 @@ static int plain_dense(const qd_model_config *cfg) { return cfg->n_experts <= 0;
  * true-sequential: each wave's pass (gate/up, then down: as many experts as the Hessian
  * budget holds) goes out as at most QD_CPART_MAX parts of its groups. Its files: the MLP
  * half's input over every row (once a pass), a down part's experts' quantized gate/up in F32
- * in its input, and each part's Hessians' upper triangles. A part holds the block's F32
- * weights, that input, its groups' Hessians, its input file and a forward batch's scratch;
+ * in its input, and each part's Hessians' upper triangles. A part holds the block without its
+ * linears (its norms and router) and its experts' linears it sets (a down part's gate/up,
+ * beside its input file), that input, its groups' Hessians and a forward batch's scratch;
  * the lead decodes a part's Hessians into its own and runs a part itself on its own block
  * (no second copy of the weights). */
 static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uint64_t rows, qd_pipeline_estimate *est)
 {
     if (job->method != QP_METHOD_GPTQ || !job->true_sequential || job->gptaq || rows == 0) return;
     uint64_t h = (uint64_t)cfg->hidden, mi = (uint64_t)cfg->moe_intermediate, si = (uint64_t)cfg->shared_intermediate;
-    uint64_t E = (uint64_t)cfg->n_experts, qd = (uint64_t)(cfg->n_heads * cfg->head_dim);
-    uint64_t kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim);
+    uint64_t E = (uint64_t)cfg->n_experts;
     uint64_t e_gu = u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / (h * h * 4)));
     uint64_t e_dn = u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / u64max(1, mi * mi * 4)));
     uint64_t per_gu = (e_gu + EST_CPART_MAX - 1) / EST_CPART_MAX, per_dn = (e_dn + EST_CPART_MAX - 1) / EST_CPART_MAX;
-    uint64_t params = h * qd * 2 + h * kvd * 2 + 3 * h * (E * mi + si) + E * h;
+    uint64_t params = E * h + 8 * h;   /* the router, the norms */
     uint64_t x = rows * h * 4;
     uint64_t in_gu = 0, in_dn = per_dn * 2 * mi * h * 4;                     /* a part's input file */
     uint64_t hs_gu = per_gu * h * h * 4, hs_dn = per_dn * mi * mi * 4;        /* a part's Hessians */
@@ -139,7 +139,7 @@ static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uin
                     2 * (e_gu + 1) * EST_PART_FILE_BYTES;
     est->part_disk_bytes = u64max(est->part_disk_bytes, disk);
     uint64_t scratch = u64max(4096, (uint64_t)job->calibration.seq_len) * (3 * h + 2 * u64max(mi, si) + E) * 4;
-    uint64_t own = x + u64max(in_gu + 2 * hs_gu, in_dn + 2 * hs_dn) + scratch;   /* the Hessians, and their file */
+    uint64_t own = x + u64max(in_gu + 2 * hs_gu, 2 * in_dn + 2 * hs_dn) + scratch;   /* the Hessians, and their file */
     est->part_ram_bytes = u64max(est->part_ram_bytes, EST_BASE_BYTES + params * 4 + own);
     est->part_lead_bytes = u64max(est->part_lead_bytes, own);
 }

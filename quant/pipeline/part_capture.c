@@ -210,10 +210,10 @@ static struct {
     int n_states;
     char states[QD_CPART_MAX_STATES][48];
     uint64_t state_sums[QD_CPART_MAX_STATES];
-    /* A MoE block's expert parts set their experts' quantized linears from their inputs: the
-     * linears so set (a batch cut's part never takes such a block). */
-    unsigned char touched[QD_MAX_LINEARS];
-    int touched_any;
+    /* A MoE block for expert parts: loaded without its linears (qd_block_load_some); a part
+     * loads those it sets from its input and unloads them when it ends (a batch cut's part
+     * never takes such a block). */
+    int partial;
 } blk;
 
 /* The block of the lead's pass being cut, while its fan-out runs: a part of it that the lead
@@ -263,7 +263,7 @@ static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const
 {
     const char *model = p->job->model;
     int hit = blk.m && blk.be == p->be && blk.block == block && blk.bf16 == bf16 && !strcmp(blk.model, model) &&
-              blk.sum == want_sum && blk_states_prefix(states) && (experts || !blk.touched_any);
+              blk.sum == want_sum && blk_states_prefix(states) && blk.partial == (experts != 0);
     int rc = 0;
     if (!hit) {
         blk_drop();
@@ -275,7 +275,10 @@ static int blk_get(qd_pipeline *p, int block, int bf16, uint64_t want_sum, const
         if (!rc && qd_model_block_is_moe(blk.m, block) != (experts != 0))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: block %d %s experts, its input says otherwise", name, block,
                             experts ? "has no" : "has");
-        if (!rc) rc = qd_block_load(blk.m, block, &blk.bw, err);
+        /* An expert cut's part runs only its experts, from inputs that never pass through the
+         * other linears: they stay unloaded (their F32 copy is most of a MoE block's). */
+        if (!rc) rc = qd_block_load_some(blk.m, block, !experts, &blk.bw, err);
+        blk.partial = experts != 0;
         /* The block's stored bytes must be the ones the lead holds: a model changed under the
          * job is refused, and the lead runs the part itself. */
         if (!rc && (block_bytes_sum(blk.m, block, &blk.sum) || blk.sum != want_sum))
@@ -513,20 +516,11 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
     return 0;
 }
 
-/* An expert cut's part on a kept block: whether an earlier part set a linear of this part's
- * experts (want) that this one does not set (listed): the block then holds a weight the
- * lead's does not. */
-static int blk_touched_elsewhere(const qd_model *m, const int *want, const unsigned char *listed)
-{
-    for (int li = 0; blk.touched_any && li < qd_model_n_linears(m); li++)
-        if (blk.touched[li] && !listed[li] && linear_of_wanted_expert(m, want, li)) return 1;
-    return 0;
-}
-
-/* Sets the linears an expert cut's part lists (each one of its experts', once) into bw from
- * the part's arrays; listed[] gets them. */
+/* Checks the linears an expert cut's part lists (each one of its experts', once; listed[]
+ * gets them) and, with set, loads each into bw (its bias, room for the weight) and sets its
+ * weight from the part's arrays. */
 static int expert_linears_set(const qd_part_file *f, const cJSON *linears, const int *want, qd_model *m,
-                              qd_block_weights *bw, int track, unsigned char *listed, const char *name, qd_err *err)
+                              qd_block_weights *bw, int set, unsigned char *listed, const char *name, qd_err *err)
 {
     const cJSON *l;
     cJSON_ArrayForEach(l, linears) {
@@ -534,15 +528,15 @@ static int expert_linears_set(const qd_part_file *f, const cJSON *linears, const
         if (li < 0 || li >= qd_model_n_linears(m) || listed[li] || !linear_of_wanted_expert(m, want, li))
             return qd_err_set(err, QD_EFORMAT, "part file %s: linear %d is not one of its experts'", name, li);
         listed[li] = 1;
-        if (!track) continue;   /* the lead's own block holds them already */
+        if (!set) continue;   /* the lead's own block holds them already */
         const qd_linear_info *L = qd_model_linear(m, li);
         char an[16];
         snprintf(an, sizeof an, "w%d", li);
         const float *w = qd_part_file_arr(f, an, (uint64_t)(L->n * L->k) * sizeof(float), err);
-        int rc = w ? qd_block_linear_set(m, bw, li, w, NULL, err) : QD_EFORMAT;
+        int rc = w ? qd_block_linear_load(m, bw, li, err) : QD_EFORMAT;   /* its bias, and room for w */
+        if (!rc && !bw->w[li]) rc = qd_err_set(err, QD_EFORMAT, "part file %s: linear %d is not block %d's", name, li, bw->block);
+        if (!rc) rc = qd_block_linear_set(m, bw, li, w, NULL, err);
         if (rc) return rc;
-        blk.touched[li] = 1;
-        blk.touched_any = 1;
     }
     return 0;
 }
@@ -619,19 +613,8 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     for (int g = 0; in.experts && !rc && g < qd_model_n_groups(m); g++)
         if (want[g] && (group_expert(m, g) == -1 || qd_model_group_part(m, g) != QD_BLOCK_MLP))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: group %d is not an expert's", name, g);
-    /* Its experts' quantized linears: a kept block that an earlier part set another weight of
-     * them into is loaded anew first. */
-    if (in.experts && !rc) rc = expert_linears_set(&f, in.linears, want, m, bw, 0, listed, name, err);
-    if (in.experts && !rc && !on_lead && blk_touched_elsewhere(m, want, listed)) {
-        blk_drop();
-        rc = blk_get(p, block, in.bf16, in.block_sum, in.states, 1, dirfd, name, err);
-        m = rc ? NULL : blk.m;
-        bw = rc ? NULL : blk.bw;
-    }
-    if (in.experts && !rc && !on_lead) {
-        memset(listed, 0, QD_MAX_LINEARS);
-        rc = expert_linears_set(&f, in.linears, want, m, bw, 1, listed, name, err);
-    }
+    /* Its experts' quantized linears, into the kept block (where the lead's own is not used). */
+    if (in.experts && !rc) rc = expert_linears_set(&f, in.linears, want, m, bw, !on_lead, listed, name, err);
     const int from_act = in.half == CPART_HALF_ACT;
     if (!rc && from_act) {
         int dg = qd_model_mlp_out_group(m);
@@ -761,6 +744,8 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     cJSON_Delete(meta);
     rec_free(&rec);
     if (rc && m && !on_lead) blk_drop();   /* the kept block is in no known state */
+    for (int li = 0; !rc && in.experts && !on_lead && li < QD_MAX_LINEARS; li++)
+        if (listed[li]) qd_block_linear_unload(blk.m, blk.bw, li);   /* the kept block without linears again */
     pthread_mutex_unlock(&blk_lock);
     free(want);
     free(listed);
