@@ -139,8 +139,10 @@ static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uin
                     2 * (e_gu + 1) * EST_PART_FILE_BYTES;
     est->part_disk_bytes = u64max(est->part_disk_bytes, disk);
     uint64_t scratch = u64max(4096, (uint64_t)job->calibration.seq_len) * (3 * h + 2 * u64max(mi, si) + E) * 4;
-    uint64_t own = x + u64max(in_gu + 2 * hs_gu, 2 * in_dn + 2 * hs_dn) + scratch;   /* the Hessians, and their file */
-    est->part_ram_bytes = u64max(est->part_ram_bytes, EST_BASE_BYTES + params * 4 + own);
+    /* A part's input file and its Hessians with their triangles' copy for its output; a
+     * helper also loads the linears it sets (the lead's own part runs on the lead's). */
+    uint64_t own = x + u64max(in_gu + hs_gu + hs_gu / 2, in_dn + hs_dn + hs_dn / 2) + scratch;
+    est->part_ram_bytes = u64max(est->part_ram_bytes, EST_BASE_BYTES + params * 4 + own + in_dn);
     est->part_lead_bytes = u64max(est->part_lead_bytes, own);
 }
 
