@@ -946,6 +946,8 @@ static void test_capture(void)
      * parts give back the next block's inputs. */
     fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
     CHECK_INT(last_capture_fanouts, 6);
+    /* Parts the lead takes itself run on its own block (no state file applied): the same bytes. */
+    fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_LEAD);
     CHECK_INT(last_cap_y, 2);
     static const fan_mode seq_modes[] = {FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL_AFTER};
     for (size_t i = 0; i < sizeof seq_modes / sizeof *seq_modes; i++)
@@ -970,6 +972,7 @@ static void test_capture(void)
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_DAMAGE);
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_OTHER_MAKER);
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_SKIP_ODD);
+    fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_LEAD);
     fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
     CHECK_INT(last_capture_fanouts, 10);   /* q/k/v, o, gate/up, down: a pass each, and the last forward; two blocks */
     fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
