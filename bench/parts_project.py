@@ -279,9 +279,11 @@ def dense_lead_rate(r):
 
 
 def wave_sizes(n, k):
-    """The experts of each pass over n experts' groups of width k (the Hessian budget)."""
+    """The experts of each pass over n experts' groups of width k: the fewest passes the
+    Hessian budget allows, of even sizes (quant/pipeline/wave.h)."""
     per = max(1, WAVE_BYTES // (k * k * 4))
-    return [min(per, n - i) for i in range(0, n, per)]
+    passes = -(-n // per)
+    return [n // passes + (1 if i < n % passes else 0) for i in range(passes)]
 
 
 def moe_block(m, s, tokens, seq, workers, cut=True):

@@ -24,6 +24,7 @@
 #include "quant/model/model.h"
 #include "quant/pipeline/acts.h"
 #include "quant/pipeline/pipeline_internal.h"
+#include "quant/pipeline/wave.h"
 
 /* Code, shared libraries, the BLAS library's thread buffers, the tokenizer, allocator slack:
  * what a quantctl process holds beside a job's own buffers (about 10 MiB measured for the
@@ -128,8 +129,8 @@ static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uin
     if (job->method != QP_METHOD_GPTQ || !job->true_sequential || job->gptaq || rows == 0) return;
     uint64_t h = (uint64_t)cfg->hidden, mi = (uint64_t)cfg->moe_intermediate, si = (uint64_t)cfg->shared_intermediate;
     uint64_t E = (uint64_t)cfg->n_experts;
-    uint64_t e_gu = u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / (h * h * 4)));
-    uint64_t e_dn = u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / u64max(1, mi * mi * 4)));
+    uint64_t e_gu = qd_wave_most(E, h * h * 4, QD_WAVE_HESSIAN_BYTES);
+    uint64_t e_dn = qd_wave_most(E, mi * mi * 4, QD_WAVE_HESSIAN_BYTES);
     uint64_t per_gu = (e_gu + EST_CPART_MAX - 1) / EST_CPART_MAX, per_dn = (e_dn + EST_CPART_MAX - 1) / EST_CPART_MAX;
     uint64_t params = E * h + 8 * h;   /* the router, the norms */
     uint64_t x = rows * h * 4;
@@ -209,8 +210,8 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
     if (E) {
         /* experts' waves (pipeline_block.c), or every expert at once without waves; AWQ one
          * expert's gate/up at a time */
-        uint64_t e1 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / (h * h * 4))) : E;
-        uint64_t e2 = awq ? 1 : seq ? u64min(E, u64max(1, QD_WAVE_HESSIAN_BYTES / u64max(1, mi * mi * 4))) : E;
+        uint64_t e1 = awq ? 1 : seq ? qd_wave_most(E, h * h * 4, QD_WAVE_HESSIAN_BYTES) : E;
+        uint64_t e2 = awq ? 1 : seq ? qd_wave_most(E, mi * mi * 4, QD_WAVE_HESSIAN_BYTES) : E;
         step_add(&gu, 2 * e1, mi, h, e1, per, hb);
         step_add(&dn, e2, h, mi, e2, per, hb);
     } else {
@@ -370,10 +371,11 @@ int qd_pipeline_estimate_job(const qp_job *job, qd_pipeline_estimate *est, qd_er
         hess += per_shard * ((uint64_t)cfg.n_experts * (h * h + mi * mi) + (si ? h * h + si * si : 0) + 2 * h * h) * 4;
     }
     if (cfg.n_experts > 0 && job->method == QP_METHOD_GPTQ && job->true_sequential) {
-        /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget
-         * (pipeline_block.c). */
-        uint64_t mi = (uint64_t)cfg.moe_intermediate, k2 = u64max(h * h, mi * mi) * 4;
-        hess += per_shard * u64min((uint64_t)cfg.n_experts * k2, QD_WAVE_HESSIAN_BYTES);
+        /* A capture pass fills a wave of experts' Hessians at once, up to the wave budget,
+         * the wave's passes of even sizes (wave.h): the largest pass's. */
+        uint64_t mi = (uint64_t)cfg.moe_intermediate, E = (uint64_t)cfg.n_experts;
+        hess += per_shard * u64max(qd_wave_most(E, h * h * 4, QD_WAVE_HESSIAN_BYTES) * h * h * 4,
+                                   qd_wave_most(E, mi * mi * 4, QD_WAVE_HESSIAN_BYTES) * mi * mi * 4);
     }
     if (cfg.n_experts == 0 && per_shard > 1) {
         /* A dense block's pass: one group's (true-sequential), or all four at once. */

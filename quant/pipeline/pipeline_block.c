@@ -30,6 +30,7 @@
 #include "quant/kernels/kernels.h"
 #include "quant/pipeline/acts.h"
 #include "quant/pipeline/part.h"
+#include "quant/pipeline/wave.h"
 #include "quant/core/confine.h"
 
 /* Closes the block's cost record: the checkpoint stage up to now (state.json's own write is
@@ -589,12 +590,12 @@ static int block_splits_in_halves(const qd_model *m)
  * together. Dense blocks: one group at a time, in order. True-sequential (not AWQ): groups
  * of one wave (every expert's gate/up, then every expert's down) read inputs that none of
  * the others' weights change, so capturing them together gives each the Hessian it would
- * get alone, in one pass instead of one per group; a run stops where its wave does or where
- * its Hessians would pass p->wave_bytes (the experts a few at a time). AWQ keeps one
- * group per pass: its clipping search holds the group's whole input. wave_order fills
- * order[] with the groups this block has (DeepSeek: a dense layer has no experts), sorted by
- * (wave, index) when sequential, and returns their count; wave_run returns the length of the
- * run starting at order[i]. */
+ * get alone, in one pass instead of one per group; a run stops where its wave does, and a
+ * wave whose Hessians pass p->wave_bytes goes in the fewest runs that fit, of even sizes
+ * (wave.h: the experts a few at a time). AWQ keeps one group per pass: its clipping search
+ * holds the group's whole input. wave_order fills order[] with the groups this block has
+ * (DeepSeek: a dense layer has no experts), sorted by (wave, index) when sequential, and
+ * returns their count; wave_run returns the length of the run starting at order[i]. */
 static int wave_order(const qd_model *m, const qd_linear_plan *plans, int sequential, int *order)
 {
     int ng = qd_model_n_groups(m), n = 0;
@@ -611,17 +612,14 @@ static int wave_order(const qd_model *m, const qd_linear_plan *plans, int sequen
 
 static int wave_run(const qd_model *m, const int *order, int i, int n_order, int together, uint64_t budget)
 {
-    int end = i + 1;
-    const qd_input_group *G = qd_model_group(m, order[i]);
-    uint64_t bytes = (uint64_t)(G->k * G->k) * sizeof(float);
-    while (together && end < n_order) {
-        const qd_input_group *N = qd_model_group(m, order[end]);
-        uint64_t more = (uint64_t)(N->k * N->k) * sizeof(float);
-        if (N->wave != G->wave || bytes + more > budget) break;
-        bytes += more;
-        end++;
+    if (!together) return 1;
+    uint64_t bytes[QD_MAX_GROUPS];
+    int wave = qd_model_group(m, order[i])->wave, n = 0;
+    for (int j = i; j < n_order && qd_model_group(m, order[j])->wave == wave; j++) {
+        int64_t k = qd_model_group(m, order[j])->k;
+        bytes[n++] = (uint64_t)(k * k) * sizeof(float);
     }
-    return end - i;
+    return qd_wave_take(bytes, n, budget);
 }
 
 static void outs_free(qd_linear_out *outs, int n)
