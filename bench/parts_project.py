@@ -206,26 +206,26 @@ def moe_shape(name, h, attn_groups, attn_linears, e_inter, n_exp, topk, shared=0
             "ne": n_exp + shared, "routed": n_exp, "topk": topk + shared, "layers": n_layers}
 
 
-def moe_capture_work(s, seq, all_experts):
+def moe_capture_work(s, seq, all_experts, even=True):
     """Per token, the true-sequential passes of a MoE block: (the lead's: the attention
     groups' passes, each running the attention up to its group, and the residual stream
     after the attention, once; the experts' passes: per pass, its experts, the router's work
     and its experts' work). An expert pass starts from that residual stream: a gate/up pass
     runs the router and fills its experts' Hessians, a down pass also runs its experts' gate
     and up. all_experts (moe.calibrate_all_experts, the default): every expert's hooks see
-    every token; else the top-k routed to it."""
+    every token; else the top-k routed to it. even: the build's waves (wave_sizes)."""
     h, ei, ne, tk = s["h"], s["ei"], s["ne"], s["topk"]
     seen = ne if all_experts else tk
     lead = sum(before + k * k for k, before in s["attn_groups"])
     lead += sum(2 * n * k for n, k in s["attn"]) + 4 * seq * s["attn"][-1][1]
     router = 2 * h * s["routed"]
-    waves = [(n, router, n / ne * seen * h * h) for n in wave_sizes(ne, h)]
-    waves += [(n, router, n / ne * seen * (4 * h * ei + ei * ei)) for n in wave_sizes(ne, ei)]
+    waves = [(n, router, n / ne * seen * h * h) for n in wave_sizes(ne, h, even)]
+    waves += [(n, router, n / ne * seen * (4 * h * ei + ei * ei)) for n in wave_sizes(ne, ei, even)]
     return lead, waves
 
 
-def moe_capture_total(s, seq, all_experts):
-    lead, waves = moe_capture_work(s, seq, all_experts)
+def moe_capture_total(s, seq, all_experts, even=True):
+    lead, waves = moe_capture_work(s, seq, all_experts, even)
     return lead + sum(r + e for _, r, e in waves)
 
 
@@ -252,19 +252,20 @@ def moe_rates(lg, report, dense, report1=None):
     st = report["blocks"][0]["stages"]
     file_bytes = 4.0 * s["ne"] * (s["h"] ** 2 + s["ei"] ** 2)   # each expert's Hessian and factor triangles
     all_experts = report["job"].get("moe", {}).get("calibrate_all_experts", True)
-    lead_w, waves = moe_capture_work(s, cal["seq_len"], all_experts)
+    caps = [f for f in lg["fans"] if f["step"] == "capture"]
+    even = waves_even(caps, s)
+    lead_w, waves = moe_capture_work(s, cal["seq_len"], all_experts, even)
     # In memory (a block whose experts' passes ran in the lead, or report1, the same block on
     # one worker): one rate, the calibrate stage over all the passes. Cut by experts (capture
     # fan-outs): the parts' rate from their seconds (each part runs the router; their files
     # and block loads included); without report1, the lead's passes at that rate too.
-    caps = [f for f in lg["fans"] if f["step"] == "capture"]
-    total = tokens * moe_capture_total(s, cal["seq_len"], all_experts)
+    total = tokens * moe_capture_total(s, cal["seq_len"], all_experts, even)
     cap_rate = part_rate = st["calibrate"] / total
     if caps:
         part_w = sum(min(n, MAX_CPARTS) * r + e for n, r, e in waves)
         part_rate = sum(x for f in caps for x, _ in f["parts"]) / (tokens * part_w)
         cap_rate = report1["blocks"][0]["stages"]["calibrate"] / total if report1 else part_rate
-    return {"cap_rate": cap_rate, "part_rate": part_rate, "cut": bool(caps), "all_experts": all_experts,
+    return {"cap_rate": cap_rate, "part_rate": part_rate, "cut": bool(caps), "all_experts": all_experts, "even": even,
             "fac_rate": fac_s / fac_k3, "gptq_rate": gptq_s / gptq_w, "file_rate": st["checkpoint"] / file_bytes,
             "lead_rate": dense_lead_rate(dense), "measured": lg["block"], "shape": s, "tokens": tokens,
             "seq": cal["seq_len"], "lead_alone": lg["block"] - sum((f["close"] or f["open"]) - f["open"] for f in lg["fans"])}
@@ -278,12 +279,26 @@ def dense_lead_rate(r):
     return s / w
 
 
-def wave_sizes(n, k):
+def wave_sizes(n, k, even=True):
     """The experts of each pass over n experts' groups of width k: the fewest passes the
-    Hessian budget allows, of even sizes (quant/pipeline/wave.h)."""
+    Hessian budget allows, of even sizes (quant/pipeline/wave.h); not even: each pass as
+    full as the budget allows, in turn (the builds before 071ba10, whose logs are measured
+    blocks too)."""
     per = max(1, WAVE_BYTES // (k * k * 4))
     passes = -(-n // per)
+    if not even:
+        return [min(per, n - i) for i in range(0, n, per)]
     return [n // passes + (1 if i < n % passes else 0) for i in range(passes)]
+
+
+def waves_even(caps, s):
+    """Whether a measured block's expert passes (its capture fan-outs, one part an expert
+    up to MAX_CPARTS) were cut evenly; True when none was cut (the passes' split does not
+    change their total work)."""
+    def parts(even):
+        return [min(n, MAX_CPARTS) for k in (s["h"], s["ei"]) for n in wave_sizes(s["ne"], k, even)]
+    seen = [len(f["parts"]) for f in caps]
+    return not (seen and seen == parts(False) and seen != parts(True))
 
 
 def moe_block(m, s, tokens, seq, workers, cut=True):
@@ -295,7 +310,7 @@ def moe_block(m, s, tokens, seq, workers, cut=True):
     experts, then their down projections); the attention groups' factorisations and every
     linear's merge and pack in the lead."""
     h, ei, ne = s["h"], s["ei"], s["ne"]
-    lead_w, waves = moe_capture_work(s, seq, m["all_experts"])
+    lead_w, waves = moe_capture_work(s, seq, m["all_experts"], m["even"])
     cap = m["cap_rate"] * tokens * lead_w
     files = m["file_rate"] * 4.0 * (ne * (h * h + ei * ei) + sum(k * k for k, _ in s["attn_groups"]))
     for n, router, work in waves:
@@ -310,7 +325,7 @@ def moe_block(m, s, tokens, seq, workers, cut=True):
     def step(parts):   # one fan-out of parts' seconds over the workers
         return max(sum(parts) / workers, max(parts)) if parts else 0.0
 
-    for n, k, rows_of in [(w, h, (ei, ei)) for w in wave_sizes(ne, h)] + [(w, ei, (h,)) for w in wave_sizes(ne, ei)]:
+    for n, k, rows_of in [(w, h, (ei, ei)) for w in wave_sizes(ne, h, m["even"])] + [(w, ei, (h,)) for w in wave_sizes(ne, ei, m["even"])]:
         fac += makespan(n, m["fac_rate"] * float(k) ** 3, workers)
         gptq += step([m["gptq_rate"] * min(ROWS, r) * float(k) ** 2
                       for _ in range(n) for r in rows_of for _ in range(math.ceil(r / ROWS))])
@@ -386,6 +401,9 @@ def project(argv):
         b = moe_block(m, ms, m["tokens"], m["seq"], 2, m["cut"])
         print(f"composed at 2 workers: {b['total']:.0f} s (measured {m['measured']:.0f} s; the lead alone "
               f"{m['lead_alone']:.0f} s of it; its experts' passes {'cut by experts' if m['cut'] else 'in the lead'})\n")
+        if not m["even"]:
+            be = moe_block(dict(m, even=True), ms, m["tokens"], m["seq"], 2, m["cut"])
+            print(f"its waves cut evenly (the builds since 071ba10): {be['total']:.0f} s at 2 workers\n")
         mem_moe = 1.0
         if moe1:
             # as for the dense block: one worker in memory takes mem_moe of the parts' costs composed
@@ -399,11 +417,11 @@ def project(argv):
         print("|---|---|---|---|---|---|---|---|---|")
         for all_experts in (True, False):
             seen = "every token" if all_experts else "their routed tokens"
-            d = moe_block(dict(m, all_experts=all_experts), ds, tokens, 2048, 1)
+            d = moe_block(dict(m, all_experts=all_experts, even=True), ds, tokens, 2048, 1)
             t1 = d["total"] * mem_moe
             print(f"| {seen} | 1, in memory | | | | | | {t1:.0f} | {t1 * ds['layers'] / 3600:.1f} |")
             for w in (8, 16):
-                d = moe_block(dict(m, all_experts=all_experts), ds, tokens, 2048, w)
+                d = moe_block(dict(m, all_experts=all_experts, even=True), ds, tokens, 2048, w)
                 print(f"| {seen} | {w} | {d['capture']:.0f} | {d['files']:.0f} | {d['factor']:.0f} | {d['gptq']:.0f} | "
                       f"{d['lead']:.0f} | {d['total']:.0f} | {d['total'] * ds['layers'] / 3600:.1f} |")
 
