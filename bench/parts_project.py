@@ -206,27 +206,31 @@ def moe_shape(name, h, attn_groups, attn_linears, e_inter, n_exp, topk, shared=0
             "ne": n_exp + shared, "routed": n_exp, "topk": topk + shared, "layers": n_layers}
 
 
-def moe_capture_work(s, seq, all_experts, even=True):
+def moe_capture_work(s, seq, all_experts, even=True, twins=True):
     """Per token, the true-sequential passes of a MoE block: (the lead's: the attention
     groups' passes, each running the attention up to its group, and the residual stream
     after the attention, once; the experts' passes: per pass, its experts, the router's work
     and its experts' work). An expert pass starts from that residual stream: a gate/up pass
     runs the router and fills its experts' Hessians, a down pass also runs its experts' gate
     and up. all_experts (moe.calibrate_all_experts, the default): every expert's hooks see
-    every token; else the top-k routed to it. even: the build's waves (wave_sizes)."""
+    every token; else the top-k routed to it. even: the build's waves (wave_sizes). twins
+    (the builds since the experts' gate/up Hessians are summed once, all_experts only): a
+    gate/up pass sums one Hessian, in the lead (its parts would each sum it again); each
+    pass is (experts, router work, experts' work, cut by experts)."""
     h, ei, ne, tk = s["h"], s["ei"], s["ne"], s["topk"]
     seen = ne if all_experts else tk
     lead = sum(before + k * k for k, before in s["attn_groups"])
     lead += sum(2 * n * k for n, k in s["attn"]) + 4 * seq * s["attn"][-1][1]
     router = 2 * h * s["routed"]
-    waves = [(n, router, n / ne * seen * h * h) for n in wave_sizes(ne, h, even)]
-    waves += [(n, router, n / ne * seen * (4 * h * ei + ei * ei)) for n in wave_sizes(ne, ei, even)]
+    one = twins and all_experts
+    waves = [(n, router, (1 if one else n / ne * seen) * h * h, not one) for n in wave_sizes(ne, h, even)]
+    waves += [(n, router, n / ne * seen * (4 * h * ei + ei * ei), True) for n in wave_sizes(ne, ei, even)]
     return lead, waves
 
 
-def moe_capture_total(s, seq, all_experts, even=True):
-    lead, waves = moe_capture_work(s, seq, all_experts, even)
-    return lead + sum(r + e for _, r, e in waves)
+def moe_capture_total(s, seq, all_experts, even=True, twins=True):
+    lead, waves = moe_capture_work(s, seq, all_experts, even, twins)
+    return lead + sum(r + e for _, r, e, _ in waves)
 
 
 def moe_block_shape_of(report):
@@ -254,18 +258,20 @@ def moe_rates(lg, report, dense, report1=None):
     all_experts = report["job"].get("moe", {}).get("calibrate_all_experts", True)
     caps = [f for f in lg["fans"] if f["step"] == "capture"]
     even = waves_even(caps, s)
-    lead_w, waves = moe_capture_work(s, cal["seq_len"], all_experts, even)
+    # A build with twins cuts only the down passes (every expert seeing every token).
+    twins = bool(caps) and all_experts and len(caps) == len(wave_sizes(s["ne"], s["ei"], even))
+    lead_w, waves = moe_capture_work(s, cal["seq_len"], all_experts, even, twins)
     # In memory (a block whose experts' passes ran in the lead, or report1, the same block on
     # one worker): one rate, the calibrate stage over all the passes. Cut by experts (capture
     # fan-outs): the parts' rate from their seconds (each part runs the router; their files
     # and block loads included); without report1, the lead's passes at that rate too.
-    total = tokens * moe_capture_total(s, cal["seq_len"], all_experts, even)
+    total = tokens * moe_capture_total(s, cal["seq_len"], all_experts, even, twins)
     cap_rate = part_rate = st["calibrate"] / total
     if caps:
-        part_w = sum(min(n, MAX_CPARTS) * r + e for n, r, e in waves)
+        part_w = sum(min(n, MAX_CPARTS) * r + e for n, r, e, c in waves if c)
         part_rate = sum(x for f in caps for x, _ in f["parts"]) / (tokens * part_w)
         cap_rate = report1["blocks"][0]["stages"]["calibrate"] / total if report1 else part_rate
-    return {"cap_rate": cap_rate, "part_rate": part_rate, "cut": bool(caps), "all_experts": all_experts, "even": even,
+    return {"cap_rate": cap_rate, "part_rate": part_rate, "cut": bool(caps), "all_experts": all_experts, "even": even, "twins": twins,
             "fac_rate": fac_s / fac_k3, "gptq_rate": gptq_s / gptq_w, "file_rate": st["checkpoint"] / file_bytes,
             "lead_rate": dense_lead_rate(dense), "measured": lg["block"], "shape": s, "tokens": tokens,
             "seq": cal["seq_len"], "lead_alone": lg["block"] - sum((f["close"] or f["open"]) - f["open"] for f in lg["fans"])}
@@ -310,11 +316,13 @@ def moe_block(m, s, tokens, seq, workers, cut=True):
     experts, then their down projections); the attention groups' factorisations and every
     linear's merge and pack in the lead."""
     h, ei, ne = s["h"], s["ei"], s["ne"]
-    lead_w, waves = moe_capture_work(s, seq, m["all_experts"], m["even"])
+    lead_w, waves = moe_capture_work(s, seq, m["all_experts"], m["even"], m["twins"])
+    one = m["twins"] and m["all_experts"]   # the gate/up Hessian once a pass, and its factor
     cap = m["cap_rate"] * tokens * lead_w
-    files = m["file_rate"] * 4.0 * (ne * (h * h + ei * ei) + sum(k * k for k, _ in s["attn_groups"]))
-    for n, router, work in waves:
-        if not cut or workers == 1:
+    n_gu = len(wave_sizes(ne, h, m["even"])) if one else ne
+    files = m["file_rate"] * 4.0 * (n_gu * h * h + ne * ei * ei + sum(k * k for k, _ in s["attn_groups"]))
+    for n, router, work, cut_by in waves:
+        if not cut or not cut_by or workers == 1:
             cap += m["cap_rate"] * tokens * (router + work)
             continue
         p = min(n, MAX_CPARTS)
@@ -326,7 +334,7 @@ def moe_block(m, s, tokens, seq, workers, cut=True):
         return max(sum(parts) / workers, max(parts)) if parts else 0.0
 
     for n, k, rows_of in [(w, h, (ei, ei)) for w in wave_sizes(ne, h, m["even"])] + [(w, ei, (h,)) for w in wave_sizes(ne, ei, m["even"])]:
-        fac += makespan(n, m["fac_rate"] * float(k) ** 3, workers)
+        fac += makespan(1 if one and k == h else n, m["fac_rate"] * float(k) ** 3, workers)
         gptq += step([m["gptq_rate"] * min(ROWS, r) * float(k) ** 2
                       for _ in range(n) for r in rows_of for _ in range(math.ceil(r / ROWS))])
     attn = [m["gptq_rate"] * min(ROWS, n) * float(k) ** 2 for n, k in s["attn"] for _ in range(math.ceil(n / ROWS))]
@@ -401,9 +409,10 @@ def project(argv):
         b = moe_block(m, ms, m["tokens"], m["seq"], 2, m["cut"])
         print(f"composed at 2 workers: {b['total']:.0f} s (measured {m['measured']:.0f} s; the lead alone "
               f"{m['lead_alone']:.0f} s of it; its experts' passes {'cut by experts' if m['cut'] else 'in the lead'})\n")
-        if not m["even"]:
-            be = moe_block(dict(m, even=True), ms, m["tokens"], m["seq"], 2, m["cut"])
-            print(f"its waves cut evenly (the builds since 071ba10): {be['total']:.0f} s at 2 workers\n")
+        if not m["even"] or not m["twins"]:
+            be = moe_block(dict(m, even=True, twins=True), ms, m["tokens"], m["seq"], 2, m["cut"])
+            print(f"its waves cut evenly, the experts' gate/up Hessian summed once (the builds since 071ba10 and the "
+                  f"twins): {be['total']:.0f} s at 2 workers\n")
         mem_moe = 1.0
         if moe1:
             # as for the dense block: one worker in memory takes mem_moe of the parts' costs composed
@@ -417,11 +426,11 @@ def project(argv):
         print("|---|---|---|---|---|---|---|---|---|")
         for all_experts in (True, False):
             seen = "every token" if all_experts else "their routed tokens"
-            d = moe_block(dict(m, all_experts=all_experts, even=True), ds, tokens, 2048, 1)
+            d = moe_block(dict(m, all_experts=all_experts, even=True, twins=True), ds, tokens, 2048, 1)
             t1 = d["total"] * mem_moe
             print(f"| {seen} | 1, in memory | | | | | | {t1:.0f} | {t1 * ds['layers'] / 3600:.1f} |")
             for w in (8, 16):
-                d = moe_block(dict(m, all_experts=all_experts, even=True), ds, tokens, 2048, w)
+                d = moe_block(dict(m, all_experts=all_experts, even=True, twins=True), ds, tokens, 2048, w)
                 print(f"| {seen} | {w} | {d['capture']:.0f} | {d['files']:.0f} | {d['factor']:.0f} | {d['gptq']:.0f} | "
                       f"{d['lead']:.0f} | {d['total']:.0f} | {d['total'] * ds['layers'] / 3600:.1f} |")
 

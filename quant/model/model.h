@@ -109,6 +109,13 @@ int qd_model_block_prefix(const qd_model *m, int block, char *buf, size_t cap);
  * holds the dense_mlp linears and no experts, a MoE layer the experts and no dense_mlp. */
 int qd_model_n_linears(const qd_model *m);
 int qd_model_block_is_moe(const qd_model *m, int block);
+/* The lowest input group of block `block` whose input hook sees, in every call of a forward,
+ * the very rows group g's does; g itself where none does. Where every expert calibrates on
+ * every token (qd_model_set_moe_calibrate_all), a MoE block's experts' gate/up groups and
+ * its shared expert's all take the normalised hidden state of every row: the first expert's
+ * gate/up group for each (not Llama 4, whose experts' inputs are scaled by their own
+ * scores). */
+int qd_model_group_same_input(const qd_model *m, int block, int g);
 int qd_model_block_has_linear(const qd_model *m, int block, int li);
 const qd_linear_info *qd_model_linear(const qd_model *m, int i);
 /* 1 when the block tensor rel (its name after the block prefix) is the source form of

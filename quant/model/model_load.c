@@ -1067,6 +1067,14 @@ int qd_model_block_is_moe(const qd_model *m, int block)
 {
     return m->cfg.n_experts > 0 && block >= m->cfg.first_dense && !(block < QD_CFG_MAX_LAYERS && m->cfg.layer_dense[block]);
 }
+int qd_model_group_same_input(const qd_model *m, int block, int g)
+{
+    int rel = g - m->grp_exp0;
+    if (!m->moe_calibrate_all || m->cfg.moe_scoring == QD_MOE_SIGMOID_INPUT || !qd_model_block_is_moe(m, block) ||
+        rel < 0 || g >= m->n_grp || rel % 2)
+        return g;
+    return m->grp_exp0;
+}
 int qd_model_block_has_linear(const qd_model *m, int block, int li)
 {
     if (li < 0 || li >= m->n_lin) return 0;

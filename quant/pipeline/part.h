@@ -310,7 +310,8 @@ typedef struct qd_cpart_spec {
 } qd_cpart_spec;
 
 /* Whether a MoE block's pass over its MLP half from p->mid into scratch (y NULL), taking the
- * inputs of c's wanted groups (two or more, each an expert's or the shared expert's), is cut
+ * inputs of c's wanted groups (each an expert's or the shared expert's, two or more Hessians
+ * to sum: groups whose input is another's in every call count once), is cut
  * by those groups: each part runs the router and only its groups' experts over every
  * calibration row, sums their Hessians (in shards as the lead would) and sends back the
  * Hessians, the rows the hooks keep and the routed-token counts. The part holds the block

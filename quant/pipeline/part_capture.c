@@ -946,12 +946,17 @@ int qd_cpart_experts_pay(const qd_pipeline *p, int block, qd_block_part half, co
     if (!p->hooks.fanout || p->be->device >= 0 || !qd_model_block_is_moe(p->m, block) || half != QD_BLOCK_MLP || y ||
         !c || c->rec || c->gq || c->xcap || !p->mid || p->batch_seqs <= 0)
         return 0;
+    /* Hessians to sum: twins (qd_model_group_same_input) count once, the lead's pass sums
+     * their one Hessian once and copies it, where each part would sum it again. */
     int n = 0;
+    unsigned char seen[QD_MAX_GROUPS] = {0};
     for (int g = 0; g < qd_model_n_groups(p->m); g++) {
         if (c->absum[g]) return 0;
         if (!c->want[g]) continue;
         if (!c->acc[g] || group_expert(p->m, g) == -1 || qd_model_group_part(p->m, g) != QD_BLOCK_MLP) return 0;
-        n++;
+        int kind = p->no_twins ? g : qd_model_group_same_input(p->m, block, g);
+        n += !seen[kind];
+        seen[kind] = 1;
     }
     return n >= 2;
 }

@@ -38,6 +38,8 @@ int qd_pipeline_n_blocks(const qd_pipeline *p) { return p->n_blocks; }
 int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
+void qd_pipeline_set_twins(qd_pipeline *p, int on) { p->no_twins = !on; }
+uint64_t qd_pipeline_twins_copied(const qd_pipeline *p) { return p->twins_copied; }
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep) { p->no_mlp_keep = !keep; }
 
 void qd_pipeline_set_fanout(qd_pipeline *p, int (*fanout)(void *ud, int block, const char *step, int n,

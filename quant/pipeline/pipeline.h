@@ -125,6 +125,12 @@ const char *qd_pipeline_out_dir(const qd_pipeline *p);
  * bound memory (fewer experts per pass, more passes); 0 captures one group per pass. The
  * output does not depend on it. */
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
+/* on 0 makes every capture pass sum each group's Hessian itself, even where another wanted
+ * group's input is the same in every call (a MoE block's experts' gate/up with
+ * moe.calibrate_all_experts) and the default copies that group's once the pass is done. The
+ * output does not depend on it. qd_pipeline_twins_copied: the Hessians copied so far. */
+void qd_pipeline_set_twins(qd_pipeline *p, int on);
+uint64_t qd_pipeline_twins_copied(const qd_pipeline *p);
 /* keep 0 stops the job keeping its MLP activation for each block's last forward (GPTQ where
  * its estimate chose to: keep_mlp_act, qd_pipeline_mlp_keep_decide; AWQ always): one more
  * pass over the MLP per block, and for GPTQ less memory. keep 1 restores the default. The

@@ -426,7 +426,8 @@ static int run_fanout(run_ctx *r, qd_err *err)
         for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++) {
             qd_qpart_src_find(p, r->block, &r->parts[i]);
             r->parts[i].fac = fparts && fidx[j] >= 0 ? &fdone[fidx[j]] : NULL;
-            rc = qd_qpart_write_in(p->parts_fd, r->block, i, lj->g, &r->parts[i], &r->in_sums[i], err);
+            /* the Hessian file of the group whose Hessian it reads (a twin's: its kind's first) */
+            rc = qd_qpart_write_in(p->parts_fd, r->block, i, hg[j], &r->parts[i], &r->in_sums[i], err);
         }
         free(lj->clipped);
         lj->clipped = NULL;
@@ -505,6 +506,28 @@ static int run_fanout(run_ctx *r, qd_err *err)
     return rc;
 }
 
+/* The Hessian group groups[j]'s linears read: acc[g], or, where it is bit for bit the
+ * Hessian of the run's first group of its kind (twins, qd_model_group_same_input: a MoE
+ * block's experts' gate/up, each a copy of one sum), that group's. GPTQ then factors it once
+ * for all of them (qd_gptq_shared keys on the accumulator), and a fan-out writes it and its
+ * factor once. Compared on the CPU only (a device's would have to be downloaded); not with
+ * qd_pipeline_set_twins(p, 0). */
+static qd_gptq_hessian *run_hessian(qd_pipeline *p, int block, const int *groups, int j, qd_gptq_hessian *acc)
+{
+    int g = groups[j];
+    int kind = qd_model_group_same_input(p->m, block, g);
+    if (p->no_twins || p->be->device >= 0 || !acc[g].h) return &acc[g];
+    for (int i = 0; i < j; i++) {
+        const qd_gptq_hessian *a = &acc[groups[i]], *b = &acc[g];
+        if (qd_model_group_same_input(p->m, block, groups[i]) != kind || !a->h) continue;
+        if (a->k == b->k && a->n_seen == b->n_seen && a->bf16 == b->bf16 && a->x_amax == b->x_amax &&
+            !memcmp(a->h, b->h, (size_t)(a->k * a->k) * sizeof(float)))
+            return &acc[groups[i]];
+        break;   /* the kind's first differs: g's stands alone */
+    }
+    return &acc[g];
+}
+
 /* The linears of groups `groups` (n_groups of them), each group's Hessian in acc[g] (AWQ:
  * one group, whose input rows are gx): quantized in memory one after another (GPTQ factors
  * a group's Hessian once for all of its parts, qd_gptq_shared), or, with a fan-out hook and
@@ -539,33 +562,34 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
     r.lins = calloc(n_quant ? (size_t)n_quant : 1, sizeof *r.lins);
     if (!r.lins) return qd_err_set(err, QD_ENOMEM, "out of memory");
     int rc = 0;
+    /* A group's factor is kept for the next group while that one reads the same Hessian. */
+    qd_gptq_shared shared;
+    memset(&shared, 0, sizeof shared);
     for (int j = 0; j < n_groups && !rc; j++) {
         int g = groups[j];
         const qd_input_group *G = qd_model_group(p->m, g);
         if (plans[G->linears[0]].absent) continue;   /* a group of linears this block does not have */
-        qd_gptq_shared shared;
-        memset(&shared, 0, sizeof shared);
+        qd_gptq_hessian *h = run_hessian(p, block, groups, j, acc);
         rc = group_global_scale(&r, G, &r.global_scale, err);
         for (int x = 0; x < G->n_linears && !rc; x++) {
             int added = 0;
-            rc = lin_prepare(&r, g, G->linears[x], &acc[g], j == 0 ? gx : NULL, kcheck, direct, &added, err);
+            rc = lin_prepare(&r, g, G->linears[x], h, j == 0 ? gx : NULL, kcheck, direct, &added, err);
             if (rc || !added || r.fan) continue;
             /* In memory, at once: the same computation the parts run. */
             lin_job *lj = &r.lins[r.n_lins - 1];
             qd_qpart_out *po = calloc((size_t)lj->n_parts, sizeof *po);
             if (!po) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
             for (int i = 0; i < lj->n_parts && !rc; i++) {
-                qd_qpart_in *in = &r.parts[lj->first + i];
-                in->shared_last = x == G->n_linears - 1 && i == lj->n_parts - 1;
-                rc = qd_qpart_compute(p, in, &shared, &po[i], err);
+                rc = qd_qpart_compute(p, &r.parts[lj->first + i], &shared, &po[i], err);
                 if (!rc) cost_add_part(p, &po[i], 1.0);
             }
             if (!rc) rc = lin_finish(&r, lj, po, NULL, err);
             for (int i = 0; po && i < lj->n_parts; i++) qd_qpart_out_free(&po[i]);
             free(po);
         }
-        qd_gptq_shared_free(&shared);
+        if (j + 1 == n_groups || run_hessian(p, block, groups, j + 1, acc) != h) qd_gptq_shared_free(&shared);
     }
+    qd_gptq_shared_free(&shared);
     if (!rc && r.fan && r.n_parts) rc = run_fanout(&r, err);
     for (int i = 0; i < r.n_lins; i++) free(r.lins[i].clipped);
     free(r.lins);

@@ -89,7 +89,7 @@ static int capture_input(void *ud, int block, int group, const qd_input_group *g
         int rc = capture_gptaq(c, group, g, x, rows);
         if (rc) return rc;
     }
-    if (!c->no_hess && c->want[group] && c->acc[group]) {
+    if (!c->no_hess && c->want[group] && c->acc[group] && !c->twin[group]) {
         int rc = qd_gptq_hessian_add_dev(c->acc[group], x, rows, g->k, c->err);
         if (rc) return rc;
     }
@@ -187,7 +187,7 @@ static int capture_shards(qd_pipeline *p, const qd_block_weights *bw, qd_block_p
         qd_gptq_hessian tmp[QD_MAX_GROUPS];
         memset(tmp, 0, sizeof tmp);
         for (int g = 0; g < QD_MAX_GROUPS && !rc; g++) {
-            if (!keep[g] || !c->want[g]) continue;
+            if (!keep[g] || !c->want[g] || c->twin[g]) continue;
             rc = qd_gptq_hessian_init(&tmp[g], p->be, keep[g]->k, err);
             tmp[g].bf16 = keep[g]->bf16;
             c->acc[g] = &tmp[g];
@@ -198,6 +198,39 @@ static int capture_shards(qd_pipeline *p, const qd_block_weights *bw, qd_block_p
             if (!rc && tmp[g].h) rc = qd_gptq_hessian_merge(keep[g], &tmp[g], err);
             qd_gptq_hessian_free(&tmp[g]);
         }
+    }
+    return rc;
+}
+
+/* c->twin for one pass of block `block`: each wanted group whose Hessian is still empty and
+ * whose input is, call for call, that of a lower wanted group of the same kind (a MoE block's
+ * experts' gate/up when every expert calibrates on every token: the one normalised hidden
+ * state) is that group's twin. Not a group after the one the forward stops at (its calls
+ * would not come: a MoE block's hooks come in group order), nor where the Hessians come
+ * summed (no_hess). */
+static void capture_twins(qd_pipeline *p, int block, qd_capture_ctx *c)
+{
+    memset(c->twin, 0, sizeof c->twin);
+    if (c->no_hess || p->no_twins) return;
+    int first[QD_MAX_GROUPS];
+    int ng = qd_model_n_groups(p->m);
+    for (int g = 0; g < ng; g++) first[g] = -1;
+    for (int g = 0; g < ng; g++) {
+        if (!c->want[g] || !c->acc[g] || c->acc[g]->n_seen || (c->stop_after >= 0 && g > c->stop_after)) continue;
+        int kind = qd_model_group_same_input(p->m, block, g);   /* g itself: alone, or its kind's first */
+        if (first[kind] < 0) first[kind] = g;
+        else c->twin[g] = 1 + first[kind];
+    }
+}
+
+/* Each twin's Hessian: its group's, copied (a merge into an empty accumulator is a copy). */
+static int capture_twins_fill(qd_capture_ctx *c, qd_err *err)
+{
+    int rc = 0;
+    for (int g = 0; g < QD_MAX_GROUPS && !rc; g++) {
+        if (!c->twin[g]) continue;
+        rc = qd_gptq_hessian_merge(c->acc[g], c->acc[c->twin[g] - 1], err);
+        c->p->twins_copied++;
     }
     return rc;
 }
@@ -214,8 +247,11 @@ int qd_capture_run(qd_pipeline *p, const qd_block_weights *bw, qd_block_part par
     int sums = 0;
     for (int g = 0; c && g < QD_MAX_GROUPS; g++) sums |= c->want[g] && c->acc[g];
     /* (A capture part's p has shards only when it sums them over every row: an expert cut's.) */
+    if (c) capture_twins(p, bw->block, c);
     int rc = p->n_shards > 1 && sums ? capture_shards(p, bw, part, y, c, s0, n_seq, err)
                                                  : capture_batches(p, bw, part, y, c, s0, n_seq, err);
+    if (!rc && c) rc = capture_twins_fill(c, err);
+    if (c) memset(c->twin, 0, sizeof c->twin);
     if (rc) return rc;
     if (c && c->routed_seen) p->moe_routed_done = 1;
     return 0;

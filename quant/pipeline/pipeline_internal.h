@@ -101,6 +101,8 @@ struct qd_pipeline {
     int64_t moe_routed[QD_MAX_EXPERTS];
     int moe_routed_done;
     uint64_t wave_bytes;         /* Hessian bytes one capture pass may fill (qd_pipeline_set_wave_bytes) */
+    int no_twins;                /* qd_pipeline_set_twins(p, 0) */
+    uint64_t twins_copied;       /* Hessians a pass copied from a twin (qd_pipeline_twins_copied) */
     int no_mlp_keep;             /* qd_pipeline_set_keep_mlp_act(p, 0): the estimate's kept MLP activation refused */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
     qd_serving_report serving;   /* job.serve: the kernel per layer (owned; empty without serve) */
@@ -292,7 +294,7 @@ int qd_pipeline_replay(qd_pipeline *p, int from, int to, qd_err *err);
 /* The most Hessian bytes one true-sequential capture pass fills at once when it collects a
  * wave of independent groups (MoE experts): 4 GiB, e.g. a Mixtral-8x7B block's eight
  * experts' gate/up Hessians (8 x 64 MiB) in one pass and their down Hessians (8 x 784 MiB)
- * five at a time. */
+ * four at a time (wave.h: the fewest passes that fit, of even sizes). */
 #define QD_WAVE_HESSIAN_BYTES ((uint64_t)4 << 30)
 /* The bytes of MLP activation (the last projection's input over every calibration row) a
  * dense true-sequential GPTQ block always keeps so that its final forward is that
@@ -357,6 +359,10 @@ typedef struct qd_capture_ctx {
     qd_row_slices *direct;            /* the direct error's input rows, or NULL */
     int routed_seen;                  /* a forward reached the experts' router */
     qd_gptaq_capture *gq;             /* job.gptaq: the second stream's rows (borrowed), or NULL */
+    /* Set by qd_capture_run for one pass: 1 + the wanted group whose input hook sees exactly
+     * what group g's does in every call (qd_model_group_same_input), or 0. Such a g's
+     * Hessian is not summed again but copied from that group's once the pass is done. */
+    int twin[QD_MAX_GROUPS];
     qd_err *err;
 } qd_capture_ctx;
 

@@ -323,6 +323,79 @@ static void test_moe_waves(void)
     CHECK(pt_same_file(test_path(a, "model.safetensors"), test_path(c, "model.safetensors")));
 }
 
+/* One family's job run with twins on or off (qd_pipeline_set_twins); returns the Hessians
+ * copied from a twin, or -1. */
+static long run_twins(const char *family, const char *out, const char *extra, int on)
+{
+    char model[4200];
+    snprintf(model, sizeof model, "%s/%s", pt_families_dir(), family);
+    qp_job *job = pt_job(model, out, "gptq", "gptq", tokens, extra);
+    qd_err err = {0};
+    qd_pipeline *p = NULL;
+    long copied = -1;
+    CHECK_OK(qd_pipeline_open(job, pt_be, NULL, &p, &err));
+    if (p) {
+        qd_pipeline_set_twins(p, on);
+        while (qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p) && qd_pipeline_run_block(p, &err) == 0) {}
+        CHECK_INT(qd_pipeline_next_block(p), qd_pipeline_n_blocks(p));
+        copied = (long)qd_pipeline_twins_copied(p);
+        CHECK_OK(qd_pipeline_finish(p, &err));
+        qd_pipeline_close(p);
+    }
+    qp_job_free(job);
+    return copied;
+}
+
+/* Where every expert calibrates on every token (the default), a MoE block's experts' gate/up
+ * groups (and its shared expert's) all take the normalised hidden state of every row: a
+ * pass sums that Hessian once and copies it to the others. The output is the same bytes as
+ * with every Hessian summed; none is copied with routed tokens only, or for Llama 4 (each
+ * expert's input scaled by its own score), or for a dense model. Copied per MoE block and
+ * true-sequential pass over gate/up: its wanted twins less one. */
+static void test_moe_twins(void)
+{
+    static const struct { const char *family, *extra; long copies; } cases[] = {
+        {"mixtral", NULL, 2 * (8 - 1)},                          /* 2 blocks, 8 experts */
+        {"qwen2_moe", "\"bits\":8,", -2},                        /* a shared expert too */
+        {"deepseek_v3", "\"bits\":8,", -2},                      /* a dense layer, then MoE */
+        {"gpt_oss", "\"bits\":8,", -2},
+        {"mixtral", "\"moe\":{\"calibrate_all_experts\":false,\"min_tokens\":1},", 0},
+        {"llama4", "\"bits\":8,", 0},
+        {"llama", NULL, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        char on[4400], off[4400];
+        snprintf(on, sizeof on, "%s/twins-%zu-on", T, i);
+        snprintf(off, sizeof off, "%s/twins-%zu-off", T, i);
+        long copied = run_twins(cases[i].family, on, cases[i].extra, 1);
+        CHECK_INT(run_twins(cases[i].family, off, cases[i].extra, 0), 0);
+        if (cases[i].copies >= 0) CHECK_INT(copied, cases[i].copies);
+        else CHECK(copied > 0);
+        if (!pt_same_file(test_path(on, "model.safetensors"), test_path(off, "model.safetensors")))
+            TEST_FAIL_("%s (%s): twins change the output", cases[i].family, cases[i].extra ? cases[i].extra : "");
+    }
+    /* With calibration.shards 3 (three forward batches of 32, 32 and 8 sequences of 128): each
+     * shard sums the one Hessian, the shards' sums are merged in order, then copied. */
+    char cal[4400], on[4400], off[4400];
+    snprintf(cal, sizeof cal, "%s/twins-tokens.json", T);
+    snprintf(on, sizeof on, "%s/twins-shards-on", T);
+    snprintf(off, sizeof off, "%s/twins-shards-off", T);
+    CHECK_OK(pt_write_tokens(cal, 9 * 1024 + 64, 128, 7));
+    const char *saved = tokens;
+    int samples = pt_calib_samples, seq_len = pt_calib_seq_len;
+    tokens = cal;
+    pt_calib_samples = 72;
+    pt_calib_seq_len = 128;
+    pt_calib_extra = ",\"shards\":3";
+    CHECK_INT(run_twins("mixtral", on, NULL, 1), 2 * (8 - 1));
+    CHECK_INT(run_twins("mixtral", off, NULL, 0), 0);
+    CHECK(pt_same_file(test_path(on, "model.safetensors"), test_path(off, "model.safetensors")));
+    pt_calib_extra = "";
+    pt_calib_samples = samples;
+    pt_calib_seq_len = seq_len;
+    tokens = saved;
+}
+
 /* DeepSeek-V3 (tests/data/families/deepseek_v3): layer 0 is dense, layer 1 MoE. Every
  * latent-attention projection, the dense MLP and every expert (routed and shared) are
  * packed; the router and its e_score_correction_bias stay in float, declared so; a dense
@@ -1098,6 +1171,7 @@ int main(void)
     if (pt_setup(2, 4000, 256, 3, &T, &tokens)) return 1;
     TEST_RUN(test_moe);
     TEST_RUN(test_moe_waves);
+    TEST_RUN(test_moe_twins);
     TEST_RUN(test_moe_resume);
     TEST_RUN(test_moe_starved_experts);
     TEST_RUN(test_missing_expert);
