@@ -394,8 +394,10 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         qd_backend *be = c->mode == FAN_OTHER_MAKER ? &other_maker : pt_be;
         atomic_int stop = c->mode == FAN_STOP && !factor && !capture && i == 0;
         /* A capture part the lead takes itself runs on its own block: hidden, the block's
-         * state files cannot be what it reads. */
+         * state files cannot be what it reads (nor the block another part of this process
+         * kept with them applied: dropped). */
         int hidden = capture && c->mode == FAN_LEAD && !strcmp(worker, "lead") ? hide_states(c, block, 1) : 0;
+        if (hidden) qd_cpart_cache_drop();
         int rc = qd_pipeline_part_run(c->job, be, block, step, i, worker, &stop, &secs, &err);
         if (hidden) CHECK_INT(hide_states(c, block, 0), hidden);
         c->lead_hidden += hidden;
