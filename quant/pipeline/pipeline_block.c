@@ -570,6 +570,7 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
         const qd_input_group *G = qd_model_group(p->m, g);
         if (plans[G->linears[0]].absent) continue;   /* a group of linears this block does not have */
         qd_gptq_hessian *h = run_hessian(p, block, groups, j, acc);
+        int keep = j + 1 < n_groups && run_hessian(p, block, groups, j + 1, acc) == h;   /* the factor, for the next */
         rc = group_global_scale(&r, G, &r.global_scale, err);
         for (int x = 0; x < G->n_linears && !rc; x++) {
             int added = 0;
@@ -580,14 +581,17 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
             qd_qpart_out *po = calloc((size_t)lj->n_parts, sizeof *po);
             if (!po) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
             for (int i = 0; i < lj->n_parts && !rc; i++) {
-                rc = qd_qpart_compute(p, &r.parts[lj->first + i], &shared, &po[i], err);
+                qd_qpart_in *in = &r.parts[lj->first + i];
+                /* the factor freed as soon as its last part is done, before the merge and pack */
+                in->shared_last = !keep && x == G->n_linears - 1 && i == lj->n_parts - 1;
+                rc = qd_qpart_compute(p, in, &shared, &po[i], err);
                 if (!rc) cost_add_part(p, &po[i], 1.0);
             }
             if (!rc) rc = lin_finish(&r, lj, po, NULL, err);
             for (int i = 0; po && i < lj->n_parts; i++) qd_qpart_out_free(&po[i]);
             free(po);
         }
-        if (j + 1 == n_groups || run_hessian(p, block, groups, j + 1, acc) != h) qd_gptq_shared_free(&shared);
+        if (!keep) qd_gptq_shared_free(&shared);
     }
     qd_gptq_shared_free(&shared);
     if (!rc && r.fan && r.n_parts) rc = run_fanout(&r, err);
