@@ -16,8 +16,9 @@
 # PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
 # PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'. PARTS_KEEP=DIR keeps each
 # run's daemon log and report there (TAG-daemon.log, TAG-report.json, TAG the run's label) for
-# bench/parts_project.py. PARTS_SKIP_1=1 runs the N-worker runs only (an A/B of builds whose
-# 1-worker runs are the same code).
+# bench/parts_project.py, and the first 16 hex digits of its model.safetensors' SHA-256
+# (TAG-model.sha256: runs of two builds compared). PARTS_SKIP_1=1 runs the N-worker runs
+# only (an A/B of builds whose 1-worker runs are the same code).
 # Results: bench/results/parts.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -66,6 +67,7 @@ run() {   # run WORKERS TAG: one job on a fresh daemon with cpu:WORKERS
         mkdir -p "$PARTS_KEEP"
         cp "$T/d-$tag.log" "$PARTS_KEEP/$tag-daemon.log"
         cp "$out/quantd_report.json" "$PARTS_KEEP/$tag-report.json"
+        sha256sum < "$out/model.safetensors" | cut -c1-16 > "$PARTS_KEEP/$tag-model.sha256"
     fi
     python3 - "$out/quantd_report.json" "$w" "$tag" <<'PY'
 import json, sys, collections
