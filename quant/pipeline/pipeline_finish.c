@@ -225,6 +225,14 @@ static int finish_write(qd_pipeline *p, qd_err *err)
     if (!rc) rc = qd_report_write(p->out_dir, p->job, &p->st, &x, err);
     cJSON_Delete(x.bpw);
     free(tps);
+    /* state.json first, once the output's names are durable: a kill from here on leaves a
+     * finished output, which a resume takes as done (its leftovers removed then), never a
+     * checkpoint that claims every block with some block files already gone. */
+    if (!rc) rc = qd_fs_fsync_dir(p->out_dir, err);
+    if (!rc && unlinkat(p->ckpt_fd, "state.json", 0) != 0 && errno != ENOENT)
+        rc = qd_err_set(err, QD_EIO, "%s/state.json: cannot remove: %s", p->ckpt_dir, strerror(errno));
+    if (!rc && fsync(p->ckpt_fd) != 0)
+        rc = qd_err_set(err, QD_EIO, "%s: cannot sync: %s", p->ckpt_dir, strerror(errno));
     /* The checkpoint goes through the descriptors the job holds (never by name). A helper
      * whose part lost to the lead's backup may still write its output there while this runs
      * (docs/parallel.md, failures): a directory found not empty is emptied again, a few
@@ -243,6 +251,11 @@ static int finish_write(qd_pipeline *p, qd_err *err)
 int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
 {
     if (p->already_done) {
+        /* A finish killed after its state.json went leaves the rest of .quantd/. */
+        if (p->ckpt_fd >= 0 && qd_fs_remove_contents_fd(p->ckpt_fd, p->ckpt_dir, err) == 0 &&
+            unlinkat(p->out_fd, ".quantd", AT_REMOVEDIR) == 0)
+            QD_LOG(QD_LOG_INFO, "checkpoint_leftovers_removed", "job=%s", p->job->id);
+        qd_err_clear(err);
         qd_pipeline_report_progress(p, "done", p->n_blocks - 1, NULL, 1, -1);
         return 0;
     }
