@@ -265,9 +265,9 @@ int qd_pipeline_finish(qd_pipeline *p, qd_err *err)
     if (rc) return qd_err_set(err, rc, "cancelled");
     remove_outputs(p->out_dir, p->job->id);
     rc = finish_write(p, err);
-    /* Failed while the checkpoint is whole (its state.json goes only with the rest of it,
-     * after the report): nothing of this attempt stays beside it. Once the checkpoint is
-     * gone the output is complete, and stays. */
+    /* Failed while the checkpoint is whole (its state.json goes first of its files, after
+     * the report and the output's sync): nothing of this attempt stays beside it. Once
+     * state.json is gone the output is complete, and stays. */
     char state[QD_PATH_MAX + 32];
     snprintf(state, sizeof state, "%s/state.json", p->ckpt_dir);
     if (rc && qd_fs_exists(state)) remove_outputs(p->out_dir, p->job->id);
