@@ -565,12 +565,15 @@ static int quantize_run(qd_pipeline *p, qd_block_weights *bw, int block, const i
     /* A group's factor is kept for the next group while that one reads the same Hessian. */
     qd_gptq_shared shared;
     memset(&shared, 0, sizeof shared);
+    qd_gptq_hessian *h_next = NULL;   /* run_hessian of group j + 1, found in iteration j */
     for (int j = 0; j < n_groups && !rc; j++) {
         int g = groups[j];
         const qd_input_group *G = qd_model_group(p->m, g);
+        qd_gptq_hessian *h = h_next ? h_next : run_hessian(p, block, groups, j, acc);
+        h_next = NULL;
         if (plans[G->linears[0]].absent) continue;   /* a group of linears this block does not have */
-        qd_gptq_hessian *h = run_hessian(p, block, groups, j, acc);
-        int keep = j + 1 < n_groups && run_hessian(p, block, groups, j + 1, acc) == h;   /* the factor, for the next */
+        if (j + 1 < n_groups) h_next = run_hessian(p, block, groups, j + 1, acc);
+        int keep = h_next == h;   /* the factor, for the next */
         rc = group_global_scale(&r, G, &r.global_scale, err);
         for (int x = 0; x < G->n_linears && !rc; x++) {
             int added = 0;
