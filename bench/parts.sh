@@ -89,5 +89,5 @@ echo "| run | workers | block s | calibrate s | quantize step s | forward s | ch
 echo "|---|---|---|---|---|---|---|---|"
 for r in $(seq 1 "$ROUNDS"); do
     [ -n "${PARTS_SKIP_1:-}" ] || run 1 "r$r-1"
-    run "$N" "r$r-$N"
+    [ "$N" = 1 ] || run "$N" "r$r-$N"
 done
