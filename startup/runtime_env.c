@@ -82,7 +82,9 @@ void qst_openblas_reexec(char **argv)
 
 void qst_malloc_tune(void)
 {
-    (void)mallopt(M_MMAP_THRESHOLD, 4 << 20);   /* advice: a failure leaves glibc's default */
+    /* Advice: a failure leaves glibc's default. */
+    (void)mallopt(M_MMAP_MAX, 0);
+    (void)mallopt(M_TRIM_THRESHOLD, -1);   /* mallopt(3): -1 never trims */
 }
 
 void qst_startup(char **argv, qd_runtime_opts *o)

@@ -33,12 +33,15 @@ void qst_runtime_from_env(qd_runtime_opts *o);
  * NULL, or the re-exec failed (the program then runs on with OpenBLAS's default). */
 void qst_openblas_reexec(char **argv);
 
-/* Has glibc map every allocation of 4 MiB or more (activations, weights, Hessians, GPTQ's
- * results) on its own and return it to the system when freed. By default glibc raises that
- * threshold after each such free (up to 32 MiB), and the chunks freed below it stay in the
- * heap: a 32 x 512 GPTQ job on a hidden-1024 model peaked at 834 MiB with them, 814 MiB
- * without, against the 813 MiB of buffers `quantctl estimate` counts, which admission
- * trusts. Programs that quantize call it first (qst_startup does). */
+/* Has glibc keep what the process frees for its next allocations: none is mapped on its own
+ * (M_MMAP_MAX 0) and the heap's free top is never handed back (M_TRIM_THRESHOLD -1). A
+ * block's work allocates and frees buffers of the same few sizes over and over (each part's
+ * file, Hessian, factor, rows, codes); each fresh mapping is pages the kernel must zero on
+ * first touch, which cost a Mixtral-shaped block's lead about a quarter of its time
+ * (bench/results/malloc.md). What stays freed is handed back when a job opens and when a
+ * worker has been idle (qd_rss_release); what the heap keeps beyond a job's live buffers is
+ * counted in `quantctl estimate`, which admission trusts. Programs that quantize call it
+ * first (qst_startup does). */
 void qst_malloc_tune(void);
 
 /* What every program does first: qst_openblas_reexec(argv) (when argv is not NULL), then

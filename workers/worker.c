@@ -24,6 +24,7 @@
 #include "quant/backend/backend.h"
 #include "quant/core/fsutil.h"
 #include "quant/core/log.h"
+#include "quant/core/rss.h"
 #include "quant/job/job.h"
 #include "quant/pipeline/pipeline.h"
 #include "quant/pipeline/state.h"
@@ -553,7 +554,9 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
     for (;;) {
         pthread_mutex_lock(&w->lock);
         /* Idle for QW_IDLE_S: the model's files parts keep open between them are closed; for
-         * QW_BLOCK_IDLE_S, the block capture parts keep loaded too (held 2, 1, then 0). */
+         * QW_BLOCK_IDLE_S, the block capture parts keep loaded too (held 2, 1, then 0). Each
+         * time, what the allocator keeps freed for the next part goes back to the system
+         * (qst_malloc_tune). */
         struct timespec files_until, block_until;
         clock_gettime(CLOCK_REALTIME, &files_until);
         block_until = files_until;
@@ -566,6 +569,7 @@ int qw_worker_run(const qw_opts *o, qd_err *err)
             pthread_mutex_unlock(&w->lock);
             if (held == 2) qd_pipeline_part_idle_files();
             else qd_pipeline_part_idle();
+            qd_rss_release();
             pthread_mutex_lock(&w->lock);
             held--;
         }

@@ -9,13 +9,18 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-int qd_rss_peak_reset(void)
+void qd_rss_release(void)
 {
 #ifdef __GLIBC__
-    /* What earlier jobs freed may still sit in malloc's arenas, resident; handed back first,
-     * it is not counted as this job's. */
     malloc_trim(0);
 #endif
+}
+
+int qd_rss_peak_reset(void)
+{
+    /* What earlier jobs freed may still sit in malloc's arenas, resident; handed back first,
+     * it is not counted as this job's. */
+    qd_rss_release();
     int fd = open("/proc/self/clear_refs", O_WRONLY | O_CLOEXEC);
     if (fd < 0) return -1;
     /* "5" resets only the high-water mark; the other values clear page reference bits. */

@@ -14,6 +14,9 @@
 
 #include <stdint.h>
 
+/* Hands back to the system what the allocator holds freed (glibc's malloc_trim: the free
+ * top of the heap and the pages of its free chunks); nothing elsewhere. */
+void qd_rss_release(void);
 /* Lowers the high-water mark to the current resident set; 0, or -1 when the kernel does
  * not allow it (the peak then stays the process's since it started). */
 int qd_rss_peak_reset(void);
