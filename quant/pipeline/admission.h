@@ -39,7 +39,8 @@ typedef struct qd_pipeline_estimate {
                                     the checkpoint (inputs, Hessians, outputs); counted in the
                                     pre-flight's disk check of a run that fans out */
     uint64_t part_ram_bytes;     /* the largest part's peak in the worker that runs it (its input
-                                    and output, the Hessian read and factored, GPTQ's buffers) */
+                                    and output, the Hessian read and factored, GPTQ's buffers;
+                                    beside them the block a helper keeps from its capture parts) */
     uint64_t part_lead_bytes;    /* what a lead whose passes go out as capture parts holds beside
                                     peak_ram_bytes (a part it runs itself, a part's record it
                                     reads); counted where it fans out */

@@ -130,9 +130,9 @@ static int plain_dense(const qd_model_config *cfg) { return cfg->n_experts <= 0;
  * beside its input file), that input, its groups' Hessians and a forward batch's scratch;
  * the lead decodes a part's Hessians into its own and runs a part itself on its own block
  * (no second copy of the weights). */
-static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uint64_t rows, qd_pipeline_estimate *est)
+static uint64_t capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uint64_t rows, qd_pipeline_estimate *est)
 {
-    if (job->method != QP_METHOD_GPTQ || !job->true_sequential || job->gptaq || rows == 0) return;
+    if (job->method != QP_METHOD_GPTQ || !job->true_sequential || job->gptaq || rows == 0) return 0;
     uint64_t h = (uint64_t)cfg->hidden, mi = (uint64_t)cfg->moe_intermediate, si = (uint64_t)cfg->shared_intermediate;
     uint64_t E = (uint64_t)cfg->n_experts;
     uint64_t e_gu = qd_wave_most(E, h * h * 4, QD_WAVE_HESSIAN_BYTES);
@@ -151,21 +151,22 @@ static void capture_terms_moe(const qp_job *job, const qd_model_config *cfg, uin
     uint64_t own = x + u64max(in_gu + hs_gu + hs_gu / 2, in_dn + hs_dn + hs_dn / 2) + scratch;
     est->part_ram_bytes = u64max(est->part_ram_bytes, EST_BASE_BYTES + params * 4 + own + in_dn);
     est->part_lead_bytes = u64max(est->part_lead_bytes, own);
+    return params * 4 + in_dn;   /* what a helper keeps loaded between its capture parts */
 }
 
-static void capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
+/* The capture parts' terms (above for a MoE block); returns what a helper keeps loaded
+ * between its capture parts (worker.c: until a part of another block, or 60 idle seconds),
+ * beside the block's other parts it runs meanwhile: 0 when the passes are not cut. */
+static uint64_t capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
 {
     int awq = job->method == QP_METHOD_AWQ || job->method == QP_METHOD_AWQ_GPTQ;
-    if (!awq && cfg->n_experts > 0) {
-        capture_terms_moe(job, cfg, calib_rows(job, cfg), est);
-        return;
-    }
+    if (!awq && cfg->n_experts > 0) return capture_terms_moe(job, cfg, calib_rows(job, cfg), est);
     uint64_t L = (uint64_t)job->calibration.seq_len, rows = calib_rows(job, cfg);
-    if (awq || job->gptaq || !plain_dense(cfg) || L == 0 || rows == 0) return;
+    if (awq || job->gptaq || !plain_dense(cfg) || L == 0 || rows == 0) return 0;
     if (cfg->max_pos > 0) L = u64min(L, (uint64_t)cfg->max_pos);
     if (!job->calibration.path) L = u64min(L, 512);
     uint64_t bs = 4096 / L ? 4096 / L : 1, n_seq = rows / L, nb = (n_seq + bs - 1) / bs;
-    if (nb < 2) return;
+    if (nb < 2) return 0;
     uint64_t P = u64min(nb, EST_CPART_MAX), part_rows = (nb + P - 1) / P * bs * L;
     uint64_t h = (uint64_t)cfg->hidden, inter = (uint64_t)cfg->intermediate;
     uint64_t qd = (uint64_t)(cfg->n_heads * cfg->head_dim), kvd = (uint64_t)(cfg->n_kv_heads * cfg->head_dim);
@@ -191,6 +192,7 @@ static void capture_terms(const qp_job *job, const qd_model_config *cfg, qd_pipe
     uint64_t part = EST_BASE_BYTES + params * 4 + part_rows * (3 * h + rec) * 4 + scratch + hs;
     est->part_ram_bytes = u64max(est->part_ram_bytes, part);
     est->part_lead_bytes = part + part_rows * rec * 4 + hs;
+    return params * 4;   /* the block, as the lead held it at the pass */
 }
 
 static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipeline_estimate *est)
@@ -232,8 +234,10 @@ static void part_terms(const qp_job *job, const qd_model_config *cfg, qd_pipelin
     }
     est->part_disk_bytes = big;
     uint64_t k = u64max(u64max(h, qd), u64max(inter, mi)), rows = u64min(u64max(h, u64max(inter, qd)), EST_PART_ROWS);
-    est->part_ram_bytes = EST_BASE_BYTES + 4 * k * k * 4 + rows * k * (8 + 9 + 9);
-    capture_terms(job, cfg, est);
+    uint64_t quant = EST_BASE_BYTES + 4 * k * k * 4 + rows * k * (8 + 9 + 9);   /* a quantize or factor part */
+    est->part_ram_bytes = quant;
+    uint64_t kept = capture_terms(job, cfg, est);   /* raises part_ram_bytes to a capture part's */
+    est->part_ram_bytes = u64max(est->part_ram_bytes, quant + kept);
     est->part_ram_bytes = EST_BASE_BYTES + heap_kept(est->part_ram_bytes - EST_BASE_BYTES);
     est->part_lead_bytes = heap_kept(est->part_lead_bytes);
 }
