@@ -36,7 +36,7 @@ static long faults_of_one_buffer(void)
     long f0 = minflt();
     volatile char *p = malloc(BUF);   /* volatile: the stores, and so the buffer, stay */
     CHECK(p != NULL);
-    for (size_t i = 0; p && i < BUF; i += 4096) p[i] = 1;
+    for (size_t i = 0; p && i < BUF; i += 4096) p[i] = 1;   /* every page, whatever its size */
     free((void *)p);
     return minflt() - f0;
 }
@@ -44,15 +44,15 @@ static long faults_of_one_buffer(void)
 static void test_kept_then_released(void)
 {
     qst_malloc_tune();
-    long pages = BUF / 4096;
     long first = faults_of_one_buffer();   /* fresh pages */
     long again = faults_of_one_buffer();   /* the first buffer's, kept */
     qd_rss_release();
     long released = faults_of_one_buffer();   /* fresh again */
     if (!KEEP_CHECKED) return;
-    CHECK(first >= pages / 2);
-    CHECK(again < pages / 16);
-    CHECK(released >= pages / 2);
+    /* Relative to the first: pages of 4 KiB or 64 KiB, or huge pages, give other counts. */
+    CHECK(first > 0);
+    CHECK(again * 8 < first);
+    CHECK(released * 2 >= first);
 }
 
 int main(void)
