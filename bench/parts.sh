@@ -13,7 +13,9 @@
 # SHAPE: 7b (a Llama-2-7B-shaped block: hidden 4096, intermediate 11008, 32 heads) or
 # mixtral (a Mixtral-8x7B-shaped block: intermediate 14336, 8 kv heads, 8 experts, top 2).
 # Defaults: build/release, 7b, 2, 2 rounds, 16 x 512 tokens; GPTQ w4 g128 true-sequential.
-# PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
+# PARTS_LAYERS (default 1) blocks in the model: with 2 or more, a row per block (the first
+# block pays each process's first touch of its memory, the later ones do not, as in a job of
+# many blocks). PARTS_JOB_EXTRA (default empty) is added to the job's JSON, e.g. ',"true_sequential":false';
 # PARTS_CALIB_EXTRA to its calibration object, e.g. ',"shards":2'. PARTS_KEEP=DIR keeps each
 # run's daemon log and report there (TAG-daemon.log, TAG-report.json, TAG the run's label) for
 # bench/parts_project.py, and the first 16 hex digits of its model.safetensors' SHA-256
@@ -40,7 +42,7 @@ case "$SHAPE" in
     mixtral) G=(--hidden 4096 --intermediate 14336 --heads 32 --kv-heads 8 --experts 8) ;;
     *) echo "parts.sh: SHAPE is 7b or mixtral" >&2; exit 1 ;;
 esac
-"$B/quantctl" gen-model --out "$T/m" --layers 1 "${G[@]}" --max-pos 4096 --vocab 512 --dtype f16 > /dev/null
+"$B/quantctl" gen-model --out "$T/m" --layers "${PARTS_LAYERS:-1}" "${G[@]}" --max-pos 4096 --vocab 512 --dtype f16 > /dev/null
 python3 -c "import json,random; random.seed(0); json.dump({'tokens':[random.randrange(512) for _ in range($S*$L+4096)]}, open('$T/ids.json','w'))"
 PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no > "$T/redis.log" 2>&1 &
@@ -72,11 +74,13 @@ run() {   # run WORKERS TAG: one job on a fresh daemon with cpu:WORKERS
     python3 - "$out/quantd_report.json" "$w" "$tag" <<'PY'
 import json, sys, collections
 r = json.load(open(sys.argv[1])); w, tag = sys.argv[2], sys.argv[3]
-b = r["blocks"][0]; st = b["stages"]
-q = sum(st[k] for k in ("quantize", "pack", "error", "kernel_check"))
-by = collections.Counter(l.get("worker", "in memory") for l in r["layers"])
-print(f"| {tag} | {w} | {b['seconds']:.1f} | {st['calibrate']:.1f} | {q:.1f} | {st['forward']:.1f} | "
-      f"{st['checkpoint']:.2f} | " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())) + " |")
+for bi, b in enumerate(r["blocks"]):
+    st = b["stages"]
+    q = sum(st[k] for k in ("quantize", "pack", "error", "kernel_check"))
+    by = collections.Counter(l.get("worker", "in memory") for l in r["layers"] if l.get("block", 0) == bi)
+    label = tag if len(r["blocks"]) == 1 else f"{tag} b{bi}"
+    print(f"| {label} | {w} | {b['seconds']:.1f} | {st['calibrate']:.1f} | {q:.1f} | {st['forward']:.1f} | "
+          f"{st['checkpoint']:.2f} | " + ", ".join(f"{k} {v}" for k, v in sorted(by.items())) + " |")
 PY
     FIRST=${FIRST:-$out}
     cmp "$out/model.safetensors" "$FIRST/model.safetensors" ||

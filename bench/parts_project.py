@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """One job over many workers, from measured part costs to bigger models (docs/parallel.md).
 
-    bench/parts_project.py timeline DAEMON_LOG
+    bench/parts_project.py timeline DAEMON_LOG [--block N]
     bench/parts_project.py project DENSE_LOG DENSE_REPORT [MOE_LOG MOE_REPORT] [--check-1 SECONDS]
                                    [--moe-1 MOE_REPORT_OF_ONE_WORKER]
 
@@ -37,8 +37,8 @@ MAX_CPARTS = 16      # the most capture parts of a pass
 LINE = re.compile(r"^(\S+Z) \w+ (\w+) (.*)$")
 
 
-def parse_log(path):
-    """The first block's events: its task start, fan-outs and end."""
+def parse_log(path, block=0):
+    """Block `block`'s events (the first's by default): its task start, fan-outs and end."""
     t0 = t_end = None
     fans, cur = [], None
     for raw in open(path, errors="replace"):
@@ -47,8 +47,10 @@ def parse_log(path):
             continue
         ts = datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S.%fZ").timestamp()
         ev, kv = m.group(2), dict(re.findall(r"(\w+)=(\S+)", m.group(3)))
-        if ev == "task_start" and t0 is None:
+        if ev == "task_start" and t0 is None and kv.get("block") == str(block):
             t0 = ts
+        elif t0 is None:
+            continue
         elif ev == "parts_open":
             cur = {"step": kv["step"], "open": ts, "close": None, "n": int(kv["parts"]), "parts": []}
             fans.append(cur)
@@ -58,6 +60,7 @@ def parse_log(path):
             cur["close"] = ts
         elif ev == "block_done" and t_end is None:
             t_end = ts
+            break
     if t0 is None or t_end is None:
         sys.exit(f"{path}: no task_start or block_done line")
     prev = t0
@@ -67,8 +70,8 @@ def parse_log(path):
     return {"t0": t0, "end": t_end, "block": t_end - t0, "fans": fans, "after": t_end - prev}
 
 
-def timeline(path):
-    lg = parse_log(path)
+def timeline(path, block=0):
+    lg = parse_log(path, block)
     print(f"block: {lg['block']:.1f} s\n")
     print("| fan-out | step | parts | lead alone before s | wall s | parts' seconds (sum) | longest part s |")
     print("|---|---|---|---|---|---|---|")
@@ -437,8 +440,8 @@ def project(argv):
 
 def main():
     try:
-        if len(sys.argv) >= 3 and sys.argv[1] == "timeline":
-            timeline(sys.argv[2])
+        if len(sys.argv) in (3, 5) and sys.argv[1] == "timeline" and (len(sys.argv) == 3 or sys.argv[3] == "--block"):
+            timeline(sys.argv[2], int(sys.argv[4]) if len(sys.argv) == 5 else 0)
         elif len(sys.argv) >= 4 and sys.argv[1] == "project":
             project(sys.argv[2:])
         else:

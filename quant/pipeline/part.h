@@ -130,6 +130,9 @@ typedef struct qd_qpart_in {
     const st_tensor *src;        /* the model's stored weight when the input file names its rows
                                     instead of holding them (qd_qpart_src_find), else NULL */
     uint64_t src_sum;            /* with src: the checksum of the rows' stored bytes */
+    int den_known;               /* 1: den is the error's denominator trace of these rows */
+    double den;                  /* (qd_pipeline_rel_traces' trace[1]), computed by a trace part
+                                    beside the factorisation (part_factor.c); the part skips it */
 } qd_qpart_in;
 
 /* What it gives back. */
@@ -262,6 +265,31 @@ struct qd_fpart_done {
  * or QD_EFORMAT (err says why) otherwise. */
 int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be, int64_t k,
                       qd_fpart_done *done, qd_err *err);
+
+/* Trace parts. The quantize parts of a fan-out measure their rows' error against
+ * tr(W H W^T) (qd_pipeline_rel_traces' denominator), which needs W and H but not the factor:
+ * when one group's factorisation would keep the lead alone while the other workers wait (one
+ * GPTQ Hessian in the fan-out, on the CPU, wide enough: qd_tpart_pays), the factor step gets,
+ * besides that factor part, a trace part for each quantize part, computing the denominator
+ * of its rows on whichever worker is free; the quantize parts then skip it (in->den). A trace
+ * part's input is a factor-step input (numbered after the factor parts) of kind "trace"; its
+ * output is named like a factor's, by its input's checksum and its maker. */
+
+/* Whether a fan-out whose one GPTQ Hessian is [k, k] and whose largest quantize part has
+ * max_rows rows gets trace parts: on the CPU backend only (a GPU factors in a fraction of a
+ * second), when the factorisation (k^3 / 3 flops) outlasts the trace of the largest part
+ * (max_rows k^2 flops), i.e. k > 3 max_rows. mode (qd_pipeline_set_trace_parts): -1 by that
+ * rule, 0 never, 1 always. */
+int qd_tpart_pays(const qd_backend *be, int64_t k, int64_t max_rows, int mode);
+/* Writes trace part `index`'s input: in's rows (named in the model, in->src), group's Hessian
+ * file (written before, its checksum in the input); *checksum gets the file's. */
+int qd_tpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, uint64_t *checksum,
+                      qd_err *err);
+/* Reads trace part `index`'s output (made by a backend like be from the input of checksum
+ * in_checksum) into *den; *worker (cap >= 64) and *seconds from it. 0, or QD_ENOTFOUND or
+ * QD_EFORMAT (err says why). */
+int qd_tpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be, double *den,
+                      char *worker, double *seconds, qd_err *err);
 
 /* ---- the capture step's parts: a run of calibration batches each (part_capture.c) ---- */
 

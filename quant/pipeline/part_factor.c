@@ -8,9 +8,13 @@
  * LAPACK path for the thread count, the GPU model), so an output is named by its input's
  * checksum and by a hash of what made it (qd_part_maker_desc): the lead takes over only an
  * output made by a backend like its own, which is what it would have computed itself, and
- * factors the others' groups itself. */
+ * factors the others' groups itself.
+ *
+ * The same step carries trace parts (part.h): the error's denominator tr(W H W^T) of a
+ * quantize part's rows, which needs no factor, computed while one worker factors. */
 #include "quant/pipeline/part.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -128,6 +132,9 @@ int qd_fpart_write_in(int dirfd, int block, int index, int group, int64_t k, uin
     return rc;
 }
 
+static int tpart_run(qd_pipeline *p, int dirfd, int block, int index, const qd_part_file *f, const char *name,
+                     const char *worker, qd_err *err);
+
 int qd_fpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const char *worker, qd_err *err)
 {
     char name[64];
@@ -135,6 +142,17 @@ int qd_fpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     qd_part_file f;
     int rc = qd_part_file_read(dirfd, name, &f, err);
     if (rc) return rc;
+    const char *kind = meta_str(f.meta, "kind");
+    if (kind && !strcmp(kind, "trace")) {
+        rc = tpart_run(p, dirfd, block, index, &f, name, worker, err);
+        qd_part_file_free(&f);
+        return rc;
+    }
+    if (kind) {
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: kind \"%.40s\" is not one this build runs (trace)", name, kind);
+        qd_part_file_free(&f);
+        return rc;
+    }
     const char *hn = meta_str(f.meta, "hessian"), *hs = meta_str(f.meta, "h_checksum");
     const cJSON *kj = cJSON_GetObjectItemCaseSensitive(f.meta, "k");
     int64_t k = cJSON_IsNumber(kj) ? (int64_t)kj->valuedouble : -1;
@@ -202,6 +220,136 @@ int qd_fpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, con
         done->checksum = f.checksum;
         done->seconds = cJSON_IsNumber(sj) && sj->valuedouble >= 0 ? sj->valuedouble : 0;
         snprintf(done->worker, sizeof done->worker, "%s", wk ? wk : "?");
+    }
+    qd_part_file_free(&f);
+    return rc;
+}
+
+/* ---- trace parts ---- */
+
+int qd_tpart_pays(const qd_backend *be, int64_t k, int64_t max_rows, int mode)
+{
+    if (mode >= 0) return mode;
+    /* potrf: k^3 / 3 flops; a part's trace (a symmetric rank-rows update): rows k^2. The
+     * factor outlasts the largest trace part when k > 3 rows (measured on one thread, k
+     * 11008: potrf 3.8 s, 2048 rows' trace 2.1 s; bench/results/parts.md). */
+    return be->device < 0 && max_rows > 0 && k > 3 * max_rows;
+}
+
+static int64_t meta_i64(const cJSON *meta, const char *key)
+{
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(meta, key);
+    return cJSON_IsNumber(v) ? (int64_t)v->valuedouble : -1;
+}
+
+int qd_tpart_write_in(int dirfd, int block, int index, int group, const qd_qpart_in *in, uint64_t *checksum,
+                      qd_err *err)
+{
+    if (!in->src) return qd_err_set(err, QD_EINVAL, "trace part: %s's rows are not named in the model", in->res.name);
+    char hname[64], name[64], sum[24];
+    qd_qpart_name_hessian(hname, sizeof hname, block, group);
+    qd_fpart_name_in(name, sizeof name, block, index);
+    uint64_t hsum = qd_part_file_checksum(dirfd, hname);
+    if (!hsum) return qd_err_set(err, QD_EFORMAT, "part file %s: missing or unreadable", hname);
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)hsum);
+    cJSON *meta = cJSON_CreateObject();
+    if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
+    cJSON_AddStringToObject(meta, "step", "factor");
+    cJSON_AddStringToObject(meta, "kind", "trace");
+    cJSON_AddNumberToObject(meta, "index", index);
+    cJSON_AddNumberToObject(meta, "group", group);
+    cJSON_AddStringToObject(meta, "linear", in->res.name);
+    cJSON_AddNumberToObject(meta, "n", (double)in->res.n);
+    cJSON_AddNumberToObject(meta, "k", (double)in->res.k);
+    cJSON_AddNumberToObject(meta, "r0", (double)in->r0);
+    cJSON_AddNumberToObject(meta, "r1", (double)in->r1);
+    cJSON_AddStringToObject(meta, "hessian", hname);
+    cJSON_AddStringToObject(meta, "h_checksum", sum);
+    int rc = qd_qpart_src_note(meta, in) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    if (!rc) rc = qd_part_file_write(dirfd, name, meta, NULL, 0, checksum, err);
+    cJSON_Delete(meta);
+    return rc;
+}
+
+/* A trace part from its input f (read and checked whole): the rows from the model, the
+ * Hessian from its file (its checksum the input's), the denominator into the output. */
+static int tpart_run(qd_pipeline *p, int dirfd, int block, int index, const qd_part_file *f, const char *name,
+                     const char *worker, qd_err *err)
+{
+    const char *hn = meta_str(f->meta, "hessian"), *hs = meta_str(f->meta, "h_checksum");
+    int64_t n = meta_i64(f->meta, "n"), k = meta_i64(f->meta, "k"), r0 = meta_i64(f->meta, "r0"),
+            r1 = meta_i64(f->meta, "r1");
+    unsigned long long want = 0;
+    if (!hn || strchr(hn, '/') || !hs || sscanf(hs, "%16llx", &want) != 1)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian named", name);
+    if (n <= 0 || k <= 0 || n > (1 << 24) || k > (1 << 20) || r0 < 0 || r1 <= r0 || r1 > n)
+        return qd_err_set(err, QD_EFORMAT, "part file %s: bad shape or rows", name);
+    double t0 = qd_clock_now_s();
+    int64_t rows = r1 - r0;
+    float *w = malloc((size_t)(rows * k) * sizeof *w);
+    int rc = w ? 0 : qd_err_set(err, QD_ENOMEM, "part file %s: out of memory for [%lld, %lld] rows", name,
+                                (long long)rows, (long long)k);
+    if (!rc) {
+        rc = qd_qpart_src_read(p->job, p->m ? qd_model_tensors(p->m) : NULL, f->meta, r0, r1, n, k, w, err);
+        if (rc == QD_ENOTFOUND) rc = qd_err_set(err, QD_EFORMAT, "part file %s: names no rows of the model", name);
+    }
+    qd_gptq_hessian h;
+    memset(&h, 0, sizeof h);
+    if (!rc) rc = qd_qpart_read_hessian(dirfd, hn, want, NULL, 0, p->be, k, &h, NULL, err);
+    double tr[2] = {0, 0};
+    if (!rc) rc = qd_pipeline_rel_traces_den(p, w, NULL, rows, k, &h, 0.0, -1.0, tr, err);
+    qd_gptq_hessian_free(&h);
+    free(w);
+    if (!rc && !(isfinite(tr[1]) && tr[1] >= 0))
+        rc = qd_err_set(err, QD_ENUMERIC, "part file %s: the trace of the rows is %g", name, tr[1]);
+    cJSON *meta = rc ? NULL : cJSON_CreateObject();
+    if (!rc && !meta) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    char desc[160], out[96], sum[24];
+    qd_part_maker_desc(p->be, desc, sizeof desc);
+    if (!rc) {
+        snprintf(sum, sizeof sum, "%016llx", (unsigned long long)f->checksum);
+        cJSON_AddStringToObject(meta, "step", "factor");
+        cJSON_AddStringToObject(meta, "kind", "trace");
+        cJSON_AddStringToObject(meta, "in_checksum", sum);
+        cJSON_AddStringToObject(meta, "worker", worker ? worker : "local");
+        cJSON_AddStringToObject(meta, "made_by", desc);
+        cJSON_AddNumberToObject(meta, "seconds", qd_clock_now_s() - t0);
+        qd_fpart_name_out(out, sizeof out, block, index, f->checksum, desc);
+        qd_part_arr a = {"den", &tr[1], sizeof tr[1]};
+        rc = qd_part_file_write(dirfd, out, meta, &a, 1, NULL, err);
+    }
+    cJSON_Delete(meta);
+    return rc;
+}
+
+int qd_tpart_read_out(int dirfd, int block, int index, uint64_t in_checksum, const qd_backend *be, double *den,
+                      char *worker, double *seconds, qd_err *err)
+{
+    char desc[160], name[96], sum[24];
+    qd_part_maker_desc(be, desc, sizeof desc);
+    qd_fpart_name_out(name, sizeof name, block, index, in_checksum, desc);
+    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)in_checksum);
+    qd_part_file f;
+    int rc = qd_part_file_read(dirfd, name, &f, err);
+    if (rc) return rc;
+    const char *ic = meta_str(f.meta, "in_checksum"), *mb = meta_str(f.meta, "made_by"), *wk = meta_str(f.meta, "worker"),
+               *kind = meta_str(f.meta, "kind");
+    const cJSON *sj = cJSON_GetObjectItemCaseSensitive(f.meta, "seconds");
+    const double *d = NULL;
+    if (!ic || strcmp(ic, sum))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: computed from another input", name);
+    else if (!mb || strcmp(mb, desc))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: made by \"%s\", not \"%s\"", name, mb ? mb : "?", desc);
+    else if (!kind || strcmp(kind, "trace"))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: not a trace part's output", name);
+    else if (!(d = qd_part_file_arr(&f, "den", sizeof *d, err)))
+        rc = QD_EFORMAT;
+    else if (!(isfinite(*d) && *d >= 0))
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: the trace is %g", name, *d);
+    if (!rc) {
+        *den = *d;
+        if (seconds) *seconds = cJSON_IsNumber(sj) && sj->valuedouble >= 0 ? sj->valuedouble : 0;
+        if (worker) snprintf(worker, 64, "%s", wk ? wk : "?");
     }
     qd_part_file_free(&f);
     return rc;

@@ -83,7 +83,8 @@ int qd_qpart_compute(qd_pipeline *p, const qd_qpart_in *in, qd_gptq_shared *shar
     if (rc) return qd_err_prefix(err, "%s", res->name);
     /* The error is measured against the weight before clipping (clipping is part of the
      * quantization error); GPTQ's own losses give its numerator when GPTQ saw that weight. */
-    rc = qd_pipeline_rel_traces(p, in->w_ref, out->dq.w, rows, k, in->h, in->use_losses ? h_err : -1.0, out->trace, err);
+    rc = qd_pipeline_rel_traces_den(p, in->w_ref, out->dq.w, rows, k, in->h, in->use_losses ? h_err : -1.0,
+                                    in->den_known ? in->den : -1.0, out->trace, err);
     stage_add(out->stage, QD_STAGE_ERROR, t);
     return rc;
 }
@@ -344,9 +345,10 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
         if (!rc && (qd_part_farr_note(meta, &w) || (in->w_ref != in->w && qd_part_farr_note(meta, &w_ref))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
-    qd_part_arr a[3];
+    qd_part_arr a[4];
     int na = 0;
     a[na++] = (qd_part_arr){"res", rv, sizeof rv};
+    if (in->den_known) a[na++] = (qd_part_arr){"den", &in->den, sizeof in->den};   /* a trace part's */
     if (!in->src) a[na++] = w.arr;
     if (!in->src && in->w_ref != in->w) a[na++] = w_ref.arr;
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
@@ -590,6 +592,12 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         uint64_t nw = rc ? 0 : (uint64_t)((in.r1 - in.r0) * k);
         const cJSON *a = cJSON_GetObjectItemCaseSensitive(f.meta, "arrays");
         int has_ref = cJSON_HasObjectItem(a, "w_ref");
+        if (!rc && cJSON_HasObjectItem(a, "den")) {
+            const double *d = qd_part_file_arr(&f, "den", sizeof *d, err);
+            if (!d) rc = QD_EFORMAT;
+            else if (!(isfinite(*d) && *d >= 0)) rc = qd_err_set(err, QD_EFORMAT, "part file %s: den is %g", name, *d);
+            else { in.den_known = 1; in.den = *d; }
+        }
         if (!rc && (!(w = malloc(nw * sizeof *w)) || (has_ref && !(w_ref = malloc(nw * sizeof *w_ref)))))
             rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
         if (!rc && cJSON_HasObjectItem(f.meta, "src")) rc = qd_qpart_src_read(p->job, p->m ? qd_model_tensors(p->m) : NULL, f.meta, in.r0, in.r1, n, k, w, err);

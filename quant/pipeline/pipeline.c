@@ -39,6 +39,7 @@ int qd_pipeline_next_block(const qd_pipeline *p) { return p->st.next_block; }
 
 void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes) { p->wave_bytes = bytes; }
 void qd_pipeline_set_twins(qd_pipeline *p, int on) { p->no_twins = !on; }
+void qd_pipeline_set_trace_parts(qd_pipeline *p, int mode) { p->trace_parts = mode < 0 ? -1 : !!mode; }
 uint64_t qd_pipeline_twins_copied(const qd_pipeline *p) { return p->twins_copied; }
 void qd_pipeline_set_keep_mlp_act(qd_pipeline *p, int keep) { p->no_mlp_keep = !keep; }
 
@@ -224,6 +225,7 @@ int qd_pipeline_open(const qp_job *job, qd_backend *be, const qd_pipeline_hooks 
     qd_pipeline *p = calloc(1, sizeof *p);
     if (!p) return qd_err_set(err, QD_ENOMEM, "out of memory");
     p->out_fd = p->ckpt_fd = p->parts_fd = -1;
+    p->trace_parts = -1;
     p->job = job;
     p->be = be;
     if (hooks) p->hooks = *hooks;

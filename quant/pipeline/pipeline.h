@@ -130,6 +130,10 @@ void qd_pipeline_set_wave_bytes(qd_pipeline *p, uint64_t bytes);
  * moe.calibrate_all_experts) and the default copies that group's once the pass is done. The
  * output does not depend on it. qd_pipeline_twins_copied: the Hessians copied so far. */
 void qd_pipeline_set_twins(qd_pipeline *p, int on);
+/* Trace parts (quant/pipeline/part.h, qd_tpart_pays): mode -1 (the default) where the rule
+ * says they pay, 0 never, 1 in every fan-out with one GPTQ Hessian whose rows the model
+ * names. The output does not depend on it. */
+void qd_pipeline_set_trace_parts(qd_pipeline *p, int mode);
 uint64_t qd_pipeline_twins_copied(const qd_pipeline *p);
 /* keep 0 stops the job keeping its MLP activation for each block's last forward (GPTQ where
  * its estimate chose to: keep_mlp_act, qd_pipeline_mlp_keep_decide; AWQ always): one more

@@ -329,35 +329,78 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
 
 /* The factor step of a fan-out (part_factor.c): the Hessians of groups[0..nf) (written
  * already, ks their widths) factored by parts of their own, fdone[j] the output group j's
- * row parts read. An output missing, damaged, or made by a backend unlike the lead's is
- * computed here. sums[j] gets part j's input checksum; *t_hook the seconds the parts ran for. */
-static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, qd_fpart_done *fdone, uint64_t *sums,
-                       double *t_hook, qd_err *err)
+ * row parts read; and, with nt > 0, trace parts nf.. for the run's parts 0..nt (their rows'
+ * error denominators, of group t_group's Hessian, into their den). An output missing,
+ * damaged, or made by a backend unlike the lead's is computed here. sums[j] gets part j's
+ * input checksum; *t_fac and *t_trace the seconds the parts ran for, split by what they ran. */
+static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, int t_group, int nt,
+                       qd_fpart_done *fdone, uint64_t *sums, double *t_fac, double *t_trace, qd_err *err)
 {
     qd_pipeline *p = r->p;
-    const char **names = calloc((size_t)nf, sizeof *names);
-    int rc = !names ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    const char **names = calloc((size_t)(nf + nt), sizeof *names);
+    char (*labels)[96] = nt ? calloc((size_t)nt, 96) : NULL;
+    int rc = !names || (nt && !labels) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
     for (int j = 0; j < nf && !rc; j++) {
         rc = qd_fpart_write_in(p->parts_fd, r->block, j, groups[j], ks[j], &sums[j], err);
         names[j] = qd_model_group(p->m, groups[j])->name;
     }
-    double t0 = qd_clock_now_s();
-    if (!rc && p->hooks.fanout(p->hooks.ud, r->block, "factor", nf, names))
-        rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
-    *t_hook = qd_clock_now_s() - t0;
-    for (int j = 0; j < nf && !rc; j++) {
-        qd_err e2 = {0};
-        if (!qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], &e2)) continue;
-        /* Never used: factored again, here. */
-        QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=factor part=%d group=%s why=\"%s\"", p->job->id,
-               r->block, j, names[j], e2.msg);
-        double tf = qd_clock_now_s();
-        rc = qd_fpart_run_file(p, p->parts_fd, r->block, j, p->hooks.worker, err);
-        *t_hook += qd_clock_now_s() - tf;
-        if (!rc) rc = qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], err);
+    for (int t = 0; t < nt && !rc; t++) {
+        const qd_qpart_in *in = &r->parts[t];
+        rc = qd_tpart_write_in(p->parts_fd, r->block, nf + t, t_group, in, &sums[nf + t], err);
+        snprintf(labels[t], 96, "%.60s trace %lld..%lld", in->res.name, (long long)in->r0, (long long)in->r1 - 1);
+        names[nf + t] = labels[t];
     }
+    double t0 = qd_clock_now_s();
+    if (!rc && p->hooks.fanout(p->hooks.ud, r->block, "factor", nf + nt, names))
+        rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
+    double th = qd_clock_now_s() - t0, s_fac = 0, s_trace = 0;
+    for (int j = 0; j < nf + nt && !rc; j++) {
+        qd_err e2 = {0};
+        double secs = 0;
+        qd_qpart_in *in = j >= nf ? &r->parts[j - nf] : NULL;
+        int got = in ? qd_tpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, &in->den, NULL, &secs, &e2)
+                     : qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], &e2);
+        if (got) {
+            /* Never used: computed again, here. */
+            QD_LOG(QD_LOG_WARN, "part_recomputed", "job=%s block=%d step=factor part=%d what=\"%s\" why=\"%s\"",
+                   p->job->id, r->block, j, names[j], e2.msg);
+            double tf = qd_clock_now_s();
+            rc = qd_fpart_run_file(p, p->parts_fd, r->block, j, p->hooks.worker, err);
+            th += qd_clock_now_s() - tf;
+            if (!rc) rc = in ? qd_tpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, &in->den, NULL, &secs, err)
+                             : qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], err);
+        }
+        if (rc) break;
+        if (in) {
+            in->den_known = 1;
+            s_trace += secs;
+        } else {
+            s_fac += fdone[j].seconds;
+        }
+    }
+    /* The step's wall time, the factorisations' share the quantize stage's, the traces' the error's. */
+    double f = s_fac + s_trace > 0 ? s_trace / (s_fac + s_trace) : 0;
+    *t_trace = th * f;
+    *t_fac = th - *t_trace;
     free(names);
+    free(labels);
     return rc;
+}
+
+/* Whether the run's fan-out, whose one GPTQ Hessian is of width k, gets trace parts
+ * (qd_tpart_pays): then every part's rows must be named in the model (qd_qpart_src_find,
+ * done here for all of them; *src_done tells the caller). */
+static int trace_parts_pay(run_ctx *r, int64_t k, int *src_done)
+{
+    qd_pipeline *p = r->p;
+    int64_t max_rows = 0;
+    for (int i = 0; i < r->n_parts; i++)
+        if (r->parts[i].r1 - r->parts[i].r0 > max_rows) max_rows = r->parts[i].r1 - r->parts[i].r0;
+    if (r->n_parts + 1 > QD_PART_MAX_FANOUT || !qd_tpart_pays(p->be, k, max_rows, p->trace_parts)) return 0;
+    int all = 1;
+    for (int i = 0; i < r->n_parts; i++) all &= qd_qpart_src_find(p, r->block, &r->parts[i]);
+    *src_done = 1;
+    return all;
 }
 
 /* The fan-out of the run's parts (r->fan): every group's Hessian written once (with GPTQ's
@@ -386,7 +429,13 @@ static int run_fanout(run_ctx *r, qd_err *err)
         hgptq[j] |= in->gptq;
     }
     for (int j = 0; j < n_h; j++) fidx[j] = hgptq[j] ? nf++ : -1;
-    int fparts = nf >= 2;
+    /* One GPTQ Hessian: its factorisation would keep the lead alone; with trace parts it is
+     * a part too, beside the parts' error denominators. */
+    int t_j = -1, src_done = 0;
+    for (int j = 0; j < n_h && nf == 1; j++)
+        if (hgptq[j]) t_j = j;
+    int nt = t_j >= 0 && trace_parts_pay(r, hs[t_j]->k, &src_done) ? r->n_parts : 0;
+    int fparts = nf >= 2 || nt > 0;
     /* Each group's Hessian once. GPTQ's factorisation of it once, rather than once per
      * part: the parts of a group (q/k/v, every row range) start from it, as the in-memory
      * run's do; made here one group after another, or, with two groups or more, by parts. */
@@ -404,17 +453,20 @@ static int run_fanout(run_ctx *r, qd_err *err)
         qd_gptq_shared_free(&sh);
     }
     qd_fpart_done *fdone = fparts ? calloc((size_t)nf, sizeof *fdone) : NULL;
-    uint64_t *fsums = fparts ? calloc((size_t)nf, sizeof *fsums) : NULL;
+    uint64_t *fsums = fparts ? calloc((size_t)(nf + nt), sizeof *fsums) : NULL;
     if (!rc && fparts) {
         int fg[QD_MAX_GROUPS];
         int64_t fk[QD_MAX_GROUPS];
         for (int j = 0; j < n_h; j++)
             if (fidx[j] >= 0) { fg[fidx[j]] = hg[j]; fk[fidx[j]] = hs[j]->k; }
-        double th = 0, tf = qd_clock_now_s();
-        rc = fdone && fsums ? run_factors(r, fg, fk, nf, fdone, fsums, &th, err) : qd_err_set(err, QD_ENOMEM, "out of memory");
-        /* The factorisations' wall time is the quantize step's; their files' the checkpoint's. */
+        double th = 0, tt = 0, tf = qd_clock_now_s();
+        rc = fdone && fsums ? run_factors(r, fg, fk, nf, nt ? hg[t_j] : -1, nt, fdone, fsums, &th, &tt, err)
+                            : qd_err_set(err, QD_ENOMEM, "out of memory");
+        /* The factorisations' wall time is the quantize step's, the traces' the error's; their
+         * files' the checkpoint's. */
         t_factor += th;
-        p->cost.stage[QD_STAGE_CHECKPOINT] += qd_clock_now_s() - tf - th;
+        p->cost.stage[QD_STAGE_ERROR] += tt;
+        p->cost.stage[QD_STAGE_CHECKPOINT] += qd_clock_now_s() - tf - th - tt;
         t0 += qd_clock_now_s() - tf - th;   /* booked already */
     }
     /* Then the inputs; a linear's weights are freed once its parts hold them (the direct
@@ -424,7 +476,7 @@ static int run_fanout(run_ctx *r, qd_err *err)
         int j = 0;
         while (hs[j] != r->parts[lj->first].h) j++;
         for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++) {
-            qd_qpart_src_find(p, r->block, &r->parts[i]);
+            if (!src_done) qd_qpart_src_find(p, r->block, &r->parts[i]);
             r->parts[i].fac = fparts && fidx[j] >= 0 ? &fdone[fidx[j]] : NULL;
             /* the Hessian file of the group whose Hessian it reads (a twin's: its kind's first) */
             rc = qd_qpart_write_in(p->parts_fd, r->block, i, hg[j], &r->parts[i], &r->in_sums[i], err);
@@ -494,12 +546,12 @@ static int run_fanout(run_ctx *r, qd_err *err)
         qd_qpart_name_hessian(name, sizeof name, r->block, r->lins[l].g);
         qd_part_file_remove(p->parts_fd, name);
     }
-    for (int j = 0; !rc && fparts && j < nf; j++) {
+    for (int j = 0; !rc && fparts && j < nf + nt; j++) {
         char name[80];
         qd_fpart_name_in(name, sizeof name, r->block, j);
         qd_part_file_remove(p->parts_fd, name);
     }
-    if (!rc && fparts) qd_part_outputs_remove(p->parts_fd, r->block, "factor", nf, fsums);
+    if (!rc && fparts) qd_part_outputs_remove(p->parts_fd, r->block, "factor", nf + nt, fsums);
     free(fsums);
     for (int i = 0; i < r->n_parts; i++) r->parts[i].fac = NULL;
     free(fdone);

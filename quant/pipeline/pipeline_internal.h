@@ -102,6 +102,7 @@ struct qd_pipeline {
     int moe_routed_done;
     uint64_t wave_bytes;         /* Hessian bytes one capture pass may fill (qd_pipeline_set_wave_bytes) */
     int no_twins;                /* qd_pipeline_set_twins(p, 0) */
+    int trace_parts;             /* qd_pipeline_set_trace_parts: -1 by the rule, 0 never, 1 always */
     uint64_t twins_copied;       /* Hessians a pass copied from a twin (qd_pipeline_twins_copied) */
     int no_mlp_keep;             /* qd_pipeline_set_keep_mlp_act(p, 0): the estimate's kept MLP activation refused */
     qd_block_cost cost;          /* the current block's seconds per stage, passes and bytes */
@@ -210,6 +211,11 @@ int qd_pipeline_rel_error(qd_pipeline *p, const float *w, const float *q, int64_
  * scaled by 2 / n as hessian_accum scales (d_err >= 0: trace[0] = d_err * 2 / n). */
 int qd_pipeline_rel_traces(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                            const qd_gptq_hessian *h, double d_err, double *trace, qd_err *err);
+/* The same with the denominator's trace known when den >= 0 (a trace part computed it for
+ * these rows, part_factor.c): trace[1] = den, and only the numerator may cost a pass. With
+ * q NULL and d_err 0, the denominator alone: trace[1] (trace[0] 0). */
+int qd_pipeline_rel_traces_den(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                               const qd_gptq_hessian *h, double d_err, double den, double *trace, qd_err *err);
 /* sqrt(max(num, 0) / den), 0 when den <= 0. */
 double qd_pipeline_rel_ratio(double num, double den);
 /* The same ratio computed directly, ||(W - Q) X^T|| / ||W X^T|| over x (host [rows, k]): two

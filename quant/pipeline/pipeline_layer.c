@@ -204,12 +204,24 @@ double qd_pipeline_rel_ratio(double num, double den)
 int qd_pipeline_rel_traces(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
                            const qd_gptq_hessian *h, double d_err, double *trace, qd_err *err)
 {
+    return qd_pipeline_rel_traces_den(p, w, q, n, k, h, d_err, -1.0, trace, err);
+}
+
+int qd_pipeline_rel_traces_den(qd_pipeline *p, const float *w, const float *q, int64_t n, int64_t k,
+                               const qd_gptq_hessian *h, double d_err, double den, double *trace, qd_err *err)
+{
     /* tr(A H A^T) = <H, A^T A>_F: A^T A by a symmetric rank-n update (the Hessian's own
      * op) costs n k^2 flops, half of the GEMM A H; the 2/n it scales by cancels in the ratio. */
     qd_backend *be = p->be;
     size_t nk = (size_t)(n * k), kk = (size_t)(k * k);
     int on_host = be->device < 0;
     int diff = d_err < 0;   /* D = W - Q is formed here only without GPTQ's losses */
+    int last = den >= 0 ? 1 : 2;   /* the denominator's pass, unless it is known */
+    if (!diff && last == 1) {
+        trace[0] = d_err * 2.0 / (double)n;
+        trace[1] = den;
+        return 0;
+    }
     /* On the host the backend reads W where it is; D, or a device's copy, needs a buffer. */
     float *a = on_host ? NULL : qd_backend_alloc(be, nk * sizeof(float));
     float *s = qd_backend_alloc(be, kk * sizeof(float));
@@ -222,8 +234,8 @@ int qd_pipeline_rel_traces(qd_pipeline *p, const float *w, const float *q, int64
         goto out;
     }
     if (!on_host && (rc = qd_backend_download(be, hh, h->h, kk * sizeof(float)))) goto be_err;
-    double tr[2] = {d_err * 2.0 / (double)n, 0};   /* D = W - Q, then W; hessian_accum's scale */
-    for (int pass = diff ? 0 : 1; pass < 2; pass++) {
+    double tr[2] = {d_err * 2.0 / (double)n, den};   /* D = W - Q, then W; hessian_accum's scale */
+    for (int pass = diff ? 0 : 1; pass < last; pass++) {
         const float *src = w;
         if (pass == 0 || !on_host) {
             for (size_t i = 0; i < nk; i++) tmp[i] = pass == 0 ? w[i] - q[i] : w[i];

@@ -55,10 +55,11 @@ typedef struct fan_ctx {
      * precision, Hessians and factors stored as their upper triangle, outputs whose
      * dequantized rows the lead decodes from the codes. */
     int ins, ins_half, ins_src, hess, hess_tri, facs, facs_tri, outs, outs_codes;
-    /* The factor step (part_factor.c): its fan-outs, parts, the last one's size and the most
-     * factor outputs seen beside a quantize fan-out (the lead's and, FAN_OTHER_MAKER, the
-     * other maker's). */
-    int factor_fanouts, factor_parts, factor_last_n, factor_outs_max;
+    /* The factor step (part_factor.c): its fan-outs, parts, the last one's size, and the
+     * quantize fan-outs that followed one with other than one output a factor part (two,
+     * FAN_OTHER_MAKER: the other maker's and the lead's), of those seen (after_factor: the
+     * last fan-out was a factor step). */
+    int factor_fanouts, factor_parts, factor_last_n, factor_outs_seen, factor_outs_bad, after_factor;
     int stopped;                 /* FAN_STOP: parts that stopped */
     /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
     int capture_fanouts, capture_parts, cap_files;
@@ -68,7 +69,11 @@ typedef struct fan_ctx {
     int cap_bad;                 /* FAN_CAP_BAD: the inputs edited and refused so far */
     int lead_hidden;             /* FAN_LEAD: state files hidden while the lead ran its own parts */
     int resumed;                 /* the run after a cancel: the failed attempt's outputs stay */
+    int trace_parts;             /* the factor step's trace parts (inputs of kind "trace") */
 } fan_ctx;
+
+/* qd_pipeline_set_trace_parts for fan_case's runs (-1: the rule's). */
+static int fan_trace = -1;
 
 /* The test backend under another desc: the same computation, named as another maker's. */
 static qd_backend other_maker;
@@ -349,6 +354,8 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
     CHECK_INT(stale_files(c, block), 0);   /* a committed block's parts are removed */
     int factor = !strcmp(step, "factor"), capture = !strcmp(step, "capture");
     CHECK(factor || capture || !strcmp(step, "quantize"));
+    int after_factor = c->after_factor;
+    c->after_factor = factor;
     CHECK(n > 1);
     if (capture) {
         c->capture_fanouts++;
@@ -370,9 +377,23 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         c->factor_fanouts++;
         c->factor_parts += n;
         c->factor_last_n = n;
+        char dir[4400], in[64];
+        snprintf(dir, sizeof dir, "%s/.quantd/parts", c->job->output);
+        int fd = open(dir, O_RDONLY | O_DIRECTORY);
+        for (int i = 0; i < n && fd >= 0; i++) {
+            qd_fpart_name_in(in, sizeof in, block, i);
+            cJSON *m = qd_part_file_meta(fd, in);
+            const cJSON *kind = cJSON_GetObjectItemCaseSensitive(m, "kind");
+            c->trace_parts += cJSON_IsString(kind) && !strcmp(kind->valuestring, "trace");
+            cJSON_Delete(m);
+        }
+        if (fd >= 0) close(fd);
     } else {
         int fo = factor_outs(c);
-        if (fo > c->factor_outs_max) c->factor_outs_max = fo;
+        if (after_factor && (c->mode == FAN_ALL || c->mode == FAN_OTHER_MAKER)) {
+            c->factor_outs_seen++;
+            c->factor_outs_bad += fo != (c->mode == FAN_OTHER_MAKER ? 2 : 1) * c->factor_last_n;
+        }
         /* The earlier fan-outs' outputs are gone, every maker's (none after a failure here),
          * and so are the capture step's files once its calls were taken over. */
         if ((c->mode == FAN_ALL || c->mode == FAN_OTHER_MAKER) && !c->resumed) CHECK_INT(quantize_outs(c), 0);
@@ -488,6 +509,19 @@ static void check_same(const char *what, const char *ref, const char *out)
 }
 
 static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
+static int last_trace_parts;
+
+/* qd_pipeline_run with fan_trace applied. */
+static int fan_run(const qp_job *job, const qd_pipeline_hooks *hooks, qd_err *err)
+{
+    qd_pipeline *p = NULL;
+    int rc = qd_pipeline_open(job, pt_be, hooks, &p, err);
+    if (!rc) qd_pipeline_set_trace_parts(p, fan_trace);
+    while (!rc && qd_pipeline_next_block(p) < qd_pipeline_n_blocks(p)) rc = qd_pipeline_run_block(p, err);
+    if (!rc) rc = qd_pipeline_finish(p, err);
+    qd_pipeline_close(p);
+    return rc;
+}
 static int last_cap_half[3], last_cap_y, last_cap_experts, last_cap_shards, last_lead_hidden;
 
 /* Returns the factor fan-outs the run made. */
@@ -496,7 +530,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
 {
     char ref[4200], out[4200];
     snprintf(ref, sizeof ref, "%s/%s-ref", T, tag);
-    snprintf(out, sizeof out, "%s/%s-fan%d", T, tag, (int)mode);
+    snprintf(out, sizeof out, "%s/%s-fan%d%s", T, tag, (int)mode, fan_trace == 1 ? "-trace" : "");
     qp_job *job = qd_fs_exists(test_path(ref, "model.safetensors")) ? NULL
                   : pt_run_job(tag, model, ref, method, format, tokens, extra);
     qp_job_free(job);
@@ -506,13 +540,13 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     fan_ctx c = {.job = job, .mode = mode, .cancel_at = 1};
     qd_pipeline_hooks hooks = {.ud = &c, .fanout = on_fanout, .worker = "lead"};
     qd_err err = {0};
-    int rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+    int rc = fan_run(job, &hooks, &err);
     if (mode == FAN_CANCEL || mode == FAN_CANCEL_AFTER) {
         CHECK_INT(rc, QD_ECANCELLED);
         c.mode = FAN_ALL;
         c.resumed = 1;
         int n_kept = c.kept_n;
-        rc = qd_pipeline_run(job, pt_be, &hooks, &err);
+        rc = fan_run(job, &hooks, &err);
         CHECK_INT(c.kept_n, 0);   /* the fan-out came again */
         /* The block is run again from its start; the fan-out it had finished is not. */
         if (mode == FAN_CANCEL_AFTER) CHECK(n_kept > 1 && c.kept == n_kept);
@@ -522,13 +556,15 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     CHECK(c.fanouts > 0);
     CHECK(c.parts > 0);
     /* Every part that reads the model's files refuses them (a factor part reads only its
-     * Hessian): none is used. */
-    if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts - c.factor_parts);
+     * Hessian, a trace part the rows too): none is used. */
+    if (mode == FAN_SWAP) CHECK_INT(c.failed, c.parts - (c.factor_parts - c.trace_parts));
     else CHECK_INT(c.failed, 0);
     /* Beside a quantize fan-out, each factor part's output once; with another maker, its
      * output and the lead's own. */
-    if (c.factor_fanouts && (mode == FAN_ALL || mode == FAN_OTHER_MAKER))
-        CHECK_INT(c.factor_outs_max, (mode == FAN_OTHER_MAKER ? 2 : 1) * c.factor_last_n);
+    if (c.factor_fanouts && (mode == FAN_ALL || mode == FAN_OTHER_MAKER)) {
+        CHECK_INT(c.factor_outs_seen, c.factor_fanouts);
+        CHECK_INT(c.factor_outs_bad, 0);
+    }
     if (mode == FAN_OTHER_MAKER) CHECK(c.factor_fanouts > 0);
     if (mode == FAN_STOP) CHECK(c.stopped > 0);
     if (mode == FAN_OTHER_MAKER) {
@@ -583,6 +619,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     last_lead_hidden = c.lead_hidden;
     last_cap_experts = c.cap_experts;
     last_cap_shards = c.cap_shards;
+    last_trace_parts = c.trace_parts;
     return c.factor_fanouts;
 }
 
@@ -895,6 +932,162 @@ static void test_factor_refusals(void)
     qp_job_free(job);
 }
 
+/* Trace parts (part.h): the rule, and the bytes of runs whose factor fan-outs carry each
+ * quantize part's error denominator, whether the trace parts are taken over, lost, damaged,
+ * made by an unlike backend, or refused because the model changed under the job. */
+static void test_trace_parts(void)
+{
+    qd_backend gpu = *pt_be;
+    gpu.device = 0;
+    CHECK_INT(qd_tpart_pays(pt_be, 11008, 2048, -1), 1);   /* a 7B down projection's factor */
+    CHECK_INT(qd_tpart_pays(pt_be, 6144, 2048, -1), 0);
+    CHECK_INT(qd_tpart_pays(pt_be, 4096, 2048, -1), 0);
+    CHECK_INT(qd_tpart_pays(pt_be, 4096, 1024, -1), 1);
+    CHECK_INT(qd_tpart_pays(&gpu, 11008, 2048, -1), 0);
+    CHECK_INT(qd_tpart_pays(pt_be, 4096, 2048, 1), 1);
+    CHECK_INT(qd_tpart_pays(pt_be, 11008, 2048, 0), 0);
+    /* By the rule, none of these small blocks' fan-outs has them. */
+    fan_case("gptq-rule", llama_dir, "gptq", "gptq", NULL, FAN_ALL);
+    CHECK_INT(last_trace_parts, 0);
+    fan_trace = 1;
+    static const fan_mode modes[] = {FAN_ALL, FAN_SKIP_ODD, FAN_DAMAGE, FAN_OTHER_MAKER, FAN_CANCEL_AFTER, FAN_LEAD};
+    for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
+        fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, modes[i]);
+        if (last_trace_parts < 4) TEST_FAIL_("wide-gptq mode %d: %d trace parts", (int)modes[i], last_trace_parts);
+    }
+    fan_case("wide-act", wide_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
+    CHECK(last_trace_parts >= 4);
+    fan_case("gptq", llama_dir, "gptq", "gptq", NULL, FAN_ALL);
+    CHECK(last_trace_parts >= 3);   /* q/k/v */
+    /* AWQ's scaled rows are not the model's: no trace parts, the same bytes. */
+    fan_case("wide-awq", wide_dir, "awq", "awq_gemm", NULL, FAN_ALL);
+    CHECK_INT(last_trace_parts, 0);
+    char swap_dir[4200];
+    qd_testgen_opts lo = pt_llama_opts(128, 3);
+    lo.dtype = QD_DTYPE_BF16;
+    if (!pt_setup_model("swap-trace", &lo, swap_dir, sizeof swap_dir)) {
+        fan_case("swap-trace", swap_dir, "gptq", "gptq", NULL, FAN_SWAP);
+        CHECK(last_trace_parts >= 3);
+    } else {
+        CHECK(0);
+    }
+    fan_trace = -1;
+}
+
+static void edit_rows(cJSON *m) { cJSON_ReplaceItemInObject(m, "r1", cJSON_CreateNumber(1 << 20)); }
+static void edit_src_sum(cJSON *m) { cJSON_ReplaceItemInObject(m, "src_sum", cJSON_CreateString("0000000000000000")); }
+static void edit_no_src(cJSON *m) { cJSON_DeleteItemFromObject(m, "src"); }
+static void edit_kind(cJSON *m) { cJSON_ReplaceItemInObject(m, "kind", cJSON_CreateString("sum")); }
+
+/* A trace part's files: its denominator is the one qd_pipeline_rel_traces gives the rows;
+ * an input naming a path, rows out of range, rows whose bytes changed, no rows, or a kind
+ * this build does not run, and an output of another maker, input or kind: each refused with
+ * a message, never used. */
+static void test_trace_refusals(void)
+{
+    char out[4200], dir[4400];
+    snprintf(out, sizeof out, "%s/trace-refusals", T);
+    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, NULL);
+    CHECK(job != NULL);
+    if (!job) return;
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", out);
+    qd_err err = {0};
+    CHECK_OK(qd_fs_mkdir_p(dir, &err));
+    int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(dirfd >= 0);
+    st_model *sm = NULL;
+    CHECK_OK(st_model_open(llama_dir, &sm, &err));
+    const st_tensor *t = sm ? st_model_find(sm, "model.layers.0.self_attn.q_proj.weight") : NULL;
+    CHECK(t != NULL && t->ndim == 2);
+    if (!t || t->ndim != 2 || dirfd < 0) { st_model_close(sm); qp_job_free(job); if (dirfd >= 0) close(dirfd); return; }
+    qd_pipeline *p = calloc(1, sizeof *p);
+    p->job = job;
+    p->be = pt_be;
+    CHECK_OK(qd_pipeline_quant_setup(p, &err));
+    const int64_t n = t->shape[0], k = t->shape[1], rows = 256, r0 = 16, r1 = n < 48 ? n : 48;
+    test_rng rg;
+    test_rng_seed(&rg, 12);
+    float *x = malloc((size_t)(rows * k) * sizeof *x), *w = malloc((size_t)(n * k) * sizeof *w);
+    for (int64_t i = 0; i < rows * k; i++) x[i] = test_rng_normal(&rg);
+    qd_gptq_hessian h;
+    CHECK_OK(qd_gptq_hessian_init(&h, pt_be, k, &err));
+    CHECK_OK(qd_gptq_hessian_add(&h, x, rows, &err));
+    CHECK_OK(qd_qpart_write_hessian(dirfd, 0, 0, &h, NULL, &err));
+    st_tensor view;
+    CHECK_OK(st_tensor_rows(t, r0, r1, &view, &err));
+    CHECK_OK(st_tensor_read_f32(&view, w, &err));
+    qd_qpart_in in;
+    memset(&in, 0, sizeof in);
+    snprintf(in.res.name, sizeof in.res.name, "model.layers.0.self_attn.q_proj");
+    in.res.n = n;
+    in.res.k = k;
+    in.r0 = r0;
+    in.r1 = r1;
+    in.w = in.w_ref = w;
+    in.src = t;
+    in.src_sum = qd_part_checksum(view.data, (uint64_t)(view.end - view.begin));
+    /* What the quantize part would measure itself. */
+    double tr[2];
+    CHECK_OK(qd_pipeline_rel_traces(p, w, w, r1 - r0, k, &h, 0.0, tr, &err));
+    CHECK(tr[1] > 0);
+    /* The good case, as trace part 1 (after one factor part): run, read back by the lead. */
+    uint64_t sum = 0;
+    char in_name[64], oname[96], desc[160], worker[64];
+    qd_fpart_name_in(in_name, sizeof in_name, 0, 1);
+    CHECK_OK(qd_tpart_write_in(dirfd, 0, 1, 0, &in, &sum, &err));
+    CHECK_OK(qd_fpart_run_file(p, dirfd, 0, 1, "w2", &err));
+    double den = -1, secs = -1;
+    CHECK_OK(qd_tpart_read_out(dirfd, 0, 1, sum, pt_be, &den, worker, &secs, &err));
+    test_checks++;
+    if (memcmp(&den, &tr[1], sizeof den)) TEST_FAIL_("trace part: %.17g, the rows' own %.17g", den, tr[1]);
+    CHECK_STR(worker, "w2");
+    CHECK(secs >= 0);
+    CHECK_INT(qd_tpart_read_out(dirfd, 0, 1, sum, &other_maker, &den, worker, &secs, &err), QD_ENOTFOUND);
+    /* A factor read where a trace is, and the other way round. */
+    qd_fpart_done done;
+    qd_err e = {0};
+    CHECK_INT(qd_fpart_read_out(dirfd, 0, 1, sum, pt_be, k, &done, &e), QD_EFORMAT);
+    /* The output edited. */
+    qd_part_maker_desc(pt_be, desc, sizeof desc);
+    qd_fpart_name_out(oname, sizeof oname, 0, 1, sum, desc);
+    struct { void (*edit)(cJSON *); const char *msg; } outs[] = {{edit_maker, "made by \"cuda elsewhere"},
+                                                                   {edit_input, "computed from another input"},
+                                                                   {edit_kind, "not a trace part's output"}};
+    for (size_t i = 0; i < sizeof outs / sizeof *outs; i++) {
+        CHECK_OK(qd_fpart_run_file(p, dirfd, 0, 1, "w2", &err));
+        part_rewrite(dirfd, oname, outs[i].edit);
+        qd_err e2 = {0};
+        CHECK_INT(qd_tpart_read_out(dirfd, 0, 1, sum, pt_be, &den, worker, &secs, &e2), QD_EFORMAT);
+        if (!strstr(e2.msg, outs[i].msg)) TEST_FAIL_("trace output case %zu: \"%s\"", i, e2.msg);
+    }
+    /* The input edited. */
+    struct { void (*edit)(cJSON *); const char *msg; } ins[] = {{edit_slash, "no Hessian named"},
+                                                                  {edit_sum, "no Hessian named"},
+                                                                  {edit_rows, "bad shape or rows"},
+                                                                  {edit_src_sum, "changed since"},
+                                                                  {edit_no_src, "names no rows of the model"},
+                                                                  {edit_kind, "is not one this build runs"}};
+    for (size_t i = 0; i < sizeof ins / sizeof *ins; i++) {
+        CHECK_OK(qd_tpart_write_in(dirfd, 0, 1, 0, &in, &sum, &err));
+        part_rewrite(dirfd, in_name, ins[i].edit);
+        qd_err e2 = {0};
+        int rc = qd_fpart_run_file(p, dirfd, 0, 1, "w2", &e2);
+        test_checks++;
+        if (!rc || !strstr(e2.msg, ins[i].msg)) TEST_FAIL_("trace input case %zu: rc %d \"%s\"", i, rc, e2.msg);
+    }
+    /* Rows not named in the model: no trace part. */
+    in.src = NULL;
+    CHECK_INT(qd_tpart_write_in(dirfd, 0, 1, 0, &in, &sum, &e), QD_EINVAL);
+    qd_gptq_hessian_free(&h);
+    free(x);
+    free(w);
+    free(p);
+    close(dirfd);
+    st_model_close(sm);
+    qd_pipeline_part_idle();
+    qp_job_free(job);
+}
+
 /* Parts nobody ran, damaged or truncated outputs, a cancel: the lead computes them. */
 static void test_lost_parts(void)
 {
@@ -1090,5 +1283,7 @@ int main(void)
     TEST_RUN(test_lost_parts);
     TEST_RUN(test_src_refusals);
     TEST_RUN(test_factor_refusals);
+    TEST_RUN(test_trace_parts);
+    TEST_RUN(test_trace_refusals);
     return pt_teardown();
 }
