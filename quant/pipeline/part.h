@@ -332,6 +332,11 @@ typedef struct qd_cpart_spec {
                                     a half: x is that activation [calib rows, act_width], p->mid
                                     the residual stream, y the block's outputs
                                     (qd_capture_out_from_act); no hook runs */
+    int64_t ctx_width;           /* > 0: the residual stream after the attention from the kept
+                                    context instead of a half: x is that context [calib rows,
+                                    ctx_width], p->acts the block's input, y (p->mid itself: each
+                                    part's rows read before any is written) the residual stream
+                                    (qd_capture_mid_from_ctx); no hook runs */
     int experts;                 /* a MoE block's MLP pass cut by its wanted groups instead of its
                                     batches (qd_cpart_experts_pay): x is p->mid, written once for
                                     every part; no y */

@@ -27,10 +27,13 @@
 #include "quant/core/safetensors.h"
 #include "quant/pipeline/acts.h"
 
-/* The halves a part runs (qd_block_part's), and "act": the last forward from the kept MLP
- * activation (qd_capture_out_from_act). */
-static const char *const half_names[] = {"all", "attn", "mlp", "act"};
+/* The halves a part runs (qd_block_part's), "act": the last forward from the kept MLP
+ * activation (qd_capture_out_from_act), and "ctx": the residual stream after the attention
+ * from the kept context (qd_capture_mid_from_ctx). */
+static const char *const half_names[] = {"all", "attn", "mlp", "act", "ctx"};
 #define CPART_HALF_ACT 3
+#define CPART_HALF_CTX 4
+#define CPART_HALVES 5
 
 void qd_cpart_name_in(char *buf, size_t cap, int block, int index)
 {
@@ -339,14 +342,18 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
     qd_cpart_name_in(name, sizeof name, block, index);
     snprintf(bsum, sizeof bsum, "%016llx", (unsigned long long)block_sum);
     const int64_t L = p->seq_len, H = p->hidden;
-    const int act = spec->act_width > 0, ex = spec->experts;
-    const int64_t W = act ? spec->act_width : H;   /* x's width: the activation's, or the hidden size */
+    const int act = spec->act_width > 0, ctx = spec->ctx_width > 0, ex = spec->experts;
+    /* x's width: the activation's, the context's, or the hidden size */
+    const int64_t W = act ? spec->act_width : ctx ? spec->ctx_width : H;
     uint64_t n = (uint64_t)((seq1 - seq0) * L * W), nm = (uint64_t)((seq1 - seq0) * L * H);
     float *own = NULL, *own_mid = NULL;
-    /* An expert cut's parts read x from the pass's one file (x_name). */
+    /* An expert cut's parts read x from the pass's one file (x_name). The last forward and the
+     * residual stream from the context also read the residual stream they add to: after the
+     * attention (p->mid), or the block's input (p->acts). */
     const float *x = ex ? NULL : qd_part_host_view(p->be, spec->x + seq0 * L * W, n * sizeof(float), &own);
-    const float *xm = act && x ? qd_part_host_view(p->be, p->mid + seq0 * L * H, nm * sizeof(float), &own_mid) : NULL;
-    if ((!ex && !x) || (act && !xm)) {
+    const float *resid = act ? p->mid : ctx ? p->acts : NULL;
+    const float *xm = resid && x ? qd_part_host_view(p->be, resid + seq0 * L * H, nm * sizeof(float), &own_mid) : NULL;
+    if ((!ex && !x) || (resid && !xm)) {
         free(own);
         return qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's input");
     }
@@ -391,7 +398,7 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         cJSON_AddNumberToObject(meta, "width", (double)W);
         cJSON_AddStringToObject(meta, "compute", qp_compute_name(p->compute));
         cJSON_AddStringToObject(meta, "block_sum", bsum);
-        cJSON_AddStringToObject(meta, "half", half_names[act ? CPART_HALF_ACT : spec->half]);
+        cJSON_AddStringToObject(meta, "half", half_names[act ? CPART_HALF_ACT : ctx ? CPART_HALF_CTX : spec->half]);
         cJSON_AddNumberToObject(meta, "stop_after", c->stop_after);
         cJSON_AddBoolToObject(meta, "y", spec->y != NULL);
         /* With shards the part sums its Hessians and records only the rows the hooks keep: the
@@ -419,12 +426,11 @@ int qd_cpart_write_in(qd_pipeline *p, int dirfd, int block, int index, int64_t s
         if (!rc && !ex) rc = qd_part_farr_make("x", x, n, 0, &fx, err);
     }
     if (!rc && !ex && qd_part_farr_note(meta, &fx)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
-    /* The last forward from the activation also reads the residual stream it adds to. */
-    if (!rc && act) rc = qd_part_farr_make("mid", xm, nm, 0, &fm, err);
-    if (!rc && act && qd_part_farr_note(meta, &fm)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
+    if (!rc && xm) rc = qd_part_farr_make("mid", xm, nm, 0, &fm, err);
+    if (!rc && xm && qd_part_farr_note(meta, &fm)) rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     if (!rc && !ex) {
         arrs[na++] = fx.arr;
-        if (act) arrs[na++] = fm.arr;
+        if (xm) arrs[na++] = fm.arr;
     }
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, arrs, na, checksum, err);
     cJSON_Delete(lins);
@@ -475,7 +481,7 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
     in->states = cJSON_GetObjectItemCaseSensitive(f->meta, "states");
     const cJSON *y = cJSON_GetObjectItemCaseSensitive(f->meta, "y");
     in->half = -1;
-    for (int i = 0; half && i < 4; i++)
+    for (int i = 0; half && i < CPART_HALVES; i++)
         if (!strcmp(half, half_names[i])) in->half = i;
     if (in->n_seq <= 0 || in->L <= 0 || in->bs <= 0 || in->H <= 0 || in->n_seq > (1 << 20) || in->L > (1 << 24) ||
         in->bs > (1 << 20) || in->H > (1 << 20) || (double)in->n_seq * (double)in->L * (double)in->H > (double)(1ll << 36) ||
@@ -484,10 +490,12 @@ static int cpart_in_read(const qd_part_file *f, const char *name, int block, cpa
         in->half < 0 || in->stop_after < -1 || in->stop_after >= QD_MAX_GROUPS || !cJSON_IsBool(y) ||
         meta_num(f->meta, "block", -1) != block || !bsum || sscanf(bsum, "%16llx", &in->block_sum) != 1)
         return qd_err_set(err, QD_EFORMAT, "part file %s: a bad shape, compute, half, group list or checksum", name);
-    /* A half's input is as wide as the hidden size; the last forward's is the activation, and
-     * it records nothing and returns the block's outputs. */
-    if (in->half == CPART_HALF_ACT ? cJSON_GetArraySize(in->groups) || in->stop_after != -1 || !cJSON_IsTrue(y)
-                                   : in->W != in->H)
+    /* A half's input is as wide as the hidden size; the last forward's is the activation and
+     * the residual stream's from the context is the context: they record nothing and return
+     * the block's outputs, or the residual stream after the attention. */
+    if (in->half == CPART_HALF_ACT || in->half == CPART_HALF_CTX
+            ? cJSON_GetArraySize(in->groups) || in->stop_after != -1 || !cJSON_IsTrue(y)
+            : in->W != in->H)
         return qd_err_set(err, QD_EFORMAT, "part file %s: a bad group list, width or output for half %s", name, half);
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(f->meta, "shards");
     in->keep_rows = meta_num(f->meta, "keep_rows", -1);
@@ -615,19 +623,34 @@ int qd_cpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: group %d is not an expert's", name, g);
     /* Its experts' quantized linears, into the kept block (where the lead's own is not used). */
     if (in.experts && !rc) rc = expert_linears_set(&f, in.linears, want, m, bw, !on_lead, listed, name, err);
-    const int from_act = in.half == CPART_HALF_ACT;
+    const int from_act = in.half == CPART_HALF_ACT, from_ctx = in.half == CPART_HALF_CTX;
     if (!rc && from_act) {
         int dg = qd_model_mlp_out_group(m);
         if (dg < 0 || qd_model_group(m, dg)->k != in.W)
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: activation width %lld is not the model's", name, (long long)in.W);
     }
+    if (!rc && from_ctx && qd_model_group(m, qd_model_block_attn_out_group(m, block))->k != in.W)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: context width %lld is not the model's", name, (long long)in.W);
     size_t act_bytes = rc ? 0 : (size_t)(in.rows * in.H) * sizeof(float);
     if (!rc && (!(x = malloc((size_t)(in.rows * in.W) * sizeof(float))) || (in.want_y && !(y = malloc(act_bytes))) ||
-                (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes))) || (from_act && !(mid_in = malloc(act_bytes)))))
+                (in.half == QD_BLOCK_ATTN && !(mid = malloc(act_bytes))) ||
+                ((from_act || from_ctx) && !(mid_in = malloc(act_bytes)))))
         rc = qd_err_set(err, QD_ENOMEM, "out of memory for a capture part's activations");
     if (!rc) rc = in.experts ? expert_x_read(dirfd, &in, x, err) : qd_part_farr_read(&f, "x", x, (uint64_t)(in.rows * in.W), 0, err);
-    if (!rc && from_act) rc = qd_part_farr_read(&f, "mid", mid_in, (uint64_t)(in.rows * in.H), 0, err);
-    if (!rc && from_act) {
+    if (!rc && (from_act || from_ctx)) rc = qd_part_farr_read(&f, "mid", mid_in, (uint64_t)(in.rows * in.H), 0, err);
+    if (!rc && from_ctx) {
+        /* The output projection on the context, added to the block's input, batch by batch. */
+        p->m = m;
+        p->acts = mid_in;
+        p->mid = y;
+        p->n_seq = in.n_seq;
+        p->seq_len = in.L;
+        p->hidden = in.H;
+        p->batch_seqs = in.bs;
+        rc = qd_capture_mid_from_ctx(p, bw, x, in.W, err);
+        p->m = NULL;
+        p->acts = p->mid = NULL;
+    } else if (!rc && from_act) {
         /* The down projection on the activation, added to the residual stream, batch by batch. */
         p->m = m;
         p->mid = mid_in;
@@ -1030,8 +1053,9 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
     if (!rc && no_sum) {
         /* Nothing for a part to check its weights against: the pass stays here. */
         P = 0;
-        rc = spec->act_width > 0 ? qd_capture_out_from_act(p, bw, spec->x, spec->act_width, spec->y, err)
-                                 : qd_capture_run(p, bw, spec->half, spec->y, c, err);
+        rc = spec->act_width > 0   ? qd_capture_out_from_act(p, bw, spec->x, spec->act_width, spec->y, err)
+             : spec->ctx_width > 0 ? qd_capture_mid_from_ctx(p, bw, spec->x, spec->ctx_width, err)
+                                   : qd_capture_run(p, bw, spec->half, spec->y, c, err);
     }
     if (!rc && P && spec->st && !ex) rc = state_write(p, bw, block, spec->quantized, spec->st, err);
     char x_name[48];
@@ -1069,7 +1093,7 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         if (stop) rc = qd_err_set(err, QD_ECANCELLED, "cancelled");
     }
     double t_read = qd_clock_now_s();
-    if (P && spec->act_width <= 0) p->cost.forward_passes++;   /* as qd_capture_run counts it */
+    if (P && spec->act_width <= 0 && spec->ctx_width <= 0) p->cost.forward_passes++;   /* as qd_capture_run counts it */
     /* In the pass's order: each part's calls, or the part run here when its output is no use. */
     double t_here = 0, t_fed = 0;
     int64_t *routed = ex ? calloc(2 * QD_MAX_EXPERTS, sizeof *routed) : NULL;   /* the first part's, and each */
@@ -1107,6 +1131,8 @@ int qd_cpart_run(qd_pipeline *p, const qd_block_weights *bw, int block, const in
         double th = qd_clock_now_s();
         if (spec->act_width > 0) {
             rc = qd_capture_out_from_act_range(p, bw, spec->x, spec->act_width, spec->y, seq_starts[i], seq_starts[i + 1], err);
+        } else if (spec->ctx_width > 0) {
+            rc = qd_capture_mid_from_ctx_range(p, bw, spec->x, spec->ctx_width, seq_starts[i], seq_starts[i + 1], err);
         } else {
             ct->seq0 = ex ? 0 : seq_starts[i];
             ct->n_seq_max = ex ? 0 : seq_starts[i + 1];

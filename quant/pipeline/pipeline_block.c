@@ -876,6 +876,17 @@ static int forward_from_act(block_run *b, qd_err *err)
     return cut_run(b, spec, NULL, err);
 }
 
+/* The residual stream after the attention from the kept context (qd_capture_mid_from_ctx),
+ * in place in p->mid: as capture parts, each the output projection on its batches' rows,
+ * where the block's passes are cut. */
+static int mid_from_ctx(block_run *b, qd_err *err)
+{
+    qd_pipeline *p = b->p;
+    if (!b->n_cut) return qd_capture_mid_from_ctx(p, b->bw, b->ctx, b->ko, err);
+    qd_cpart_spec spec = {.half = QD_BLOCK_MLP, .x = b->ctx, .y = p->mid, .ctx_width = b->ko};
+    return cut_run(b, spec, NULL, err);
+}
+
 /* job.gptaq: the next pass pairs its rows of group g with the float pass's into g's dXXT. */
 static int gptaq_attach(block_run *b, qd_capture_ctx *c, int g, qd_err *err)
 {
@@ -1046,7 +1057,7 @@ static int capture_pass(block_run *b, int i, int run, float **xcap, const float 
     qd_block_part part = QD_BLOCK_ALL;
     if (b->halves && qd_model_group_part(p->m, g) == QD_BLOCK_MLP && !b->mid_ready && b->ctx) {
         /* every earlier group is quantized: the output projection's input is final */
-        if (!rc) rc = qd_capture_mid_from_ctx(p, b->bw, b->ctx, b->ko, err);
+        if (!rc) rc = mid_from_ctx(b, err);
         if (!rc) b->mid_ready = 1;
         b->ctx = NULL;
         b->keep_ctx = 0;

@@ -295,11 +295,17 @@ int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows
 
 int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err)
 {
+    return qd_capture_mid_from_ctx_range(p, bw, ctx, ko, 0, p->n_seq, err);
+}
+
+int qd_capture_mid_from_ctx_range(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko,
+                                  int64_t s_begin, int64_t s_end, qd_err *err)
+{
     if (!p->mid) return qd_err_set(err, QD_EINVAL, "block forward: no residual-stream buffer");
     const int64_t L = p->seq_len, hidden = p->hidden;
     /* The batches qd_capture_run uses, so each projection has the shape it had there. */
-    for (int64_t s0 = 0; s0 < p->n_seq; s0 += p->batch_seqs) {
-        int64_t nb = p->n_seq - s0 < p->batch_seqs ? p->n_seq - s0 : p->batch_seqs;
+    for (int64_t s0 = s_begin; s0 < s_end; s0 += p->batch_seqs) {
+        int64_t nb = s_end - s0 < p->batch_seqs ? s_end - s0 : p->batch_seqs;
         /* ctx may be p->mid itself when ko == hidden: each batch's context sits where
          * its residual stream goes, and is read before that is written. */
         int rc = qd_block_attn_finish(p->m, bw, ctx + s0 * L * ko, p->acts + s0 * L * hidden, p->mid + s0 * L * hidden,

@@ -394,6 +394,10 @@ int qd_capture_replay(qd_capture_ctx *c, int group, const float *x, int64_t rows
  * batch by batch as qd_capture_run runs them (qd_block_attn_finish): what QD_BLOCK_ATTN
  * would write, without re-running the attention. */
 int qd_capture_mid_from_ctx(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko, qd_err *err);
+/* The same for sequences s_begin .. s_end only (s_begin at a batch's start), ctx, p->acts
+ * and p->mid indexed from sequence 0. */
+int qd_capture_mid_from_ctx_range(qd_pipeline *p, const qd_block_weights *bw, const float *ctx, int64_t ko,
+                                  int64_t s_begin, int64_t s_end, qd_err *err);
 /* y (backend, the activations' shape) = the block's output from p->mid and act (backend,
  * [rows of p->acts, kd], the MLP's last projection's input as its hook saw it), batch by
  * batch as qd_capture_run runs them (qd_block_mlp_finish): what the MLP half would write. */

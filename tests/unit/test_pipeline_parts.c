@@ -63,7 +63,8 @@ typedef struct fan_ctx {
     int stopped;                 /* FAN_STOP: parts that stopped */
     /* The capture step (part_capture.c): its fan-outs, parts and files seen after they ran. */
     int capture_fanouts, capture_parts, cap_files;
-    int cap_half[3], cap_y;      /* the capture fan-outs by the half they run, and those with outputs */
+    int cap_half[5], cap_y;      /* the capture fan-outs by the half they run (part_capture.c's
+                                    names), and those with outputs */
     int cap_experts;             /* the capture fan-outs cut by a MoE block's experts */
     int cap_shards;              /* the most shards such a part sums its Hessians over */
     int cap_bad;                 /* FAN_CAP_BAD: the inputs edited and refused so far */
@@ -366,7 +367,8 @@ static int on_fanout(void *ud, int block, const char *step, int n, const char *c
         int fd = open(dir, O_RDONLY | O_DIRECTORY);
         cJSON *m = fd >= 0 ? qd_part_file_meta(fd, in) : NULL;
         const cJSON *h = cJSON_GetObjectItemCaseSensitive(m, "half");
-        for (int i = 0; i < 3 && cJSON_IsString(h); i++) c->cap_half[i] += !strcmp(h->valuestring, (const char *[]){"all", "attn", "mlp"}[i]);
+        for (int i = 0; i < 5 && cJSON_IsString(h); i++)
+            c->cap_half[i] += !strcmp(h->valuestring, (const char *[]){"all", "attn", "mlp", "act", "ctx"}[i]);
         c->cap_y += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "y"));
         c->cap_experts += cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(m, "experts"));
         const cJSON *ns = cJSON_GetObjectItemCaseSensitive(m, "n_shards");
@@ -522,7 +524,7 @@ static int fan_run(const qp_job *job, const qd_pipeline_hooks *hooks, qd_err *er
     qd_pipeline_close(p);
     return rc;
 }
-static int last_cap_half[3], last_cap_y, last_cap_experts, last_cap_shards, last_lead_hidden;
+static int last_cap_half[5], last_cap_y, last_cap_experts, last_cap_shards, last_lead_hidden;
 
 /* Returns the factor fan-outs the run made. */
 static int fan_case(const char *tag, const char *model, const char *method, const char *format, const char *extra,
@@ -1170,19 +1172,22 @@ static void test_capture(void)
     /* True-sequential: the passes over the partly quantized block that run a linear before
      * their group's input (the output projection's, after q/k/v; the down projection's, after
      * gate/up) are cut, the parts reading the quantized linears from the block's state files;
-     * so is the last forward, the down projection on the kept activation (half "act"), whose
-     * parts give back the next block's inputs. */
+     * so are the residual stream after the attention, the quantized output projection on the
+     * kept context (half "ctx"), and the last forward, the down projection on the kept
+     * activation (half "act"), whose parts give back those rows and the next block's inputs. */
     fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
-    CHECK_INT(last_capture_fanouts, 6);
+    CHECK_INT(last_capture_fanouts, 8);
+    CHECK_INT(last_cap_half[3], 2);
+    CHECK_INT(last_cap_half[4], 2);
     /* Parts the lead takes itself run on its own block (no state file applied): the same bytes. */
     fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, FAN_LEAD);
-    CHECK_INT(last_cap_y, 2);
+    CHECK_INT(last_cap_y, 4);
     CHECK(last_lead_hidden > 0);   /* its state files were hidden while it ran */
     static const fan_mode seq_modes[] = {FAN_SKIP_ODD, FAN_DAMAGE, FAN_CANCEL_AFTER};
     for (size_t i = 0; i < sizeof seq_modes / sizeof *seq_modes; i++)
         fan_case("cap-seq", long_dir, "gptq", "gptq", NULL, seq_modes[i]);
     fan_case("cap-seq-act", long_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_DAMAGE);
-    CHECK_INT(last_capture_fanouts, 6);
+    CHECK_INT(last_capture_fanouts, 8);
     /* An attention context wider than the hidden size (head_dim 32 x 4 heads = 128): nothing
      * is kept, and the first MLP pass runs the attention half, its parts giving back the
      * residual stream between the halves. */
@@ -1192,6 +1197,7 @@ static void test_capture(void)
     if (pt_setup_model("long-ctx", &oc, ctx_dir, sizeof ctx_dir)) { CHECK(0); return; }
     fan_case("cap-seq-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_ALL);
     CHECK(last_cap_half[1] >= 2);
+    CHECK_INT(last_cap_half[4], 0);
     /* calibration.shards 3 (one shard a batch here): every Hessian is summed over each shard
      * and the shards' sums combined in order, in memory as in the parts, which then sum their
      * shard's Hessians themselves; every pass that fills a Hessian is cut. */
@@ -1203,7 +1209,9 @@ static void test_capture(void)
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_SKIP_ODD);
     fan_case("cap-shards", long_dir, "gptq", "gptq_v2", nseq, FAN_LEAD);
     fan_case("cap-shards-seq", long_dir, "gptq", "gptq", NULL, FAN_ALL);
-    CHECK_INT(last_capture_fanouts, 10);   /* q/k/v, o, gate/up, down: a pass each, and the last forward; two blocks */
+    /* q/k/v, o, gate/up, down: a pass each, the residual stream from the context and the last
+     * forward; two blocks */
+    CHECK_INT(last_capture_fanouts, 12);
     fan_case("cap-shards-seq-bf16", long_dir, "gptq", "gptq", "\"compute\":\"bf16\",", FAN_ALL);
     fan_case("cap-shards-ctx", ctx_dir, "gptq", "gptq", NULL, FAN_DAMAGE);
     /* A MoE block's passes cut by experts with shards: each part sums its experts' Hessians a
