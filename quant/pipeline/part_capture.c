@@ -888,8 +888,12 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     const float *y = !rc && spec->y ? qd_part_file_arr(&f, "y", act_bytes, err) : NULL;
     const float *mid = !rc && spec->half == QD_BLOCK_ATTN ? qd_part_file_arr(&f, "mid", act_bytes, err) : NULL;
     if (!rc && ((spec->y && !y) || (spec->half == QD_BLOCK_ATTN && !mid))) rc = QD_EFORMAT;
-    /* With shards, each wanted group's Hessian over the shard, whole. */
+    /* With shards, each wanted group's Hessian over the shard, whole: on the CPU decoded
+     * straight into an accumulator (the lead's own while it is empty: a merge into an empty
+     * one is a copy), on a device into host memory first. */
     float *hh[QD_MAX_GROUPS] = {0};
+    qd_gptq_hessian ts[QD_MAX_GROUPS];
+    memset(ts, 0, sizeof ts);
     int64_t hn[QD_MAX_GROUPS] = {0};
     float hamax[QD_MAX_GROUPS] = {0};
     unsigned char in_place[QD_MAX_GROUPS] = {0};
@@ -909,18 +913,23 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
         snprintf(an, sizeof an, "h%d", g);
         hn[g] = n_seen[g];
         hamax[g] = (float)aj->valuedouble;
-        if (spec->experts && p->be->device < 0 && c->acc[g]->n_seen == 0) {
+        if (p->be->device < 0 && c->acc[g]->n_seen == 0) {
             /* The whole Hessian, into the lead's empty one (a merge would copy it): decoded in
-             * place, no second copy of an expert's (up to GBs) */
+             * place, no second copy of it (an expert's is up to GBs) */
             in_place[g] = 1;
             rc = qd_part_farr_read(&f, an, c->acc[g]->h, (uint64_t)(k * k), k, err);
+            continue;
+        }
+        if (p->be->device < 0) {
+            rc = qd_gptq_hessian_init(&ts[g], p->be, k, err);
+            if (!rc) rc = qd_part_farr_read(&f, an, ts[g].h, (uint64_t)(k * k), k, err);
             continue;
         }
         if (!(hh[g] = malloc((size_t)(k * k) * sizeof(float)))) rc = qd_err_set(err, QD_ENOMEM, "out of memory reading %s", name);
         else rc = qd_part_farr_read(&f, an, hh[g], (uint64_t)(k * k), k, err);
     }
     for (int g = 0; g < ng && !rc && shards; g++)
-        if (c->want[g] && c->acc[g] && !hh[g] && !in_place[g])
+        if (c->want[g] && c->acc[g] && !hh[g] && !ts[g].h && !in_place[g])
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: no Hessian of group %d", name, g);
     for (int g = 0; g < ng; g++) {   /* decoded in place: taken, or (nothing taken) zeroed again */
         if (!in_place[g]) continue;
@@ -935,10 +944,13 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     *fed = !rc;
     double tf = qd_clock_now_s();
     for (int g = 0; g < ng && !rc; g++) {
-        if (!hh[g]) continue;
-        qd_gptq_hessian t;
-        rc = qd_gptq_hessian_init(&t, p->be, c->acc[g]->k, err);
-        if (!rc) rc = qd_backend_upload(p->be, t.h, hh[g], (size_t)(t.k * t.k) * sizeof(float));
+        if (!hh[g] && !ts[g].h) continue;
+        qd_gptq_hessian t = ts[g];
+        memset(&ts[g], 0, sizeof ts[g]);
+        if (!t.h) {
+            rc = qd_gptq_hessian_init(&t, p->be, c->acc[g]->k, err);
+            if (!rc) rc = qd_backend_upload(p->be, t.h, hh[g], (size_t)(t.k * t.k) * sizeof(float));
+        }
         t.n_seen = hn[g];
         t.x_amax = hamax[g];
         if (!rc) rc = qd_gptq_hessian_merge(c->acc[g], &t, err);
@@ -959,6 +971,7 @@ static int cpart_take(qd_pipeline *p, int block, int index, uint64_t in_sum, int
     for (int g = 0; g < QD_MAX_GROUPS; g++) {
         free(own[g]);
         free(hh[g]);
+        qd_gptq_hessian_free(&ts[g]);
     }
     qd_part_file_free(&f);
     return rc;
