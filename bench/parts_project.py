@@ -3,7 +3,7 @@
 
     bench/parts_project.py timeline DAEMON_LOG [--block N]
     bench/parts_project.py project DENSE_LOG DENSE_REPORT [MOE_LOG MOE_REPORT] [--check-1 SECONDS]
-                                   [--moe-1 MOE_REPORT_OF_ONE_WORKER]
+                                   [--moe-1 MOE_REPORT_OF_ONE_WORKER] [--block N]
 
 A quantd daemon log of one block's job (bench/parts.sh or bench/gpu.sh's parts step keep
 them) says when each fan-out opened and closed and what each part cost; between fan-outs the
@@ -52,10 +52,11 @@ def parse_log(path, block=0):
         elif t0 is None:
             continue
         elif ev == "parts_open":
-            cur = {"step": kv["step"], "open": ts, "close": None, "n": int(kv["parts"]), "parts": []}
+            cur = {"step": kv["step"], "open": ts, "close": None, "n": int(kv["parts"]), "parts": [], "idx": []}
             fans.append(cur)
         elif ev == "part_done" and "lead" in kv and cur is not None and kv.get("step") == cur["step"]:
             cur["parts"].append((float(kv["seconds"]), kv["lead"] == "1"))
+            cur["idx"].append(int(kv.get("part", -1)))
         elif ev == "parts_done" and cur is not None:
             cur["close"] = ts
         elif ev == "block_done" and t_end is None:
@@ -130,11 +131,16 @@ def dense_rates(lg, report):
     quants = [f for f in lg["fans"] if f["step"] == "quantize"]
     if len(quants) != len(groups) or not job.get("true_sequential", True):
         sys.exit("project: the dense log must be a true-sequential block with one quantize fan-out a group")
-    r = {"shape": s, "tokens": tokens, "seq": cal["seq_len"], "measured": lg["block"], "groups": {}}
+    r = {"shape": s, "tokens": tokens, "seq": cal["seq_len"], "measured": lg["block"], "groups": {},
+         "ctx_s": 0.0, "ctx_n": 0}
     fans = lg["fans"]
     for gi, (g, lin) in enumerate(groups):
         qi = fans.index(quants[gi])
-        cap = fans[qi - 1] if qi > 0 and fans[qi - 1]["step"] == "capture" else None
+        # Trace parts (the builds since ee16f07): a factor fan-out before the quantize step,
+        # its part 0 the factorisation, the others each row part's error denominator.
+        fac = fans[qi - 1] if qi > 0 and fans[qi - 1]["step"] == "factor" else None
+        ci = qi - 2 if fac else qi - 1
+        cap = fans[ci] if ci >= 0 and fans[ci]["step"] == "capture" else None
         k = lin[0][1]
         qsecs = [x for x, _ in quants[gi]["parts"]]
         # after this quantize step: the lead's merge, pack, kernel check (and state files)
@@ -147,12 +153,32 @@ def dense_rates(lg, report):
             "cap_flops": tokens * dense_pass_flops(s, g, cal["seq_len"]),
             "pre_s": quants[gi]["before"],            # factor, the Hessians' sums or merges, input files
             "k3": float(k) ** 3,
-            "part_s": sum(qsecs) / len(qsecs),
+            "part_s": sum(qsecs) / len(qsecs),        # with trace parts, GPTQ's alone
             "part_work": min(ROWS, lin[0][0]) * float(k) ** 2,
             "post_s": nxt if nxt is not None else 0.0,
             "nk": work_nk,
+            "trace": fac is not None,
         }
+        if fac:
+            tr = [x for (x, _), i in zip(fac["parts"], fac["idx"]) if i != 0]
+            e["pre_s"] += fac["before"]              # the Hessians' merges and files, in the lead
+            e["fac_s"] = sum(x for (x, _), i in zip(fac["parts"], fac["idx"]) if i == 0)
+            e["trace_s"] = sum(tr) / len(tr) if tr else 0.0
+        # The residual stream after the attention from the kept context cut into capture
+        # parts (the builds since 612adba): a capture fan-out between the output projection's
+        # quantize step and the gate/up pass's.
+        if g == "o" and qi + 2 < len(fans) and fans[qi + 1]["step"] == "capture" and fans[qi + 2]["step"] == "capture":
+            ctx = fans[qi + 1]
+            r["ctx_s"], r["ctx_n"] = sum(x for x, _ in ctx["parts"]), ctx["n"]
+            e["post_s"] += fans[qi + 2]["before"]
         r["groups"][g] = e
+    # Per unit of work: a factorisation (k^3), a trace (rows k^2), GPTQ with and without the
+    # trace (rows k^2); from the groups that measured each.
+    tg = [e for e in r["groups"].values() if e["trace"]]
+    ng = [e for e in r["groups"].values() if not e["trace"] and e["pre_s"] > 0]
+    r["trace_rate"] = sum(e["trace_s"] / e["part_work"] for e in tg) / len(tg) if tg else None
+    r["fac_rate"] = (sum(e["fac_s"] / e["k3"] for e in tg) / len(tg) if tg else
+                     sum(e["pre_s"] / e["k3"] for e in ng) / len(ng))
     # the block's load (before a first capture fan-out; before a first quantize step the
     # stretch is that group's: its pass and factorisation in the lead)
     r["first_s"] = fans[0]["before"] if fans[0]["step"] == "capture" else 0.0
@@ -179,15 +205,38 @@ def dense_block(r, t, tokens, seq, shards, workers):
         k = lin[0][1]
         # the capture pass: its parts where the measured block cut it, else the lead's
         pass_work = tokens * dense_pass_flops(t, g, seq)
-        if e["cap_n"]:
+        one = min(ROWS, lin[0][0]) * float(k) ** 2   # a row part's work
+        # GPTQ's share of a row part and its trace's (a trace part's where the build had them)
+        tr_rate = r["trace_rate"] or 0.0
+        gptq_rate = e["part_s"] / e["part_work"] - (0.0 if e["trace"] else tr_rate)
+        # trace parts where the measured build has them and the rule (qd_tpart_pays) holds
+        traced = r["trace_rate"] is not None and workers > 1 and k > 3 * max(min(ROWS, n) for n, _ in lin)
+        fac = r["fac_rate"] * float(k) ** 3
+        if e["cap_n"] and r["trace_rate"] is None:
             c["capture"] += makespan(cparts, e["cap_s"] * pass_work / e["cap_flops"] / cparts, workers)
             c["factor"] += e["pre_s"] * float(k) ** 3 / e["k3"]    # the factorisation, the Hessians' merge
+        elif e["cap_n"]:
+            c["capture"] += makespan(cparts, e["cap_s"] * pass_work / e["cap_flops"] / cparts, workers)
+            # the lead's Hessian merges and files before the step (k^2), then the factorisation:
+            # a part beside the traces (list-scheduled), or the lead's
+            merges = e["pre_s"] if e["trace"] else max(0.0, e["pre_s"] - r["fac_rate"] * e["k3"])
+            c["factor"] += merges * float(k) ** 2 / e["k3"] ** (2 / 3)
+            if traced:
+                loads = [fac] + [0.0] * (workers - 1)
+                for x in [tr_rate * min(ROWS, n) * float(k) ** 2 for n, _ in lin for _ in range(math.ceil(n / ROWS))]:
+                    loads[loads.index(min(loads))] += x
+                c["factor"] += max(loads)
+            else:
+                c["factor"] += fac
         else:
-            c["lead"] += e["pre_s"] * pass_work / e["cap_flops"]  # the pass ran in the lead
-        each = e["part_s"] * min(ROWS, lin[0][0]) * float(k) ** 2 / e["part_work"]
+            c["lead"] += e["pre_s"] * pass_work / e["cap_flops"]  # the pass (and factorisation) in the lead
+        each = (gptq_rate if traced else gptq_rate + tr_rate) * one
         c["quantize"] += makespan(parts_of(lin), each, workers)
         if g != "down" or r["fwd_n"]:   # the lead's merge, pack and kernel check, its state files
             c["lead"] += e["post_s"] * sum(n * kk for n, kk in lin) / e["nk"]
+        if g == "o" and r["ctx_n"]:       # the residual stream from the context, as capture parts
+            c["capture"] += makespan(cparts, r["ctx_s"] * tokens * t["h"] * t["q"] /
+                                     (r["tokens"] * r["shape"]["h"] * r["shape"]["q"]) / cparts, workers)
     fwd_work = tokens * t["h"] * t["i"] / r["end_work"]
     if r["fwd_n"]:   # the last forward's parts, then the commit
         c["capture"] += makespan(cparts, r["fwd_s"] * fwd_work / cparts, workers)
@@ -368,13 +417,18 @@ def project(argv):
         i = rest.index("--moe-1")
         moe1 = json.load(open(rest[i + 1]))
         rest = rest[:i] + rest[i + 2:]
+    block = 0
+    if "--block" in rest:
+        i = rest.index("--block")
+        block = int(rest[i + 1])
+        rest = rest[:i] + rest[i + 2:]
     if "--check-1" in rest:
         i = rest.index("--check-1")
         check1 = float(rest[i + 1])
         rest = rest[:i] + rest[i + 2:]
     if len(rest) >= 2:
         mlog, mrep = rest[0], rest[1]
-    lg = parse_log(dlog)
+    lg = parse_log(dlog, block)
     rep = json.load(open(drep))
     r = dense_rates(lg, rep)
     s = r["shape"]
