@@ -63,7 +63,7 @@ def parse_log(path, block=0):
             t_end = ts
             break
     if t0 is None or t_end is None:
-        sys.exit(f"{path}: no task_start or block_done line")
+        sys.exit(f"{path}: no task_start or block_done line of block {block}")
     prev = t0
     for f in fans:
         f["before"] = f["open"] - prev
@@ -447,7 +447,7 @@ def project(argv):
     tokens = 128 * 2048
     l70 = dense_shape(8192, 28672, 64, 8, n_layers=80, name="Llama-3-70B")
     print(f"## Llama-3-70B (80 blocks), {tokens} tokens (128 x 2048), GPTQ w4 g128 true-sequential\n")
-    print("| workers | shards | capture parts s | quantize parts s | factor, merges s (lead) | other lead s | last forward s (lead) | one block s | the model h |")
+    print("| workers | shards | capture parts s | quantize parts s | factorisations, merges s | other lead s | last forward s (lead) | one block s | the model h |")
     print("|---|---|---|---|---|---|---|---|---|")
     b1 = dense_block(r, l70, tokens, 2048, 1, 1)["total"] * mem
     print(f"| 1, in memory | 1 | | | | | | {b1:.0f} | {b1 * l70['layers'] / 3600:.1f} |")

@@ -6,6 +6,9 @@
 # cut to the lines the script reads and their paths replaced):
 #   - timeline lists every fan-out of the 7B block (capture and quantize, in the order of a
 #     true-sequential block, and the last forward's capture parts) and the lead's time alone;
+#     and, of the second block of a later build's two-block run (7b2: the down projection's
+#     factor step with its trace parts, the residual stream from the kept context as capture
+#     parts), those fan-outs too, and project composes that block within 5% as well;
 #   - project composes the measured blocks from their own rates within 5% of their measured
 #     seconds, and prints the Llama-3-70B and DeepSeek-V3 tables (every expert's hooks seeing
 #     every token, and the routed ones only, which cost less) with finite positive hours that
@@ -27,6 +30,23 @@ steps=$(sed -n 's/^| [0-9]* | \([a-z]*\) |.*/\1/p' "$T/tl.md" | tr '\n' ' ')
 [ "$steps" = "capture quantize capture quantize capture quantize capture quantize capture " ] ||
     fail "timeline's fan-outs: $steps"
 grep -q "^the lead alone: [0-9.]* s of [0-9.]* s" "$T/tl.md" || fail "timeline: no lead-alone line"
+python3 "$P" timeline "$D/7b2-daemon.txt" --block 1 >"$T/tl2.md" || fail "timeline --block 1"
+steps=$(sed -n 's/^| [0-9]* | \([a-z]*\) |.*/\1/p' "$T/tl2.md" | tr '\n' ' ')
+[ "$steps" = "capture quantize capture quantize capture capture quantize capture factor quantize capture " ] ||
+    fail "timeline --block 1's fan-outs: $steps"
+python3 "$P" project "$D/7b2-daemon.txt" "$D/7b2-report.json" --block 1 --check-1 "$(cat "$D/7b2-1-seconds")" >"$T/pr2.md" ||
+    fail "project --block 1"
+python3 - "$T/pr2.md" <<'PY' || fail "project --block 1's tables: $(cat "$T/pr2.md")"
+import re, sys
+t = open(sys.argv[1]).read()
+m = re.search(r"^\| 2 \| ([0-9.]+) \| ([0-9.]+) \|$", t, re.M)
+assert m, "no composed 2-worker row"
+got, meas = float(m.group(1)), float(m.group(2))
+assert abs(got - meas) <= 0.05 * meas, (got, meas)
+body = t.split("## Llama-3-70B", 1)[1]
+h = [float(r.strip("|").split("|")[-1]) for r in body.splitlines() if re.match(r"^\| (1|8|16)[ ,|]", r)]
+assert len(h) == 3 and all(0 < x < 1e6 for x in h) and h[0] > h[1] >= h[2], h
+PY
 
 python3 "$P" project "$D/7b-daemon.txt" "$D/7b-report.json" "$D/mixtral-daemon.txt" "$D/mixtral-report.json" \
     --check-1 "$(cat "$D/7b-1-seconds")" --moe-1 "$D/mixtral-1-report.json" >"$T/pr.md" || fail "project"
@@ -67,6 +87,8 @@ bad "a report for a log" timeline "$D/7b-report.json"
 bad "a MoE report for the dense block" project "$D/7b-daemon.txt" "$D/mixtral-report.json"
 bad "a report that is not JSON" project "$D/7b-daemon.txt" "$D/7b-daemon.txt"
 bad "--check-1 without seconds" project "$D/7b-daemon.txt" "$D/7b-report.json" --check-1
+bad "--block without a number" project "$D/7b-daemon.txt" "$D/7b-report.json" --block
+bad "--block of a block the log lacks" timeline "$D/7b-daemon.txt" --block 5
 bad "--moe-1 without a report" project "$D/7b-daemon.txt" "$D/7b-report.json" "$D/mixtral-daemon.txt" \
     "$D/mixtral-report.json" --moe-1
 echo PASS
