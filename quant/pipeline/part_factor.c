@@ -111,23 +111,37 @@ static const char *meta_str(const cJSON *meta, const char *key)
     return cJSON_IsString(v) ? v->valuestring : NULL;
 }
 
-int qd_fpart_write_in(int dirfd, int block, int index, int group, int64_t k, uint64_t *checksum, qd_err *err)
+/* A factor-step input's meta (NULL: *rc says why): its step, kind (NULL: a factorisation),
+ * index and group, and the Hessian file it reads with that file's checksum; name (cap 64)
+ * gets the input's file name. */
+static cJSON *fstep_meta(int dirfd, int block, int index, int group, const char *kind, char *name, int *rc, qd_err *err)
 {
-    char hname[64], name[64], sum[24];
+    char hname[64], sum[24];
     qd_qpart_name_hessian(hname, sizeof hname, block, group);
-    qd_fpart_name_in(name, sizeof name, block, index);
+    qd_fpart_name_in(name, 64, block, index);
     uint64_t hsum = qd_part_file_checksum(dirfd, hname);
-    if (!hsum) return qd_err_set(err, QD_EFORMAT, "part file %s: missing or unreadable", hname);
+    cJSON *meta = hsum ? cJSON_CreateObject() : NULL;
+    *rc = !hsum ? qd_err_set(err, QD_EFORMAT, "part file %s: missing or unreadable", hname)
+          : !meta ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    if (!meta) return NULL;
     snprintf(sum, sizeof sum, "%016llx", (unsigned long long)hsum);
-    cJSON *meta = cJSON_CreateObject();
-    if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
     cJSON_AddStringToObject(meta, "step", "factor");
+    if (kind) cJSON_AddStringToObject(meta, "kind", kind);
     cJSON_AddNumberToObject(meta, "index", index);
     cJSON_AddNumberToObject(meta, "group", group);
-    cJSON_AddNumberToObject(meta, "k", (double)k);
     cJSON_AddStringToObject(meta, "hessian", hname);
     cJSON_AddStringToObject(meta, "h_checksum", sum);
-    int rc = qd_part_file_write(dirfd, name, meta, NULL, 0, checksum, err);
+    return meta;
+}
+
+int qd_fpart_write_in(int dirfd, int block, int index, int group, int64_t k, uint64_t *checksum, qd_err *err)
+{
+    char name[64];
+    int rc;
+    cJSON *meta = fstep_meta(dirfd, block, index, group, NULL, name, &rc, err);
+    if (!meta) return rc;
+    cJSON_AddNumberToObject(meta, "k", (double)k);
+    rc = qd_part_file_write(dirfd, name, meta, NULL, 0, checksum, err);
     cJSON_Delete(meta);
     return rc;
 }
@@ -246,26 +260,16 @@ int qd_tpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
                       qd_err *err)
 {
     if (!in->src) return qd_err_set(err, QD_EINVAL, "trace part: %s's rows are not named in the model", in->res.name);
-    char hname[64], name[64], sum[24];
-    qd_qpart_name_hessian(hname, sizeof hname, block, group);
-    qd_fpart_name_in(name, sizeof name, block, index);
-    uint64_t hsum = qd_part_file_checksum(dirfd, hname);
-    if (!hsum) return qd_err_set(err, QD_EFORMAT, "part file %s: missing or unreadable", hname);
-    snprintf(sum, sizeof sum, "%016llx", (unsigned long long)hsum);
-    cJSON *meta = cJSON_CreateObject();
-    if (!meta) return qd_err_set(err, QD_ENOMEM, "out of memory");
-    cJSON_AddStringToObject(meta, "step", "factor");
-    cJSON_AddStringToObject(meta, "kind", "trace");
-    cJSON_AddNumberToObject(meta, "index", index);
-    cJSON_AddNumberToObject(meta, "group", group);
+    char name[64];
+    int rc;
+    cJSON *meta = fstep_meta(dirfd, block, index, group, "trace", name, &rc, err);
+    if (!meta) return rc;
     cJSON_AddStringToObject(meta, "linear", in->res.name);
     cJSON_AddNumberToObject(meta, "n", (double)in->res.n);
     cJSON_AddNumberToObject(meta, "k", (double)in->res.k);
     cJSON_AddNumberToObject(meta, "r0", (double)in->r0);
     cJSON_AddNumberToObject(meta, "r1", (double)in->r1);
-    cJSON_AddStringToObject(meta, "hessian", hname);
-    cJSON_AddStringToObject(meta, "h_checksum", sum);
-    int rc = qd_qpart_src_note(meta, in) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
+    rc = qd_qpart_src_note(meta, in) ? qd_err_set(err, QD_ENOMEM, "out of memory") : 0;
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, NULL, 0, checksum, err);
     cJSON_Delete(meta);
     return rc;

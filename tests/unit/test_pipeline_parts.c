@@ -850,26 +850,38 @@ static void edit_sum(cJSON *m) { cJSON_ReplaceItemInObject(m, "h_checksum", cJSO
 static void edit_maker(cJSON *m) { cJSON_ReplaceItemInObject(m, "made_by", cJSON_CreateString("cuda elsewhere sm_90")); }
 static void edit_input(cJSON *m) { cJSON_ReplaceItemInObject(m, "in_checksum", cJSON_CreateString("0000000000000001")); }
 
+/* A job on the llama model writing to T/tag, its parts directory made and opened (*dirfd),
+ * and a part runner's pipeline for it (*p, freed by the caller); NULL when it could not be. */
+static qp_job *refusal_setup(const char *tag, int *dirfd, qd_pipeline **p)
+{
+    char out[4200], dir[4400];
+    snprintf(out, sizeof out, "%s/%s", T, tag);
+    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, NULL);
+    CHECK(job != NULL);
+    if (!job) return NULL;
+    snprintf(dir, sizeof dir, "%s/.quantd/parts", out);
+    qd_err err = {0};
+    CHECK_OK(qd_fs_mkdir_p(dir, &err));
+    *dirfd = open(dir, O_RDONLY | O_DIRECTORY);
+    CHECK(*dirfd >= 0);
+    *p = calloc(1, sizeof **p);
+    (*p)->job = job;
+    (*p)->be = pt_be;
+    CHECK_OK(qd_pipeline_quant_setup(*p, &err));
+    return job;
+}
+
 /* The factor step's files, as a worker and the lead read them: an input naming a path, a
  * width out of range, a checksum that is not one, or a Hessian changed since; an output
  * made from another input, or claiming another maker than its name says: each refused with
  * a message, never used. */
 static void test_factor_refusals(void)
 {
-    char out[4200], dir[4400];
-    snprintf(out, sizeof out, "%s/factor-refusals", T);
-    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, NULL);
-    CHECK(job != NULL);
+    int dirfd = -1;
+    qd_pipeline *p = NULL;
+    qp_job *job = refusal_setup("factor-refusals", &dirfd, &p);
     if (!job) return;
-    snprintf(dir, sizeof dir, "%s/.quantd/parts", out);
     qd_err err = {0};
-    CHECK_OK(qd_fs_mkdir_p(dir, &err));
-    int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
-    CHECK(dirfd >= 0);
-    qd_pipeline *p = calloc(1, sizeof *p);
-    p->job = job;
-    p->be = pt_be;
-    CHECK_OK(qd_pipeline_quant_setup(p, &err));
     const int64_t k = 64, rows = 256;
     test_rng rg;
     test_rng_seed(&rg, 11);
@@ -987,25 +999,22 @@ static void edit_kind(cJSON *m) { cJSON_ReplaceItemInObject(m, "kind", cJSON_Cre
  * a message, never used. */
 static void test_trace_refusals(void)
 {
-    char out[4200], dir[4400];
-    snprintf(out, sizeof out, "%s/trace-refusals", T);
-    qp_job *job = pt_job(llama_dir, out, "gptq", "gptq", tokens, NULL);
-    CHECK(job != NULL);
+    int dirfd = -1;
+    qd_pipeline *p = NULL;
+    qp_job *job = refusal_setup("trace-refusals", &dirfd, &p);
     if (!job) return;
-    snprintf(dir, sizeof dir, "%s/.quantd/parts", out);
     qd_err err = {0};
-    CHECK_OK(qd_fs_mkdir_p(dir, &err));
-    int dirfd = open(dir, O_RDONLY | O_DIRECTORY);
-    CHECK(dirfd >= 0);
     st_model *sm = NULL;
     CHECK_OK(st_model_open(llama_dir, &sm, &err));
     const st_tensor *t = sm ? st_model_find(sm, "model.layers.0.self_attn.q_proj.weight") : NULL;
     CHECK(t != NULL && t->ndim == 2);
-    if (!t || t->ndim != 2 || dirfd < 0) { st_model_close(sm); qp_job_free(job); if (dirfd >= 0) close(dirfd); return; }
-    qd_pipeline *p = calloc(1, sizeof *p);
-    p->job = job;
-    p->be = pt_be;
-    CHECK_OK(qd_pipeline_quant_setup(p, &err));
+    if (!t || t->ndim != 2 || dirfd < 0) {
+        st_model_close(sm);
+        free(p);
+        qp_job_free(job);
+        if (dirfd >= 0) close(dirfd);
+        return;
+    }
     const int64_t n = t->shape[0], k = t->shape[1], rows = 256, r0 = 16, r1 = n < 48 ? n : 48;
     test_rng rg;
     test_rng_seed(&rg, 12);
