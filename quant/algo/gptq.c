@@ -207,7 +207,9 @@ static int gptq_run_blocks_ldl(qd_backend *be, const qd_gptq_opts *o, gptq_dev *
 typedef struct gptq_run {
     qd_backend *be;
     const qd_gptq_opts *o;
-    const float *w, *h;          /* the caller's weights [n, k] and Hessian [k, k] */
+    const float *w, *h;          /* the caller's weights [n, k] and Hessian [k, k] (or its diagonal) */
+    int64_t hs;                  /* H's diagonal entry i is h[i * hs]: k + 1, or 1 when h is the
+                                    diagonal alone (a run given its factor) */
     int64_t n, k, gs, G;         /* shape, group length, groups */
     int grouped, static_groups, find_params;
     /* On the CPU backend host memory is backend memory: without act-order the working W
@@ -232,7 +234,7 @@ typedef struct gptq_run {
 
 /* The arguments: shape, options, and every weight and Hessian entry finite. */
 static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                      const float *h, int check_h, qd_err *err)
+                      const float *h, int64_t hs, int check_h, qd_err *err)
 {
     if (!be || !w || !h) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend, weights or Hessian");
     int rc = qd_gptq_opts_validate(o, err);
@@ -243,7 +245,10 @@ static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int
     if (i >= 0)
         return qd_err_set(err, QD_ENUMERIC, "gptq: weight [%lld][%lld] is %g (not finite)",
                           (long long)(i / k), (long long)(i % k), (double)w[i]);
-    if (check_h && (i = qd_f32_first_nonfinite(h, k * k)) >= 0)
+    if (check_h && hs == 1 && (i = qd_f32_first_nonfinite(h, k)) >= 0)
+        return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)", (long long)i,
+                          (long long)i, (double)h[i]);
+    if (check_h && hs != 1 && (i = qd_f32_first_nonfinite(h, k * k)) >= 0)
         return qd_err_set(err, QD_ENUMERIC, "gptq: Hessian entry [%lld][%lld] is %g (not finite)",
                           (long long)(i / k), (long long)(i % k), (double)h[i]);
     return 0;
@@ -251,13 +256,14 @@ static int gptq_check(qd_backend *be, const qd_gptq_opts *o, const float *w, int
 
 /* The run's settings, the result's layer and the host buffers. */
 static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                      const float *h, qd_gptq_result *out, qd_err *err)
+                      const float *h, int64_t hs, qd_gptq_result *out, qd_err *err)
 {
     const qd_quant_cfg *c = &o->quant;
     g->be = be;
     g->o = o;
     g->w = w;
     g->h = h;
+    g->hs = hs;
     g->n = n;
     g->k = k;
     g->gs = qd_quant_group_len(c, k);
@@ -295,7 +301,7 @@ static int gptq_setup(gptq_run *g, qd_backend *be, const qd_gptq_opts *o, const 
     if (c->scale_search == QD_SCALE_SEARCH_MSE) {
         if (!(g->hw = malloc((size_t)k * sizeof *g->hw)))
             return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
-        for (int64_t i = 0; i < k; i++) g->hw[i] = h[i * k + i];
+        for (int64_t i = 0; i < k; i++) g->hw[i] = h[i * hs];
     }
     return 0;
 }
@@ -307,7 +313,7 @@ static void gptq_diag_order(gptq_run *g, int64_t *dead, int64_t *n_dead)
 {
     const int64_t k = g->k;
     for (int64_t i = 0; i < k; i++) {
-        g->hdiag[i] = g->h[i * k + i];
+        g->hdiag[i] = g->h[i * g->hs];
         if (g->hdiag[i] == 0.0f) {
             g->hdiag[i] = 1.0f;
             dead[(*n_dead)++] = i;
@@ -405,6 +411,7 @@ static int gptq_factor(gptq_run *g, qd_gptq_result *out, int *factored, qd_err *
     qd_backend *be = g->be;
     const qd_gptq_opts *o = g->o;
     const int64_t k = g->k;
+    if (g->hs != k + 1) return qd_err_set(err, QD_EINVAL, "gptq: a Hessian's diagonal alone, and no factor of it");
     double mean = 0.0;
     for (int64_t j = 0; j < k; j++) mean += g->hdiag[g->perm[j]];
     mean /= (double)k;
@@ -549,7 +556,7 @@ static int gptq_h_err(gptq_run *g, qd_gptq_result *out, qd_err *err)
     double *c = malloc((size_t)(2 * k) * sizeof *c), *live = c ? c + k : NULL;
     if (!c) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory");
     for (int64_t i = 0; i < k; i++) {
-        const float hii = g->h[i * k + i];
+        const float hii = g->h[i * g->hs];
         c[i] = (double)(g->hdiag[i] + (float)out->damp) - (double)hii;
         live[i] = hii == 0.0f ? 0.0 : 1.0;
     }
@@ -632,14 +639,14 @@ static int gptq_factor_shared(gptq_run *g, qd_gptq_result *out, const void *key,
 }
 
 static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
-                         const float *h, const void *key, int64_t n_seen, qd_gptq_shared *sh,
+                         const float *h, int64_t hs, const void *key, int64_t n_seen, qd_gptq_shared *sh,
                          qd_gptq_result *out, qd_err *err)
 {
     if (!out) return qd_err_set(err, QD_EINVAL, "gptq: NULL result");
     memset(out, 0, sizeof *out);
     /* A shared factor was made from this H (the same accumulator, as many rows): it was
      * checked then. */
-    int rc = gptq_check(be, o, w, n, k, h, !(sh && key && sh->key == key && sh->n_seen == n_seen), err);
+    int rc = gptq_check(be, o, w, n, k, h, hs, !(sh && key && sh->key == key && sh->n_seen == n_seen), err);
     if (rc) return rc;
     /* NVFP4 without a global scale from the caller: the weight's own (one layer alone). */
     qd_gptq_opts own;
@@ -651,7 +658,7 @@ static int gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, 
     gptq_run g;
     memset(&g, 0, sizeof g);
     int factored = 0;
-    rc = gptq_setup(&g, be, o, w, n, k, h, out, err);
+    rc = gptq_setup(&g, be, o, w, n, k, h, hs, out, err);
     if (!rc) rc = gptq_prepare(&g, out, err);
     if (!rc) rc = gptq_factor_shared(&g, out, key, n_seen, sh, &factored, err);
     if (!rc && !factored) {
@@ -698,6 +705,7 @@ static int gptq_shared_make_h(qd_backend *be, const qd_gptq_opts *o, const float
     g.be = be;
     g.o = o;
     g.h = h;
+    g.hs = k + 1;
     g.k = k;
     g.host = be->device < 0;
     g.ldl = be->ops->chol_ldl_upper != NULL && be->rt.gptq_form != QD_GPTQ_FORM_INVERSE;   /* as gptq_setup */
@@ -764,7 +772,7 @@ int qd_gptq_shared_adopt(qd_backend *be, const qd_gptq_hessian *acc, const qd_gp
 int qd_gptq_quantize_h(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
                        const float *h, qd_gptq_result *out, qd_err *err)
 {
-    return gptq_quantize(be, o, w, n, k, h, h, 0, NULL, out, err);
+    return gptq_quantize(be, o, w, n, k, h, k + 1, h, 0, NULL, out, err);
 }
 
 int qd_gptq_quantize(qd_backend *be, const qd_gptq_opts *o, const float *w, int64_t n, int64_t k,
@@ -777,18 +785,25 @@ int qd_gptq_quantize_shared(qd_backend *be, const qd_gptq_opts *o, const float *
                             const qd_gptq_hessian *acc, qd_gptq_shared *shared, qd_gptq_result *out, qd_err *err)
 {
     if (out) memset(out, 0, sizeof *out);
-    if (!acc || !acc->h) return qd_err_set(err, QD_EINVAL, "gptq: no Hessian accumulator");
+    if (!acc || (!acc->h && !acc->diag)) return qd_err_set(err, QD_EINVAL, "gptq: no Hessian accumulator");
     if (acc->k != k)
         return qd_err_set(err, QD_ESHAPE, "gptq: the Hessian has %lld features but the weight [%lld, %lld] has %lld",
                           (long long)acc->k, (long long)n, (long long)k, (long long)k);
     if (acc->n_seen <= 0) return qd_err_set(err, QD_EINVAL, "gptq: no calibration rows were added to the Hessian");
     if (!be) return qd_err_set(err, QD_EINVAL, "gptq: NULL backend");
+    /* H's diagonal alone (host memory): enough with the factor made from H, which must be
+     * shared's (gptq_factor refuses to make one from it). */
+    if (!acc->h) {
+        if (!shared || shared->key != acc || shared->n_seen != acc->n_seen)
+            return qd_err_set(err, QD_EINVAL, "gptq: a Hessian's diagonal alone, without the factor made from it");
+        return gptq_quantize(be, o, w, n, k, acc->diag, 1, acc, acc->n_seen, shared, out, err);
+    }
     /* On the CPU backend the accumulator is host memory already. */
-    if (acc->be->device < 0) return gptq_quantize(be, o, w, n, k, acc->h, acc, acc->n_seen, shared, out, err);
+    if (acc->be->device < 0) return gptq_quantize(be, o, w, n, k, acc->h, k + 1, acc, acc->n_seen, shared, out, err);
     float *h = malloc((size_t)(k * k) * sizeof *h);
     if (!h) return qd_err_set(err, QD_ENOMEM, "gptq: out of memory for a host copy of H");
     int rc = qd_gptq_hessian_download(acc, h, err);
-    if (!rc) rc = gptq_quantize(be, o, w, n, k, h, acc, acc->n_seen, shared, out, err);
+    if (!rc) rc = gptq_quantize(be, o, w, n, k, h, k + 1, acc, acc->n_seen, shared, out, err);
     free(h);
     return rc;
 }

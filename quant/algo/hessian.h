@@ -23,6 +23,9 @@ typedef struct qd_gptq_hessian {
                             * of schemes FP8 and NVFP4 are made from it) */
     int bf16;              /* set after init: rows folded in as bfloat16 (the backend's
                             * hessian_accum_bf16, the job's "compute": "bf16"); default 0 */
+    const float *diag;     /* borrowed, host [k]: with h NULL, H's diagonal alone, which is all
+                            * GPTQ reads of H once it is given the factor made from it
+                            * (qd_gptq_quantize_shared with that factor shared; k and n_seen set) */
 } qd_gptq_hessian;
 
 /* Zeroes acc and allocates H = 0 for k features on be. On failure acc holds nothing to free

@@ -212,6 +212,10 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
  * is not NULL, the one in that factor part's output, whose checksum must be fac_sum. */
 int qd_qpart_read_hessian(int dirfd, const char *name, uint64_t want_sum, const char *fac_name, uint64_t fac_sum,
                           qd_backend *be, int64_t k, qd_gptq_hessian *h, qd_gptq_shared *sh, qd_err *err);
+/* Reads the factor part's output fac_name (whose checksum must be fac_sum) into *sh on be,
+ * keyed to h (the Hessian it was made from: whole, or its diagonal alone). */
+int qd_qpart_read_factor(int dirfd, const char *fac_name, uint64_t fac_sum, qd_backend *be, const qd_gptq_hessian *h,
+                         qd_gptq_shared *sh, qd_err *err);
 /* A backend buffer of `bytes` as host memory: itself on the CPU, else a malloc'd copy (*own
  * set: the caller frees it). NULL when out of memory or the copy failed. */
 const float *qd_part_host_view(qd_backend *be, const float *buf, size_t bytes, float **own);

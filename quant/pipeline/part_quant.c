@@ -345,15 +345,26 @@ int qd_qpart_write_in(int dirfd, int block, int index, int group, const qd_qpart
         if (!rc && (qd_part_farr_note(meta, &w) || (in->w_ref != in->w && qd_part_farr_note(meta, &w_ref))))
             rc = qd_err_set(err, QD_ENOMEM, "out of memory");
     }
-    qd_part_arr a[4];
+    /* With its error's denominator a trace part's and its factor a factor part's, GPTQ reads
+     * only H's diagonal (qd_gptq_hessian.diag): the part gets that, not the Hessian file. */
+    const int64_t k = in->res.k;
+    float *hdiag = NULL;
+    if (in->den_known && in->use_losses && in->gptq && in->fac && !in->dxx && in->h && in->h->h && in->h->be &&
+        in->h->be->device < 0 && in->h->k == k && (hdiag = malloc((size_t)k * sizeof *hdiag))) {
+        for (int64_t i = 0; i < k; i++) hdiag[i] = in->h->h[i * k + i];
+        cJSON_AddNumberToObject(meta, "n_seen", (double)in->h->n_seen);
+    }
+    qd_part_arr a[5];
     int na = 0;
     a[na++] = (qd_part_arr){"res", rv, sizeof rv};
     if (in->den_known) a[na++] = (qd_part_arr){"den", &in->den, sizeof in->den};   /* a trace part's */
+    if (hdiag) a[na++] = (qd_part_arr){"hdiag", hdiag, (uint64_t)k * sizeof *hdiag};
     if (!in->src) a[na++] = w.arr;
     if (!in->src && in->w_ref != in->w) a[na++] = w_ref.arr;
     if (!rc) rc = qd_part_file_write(dirfd, name, meta, a, na, checksum, err);
     qd_part_farr_free(&w);
     qd_part_farr_free(&w_ref);
+    free(hdiag);
     cJSON_Delete(meta);
     return rc;
 }
@@ -523,18 +534,25 @@ int qd_qpart_read_hessian(int dirfd, const char *name, uint64_t want_sum, const 
     }
     free(tmp);
     if (!rc && sh && fac_name) {
-        /* The factor part's output: whole, the very file the lead checked. */
-        qd_part_file ff;
-        memset(&ff, 0, sizeof ff);
-        rc = qd_part_file_read(dirfd, fac_name, &ff, err);
-        if (!rc && ff.checksum != fac_sum)
-            rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the factorisation the lead checked (checksum)", fac_name);
-        if (!rc) rc = qd_part_factor_get(&ff, fac_name, be, h, sh, err);
-        qd_part_file_free(&ff);
+        rc = qd_qpart_read_factor(dirfd, fac_name, fac_sum, be, h, sh, err);
     } else if (!rc && sh && cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(f.meta, "factor"))) {
         rc = qd_part_factor_get(&f, name, be, h, sh, err);
     }
     qd_part_file_free(&f);
+    return rc;
+}
+
+int qd_qpart_read_factor(int dirfd, const char *fac_name, uint64_t fac_sum, qd_backend *be, const qd_gptq_hessian *h,
+                         qd_gptq_shared *sh, qd_err *err)
+{
+    /* The factor part's output: whole, the very file the lead checked. */
+    qd_part_file ff;
+    memset(&ff, 0, sizeof ff);
+    int rc = qd_part_file_read(dirfd, fac_name, &ff, err);
+    if (!rc && ff.checksum != fac_sum)
+        rc = qd_err_set(err, QD_EFORMAT, "part file %s: not the factorisation the lead checked (checksum)", fac_name);
+    if (!rc) rc = qd_part_factor_get(&ff, fac_name, be, h, sh, err);
+    qd_part_file_free(&ff);
     return rc;
 }
 
@@ -568,7 +586,7 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     memset(&shared, 0, sizeof shared);
     qd_qpart_out out;
     memset(&out, 0, sizeof out);
-    float *w = NULL, *w_ref = NULL;   /* the rows decoded */
+    float *w = NULL, *w_ref = NULL, *hdiag = NULL;   /* the rows decoded; H's diagonal alone */
     const double *rv = qd_part_file_arr(&f, "res", R_COUNT * sizeof(double), err);
     rc = rv ? res_strings_get(f.meta, &in.res, err) : QD_EFORMAT;
     if (!rc) {
@@ -614,8 +632,33 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
         if (!rc && fn && (!cJSON_IsString(fn) || strchr(fn->valuestring, '/') || !cJSON_IsString(fs) ||
                           sscanf(fs->valuestring, "%16llx", &fsum) != 1))
             rc = qd_err_set(err, QD_EFORMAT, "part file %s: a bad factor file name or checksum", name);
-        if (!rc) rc = qd_qpart_read_hessian(dirfd, hn->valuestring, 0, fn ? fn->valuestring : NULL, fsum, p->be, k, &h,
-                                            &shared, err);
+        if (!rc && cJSON_HasObjectItem(a, "hdiag")) {
+            /* H's diagonal and the factor part's output: the Hessian file is not read. */
+            const float *d = qd_part_file_arr(&f, "hdiag", (uint64_t)k * sizeof *d, err);
+            int64_t ns = meta_int(f.meta, "n_seen", -1);
+            if (!d) rc = QD_EFORMAT;
+            else if (!fn || !in.den_known || !in.use_losses || !in.gptq || ns <= 0)
+                rc = qd_err_set(err, QD_EFORMAT, "part file %s: H's diagonal without a factor part's output, a trace "
+                                "part's denominator, GPTQ's losses or its rows seen", name);
+            else if (!(hdiag = malloc((size_t)k * sizeof *hdiag)))
+                rc = qd_err_set(err, QD_ENOMEM, "part file %s: out of memory", name);
+            if (!rc) {
+                memcpy(hdiag, d, (size_t)k * sizeof *hdiag);
+                h.k = k;
+                h.n_seen = ns;
+                h.diag = hdiag;
+                rc = qd_qpart_read_factor(dirfd, fn->valuestring, fsum, p->be, &h, &shared, err);
+            }
+            if (!rc && !shared.factored) {
+                /* Every damping failed: RTN, whose error's numerator needs the whole H. */
+                qd_gptq_shared_free(&shared);
+                memset(&h, 0, sizeof h);
+                rc = qd_qpart_read_hessian(dirfd, hn->valuestring, 0, fn->valuestring, fsum, p->be, k, &h, &shared, err);
+            }
+        } else if (!rc) {
+            rc = qd_qpart_read_hessian(dirfd, hn->valuestring, 0, fn ? fn->valuestring : NULL, fsum, p->be, k, &h,
+                                       &shared, err);
+        }
     }
     in.h = &h;
     in.shared_last = 1;
@@ -629,6 +672,7 @@ int qd_qpart_run_file(qd_pipeline *p, int dirfd, int block, int index, const cha
     qd_part_file_free(&f);
     free(w);
     free(w_ref);
+    free(hdiag);
     return rc;
 }
 

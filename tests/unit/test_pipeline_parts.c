@@ -55,6 +55,7 @@ typedef struct fan_ctx {
      * precision, Hessians and factors stored as their upper triangle, outputs whose
      * dequantized rows the lead decodes from the codes. */
     int ins, ins_half, ins_src, hess, hess_tri, facs, facs_tri, outs, outs_codes;
+    int ins_diag;                /* quantize inputs carrying H's diagonal instead of naming H */
     /* The factor step (part_factor.c): its fan-outs, parts, the last one's size, and the
      * quantize fan-outs that followed one with other than one output a factor part (two,
      * FAN_OTHER_MAKER: the other maker's and the lead's), of those seen (after_factor: the
@@ -114,6 +115,7 @@ static void count_forms(fan_ctx *c)
             c->ins++;
             c->ins_half += enc_is(m, "w", "bf16", "f16");
             c->ins_src += cJSON_HasObjectItem(m, "src") && !cJSON_HasObjectItem(arrs, "w");
+            c->ins_diag += cJSON_HasObjectItem(arrs, "hdiag");
         } else if (strstr(nm, "-h")) {
             c->hess++;
             c->hess_tri += enc_is(m, "h", "upper_sym", NULL);
@@ -511,7 +513,7 @@ static void check_same(const char *what, const char *ref, const char *out)
 }
 
 static int last_capture_fanouts, last_capture_parts;   /* the last fan_case's capture step */
-static int last_trace_parts;
+static int last_trace_parts, last_ins_diag;
 
 /* qd_pipeline_run with fan_trace applied. */
 static int fan_run(const qp_job *job, const qd_pipeline_hooks *hooks, qd_err *err)
@@ -622,6 +624,7 @@ static int fan_case(const char *tag, const char *model, const char *method, cons
     last_cap_experts = c.cap_experts;
     last_cap_shards = c.cap_shards;
     last_trace_parts = c.trace_parts;
+    last_ins_diag = c.ins_diag;
     return c.factor_fanouts;
 }
 
@@ -968,6 +971,8 @@ static void test_trace_parts(void)
     for (size_t i = 0; i < sizeof modes / sizeof *modes; i++) {
         fan_case("wide-gptq", wide_dir, "gptq", "gptq", NULL, modes[i]);
         if (last_trace_parts < 4) TEST_FAIL_("wide-gptq mode %d: %d trace parts", (int)modes[i], last_trace_parts);
+        /* the row parts then read H's diagonal from their inputs, not the Hessian file */
+        if (modes[i] == FAN_ALL && last_ins_diag < 4) TEST_FAIL_("wide-gptq: %d inputs with H's diagonal", last_ins_diag);
     }
     fan_case("wide-act", wide_dir, "gptq", "gptq_v2", "\"desc_act\":true,\"static_groups\":true,", FAN_ALL);
     CHECK(last_trace_parts >= 4);
@@ -992,6 +997,7 @@ static void edit_rows(cJSON *m) { cJSON_ReplaceItemInObject(m, "r1", cJSON_Creat
 static void edit_src_sum(cJSON *m) { cJSON_ReplaceItemInObject(m, "src_sum", cJSON_CreateString("0000000000000000")); }
 static void edit_no_src(cJSON *m) { cJSON_DeleteItemFromObject(m, "src"); }
 static void edit_kind(cJSON *m) { cJSON_ReplaceItemInObject(m, "kind", cJSON_CreateString("sum")); }
+static void edit_no_factor(cJSON *m) { cJSON_DeleteItemFromObject(m, "factor"); }
 
 /* A trace part's files: its denominator is the one qd_pipeline_rel_traces gives the rows;
  * an input naming a path, rows out of range, rows whose bytes changed, no rows, or a kind
@@ -1085,6 +1091,47 @@ static void test_trace_refusals(void)
         int rc = qd_fpart_run_file(p, dirfd, 0, 1, "w2", &e2);
         test_checks++;
         if (!rc || !strstr(e2.msg, ins[i].msg)) TEST_FAIL_("trace input case %zu: rc %d \"%s\"", i, rc, e2.msg);
+    }
+    /* A row part given the trace and a factor part's output reads H's diagonal from its input
+     * instead of the Hessian file: the same rows, bit for bit, as one that reads H and
+     * factors it itself; without the factor's name its input is refused. */
+    uint64_t fin = 0, qs[2] = {0, 0};
+    qd_fpart_done fd;
+    CHECK_OK(qd_fpart_write_in(dirfd, 0, 0, 0, k, &fin, &err));
+    CHECK_OK(qd_fpart_run_file(p, dirfd, 0, 0, "w1", &err));
+    CHECK_OK(qd_fpart_read_out(dirfd, 0, 0, fin, pt_be, k, &fd, &err));
+    qd_qpart_in q = in;
+    q.gptq = 1;
+    q.use_losses = 1;
+    q.h = &h;
+    snprintf(q.res.method, sizeof q.res.method, "gptq");
+    qd_qpart_out qo[2];
+    for (int v = 0; v < 2; v++) {
+        q.fac = v ? &fd : NULL;
+        q.den_known = v;
+        q.den = v ? den : 0;
+        CHECK_OK(qd_qpart_write_in(dirfd, 0, 5 + v, 0, &q, &qs[v], &err));
+        char qn[64];
+        qd_qpart_name_in(qn, sizeof qn, 0, 5 + v);
+        cJSON *m = qd_part_file_meta(dirfd, qn);
+        CHECK_INT(cJSON_HasObjectItem(cJSON_GetObjectItemCaseSensitive(m, "arrays"), "hdiag"), v);
+        cJSON_Delete(m);
+        CHECK_OK(qd_qpart_run_file(p, dirfd, 0, 5 + v, "w1", &err));
+        CHECK_OK(qd_qpart_read_out(dirfd, 0, 5 + v, qs[v], pt_be, &q, &qo[v], worker, &err));
+    }
+    test_checks++;
+    if (!qo[0].dq.w || !qo[1].dq.w || memcmp(qo[0].dq.w, qo[1].dq.w, (size_t)((r1 - r0) * k) * sizeof(float)) ||
+        memcmp(qo[0].trace, qo[1].trace, sizeof qo[0].trace))
+        TEST_FAIL_("a row part from H's diagonal differs from one from H (traces %.17g %.17g, %.17g %.17g)",
+                   qo[0].trace[0], qo[0].trace[1], qo[1].trace[0], qo[1].trace[1]);
+    for (int v = 0; v < 2; v++) qd_qpart_out_free(&qo[v]);
+    {
+        char qn[64];
+        qd_qpart_name_in(qn, sizeof qn, 0, 6);
+        part_rewrite_keep(dirfd, qn, edit_no_factor);
+        qd_err e2 = {0};
+        CHECK_INT(qd_qpart_run_file(p, dirfd, 0, 6, "w1", &e2), QD_EFORMAT);
+        CHECK(strstr(e2.msg, "H's diagonal without a factor part's output") != NULL);
     }
     /* Rows not named in the model: no trace part. */
     in.src = NULL;
