@@ -329,11 +329,11 @@ static int parts_dir(qd_pipeline *p, qd_err *err)
 
 /* The factor step of a fan-out (part_factor.c): the Hessians of groups[0..nf) (written
  * already, ks their widths) factored by parts of their own, fdone[j] the output group j's
- * row parts read; and, with nt > 0, trace parts nf.. for the run's parts 0..nt (their rows'
- * error denominators, of group t_group's Hessian, into their den). An output missing,
+ * row parts read; and, with nt > 0, trace parts nf.. for the run's parts tix[0..nt) (their
+ * rows' error denominators, of group t_group's Hessian, into their den). An output missing,
  * damaged, or made by a backend unlike the lead's is computed here. sums[j] gets part j's
  * input checksum; *t_fac and *t_trace the seconds the parts ran for, split by what they ran. */
-static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, int t_group, int nt,
+static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf, int t_group, const int *tix, int nt,
                        qd_fpart_done *fdone, uint64_t *sums, double *t_fac, double *t_trace, qd_err *err)
 {
     qd_pipeline *p = r->p;
@@ -345,7 +345,7 @@ static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf,
         names[j] = qd_model_group(p->m, groups[j])->name;
     }
     for (int t = 0; t < nt && !rc; t++) {
-        const qd_qpart_in *in = &r->parts[t];
+        const qd_qpart_in *in = &r->parts[tix[t]];
         rc = qd_tpart_write_in(p->parts_fd, r->block, nf + t, t_group, in, &sums[nf + t], err);
         snprintf(labels[t], 96, "%.60s trace %lld..%lld", in->res.name, (long long)in->r0, (long long)in->r1 - 1);
         names[nf + t] = labels[t];
@@ -357,7 +357,7 @@ static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf,
     for (int j = 0; j < nf + nt && !rc; j++) {
         qd_err e2 = {0};
         double secs = 0;
-        qd_qpart_in *in = j >= nf ? &r->parts[j - nf] : NULL;
+        qd_qpart_in *in = j >= nf ? &r->parts[tix[j - nf]] : NULL;
         int got = in ? qd_tpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, &in->den, NULL, &secs, &e2)
                      : qd_fpart_read_out(p->parts_fd, r->block, j, sums[j], p->be, ks[j], &fdone[j], &e2);
         if (got) {
@@ -387,20 +387,25 @@ static int run_factors(run_ctx *r, const int *groups, const int64_t *ks, int nf,
     return rc;
 }
 
-/* Whether the run's fan-out, whose one GPTQ Hessian is of width k, gets trace parts
- * (qd_tpart_pays): then every part's rows must be named in the model (qd_qpart_src_find,
- * done here for all of them; *src_done tells the caller). */
-static int trace_parts_pay(run_ctx *r, int64_t k, int *src_done)
+/* The trace parts of the run's fan-out whose one GPTQ Hessian is h (qd_tpart_pays): the
+ * run's parts that read h, into tix (room for r->n_parts); their number, or 0 when they do
+ * not pay or a part's rows are not named in the model (qd_qpart_src_find, done here for
+ * those parts: *src_done tells the caller). */
+static int trace_parts_plan(run_ctx *r, const qd_gptq_hessian *h, int *tix, int *src_done)
 {
     qd_pipeline *p = r->p;
     int64_t max_rows = 0;
-    for (int i = 0; i < r->n_parts; i++)
+    int nt = 0;
+    for (int i = 0; i < r->n_parts; i++) {
+        if (r->parts[i].h != h) continue;
+        tix[nt++] = i;
         if (r->parts[i].r1 - r->parts[i].r0 > max_rows) max_rows = r->parts[i].r1 - r->parts[i].r0;
-    if (r->n_parts + 1 > QD_PART_MAX_FANOUT || !qd_tpart_pays(p->be, k, max_rows, p->trace_parts)) return 0;
+    }
+    if (!nt || nt + 1 > QD_PART_MAX_FANOUT || !qd_tpart_pays(p->be, h->k, max_rows, p->trace_parts)) return 0;
     int all = 1;
-    for (int i = 0; i < r->n_parts; i++) all &= qd_qpart_src_find(p, r->block, &r->parts[i]);
+    for (int t = 0; t < nt; t++) all &= qd_qpart_src_find(p, r->block, &r->parts[tix[t]]);
     *src_done = 1;
-    return all;
+    return all ? nt : 0;
 }
 
 /* The fan-out of the run's parts (r->fan): every group's Hessian written once (with GPTQ's
@@ -434,7 +439,8 @@ static int run_fanout(run_ctx *r, qd_err *err)
     int t_j = -1, src_done = 0;
     for (int j = 0; j < n_h && nf == 1; j++)
         if (hgptq[j]) t_j = j;
-    int nt = t_j >= 0 && trace_parts_pay(r, hs[t_j]->k, &src_done) ? r->n_parts : 0;
+    int *tix = t_j >= 0 ? malloc((size_t)r->n_parts * sizeof *tix) : NULL;
+    int nt = tix ? trace_parts_plan(r, hs[t_j], tix, &src_done) : 0;
     int fparts = nf >= 2 || nt > 0;
     /* Each group's Hessian once. GPTQ's factorisation of it once, rather than once per
      * part: the parts of a group (q/k/v, every row range) start from it, as the in-memory
@@ -460,7 +466,7 @@ static int run_fanout(run_ctx *r, qd_err *err)
         for (int j = 0; j < n_h; j++)
             if (fidx[j] >= 0) { fg[fidx[j]] = hg[j]; fk[fidx[j]] = hs[j]->k; }
         double th = 0, tt = 0, tf = qd_clock_now_s();
-        rc = fdone && fsums ? run_factors(r, fg, fk, nf, nt ? hg[t_j] : -1, nt, fdone, fsums, &th, &tt, err)
+        rc = fdone && fsums ? run_factors(r, fg, fk, nf, nt ? hg[t_j] : -1, tix, nt, fdone, fsums, &th, &tt, err)
                             : qd_err_set(err, QD_ENOMEM, "out of memory");
         /* The factorisations' wall time is the quantize step's, the traces' the error's; their
          * files' the checkpoint's. */
@@ -476,7 +482,7 @@ static int run_fanout(run_ctx *r, qd_err *err)
         int j = 0;
         while (hs[j] != r->parts[lj->first].h) j++;
         for (int i = lj->first; i < lj->first + lj->n_parts && !rc; i++) {
-            if (!src_done) qd_qpart_src_find(p, r->block, &r->parts[i]);
+            if (!src_done || r->parts[i].h != hs[t_j]) qd_qpart_src_find(p, r->block, &r->parts[i]);
             r->parts[i].fac = fparts && fidx[j] >= 0 ? &fdone[fidx[j]] : NULL;
             /* the Hessian file of the group whose Hessian it reads (a twin's: its kind's first) */
             rc = qd_qpart_write_in(p->parts_fd, r->block, i, hg[j], &r->parts[i], &r->in_sums[i], err);
@@ -553,6 +559,7 @@ static int run_fanout(run_ctx *r, qd_err *err)
     }
     if (!rc && fparts) qd_part_outputs_remove(p->parts_fd, r->block, "factor", nf + nt, fsums);
     free(fsums);
+    free(tix);
     for (int i = 0; i < r->n_parts; i++) r->parts[i].fac = NULL;
     free(fdone);
     return rc;
